@@ -1,0 +1,3 @@
+"""migslice: multi-tenant GPU slicing on NVIDIA MIG for Kubernetes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from migslice.cli import main
+
+sys.exit(main())

@@ -1,0 +1,67 @@
+"""Cluster files: a YAML stream of Kubernetes objects (Node, Pod, TenantPolicy, ConfigMap).
+
+Used by the standalone servers (``--cluster-file``), the demo, ``migslice plan``, tests and
+benchmarks in place of a live API server. A Pod with ``spec.nodeName`` is bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+RawObject = dict[str, Any]
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be read; the message names the document."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObjects:
+    """Raw API objects by kind, in file order."""
+
+    nodes: tuple[RawObject, ...] = ()
+    pods: tuple[RawObject, ...] = ()
+    tenant_policies: tuple[RawObject, ...] = ()
+    config_maps: tuple[RawObject, ...] = ()
+    others: tuple[RawObject, ...] = field(default=())
+
+
+_KINDS = {"Node": "nodes", "Pod": "pods", "TenantPolicy": "tenant_policies", "ConfigMap": "config_maps"}
+
+
+def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
+    """Sort already-loaded documents by kind; ``List`` objects are flattened."""
+    buckets: dict[str, list[RawObject]] = {name: [] for name in (*_KINDS.values(), "others")}
+
+    def take(index: int, document: object) -> None:
+        if document is None:
+            return
+        if not isinstance(document, Mapping) or not isinstance(document.get("kind"), str):
+            raise ClusterFileError(f"document {index + 1} is not a Kubernetes object (no kind)")
+        raw = dict(document)
+        if raw["kind"].endswith("List") and isinstance(raw.get("items"), list):
+            for item in raw["items"]:
+                take(index, item)
+            return
+        metadata = raw.get("metadata")
+        if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+            raise ClusterFileError(
+                f"document {index + 1} ({raw['kind']}) has no metadata.name"
+            )
+        buckets[_KINDS.get(raw["kind"], "others")].append(raw)
+
+    for index, document in enumerate(documents):
+        take(index, document)
+    return ClusterObjects(**{name: tuple(items) for name, items in buckets.items()})
+
+
+def load_cluster_text(text: str) -> ClusterObjects:
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as error:
+        raise ClusterFileError(f"cluster file is not valid YAML: {error}") from None
+    return parse_cluster_objects(documents)
