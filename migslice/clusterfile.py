@@ -30,7 +30,12 @@ class ClusterObjects:
     others: tuple[RawObject, ...] = field(default=())
 
 
-_KINDS = {"Node": "nodes", "Pod": "pods", "TenantPolicy": "tenant_policies", "ConfigMap": "config_maps"}
+_KINDS = {
+    "Node": "nodes",
+    "Pod": "pods",
+    "TenantPolicy": "tenant_policies",
+    "ConfigMap": "config_maps",
+}
 
 
 def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
@@ -49,9 +54,7 @@ def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
             return
         metadata = raw.get("metadata")
         if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
-            raise ClusterFileError(
-                f"document {index + 1} ({raw['kind']}) has no metadata.name"
-            )
+            raise ClusterFileError(f"document {index + 1} ({raw['kind']}) has no metadata.name")
         buckets[_KINDS.get(raw["kind"], "others")].append(raw)
 
     for index, document in enumerate(documents):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from migslice.cli.common import CommandError
 
-COMMAND_MODULES = ("migslice.cli.geometry",)
+COMMAND_MODULES = ("migslice.cli.geometry", "migslice.cli.certs")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,5 +19,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     """A plain table in the style of ``kubectl get``: upper-case headers, padded columns."""
     cells = [[str(h).upper() for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines = [
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
     return "\n".join(lines)

@@ -33,7 +33,8 @@ def register(commands: Any) -> None:
     models.set_defaults(handler=run_models)
 
     profiles = commands.add_parser(
-        "profiles", help="a model's MIG profiles and legal placements (like nvidia-smi -lgip/-lgipp)"
+        "profiles",
+        help="a model's MIG profiles and legal placements (like nvidia-smi -lgip/-lgipp)",
     )
     _add_gpu(profiles)
     profiles.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -155,9 +156,7 @@ def run_profiles(args: argparse.Namespace) -> int:
                         "memoryMiB": p.memory_mib,
                         "smCount": p.sm_count,
                         "maxCount": p.max_count,
-                        "placements": [
-                            {"start": s, "size": p.memory_slices} for s in p.placements
-                        ],
+                        "placements": [{"start": s, "size": p.memory_slices} for s in p.placements],
                     }
                     for p in model.profiles
                 ],
@@ -177,8 +176,10 @@ def run_profiles(args: argparse.Namespace) -> int:
         )
         for p in model.profiles
     ]
-    print(f"{model.description}: {model.compute_slices} compute slices, "
-          f"{model.memory_slices} memory slices")
+    print(
+        f"{model.description}: {model.compute_slices} compute slices, "
+        f"{model.memory_slices} memory slices"
+    )
     print(
         format_table(
             ("profile", "id", "max", "memory mib", "sms", "compute", "memory", "placements"),
@@ -195,8 +196,10 @@ def run_layouts(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json([[p.as_dict() for p in layout] for layout in found])
         return 0
-    print(f"{len(found)} maximal layouts of {model.key}"
-          + (" (drivers before R510)" if args.pre_r510 else ""))
+    print(
+        f"{len(found)} maximal layouts of {model.key}"
+        + (" (drivers before R510)" if args.pre_r510 else "")
+    )
     for number, layout in enumerate(found, 1):
         print(f"{number:>4}  {render_bar(model, layout)}")
     return 0
@@ -207,7 +210,9 @@ def parse_layout_json(model: GpuModel, text: str) -> list[Placed]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as error:
-        raise CommandError(f"--layout is not valid JSON: {error.msg} at position {error.pos}")
+        raise CommandError(
+            f"--layout is not valid JSON: {error.msg} at position {error.pos}"
+        ) from None
     if not isinstance(raw, list):
         raise CommandError('--layout must be a JSON list like [{"profile": "1g.10gb", "start": 0}]')
     placed: list[Placed] = []

@@ -203,7 +203,9 @@ MODELS: tuple[GpuModel, ...] = (
         pci_device_ids=(0x2348,),
         memory_slices=8,
         compute_slices=7,
-        profiles=_eight(18, 36, 72, 144, (17920, 36096, 36096, None, None, None), (16, 26, 32, None, None, None)),
+        profiles=_eight(
+            18, 36, 72, 144, (17920, 36096, 36096, None, None, None), (16, 26, 32, None, None, None)
+        ),
         source=f"mig-parted default config names; partial -lgip (mig-parted PR #139); {_LGIPP}",
         aliases=("GH200",),
         memory_mib=147456,
@@ -234,7 +236,9 @@ MODELS: tuple[GpuModel, ...] = (
         pci_device_ids=(0x2901,),
         memory_slices=8,
         compute_slices=7,
-        profiles=_eight(23, 45, 90, 180, (20992, 45312, 45312, None, None, None), (18, 30, 36, None, None, None)),
+        profiles=_eight(
+            23, 45, 90, 180, (20992, 45312, 45312, None, None, None), (18, 30, 36, None, None, None)
+        ),
         source=f"MIG User Guide B200 table; partial -lgip (mig-parted PR #166, #187); {_LGIPP}",
         aliases=("B200-180GB",),
         memory_mib=184320,
@@ -246,7 +250,9 @@ MODELS: tuple[GpuModel, ...] = (
         pci_device_ids=(0x2941,),
         memory_slices=8,
         compute_slices=7,
-        profiles=_eight(23, 47, 93, 186, (22528, 46592, 46592, None, None, None), (18, 32, 38, None, None, None)),
+        profiles=_eight(
+            23, 47, 93, 186, (22528, 46592, 46592, None, None, None), (18, 32, 38, None, None, None)
+        ),
         source=f"mig-parted default config (PR #228); partial -lgip (issue #227); {_LGIPP}",
         aliases=("GB200-186GB",),
         memory_mib=190464,

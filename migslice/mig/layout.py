@@ -178,11 +178,7 @@ def violations(
         problems.append(f"{media} +me instances; at most one per GPU")
     if any(p.has_all_media for p, _ in known) and sum(not p.has_no_media for p, _ in known) > 1:
         problems.append("a +me.all instance allows only -me instances beside it")
-    if (
-        rules.pre_r510
-        and any(_is_4g(p) for p, _ in known)
-        and any(_is_3g(p) for p, _ in known)
-    ):
+    if rules.pre_r510 and any(_is_4g(p) for p, _ in known) and any(_is_3g(p) for p, _ in known):
         problems.append("4g and 3g instances together need driver R510 or later")
     return problems
 
@@ -317,8 +313,10 @@ def fit(
 
 
 def _describe(profiles: Sequence[Profile]) -> str:
-    counts = Counter(p.name for p in profiles)
-    return " + ".join(f"{n} x {name}" if n > 1 else name for name, n in sorted(counts.items()))
+    """``4g.40gb + 2 x 2g.20gb``: largest first."""
+    counts = Counter(profiles)
+    ordered = sorted(counts, key=lambda p: (-p.memory_slices, -p.compute_slices, p.name))
+    return " + ".join(f"{counts[p]} x {p.name}" if counts[p] > 1 else p.name for p in ordered)
 
 
 def _capacity_reason(

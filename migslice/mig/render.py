@@ -156,9 +156,7 @@ def nvidia_smi_create(gpu_index: int, model: GpuModel, new: Sequence[Placed]) ->
     """``nvidia-smi mig`` commands that create ``new`` instances (and their compute instances)."""
     if not new:
         return []
-    ids = ",".join(
-        str(model.profile(p.profile).gi_profile_id) for p in creation_order(new, model)
-    )
+    ids = ",".join(str(model.profile(p.profile).gi_profile_id) for p in creation_order(new, model))
     return [f"nvidia-smi mig -i {gpu_index} -cgi {ids} -C"]
 
 

@@ -1,0 +1,34 @@
+# Thin wrapper: every target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: install lint typecheck test e2e bench demo example verify clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,lint]'
+	touch $@
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+typecheck: install
+	$(BIN)/mypy
+
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+example: install
+	$(BIN)/migslice fit --gpu A100-80GB 3g.40gb 2g.20gb 1g.10gb
+
+verify: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,175 @@
+"""The catalog: lookups by product label, alias and PCI id; data sanity; NVML-built models."""
+
+from __future__ import annotations
+
+import pytest
+
+from migslice.mig import (
+    CATALOG,
+    NvmlProfileInfo,
+    UnknownModelError,
+    UnknownProfileError,
+    enumerate_maximal_layouts,
+    model_from_nvml,
+    parse_profile_name,
+    profile_from_resource,
+)
+from migslice.mig.profiles import ProfileNameError
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("NVIDIA-A100-SXM4-80GB", "A100-80GB"),
+        ("A100-80GB", "A100-80GB"),
+        ("a100-80gb", "A100-80GB"),
+        ("NVIDIA-H100-80GB-HBM3", "H100-80GB"),
+        ("H100-80GB", "H100-80GB"),
+        ("NVIDIA-H100-PCIe", "H100-PCIe"),
+        ("NVIDIA-H200", "H200-141GB"),
+        ("NVIDIA-A30", "A30-24GB"),
+        ("0x20B2", "A100-80GB"),
+        ("0x20B210DE", "A100-80GB"),
+        ("0x233010de", "H100-80GB"),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition", "RTX-PRO-6000"),
+    ],
+)
+def test_models_are_found_by_product_alias_and_pci_id(text: str, key: str) -> None:
+    assert CATALOG.get(text).key == key
+
+
+def test_gfd_suffixes_are_ignored_for_product_labels() -> None:
+    assert CATALOG.by_product("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb") is CATALOG.get("A100-40GB")
+    assert CATALOG.by_product("NVIDIA-A100-SXM4-80GB-SHARED") is CATALOG.get("A100-80GB")
+    assert CATALOG.by_product("Tesla-T4") is None
+
+
+def test_an_unknown_model_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownModelError) as raised:
+        CATALOG.get("X100")
+    message = str(raised.value)
+    assert "'X100'" in message
+    for key in ("A30-24GB", "A100-80GB", "H200-141GB", "GB300", "RTX-PRO-6000"):
+        assert key in message
+
+
+def test_an_unknown_profile_lists_the_model_profiles() -> None:
+    with pytest.raises(UnknownProfileError, match=r"its profiles are 1g\.10gb, 1g\.10gb\+me"):
+        CATALOG.get("A100-80GB").profile("1g.5gb")
+
+
+def test_the_catalog_covers_every_required_model() -> None:
+    required = [
+        "A30",
+        "A100-40GB",
+        "A100-80GB",
+        "NVIDIA-A100-80GB-PCIe",
+        "H100-80GB",
+        "NVIDIA-H100-PCIe",
+        "NVIDIA-H100-NVL",
+        "NVIDIA-GH200-480GB",
+        "NVIDIA-H20",
+        "GH200-144GB",
+        "NVIDIA-H200",
+        "NVIDIA-H200-NVL",
+        "B200",
+        "GB200",
+        "B300",
+        "GB300",
+        "RTX-PRO-6000",
+    ]
+    for name in required:
+        assert CATALOG.find(name) is not None, name
+
+
+@pytest.mark.parametrize("model", CATALOG.models, ids=lambda m: m.key)
+def test_catalog_data_is_consistent(model: object) -> None:
+    from migslice.mig import GpuModel
+
+    assert isinstance(model, GpuModel)
+    assert model.source
+    names = model.profile_names
+    assert len(set(names)) == len(names)
+    assert len({p.gi_profile_id for p in model.profiles}) == len(names)
+    for profile in model.profiles:
+        parsed = parse_profile_name(profile.name)
+        assert parsed.compute_slices == profile.compute_slices
+        assert all(s + profile.memory_slices <= model.memory_slices for s in profile.placements)
+        assert 1 <= profile.max_count <= model.compute_slices
+    widest = max(p.compute_slices for p in model.profiles)
+    assert widest == model.compute_slices
+    assert enumerate_maximal_layouts(model)
+
+
+def test_eight_slice_models_share_the_lgipp_placement_table() -> None:
+    for key in ("A100-40GB", "H100-80GB", "H200-141GB", "B200", "GB300"):
+        model = CATALOG.get(key)
+        table = {(p.gi_profile_id, p.placements, p.memory_slices) for p in model.profiles}
+        assert table == {
+            (19, (0, 1, 2, 3, 4, 5, 6), 1),
+            (20, (0, 1, 2, 3, 4, 5, 6), 1),
+            (15, (0, 2, 4, 6), 2),
+            (14, (0, 2, 4), 2),
+            (9, (0, 4), 4),
+            (5, (0,), 4),
+            (0, (0,), 8),
+        }
+
+
+@pytest.mark.parametrize(
+    ("name", "resource"),
+    [
+        ("1g.10gb", "nvidia.com/mig-1g.10gb"),
+        ("1g.10gb+me", "nvidia.com/mig-1g.10gb.me"),
+        ("1g.24gb+me.all", "nvidia.com/mig-1g.24gb.me.all"),
+        ("1g.24gb+gfx", "nvidia.com/mig-1g.24gb.gfx"),
+        ("1g.24gb-me", "nvidia.com/mig-1g.24gb-me"),
+        ("7g.141gb", "nvidia.com/mig-7g.141gb"),
+    ],
+)
+def test_profile_names_map_to_mixed_strategy_resources_and_back(name: str, resource: str) -> None:
+    assert parse_profile_name(name).resource_name == resource
+    assert str(profile_from_resource(resource)) == name
+
+
+@pytest.mark.parametrize("text", ["", "1g", "10gb", "1g.10", "0g.10gb", "1g.10gb+xx", "1g.10GB "])
+def test_malformed_profile_names_are_rejected(text: str) -> None:
+    if text == "1g.10GB ":
+        with pytest.raises(ProfileNameError):
+            parse_profile_name(text)
+        return
+    with pytest.raises(ProfileNameError, match="is not a MIG profile name"):
+        parse_profile_name(text)
+
+
+def test_non_mig_resources_have_no_profile() -> None:
+    assert profile_from_resource("nvidia.com/gpu") is None
+    assert profile_from_resource("nvidia.com/mig-bogus") is None
+
+
+def test_a_model_built_from_nvml_data_matches_the_catalog() -> None:
+    reference = CATALOG.get("H100-80GB")
+    reported = [
+        NvmlProfileInfo(
+            name=f"MIG {p.name}",
+            gi_profile_id=p.gi_profile_id,
+            slice_count=p.compute_slices,
+            instance_count=p.max_count,
+            memory_mib=p.memory_mib or 0,
+            sm_count=p.sm_count or 0,
+            placements=tuple((s, p.memory_slices) for s in p.placements),
+        )
+        for p in reversed(reference.profiles)
+    ]
+    built = model_from_nvml("NVIDIA-H100-80GB-HBM3", 0x2330, reported)
+    assert built.memory_slices == 8
+    assert built.compute_slices == 7
+    assert {p.name: p.placements for p in built.profiles} == {
+        p.name: p.placements for p in reference.profiles
+    }
+    assert len(enumerate_maximal_layouts(built)) == len(enumerate_maximal_layouts(reference))
+
+
+def test_nvml_data_with_no_profiles_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no MIG profiles"):
+        model_from_nvml("NVIDIA-Future", 0x9999, [])
