@@ -1,1 +1,45 @@
-"""migslice."""
+"""TenantPolicy: types, defaults, parsing (all errors at once), validation, size resolution."""
+
+from migslice.policy.errors import FieldError, PolicyError
+from migslice.policy.parsing import parse_tenant_policy
+from migslice.policy.resolution import (
+    Need,
+    NoFit,
+    Offer,
+    Resolution,
+    allows_product,
+    resolve_profile,
+)
+from migslice.policy.types import (
+    TIERS_BY_ISOLATION,
+    Isolation,
+    LabelSelector,
+    Quota,
+    SelectorRequirement,
+    SizeClass,
+    TenantPolicy,
+    Tier,
+)
+from migslice.policy.validation import check_against_catalog, namespace_conflicts
+
+__all__ = [
+    "TIERS_BY_ISOLATION",
+    "FieldError",
+    "Isolation",
+    "LabelSelector",
+    "Need",
+    "NoFit",
+    "Offer",
+    "PolicyError",
+    "Quota",
+    "Resolution",
+    "SelectorRequirement",
+    "SizeClass",
+    "TenantPolicy",
+    "Tier",
+    "allows_product",
+    "check_against_catalog",
+    "namespace_conflicts",
+    "parse_tenant_policy",
+    "resolve_profile",
+]

@@ -1,0 +1,301 @@
+"""Benchmark (not a test): /mutate latency over HTTPS under gunicorn, and the webhook's memory.
+
+Builds a cluster file (default 5,000 GPU nodes, 20,000 pods, 50 tenants), starts
+``migslice webhook --cluster-file`` with a fresh CA and serving certificate, then sends pod
+CREATE AdmissionReviews (sized pods of every tenant) over keep-alive HTTPS connections at
+concurrency 1 and 16, and reports p50/p99 and the resident memory of the webhook processes.
+
+    .venv/bin/python bench/webhook_latency.py                # full size
+    .venv/bin/python bench/webhook_latency.py --nodes 200 --pods 800 --requests 200   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from migslice.serving.certs import write_tls_bundle  # noqa: E402
+
+SERVICE, NAMESPACE = "migslice-webhook", "migslice-system"
+SERVER_NAME = f"{SERVICE}.{NAMESPACE}.svc"
+PRODUCTS = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-NVL", "NVIDIA-A30")
+PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
+SIZES = ("small", "medium", "large")
+
+
+def cluster_documents(nodes: int, pods: int, tenants: int) -> list[dict[str, Any]]:
+    rng = random.Random(7)
+    documents: list[dict[str, Any]] = []
+    for t in range(tenants):
+        documents.append(
+            {
+                "apiVersion": "migslice.io/v1alpha1",
+                "kind": "TenantPolicy",
+                "metadata": {"name": f"tenant-{t}", "generation": 1},
+                "spec": {
+                    "namespaces": [f"tenant-{t}", f"tenant-{t}-batch"],
+                    "sizes": {
+                        "small": {"memory": "10Gi"},
+                        "medium": {"memory": "20Gi", "computeSlices": 2},
+                        "large": {"memory": "40Gi", "computeSlices": 3},
+                    },
+                    "quota": {"computeSlices": 100000, "memorySlices": 100000},
+                    "maxSlicesPerPod": 4,
+                },
+            }
+        )
+    for n in range(nodes):
+        product = PRODUCTS[n % len(PRODUCTS)]
+        documents.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": f"gpu-{n:05d}",
+                    "labels": {
+                        "kubernetes.io/hostname": f"gpu-{n:05d}",
+                        "nvidia.com/gpu.product": product,
+                        "nvidia.com/gpu.count": "8",
+                        "nvidia.com/mig.strategy": "mixed",
+                    },
+                },
+                "status": {
+                    "allocatable": {
+                        "cpu": "128",
+                        "memory": "1Ti",
+                        "nvidia.com/mig-1g.10gb": "14",
+                        "nvidia.com/mig-2g.20gb": "6",
+                        "nvidia.com/mig-3g.40gb": "4",
+                    }
+                },
+            }
+        )
+    for p in range(pods):
+        tenant = rng.randrange(tenants)
+        gpu = rng.random() < 0.8
+        limits = {"cpu": "4", "memory": "16Gi"}
+        if gpu:
+            limits[f"nvidia.com/mig-{rng.choice(PROFILES)}"] = "1"
+        documents.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"pod-{p:06d}",
+                    "namespace": f"tenant-{tenant}",
+                    "annotations": {"migslice.io/tenant": f"tenant-{tenant}"},
+                },
+                "spec": {
+                    "nodeName": f"gpu-{rng.randrange(nodes):05d}",
+                    "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
+    return documents
+
+
+def review_body(i: int, tenants: int) -> bytes:
+    tenant = i % tenants
+    pod = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "generateName": "train-",
+            "namespace": f"tenant-{tenant}",
+            "annotations": {"migslice.io/gpu-size": SIZES[i % len(SIZES)]},
+            "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1"}],
+        },
+        "spec": {
+            "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {}}],
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            ],
+        },
+        "status": {},
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": f"bench-{i}",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": f"tenant-{tenant}",
+            "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+    return json.dumps(review).encode()
+
+
+def connect(port: int, context: ssl.SSLContext) -> http.client.HTTPSConnection:
+    connection = http.client.HTTPSConnection(SERVER_NAME, port, context=context, timeout=10)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    connection.sock = context.wrap_socket(raw, server_hostname=SERVER_NAME)
+    return connection
+
+
+def run_load(
+    port: int, context: ssl.SSLContext, concurrency: int, requests: int, tenants: int
+) -> list[float]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    per_thread = max(1, requests // concurrency)
+
+    def worker(offset: int) -> None:
+        connection = connect(port, context)
+        mine: list[float] = []
+        for k in range(per_thread):
+            body = review_body(offset * per_thread + k, tenants)
+            started = time.perf_counter()
+            connection.request("POST", "/mutate", body, {"Content-Type": "application/json"})
+            reply = connection.getresponse()
+            payload = reply.read()
+            mine.append(time.perf_counter() - started)
+            if reply.status != 200 or b'"allowed":true' not in payload.replace(b" ", b""):
+                raise RuntimeError(f"unexpected answer {reply.status}: {payload[:300]!r}")
+        connection.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(c) for c in text]
+    return found
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--tenants", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level")
+    parser.add_argument("--threads", type=int, default=16, help="gunicorn threads")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        bundle = write_tls_bundle(directory, SERVICE, NAMESPACE)
+        cluster = directory / "cluster.yaml"
+        with cluster.open("w") as out:
+            for document in cluster_documents(args.nodes, args.pods, args.tenants):
+                out.write("---\n")
+                out.write(json.dumps(document))
+                out.write("\n")
+        port = 20000 + os.getpid() % 20000
+        command = [
+            sys.executable,
+            "-m",
+            "migslice.cli",
+            "webhook",
+            "--cluster-file",
+            str(cluster),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tls-cert",
+            str(bundle.cert),
+            "--tls-key",
+            str(bundle.key),
+            "--threads",
+            str(args.threads),
+            "--log-level",
+            "warning",
+        ]
+        started = time.monotonic()
+        server = subprocess.Popen(command, cwd=ROOT)
+        context = ssl.create_default_context(cafile=str(bundle.ca_cert))
+        try:
+            while True:
+                try:
+                    connect(port, context).close()
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() - started > 600:
+                        raise
+                    time.sleep(0.5)
+            # The worker builds the state from the file before it accepts: probe until it answers.
+            run_load(port, context, 1, 5, args.tenants)
+            ready_s = time.monotonic() - started
+            run_load(port, context, 4, 200, args.tenants)  # warm-up
+            print(
+                f"cluster: {args.nodes} nodes, {args.pods} pods, {args.tenants} tenants; "
+                f"webhook ready after {ready_s:.1f}s"
+            )
+            for concurrency in (1, 16):
+                latencies = run_load(port, context, concurrency, args.requests, args.tenants)
+                wall = sum(latencies) / concurrency
+                print(
+                    f"concurrency {concurrency:>2}: n={len(latencies)} "
+                    f"p50={percentile(latencies, 0.50) * 1000:.2f} ms "
+                    f"p99={percentile(latencies, 0.99) * 1000:.2f} ms "
+                    f"mean={statistics.fmean(latencies) * 1000:.2f} ms "
+                    f"throughput~{len(latencies) / wall:.0f} req/s"
+                )
+            workers = children(server.pid)
+            print(
+                f"rss: master {rss_mib(server.pid):.0f} MiB; "
+                + ", ".join(f"worker {pid} {rss_mib(pid):.0f} MiB" for pid in workers)
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

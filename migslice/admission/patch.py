@@ -1,0 +1,164 @@
+"""JSON Patch (RFC 6902) operations that apply to the pod exactly as the apiserver sent it.
+
+Every builder looks at the object first: a missing or ``null`` parent is created whole
+(``/metadata/annotations`` for a pod with no annotations map), an existing one gets member
+``add`` ops. Path tokens escape ``~`` as ``~0`` and ``/`` as ``~1`` (RFC 6901). Builders are
+idempotent: reinvocation of the webhook on an already-patched pod adds nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
+
+
+@dataclass(frozen=True, slots=True)
+class PatchOp:
+    op: str
+    path: str
+    value: JsonValue = None
+
+    def to_json(self) -> dict[str, JsonValue]:
+        if self.op == "remove":
+            return {"op": self.op, "path": self.path}
+        return {"op": self.op, "path": self.path, "value": self.value}
+
+
+def escape(token: str) -> str:
+    """One JSON-Pointer token: ``nvidia.com/mig-1g.10gb`` -> ``nvidia.com~1mig-1g.10gb``."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pointer(*tokens: str | int) -> str:
+    return "".join("/" + escape(str(t)) for t in tokens)
+
+
+def set_members(
+    raw_parent: object, tokens: Sequence[str | int], members: Mapping[str, str]
+) -> list[PatchOp]:
+    """Set string members of the map at ``tokens``, creating the map if absent or null."""
+    if not members:
+        return []
+    if not isinstance(raw_parent, Mapping):
+        return [PatchOp("add", pointer(*tokens), dict(members))]
+    return [
+        PatchOp("add", pointer(*tokens, key), value)
+        for key, value in members.items()
+        if raw_parent.get(key) != value
+    ]
+
+
+def set_annotations(raw_pod: Mapping[str, object], annotations: Mapping[str, str]) -> list[PatchOp]:
+    metadata = raw_pod.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return [PatchOp("add", "/metadata", {"annotations": dict(annotations)})]
+    return set_members(metadata.get("annotations"), ("metadata", "annotations"), annotations)
+
+
+def set_container_resource(
+    raw_pod: Mapping[str, object], field: str, index: int, resource: str, count: int
+) -> list[PatchOp]:
+    """Set ``resource: count`` in both limits and requests of one container."""
+    container = _get(raw_pod, "spec", field, index)
+    value = str(count)
+    base: tuple[str | int, ...] = ("spec", field, index, "resources")
+    resources = container.get("resources") if isinstance(container, Mapping) else None
+    if not isinstance(resources, Mapping):
+        return [
+            PatchOp(
+                "add", pointer(*base), {"limits": {resource: value}, "requests": {resource: value}}
+            )
+        ]
+    ops: list[PatchOp] = []
+    for section in ("limits", "requests"):
+        ops += set_members(resources.get(section), (*base, section), {resource: value})
+    return ops
+
+
+def set_node_selector(raw_pod: Mapping[str, object], selector: Mapping[str, str]) -> list[PatchOp]:
+    spec = raw_pod.get("spec")
+    current = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
+    return set_members(current, ("spec", "nodeSelector"), selector)
+
+
+def set_scheduler_name(raw_pod: Mapping[str, object], name: str) -> list[PatchOp]:
+    """Point the pod at our scheduler unless it already names a scheduler other than the default."""
+    spec = raw_pod.get("spec")
+    current = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    if current in (None, "", "default-scheduler"):
+        return [PatchOp("add", "/spec/schedulerName", name)]
+    return []
+
+
+def require_node_labels(
+    raw_pod: Mapping[str, object], requirements: Sequence[tuple[str, Sequence[str]]]
+) -> list[PatchOp]:
+    """AND each ``key In values`` into the pod's required node affinity (every OR-ed term)."""
+    if not requirements:
+        return []
+    wanted: list[JsonValue] = [
+        {"key": key, "operator": "In", "values": list(values)} for key, values in requirements
+    ]
+    term: dict[str, JsonValue] = {"matchExpressions": wanted}
+    spec = raw_pod.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, Mapping) else None
+    if not isinstance(affinity, Mapping):
+        return [
+            PatchOp(
+                "add",
+                "/spec/affinity",
+                {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [term]
+                        }
+                    }
+                },
+            )
+        ]
+    node_affinity = affinity.get("nodeAffinity")
+    if not isinstance(node_affinity, Mapping):
+        return [
+            PatchOp(
+                "add",
+                "/spec/affinity/nodeAffinity",
+                {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}},
+            )
+        ]
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+    if not isinstance(required, Mapping):
+        return [PatchOp("add", base, {"nodeSelectorTerms": [term]})]
+    terms = required.get("nodeSelectorTerms")
+    if not isinstance(terms, list) or not terms:
+        return [PatchOp("add", f"{base}/nodeSelectorTerms", [term])]
+    ops: list[PatchOp] = []
+    for i, existing in enumerate(terms):
+        where = f"{base}/nodeSelectorTerms/{i}"
+        expressions = existing.get("matchExpressions") if isinstance(existing, Mapping) else None
+        if not isinstance(existing, Mapping):
+            ops.append(PatchOp("replace", where, term))
+        elif not isinstance(expressions, list):
+            ops.append(PatchOp("add", f"{where}/matchExpressions", list(wanted)))
+        else:
+            ops += [
+                PatchOp("add", f"{where}/matchExpressions/-", requirement)
+                for requirement in wanted
+                if requirement not in expressions
+            ]
+    return ops
+
+
+def _get(raw: object, *tokens: str | int) -> object:
+    for token in tokens:
+        if isinstance(token, int):
+            if not isinstance(raw, list) or token >= len(raw):
+                return None
+            raw = raw[token]
+        else:
+            if not isinstance(raw, Mapping):
+                return None
+            raw = raw.get(token)
+    return raw

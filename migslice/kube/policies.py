@@ -1,0 +1,102 @@
+"""Watch caches for the admission webhook: TenantPolicies, Namespaces, Nodes and Pods.
+
+The generic list+watch loop is :class:`migslice.kube.informer.Informer`; this module only
+wires four of them to a :class:`ClusterFeed` (the webhook's ``ClusterState``), which keeps
+the few facts decisions need and drops the raw objects at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from migslice.kube.informer import Informer, ResourceRef
+from migslice.kube.transport import RawObject, Transport
+from migslice.policy.wire import GROUP, PLURAL, VERSION
+
+POLICIES = "tenantpolicies"
+NAMESPACES = "namespaces"
+NODES = "nodes"
+PODS = "pods"
+SOURCES = (POLICIES, NAMESPACES, NODES, PODS)
+
+
+class ClusterFeed(Protocol):
+    """What the informers feed: one upsert and one delete per kind, and readiness."""
+
+    def upsert_policy(self, raw_policy: Mapping[str, object]) -> None: ...
+    def delete_policy(self, name: str) -> None: ...
+    def upsert_namespace(self, raw_namespace: Mapping[str, object]) -> None: ...
+    def delete_namespace(self, name: str) -> None: ...
+    def upsert_node(self, raw_node: Mapping[str, object]) -> None: ...
+    def delete_node(self, name: str) -> None: ...
+    def upsert_pod(self, raw_pod: Mapping[str, object]) -> None: ...
+    def delete_pod(self, namespace: str, name: str) -> None: ...
+    def expect(self, *sources: str) -> None: ...
+    def mark_synced(self, source: str) -> None: ...
+
+
+class _FeedSink:
+    """An informer sink that forwards to one kind of the feed and marks it synced."""
+
+    def __init__(
+        self,
+        source: str,
+        feed: ClusterFeed,
+        upsert: Callable[[Mapping[str, object]], None],
+        delete: Callable[[str], None],
+    ) -> None:
+        self.source = source
+        self.feed = feed
+        self._upsert = upsert
+        self._delete = delete
+        self._keys: set[str] = set()
+
+    def replace(self, items: Mapping[str, RawObject]) -> None:
+        for key in self._keys - set(items):
+            self._delete(key)
+        for raw in items.values():
+            self._upsert(raw)
+        self._keys = set(items)
+        self.feed.mark_synced(self.source)
+
+    def upsert(self, key: str, item: RawObject) -> None:
+        self._keys.add(key)
+        self._upsert(item)
+
+    def delete(self, key: str) -> None:
+        self._keys.discard(key)
+        self._delete(key)
+
+
+def _delete_pod(feed: ClusterFeed) -> Callable[[str], None]:
+    def delete(key: str) -> None:
+        namespace, _, name = key.partition("/")
+        feed.delete_pod(namespace, name)
+
+    return delete
+
+
+def _keep(raw: RawObject) -> RawObject | None:
+    return raw
+
+
+def admission_informers(feed: ClusterFeed, transport: Transport) -> tuple[Informer[RawObject], ...]:
+    """Four informers (not started) that keep ``feed`` up to date; call ``start()`` on each."""
+    feed.expect(*SOURCES)
+    wiring = (
+        (POLICIES, f"/apis/{GROUP}/{VERSION}/{PLURAL}", feed.upsert_policy, feed.delete_policy),
+        (NAMESPACES, "/api/v1/namespaces", feed.upsert_namespace, feed.delete_namespace),
+        (NODES, "/api/v1/nodes", feed.upsert_node, feed.delete_node),
+        (PODS, "/api/v1/pods", feed.upsert_pod, _delete_pod(feed)),
+    )
+    return tuple(
+        Informer(
+            name=f"webhook-{source}",
+            transport=transport,
+            resource=ResourceRef(path),
+            project=_keep,
+            sink=_FeedSink(source, feed, upsert, delete),
+        )
+        for source, path, upsert, delete in wiring
+    )

@@ -1,0 +1,368 @@
+"""Parse a raw TenantPolicy object into :class:`TenantPolicy`, applying defaults.
+
+Every structural problem is collected with its field path and raised together as one
+:class:`PolicyError`; nothing stops at the first error. Checks that need the GPU catalog or the
+other policies live in :mod:`.validation`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from migslice.mig import CATALOG, ProfileNameError, parse_profile_name
+from migslice.policy.errors import FieldError, PolicyError
+from migslice.policy.types import (
+    TIERS_BY_ISOLATION,
+    Isolation,
+    LabelSelector,
+    Quota,
+    SelectorRequirement,
+    SizeClass,
+    TenantPolicy,
+    Tier,
+)
+from migslice.quantity import QuantityError, parse_memory_mib
+
+T = TypeVar("T")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SIZE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_SPEC_FIELDS = frozenset(
+    {
+        "namespaces",
+        "namespaceSelector",
+        "isolation",
+        "tiers",
+        "sizes",
+        "defaultSize",
+        "allowedProfiles",
+        "deniedProfiles",
+        "allowedProducts",
+        "nodeSelector",
+        "quota",
+        "maxSlicesPerPod",
+        "allowEviction",
+    }
+)
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[FieldError] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append(FieldError(path, message))
+
+
+def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
+    """A TenantPolicy from its API object; PolicyError lists every problem with its path."""
+    errors = _Errors()
+    metadata = raw_policy.get("metadata")
+    name = ""
+    generation = 1
+    if not isinstance(metadata, Mapping):
+        errors.add("metadata", "must be an object with a name")
+    else:
+        raw_name = metadata.get("name")
+        if not isinstance(raw_name, str) or not raw_name:
+            errors.add("metadata.name", "is required")
+        else:
+            name = raw_name
+        raw_generation = metadata.get("generation", 1)
+        if isinstance(raw_generation, int) and not isinstance(raw_generation, bool):
+            generation = raw_generation
+        else:
+            errors.add("metadata.generation", f"must be an integer, got {raw_generation!r}")
+    spec = raw_policy.get("spec")
+    if not isinstance(spec, Mapping):
+        errors.add("spec", "is required (an object)")
+        raise PolicyError(name or "?", tuple(errors.items))
+    for key in spec:
+        if key not in _SPEC_FIELDS:
+            errors.add(
+                f"spec.{key}", f"unknown field; known fields: {', '.join(sorted(_SPEC_FIELDS))}"
+            )
+
+    namespaces = _string_list(spec, "namespaces", errors, _check_namespace)
+    if len(set(namespaces)) != len(namespaces):
+        errors.add("spec.namespaces", "lists a namespace twice")
+    selector = _selector(spec.get("namespaceSelector"), "spec.namespaceSelector", errors)
+    if not namespaces and selector is None:
+        errors.add("spec", "needs spec.namespaces or spec.namespaceSelector to select the tenant")
+
+    isolation = _enum(spec, "isolation", Isolation, Isolation.HARDWARE, errors)
+    tiers = tuple(
+        _enum_value(value, Tier, f"spec.tiers[{i}]", errors)
+        for i, value in enumerate(_list(spec, "tiers", errors) or ["mig"])
+    )
+    tier_values = tuple(t for t in tiers if t is not None)
+    for i, tier in enumerate(tiers):
+        if tier is not None and tier not in TIERS_BY_ISOLATION[isolation]:
+            errors.add(
+                f"spec.tiers[{i}]",
+                f'tier "{tier.value}" is not allowed with isolation "{isolation.value}" '
+                f"(allowed: {', '.join(sorted(t.value for t in TIERS_BY_ISOLATION[isolation]))})",
+            )
+
+    sizes = _sizes(spec.get("sizes"), tier_values, errors)
+    default_size = spec.get("defaultSize")
+    if default_size is not None:
+        if not isinstance(default_size, str):
+            errors.add("spec.defaultSize", f"must be a string, got {default_size!r}")
+            default_size = None
+        elif default_size not in {s.name for s in sizes}:
+            errors.add(
+                "spec.defaultSize",
+                f'"{default_size}" is not one of spec.sizes ({", ".join(s.name for s in sizes)})',
+            )
+
+    allowed = _string_list(spec, "allowedProfiles", errors, _check_profile)
+    denied = _string_list(spec, "deniedProfiles", errors, _check_profile)
+    for profile in sorted(set(allowed) & set(denied)):
+        errors.add("spec.deniedProfiles", f'profile "{profile}" is both allowed and denied')
+    products = _string_list(spec, "allowedProducts", errors, None)
+    node_selector = _string_map(spec.get("nodeSelector"), "spec.nodeSelector", errors)
+    quota = _quota(spec.get("quota"), errors)
+    max_slices = _int(spec.get("maxSlicesPerPod"), "spec.maxSlicesPerPod", 1, errors)
+    allow_eviction = spec.get("allowEviction", False)
+    if not isinstance(allow_eviction, bool):
+        errors.add("spec.allowEviction", f"must be true or false, got {allow_eviction!r}")
+        allow_eviction = False
+
+    if errors.items:
+        raise PolicyError(name or "?", tuple(errors.items))
+    return TenantPolicy(
+        name=name,
+        generation=generation,
+        namespaces=namespaces,
+        namespace_selector=selector,
+        isolation=isolation,
+        tiers=tier_values,
+        sizes=sizes,
+        default_size=default_size,
+        allowed_profiles=allowed,
+        denied_profiles=denied,
+        allowed_products=products,
+        node_selector=node_selector,
+        quota=quota,
+        max_slices_per_pod=max_slices,
+        allow_eviction=allow_eviction,
+    )
+
+
+def _check_namespace(value: str) -> str | None:
+    return (
+        None if _DNS_LABEL.match(value) else f'"{value}" is not a namespace name (a DNS-1123 label)'
+    )
+
+
+def _check_profile(value: str) -> str | None:
+    try:
+        parse_profile_name(value)
+    except ProfileNameError as error:
+        return str(error)
+    return None
+
+
+def _list(spec: Mapping[str, object], key: str, errors: _Errors) -> list[object]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        errors.add(f"spec.{key}", f"must be a list, got {type(value).__name__}")
+        return []
+    return value
+
+
+def _string_list(
+    spec: Mapping[str, object],
+    key: str,
+    errors: _Errors,
+    check: Callable[[str], str | None] | None,
+) -> tuple[str, ...]:
+    result: list[str] = []
+    for i, item in enumerate(_list(spec, key, errors)):
+        if not isinstance(item, str) or not item:
+            errors.add(f"spec.{key}[{i}]", f"must be a non-empty string, got {item!r}")
+            continue
+        problem = check(item) if check is not None else None
+        if problem is not None:
+            errors.add(f"spec.{key}[{i}]", problem)
+            continue
+        result.append(item)
+    return tuple(result)
+
+
+def _string_map(value: object, path: str, errors: _Errors) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        errors.add(path, f"must be a map of strings, got {type(value).__name__}")
+        return ()
+    result: list[tuple[str, str]] = []
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            errors.add(f"{path}.{key}", f"must be a string, got {item!r}")
+        else:
+            result.append((key, item))
+    return tuple(sorted(result))
+
+
+def _enum(
+    spec: Mapping[str, object], key: str, kind: type[Isolation], default: Isolation, errors: _Errors
+) -> Isolation:
+    value = spec.get(key)
+    if value is None:
+        return default
+    parsed = _enum_value(value, kind, f"spec.{key}", errors)
+    return default if parsed is None else parsed
+
+
+def _enum_value(value: object, kind: type[T], path: str, errors: _Errors) -> T | None:
+    choices = [member.value for member in kind]  # type: ignore[attr-defined]
+    if value not in choices:
+        errors.add(path, f"must be one of {', '.join(choices)}, got {value!r}")
+        return None
+    return kind(value)  # type: ignore[call-arg]
+
+
+def _int(value: object, path: str, minimum: int, errors: _Errors) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.add(path, f"must be an integer, got {value!r}")
+        return None
+    if value < minimum:
+        errors.add(path, f"must be at least {minimum}, got {value}")
+        return None
+    return value
+
+
+def _selector(value: object, path: str, errors: _Errors) -> LabelSelector | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        errors.add(path, f"must be a label selector object, got {type(value).__name__}")
+        return None
+    labels = _string_map(value.get("matchLabels"), f"{path}.matchLabels", errors)
+    requirements: list[SelectorRequirement] = []
+    raw_expressions = value.get("matchExpressions") or []
+    if not isinstance(raw_expressions, list):
+        errors.add(f"{path}.matchExpressions", "must be a list")
+        raw_expressions = []
+    for i, item in enumerate(raw_expressions):
+        where = f"{path}.matchExpressions[{i}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            errors.add(where, "must be an object with key, operator and values")
+            continue
+        operator = item.get("operator")
+        values = item.get("values") or []
+        if operator not in _OPERATORS:
+            errors.add(
+                f"{where}.operator", f"must be one of {', '.join(_OPERATORS)}, got {operator!r}"
+            )
+            continue
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            errors.add(f"{where}.values", "must be a list of strings")
+            continue
+        if operator in ("In", "NotIn") and not values:
+            errors.add(f"{where}.values", f"must not be empty for operator {operator}")
+            continue
+        if operator in ("Exists", "DoesNotExist") and values:
+            errors.add(f"{where}.values", f"must be empty for operator {operator}")
+            continue
+        requirements.append(SelectorRequirement(str(item["key"]), str(operator), tuple(values)))
+    selector = LabelSelector(labels, tuple(requirements))
+    if selector == LabelSelector():
+        errors.add(path, "is empty and would select every namespace; list the labels to match")
+    return selector
+
+
+def _sizes(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> tuple[SizeClass, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        errors.add("spec.sizes", f"must be a map of size name to size, got {type(value).__name__}")
+        return ()
+    sizes: list[SizeClass] = []
+    for name, raw in value.items():
+        path = f"spec.sizes.{name}"
+        if not isinstance(name, str) or not _SIZE_NAME.match(name):
+            errors.add(path, "a size name is lower-case letters, digits, '-' and '.'")
+            continue
+        if not isinstance(raw, Mapping):
+            errors.add(path, "must be an object with memory and optional computeSlices")
+            continue
+        memory = raw.get("memory")
+        memory_mib = 0
+        if memory is None:
+            errors.add(f"{path}.memory", "is required (e.g. 20Gi)")
+        else:
+            try:
+                memory_mib = parse_memory_mib(memory)
+            except QuantityError as error:
+                errors.add(f"{path}.memory", str(error))
+        compute = _int(raw.get("computeSlices"), f"{path}.computeSlices", 1, errors)
+        if compute is not None and compute > 8:
+            errors.add(f"{path}.computeSlices", f"must be at most 8, got {compute}")
+        tier = _enum_value(raw.get("tier", "mig"), Tier, f"{path}.tier", errors)
+        if tier is not None and tier not in tiers:
+            errors.add(
+                f"{path}.tier",
+                f'tier "{tier.value}" is not in spec.tiers ({", ".join(t.value for t in tiers)})',
+            )
+        preferred = _string_map(raw.get("preferredProfiles"), f"{path}.preferredProfiles", errors)
+        normalised: list[tuple[str, str]] = []
+        for model_name, profile in preferred:
+            problem = _check_profile(profile)
+            if problem is not None:
+                errors.add(f"{path}.preferredProfiles.{model_name}", problem)
+                continue
+            model = CATALOG.find(model_name)
+            normalised.append((model.key if model is not None else model_name, profile))
+        unknown = set(raw) - {"memory", "computeSlices", "tier", "preferredProfiles"}
+        for key in sorted(unknown, key=str):
+            errors.add(
+                f"{path}.{key}",
+                "unknown field; known: memory, computeSlices, tier, preferredProfiles",
+            )
+        sizes.append(SizeClass(name, memory_mib, compute, tier or Tier.MIG, tuple(normalised)))
+    return tuple(sizes)
+
+
+def _quota(value: object, errors: _Errors) -> Quota:
+    if value is None:
+        return Quota()
+    if not isinstance(value, Mapping):
+        errors.add("spec.quota", f"must be an object, got {type(value).__name__}")
+        return Quota()
+    profiles: list[tuple[str, int]] = []
+    raw_profiles = value.get("profiles")
+    if raw_profiles is not None and not isinstance(raw_profiles, Mapping):
+        errors.add("spec.quota.profiles", "must be a map of profile name to instance count")
+    elif isinstance(raw_profiles, Mapping):
+        for profile, count in raw_profiles.items():
+            path = f"spec.quota.profiles.{profile}"
+            problem = _check_profile(str(profile))
+            if problem is not None:
+                errors.add(path, problem)
+                continue
+            limit = _int(count, path, 0, errors)
+            if limit is not None:
+                profiles.append((str(profile), limit))
+    for key in sorted(
+        set(value) - {"instances", "computeSlices", "memorySlices", "profiles"}, key=str
+    ):
+        errors.add(
+            f"spec.quota.{key}",
+            "unknown field; known: instances, computeSlices, memorySlices, profiles",
+        )
+    return Quota(
+        instances=_int(value.get("instances"), "spec.quota.instances", 0, errors),
+        compute_slices=_int(value.get("computeSlices"), "spec.quota.computeSlices", 0, errors),
+        memory_slices=_int(value.get("memorySlices"), "spec.quota.memorySlices", 0, errors),
+        profiles=tuple(sorted(profiles)),
+    )

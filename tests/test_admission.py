@@ -1,0 +1,287 @@
+"""decide(): tenant by namespace, sizes to MIG resources, direct requests under the same
+policy, tiers and isolation, per-pod limits, quota in slice units, and patches that apply."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+from builders import make_created_pod, make_policy
+
+from migslice.admission import (
+    AdmissionDecision,
+    AdmissionSettings,
+    SliceUsage,
+    StaticView,
+    Unmatched,
+    decide,
+)
+from migslice.admission.decision import PodAdmission
+from migslice.mig import CATALOG
+from migslice.policy import Offer, parse_tenant_policy
+
+A100 = Offer("NVIDIA-A100-SXM4-80GB", CATALOG.get("A100-80GB"))
+H100 = Offer("NVIDIA-H100-80GB-HBM3", CATALOG.get("H100-80GB"))
+
+
+def view(*policies: dict[str, Any], usage: dict[str, SliceUsage] | None = None) -> StaticView:
+    return StaticView(
+        tuple(parse_tenant_policy(p) for p in policies), (A100, H100), {}, usage or {}
+    )
+
+
+def run(
+    pod: dict[str, Any], cluster: StaticView, settings: AdmissionSettings | None = None
+) -> tuple[AdmissionDecision, dict[str, Any]]:
+    namespace = pod["metadata"]["namespace"]
+    decision = decide(
+        PodAdmission(namespace, pod, "uid-1"), cluster, settings or AdmissionSettings()
+    )
+    patched = jsonpatch.apply_patch(copy.deepcopy(pod), [op.to_json() for op in decision.patch])
+    return decision, patched
+
+
+def test_a_pod_without_gpu_intent_passes_untouched() -> None:
+    decision, _ = run(make_created_pod(), view(make_policy()))
+    assert decision.allowed and decision.patch == () and decision.reason == "no-gpu"
+
+
+def test_a_size_becomes_the_mig_resource_annotations_affinity_and_scheduler() -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
+    decision, patched = run(pod, view(make_policy()))
+    assert decision.allowed
+    container = patched["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/mig-2g.20gb": "1"}
+    assert container["resources"]["requests"] == {"nvidia.com/mig-2g.20gb": "1"}
+    annotations = patched["metadata"]["annotations"]
+    assert annotations["migslice.io/tenant"] == "team-a"
+    assert annotations["migslice.io/profile"] == "2g.20gb"
+    assert annotations["migslice.io/policy"] == "team-a@1"
+    terms = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "NVIDIA-A100-SXM4-80GB",
+        "NVIDIA-H100-80GB-HBM3",
+    ]
+    assert patched["spec"]["schedulerName"] == "migslice-scheduler"
+    assert decision.charge == SliceUsage(1, 2, 2, (("2g.20gb", 1),))
+
+
+def test_memory_compute_count_and_container_annotations_are_honoured() -> None:
+    pod = make_created_pod(
+        containers=("sidecar", "main"),
+        annotations={
+            "migslice.io/gpu-memory": "20Gi",
+            "migslice.io/gpu-compute": "3",
+            "migslice.io/gpu-count": "2",
+            "migslice.io/gpu-container": "main",
+        },
+    )
+    decision, patched = run(pod, view(make_policy()))
+    assert decision.allowed
+    assert patched["spec"]["containers"][1]["resources"]["limits"] == {
+        "nvidia.com/mig-3g.40gb": "2"
+    }
+    assert patched["spec"]["containers"][0]["resources"] == {}
+
+
+def test_the_policy_default_size_applies_when_only_a_count_is_given() -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-count": "1"})
+    decision, _ = run(pod, view(make_policy(defaultSize="small")))
+    assert decision.allowed and decision.charge is not None
+    assert decision.charge.profiles == (("1g.10gb", 1),)
+
+
+DENIALS = [
+    (
+        {"migslice.io/gpu-size": "huge"},
+        {},
+        "unknown-size",
+        'size "huge" is not defined by policy "team-a" (spec.sizes); '
+        "defined sizes: small, medium, large",
+    ),
+    (
+        {"migslice.io/gpu-memory": "lots"},
+        {},
+        "bad-annotation",
+        "annotation migslice.io/gpu-memory: 'lots' is not a Kubernetes quantity",
+    ),
+    ({"migslice.io/gpu-memory": "200Gi"}, {}, "no-profile", "the largest allowed is 7g.80gb"),
+    (
+        {"migslice.io/gpu-size": "small", "migslice.io/gpu-memory": "1Gi"},
+        {},
+        "bad-annotation",
+        "both set",
+    ),
+    (
+        {"migslice.io/gpu-size": "small", "migslice.io/gpu-count": "3"},
+        {"maxSlicesPerPod": 2},
+        "max-slices",
+        'asks for 3 GPU slices; policy "team-a" allows 2 per pod (spec.maxSlicesPerPod)',
+    ),
+    (
+        {"migslice.io/gpu-size": "small", "migslice.io/gpu-container": "nope"},
+        {},
+        "bad-annotation",
+        'names container "nope"',
+    ),
+    ({"migslice.io/gpu-count": "1"}, {}, "bad-annotation", "no default size (spec.defaultSize)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("annotations", "spec", "reason", "text"),
+    DENIALS,
+    ids=[d[2] + "-" + str(i) for i, d in enumerate(DENIALS)],
+)
+def test_bad_requests_are_denied_with_a_message_that_names_the_fix(
+    annotations: dict[str, str], spec: dict[str, Any], reason: str, text: str
+) -> None:
+    decision, _ = run(make_created_pod(annotations=annotations), view(make_policy(**spec)))
+    assert not decision.allowed
+    assert decision.reason == reason
+    assert text in decision.message
+    assert decision.message.startswith("pod team-a/train-*")
+
+
+def test_over_quota_is_denied_with_the_numbers_and_the_policy_field() -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
+    cluster = view(make_policy(quota={"computeSlices": 8}), usage={"team-a": SliceUsage(4, 7, 7)})
+    decision, _ = run(pod, cluster)
+    assert not decision.allowed and decision.reason == "quota"
+    assert decision.message == (
+        'tenant "team-a" would use 9 compute slices (7 in use or admitted + 2 for this pod); '
+        'policy "team-a" allows 8 (spec.quota.computeSlices)'
+    )
+
+
+def test_per_profile_quota_is_checked() -> None:
+    pod = make_created_pod(limits={"nvidia.com/mig-3g.40gb": "1"})
+    cluster = view(
+        make_policy(quota={"profiles": {"3g.40gb": 1}}),
+        usage={"team-a": SliceUsage(1, 3, 4, (("3g.40gb", 1),))},
+    )
+    decision, _ = run(pod, cluster)
+    assert not decision.allowed
+    assert "(spec.quota.profiles.3g.40gb)" in decision.message
+
+
+def test_direct_mig_requests_are_checked_against_the_same_policy() -> None:
+    pod = make_created_pod(limits={"nvidia.com/mig-4g.40gb": "1"})
+    decision, _ = run(pod, view(make_policy(deniedProfiles=["4g.40gb"])))
+    assert not decision.allowed and decision.reason == "profile-not-allowed"
+    assert "spec.deniedProfiles: 4g.40gb" in decision.message
+
+
+def test_direct_requests_that_pass_get_annotations_and_affinity_but_keep_their_resources() -> None:
+    pod = make_created_pod(limits={"nvidia.com/mig-1g.10gb": "1"})
+    decision, patched = run(pod, view(make_policy()))
+    assert decision.allowed
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/mig-1g.10gb": "1"
+    }
+    assert patched["metadata"]["annotations"]["migslice.io/profile"] == "1g.10gb"
+
+
+def test_hardware_isolation_never_gets_shared_or_mps_gpus() -> None:
+    pod = make_created_pod(limits={"nvidia.com/gpu.shared": "1"})
+    decision, _ = run(pod, view(make_policy(isolation="hardware")))
+    assert not decision.allowed and decision.reason == "tier-not-allowed"
+    assert 'isolation "hardware"' in decision.message
+
+
+def test_whole_gpus_need_the_dedicated_tier() -> None:
+    pod = make_created_pod(limits={"nvidia.com/gpu": "1"})
+    assert not run(pod, view(make_policy()))[0].allowed
+    decision, _ = run(pod, view(make_policy(tiers=["mig", "dedicated"])))
+    assert decision.allowed and decision.charge == SliceUsage(1, 7, 8)
+
+
+def test_a_shared_size_gets_a_shared_gpu_on_time_slicing_nodes() -> None:
+    spec = {
+        "isolation": "process",
+        "tiers": ["mig", "shared"],
+        "sizes": {"notebook": {"memory": "8Gi", "tier": "shared"}},
+    }
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "notebook"})
+    decision, patched = run(pod, view(make_policy(**spec)))
+    assert decision.allowed
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu.shared": "1"}
+    expression = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert expression == {
+        "key": "nvidia.com/gpu.sharing-strategy",
+        "operator": "In",
+        "values": ["time-slicing"],
+    }
+
+
+def test_a_namespace_without_a_policy_is_denied_by_default_and_allowed_when_configured() -> None:
+    pod = make_created_pod(namespace="other", annotations={"migslice.io/gpu-size": "small"})
+    decision, _ = run(pod, view(make_policy()))
+    assert not decision.allowed and decision.reason == "no-policy"
+    assert 'namespace "other" belongs to no TenantPolicy' in decision.message
+    lenient = AdmissionSettings(unmatched_namespaces=Unmatched.ALLOW)
+    decision, _ = run(pod, view(make_policy()), lenient)
+    assert decision.allowed and decision.patch == () and decision.warnings
+
+
+def test_two_policies_selecting_one_namespace_deny_with_both_names() -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    decision, _ = run(pod, view(make_policy("team-a"), make_policy("team-b")))
+    assert not decision.allowed and decision.reason == "conflicting-policies"
+    assert 'TenantPolicies "team-a" and "team-b"' in decision.message
+
+
+def test_existing_required_affinity_terms_each_get_the_product_requirement() -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                ]
+            }
+        }
+    }
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"}, affinity=affinity)
+    _, patched = run(pod, view(make_policy()))
+    terms = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert [len(t["matchExpressions"]) for t in terms] == [2, 1]
+
+
+def test_the_policy_node_selector_is_merged_and_a_conflict_is_denied() -> None:
+    policy = make_policy(nodeSelector={"pool": "gpu-a"})
+    pod = make_created_pod(
+        annotations={"migslice.io/gpu-size": "small"}, node_selector={"zone": "x"}
+    )
+    _, patched = run(pod, view(policy))
+    assert patched["spec"]["nodeSelector"] == {"zone": "x", "pool": "gpu-a"}
+    clash = make_created_pod(
+        annotations={"migslice.io/gpu-size": "small"}, node_selector={"pool": "cpu"}
+    )
+    decision, _ = run(clash, view(policy))
+    assert not decision.allowed and "(spec.nodeSelector)" in decision.message
+
+
+def test_reinvocation_on_the_patched_pod_adds_nothing_twice() -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
+    cluster = view(make_policy())
+    _, once = run(pod, cluster)
+    decision, twice = run(once, cluster)
+    assert decision.allowed
+    assert twice["spec"] == once["spec"]
+
+
+def test_annotations_plus_a_different_direct_request_is_refused() -> None:
+    pod = make_created_pod(
+        annotations={"migslice.io/gpu-size": "small"}, limits={"nvidia.com/mig-7g.80gb": "1"}
+    )
+    decision, _ = run(pod, view(make_policy()))
+    assert not decision.allowed and decision.reason == "mixed-request"

@@ -1,0 +1,207 @@
+"""TenantPolicy: parsing with defaults, every error with its path at once, catalog checks,
+namespace conflicts, size resolution, and the CRD schema agreeing with the examples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from builders import make_policy
+
+from migslice.mig import CATALOG
+from migslice.policy import (
+    Isolation,
+    Need,
+    NoFit,
+    Offer,
+    PolicyError,
+    Resolution,
+    Tier,
+    check_against_catalog,
+    namespace_conflicts,
+    parse_tenant_policy,
+    resolve_profile,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("tenantpolicy-*.yaml"))
+A100 = Offer("NVIDIA-A100-SXM4-80GB", CATALOG.get("A100-80GB"))
+H100_94 = Offer("NVIDIA-H100-NVL", CATALOG.get("H100-94GB"))
+A30 = Offer("NVIDIA-A30", CATALOG.get("A30-24GB"))
+
+
+def crd_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((ROOT / "manifests" / "crd" / "tenantpolicies.yaml").read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_a_minimal_policy_gets_the_documented_defaults() -> None:
+    policy = parse_tenant_policy(make_policy(sizes={"small": {"memory": "10Gi"}}))
+    assert policy.isolation is Isolation.HARDWARE
+    assert policy.tiers == (Tier.MIG,)
+    assert policy.allow_eviction is False
+    assert policy.quota.compute_slices is None
+    assert policy.ref == "team-a@1"
+
+
+def test_every_error_is_reported_with_its_field_path_in_one_pass() -> None:
+    raw = make_policy(
+        namespaces=["Bad_NS"],
+        isolation="hardware",
+        tiers=["mig", "shared"],
+        sizes={"medium": {"memory": "lots"}, "big": {"computeSlices": 0}},
+        defaultSize="huge",
+        allowedProfiles=["2g.20gb", "nonsense"],
+        quota={"computeSlices": -1},
+        maxSlicesPerPod=0,
+        allowEviction="yes",
+    )
+    with pytest.raises(PolicyError) as caught:
+        parse_tenant_policy(raw)
+    paths = {e.path for e in caught.value.errors}
+    assert {
+        "spec.namespaces[0]",
+        "spec.tiers[1]",
+        "spec.sizes.medium.memory",
+        "spec.sizes.big.memory",
+        "spec.sizes.big.computeSlices",
+        "spec.defaultSize",
+        "spec.allowedProfiles[1]",
+        "spec.quota.computeSlices",
+        "spec.maxSlicesPerPod",
+        "spec.allowEviction",
+    } <= paths
+    assert 'tier "shared" is not allowed with isolation "hardware"' in str(caught.value)
+
+
+def test_a_policy_must_select_namespaces() -> None:
+    with pytest.raises(PolicyError, match=r"spec\.namespaces or spec\.namespaceSelector"):
+        parse_tenant_policy(make_policy(namespaces=None))
+
+
+def test_an_empty_namespace_selector_is_refused_because_it_selects_everything() -> None:
+    with pytest.raises(PolicyError, match="would select every namespace"):
+        parse_tenant_policy(make_policy(namespaces=None, namespaceSelector={}))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_the_examples_parse_pass_the_catalog_checks_and_the_crd_schema(path: Path) -> None:
+    raw = yaml.safe_load(path.read_text())
+    policy = parse_tenant_policy(raw)
+    assert check_against_catalog(policy, CATALOG) == ()
+    jsonschema.validate(raw, crd_schema())
+
+
+def test_the_crd_schema_rejects_an_unknown_tier_and_a_bad_profile_name() -> None:
+    for spec in (
+        {"namespaces": ["a"], "tiers": ["vgpu"]},
+        {"namespaces": ["a"], "allowedProfiles": ["2g"]},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"spec": spec}, crd_schema())
+
+
+def test_a_size_that_no_allowed_model_can_serve_is_a_catalog_error() -> None:
+    policy = parse_tenant_policy(
+        make_policy(sizes={"huge": {"memory": "200Gi"}}, allowedProducts=["NVIDIA-A100-SXM4-80GB"])
+    )
+    errors = check_against_catalog(policy, CATALOG)
+    assert [e.path for e in errors] == ["spec.sizes.huge"]
+    assert "fits no MIG profile" in errors[0].message
+
+
+def test_a_preferred_profile_must_exist_on_its_model_and_be_big_enough() -> None:
+    policy = parse_tenant_policy(
+        make_policy(
+            sizes={
+                "medium": {
+                    "memory": "20Gi",
+                    "preferredProfiles": {"A100-80GB": "1g.10gb", "H100-94GB": "2g.20gb"},
+                }
+            }
+        )
+    )
+    messages = {e.path: e.message for e in check_against_catalog(policy, CATALOG)}
+    assert "smaller than" in messages["spec.sizes.medium.preferredProfiles.A100-80GB"]
+    assert "has no profile" in messages["spec.sizes.medium.preferredProfiles.H100-94GB"]
+
+
+def test_a_namespace_claimed_by_two_policies_is_reported_with_the_other_name() -> None:
+    first = parse_tenant_policy(make_policy("team-a", namespaces=["shared-ns", "a"]))
+    second = parse_tenant_policy(make_policy("team-b", namespaces=["shared-ns"]))
+    errors = namespace_conflicts(second, [first], {})
+    assert len(errors) == 1
+    assert 'namespace shared-ns already belongs to TenantPolicy "team-a"' in errors[0].message
+
+
+def test_selectors_conflict_only_on_namespaces_that_both_select() -> None:
+    first = parse_tenant_policy(
+        make_policy("team-a", namespaces=None, namespaceSelector={"matchLabels": {"team": "a"}})
+    )
+    second = parse_tenant_policy(
+        make_policy(
+            "team-b",
+            namespaces=None,
+            namespaceSelector={"matchExpressions": [{"key": "team", "operator": "Exists"}]},
+        )
+    )
+    labels = {"x": {"team": "a"}, "y": {"team": "b"}}
+    assert "namespace x " in namespace_conflicts(second, [first], labels)[0].message
+    assert namespace_conflicts(second, [first], {"y": {"team": "b"}}) == ()
+
+
+def resolve(
+    policy_spec: dict[str, Any], need: Need, offers: tuple[Offer, ...]
+) -> Resolution | NoFit:
+    return resolve_profile(parse_tenant_policy(make_policy(**policy_spec)), need, offers)
+
+
+def test_a_size_resolves_to_the_smallest_allowed_profile_that_meets_memory_and_compute() -> None:
+    result = resolve({}, Need(20 * 1024, 2), (A100,))
+    assert isinstance(result, Resolution)
+    assert (result.profile, result.resource) == ("2g.20gb", "nvidia.com/mig-2g.20gb")
+    assert result.products == ("NVIDIA-A100-SXM4-80GB",)
+
+
+def test_nominal_memory_from_the_name_is_compared_so_10gi_gets_1g_10gb() -> None:
+    # NVML reports 9728 MiB for 1g.10gb on an A100; the name promises 10 GiB.
+    for memory_mib in (10 * 1024, 9537):
+        result = resolve({}, Need(memory_mib), (A100,))
+        assert isinstance(result, Resolution) and result.profile == "1g.10gb"
+
+
+def test_memory_only_requests_take_the_fewest_compute_slices() -> None:
+    result = resolve({}, Need(20 * 1024), (A100,))
+    assert isinstance(result, Resolution) and result.profile == "1g.20gb"
+
+
+def test_the_smallest_profile_across_models_wins_and_steers_to_its_products() -> None:
+    result = resolve({}, Need(11 * 1024), (A100, H100_94))
+    assert isinstance(result, Resolution)
+    assert (result.profile, result.products) == ("1g.12gb", ("NVIDIA-H100-NVL",))
+
+
+def test_a_preferred_profile_replaces_the_smallest_on_its_model() -> None:
+    spec = {"sizes": {"medium": {"memory": "20Gi", "preferredProfiles": {"A100-80GB": "3g.40gb"}}}}
+    policy = parse_tenant_policy(make_policy(**spec))
+    size = policy.size("medium")
+    assert size is not None
+    result = resolve_profile(policy, Need(size.memory_mib, None, size), (A100,))
+    assert isinstance(result, Resolution) and result.profile == "3g.40gb"
+
+
+def test_denied_profiles_and_products_are_skipped() -> None:
+    result = resolve({"deniedProfiles": ["1g.20gb"]}, Need(20 * 1024), (A100,))
+    assert isinstance(result, Resolution) and result.profile == "2g.20gb"
+    nothing = resolve({"allowedProducts": ["NVIDIA-H100-NVL"]}, Need(1024), (A100,))
+    assert isinstance(nothing, NoFit) and nothing.reason == "no-model"
+
+
+def test_too_much_memory_says_what_the_largest_allowed_profile_is() -> None:
+    result = resolve({}, Need(100 * 1024), (A30,))
+    assert isinstance(result, NoFit)
+    assert "the largest allowed is 4g.24gb" in result.message

@@ -1,0 +1,381 @@
+"""The webhook's HTTP contract with AdmissionReview v1 exactly as kube-apiserver sends it."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import threading
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+from builders import make_created_pod, make_namespace, make_node, make_policy, make_review
+from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from webhook.app import create_app
+from webhook.settings import WebhookSettings
+from webhook.state import ClusterState
+
+VERSIONS = ["1.30", "1.31", "1.32", "1.33", "1.34"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def monotonic_s(self) -> float:
+        return self.now_s
+
+
+def make_state(*policies: dict[str, Any], clock: FakeClock | None = None) -> ClusterState:
+    state = ClusterState(clock=clock or FakeClock())
+    for policy in policies or (make_policy(quota={"computeSlices": 8}),):
+        state.upsert_policy(policy)
+    state.upsert_node(make_node("gpu-1"))
+    state.upsert_node(make_node("gpu-2", product="NVIDIA-H100-80GB-HBM3"))
+    return state
+
+
+@pytest.fixture
+def state() -> ClusterState:
+    return make_state()
+
+
+@pytest.fixture
+def client(state: ClusterState) -> FlaskClient:
+    return create_app(WebhookSettings(), state).test_client()
+
+
+def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    assert response["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
+    return ops
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_generate_name_pod_is_patched_so_that_the_result_is_a_valid_pod(
+    client: FlaskClient, version: str
+) -> None:
+    minor = int(version.split(".")[1])
+    pod = make_created_pod(annotations=None, k8s_minor=minor, limits=None)
+    pod["metadata"].pop("annotations", None)
+    # GPU intent through a direct request so that the pod arrives with no annotations map.
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+    assert "name" not in pod["metadata"] and "uid" not in pod["metadata"]
+    assert ("creationTimestamp" in pod["metadata"]) == (minor <= 33)
+    body = make_review(pod)
+    reply = client.post("/mutate", json=body)
+    assert reply.status_code == 200
+    review = reply.get_json()
+    assert (review["apiVersion"], review["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    assert review["response"]["uid"] == body["request"]["uid"]
+    assert review["response"]["allowed"] is True
+    ops = patch_of(review["response"])
+    assert {
+        "op": "add",
+        "path": "/metadata/annotations",
+        "value": {
+            "migslice.io/tenant": "team-a",
+            "migslice.io/profile": "1g.10gb",
+            "migslice.io/policy": "team-a@1",
+            "migslice.io/reservation": body["request"]["uid"],
+        },
+    } in ops
+    patched = jsonpatch.apply_patch(copy.deepcopy(pod), ops)
+    kubernetes_validate.validate(patched, version, strict=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_sized_pod_with_annotations_gets_escaped_paths_and_validates(
+    client: FlaskClient, version: str
+) -> None:
+    pod = make_created_pod(
+        annotations={"migslice.io/gpu-size": "large"}, k8s_minor=int(version[2:])
+    )
+    review = client.post("/mutate", json=make_review(pod)).get_json()
+    ops = patch_of(review["response"])
+    paths = [op["path"] for op in ops]
+    assert "/metadata/annotations/migslice.io~1tenant" in paths
+    assert "/spec/containers/0/resources/limits" in paths
+    patched = jsonpatch.apply_patch(copy.deepcopy(pod), ops)
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/mig-3g.40gb": "1"
+    }
+    kubernetes_validate.validate(patched, version, strict=True)
+
+
+def test_limits_already_present_get_escaped_member_paths(client: FlaskClient) -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+    ops = patch_of(client.post("/mutate", json=make_review(pod)).get_json()["response"])
+    assert "/spec/containers/0/resources/limits/nvidia.com~1mig-1g.10gb" in [o["path"] for o in ops]
+    jsonpatch.apply_patch(pod, ops)
+
+
+def test_a_pod_without_gpu_intent_gets_no_patch(client: FlaskClient) -> None:
+    response = client.post("/mutate", json=make_review(make_created_pod())).get_json()["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_a_policy_denial_is_http_200_with_allowed_false_and_a_status(client: FlaskClient) -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "huge"})
+    reply = client.post("/mutate", json=make_review(pod))
+    assert reply.status_code == 200
+    response = reply.get_json()["response"]
+    assert response["allowed"] is False and "patch" not in response
+    assert response["status"]["code"] == 403
+    assert 'size "huge" is not defined' in response["status"]["message"]
+
+
+MALFORMED = [
+    (b"not json", "not JSON"),
+    (b"[]", "not a JSON object"),
+    (
+        json.dumps(
+            {**make_review(make_created_pod()), "apiVersion": "admission.k8s.io/v1beta1"}
+        ).encode(),
+        "expected admission.k8s.io/v1",
+    ),
+    (
+        json.dumps({**make_review(make_created_pod()), "kind": "Pod"}).encode(),
+        "expected admission.k8s.io/v1",
+    ),
+    (
+        json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+        "no request",
+    ),
+    (json.dumps(make_review(make_created_pod(), uid="")).encode(), "no uid"),
+    (json.dumps(make_review(None)).encode(), "has no object"),
+    (json.dumps(make_review({"metadata": {}, "spec": {"containers": "x"}})).encode(), "containers"),
+    (
+        json.dumps(make_review(make_created_pod(), kind=("apps", "v1", "Deployment"))).encode(),
+        "handles core/v1 Pod",
+    ),
+    (
+        json.dumps(make_review(make_created_pod(limits={"nvidia.com/gpu": "abc"}))).encode(),
+        "not a Kubernetes quantity",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "text"), MALFORMED, ids=[m[1] for m in MALFORMED])
+def test_malformed_reviews_are_http_400_with_a_reason(
+    client: FlaskClient, body: bytes, text: str
+) -> None:
+    reply = client.post("/mutate", data=body, content_type="application/json")
+    assert reply.status_code == 400
+    assert text in reply.get_json()["error"]
+
+
+def test_an_over_size_body_is_http_400(client: FlaskClient) -> None:
+    reply = client.post("/mutate", data=b" " * (1 << 20 + 1), content_type="application/json")
+    assert reply.status_code == 400
+    assert "larger than the limit of 1048576 bytes" in reply.get_json()["error"]
+
+
+def test_quota_holds_under_concurrent_requests_to_one_replica() -> None:
+    state = make_state(make_policy(quota={"computeSlices": 8}))
+    app = create_app(WebhookSettings(), state)
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
+    allowed: list[bool] = []
+
+    def send(i: int) -> None:
+        reply = app.test_client().post("/mutate", json=make_review(pod, uid=f"uid-{i}"))
+        allowed.append(reply.get_json()["response"]["allowed"])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert allowed.count(True) == 4  # 4 x 2 compute slices = 8
+
+
+def test_a_reservation_expires_and_is_replaced_when_the_pod_shows_up() -> None:
+    clock = FakeClock()
+    state = make_state(make_policy(quota={"computeSlices": 2}), clock=clock)
+    client = create_app(WebhookSettings(), state).test_client()
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
+    first = client.post("/mutate", json=make_review(pod, uid="a")).get_json()["response"]
+    assert first["allowed"]
+    assert not client.post("/mutate", json=make_review(pod, uid="b")).get_json()["response"][
+        "allowed"
+    ]
+    # The pod appears in the cache: its usage replaces the reservation (still over quota).
+    created = jsonpatch.apply_patch(copy.deepcopy(pod), patch_of(first))
+    created["metadata"]["name"] = "train-x1"
+    state.upsert_pod(created)
+    assert state.reservation_count() == 0
+    assert not client.post("/mutate", json=make_review(pod, uid="c")).get_json()["response"][
+        "allowed"
+    ]
+    state.delete_pod("team-a", "train-x1")
+    assert client.post("/mutate", json=make_review(pod, uid="d")).get_json()["response"]["allowed"]
+    clock.now_s += 31  # reservation d expires: the pod never appeared
+    assert client.post("/mutate", json=make_review(pod, uid="e")).get_json()["response"]["allowed"]
+
+
+def test_dry_run_requests_reserve_nothing(client: FlaskClient, state: ClusterState) -> None:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
+    client.post("/mutate", json=make_review(pod, dry_run=True))
+    assert state.reservation_count() == 0
+
+
+def test_validate_refuses_a_policy_with_field_paths_and_namespace_conflicts(
+    client: FlaskClient,
+) -> None:
+    bad = make_policy("team-b", namespaces=["team-a"], sizes={"huge": {"memory": "500Gi"}})
+    body = make_review(
+        bad,
+        namespace="",
+        kind=("migslice.io", "v1alpha1", "TenantPolicy"),
+        resource="tenantpolicies",
+    )
+    reply = client.post("/validate", json=body)
+    response = reply.get_json()["response"]
+    assert reply.status_code == 200 and response["allowed"] is False
+    message = response["status"]["message"]
+    assert "spec.sizes.huge:" in message
+    assert 'namespace team-a already belongs to TenantPolicy "team-a"' in message
+
+
+def test_validate_accepts_a_good_policy(client: FlaskClient) -> None:
+    body = make_review(
+        make_policy("team-b", namespaces=["team-b"]),
+        namespace="",
+        kind=("migslice.io", "v1alpha1", "TenantPolicy"),
+    )
+    assert client.post("/validate", json=body).get_json()["response"]["allowed"] is True
+
+
+def test_readyz_waits_for_the_caches_and_healthz_does_not() -> None:
+    state = make_state()
+    state.expect("pods")
+    client = create_app(WebhookSettings(), state).test_client()
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 503
+    state.mark_synced("pods")
+    assert client.get("/readyz").status_code == 200
+
+
+def test_metrics_count_requests_denials_by_reason_and_latency(client: FlaskClient) -> None:
+    client.post(
+        "/mutate", json=make_review(make_created_pod(annotations={"migslice.io/gpu-size": "huge"}))
+    )
+    client.post("/mutate", data=b"x")
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'migslice_webhook_denials_total{endpoint="mutate",reason="unknown-size"} 1.0' in text
+    assert 'migslice_webhook_requests_total{endpoint="mutate",outcome="malformed"} 1.0' in text
+    assert "migslice_webhook_request_duration_seconds_bucket" in text
+
+
+def test_namespace_labels_select_a_tenant_through_its_selector() -> None:
+    policy = make_policy(
+        "research", namespaces=None, namespaceSelector={"matchLabels": {"team": "r"}}
+    )
+    state = make_state(policy)
+    state.upsert_namespace(make_namespace("lab-1", {"team": "r"}))
+    client = create_app(WebhookSettings(), state).test_client()
+    pod = make_created_pod(namespace="lab-1", annotations={"migslice.io/gpu-size": "small"})
+    response = client.post("/mutate", json=make_review(pod, namespace="lab-1")).get_json()[
+        "response"
+    ]
+    assert response["allowed"] is True
+
+
+# -- fuzz ------------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+annotation_values = st.sampled_from(
+    ["small", "medium", "huge", "20Gi", "lots", "-1", "2", "0", "main", "", "1e9"]
+)
+annotation_maps = st.dictionaries(
+    st.sampled_from(
+        [
+            "migslice.io/gpu-size",
+            "migslice.io/gpu-memory",
+            "migslice.io/gpu-compute",
+            "migslice.io/gpu-count",
+            "migslice.io/gpu-container",
+            "migslice.io/reservation",
+            "other",
+        ]
+    ),
+    annotation_values | st.integers(),
+    max_size=4,
+)
+limits = st.dictionaries(
+    st.sampled_from(
+        [
+            "nvidia.com/gpu",
+            "nvidia.com/gpu.shared",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-9g.1gb",
+            "nvidia.com/mig-x",
+            "cpu",
+        ]
+    ),
+    st.sampled_from(["1", "2", "0", "abc", "1.5"]) | st.integers(-1, 3),
+    max_size=3,
+)
+
+
+@st.composite
+def reviews(draw: st.DrawFn) -> Any:
+    pod = make_created_pod(annotations=None, k8s_minor=draw(st.sampled_from([33, 34])))
+    if draw(st.booleans()):
+        pod["metadata"]["annotations"] = draw(annotation_maps)
+    pod["spec"]["containers"][0]["resources"] = draw(st.sampled_from([{}, None])) or {
+        "limits": draw(limits)
+    }
+    if draw(st.booleans()):
+        pod["spec"][
+            draw(st.sampled_from(["affinity", "nodeSelector", "containers", "initContainers"]))
+        ] = draw(json_values)
+    review = make_review(pod, namespace=draw(st.sampled_from(["team-a", "other", ""])))
+    if draw(st.booleans()):
+        review["request"][
+            draw(st.sampled_from(["uid", "kind", "object", "operation", "namespace"]))
+        ] = draw(json_values)
+    if draw(st.booleans()):
+        review[draw(st.sampled_from(["apiVersion", "kind", "request"]))] = draw(json_values)
+    return review
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(review=reviews())
+def test_fuzzed_reviews_never_get_a_500_or_a_patch_that_does_not_apply(
+    client: FlaskClient, review: Any
+) -> None:
+    reply = client.post("/mutate", json=review)
+    assert reply.status_code in (200, 400), reply.get_data(as_text=True)
+    if reply.status_code == 200:
+        response = reply.get_json()["response"]
+        assert response["uid"] == review["request"]["uid"]
+        if "patch" in response:
+            jsonpatch.apply_patch(copy.deepcopy(review["request"]["object"]), patch_of(response))
+        if not response["allowed"]:
+            assert response["status"]["message"]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_fuzzed_bodies_are_answered_400_or_200(client: FlaskClient, body: bytes) -> None:
+    assert client.post("/mutate", data=body).status_code in (200, 400)
+    assert client.post("/validate", data=body).status_code in (200, 400)

@@ -1,0 +1,48 @@
+"""The CRD and webhook manifests validate against the Kubernetes schemas of 1.30-1.34."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = [
+    ROOT / "manifests" / "crd" / "tenantpolicies.yaml",
+    *sorted(
+        p
+        for p in (ROOT / "manifests" / "webhook").glob("*.yaml")
+        if p.stem not in ("cert-manager", "kustomization")
+    ),
+]
+VERSIONS = ["1.30", "1.34"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_manifest_validates_strictly(path: Path, version: str) -> None:
+    for document in yaml.safe_load_all(path.read_text()):
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def test_the_mutating_webhook_fails_closed_fast_and_spares_system_namespaces() -> None:
+    config = yaml.safe_load(
+        (ROOT / "manifests" / "webhook" / "mutatingwebhookconfiguration.yaml").read_text()
+    )
+    hook = config["webhooks"][0]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["timeoutSeconds"] <= 5
+    assert hook["rules"] == [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert {"kube-system", "migslice-system"} <= set(excluded)
+    assert hook["matchConditions"][0]["name"] == "asks-for-a-gpu"

@@ -1,0 +1,51 @@
+"""The webhook's compact state, fed the way the watch caches feed it."""
+
+from __future__ import annotations
+
+from builders import make_node, make_pod, make_policy
+
+from migslice.admission import SliceUsage
+from migslice.kube.policies import NODES, PODS, _FeedSink
+from webhook.state import ClusterState
+
+
+def test_a_relist_drops_objects_that_are_gone_and_marks_the_source_synced() -> None:
+    state = ClusterState()
+    state.expect(NODES)
+    sink = _FeedSink(NODES, state, state.upsert_node, state.delete_node)
+    sink.replace({"a": make_node("a"), "b": make_node("b", product="NVIDIA-H100-80GB-HBM3")})
+    assert [o.product for o in state.offers()] == ["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"]
+    assert state.is_ready()
+    sink.replace({"a": make_node("a")})
+    assert [o.product for o in state.offers()] == ["NVIDIA-A100-SXM4-80GB"]
+
+
+def test_tenant_usage_counts_live_gpu_pods_and_not_finished_ones() -> None:
+    state = ClusterState()
+    state.upsert_policy(make_policy())
+    state.upsert_node(make_node("gpu-1"))  # A100-80GB: 1g.10gb spans 1 memory slice
+    sink = _FeedSink(PODS, state, state.upsert_pod, lambda key: state.delete_pod(*key.split("/")))
+    sink.upsert("team-a/p1", make_pod("p1", profile="3g.40gb"))
+    sink.upsert("team-a/p2", make_pod("p2", profile="1g.10gb", count=2))
+    sink.upsert("team-a/p3", make_pod("p3", profile="7g.80gb", phase="Succeeded"))
+    sink.upsert("team-b/p4", make_pod("p4", namespace="team-b", profile="7g.80gb"))
+    assert state.tenant_usage("team-a") == SliceUsage(3, 5, 6, (("1g.10gb", 2), ("3g.40gb", 1)))
+    sink.delete("team-a/p1")
+    assert state.tenant_usage("team-a") == SliceUsage(2, 2, 2, (("1g.10gb", 2),))
+
+
+def test_an_invalid_policy_is_kept_out_and_reported() -> None:
+    state = ClusterState()
+    state.upsert_policy(make_policy(sizes={"x": {"memory": "lots"}}))
+    assert state.policies() == ()
+    assert "spec.sizes.x.memory" in state.invalid_policies["team-a"]
+
+
+def test_a_bound_pod_is_priced_on_its_node_model() -> None:
+    state = ClusterState()
+    state.upsert_policy(make_policy())
+    state.upsert_node(make_node("old", product="NVIDIA-A100-SXM4-40GB"))
+    state.upsert_node(make_node("new"))
+    state.upsert_pod(make_pod("p1", profile="1g.10gb", node_name="old"))  # 2 slices on A100-40GB
+    state.upsert_pod(make_pod("p2", profile="1g.10gb", node_name="new"))
+    assert state.tenant_usage("team-a").memory_slices == 3

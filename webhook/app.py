@@ -1,0 +1,232 @@
+"""The admission webhook as a Flask app: ``create_app(settings=..., state=...)``.
+
+Routes read as three steps: parse the AdmissionReview, call the core, serialise the answer.
+Error channels: a malformed review is HTTP 400 (JSON ``{"error": ...}``); a policy denial is
+HTTP 200 with ``allowed: false`` and a message; our own failure is HTTP 500 with a logged
+traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from flask import Flask, Response, current_app, jsonify, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from migslice.admission import (
+    AdmissionDecision,
+    MalformedPodError,
+    PodAdmission,
+    decide,
+)
+from migslice.mig import CATALOG
+from migslice.policy import (
+    FieldError,
+    PolicyError,
+    check_against_catalog,
+    namespace_conflicts,
+    parse_tenant_policy,
+)
+from webhook import review
+from webhook.metrics import Metrics
+from webhook.review import Review, ReviewError
+from webhook.settings import WebhookSettings
+from webhook.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+EXTENSION = "migslice_webhook"
+
+
+class _Ports:
+    def __init__(self, settings: WebhookSettings, state: ClusterState, metrics: Metrics) -> None:
+        self.settings = settings
+        self.state = state
+        self.metrics = metrics
+
+
+def create_app(settings: WebhookSettings | None = None, state: ClusterState | None = None) -> Flask:
+    settings = settings or WebhookSettings()
+    if state is None:
+        state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions[EXTENSION] = _Ports(settings, state, Metrics())
+
+    app.add_url_rule("/mutate", "mutate", mutate, methods=["POST"])
+    app.add_url_rule("/validate", "validate", validate, methods=["POST"])
+    app.add_url_rule("/healthz", "healthz", healthz, methods=["GET"])
+    app.add_url_rule("/readyz", "readyz", readyz, methods=["GET"])
+    app.add_url_rule("/metrics", "metrics", metrics, methods=["GET"])
+    app.register_error_handler(RequestEntityTooLarge, _too_large)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _our_bug)
+    return app
+
+
+def _ports() -> _Ports:
+    ports: _Ports = current_app.extensions[EXTENSION]
+    return ports
+
+
+def mutate() -> Response:
+    ports = _ports()
+    started = time.perf_counter()
+    try:
+        parsed = review.parse_review(_body(ports.settings))
+        if parsed.operation != "CREATE":
+            return _answer("mutate", "allowed", review.allow(parsed.uid), started)
+        if (parsed.group, parsed.kind) != ("", "Pod"):
+            raise ReviewError(
+                f"/mutate handles core/v1 Pod, got {parsed.group or 'core'} {parsed.kind}"
+            )
+        decision = _decide_pod(ports, parsed)
+    except (ReviewError, MalformedPodError) as error:
+        return _malformed("mutate", str(error), started)
+    if not decision.allowed:
+        ports.metrics.denials.labels("mutate", decision.reason).inc()
+        return _answer(
+            "mutate", "denied", review.deny(parsed.uid, decision.message, decision.code), started
+        )
+    outcome = "patched" if decision.patch else "allowed"
+    return _answer(
+        "mutate", outcome, review.allow(parsed.uid, decision.patch, decision.warnings), started
+    )
+
+
+def _decide_pod(ports: _Ports, parsed: Review) -> AdmissionDecision:
+    assert parsed.raw_object is not None  # parse_review guarantees an object for CREATE
+    namespace = parsed.namespace or _namespace_of(parsed.raw_object)
+    if not namespace:
+        raise ReviewError("pod CREATE without a namespace (request.namespace is empty)")
+    admission = PodAdmission(namespace, parsed.raw_object, parsed.uid)
+    state = ports.state
+    with state.admission_lock:
+        decision = decide(admission, state, ports.settings.admission)
+        if (
+            decision.allowed
+            and decision.charge is not None
+            and decision.tenant is not None
+            and not parsed.dry_run
+        ):
+            state.reserve(
+                parsed.uid,
+                decision.tenant,
+                namespace,
+                decision.charge,
+                decision.replaces_reservation,
+            )
+    return decision
+
+
+def validate() -> Response:
+    ports = _ports()
+    started = time.perf_counter()
+    try:
+        parsed = review.parse_review(_body(ports.settings))
+        if parsed.operation not in ("CREATE", "UPDATE"):
+            return _answer("validate", "allowed", review.allow(parsed.uid), started)
+        if parsed.kind != "TenantPolicy":
+            raise ReviewError(
+                f"/validate handles migslice.io TenantPolicy, got {parsed.group} {parsed.kind}"
+            )
+    except ReviewError as error:
+        return _malformed("validate", str(error), started)
+    assert parsed.raw_object is not None
+    errors = _policy_errors(ports.state, parsed.raw_object)
+    if errors:
+        name = _name_of(parsed.raw_object)
+        message = f'TenantPolicy "{name}" is invalid: ' + "; ".join(str(e) for e in errors)
+        ports.metrics.denials.labels("validate", "invalid-policy").inc()
+        return _answer("validate", "denied", review.deny(parsed.uid, message, 422), started)
+    return _answer("validate", "allowed", review.allow(parsed.uid), started)
+
+
+def _policy_errors(state: ClusterState, raw_policy: Mapping[str, object]) -> tuple[FieldError, ...]:
+    try:
+        policy = parse_tenant_policy(raw_policy)
+    except PolicyError as error:
+        return error.errors
+    return check_against_catalog(policy, CATALOG) + namespace_conflicts(
+        policy, state.policies(), state.known_namespaces()
+    )
+
+
+def healthz() -> Response:
+    return jsonify({"status": "ok"})
+
+
+def readyz() -> Response:
+    state = _ports().state
+    if state.is_ready():
+        return jsonify({"status": "ready"})
+    response = jsonify({"status": "syncing", "waiting_for": list(state.unsynced())})
+    response.status_code = 503
+    return response
+
+
+def metrics() -> Response:
+    return Response(_ports().metrics.exposition(), mimetype="text/plain; version=0.0.4")
+
+
+def _body(settings: WebhookSettings) -> bytes:
+    """The request body; werkzeug enforces ``max_body_bytes`` (413, answered as 400)."""
+    return request.get_data(cache=False)
+
+
+def _answer(
+    endpoint: str, outcome: str, body: review.AdmissionReviewWire, started: float
+) -> Response:
+    ports = _ports()
+    ports.metrics.requests.labels(endpoint, outcome).inc()
+    ports.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    return jsonify(body)
+
+
+def _malformed(endpoint: str, message: str, started: float) -> Response:
+    ports = _ports()
+    ports.metrics.requests.labels(endpoint, "malformed").inc()
+    ports.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    response = jsonify({"error": message})
+    response.status_code = 400
+    return response
+
+
+def _too_large(error: RequestEntityTooLarge) -> Response:
+    limit = _ports().settings.max_body_bytes
+    endpoint = request.path.strip("/") or "unknown"
+    if endpoint in ("mutate", "validate"):
+        _ports().metrics.requests.labels(endpoint, "malformed").inc()
+    response = jsonify({"error": f"request body is larger than the limit of {limit} bytes"})
+    response.status_code = 400
+    return response
+
+
+def _http_error(error: HTTPException) -> Response:
+    response = jsonify({"error": error.description or error.name})
+    response.status_code = error.code or 500
+    return response
+
+
+def _our_bug(error: Exception) -> Response:
+    log.exception("Unhandled error answering path=%s; returning HTTP 500", request.path)
+    endpoint = request.path.strip("/")
+    if endpoint in ("mutate", "validate"):
+        _ports().metrics.requests.labels(endpoint, "error").inc()
+    response = jsonify({"error": f"internal error: {type(error).__name__}"})
+    response.status_code = 500
+    return response
+
+
+def _namespace_of(raw_object: Mapping[str, object]) -> str:
+    metadata = raw_object.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return namespace if isinstance(namespace, str) else ""
+
+
+def _name_of(raw_object: Mapping[str, object]) -> str:
+    metadata = raw_object.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else "?"

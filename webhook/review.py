@@ -1,0 +1,154 @@
+"""AdmissionReview ``admission.k8s.io/v1`` on the wire: TypedDicts, parsing, responses.
+
+A body that is not a v1 AdmissionReview with a request uid raises :class:`ReviewError`
+(HTTP 400). The response echoes ``apiVersion``, ``kind`` and ``request.uid``; the patch is the
+base64 of a JSON array of RFC 6902 ops with ``patchType: JSONPatch``, present only together.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict
+
+from migslice.admission import PatchOp
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+
+class GroupVersionKindWire(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class AdmissionRequestWire(TypedDict):
+    uid: str
+    kind: GroupVersionKindWire
+    resource: NotRequired[dict[str, str]]
+    name: NotRequired[str]
+    namespace: NotRequired[str]
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    userInfo: NotRequired[dict[str, Any]]
+    object: NotRequired[dict[str, Any] | None]
+    oldObject: NotRequired[dict[str, Any] | None]
+    dryRun: NotRequired[bool]
+    options: NotRequired[dict[str, Any] | None]
+
+
+class StatusWire(TypedDict):
+    code: int
+    message: str
+    reason: NotRequired[str]
+    status: NotRequired[str]
+
+
+class AdmissionResponseWire(TypedDict):
+    uid: str
+    allowed: bool
+    status: NotRequired[StatusWire]
+    patch: NotRequired[str]
+    patchType: NotRequired[Literal["JSONPatch"]]
+    warnings: NotRequired[list[str]]
+
+
+class AdmissionReviewWire(TypedDict):
+    apiVersion: str
+    kind: str
+    request: NotRequired[AdmissionRequestWire]
+    response: NotRequired[AdmissionResponseWire]
+
+
+class ReviewError(ValueError):
+    """A request body that is not a usable AdmissionReview (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """The parts of an AdmissionReview request we use; ``raw_object`` is the object as sent."""
+
+    uid: str
+    group: str
+    kind: str
+    operation: str
+    namespace: str
+    raw_object: Mapping[str, object] | None
+    dry_run: bool
+
+
+def parse_review(body: bytes) -> Review:
+    try:
+        raw_review = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise ReviewError(f"request body is not JSON: {error}") from None
+    if not isinstance(raw_review, dict):
+        raise ReviewError("request body is not a JSON object (expected an AdmissionReview)")
+    api_version, kind = raw_review.get("apiVersion"), raw_review.get("kind")
+    if api_version != API_VERSION or kind != KIND:
+        raise ReviewError(
+            f"expected {API_VERSION} {KIND}, got apiVersion={api_version!r} kind={kind!r}; "
+            "list v1 in admissionReviewVersions"
+        )
+    request = raw_review.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError("AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("AdmissionReview request has no uid")
+    gvk = request.get("kind")
+    if not isinstance(gvk, dict) or not isinstance(gvk.get("kind"), str):
+        raise ReviewError("AdmissionReview request.kind is missing or not {group, version, kind}")
+    operation = request.get("operation")
+    if operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
+        raise ReviewError(f"AdmissionReview request.operation {operation!r} is not an operation")
+    raw_object = request.get("object")
+    if raw_object is not None and not isinstance(raw_object, dict):
+        raise ReviewError("AdmissionReview request.object is not an object")
+    if operation in ("CREATE", "UPDATE") and raw_object is None:
+        raise ReviewError(f"AdmissionReview {operation} request has no object")
+    namespace = request.get("namespace", "")
+    if not isinstance(namespace, str):
+        raise ReviewError("AdmissionReview request.namespace is not a string")
+    dry_run = request.get("dryRun", False)
+    return Review(
+        uid=uid,
+        group=str(gvk.get("group", "")),
+        kind=str(gvk["kind"]),
+        operation=str(operation),
+        namespace=namespace,
+        raw_object=raw_object,
+        dry_run=dry_run is True,
+    )
+
+
+def allow(
+    uid: str, patch: Sequence[PatchOp] = (), warnings: Sequence[str] = ()
+) -> AdmissionReviewWire:
+    response: AdmissionResponseWire = {"uid": uid, "allowed": True}
+    if patch:
+        encoded = json.dumps([op.to_json() for op in patch], separators=(",", ":")).encode()
+        response["patch"] = base64.b64encode(encoded).decode("ascii")
+        response["patchType"] = "JSONPatch"
+    if warnings:
+        response["warnings"] = [_short(w) for w in warnings]
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def deny(uid: str, message: str, code: int = 403) -> AdmissionReviewWire:
+    reason = {400: "BadRequest", 403: "Forbidden", 422: "Invalid"}.get(code, "Forbidden")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "response": {
+            "uid": uid,
+            "allowed": False,
+            "status": {"code": code, "message": message, "reason": reason, "status": "Failure"},
+        },
+    }
+
+
+def _short(warning: str) -> str:
+    return warning if len(warning) <= 250 else warning[:247] + "..."

@@ -1,0 +1,304 @@
+"""The webhook's compact cluster state: it implements the core's ``ClusterView`` port.
+
+Only what decisions need is kept, never whole API objects:
+
+* parsed TenantPolicies (invalid ones are kept out and reported);
+* namespace labels (for ``spec.namespaceSelector``);
+* per node, its GPU product label; per product, how many nodes have it;
+* per GPU pod, its namespace and slice usage; per namespace, the sum;
+* quota reservations of admitted pods not yet seen in the pod cache, each with an expiry.
+
+Both sources feed it through the same methods: the cluster file once at start-up
+(:meth:`ClusterState.load`), the watch caches on every event (``migslice.kube.policies``).
+Decisions and reservations run under :attr:`ClusterState.admission_lock`, so concurrent
+requests to one replica cannot over-admit a quota.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from migslice.admission import SliceUsage, pod_gpu_requests, usage_of
+from migslice.admission import annotations as names
+from migslice.admission.usage import ZERO
+from migslice.clusterfile import ClusterObjects
+from migslice.mig import CATALOG
+from migslice.policy import Offer, PolicyError, TenantPolicy, parse_tenant_policy
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class Clock(Protocol):
+    """Monotonic seconds; the reservation expiry is measured on it."""
+
+    def monotonic_s(self) -> float: ...
+
+
+class SystemClock:
+    def monotonic_s(self) -> float:
+        return time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    tenant: str
+    namespace: str
+    usage: SliceUsage
+    expires_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PodCharge:
+    namespace: str
+    usage: SliceUsage
+
+
+class ClusterState:
+    """Thread-safe, event-fed view of the cluster for admission decisions."""
+
+    def __init__(self, clock: Clock | None = None, reservation_ttl_s: float = 30.0) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.reservation_ttl_s = reservation_ttl_s
+        self.admission_lock = threading.RLock()
+        self._policies: dict[str, TenantPolicy] = {}
+        self._policy_list: tuple[TenantPolicy, ...] = ()
+        self.invalid_policies: dict[str, str] = {}
+        self._namespaces: dict[str, Mapping[str, str]] = {}
+        self._node_products: dict[str, str] = {}
+        self._product_nodes: Counter[str] = Counter()
+        self._offers: tuple[Offer, ...] = ()
+        self._model_keys: tuple[str, ...] = ()
+        self._pods: dict[str, PodCharge] = {}
+        self._namespace_usage: dict[str, SliceUsage] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self._tenant_reservations: dict[str, set[str]] = {}
+        self._synced: dict[str, bool] = {}
+
+    # -- readiness -------------------------------------------------------------------------
+
+    def expect(self, *sources: str) -> None:
+        for source in sources:
+            self._synced.setdefault(source, False)
+
+    def mark_synced(self, source: str) -> None:
+        self._synced[source] = True
+
+    def is_ready(self) -> bool:
+        return all(self._synced.values())
+
+    def unsynced(self) -> tuple[str, ...]:
+        return tuple(sorted(s for s, done in self._synced.items() if not done))
+
+    # -- ClusterView -----------------------------------------------------------------------
+
+    def policies(self) -> Sequence[TenantPolicy]:
+        return self._policy_list
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        return self._namespaces.get(namespace) or {"kubernetes.io/metadata.name": namespace}
+
+    def known_namespaces(self) -> Mapping[str, Mapping[str, str]]:
+        return dict(self._namespaces)
+
+    def offers(self) -> Sequence[Offer]:
+        return self._offers
+
+    def tenant_usage(self, tenant: str, exclude_reservation: str | None = None) -> SliceUsage:
+        with self.admission_lock:
+            policy = self._policies.get(tenant)
+            total = ZERO
+            if policy is not None:
+                for namespace, usage in self._namespace_usage.items():
+                    if policy.selects(namespace, self.namespace_labels(namespace)):
+                        total = total + usage
+            now = self.clock.monotonic_s()
+            for uid in list(self._tenant_reservations.get(tenant, ())):
+                reservation = self._reservations[uid]
+                if reservation.expires_s <= now:
+                    self._drop_reservation(uid)
+                elif uid != exclude_reservation:
+                    total = total + reservation.usage
+            return total
+
+    # -- reservations ----------------------------------------------------------------------
+
+    def reserve(
+        self, uid: str, tenant: str, namespace: str, usage: SliceUsage, replaces: str | None = None
+    ) -> None:
+        """Hold ``usage`` for a pod admitted but not yet seen, until it shows up or expires."""
+        with self.admission_lock:
+            if replaces is not None:
+                old = self._reservations.get(replaces)
+                if old is not None and old.namespace == namespace:
+                    self._drop_reservation(replaces)
+            self._drop_reservation(uid)
+            expires = self.clock.monotonic_s() + self.reservation_ttl_s
+            self._reservations[uid] = Reservation(tenant, namespace, usage, expires)
+            self._tenant_reservations.setdefault(tenant, set()).add(uid)
+
+    def reservation_count(self) -> int:
+        return len(self._reservations)
+
+    # -- events ----------------------------------------------------------------------------
+
+    def upsert_policy(self, raw_policy: Mapping[str, object]) -> None:
+        try:
+            policy = parse_tenant_policy(raw_policy)
+        except PolicyError as error:
+            with self.admission_lock:
+                self._policies.pop(error.name, None)
+                self.invalid_policies[error.name] = str(error)
+                self._policy_list = tuple(self._policies.values())
+            log.warning("Ignoring invalid TenantPolicy name=%s: %s", error.name, error)
+            return
+        with self.admission_lock:
+            self.invalid_policies.pop(policy.name, None)
+            self._policies[policy.name] = policy
+            self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
+
+    def delete_policy(self, name: str) -> None:
+        with self.admission_lock:
+            self._policies.pop(name, None)
+            self.invalid_policies.pop(name, None)
+            self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
+
+    def upsert_namespace(self, raw_namespace: Mapping[str, object]) -> None:
+        metadata = raw_namespace.get("metadata")
+        if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+            return
+        name = str(metadata["name"])
+        labels = metadata.get("labels")
+        clean = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+        clean.setdefault("kubernetes.io/metadata.name", name)
+        with self.admission_lock:
+            self._namespaces[name] = clean
+
+    def delete_namespace(self, name: str) -> None:
+        with self.admission_lock:
+            self._namespaces.pop(name, None)
+
+    def upsert_node(self, raw_node: Mapping[str, object]) -> None:
+        name, labels = _name_and_labels(raw_node)
+        if name is None:
+            return
+        product = labels.get(names.PRODUCT_LABEL)
+        with self.admission_lock:
+            self._forget_node(name)
+            if isinstance(product, str) and CATALOG.by_product(product) is not None:
+                self._node_products[name] = product
+                self._product_nodes[product] += 1
+                if self._product_nodes[product] == 1:
+                    self._rebuild_offers()
+
+    def delete_node(self, name: str) -> None:
+        with self.admission_lock:
+            self._forget_node(name)
+
+    def upsert_pod(self, raw_pod: Mapping[str, object]) -> None:
+        metadata = raw_pod.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        if not isinstance(namespace, str) or not isinstance(name, str):
+            return
+        key = f"{namespace}/{name}"
+        status = raw_pod.get("status")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        annotations = metadata.get("annotations")
+        reservation = (
+            annotations.get(names.RESERVATION) if isinstance(annotations, Mapping) else None
+        )
+        with self.admission_lock:
+            usage = (
+                ZERO
+                if phase in TERMINAL_PHASES
+                else usage_of(pod_gpu_requests(raw_pod), self._models_for(raw_pod))
+            )
+            if isinstance(reservation, str):
+                self._drop_reservation(reservation)
+            self._forget_pod(key)
+            if not usage.is_zero:
+                self._pods[key] = PodCharge(namespace, usage)
+                self._namespace_usage[namespace] = (
+                    self._namespace_usage.get(namespace, ZERO) + usage
+                )
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self.admission_lock:
+            self._forget_pod(f"{namespace}/{name}")
+
+    def load(self, objects: ClusterObjects) -> None:
+        """Fill the state from a cluster file's objects (standalone mode)."""
+        for raw in objects.others:
+            if raw.get("kind") == "Namespace":
+                self.upsert_namespace(raw)
+        for raw in objects.tenant_policies:
+            self.upsert_policy(raw)
+        for raw in objects.nodes:
+            self.upsert_node(raw)
+        for raw in objects.pods:
+            self.upsert_pod(raw)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _models_for(self, raw_pod: Mapping[str, object]) -> tuple[str, ...]:
+        """The GPU model keys a pod's slices are priced on: its node's, else the cluster's."""
+        spec = raw_pod.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        product = self._node_products.get(node) if isinstance(node, str) else None
+        if product is not None:
+            model = CATALOG.by_product(product)
+            if model is not None:
+                return (model.key,)
+        return self._model_keys
+
+    def _drop_reservation(self, uid: str) -> None:
+        reservation = self._reservations.pop(uid, None)
+        if reservation is not None:
+            uids = self._tenant_reservations.get(reservation.tenant)
+            if uids is not None:
+                uids.discard(uid)
+                if not uids:
+                    del self._tenant_reservations[reservation.tenant]
+
+    def _forget_node(self, name: str) -> None:
+        product = self._node_products.pop(name, None)
+        if product is not None:
+            self._product_nodes[product] -= 1
+            if self._product_nodes[product] <= 0:
+                del self._product_nodes[product]
+                self._rebuild_offers()
+
+    def _rebuild_offers(self) -> None:
+        offers = []
+        for product in sorted(self._product_nodes):
+            model = CATALOG.by_product(product)
+            if model is not None:
+                offers.append(Offer(product, model))
+        self._offers = tuple(offers)
+        self._model_keys = tuple(sorted({o.model.key for o in offers}))
+
+    def _forget_pod(self, key: str) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            remaining = self._namespace_usage.get(old.namespace, ZERO) - old.usage
+            if remaining.is_zero and not remaining.profiles:
+                self._namespace_usage.pop(old.namespace, None)
+            else:
+                self._namespace_usage[old.namespace] = remaining
+
+
+def _name_and_labels(raw: Mapping[str, object]) -> tuple[str | None, Mapping[str, object]]:
+    metadata = raw.get("metadata")
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        return None, {}
+    labels = metadata.get("labels")
+    return str(metadata["name"]), labels if isinstance(labels, Mapping) else {}
