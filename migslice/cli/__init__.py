@@ -13,7 +13,12 @@ from collections.abc import Sequence
 
 from migslice.cli.common import CommandError
 
-COMMAND_MODULES = ("migslice.cli.geometry", "migslice.cli.certs")
+COMMAND_MODULES = (
+    "migslice.cli.geometry",
+    "migslice.cli.certs",
+    "migslice.cli.extender",
+    "migslice.cli.webhook",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

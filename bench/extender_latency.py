@@ -1,0 +1,492 @@
+"""Benchmark: extender filter + prioritize over HTTP(S) at cluster scale (a report, not a test).
+
+Starts ``migslice``'s extender app under gunicorn (one worker, gthread, TLS by default) on a
+synthetic cluster of 8-GPU A100-80GB nodes, then plays kube-scheduler: for each pod, one
+``/filter`` and one ``/prioritize`` call on a kept-alive connection, with ``candidates`` random
+node names (``nodeCacheCapable: true``) or full Node objects (``false``). Reports pair latency
+percentiles, calls per second, and the worker's resident memory.
+
+    python -m bench.extender_latency                       # full size: 5,000 nodes, 40,000 pods
+    python -m bench.extender_latency --nodes 500 --pods-per-node 8 --duration-s 5   # quick
+
+Writes ``bench/reports/extender_latency.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPORTS = Path(__file__).parent / "reports"
+CONFIGS = (("all-balanced", 0.4), ("all-1g.10gb", 0.3), ("all-3g.40gb", 0.2), ("all-2g.20gb", 0.1))
+GPUS_PER_NODE = 8
+PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
+
+
+# -- the synthetic cluster -----------------------------------------------------------------
+
+
+def node_config(index: int) -> str:
+    point = (index * 0.6180339887) % 1.0
+    for name, share in CONFIGS:
+        if point < share:
+            return name
+        point -= share
+    return CONFIGS[0][0]
+
+
+def node_allocatable(config: str) -> dict[str, int]:
+    from migslice.inventory import builtin_counts
+    from migslice.mig import CATALOG
+
+    built = builtin_counts(config, CATALOG.get("A100-80GB"))
+    assert built is not None
+    return {"nvidia.com/mig-" + p.replace("+", "."): c * GPUS_PER_NODE for p, c in built[1].items()}
+
+
+def raw_node(index: int, heavy: bool = False) -> dict[str, Any]:
+    """A Node as the API serves it; ``heavy`` adds the bulk real Nodes carry."""
+    name = f"gpu-{index:05d}"
+    config = node_config(index)
+    allocatable = {"cpu": "96", "memory": "1Ti", "pods": "110", "ephemeral-storage": "1Ti"}
+    allocatable.update({k: str(v) for k, v in node_allocatable(config).items()})
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "p4de.24xlarge",
+        "topology.kubernetes.io/zone": f"zone-{index % 3}",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        "nvidia.com/gpu.count": str(GPUS_PER_NODE),
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.config": config,
+        "nvidia.com/mig.config.state": "success",
+    }
+    node: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "uid": f"00000000-0000-0000-0000-{index:012d}",
+            "resourceVersion": str(1000 + index),
+            "creationTimestamp": "2025-05-01T00:00:00Z",
+            "labels": labels,
+        },
+        "spec": {"providerID": f"aws:///zone/i-{index:017x}"},
+        "status": {"capacity": dict(allocatable), "allocatable": allocatable},
+    }
+    if heavy:
+        node["metadata"]["managedFields"] = [
+            {
+                "manager": manager,
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": "2025-05-01T00:00:00Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {f"f:{k}": {} for k in labels}}},
+            }
+            for manager in ("kubelet", "gpu-feature-discovery", "nvidia-mig-manager")
+        ]
+        node["status"]["conditions"] = [
+            {
+                "type": kind,
+                "status": "False" if kind != "Ready" else "True",
+                "lastHeartbeatTime": "2025-05-01T00:00:00Z",
+                "lastTransitionTime": "2025-05-01T00:00:00Z",
+                "reason": f"Kubelet{kind}",
+                "message": f"kubelet reports {kind}",
+            }
+            for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+        ]
+        node["status"]["images"] = [
+            {"names": [f"registry.example/team/image-{i}@sha256:{'0' * 64}"], "sizeBytes": 10**9}
+            for i in range(12)
+        ]
+        node["status"]["addresses"] = [{"type": "InternalIP", "address": "10.0.0.1"}]
+        node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
+        node["status"]["nodeInfo"] = {
+            "machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "6.1",
+            "osImage": "Ubuntu 22.04", "containerRuntimeVersion": "containerd://1.7",
+            "kubeletVersion": "v1.34.0", "kubeProxyVersion": "", "operatingSystem": "linux",
+            "architecture": "amd64",
+        }  # fmt: skip
+    return node
+
+
+def raw_pod(name: str, profile: str, node_name: str | None) -> dict[str, Any]:
+    resource = "nvidia.com/mig-" + profile.replace("+", ".")
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2025-05-01T00:00:00Z",
+            "labels": {"app": "train", "job": name.rsplit("-", 1)[0]},
+            "annotations": {"migslice.io/tenant": "team-a", "migslice.io/profile": profile},
+        },
+        "spec": {
+            "schedulerName": "migslice-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:1",
+                    "command": ["python", "train.py"],
+                    "resources": {
+                        "limits": {"cpu": "4", "memory": "32Gi", resource: "1"},
+                        "requests": {"cpu": "4", "memory": "32Gi", resource: "1"},
+                    },
+                }
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "nvidia.com/gpu.product",
+                                        "operator": "In",
+                                        "values": ["NVIDIA-A100-SXM4-80GB"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
+    if node_name:
+        pod["spec"]["nodeName"] = node_name
+    return pod
+
+
+def bound_pods(nodes: int, pods_per_node: int, seed: int) -> Iterator[dict[str, Any]]:
+    rng = random.Random(seed)
+    for index in range(nodes):
+        free = dict(node_allocatable(node_config(index)))
+        for k in range(pods_per_node):
+            offered = [r for r, c in free.items() if c > 0]
+            if not offered:
+                break
+            resource = rng.choice(offered)
+            free[resource] -= 1
+            profile = resource.removeprefix("nvidia.com/mig-")
+            yield raw_pod(f"job{index}-{k}", profile, f"gpu-{index:05d}")
+
+
+# -- the server (child process) ------------------------------------------------------------
+
+
+def serve_main(args: argparse.Namespace) -> None:
+    from extender.app import create_app
+    from extender.settings import ExtenderSettings
+    from extender.state import ExtenderState, StaticCache, new_index
+    from migslice.inventory import node_facts_from_raw, pod_facts_from_raw
+    from migslice.serving import ServerOptions, serve
+
+    def factory() -> Any:
+        index = new_index()
+        index.replace_nodes(node_facts_from_raw(raw_node(i)) for i in range(args.nodes))
+        pods = (pod_facts_from_raw(p) for p in bound_pods(args.nodes, args.pods_per_node, 1))
+        index.replace_pods(p for p in pods if p is not None)
+        state = ExtenderState(index, (StaticCache("bench"),))
+        return create_app(ExtenderSettings(), state)
+
+    options = ServerOptions(
+        host="127.0.0.1",
+        port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        insecure_http=args.tls_cert is None,
+        workers=1,
+        threads=args.threads,
+    )
+    serve(factory, options)
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+class Client:
+    """One kept-alive connection, like kube-scheduler's http.Client."""
+
+    def __init__(self, port: int, context: ssl.SSLContext | None) -> None:
+        if context is None:
+            self.connection: http.client.HTTPConnection = http.client.HTTPConnection(
+                "127.0.0.1", port, timeout=30
+            )
+        else:
+            self.connection = http.client.HTTPSConnection(
+                "127.0.0.1", port, timeout=30, context=context
+            )
+
+    def post(self, verb: str, body: bytes) -> Any:
+        self.connection.request(
+            "POST",
+            f"/{verb}",
+            body=body,
+            headers={"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"},
+        )
+        response = self.connection.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{verb} answered HTTP {response.status}")
+        return json.loads(data)
+
+    def get(self, path: str) -> int:
+        self.connection.request("GET", path)
+        response = self.connection.getresponse()
+        response.read()
+        return response.status
+
+
+def requests_for(
+    args: argparse.Namespace, cache_capable: bool, candidates: int, count: int
+) -> list[bytes]:
+    rng = random.Random(7)
+    heavy_nodes = {} if cache_capable else {i: raw_node(i, heavy=True) for i in range(args.nodes)}
+    bodies = []
+    for n in range(count):
+        pod = raw_pod(f"new-{n}", rng.choice(PROFILES), None)
+        chosen = rng.sample(range(args.nodes), min(candidates, args.nodes))
+        if cache_capable:
+            names = [f"gpu-{i:05d}" for i in chosen]
+            document = {"Pod": pod, "Nodes": None, "NodeNames": names}
+        else:
+            items = [heavy_nodes[i] for i in chosen]
+            document = {"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+        bodies.append(json.dumps(document, separators=(",", ":")).encode())
+    return bodies
+
+
+def measure(
+    client_factory: Any, bodies: list[bytes], duration_s: float, clients: int
+) -> dict[str, float]:
+    """Closed loop: each client sends filter then prioritize, back to back, until time is up."""
+    latencies: list[float] = []
+    calls = [0]
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + duration_s
+
+    def run(offset: int) -> None:
+        client = client_factory()
+        mine: list[float] = []
+        done = 0
+        k = offset
+        while time.perf_counter() < stop_at:
+            body = bodies[k % len(bodies)]
+            k += clients
+            started = time.perf_counter()
+            answer = client.post("filter", body)
+            if answer["Error"]:
+                raise RuntimeError(answer["Error"])
+            client.post("prioritize", body)
+            mine.append(time.perf_counter() - started)
+            done += 2
+        with lock:
+            latencies.extend(mine)
+            calls[0] += done
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
+
+    return {
+        "pairs": len(latencies),
+        "p50_ms": round(pct(0.50), 3),
+        "p90_ms": round(pct(0.90), 3),
+        "p99_ms": round(pct(0.99), 3),
+        "max_ms": round(latencies[-1] * 1000, 3),
+        "mean_ms": round(statistics.fmean(latencies) * 1000, 3),
+        "calls_per_s": round(calls[0] / elapsed, 1),
+    }
+
+
+def worker_rss_mib(master_pid: int) -> float:
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    rss = 0.0
+    for pid in children:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = max(rss, int(line.split()[1]) / 1024)
+    return round(rss, 1)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_server(
+    args: argparse.Namespace, nodes: int, tls: tuple[str, str] | None
+) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "bench.extender_latency", "--serve", "--port", str(port),
+        "--nodes", str(nodes), "--pods-per-node", str(args.pods_per_node),
+        "--threads", str(args.threads),
+    ]  # fmt: skip
+    if tls:
+        command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
+    root = Path(__file__).resolve().parent.parent
+    process = subprocess.Popen(
+        command, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return process, port
+
+
+def wait_ready(client_factory: Any, process: subprocess.Popen[bytes], timeout_s: float) -> float:
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        if process.poll() is not None:
+            raise RuntimeError("benchmark server exited")
+        try:
+            if client_factory().get("/readyz") == 200:
+                return time.perf_counter() - started
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("benchmark server not ready in time")
+
+
+def run_case(
+    args: argparse.Namespace,
+    nodes: int,
+    cache_capable: bool,
+    candidates: int,
+    tls: tuple[str, str, str] | None,
+) -> dict[str, Any]:
+    context = None
+    if tls:
+        context = ssl.create_default_context(cafile=tls[2])
+        context.check_hostname = False
+    sized = argparse.Namespace(**{**vars(args), "nodes": nodes})
+    process, port = start_server(sized, nodes, (tls[0], tls[1]) if tls else None)
+    try:
+
+        def client_factory() -> Client:
+            return Client(port, context)
+
+        startup_s = wait_ready(client_factory, process, timeout_s=600)
+        bodies = requests_for(sized, cache_capable, candidates, 200)
+        measure(client_factory, bodies, min(2.0, args.duration_s), 1)  # warm up
+        single = measure(client_factory, bodies, args.duration_s, 1)
+        loaded = measure(client_factory, bodies, args.duration_s, args.clients)
+        rss = worker_rss_mib(process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    return {
+        "nodes": nodes,
+        "pods": nodes * args.pods_per_node,
+        "candidates": candidates,
+        "node_cache_capable": cache_capable,
+        "request_bytes": len(bodies[0]),
+        "startup_s": round(startup_s, 1),
+        "one_client": single,
+        f"{args.clients}_clients": loaded,
+        "worker_rss_mib": rss,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    clients = report["settings"]["clients"]
+    lines = [
+        "| nodes | pods | candidates | nodeCacheCapable | request KiB | pair p50 ms | pair p99 ms "
+        f"| calls/s (1 client) | calls/s ({clients} clients) | p99 ms ({clients} clients) "
+        "| worker RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in report["cases"]:
+        one, many = case["one_client"], case[f"{clients}_clients"]
+        lines.append(
+            f"| {case['nodes']} | {case['pods']} | {case['candidates']} | "
+            f"{str(case['node_cache_capable']).lower()} | {case['request_bytes'] / 1024:.0f} | "
+            f"{one['p50_ms']} | {one['p99_ms']} | {one['calls_per_s']} | {many['calls_per_s']} | "
+            f"{many['p99_ms']} | {case['worker_rss_mib']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods-per-node", type=int, default=8)
+    parser.add_argument("--candidates", type=int, default=500)
+    parser.add_argument("--uncached-nodes", type=int, nargs="*", default=[100, 500])
+    parser.add_argument("--duration-s", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--insecure-http", action="store_true", help="plain HTTP, not TLS")
+    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--tls-cert", help=argparse.SUPPRESS)
+    parser.add_argument("--tls-key", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve_main(args)
+        return 0
+    from migslice.serving.certs import write_tls_bundle
+
+    with tempfile.TemporaryDirectory() as scratch:
+        tls = None
+        if not args.insecure_http:
+            bundle = write_tls_bundle(
+                scratch, "migslice-extender", "migslice-system", ip_addresses=["127.0.0.1"]
+            )
+            tls = (str(bundle.cert), str(bundle.key), str(bundle.ca_cert))
+        cases = [run_case(args, args.nodes, True, args.candidates, tls)]
+        print(json.dumps(cases[-1]), flush=True)
+        for count in args.uncached_nodes:
+            cases.append(run_case(args, count, False, count, tls))
+            print(json.dumps(cases[-1]), flush=True)
+    report = {
+        "benchmark": "extender_latency",
+        "settings": {
+            "gpus_per_node": GPUS_PER_NODE,
+            "tls": not args.insecure_http,
+            "duration_s": args.duration_s,
+            "clients": args.clients,
+            "gunicorn": f"1 worker, gthread, {args.threads} threads",
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+        },
+        "cases": cases,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "extender_latency.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "extender_latency.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

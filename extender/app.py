@@ -1,0 +1,215 @@
+"""The extender's Flask app: ``POST /filter``, ``POST /prioritize``, health, readiness, metrics.
+
+Every verb answers HTTP 200: kube-scheduler treats any other status as a failed call. Our own
+failures (a body that is not ExtenderArgs, an internal error) are reported in ``Error``
+(filter) or as ``{"Error": ...}`` (prioritize, which kube-scheduler then ignores).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from extender.metrics import ExtenderMetrics
+from extender.settings import ExtenderSettings
+from extender.state import ExtenderState, new_index
+from extender.wire import (
+    ExtenderFilterResult,
+    HostPriority,
+    PrioritizeError,
+    RawNode,
+    filter_error,
+)
+from migslice.inventory import node_facts_from_raw
+from migslice.scheduling import (
+    PodDemand,
+    PreparedNode,
+    demand_of,
+    filter_nodes,
+    score_nodes,
+)
+
+log = logging.getLogger(__name__)
+
+EXTENSION = "migslice_extender"
+JSON = "application/json"
+
+
+class BadArgsError(ValueError):
+    """A body that is not a usable ExtenderArgs; the message says what is wrong."""
+
+
+class Context:
+    """What the routes use, kept on ``app.extensions[EXTENSION]``."""
+
+    def __init__(self, settings: ExtenderSettings, state: ExtenderState) -> None:
+        self.settings = settings
+        self.state = state
+        self.metrics = ExtenderMetrics(state)
+
+
+def create_app(
+    settings: ExtenderSettings | None = None, state: ExtenderState | None = None
+) -> Flask:
+    """An extender app over ``state`` (default: an empty cluster, for tests)."""
+    app = Flask("extender")
+    context = Context(settings or ExtenderSettings(), state or ExtenderState(new_index()))
+    app.extensions[EXTENSION] = context
+
+    @app.post("/filter")
+    def filter_route() -> Response:
+        started = time.perf_counter()
+        try:
+            answer, outcome = _filter(context, _read_args(context))
+        except BadArgsError as error:
+            answer, outcome = filter_error(str(error)), "error"
+        except Exception as error:  # our own failure: still 200, with Error
+            log.exception("filter failed; answering with Error")
+            answer, outcome = filter_error(f"migslice extender internal error: {error}"), "error"
+        return _finish(context, "filter", answer, outcome, started)
+
+    @app.post("/prioritize")
+    def prioritize_route() -> Response:
+        started = time.perf_counter()
+        answer: list[HostPriority] | PrioritizeError
+        try:
+            answer, outcome = _prioritize(_read_args(context), context), "ok"
+        except BadArgsError as error:
+            answer, outcome = {"Error": str(error)}, "error"
+        except Exception as error:
+            log.exception("prioritize failed; answering with Error")
+            answer, outcome = {"Error": f"migslice extender internal error: {error}"}, "error"
+        return _finish(context, "prioritize", answer, outcome, started)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ready, problems = context.state.readiness(context.settings.max_staleness_s)
+        if ready:
+            return Response("ok\n", mimetype="text/plain")
+        return Response("\n".join(problems) + "\n", status=503, mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(context.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _finish(context: Context, verb: str, answer: Any, outcome: str, started: float) -> Response:
+    body = json.dumps(answer, separators=(",", ":"))
+    context.metrics.requests.labels(verb, outcome).inc()
+    context.metrics.duration.labels(verb).observe(time.perf_counter() - started)
+    return Response(body, status=200, mimetype=JSON)
+
+
+def _read_args(context: Context) -> dict[str, Any]:
+    limit = context.settings.max_body_bytes
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BadArgsError(
+            f"request body is {length} bytes; limit {limit} (--max-body-mib); "
+            "use nodeCacheCapable: true"
+        )
+    data = request.stream.read(limit + 1)
+    if len(data) > limit:
+        raise BadArgsError(f"request body exceeds {limit} bytes (--max-body-mib)")
+    try:
+        args = json.loads(data)
+    except ValueError as error:
+        raise BadArgsError(f"request body is not JSON ExtenderArgs: {error}") from None
+    if not isinstance(args, dict):
+        raise BadArgsError(f"ExtenderArgs must be a JSON object, got {type(args).__name__}")
+    pod = args.get("Pod")
+    if not isinstance(pod, dict):
+        raise BadArgsError(f"ExtenderArgs.Pod is {_kind(pod)}; expected the Pod object")
+    return args
+
+
+def _kind(value: object) -> str:
+    return "missing" if value is None else type(value).__name__
+
+
+def _candidates(
+    args: Mapping[str, Any], context: Context
+) -> tuple[list[tuple[str, PreparedNode | None]], dict[str, RawNode] | None]:
+    """(name, prepared node) pairs, and for full-Node requests the Nodes by name."""
+    index = context.state.index
+    names = args.get("NodeNames")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadArgsError("ExtenderArgs.NodeNames must be a list of node names")
+        get = index.get
+        return [(name, get(name)) for name in names], None
+    nodes = args.get("Nodes")
+    if nodes is None:
+        raise BadArgsError("ExtenderArgs has neither NodeNames nor Nodes (both null)")
+    items = nodes.get("items") if isinstance(nodes, dict) else None
+    if not isinstance(items, list):
+        raise BadArgsError("ExtenderArgs.Nodes must be a NodeList with items")
+    by_name: dict[str, RawNode] = {}
+    candidates: list[tuple[str, PreparedNode | None]] = []
+    for position, raw in enumerate(items):
+        metadata = raw.get("metadata") if isinstance(raw, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not isinstance(name, str) or not name:
+            raise BadArgsError(f"ExtenderArgs.Nodes.items[{position}] has no metadata.name")
+        by_name.setdefault(name, raw)
+        candidates.append((name, _prepared_from_raw(context, name, raw)))
+    return candidates, by_name
+
+
+def _prepared_from_raw(context: Context, name: str, raw: RawNode) -> PreparedNode:
+    """The cached answer when the sent Node is the version we cached, else one built now."""
+    cached = context.state.index.get(name)
+    version = (raw.get("metadata") or {}).get("resourceVersion")
+    if cached is not None and version and cached.resource_version == version:
+        return cached
+    return context.state.index.derive_for(node_facts_from_raw(raw))
+
+
+def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterResult, str]:
+    demand = demand_of(args["Pod"])
+    candidates, by_name = _candidates(args, context)
+    result = filter_nodes(demand, candidates)
+    metrics = context.metrics.filtered
+    metrics.labels("fits").inc(len(result.fits))
+    metrics.labels("failed").inc(len(result.failed))
+    metrics.labels("unresolvable").inc(len(result.unresolvable))
+    _log_decision("filter", demand, candidates, len(result.fits))
+    answer: ExtenderFilterResult = {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": dict(result.failed),
+        "FailedAndUnresolvableNodes": dict(result.unresolvable),
+        "Error": "",
+    }
+    if by_name is None:
+        answer["NodeNames"] = list(result.fits)
+    else:
+        answer["Nodes"] = {"metadata": {}, "items": [by_name[name] for name in result.fits]}
+    return answer, "ok"
+
+
+def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:
+    demand = demand_of(args["Pod"])
+    candidates, _ = _candidates(args, context)
+    scores = score_nodes(demand, candidates)
+    _log_decision("prioritize", demand, candidates, len(scores))
+    return [{"Host": name, "Score": int(score)} for name, score in scores]
+
+
+def _log_decision(
+    verb: str, demand: PodDemand, candidates: Sequence[tuple[str, Any]], kept: int
+) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s pod=%s candidates=%d kept=%d", verb, demand.key, len(candidates), kept)

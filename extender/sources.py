@@ -1,0 +1,65 @@
+"""The live cluster view: informers on Nodes, GPU Pods and the mig-parted ConfigMap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.settings import ExtenderSettings
+from extender.state import (
+    ExtenderState,
+    MigConfigSink,
+    NodeSink,
+    PodSink,
+    mig_configs_from,
+    new_index,
+)
+from migslice.inventory import MigConfigs, node_facts_from_raw, pod_facts_from_raw
+from migslice.kube import Informer, ResourceRef, Transport
+
+# Terminal pods hold nothing; the API server leaves them out of the list and the watch.
+NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def start_cluster_state(transport: Transport, settings: ExtenderSettings) -> ExtenderState:
+    """Start the informers (daemon threads) and return the state they keep current."""
+    index = new_index()
+    key = settings.mig_config_key
+
+    def project_config_map(raw: dict[str, Any]) -> MigConfigs:
+        return mig_configs_from(raw, key)
+
+    namespace = settings.mig_config_namespace or "default"
+    informers: list[Informer[Any]] = [
+        Informer(
+            name="mig-config",
+            transport=transport,
+            resource=ResourceRef(
+                f"/api/v1/namespaces/{namespace}/configmaps",
+                field_selector=f"metadata.name={settings.mig_config_name}",
+            ),
+            project=project_config_map,
+            sink=MigConfigSink(index),
+        ),
+        Informer(
+            name="nodes",
+            transport=transport,
+            resource=ResourceRef("/api/v1/nodes"),
+            project=node_facts_from_raw,
+            sink=NodeSink(index),
+        ),
+        Informer(
+            name="pods",
+            transport=transport,
+            resource=ResourceRef("/api/v1/pods", field_selector=NON_TERMINAL_PODS),
+            project=pod_facts_from_raw,
+            sink=PodSink(index),
+        ),
+    ]
+    for informer in informers:
+        informer.start()
+
+    def stop() -> None:
+        for informer in informers:
+            informer.stop()
+
+    return ExtenderState(index, tuple(informers), stop)

@@ -1,0 +1,170 @@
+"""The extender's cluster view: an inventory index plus the caches that feed it.
+
+Ports: :class:`CacheStatus` is whatever keeps the index current (a ``migslice.kube``
+Informer in a cluster; :class:`StaticCache` for a cluster file).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from extender.settings import ExtenderSettings
+from migslice.clusterfile import ClusterObjects
+from migslice.inventory import (
+    ClusterIndex,
+    MigConfigs,
+    NodeFacts,
+    PodFacts,
+    node_facts_from_raw,
+    pod_facts_from_raw,
+)
+from migslice.mig.render import MigPartedError, parse_mig_parted
+from migslice.scheduling import PreparedNode, prepare_node
+
+log = logging.getLogger(__name__)
+
+
+class CacheStatus(Protocol):
+    """A cache feeding the index: its name, whether it has listed once, how stale it is."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+    def staleness_s(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StaticCache:
+    """A cache that never changes (a cluster file): always synced, never stale."""
+
+    name: str
+
+    @property
+    def synced(self) -> bool:
+        return True
+
+    def staleness_s(self) -> float | None:
+        return 0.0
+
+
+@dataclass
+class ExtenderState:
+    """What the routes read: the index, and the caches whose health readiness reports."""
+
+    index: ClusterIndex[PreparedNode]
+    caches: Sequence[CacheStatus] = ()
+    stop: Callable[[], None] = field(default=lambda: None)
+
+    def readiness(self, max_staleness_s: float) -> tuple[bool, list[str]]:
+        """(ready, problems): every cache synced and heard from within ``max_staleness_s``."""
+        problems: list[str] = []
+        for cache in self.caches:
+            staleness = cache.staleness_s()
+            if not cache.synced:
+                problems.append(f"cache {cache.name} not synced yet")
+            elif staleness is None or staleness > max_staleness_s:
+                seen = "never" if staleness is None else f"{staleness:.0f}s ago"
+                problems.append(
+                    f"cache {cache.name} last heard from the API server {seen}; "
+                    f"limit {max_staleness_s:.0f}s (--max-staleness-s)"
+                )
+        return (not problems, problems)
+
+
+def new_index() -> ClusterIndex[PreparedNode]:
+    return ClusterIndex(prepare_node)
+
+
+def mig_configs_from(config_map: Mapping[str, Any] | None, key: str) -> MigConfigs:
+    """The mig-parted configs in a ConfigMap's ``data[key]``; empty (and logged) if unreadable."""
+    if not config_map:
+        return {}
+    data = config_map.get("data") or {}
+    text = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(text, str):
+        log.warning("ConfigMap has no data key=%s; inferring layouts from built-in names only", key)
+        return {}
+    try:
+        return parse_mig_parted(text)
+    except MigPartedError as error:
+        log.warning("mig-parted config unreadable (%s); using built-in names only", error)
+        return {}
+
+
+def state_from_objects(objects: ClusterObjects, settings: ExtenderSettings) -> ExtenderState:
+    """A fixed cluster view from a cluster file's objects (a Pod with spec.nodeName is bound)."""
+    index = new_index()
+    for config_map in objects.config_maps:
+        metadata = config_map.get("metadata") or {}
+        namespace = metadata.get("namespace") or ""
+        if metadata.get("name") == settings.mig_config_name and (
+            not settings.mig_config_namespace or namespace in ("", settings.mig_config_namespace)
+        ):
+            index.set_mig_configs(mig_configs_from(config_map, settings.mig_config_key))
+    index.replace_nodes(node_facts_from_raw(raw) for raw in objects.nodes)
+    index.replace_pods(_projected_pods(objects.pods))
+    return ExtenderState(index, (StaticCache("cluster-file"),))
+
+
+def _projected_pods(raw_pods: Iterable[Mapping[str, Any]]) -> Iterable[PodFacts]:
+    for raw in raw_pods:
+        pod = pod_facts_from_raw(raw)
+        if pod is not None:
+            yield pod
+
+
+class NodeSink:
+    """Informer sink that keeps the index's nodes."""
+
+    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
+        self._index = index
+
+    def replace(self, items: Mapping[str, NodeFacts]) -> None:
+        self._index.replace_nodes(items.values())
+
+    def upsert(self, key: str, item: NodeFacts) -> None:
+        self._index.upsert_node(item)
+
+    def delete(self, key: str) -> None:
+        self._index.delete_node(key)
+
+
+class PodSink:
+    """Informer sink that keeps the index's GPU pods."""
+
+    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
+        self._index = index
+
+    def replace(self, items: Mapping[str, PodFacts]) -> None:
+        self._index.replace_pods(items.values())
+
+    def upsert(self, key: str, item: PodFacts) -> None:
+        self._index.upsert_pod(item)
+
+    def delete(self, key: str) -> None:
+        self._index.delete_pod(key)
+
+
+class MigConfigSink:
+    """Informer sink for the one ConfigMap that holds the mig-parted config."""
+
+    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
+        self._index = index
+
+    def replace(self, items: Mapping[str, MigConfigs]) -> None:
+        merged: dict[str, Any] = {}
+        for configs in items.values():
+            merged.update(configs)
+        self._index.set_mig_configs(merged)
+
+    def upsert(self, key: str, item: MigConfigs) -> None:
+        self._index.set_mig_configs(item)
+
+    def delete(self, key: str) -> None:
+        self._index.set_mig_configs({})

@@ -1,0 +1,252 @@
+"""The node agent's annotation ``migslice.io/gpu-layout``: a versioned JSON schema.
+
+The agent publishes what NVML reports; the inventory reads it as the most precise source of
+a node's GPU layouts. Version ``v1``::
+
+    {
+      "version": "v1",
+      "product": "NVIDIA-A100-SXM4-80GB",      # NVML name as GFD spells it
+      "pciDeviceId": "0x20B2",                 # optional
+      "observedAt": "2025-05-01T12:00:00Z",    # optional, RFC 3339, when NVML was read
+      "gpus": [
+        {
+          "index": 0, "uuid": "GPU-…",          # uuid optional
+          "migEnabled": true,
+          "instances": [                        # GPU instances, empty when MIG is off
+            {"profile": "3g.40gb", "start": 0, "size": 4, "uuid": "MIG-…", "busy": true}
+          ]
+        }
+      ],
+      "profiles": [ … ]                         # optional: NVML's profile table, for models
+    }                                           # the catalog lacks (see below)
+
+``start`` and ``size`` are in memory slices (NVML placement). ``busy`` is true when NVML sees
+processes on the instance. ``profiles`` entries are ``{"name": "MIG 1g.10gb", "giProfileId":
+19, "sliceCount": 1, "instanceCount": 7, "memoryMiB": 9856, "smCount": 16, "placements":
+[[0, 1], [1, 1], …]}``. Unknown keys are ignored, so later minor additions stay readable; a
+different ``version`` is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+from migslice.mig import NvmlProfileInfo
+
+LAYOUT_ANNOTATION = "migslice.io/gpu-layout"
+LAYOUT_VERSION = "v1"
+
+
+class InstanceEntry(TypedDict):
+    profile: str
+    start: int
+    size: int
+    busy: bool
+    uuid: NotRequired[str]
+
+
+class GpuEntry(TypedDict):
+    index: int
+    migEnabled: bool
+    instances: list[InstanceEntry]
+    uuid: NotRequired[str]
+
+
+class ProfileEntry(TypedDict):
+    name: str
+    giProfileId: int
+    sliceCount: int
+    instanceCount: int
+    memoryMiB: int
+    smCount: int
+    placements: list[list[int]]
+
+
+class GpuLayoutAnnotation(TypedDict):
+    version: str
+    product: str
+    gpus: list[GpuEntry]
+    pciDeviceId: NotRequired[str]
+    observedAt: NotRequired[str]
+    profiles: NotRequired[list[ProfileEntry]]
+
+
+class LayoutAnnotationError(ValueError):
+    """An annotation that does not follow the schema; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInstance:
+    profile: str
+    start: int
+    size: int
+    busy: bool
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentGpu:
+    index: int
+    mig_enabled: bool
+    instances: tuple[AgentInstance, ...]
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    """A parsed ``migslice.io/gpu-layout`` annotation."""
+
+    product: str
+    gpus: tuple[AgentGpu, ...]
+    pci_device_id: int | None = None
+    observed_at: str = ""
+    profiles: tuple[NvmlProfileInfo, ...] = ()
+
+
+def parse_layout_annotation(text: str) -> AgentReport:
+    """Parse the annotation's JSON text; LayoutAnnotationError names what is wrong."""
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise LayoutAnnotationError(f"{LAYOUT_ANNOTATION} is not JSON: {error}") from None
+    if not isinstance(document, Mapping):
+        raise LayoutAnnotationError(f"{LAYOUT_ANNOTATION} must be a JSON object")
+    version = document.get("version")
+    if version != LAYOUT_VERSION:
+        raise LayoutAnnotationError(
+            f"{LAYOUT_ANNOTATION} version is {version!r}; this migslice reads {LAYOUT_VERSION!r}"
+        )
+    product = _field(document, "product", str, "")
+    pci_text = document.get("pciDeviceId")
+    pci: int | None = None
+    if isinstance(pci_text, str):
+        try:
+            pci = int(pci_text, 16)
+        except ValueError:
+            raise LayoutAnnotationError(f"pciDeviceId={pci_text!r} is not hexadecimal") from None
+    raw_gpus = _field(document, "gpus", list, "")
+    gpus = tuple(_parse_gpu(raw, f"gpus[{i}]") for i, raw in enumerate(raw_gpus))
+    indices = [gpu.index for gpu in gpus]
+    if len(set(indices)) != len(indices):
+        raise LayoutAnnotationError(f"gpus: index repeated in {indices}")
+    profiles = tuple(
+        _parse_profile(raw, f"profiles[{i}]")
+        for i, raw in enumerate(document.get("profiles") or ())
+    )
+    observed = document.get("observedAt")
+    return AgentReport(
+        product=product,
+        gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+        pci_device_id=pci,
+        observed_at=observed if isinstance(observed, str) else "",
+        profiles=profiles,
+    )
+
+
+def _field(raw: Mapping[str, Any], name: str, kind: type, path: str) -> Any:
+    value = raw.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        where = f"{path}.{name}" if path else name
+        raise LayoutAnnotationError(
+            f"{where}={value!r}; expected {kind.__name__} ({LAYOUT_ANNOTATION} {LAYOUT_VERSION})"
+        )
+    return value
+
+
+def _parse_gpu(raw: object, path: str) -> AgentGpu:
+    if not isinstance(raw, Mapping):
+        raise LayoutAnnotationError(f"{path} must be an object")
+    index = _field(raw, "index", int, path)
+    enabled = _field(raw, "migEnabled", bool, path)
+    instances = []
+    for i, item in enumerate(raw.get("instances") or ()):
+        where = f"{path}.instances[{i}]"
+        if not isinstance(item, Mapping):
+            raise LayoutAnnotationError(f"{where} must be an object")
+        busy = item.get("busy", False)
+        instances.append(
+            AgentInstance(
+                profile=_field(item, "profile", str, where),
+                start=_field(item, "start", int, where),
+                size=_field(item, "size", int, where),
+                busy=bool(busy),
+                uuid=str(item.get("uuid") or ""),
+            )
+        )
+    if instances and not enabled:
+        raise LayoutAnnotationError(f"{path} has instances but migEnabled is false")
+    return AgentGpu(index, enabled, tuple(instances), str(raw.get("uuid") or ""))
+
+
+def _parse_profile(raw: object, path: str) -> NvmlProfileInfo:
+    if not isinstance(raw, Mapping):
+        raise LayoutAnnotationError(f"{path} must be an object")
+    placements = _field(raw, "placements", list, path)
+    pairs: list[tuple[int, int]] = []
+    for pair in placements:
+        is_pair = isinstance(pair, list) and len(pair) == 2
+        if not (is_pair and all(isinstance(v, int) for v in pair)):
+            raise LayoutAnnotationError(f"{path}.placements: {pair!r} is not [start, size]")
+        pairs.append((pair[0], pair[1]))
+    return NvmlProfileInfo(
+        name=_field(raw, "name", str, path),
+        gi_profile_id=_field(raw, "giProfileId", int, path),
+        slice_count=_field(raw, "sliceCount", int, path),
+        instance_count=_field(raw, "instanceCount", int, path),
+        memory_mib=_field(raw, "memoryMiB", int, path),
+        sm_count=_field(raw, "smCount", int, path),
+        placements=tuple(pairs),
+    )
+
+
+def render_layout_annotation(report: AgentReport) -> str:
+    """The annotation text for ``report`` (compact JSON; what the agent writes)."""
+    document: GpuLayoutAnnotation = {
+        "version": LAYOUT_VERSION,
+        "product": report.product,
+        "gpus": [_render_gpu(gpu) for gpu in report.gpus],
+    }
+    if report.pci_device_id is not None:
+        document["pciDeviceId"] = f"0x{report.pci_device_id:04X}"
+    if report.observed_at:
+        document["observedAt"] = report.observed_at
+    if report.profiles:
+        document["profiles"] = [
+            {
+                "name": p.name,
+                "giProfileId": p.gi_profile_id,
+                "sliceCount": p.slice_count,
+                "instanceCount": p.instance_count,
+                "memoryMiB": p.memory_mib,
+                "smCount": p.sm_count,
+                "placements": [[start, size] for start, size in p.placements],
+            }
+            for p in report.profiles
+        ]
+    return json.dumps(document, separators=(",", ":"))
+
+
+def _render_gpu(gpu: AgentGpu) -> GpuEntry:
+    entry: GpuEntry = {
+        "index": gpu.index,
+        "migEnabled": gpu.mig_enabled,
+        "instances": [_render_instance(i) for i in gpu.instances],
+    }
+    if gpu.uuid:
+        entry["uuid"] = gpu.uuid
+    return entry
+
+
+def _render_instance(instance: AgentInstance) -> InstanceEntry:
+    entry: InstanceEntry = {
+        "profile": instance.profile,
+        "start": instance.start,
+        "size": instance.size,
+        "busy": instance.busy,
+    }
+    if instance.uuid:
+        entry["uuid"] = instance.uuid
+    return entry

@@ -1,0 +1,149 @@
+"""A cluster inventory that is kept up to date one event at a time.
+
+:class:`ClusterIndex` holds the projected Nodes and Pods of a cluster and, per node, a value
+derived from its :class:`NodeState` by a caller-given function (the extender derives the
+per-profile free counts and scores it answers from; the webhook can keep the state itself).
+Every change re-derives only the node it touches, so a watch event costs one node's work and
+a request reads precomputed values.
+
+No I/O and no clock: the shells (``migslice.kube`` informers, cluster files) feed it.
+Writers are serialised by a lock; readers take no lock and see, per node, either the old or
+the new derived value (dict reads and writes are atomic in CPython).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Generic, TypeVar
+
+from migslice.inventory.layouts import NodeState, resolve_node
+from migslice.inventory.nodes import NodeFacts
+from migslice.inventory.pods import PodFacts
+from migslice.mig import CATALOG, Catalog
+from migslice.mig.render import MigPartedEntry
+
+V = TypeVar("V")
+MigConfigs = Mapping[str, tuple[MigPartedEntry, ...]]
+
+
+class ClusterIndex(Generic[V]):
+    """Nodes, the GPU pods on them, and a derived value per node."""
+
+    def __init__(self, derive: Callable[[NodeState], V], catalog: Catalog = CATALOG) -> None:
+        self._derive = derive
+        self._catalog = catalog
+        self._lock = threading.RLock()
+        self._nodes: dict[str, NodeFacts] = {}
+        self._pods: dict[str, PodFacts] = {}
+        self._pods_by_node: dict[str, dict[str, PodFacts]] = {}
+        self._derived: dict[str, V] = {}
+        self._mig_configs: MigConfigs = {}
+
+    # -- reads (lock-free) -------------------------------------------------------------------
+
+    def get(self, name: str) -> V | None:
+        return self._derived.get(name)
+
+    def node_facts(self, name: str) -> NodeFacts | None:
+        return self._nodes.get(name)
+
+    def node_names(self) -> list[str]:
+        return list(self._nodes)
+
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    def state_of(self, name: str) -> NodeState | None:
+        """The full NodeState of a cached node (computed now; not on the hot path)."""
+        facts = self._nodes.get(name)
+        return None if facts is None else self._resolve(facts)
+
+    def derive_for(self, facts: NodeFacts) -> V:
+        """The derived value for a node given from outside (e.g. in an ExtenderArgs ``Nodes``),
+        with the cached pods that hold resources on a node of that name."""
+        return self._derive(self._resolve(facts))
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
+        with self._lock:
+            self._nodes = {facts.name: facts for facts in nodes}
+            self._rederive_all()
+
+    def upsert_node(self, facts: NodeFacts) -> None:
+        with self._lock:
+            self._nodes[facts.name] = facts
+            self._rederive(facts.name)
+
+    def delete_node(self, name: str) -> None:
+        with self._lock:
+            self._nodes.pop(name, None)
+            self._derived.pop(name, None)
+
+    def replace_pods(self, pods: Iterable[PodFacts]) -> None:
+        with self._lock:
+            self._pods = {pod.key: pod for pod in pods}
+            self._pods_by_node = {}
+            for pod in self._pods.values():
+                self._link(pod)
+            self._rederive_all()
+
+    def upsert_pod(self, pod: PodFacts) -> None:
+        with self._lock:
+            old = self._pods.get(pod.key)
+            if old == pod:
+                return
+            touched = self._unlink(old)
+            self._pods[pod.key] = pod
+            self._link(pod)
+            for name in {touched, pod.holding_node} - {None}:
+                assert name is not None
+                self._rederive(name)
+
+    def delete_pod(self, key: str) -> None:
+        with self._lock:
+            old = self._pods.pop(key, None)
+            touched = self._unlink(old)
+            if touched is not None:
+                self._rederive(touched)
+
+    def set_mig_configs(self, configs: MigConfigs) -> None:
+        with self._lock:
+            self._mig_configs = dict(configs)
+            self._rederive_all()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _link(self, pod: PodFacts) -> None:
+        node = pod.holding_node
+        if node is not None:
+            self._pods_by_node.setdefault(node, {})[pod.key] = pod
+
+    def _unlink(self, pod: PodFacts | None) -> str | None:
+        if pod is None or pod.holding_node is None:
+            return None
+        on_node = self._pods_by_node.get(pod.holding_node)
+        if on_node is not None:
+            on_node.pop(pod.key, None)
+            if not on_node:
+                del self._pods_by_node[pod.holding_node]
+        return pod.holding_node
+
+    def _resolve(self, facts: NodeFacts) -> NodeState:
+        pods = self._pods_by_node.get(facts.name, {}).values()
+        return resolve_node(facts, pods, self._mig_configs, self._catalog)
+
+    def _rederive(self, name: str) -> None:
+        facts = self._nodes.get(name)
+        if facts is None:
+            return
+        self._derived[name] = self._derive(self._resolve(facts))
+
+    def _rederive_all(self) -> None:
+        self._derived = {name: self._derive(self._resolve(f)) for name, f in self._nodes.items()}

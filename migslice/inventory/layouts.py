@@ -1,0 +1,313 @@
+"""Per-GPU layouts of a node, from the most precise source available.
+
+Three sources, tried in order; :attr:`NodeState.source` says which one answered and
+:attr:`NodeState.notes` why a better one was not used:
+
+``agent``
+    The node agent's ``migslice.io/gpu-layout`` annotation: every GPU's instances with their
+    real placements and NVML busy flags. Exact, as of the agent's last report; used when it
+    parses, is legal for the GPU model and agrees with the node's allocatable counts.
+``mig-parted``
+    The mig-parted config that ``nvidia.com/mig.config`` names (from the configured ConfigMap,
+    else MIG Manager's built-in names ``all-disabled``, ``all-enabled``, ``all-balanced``,
+    ``all-<profile>``), applied to ``nvidia.com/gpu.count`` GPUs. Exact per-GPU instance
+    counts when MIG Manager reports ``success`` and the counts agree with allocatable;
+    placements are the engine's legal arrangement (mig-parted does not choose starts, so
+    they may differ from the hardware's, which does not change what fits).
+``counts``
+    Only the node's allocatable ``nvidia.com/mig-*`` counts: which profiles exist and how
+    many are free, not on which GPU. Filtering stays exact; scoring falls back to node-level
+    occupancy.
+
+Which instances pods hold: the device plugin, not the scheduler, picks the device, so the
+inventory knows per node and profile how many instances are held (bound and assumed pods)
+but not which. Instances the agent reports busy count first; the rest are assigned to the
+instances that best-fit packing would use (GPUs already in use first, the fullest first,
+then the lowest index), the same order the extender steers pods towards.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from migslice.inventory.migparted import per_gpu_counts
+from migslice.inventory.nodes import NodeFacts
+from migslice.inventory.pods import PodFacts
+from migslice.mig import (
+    CATALOG,
+    MIG_RESOURCE_PREFIX,
+    WHOLE_GPU_RESOURCE,
+    Catalog,
+    GpuModel,
+    Placed,
+    fit,
+    model_from_nvml,
+    violations,
+)
+from migslice.mig.render import MigPartedEntry
+
+MIG_OK_STATES = frozenset({"success"})
+
+
+class LayoutSource(enum.StrEnum):
+    AGENT = "agent"
+    MIG_PARTED = "mig-parted"
+    COUNTS = "counts"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU: MIG on or off, its instances, and which of them pods hold.
+
+    ``held`` runs parallel to ``instances``. A GPU with MIG off has no instances; ``whole_held``
+    says whether a pod holds it as ``nvidia.com/gpu``.
+    """
+
+    index: int
+    mig_enabled: bool
+    instances: tuple[Placed, ...] = ()
+    held: tuple[bool, ...] = ()
+    whole_held: bool = False
+
+    @property
+    def held_slices(self) -> int:
+        return sum(p.size for p, h in zip(self.instances, self.held, strict=True) if h)
+
+    @property
+    def is_idle(self) -> bool:
+        """No pod holds any part of it: the GPU could be re-partitioned."""
+        return not self.whole_held and not any(self.held)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node as placement sees it: facts, model, per-GPU layouts and free counts."""
+
+    facts: NodeFacts
+    model: GpuModel | None
+    source: LayoutSource
+    gpus: tuple[GpuState, ...]
+    allocated: tuple[tuple[str, int], ...]
+    free: tuple[tuple[str, int], ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    def free_of(self, resource: str) -> int:
+        for name, count in self.free:
+            if name == resource:
+                return count
+        return 0
+
+    def allocated_of(self, resource: str) -> int:
+        for name, count in self.allocated:
+            if name == resource:
+                return count
+        return 0
+
+
+def mig_resource(profile_name: str) -> str:
+    """Mixed-strategy resource of a profile (``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``)."""
+    return MIG_RESOURCE_PREFIX + profile_name.replace("+", ".")
+
+
+def resource_names(model: GpuModel) -> dict[str, str]:
+    """Profile name -> mixed-strategy resource name for ``model``."""
+    return {p.name: mig_resource(p.name) for p in model.profiles}
+
+
+def model_of(facts: NodeFacts, catalog: Catalog = CATALOG) -> GpuModel | None:
+    """The node's GPU model: by product label, else the agent's product, else NVML's table."""
+    if facts.product:
+        model = catalog.by_product(facts.product)
+        if model is not None:
+            return model
+    report = facts.agent
+    if report is None:
+        return None
+    if report.product:
+        model = catalog.by_product(report.product)
+        if model is not None:
+            return model
+    if report.profiles:
+        try:
+            return model_from_nvml(
+                report.product or "unknown", report.pci_device_id or 0, report.profiles
+            )
+        except ValueError:
+            return None
+    return None
+
+
+def resolve_node(
+    facts: NodeFacts,
+    pods: Iterable[PodFacts],
+    mig_configs: Mapping[str, tuple[MigPartedEntry, ...]] | None = None,
+    catalog: Catalog = CATALOG,
+) -> NodeState:
+    """Build a node's :class:`NodeState` from its facts and the pods that hold resources on it."""
+    allocated_counter: Counter[str] = Counter()
+    for pod in pods:
+        for resource, count in pod.requests:
+            allocated_counter[resource] += count
+    allocated = tuple(sorted(allocated_counter.items()))
+    free = tuple(
+        (name, max(0, count - allocated_counter.get(name, 0))) for name, count in facts.allocatable
+    )
+    model = model_of(facts, catalog)
+    notes: list[str] = list(facts.problems)
+    gpus: tuple[GpuState, ...] | None = None
+    source = LayoutSource.COUNTS
+    busy: tuple[tuple[bool, ...], ...] = ()
+    if model is not None and facts.agent is not None:
+        found = _from_agent(facts, model, notes)
+        if found is not None:
+            gpus, busy, source = found[0], found[1], LayoutSource.AGENT
+    elif facts.agent_error:
+        notes.append(facts.agent_error)
+    if gpus is None and model is not None and facts.mig_config:
+        gpus = _from_mig_parted(facts, model, mig_configs or {}, notes)
+        if gpus is not None:
+            source = LayoutSource.MIG_PARTED
+            busy = tuple(tuple(False for _ in gpu.instances) for gpu in gpus)
+    if gpus is None or model is None:
+        return NodeState(facts, model, LayoutSource.COUNTS, (), allocated, free, tuple(notes))
+    held = _assign_held(model, gpus, busy, allocated_counter)
+    return NodeState(facts, model, source, held, allocated, free, tuple(notes))
+
+
+def _mig_counts_from_allocatable(facts: NodeFacts, model: GpuModel) -> Counter[str]:
+    by_resource = {resource: name for name, resource in resource_names(model).items()}
+    counts: Counter[str] = Counter()
+    for resource, count in facts.allocatable:
+        if resource.startswith(MIG_RESOURCE_PREFIX) and count:
+            counts[by_resource.get(resource, resource)] += count
+    return counts
+
+
+def _from_agent(
+    facts: NodeFacts, model: GpuModel, notes: list[str]
+) -> tuple[tuple[GpuState, ...], tuple[tuple[bool, ...], ...], LayoutSource] | None:
+    report = facts.agent
+    assert report is not None
+    gpus: list[GpuState] = []
+    busy: list[tuple[bool, ...]] = []
+    seen: Counter[str] = Counter()
+    for gpu in report.gpus:
+        instances = tuple(Placed(i.start, i.profile, i.size) for i in gpu.instances)
+        problems = violations(model, instances)
+        if problems:
+            notes.append(
+                f"agent layout of GPU {gpu.index} is not legal on {model.key}: {problems[0]}"
+            )
+            return None
+        order = sorted(range(len(instances)), key=lambda k: instances[k])
+        gpus.append(GpuState(gpu.index, gpu.mig_enabled, tuple(instances[k] for k in order)))
+        busy.append(tuple(gpu.instances[k].busy for k in order))
+        seen.update(i.profile for i in instances)
+    expected = _mig_counts_from_allocatable(facts, model)
+    if seen != expected:
+        notes.append(
+            f"agent annotation shows {_describe(seen)}; allocatable shows {_describe(expected)}"
+        )
+        return None
+    return tuple(gpus), tuple(busy), LayoutSource.AGENT
+
+
+def _from_mig_parted(
+    facts: NodeFacts,
+    model: GpuModel,
+    configs: Mapping[str, tuple[MigPartedEntry, ...]],
+    notes: list[str],
+) -> tuple[GpuState, ...] | None:
+    name = facts.mig_config or ""
+    if facts.mig_config_state is not None and facts.mig_config_state not in MIG_OK_STATES:
+        notes.append(f"mig-parted config {name!r} not applied (state {facts.mig_config_state})")
+        return None
+    if not facts.gpu_count:
+        notes.append(f"mig-parted config {name!r} needs the nvidia.com/gpu.count label")
+        return None
+    per_gpu = per_gpu_counts(name, model, facts.gpu_count, configs)
+    if isinstance(per_gpu, str):
+        notes.append(per_gpu)
+        return None
+    gpus: list[GpuState] = []
+    total: Counter[str] = Counter()
+    for index, (enabled, counts) in enumerate(per_gpu):
+        wanted = [profile for profile, count in sorted(counts.items()) for _ in range(count)]
+        if not all(model.has_profile(p) for p in wanted):
+            notes.append(f"mig-parted config {name!r} names a profile {model.key} lacks")
+            return None
+        result = fit(model, wanted)
+        if not result.feasible:
+            notes.append(f"mig-parted config {name!r} GPU {index}: {result.reason}")
+            return None
+        gpus.append(GpuState(index, enabled, result.layout))
+        total.update(wanted)
+    expected = _mig_counts_from_allocatable(facts, model)
+    if total != expected:
+        notes.append(
+            f"mig-parted config {name!r} gives {_describe(total)}; allocatable shows "
+            f"{_describe(expected)}"
+        )
+        return None
+    return tuple(gpus)
+
+
+def _assign_held(
+    model: GpuModel,
+    gpus: tuple[GpuState, ...],
+    busy: tuple[tuple[bool, ...], ...],
+    allocated: Mapping[str, int],
+) -> tuple[GpuState, ...]:
+    held = [list(flags) for flags in busy]
+    names = resource_names(model)
+    for profile_name, resource in sorted(names.items()):
+        already = sum(
+            1
+            for g, gpu in enumerate(gpus)
+            for k, placed in enumerate(gpu.instances)
+            if placed.profile == profile_name and held[g][k]
+        )
+        need = allocated.get(resource, 0) - already
+        while need > 0:
+            best = _best_free(gpus, held, profile_name)
+            if best is None:
+                break
+            held[best[0]][best[1]] = True
+            need -= 1
+    whole_need = allocated.get(WHOLE_GPU_RESOURCE, 0)
+    result: list[GpuState] = []
+    for g, gpu in enumerate(gpus):
+        whole = False
+        if not gpu.mig_enabled and whole_need > 0:
+            whole, whole_need = True, whole_need - 1
+        result.append(GpuState(gpu.index, gpu.mig_enabled, gpu.instances, tuple(held[g]), whole))
+    return tuple(result)
+
+
+def _best_free(
+    gpus: tuple[GpuState, ...], held: list[list[bool]], profile: str
+) -> tuple[int, int] | None:
+    best: tuple[tuple[int, int, int], tuple[int, int]] | None = None
+    for g, gpu in enumerate(gpus):
+        used = sum(p.size for p, h in zip(gpu.instances, held[g], strict=True) if h)
+        for k, placed in enumerate(gpu.instances):
+            if placed.profile != profile or held[g][k]:
+                continue
+            rank = (0 if used else 1, -used, gpu.index)
+            if best is None or rank < best[0]:
+                best = (rank, (g, k))
+            break
+    return None if best is None else best[1]
+
+
+def _describe(counts: Counter[str]) -> str:
+    if not counts:
+        return "no MIG instances"
+    return ", ".join(f"{n} x {name}" for name, n in sorted(counts.items()))

@@ -1,0 +1,285 @@
+"""A generic list+watch cache of one Kubernetes resource (the pattern of client-go's informer).
+
+    informer = Informer(
+        name="nodes",
+        transport=KubernetesTransport.from_environment(),
+        resource=ResourceRef("/api/v1/nodes"),
+        project=node_facts_from_raw,        # raw JSON -> the compact value to keep (or None)
+        sink=my_sink,                       # replace(items) / upsert(key, item) / delete(key)
+    )
+    informer.start()                        # a daemon thread; informer.stop() ends it
+
+The loop lists the resource in pages (``limit``/``continue``), hands the sink the whole set
+(``replace``), then watches from the list's ``resourceVersion`` with bookmarks, passing every
+event on (``upsert``/``delete``). A watch that ends normally is resumed from the last
+resourceVersion seen; ``410 Gone`` (as an HTTP status or an ERROR event) means the version
+is too old, so it lists again. Any other error waits with exponential backoff (``Backoff``),
+then lists again. ``project`` keeps only what callers need; returning None for an object
+means "not of interest" and is delivered as a delete of its key.
+
+Readiness: :attr:`Informer.synced` turns true after the first complete list and stays true;
+:meth:`Informer.staleness_s` is the time since the API server last answered (a list page, a
+watch event or bookmark, or a watch that ended normally). Watches are asked to end after
+``watch_timeout_s``, so a healthy informer is never staler than about that long.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from migslice.kube.transport import ApiError, RawObject, Transport
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Sink(Protocol[T_contra]):
+    """Where an informer delivers projected objects, keyed ``namespace/name`` (or ``name``)."""
+
+    def replace(self, items: Mapping[str, T_contra]) -> None: ...
+
+    def upsert(self, key: str, item: T_contra) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRef:
+    """A collection path (``/api/v1/pods``, ``/apis/migslice.io/v1alpha1/tenantpolicies``,
+    ``/api/v1/namespaces/gpu-operator/configmaps``) and optional selectors."""
+
+    path: str
+    label_selector: str = ""
+    field_selector: str = ""
+
+    def query(self) -> dict[str, str]:
+        query: dict[str, str] = {}
+        if self.label_selector:
+            query["labelSelector"] = self.label_selector
+        if self.field_selector:
+            query["fieldSelector"] = self.field_selector
+        return query
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff: ``initial_s`` doubling up to ``max_s``."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+
+    def delay_s(self, failures: int) -> float:
+        return float(min(self.max_s, self.initial_s * 2 ** max(0, failures - 1)))
+
+
+@dataclass(slots=True)
+class InformerStats:
+    """Counters for metrics: lists done, re-lists after 410 Gone, errors, events applied."""
+
+    lists: int = 0
+    relists_gone: int = 0
+    errors: int = 0
+    events: int = 0
+    last_error: str = ""
+
+
+class GoneError(Exception):
+    """The resourceVersion is too old (410 Gone): list again."""
+
+
+def object_key(raw: Mapping[str, Any]) -> str:
+    metadata = raw.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    name = str(metadata.get("name") or "")
+    return f"{namespace}/{name}" if namespace else name
+
+
+@dataclass
+class Informer(Generic[T]):
+    """List+watch one resource into a :class:`Sink` (see the module docstring)."""
+
+    name: str
+    transport: Transport
+    resource: ResourceRef
+    project: Callable[[RawObject], T | None]
+    sink: Sink[T]
+    page_size: int = 500
+    watch_timeout_s: int = 60
+    backoff: Backoff = field(default_factory=Backoff)
+    clock: Callable[[], float] = time.monotonic
+    stats: InformerStats = field(default_factory=InformerStats)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _synced: bool = field(default=False, repr=False)
+    _last_contact: float | None = field(default=None, repr=False)
+    _resource_version: str = field(default="", repr=False)
+    _keys: set[str] = field(default_factory=set, repr=False)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self.run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    @property
+    def resource_version(self) -> str:
+        return self._resource_version
+
+    def staleness_s(self) -> float | None:
+        """Seconds since the API server last answered; None before it ever did."""
+        if self._last_contact is None:
+            return None
+        return max(0.0, self.clock() - self._last_contact)
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        deadline = self.clock() + timeout_s
+        while not self._synced and self.clock() < deadline and not self._stop.is_set():
+            self._stop.wait(0.01)
+        return self._synced
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """List, then watch, until stopped (runs in the informer's thread)."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self.list_once()
+                failures = 0
+                while not self._stop.is_set():
+                    self.watch_once()
+            except GoneError:
+                self.stats.relists_gone += 1
+                log.info(
+                    "informer=%s resourceVersion=%s expired (410 Gone); listing again",
+                    self.name,
+                    self._resource_version,
+                )
+            except Exception as error:  # the loop must outlive any one failure
+                failures += 1
+                self.stats.errors += 1
+                self.stats.last_error = str(error)
+                delay = self.backoff.delay_s(failures)
+                log.warning(
+                    "informer=%s list/watch failed (%s); retrying in %.1fs",
+                    self.name,
+                    error,
+                    delay,
+                    exc_info=not isinstance(error, ApiError | ValueError | OSError),
+                )
+                self._stop.wait(delay)
+
+    def list_once(self) -> None:
+        """List every object (in pages) and hand the complete set to the sink."""
+        items: dict[str, T] = {}
+        token = ""
+        while True:
+            query = self.resource.query()
+            query["limit"] = str(self.page_size)
+            if token:
+                query["continue"] = token
+            try:
+                page = self.transport.get_json(self.resource.path, query)
+            except ApiError as error:
+                if error.status == 410:
+                    raise GoneError(str(error)) from None
+                raise
+            self._touch()
+            for raw in page.get("items") or ():
+                if isinstance(raw, dict):
+                    projected = self.project(raw)
+                    if projected is not None:
+                        items[object_key(raw)] = projected
+            metadata = page.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            if not token:
+                self._resource_version = str(metadata.get("resourceVersion") or "")
+                break
+        self.sink.replace(items)
+        self._keys = set(items)
+        self.stats.lists += 1
+        self._synced = True
+        log.info(
+            "informer=%s listed objects=%d resourceVersion=%s",
+            self.name,
+            len(items),
+            self._resource_version,
+        )
+
+    def watch_once(self) -> None:
+        """Watch from the last resourceVersion until the server ends the stream."""
+        query = self.resource.query()
+        query.update(
+            {
+                "watch": "true",
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(self.watch_timeout_s),
+                "resourceVersion": self._resource_version,
+            }
+        )
+        try:
+            lines = self.transport.stream_lines(
+                self.resource.path, query, read_timeout_s=self.watch_timeout_s + 30.0
+            )
+            for line in lines:
+                if self._stop.is_set():
+                    return
+                self._apply(line)
+        except ApiError as error:
+            if error.status == 410:
+                raise GoneError(str(error)) from None
+            raise
+        self._touch()
+
+    def _apply(self, line: bytes) -> None:
+        event = json.loads(line)
+        if not isinstance(event, dict):
+            raise ValueError(f"watch event is not an object: {line[:200]!r}")
+        kind = event.get("type")
+        raw = event.get("object")
+        if not isinstance(raw, dict):
+            raise ValueError(f"watch event without object: {line[:200]!r}")
+        self._touch()
+        if kind == "ERROR":
+            code = raw.get("code")
+            message = raw.get("message", "")
+            if code == 410:
+                raise GoneError(str(message))
+            raise ApiError(int(code) if isinstance(code, int) else 0, f"watch error: {message}")
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        if isinstance(version, str) and version:
+            self._resource_version = version
+        if kind == "BOOKMARK":
+            return
+        key = object_key(raw)
+        projected = None if kind == "DELETED" else self.project(raw)
+        self.stats.events += 1
+        if projected is None:
+            if key in self._keys:
+                self._keys.discard(key)
+                self.sink.delete(key)
+            return
+        self._keys.add(key)
+        self.sink.upsert(key, projected)
+
+    def _touch(self) -> None:
+        self._last_contact = self.clock()

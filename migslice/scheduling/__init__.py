@@ -1,0 +1,39 @@
+"""Scheduling: filter and score one pod over candidate nodes (pure).
+
+``prepare_node`` turns an inventory NodeState into the per-node values a request reads
+(free counts, reasons, per-profile fragmentation scores); ``filter_nodes`` and ``score_nodes``
+answer for one pod. The score is defined in :mod:`migslice.scheduling.fragmentation`.
+"""
+
+from migslice.scheduling.decide import (
+    FilterResult,
+    Outcome,
+    Verdict,
+    check_node,
+    filter_nodes,
+    score_node,
+    score_nodes,
+)
+from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind, demand_of
+from migslice.scheduling.fragmentation import MAX_SCORE, MIN_SCORE, score_units
+from migslice.scheduling.prepared import REPARTITIONING_STATES, PreparedNode, prepare_node
+
+__all__ = [
+    "MAX_SCORE",
+    "MIN_SCORE",
+    "REPARTITIONING_STATES",
+    "DemandUnit",
+    "FilterResult",
+    "Outcome",
+    "PodDemand",
+    "PreparedNode",
+    "UnitKind",
+    "Verdict",
+    "check_node",
+    "demand_of",
+    "filter_nodes",
+    "prepare_node",
+    "score_node",
+    "score_nodes",
+    "score_units",
+]

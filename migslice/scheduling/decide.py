@@ -1,0 +1,150 @@
+"""Filter and score one pod over candidate nodes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from migslice.scheduling import reasons
+from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind
+from migslice.scheduling.fragmentation import MIN_SCORE, score_units
+from migslice.scheduling.prepared import PreparedNode
+
+
+class Outcome(enum.Enum):
+    FITS = "fits"
+    FAILED = "failed"
+    UNRESOLVABLE = "unresolvable"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    outcome: Outcome
+    reason: str = ""
+
+
+FITS = Verdict(Outcome.FITS)
+UNKNOWN = Verdict(Outcome.FAILED, reasons.UNKNOWN_NODE)
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    """A partition of the candidate names: ``fits`` in input order, the rest with reasons.
+
+    ``failed`` nodes are full for now (preemption may help); ``unresolvable`` ones cannot
+    serve the pod whatever is evicted.
+    """
+
+    fits: tuple[str, ...]
+    failed: Mapping[str, str]
+    unresolvable: Mapping[str, str]
+
+
+def check_node(demand: PodDemand, node: PreparedNode | None) -> Verdict:
+    """Can ``node`` take the pod now, and if not, why (see :mod:`reasons`)."""
+    if node is None:
+        return UNKNOWN
+    if demand.error:
+        return Verdict(Outcome.UNRESOLVABLE, reasons.bad_pod(demand.error))
+    if not demand.units:
+        return FITS
+    if node.blocked is not None:
+        return Verdict(Outcome.UNRESOLVABLE, node.blocked)
+    if demand.products is not None and node.product not in demand.products:
+        return Verdict(Outcome.UNRESOLVABLE, reasons.product_excluded(node.product or "none"))
+    failed: Verdict | None = None
+    for unit in demand.units:
+        verdict = _check_unit(unit, node)
+        if verdict.outcome is Outcome.UNRESOLVABLE:
+            return verdict
+        if verdict.outcome is Outcome.FAILED and failed is None:
+            failed = verdict
+    return failed or FITS
+
+
+def _check_unit(unit: DemandUnit, node: PreparedNode) -> Verdict:
+    resource, count = unit.resource, unit.count
+    if unit.kind is UnitKind.WHOLE_GPU:
+        total = node.allocatable.get(resource, 0)
+        if total == 0:
+            reason = reasons.NO_WHOLE_GPU if node.model_key else reasons.NO_GPU
+            return Verdict(Outcome.UNRESOLVABLE, reason)
+        if total < count:
+            return Verdict(Outcome.UNRESOLVABLE, reasons.too_few_whole_gpus(count))
+        if node.free.get(resource, 0) < count:
+            return Verdict(Outcome.FAILED, reasons.ALL_WHOLE_GPUS_IN_USE)
+        return FITS
+    if unit.profile is None:
+        return Verdict(Outcome.UNRESOLVABLE, reasons.unknown_resource(resource))
+    if node.mig_reason is not None:
+        return Verdict(Outcome.UNRESOLVABLE, node.mig_reason)
+    if node.offered is not None and resource not in node.offered:
+        model = node.model_key or node.product or "GPU"
+        return Verdict(Outcome.UNRESOLVABLE, reasons.profile_not_offered(model, unit.profile))
+    total = node.allocatable.get(resource, 0)
+    if total == 0:
+        return Verdict(Outcome.UNRESOLVABLE, reasons.not_in_layout(unit.profile))
+    if total < count:
+        return Verdict(Outcome.UNRESOLVABLE, reasons.too_few_in_layout(unit.profile, count))
+    if node.free.get(resource, 0) < count:
+        return Verdict(Outcome.FAILED, reasons.all_in_use(unit.profile))
+    return FITS
+
+
+def filter_nodes(
+    demand: PodDemand, candidates: Sequence[tuple[str, PreparedNode | None]]
+) -> FilterResult:
+    """Partition ``candidates`` (name, prepared node or None if unknown) for the pod.
+
+    Every name lands in exactly one of the three parts; a name given twice is judged once.
+    """
+    fits: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    seen: set[str] = set()
+    for name, node in candidates:
+        if name in seen:
+            continue
+        seen.add(name)
+        verdict = check_node(demand, node)
+        if verdict.outcome is Outcome.FITS:
+            fits.append(name)
+        elif verdict.outcome is Outcome.FAILED:
+            failed[name] = verdict.reason
+        else:
+            unresolvable[name] = verdict.reason
+    return FilterResult(tuple(fits), failed, unresolvable)
+
+
+def score_node(demand: PodDemand, node: PreparedNode | None) -> int:
+    """The pod's fragmentation score on ``node``, 0..10 (0: the node cannot take it)."""
+    if node is None or not demand.units or demand.error:
+        return MIN_SCORE
+    if demand.is_single_unit:
+        # The hot path, equivalent to check_node + the precomputed score: a resource has a
+        # one-unit score only while the node has a free unit of it.
+        unit = demand.units[0]
+        if node.blocked is not None:
+            return MIN_SCORE
+        if demand.products is not None and node.product not in demand.products:
+            return MIN_SCORE
+        if unit.kind is UnitKind.MIG and (
+            unit.profile is None or (node.offered is not None and unit.resource not in node.offered)
+        ):
+            return MIN_SCORE
+        return node.unit_scores.get(unit.resource, MIN_SCORE)
+    if check_node(demand, node).outcome is not Outcome.FITS:
+        return MIN_SCORE
+    return score_units(node.state, tuple((u.resource, u.count) for u in demand.units))
+
+
+def score_nodes(
+    demand: PodDemand, candidates: Sequence[tuple[str, PreparedNode | None]]
+) -> tuple[tuple[str, int], ...]:
+    """(name, score) for each distinct candidate, in input order."""
+    scored: dict[str, int] = {}
+    for name, node in candidates:
+        if name not in scored:
+            scored[name] = score_node(demand, node)
+    return tuple(scored.items())

@@ -1,0 +1,142 @@
+"""The fragmentation score: how well a placement keeps the cluster's free MIG slices useful.
+
+MIG instances exist before pods arrive (the device plugin advertises only existing instances),
+so a pod never creates geometry; it consumes one existing instance of exactly its profile. What
+placement decides is *which* GPU's instance is consumed, and that decides how useful the free
+capacity stays:
+
+* a GPU no pod holds any part of (an **idle** GPU) is the most flexible free capacity there is:
+  the repartition controller can give it any layout, and a whole-GPU or large-profile pod can
+  use it. Taking an instance of an idle GPU pins its layout until that pod ends.
+* an instance on a GPU already in use costs nothing beyond itself: that GPU's layout is pinned
+  anyway. Among such GPUs the fullest is best (best-fit), so load concentrates and emptier GPUs
+  drain towards idle.
+
+The score of placing one unit on GPU ``g`` of a node, with ``M`` the memory slices of ``g``'s
+instances (its partitioned capacity: slices outside any instance serve no pod until the GPU is
+re-partitioned) and ``h'`` the memory slices pods hold on ``g`` after the placement:
+
+* ``g`` already in use (exact fit on an already-partitioned, occupied GPU):
+  ``6 + floor(4 h' / M)``, i.e. 6..10, 10 when the pod fills the GPU's last free slot;
+* ``g`` idle (the placement breaks a whole idle GPU): ``1 + floor(3 h' / M)``, plus 1 when
+  another GPU of the node is already in use (keep whole idle *nodes* for multi-GPU jobs),
+  i.e. 1..5;
+* 0 when the node cannot take the pod.
+
+A node's score is that of its best GPU for the pod (ties: higher ``h'``, then lower GPU
+index); a pod asking for several units takes them one by one, largest first, each at the best
+GPU left, and scores the worst of its units. Whole-GPU requests (``nvidia.com/gpu``) and nodes
+known only by counts (no per-GPU layout, see ``migslice.inventory.layouts``) use the node-level
+best fit ``1 + floor(9 u' / U)``, where ``u'`` is what pods hold after the placement (GPUs, or
+MIG memory slices) and ``U`` the node's total. Equal inputs always give equal scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from migslice.inventory import GpuState, NodeState, mig_resource
+from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel
+
+MAX_SCORE = 10
+MIN_SCORE = 0
+
+
+def gpu_unit_score(held_after: int, memory_slices: int, in_use: bool, node_in_use: bool) -> int:
+    """The score of one unit placed on a GPU (see the module docstring)."""
+    if in_use:
+        return 6 + (4 * held_after) // memory_slices
+    return 1 + (3 * held_after) // memory_slices + (1 if node_in_use else 0)
+
+
+def node_level_score(held_after: int, total: int) -> int:
+    if total <= 0:
+        return MIN_SCORE
+    return min(MAX_SCORE, 1 + (9 * min(held_after, total)) // total)
+
+
+def score_units(state: NodeState, units: Sequence[tuple[str, int]]) -> int:
+    """Score taking ``units`` (resource, count) on the node; 0 if they cannot all be placed."""
+    model = state.model
+    mig_units = [(r, c) for r, c in units if r != WHOLE_GPU_RESOURCE]
+    whole = sum(c for r, c in units if r == WHOLE_GPU_RESOURCE)
+    scores: list[int] = []
+    if whole:
+        total = state.facts.allocatable_of(WHOLE_GPU_RESOURCE)
+        scores.append(node_level_score(state.allocated_of(WHOLE_GPU_RESOURCE) + whole, total))
+    if mig_units:
+        if model is None or not state.gpus:
+            scores.append(_counts_score(state, model, mig_units))
+        else:
+            scores.append(_gpu_score(state, model, mig_units))
+    return min(scores) if scores else MIN_SCORE
+
+
+def _gpu_score(state: NodeState, model: GpuModel, units: Sequence[tuple[str, int]]) -> int:
+    by_resource = {mig_resource(p.name): p for p in model.profiles}
+    wanted: list[str] = []
+    for resource, count in units:
+        found = by_resource.get(resource)
+        if found is None:
+            return MIN_SCORE
+        wanted.extend([found.name] * count)
+    sizes = {p.name: p.memory_slices for p in model.profiles}
+    wanted.sort(key=lambda name: (-sizes[name], name))
+    held = [list(gpu.held) for gpu in state.gpus]
+    worst = MAX_SCORE
+    for profile in wanted:
+        pick = _best_gpu(state.gpus, held, profile, model.memory_slices, sizes[profile])
+        if pick is None:
+            return MIN_SCORE
+        score, g, k = pick
+        held[g][k] = True
+        worst = min(worst, score)
+    return worst
+
+
+def _best_gpu(
+    gpus: Sequence[GpuState], held: list[list[bool]], profile: str, slices: int, size: int
+) -> tuple[int, int, int] | None:
+    used = [
+        sum(p.size for p, h in zip(gpu.instances, held[g], strict=True) if h)
+        + (slices if gpu.whole_held else 0)
+        for g, gpu in enumerate(gpus)
+    ]
+    capacity = [sum(p.size for p in gpu.instances) or slices for gpu in gpus]
+    node_in_use = any(used)
+    best: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
+    for g, gpu in enumerate(gpus):
+        for k, placed in enumerate(gpu.instances):
+            if placed.profile != profile or held[g][k]:
+                continue
+            after = used[g] + size
+            score = gpu_unit_score(after, capacity[g], used[g] > 0, node_in_use)
+            rank = (-score, -after, gpu.index)
+            if best is None or rank < best[0]:
+                best = (rank, (score, g, k))
+            break
+    return None if best is None else best[1]
+
+
+def _counts_score(
+    state: NodeState, model: GpuModel | None, units: Sequence[tuple[str, int]]
+) -> int:
+    sizes: dict[str, int] = {}
+    slices = 1
+    if model is not None:
+        sizes = {mig_resource(p.name): p.memory_slices for p in model.profiles}
+        slices = model.memory_slices
+    for resource, count in units:
+        if state.free_of(resource) < count:
+            return MIN_SCORE
+    held = sum(sizes.get(r, 1) * c for r, c in state.allocated if r.startswith(MIG_RESOURCE_PREFIX))
+    adding = sum(sizes.get(r, 1) * c for r, c in units)
+    if state.facts.gpu_count and model is not None:
+        total = state.facts.gpu_count * slices
+    else:
+        total = sum(
+            sizes.get(r, 1) * c
+            for r, c in state.facts.allocatable
+            if r.startswith(MIG_RESOURCE_PREFIX)
+        )
+    return node_level_score(held + adding, total)

@@ -1,0 +1,90 @@
+"""Per-node answers computed once per cache update, so a request is dictionary lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from migslice.inventory import NodeState, mig_resource
+from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from migslice.scheduling import reasons
+from migslice.scheduling.fragmentation import score_units
+
+REPARTITIONING_STATES = frozenset({"pending", "rebooting"})
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedNode:
+    """What the filter and the scorer read about one node.
+
+    ``blocked``: why no GPU pod may use the node now (re-partitioning), else None.
+    ``mig_reason``: why no MIG profile can be served here (no GPU, MIG off, ...), else None.
+    ``offered``: the MIG resources the node's GPU model has (None: model unknown, trust
+    allocatable). ``unit_scores``: the fragmentation score of taking one unit of a resource
+    (see :mod:`migslice.scheduling.fragmentation`), for every resource with a free unit.
+    """
+
+    name: str
+    resource_version: str
+    product: str | None
+    model_key: str | None
+    blocked: str | None
+    mig_reason: str | None
+    offered: frozenset[str] | None
+    allocatable: Mapping[str, int]
+    free: Mapping[str, int]
+    unit_scores: Mapping[str, int]
+    state: NodeState = field(repr=False, compare=False)
+
+
+def prepare_node(state: NodeState) -> PreparedNode:
+    facts = state.facts
+    allocatable = dict(facts.allocatable)
+    free = dict(state.free)
+    blocked = None
+    if facts.mig_config_state in REPARTITIONING_STATES:
+        blocked = reasons.repartitioning(facts.mig_config_state or "")
+    model = state.model
+    offered = None if model is None else frozenset(mig_resource(p.name) for p in model.profiles)
+    unit_scores = {
+        resource: score_units(state, ((resource, 1),))
+        for resource, count in free.items()
+        if count > 0
+        and (resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX))
+    }
+    return PreparedNode(
+        name=facts.name,
+        resource_version=facts.resource_version,
+        product=facts.product,
+        model_key=None if model is None else model.key,
+        blocked=blocked,
+        mig_reason=_mig_reason(state, allocatable),
+        offered=offered,
+        allocatable=allocatable,
+        free=free,
+        unit_scores=unit_scores,
+        state=state,
+    )
+
+
+def _is_placed_resource(resource: str) -> bool:
+    return resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+def _mig_reason(state: NodeState, allocatable: Mapping[str, int]) -> str | None:
+    facts = state.facts
+    if any(r.startswith(MIG_RESOURCE_PREFIX) and c > 0 for r, c in allocatable.items()):
+        return None
+    if facts.product is None and state.model is None:
+        return reasons.NO_GPU
+    if state.model is None:
+        return reasons.unknown_product(facts.product or "")
+    if facts.mig_capable is False:
+        return reasons.mig_unsupported(facts.product or state.model.key)
+    if facts.mig_strategy == "single":
+        return reasons.wrong_strategy("single")
+    if facts.mig_config == "all-disabled" or facts.mig_strategy in (None, "none"):
+        return reasons.MIG_DISABLED
+    if state.gpus and not any(gpu.mig_enabled for gpu in state.gpus):
+        return reasons.MIG_DISABLED
+    return None

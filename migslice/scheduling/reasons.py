@@ -1,0 +1,64 @@
+"""The reasons the filter gives, one wording per cause.
+
+kube-scheduler aggregates identical reasons in the pod's FailedScheduling event ("0/40 nodes
+are available: 12 all 1g.10gb MIG instances in use, 28 MIG disabled on node."), so a reason
+names the cause and the value that decides it, never node-specific numbers.
+"""
+
+from __future__ import annotations
+
+UNKNOWN_NODE = "node unknown to migslice extender (cache not synced yet)"
+NO_GPU = "node has no NVIDIA GPU"
+MIG_DISABLED = "MIG disabled on node"
+
+
+def repartitioning(state: str) -> str:
+    return f"node being re-partitioned (nvidia.com/mig.config.state={state})"
+
+
+def unknown_product(product: str) -> str:
+    return f"GPU product {product} not in migslice catalog"
+
+
+def mig_unsupported(product: str) -> str:
+    return f"GPU product {product} does not support MIG"
+
+
+def wrong_strategy(strategy: str) -> str:
+    return f"MIG strategy {strategy} (nvidia.com/mig.strategy); migslice needs mixed"
+
+
+def product_excluded(product: str) -> str:
+    return f"GPU product {product} not allowed for pod"
+
+
+def profile_not_offered(model: str, profile: str) -> str:
+    return f"{model} has no MIG profile {profile}"
+
+
+def unknown_resource(resource: str) -> str:
+    return f"{resource} is not a MIG profile resource"
+
+
+def not_in_layout(profile: str) -> str:
+    return f"no {profile} instance in node's MIG layout"
+
+
+def too_few_in_layout(profile: str, count: int) -> str:
+    return f"node's MIG layout has fewer than {count} x {profile}"
+
+
+def all_in_use(profile: str) -> str:
+    return f"all {profile} MIG instances in use"
+
+
+NO_WHOLE_GPU = "no whole GPU on node (MIG enabled on every GPU)"
+ALL_WHOLE_GPUS_IN_USE = "all whole GPUs in use"
+
+
+def too_few_whole_gpus(count: int) -> str:
+    return f"node has fewer than {count} whole GPUs"
+
+
+def bad_pod(detail: str) -> str:
+    return f"pod's GPU request is invalid: {detail}"

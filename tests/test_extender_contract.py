@@ -1,0 +1,261 @@
+"""The extender wire contract, with ExtenderArgs exactly as kube-scheduler sends them."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from extender import ExtenderSettings, ExtenderState, create_app
+from extender.state import new_index, state_from_objects
+from migslice.clusterfile import ClusterObjects
+from migslice.inventory import ClusterIndex
+from migslice.scheduling import PreparedNode
+from tests.builders import make_node, make_pod
+
+BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    return [
+        make_node("gpu-a", gpu_count=1, mig=BALANCED, config="all-balanced", resource_version="11"),
+        make_node("gpu-b", gpu_count=1, mig=BALANCED, config="all-balanced", resource_version="12"),
+        make_node(
+            "gpu-full", gpu_count=1, mig={"3g.40gb": 2}, config="all-3g.40gb", resource_version="13"
+        ),
+        make_node(
+            "gpu-a30", product="NVIDIA-A30", gpu_count=1, mig={"1g.6gb": 4}, resource_version="14"
+        ),
+        make_node(
+            "gpu-busy", gpu_count=1, mig=BALANCED, config_state="pending", resource_version="15"
+        ),
+    ]
+
+
+def cluster_pods() -> list[dict[str, Any]]:
+    return [
+        make_pod("a", profile="1g.10gb", node_name="gpu-a", phase="Running"),
+        make_pod("f1", profile="3g.40gb", node_name="gpu-full", phase="Running"),
+        make_pod("f2", profile="3g.40gb", node_name="gpu-full", phase="Running"),
+        make_pod("done", profile="1g.10gb", node_name="gpu-b", phase="Succeeded"),
+    ]
+
+
+@pytest.fixture
+def client() -> FlaskClient:
+    objects = ClusterObjects(nodes=tuple(cluster_nodes()), pods=tuple(cluster_pods()))
+    state = state_from_objects(objects, ExtenderSettings())
+    return create_app(ExtenderSettings(), state).test_client()
+
+
+def scheduled_pod(**kw: Any) -> dict[str, Any]:
+    """The Pod as kube-scheduler embeds it: no managedFields, no apiVersion/kind."""
+    pod = make_pod("train-0", **kw)
+    assert "managedFields" not in pod["metadata"] and "kind" not in pod
+    return pod
+
+
+def names_args(pod: dict[str, Any], names: list[str]) -> str:
+    # Go's encoding/json: compact, fields in struct order, the unused pointer as null.
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}, separators=(",", ":"))
+
+
+def nodes_args(pod: dict[str, Any], nodes: list[dict[str, Any]]) -> str:
+    for node in nodes:
+        node["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update"}]
+        assert "kind" not in node
+    items = {"metadata": {}, "items": nodes}
+    return json.dumps({"Pod": pod, "Nodes": items, "NodeNames": None}, separators=(",", ":"))
+
+
+def post(client: FlaskClient, verb: str, body: str | bytes) -> Any:
+    response = client.post(f"/{verb}", data=body, content_type="application/json")
+    assert response.status_code == 200
+    return json.loads(response.data), response.data
+
+
+ALL = ["gpu-a", "gpu-b", "gpu-full", "gpu-a30", "gpu-busy"]
+
+
+def test_filter_with_node_names_answers_names_with_exact_keys(client: FlaskClient) -> None:
+    answer, _ = post(client, "filter", names_args(scheduled_pod(profile="3g.40gb"), ALL))
+    assert list(answer) == FILTER_KEYS
+    assert answer["Nodes"] is None
+    assert answer["NodeNames"] == ["gpu-a", "gpu-b"]
+    assert answer["FailedNodes"] == {"gpu-full": "all 3g.40gb MIG instances in use"}
+    assert answer["FailedAndUnresolvableNodes"] == {
+        "gpu-a30": "A30-24GB has no MIG profile 3g.40gb",
+        "gpu-busy": "node being re-partitioned (nvidia.com/mig.config.state=pending)",
+    }
+    assert answer["Error"] == ""
+
+
+def test_filter_with_full_nodes_answers_the_same_node_objects(client: FlaskClient) -> None:
+    nodes = cluster_nodes()
+    answer, _ = post(client, "filter", nodes_args(scheduled_pod(profile="3g.40gb"), nodes))
+    assert list(answer) == FILTER_KEYS
+    assert answer["NodeNames"] is None
+    assert answer["Nodes"]["metadata"] == {}
+    assert answer["Nodes"]["items"] == [nodes[0], nodes[1]]
+    assert set(answer["FailedNodes"]) == {"gpu-full"}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"gpu-a30", "gpu-busy"}
+
+
+def test_full_node_mode_judges_the_node_as_sent_when_it_is_newer_than_the_cache(
+    client: FlaskClient,
+) -> None:
+    newer = make_node("gpu-full", gpu_count=1, mig={"3g.40gb": 3}, resource_version="99")
+    answer, _ = post(client, "filter", nodes_args(scheduled_pod(profile="3g.40gb"), [newer]))
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["gpu-full"]
+    unknown = make_node("gpu-new", gpu_count=1, mig=BALANCED)
+    answer, _ = post(client, "filter", nodes_args(scheduled_pod(profile="1g.10gb"), [unknown]))
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["gpu-new"]
+
+
+@pytest.mark.parametrize("mode", ["names", "nodes"])
+def test_prioritize_answers_integer_scores_for_input_names_only(
+    client: FlaskClient, mode: str
+) -> None:
+    pod = scheduled_pod(profile="1g.10gb")
+    names = ["gpu-b", "gpu-a", "ghost"]
+    if mode == "names":
+        body = names_args(pod, names)
+    else:
+        by_name = {n["metadata"]["name"]: n for n in cluster_nodes()}
+        body = nodes_args(pod, [by_name["gpu-b"], by_name["gpu-a"]])
+        names = ["gpu-b", "gpu-a"]
+    answer, raw = post(client, "prioritize", body)
+    assert [entry["Host"] for entry in answer] == names
+    assert all(list(entry) == ["Host", "Score"] for entry in answer)
+    assert all(type(entry["Score"]) is int and 0 <= entry["Score"] <= 10 for entry in answer)
+    assert re.search(rb'"Score":\d+[.eE]', raw) is None
+    scores = {entry["Host"]: entry["Score"] for entry in answer}
+    assert scores["gpu-a"] > scores["gpu-b"]  # gpu-a's GPU is in use already
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "request body is not JSON ExtenderArgs"),
+        (b"[1, 2]", "ExtenderArgs must be a JSON object, got list"),
+        (b'{"Nodes": null, "NodeNames": ["gpu-a"]}', "ExtenderArgs.Pod is missing"),
+        (b'{"Pod": "x", "NodeNames": []}', "ExtenderArgs.Pod is str"),
+        (b'{"Pod": {}, "Nodes": null, "NodeNames": null}', "neither NodeNames nor Nodes"),
+        (b'{"Pod": {}, "Nodes": null, "NodeNames": "gpu-a"}', "NodeNames must be a list"),
+        (
+            b'{"Pod": {}, "Nodes": {"items": [{}]}, "NodeNames": null}',
+            "items[0] has no metadata.name",
+        ),
+        (b"", "request body is not JSON"),
+    ],
+    ids=[
+        "not-json",
+        "array",
+        "no-pod",
+        "pod-not-object",
+        "both-null",
+        "names-not-list",
+        "nameless-node",
+        "empty",
+    ],
+)
+def test_bad_input_gets_200_with_a_clear_error(
+    client: FlaskClient, body: bytes, message: str
+) -> None:
+    answer, _ = post(client, "filter", body)
+    assert list(answer) == FILTER_KEYS
+    assert message in answer["Error"]
+    answer, _ = post(client, "prioritize", body)
+    assert message in answer["Error"]
+
+
+def test_unknown_names_and_malformed_quantities_get_per_node_reasons(
+    client: FlaskClient,
+) -> None:
+    pod = scheduled_pod(requests={"nvidia.com/mig-1g.10gb": "1.5"})
+    answer, _ = post(client, "filter", names_args(pod, ["gpu-a", "ghost"]))
+    assert answer["Error"] == ""
+    assert answer["NodeNames"] == []
+    assert answer["FailedNodes"] == {
+        "ghost": "node unknown to migslice extender (cache not synced yet)"
+    }
+    assert "'1.5' is not a whole count" in answer["FailedAndUnresolvableNodes"]["gpu-a"]
+    scores, _ = post(client, "prioritize", names_args(pod, ["gpu-a", "ghost"]))
+    assert scores == [{"Host": "gpu-a", "Score": 0}, {"Host": "ghost", "Score": 0}]
+
+
+def test_a_body_over_the_cap_is_refused_with_an_error() -> None:
+    app = create_app(ExtenderSettings(max_body_bytes=100))
+    answer, _ = post(app.test_client(), "filter", names_args(scheduled_pod(), ["a"] * 50))
+    assert "limit 100" in answer["Error"]
+
+
+class BrokenIndex(ClusterIndex[PreparedNode]):
+    """A fake index that fails on every read: our own failure, not the caller's."""
+
+    def get(self, name: str) -> PreparedNode | None:
+        raise RuntimeError("index exploded")
+
+
+def test_our_own_failure_is_a_200_with_error() -> None:
+    broken = BrokenIndex(lambda state: None)  # type: ignore[arg-type,return-value]
+    client = create_app(state=ExtenderState(broken)).test_client()
+    answer, _ = post(client, "filter", names_args(scheduled_pod(profile="1g.10gb"), ["a"]))
+    assert answer["Error"] == "migslice extender internal error: index exploded"
+    answer, _ = post(client, "prioritize", names_args(scheduled_pod(profile="1g.10gb"), ["a"]))
+    assert answer == {"Error": "migslice extender internal error: index exploded"}
+
+
+class FakeCache:
+    def __init__(self, synced: bool, staleness_s: float | None) -> None:
+        self.name = "nodes"
+        self.synced = synced
+        self._staleness_s = staleness_s
+
+    def staleness_s(self) -> float | None:
+        return self._staleness_s
+
+
+@pytest.mark.parametrize(
+    ("synced", "staleness", "status", "text"),
+    [
+        (True, 3.0, 200, "ok"),
+        (False, None, 503, "cache nodes not synced yet"),
+        (True, 500.0, 503, "last heard from the API server 500s ago; limit 180s"),
+    ],
+    ids=["fresh", "not-synced", "stale"],
+)
+def test_readiness_reports_cache_sync_and_staleness(
+    synced: bool, staleness: float | None, status: int, text: str
+) -> None:
+    state = ExtenderState(new_index(), (FakeCache(synced, staleness),))
+    response = create_app(state=state).test_client().get("/readyz")
+    assert response.status_code == status
+    assert text in response.get_data(as_text=True)
+
+
+def test_health_and_metrics_are_served(client: FlaskClient) -> None:
+    assert client.get("/healthz").status_code == 200
+    post(client, "filter", names_args(scheduled_pod(profile="1g.10gb"), ALL))
+    text = client.get("/metrics").get_data(as_text=True)
+    for needle in (
+        'migslice_extender_requests_total{outcome="ok",verb="filter"} 1.0',
+        "migslice_extender_cached_nodes 5.0",
+        "migslice_extender_cached_pods 3.0",
+        'migslice_extender_cache_synced{cache="cluster-file"} 1.0',
+        'migslice_extender_filter_nodes_total{result="fits"}',
+        "migslice_extender_request_duration_seconds_bucket",
+    ):
+        assert needle in text
+
+
+def test_two_apps_keep_separate_metrics() -> None:
+    first, second = create_app().test_client(), create_app().test_client()
+    post(first, "filter", b"nope")
+    text: Mapping[str, str] = {"second": second.get("/metrics").get_data(as_text=True)}
+    assert 'outcome="error"' not in text["second"]

@@ -1,0 +1,82 @@
+"""The scheduler deployment manifests: valid objects and the config the issue asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from migslice.mig import CATALOG
+
+MANIFESTS = Path(__file__).resolve().parent.parent / "manifests" / "scheduler"
+
+
+def documents() -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in sorted(MANIFESTS.glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            found.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return found
+
+
+def by_kind(kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in documents() if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def scheduler_config() -> dict[str, Any]:
+    config_map = by_kind("ConfigMap", "migslice-scheduler-config")
+    config: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
+    return config
+
+
+@pytest.mark.parametrize(
+    "document", documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}"
+)
+def test_every_manifest_is_a_valid_kubernetes_object(document: dict[str, Any]) -> None:
+    kubernetes_validate.validate(document, "1.30", strict=True)
+
+
+def test_the_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    files = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == files
+
+
+def test_the_scheduler_calls_the_extender_over_https_with_names_only() -> None:
+    config = scheduler_config()
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["percentageOfNodesToScore"] == 100
+    assert config["leaderElection"]["resourceName"] == "migslice-scheduler"
+    assert [p["schedulerName"] for p in config["profiles"]] == ["migslice-scheduler"]
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"].startswith("https://migslice-extender.migslice-system.svc")
+    assert extender["enableHTTPS"] is True
+    assert "caData" in extender["tlsConfig"]
+    assert extender["nodeCacheCapable"] is True
+    assert extender["filterVerb"] == "filter" and extender["prioritizeVerb"] == "prioritize"
+    assert extender["weight"] > 0
+    timeout = extender["httpTimeout"]
+    assert timeout.endswith("s") and 0 < float(timeout[:-1]) <= 2
+
+
+def test_managed_resources_are_every_mig_resource_of_the_catalog() -> None:
+    (extender,) = scheduler_config()["extenders"]
+    names = [r["name"] for r in extender["managedResources"]]
+    catalog = {p.resource_name for m in CATALOG.models for p in m.profiles}
+    assert sorted(names) == sorted(catalog) == names
+    assert not any(r["ignoredByScheduler"] for r in extender["managedResources"])
+
+
+def test_the_scheduler_runs_with_the_config_and_the_extender_service_reaches_its_pods() -> None:
+    scheduler = by_kind("Deployment", "migslice-scheduler")["spec"]["template"]["spec"]
+    command = scheduler["containers"][0]["command"]
+    assert "--config=/etc/migslice-scheduler/config.yaml" in command
+    assert scheduler["volumes"][0]["configMap"]["name"] == "migslice-scheduler-config"
+    service = by_kind("Service", "migslice-extender")
+    extender = by_kind("Deployment", "migslice-extender")["spec"]["template"]
+    assert service["spec"]["selector"] == extender["metadata"]["labels"]
+    assert service["spec"]["ports"][0]["port"] == 443

@@ -1,0 +1,212 @@
+"""The list+watch informer against a real HTTP server replaying recorded API answers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from migslice.kube import Backoff, Informer, KubernetesTransport, ResourceRef
+
+
+class RecordedApi:
+    """Answers GETs from a script: each entry is (status, body, or a list of watch events)."""
+
+    def __init__(self) -> None:
+        self.lists: list[tuple[int, Any]] = []
+        self.watches: list[tuple[int, Any]] = []
+        self.requests: list[dict[str, str]] = []
+
+    def answer(self, query: dict[str, str]) -> tuple[int, Any]:
+        self.requests.append(query)
+        script = self.watches if query.get("watch") == "true" else self.lists
+        if script:
+            return script.pop(0)
+        time.sleep(0.05)  # nothing scripted: an idle watch that ends quietly
+        return 200, []
+
+
+@pytest.fixture
+def api() -> Iterator[tuple[RecordedApi, KubernetesTransport]]:
+    recorded = RecordedApi()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            query = dict(urllib.parse.parse_qsl(url.query))
+            status, body = recorded.answer({"path": url.path, **query})
+            if isinstance(body, list):
+                payload = b"".join(json.dumps(event).encode() + b"\n" for event in body)
+            else:
+                payload = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    yield recorded, KubernetesTransport(client.ApiClient(configuration))
+    server.shutdown()
+    server.server_close()
+
+
+def node(name: str, version: str, gpus: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": version}, "status": {"gpus": gpus}}
+
+
+def node_list(items: list[dict[str, Any]], version: str, token: str = "") -> dict[str, Any]:
+    metadata = {"resourceVersion": version, **({"continue": token} if token else {})}
+    return {"kind": "NodeList", "apiVersion": "v1", "metadata": metadata, "items": items}
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.items: dict[str, int] = {}
+        self.calls: list[str] = []
+
+    def replace(self, items: Any) -> None:
+        self.items = dict(items)
+        self.calls.append(f"replace {sorted(items)}")
+
+    def upsert(self, key: str, item: int) -> None:
+        self.items[key] = item
+        self.calls.append(f"upsert {key}")
+
+    def delete(self, key: str) -> None:
+        self.items.pop(key, None)
+        self.calls.append(f"delete {key}")
+
+
+def gpus_or_none(raw: dict[str, Any]) -> int | None:
+    gpus = raw.get("status", {}).get("gpus", 0)
+    return int(gpus) if gpus else None
+
+
+def make_informer(transport: KubernetesTransport, sink: RecordingSink) -> Informer[int]:
+    return Informer(
+        name="nodes",
+        transport=transport,
+        resource=ResourceRef("/api/v1/nodes", label_selector="gpu=yes"),
+        project=gpus_or_none,
+        sink=sink,
+        page_size=2,
+        watch_timeout_s=1,
+        backoff=Backoff(initial_s=0.01, max_s=0.02),
+    )
+
+
+def wait_for(condition: Any, timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def test_lists_in_pages_then_applies_watch_events_from_the_lists_version(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    recorded.lists = [
+        (200, node_list([node("n1", "5"), node("n2", "6")], "", token="page-2")),
+        (200, node_list([node("n3", "7", gpus=0)], "100")),
+    ]
+    recorded.watches = [
+        (
+            200,
+            [
+                {"type": "ADDED", "object": node("n4", "101", gpus=4)},
+                {"type": "MODIFIED", "object": node("n1", "102", gpus=8)},
+                {"type": "DELETED", "object": node("n2", "103")},
+                {"type": "MODIFIED", "object": node("n4", "104", gpus=0)},
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "105"}}},
+            ],
+        ),
+    ]
+    sink = RecordingSink()
+    informer = make_informer(transport, sink)
+    informer.start()
+    try:
+        wait_for(lambda: informer.resource_version == "105")
+    finally:
+        informer.stop()
+    assert sink.calls == [
+        "replace ['n1', 'n2']",
+        "upsert n4",
+        "upsert n1",
+        "delete n2",
+        "delete n4",
+    ]
+    assert sink.items == {"n1": 8}
+    assert informer.synced
+    first, second, watch = recorded.requests[:3]
+    assert first["labelSelector"] == "gpu=yes" and first["limit"] == "2"
+    assert second["continue"] == "page-2"
+    assert watch["watch"] == "true" and watch["resourceVersion"] == "100"
+    assert watch["allowWatchBookmarks"] == "true"
+    assert recorded.requests[3]["resourceVersion"] == "105"
+
+
+@pytest.mark.parametrize("how", ["error-event", "http-status"])
+def test_410_gone_makes_it_list_again(
+    api: tuple[RecordedApi, KubernetesTransport], how: str
+) -> None:
+    recorded, transport = api
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    recorded.lists = [
+        (200, node_list([node("n1", "5")], "100")),
+        (200, node_list([node("n9", "300")], "300")),
+    ]
+    recorded.watches = [
+        (200, [{"type": "ERROR", "object": gone}]) if how == "error-event" else (410, gone)
+    ]
+    sink = RecordingSink()
+    informer = make_informer(transport, sink)
+    informer.start()
+    try:
+        wait_for(lambda: informer.stats.lists == 2)
+    finally:
+        informer.stop()
+    assert sink.items == {"n9": 1}
+    assert informer.stats.relists_gone == 1
+    assert informer.stats.errors == 0
+
+
+def test_api_errors_back_off_and_recover_while_staleness_shows(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    failure = {"kind": "Status", "code": 500, "message": "etcdserver: request timed out"}
+    recorded.lists = [(500, failure), (503, failure), (200, node_list([node("n1", "5")], "9"))]
+    sink = RecordingSink()
+    informer = make_informer(transport, sink)
+    assert not informer.synced and informer.staleness_s() is None
+    informer.start()
+    try:
+        wait_for(lambda: informer.synced)
+    finally:
+        informer.stop()
+    assert informer.stats.errors == 2
+    assert "etcdserver: request timed out" in informer.stats.last_error
+    staleness = informer.staleness_s()
+    assert staleness is not None and staleness < 5
+    assert sink.items == {"n1": 1}
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
+    backoff = Backoff(initial_s=0.5, max_s=4.0)
+    assert [backoff.delay_s(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 4.0]
