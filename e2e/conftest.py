@@ -39,6 +39,13 @@ from e2e.controlplane import (
     missing_binaries,
     register_gpu_node,
 )
+from e2e.stack import (
+    MANIFESTS,
+    Server,
+    scheduler_configuration,
+    tls_bundle,
+    webhook_configurations,
+)
 
 KEEP_RUNS = 5
 
@@ -119,17 +126,29 @@ def scheduler(control_plane: ControlPlane) -> Iterator[Callable[..., Scheduler]]
         control_plane.stop_scheduler(name)
 
 
-@pytest.fixture
-def namespace(core_v1: k8s.CoreV1Api) -> Iterator[str]:
-    """A fresh namespace (with its default ServiceAccount); its pods are force-deleted after.
-
-    The namespace itself is deleted but stays Terminating: no namespace controller runs.
-    """
+def _fresh_namespace(core_v1: k8s.CoreV1Api, labels: Mapping[str, str]) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    ensure_namespace(core_v1, name)
+    ensure_namespace(core_v1, name, labels)
     yield name
     core_v1.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     core_v1.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(core_v1: k8s.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace that the migslice webhook leaves alone (``migslice.io/admission:
+    disabled``): pods created here arrive as written, e.g. as the webhook would leave them.
+
+    Its pods are force-deleted after the test; the namespace stays Terminating (no namespace
+    controller runs).
+    """
+    yield from _fresh_namespace(core_v1, {"migslice.io/admission": "disabled"})
+
+
+@pytest.fixture
+def tenant_namespace(core_v1: k8s.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace whose pods go through the migslice webhook."""
+    yield from _fresh_namespace(core_v1, {})
 
 
 @pytest.fixture
@@ -157,3 +176,55 @@ def gpu_node(k8s_api: k8s.ApiClient, core_v1: k8s.CoreV1Api) -> Iterator[Callabl
         except k8s.ApiException as e:
             if e.status != 404:
                 raise
+
+
+# --------------------------------------------------------------------------- migslice itself
+
+
+@pytest.fixture(scope="session")
+def tenant_policy_crd(control_plane: ControlPlane) -> str:
+    """The TenantPolicy CRD from manifests/, applied and Established."""
+    control_plane.apply(MANIFESTS / "crd" / "tenantpolicies.yaml")
+    return "tenantpolicies.migslice.io"
+
+
+@pytest.fixture(scope="session")
+def webhook(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, tenant_policy_crd: str
+) -> Iterator[Server]:
+    """``migslice webhook`` in-cluster mode over TLS, registered by the shipped configurations."""
+    ensure_namespace(core_v1, "migslice-system")
+    bundle = tls_bundle(control_plane, "migslice-webhook")
+    server = Server(
+        "webhook",
+        ["--kubeconfig", str(control_plane.kubeconfig), "--reservation-ttl-s", "5"],
+        bundle,
+        control_plane.workdir / "migslice-webhook.log",
+    ).start()
+    control_plane.apply(webhook_configurations(bundle, server.url))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) -> Iterator[Server]:
+    """``migslice extender`` in-cluster mode over TLS."""
+    ensure_namespace(core_v1, "migslice-system")
+    bundle = tls_bundle(control_plane, "migslice-extender")
+    server = Server(
+        "extender",
+        ["--kubeconfig", str(control_plane.kubeconfig)],
+        bundle,
+        control_plane.workdir / "migslice-extender.log",
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def migslice_scheduler(control_plane: ControlPlane, extender: Server) -> Iterator[Scheduler]:
+    """kube-scheduler ``migslice-scheduler`` with the shipped configuration and our extender."""
+    config = scheduler_configuration(extender.bundle, extender.url)
+    started = control_plane.start_scheduler(config, name="migslice-scheduler")
+    yield started
+    control_plane.stop_scheduler(started.name)

@@ -37,6 +37,7 @@ class FakeMigManager:
     config_map_namespace: str = "gpu-operator"
     config_map_name: str = "migslice-mig-config"
     interval_s: float = 0.2
+    nodes: frozenset[str] | None = None  # only these nodes (None: every node with the label)
     applied: dict[str, str] = field(default_factory=dict)
     history: list[tuple[str, str, str]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -68,6 +69,8 @@ class FakeMigManager:
     def reconcile_all(self) -> None:
         core = k8s.CoreV1Api(self.api)
         for node in core.list_node(label_selector=CONFIG_LABEL).items:
+            if self.nodes is not None and node.metadata.name not in self.nodes:
+                continue
             wanted = node.metadata.labels[CONFIG_LABEL]
             if self.applied.get(node.metadata.name) == wanted:
                 continue
