@@ -1,1 +1,1 @@
-"""migslice."""
+"""The migslice node agent: reads real MIG state through NVML and publishes it on the Node."""

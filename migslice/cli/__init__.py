@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "migslice.cli.certs",
     "migslice.cli.extender",
     "migslice.cli.webhook",
+    "migslice.cli.agent",
 )
 
 

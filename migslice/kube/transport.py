@@ -1,8 +1,9 @@
 """HTTP access to the Kubernetes API for the informers, through the kubernetes client's config.
 
 The kubernetes client supplies configuration (kubeconfig or in-cluster service account,
-TLS, token refresh) and its urllib3 pool; requests are plain GETs on API paths, so one
-informer serves any resource, custom ones included, and the JSON stays raw (no model classes).
+TLS, token refresh) and its urllib3 pool; requests are plain GETs (and, for the status writer,
+PATCHes) on API paths, so one informer serves any resource, custom ones included, and the JSON
+stays raw (no model classes).
 """
 
 from __future__ import annotations
@@ -59,10 +60,18 @@ class KubernetesTransport:
         return cls(client.ApiClient(configuration))
 
     def _request(
-        self, path: str, query: Mapping[str, str], read_timeout_s: float
+        self,
+        path: str,
+        query: Mapping[str, str],
+        read_timeout_s: float,
+        method: str = "GET",
+        body: bytes | None = None,
+        content_type: str = "",
     ) -> urllib3.BaseHTTPResponse:
         configuration = self._api.configuration
         headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
         for setting in configuration.auth_settings().values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers[setting["key"]] = setting["value"]
@@ -72,30 +81,60 @@ class KubernetesTransport:
         timeout = urllib3.Timeout(connect=self._connect_timeout_s, read=read_timeout_s)
         try:
             response: urllib3.BaseHTTPResponse = self._api.rest_client.pool_manager.request(
-                "GET", url, headers=headers, timeout=timeout, preload_content=False, retries=False
+                method,
+                url,
+                body=body,
+                headers=headers,
+                timeout=timeout,
+                preload_content=False,
+                retries=False,
             )
         except urllib3.exceptions.HTTPError as error:
-            raise ApiError(0, f"GET {path}: {error}") from None
+            raise ApiError(0, f"{method} {path}: {error}") from None
         if not 200 <= response.status < 300:
-            body = response.read(4096).decode("utf-8", "replace")
+            text = response.read(4096).decode("utf-8", "replace")
             response.release_conn()
-            raise ApiError(response.status, f"GET {path}: {_status_message(body)}")
+            raise ApiError(response.status, f"{method} {path}: {_status_message(text)}")
         return response
 
     def get_json(self, path: str, query: Mapping[str, str]) -> RawObject:
-        response = self._request(path, query, read_timeout_s=60.0)
+        return self._read_json("GET", path, self._request(path, query, read_timeout_s=60.0))
+
+    def patch_json(
+        self,
+        path: str,
+        patch: Mapping[str, Any],
+        content_type: str = "application/merge-patch+json",
+    ) -> RawObject:
+        """PATCH ``path`` with ``patch`` (a JSON merge patch by default); the updated object."""
+        body = json.dumps(patch, separators=(",", ":")).encode()
+        response = self._request(
+            path, {}, read_timeout_s=30.0, method="PATCH", body=body, content_type=content_type
+        )
+        return self._read_json("PATCH", path, response)
+
+    def post_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+        """POST ``body`` to ``path`` (create); the created object."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        response = self._request(
+            path, {}, read_timeout_s=30.0, method="POST", body=data, content_type="application/json"
+        )
+        return self._read_json("POST", path, response)
+
+    @staticmethod
+    def _read_json(method: str, path: str, response: urllib3.BaseHTTPResponse) -> RawObject:
         try:
             data = response.read()
         except urllib3.exceptions.HTTPError as error:
-            raise ApiError(0, f"GET {path}: {error}") from None
+            raise ApiError(0, f"{method} {path}: {error}") from None
         finally:
             response.release_conn()
         try:
             document = json.loads(data)
         except ValueError:
-            raise ApiError(0, f"GET {path}: answer is not JSON") from None
+            raise ApiError(0, f"{method} {path}: answer is not JSON") from None
         if not isinstance(document, dict):
-            raise ApiError(0, f"GET {path}: answer is not a JSON object")
+            raise ApiError(0, f"{method} {path}: answer is not a JSON object")
         return document
 
     def stream_lines(

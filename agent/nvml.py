@@ -1,0 +1,160 @@
+"""Read a node's real MIG state through NVML (nvidia-ml-py). The only module importing pynvml.
+
+Reads, never changes: per GPU its name, PCI device id, UUID, MIG mode, NVML's own GPU-instance
+profile table with legal placements, the existing GPU instances with their placements, and the
+MIG devices on them (UUID, whether any compute process runs there).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pynvml
+
+from agent.readings import GpuReading, InstanceReading, ProfileReading
+
+log = logging.getLogger(__name__)
+
+MAX_PLACEMENTS = 16
+
+
+class NvmlUnavailableError(RuntimeError):
+    """NVML cannot be used on this machine (no driver, no library, no permission)."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@contextmanager
+def nvml_session() -> Iterator[None]:
+    """nvmlInit and nvmlShutdown around a block; NvmlUnavailableError says why NVML fails."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        raise NvmlUnavailableError(
+            f"NVML cannot be initialised ({error}); the agent needs the NVIDIA driver and "
+            "libnvidia-ml.so.1 (run it on a GPU node with the NVIDIA container runtime)"
+        ) from None
+    try:
+        yield
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as error:
+            log.warning("nvmlShutdown failed: %s", error)
+
+
+def driver_version() -> str:
+    return _text(pynvml.nvmlSystemGetDriverVersion())
+
+
+def read_gpus() -> tuple[GpuReading, ...]:
+    """Every GPU of the machine; call inside :func:`nvml_session`."""
+    return tuple(_read_gpu(i) for i in range(pynvml.nvmlDeviceGetCount()))
+
+
+def _read_gpu(index: int) -> GpuReading:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    name = _text(pynvml.nvmlDeviceGetName(handle))
+    uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+    pci = pynvml.nvmlDeviceGetPciInfo(handle)
+    memory_mib = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+    try:
+        current, pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError_NotSupported:
+        return GpuReading(
+            index, name, uuid, int(pci.pciDeviceId) >> 16, False, False, False, memory_mib, (), ()
+        )
+    profiles = _read_profiles(handle)
+    instances = _read_instances(handle, profiles) if current else ()
+    return GpuReading(
+        index=index,
+        name=name,
+        uuid=uuid,
+        pci_device_id=int(pci.pciDeviceId) >> 16,
+        mig_capable=True,
+        mig_enabled=bool(current),
+        mig_pending=current != pending,
+        memory_mib=memory_mib,
+        profiles=profiles,
+        instances=instances,
+    )
+
+
+def _read_profiles(handle: Any) -> tuple[ProfileReading, ...]:
+    """NVML's profile table, enumerated by profile index until NVML says no more."""
+    found: list[ProfileReading] = []
+    for profile_index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile_index)
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+            continue
+        placements = (pynvml.c_nvmlGpuInstancePlacement_t * MAX_PLACEMENTS)()
+        count = ctypes.c_uint(MAX_PLACEMENTS)
+        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(
+            handle, info.id, placements, ctypes.byref(count)
+        )
+        found.append(
+            ProfileReading(
+                name=_text(info.name).removeprefix("MIG ").strip(),
+                gi_profile_id=int(info.id),
+                slice_count=int(info.sliceCount),
+                instance_count=int(info.instanceCount),
+                memory_mib=int(info.memorySizeMB),
+                sm_count=int(info.multiprocessorCount),
+                placements=tuple(
+                    (int(placements[i].start), int(placements[i].size)) for i in range(count.value)
+                ),
+            )
+        )
+    return tuple(found)
+
+
+def _mig_devices(handle: Any) -> dict[int, tuple[str, bool]]:
+    """GPU instance id -> (MIG device UUID, busy) for every MIG device of the GPU."""
+    devices: dict[int, tuple[str, bool]] = {}
+    for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError_NotFound:
+            continue
+        gi_id = pynvml.nvmlDeviceGetGpuInstanceId(mig)
+        uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+        busy = bool(pynvml.nvmlDeviceGetComputeRunningProcesses(mig))
+        previous_uuid, previous_busy = devices.get(gi_id, ("", False))
+        devices[gi_id] = (previous_uuid or uuid, previous_busy or busy)
+    return devices
+
+
+def _read_instances(
+    handle: Any, profiles: tuple[ProfileReading, ...]
+) -> tuple[InstanceReading, ...]:
+    devices = _mig_devices(handle)
+    instances: list[InstanceReading] = []
+    for profile in profiles:
+        capacity = max(profile.instance_count, 1)
+        handles = (pynvml.c_nvmlGpuInstance_t * capacity)()
+        count = ctypes.c_uint(0)
+        pynvml.nvmlDeviceGetGpuInstances(
+            handle, profile.gi_profile_id, handles, ctypes.byref(count)
+        )
+        for i in range(count.value):
+            info = pynvml.nvmlGpuInstanceGetInfo(handles[i])
+            uuid, busy = devices.get(int(info.id), ("", False))
+            instances.append(
+                InstanceReading(
+                    gi_id=int(info.id),
+                    gi_profile_id=int(info.profileId),
+                    start=int(info.placement.start),
+                    size=int(info.placement.size),
+                    uuid=uuid,
+                    busy=busy,
+                )
+            )
+    instances.sort(key=lambda instance: instance.start)
+    return tuple(instances)

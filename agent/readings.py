@@ -1,0 +1,44 @@
+"""What the agent reads from NVML, as plain values (no pynvml here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileReading:
+    """One row of NVML's GPU-instance profile table (``nvidia-smi mig -lgip``/``-lgipp``)."""
+
+    name: str
+    gi_profile_id: int
+    slice_count: int
+    instance_count: int
+    memory_mib: int
+    sm_count: int
+    placements: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReading:
+    """A GPU instance as NVML reports it, with its MIG device (if a compute instance exists)."""
+
+    gi_id: int
+    gi_profile_id: int
+    start: int
+    size: int
+    uuid: str
+    busy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    index: int
+    name: str
+    uuid: str
+    pci_device_id: int
+    mig_capable: bool
+    mig_enabled: bool
+    mig_pending: bool
+    memory_mib: int
+    profiles: tuple[ProfileReading, ...]
+    instances: tuple[InstanceReading, ...]

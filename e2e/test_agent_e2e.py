@@ -1,0 +1,78 @@
+"""The node agent against the real API server: it publishes what (fake) NVML reports."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+
+import pytest
+from kubernetes import client as k8s
+
+from agent.nvml import nvml_session, read_gpus
+from agent.publisher import Publisher
+from e2e.controlplane import ControlPlane, wait_for
+from migslice.inventory.annotation import LAYOUT_ANNOTATION, parse_layout_annotation
+from migslice.kube.nodes import KubeNodeStore
+from migslice.kube.transport import KubernetesTransport
+from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_agent_publishes_the_nvml_layout_and_warns_with_a_node_event(
+    control_plane: ControlPlane,
+    core_v1: k8s.CoreV1Api,
+    gpu_node: Callable[..., k8s.V1Node],
+) -> None:
+    node = gpu_node({"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-1g.10gb": 2})
+    name = node.metadata.name
+    library = FakeNvmlLibrary(
+        [
+            FakeGpu(
+                "NVIDIA A100-SXM4-80GB",
+                "A100-80GB",
+                instances=[
+                    FakeInstance("3g.40gb", 4, processes=1),
+                    FakeInstance("1g.10gb", 0),
+                    FakeInstance("1g.10gb", 1),
+                ],
+            ),
+            FakeGpu("NVIDIA A100-SXM4-80GB", "A100-80GB", instances=[]),
+        ]
+    )
+
+    def read() -> object:
+        with nvml_session():
+            return read_gpus()
+
+    transport = KubernetesTransport.from_environment(str(control_plane.kubeconfig))
+    publisher = Publisher(
+        name,
+        KubeNodeStore(transport),
+        read,  # type: ignore[arg-type]
+        lambda: datetime.datetime.now(datetime.UTC),
+    )
+    with installed(library):
+        written, report = publisher.publish_once()
+        assert written
+        assert publisher.publish_once()[0] is False
+
+    annotations = core_v1.read_node(name).metadata.annotations
+    published = parse_layout_annotation(annotations[LAYOUT_ANNOTATION])
+    assert published == report.layout
+    first = published.gpus[0]
+    assert [(i.profile, i.start, i.busy) for i in first.instances] == [
+        ("1g.10gb", 0, False),
+        ("1g.10gb", 1, False),
+        ("3g.40gb", 4, True),
+    ]
+    assert published.gpus[1].mig_enabled and published.gpus[1].instances == ()
+
+    def warning_events() -> list[str]:
+        events = core_v1.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={name},reason=MigLayoutWarning"
+        )
+        return [e.message for e in events.items]
+
+    messages = wait_for("a MigLayoutWarning event", warning_events, 15)
+    assert any("GPU 1: MIG is enabled but the GPU has no instances" in m for m in messages)
