@@ -215,6 +215,25 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write ``<path>.json`` and a Markdown table ``<path>.md``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    rows = [
+        "| nodes | pods | concurrency | p50 ms | p99 ms | mean ms | req/s | worker RSS MiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    worker_rss = max(report["rss_mib"]["workers"], default=0)
+    for level in report["levels"]:
+        rows.append(
+            f"| {report['nodes']} | {report['pods']} | {level['concurrency']} | "
+            f"{level['p50_ms']} | {level['p99_ms']} | {level['mean_ms']} | "
+            f"{level['throughput_rps']} | {worker_rss} |"
+        )
+    path.with_suffix(".md").write_text("\n".join(rows) + "\n")
+    print(f"report: {path.with_suffix('.json')}, {path.with_suffix('.md')}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -224,7 +243,21 @@ def main() -> int:
     parser.add_argument("--tenants", type=int, default=50)
     parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level")
     parser.add_argument("--threads", type=int, default=16, help="gunicorn threads")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=ROOT / "bench" / "reports" / "webhook_latency",
+        help="report path without suffix: writes .json and .md",
+    )
     args = parser.parse_args()
+    report: dict[str, Any] = {
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "tenants": args.tenants,
+        "requests_per_level": args.requests,
+        "gunicorn": {"workers": 1, "threads": args.threads, "tls": True},
+        "levels": [],
+    }
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -271,6 +304,7 @@ def main() -> int:
             # The worker builds the state from the file before it accepts: probe until it answers.
             run_load(port, context, 1, 5, args.tenants)
             ready_s = time.monotonic() - started
+            report["startup_s"] = round(ready_s, 1)
             run_load(port, context, 4, 200, args.tenants)  # warm-up
             print(
                 f"cluster: {args.nodes} nodes, {args.pods} pods, {args.tenants} tenants; "
@@ -279,6 +313,16 @@ def main() -> int:
             for concurrency in (1, 16):
                 latencies = run_load(port, context, concurrency, args.requests, args.tenants)
                 wall = sum(latencies) / concurrency
+                report["levels"].append(
+                    {
+                        "concurrency": concurrency,
+                        "n": len(latencies),
+                        "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
+                        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+                        "mean_ms": round(statistics.fmean(latencies) * 1000, 2),
+                        "throughput_rps": round(len(latencies) / wall),
+                    }
+                )
                 print(
                     f"concurrency {concurrency:>2}: n={len(latencies)} "
                     f"p50={percentile(latencies, 0.50) * 1000:.2f} ms "
@@ -287,6 +331,11 @@ def main() -> int:
                     f"throughput~{len(latencies) / wall:.0f} req/s"
                 )
             workers = children(server.pid)
+            report["rss_mib"] = {
+                "master": round(rss_mib(server.pid)),
+                "workers": [round(rss_mib(pid)) for pid in workers],
+            }
+            write_report(args.report, report)
             print(
                 f"rss: master {rss_mib(server.pid):.0f} MiB; "
                 + ", ".join(f"worker {pid} {rss_mib(pid):.0f} MiB" for pid in workers)
