@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "migslice.cli.extender",
     "migslice.cli.webhook",
     "migslice.cli.agent",
+    "migslice.cli.plan",
 )
 
 

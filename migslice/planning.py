@@ -1,0 +1,332 @@
+"""Re-partition planning: pending MIG demand + the cluster's layouts -> a RepartitionPlan.
+
+Pure data in, pure data out; the controller applies a plan through MIG Manager (a mig-parted
+config per node, selected by the node label ``nvidia.com/mig.config``), and ``migslice plan``
+shows one without applying it.
+
+Rules, in the order they are applied:
+
+1. Only pods whose demand has waited ``min_pending_s`` count (no thrashing on a burst), only
+   their MIG units (a whole-GPU request needs MIG disabled: a mode change is out of scope), and
+   only pods that no free instance in the cluster could serve already.
+2. Only **idle** GPUs change: MIG enabled, no instance held by a pod, none busy per the node
+   agent. mig-parted wipes every instance of a GPU whose config changes and fails on busy ones.
+   A node whose layout is known only by counts is used only when nothing on it is held.
+3. Nodes MIG Manager is working on (``pending``/``rebooting``), nodes changed less than
+   ``cooldown_s`` ago, and nodes whose model lacks a profile are left alone.
+4. Pods are served largest profile first. A pod's instances go onto a GPU already chosen for
+   this plan when they fit there, else onto a fresh idle GPU, preferring nodes already in the
+   plan (MIG Manager pauses a node's device plugin while it works: fewer nodes, less
+   disruption), then nodes with more idle GPUs, then by name.
+5. A changed GPU gets a maximal layout (nothing more fits) that holds the planned instances;
+   among those, the one closest to what the GPU had (hysteresis: keep what the cluster was
+   shaped for), then the one with the most instances.
+6. A node's config lists every GPU whose layout is known (mig-parted leaves a GPU whose layout
+   already matches untouched), so the config the node label names describes the whole node.
+7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once, counting those MIG
+   Manager is already working on; the rest of the demand waits for the next round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from migslice.inventory import LayoutSource, NodeState
+from migslice.mig import GpuModel, Layout, Placed, enumerate_maximal_layouts, make_layout
+from migslice.mig.render import MigPartedEntry, mig_parted_entries, profile_counts
+from migslice.scheduling.demand import PodDemand, UnitKind
+
+TRANSITION_STATES = frozenset({"pending", "rebooting"})
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod the scheduler could not place, and for how long it has waited."""
+
+    demand: PodDemand
+    pending_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSettings:
+    min_pending_s: float = 30.0
+    cooldown_s: float = 600.0
+    max_nodes_in_flight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GpuChange:
+    index: int
+    old: Layout
+    new: Layout
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """New layouts for some GPUs of one node, as a named mig-parted config."""
+
+    node: str
+    model_key: str
+    config_name: str
+    previous_config: str | None
+    gpus: tuple[GpuChange, ...]
+    serves: tuple[str, ...]
+    entries: tuple[MigPartedEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RepartitionPlan:
+    changes: tuple[NodeChange, ...] = ()
+    unserved: tuple[tuple[str, str], ...] = ()
+    skipped_nodes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.changes
+
+
+@dataclass
+class _Gpu:
+    node: NodeState
+    model: GpuModel
+    index: int
+    old: Layout
+    new: list[Placed] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)
+    chosen: bool = False
+
+
+def config_name(node: str, gpus: Sequence[GpuChange]) -> str:
+    """``migslice-<node>-<8 hex>``: the hash covers the new layouts, so a name is a content."""
+    digest = hashlib.sha256()
+    for change in sorted(gpus, key=lambda c: c.index):
+        digest.update(f"{change.index}:{profile_counts(change.new)};".encode())
+    return f"migslice-{node}-{digest.hexdigest()[:8]}"
+
+
+def _idle_gpus(
+    node: NodeState, cooldowns: Mapping[str, float], settings: PlanSettings
+) -> tuple[list[_Gpu], str]:
+    """The node's GPUs that may change, or why none may."""
+    model = node.model
+    if model is None:
+        return [], "GPU model unknown"
+    state = node.facts.mig_config_state
+    if state in TRANSITION_STATES:
+        return [], f"MIG Manager is applying a config (state {state})"
+    since = cooldowns.get(node.name)
+    if since is not None and since < settings.cooldown_s:
+        return [], f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)"
+    if node.source == LayoutSource.COUNTS:
+        if any(count for _, count in node.allocated):
+            return [], "layout known only by counts and some of it is held"
+        count = node.facts.gpu_count or 0
+        return [_Gpu(node, model, i, ()) for i in range(count)], ""
+    idle = [
+        _Gpu(node, model, gpu.index, gpu.instances)
+        for gpu in node.gpus
+        if gpu.mig_enabled and gpu.is_idle
+    ]
+    return idle, "" if idle else "no idle MIG GPU"
+
+
+def _profiles_for(unit_resource: str, model: GpuModel) -> str | None:
+    profile = model.profile_by_resource(unit_resource)
+    return profile.name if profile is not None else None
+
+
+def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
+    for node in nodes:
+        if node.facts.mig_config_state in TRANSITION_STATES:
+            continue
+        if pod.products is not None and (node.facts.product or "") not in pod.products:
+            continue
+        if all(node.free_of(u.resource) >= u.count for u in pod.units):
+            return True
+    return False
+
+
+def _size(pod: PodDemand) -> int:
+    return max((int(u.profile.split("g.")[0]) if u.profile else 0) for u in pod.units)
+
+
+class _Layouts:
+    """Maximal layouts per (model, profile set), computed once per planning run."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, frozenset[str]], list[Layout]] = {}
+
+    def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
+        """The best maximal layout whose instances include ``wanted``; None if none does."""
+        names = frozenset(p.name for p in model.profiles if not p.parsed.attribute) | set(wanted)
+        key = (model.key, names)
+        if key not in self._cache:
+            self._cache[key] = enumerate_maximal_layouts(model, sorted(names))
+        had = Counter(p.profile for p in old)
+        best: tuple[tuple[int, int], Layout] | None = None
+        for layout in self._cache[key]:
+            counts = Counter(p.profile for p in layout)
+            if wanted - counts:
+                continue
+            rank = (sum((counts & had).values()), len(layout))
+            if best is None or rank > best[0]:
+                best = (rank, layout)
+        return best[1] if best else None
+
+
+def plan(
+    nodes: Sequence[NodeState],
+    pending: Iterable[PendingPod],
+    cooldowns: Mapping[str, float] | None = None,
+    settings: PlanSettings = PlanSettings(),
+) -> RepartitionPlan:
+    """Plan new layouts for idle GPUs so that waiting pods can be placed (see module doc)."""
+    cooldowns = cooldowns or {}
+    unserved: list[tuple[str, str]] = []
+    waiting: list[PodDemand] = []
+    for item in pending:
+        pod = item.demand
+        if pod.error or not pod.units:
+            continue
+        if item.pending_s < settings.min_pending_s:
+            unserved.append(
+                (pod.key, f"pending {item.pending_s:.0f}s < {settings.min_pending_s:.0f}s")
+            )
+        elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
+            unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
+        elif _can_serve_now(pod, nodes):
+            unserved.append((pod.key, "a free instance exists; left to the scheduler"))
+        else:
+            waiting.append(pod)
+
+    gpus: list[_Gpu] = []
+    skipped: list[tuple[str, str]] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        idle, why = _idle_gpus(node, cooldowns, settings)
+        if why:
+            skipped.append((node.name, why))
+        gpus.extend(idle)
+    idle_per_node = Counter(g.node.name for g in gpus)
+
+    in_flight = sum(1 for n in nodes if n.facts.mig_config_state in TRANSITION_STATES)
+    budget = max(0, settings.max_nodes_in_flight - in_flight)
+    served: dict[str, list[str]] = {}
+
+    layouts = _Layouts()
+    waiting.sort(key=lambda p: (-_size(p), p.key))
+    for pod in waiting:
+        placed, held_back = _place(pod, gpus, budget, idle_per_node, layouts)
+        if placed is None:
+            reason = "re-partition budget in use" if held_back else "no idle GPU can take it"
+            unserved.append((pod.key, reason))
+        else:
+            served.setdefault(placed, []).append(pod.key)
+
+    changes: list[NodeChange] = []
+    for node_name in sorted(served):
+        chosen = [g for g in gpus if g.chosen and g.node.name == node_name]
+        gpu_changes = tuple(
+            GpuChange(g.index, g.old, make_layout(g.new))
+            for g in sorted(chosen, key=lambda g: g.index)
+            if profile_counts(g.new) != profile_counts(g.old)
+        )
+        if not gpu_changes:
+            continue
+        node = chosen[0].node
+        model = chosen[0].model
+        filters = (
+            (f"0x{node.facts.agent.pci_device_id:04X}10DE",)
+            if (node.facts.agent is not None and node.facts.agent.pci_device_id is not None)
+            else None
+        )
+        # The config describes every GPU whose layout is known, so that the config the node
+        # label names stays a full description; mig-parted leaves GPUs whose layout already
+        # matches untouched.
+        described: dict[int, Layout] = {
+            gpu.index: gpu.instances for gpu in node.gpus if gpu.mig_enabled
+        }
+        described.update({c.index: c.new for c in gpu_changes})
+        entries = mig_parted_entries(model, described, filters)
+        changes.append(
+            NodeChange(
+                node=node_name,
+                model_key=model.key,
+                config_name=config_name(node_name, gpu_changes),
+                previous_config=node.facts.mig_config,
+                gpus=gpu_changes,
+                serves=tuple(served[node_name]),
+                entries=entries,
+            )
+        )
+    return RepartitionPlan(tuple(changes), tuple(unserved), tuple(skipped))
+
+
+def _place(
+    pod: PodDemand,
+    gpus: list[_Gpu],
+    budget: int,
+    idle_per_node: Counter[str],
+    layouts: _Layouts,
+) -> tuple[str | None, bool]:
+    """Put all of the pod's instances on one node's GPUs: the node's name (or None), and
+    whether a node that could have taken the pod was held back by the budget."""
+    nodes_in_plan = {g.node.name for g in gpus if g.chosen}
+
+    def node_order(name: str) -> tuple[int, int, str]:
+        return (0 if name in nodes_in_plan else 1, -idle_per_node[name], name)
+
+    held_back = False
+    for name in sorted({g.node.name for g in gpus}, key=node_order):
+        over_budget = name not in nodes_in_plan and len(nodes_in_plan) >= budget
+        node_gpus = [g for g in gpus if g.node.name == name]
+        node = node_gpus[0].node
+        if pod.products is not None and (node.facts.product or "") not in pod.products:
+            continue
+        wanted: list[str] = []
+        for unit in pod.units:
+            profile = _profiles_for(unit.resource, node_gpus[0].model)
+            if profile is None:
+                break
+            wanted.extend([profile] * unit.count)
+        else:
+            if over_budget:
+                held_back = held_back or _try(wanted, node_gpus, layouts, dry_run=True) is not None
+                continue
+            trial = _try(wanted, node_gpus, layouts)
+            if trial is not None:
+                for gpu, layout in trial:
+                    gpu.new = list(layout)
+                    gpu.chosen = True
+                return name, False
+    return None, held_back
+
+
+def _try(
+    wanted: list[str], node_gpus: list[_Gpu], layouts: _Layouts, dry_run: bool = False
+) -> list[tuple[_Gpu, Layout]] | None:
+    """Give each instance a GPU of the node: GPUs already chosen first, then fresh ones.
+
+    A chosen GPU's planned instances are still only a plan, so its layout is chosen anew
+    around the grown demand.
+    """
+    ordered = sorted(node_gpus, key=lambda g: (not g.chosen, g.index))
+    demand = {id(g): Counter(g.planned) for g in ordered}
+    chosen: dict[int, tuple[_Gpu, Layout]] = {}
+    for profile in sorted(wanted, key=lambda n: -int(n.split("g.")[0])):
+        for gpu in ordered:
+            grown = demand[id(gpu)] + Counter({profile: 1})
+            layout = layouts.containing(gpu.model, grown, gpu.old)
+            if layout is not None:
+                demand[id(gpu)] = grown
+                chosen[id(gpu)] = (gpu, layout)
+                break
+        else:
+            return None
+    if dry_run:
+        return list(chosen.values())
+    for gpu, _ in chosen.values():
+        gpu.planned = list(demand[id(gpu)].elements())
+    return list(chosen.values())

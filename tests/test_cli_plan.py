@@ -1,0 +1,83 @@
+"""``migslice plan`` on a cluster file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from migslice.cli import main
+from tests.builders import make_node, make_pod
+
+
+def write_cluster(tmp_path: Path, *objects: dict) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    return path
+
+
+def cluster(tmp_path: Path) -> Path:
+    node = make_node(
+        "gpu-a", gpu_count=2, mig={"1g.10gb": 14}, config="all-1g.10gb", config_state="success"
+    )
+    return write_cluster(
+        tmp_path,
+        {"apiVersion": "v1", "kind": "Node", **node},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            **make_pod("infer-1", profile="1g.10gb", node_name="gpu-a"),
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            **make_pod("train-1", namespace="research", profile="3g.40gb"),
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            **make_pod("train-2", namespace="research", profile="7g.80gb"),
+        },
+    )
+
+
+def test_plan_reshapes_the_idle_gpu_for_the_largest_waiting_pod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--cluster-file", str(cluster(tmp_path)), "-o", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    (change,) = answer["changes"]
+    assert change["node"] == "gpu-a"
+    assert change["serves"] == ["research/train-2"]
+    assert change["configName"].startswith("migslice-gpu-a-")
+    assert change["previousConfig"] == "all-1g.10gb"
+    (gpu,) = change["gpus"]
+    assert gpu["after"] == [{"profile": "7g.80gb", "start": 0, "size": 8}]
+    assert answer["pending"] == [{"pod": "research/train-1", "reason": "no idle GPU can take it"}]
+
+
+def test_plan_prints_the_config_and_the_label_to_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--cluster-file", str(cluster(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "serves: research/train-2" in out
+    assert "kubectl label node gpu-a nvidia.com/mig.config=migslice-gpu-a-" in out
+    assert "research/train-1: no idle GPU can take it" in out
+    assert main(["plan", "--cluster-file", str(cluster(tmp_path)), "-o", "mig-parted"]) == 0
+    document = yaml.safe_load(capsys.readouterr().out)
+    (name,) = document["mig-configs"]
+    entries = document["mig-configs"][name]
+    assert [e["devices"] for e in entries] == [[0], [1]]
+    assert [e["mig-devices"] for e in entries] == [{"1g.10gb": 7}, {"7g.80gb": 1}]
+
+
+def test_a_missing_cluster_file_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--cluster-file", str(tmp_path / "nope.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("migslice: error: cannot read --cluster-file")
+    assert err.count("\n") == 1

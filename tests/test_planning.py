@@ -1,0 +1,230 @@
+"""Re-partition planning: table tests and properties over random clusters."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from migslice.inventory import (
+    AgentGpu,
+    AgentInstance,
+    AgentReport,
+    NodeState,
+    node_facts_from_raw,
+    pod_facts_from_raw,
+    render_layout_annotation,
+    resolve_node,
+)
+from migslice.mig import CATALOG, Placed, enumerate_maximal_layouts, is_legal, place
+from migslice.planning import PendingPod, PlanSettings, RepartitionPlan, config_name, plan
+from migslice.scheduling.demand import demand_of
+from tests.builders import make_node, make_pod
+
+MODEL = CATALOG.get("A100-80GB")
+PRODUCT = "NVIDIA-A100-SXM4-80GB"
+
+
+def node_state(
+    name: str,
+    layouts: Sequence[Sequence[Placed]],
+    busy: Sequence[Sequence[bool]] | None = None,
+    bound: Sequence[str] = (),
+    config_state: str | None = None,
+) -> NodeState:
+    """A node whose agent reports ``layouts``; ``bound`` pods hold the busy instances."""
+    busy = busy or [[False] * len(layout) for layout in layouts]
+    report = AgentReport(
+        product=PRODUCT,
+        gpus=tuple(
+            AgentGpu(
+                i,
+                True,
+                tuple(
+                    AgentInstance(p.profile, p.start, p.size, b)
+                    for p, b in zip(layout, flags, strict=True)
+                ),
+            )
+            for i, (layout, flags) in enumerate(zip(layouts, busy, strict=True))
+        ),
+    )
+    counts = Counter(p.profile for layout in layouts for p in layout)
+    raw = make_node(
+        name,
+        gpu_count=len(layouts),
+        mig=dict(counts),
+        config_state=config_state,
+        layout_annotation=render_layout_annotation(report),
+    )
+    held = [
+        p.profile
+        for layout, flags in zip(layouts, busy, strict=True)
+        for p, b in zip(layout, flags, strict=True)
+        if b
+    ]
+    pods = [
+        pod_facts_from_raw(make_pod(f"{name}-held-{i}", profile=profile, node_name=name))
+        for i, profile in enumerate(held)
+    ]
+    return resolve_node(node_facts_from_raw(raw), [p for p in pods if p is not None])
+
+
+def pending(name: str, profile: str, waited_s: float = 120.0, count: int = 1) -> PendingPod:
+    return PendingPod(
+        demand_of(
+            make_pod(name.split("/")[1], namespace=name.split("/")[0], profile=profile, count=count)
+        ),
+        waited_s,
+    )
+
+
+def all_1g() -> list[Placed]:
+    return [place(MODEL, "1g.10gb", i) for i in range(7)]
+
+
+def test_an_idle_gpu_of_1g_slices_is_reshaped_for_a_waiting_3g_pod() -> None:
+    nodes = [node_state("a", [all_1g()])]
+    result = plan(nodes, [pending("team/train", "3g.40gb")])
+    (change,) = result.changes
+    assert change.node == "a"
+    assert change.serves == ("team/train",)
+    (gpu,) = change.gpus
+    assert Counter(p.profile for p in gpu.new) == {"3g.40gb": 1, "1g.10gb": 4}
+    assert is_legal(MODEL, gpu.new)
+    assert change.config_name == config_name("a", change.gpus)
+    assert change.entries[0].devices == (0,)
+    assert dict(change.entries[0].mig_devices) == {"1g.10gb": 4, "3g.40gb": 1}
+
+
+def test_a_gpu_with_a_busy_instance_is_never_reshaped() -> None:
+    busy = [[i == 3 for i in range(7)]]
+    nodes = [node_state("a", [all_1g()], busy=busy, bound=["x"])]
+    result = plan(nodes, [pending("team/train", "3g.40gb")])
+    assert result.is_empty
+    assert result.unserved == (("team/train", "no idle GPU can take it"),)
+
+
+def test_young_demand_and_servable_demand_wait() -> None:
+    nodes = [node_state("a", [all_1g()])]
+    result = plan(nodes, [pending("t/new", "3g.40gb", waited_s=5), pending("t/small", "1g.10gb")])
+    assert result.is_empty
+    assert dict(result.unserved) == {
+        "t/new": "pending 5s < 30s",
+        "t/small": "a free instance exists; left to the scheduler",
+    }
+
+
+def test_nodes_in_transition_or_cooldown_are_left_alone_and_said_so() -> None:
+    nodes = [
+        node_state("a", [all_1g()], config_state="pending"),
+        node_state("b", [all_1g()]),
+    ]
+    result = plan(nodes, [pending("t/p", "3g.40gb")], cooldowns={"b": 30.0})
+    assert result.is_empty
+    assert dict(result.skipped_nodes) == {
+        "a": "MIG Manager is applying a config (state pending)",
+        "b": "changed 30s ago (cooldown 600s)",
+    }
+
+
+def test_at_most_max_nodes_in_flight_change_at_once() -> None:
+    nodes = [node_state(n, [all_1g()]) for n in ("a", "b", "c")]
+    demand = [pending(f"t/p{i}", "4g.40gb") for i in range(3)]
+    result = plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=2))
+    assert [c.node for c in result.changes] == ["a", "b"]
+    assert dict(result.unserved)["t/p2"] == "re-partition budget in use"
+
+
+def test_pods_share_a_node_already_in_the_plan() -> None:
+    nodes = [node_state(n, [all_1g(), all_1g()]) for n in ("a", "b")]
+    demand = [pending("t/p1", "3g.40gb"), pending("t/p2", "3g.40gb"), pending("t/p3", "2g.20gb")]
+    result = plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=2))
+    (change,) = result.changes
+    assert sorted(change.serves) == ["t/p1", "t/p2", "t/p3"]
+
+
+# -- properties over random clusters ---------------------------------------------------------
+
+LAYOUTS = enumerate_maximal_layouts(MODEL, ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"])
+PROFILES = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+
+
+@st.composite
+def clusters(
+    draw: st.DrawFn,
+) -> tuple[list[NodeState], list[PendingPod], dict[str, list[list[bool]]]]:
+    nodes: list[NodeState] = []
+    busy_by_node: dict[str, list[list[bool]]] = {}
+    for n in range(draw(st.integers(1, 3))):
+        layouts = [list(draw(st.sampled_from(LAYOUTS))) for _ in range(draw(st.integers(1, 3)))]
+        busy = [[draw(st.booleans()) and draw(st.booleans()) for _ in layout] for layout in layouts]
+        name = f"n{n}"
+        busy_by_node[name] = busy
+        nodes.append(node_state(name, layouts, busy=busy))
+    demand = [
+        pending(f"t/p{i}", draw(st.sampled_from(PROFILES))) for i in range(draw(st.integers(0, 6)))
+    ]
+    return nodes, demand, busy_by_node
+
+
+def apply(
+    nodes: Sequence[NodeState], result: RepartitionPlan, busy: Mapping[str, list[list[bool]]]
+) -> list[NodeState]:
+    """The cluster after MIG Manager applied the plan (instance busy flags kept where unchanged)."""
+    changed = {c.node: {g.index: g.new for g in c.gpus} for c in result.changes}
+    after = []
+    for node in nodes:
+        layouts, flags = [], []
+        for gpu in node.gpus:
+            new = changed.get(node.name, {}).get(gpu.index)
+            if new is None:
+                layouts.append(list(gpu.instances))
+                flags.append(list(busy[node.name][gpu.index]))
+            else:
+                layouts.append(list(new))
+                flags.append([False] * len(new))
+        after.append(node_state(node.name, layouts, busy=flags))
+    return after
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters())
+def test_plans_are_legal_spare_busy_gpus_and_serve_what_they_claim(case: tuple) -> None:
+    nodes, demand, busy = case
+    result = plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=2))
+    assert len(result.changes) <= 2
+    by_name = {n.name: n for n in nodes}
+    for change in result.changes:
+        node = by_name[change.node]
+        for gpu_change in change.gpus:
+            assert is_legal(MODEL, gpu_change.new)
+            assert not any(busy[change.node][gpu_change.index]), "a busy GPU was re-partitioned"
+            assert tuple(node.gpus[gpu_change.index].instances) == gpu_change.old
+    after = apply(nodes, result, busy)
+    served = {pod for change in result.changes for pod in change.serves}
+    assert served.isdisjoint(pod for pod, _ in result.unserved)
+    by_key = {p.demand.key: p for p in demand}
+    for change in result.changes:
+        node = next(n for n in after if n.name == change.node)
+        needed: Counter[str] = Counter()
+        for key in change.serves:
+            for unit in by_key[key].demand.units:
+                needed[unit.resource] += unit.count
+        for resource, count in needed.items():
+            assert node.free_of(resource) >= count
+
+
+@settings(max_examples=40, deadline=None)
+@given(clusters())
+def test_planning_the_result_again_changes_nothing_it_just_changed(case: tuple) -> None:
+    nodes, demand, busy = case
+    first = plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=3))
+    after = apply(nodes, first, busy)
+    cooldowns = {c.node: 0.0 for c in first.changes}
+    again = plan(after, demand, cooldowns, settings=PlanSettings(max_nodes_in_flight=3))
+    assert {c.node for c in again.changes}.isdisjoint(cooldowns)
+    served = {pod for change in first.changes for pod in change.serves}
+    assert served.isdisjoint(pod for change in again.changes for pod in change.serves)
+    assert plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=3)) == first
