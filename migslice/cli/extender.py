@@ -10,6 +10,7 @@ from typing import Any
 from migslice.cli.common import CommandError
 from migslice.clusterfile import ClusterFileError, load_cluster_text
 from migslice.serving import add_server_arguments, options_from_args, serve
+from migslice.serving.reload import ReloadingApp
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,14 @@ def run_extender(args: argparse.Namespace) -> int:
             len(objects.pods),
         )
 
+        def build(path: Path) -> Any:
+            return create_app(
+                settings, state_from_objects(load_cluster_text(path.read_text()), settings)
+            )
+
         def factory() -> Any:
-            return create_app(settings, state_from_objects(objects, settings))
+            # Rebuilt from the file whenever it changes (see migslice.serving.reload).
+            return ReloadingApp(Path(args.cluster_file), build)
 
     else:
         kubeconfig = args.kubeconfig
