@@ -6,8 +6,11 @@ The grammar is the API machinery's (``k8s.io/apimachinery/pkg/api/resource``)::
     <suffix>   ::= Ki | Mi | Gi | Ti | Pi | Ei | n | u | m | "" | k | M | G | T | P | E
                  | ( e | E ) <sign>? <digits>
 
-Values are :class:`fractions.Fraction`, so ``0.1Gi`` and ``100m`` stay exact. A string that does
-not match raises :class:`QuantityError` with a message saying what a quantity looks like.
+Values are :class:`fractions.Fraction`, so ``0.1Gi`` and ``100m`` stay exact. Surrounding
+whitespace is ignored, as ``resource.Quantity.UnmarshalJSON`` ignores it; whitespace inside a
+quantity is not. A string that does not match raises :class:`QuantityError` with a message
+saying what a quantity looks like. This is the one quantity reader: the inventory's counts
+(:mod:`migslice.inventory.quantities`) are read with it too.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ _DECIMAL = {
     "E": Fraction(10**18),
 }
 _QUANTITY_RE = re.compile(
-    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<exp>[eE][+-]?[0-9]{1,3})|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$"
+    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<exp>[eE][+-]?[0-9]{1,3})|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)"
 )
 _MAX_LENGTH = 64
 
@@ -50,7 +53,7 @@ def parse_quantity(text: object) -> Fraction:
         return Fraction(text)
     if not isinstance(text, str):
         raise QuantityError(f"{text!r} is not a quantity (expected a string such as 20Gi)")
-    match = _QUANTITY_RE.match(text) if len(text) <= _MAX_LENGTH else None
+    match = _QUANTITY_RE.fullmatch(text.strip()) if len(text) <= _MAX_LENGTH else None
     if match is None:
         raise QuantityError(
             f"{text[:_MAX_LENGTH]!r} is not a Kubernetes quantity; expected a number with an "

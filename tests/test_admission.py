@@ -4,11 +4,14 @@ policy, tiers and isolation, per-pod limits, quota in slice units, and patches t
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import jsonpatch
 import pytest
 from builders import make_created_pod, make_policy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from migslice.admission import (
     AdmissionDecision,
@@ -17,8 +20,11 @@ from migslice.admission import (
     StaticView,
     Unmatched,
     decide,
+    pod_gpu_requests,
+    usage_of,
 )
 from migslice.admission.decision import PodAdmission
+from migslice.inventory import gpu_requests
 from migslice.mig import CATALOG
 from migslice.policy import Offer, parse_tenant_policy
 
@@ -285,3 +291,113 @@ def test_annotations_plus_a_different_direct_request_is_refused() -> None:
     )
     decision, _ = run(pod, view(make_policy()))
     assert not decision.allowed and decision.reason == "mixed-request"
+
+
+def with_gpu_containers(
+    pod: dict[str, Any],
+    init: Sequence[tuple[str, int, bool]] = (),
+    app: Sequence[tuple[str, int]] = (),
+) -> dict[str, Any]:
+    """``pod`` with GPU init containers ((profile, count, is_sidecar), in order) and extra app
+    containers ((profile, count)), each with limits and requests as the apiserver defaults them."""
+
+    def container(name: str, profile: str, count: int) -> dict[str, Any]:
+        amount = {f"nvidia.com/mig-{profile}": str(count)}
+        return {"name": name, "image": "x", "resources": {"limits": amount, "requests": amount}}
+
+    pod = copy.deepcopy(pod)
+    inits = []
+    for i, (profile, count, sidecar) in enumerate(init):
+        built = container(f"init-{i}", profile, count)
+        if sidecar:
+            built["restartPolicy"] = "Always"
+        inits.append(built)
+    if inits:
+        pod["spec"]["initContainers"] = inits
+    for i, (profile, count) in enumerate(app):
+        pod["spec"]["containers"].append(container(f"app-{i}", profile, count))
+    return pod
+
+
+def test_an_init_container_gpu_is_charged_as_kubernetes_counts_it_not_added_twice() -> None:
+    pod = with_gpu_containers(
+        make_created_pod(limits={"nvidia.com/mig-1g.10gb": "1"}), init=[("1g.10gb", 1, False)]
+    )
+    decision, _ = run(pod, view(make_policy(quota={"instances": 1})))
+    assert decision.allowed, decision.message
+    assert decision.charge == SliceUsage(1, 1, 1, (("1g.10gb", 1),))
+
+
+GPU_CONTAINERS = st.tuples(
+    st.lists(
+        st.tuples(st.sampled_from(["1g.10gb", "2g.20gb"]), st.integers(1, 3), st.booleans()),
+        max_size=3,
+    ),
+    st.lists(st.tuples(st.sampled_from(["1g.10gb", "2g.20gb"]), st.integers(1, 3)), max_size=2),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(GPU_CONTAINERS)
+def test_the_admission_charge_is_what_the_pod_holds_once_seen_and_what_the_scheduler_counts(
+    containers: tuple[list[tuple[str, int, bool]], list[tuple[str, int]]],
+) -> None:
+    init, app = containers
+    pod = with_gpu_containers(
+        make_created_pod(limits={"nvidia.com/mig-1g.10gb": "1"}), init=init, app=app
+    )
+    held = pod_gpu_requests(pod)
+    assert held == dict(gpu_requests(pod))
+    decision, _ = run(pod, StaticView((parse_tenant_policy(make_policy()),), (A100,)))
+    assert decision.allowed, decision.message
+    assert decision.charge == usage_of(held, ("A100-80GB",))
+
+
+def resources(limits: dict[str, str] | None, requests: dict[str, str] | None) -> dict[str, Any]:
+    pod = make_created_pod()
+    section = {"limits": limits, "requests": requests}
+    pod["spec"]["containers"][0]["resources"] = {k: v for k, v in section.items() if v is not None}
+    return pod
+
+
+RESOURCE_DENIALS = [
+    (
+        None,
+        {"nvidia.com/mig-1g.10gb": "1"},
+        'container "main" requests nvidia.com/mig-1g.10gb: 1 but sets no limit for it',
+    ),
+    (
+        {"nvidia.com/mig-1g.10gb": "2"},
+        {"nvidia.com/mig-1g.10gb": "1"},
+        'container "main" requests nvidia.com/mig-1g.10gb: 1 but limits it to 2',
+    ),
+    (
+        {"nvidia.com/mig-1g.10gb": "500m"},
+        {"nvidia.com/mig-1g.10gb": "500m"},
+        'container "main" sets nvidia.com/mig-1g.10gb: 500m; GPU resources are whole units',
+    ),
+    (
+        {"nvidia.com/gpu": "-1"},
+        {"nvidia.com/gpu": "-1"},
+        'container "main" sets nvidia.com/gpu: -1; GPU resources are whole units',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("limits", "requests", "text"),
+    RESOURCE_DENIALS,
+    ids=["requests-without-limits", "requests-not-limits", "milli-units", "negative"],
+)
+def test_gpu_resources_kubernetes_would_refuse_are_denied_with_the_field_to_fix(
+    limits: dict[str, str] | None, requests: dict[str, str] | None, text: str
+) -> None:
+    decision, _ = run(resources(limits, requests), view(make_policy(quota={"instances": 4})))
+    assert not decision.allowed
+    assert (decision.reason, decision.code, decision.charge) == ("bad-resource", 422, None)
+    assert decision.message.startswith(f"pod team-a/train-*: {text}"), decision.message
+
+
+def test_limits_alone_are_enough_for_a_gpu_resource() -> None:
+    decision, _ = run(resources({"nvidia.com/mig-1g.10gb": "1"}, None), view(make_policy()))
+    assert decision.allowed and decision.charge == SliceUsage(1, 1, 1, (("1g.10gb", 1),))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from migslice.inventory import QuantityError as InventoryQuantityError
+from migslice.inventory import parse_count as inventory_parse_count
 from migslice.quantity import (
     QuantityError,
     format_mib,
@@ -82,3 +85,59 @@ def test_any_text_either_parses_or_raises_quantity_error(text: str) -> None:
         parse_quantity(text)
     except QuantityError:
         pass
+
+
+# Kubernetes trims surrounding whitespace when it decodes a quantity from JSON
+# (apimachinery resource.Quantity.UnmarshalJSON), but not whitespace inside one.
+AGREED = [
+    (" 2 ", 2),
+    ("2\n", 2),
+    ("1Ki", 1024),
+    ("1k", 1000),
+    ("1e3", 1000),
+    ("+3", 3),
+    ("2000000000n", 2),
+    ("0", 0),
+    ("1.0000000000000000000000000001Ki", None),
+    ("1 Ki", None),
+    ("0.5", None),
+    ("500m", None),
+    ("-1", None),
+    ("", None),
+    ("1e", None),
+]
+
+
+@pytest.mark.parametrize(("text", "count"), AGREED, ids=[repr(c[0]) for c in AGREED])
+def test_the_core_and_the_inventory_read_a_count_the_same_way(text: str, count: int | None) -> None:
+    if count is None:
+        with pytest.raises(QuantityError):
+            parse_count(text)
+        with pytest.raises(QuantityError):
+            inventory_parse_count(text, "limits[nvidia.com/gpu]")
+    else:
+        assert parse_count(text) == count
+        assert inventory_parse_count(text, "limits[nvidia.com/gpu]") == count
+
+
+def test_the_inventory_raises_the_core_quantity_error() -> None:
+    assert InventoryQuantityError is QuantityError
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.from_regex(
+        r"\A[ +-]?[0-9]{0,12}(\.[0-9]{0,30})?(Ki|Mi|Gi|n|u|m|k|M|G|e[0-9]{1,2}|E-?[0-9])? ?\Z"
+    )
+)
+def test_both_count_readers_agree_on_generated_quantities(text: str) -> None:
+    def read(parse: Callable[[str], int]) -> int | None:
+        try:
+            return parse(text)
+        except QuantityError:
+            return None
+
+    core = read(parse_count)
+    assert read(lambda t: inventory_parse_count(t, "x")) == (
+        core if core is None or core < 2**31 else None
+    )

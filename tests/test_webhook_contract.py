@@ -379,3 +379,16 @@ def test_fuzzed_reviews_never_get_a_500_or_a_patch_that_does_not_apply(
 def test_fuzzed_bodies_are_answered_400_or_200(client: FlaskClient, body: bytes) -> None:
     assert client.post("/mutate", data=body).status_code in (200, 400)
     assert client.post("/validate", data=body).status_code in (200, 400)
+
+
+@pytest.mark.parametrize("count", ["500m", "-1", "1500m"])
+def test_a_gpu_count_that_apiserver_validation_refuses_is_a_denial_not_a_malformed_review(
+    client: FlaskClient, count: str
+) -> None:
+    body = make_review(make_created_pod(limits={"nvidia.com/mig-1g.10gb": count}))
+    reply = client.post("/mutate", json=body)
+    assert reply.status_code == 200
+    response = reply.get_json()["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 422
+    message = response["status"]["message"]
+    assert f"nvidia.com/mig-1g.10gb: {count}; GPU resources are whole units" in message

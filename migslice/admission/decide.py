@@ -1,6 +1,7 @@
 """decide(pod CREATE, cluster view) -> AdmissionDecision: tenant, GPU plan, limits, patch.
 
-Order of checks: GPU intent (none: allowed untouched, no patch); tenant by namespace (none:
+Order of checks: GPU intent (none: allowed untouched, no patch; GPU resources the apiserver
+would refuse: denied, naming the field); tenant by namespace (none:
 the documented default, two: a configuration error naming both); the GPU plan under the
 policy; ``spec.maxSlicesPerPod``; quota in slice units; the pod's node selector against the
 policy's. The patch sets the resource (annotated pods), the output annotations, node
@@ -45,6 +46,12 @@ def decide(
     if not intent.has_gpu_intent:
         return NO_GPU
     subject = f"pod {pod_label(admission.namespace, admission.raw_pod)}"
+    if intent.problems:
+        # The apiserver's validation, after admission, would refuse the pod; say why now,
+        # and reserve no quota for a pod that will never exist.
+        return AdmissionDecision.deny(
+            _prefixed(subject, Denial("bad-resource", "; ".join(intent.problems), 422))
+        )
     labels = view.namespace_labels(admission.namespace)
     selecting = [p for p in view.policies() if p.selects(admission.namespace, labels)]
     if not selecting:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from migslice.admission import annotations as names
 from migslice.admission.decision import Denial
 from migslice.admission.intent import ContainerRequest, PodIntent
-from migslice.admission.usage import SliceUsage, charge
+from migslice.admission.usage import SliceUsage, charge, effective_counts
 from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, profile_from_resource
 from migslice.mig.profiles import SHARED_GPU_RESOURCE
 from migslice.policy import Need, NoFit, Offer, TenantPolicy, Tier, resolve_profile
@@ -145,7 +145,7 @@ def plan_direct(
     """Check GPU resources a pod requests directly against the policy (no bypass)."""
     usable = usable_offers(policy, offers)
     products: set[str] | None = None
-    total = SliceUsage()
+    priced_on: dict[str, tuple[str, ...]] = {}
     profiles: list[str] = []
     sharing: tuple[tuple[str, tuple[str, ...]], ...] = ()
     for request in requests:
@@ -197,8 +197,23 @@ def plan_direct(
                 "no-model",
                 "asks for GPU resources that no single GPU product in the cluster offers together",
             )
-        keys = tuple(sorted({o.model.key for o in usable if o.product in offered}))
-        total = total + charge(request.resource, request.count, keys)
+        priced_on[request.resource] = tuple(
+            sorted({o.model.key for o in usable if o.product in offered})
+        )
+    # Charged as Kubernetes counts the pod (init containers run before the app containers
+    # and give their devices back), so the charge is what the pod holds once it is seen.
+    in_pod_order = sorted(requests, key=lambda r: (r.field != "initContainers", r.index))
+    counts = effective_counts(
+        (
+            "app" if r.field == "containers" else "sidecar" if r.sidecar else "init",
+            r.resource,
+            r.count,
+        )
+        for r in in_pod_order
+    )
+    total = SliceUsage()
+    for resource, count in counts.items():
+        total = total + charge(resource, count, priced_on[resource])
     requirements = ((names.PRODUCT_LABEL, tuple(sorted(products or ()))), *sharing)
     return GpuPlan(",".join(dict.fromkeys(profiles)), total, requirements)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 from migslice.mig import CATALOG, MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, profile_from_resource
 from migslice.mig.profiles import SHARED_GPU_RESOURCE
@@ -141,18 +142,44 @@ def container_gpu_requests(raw_container: Mapping[str, object]) -> dict[str, int
 
 
 def pod_gpu_requests(raw_pod: Mapping[str, object]) -> dict[str, int]:
-    """Effective GPU requests of a pod: per resource, max(sum of containers, largest init)."""
+    """Effective GPU requests of a pod, by the Kubernetes rule (see :func:`effective_counts`)."""
     spec = raw_pod.get("spec")
     if not isinstance(spec, Mapping):
         return {}
-    total: dict[str, int] = {}
-    for container in _containers(spec.get("containers")):
-        for resource, count in container_gpu_requests(container).items():
-            total[resource] = total.get(resource, 0) + count
+    entries: list[tuple[ContainerKind, str, int]] = []
     for container in _containers(spec.get("initContainers")):
-        for resource, count in container_gpu_requests(container).items():
-            total[resource] = max(total.get(resource, 0), count)
-    return {r: c for r, c in total.items() if c > 0}
+        kind: ContainerKind = "sidecar" if container.get("restartPolicy") == "Always" else "init"
+        entries += [(kind, r, c) for r, c in container_gpu_requests(container).items()]
+    for container in _containers(spec.get("containers")):
+        entries += [("app", r, c) for r, c in container_gpu_requests(container).items()]
+    return effective_counts(entries)
+
+
+ContainerKind = Literal["init", "sidecar", "app"]
+
+
+def effective_counts(entries: Iterable[tuple[ContainerKind, str, int]]) -> dict[str, int]:
+    """Per resource, what a pod holds: max(sum of app and sidecar containers, init peak).
+
+    ``entries`` are (kind, resource, count) in pod order, init containers first. An init
+    container's peak adds the sidecars (init containers with ``restartPolicy: Always``)
+    started before it, as kube-scheduler and the kubelet count it.
+    """
+    total: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for kind, resource, count in entries:
+        if kind == "app":
+            total[resource] = total.get(resource, 0) + count
+        elif kind == "sidecar":
+            sidecars[resource] = sidecars.get(resource, 0) + count
+        else:
+            peak[resource] = max(peak.get(resource, 0), count + sidecars.get(resource, 0))
+    for resource, count in sidecars.items():
+        total[resource] = total.get(resource, 0) + count
+    for resource, count in peak.items():
+        total[resource] = max(total.get(resource, 0), count)
+    return {r: c for r, c in sorted(total.items()) if c > 0}
 
 
 def usage_of(requests: Mapping[str, int], model_keys: tuple[str, ...] = ()) -> SliceUsage:
