@@ -197,7 +197,14 @@ def webhook(
     bundle = tls_bundle(control_plane, "migslice-webhook")
     server = Server(
         "webhook",
-        ["--kubeconfig", str(control_plane.kubeconfig), "--reservation-ttl-s", "5"],
+        [
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            "--reservation-ttl-s",
+            "5",
+            "--status-interval-s",
+            "1",
+        ],
         bundle,
         control_plane.workdir / "migslice-webhook.log",
     ).start()

@@ -150,6 +150,40 @@ def test_a_quota_denial_reaches_the_user_as_the_api_error(
     assert "allows 2 (spec.quota.computeSlices)" in message
 
 
+def test_the_policy_status_shows_the_admitted_usage_against_the_quota(
+    tenant: Callable[..., str],
+    core_v1: k8s.CoreV1Api,
+    tenant_namespace: str,
+    gpu_node: Callable[..., k8s.V1Node],
+    custom: k8s.CustomObjectsApi,
+) -> None:
+    gpu_node({"nvidia.com/mig-2g.20gb": 3})
+    name = tenant(quota={"computeSlices": 8})
+    create_pod_when_webhook_knows(core_v1, tenant_namespace, gpu_pod("medium"))
+
+    def current_status() -> dict[str, Any] | None:
+        policy = custom.get_cluster_custom_object_status(GROUP, VERSION, PLURAL, name)
+        status = policy.get("status") or {}
+        if status.get("quotaSummary") != "2/8 compute slices":
+            return None
+        if status.get("observedGeneration") != policy["metadata"]["generation"]:
+            return None
+        return dict(status)
+
+    status = wait_for("the TenantPolicy status to show the pod", current_status, 15)
+    assert status["used"] == {
+        "instances": 1,
+        "computeSlices": 2,
+        "memorySlices": 2,
+        "profiles": {"2g.20gb": 1},
+    }
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "True"
+    assert conditions["Ready"]["reason"] == "Active"
+    assert conditions["QuotaExhausted"]["status"] == "False"
+    assert conditions["QuotaExhausted"]["message"] == f'tenant "{name}" uses 2/8 compute slices'
+
+
 def test_an_unknown_size_is_refused_with_the_sizes_that_exist(
     tenant: Callable[..., str],
     core_v1: k8s.CoreV1Api,

@@ -46,3 +46,17 @@ def test_the_mutating_webhook_fails_closed_fast_and_spares_system_namespaces() -
     excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
     assert {"kube-system", "migslice-system"} <= set(excluded)
     assert hook["matchConditions"][0]["name"] == "asks-for-a-gpu"
+
+
+def test_the_webhook_may_patch_tenantpolicy_status_and_write_nothing_else() -> None:
+    documents = list(yaml.safe_load_all((ROOT / "manifests" / "webhook" / "rbac.yaml").read_text()))
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    writes = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if verb not in ("get", "list", "watch")
+    }
+    assert writes == {("migslice.io", "tenantpolicies/status", "patch")}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from builders import make_node, make_pod, make_policy
 
 from migslice.admission import SliceUsage
@@ -49,3 +52,55 @@ def test_a_bound_pod_is_priced_on_its_node_model() -> None:
     state.upsert_pod(make_pod("p1", profile="1g.10gb", node_name="old"))  # 2 slices on A100-40GB
     state.upsert_pod(make_pod("p2", profile="1g.10gb", node_name="new"))
     assert state.tenant_usage("team-a").memory_slices == 3
+
+
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def statuses(state: ClusterState) -> dict[str, Any]:
+    return {u.name: (u.observed, u.desired) for u in state.policy_statuses(NOW)}
+
+
+def test_policy_statuses_cover_usage_reservations_conflicts_and_invalid_policies() -> None:
+    state = ClusterState()
+    state.upsert_policy(make_policy(generation=2, quota={"computeSlices": 8}))
+    state.upsert_policy(make_policy("team-b", namespaces=["team-a", "team-b"]))
+    state.upsert_policy(
+        make_policy("team-c", namespaces=["team-c"], sizes={"x": {"memory": "lots"}})
+    )
+    state.upsert_node(make_node("gpu-1"))
+    state.upsert_pod(make_pod("p1", profile="2g.20gb"))
+    state.reserve("uid-2", "team-a", "team-a", SliceUsage(1, 1, 1, (("1g.10gb", 1),)))
+    found = statuses(state)
+    assert sorted(found) == ["team-a", "team-b", "team-c"]
+    observed, team_a = found["team-a"]
+    assert observed == {}
+    assert team_a["observedGeneration"] == 2
+    assert team_a["quotaSummary"] == "3/8 compute slices"  # the pod and the reservation
+    assert team_a["conditions"][0]["reason"] == "NamespaceConflict"
+    assert found["team-b"][1]["conditions"][0]["reason"] == "NamespaceConflict"
+    assert found["team-c"][1]["conditions"][0]["reason"] == "InvalidSpec"
+    assert "used" not in found["team-c"][1]
+
+
+def test_the_status_last_seen_is_the_previous_one_and_goes_with_the_policy() -> None:
+    state = ClusterState()
+    seen = {"quotaSummary": "0 compute slices", "conditions": []}
+    state.upsert_policy({**make_policy(), "status": seen})
+    assert statuses(state)["team-a"][0] == seen
+    state.delete_policy("team-a")
+    assert statuses(state) == {}
+
+
+def test_listeners_hear_of_usage_and_policy_changes_but_not_of_pods_without_gpus() -> None:
+    state = ClusterState()
+    calls: list[int] = []
+    state.add_listener(lambda: calls.append(1))
+    state.upsert_policy(make_policy())
+    state.upsert_pod(make_pod("p1", profile="1g.10gb"))
+    state.upsert_pod(make_pod("p1", profile="1g.10gb"))  # the same charge again
+    state.upsert_pod(make_pod("web"))
+    state.reserve("uid-1", "team-a", "team-a", SliceUsage(1, 1, 1))
+    state.delete_pod("team-a", "p1")
+    state.delete_pod("team-a", "web")
+    assert len(calls) == 4

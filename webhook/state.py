@@ -6,7 +6,8 @@ Only what decisions need is kept, never whole API objects:
 * namespace labels (for ``spec.namespaceSelector``);
 * per node, its GPU product label; per product, how many nodes have it;
 * per GPU pod, its namespace and slice usage; per namespace, the sum;
-* quota reservations of admitted pods not yet seen in the pod cache, each with an expiry.
+* quota reservations of admitted pods not yet seen in the pod cache, each with an expiry;
+* per policy, its ``.status`` as last seen (for the status writer, ``migslice.kube.status``).
 
 Both sources feed it through the same methods: the cluster file once at start-up
 (:meth:`ClusterState.load`), the watch caches on every event (``migslice.kube.policies``).
@@ -20,16 +21,26 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from migslice.admission import SliceUsage, pod_gpu_requests, usage_of
 from migslice.admission import annotations as names
+from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
 from migslice.admission.usage import ZERO
 from migslice.clusterfile import ClusterObjects
 from migslice.mig import CATALOG
-from migslice.policy import Offer, PolicyError, TenantPolicy, parse_tenant_policy
+from migslice.policy import (
+    FieldError,
+    Offer,
+    PolicyError,
+    TenantPolicy,
+    check_against_catalog,
+    namespace_conflicts,
+    parse_tenant_policy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +72,12 @@ class PodCharge:
     usage: SliceUsage
 
 
+@dataclass(frozen=True, slots=True)
+class InvalidPolicy:
+    generation: int
+    errors: tuple[FieldError, ...]
+
+
 class ClusterState:
     """Thread-safe, event-fed view of the cluster for admission decisions."""
 
@@ -71,6 +88,9 @@ class ClusterState:
         self._policies: dict[str, TenantPolicy] = {}
         self._policy_list: tuple[TenantPolicy, ...] = ()
         self.invalid_policies: dict[str, str] = {}
+        self._invalid: dict[str, InvalidPolicy] = {}
+        self._observed_status: dict[str, Mapping[str, object]] = {}
+        self._listeners: list[Callable[[], None]] = []
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._node_products: dict[str, str] = {}
         self._product_nodes: Counter[str] = Counter()
@@ -128,6 +148,48 @@ class ClusterState:
                     total = total + reservation.usage
             return total
 
+    # -- status ------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (quickly, under the lock) whenever usage or a policy changes."""
+        self._listeners.append(listener)
+
+    def policy_statuses(self, now: datetime) -> tuple[StatusUpdate, ...]:
+        """Every policy's status as last seen and as it should be now (``migslice.kube``).
+
+        Only the snapshot is taken under the admission lock; the checks (namespace conflicts
+        grow with policies x namespaces) run outside it, so admissions never wait on them.
+        """
+        with self.admission_lock:
+            policies = self._policy_list
+            usage = {policy.name: self.tenant_usage(policy.name) for policy in policies}
+            invalid = sorted(self._invalid.items())
+            observed = dict(self._observed_status)
+            known = self.known_namespaces()
+        updates = []
+        for policy in policies:
+            previous = observed.get(policy.name)
+            desired = policy_status(
+                policy,
+                usage[policy.name],
+                now=now,
+                problems=check_against_catalog(policy, CATALOG),
+                conflicts=namespace_conflicts(policy, policies, known),
+                previous=previous,
+            )
+            updates.append(StatusUpdate(policy.name, previous, desired))
+        for name, problem in invalid:
+            previous = observed.get(name)
+            desired = invalid_policy_status(
+                name, problem.generation, problem.errors, now=now, previous=previous
+            )
+            updates.append(StatusUpdate(name, previous, desired))
+        return tuple(updates)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
     # -- reservations ----------------------------------------------------------------------
 
     def reserve(
@@ -143,6 +205,7 @@ class ClusterState:
             expires = self.clock.monotonic_s() + self.reservation_ttl_s
             self._reservations[uid] = Reservation(tenant, namespace, usage, expires)
             self._tenant_reservations.setdefault(tenant, set()).add(uid)
+            self._changed()
 
     def reservation_count(self) -> int:
         return len(self._reservations)
@@ -150,25 +213,37 @@ class ClusterState:
     # -- events ----------------------------------------------------------------------------
 
     def upsert_policy(self, raw_policy: Mapping[str, object]) -> None:
+        status = raw_policy.get("status")
+        observed = status if isinstance(status, Mapping) else {}
         try:
             policy = parse_tenant_policy(raw_policy)
         except PolicyError as error:
             with self.admission_lock:
                 self._policies.pop(error.name, None)
                 self.invalid_policies[error.name] = str(error)
-                self._policy_list = tuple(self._policies.values())
+                self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
+                if error.name:
+                    self._invalid[error.name] = InvalidPolicy(_generation(raw_policy), error.errors)
+                    self._observed_status[error.name] = observed
+                self._changed()
             log.warning("Ignoring invalid TenantPolicy name=%s: %s", error.name, error)
             return
         with self.admission_lock:
             self.invalid_policies.pop(policy.name, None)
+            self._invalid.pop(policy.name, None)
+            self._observed_status[policy.name] = observed
             self._policies[policy.name] = policy
             self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
+            self._changed()
 
     def delete_policy(self, name: str) -> None:
         with self.admission_lock:
             self._policies.pop(name, None)
             self.invalid_policies.pop(name, None)
+            self._invalid.pop(name, None)
+            self._observed_status.pop(name, None)
             self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
+            self._changed()
 
     def upsert_namespace(self, raw_namespace: Mapping[str, object]) -> None:
         metadata = raw_namespace.get("metadata")
@@ -179,11 +254,14 @@ class ClusterState:
         clean = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
         clean.setdefault("kubernetes.io/metadata.name", name)
         with self.admission_lock:
-            self._namespaces[name] = clean
+            if self._namespaces.get(name) != clean:
+                self._namespaces[name] = clean
+                self._changed()
 
     def delete_namespace(self, name: str) -> None:
         with self.admission_lock:
-            self._namespaces.pop(name, None)
+            if self._namespaces.pop(name, None) is not None:
+                self._changed()
 
     def upsert_node(self, raw_node: Mapping[str, object]) -> None:
         name, labels = _name_and_labels(raw_node)
@@ -222,6 +300,7 @@ class ClusterState:
                 if phase in TERMINAL_PHASES
                 else usage_of(pod_gpu_requests(raw_pod), self._models_for(raw_pod))
             )
+            before = self._pods.get(key)
             if isinstance(reservation, str):
                 self._drop_reservation(reservation)
             self._forget_pod(key)
@@ -230,10 +309,13 @@ class ClusterState:
                 self._namespace_usage[namespace] = (
                     self._namespace_usage.get(namespace, ZERO) + usage
                 )
+            if self._pods.get(key) != before:
+                self._changed()
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self.admission_lock:
-            self._forget_pod(f"{namespace}/{name}")
+            if self._forget_pod(f"{namespace}/{name}"):
+                self._changed()
 
     def load(self, objects: ClusterObjects) -> None:
         """Fill the state from a cluster file's objects (standalone mode)."""
@@ -286,14 +368,16 @@ class ClusterState:
         self._offers = tuple(offers)
         self._model_keys = tuple(sorted({o.model.key for o in offers}))
 
-    def _forget_pod(self, key: str) -> None:
+    def _forget_pod(self, key: str) -> bool:
         old = self._pods.pop(key, None)
-        if old is not None:
-            remaining = self._namespace_usage.get(old.namespace, ZERO) - old.usage
-            if remaining.is_zero and not remaining.profiles:
-                self._namespace_usage.pop(old.namespace, None)
-            else:
-                self._namespace_usage[old.namespace] = remaining
+        if old is None:
+            return False
+        remaining = self._namespace_usage.get(old.namespace, ZERO) - old.usage
+        if remaining.is_zero and not remaining.profiles:
+            self._namespace_usage.pop(old.namespace, None)
+        else:
+            self._namespace_usage[old.namespace] = remaining
+        return True
 
 
 def _name_and_labels(raw: Mapping[str, object]) -> tuple[str | None, Mapping[str, object]]:
@@ -302,3 +386,9 @@ def _name_and_labels(raw: Mapping[str, object]) -> tuple[str | None, Mapping[str
         return None, {}
     labels = metadata.get("labels")
     return str(metadata["name"]), labels if isinstance(labels, Mapping) else {}
+
+
+def _generation(raw_policy: Mapping[str, object]) -> int:
+    metadata = raw_policy.get("metadata")
+    generation = metadata.get("generation") if isinstance(metadata, Mapping) else None
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else 0

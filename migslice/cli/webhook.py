@@ -11,6 +11,7 @@ from typing import Any
 from migslice.cli.common import CommandError
 from migslice.clusterfile import ClusterFileError, load_cluster_text
 from migslice.serving import add_server_arguments, options_from_args, serve
+from migslice.serving.reload import ReloadingApp
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,13 @@ def register(commands: Any) -> None:
         default=30.0,
         help="how long an admitted pod's quota is held until the pod shows up in the cache",
     )
+    webhook.add_argument(
+        "--status-interval-s",
+        type=float,
+        default=10.0,
+        help="how often TenantPolicy.status (usage, quota, conditions) is refreshed in-cluster, "
+        "besides on every change; 0 writes no status (--cluster-file never writes)",
+    )
     webhook.add_argument("--log-level", default="info", choices=("debug", "info", "warning"))
     add_server_arguments(webhook, default_port=DEFAULT_PORT)
     webhook.set_defaults(handler=run_webhook)
@@ -68,7 +76,10 @@ def run_webhook(args: argparse.Namespace) -> int:
             unmatched_namespaces=Unmatched(args.unmatched_namespaces),
         ),
         reservation_ttl_s=args.reservation_ttl_s,
+        status_interval_s=args.status_interval_s,
     )
+    if args.status_interval_s < 0:
+        raise CommandError("--status-interval-s must be 0 (no status writes) or more")
     options = options_from_args(args)
     try:
         options.check()
@@ -78,7 +89,8 @@ def run_webhook(args: argparse.Namespace) -> int:
         path = Path(args.cluster_file)
         if not path.is_file():
             raise CommandError(f"--cluster-file {path}: no such file")
-        serve(lambda: _standalone_app(settings, path), options)
+        # Rebuilt from the file whenever it changes (see migslice.serving.reload).
+        serve(lambda: ReloadingApp(path, lambda p: _standalone_app(settings, p)), options)
     else:
         kubeconfig = args.kubeconfig
         serve(lambda: _in_cluster_app(settings, kubeconfig), options)
@@ -112,11 +124,21 @@ def _standalone_app(settings: Any, path: Path) -> Any:
 def _in_cluster_app(settings: Any, kubeconfig: str | None) -> Any:
     from migslice.kube import KubernetesTransport
     from migslice.kube.policies import admission_informers
+    from migslice.kube.status import StatusWriter
     from webhook.app import create_app
     from webhook.state import ClusterState
 
     state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
     transport = KubernetesTransport.from_environment(kubeconfig)
+    if settings.status_interval_s > 0:
+        interval_s = settings.status_interval_s
+        writer = StatusWriter(state, transport, interval_s, settle_s=min(1.0, interval_s))
+        state.add_listener(writer.poke)
+        writer.start()
+        log.info(
+            "Writing TenantPolicy status on changes and every interval_s=%s",
+            settings.status_interval_s,
+        )
     for informer in admission_informers(state, transport):
         informer.start()
     log.info("Watching TenantPolicies, Namespaces, Nodes and Pods; /readyz turns 200 once synced")

@@ -68,6 +68,7 @@ class UsageWire(TypedDict):
     instances: int
     computeSlices: int
     memorySlices: int
+    profiles: NotRequired[dict[str, int]]
 
 
 class TenantPolicyStatusWire(TypedDict, total=False):
