@@ -29,6 +29,9 @@ e2e: install
 	e2e/build.sh
 	$(BIN)/pytest e2e -m e2e -p no:cacheprovider $(PYTEST_ARGS)
 
+demo: install
+	$(BIN)/migslice demo
+
 example: install
 	$(BIN)/migslice fit --gpu A100-80GB 3g.40gb 2g.20gb 1g.10gb
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "migslice.cli.webhook",
     "migslice.cli.agent",
     "migslice.cli.plan",
+    "migslice.cli.demo",
 )
 
 

@@ -1,0 +1,1 @@
+"""``migslice demo``: the real webhook and extender over HTTPS on a bundled example cluster."""

@@ -1,0 +1,450 @@
+"""``migslice demo``: the real webhook and extender, over HTTPS, on an example cluster.
+
+The demo plays the parts of a cluster that it cannot have on a laptop, and only those:
+kube-apiserver (it sends AdmissionReviews exactly as the API server does and stores the
+objects in a cluster file), kube-scheduler (it sends ExtenderArgs with node names and binds to
+the best-scored node) and NVIDIA MIG Manager (it applies a mig-parted config by rewriting a
+node's labels and allocatable). migslice itself runs as it does in a cluster: ``migslice
+webhook`` and ``migslice extender`` under gunicorn with TLS from ``migslice certs``, serving
+the cluster file, which they re-read whenever the demo rewrites it.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import http.client
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+import jsonpatch
+import yaml
+
+from migslice.cli.plan import cluster_states, pending_pods
+from migslice.clusterfile import load_cluster_text
+from migslice.inventory import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, NodeState, per_gpu_counts
+from migslice.mig import CATALOG
+from migslice.mig.render import parse_mig_parted, render_bar, render_mig_parted
+from migslice.planning import PlanSettings, RepartitionPlan, plan
+from migslice.serving.certs import TlsBundle, write_tls_bundle
+
+NAMESPACE = "migslice-system"
+MIG_CONFIG_MAP = "migslice-mig-config"
+SCHEDULER = "migslice-scheduler"
+
+
+def bundled_cluster() -> str:
+    return resources.files("migslice.demo").joinpath("cluster.yaml").read_text()
+
+
+class DemoError(RuntimeError):
+    """The demo could not run (a server did not start); the message says which and why."""
+
+
+# --------------------------------------------------------------------------- the servers
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Server:
+    name: str
+    bundle: TlsBundle
+    port: int = field(default_factory=_free_port)
+    process: subprocess.Popen[bytes] | None = None
+    _connection: http.client.HTTPSConnection | None = None
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.bundle.ca_cert))
+
+    def start(self, cluster: Path, log_dir: Path, extra: list[str]) -> None:
+        log = (log_dir / f"{self.name}.log").open("wb")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "migslice.cli",
+                self.name,
+                "--cluster-file",
+                str(cluster),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--tls-cert",
+                str(self.bundle.cert),
+                "--tls-key",
+                str(self.bundle.key),
+                "--workers",
+                "1",
+                "--threads",
+                "2",
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None:
+                tail = (log_dir / f"{self.name}.log").read_text(errors="replace")[-2000:]
+                raise DemoError(f"migslice {self.name} exited at start:\n{tail}")
+            try:
+                status, _ = self.request("GET", "/readyz")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise DemoError(f"migslice {self.name} was not ready within 60s")
+            time.sleep(0.2)
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One HTTPS request on a kept-alive connection, verifying our CA and the SNI name."""
+        if self._connection is None:
+            self._connection = http.client.HTTPSConnection(
+                "127.0.0.1", self.port, context=self.context(), timeout=10
+            )
+            self._connection.sock = self.context().wrap_socket(
+                socket.create_connection(("127.0.0.1", self.port), timeout=10),
+                server_hostname=f"migslice-{self.name}.{NAMESPACE}.svc",
+            )
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data else {}
+        try:
+            self._connection.request(method, path, body=data, headers=headers)
+            response = self._connection.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException):
+            self._connection.close()
+            self._connection = None
+            raise OSError(f"{self.name} {method} {path} failed") from None
+        try:
+            return response.status, json.loads(payload) if payload else None
+        except ValueError:
+            return response.status, payload.decode(errors="replace")
+
+    def stop(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# --------------------------------------------------------------------------- the cluster
+
+
+class Cluster:
+    """The objects the demo's stand-in API server holds, kept in the served cluster file."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.objects = [d for d in yaml.safe_load_all(text) if d]
+        self.write()
+
+    def write(self) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(yaml.safe_dump_all(self.objects, sort_keys=False))
+        temporary.replace(self.path)
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o.get("kind") == kind]
+
+    def node(self, name: str) -> dict[str, Any]:
+        return next(n for n in self.of_kind("Node") if n["metadata"]["name"] == name)
+
+    def mig_config_map(self) -> dict[str, Any]:
+        return next(c for c in self.of_kind("ConfigMap") if c["metadata"]["name"] == MIG_CONFIG_MAP)
+
+    def states(self) -> list[NodeState]:
+        return cluster_states(load_cluster_text(self.path.read_text()), MIG_CONFIG_MAP)
+
+
+# --------------------------------------------------------------------------- the walk
+
+
+@dataclass
+class Demo:
+    cluster: Cluster
+    webhook: Server
+    extender: Server
+    out: TextIO
+    pause_s: float = 0.0
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def step(self, title: str) -> None:
+        if self.pause_s:
+            time.sleep(self.pause_s)
+        self.say(f"\n== {title}")
+
+    def show_gpus(self) -> None:
+        for state in self.cluster.states():
+            model = state.model
+            if model is None:
+                continue
+            self.say(f"  {state.name} ({model.key}, {state.facts.mig_config})")
+            for gpu in state.gpus:
+                used = [p for p, held in zip(gpu.instances, gpu.held, strict=True) if held]
+                in_use = ", ".join(f"{p.profile}@{p.start}" for p in used) or "idle"
+                bar = render_bar(model, gpu.instances, cell=7)
+                self.say(f"    GPU {gpu.index} {bar}  in use: {in_use}")
+
+    # -- the API server's part ------------------------------------------------------------
+
+    def create_pod(self, namespace: str, size: str, app: str) -> dict[str, Any] | None:
+        """Admission as kube-apiserver does it; the stored pod, or None when denied."""
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{app}-",
+                "namespace": namespace,
+                "creationTimestamp": None,
+                "annotations": {"migslice.io/gpu-size": size},
+            },
+            "spec": {"containers": [{"name": "main", "image": f"registry.example/{app}:1"}]},
+        }
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": namespace,
+                "operation": "CREATE",
+                "userInfo": {"username": f"{namespace}-engineer"},
+                "object": pod,
+                "oldObject": None,
+                "dryRun": False,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            },
+        }
+        self.say(f"  {namespace}: create pod {app}-* with migslice.io/gpu-size: {size}")
+        status, answer = self.webhook.request("POST", "/mutate", review)
+        if status != 200:
+            self.say(f"    webhook answered HTTP {status}: {answer}")
+            return None
+        response = answer["response"]
+        if not response["allowed"]:
+            message = response.get("status", {}).get("message", "")
+            self.say(
+                f'    Error from server (Forbidden): admission webhook "pods.webhook.migslice.io" '
+                f"denied the request: {message}"
+            )
+            return None
+        patch = json.loads(base64.b64decode(response["patch"])) if response.get("patch") else []
+        mutated: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(pod), patch)
+        mutated["metadata"]["name"] = f"{app}-{uuid.uuid4().hex[:5]}"
+        mutated["metadata"]["uid"] = str(uuid.uuid4())
+        mutated["status"] = {"phase": "Pending"}
+        limits = mutated["spec"]["containers"][0].get("resources", {}).get("limits", {})
+        notes = mutated["metadata"]["annotations"]
+        self.say(
+            f"    admitted as {mutated['metadata']['name']}: "
+            + ", ".join(f"{k}: {v}" for k, v in limits.items())
+            + f" (tenant {notes.get('migslice.io/tenant')}, "
+            + f"policy {notes.get('migslice.io/policy')}, {len(patch)} patch operations)"
+        )
+        self.cluster.objects.append(mutated)
+        self.cluster.write()
+        return mutated
+
+    # -- the scheduler's part ---------------------------------------------------------------
+
+    def schedule(self, pod: dict[str, Any]) -> str | None:
+        """Filter and prioritize through the extender (names only), then bind to the best."""
+        names = [n["metadata"]["name"] for n in self.cluster.of_kind("Node")]
+        args = {"Pod": pod, "Nodes": None, "NodeNames": names}
+        _, filtered = self.extender.request("POST", "/filter", args)
+        if filtered.get("Error"):
+            self.say(f"    extender error: {filtered['Error']}")
+            return None
+        fits = filtered.get("NodeNames") or []
+        if not fits:
+            reasons = {
+                **(filtered.get("FailedNodes") or {}),
+                **(filtered.get("FailedAndUnresolvableNodes") or {}),
+            }
+            self.say(f"    0/{len(names)} nodes are available:")
+            for node, reason in sorted(reasons.items()):
+                self.say(f"      {node}: {reason}")
+            return None
+        _, scores = self.extender.request("POST", "/prioritize", {**args, "NodeNames": fits})
+        by_node = {s["Host"]: s["Score"] for s in scores} if isinstance(scores, list) else {}
+        best: str = max(fits, key=lambda n: (by_node.get(n, 0), -fits.index(n)))
+        ranking = ", ".join(f"{n}={by_node.get(n, 0)}" for n in fits)
+        self.say(f"    extender: fits on {len(fits)}/{len(names)} nodes, scores {ranking}")
+        pod["spec"]["nodeName"] = best
+        pod["status"] = {"phase": "Running"}
+        self.cluster.write()
+        self.say(f"    bound to {best}")
+        return best
+
+    # -- MIG Manager's part -------------------------------------------------------------------
+
+    def repartition(self) -> RepartitionPlan:
+        objects = load_cluster_text(self.cluster.path.read_text())
+        now = time.time()
+        pending = pending_pods(objects.pods, _utc(now), 60.0)
+        result = plan(self.cluster.states(), pending, settings=PlanSettings(min_pending_s=0))
+        for change in result.changes:
+            model = CATALOG.get(change.model_key)
+            serves = ", ".join(change.serves)
+            self.say(f"  plan: node {change.node} -> config {change.config_name} (serves {serves})")
+            for gpu in change.gpus:
+                self.say(f"    GPU {gpu.index} {render_bar(model, gpu.old, cell=7)}")
+                self.say(f"       -> {render_bar(model, gpu.new, cell=7)}")
+            config_map = self.cluster.mig_config_map()
+            configs = dict(parse_mig_parted(config_map["data"]["config.yaml"]))
+            configs[change.config_name] = change.entries
+            config_map["data"]["config.yaml"] = render_mig_parted(configs)
+            node = self.cluster.node(change.node)
+            labels = node["metadata"]["labels"]
+            labels[MIG_CONFIG_LABEL] = change.config_name
+            labels[MIG_CONFIG_STATE_LABEL] = "pending"
+            self.cluster.write()
+            label = f"{MIG_CONFIG_LABEL}={change.config_name}"
+            self.say(f"  MIG Manager: {change.node} {label}, state pending")
+            counts = per_gpu_counts(
+                change.config_name, model, int(labels["nvidia.com/gpu.count"]), configs
+            )
+            assert not isinstance(counts, str), counts
+            allocatable = {
+                k: v
+                for k, v in node["status"]["allocatable"].items()
+                if not k.startswith("nvidia.com/mig-")
+            }
+            totals: dict[str, int] = {}
+            for _, per_gpu in counts:
+                for profile, count in per_gpu.items():
+                    resource = model.profile(profile).resource_name
+                    totals[resource] = totals.get(resource, 0) + count
+            allocatable.update({k: str(v) for k, v in sorted(totals.items())})
+            node["status"]["allocatable"] = allocatable
+            labels[MIG_CONFIG_STATE_LABEL] = "success"
+            self.cluster.write()
+            self.say(
+                f"  MIG Manager: {change.node} re-partitioned, state success; "
+                "device plugin now offers "
+                + ", ".join(
+                    f"{k.removeprefix('nvidia.com/mig-')} x{v}" for k, v in sorted(totals.items())
+                )
+            )
+        for pod, reason in result.unserved:
+            self.say(f"  still pending: {pod}: {reason}")
+        return result
+
+    def run(self) -> None:
+        self.step("The cluster (as GPU Feature Discovery and the device plugin describe it)")
+        self.show_gpus()
+        self.say(
+            "  tenants: payments (hardware isolation, quota 4 compute slices), research "
+            "(sizes medium/large/full), inference (small slices, 8 instances)"
+        )
+
+        self.step("inference asks for a small GPU: 10Gi becomes the smallest profile that holds it")
+        pod = self.create_pod("inference", "small", "embed")
+        if pod:
+            self.schedule(pod)
+
+        self.step("payments asks for medium GPUs under a quota of 4 compute slices")
+        for app in ("risk", "fraud", "ledger"):
+            pod = self.create_pod("payments", "medium", app)
+            if pod:
+                self.schedule(pod)
+
+        self.step("research asks for a large GPU (40Gi, 3 compute slices)")
+        pod = self.create_pod("research", "large", "train")
+        if pod:
+            self.schedule(pod)
+
+        self.step("research asks for a whole 80GB slice: no GPU is shaped for it")
+        big = self.create_pod("research", "full", "pretrain")
+        if big and not self.schedule(big):
+            self.step("Re-partition: plan an idle GPU for the waiting pod, MIG Manager applies it")
+            self.repartition()
+            self.say("  kube-scheduler retries the pending pod:")
+            self.schedule(big)
+
+        self.step("A team without a TenantPolicy asks for a GPU")
+        self.create_pod("sandbox", "small", "notebook")
+
+        self.step("The cluster now")
+        self.show_gpus()
+
+
+def _utc(epoch_s: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC)
+
+
+@contextmanager
+def running_demo(out: TextIO, workdir: Path | None = None) -> Iterator[Demo]:
+    """Certificates, the cluster file and both servers; everything stops on exit."""
+    with ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="migslice-demo-"))
+            )
+        cluster = Cluster(workdir / "cluster.yaml", bundled_cluster())
+        print(
+            f"starting migslice webhook and extender (HTTPS, CA and logs in {workdir}) ...",
+            file=out,
+            flush=True,
+        )
+        webhook = Server(
+            "webhook", write_tls_bundle(workdir / "webhook", "migslice-webhook", NAMESPACE)
+        )
+        extender = Server(
+            "extender", write_tls_bundle(workdir / "extender", "migslice-extender", NAMESPACE)
+        )
+        stack.callback(webhook.stop)
+        stack.callback(extender.stop)
+        webhook.start(cluster.path, workdir, ["--log-level", "warning"])
+        extender.start(
+            cluster.path,
+            workdir,
+            ["--log-level", "warning", "--mig-config-map", f"gpu-operator/{MIG_CONFIG_MAP}"],
+        )
+        print(
+            f"  webhook  https://127.0.0.1:{webhook.port}  extender https://127.0.0.1:{extender.port}",
+            file=out,
+        )
+        yield Demo(cluster, webhook, extender, out)
+
+
+def run(out: TextIO, workdir: Path | None = None, pause_s: float = 0.0) -> int:
+    with running_demo(out, workdir) as demo:
+        demo.pause_s = pause_s
+        demo.run()
+    return 0
+
+
+__all__ = ["DemoError", "run", "running_demo"]
