@@ -210,3 +210,34 @@ def test_api_errors_back_off_and_recover_while_staleness_shows(
 def test_backoff_doubles_up_to_its_cap() -> None:
     backoff = Backoff(initial_s=0.5, max_s=4.0)
     assert [backoff.delay_s(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+
+
+def test_an_object_the_projection_cannot_read_is_skipped_and_the_cache_still_syncs(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    odd = {"metadata": {"name": "odd", "resourceVersion": "6"}, "status": {"gpus": "many"}}
+    recorded.lists = [(200, node_list([node("n1", "5", gpus=2), odd], "100"))]
+    recorded.watches = [
+        (
+            200,
+            [
+                {
+                    "type": "MODIFIED",
+                    "object": {**odd, "metadata": {"name": "odd", "resourceVersion": "101"}},
+                },
+                {"type": "ADDED", "object": node("n2", "102", gpus=1)},
+            ],
+        )
+    ]
+    sink = RecordingSink()
+    informer = make_informer(transport, sink)
+    informer.start()
+    try:
+        wait_for(lambda: informer.resource_version == "102")
+    finally:
+        informer.stop()
+    assert informer.synced
+    assert sink.items == {"n1": 2, "n2": 1}
+    assert informer.stats.skipped == 2
+    assert "odd" in informer.stats.last_error

@@ -88,6 +88,7 @@ class InformerStats:
     relists_gone: int = 0
     errors: int = 0
     events: int = 0
+    skipped: int = 0
     last_error: str = ""
 
 
@@ -206,7 +207,7 @@ class Informer(Generic[T]):
             self._touch()
             for raw in page.get("items") or ():
                 if isinstance(raw, dict):
-                    projected = self.project(raw)
+                    projected = self._project(raw)
                     if projected is not None:
                         items[object_key(raw)] = projected
             metadata = page.get("metadata") or {}
@@ -271,7 +272,7 @@ class Informer(Generic[T]):
         if kind == "BOOKMARK":
             return
         key = object_key(raw)
-        projected = None if kind == "DELETED" else self.project(raw)
+        projected = None if kind == "DELETED" else self._project(raw)
         self.stats.events += 1
         if projected is None:
             if key in self._keys:
@@ -280,6 +281,18 @@ class Informer(Generic[T]):
             return
         self._keys.add(key)
         self.sink.upsert(key, projected)
+
+    def _project(self, raw: RawObject) -> T | None:
+        """The projection of ``raw``; an object it cannot read counts as absent (logged), so
+        one odd object never keeps the whole cache from syncing."""
+        try:
+            return self.project(raw)
+        except Exception as error:
+            key = object_key(raw)
+            self.stats.skipped += 1
+            self.stats.last_error = f"{key}: {error}"
+            log.warning("informer=%s object=%s skipped: %s", self.name, key, error)
+            return None
 
     def _touch(self) -> None:
         self._last_contact = self.clock()
