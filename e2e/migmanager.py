@@ -38,6 +38,7 @@ class FakeMigManager:
     config_map_name: str = "migslice-mig-config"
     interval_s: float = 0.2
     nodes: frozenset[str] | None = None  # only these nodes (None: every node with the label)
+    fail_prefix: str = ""  # configs whose name starts with this fail (as on a broken GPU)
     applied: dict[str, str] = field(default_factory=dict)
     history: list[tuple[str, str, str]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -97,6 +98,8 @@ class FakeMigManager:
         core = k8s.CoreV1Api(self.api)
         core.patch_node(name, {"metadata": {"labels": {STATE_LABEL: "pending"}}})
         resources, problem = self._resources_for(labels, wanted)
+        if self.fail_prefix and wanted.startswith(self.fail_prefix):
+            resources, problem = {}, f"configs named {self.fail_prefix}* fail in this scenario"
         if problem:
             state = "failed"
             log.warning("fake MIG Manager: node=%s config=%s failed: %s", name, wanted, problem)

@@ -36,6 +36,7 @@ class ExtenderMetrics:
             registry=self.registry,
         )
         self.registry.register(_CacheCollector(state))
+        self.registry.register(_RepartitionCollector(state))
 
 
 class _CacheCollector(Collector):
@@ -77,3 +78,52 @@ class _CacheCollector(Collector):
                 relists.add_metric((cache.name,), stats.relists_gone)
                 errors.add_metric((cache.name,), stats.errors)
         yield from (nodes, pods, synced, staleness, relists, errors)
+
+
+class _RepartitionCollector(Collector):
+    def __init__(self, state: ExtenderState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._state.repartition
+        if stats is None:
+            return
+        leader = GaugeMetricFamily(
+            "migslice_repartition_leader", "1 while this process holds the repartition Lease."
+        )
+        leader.add_metric((), 1.0 if stats.is_leader else 0.0)
+        dry_run = GaugeMetricFamily(
+            "migslice_repartition_dry_run", "1 when the controller only logs what it would do."
+        )
+        dry_run.add_metric((), 1.0 if stats.dry_run else 0.0)
+        started = CounterMetricFamily(
+            "migslice_repartition_plans_started", "Plans written (before being applied)."
+        )
+        started.add_metric((), stats.plans_started)
+        finished = CounterMetricFamily(
+            "migslice_repartition_plans_finished",
+            "Plans ended, by result (succeeded, failed: a node failed or timed out, aborted).",
+            labels=("result",),
+        )
+        for result in ("succeeded", "failed", "aborted"):
+            finished.add_metric((result,), stats.plans_finished.get(result, 0))
+        would = CounterMetricFamily(
+            "migslice_repartition_plans_dry_run", "Distinct plans a dry run logged."
+        )
+        would.add_metric((), stats.plans_dry_run)
+        nodes = CounterMetricFamily(
+            "migslice_repartition_nodes",
+            "Nodes of plans by outcome (success, failed, timeout, aborted, superseded).",
+            labels=("outcome",),
+        )
+        for outcome in ("success", "failed", "timeout", "aborted", "superseded"):
+            nodes.add_metric((outcome,), stats.node_outcomes.get(outcome, 0))
+        in_flight = GaugeMetricFamily(
+            "migslice_repartition_nodes_in_flight", "Nodes labelled and not yet finished."
+        )
+        in_flight.add_metric((), stats.nodes_in_flight)
+        errors = CounterMetricFamily(
+            "migslice_repartition_errors", "Failed rounds and failed label writes."
+        )
+        errors.add_metric((), stats.errors)
+        yield from (leader, dry_run, started, finished, would, nodes, in_flight, errors)

@@ -53,13 +53,30 @@ class StaticCache:
         return 0.0
 
 
+@dataclass(slots=True)
+class RepartitionStats:
+    """Counters of the repartition controller, for /metrics (written by its thread only)."""
+
+    dry_run: bool = False
+    is_leader: bool = False
+    plans_started: int = 0
+    plans_finished: dict[str, int] = field(default_factory=dict)
+    plans_dry_run: int = 0
+    node_outcomes: dict[str, int] = field(default_factory=dict)
+    nodes_in_flight: int = 0
+    errors: int = 0
+    last_round: str = ""
+
+
 @dataclass
 class ExtenderState:
-    """What the routes read: the index, and the caches whose health readiness reports."""
+    """What the routes read: the index, the caches whose health readiness reports, and the
+    repartition controller's counters when it runs."""
 
     index: ClusterIndex[PreparedNode]
     caches: Sequence[CacheStatus] = ()
     stop: Callable[[], None] = field(default=lambda: None)
+    repartition: RepartitionStats | None = None
 
     def readiness(self, max_staleness_s: float) -> tuple[bool, list[str]]:
         """(ready, problems): every cache synced and heard from within ``max_staleness_s``."""

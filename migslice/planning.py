@@ -13,7 +13,8 @@ Rules, in the order they are applied:
    agent. mig-parted wipes every instance of a GPU whose config changes and fails on busy ones.
    A node whose layout is known only by counts is used only when nothing on it is held.
 3. Nodes MIG Manager is working on (``pending``/``rebooting``), nodes changed less than
-   ``cooldown_s`` ago, and nodes whose model lacks a profile are left alone.
+   ``cooldown_s`` ago, nodes the caller holds back (``held``: e.g. backed off after a failed
+   re-partition) and nodes whose model lacks a profile are left alone.
 4. Pods are served largest profile first. A pod's instances go onto a GPU already chosen for
    this plan when they fit there, else onto a fresh idle GPU, preferring nodes already in the
    plan (MIG Manager pauses a node's device plugin while it works: fewer nodes, less
@@ -108,12 +109,17 @@ def config_name(node: str, gpus: Sequence[GpuChange]) -> str:
 
 
 def _idle_gpus(
-    node: NodeState, cooldowns: Mapping[str, float], settings: PlanSettings
+    node: NodeState,
+    cooldowns: Mapping[str, float],
+    settings: PlanSettings,
+    held: Mapping[str, str],
 ) -> tuple[list[_Gpu], str]:
     """The node's GPUs that may change, or why none may."""
     model = node.model
     if model is None:
         return [], "GPU model unknown"
+    if node.name in held:
+        return [], held[node.name]
     state = node.facts.mig_config_state
     if state in TRANSITION_STATES:
         return [], f"MIG Manager is applying a config (state {state})"
@@ -182,9 +188,14 @@ def plan(
     pending: Iterable[PendingPod],
     cooldowns: Mapping[str, float] | None = None,
     settings: PlanSettings = PlanSettings(),
+    held: Mapping[str, str] | None = None,
 ) -> RepartitionPlan:
-    """Plan new layouts for idle GPUs so that waiting pods can be placed (see module doc)."""
+    """Plan new layouts for idle GPUs so that waiting pods can be placed (see module doc).
+
+    ``held`` maps nodes to leave alone to the reason (reported in ``skipped_nodes``).
+    """
     cooldowns = cooldowns or {}
+    held = held or {}
     unserved: list[tuple[str, str]] = []
     waiting: list[PodDemand] = []
     for item in pending:
@@ -205,7 +216,7 @@ def plan(
     gpus: list[_Gpu] = []
     skipped: list[tuple[str, str]] = []
     for node in sorted(nodes, key=lambda n: n.name):
-        idle, why = _idle_gpus(node, cooldowns, settings)
+        idle, why = _idle_gpus(node, cooldowns, settings, held)
         if why:
             skipped.append((node.name, why))
         gpus.extend(idle)

@@ -51,8 +51,98 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
+    _add_repartition_arguments(parser)
     add_server_arguments(parser, default_port=DEFAULT_PORT)
     parser.set_defaults(handler=run_extender)
+
+
+def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
+    from extender.settings import DEFAULT_LEASE
+
+    group = parser.add_argument_group(
+        "repartition controller",
+        "re-partition idle GPUs for pending pods through MIG Manager (in a cluster only; "
+        "leader-elected, so every replica may run it)",
+    )
+    group.add_argument("--repartition", action="store_true", help="run the repartition controller")
+    group.add_argument(
+        "--repartition-dry-run",
+        action="store_true",
+        help="decide and log what would be re-partitioned; change nothing",
+    )
+    group.add_argument("--repartition-interval-s", type=float, default=15.0)
+    group.add_argument(
+        "--repartition-min-pending-s",
+        type=float,
+        default=30.0,
+        help="a pod must be unschedulable this long before GPUs change for it",
+    )
+    group.add_argument(
+        "--repartition-cooldown-s",
+        type=float,
+        default=600.0,
+        help="a node re-partitioned this recently is left alone",
+    )
+    group.add_argument("--repartition-max-nodes-in-flight", type=int, default=1)
+    group.add_argument(
+        "--repartition-deadline-s",
+        type=float,
+        default=600.0,
+        help="a node not at nvidia.com/mig.config.state=success this long after labelling fails",
+    )
+    group.add_argument(
+        "--repartition-backoff-s",
+        type=float,
+        default=1800.0,
+        help="a node whose re-partition failed is left alone this long",
+    )
+    group.add_argument(
+        "--repartition-scheduler-name",
+        default="migslice-scheduler",
+        help="only pods of this scheduler count as pending demand",
+    )
+    group.add_argument(
+        "--repartition-lease",
+        default=DEFAULT_LEASE,
+        metavar="NAMESPACE/NAME",
+        help=f"coordination.k8s.io Lease for leader election (default {DEFAULT_LEASE})",
+    )
+    group.add_argument("--repartition-lease-s", type=float, default=60.0)
+
+
+def _repartition_settings(args: argparse.Namespace) -> Any:
+    from extender.settings import RepartitionSettings
+
+    if args.repartition_dry_run and not args.repartition:
+        raise CommandError("--repartition-dry-run needs --repartition")
+    if args.repartition and args.cluster_file:
+        raise CommandError(
+            "--repartition needs a live cluster; a --cluster-file cannot be re-partitioned "
+            "(use migslice plan --cluster-file to see what would happen)"
+        )
+    if args.repartition_interval_s <= 0 or args.repartition_max_nodes_in_flight < 1:
+        raise CommandError(
+            "--repartition-interval-s must be > 0 and --repartition-max-nodes-in-flight >= 1"
+        )
+    if args.repartition_lease_s < 2 * args.repartition_interval_s:
+        raise CommandError(
+            f"--repartition-lease-s {args.repartition_lease_s:g} must be at least twice "
+            f"--repartition-interval-s {args.repartition_interval_s:g} (the Lease is renewed "
+            "once a round)"
+        )
+    return RepartitionSettings(
+        enabled=args.repartition,
+        dry_run=args.repartition_dry_run,
+        interval_s=args.repartition_interval_s,
+        min_pending_s=args.repartition_min_pending_s,
+        cooldown_s=args.repartition_cooldown_s,
+        max_nodes_in_flight=args.repartition_max_nodes_in_flight,
+        deadline_s=args.repartition_deadline_s,
+        backoff_s=args.repartition_backoff_s,
+        scheduler_name=args.repartition_scheduler_name,
+        lease=args.repartition_lease,
+        lease_duration_s=args.repartition_lease_s,
+    )
 
 
 def run_extender(args: argparse.Namespace) -> int:
@@ -69,6 +159,7 @@ def run_extender(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mib << 20,
         max_staleness_s=args.max_staleness_s,
         mig_config_map=args.mig_config_map,
+        repartition=_repartition_settings(args),
     )
     options = options_from_args(args)
     try:
@@ -104,7 +195,31 @@ def run_extender(args: argparse.Namespace) -> int:
             from migslice.kube import KubernetesTransport
 
             transport = KubernetesTransport.from_environment(kubeconfig)
-            return create_app(settings, start_cluster_state(transport, settings))
+            state = start_cluster_state(transport, settings)
+            if settings.repartition.enabled:
+                _start_repartition(transport, state, settings)
+            return create_app(settings, state)
 
     serve(factory, options)
     return 0
+
+
+def _start_repartition(transport: Any, state: Any, settings: Any) -> None:
+    """The controller thread of this worker; its Lease is released when the process exits."""
+    import atexit
+    import os
+    import socket
+
+    from extender.repartition import start_repartition
+
+    identity = f"{socket.gethostname()}-{os.getpid()}"
+    controller = start_repartition(transport, state.index, settings, identity)
+    state.repartition = controller.stats
+    stop_caches = state.stop
+
+    def stop() -> None:
+        controller.stop()
+        stop_caches()
+
+    state.stop = stop
+    atexit.register(controller.stop)

@@ -1,4 +1,5 @@
-"""The only package that talks to the Kubernetes API: list+watch caches (informers).
+"""The only package that talks to the Kubernetes API: list+watch caches (informers), the
+repartition controller's writes and Lease-based leader election.
 
 See :mod:`migslice.kube.informer` for the cache and :mod:`migslice.kube.transport` for how it
 reaches the API server.
@@ -13,6 +14,8 @@ from migslice.kube.informer import (
     Sink,
     object_key,
 )
+from migslice.kube.lease import LeaderElector
+from migslice.kube.repartition import KubeRepartitionApi
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject, Transport
 
 __all__ = [
@@ -21,7 +24,9 @@ __all__ = [
     "GoneError",
     "Informer",
     "InformerStats",
+    "KubeRepartitionApi",
     "KubernetesTransport",
+    "LeaderElector",
     "RawObject",
     "ResourceRef",
     "Sink",

@@ -1,9 +1,9 @@
 """HTTP access to the Kubernetes API for the informers, through the kubernetes client's config.
 
 The kubernetes client supplies configuration (kubeconfig or in-cluster service account,
-TLS, token refresh) and its urllib3 pool; requests are plain GETs (and, for the status writer,
-PATCHes) on API paths, so one informer serves any resource, custom ones included, and the JSON
-stays raw (no model classes).
+TLS, token refresh) and its urllib3 pool; requests are plain GETs (and, for the writers,
+PATCH, PUT and POST) on API paths, so one informer serves any resource, custom ones
+included, and the JSON stays raw (no model classes).
 """
 
 from __future__ import annotations
@@ -112,6 +112,15 @@ class KubernetesTransport:
             path, {}, read_timeout_s=30.0, method="PATCH", body=body, content_type=content_type
         )
         return self._read_json("PATCH", path, response)
+
+    def put_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+        """PUT ``body`` to ``path`` (replace; with ``metadata.resourceVersion`` the API server
+        answers 409 Conflict when the object changed since it was read); the stored object."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        response = self._request(
+            path, {}, read_timeout_s=30.0, method="PUT", body=data, content_type="application/json"
+        )
+        return self._read_json("PUT", path, response)
 
     def post_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
         """POST ``body`` to ``path`` (create); the created object."""

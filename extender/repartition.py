@@ -1,0 +1,371 @@
+"""The repartition controller loop: a thread in the extender process, active only as leader.
+
+Each round (every ``interval_s``): renew the Lease (followers stop here), read the mig-parted
+ConfigMap and the plan record in its annotation, list the pending pods, take node states
+from the extender's cache (nodes of the plan in progress are read fresh from the API server,
+so the re-check before applying and the outcome after it never act on a stale cache), and
+let :func:`migslice.repartition.decide` say the next step. A step is performed in order:
+record (with the merged mig-parted file for ``APPLY``, in one write guarded by
+resourceVersion), node labels, Events. Steps follow each other in the same round until one
+says wait. In dry-run mode the first non-wait step is logged, and nothing is written.
+
+Ports: :class:`RepartitionApi` (``migslice.kube.KubeRepartitionApi`` in a cluster) and
+:class:`Elector` (``migslice.kube.LeaderElector``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from extender.settings import ExtenderSettings, RepartitionSettings
+from extender.state import RepartitionStats
+from migslice.inventory import (
+    ClusterIndex,
+    MigConfigs,
+    NodeState,
+    node_facts_from_raw,
+    pod_facts_from_raw,
+    resolve_node,
+)
+from migslice.inventory.nodes import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from migslice.mig.render import MigPartedError, parse_mig_parted, render_mig_parted
+from migslice.planning import PlanSettings
+from migslice.repartition import (
+    FAILED,
+    RECORD_ANNOTATION,
+    SUCCESS,
+    TIMEOUT,
+    ControllerSettings,
+    RecordError,
+    RepartitionRecord,
+    Step,
+    StepKind,
+    decide,
+    merge_mig_parted,
+    parse_record,
+    pending_pods,
+    removed_configs,
+    render_record,
+)
+
+log = logging.getLogger(__name__)
+
+RawObject = dict[str, Any]
+MAX_STEPS_PER_ROUND = 4
+
+
+class RepartitionApi(Protocol):
+    def read_config_map(self) -> RawObject | None: ...
+
+    def update_config_map(
+        self, mutate: Callable[[RawObject], RawObject | None]
+    ) -> RawObject | None: ...
+
+    def list_pending_pods(self, scheduler_name: str) -> list[RawObject]: ...
+
+    def read_node(self, name: str) -> RawObject | None: ...
+
+    def list_pods_on_node(self, name: str) -> list[RawObject]: ...
+
+    def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None: ...
+
+    def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None: ...
+
+
+class Elector(Protocol):
+    def try_acquire_or_renew(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
+    return ControllerSettings(
+        plan=PlanSettings(
+            min_pending_s=settings.min_pending_s,
+            cooldown_s=settings.cooldown_s,
+            max_nodes_in_flight=settings.max_nodes_in_flight,
+        ),
+        deadline_s=settings.deadline_s,
+        backoff_s=settings.backoff_s,
+    )
+
+
+class _File:
+    """The ConfigMap as read this round: the object, its mig-parted text and configs, the record."""
+
+    def __init__(self, raw: RawObject | None, key: str) -> None:
+        self.raw = raw
+        self.configs: MigConfigs = {}
+        self.names: frozenset[str] | None = None
+        self.record_text = ""
+        self.record: RepartitionRecord | None = RepartitionRecord()
+        self.problem = ""
+        if raw is None:
+            self.problem = "ConfigMap not found"
+            return
+        annotations = (raw.get("metadata") or {}).get("annotations") or {}
+        self.record_text = str(annotations.get(RECORD_ANNOTATION) or "")
+        try:
+            self.record = parse_record(self.record_text)
+        except RecordError as error:
+            self.record, self.problem = None, str(error)
+            return
+        text = (raw.get("data") or {}).get(key)
+        if not isinstance(text, str):
+            self.problem = f"ConfigMap has no data key {key}"
+            return
+        try:
+            self.configs = parse_mig_parted(text)
+        except MigPartedError as error:
+            self.problem = str(error)
+            return
+        self.names = frozenset(self.configs)
+
+
+class RepartitionController:
+    """Rounds of observe-decide-act; :meth:`run_once` is one round (tests call it directly)."""
+
+    def __init__(
+        self,
+        api: RepartitionApi,
+        elector: Elector,
+        index: ClusterIndex[Any],
+        settings: ExtenderSettings,
+        stats: RepartitionStats | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._api = api
+        self._elector = elector
+        self._index = index
+        self._settings = settings.repartition
+        self._key = settings.mig_config_key
+        self._decide_settings = controller_settings(settings.repartition)
+        self.stats = stats or RepartitionStats(dry_run=settings.repartition.dry_run)
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_said = ""
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="repartition", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._elector.release()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception as error:  # the loop must outlive any one failure
+                self.stats.errors += 1
+                log.warning(
+                    "repartition round failed (%s); retrying in %.0fs",
+                    error,
+                    self._settings.interval_s,
+                    exc_info=True,
+                )
+            self._stop.wait(self._settings.interval_s)
+
+    # -- one round ---------------------------------------------------------------------------------
+
+    def run_once(self) -> list[Step]:
+        """One round; the steps performed (or, in dry-run mode, the one that would be)."""
+        leader = self._elector.try_acquire_or_renew()
+        self.stats.is_leader = leader
+        if not leader:
+            return []
+        file = _File(self._api.read_config_map(), self._key)
+        if file.record is None:
+            self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
+            return []
+        if file.problem:
+            self._say(f"mig-parted ConfigMap: {file.problem}; not re-partitioning")
+        now = self._clock()
+        raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
+        when = datetime.datetime.fromtimestamp(now, datetime.UTC)
+        pending = pending_pods(raw_pods, when, self._settings.scheduler_name)
+        performed: list[Step] = []
+        for _ in range(MAX_STEPS_PER_ROUND):
+            record = file.record
+            assert record is not None
+            nodes = self._node_states(record, file.configs)
+            step = decide(record, nodes, pending, file.names, now, self._decide_settings)
+            self._count_in_flight(step.record)
+            if step.kind == StepKind.WAIT:
+                self._say(step.reason, level=logging.DEBUG)
+                break
+            if self._settings.dry_run:
+                self._dry_run(step)
+                performed.append(step)
+                break
+            stored = self._perform(step, file)
+            if stored is None:
+                break
+            performed.append(step)
+            file = _File(stored, self._key)
+            if file.record is None:
+                break
+        return performed
+
+    def _node_states(self, record: RepartitionRecord, configs: MigConfigs) -> list[NodeState]:
+        states: dict[str, NodeState] = {}
+        for name in self._index.node_names():
+            state = self._index.state_of(name)
+            if state is not None:
+                states[name] = state
+        if record.plan is not None:
+            for step in record.plan.open_nodes:
+                fresh = self._fresh_state(step.node, configs)
+                if fresh is None:
+                    states.pop(step.node, None)
+                else:
+                    states[step.node] = fresh
+        return [states[name] for name in sorted(states)]
+
+    def _fresh_state(self, name: str, configs: MigConfigs) -> NodeState | None:
+        raw = self._api.read_node(name)
+        if raw is None:
+            return None
+        pods = [pod_facts_from_raw(p) for p in self._api.list_pods_on_node(name)]
+        return resolve_node(node_facts_from_raw(raw), [p for p in pods if p is not None], configs)
+
+    def _perform(self, step: Step, file: _File) -> RawObject | None:
+        record_text = render_record(step.record)
+        expected = file.record_text
+        key = self._key
+        removed: list[str] = []
+
+        def mutate(current: RawObject) -> RawObject | None:
+            metadata = current.setdefault("metadata", {})
+            annotations = metadata.get("annotations") or {}
+            if str(annotations.get(RECORD_ANNOTATION) or "") != expected:
+                log.info("plan record changed since it was read; deciding again next round")
+                return None
+            if step.kind == StepKind.APPLY:
+                data = current.setdefault("data", {})
+                before = str(data.get(key) or "")
+                try:
+                    data[key] = merge_mig_parted(before, step.configs, step.referenced)
+                except MigPartedError as error:
+                    log.error("mig-parted file not merged (%s); plan not applied", error)
+                    return None
+                removed[:] = removed_configs(before, data[key])
+            annotations[RECORD_ANNOTATION] = record_text
+            metadata["annotations"] = annotations
+            return current
+
+        stored = self._api.update_config_map(mutate)
+        if stored is None:
+            return None
+        log.info("repartition %s: %s", step.kind, step.reason)
+        if removed:
+            log.info("mig-parted configs no node uses any more removed: %s", ", ".join(removed))
+        for label in step.labels:
+            labels: dict[str, str | None] = {MIG_CONFIG_LABEL: label.config_name}
+            if label.mark_pending:
+                labels[MIG_CONFIG_STATE_LABEL] = "pending"
+            try:
+                self._api.set_node_labels(label.node, labels)
+                log.info("node=%s labelled %s=%s", label.node, MIG_CONFIG_LABEL, label.config_name)
+            except Exception as error:
+                self.stats.errors += 1
+                log.warning(
+                    "node=%s not labelled (%s); next round decides again", label.node, error
+                )
+        for event in step.events:
+            self._api.record_event(event.node, event.reason, event.message, event.warning)
+        self._count(step, file.record or RepartitionRecord())
+        return stored
+
+    def _count(self, step: Step, before: RepartitionRecord) -> None:
+        stats = self.stats
+        if step.kind == StepKind.START:
+            stats.plans_started += 1
+        for outcome in step.outcomes:
+            stats.node_outcomes[outcome.outcome] = stats.node_outcomes.get(outcome.outcome, 0) + 1
+            level = logging.WARNING if outcome.outcome in (FAILED, TIMEOUT) else logging.INFO
+            log.log(
+                level, "node=%s re-partition %s: %s", outcome.node, outcome.outcome, outcome.detail
+            )
+        if step.kind in (StepKind.FINISH, StepKind.ABORT) and before.plan is not None:
+            closed = {s.node: s.outcome for s in before.plan.nodes if not s.is_open}
+            closed.update({o.node: o.outcome for o in step.outcomes})
+            if step.kind == StepKind.ABORT:
+                result = "aborted"
+            elif any(o in (FAILED, TIMEOUT) for o in closed.values()):
+                result = "failed"
+            elif SUCCESS in closed.values():
+                result = "succeeded"
+            else:
+                result = "aborted"
+            stats.plans_finished[result] = stats.plans_finished.get(result, 0) + 1
+
+    def _count_in_flight(self, record: RepartitionRecord) -> None:
+        plan = record.plan
+        applied = plan is not None and plan.applied_at is not None
+        self.stats.nodes_in_flight = len(plan.open_nodes) if plan is not None and applied else 0
+
+    def _dry_run(self, step: Step) -> None:
+        if step.kind == StepKind.START and step.plan is not None:
+            configs = {c.config_name: c.entries for c in step.plan.changes}
+            labels = ", ".join(
+                f"{c.node} {MIG_CONFIG_LABEL}={c.config_name}" for c in step.plan.changes
+            )
+            said = f"dry run: would re-partition ({step.reason}); labels {labels}"
+            if said != self._last_said:
+                self.stats.plans_dry_run += 1
+                log.info("%s; mig-parted:\n%s", said, render_mig_parted(configs))
+                self._last_said = said
+            return
+        self._say(f"dry run: would {step.kind}: {step.reason}")
+
+    def _say(self, message: str, level: int = logging.INFO) -> None:
+        """Log a round's conclusion once, not every round while it stays the same."""
+        self.stats.last_round = message
+        if message != self._last_said:
+            log.log(level, "%s", message)
+            self._last_said = message
+
+
+def start_repartition(
+    transport: Any,
+    index: ClusterIndex[Any],
+    settings: ExtenderSettings,
+    identity: str,
+) -> RepartitionController:
+    """Build the controller over the Kubernetes API and start its thread."""
+    from migslice.kube import KubeRepartitionApi, LeaderElector
+
+    options = settings.repartition
+    api = KubeRepartitionApi(
+        transport, settings.mig_config_namespace or "default", settings.mig_config_name
+    )
+    elector = LeaderElector(
+        transport,
+        options.lease_namespace,
+        options.lease_name,
+        identity,
+        lease_duration_s=options.lease_duration_s,
+    )
+    controller = RepartitionController(api, elector, index, settings)
+    controller.start()
+    log.info(
+        "repartition controller started identity=%s lease=%s dry_run=%s interval=%.0fs",
+        identity,
+        options.lease,
+        options.dry_run,
+        options.interval_s,
+    )
+    return controller

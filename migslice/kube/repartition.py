@@ -1,0 +1,124 @@
+"""The API calls of the repartition controller: the mig-parted ConfigMap (read, and update with
+optimistic concurrency), pending pods, a node and its pods read fresh, node labels, Events."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "migslice-repartition"
+
+
+class KubeRepartitionApi:
+    """What the controller reads and writes, as raw JSON (see :mod:`extender.repartition`)."""
+
+    def __init__(
+        self,
+        transport: KubernetesTransport,
+        config_map_namespace: str,
+        config_map_name: str,
+        conflict_attempts: int = 5,
+    ) -> None:
+        self._transport = transport
+        self._cm_path = f"/api/v1/namespaces/{config_map_namespace}/configmaps/{config_map_name}"
+        self._attempts = conflict_attempts
+
+    def read_config_map(self) -> RawObject | None:
+        """The mig-parted ConfigMap; None when it does not exist."""
+        try:
+            return self._transport.get_json(self._cm_path, {})
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def update_config_map(
+        self, mutate: Callable[[RawObject], RawObject | None]
+    ) -> RawObject | None:
+        """Read, ``mutate`` (a copy; None: give up), write back with the read resourceVersion.
+
+        On 409 Conflict (someone wrote in between) it reads again and calls ``mutate`` on the
+        new object, up to ``conflict_attempts`` times. Returns the stored object, or None when
+        the ConfigMap is gone or ``mutate`` gave up.
+        """
+        for attempt in range(1, self._attempts + 1):
+            current = self.read_config_map()
+            if current is None:
+                return None
+            wanted = mutate(copy.deepcopy(current))
+            if wanted is None:
+                return None
+            metadata = wanted.setdefault("metadata", {})
+            metadata["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+            try:
+                return self._transport.put_json(self._cm_path, wanted)
+            except ApiError as error:
+                if error.status != 409 or attempt == self._attempts:
+                    raise
+                log.info("ConfigMap changed while updating it (409 Conflict); reading again")
+        return None
+
+    def list_pending_pods(self, scheduler_name: str) -> list[RawObject]:
+        """Pods of ``scheduler_name`` that are not on a node and still Pending."""
+        selector = f"spec.nodeName=,spec.schedulerName={scheduler_name},status.phase=Pending"
+        return self._list("/api/v1/pods", selector)
+
+    def read_node(self, name: str) -> RawObject | None:
+        try:
+            return self._transport.get_json(f"/api/v1/nodes/{name}", {})
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_pods_on_node(self, name: str) -> list[RawObject]:
+        """The node's pods that are bound and not finished (they may hold GPU slices)."""
+        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+        return self._list("/api/v1/pods", selector)
+
+    def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        """Merge-patch labels of a Node (None removes one)."""
+        self._transport.patch_json(f"/api/v1/nodes/{name}", {"metadata": {"labels": dict(labels)}})
+
+    def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None:
+        """An Event on the Node (in ``default``, where node events live); failures are logged."""
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._transport.post_json("/api/v1/namespaces/default/events", event)
+        except ApiError as error:
+            log.warning("event not recorded node=%s reason=%s: %s", node, reason, error)
+
+    def _list(self, path: str, field_selector: str) -> list[RawObject]:
+        items: list[RawObject] = []
+        token = ""
+        while True:
+            query = {"fieldSelector": field_selector, "limit": "500"}
+            if token:
+                query["continue"] = token
+            page = self._transport.get_json(path, query)
+            items.extend(item for item in page.get("items") or () if isinstance(item, dict))
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return items

@@ -1,0 +1,380 @@
+"""The repartition controller's decisions, as values: record + cluster + time -> the next step.
+
+States of the record and the step taken from each (one call of :func:`decide` is one step;
+the shell persists ``step.record`` and performs the step's actions, in that order):
+
+* **idle** (no plan): run the planner; an empty plan -> ``WAIT``; else ``START``: write the
+  plan record (``appliedAt`` null). Nothing on the cluster changes yet.
+* **planned** (plan written, not applied): re-check every node against the state at apply
+  time (label still the previous config, no MIG Manager run, every planned GPU still idle);
+  nodes that fail it are ``aborted``. ``APPLY``: merge the remaining nodes' configs into the
+  mig-parted file (with the record, in one write), then label each node
+  ``nvidia.com/mig.config=<config>`` (with ``nvidia.com/mig.config.state=pending``, so that
+  no stale ``success`` is read as ours and the scheduler keeps off the node), and record a
+  ``MigRepartition`` Event. If every node aborts: ``ABORT``, back to idle.
+* **applying** (``appliedAt`` set): per open node, ``success`` on our config -> outcome
+  success (cooldown starts); ``failed``, or not ``success`` within ``deadline_s`` -> failed
+  or timeout: a ``MigRepartitionFailed`` Event, the previous config label restored when the
+  file still has that config, the node backed off for ``backoff_s``; a label someone else
+  changed -> superseded (left alone); a label still at the previous config (a restart between
+  the file write and the label) -> labelled now, after the same re-check. ``OBSERVE`` when
+  an outcome changed, else ``WAIT``; when no node is open the plan is dropped (``FINISH``).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from migslice.inventory import LayoutSource, NodeState
+from migslice.mig.render import MigPartedEntry
+from migslice.planning import (
+    TRANSITION_STATES,
+    PendingPod,
+    PlanSettings,
+    RepartitionPlan,
+    plan,
+)
+from migslice.repartition.migparted import OWN_PREFIX
+from migslice.repartition.record import (
+    ABORTED,
+    FAILED,
+    SUCCESS,
+    SUPERSEDED,
+    TIMEOUT,
+    ActivePlan,
+    NodeStep,
+    RepartitionRecord,
+    format_time,
+)
+
+REASON_STARTED = "MigRepartition"
+REASON_FAILED = "MigRepartitionFailed"
+
+
+class StepKind(enum.StrEnum):
+    WAIT = "wait"
+    START = "start"
+    APPLY = "apply"
+    ABORT = "abort"
+    OBSERVE = "observe"
+    FINISH = "finish"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """``deadline_s``: how long a node may take to reach ``success``; ``backoff_s``: how long
+    a node that failed is left alone. Rate limits and hysteresis are the planner's."""
+
+    plan: PlanSettings = field(default_factory=PlanSettings)
+    deadline_s: float = 600.0
+    backoff_s: float = 1800.0
+
+
+@dataclass(frozen=True, slots=True)
+class SetLabel:
+    """Set ``nvidia.com/mig.config`` of ``node``; ``mark_pending`` also sets the state label."""
+
+    node: str
+    config_name: str
+    mark_pending: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    node: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to do now. ``configs``/``referenced``: for ``APPLY``, the configs to merge into the
+    mig-parted file and the names its garbage collection keeps."""
+
+    kind: StepKind
+    record: RepartitionRecord
+    reason: str = ""
+    configs: Mapping[str, tuple[MigPartedEntry, ...]] = field(default_factory=dict)
+    referenced: frozenset[str] = frozenset()
+    labels: tuple[SetLabel, ...] = ()
+    events: tuple[NodeEvent, ...] = ()
+    plan: RepartitionPlan | None = None
+    outcomes: tuple[NodeStep, ...] = ()
+
+
+def decide(
+    record: RepartitionRecord,
+    nodes: Sequence[NodeState],
+    pending: Sequence[PendingPod],
+    file_configs: Collection[str] | None,
+    now: float,
+    settings: ControllerSettings = ControllerSettings(),
+) -> Step:
+    """The next step (see the module docstring). ``file_configs``: the config names in the
+    mig-parted file, None when the ConfigMap is missing or unreadable (then nothing moves)."""
+    if file_configs is None:
+        return Step(StepKind.WAIT, record, "mig-parted ConfigMap missing or unreadable")
+    record = _pruned(record, now, settings)
+    states = {node.name: node for node in nodes}
+    active = record.plan
+    if active is None:
+        return _start(record, nodes, pending, now, settings)
+    if active.applied_at is None:
+        return _apply(record, active, states, nodes, now)
+    return _observe(record, active, states, nodes, file_configs, now, settings)
+
+
+def recheck(step: NodeStep, state: NodeState | None) -> str:
+    """Why ``step`` must not be applied to the node as it is now; "" when it may."""
+    if state is None:
+        return "node is gone"
+    facts = state.facts
+    if facts.mig_config != step.previous_config:
+        return (
+            f"label nvidia.com/mig.config is {facts.mig_config!r}, "
+            f"was {step.previous_config!r} when planned"
+        )
+    if facts.mig_config_state in TRANSITION_STATES:
+        return f"MIG Manager is applying a config (state {facts.mig_config_state})"
+    if state.source == LayoutSource.COUNTS:
+        held = [f"{count} x {name}" for name, count in state.allocated if count]
+        return f"pods hold {', '.join(held)}" if held else ""
+    gpus = {gpu.index: gpu for gpu in state.gpus}
+    for index in step.gpus:
+        gpu = gpus.get(index)
+        if gpu is None or not gpu.mig_enabled:
+            return f"GPU {index} is no longer a MIG GPU of the node"
+        if not gpu.is_idle:
+            return f"GPU {index} is in use by a pod since planning"
+    return ""
+
+
+def plan_id(changes: Sequence[str], now: float) -> str:
+    digest = hashlib.sha256(f"{format_time(now)};{','.join(changes)}".encode())
+    return digest.hexdigest()[:12]
+
+
+def _pruned(
+    record: RepartitionRecord, now: float, settings: ControllerSettings
+) -> RepartitionRecord:
+    cooldown = settings.plan.cooldown_s
+    finished = tuple((n, at) for n, at in record.finished if now - at < cooldown)
+    backoff = tuple((n, until) for n, until in record.backoff if until > now)
+    if finished == record.finished and backoff == record.backoff:
+        return record
+    return replace(record, finished=finished, backoff=backoff)
+
+
+def _start(
+    record: RepartitionRecord,
+    nodes: Sequence[NodeState],
+    pending: Sequence[PendingPod],
+    now: float,
+    settings: ControllerSettings,
+) -> Step:
+    cooldowns = {node: now - at for node, at in record.finished}
+    held = {
+        node: f"backed off after a failed re-partition until {format_time(until)}"
+        for node, until in record.backoff
+    }
+    result = plan(nodes, pending, cooldowns, settings.plan, held)
+    if result.is_empty:
+        waiting = len(result.unserved)
+        return Step(
+            StepKind.WAIT, record, f"nothing to re-partition ({waiting} pods pending)", plan=result
+        )
+    steps = tuple(
+        NodeStep(
+            node=change.node,
+            config_name=change.config_name,
+            previous_config=change.previous_config,
+            gpus=tuple(gpu.index for gpu in change.gpus),
+            serves=change.serves,
+            entries=change.entries,
+        )
+        for change in result.changes
+    )
+    active = ActivePlan(plan_id([s.config_name for s in steps], now), now, None, steps)
+    names = ", ".join(f"{s.node}={s.config_name}" for s in steps)
+    return Step(
+        StepKind.START, record.with_plan(active), f"plan {active.plan_id}: {names}", plan=result
+    )
+
+
+def _apply(
+    record: RepartitionRecord,
+    active: ActivePlan,
+    states: Mapping[str, NodeState],
+    nodes: Sequence[NodeState],
+    now: float,
+) -> Step:
+    steps: list[NodeStep] = []
+    configs: dict[str, tuple[MigPartedEntry, ...]] = {}
+    labels: list[SetLabel] = []
+    events: list[NodeEvent] = []
+    for step in active.nodes:
+        if not step.is_open:
+            steps.append(step)
+            continue
+        problem = recheck(step, states.get(step.node))
+        if problem:
+            steps.append(replace(step, outcome=ABORTED, detail=f"not applied: {problem}"))
+            continue
+        steps.append(step)
+        configs[step.config_name] = step.entries
+        labels.append(SetLabel(step.node, step.config_name))
+        events.append(NodeEvent(step.node, REASON_STARTED, _applying_message(step)))
+    aborted = tuple(s for s in steps if s.outcome == ABORTED and s not in active.nodes)
+    if not labels:
+        reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to apply"
+        return Step(StepKind.ABORT, record.with_plan(None), reason, outcomes=aborted)
+    applied = replace(active, applied_at=now, nodes=tuple(steps))
+    new_record = record.with_plan(applied)
+    return Step(
+        StepKind.APPLY,
+        new_record,
+        f"plan {active.plan_id}: applying "
+        + ", ".join(f"{x.node}={x.config_name}" for x in labels),
+        configs=configs,
+        referenced=_referenced(nodes, applied),
+        labels=tuple(labels),
+        events=tuple(events),
+        outcomes=aborted,
+    )
+
+
+def _observe(
+    record: RepartitionRecord,
+    active: ActivePlan,
+    states: Mapping[str, NodeState],
+    nodes: Sequence[NodeState],
+    file_configs: Collection[str],
+    now: float,
+    settings: ControllerSettings,
+) -> Step:
+    assert active.applied_at is not None
+    elapsed = now - active.applied_at
+    steps: list[NodeStep] = []
+    closed: list[NodeStep] = []
+    labels: list[SetLabel] = []
+    events: list[NodeEvent] = []
+    finished = dict(record.finished)
+    backoff = dict(record.backoff)
+    waiting: list[str] = []
+    for step in active.nodes:
+        if not step.is_open:
+            steps.append(step)
+            continue
+        state = states.get(step.node)
+        outcome, detail = _outcome_of(step, state, elapsed, settings)
+        if not outcome and state is not None and state.facts.mig_config != step.config_name:
+            problem = recheck(step, state)  # still at the previous config: label it now
+            if problem:
+                outcome, detail = ABORTED, f"not applied: {problem}"
+            else:
+                labels.append(SetLabel(step.node, step.config_name))
+        if not outcome:
+            steps.append(step)
+            waiting.append(f"{step.node} ({state.facts.mig_config_state if state else '?'})")
+            continue
+        done = replace(step, outcome=outcome, detail=detail)
+        steps.append(done)
+        closed.append(done)
+        if outcome == SUCCESS:
+            finished[step.node] = now
+            events.append(NodeEvent(step.node, REASON_STARTED, _applied_message(step)))
+        elif outcome in (FAILED, TIMEOUT):
+            until = now + settings.backoff_s
+            backoff[step.node] = until
+            restore = step.previous_config is not None and step.previous_config in file_configs
+            if restore and step.previous_config is not None:
+                labels.append(SetLabel(step.node, step.previous_config, mark_pending=False))
+                then = f"label restored to {step.previous_config}"
+            elif step.previous_config is None:
+                then = "there was no previous config; label left"
+            else:
+                then = f"previous config {step.previous_config} is not in the file; label left"
+            message = (
+                f"mig-parted config {step.config_name}: {detail}; {then}; node left alone "
+                f"until {format_time(until)} ({settings.backoff_s:.0f}s)"
+            )
+            events.append(NodeEvent(step.node, REASON_FAILED, message, warning=True))
+    if not closed and not labels:
+        reason = f"plan {active.plan_id}: waiting {elapsed:.0f}s for " + ", ".join(waiting)
+        return Step(StepKind.WAIT, record, reason)
+    remaining = replace(active, nodes=tuple(steps))
+    still_open = bool(remaining.open_nodes)
+    new_record = replace(
+        record,
+        plan=remaining if still_open else None,
+        finished=tuple(sorted(finished.items())),
+        backoff=tuple(sorted(backoff.items())),
+    )
+    kind = StepKind.OBSERVE if still_open else StepKind.FINISH
+    reason = f"plan {active.plan_id}: " + (
+        ", ".join(f"{s.node} {s.outcome}" for s in closed) or "labelling again"
+    )
+    return Step(
+        kind, new_record, reason, labels=tuple(labels), events=tuple(events), outcomes=tuple(closed)
+    )
+
+
+def _outcome_of(
+    step: NodeStep, state: NodeState | None, elapsed: float, settings: ControllerSettings
+) -> tuple[str, str]:
+    if state is None:
+        return ABORTED, "node is gone"
+    label, phase = state.facts.mig_config, state.facts.mig_config_state
+    if label == step.config_name:
+        if phase == "success":
+            return SUCCESS, f"applied in about {elapsed:.0f}s"
+        if phase == "failed":
+            return FAILED, "MIG Manager reported state failed"
+    elif label != step.previous_config:
+        return SUPERSEDED, f"label changed to {label!r} by someone else"
+    if elapsed > settings.deadline_s:
+        return TIMEOUT, (
+            f"state {phase or 'unset'} after {elapsed:.0f}s; deadline {settings.deadline_s:.0f}s"
+        )
+    return "", ""
+
+
+def _referenced(nodes: Sequence[NodeState], active: ActivePlan) -> frozenset[str]:
+    """Config names the file must keep: node labels, and every config of the plan."""
+    names = {node.facts.mig_config for node in nodes if node.facts.mig_config}
+    for step in active.nodes:
+        names.add(step.config_name)
+        if step.previous_config:
+            names.add(step.previous_config)
+    return frozenset(n for n in names if n is not None and n.startswith(OWN_PREFIX))
+
+
+def _gpu_summary(step: NodeStep) -> str:
+    parts = []
+    for entry in step.entries:
+        devices = "all" if entry.devices is None else ",".join(str(d) for d in entry.devices)
+        if entry.devices is not None and not set(entry.devices) & set(step.gpus):
+            continue
+        counts = "+".join(f"{n}x{p}" for p, n in entry.mig_devices if n) or "none"
+        parts.append(f"GPU {devices}: {counts}")
+    return "; ".join(parts)
+
+
+def _applying_message(step: NodeStep) -> str:
+    pods = ", ".join(step.serves) or "none"
+    return (
+        f"re-partitioning idle GPUs {list(step.gpus)} with mig-parted config "
+        f"{step.config_name} ({_gpu_summary(step)}) for pending pods {pods}; "
+        f"previous config {step.previous_config}"
+    )
+
+
+def _applied_message(step: NodeStep) -> str:
+    return (
+        f"MIG Manager applied mig-parted config {step.config_name} "
+        f"({_gpu_summary(step)}); pods {', '.join(step.serves) or 'none'} can now be placed"
+    )

@@ -1,0 +1,223 @@
+"""The repartition controller's durable record: the plan in progress, cooldowns and backoffs.
+
+The record is JSON in the annotation ``migslice.io/repartition`` of the mig-parted ConfigMap,
+so that a plan's configs and the record that says they are being applied change in one
+write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in values.
+
+    {"version": "v1",
+     "plan": {"id": "3f2a…", "createdAt": "2025-05-01T10:00:00Z", "appliedAt": null,
+              "nodes": [{"node": "gpu-a", "config": "migslice-gpu-a-1a2b3c4d",
+                         "previousConfig": "all-1g.10gb", "gpus": [0],
+                         "serves": ["team-a/train"], "entries": [<mig-parted entry>],
+                         "outcome": "", "detail": ""}]},
+     "finished": {"gpu-b": "2025-05-01T09:50:00Z"},
+     "backoff": {"gpu-c": "2025-05-01T10:30:00Z"}}
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from migslice.mig.render import MigPartedEntry, MigPartedError, parse_mig_parted
+
+RECORD_ANNOTATION = "migslice.io/repartition"
+RECORD_VERSION = "v1"
+
+OPEN = ""
+SUCCESS = "success"
+FAILED = "failed"
+TIMEOUT = "timeout"
+ABORTED = "aborted"
+SUPERSEDED = "superseded"
+OUTCOMES = frozenset({OPEN, SUCCESS, FAILED, TIMEOUT, ABORTED, SUPERSEDED})
+
+
+class RecordError(ValueError):
+    """A record annotation that cannot be read; the message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStep:
+    """One node of a plan: the config it gets, what it had, and how it ended (``outcome``)."""
+
+    node: str
+    config_name: str
+    previous_config: str | None
+    gpus: tuple[int, ...]
+    serves: tuple[str, ...]
+    entries: tuple[MigPartedEntry, ...]
+    outcome: str = OPEN
+    detail: str = ""
+
+    @property
+    def is_open(self) -> bool:
+        return self.outcome == OPEN
+
+
+@dataclass(frozen=True, slots=True)
+class ActivePlan:
+    """A plan written before it is applied; ``applied_at`` is None until it is."""
+
+    plan_id: str
+    created_at: float
+    applied_at: float | None
+    nodes: tuple[NodeStep, ...]
+
+    @property
+    def open_nodes(self) -> tuple[NodeStep, ...]:
+        return tuple(step for step in self.nodes if step.is_open)
+
+
+@dataclass(frozen=True, slots=True)
+class RepartitionRecord:
+    """``finished``: node -> when its last re-partition succeeded (cooldown);
+    ``backoff``: node -> until when it is left alone after a failure."""
+
+    plan: ActivePlan | None = None
+    finished: tuple[tuple[str, float], ...] = ()
+    backoff: tuple[tuple[str, float], ...] = ()
+
+    def with_plan(self, plan: ActivePlan | None) -> RepartitionRecord:
+        return replace(self, plan=plan)
+
+
+def format_time(epoch_s: float) -> str:
+    stamp = datetime.datetime.fromtimestamp(epoch_s, datetime.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: object, where: str) -> float:
+    if not isinstance(text, str):
+        raise RecordError(f"{where}: expected an RFC 3339 time, got {text!r}")
+    try:
+        stamp = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise RecordError(f"{where}: {text!r} is not an RFC 3339 UTC time") from None
+    return stamp.replace(tzinfo=datetime.UTC).timestamp()
+
+
+def _entry_json(entry: MigPartedEntry) -> dict[str, Any]:
+    item: dict[str, Any] = {}
+    if entry.device_filter:
+        item["device-filter"] = list(entry.device_filter)
+    item["devices"] = "all" if entry.devices is None else list(entry.devices)
+    item["mig-enabled"] = entry.mig_enabled
+    if entry.mig_enabled:
+        item["mig-devices"] = dict(entry.mig_devices)
+    return item
+
+
+def _entries_from_json(raw: object, where: str) -> tuple[MigPartedEntry, ...]:
+    document = {"version": "v1", "mig-configs": {"entries": raw}}
+    try:
+        return parse_mig_parted(json.dumps(document))["entries"]
+    except MigPartedError as error:
+        raise RecordError(f"{where}: {error}") from None
+
+
+def render_record(record: RepartitionRecord) -> str:
+    plan: dict[str, Any] | None = None
+    if record.plan is not None:
+        active = record.plan
+        plan = {
+            "id": active.plan_id,
+            "createdAt": format_time(active.created_at),
+            "appliedAt": None if active.applied_at is None else format_time(active.applied_at),
+            "nodes": [
+                {
+                    "node": step.node,
+                    "config": step.config_name,
+                    "previousConfig": step.previous_config,
+                    "gpus": list(step.gpus),
+                    "serves": list(step.serves),
+                    "entries": [_entry_json(e) for e in step.entries],
+                    "outcome": step.outcome,
+                    "detail": step.detail,
+                }
+                for step in active.nodes
+            ],
+        }
+    document = {
+        "version": RECORD_VERSION,
+        "plan": plan,
+        "finished": {node: format_time(at) for node, at in record.finished},
+        "backoff": {node: format_time(until) for node, until in record.backoff},
+    }
+    return json.dumps(document, separators=(",", ":"), sort_keys=False)
+
+
+def parse_record(text: str | None) -> RepartitionRecord:
+    """The record in an annotation's text; an absent annotation is an empty record."""
+    if not text:
+        return RepartitionRecord()
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise RecordError(f"annotation {RECORD_ANNOTATION} is not JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
+        raise RecordError(
+            f"annotation {RECORD_ANNOTATION}: expected an object with version {RECORD_VERSION}"
+        )
+    plan = _parse_plan(document.get("plan"))
+    return RepartitionRecord(
+        plan=plan,
+        finished=_times(document.get("finished"), "finished"),
+        backoff=_times(document.get("backoff"), "backoff"),
+    )
+
+
+def _times(raw: object, where: str) -> tuple[tuple[str, float], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise RecordError(f"{where}: expected a map of node to time")
+    return tuple(sorted((str(k), parse_time(v, f"{where}.{k}")) for k, v in raw.items()))
+
+
+def _parse_plan(raw: object) -> ActivePlan | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise RecordError("plan: expected an object")
+    nodes_raw = raw.get("nodes")
+    if not isinstance(nodes_raw, list):
+        raise RecordError("plan.nodes: expected a list")
+    steps: list[NodeStep] = []
+    for position, item in enumerate(nodes_raw):
+        where = f"plan.nodes[{position}]"
+        if not isinstance(item, Mapping):
+            raise RecordError(f"{where}: expected an object")
+        node, config = item.get("node"), item.get("config")
+        if not isinstance(node, str) or not isinstance(config, str):
+            raise RecordError(f"{where}: node and config must be strings")
+        previous = item.get("previousConfig")
+        outcome = item.get("outcome", OPEN)
+        if outcome not in OUTCOMES:
+            raise RecordError(f"{where}.outcome: {outcome!r} is not one of {sorted(OUTCOMES)}")
+        gpus = item.get("gpus") or []
+        serves = item.get("serves") or []
+        if not all(isinstance(g, int) for g in gpus) or not all(isinstance(s, str) for s in serves):
+            raise RecordError(f"{where}: gpus must be indices and serves pod keys")
+        steps.append(
+            NodeStep(
+                node=node,
+                config_name=config,
+                previous_config=previous if isinstance(previous, str) else None,
+                gpus=tuple(gpus),
+                serves=tuple(serves),
+                entries=_entries_from_json(item.get("entries"), f"{where}.entries"),
+                outcome=str(outcome),
+                detail=str(item.get("detail") or ""),
+            )
+        )
+    applied = raw.get("appliedAt")
+    return ActivePlan(
+        plan_id=str(raw.get("id") or ""),
+        created_at=parse_time(raw.get("createdAt"), "plan.createdAt"),
+        applied_at=None if applied is None else parse_time(applied, "plan.appliedAt"),
+        nodes=tuple(steps),
+    )

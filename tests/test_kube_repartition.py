@@ -1,0 +1,284 @@
+"""The repartition controller's API calls and the Lease elector against a real HTTP server that
+keeps objects with resourceVersions like the API server (409 on a stale write)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from migslice.kube import KubeRepartitionApi, KubernetesTransport, LeaderElector
+
+CM_PATH = "/api/v1/namespaces/gpu-operator/configmaps/migslice-mig-config"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/migslice-system/leases"
+
+
+class ObjectStore:
+    """Objects by path; every write bumps resourceVersion; a PUT with an old one gets 409."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.version = 100
+        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.conflicts_to_inject = 0
+        self.lock = threading.Lock()
+
+    def _stamp(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        body.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        return body
+
+    def put(self, path: str, body: dict[str, Any]) -> None:
+        self.objects[path] = self._stamp(body)
+
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        with self.lock:
+            self.requests.append((method, path, query, copy.deepcopy(body)))
+            if method == "GET":
+                if path in self.objects:
+                    return 200, self.objects[path]
+                if path == "/api/v1/pods":
+                    return 200, {"metadata": {"resourceVersion": "1"}, "items": []}
+                return 404, {"kind": "Status", "message": f"{path} not found"}
+            if method == "POST":
+                name = body["metadata"]["name"]
+                target = f"{path}/{name}"
+                if target in self.objects:
+                    return 409, {"kind": "Status", "message": "already exists"}
+                self.objects[target] = self._stamp(body)
+                return 201, body
+            if method == "PUT":
+                current = self.objects.get(path)
+                if current is None:
+                    return 404, {"kind": "Status", "message": "not found"}
+                sent = (body.get("metadata") or {}).get("resourceVersion")
+                if self.conflicts_to_inject:
+                    self.conflicts_to_inject -= 1
+                    self.objects[path] = self._stamp(current)
+                    return 409, {"kind": "Status", "message": "the object has been modified"}
+                if sent and sent != current["metadata"]["resourceVersion"]:
+                    return 409, {"kind": "Status", "message": "the object has been modified"}
+                self.objects[path] = self._stamp(body)
+                return 200, self.objects[path]
+            if method == "PATCH":
+                current = self.objects.get(path)
+                if current is None:
+                    return 404, {"kind": "Status", "message": "not found"}
+                labels = current.setdefault("metadata", {}).setdefault("labels", {})
+                for key, value in body["metadata"]["labels"].items():
+                    if value is None:
+                        labels.pop(key, None)
+                    else:
+                        labels[key] = value
+                self._stamp(current)
+                return 200, current
+            return 405, {}
+
+
+@pytest.fixture
+def store() -> Iterator[tuple[ObjectStore, KubernetesTransport]]:
+    objects = ObjectStore()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            query = dict(urllib.parse.parse_qsl(url.query))
+            status, answer = objects.handle(self.command, url.path, query, body)
+            payload = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_PUT = do_POST = do_PATCH = _serve  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    api_client = client.ApiClient(configuration)
+    yield objects, KubernetesTransport(api_client)
+    server.shutdown()
+    server.server_close()
+    api_client.close()
+
+
+def make_api(transport: KubernetesTransport) -> KubeRepartitionApi:
+    return KubeRepartitionApi(transport, "gpu-operator", "migslice-mig-config")
+
+
+def config_map(text: str = "version: v1\n") -> dict[str, Any]:
+    return {"metadata": {"name": "migslice-mig-config"}, "data": {"config.yaml": text}}
+
+
+def test_a_missing_config_map_reads_as_none_and_is_not_created(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    api = make_api(transport)
+    assert api.read_config_map() is None
+    assert api.update_config_map(lambda cm: cm) is None
+    assert [r[0] for r in objects.requests] == ["GET", "GET"]
+
+
+def test_a_config_map_update_sends_the_version_it_read(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    objects.put(CM_PATH, config_map())
+    read_version = objects.objects[CM_PATH]["metadata"]["resourceVersion"]
+
+    def mutate(cm: dict[str, Any]) -> dict[str, Any]:
+        cm["data"]["config.yaml"] = "version: v1\nmig-configs: {}\n"
+        return cm
+
+    stored = make_api(transport).update_config_map(mutate)
+    assert stored is not None
+    assert stored["data"]["config.yaml"].endswith("mig-configs: {}\n")
+    (put,) = [r for r in objects.requests if r[0] == "PUT"]
+    assert put[3]["metadata"]["resourceVersion"] == read_version
+
+
+def test_a_conflict_re_reads_and_mutates_the_newer_object(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    objects.put(CM_PATH, config_map())
+    objects.conflicts_to_inject = 2
+    seen: list[str] = []
+
+    def mutate(cm: dict[str, Any]) -> dict[str, Any]:
+        seen.append(cm["metadata"]["resourceVersion"])
+        cm.setdefault("metadata", {}).setdefault("annotations", {})["k"] = "v"
+        return cm
+
+    stored = make_api(transport).update_config_map(mutate)
+    assert stored is not None and stored["metadata"]["annotations"] == {"k": "v"}
+    assert len(seen) == 3 and len(set(seen)) == 3
+
+
+def test_a_mutation_that_gives_up_writes_nothing(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    objects.put(CM_PATH, config_map())
+    assert make_api(transport).update_config_map(lambda cm: None) is None
+    assert not [r for r in objects.requests if r[0] == "PUT"]
+
+
+def test_labels_are_merge_patched_and_events_posted_on_the_node(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    objects.put("/api/v1/nodes/gpu-a", {"metadata": {"name": "gpu-a", "labels": {"x": "1"}}})
+    api = make_api(transport)
+    api.set_node_labels(
+        "gpu-a",
+        {"nvidia.com/mig.config": "migslice-gpu-a-1", "nvidia.com/mig.config.state": "pending"},
+    )
+    labels = objects.objects["/api/v1/nodes/gpu-a"]["metadata"]["labels"]
+    assert labels == {
+        "x": "1",
+        "nvidia.com/mig.config": "migslice-gpu-a-1",
+        "nvidia.com/mig.config.state": "pending",
+    }
+    api.record_event("gpu-a", "MigRepartitionFailed", "config failed", warning=True)
+    (post,) = [r for r in objects.requests if r[0] == "POST"]
+    assert post[1] == "/api/v1/namespaces/default/events"
+    event = post[3]
+    assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["name"] == "gpu-a"
+    assert (event["reason"], event["type"]) == ("MigRepartitionFailed", "Warning")
+
+
+def test_pending_pods_are_listed_with_field_selectors(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    api = make_api(transport)
+    assert api.list_pending_pods("migslice-scheduler") == []
+    assert api.list_pods_on_node("gpu-a") == []
+    selectors = [r[2]["fieldSelector"] for r in objects.requests]
+    assert selectors == [
+        "spec.nodeName=,spec.schedulerName=migslice-scheduler,status.phase=Pending",
+        "spec.nodeName=gpu-a,status.phase!=Succeeded,status.phase!=Failed",
+    ]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def elector(transport: KubernetesTransport, identity: str, clock: Clock) -> LeaderElector:
+    return LeaderElector(
+        transport,
+        "migslice-system",
+        "migslice-repartition",
+        identity,
+        lease_duration_s=15,
+        clock=clock,
+        wall_clock=clock,
+    )
+
+
+def test_the_first_candidate_creates_the_lease_and_the_second_waits_for_it_to_expire(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    clock = Clock()
+    a, b = elector(transport, "a", clock), elector(transport, "b", clock)
+    assert a.try_acquire_or_renew()
+    assert objects.objects[f"{LEASES}/migslice-repartition"]["spec"]["holderIdentity"] == "a"
+    assert not b.try_acquire_or_renew()
+    clock.now += 10
+    assert a.try_acquire_or_renew()  # renewed: b's observation starts again
+    assert not b.try_acquire_or_renew()
+    clock.now += 14
+    assert not b.try_acquire_or_renew()
+    clock.now += 2  # a stopped renewing 16 s ago (> 15 s)
+    assert b.try_acquire_or_renew()
+    spec = objects.objects[f"{LEASES}/migslice-repartition"]["spec"]
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
+    assert not a.try_acquire_or_renew()
+
+
+def test_a_released_lease_is_taken_at_once(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    _, transport = store
+    clock = Clock()
+    a, b = elector(transport, "a", clock), elector(transport, "b", clock)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    a.release()
+    assert not a.is_leader
+    assert b.try_acquire_or_renew()
+
+
+def test_a_lost_race_for_the_lease_is_not_leadership(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    clock = Clock()
+    a = elector(transport, "a", clock)
+    assert a.try_acquire_or_renew()
+    objects.conflicts_to_inject = 1
+    assert not a.try_acquire_or_renew()
+    assert a.try_acquire_or_renew()

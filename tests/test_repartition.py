@@ -1,0 +1,363 @@
+"""The repartition controller's state machine, its record, the mig-parted merge and pending pods."""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from migslice.inventory import NodeState, node_facts_from_raw, pod_facts_from_raw, resolve_node
+from migslice.mig import CATALOG, place
+from migslice.mig.render import mig_parted_entries, parse_mig_parted, render_mig_parted
+from migslice.planning import PendingPod, PlanSettings
+from migslice.repartition import (
+    ABORTED,
+    FAILED,
+    OPEN,
+    SUCCESS,
+    SUPERSEDED,
+    TIMEOUT,
+    ControllerSettings,
+    RepartitionRecord,
+    StepKind,
+    decide,
+    merge_mig_parted,
+    parse_record,
+    pending_pods,
+    render_record,
+)
+from migslice.scheduling.demand import demand_of
+from tests.builders import make_node, make_pod
+
+MODEL = CATALOG.get("A100-80GB")
+ALL_1G = "all-1g.10gb"
+T0 = 1_750_000_000.0
+SETTINGS = ControllerSettings(PlanSettings(min_pending_s=30.0), deadline_s=600.0, backoff_s=1800.0)
+
+
+def one_gpu_config() -> dict[str, tuple[object, ...]]:
+    layout = [place(MODEL, "1g.10gb", i) for i in range(7)]
+    return {ALL_1G: mig_parted_entries(MODEL, {0: layout})}
+
+
+FILE_CONFIGS = parse_mig_parted(render_mig_parted(one_gpu_config()))  # type: ignore[arg-type]
+
+
+def node(
+    name: str = "gpu-a",
+    config: str = ALL_1G,
+    state: str | None = "success",
+    mig: dict[str, int] | None = None,
+    held: Sequence[str] = (),
+) -> NodeState:
+    """A one-GPU node laid out by ``config``; ``held`` profiles are held by bound pods."""
+    raw = make_node(name, gpu_count=1, mig=mig or {"1g.10gb": 7}, config=config, config_state=state)
+    pods = [
+        pod_facts_from_raw(make_pod(f"{name}-p{i}", profile=profile, node_name=name))
+        for i, profile in enumerate(held)
+    ]
+    configs = dict(FILE_CONFIGS)
+    return resolve_node(node_facts_from_raw(raw), [p for p in pods if p], configs)
+
+
+def waiting(profile: str = "3g.40gb", waited_s: float = 120.0, name: str = "train") -> PendingPod:
+    return PendingPod(demand_of(make_pod(name, profile=profile)), waited_s)
+
+
+def started(nodes: Sequence[NodeState] | None = None) -> RepartitionRecord:
+    step = decide(
+        RepartitionRecord(), nodes or [node()], [waiting()], set(FILE_CONFIGS), T0, SETTINGS
+    )
+    assert step.kind == StepKind.START
+    return step.record
+
+
+def applied(at: float = T0 + 1) -> RepartitionRecord:
+    step = decide(started(), [node()], [waiting()], set(FILE_CONFIGS), at, SETTINGS)
+    assert step.kind == StepKind.APPLY
+    return step.record
+
+
+def config_of(record: RepartitionRecord) -> str:
+    assert record.plan is not None
+    return record.plan.nodes[0].config_name
+
+
+# -- idle -> planned -> applying ---
+
+
+def test_a_plan_is_written_before_anything_on_the_cluster_changes() -> None:
+    step = decide(RepartitionRecord(), [node()], [waiting()], set(FILE_CONFIGS), T0, SETTINGS)
+    assert step.kind == StepKind.START
+    assert not step.labels and not step.events and not step.configs
+    plan = step.record.plan
+    assert plan is not None and plan.applied_at is None
+    (node_step,) = plan.nodes
+    assert node_step.node == "gpu-a"
+    assert node_step.previous_config == ALL_1G
+    assert node_step.gpus == (0,)
+    assert node_step.serves == ("team-a/train",)
+    assert node_step.config_name.startswith("migslice-gpu-a-")
+
+
+def test_the_written_plan_is_applied_with_config_label_and_event() -> None:
+    record = started()
+    step = decide(record, [node()], [waiting()], set(FILE_CONFIGS), T0 + 1, SETTINGS)
+    assert step.kind == StepKind.APPLY
+    name = config_of(record)
+    assert set(step.configs) == {name}
+    (label,) = step.labels
+    assert (label.node, label.config_name, label.mark_pending) == ("gpu-a", name, True)
+    (event,) = step.events
+    assert event.reason == "MigRepartition" and not event.warning
+    assert "3x1g.10gb" not in event.message and "1x3g.40gb" in event.message
+    assert step.record.plan is not None and step.record.plan.applied_at == T0 + 1
+    assert name in step.referenced
+
+
+@pytest.mark.parametrize(
+    ("now_node", "why"),
+    [
+        (node(held=["1g.10gb"]), "GPU 0 is in use by a pod since planning"),
+        (node(config="all-3g.40gb", mig={"3g.40gb": 2}), "label nvidia.com/mig.config is"),
+        (node(state="pending"), "MIG Manager is applying a config"),
+        (None, "node is gone"),
+    ],
+    ids=["gpu-became-busy", "label-changed", "mig-manager-busy", "node-deleted"],
+)
+def test_a_node_whose_state_changed_since_planning_is_not_applied(
+    now_node: NodeState | None, why: str
+) -> None:
+    nodes = [now_node] if now_node is not None else []
+    step = decide(started(), nodes, [waiting()], set(FILE_CONFIGS), T0 + 1, SETTINGS)
+    assert step.kind == StepKind.ABORT
+    assert not step.labels and not step.configs
+    assert step.record.plan is None
+    (outcome,) = step.outcomes
+    assert outcome.outcome == ABORTED and why in outcome.detail
+
+
+def test_nothing_moves_without_a_readable_mig_parted_file() -> None:
+    step = decide(RepartitionRecord(), [node()], [waiting()], None, T0, SETTINGS)
+    assert step.kind == StepKind.WAIT
+    assert "ConfigMap" in step.reason
+
+
+def test_young_demand_waits_for_min_pending() -> None:
+    step = decide(
+        RepartitionRecord(), [node()], [waiting(waited_s=5)], set(FILE_CONFIGS), T0, SETTINGS
+    )
+    assert step.kind == StepKind.WAIT
+
+
+# -- applying -> finished ---
+
+
+@pytest.mark.parametrize(
+    ("label", "state", "elapsed_s", "kind", "outcome"),
+    [
+        ("ours", "pending", 30, StepKind.WAIT, OPEN),
+        ("ours", "success", 30, StepKind.FINISH, SUCCESS),
+        ("ours", "failed", 30, StepKind.FINISH, FAILED),
+        ("ours", "pending", 601, StepKind.FINISH, TIMEOUT),
+        ("ours", "rebooting", 601, StepKind.FINISH, TIMEOUT),
+        ("all-3g.40gb", "success", 30, StepKind.FINISH, SUPERSEDED),
+    ],
+    ids=["in-progress", "success", "failed", "pending-past-deadline", "rebooting-past", "relabel"],
+)
+def test_outcomes_after_applying(
+    label: str, state: str, elapsed_s: float, kind: StepKind, outcome: str
+) -> None:
+    record = applied()
+    name = config_of(record)
+    now_node = node(config=name if label == "ours" else label, state=state)
+    step = decide(record, [now_node], [], set(FILE_CONFIGS), T0 + 1 + elapsed_s, SETTINGS)
+    assert step.kind == kind
+    if kind == StepKind.WAIT:
+        assert step.record == record
+        return
+    (closed,) = step.outcomes
+    assert closed.outcome == outcome
+    assert step.record.plan is None
+
+
+def test_success_records_the_cooldown_and_an_event() -> None:
+    record = applied()
+    now = T0 + 60
+    step = decide(record, [node(config=config_of(record))], [], set(FILE_CONFIGS), now, SETTINGS)
+    assert dict(step.record.finished) == {"gpu-a": now}
+    assert not step.labels
+    (event,) = step.events
+    assert event.reason == "MigRepartition" and "applied" in event.message
+
+
+def test_failure_restores_the_previous_label_backs_off_and_warns() -> None:
+    record = applied()
+    now = T0 + 60
+    failed = node(config=config_of(record), state="failed")
+    step = decide(record, [failed], [], set(FILE_CONFIGS), now, SETTINGS)
+    (label,) = step.labels
+    assert (label.node, label.config_name, label.mark_pending) == ("gpu-a", ALL_1G, False)
+    assert dict(step.record.backoff) == {"gpu-a": now + 1800}
+    (event,) = step.events
+    assert event.warning and event.reason == "MigRepartitionFailed"
+    assert "label restored to all-1g.10gb" in event.message
+
+
+def test_a_previous_config_gone_from_the_file_is_not_restored() -> None:
+    record = applied()
+    failed = node(config=config_of(record), state="failed")
+    step = decide(record, [failed], [], {"all-disabled"}, T0 + 60, SETTINGS)
+    assert not step.labels
+    assert "not in the file; label left" in step.events[0].message
+
+
+def test_a_backed_off_node_is_not_planned_again_until_the_backoff_ends() -> None:
+    record = RepartitionRecord(backoff=(("gpu-a", T0 + 100),))
+    pods = [waiting()]
+    early = decide(record, [node()], pods, set(FILE_CONFIGS), T0 + 50, SETTINGS)
+    assert early.kind == StepKind.WAIT
+    assert early.plan is not None
+    assert dict(early.plan.skipped_nodes)["gpu-a"].startswith("backed off")
+    late = decide(record, [node()], pods, set(FILE_CONFIGS), T0 + 101, SETTINGS)
+    assert late.kind == StepKind.START
+    assert late.record.backoff == ()
+
+
+def test_a_node_just_re_partitioned_cools_down() -> None:
+    record = RepartitionRecord(finished=(("gpu-a", T0),))
+    step = decide(record, [node()], [waiting()], set(FILE_CONFIGS), T0 + 10, SETTINGS)
+    assert step.kind == StepKind.WAIT
+
+
+def test_a_restart_between_file_write_and_label_labels_the_node_then() -> None:
+    record = applied()
+    step = decide(record, [node()], [], set(FILE_CONFIGS), T0 + 5, SETTINGS)
+    assert step.kind == StepKind.OBSERVE
+    (label,) = step.labels
+    assert label.config_name == config_of(record)
+    assert step.record == record
+
+
+# -- the record ---
+
+
+def test_the_record_survives_its_json_round_trip() -> None:
+    record = replace(applied(), finished=(("gpu-b", T0 - 60),), backoff=(("gpu-c", T0 + 1800),))
+    assert parse_record(render_record(record)) == record
+    assert parse_record(None) == RepartitionRecord()
+
+
+# -- the mig-parted merge ---
+
+
+def test_merge_keeps_foreign_configs_adds_ours_and_drops_unreferenced_own_ones() -> None:
+    text = yaml.safe_dump(
+        {
+            "version": "v1",
+            "mig-configs": {
+                "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+                "migslice-old-11111111": [{"devices": "all", "mig-enabled": False}],
+                "migslice-used-22222222": [{"devices": "all", "mig-enabled": False}],
+                "custom": [{"devices": [0], "mig-enabled": False, "x-extra": 1}],
+            },
+        }
+    )
+    layout = [place(MODEL, "3g.40gb", 0), place(MODEL, "3g.40gb", 4)]
+    ours = {"migslice-new-33333333": mig_parted_entries(MODEL, {0: layout})}
+    merged = yaml.safe_load(merge_mig_parted(text, ours, {"migslice-used-22222222"}))
+    assert set(merged["mig-configs"]) == {
+        "all-1g.10gb",
+        "migslice-used-22222222",
+        "custom",
+        "migslice-new-33333333",
+    }
+    assert merged["mig-configs"]["custom"] == [{"devices": [0], "mig-enabled": False, "x-extra": 1}]
+    assert merged["mig-configs"]["migslice-new-33333333"][0]["mig-devices"] == {"3g.40gb": 2}
+
+
+# -- pending pods ---
+
+
+def unschedulable(
+    raw: dict[str, object], at: str, reason: str = "Unschedulable"
+) -> dict[str, object]:
+    raw["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": reason, "lastTransitionTime": at}
+        ],
+    }
+    return raw
+
+
+def test_pending_pods_are_unschedulable_mig_pods_of_our_scheduler_with_their_wait() -> None:
+    now = datetime.datetime(2025, 5, 1, 10, 0, 30, tzinfo=datetime.UTC)
+    at = "2025-05-01T10:00:00Z"
+    other = make_pod("other", profile="3g.40gb")
+    other["spec"]["schedulerName"] = "default-scheduler"
+    raws = [
+        unschedulable(make_pod("wait", profile="3g.40gb"), at),
+        unschedulable(make_pod("cpu"), at),
+        unschedulable(other, at),
+        unschedulable(make_pod("gated", profile="3g.40gb"), at, reason="SchedulingGated"),
+        make_pod("fresh", profile="3g.40gb"),
+        unschedulable(make_pod("bound", profile="3g.40gb", node_name="n"), at),
+    ]
+    found = pending_pods(raws, now)
+    assert [(p.demand.key, p.pending_s) for p in found] == [("team-a/wait", 30.0)]
+
+
+# -- the property: never apply to a GPU busy at apply time ---
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[NodeState], list[NodeState]]:
+    """Nodes at planning time, and the same nodes at apply time after some pods were bound."""
+    count = draw(st.integers(1, 3))
+    before, after = [], []
+    for i in range(count):
+        name = f"gpu-{i}"
+        held_before = draw(st.lists(st.just("1g.10gb"), max_size=2))
+        held_after = held_before + draw(st.lists(st.just("1g.10gb"), max_size=2))
+        state = draw(st.sampled_from(["success", "success", "pending"]))
+        before.append(node(name, held=held_before))
+        after.append(node(name, state=state, held=held_after[:7]))
+    return before, after
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    clusters(), st.lists(st.sampled_from(["3g.40gb", "2g.20gb", "4g.40gb"]), min_size=1, max_size=3)
+)
+def test_an_applied_plan_never_names_a_gpu_busy_when_it_is_applied(
+    cluster: tuple[list[NodeState], list[NodeState]], profiles: list[str]
+) -> None:
+    before, after = cluster
+    pods = [waiting(p, name=f"p{i}") for i, p in enumerate(profiles)]
+    settings_ = ControllerSettings(PlanSettings(max_nodes_in_flight=3))
+    first = decide(RepartitionRecord(), before, pods, set(FILE_CONFIGS), T0, settings_)
+    if first.kind != StepKind.START:
+        return
+    second = decide(first.record, after, pods, set(FILE_CONFIGS), T0 + 1, settings_)
+    by_name = {n.name: n for n in after}
+    assert first.record.plan is not None
+    planned = {s.node: s for s in first.record.plan.nodes}
+    for label in second.labels:
+        state = by_name[label.node]
+        assert state.facts.mig_config_state not in ("pending", "rebooting")
+        for index in planned[label.node].gpus:
+            gpu = next(g for g in state.gpus if g.index == index)
+            assert gpu.is_idle, f"{label.node} GPU {index} is busy at apply time"
+    labelled = {label.node for label in second.labels}
+    for n in after:
+        busy_now = any(not g.is_idle for g in n.gpus) or n.facts.mig_config_state == "pending"
+        if busy_now:
+            assert n.name not in labelled
+    assert Counter(label.node for label in second.labels) == Counter(labelled)

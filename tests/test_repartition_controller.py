@@ -1,0 +1,142 @@
+"""The controller loop's shell over small fakes of its ports: order of writes, dry run, leader."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from extender.repartition import RepartitionController
+from extender.settings import ExtenderSettings, RepartitionSettings
+from extender.state import new_index
+from migslice.inventory import node_facts_from_raw
+from migslice.mig import CATALOG, place
+from migslice.mig.render import mig_parted_entries, render_mig_parted
+from migslice.repartition import RECORD_ANNOTATION, StepKind
+from tests.builders import make_node, make_pod
+
+MODEL = CATALOG.get("A100-80GB")
+NOW = 1_750_000_000.0
+
+
+def config_text() -> str:
+    layout = [place(MODEL, "1g.10gb", i) for i in range(7)]
+    return render_mig_parted({"all-1g.10gb": mig_parted_entries(MODEL, {0: layout})})
+
+
+class FakeApi:
+    """The cluster as the controller's port sees it; ``log`` lists every write in order."""
+
+    def __init__(self) -> None:
+        self.config_map: dict[str, Any] = {
+            "metadata": {"name": "migslice-mig-config", "resourceVersion": "1"},
+            "data": {"config.yaml": config_text()},
+        }
+        self.node = make_node(
+            "gpu-a", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success"
+        )
+        pod = make_pod("train", profile="3g.40gb")
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "lastTransitionTime": "2025-06-15T15:00:00Z",
+                }
+            ],
+        }
+        self.pods = [pod]
+        self.log: list[str] = []
+
+    def read_config_map(self) -> dict[str, Any] | None:
+        return copy.deepcopy(self.config_map)
+
+    def update_config_map(
+        self, mutate: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
+        wanted = mutate(copy.deepcopy(self.config_map))
+        if wanted is None:
+            return None
+        self.config_map = wanted
+        has_config = any(
+            "migslice-gpu-a" in line for line in wanted["data"]["config.yaml"].splitlines()
+        )
+        self.log.append(f"configmap config={has_config}")
+        return copy.deepcopy(wanted)
+
+    def list_pending_pods(self, scheduler_name: str) -> list[dict[str, Any]]:
+        return self.pods
+
+    def read_node(self, name: str) -> dict[str, Any] | None:
+        return self.node
+
+    def list_pods_on_node(self, name: str) -> list[dict[str, Any]]:
+        return []
+
+    def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        self.node["metadata"]["labels"].update(labels)
+        self.log.append(f"label {name} {sorted(labels.items())}")
+
+    def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None:
+        self.log.append(f"event {node} {reason}")
+
+
+class Elector:
+    def __init__(self, leader: bool = True) -> None:
+        self.leader = leader
+
+    def try_acquire_or_renew(self) -> bool:
+        return self.leader
+
+    def release(self) -> None:
+        self.leader = False
+
+
+def controller(api: FakeApi, dry_run: bool = False, leader: bool = True) -> RepartitionController:
+    index = new_index()
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True, dry_run=dry_run))
+    return RepartitionController(api, Elector(leader), index, settings, clock=lambda: NOW)
+
+
+def test_the_record_is_written_before_the_file_and_labels_and_then_the_node_is_labelled() -> None:
+    api = FakeApi()
+    steps = controller(api).run_once()
+    assert [s.kind for s in steps] == [StepKind.START, StepKind.APPLY]
+    assert api.log[0] == "configmap config=False"  # the plan record alone
+    assert api.log[1] == "configmap config=True"  # the configs together with the record
+    assert api.log[2].startswith("label gpu-a [('nvidia.com/mig.config', 'migslice-gpu-a-")
+    assert "('nvidia.com/mig.config.state', 'pending')" in api.log[2]
+    assert api.log[3] == "event gpu-a MigRepartition"
+    record = json.loads(api.config_map["metadata"]["annotations"][RECORD_ANNOTATION])
+    assert record["plan"]["appliedAt"] is not None
+
+
+def test_a_dry_run_decides_and_writes_nothing() -> None:
+    api = FakeApi()
+    ctl = controller(api, dry_run=True)
+    steps = ctl.run_once()
+    assert [s.kind for s in steps] == [StepKind.START]
+    assert api.log == []
+    assert ctl.stats.plans_dry_run == 1
+    ctl.run_once()
+    assert ctl.stats.plans_dry_run == 1  # the same plan is logged once
+
+
+def test_a_follower_does_nothing() -> None:
+    api = FakeApi()
+    ctl = controller(api, leader=False)
+    assert ctl.run_once() == []
+    assert api.log == [] and not ctl.stats.is_leader
+
+
+def test_an_unreadable_record_stops_the_controller_rather_than_overwriting_it() -> None:
+    api = FakeApi()
+    api.config_map["metadata"]["annotations"] = {RECORD_ANNOTATION: "{not json"}
+    ctl = controller(api)
+    assert ctl.run_once() == []
+    assert api.log == []
+    assert "plan record unreadable" in ctl.stats.last_round
