@@ -76,6 +76,8 @@ class RepartitionApi(Protocol):
 
     def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None: ...
 
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool: ...
+
 
 class Elector(Protocol):
     def try_acquire_or_renew(self) -> bool: ...
@@ -127,6 +129,10 @@ class _File:
         self.names = frozenset(self.configs)
 
 
+TOUCH_ANNOTATION = "migslice.io/repartitioned"
+TOUCH_ROUNDS = 40  # how many rounds to wait for the cache before giving up on a touch
+
+
 class RepartitionController:
     """Rounds of observe-decide-act; :meth:`run_once` is one round (tests call it directly)."""
 
@@ -150,6 +156,8 @@ class RepartitionController:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_said = ""
+        # Pods a finished re-partition served: pod key -> (node, config, rounds left).
+        self._to_touch: dict[str, tuple[str, str, int]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -186,6 +194,7 @@ class RepartitionController:
         self.stats.is_leader = leader
         if not leader:
             return []
+        self._touch_served()
         file = _File(self._api.read_config_map(), self._key)
         if file.record is None:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
@@ -295,6 +304,9 @@ class RepartitionController:
             stats.plans_started += 1
         for outcome in step.outcomes:
             stats.node_outcomes[outcome.outcome] = stats.node_outcomes.get(outcome.outcome, 0) + 1
+            if outcome.outcome == SUCCESS:
+                for pod in outcome.serves:
+                    self._to_touch[pod] = (outcome.node, outcome.config_name, TOUCH_ROUNDS)
             level = logging.WARNING if outcome.outcome in (FAILED, TIMEOUT) else logging.INFO
             log.log(
                 level, "node=%s re-partition %s: %s", outcome.node, outcome.outcome, outcome.detail
@@ -311,6 +323,26 @@ class RepartitionController:
             else:
                 result = "aborted"
             stats.plans_finished[result] = stats.plans_finished.get(result, 0) + 1
+
+    def _touch_served(self) -> None:
+        """Touch the pods a re-partition served once this extender's cache shows the node in
+        its new config: kube-scheduler retries a pod the extender rejected only on a later
+        cluster event, and the pod's own update is one that comes at the right time."""
+        for pod, (node, config, rounds) in list(self._to_touch.items()):
+            facts = self._index.node_facts(node)
+            if facts is None or facts.mig_config != config or facts.mig_config_state != SUCCESS:
+                if rounds <= 1:
+                    del self._to_touch[pod]
+                else:
+                    self._to_touch[pod] = (node, config, rounds - 1)
+                continue
+            del self._to_touch[pod]
+            try:
+                if self._api.touch_pod(pod, {TOUCH_ANNOTATION: config}):
+                    log.info("pod=%s touched after node=%s became %s", pod, node, config)
+            except Exception as error:
+                self.stats.errors += 1
+                log.warning("pod=%s not touched (%s); kube-scheduler retries it later", pod, error)
 
     def _count_in_flight(self, record: RepartitionRecord) -> None:
         plan = record.plan

@@ -71,12 +71,13 @@ class ObjectStore:
                 current = self.objects.get(path)
                 if current is None:
                     return 404, {"kind": "Status", "message": "not found"}
-                labels = current.setdefault("metadata", {}).setdefault("labels", {})
-                for key, value in body["metadata"]["labels"].items():
-                    if value is None:
-                        labels.pop(key, None)
-                    else:
-                        labels[key] = value
+                for field in ("labels", "annotations"):
+                    merged = current.setdefault("metadata", {}).setdefault(field, {})
+                    for key, value in (body["metadata"].get(field) or {}).items():
+                        if value is None:
+                            merged.pop(key, None)
+                        else:
+                            merged[key] = value
                 self._stamp(current)
                 return 200, current
             return 405, {}
@@ -202,6 +203,25 @@ def test_labels_are_merge_patched_and_events_posted_on_the_node(
     event = post[3]
     assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["name"] == "gpu-a"
     assert (event["reason"], event["type"]) == ("MigRepartitionFailed", "Warning")
+
+
+def test_a_served_pod_is_touched_with_an_annotation_and_a_gone_one_is_no_error(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    objects, transport = store
+    path = "/api/v1/namespaces/team-a/pods/train"
+    objects.put(path, {"metadata": {"name": "train", "annotations": {"a": "b"}}})
+    api = make_api(transport)
+    assert api.touch_pod("team-a/train", {"migslice.io/repartitioned": "migslice-gpu-a-1"})
+    assert objects.objects[path]["metadata"]["annotations"] == {
+        "a": "b",
+        "migslice.io/repartitioned": "migslice-gpu-a-1",
+    }
+    (patch,) = [r for r in objects.requests if r[0] == "PATCH"]
+    assert patch[3] == {
+        "metadata": {"annotations": {"migslice.io/repartitioned": "migslice-gpu-a-1"}}
+    }
+    assert not api.touch_pod("team-a/gone", {"migslice.io/repartitioned": "x"})
 
 
 def test_pending_pods_are_listed_with_field_selectors(

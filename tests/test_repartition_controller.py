@@ -83,6 +83,10 @@ class FakeApi:
     def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None:
         self.log.append(f"event {node} {reason}")
 
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:
+        self.log.append(f"touch {pod_key} {sorted(annotations)}")
+        return True
+
 
 class Elector:
     def __init__(self, leader: bool = True) -> None:
@@ -95,8 +99,10 @@ class Elector:
         self.leader = False
 
 
-def controller(api: FakeApi, dry_run: bool = False, leader: bool = True) -> RepartitionController:
-    index = new_index()
+def controller(
+    api: FakeApi, dry_run: bool = False, leader: bool = True, index: Any = None
+) -> RepartitionController:
+    index = index if index is not None else new_index()
     index.replace_nodes([node_facts_from_raw(api.node)])
     settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True, dry_run=dry_run))
     return RepartitionController(api, Elector(leader), index, settings, clock=lambda: NOW)
@@ -140,3 +146,26 @@ def test_an_unreadable_record_stops_the_controller_rather_than_overwriting_it() 
     assert ctl.run_once() == []
     assert api.log == []
     assert "plan record unreadable" in ctl.stats.last_round
+
+
+def test_served_pods_are_touched_once_the_extender_cache_shows_the_new_layout() -> None:
+    api = FakeApi()
+    index = new_index()
+    ctl = controller(api, index=index)
+    ctl.run_once()
+    labels = api.node["metadata"]["labels"]
+    config = labels["nvidia.com/mig.config"]
+    labels["nvidia.com/mig.config.state"] = "success"  # MIG Manager is done
+    api.log.clear()
+    ctl.run_once()
+    assert "event gpu-a MigRepartition" in api.log
+    assert not any(line.startswith("touch") for line in api.log)  # cache still shows the old
+
+    index.replace_nodes([node_facts_from_raw(api.node)])  # the extender's cache catches up
+    api.log.clear()
+    ctl.run_once()
+    assert api.log == ["touch team-a/train ['migslice.io/repartitioned']"]
+    api.log.clear()
+    ctl.run_once()
+    assert api.log == []
+    assert config.startswith("migslice-gpu-a-")

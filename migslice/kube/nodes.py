@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import datetime
-import logging
-import uuid
-from typing import Any
-
-from migslice.kube.transport import ApiError, KubernetesTransport
-
-log = logging.getLogger(__name__)
+from migslice.kube.events import record_node_event
+from migslice.kube.transport import KubernetesTransport
 
 
 class KubeNodeStore:
@@ -31,22 +25,7 @@ class KubeNodeStore:
         )
 
     def record_warning(self, node: str, reason: str, message: str) -> None:
-        """A ``Warning`` Event on the Node (in ``default``, where node events live)."""
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": self._component, "host": node},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self._transport.post_json("/api/v1/namespaces/default/events", event)
-        except ApiError as error:
-            log.warning("event not recorded node=%s reason=%s: %s", node, reason, error)
+        """A ``Warning`` Event on the Node; failures are logged."""
+        record_node_event(
+            self._transport, node, reason, message, component=self._component, warning=True
+        )

@@ -4,12 +4,10 @@ optimistic concurrency), pending pods, a node and its pods read fresh, node labe
 from __future__ import annotations
 
 import copy
-import datetime
 import logging
-import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from migslice.kube.events import record_node_event
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
 
 log = logging.getLogger(__name__)
@@ -89,26 +87,29 @@ class KubeRepartitionApi:
         self._transport.patch_json(f"/api/v1/nodes/{name}", {"metadata": {"labels": dict(labels)}})
 
     def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None:
-        """An Event on the Node (in ``default``, where node events live); failures are logged."""
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        """An Event on the Node; failures are logged."""
+        record_node_event(
+            self._transport, node, reason, message, component=COMPONENT, warning=warning
+        )
+
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:
+        """Merge-patch annotations onto a pod (``namespace/name``); False if it is gone.
+
+        An update of an unschedulable pod makes kube-scheduler try it again at once, which a
+        pod that waited for a re-partition needs: the extender rejected it before, and
+        kube-scheduler retries extender-rejected pods only on a later cluster event.
+        """
+        namespace, _, name = pod_key.partition("/")
         try:
-            self._transport.post_json("/api/v1/namespaces/default/events", event)
+            self._transport.patch_json(
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                {"metadata": {"annotations": dict(annotations)}},
+            )
         except ApiError as error:
-            log.warning("event not recorded node=%s reason=%s: %s", node, reason, error)
+            if error.status == 404:
+                return False
+            raise
+        return True
 
     def _list(self, path: str, field_selector: str) -> list[RawObject]:
         items: list[RawObject] = []
