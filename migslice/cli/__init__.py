@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "migslice.cli.agent",
     "migslice.cli.plan",
     "migslice.cli.demo",
+    "migslice.cli.simulate",
 )
 
 

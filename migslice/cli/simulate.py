@@ -1,0 +1,167 @@
+"""``migslice simulate``: one policy, one workload, mode A saturation, a metrics table.
+
+Also the place where the simulator's traces are read from disk (the core parses text):
+``bench/packing.py`` uses :func:`load_workload` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from migslice.cli.common import CommandError, format_table
+from migslice.sim import (
+    GPU_MODEL,
+    POLICY_IDS,
+    TRACE_FOLDER,
+    LoadPoint,
+    MappingKind,
+    SaturationConfig,
+    TraceError,
+    Workload,
+    limit_curve,
+    make_policy,
+    map_trace,
+    parse_pod_list,
+    run_saturation,
+    synthetic_workload,
+)
+
+DEFAULT_DATA_DIR = Path("../shared/data")
+MAPPINGS = ("M1", "M2", "synthetic")
+
+
+def load_workload(data_dir: Path, trace: str, mapping: str) -> Workload:
+    """The pods to sample: ``synthetic``, or ``openb_pod_list_<trace>.csv`` mapped by M1/M2."""
+    if mapping == "synthetic":
+        return synthetic_workload()
+    try:
+        kind = MappingKind(mapping)
+    except ValueError:
+        raise CommandError(f"unknown mapping {mapping!r}; choose {', '.join(MAPPINGS)}") from None
+    if not data_dir.is_dir():
+        raise CommandError(
+            f"data directory {data_dir} not found (resolved {data_dir.resolve()}); the traces "
+            f"live in ../shared/data beside the repository: run from the repository root or "
+            f"pass --data-dir"
+        )
+    path = data_dir / TRACE_FOLDER / f"openb_pod_list_{trace}.csv"
+    if not path.is_file():
+        raise CommandError(
+            f"trace file {path} not found; --trace names openb_pod_list_<trace>.csv in "
+            f"{data_dir / TRACE_FOLDER} (e.g. default, gpushare100)"
+        )
+    try:
+        pods = parse_pod_list(path.read_text(encoding="utf-8"))
+    except TraceError as error:
+        raise CommandError(f"{path}: {error}") from None
+    return map_trace(trace, pods, kind)
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help=f"folder holding {TRACE_FOLDER}/ (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--trace",
+        default="default",
+        help="pod list openb_pod_list_<TRACE>.csv (default: %(default)s)",
+    )
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "simulate",
+        help="simulate one placement policy on a workload trace (packing, mode A)",
+        description=(
+            "Samples pods (with replacement, seeded) from a workload until arrived demand is "
+            "130%% of the cluster's compute slices, places each with the policy (no "
+            "departures), and prints slice allocation per arrived load. GPU side only. "
+            "Policies: B0 whole-GPU, B1 all-1g, B2 all-balanced first-fit, B3 oracle-static, "
+            "B4 best-fit all-balanced, B5 nos-like, migslice (extender score + planner); "
+            "see docs/benchmarks.md."
+        ),
+    )
+    parser.add_argument("--policy", choices=POLICY_IDS, default="migslice")
+    parser.add_argument("--mapping", choices=MAPPINGS, default="M1")
+    parser.add_argument("--nodes", type=int, default=64, help="8-GPU A100-80GB nodes")
+    parser.add_argument("--seed", type=int, default=0)
+    add_workload_arguments(parser)
+    parser.set_defaults(handler=run_simulate)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    if args.nodes < 1:
+        raise CommandError(f"--nodes must be at least 1; got {args.nodes}")
+    workload = load_workload(args.data_dir, args.trace, args.mapping)
+    config = SaturationConfig(nodes=args.nodes)
+    gpus = args.nodes * config.gpus_per_node
+    policy = make_policy(args.policy, GPU_MODEL, workload.pods, gpus)
+    print(
+        f"simulating policy={policy.name!r} workload={workload.name} nodes={args.nodes} "
+        f"gpus={gpus} seed={args.seed}"
+        + (
+            f" (skipped {workload.skipped_cpu_only} CPU-only pods)"
+            if workload.skipped_cpu_only
+            else ""
+        ),
+        file=sys.stderr,
+    )
+    started = time.monotonic()
+
+    def progress(point: LoadPoint) -> None:
+        print(
+            f"  arrived {point.arrived_pct:3d}%: slice allocation "
+            f"{100 * point.slice_allocation:5.1f}%, {point.failed_pods} failed "
+            f"({time.monotonic() - started:.1f}s)",
+            file=sys.stderr,
+        )
+
+    result = run_saturation(workload, policy, args.seed, config, progress=progress)
+    limits = {
+        p.arrived_pct: p.slice_allocation
+        for p in limit_curve(workload.pods, GPU_MODEL, gpus, range(10, 131, 10))
+    }
+    rows = [
+        (
+            f"{p.arrived_pct}%",
+            f"{100 * p.slice_allocation:.1f}%",
+            f"{100 * p.memory_allocation:.1f}%",
+            f"{100 * p.demand_allocation:.1f}%",
+            f"{p.unallocated_gpus:.1f}",
+            f"{100 * limits[p.arrived_pct]:.1f}%",
+            p.placed_pods,
+            p.failed_pods,
+        )
+        for p in result.points
+        if p.arrived_pct % 10 == 0
+    ]
+    print(
+        format_table(
+            (
+                "arrived",
+                "slice alloc",
+                "memory alloc",
+                "demand placed",
+                "unalloc GPUs",
+                "LP limit",
+                "placed",
+                "failed",
+            ),
+            rows,
+        )
+    )
+    first = result.first_failure_pct
+    print(
+        f"first failure at {'none' if first is None else f'{first:.1f}% arrived'}; "
+        f"{result.gpus_repartitioned} GPUs re-partitioned "
+        f"({result.repartitions_per_1k_pods:.1f} per 1,000 placed pods); "
+        f"{result.disrupted_pods} pods disrupted; {time.monotonic() - started:.1f}s"
+    )
+    return 0

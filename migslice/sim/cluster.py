@@ -1,0 +1,206 @@
+"""The simulated cluster: N nodes x 8 GPUs of one MIG model, GPU side only.
+
+CPU and host memory are not modelled: a pod fits wherever its GPU instances fit. A GPU is
+either MIG-off (whole-GPU baseline) or MIG-on with a legal layout of instances, each free or
+held by one pod. A MIG-on GPU without instances is idle and may be re-partitioned, like any
+GPU no pod holds a part of.
+
+The simulator's working state is mutable (one run owns it); everything it hands out is a
+value: :class:`~migslice.inventory.NodeState` for the scheduling and planning core (the
+same values the extender and the repartition controller read) and frozen snapshots.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from migslice.inventory import GpuState, LayoutSource, NodeFacts, NodeState, mig_resource
+from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Layout, Placed, is_legal, make_layout
+from migslice.scheduling import PreparedNode, prepare_node
+
+GPUS_PER_NODE = 8
+SIM_CONFIG = "migslice-sim"
+
+
+class DisruptionError(RuntimeError):
+    """A layout change would have destroyed an instance a pod holds."""
+
+
+@dataclass(slots=True)
+class SimGpu:
+    """One GPU of the working state. ``holders`` runs parallel to ``instances``."""
+
+    index: int
+    mig_enabled: bool
+    instances: list[Placed] = field(default_factory=list)
+    holders: list[str | None] = field(default_factory=list)
+    whole_holder: str | None = None
+
+    @property
+    def is_idle(self) -> bool:
+        return self.whole_holder is None and not any(self.holders)
+
+    def as_state(self) -> GpuState:
+        return GpuState(
+            index=self.index,
+            mig_enabled=self.mig_enabled,
+            instances=tuple(self.instances),
+            held=tuple(h is not None for h in self.holders),
+            whole_held=self.whole_holder is not None,
+        )
+
+
+@dataclass(slots=True)
+class SimNode:
+    name: str
+    gpus: list[SimGpu]
+    version: int = 0
+    _cached: tuple[int, NodeState, PreparedNode] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Where a placed pod holds its GPU resources: (gpu index, instance or None if whole)."""
+
+    pod: str
+    node: str
+    units: tuple[tuple[int, Placed | None], ...]
+
+
+class SimCluster:
+    """The mutable working state of one simulation run."""
+
+    def __init__(
+        self,
+        model: GpuModel,
+        node_count: int,
+        layouts: Sequence[Layout | None],
+        gpus_per_node: int = GPUS_PER_NODE,
+    ) -> None:
+        """``layouts`` gives each GPU's initial layout in node-major order, cycled when
+        shorter; ``None`` means MIG off (whole GPU)."""
+        if not layouts:
+            raise ValueError("at least one initial layout is needed (None for MIG off)")
+        self.model = model
+        self.gpus_per_node = gpus_per_node
+        self.nodes: list[SimNode] = []
+        for n in range(node_count):
+            gpus = []
+            for g in range(gpus_per_node):
+                layout = layouts[(n * gpus_per_node + g) % len(layouts)]
+                gpu = SimGpu(g, layout is not None)
+                if layout is not None:
+                    gpu.instances = list(make_layout(layout))
+                    gpu.holders = [None] * len(gpu.instances)
+                gpus.append(gpu)
+            self.nodes.append(SimNode(f"node-{n:04d}", gpus))
+        self.by_name = {node.name: node for node in self.nodes}
+        self.assignments: dict[str, Assignment] = {}
+        self.gpus_touched = 0
+        self.repartitions = 0
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.nodes) * self.gpus_per_node
+
+    def all_gpus(self) -> Iterable[tuple[SimNode, SimGpu]]:
+        for node in self.nodes:
+            for gpu in node.gpus:
+                yield node, gpu
+
+    # -- changes ------------------------------------------------------------------------
+
+    def hold_instance(self, node: SimNode, gpu: SimGpu, position: int, pod: str) -> None:
+        if gpu.holders[position] is not None:
+            raise ValueError(f"{node.name} GPU {gpu.index} instance {position} is held")
+        gpu.holders[position] = pod
+        node.version += 1
+
+    def hold_whole(self, node: SimNode, gpu: SimGpu, pod: str) -> None:
+        if gpu.mig_enabled or gpu.whole_holder is not None:
+            raise ValueError(f"{node.name} GPU {gpu.index} cannot be held whole")
+        gpu.whole_holder = pod
+        node.version += 1
+
+    def record(self, assignment: Assignment) -> None:
+        self.assignments[assignment.pod] = assignment
+
+    def repartition(self, node: SimNode, index: int, new: Layout) -> None:
+        """Give GPU ``index`` of ``node`` the layout ``new``; held instances must survive.
+
+        A held instance missing from ``new`` raises :class:`DisruptionError` (a policy bug):
+        the simulator never disturbs a placed pod.
+        """
+        gpu = node.gpus[index]
+        kept = {p: h for p, h in zip(gpu.instances, gpu.holders, strict=True) if h is not None}
+        lost = [h for p, h in kept.items() if p not in new]
+        if lost:
+            raise DisruptionError(
+                f"re-partitioning {node.name} GPU {index} would destroy the instances of "
+                f"{', '.join(lost)}"
+            )
+        if not is_legal(self.model, new):
+            raise ValueError(f"illegal layout for {node.name} GPU {index}: {new}")
+        if tuple(gpu.instances) == tuple(new):
+            return
+        gpu.instances = list(new)
+        gpu.holders = [kept.get(p) for p in gpu.instances]
+        gpu.mig_enabled = True
+        self.gpus_touched += 1
+        node.version += 1
+
+    # -- values for the core ---------------------------------------------------------------
+
+    def node_state(self, node: SimNode) -> NodeState:
+        return self._views(node)[0]
+
+    def prepared(self, node: SimNode) -> PreparedNode:
+        return self._views(node)[1]
+
+    def _views(self, node: SimNode) -> tuple[NodeState, PreparedNode]:
+        cached = node._cached
+        if cached is None or cached[0] != node.version:
+            state = build_node_state(self.model, node)
+            cached = (node.version, state, prepare_node(state))
+            node._cached = cached
+        return cached[1], cached[2]
+
+
+def build_node_state(model: GpuModel, node: SimNode) -> NodeState:
+    """The node as the inventory would build it from an exact agent report."""
+    allocatable: Counter[str] = Counter()
+    allocated: Counter[str] = Counter()
+    for gpu in node.gpus:
+        if not gpu.mig_enabled:
+            allocatable[WHOLE_GPU_RESOURCE] += 1
+            if gpu.whole_holder is not None:
+                allocated[WHOLE_GPU_RESOURCE] += 1
+            continue
+        for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
+            resource = mig_resource(placed.profile)
+            allocatable[resource] += 1
+            if holder is not None:
+                allocated[resource] += 1
+    facts = NodeFacts(
+        name=node.name,
+        resource_version=str(node.version),
+        product=model.product_names[0] if model.product_names else model.key,
+        gpu_count=len(node.gpus),
+        mig_capable=True,
+        mig_strategy="mixed",
+        mig_config=SIM_CONFIG,
+        mig_config_state="success",
+        allocatable=tuple(sorted(allocatable.items())),
+    )
+    return NodeState(
+        facts=facts,
+        model=model,
+        source=LayoutSource.AGENT,
+        gpus=tuple(gpu.as_state() for gpu in node.gpus),
+        allocated=tuple(sorted(allocated.items())),
+        free=tuple(
+            (name, count - allocated.get(name, 0)) for name, count in sorted(allocatable.items())
+        ),
+    )

@@ -1,0 +1,106 @@
+"""Packing metrics of a simulation run (benchmarks.md §5.4), as values.
+
+* **slice allocation ratio**: compute slices held by pods / (7 x GPUs). A whole GPU held under
+  the whole-GPU baseline counts 7 (and 8 memory slices);
+* **memory-slice ratio**: memory slices held / (8 x GPUs);
+* **demand ratio**: compute slices the placed pods asked for / (7 x GPUs); equal to the slice
+  allocation under MIG (a pod holds exactly its profile), lower under whole GPUs;
+* **unallocated GPU-equivalents**: (1 - slice allocation) x GPUs;
+* **first-failure point**: arrived load (% of the cluster's compute slices) when the first pod
+  could not be placed;
+* **re-partitions**: GPUs whose layout changed, per 1,000 placed pods;
+* **pods disrupted**: placed pods whose instance is no longer theirs at the end (must be 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from migslice.sim.cluster import SimCluster
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """The cluster when arrived demand first reached ``arrived_pct`` % of its compute slices."""
+
+    arrived_pct: int
+    slice_allocation: float
+    memory_allocation: float
+    demand_allocation: float
+    unallocated_gpus: float
+    placed_pods: int
+    failed_pods: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    policy: str
+    workload: str
+    seed: int
+    nodes: int
+    gpus: int
+    arrived_pods: int
+    placed_pods: int
+    failed_pods: int
+    first_failure_pct: float | None
+    gpus_repartitioned: int
+    repartition_operations: int
+    disrupted_pods: int
+    points: tuple[LoadPoint, ...]
+
+    def at(self, arrived_pct: int) -> LoadPoint:
+        for point in self.points:
+            if point.arrived_pct == arrived_pct:
+                return point
+        raise KeyError(f"no load point at {arrived_pct} % arrived (run stopped earlier)")
+
+    @property
+    def repartitions_per_1k_pods(self) -> float:
+        if not self.placed_pods:
+            return 0.0
+        return 1000.0 * self.gpus_repartitioned / self.placed_pods
+
+
+@dataclass(slots=True)
+class Tally:
+    """Running totals of one run (updated per placement, read per load point)."""
+
+    gpus: int
+    compute_slices: int = 0
+    memory_slices: int = 0
+    demand_slices: int = 0
+    placed: int = 0
+    failed: int = 0
+
+    def point(self, arrived_pct: int, compute_per_gpu: int, memory_per_gpu: int) -> LoadPoint:
+        compute_total = compute_per_gpu * self.gpus
+        allocation = self.compute_slices / compute_total
+        return LoadPoint(
+            arrived_pct=arrived_pct,
+            slice_allocation=allocation,
+            memory_allocation=self.memory_slices / (memory_per_gpu * self.gpus),
+            demand_allocation=self.demand_slices / compute_total,
+            unallocated_gpus=(1.0 - allocation) * self.gpus,
+            placed_pods=self.placed,
+            failed_pods=self.failed,
+        )
+
+
+def disrupted_pods(cluster: SimCluster) -> int:
+    """Placed pods whose instances (or whole GPUs) are no longer held by them."""
+    lost = 0
+    for assignment in cluster.assignments.values():
+        node = cluster.by_name[assignment.node]
+        for index, placed in assignment.units:
+            gpu = node.gpus[index]
+            if placed is None:
+                intact = gpu.whole_holder == assignment.pod
+            else:
+                intact = any(
+                    p == placed and h == assignment.pod
+                    for p, h in zip(gpu.instances, gpu.holders, strict=True)
+                )
+            if not intact:
+                lost += 1
+                break
+    return lost

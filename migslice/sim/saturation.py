@@ -1,0 +1,133 @@
+"""Mode A, FGD-style saturation: pods arrive until demand is 130 % of capacity, none depart.
+
+Pods are drawn with replacement (``random.Random(seed)``) from a workload until the arrived
+demand, in compute slices of the mapped profiles, reaches ``max_load`` x 7 x GPUs. Each pod is
+placed by the policy at once or counted failed (it is not retried). A :class:`LoadPoint` is
+taken when arrived demand first reaches each whole percent of capacity. Same inputs and seed,
+same result.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from migslice.mig import GpuModel, is_legal
+from migslice.sim.cluster import GPUS_PER_NODE, SimCluster
+from migslice.sim.metrics import LoadPoint, RunResult, Tally, disrupted_pods
+from migslice.sim.policies import Policy
+from migslice.sim.trace import GPU_MODEL, SimPod, Workload
+
+Progress = Callable[[LoadPoint], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationConfig:
+    nodes: int = 64
+    gpus_per_node: int = GPUS_PER_NODE
+    max_load_pct: int = 130
+    check_layouts: bool = False
+    """Check every GPU's layout with ``is_legal`` after each placement (slow; for tests)."""
+
+
+def sample_arrivals(
+    workload: Workload, capacity_slices: int, max_load_pct: int, seed: int
+) -> tuple[SimPod, ...]:
+    """Pods drawn with replacement until their compute slices reach the target load."""
+    if not workload.pods:
+        raise ValueError(f"workload {workload.name} has no GPU pods to sample")
+    rng = random.Random(seed)
+    target = capacity_slices * max_load_pct / 100
+    arrived = 0
+    pods: list[SimPod] = []
+    while arrived < target:
+        pod = rng.choice(workload.pods)
+        pods.append(pod)
+        arrived += pod.compute_slices
+    return tuple(pods)
+
+
+def run_saturation(
+    workload: Workload,
+    policy: Policy,
+    seed: int,
+    config: SaturationConfig = SaturationConfig(),
+    model: GpuModel = GPU_MODEL,
+    progress: Progress | None = None,
+) -> RunResult:
+    capacity = model.compute_slices * config.nodes * config.gpus_per_node
+    arrivals = sample_arrivals(workload, capacity, config.max_load_pct, seed)
+    return run_sequence(
+        arrivals, policy, config, model, workload=workload.name, seed=seed, progress=progress
+    )
+
+
+def run_sequence(
+    arrivals: Sequence[SimPod],
+    policy: Policy,
+    config: SaturationConfig = SaturationConfig(),
+    model: GpuModel = GPU_MODEL,
+    workload: str = "sequence",
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Place ``arrivals`` in order on a fresh cluster; load points up to ``max_load_pct``.
+
+    ``progress`` is called with every tenth load point (10 %, 20 %, ...) as it is reached.
+    """
+    cluster = SimCluster(
+        model, config.nodes, policy.initial_layouts(model), gpus_per_node=config.gpus_per_node
+    )
+    tally = Tally(cluster.gpu_count)
+    capacity = model.compute_slices * cluster.gpu_count
+    points: list[LoadPoint] = []
+    arrived = 0
+    first_failure: float | None = None
+    for pod in arrivals:
+        arrived += pod.compute_slices
+        assignment = policy.place(cluster, pod)
+        if assignment is None:
+            tally.failed += 1
+            if first_failure is None:
+                first_failure = 100.0 * arrived / capacity
+        else:
+            tally.placed += 1
+            tally.demand_slices += pod.compute_slices
+            for _, placed in assignment.units:
+                if placed is None:
+                    tally.compute_slices += model.compute_slices
+                    tally.memory_slices += model.memory_slices
+                else:
+                    profile = model.profile(placed.profile)
+                    tally.compute_slices += profile.compute_slices
+                    tally.memory_slices += profile.memory_slices
+        if config.check_layouts:
+            _check_layouts(cluster)
+        reached = min(config.max_load_pct, (100 * arrived) // capacity)
+        while len(points) < reached:
+            point = tally.point(len(points) + 1, model.compute_slices, model.memory_slices)
+            points.append(point)
+            if progress is not None and point.arrived_pct % 10 == 0:
+                progress(point)
+    return RunResult(
+        policy=policy.name,
+        workload=workload,
+        seed=seed,
+        nodes=config.nodes,
+        gpus=cluster.gpu_count,
+        arrived_pods=len(arrivals),
+        placed_pods=tally.placed,
+        failed_pods=tally.failed,
+        first_failure_pct=first_failure,
+        gpus_repartitioned=cluster.gpus_touched,
+        repartition_operations=cluster.repartitions,
+        disrupted_pods=disrupted_pods(cluster),
+        points=tuple(points),
+    )
+
+
+def _check_layouts(cluster: SimCluster) -> None:
+    for node, gpu in cluster.all_gpus():
+        if gpu.mig_enabled and not is_legal(cluster.model, gpu.instances):
+            raise AssertionError(f"{node.name} GPU {gpu.index} has an illegal layout")
