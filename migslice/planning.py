@@ -18,10 +18,14 @@ Rules, in the order they are applied:
 4. Pods are served largest profile first. A pod's instances go onto a GPU already chosen for
    this plan when they fit there, else onto a fresh idle GPU, preferring nodes already in the
    plan (MIG Manager pauses a node's device plugin while it works: fewer nodes, less
-   disruption), then nodes with more idle GPUs, then by name.
+   disruption), then nodes with the fewest idle GPUs that suffice (best fit: nodes with many
+   idle GPUs stay whole for pods that need several), then by name.
 5. A changed GPU gets a maximal layout (nothing more fits) that holds the planned instances;
-   among those, the one closest to what the GPU had (hysteresis: keep what the cluster was
-   shaped for), then the one with the most instances.
+   among those, the one whose other instances serve the expected demand best (compute slices
+   weighted by each resource's share of demand: ``expected_mix`` if given, else what pods hold
+   across the cluster plus what waits), then the one closest to what the GPU had (hysteresis),
+   then the one with the most instances. Without the demand weighting a GPU carved for one 3g
+   pod would fill up with 1g slices nobody asks for (the packing benchmark measured it).
 6. A node's config lists every GPU whose layout is known (mig-parted leaves a GPU whose layout
    already matches untouched), so the config the node label names describes the whole node.
 7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once, counting those MIG
@@ -36,7 +40,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migslice.inventory import LayoutSource, NodeState
-from migslice.mig import GpuModel, Layout, Placed, enumerate_maximal_layouts, make_layout
+from migslice.mig import (
+    MIG_RESOURCE_PREFIX,
+    GpuModel,
+    Layout,
+    Placed,
+    enumerate_maximal_layouts,
+    make_layout,
+)
 from migslice.mig.render import MigPartedEntry, mig_parted_entries, profile_counts
 from migslice.scheduling.demand import PodDemand, UnitKind
 
@@ -53,9 +64,12 @@ class PendingPod:
 
 @dataclass(frozen=True, slots=True)
 class PlanSettings:
+    """``expected_mix``: resource name -> weight of expected demand (empty: observed demand)."""
+
     min_pending_s: float = 30.0
     cooldown_s: float = 600.0
     max_nodes_in_flight: int = 1
+    expected_mix: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +176,8 @@ def _size(pod: PodDemand) -> int:
 class _Layouts:
     """Maximal layouts per (model, profile set), computed once per planning run."""
 
-    def __init__(self) -> None:
+    def __init__(self, mix: Mapping[str, float]) -> None:
+        self._mix = mix
         self._cache: dict[tuple[str, frozenset[str]], list[Layout]] = {}
 
     def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
@@ -172,15 +187,39 @@ class _Layouts:
         if key not in self._cache:
             self._cache[key] = enumerate_maximal_layouts(model, sorted(names))
         had = Counter(p.profile for p in old)
-        best: tuple[tuple[int, int], Layout] | None = None
+        worth = {
+            p.name: p.compute_slices * self._mix.get(p.resource_name, 0.0) for p in model.profiles
+        }
+        best: tuple[tuple[float, int, int], Layout] | None = None
         for layout in self._cache[key]:
             counts = Counter(p.profile for p in layout)
             if wanted - counts:
                 continue
-            rank = (sum((counts & had).values()), len(layout))
+            value = sum(worth[name] * n for name, n in counts.items())
+            rank = (round(value, 9), sum((counts & had).values()), len(layout))
             if best is None or rank > best[0]:
                 best = (rank, layout)
         return best[1] if best else None
+
+
+def _demand_mix(
+    nodes: Sequence[NodeState], pending: Sequence[PendingPod], settings: PlanSettings
+) -> dict[str, float]:
+    """Each MIG resource's share of demand: ``expected_mix``, else held + waiting instances."""
+    if settings.expected_mix:
+        weights = dict(settings.expected_mix)
+    else:
+        weights = {}
+        for node in nodes:
+            for resource, count in node.allocated:
+                if resource.startswith(MIG_RESOURCE_PREFIX):
+                    weights[resource] = weights.get(resource, 0.0) + count
+        for item in pending:
+            for unit in item.demand.units:
+                if unit.kind == UnitKind.MIG:
+                    weights[unit.resource] = weights.get(unit.resource, 0.0) + unit.count
+    total = sum(weights.values())
+    return {k: v / total for k, v in weights.items()} if total else {}
 
 
 def plan(
@@ -196,9 +235,10 @@ def plan(
     """
     cooldowns = cooldowns or {}
     held = held or {}
+    pending_pods = list(pending)
     unserved: list[tuple[str, str]] = []
     waiting: list[PodDemand] = []
-    for item in pending:
+    for item in pending_pods:
         pod = item.demand
         if pod.error or not pod.units:
             continue
@@ -226,7 +266,7 @@ def plan(
     budget = max(0, settings.max_nodes_in_flight - in_flight)
     served: dict[str, list[str]] = {}
 
-    layouts = _Layouts()
+    layouts = _Layouts(_demand_mix(nodes, pending_pods, settings))
     waiting.sort(key=lambda p: (-_size(p), p.key))
     for pod in waiting:
         placed, held_back = _place(pod, gpus, budget, idle_per_node, layouts)
@@ -287,7 +327,7 @@ def _place(
     nodes_in_plan = {g.node.name for g in gpus if g.chosen}
 
     def node_order(name: str) -> tuple[int, int, str]:
-        return (0 if name in nodes_in_plan else 1, -idle_per_node[name], name)
+        return (0 if name in nodes_in_plan else 1, idle_per_node[name], name)
 
     held_back = False
     for name in sorted({g.node.name for g in gpus}, key=node_order):

@@ -84,8 +84,10 @@ def all_1g() -> list[Placed]:
     return [place(MODEL, "1g.10gb", i) for i in range(7)]
 
 
-def test_an_idle_gpu_of_1g_slices_is_reshaped_for_a_waiting_3g_pod() -> None:
-    nodes = [node_state("a", [all_1g()])]
+def test_an_idle_gpu_is_reshaped_for_a_waiting_pod_and_the_rest_for_the_observed_demand() -> None:
+    # 1g pods run elsewhere in the cluster: the space the 3g pod leaves goes to 1g slices.
+    busy = [[i < 5 for i in range(7)]]
+    nodes = [node_state("a", [all_1g()]), node_state("b", [all_1g()], busy=busy)]
     result = plan(nodes, [pending("team/train", "3g.40gb")])
     (change,) = result.changes
     assert change.node == "a"
@@ -96,6 +98,29 @@ def test_an_idle_gpu_of_1g_slices_is_reshaped_for_a_waiting_3g_pod() -> None:
     assert change.config_name == config_name("a", change.gpus)
     assert change.entries[0].devices == (0,)
     assert dict(change.entries[0].mig_devices) == {"1g.10gb": 4, "3g.40gb": 1}
+
+
+def test_with_only_3g_demand_in_sight_the_rest_of_the_gpu_is_a_3g_too() -> None:
+    result = plan([node_state("a", [all_1g()])], [pending("team/train", "3g.40gb")])
+    (change,) = result.changes
+    (gpu,) = change.gpus
+    assert Counter(p.profile for p in gpu.new) == {"3g.40gb": 2}
+
+
+def test_an_expected_mix_overrides_the_observed_demand() -> None:
+    settings = PlanSettings(expected_mix=(("nvidia.com/mig-2g.20gb", 1.0),))
+    result = plan([node_state("a", [all_1g()])], [pending("t/p", "3g.40gb")], settings=settings)
+    (gpu,) = result.changes[0].gpus
+    assert Counter(p.profile for p in gpu.new) == {"3g.40gb": 1, "2g.20gb": 2}
+
+
+def test_the_node_with_the_fewest_idle_gpus_that_suffice_is_carved_first() -> None:
+    nodes = [
+        node_state("many", [all_1g(), all_1g(), all_1g()]),
+        node_state("few", [all_1g(), all_1g()], busy=[[False] * 7, [True] + [False] * 6]),
+    ]
+    result = plan(nodes, [pending("t/p", "3g.40gb")])
+    assert [c.node for c in result.changes] == ["few"]
 
 
 def test_a_gpu_with_a_busy_instance_is_never_reshaped() -> None:

@@ -116,7 +116,8 @@ def test_the_written_plan_is_applied_with_config_label_and_event() -> None:
     assert (label.node, label.config_name, label.mark_pending) == ("gpu-a", name, True)
     (event,) = step.events
     assert event.reason == "MigRepartition" and not event.warning
-    assert "3x1g.10gb" not in event.message and "1x3g.40gb" in event.message
+    # Only 3g demand is seen (nothing else is held or waiting), so the rest of the GPU is a 3g.
+    assert "(GPU 0: 2x3g.40gb)" in event.message
     assert step.record.plan is not None and step.record.plan.applied_at == T0 + 1
     assert name in step.referenced
 
