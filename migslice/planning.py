@@ -21,11 +21,13 @@ Rules, in the order they are applied:
    disruption), then nodes with the fewest idle GPUs that suffice (best fit: nodes with many
    idle GPUs stay whole for pods that need several), then by name.
 5. A changed GPU gets a maximal layout (nothing more fits) that holds the planned instances;
-   among those, the one whose other instances serve the expected demand best (compute slices
-   weighted by each resource's share of demand: ``expected_mix`` if given, else what pods hold
-   across the cluster plus what waits), then the one closest to what the GPU had (hysteresis),
-   then the one with the most instances. Without the demand weighting a GPU carved for one 3g
-   pod would fill up with 1g slices nobody asks for (the packing benchmark measured it).
+   among those, the one whose other instances serve the expected demand best, then the one
+   closest to what the GPU had (hysteresis), then the one with the most instances. Expected
+   demand is ``expected_mix`` if given; else each resource's share of the compute slices pods
+   hold across the cluster plus those waiting, less its share of the free slices that GPUs in
+   use already offer (what is lacking), plus a tenth of its demand share to break ties.
+   Without this a GPU carved for one 3g pod fills up with 1g slices nobody asks for (the
+   packing benchmark measured it).
 6. A node's config lists every GPU whose layout is known (mig-parted leaves a GPU whose layout
    already matches untouched), so the config the node label names describes the whole node.
 7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once, counting those MIG
@@ -39,14 +41,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from migslice.inventory import LayoutSource, NodeState
+from migslice.inventory import LayoutSource, NodeState, mig_resource
 from migslice.mig import (
-    MIG_RESOURCE_PREFIX,
     GpuModel,
     Layout,
     Placed,
     enumerate_maximal_layouts,
     make_layout,
+    profile_from_resource,
 )
 from migslice.mig.render import MigPartedEntry, mig_parted_entries, profile_counts
 from migslice.scheduling.demand import PodDemand, UnitKind
@@ -205,21 +207,36 @@ class _Layouts:
 def _demand_mix(
     nodes: Sequence[NodeState], pending: Sequence[PendingPod], settings: PlanSettings
 ) -> dict[str, float]:
-    """Each MIG resource's share of demand: ``expected_mix``, else held + waiting instances."""
+    """Weight of each MIG resource for the layout choice (see rule 5 of the module doc)."""
     if settings.expected_mix:
         weights = dict(settings.expected_mix)
     else:
         weights = {}
-        for node in nodes:
-            for resource, count in node.allocated:
-                if resource.startswith(MIG_RESOURCE_PREFIX):
-                    weights[resource] = weights.get(resource, 0.0) + count
-        for item in pending:
-            for unit in item.demand.units:
-                if unit.kind == UnitKind.MIG:
-                    weights[unit.resource] = weights.get(unit.resource, 0.0) + unit.count
+        held = ((r, n) for node in nodes for r, n in node.allocated)
+        waiting = ((u.resource, u.count) for i in pending for u in i.demand.units)
+        for resource, count in (*held, *waiting):
+            profile = profile_from_resource(resource)
+            if profile is not None:  # demand in compute slices, as the pods hold it
+                slices = count * profile.compute_slices
+                weights[resource] = weights.get(resource, 0.0) + slices
     total = sum(weights.values())
-    return {k: v / total for k, v in weights.items()} if total else {}
+    demand = {k: v / total for k, v in weights.items()} if total else {}
+    if settings.expected_mix:
+        return demand
+    free: dict[str, float] = {}  # free instances that stay: on GPUs a pod already uses
+    for node in nodes:
+        for gpu in node.gpus:
+            if gpu.is_idle:
+                continue
+            for placed, is_held in zip(gpu.instances, gpu.held, strict=True):
+                profile = profile_from_resource(mig_resource(placed.profile))
+                if profile is not None and not is_held:
+                    resource = mig_resource(placed.profile)
+                    free[resource] = free.get(resource, 0.0) + profile.compute_slices
+    supply = sum(free.values())
+    if not supply:
+        return demand
+    return {k: max(0.0, v - free.get(k, 0.0) / supply) + 0.1 * v for k, v in demand.items()}
 
 
 def plan(

@@ -85,8 +85,8 @@ def all_1g() -> list[Placed]:
 
 
 def test_an_idle_gpu_is_reshaped_for_a_waiting_pod_and_the_rest_for_the_observed_demand() -> None:
-    # 1g pods run elsewhere in the cluster: the space the 3g pod leaves goes to 1g slices.
-    busy = [[i < 5 for i in range(7)]]
+    # 1g pods fill another GPU: the space the 3g pod leaves goes to 1g slices.
+    busy = [[True] * 7]
     nodes = [node_state("a", [all_1g()]), node_state("b", [all_1g()], busy=busy)]
     result = plan(nodes, [pending("team/train", "3g.40gb")])
     (change,) = result.changes
@@ -98,6 +98,14 @@ def test_an_idle_gpu_is_reshaped_for_a_waiting_pod_and_the_rest_for_the_observed
     assert change.config_name == config_name("a", change.gpus)
     assert change.entries[0].devices == (0,)
     assert dict(change.entries[0].mig_devices) == {"1g.10gb": 4, "3g.40gb": 1}
+
+
+def test_free_slices_already_offered_are_not_carved_again() -> None:
+    # 1g pods run on another GPU, but it still has free 1g slices: 1g is not lacking.
+    busy = [[i < 5 for i in range(7)]]
+    nodes = [node_state("a", [all_1g()]), node_state("b", [all_1g()], busy=busy)]
+    (gpu,) = plan(nodes, [pending("t/train", "3g.40gb")]).changes[0].gpus
+    assert Counter(p.profile for p in gpu.new) == {"3g.40gb": 2}
 
 
 def test_with_only_3g_demand_in_sight_the_rest_of_the_gpu_is_a_3g_too() -> None:
