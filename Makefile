@@ -29,6 +29,12 @@ e2e: install
 	e2e/build.sh
 	$(BIN)/pytest e2e -m e2e -p no:cacheprovider $(PYTEST_ARGS)
 
+bench: install
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench.extender_latency
+	$(BIN)/python bench/webhook_latency.py
+	$(BIN)/python -m bench.packing
+
 demo: install
 	$(BIN)/migslice demo
 
