@@ -408,3 +408,26 @@ def test_the_same_input_gives_the_same_answer(
             (filter_nodes(demand_of(pod), candidates), score_nodes(demand_of(pod), candidates))
         )
     assert answers[0] == answers[1] == answers[2]
+
+
+@settings(max_examples=80, deadline=None)
+@given(clusters(), st.sampled_from((*PROFILES, "gpu", "9g.1gb")))
+def test_the_single_unit_fast_path_agrees_with_the_full_check(
+    cluster: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]],
+    resource: str,
+) -> None:
+    nodes, pods, _, names = cluster
+    index = index_of(nodes, pods)
+    key = "nvidia.com/gpu" if resource == "gpu" else "nvidia.com/mig-" + resource.replace("+", ".")
+    demand = demand_of(make_pod("single", requests={key: "1"}))
+    assert demand.is_single_unit
+    candidates = [(n, index.get(n)) for n in names]
+    result = filter_nodes(demand, candidates)
+    for name, node in dict(candidates).items():
+        verdict = check_node(demand, node)
+        if verdict.outcome is Outcome.FITS:
+            assert name in result.fits
+        elif verdict.outcome is Outcome.FAILED:
+            assert result.failed[name] == verdict.reason
+        else:
+            assert result.unresolvable[name] == verdict.reason

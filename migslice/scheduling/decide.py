@@ -103,10 +103,28 @@ def filter_nodes(
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     seen: set[str] = set()
+    # The hot path: one unit of a MIG profile fits exactly when check_node would say so by
+    # these few lookups (a free unit implies one in allocatable); other nodes get the full
+    # check for their reason.
+    unit = demand.units[0] if demand.is_single_unit and not demand.error else None
+    fast = unit is not None and unit.kind is UnitKind.MIG and unit.profile is not None
+    resource = unit.resource if unit is not None else ""
+    products = demand.products
     for name, node in candidates:
         if name in seen:
             continue
         seen.add(name)
+        if (
+            fast
+            and node is not None
+            and node.blocked is None
+            and node.mig_reason is None
+            and (products is None or node.product in products)
+            and (node.offered is None or resource in node.offered)
+            and node.free.get(resource, 0) >= 1
+        ):
+            fits.append(name)
+            continue
         verdict = check_node(demand, node)
         if verdict.outcome is Outcome.FITS:
             fits.append(name)
