@@ -15,7 +15,8 @@ from typing import Any
 
 import pynvml
 
-from agent.readings import GpuReading, InstanceReading, ProfileReading
+from agent.readings import GpuReading, InstanceReading
+from migslice.mig import NvmlProfileInfo
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,9 @@ def _read_gpu(index: int) -> GpuReading:
     )
 
 
-def _read_profiles(handle: Any) -> tuple[ProfileReading, ...]:
+def _read_profiles(handle: Any) -> tuple[NvmlProfileInfo, ...]:
     """NVML's profile table, enumerated by profile index until NVML says no more."""
-    found: list[ProfileReading] = []
+    found: list[NvmlProfileInfo] = []
     for profile_index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         try:
             info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile_index)
@@ -100,8 +101,8 @@ def _read_profiles(handle: Any) -> tuple[ProfileReading, ...]:
             handle, info.id, placements, ctypes.byref(count)
         )
         found.append(
-            ProfileReading(
-                name=_text(info.name).removeprefix("MIG ").strip(),
+            NvmlProfileInfo(
+                name=_text(info.name).strip(),
                 gi_profile_id=int(info.id),
                 slice_count=int(info.sliceCount),
                 instance_count=int(info.instanceCount),
@@ -132,7 +133,7 @@ def _mig_devices(handle: Any) -> dict[int, tuple[str, bool]]:
 
 
 def _read_instances(
-    handle: Any, profiles: tuple[ProfileReading, ...]
+    handle: Any, profiles: tuple[NvmlProfileInfo, ...]
 ) -> tuple[InstanceReading, ...]:
     devices = _mig_devices(handle)
     instances: list[InstanceReading] = []

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class ProfileReading:
-    """One row of NVML's GPU-instance profile table (``nvidia-smi mig -lgip``/``-lgipp``)."""
-
-    name: str
-    gi_profile_id: int
-    slice_count: int
-    instance_count: int
-    memory_mib: int
-    sm_count: int
-    placements: tuple[tuple[int, int], ...]
+from migslice.mig import NvmlProfileInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,5 +29,5 @@ class GpuReading:
     mig_enabled: bool
     mig_pending: bool
     memory_mib: int
-    profiles: tuple[ProfileReading, ...]
+    profiles: tuple[NvmlProfileInfo, ...]  # NVML's profile table (-lgip/-lgipp), as reported
     instances: tuple[InstanceReading, ...]

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.readings import GpuReading, ProfileReading
+from agent.readings import GpuReading
 from migslice.inventory.annotation import (
     AgentGpu,
     AgentInstance,
@@ -46,18 +46,6 @@ class Report:
         return render_layout_annotation(dataclasses.replace(self.layout, observed_at=""))
 
 
-def _profile_info(profile: ProfileReading) -> NvmlProfileInfo:
-    return NvmlProfileInfo(
-        name=f"MIG {profile.name}",
-        gi_profile_id=profile.gi_profile_id,
-        slice_count=profile.slice_count,
-        instance_count=profile.instance_count,
-        memory_mib=profile.memory_mib,
-        sm_count=profile.sm_count,
-        placements=profile.placements,
-    )
-
-
 def _catalog_warnings(gpu: GpuReading, product: str, catalog: Catalog) -> list[str]:
     model = catalog.by_product(product) or catalog.find(f"0x{gpu.pci_device_id:04X}")
     if model is None:
@@ -67,15 +55,16 @@ def _catalog_warnings(gpu: GpuReading, product: str, catalog: Catalog) -> list[s
         ]
     problems = []
     for profile in gpu.profiles:
-        if not model.has_profile(profile.name):
-            problems.append(f"NVML offers {profile.name}, the catalog of {model.key} does not")
+        name = profile.profile_name
+        if not model.has_profile(name):
+            problems.append(f"NVML offers {name}, the catalog of {model.key} does not")
             continue
-        known = model.profile(profile.name)
+        known = model.profile(name)
         starts = tuple(start for start, _ in profile.placements)
         sizes = {size for _, size in profile.placements}
         if starts != known.placements or sizes - {known.memory_slices}:
             problems.append(
-                f"{profile.name}: NVML placements {list(profile.placements)} differ from the "
+                f"{name}: NVML placements {list(profile.placements)} differ from the "
                 f"catalog's starts {list(known.placements)} of size {known.memory_slices}"
             )
     return [f"GPU {gpu.index} ({model.key}): {problem}" for problem in problems]
@@ -95,7 +84,7 @@ def build_report(
     entries: list[AgentGpu] = []
     profile_table: tuple[NvmlProfileInfo, ...] = ()
     for gpu, gpu_product in zip(gpus, products, strict=True):
-        by_id = {p.gi_profile_id: p.name for p in gpu.profiles}
+        by_id = {p.gi_profile_id: p.profile_name for p in gpu.profiles}
         instances: list[AgentInstance] = []
         for instance in gpu.instances:
             name = by_id.get(instance.gi_profile_id)
@@ -112,7 +101,7 @@ def build_report(
         if gpu.mig_capable:
             warnings.extend(_catalog_warnings(gpu, gpu_product, catalog))
             if not profile_table and gpu_product == product:
-                profile_table = tuple(_profile_info(p) for p in gpu.profiles)
+                profile_table = gpu.profiles
         if gpu.mig_pending:
             warnings.append(f"GPU {gpu.index}: a MIG mode change is pending (reset required)")
         if gpu.mig_enabled and not gpu.instances:

@@ -54,7 +54,7 @@ def test_readings_carry_nvml_placements_uuids_and_busy_flags() -> None:
     ]
     assert all(i.uuid.startswith("MIG-") for i in gpu.instances)
     assert len({i.uuid for i in gpu.instances}) == 4
-    table = {p.name: p for p in gpu.profiles}
+    table = {p.profile_name: p for p in gpu.profiles}
     model = CATALOG.get("A100-80GB")
     assert set(table) == set(model.profile_names)
     for name, profile in table.items():

@@ -194,6 +194,11 @@ class NvmlProfileInfo:
     sm_count: int
     placements: tuple[tuple[int, int], ...]
 
+    @property
+    def profile_name(self) -> str:
+        """The profile name without NVML's ``MIG`` prefix (``MIG 1g.10gb`` -> ``1g.10gb``)."""
+        return self.name.removeprefix("MIG ").strip()
+
 
 def model_from_nvml(
     product_name: str,
@@ -210,7 +215,7 @@ def model_from_nvml(
         raise ValueError(f"NVML reported no MIG profiles for {product_name}")
     built: list[Profile] = []
     for info in profiles:
-        name = info.name.removeprefix("MIG ").strip()
+        name = info.profile_name
         parse_profile_name(name)
         sizes = {size for _, size in info.placements}
         if len(sizes) != 1:
