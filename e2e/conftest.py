@@ -42,6 +42,7 @@ from e2e.controlplane import (
 from e2e.stack import (
     MANIFESTS,
     Server,
+    migslice_server,
     scheduler_configuration,
     tls_bundle,
     webhook_configurations,
@@ -195,7 +196,7 @@ def webhook(
     """``migslice webhook`` in-cluster mode over TLS, registered by the shipped configurations."""
     ensure_namespace(core_v1, "migslice-system")
     bundle = tls_bundle(control_plane, "migslice-webhook")
-    server = Server(
+    server = migslice_server(
         "webhook",
         [
             "--kubeconfig",
@@ -218,7 +219,7 @@ def extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) -> Iterator[Se
     """``migslice extender`` in-cluster mode over TLS."""
     ensure_namespace(core_v1, "migslice-system")
     bundle = tls_bundle(control_plane, "migslice-extender")
-    server = Server(
+    server = migslice_server(
         "extender",
         ["--kubeconfig", str(control_plane.kubeconfig)],
         bundle,

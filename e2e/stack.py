@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import base64
 import copy
-import ssl
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from e2e.controlplane import ControlPlane, free_port
+from e2e.controlplane import ControlPlane
 from migslice.serving.certs import TlsBundle, write_tls_bundle
+from migslice.serving.process import ServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
@@ -35,74 +30,19 @@ def load_manifests(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-@dataclass
-class Server:
-    """A ``migslice <command>`` server process; :meth:`start` again after :meth:`stop`."""
+Server = ServerProcess
 
-    command: str
-    args: Sequence[str]
-    bundle: TlsBundle
-    log_path: Path
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 60.0) -> Server:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "migslice.cli",
-                self.command,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--tls-cert",
-                str(self.bundle.cert),
-                "--tls-key",
-                str(self.bundle.key),
-                *self.args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-        log.close()
-        context = ssl.create_default_context(cafile=str(self.bundle.ca_cert))
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"migslice {self.command} exited:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", context=context, timeout=2):
-                    return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise TimeoutError(
-                        f"migslice {self.command} not ready in {timeout_s}s:\n{self.log_tail()}"
-                    ) from None
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+def migslice_server(
+    command: str,
+    args: Sequence[str],
+    bundle: TlsBundle,
+    log_path: Path,
+    service: str | None = None,
+) -> ServerProcess:
+    """``migslice <command>`` as it runs in migslice-system (SNI: its Service DNS name)."""
+    name = f"{service or 'migslice-' + command}.migslice-system.svc"
+    return ServerProcess(command, args, bundle, log_path, name, cwd=REPO)
 
 
 def tls_bundle(control_plane: ControlPlane, service: str) -> TlsBundle:

@@ -17,7 +17,7 @@ from kubernetes import client as k8s
 
 from e2e.controlplane import ControlPlane, Scheduler, ensure_namespace, wait_for
 from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import Server, tls_bundle
+from e2e.stack import Server, migslice_server, tls_bundle
 from e2e.test_scheduling_e2e import mig_pod
 from migslice.mig import CATALOG, place
 from migslice.mig.render import mig_parted_entries, render_mig_parted
@@ -33,7 +33,7 @@ def repartition_extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) ->
     """``migslice extender --repartition`` with fast rounds (its own process and certificate)."""
     ensure_namespace(core_v1, "migslice-system")
     bundle = tls_bundle(control_plane, "migslice-repartition")
-    server = Server(
+    server = migslice_server(
         "extender",
         [
             "--kubeconfig",
@@ -50,6 +50,7 @@ def repartition_extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) ->
         ],
         bundle,
         control_plane.workdir / "migslice-repartition.log",
+        service="migslice-repartition",
     ).start()
     yield server
     server.stop()

@@ -14,18 +14,13 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
-import http.client
 import json
-import socket
-import ssl
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,7 +34,8 @@ from migslice.inventory import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, NodeSta
 from migslice.mig import CATALOG
 from migslice.mig.render import parse_mig_parted, render_bar, render_mig_parted
 from migslice.planning import PlanSettings, RepartitionPlan, plan
-from migslice.serving.certs import TlsBundle, write_tls_bundle
+from migslice.serving.certs import write_tls_bundle
+from migslice.serving.process import ServerProcess, ServerStartError
 
 NAMESPACE = "migslice-system"
 MIG_CONFIG_MAP = "migslice-mig-config"
@@ -55,103 +51,6 @@ class DemoError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- the servers
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@dataclass
-class Server:
-    name: str
-    bundle: TlsBundle
-    port: int = field(default_factory=_free_port)
-    process: subprocess.Popen[bytes] | None = None
-    _connection: http.client.HTTPSConnection | None = None
-
-    def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.bundle.ca_cert))
-
-    def start(self, cluster: Path, log_dir: Path, extra: list[str]) -> None:
-        log = (log_dir / f"{self.name}.log").open("wb")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "migslice.cli",
-                self.name,
-                "--cluster-file",
-                str(cluster),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--tls-cert",
-                str(self.bundle.cert),
-                "--tls-key",
-                str(self.bundle.key),
-                "--workers",
-                "1",
-                "--threads",
-                "2",
-                *extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        deadline = time.monotonic() + 60
-        while True:
-            if self.process.poll() is not None:
-                tail = (log_dir / f"{self.name}.log").read_text(errors="replace")[-2000:]
-                raise DemoError(f"migslice {self.name} exited at start:\n{tail}")
-            try:
-                status, _ = self.request("GET", "/readyz")
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise DemoError(f"migslice {self.name} was not ready within 60s")
-            time.sleep(0.2)
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """One HTTPS request on a kept-alive connection, verifying our CA and the SNI name."""
-        if self._connection is None:
-            self._connection = http.client.HTTPSConnection(
-                "127.0.0.1", self.port, context=self.context(), timeout=10
-            )
-            self._connection.sock = self.context().wrap_socket(
-                socket.create_connection(("127.0.0.1", self.port), timeout=10),
-                server_hostname=f"migslice-{self.name}.{NAMESPACE}.svc",
-            )
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data else {}
-        try:
-            self._connection.request(method, path, body=data, headers=headers)
-            response = self._connection.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException):
-            self._connection.close()
-            self._connection = None
-            raise OSError(f"{self.name} {method} {path} failed") from None
-        try:
-            return response.status, json.loads(payload) if payload else None
-        except ValueError:
-            return response.status, payload.decode(errors="replace")
-
-    def stop(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -189,8 +88,8 @@ class Cluster:
 @dataclass
 class Demo:
     cluster: Cluster
-    webhook: Server
-    extender: Server
+    webhook: ServerProcess
+    extender: ServerProcess
     out: TextIO
     pause_s: float = 0.0
 
@@ -401,6 +300,14 @@ class Demo:
         self.show_gpus()
 
 
+def _server(command: str, args: list[str], workdir: Path) -> ServerProcess:
+    service = f"migslice-{command}"
+    bundle = write_tls_bundle(workdir / command, service, NAMESPACE)
+    return ServerProcess(
+        command, args, bundle, workdir / f"{command}.log", f"{service}.{NAMESPACE}.svc"
+    )
+
+
 def _utc(epoch_s: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC)
 
@@ -419,20 +326,19 @@ def running_demo(out: TextIO, workdir: Path | None = None) -> Iterator[Demo]:
             file=out,
             flush=True,
         )
-        webhook = Server(
-            "webhook", write_tls_bundle(workdir / "webhook", "migslice-webhook", NAMESPACE)
-        )
-        extender = Server(
-            "extender", write_tls_bundle(workdir / "extender", "migslice-extender", NAMESPACE)
+        common = ["--cluster-file", str(cluster.path), "--workers", "1", "--threads", "2"]
+        common += ["--log-level", "warning"]
+        webhook = _server("webhook", common, workdir)
+        extender = _server(
+            "extender", [*common, "--mig-config-map", f"gpu-operator/{MIG_CONFIG_MAP}"], workdir
         )
         stack.callback(webhook.stop)
         stack.callback(extender.stop)
-        webhook.start(cluster.path, workdir, ["--log-level", "warning"])
-        extender.start(
-            cluster.path,
-            workdir,
-            ["--log-level", "warning", "--mig-config-map", f"gpu-operator/{MIG_CONFIG_MAP}"],
-        )
+        try:
+            webhook.start()
+            extender.start()
+        except ServerStartError as error:
+            raise DemoError(str(error)) from None
         print(
             f"  webhook  https://127.0.0.1:{webhook.port}  extender https://127.0.0.1:{extender.port}",
             file=out,
