@@ -10,15 +10,12 @@ from migslice.mig.catalog import (
     model_from_nvml,
 )
 from migslice.mig.catalog_data import CATALOG
+from migslice.mig.fitting import FitResult, Fragmentation, fit, fragmentation
 from migslice.mig.layout import (
-    FitResult,
-    Fragmentation,
     Layout,
     Placed,
     Rules,
     enumerate_maximal_layouts,
-    fit,
-    fragmentation,
     free_placements,
     is_legal,
     make_layout,
