@@ -44,6 +44,7 @@ from e2e.stack import (
     Server,
     migslice_server,
     scheduler_configuration,
+    service_account_kubeconfig,
     tls_bundle,
     webhook_configurations,
 )
@@ -196,11 +197,14 @@ def webhook(
     """``migslice webhook`` in-cluster mode over TLS, registered by the shipped configurations."""
     ensure_namespace(core_v1, "migslice-system")
     bundle = tls_bundle(control_plane, "migslice-webhook")
+    kubeconfig = service_account_kubeconfig(
+        control_plane, MANIFESTS / "webhook" / "rbac.yaml", "migslice-system", "migslice-webhook"
+    )
     server = migslice_server(
         "webhook",
         [
             "--kubeconfig",
-            str(control_plane.kubeconfig),
+            str(kubeconfig),
             "--reservation-ttl-s",
             "5",
             "--status-interval-s",
@@ -219,9 +223,15 @@ def extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) -> Iterator[Se
     """``migslice extender`` in-cluster mode over TLS."""
     ensure_namespace(core_v1, "migslice-system")
     bundle = tls_bundle(control_plane, "migslice-extender")
+    kubeconfig = service_account_kubeconfig(
+        control_plane,
+        MANIFESTS / "scheduler" / "extender-rbac.yaml",
+        "migslice-system",
+        "migslice-extender",
+    )
     server = migslice_server(
         "extender",
-        ["--kubeconfig", str(control_plane.kubeconfig)],
+        ["--kubeconfig", str(kubeconfig)],
         bundle,
         control_plane.workdir / "migslice-extender.log",
     ).start()

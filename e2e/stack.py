@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import ControlPlane, ensure_namespace
 from migslice.serving.certs import TlsBundle, write_tls_bundle
 from migslice.serving.process import ServerProcess
 
@@ -84,3 +85,29 @@ def scheduler_configuration(bundle: TlsBundle, base_url: str) -> dict[str, Any]:
             extender["tlsConfig"].pop("insecure", None)
         return dict(config)
     raise LookupError("no KubeSchedulerConfiguration in manifests/scheduler/scheduler-config.yaml")
+
+
+def service_account_kubeconfig(
+    control_plane: ControlPlane, rbac_manifest: Path, namespace: str, account: str
+) -> Path:
+    """A kubeconfig for ``account``, with only the RBAC the shipped manifest grants it.
+
+    The manifest is applied as shipped (its namespaces created first); the token comes from the
+    TokenRequest API, as a projected service-account token would in a pod.
+    """
+    core = k8s.CoreV1Api(control_plane.api_client())
+    for document in load_manifests(rbac_manifest):
+        target = document["metadata"].get("namespace")
+        if target:
+            ensure_namespace(core, target)
+    control_plane.apply(rbac_manifest)
+    request = core.create_namespaced_service_account_token(
+        account, namespace, {"spec": {"expirationSeconds": 7200}}
+    )
+    path = control_plane.workdir / f"{account}.kubeconfig"
+    config = yaml.safe_load(control_plane.kubeconfig.read_text())
+    config["users"] = [{"name": account, "user": {"token": request.status.token}}]
+    config["contexts"] = [{"name": "e2e", "context": {"cluster": "e2e", "user": account}}]
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path

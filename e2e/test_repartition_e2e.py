@@ -17,7 +17,13 @@ from kubernetes import client as k8s
 
 from e2e.controlplane import ControlPlane, Scheduler, ensure_namespace, wait_for
 from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import Server, migslice_server, tls_bundle
+from e2e.stack import (
+    MANIFESTS,
+    Server,
+    migslice_server,
+    service_account_kubeconfig,
+    tls_bundle,
+)
 from e2e.test_scheduling_e2e import mig_pod
 from migslice.mig import CATALOG, place
 from migslice.mig.render import mig_parted_entries, render_mig_parted
@@ -37,7 +43,14 @@ def repartition_extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) ->
         "extender",
         [
             "--kubeconfig",
-            str(control_plane.kubeconfig),
+            str(
+                service_account_kubeconfig(
+                    control_plane,
+                    MANIFESTS / "scheduler" / "extender-rbac.yaml",
+                    "migslice-system",
+                    "migslice-extender",
+                )
+            ),
             "--repartition",
             "--repartition-interval-s",
             "1",
