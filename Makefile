@@ -34,6 +34,7 @@ bench: install
 	$(BIN)/python -m bench.extender_latency
 	$(BIN)/python bench/webhook_latency.py
 	$(BIN)/python -m bench.packing
+	$(BIN)/python -m bench.churn
 
 demo: install
 	$(BIN)/migslice demo

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 from migslice.inventory import LayoutSource, NodeState, mig_resource
@@ -175,12 +175,17 @@ def _size(pod: PodDemand) -> int:
     return max((int(u.profile.split("g.")[0]) if u.profile else 0) for u in pod.units)
 
 
+LayoutCache = MutableMapping[tuple[str, frozenset[str]], list[Layout]]
+"""Maximal layouts per (model key, profile names): a caller that plans often (a simulation)
+passes one to :func:`plan` to keep them between calls."""
+
+
 class _Layouts:
     """Maximal layouts per (model, profile set), computed once per planning run."""
 
-    def __init__(self, mix: Mapping[str, float]) -> None:
+    def __init__(self, mix: Mapping[str, float], cache: LayoutCache | None = None) -> None:
         self._mix = mix
-        self._cache: dict[tuple[str, frozenset[str]], list[Layout]] = {}
+        self._cache: LayoutCache = cache if cache is not None else {}
 
     def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
         """The best maximal layout whose instances include ``wanted``; None if none does."""
@@ -245,6 +250,7 @@ def plan(
     cooldowns: Mapping[str, float] | None = None,
     settings: PlanSettings = PlanSettings(),
     held: Mapping[str, str] | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> RepartitionPlan:
     """Plan new layouts for idle GPUs so that waiting pods can be placed (see module doc).
 
@@ -283,7 +289,7 @@ def plan(
     budget = max(0, settings.max_nodes_in_flight - in_flight)
     served: dict[str, list[str]] = {}
 
-    layouts = _Layouts(_demand_mix(nodes, pending_pods, settings))
+    layouts = _Layouts(_demand_mix(nodes, pending_pods, settings), layout_cache)
     waiting.sort(key=lambda p: (-_size(p), p.key))
     for pod in waiting:
         placed, held_back = _place(pod, gpus, budget, idle_per_node, layouts)

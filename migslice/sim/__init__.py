@@ -1,4 +1,4 @@
-"""The cluster simulator: workload traces, baselines, mode A saturation runs and metrics.
+"""The cluster simulator: traces, baselines, mode A saturation, mode B churn and metrics.
 
 It places pods with the same core the extender and the repartition controller use
 (:mod:`migslice.scheduling`, :mod:`migslice.planning`) on a simulated cluster of MIG GPUs
@@ -6,6 +6,14 @@ It places pods with the same core the extender and the repartition controller us
 seed is an input. ``bench/packing.py`` and ``migslice simulate`` are its shells.
 """
 
+from migslice.sim.churn import run_arrivals, run_churn
+from migslice.sim.churn_model import (
+    Arrival,
+    ChurnConfig,
+    ChurnResult,
+    Lifetimes,
+    sample_churn,
+)
 from migslice.sim.limits import (
     Bound,
     LimitPoint,
@@ -16,7 +24,7 @@ from migslice.sim.limits import (
     slice_bound,
 )
 from migslice.sim.metrics import LoadPoint, RunResult
-from migslice.sim.policies import POLICY_IDS, Policy, make_policy
+from migslice.sim.policies import POLICY_IDS, Policy, Repartitioning, make_policy
 from migslice.sim.saturation import (
     SaturationConfig,
     run_saturation,
@@ -45,11 +53,16 @@ __all__ = [
     "POLICY_IDS",
     "SYNTHETIC_MIX",
     "TRACE_FOLDER",
+    "Arrival",
     "Bound",
+    "ChurnConfig",
+    "ChurnResult",
+    "Lifetimes",
     "LimitPoint",
     "LoadPoint",
     "MappingKind",
     "Policy",
+    "Repartitioning",
     "RunResult",
     "SaturationConfig",
     "SimPod",
@@ -66,9 +79,12 @@ __all__ = [
     "oracle_layouts",
     "parse_pod_list",
     "profile_for",
+    "run_arrivals",
+    "run_churn",
     "run_saturation",
     "run_sequence",
     "sample_arrivals",
+    "sample_churn",
     "slice_bound",
     "synthetic_workload",
 ]

@@ -124,14 +124,39 @@ class SimCluster:
         gpu.whole_holder = pod
         node.version += 1
 
+    def free_instance(self, node: SimNode, gpu: SimGpu, position: int, holder: str) -> None:
+        """Give back instance ``position`` of ``gpu``, which ``holder`` must hold."""
+        if gpu.holders[position] != holder:
+            raise ValueError(
+                f"{node.name} GPU {gpu.index} instance {position} is held by "
+                f"{gpu.holders[position]!r}, not {holder!r}"
+            )
+        gpu.holders[position] = None
+        node.version += 1
+
     def record(self, assignment: Assignment) -> None:
         self.assignments[assignment.pod] = assignment
 
-    def repartition(self, node: SimNode, index: int, new: Layout) -> None:
+    def release(self, pod: str) -> Assignment:
+        """The pod ``pod`` departs: its instances (or whole GPUs) become free again."""
+        assignment = self.assignments.pop(pod)
+        node = self.by_name[assignment.node]
+        for index, placed in assignment.units:
+            gpu = node.gpus[index]
+            if placed is None:
+                if gpu.whole_holder != pod:
+                    raise ValueError(f"{node.name} GPU {index} is not held whole by {pod}")
+                gpu.whole_holder = None
+                node.version += 1
+            else:
+                self.free_instance(node, gpu, gpu.instances.index(placed), pod)
+        return assignment
+
+    def repartition(self, node: SimNode, index: int, new: Layout) -> bool:
         """Give GPU ``index`` of ``node`` the layout ``new``; held instances must survive.
 
         A held instance missing from ``new`` raises :class:`DisruptionError` (a policy bug):
-        the simulator never disturbs a placed pod.
+        the simulator never disturbs a placed pod. Returns whether the layout changed.
         """
         gpu = node.gpus[index]
         kept = {p: h for p, h in zip(gpu.instances, gpu.holders, strict=True) if h is not None}
@@ -144,12 +169,13 @@ class SimCluster:
         if not is_legal(self.model, new):
             raise ValueError(f"illegal layout for {node.name} GPU {index}: {new}")
         if tuple(gpu.instances) == tuple(new):
-            return
+            return False
         gpu.instances = list(new)
         gpu.holders = [kept.get(p) for p in gpu.instances]
         gpu.mig_enabled = True
         self.gpus_touched += 1
         node.version += 1
+        return True
 
     # -- values for the core ---------------------------------------------------------------
 

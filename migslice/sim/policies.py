@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from migslice.inventory import mig_resource
 from migslice.mig import GpuModel, Layout, enumerate_maximal_layouts, fit
-from migslice.planning import PendingPod, PlanSettings, plan
+from migslice.planning import LayoutCache, PendingPod, PlanSettings, plan
 from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
 from migslice.scheduling.fragmentation import gpu_unit_score
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
@@ -60,6 +60,25 @@ class Policy(Protocol):
 
     def place(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
         """Place ``pod`` (and hold its resources) or return None if it cannot be placed."""
+        ...
+
+
+Reshaped = tuple[tuple[SimNode, int], ...]
+"""GPUs (node, index) whose layout a re-partition changed."""
+
+
+@runtime_checkable
+class Repartitioning(Policy, Protocol):
+    """A policy that re-partitions, split in two steps for mode B (which puts the
+    reconfiguration time between them); ``place`` is ``place_now``, else ``reshape_for``
+    and ``place_now`` again."""
+
+    def place_now(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
+        """Place ``pod`` on the current layouts, or return None."""
+        ...
+
+    def reshape_for(self, cluster: SimCluster, pod: SimPod) -> Reshaped | None:
+        """Re-partition idle GPUs for ``pod``: the GPUs changed, or None if it cannot."""
         ...
 
 
@@ -214,9 +233,17 @@ class NosLike:
         return ((),)
 
     def place(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
-        placed = best_fit(cluster, pod)
+        placed = self.place_now(cluster, pod)
         if placed is not None:
             return placed
+        if self.reshape_for(cluster, pod) is None:
+            return None
+        return self.place_now(cluster, pod)
+
+    def place_now(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
+        return best_fit(cluster, pod)
+
+    def reshape_for(self, cluster: SimCluster, pod: SimPod) -> Reshaped | None:
         for node in cluster.nodes:
             lacking = pod.count - sum(len(_free(g, pod.profile)) for g in node.gpus)
             changes: list[tuple[int, Layout]] = []
@@ -231,10 +258,13 @@ class NosLike:
                 changes.append((gpu.index, geometry))
                 lacking -= sum(1 for p in geometry if p.profile == pod.profile)
             if lacking <= 0:
-                for index, geometry in changes:
-                    cluster.repartition(node, index, geometry)
+                changed = tuple(
+                    (node, index)
+                    for index, geometry in changes
+                    if cluster.repartition(node, index, geometry)
+                )
                 cluster.repartitions += 1
-                return best_fit(cluster, pod)
+                return changed
         return None
 
     def _geometry_for(self, profile: str, lacking: int) -> Layout | None:
@@ -303,6 +333,8 @@ class Migslice:
 
     name: str = "migslice"
     settings: PlanSettings = PLAN_SETTINGS
+    layouts: LayoutCache = field(default_factory=dict, compare=False, repr=False)
+    """Maximal layouts kept between the planner's calls (it asks once per pod)."""
     packed_nodes: bool = False
     """Offer the planner only the node with the fewest idle GPUs that has enough (a
     controller-side proposal; the released controller offers every node)."""
@@ -317,17 +349,28 @@ class Migslice:
         return ((),)
 
     def place(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
-        demand = demand_for(pod)
-        placed = self._schedule(cluster, pod, demand)
+        placed = self.place_now(cluster, pod)
         if placed is not None:
             return placed
+        if self.reshape_for(cluster, pod) is None:
+            return None
+        return self.place_now(cluster, pod)
+
+    def place_now(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
+        return self._schedule(cluster, pod, demand_for(pod))
+
+    def reshape_for(self, cluster: SimCluster, pod: SimPod) -> Reshaped | None:
+        demand = demand_for(pod)
         offered = cluster.nodes
         if self.packed_nodes:
             offered = _packed_candidates(cluster, pod.count) or cluster.nodes
         states = [cluster.node_state(node) for node in offered]
-        result = plan(states, [PendingPod(demand, 0.0)], settings=self.settings)
+        result = plan(
+            states, [PendingPod(demand, 0.0)], settings=self.settings, layout_cache=self.layouts
+        )
         if result.is_empty:
             return None
+        changed: list[tuple[SimNode, int]] = []
         for change in result.changes:
             node = cluster.by_name[change.node]
             remaining = pod.count
@@ -337,9 +380,10 @@ class Migslice:
                     wanted = min(remaining, sum(1 for p in layout if p.profile == pod.profile))
                     remaining -= wanted
                     layout = self._weighted_layout(cluster.model, pod.profile, wanted, layout)
-                cluster.repartition(node, gpu_change.index, layout)
+                if cluster.repartition(node, gpu_change.index, layout):
+                    changed.append((node, gpu_change.index))
             cluster.repartitions += 1
-        return self._schedule(cluster, pod, demand)
+        return tuple(changed)
 
     def _weighted_layout(
         self, model: GpuModel, profile: str, wanted: int, planned: Layout
