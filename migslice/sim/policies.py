@@ -82,6 +82,16 @@ class Repartitioning(Policy, Protocol):
         ...
 
 
+def place_or_reshape(policy: Repartitioning, cluster: SimCluster, pod: SimPod) -> Assignment | None:
+    """Mode A for a re-partitioning policy: place now, else re-partition at once and place."""
+    placed = policy.place_now(cluster, pod)
+    if placed is not None:
+        return placed
+    if policy.reshape_for(cluster, pod) is None:
+        return None
+    return policy.place_now(cluster, pod)
+
+
 def static_layout(model: GpuModel, profiles: Sequence[str]) -> Layout:
     result = fit(model, profiles)
     if not result.feasible:
@@ -233,12 +243,7 @@ class NosLike:
         return ((),)
 
     def place(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
-        placed = self.place_now(cluster, pod)
-        if placed is not None:
-            return placed
-        if self.reshape_for(cluster, pod) is None:
-            return None
-        return self.place_now(cluster, pod)
+        return place_or_reshape(self, cluster, pod)
 
     def place_now(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
         return best_fit(cluster, pod)
@@ -342,19 +347,14 @@ class Migslice:
     layout_weights: tuple[tuple[str, float], ...] = ()
     """If set, replace each layout the planner chose by the maximal layout holding the same
     instances for the pod whose other instances have the most expected demand (sum of
-    compute slices x the profile's share of demand): a planner-side proposal; the released
-    planner takes the layout with the most instances."""
+    compute slices x the profile's share of demand): the workload's known mix, an oracle (the
+    released planner estimates the lacking demand from what pods hold and wait for)."""
 
     def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
         return ((),)
 
     def place(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
-        placed = self.place_now(cluster, pod)
-        if placed is not None:
-            return placed
-        if self.reshape_for(cluster, pod) is None:
-            return None
-        return self.place_now(cluster, pod)
+        return place_or_reshape(self, cluster, pod)
 
     def place_now(self, cluster: SimCluster, pod: SimPod) -> Assignment | None:
         return self._schedule(cluster, pod, demand_for(pod))
