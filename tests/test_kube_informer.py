@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from migslice.kube import Backoff, Informer, KubernetesTransport, ResourceRef
+from tests.local_api import local_api
 
 
 class RecordedApi:
@@ -36,33 +32,8 @@ class RecordedApi:
 @pytest.fixture
 def api() -> Iterator[tuple[RecordedApi, KubernetesTransport]]:
     recorded = RecordedApi()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            query = dict(urllib.parse.parse_qsl(url.query))
-            status, body = recorded.answer({"path": url.path, **query})
-            if isinstance(body, list):
-                payload = b"".join(json.dumps(event).encode() + b"\n" for event in body)
-            else:
-                payload = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    yield recorded, KubernetesTransport(client.ApiClient(configuration))
-    server.shutdown()
-    server.server_close()
+    with local_api(lambda request: recorded.answer({"path": request.path, **request.query})) as t:
+        yield recorded, t
 
 
 def node(name: str, version: str, gpus: int = 1) -> dict[str, Any]:

@@ -4,17 +4,14 @@ keeps objects with resourceVersions like the API server (409 on a stale write)."
 from __future__ import annotations
 
 import copy
-import json
 import threading
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from migslice.kube import KubeRepartitionApi, KubernetesTransport, LeaderElector
+from tests.local_api import Request, local_api
 
 CM_PATH = "/api/v1/namespaces/gpu-operator/configmaps/migslice-mig-config"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/migslice-system/leases"
@@ -87,35 +84,11 @@ class ObjectStore:
 def store() -> Iterator[tuple[ObjectStore, KubernetesTransport]]:
     objects = ObjectStore()
 
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            query = dict(urllib.parse.parse_qsl(url.query))
-            status, answer = objects.handle(self.command, url.path, query, body)
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def answer(request: Request) -> tuple[int, Any]:
+        return objects.handle(request.method, request.path, request.query, request.body)
 
-        do_GET = do_PUT = do_POST = do_PATCH = _serve  # noqa: N815
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    api_client = client.ApiClient(configuration)
-    yield objects, KubernetesTransport(api_client)
-    server.shutdown()
-    server.server_close()
-    api_client.close()
+    with local_api(answer) as transport:
+        yield objects, transport
 
 
 def make_api(transport: KubernetesTransport) -> KubeRepartitionApi:

@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from kubernetes import client
 from migslice.admission.status import StatusUpdate
 from migslice.kube import Backoff, KubernetesTransport
 from migslice.kube.status import StatusWriter, merge_patch, status_path
+from tests.local_api import Request, local_api
 from webhook.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -43,41 +43,21 @@ class RecordedApi:
 def api() -> Iterator[tuple[RecordedApi, KubernetesTransport]]:
     recorded = RecordedApi()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_PATCH(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length))
-            status = recorded.answer(
-                {
-                    "method": self.command,
-                    "path": self.path,
-                    "content_type": self.headers.get("Content-Type"),
-                    "body": body,
-                }
-            )
-            if status == 200:
-                payload = json.dumps({"kind": "TenantPolicy", **body}).encode()
-            else:
-                payload = json.dumps(
-                    {"kind": "Status", "code": status, "message": f"scripted {status}"}
-                ).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def answer(request: Request) -> tuple[int, Any]:
+        status = recorded.answer(
+            {
+                "method": request.method,
+                "path": request.path,
+                "content_type": request.content_type,
+                "body": request.body,
+            }
+        )
+        if status == 200:
+            return status, {"kind": "TenantPolicy", **request.body}
+        return status, {"kind": "Status", "code": status, "message": f"scripted {status}"}
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    yield recorded, KubernetesTransport(client.ApiClient(configuration))
-    server.shutdown()
-    server.server_close()
+    with local_api(answer) as transport:
+        yield recorded, transport
 
 
 def tenant_state(status: dict[str, Any] | None = None) -> ClusterState:

@@ -1,0 +1,78 @@
+"""A real HTTP server on 127.0.0.1 standing in for kube-apiserver, for tests of migslice.kube.
+
+The test supplies ``answer(request) -> (status, body)``: ``request`` has the method, path,
+query, Content-Type and decoded JSON body; a list ``body`` is sent as newline-delimited watch
+events, anything else as one JSON document. The transport is the project's own
+``KubernetesTransport`` over the kubernetes client, pointed at the server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from kubernetes import client
+
+from migslice.kube import KubernetesTransport
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str | None
+    body: Any
+
+
+Answer = Callable[[Request], tuple[int, Any]]
+
+
+@contextmanager
+def local_api(answer: Answer) -> Iterator[KubernetesTransport]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            request = Request(
+                self.command,
+                url.path,
+                dict(urllib.parse.parse_qsl(url.query)),
+                self.headers.get("Content-Type"),
+                body,
+            )
+            status, reply = answer(request)
+            if isinstance(reply, list):
+                payload = b"".join(json.dumps(event).encode() + b"\n" for event in reply)
+            else:
+                payload = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_PUT = do_POST = do_PATCH = _serve  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    api_client = client.ApiClient(configuration)
+    try:
+        yield KubernetesTransport(api_client)
+    finally:
+        server.shutdown()
+        server.server_close()
+        api_client.close()
