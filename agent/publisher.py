@@ -17,8 +17,8 @@ from typing import Protocol
 
 from agent.readings import GpuReading
 from agent.report import Report, build_report
-from migslice.inventory.annotation import (
-    LAYOUT_ANNOTATION,
+from migslice.names import LAYOUT_ANNOTATION
+from migslice.objects.gpu_layout import (
     LayoutAnnotationError,
     parse_layout_annotation,
     render_layout_annotation,

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.readings import GpuReading
-from migslice.inventory.annotation import (
+from migslice.mig import CATALOG, Catalog, NvmlProfileInfo
+from migslice.objects.gpu_layout import (
     AgentGpu,
     AgentInstance,
     AgentReport,
     render_layout_annotation,
 )
-from migslice.mig import CATALOG, Catalog, NvmlProfileInfo
 
 _GFD_DROP = re.compile(r"[^A-Za-z0-9\-_. ]")
 

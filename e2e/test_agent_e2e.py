@@ -11,9 +11,10 @@ from kubernetes import client as k8s
 from agent.nvml import nvml_session, read_gpus
 from agent.publisher import Publisher
 from e2e.controlplane import ControlPlane, wait_for
-from migslice.inventory.annotation import LAYOUT_ANNOTATION, parse_layout_annotation
 from migslice.kube.nodes import KubeNodeStore
 from migslice.kube.transport import KubernetesTransport
+from migslice.names import LAYOUT_ANNOTATION
+from migslice.objects.gpu_layout import parse_layout_annotation
 from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
 
 pytestmark = pytest.mark.e2e

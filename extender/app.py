@@ -26,7 +26,7 @@ from extender.wire import (
     RawNode,
     filter_error,
 )
-from migslice.inventory import node_facts_from_raw
+from migslice.objects import node_facts_from_raw
 from migslice.scheduling import (
     PodDemand,
     PreparedNode,

@@ -24,16 +24,10 @@ from typing import Any, Protocol
 
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import RepartitionStats
-from migslice.inventory import (
-    ClusterIndex,
-    MigConfigs,
-    NodeState,
-    node_facts_from_raw,
-    pod_facts_from_raw,
-    resolve_node,
-)
-from migslice.inventory.nodes import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.mig.render import MigPartedError, parse_mig_parted, render_mig_parted
+from migslice.names import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.planning import PlanSettings
 from migslice.repartition import (
     FAILED,

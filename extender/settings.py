@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from migslice import names
+
 DEFAULT_PORT = 8443
-DEFAULT_MIG_CONFIG_MAP = "gpu-operator/migslice-mig-config"
-DEFAULT_LEASE = "migslice-system/migslice-repartition"
+DEFAULT_MIG_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
+DEFAULT_LEASE = f"{names.SYSTEM_NAMESPACE}/{names.LEASE_NAME}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +30,7 @@ class RepartitionSettings:
     max_nodes_in_flight: int = 1
     deadline_s: float = 600.0
     backoff_s: float = 1800.0
-    scheduler_name: str = "migslice-scheduler"
+    scheduler_name: str = names.SCHEDULER_NAME
     lease: str = DEFAULT_LEASE
     lease_duration_s: float = 60.0
 
@@ -52,7 +54,7 @@ class ExtenderSettings:
     max_body_bytes: int = 64 << 20
     max_staleness_s: float = 180.0
     mig_config_map: str = DEFAULT_MIG_CONFIG_MAP
-    mig_config_key: str = "config.yaml"
+    mig_config_key: str = names.MIG_CONFIG_KEY
     repartition: RepartitionSettings = field(default_factory=RepartitionSettings)
 
     @property

@@ -13,8 +13,9 @@ from extender.state import (
     mig_configs_from,
     new_index,
 )
-from migslice.inventory import MigConfigs, node_facts_from_raw, pod_facts_from_raw
+from migslice.inventory import MigConfigs
 from migslice.kube import Informer, ResourceRef, Transport
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 
 # Terminal pods hold nothing; the API server leaves them out of the list and the watch.
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"

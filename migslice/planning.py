@@ -51,9 +51,10 @@ from migslice.mig import (
     profile_from_resource,
 )
 from migslice.mig.render import MigPartedEntry, mig_parted_entries, profile_counts
+from migslice.names import MIG_TRANSITION_STATES
 from migslice.scheduling.demand import PodDemand, UnitKind
 
-TRANSITION_STATES = frozenset({"pending", "rebooting"})
+TRANSITION_STATES = MIG_TRANSITION_STATES
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ The grammar is the API machinery's (``k8s.io/apimachinery/pkg/api/resource``)::
 Values are :class:`fractions.Fraction`, so ``0.1Gi`` and ``100m`` stay exact. Surrounding
 whitespace is ignored, as ``resource.Quantity.UnmarshalJSON`` ignores it; whitespace inside a
 quantity is not. A string that does not match raises :class:`QuantityError` with a message
-saying what a quantity looks like. This is the one quantity reader: the inventory's counts
-(:mod:`migslice.inventory.quantities`) are read with it too.
+saying what a quantity looks like. This is the one quantity reader: every count (extended
+resources, annotations) goes through :func:`parse_count`.
 """
 
 from __future__ import annotations
@@ -76,12 +76,31 @@ def parse_memory_mib(text: object) -> int:
     return math.ceil(value / MIB)
 
 
-def parse_count(text: object) -> int:
-    """A quantity that must be a whole non-negative number (``"2"``, ``"1e1"``); else an error."""
-    value = parse_quantity(text)
-    if value.denominator != 1 or value < 0:
-        raise QuantityError(f"{text!r} is not a whole non-negative number")
-    return int(value)
+MAX_COUNT = 1 << 31
+
+
+def parse_count(value: object, subject: str = "") -> int:
+    """A whole count from 0 to 2**31 - 1 (``2``, ``"2"``, ``"1k"``, ``"2e0"``); else a
+    QuantityError that names ``subject`` (the field) when given.
+
+    Extended resources (``nvidia.com/gpu``, ``nvidia.com/mig-1g.10gb``) and annotation counts
+    are read with it. The API server stores a quantity in canonical form, so ``1000`` may come
+    back as ``1k``.
+    """
+    where = f"{subject}={value!r}" if subject else repr(value)
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        raise QuantityError(f"{where} is not a quantity; expected a whole count") from None
+    if number.denominator != 1:
+        raise QuantityError(
+            f"{where} is not a whole count; extended resources are counted in units"
+        )
+    if number < 0 or number >= MAX_COUNT:
+        raise QuantityError(
+            f"{where} is out of range; expected a whole count from 0 to {MAX_COUNT - 1}"
+        )
+    return int(number)
 
 
 def format_mib(mib: int) -> str:

@@ -20,12 +20,11 @@ from migslice.admission import (
     StaticView,
     Unmatched,
     decide,
-    pod_gpu_requests,
     usage_of,
 )
 from migslice.admission.decision import PodAdmission
-from migslice.inventory import gpu_requests
 from migslice.mig import CATALOG
+from migslice.objects import gpu_requests
 from migslice.policy import Offer, parse_tenant_policy
 
 A100 = Offer("NVIDIA-A100-SXM4-80GB", CATALOG.get("A100-80GB"))
@@ -346,7 +345,7 @@ def test_the_admission_charge_is_what_the_pod_holds_once_seen_and_what_the_sched
     pod = with_gpu_containers(
         make_created_pod(limits={"nvidia.com/mig-1g.10gb": "1"}), init=init, app=app
     )
-    held = pod_gpu_requests(pod)
+    held = dict(gpu_requests(pod))
     assert held == dict(gpu_requests(pod))
     decision, _ = run(pod, StaticView((parse_tenant_policy(make_policy()),), (A100,)))
     assert decision.allowed, decision.message

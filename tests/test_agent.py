@@ -13,10 +13,11 @@ from agent.publisher import Publisher
 from agent.readings import GpuReading
 from agent.report import build_report, gfd_product_name
 from migslice.cli import main
-from migslice.inventory.annotation import LAYOUT_ANNOTATION, parse_layout_annotation
 from migslice.inventory.layouts import LayoutSource, resolve_node
-from migslice.inventory.nodes import node_facts_from_raw
 from migslice.mig import CATALOG, Placed, is_legal
+from migslice.names import LAYOUT_ANNOTATION
+from migslice.objects.gpu_layout import parse_layout_annotation
+from migslice.objects.nodes import node_facts_from_raw
 from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
 
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -12,8 +12,8 @@ from flask.testing import FlaskClient
 
 from extender import ExtenderSettings, ExtenderState, create_app
 from extender.state import new_index, state_from_objects
-from migslice.clusterfile import ClusterObjects
 from migslice.inventory import ClusterIndex
+from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import PreparedNode
 from tests.builders import make_node, make_pod
 

@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from migslice.inventory import (
+from migslice.inventory import ClusterIndex, LayoutSource, NodeState, resolve_node
+from migslice.mig.render import parse_mig_parted
+from migslice.objects import (
     AgentGpu,
     AgentInstance,
     AgentReport,
-    ClusterIndex,
     LayoutAnnotationError,
-    LayoutSource,
-    NodeState,
-    QuantityError,
     gpu_requests,
     node_facts_from_raw,
-    parse_count,
     parse_layout_annotation,
     pod_facts_from_raw,
     product_constraint,
     render_layout_annotation,
-    resolve_node,
 )
-from migslice.mig.render import parse_mig_parted
+from migslice.quantity import QuantityError, parse_count
 from tests.builders import make_node, make_pod
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}

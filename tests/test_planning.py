@@ -8,17 +8,16 @@ from collections.abc import Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from migslice.inventory import (
+from migslice.inventory import NodeState, resolve_node
+from migslice.mig import CATALOG, Placed, enumerate_maximal_layouts, is_legal, place
+from migslice.objects import (
     AgentGpu,
     AgentInstance,
     AgentReport,
-    NodeState,
     node_facts_from_raw,
     pod_facts_from_raw,
     render_layout_annotation,
-    resolve_node,
 )
-from migslice.mig import CATALOG, Placed, enumerate_maximal_layouts, is_legal, place
 from migslice.planning import PendingPod, PlanSettings, RepartitionPlan, config_name, plan
 from migslice.scheduling.demand import demand_of
 from tests.builders import make_node, make_pod

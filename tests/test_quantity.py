@@ -9,8 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from migslice.inventory import QuantityError as InventoryQuantityError
-from migslice.inventory import parse_count as inventory_parse_count
 from migslice.quantity import (
     QuantityError,
     format_mib,
@@ -18,6 +16,8 @@ from migslice.quantity import (
     parse_memory_mib,
     parse_quantity,
 )
+from migslice.quantity import QuantityError as InventoryQuantityError
+from migslice.quantity import parse_count as inventory_parse_count
 
 CASES = [
     ("20Gi", Fraction(20 * 2**30)),

@@ -12,9 +12,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from migslice.inventory import NodeState, node_facts_from_raw, pod_facts_from_raw, resolve_node
+from migslice.inventory import NodeState, resolve_node
 from migslice.mig import CATALOG, place
 from migslice.mig.render import mig_parted_entries, parse_mig_parted, render_mig_parted
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.planning import PendingPod, PlanSettings
 from migslice.repartition import (
     ABORTED,

@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from migslice.inventory import (
-    ClusterIndex,
-    node_facts_from_raw,
-    pod_facts_from_raw,
-    render_layout_annotation,
-)
-from migslice.inventory.annotation import AgentGpu, AgentInstance, AgentReport
+from migslice.inventory import ClusterIndex
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw, render_layout_annotation
+from migslice.objects.gpu_layout import AgentGpu, AgentInstance, AgentReport
 from migslice.scheduling import (
     Outcome,
     PreparedNode,

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from migslice.admission import SliceUsage, pod_gpu_requests, usage_of
-from migslice.admission import annotations as names
+from migslice import names
+from migslice.admission import SliceUsage, usage_of
 from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
 from migslice.admission.usage import ZERO
-from migslice.clusterfile import ClusterObjects
 from migslice.mig import CATALOG
+from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.pods import gpu_requests
 from migslice.policy import (
     FieldError,
     Offer,
@@ -298,7 +299,7 @@ class ClusterState:
             usage = (
                 ZERO
                 if phase in TERMINAL_PHASES
-                else usage_of(pod_gpu_requests(raw_pod), self._models_for(raw_pod))
+                else usage_of(dict(gpu_requests(raw_pod)), self._models_for(raw_pod))
             )
             before = self._pods.get(key)
             if isinstance(reservation, str):

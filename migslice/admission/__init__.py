@@ -10,7 +10,7 @@ from migslice.admission.decision import (
 )
 from migslice.admission.intent import MalformedPodError, PodIntent, read_intent
 from migslice.admission.patch import JsonValue, PatchOp, escape
-from migslice.admission.usage import SliceUsage, charge, pod_gpu_requests, usage_of
+from migslice.admission.usage import SliceUsage, charge, usage_of
 from migslice.admission.view import ClusterView, StaticView
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "charge",
     "decide",
     "escape",
-    "pod_gpu_requests",
     "quota_denial",
     "read_intent",
     "usage_of",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from migslice.admission import annotations as names
+from migslice import names
 from migslice.admission.decision import (
     AdmissionDecision,
     AdmissionSettings,

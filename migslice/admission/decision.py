@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from migslice.admission.patch import PatchOp
 from migslice.admission.usage import SliceUsage
+from migslice.names import SCHEDULER_NAME
 
 
 class Unmatched(StrEnum):
@@ -19,7 +20,7 @@ class Unmatched(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class AdmissionSettings:
-    scheduler_name: str = "migslice-scheduler"  # "" leaves spec.schedulerName alone
+    scheduler_name: str = SCHEDULER_NAME  # "" leaves spec.schedulerName alone
     unmatched_namespaces: Unmatched = Unmatched.DENY
 
 

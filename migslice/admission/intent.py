@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 
-from migslice.admission import annotations as names
-from migslice.admission.usage import is_gpu_resource
-from migslice.quantity import QuantityError, parse_quantity
+from migslice import names
+from migslice.objects.pods import ContainerGpu, read_pod_gpu
 
 
 class MalformedPodError(ValueError):
@@ -36,6 +34,13 @@ class ContainerRequest:
     resource: str
     count: int
     sidecar: bool = False  # an init container with restartPolicy: Always
+
+    @staticmethod
+    def of(entry: ContainerGpu) -> ContainerRequest:
+        assert entry.count is not None
+        return ContainerRequest(
+            entry.field, entry.index, entry.container, entry.resource, entry.count, entry.sidecar
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,90 +82,15 @@ def read_intent(raw_pod: Mapping[str, object]) -> PodIntent:
                 reservation = value
             else:
                 found.append((key, value))
-    spec = raw_pod.get("spec")
-    if not isinstance(spec, Mapping):
-        raise MalformedPodError("object.spec must be an object")
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise MalformedPodError("object.spec.containers must be a non-empty list")
-    direct: list[ContainerRequest] = []
-    problems: list[str] = []
-    container_names: list[str] = []
-    for field in ("containers", "initContainers"):
-        listed = spec.get(field)
-        if listed is None:
-            continue
-        if not isinstance(listed, list):
-            raise MalformedPodError(f"object.spec.{field} must be a list")
-        for index, container in enumerate(listed):
-            if not isinstance(container, Mapping):
-                raise MalformedPodError(f"object.spec.{field}[{index}] must be an object")
-            name = container.get("name")
-            name = name if isinstance(name, str) else f"#{index}"
-            resources = container.get("resources")
-            if resources is not None and not isinstance(resources, Mapping):
-                raise MalformedPodError(f"object.spec.{field}[{index}].resources must be an object")
-            if field == "containers":
-                container_names.append(name)
-            sidecar = field == "initContainers" and container.get("restartPolicy") == "Always"
-            who = f'{"init container" if field == "initContainers" else "container"} "{name}"'
-            counts = _gpu_requests(container, f"{field}[{index}]", who, problems)
-            for resource, count in sorted(counts.items()):
-                direct.append(ContainerRequest(field, index, name, resource, count, sidecar))
-    return PodIntent(
-        tuple(sorted(found)), tuple(direct), tuple(container_names), reservation, tuple(problems)
-    )
-
-
-def _gpu_requests(
-    container: Mapping[str, object], where: str, who: str, problems: list[str]
-) -> dict[str, int]:
-    """A container's GPU counts (its limits); what Kubernetes would refuse goes to ``problems``."""
-    resources = container.get("resources")
-    if not isinstance(resources, Mapping):
-        return {}
-    sections: dict[str, dict[str, tuple[str, Fraction]]] = {}
-    for section in ("requests", "limits"):
-        values = resources.get(section)
-        if values is None:
-            continue
-        if not isinstance(values, Mapping):
-            raise MalformedPodError(f"object.spec.{where}.resources.{section} must be a map")
-        parsed: dict[str, tuple[str, Fraction]] = {}
-        for resource, raw_value in values.items():
-            if isinstance(resource, str) and is_gpu_resource(resource):
-                try:
-                    parsed[resource] = (str(raw_value), parse_quantity(raw_value))
-                except QuantityError as error:
-                    raise MalformedPodError(
-                        f"object.spec.{where}.resources.{section}[{resource!r}]: {error}"
-                    ) from None
-        sections[section] = parsed
-    requested, limited = sections.get("requests", {}), sections.get("limits", {})
-    found: dict[str, int] = {}
-    for resource in sorted(requested.keys() | limited.keys()):
-        request, limit = requested.get(resource), limited.get(resource)
-        text, value = limit or request or ("0", Fraction(0))
-        if value.denominator != 1 or value < 0:
-            section = "limits" if limit is not None else "requests"
-            problems.append(
-                f"{who} sets {resource}: {text}; GPU resources are whole units "
-                f"(resources.{section})"
-            )
-        elif limit is None and request is not None and value > 0:
-            problems.append(
-                f"{who} requests {resource}: {text} but sets no limit for it; Kubernetes needs "
-                "a limit, equal to the request, for a GPU resource (resources.limits)"
-            )
-        elif limit is not None and request is not None and request[1] != limit[1]:
-            problems.append(
-                f"{who} requests {resource}: {request[0]} but limits it to {limit[0]}; "
-                "Kubernetes needs the two equal for a GPU resource (resources.requests, "
-                "resources.limits)"
-            )
-        elif value > 0:
-            found[resource] = int(value)
-    return found
+    gpu = read_pod_gpu(raw_pod)
+    if gpu.malformed:
+        raise MalformedPodError(f"object.{gpu.malformed[0]}")
+    direct = [
+        ContainerRequest.of(entry)
+        for entry in gpu.entries
+        if entry.count is not None and entry.count > 0 and not entry.problem
+    ]
+    return PodIntent(tuple(sorted(found)), tuple(direct), gpu.containers, reservation, gpu.problems)
 
 
 def pod_label(namespace: str, raw_pod: Mapping[str, object]) -> str:

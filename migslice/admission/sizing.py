@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from migslice.admission import annotations as names
+from migslice import names
 from migslice.admission.decision import Denial
 from migslice.admission.intent import ContainerRequest, PodIntent
-from migslice.admission.usage import SliceUsage, charge, effective_counts
-from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, profile_from_resource
-from migslice.mig.profiles import SHARED_GPU_RESOURCE
+from migslice.admission.usage import SliceUsage, charge
+from migslice.mig import GpuModel, profile_from_resource
+from migslice.names import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
+from migslice.objects.pods import ContainerKind, effective_counts
 from migslice.policy import Need, NoFit, Offer, TenantPolicy, Tier, resolve_profile
 from migslice.policy.resolution import usable_offers
 from migslice.quantity import QuantityError, parse_count, parse_memory_mib
@@ -205,7 +206,11 @@ def plan_direct(
     in_pod_order = sorted(requests, key=lambda r: (r.field != "initContainers", r.index))
     counts = effective_counts(
         (
-            "app" if r.field == "containers" else "sidecar" if r.sidecar else "init",
+            ContainerKind.APP
+            if r.field == "containers"
+            else ContainerKind.SIDECAR
+            if r.sidecar
+            else ContainerKind.INIT,
             r.resource,
             r.count,
         )

@@ -7,8 +7,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from migslice import names
 from migslice.cli.common import CommandError
-from migslice.clusterfile import ClusterFileError, load_cluster_text
+from migslice.objects.clusterfile import ClusterFileError, load_cluster_text
 from migslice.serving import add_server_arguments, options_from_args, serve
 from migslice.serving.reload import ReloadingApp
 
@@ -98,7 +99,7 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--repartition-scheduler-name",
-        default="migslice-scheduler",
+        default=names.SCHEDULER_NAME,
         help="only pods of this scheduler count as pending demand",
     )
     group.add_argument(

@@ -8,8 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from migslice import names
 from migslice.cli.common import CommandError
-from migslice.clusterfile import ClusterFileError, load_cluster_text
+from migslice.objects.clusterfile import ClusterFileError, load_cluster_text
 from migslice.serving import add_server_arguments, options_from_args, serve
 from migslice.serving.reload import ReloadingApp
 
@@ -42,7 +43,7 @@ def register(commands: Any) -> None:
     )
     webhook.add_argument(
         "--scheduler-name",
-        default="migslice-scheduler",
+        default=names.SCHEDULER_NAME,
         help="schedulerName set on GPU pods that use the default scheduler ('' leaves it alone)",
     )
     webhook.add_argument(

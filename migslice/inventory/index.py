@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
 from migslice.inventory.layouts import NodeState, resolve_node
-from migslice.inventory.nodes import NodeFacts
-from migslice.inventory.pods import PodFacts
 from migslice.mig import CATALOG, Catalog
 from migslice.mig.render import MigPartedEntry
+from migslice.objects.nodes import NodeFacts
+from migslice.objects.pods import PodFacts
 
 V = TypeVar("V")
 MigConfigs = Mapping[str, tuple[MigPartedEntry, ...]]

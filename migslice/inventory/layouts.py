@@ -34,8 +34,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from migslice.inventory.migparted import per_gpu_counts
-from migslice.inventory.nodes import NodeFacts
-from migslice.inventory.pods import PodFacts
 from migslice.mig import (
     CATALOG,
     MIG_RESOURCE_PREFIX,
@@ -48,6 +46,8 @@ from migslice.mig import (
     violations,
 )
 from migslice.mig.render import MigPartedEntry
+from migslice.objects.nodes import NodeFacts
+from migslice.objects.pods import PodFacts
 
 MIG_OK_STATES = frozenset({"success"})
 

@@ -12,7 +12,8 @@ from typing import Protocol
 
 from migslice.kube.informer import Informer, ResourceRef
 from migslice.kube.transport import RawObject, Transport
-from migslice.policy.wire import GROUP, PLURAL, VERSION
+from migslice.names import GROUP, VERSION
+from migslice.names import POLICY_PLURAL as PLURAL
 
 POLICIES = "tenantpolicies"
 NAMESPACES = "namespaces"

@@ -28,7 +28,8 @@ from typing import Any, Protocol
 from migslice.admission.status import StatusUpdate
 from migslice.kube.informer import Backoff
 from migslice.kube.transport import ApiError, RawObject
-from migslice.policy.wire import GROUP, PLURAL, VERSION
+from migslice.names import GROUP, VERSION
+from migslice.names import POLICY_PLURAL as PLURAL
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+from migslice.names import MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
+
+__all__ = [
+    "MIG_RESOURCE_PREFIX",
+    "SHARED_GPU_RESOURCE",
+    "WHOLE_GPU_RESOURCE",
+    "ProfileName",
+    "ProfileNameError",
+    "parse_profile_name",
+    "profile_from_resource",
+    "resource_name",
+]
 
 _ATTRIBUTES = ("+me.all", "+me", "+gfx", "-me")
 _NAME_RE = re.compile(r"^(?P<c>[1-9])g\.(?P<m>[0-9]{1,4})gb(?P<attr>(\+me\.all|\+me|\+gfx|-me)?)$")

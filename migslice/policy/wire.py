@@ -7,12 +7,6 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-GROUP = "migslice.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "TenantPolicy"
-PLURAL = "tenantpolicies"
-
 
 class SelectorRequirementWire(TypedDict):
     key: str

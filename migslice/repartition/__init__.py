@@ -14,7 +14,7 @@ from migslice.repartition.decide import (
     recheck,
 )
 from migslice.repartition.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
-from migslice.repartition.pending import SCHEDULER_NAME, pending_pods, unschedulable_since
+from migslice.repartition.pending import pending_pods, unschedulable_since
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -40,7 +40,6 @@ __all__ = [
     "REASON_FAILED",
     "REASON_STARTED",
     "RECORD_ANNOTATION",
-    "SCHEDULER_NAME",
     "SUCCESS",
     "SUPERSEDED",
     "TIMEOUT",

@@ -6,10 +6,9 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from migslice.names import SCHEDULER_NAME
 from migslice.planning import PendingPod
 from migslice.scheduling.demand import UnitKind, demand_of
-
-SCHEDULER_NAME = "migslice-scheduler"
 
 
 def unschedulable_since(raw_pod: Mapping[str, Any]) -> datetime.datetime | None:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from migslice.inventory import QuantityError, gpu_requests, pod_key, product_constraint
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, profile_from_resource
+from migslice.objects.pods import pod_key, product_constraint, read_pod_gpu
 
 
 class UnitKind(enum.Enum):
@@ -50,14 +50,13 @@ class PodDemand:
 
 
 def demand_of(raw_pod: Mapping[str, Any]) -> PodDemand:
-    """Read a pod's GPU demand; a malformed quantity becomes ``error`` (never an exception)."""
+    """Read a pod's GPU demand; a quantity that is no whole count becomes ``error``."""
     key = pod_key(raw_pod)
-    try:
-        requests = gpu_requests(raw_pod)
-    except QuantityError as error:
-        return PodDemand(key, error=str(error))
+    gpu = read_pod_gpu(raw_pod)
+    if gpu.count_error:
+        return PodDemand(key, error=gpu.count_error)
     units: list[DemandUnit] = []
-    for resource, count in requests:
+    for resource, count in gpu.requests:
         if resource == WHOLE_GPU_RESOURCE:
             units.append(DemandUnit(resource, count, UnitKind.WHOLE_GPU, None))
         elif resource.startswith(MIG_RESOURCE_PREFIX):

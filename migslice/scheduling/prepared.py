@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 from migslice.inventory import NodeState, mig_resource
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from migslice.names import MIG_TRANSITION_STATES
 from migslice.scheduling import reasons
 from migslice.scheduling.fragmentation import score_units
 
-REPARTITIONING_STATES = frozenset({"pending", "rebooting"})
+REPARTITIONING_STATES = MIG_TRANSITION_STATES
 
 
 @dataclass(frozen=True, slots=True)

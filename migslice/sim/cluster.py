@@ -16,8 +16,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from migslice.inventory import GpuState, LayoutSource, NodeFacts, NodeState, mig_resource
+from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
 from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Layout, Placed, is_legal, make_layout
+from migslice.objects import NodeFacts
 from migslice.scheduling import PreparedNode, prepare_node
 
 GPUS_PER_NODE = 8

@@ -11,20 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from migslice.inventory.annotation import (
-    LAYOUT_ANNOTATION,
+from migslice import names
+from migslice.objects.gpu_layout import (
     AgentReport,
     LayoutAnnotationError,
     parse_layout_annotation,
 )
-from migslice.inventory.pods import GPU_RESOURCE_PREFIX, PRODUCT_LABEL
-from migslice.inventory.quantities import QuantityError, parse_count
-
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+from migslice.quantity import QuantityError, parse_count
 
 RawNode = Mapping[str, Any]
 
@@ -60,53 +53,56 @@ class NodeFacts:
 
 def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
     """Project a raw Node (as the API or kube-scheduler sends it) to :class:`NodeFacts`."""
-    metadata = raw_node.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    annotations = metadata.get("annotations") or {}
-    status = raw_node.get("status") or {}
-    allocatable_raw = status.get("allocatable") or {} if isinstance(status, Mapping) else {}
+    metadata = _mapping(raw_node.get("metadata"))
+    labels = _mapping(metadata.get("labels"))
+    annotations = _mapping(metadata.get("annotations"))
+    allocatable_raw = _mapping(_mapping(raw_node.get("status")).get("allocatable"))
     problems: list[str] = []
     allocatable: list[tuple[str, int]] = []
-    if isinstance(allocatable_raw, Mapping):
-        for name, value in allocatable_raw.items():
-            if not (isinstance(name, str) and name.startswith(GPU_RESOURCE_PREFIX)):
-                continue
-            try:
-                count = parse_count(value, f"status.allocatable[{name}]")
-            except QuantityError as error:
-                problems.append(str(error))
-                continue
-            allocatable.append((sys.intern(name), count))
-    gpu_count: int | None = None
-    count_text = _label(labels, GPU_COUNT_LABEL)
-    if count_text is not None:
+    for resource, value in allocatable_raw.items():
+        if not (isinstance(resource, str) and resource.startswith(names.GPU_RESOURCE_PREFIX)):
+            continue
         try:
-            gpu_count = parse_count(count_text, f"label {GPU_COUNT_LABEL}")
+            count = parse_count(value, f"status.allocatable[{resource}]")
         except QuantityError as error:
             problems.append(str(error))
-    capable_text = _label(labels, MIG_CAPABLE_LABEL)
+            continue
+        allocatable.append((sys.intern(resource), count))
+    gpu_count: int | None = None
+    count_text = _label(labels, names.GPU_COUNT_LABEL)
+    if count_text is not None:
+        try:
+            gpu_count = parse_count(count_text, f"label {names.GPU_COUNT_LABEL}")
+        except QuantityError as error:
+            problems.append(str(error))
+    capable_text = _label(labels, names.MIG_CAPABLE_LABEL)
     agent: AgentReport | None = None
     agent_error = ""
-    annotation = annotations.get(LAYOUT_ANNOTATION) if isinstance(annotations, Mapping) else None
+    annotation = annotations.get(names.LAYOUT_ANNOTATION)
     if isinstance(annotation, str):
         try:
             agent = parse_layout_annotation(annotation)
         except LayoutAnnotationError as error:
             agent_error = str(error)
+    name, version = metadata.get("name"), metadata.get("resourceVersion")
     return NodeFacts(
-        name=str(metadata.get("name") or ""),
-        resource_version=str(metadata.get("resourceVersion") or ""),
-        product=_interned(_label(labels, PRODUCT_LABEL)),
+        name=sys.intern(name) if isinstance(name, str) else "",
+        resource_version=version if isinstance(version, str) else "",
+        product=_interned(_label(labels, names.PRODUCT_LABEL)),
         gpu_count=gpu_count,
         mig_capable=None if capable_text is None else capable_text.lower() == "true",
-        mig_strategy=_interned(_label(labels, MIG_STRATEGY_LABEL)),
-        mig_config=_interned(_label(labels, MIG_CONFIG_LABEL)),
-        mig_config_state=_interned(_label(labels, MIG_CONFIG_STATE_LABEL)),
+        mig_strategy=_interned(_label(labels, names.MIG_STRATEGY_LABEL)),
+        mig_config=_interned(_label(labels, names.MIG_CONFIG_LABEL)),
+        mig_config_state=_interned(_label(labels, names.MIG_CONFIG_STATE_LABEL)),
         allocatable=tuple(sorted(allocatable)),
         agent=agent,
         agent_error=agent_error,
         problems=tuple(problems),
     )
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _label(labels: object, key: str) -> str | None:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from migslice.mig import NvmlProfileInfo
+from migslice.names import LAYOUT_ANNOTATION
 
-LAYOUT_ANNOTATION = "migslice.io/gpu-layout"
 LAYOUT_VERSION = "v1"
 
 

@@ -1,0 +1,97 @@
+"""The names migslice shares with Kubernetes, NVIDIA's components and its own parts.
+
+ARCHITECTURE §4 lists them as stable interfaces: tests, docs and other programs depend on
+them. Every module reads a name from here; none spells one out again. This module imports
+nothing, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+# -- the TenantPolicy API ---------------------------------------------------------------------
+
+GROUP = "migslice.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+POLICY_KIND = "TenantPolicy"
+POLICY_PLURAL = "tenantpolicies"
+POLICY_SHORT_NAME = "tp"
+
+# -- pod annotations: what a team asks for ----------------------------------------------------
+
+GPU_SIZE = "migslice.io/gpu-size"
+GPU_MEMORY = "migslice.io/gpu-memory"
+GPU_COMPUTE = "migslice.io/gpu-compute"
+GPU_COUNT = "migslice.io/gpu-count"
+GPU_CONTAINER = "migslice.io/gpu-container"
+INPUT_ANNOTATIONS = (GPU_SIZE, GPU_MEMORY, GPU_COMPUTE, GPU_COUNT, GPU_CONTAINER)
+
+# -- pod annotations: what the webhook decided ------------------------------------------------
+
+TENANT = "migslice.io/tenant"
+PROFILE = "migslice.io/profile"
+POLICY = "migslice.io/policy"
+RESERVATION = "migslice.io/reservation"
+"""The admission request uid that admitted the pod (written by the webhook; the charge of
+that admission is released once the pod itself is counted)."""
+OUTPUT_ANNOTATIONS = (TENANT, PROFILE, POLICY, RESERVATION)
+
+# -- annotations of the node agent and the repartition controller ------------------------------
+
+LAYOUT_ANNOTATION = "migslice.io/gpu-layout"
+"""On a Node: the node agent's report of its GPUs' real MIG layouts (versioned JSON)."""
+RECORD_ANNOTATION = "migslice.io/repartition"
+"""On the mig-parted ConfigMap: the repartition controller's plan record (JSON)."""
+TOUCH_ANNOTATION = "migslice.io/repartitioned"
+"""On a pending Pod: the config a finished re-partition applied for it (makes kube-scheduler
+retry the pod at once)."""
+ADMISSION_LABEL = "migslice.io/admission"
+"""On a Namespace: ``disabled`` keeps the webhook configurations from calling migslice."""
+
+MIGSLICE_PREFIX = "migslice.io/"
+
+# -- the scheduler -----------------------------------------------------------------------------
+
+SCHEDULER_NAME = "migslice-scheduler"
+
+# -- NVIDIA GPU Feature Discovery and MIG Manager node labels -----------------------------------
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+MIG_STATE_PENDING = "pending"
+MIG_STATE_REBOOTING = "rebooting"
+MIG_STATE_SUCCESS = "success"
+MIG_STATE_FAILED = "failed"
+MIG_TRANSITION_STATES = frozenset({MIG_STATE_PENDING, MIG_STATE_REBOOTING})
+"""MIG Manager is working on the node: no GPU pod may use it and no plan may touch it."""
+
+# -- NVIDIA device plugin resources (mixed strategy) --------------------------------------------
+
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+
+# -- MIG Manager's mig-parted ConfigMap ----------------------------------------------------------
+
+MIG_CONFIG_MAP = "migslice-mig-config"
+MIG_CONFIG_KEY = "config.yaml"
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
+OWN_CONFIG_PREFIX = "migslice-"
+"""Configs migslice writes into the file are named ``migslice-<node>-<hash>``."""
+
+# -- migslice's own namespace and objects ---------------------------------------------------------
+
+SYSTEM_NAMESPACE = "migslice-system"
+LEASE_NAME = "migslice-repartition"
+WEBHOOK_SERVICE = "migslice-webhook"
+EXTENDER_SERVICE = "migslice-extender"
+
+# -- pod phases ------------------------------------------------------------------------------------
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

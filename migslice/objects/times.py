@@ -1,0 +1,34 @@
+"""Timestamps as Kubernetes writes them: RFC 3339 in UTC with second precision
+(``2025-05-01T12:00:00Z``, ``metav1.Time``). Times inside migslice are epoch seconds or aware
+datetimes; this is the one place that formats and reads the wire form."""
+
+from __future__ import annotations
+
+import datetime
+
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def format_time(when: float | datetime.datetime) -> str:
+    """``when`` (epoch seconds, or an aware datetime) as ``2025-05-01T12:00:00Z``."""
+    if isinstance(when, datetime.datetime):
+        stamp = when.astimezone(datetime.UTC)
+    else:
+        stamp = datetime.datetime.fromtimestamp(when, datetime.UTC)
+    return stamp.strftime(RFC3339)
+
+
+def parse_time(text: object) -> datetime.datetime | None:
+    """The aware UTC datetime of an RFC 3339 second-precision stamp; None if it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.strptime(text, RFC3339).replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+
+
+def parse_epoch_s(text: object) -> float | None:
+    """Epoch seconds of an RFC 3339 stamp; None if it is not one."""
+    stamp = parse_time(text)
+    return None if stamp is None else stamp.timestamp()
