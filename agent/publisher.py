@@ -23,6 +23,7 @@ from migslice.objects.gpu_layout import (
     parse_layout_annotation,
     render_layout_annotation,
 )
+from migslice.objects.times import format_time, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Publisher:
     def publish_once(self) -> tuple[bool, Report]:
         """Read and publish; returns (whether the Node was written, the report)."""
         now = self.now()
-        report = build_report(self.read(), now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        report = build_report(self.read(), format_time(now))
         for warning in report.warnings:
             if warning not in self._warned:
                 log.warning("gpu layout warning node=%s: %s", self.node_name, warning)
@@ -85,10 +86,5 @@ def _published(text: str) -> tuple[str | None, datetime.datetime | None]:
         parsed = parse_layout_annotation(text)
     except LayoutAnnotationError:
         return None, None
-    try:
-        written = datetime.datetime.strptime(parsed.observed_at, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=datetime.UTC
-        )
-    except ValueError:
-        written = None
+    written = parse_time(parsed.observed_at)
     return render_layout_annotation(dataclasses.replace(parsed, observed_at="")), written

@@ -32,7 +32,14 @@ from migslice.admission.status import StatusUpdate, invalid_policy_status, polic
 from migslice.admission.usage import ZERO
 from migslice.mig import CATALOG
 from migslice.objects.clusterfile import ClusterObjects
-from migslice.objects.pods import gpu_requests
+from migslice.objects.nodes import node_name_of, node_product_of
+from migslice.objects.pods import (
+    annotations_of,
+    bound_node_of,
+    gpu_requests,
+    is_terminal,
+    metadata_of,
+)
 from migslice.policy import (
     FieldError,
     Offer,
@@ -44,8 +51,6 @@ from migslice.policy import (
 )
 
 log = logging.getLogger(__name__)
-
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class Clock(Protocol):
@@ -265,13 +270,13 @@ class ClusterState:
                 self._changed()
 
     def upsert_node(self, raw_node: Mapping[str, object]) -> None:
-        name, labels = _name_and_labels(raw_node)
+        name = node_name_of(raw_node)
         if name is None:
             return
-        product = labels.get(names.PRODUCT_LABEL)
+        product = node_product_of(raw_node)
         with self.admission_lock:
             self._forget_node(name)
-            if isinstance(product, str) and CATALOG.by_product(product) is not None:
+            if product is not None and CATALOG.by_product(product) is not None:
                 self._node_products[name] = product
                 self._product_nodes[product] += 1
                 if self._product_nodes[product] == 1:
@@ -282,23 +287,16 @@ class ClusterState:
             self._forget_node(name)
 
     def upsert_pod(self, raw_pod: Mapping[str, object]) -> None:
-        metadata = raw_pod.get("metadata")
-        if not isinstance(metadata, Mapping):
-            return
+        metadata = metadata_of(raw_pod)
         namespace, name = metadata.get("namespace"), metadata.get("name")
         if not isinstance(namespace, str) or not isinstance(name, str):
             return
         key = f"{namespace}/{name}"
-        status = raw_pod.get("status")
-        phase = status.get("phase") if isinstance(status, Mapping) else None
-        annotations = metadata.get("annotations")
-        reservation = (
-            annotations.get(names.RESERVATION) if isinstance(annotations, Mapping) else None
-        )
+        reservation = annotations_of(raw_pod).get(names.RESERVATION)
         with self.admission_lock:
             usage = (
                 ZERO
-                if phase in TERMINAL_PHASES
+                if is_terminal(raw_pod)
                 else usage_of(dict(gpu_requests(raw_pod)), self._models_for(raw_pod))
             )
             before = self._pods.get(key)
@@ -334,9 +332,8 @@ class ClusterState:
 
     def _models_for(self, raw_pod: Mapping[str, object]) -> tuple[str, ...]:
         """The GPU model keys a pod's slices are priced on: its node's, else the cluster's."""
-        spec = raw_pod.get("spec")
-        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        product = self._node_products.get(node) if isinstance(node, str) else None
+        node = bound_node_of(raw_pod)
+        product = self._node_products.get(node) if node is not None else None
         if product is not None:
             model = CATALOG.by_product(product)
             if model is not None:
@@ -379,14 +376,6 @@ class ClusterState:
         else:
             self._namespace_usage[old.namespace] = remaining
         return True
-
-
-def _name_and_labels(raw: Mapping[str, object]) -> tuple[str | None, Mapping[str, object]]:
-    metadata = raw.get("metadata")
-    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
-        return None, {}
-    labels = metadata.get("labels")
-    return str(metadata["name"]), labels if isinstance(labels, Mapping) else {}
 
 
 def _generation(raw_policy: Mapping[str, object]) -> int:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from migslice.admission.usage import SliceUsage
+from migslice.objects.times import format_time
 from migslice.policy import FieldError, TenantPolicy
 from migslice.policy.wire import ConditionWire, TenantPolicyStatusWire, UsageWire
 
@@ -131,13 +132,6 @@ def quota_summary(policy: TenantPolicy, usage: SliceUsage) -> str:
     if not limits:
         return f"{usage.compute_slices} compute slices"
     return ", ".join(f"{limit.used}/{limit.limit} {limit.label}" for limit in limits)
-
-
-def format_time(now: datetime) -> str:
-    """RFC 3339 in UTC with seconds, as Kubernetes writes ``metav1.Time``."""
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- internals ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from migslice.cli.common import CommandError, format_table
+from migslice.objects.times import format_time
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from migslice.mig.render import render_bar
 
     gpus = _read()
-    report = build_report(gpus, _now().strftime("%Y-%m-%dT%H:%M:%SZ"))
+    report = build_report(gpus, format_time(_now()))
     if args.output == "annotation":
         print(report.text())
         return 0

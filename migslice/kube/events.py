@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from migslice.kube.transport import ApiError, KubernetesTransport
+from migslice.objects.times import format_time
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ def record_node_event(
     warning: bool = False,
 ) -> None:
     """Create a ``Normal`` or ``Warning`` Event about ``node``; a failure is logged only."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = format_time(datetime.datetime.now(datetime.UTC))
     event: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Event",

@@ -13,20 +13,15 @@ holder's ``renewTime`` is not compared with our clock: clocks differ). Every wri
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
+from migslice.objects.times import format_micro_time
 
 log = logging.getLogger(__name__)
-
-
-def micro_time(epoch_s: float) -> str:
-    stamp = datetime.datetime.fromtimestamp(epoch_s, datetime.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -121,7 +116,7 @@ class LeaderElector:
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == self.identity:
-            acquire = spec.get("acquireTime") or micro_time(now_s)
+            acquire = spec.get("acquireTime") or format_micro_time(now_s)
             new_spec = self._spec(now_s, None, transitions)
             new_spec["acquireTime"] = acquire
         else:
@@ -132,11 +127,11 @@ class LeaderElector:
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, round(self._duration_s)),
-            "renewTime": micro_time(now_s),
+            "renewTime": format_micro_time(now_s),
             "leaseTransitions": transitions,
         }
         if acquired_s is not None:
-            spec["acquireTime"] = micro_time(acquired_s)
+            spec["acquireTime"] = format_micro_time(acquired_s)
         return spec
 
     def _write(self, lease: RawObject, spec: dict[str, Any]) -> bool:

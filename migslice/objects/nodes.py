@@ -101,6 +101,20 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
     )
 
 
+def node_name_of(raw_node: RawNode) -> str | None:
+    name = _mapping(raw_node.get("metadata")).get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def node_labels_of(raw_node: RawNode) -> Mapping[str, Any]:
+    return _mapping(_mapping(raw_node.get("metadata")).get("labels"))
+
+
+def node_product_of(raw_node: RawNode) -> str | None:
+    """The GPU Feature Discovery product label (``nvidia.com/gpu.product``), if any."""
+    return _label(node_labels_of(raw_node), names.PRODUCT_LABEL)
+
+
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 

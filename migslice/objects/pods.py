@@ -310,7 +310,7 @@ def is_terminal(raw_pod: RawPod) -> bool:
     return phase_of(raw_pod) in names.TERMINAL_PHASES
 
 
-def node_name_of(raw_pod: RawPod) -> str | None:
+def bound_node_of(raw_pod: RawPod) -> str | None:
     spec = raw_pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
     return node if isinstance(node, str) and node else None
@@ -411,7 +411,7 @@ def pod_facts_from_raw(raw_pod: RawPod) -> PodFacts | None:
     """Project a raw Pod for the cache; None when it holds no GPU resource anywhere."""
     if is_terminal(raw_pod):
         return None
-    node_name, nominated = node_name_of(raw_pod), nominated_node_of(raw_pod)
+    node_name, nominated = bound_node_of(raw_pod), nominated_node_of(raw_pod)
     if node_name is None and nominated is None:
         return None
     requests = gpu_requests(raw_pod)

@@ -12,10 +12,18 @@ RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 def format_time(when: float | datetime.datetime) -> str:
     """``when`` (epoch seconds, or an aware datetime) as ``2025-05-01T12:00:00Z``."""
     if isinstance(when, datetime.datetime):
+        if when.tzinfo is None:
+            raise ValueError("a datetime to format must be timezone-aware")
         stamp = when.astimezone(datetime.UTC)
     else:
         stamp = datetime.datetime.fromtimestamp(when, datetime.UTC)
     return stamp.strftime(RFC3339)
+
+
+def format_micro_time(epoch_s: float) -> str:
+    """``metav1.MicroTime`` (Lease ``renewTime``): ``2025-05-01T12:00:00.123456Z``."""
+    stamp = datetime.datetime.fromtimestamp(epoch_s, datetime.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(text: object) -> datetime.datetime | None:

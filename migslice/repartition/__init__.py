@@ -2,6 +2,7 @@
 the mig-parted merge. Pure: the time, the cluster and the record are inputs; the shell in
 ``extender/repartition.py`` persists the record and performs the steps."""
 
+from migslice.objects.times import format_time
 from migslice.repartition.decide import (
     REASON_FAILED,
     REASON_STARTED,
@@ -27,7 +28,6 @@ from migslice.repartition.record import (
     NodeStep,
     RecordError,
     RepartitionRecord,
-    format_time,
     parse_record,
     render_record,
 )

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.render import MigPartedEntry
+from migslice.objects.times import format_time
 from migslice.planning import (
     TRANSITION_STATES,
     PendingPod,
@@ -47,7 +48,6 @@ from migslice.repartition.record import (
     ActivePlan,
     NodeStep,
     RepartitionRecord,
-    format_time,
 )
 
 REASON_STARTED = "MigRepartition"

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from migslice.names import SCHEDULER_NAME
+from migslice.objects.times import parse_time
 from migslice.planning import PendingPod
 from migslice.scheduling.demand import UnitKind, demand_of
 
@@ -19,14 +20,7 @@ def unschedulable_since(raw_pod: Mapping[str, Any]) -> datetime.datetime | None:
             continue
         if condition.get("status") != "False" or condition.get("reason") != "Unschedulable":
             return None
-        stamp = condition.get("lastTransitionTime")
-        if not isinstance(stamp, str):
-            return None
-        try:
-            since = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
-        except ValueError:
-            return None
-        return since.replace(tzinfo=datetime.UTC)
+        return parse_time(condition.get("lastTransitionTime"))
     return None
 
 

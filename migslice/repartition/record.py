@@ -16,13 +16,13 @@ write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from migslice.mig.render import MigPartedEntry, MigPartedError, parse_mig_parted
+from migslice.objects.times import format_time, parse_epoch_s
 
 RECORD_ANNOTATION = "migslice.io/repartition"
 RECORD_VERSION = "v1"
@@ -85,19 +85,13 @@ class RepartitionRecord:
         return replace(self, plan=plan)
 
 
-def format_time(epoch_s: float) -> str:
-    stamp = datetime.datetime.fromtimestamp(epoch_s, datetime.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_time(text: object, where: str) -> float:
     if not isinstance(text, str):
         raise RecordError(f"{where}: expected an RFC 3339 time, got {text!r}")
-    try:
-        stamp = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        raise RecordError(f"{where}: {text!r} is not an RFC 3339 UTC time") from None
-    return stamp.replace(tzinfo=datetime.UTC).timestamp()
+    epoch_s = parse_epoch_s(text)
+    if epoch_s is None:
+        raise RecordError(f"{where}: {text!r} is not an RFC 3339 UTC time")
+    return epoch_s
 
 
 def _entry_json(entry: MigPartedEntry) -> dict[str, Any]:
