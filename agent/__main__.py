@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from migslice.cli import main
+from agent.command import AGENT
 
 if __name__ == "__main__":
-    raise SystemExit(main(["agent", *sys.argv[1:]]))
+    raise SystemExit(AGENT.main(sys.argv[1:], prog="python -m agent"))

@@ -9,49 +9,49 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any
 
-from migslice.cli.common import CommandError, format_table
+from agent.readings import GpuReading
+from agent.settings import AgentSettings
+from migslice import console
+from migslice.console import CommandError, format_table
 from migslice.objects.times import format_time
 
 log = logging.getLogger(__name__)
 
 
-def register(commands: Any) -> None:
-    agent = commands.add_parser(
-        "agent",
-        help="node agent: publish this node's real MIG layout (NVML) on its Node object",
-        description=(
-            "Reads every GPU through NVML (never changes anything) and writes the Node "
-            "annotation migslice.io/gpu-layout when it changes, or every --heartbeat-s. "
-            "Warnings (a GPU model the catalog lacks, NVML and the catalog disagreeing, a MIG "
-            "GPU without instances) are logged and recorded as Node Events."
-        ),
-    )
+def add_agent_arguments(agent: argparse.ArgumentParser) -> None:
     agent.add_argument(
-        "--node-name", required=True, help="this node (the downward API's spec.nodeName)"
+        "--node-name",
+        required=True,
+        type=console.dns_subdomain,
+        help="this node (the downward API's spec.nodeName)",
     )
     agent.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then ~/.kube")
-    agent.add_argument("--interval-s", type=float, default=30.0, help="seconds between NVML reads")
     agent.add_argument(
-        "--heartbeat-s", type=float, default=300.0, help="rewrite an unchanged layout this often"
+        "--interval-s",
+        type=console.seconds(allow_zero=False),
+        default=30.0,
+        help="seconds between NVML reads",
+    )
+    agent.add_argument(
+        "--heartbeat-s",
+        type=console.seconds(allow_zero=False),
+        default=300.0,
+        help="rewrite an unchanged layout this often",
     )
     agent.add_argument("--once", action="store_true", help="publish once and exit")
-    agent.add_argument("--log-level", default="info", choices=("debug", "info", "warning"))
-    agent.set_defaults(handler=run_agent)
+    console.add_log_level(agent)
 
-    inspect = commands.add_parser(
-        "inspect", help="show this machine's GPUs and MIG instances as NVML reports them"
-    )
+
+def add_inspect_arguments(inspect: argparse.ArgumentParser) -> None:
     inspect.add_argument("-o", "--output", choices=("table", "json", "annotation"), default="table")
-    inspect.set_defaults(handler=run_inspect)
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _read() -> Any:
+def _read() -> tuple[GpuReading, ...]:
     from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
 
     try:
@@ -98,51 +98,86 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    return serve_agent(
+        AgentSettings(
+            node_name=args.node_name,
+            kubeconfig=args.kubeconfig,
+            interval_s=args.interval_s,
+            heartbeat_s=args.heartbeat_s,
+            once=args.once,
+            log_level=args.log_level,
+        )
+    )
+
+
+def serve_agent(settings: AgentSettings) -> int:
+    """Publish the node's MIG state every ``interval_s`` until SIGTERM (or once)."""
     from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
     from agent.publisher import Publisher
     from migslice.kube.nodes import KubeNodeStore
     from migslice.kube.transport import ApiError, KubernetesTransport
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if args.interval_s <= 0:
-        raise CommandError(f"--interval-s {args.interval_s}: must be more than 0")
+    console.setup_logging(settings.log_level)
     try:
-        transport = KubernetesTransport.from_environment(args.kubeconfig)
+        transport = KubernetesTransport.from_environment(settings.kubeconfig)
     except Exception as error:  # the kubernetes client raises several config errors
         raise CommandError(f"cannot configure access to the API server: {error}") from None
 
-    def read() -> Any:
+    def read() -> tuple[GpuReading, ...]:
         with nvml_session():
             return read_gpus()
 
     publisher = Publisher(
-        node_name=args.node_name,
+        node_name=settings.node_name,
         store=KubeNodeStore(transport),
         read=read,
         now=_now,
-        heartbeat_s=args.heartbeat_s,
+        heartbeat_s=settings.heartbeat_s,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    delay = args.interval_s
+    delay = settings.interval_s
     while True:
         try:
             written, _ = publisher.publish_once()
-            delay = args.interval_s
-            log.debug("agent pass node=%s written=%s", args.node_name, written)
+            delay = settings.interval_s
+            log.debug("agent pass node=%s written=%s", settings.node_name, written)
         except NvmlUnavailableError as error:
-            if args.once:
+            if settings.once:
                 raise CommandError(str(error)) from None
             log.error(
-                "NVML unavailable node=%s: %s; retrying in %.0fs", args.node_name, error, delay
+                "NVML unavailable node=%s: %s; retrying in %.0fs", settings.node_name, error, delay
             )
         except ApiError as error:
-            if args.once:
-                raise CommandError(f"cannot publish on node {args.node_name}: {error}") from None
+            if settings.once:
+                raise CommandError(
+                    f"cannot publish on node {settings.node_name}: {error}"
+                ) from None
             delay = min(delay * 2, 300.0)
-            log.error("publish failed node=%s: %s; retrying in %.0fs", args.node_name, error, delay)
-        if args.once or stop.wait(delay):
+            log.error(
+                "publish failed node=%s: %s; retrying in %.0fs", settings.node_name, error, delay
+            )
+        if settings.once or stop.wait(delay):
             return 0
+
+
+AGENT = console.Command(
+    "agent",
+    help="node agent: publish this node's real MIG layout (NVML) on its Node object",
+    description=(
+        "Reads every GPU through NVML (never changes anything) and writes the Node "
+        "annotation migslice.io/gpu-layout when it changes, or every --heartbeat-s. "
+        "Warnings (a GPU model the catalog lacks, NVML and the catalog disagreeing, a MIG "
+        "GPU without instances) are logged and recorded as Node Events."
+    ),
+    add_arguments=add_agent_arguments,
+    run=run_agent,
+)
+INSPECT = console.Command(
+    "inspect",
+    help="show this machine's GPUs and MIG instances as NVML reports them",
+    description="Reads every GPU through NVML (never changes anything) and prints it.",
+    add_arguments=add_inspect_arguments,
+    run=run_inspect,
+)
+COMMANDS = (AGENT, INSPECT)

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from migslice.cli.common import CommandError
-from migslice.cli.simulate import DEFAULT_DATA_DIR, load_workload
+from migslice.console import CommandError
 from migslice.sim import GPU_MODEL, make_policy, mix_counts
 from migslice.sim.churn import run_churn
 from migslice.sim.churn_model import ChurnConfig, ChurnResult, Lifetimes
+from migslice.sim.command import DEFAULT_DATA_DIR, load_workload
 
 REPORTS = Path(__file__).parent / "reports"
 MAPPINGS = ("M1", "synthetic")

@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from migslice.cli.common import CommandError
-from migslice.cli.simulate import DEFAULT_DATA_DIR, load_workload
+from migslice.console import CommandError
 from migslice.sim import (
     GPU_MODEL,
     POLICY_IDS,
@@ -38,6 +37,7 @@ from migslice.sim import (
     mix_counts,
     run_saturation,
 )
+from migslice.sim.command import DEFAULT_DATA_DIR, load_workload
 
 REPORTS = Path(__file__).parent / "reports"
 MAPPINGS = ("M1", "M2", "synthetic")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from migslice.cli import main
+from extender.command import COMMAND
 
 if __name__ == "__main__":
-    sys.exit(main(["extender", *sys.argv[1:]]))
+    raise SystemExit(COMMAND.main(sys.argv[1:], prog="python -m extender"))

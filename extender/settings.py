@@ -1,10 +1,15 @@
-"""Settings of the extender service (from the command line; no environment reads here)."""
+"""Settings of the extender service: one typed value, validated here, built by ``command``
+(no environment reads here)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from migslice import names
+from migslice.console import CommandError
+from migslice.serving import ServerOptions
 
 DEFAULT_PORT = 8443
 DEFAULT_MIG_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
@@ -34,6 +39,34 @@ class RepartitionSettings:
     lease: str = DEFAULT_LEASE
     lease_duration_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--repartition-interval-s", self.interval_s),
+            ("--repartition-lease-s", self.lease_duration_s),
+            ("--repartition-deadline-s", self.deadline_s),
+        ):
+            if not math.isfinite(value) or value <= 0:
+                raise CommandError(f"{flag} {value}: must be a finite number > 0")
+        for flag, value in (
+            ("--repartition-min-pending-s", self.min_pending_s),
+            ("--repartition-cooldown-s", self.cooldown_s),
+            ("--repartition-backoff-s", self.backoff_s),
+        ):
+            if not math.isfinite(value) or value < 0:
+                raise CommandError(f"{flag} {value}: must be a finite number >= 0")
+        if self.max_nodes_in_flight < 1:
+            raise CommandError(
+                f"--repartition-max-nodes-in-flight {self.max_nodes_in_flight}: must be >= 1"
+            )
+        if self.dry_run and not self.enabled:
+            raise CommandError("--repartition-dry-run needs --repartition")
+        if self.lease_duration_s < 2 * self.interval_s:
+            raise CommandError(
+                f"--repartition-lease-s {self.lease_duration_s:g} must be at least twice "
+                f"--repartition-interval-s {self.interval_s:g} (the Lease is renewed once a "
+                "round)"
+            )
+
     @property
     def lease_namespace(self) -> str:
         return self.lease.partition("/")[0] if "/" in self.lease else "migslice-system"
@@ -56,6 +89,23 @@ class ExtenderSettings:
     mig_config_map: str = DEFAULT_MIG_CONFIG_MAP
     mig_config_key: str = names.MIG_CONFIG_KEY
     repartition: RepartitionSettings = field(default_factory=RepartitionSettings)
+    cluster_file: Path | None = None
+    kubeconfig: str | None = None
+    server: ServerOptions = field(default_factory=lambda: ServerOptions(port=DEFAULT_PORT))
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1:
+            raise CommandError(f"max body {self.max_body_bytes} bytes: must be at least 1")
+        if not math.isfinite(self.max_staleness_s) or self.max_staleness_s <= 0:
+            raise CommandError(f"--max-staleness-s {self.max_staleness_s}: must be > 0")
+        if self.cluster_file is not None and self.kubeconfig is not None:
+            raise CommandError("--cluster-file and --kubeconfig exclude each other")
+        if self.repartition.enabled and self.cluster_file is not None:
+            raise CommandError(
+                "--repartition needs a live cluster; a --cluster-file cannot be re-partitioned "
+                "(use migslice plan --cluster-file to see what would happen)"
+            )
 
     @property
     def mig_config_namespace(self) -> str:

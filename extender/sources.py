@@ -5,25 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from extender.settings import ExtenderSettings
-from extender.state import (
-    ExtenderState,
-    MigConfigSink,
-    NodeSink,
-    PodSink,
-    mig_configs_from,
-    new_index,
-)
-from migslice.inventory import MigConfigs
+from extender.state import MigConfigSink, NodeSink, PodSink, mig_configs_from
+from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube import Informer, ResourceRef, Transport
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+from migslice.scheduling import PreparedNode
 
 # Terminal pods hold nothing; the API server leaves them out of the list and the watch.
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def start_cluster_state(transport: Transport, settings: ExtenderSettings) -> ExtenderState:
-    """Start the informers (daemon threads) and return the state they keep current."""
-    index = new_index()
+def start_caches(
+    transport: Transport, settings: ExtenderSettings, index: ClusterIndex[PreparedNode]
+) -> tuple[Informer[Any], ...]:
+    """Start the informers (daemon threads) that keep ``index`` current."""
     key = settings.mig_config_key
 
     def project_config_map(raw: dict[str, Any]) -> MigConfigs:
@@ -58,9 +53,4 @@ def start_cluster_state(transport: Transport, settings: ExtenderSettings) -> Ext
     ]
     for informer in informers:
         informer.start()
-
-    def stop() -> None:
-        for informer in informers:
-            informer.stop()
-
-    return ExtenderState(index, tuple(informers), stop)
+    return tuple(informers)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.repartition import RepartitionController
+from extender.controller import RepartitionController
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import new_index
 from migslice.mig import CATALOG, place

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from migslice.cli import main
+from webhook.command import COMMAND
 
 if __name__ == "__main__":
-    raise SystemExit(main(["webhook", *sys.argv[1:]]))
+    raise SystemExit(COMMAND.main(sys.argv[1:], prog="python -m webhook"))

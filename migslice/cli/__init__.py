@@ -1,27 +1,31 @@
-"""The ``migslice`` command line.
+"""The ``migslice`` command line: static dispatch to the commands each room defines.
 
-Each command module has ``register(subparsers)``, which adds its commands and sets
-``handler`` (``args -> exit status``) on them.
+The geometry engine's commands (``models``, ``profiles``, ``layouts``, ``fit``), ``certs``
+and ``plan`` live here; the services define their own (``webhook``, ``extender``,
+``agent``/``inspect``, ``demo``, ``simulate``) with their flags and settings. Nothing imports
+this package.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 
-from migslice.cli.common import CommandError
+from agent.command import COMMANDS as AGENT_COMMANDS
+from extender.command import COMMANDS as EXTENDER_COMMANDS
+from migslice.cli import certs, geometry, plan
+from migslice.console import CommandError, fail
+from migslice.demo.command import COMMANDS as DEMO_COMMANDS
+from migslice.sim.command import COMMANDS as SIM_COMMANDS
+from webhook.command import COMMANDS as WEBHOOK_COMMANDS
 
-COMMAND_MODULES = (
-    "migslice.cli.geometry",
-    "migslice.cli.certs",
-    "migslice.cli.extender",
-    "migslice.cli.webhook",
-    "migslice.cli.agent",
-    "migslice.cli.plan",
-    "migslice.cli.demo",
-    "migslice.cli.simulate",
+SERVICE_COMMANDS = (
+    *WEBHOOK_COMMANDS,
+    *EXTENDER_COMMANDS,
+    *AGENT_COMMANDS,
+    *DEMO_COMMANDS,
+    *SIM_COMMANDS,
 )
 
 
@@ -31,8 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Multi-tenant GPU slicing on NVIDIA MIG for Kubernetes.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(commands)
+    geometry.register(commands)
+    certs.register(commands)
+    plan.register(commands)
+    for command in SERVICE_COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help, description=command.description)
+        command.add_arguments(sub)
+        sub.set_defaults(handler=command.run)
     return parser
 
 
@@ -42,8 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
     except CommandError as error:
-        print(f"migslice: error: {error}", file=sys.stderr)
-        return 1
+        return fail(str(error))
     except KeyboardInterrupt:
         print("migslice: interrupted", file=sys.stderr)
         return 130

@@ -7,7 +7,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from migslice.cli.common import CommandError
+from migslice.console import CommandError
 from migslice.serving.certs import service_dns_names, write_tls_bundle
 
 

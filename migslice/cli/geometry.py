@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from migslice.cli.common import CommandError, format_table, print_json
+from migslice.console import CommandError, format_table, print_json
 from migslice.mig import (
     CATALOG,
     GpuModel,

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from migslice.cli.common import CommandError, format_table, print_json
+from migslice.console import CommandError, format_table, print_json
 from migslice.inventory import ClusterIndex, NodeState
 from migslice.mig import CATALOG
 from migslice.mig.render import MigPartedError, parse_mig_parted, render_bar, render_mig_parted

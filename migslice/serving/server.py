@@ -20,6 +20,8 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from migslice.console import count, port
+
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 1 << 20
@@ -61,14 +63,14 @@ class ServerOptions:
 def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> None:
     group = parser.add_argument_group("serving")
     group.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    group.add_argument("--port", type=int, default=default_port, help="port to listen on")
+    group.add_argument("--port", type=port, default=default_port, help="port to listen on")
     group.add_argument("--tls-cert", metavar="FILE", help="PEM serving certificate (chain)")
     group.add_argument("--tls-key", metavar="FILE", help="PEM private key of the certificate")
     group.add_argument(
         "--insecure-http", action="store_true", help="serve plain HTTP (local tests only)"
     )
-    group.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
-    group.add_argument("--threads", type=int, default=8, help="threads per worker")
+    group.add_argument("--workers", type=count(1, 64), default=1, help="gunicorn worker processes")
+    group.add_argument("--threads", type=count(1, 256), default=8, help="threads per worker")
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:

@@ -10,9 +10,9 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from migslice.cli.common import CommandError, format_table
+from migslice import console
+from migslice.console import CommandError, format_table
 from migslice.sim import (
     GPU_MODEL,
     POLICY_IDS,
@@ -75,30 +75,17 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "simulate",
-        help="simulate one placement policy on a workload trace (packing, mode A)",
-        description=(
-            "Samples pods (with replacement, seeded) from a workload until arrived demand is "
-            "130%% of the cluster's compute slices, places each with the policy (no "
-            "departures), and prints slice allocation per arrived load. GPU side only. "
-            "Policies: B0 whole-GPU, B1 all-1g, B2 all-balanced first-fit, B3 oracle-static, "
-            "B4 best-fit all-balanced, B5 nos-like, migslice (extender score + planner); "
-            "see docs/benchmarks.md."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=POLICY_IDS, default="migslice")
     parser.add_argument("--mapping", choices=MAPPINGS, default="M1")
-    parser.add_argument("--nodes", type=int, default=64, help="8-GPU A100-80GB nodes")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--nodes", type=console.count(1, 100_000), default=64, help="8-GPU A100-80GB nodes"
+    )
+    parser.add_argument("--seed", type=console.count(0), default=0)
     add_workload_arguments(parser)
-    parser.set_defaults(handler=run_simulate)
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    if args.nodes < 1:
-        raise CommandError(f"--nodes must be at least 1; got {args.nodes}")
     workload = load_workload(args.data_dir, args.trace, args.mapping)
     config = SaturationConfig(nodes=args.nodes)
     gpus = args.nodes * config.gpus_per_node
@@ -165,3 +152,20 @@ def run_simulate(args: argparse.Namespace) -> int:
         f"{result.disrupted_pods} pods disrupted; {time.monotonic() - started:.1f}s"
     )
     return 0
+
+
+COMMAND = console.Command(
+    "simulate",
+    help="simulate one placement policy on a workload trace (packing, mode A)",
+    description=(
+        "Samples pods (with replacement, seeded) from a workload until arrived demand is "
+        "130%% of the cluster's compute slices, places each with the policy (no "
+        "departures), and prints slice allocation per arrived load. GPU side only. "
+        "Policies: B0 whole-GPU, B1 all-1g, B2 all-balanced first-fit, B3 oracle-static, "
+        "B4 best-fit all-balanced, B5 nos-like, migslice (extender score + planner); "
+        "see docs/benchmarks.md."
+    ),
+    add_arguments=add_arguments,
+    run=run_simulate,
+)
+COMMANDS = (COMMAND,)

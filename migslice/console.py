@@ -1,0 +1,178 @@
+"""What every command of the ``migslice`` program shares: the user-facing error, flag types
+that validate at parse time, logging set-up and plain output (tables, JSON).
+
+Services (``webhook``, ``extender``, ``agent``, the demo, the simulator) define their own
+flags with these types, so a bad value is refused with argparse's one-line error before
+anything starts: ``migslice webhook: error: argument --port: 70000 is not a port (1-65535)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class CommandError(Exception):
+    """An error the user can fix; printed as one line, exit status 1."""
+
+
+# -- flag types ----------------------------------------------------------------------------------
+
+
+def _number(text: str, kind: Callable[[str], Any], what: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def port(text: str) -> int:
+    value = _number(text, int, "a port number")
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
+    return int(value)
+
+
+def count(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number from ``minimum`` (to ``maximum``)."""
+
+    def parse(text: str) -> int:
+        value = int(_number(text, int, "a whole number"))
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range; expected {bound}")
+        return value
+
+    parse.__name__ = "count"
+    return parse
+
+
+def seconds(minimum: float = 0.0, *, allow_zero: bool = True) -> Callable[[str], float]:
+    """A finite number of seconds, at least ``minimum`` (more than 0 without ``allow_zero``)."""
+
+    def parse(text: str) -> float:
+        value = float(_number(text, float, "a number of seconds"))
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+        if value < minimum or (not allow_zero and value <= 0):
+            bound = f"more than {minimum:g}" if not allow_zero else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{value:g} is out of range; expected {bound}")
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def dns_label(text: str) -> str:
+    """An RFC 1123 label (a Service or Namespace name): lower case, digits, ``-``, <= 63."""
+    if not _DNS_LABEL.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a DNS label (lower-case letters, digits and '-', at most 63, "
+            "starting and ending with a letter or digit)"
+        )
+    return text
+
+
+def dns_subdomain(text: str) -> str:
+    """An RFC 1123 subdomain (a DNS name, a node or ConfigMap name)."""
+    if len(text) > 253 or not all(_DNS_LABEL.match(part) for part in text.split(".")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a DNS name (dot-separated DNS labels, at most 253 characters)"
+        )
+    return text
+
+
+def namespaced_name(text: str) -> str:
+    """``NAMESPACE/NAME`` of a namespaced object."""
+    namespace, slash, name = text.partition("/")
+    if not slash:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME")
+    dns_label(namespace)
+    dns_subdomain(name)
+    return text
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of DNS labels (namespaces); empty entries are ignored."""
+    return tuple(dns_label(part.strip()) for part in text.split(",") if part.strip())
+
+
+# -- logging and output --------------------------------------------------------------------------
+
+
+def add_log_level(parser: argparse.ArgumentParser, default: str = "info") -> None:
+    parser.add_argument("--log-level", default=default, choices=LOG_LEVELS)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain table in the style of ``kubectl get``: upper-case headers, padded columns."""
+    cells = [[str(h).upper() for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines)
+
+
+def fail(message: str) -> int:
+    """Print ``migslice: error: <message>`` and return the exit status 1."""
+    print(f"migslice: error: {message}", file=sys.stderr)
+    return 1
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+class Command:
+    """One command of the ``migslice`` program, defined by the room that runs it."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        help: str,
+        description: str,
+        add_arguments: Callable[[argparse.ArgumentParser], None],
+        run: Callable[[argparse.Namespace], int],
+    ) -> None:
+        self.name = name
+        self.help = help
+        self.description = description
+        self.add_arguments = add_arguments
+        self.run = run
+
+    def parser(self, prog: str | None = None) -> argparse.ArgumentParser:
+        """A parser of this command alone (``python -m webhook ...``)."""
+        parser = argparse.ArgumentParser(prog=prog or self.name, description=self.description)
+        self.add_arguments(parser)
+        return parser
+
+    def main(self, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+        """Parse ``argv`` and run, printing a CommandError as one line (exit status 1)."""
+        args = self.parser(prog).parse_args(argv)
+        try:
+            return self.run(args)
+        except CommandError as error:
+            return fail(str(error))
+        except KeyboardInterrupt:
+            return 130

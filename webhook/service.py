@@ -1,0 +1,79 @@
+"""The webhook service's wiring: its state from a cluster file or the watch caches, the
+status writer, the app, and the server. Everything here runs inside the server's worker."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from pathlib import Path
+
+from flask import Flask
+
+from migslice import console
+from migslice.objects import ClusterFileError, load_cluster_text
+from migslice.serving import serve
+from migslice.serving.reload import ReloadingApp
+from webhook.app import create_app
+from webhook.settings import WebhookSettings
+from webhook.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+
+def serve_webhook(settings: WebhookSettings) -> int:
+    """Serve until a signal stops the server; the exit status."""
+    console.setup_logging(settings.log_level)
+    try:
+        settings.server.check()
+    except ValueError as error:
+        raise console.CommandError(str(error)) from None
+    path = settings.cluster_file
+    if path is not None:
+        if not path.is_file():
+            raise console.CommandError(f"--cluster-file {path}: no such file")
+        # Rebuilt from the file whenever it changes (see migslice.serving.reload).
+        serve(lambda: ReloadingApp(path, lambda p: standalone_app(settings, p)), settings.server)
+    else:
+        serve(lambda: in_cluster_app(settings), settings.server)
+    return 0
+
+
+def standalone_app(settings: WebhookSettings, path: Path) -> Flask:
+    """The app over a cluster file; the raw objects are dropped once the state is filled."""
+    try:
+        objects = load_cluster_text(path.read_text())
+    except (OSError, ClusterFileError) as error:
+        raise console.CommandError(f"--cluster-file {path}: {error}") from None
+    state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
+    state.load(objects)
+    log.info(
+        "Serving cluster file=%s nodes=%d pods=%d policies=%d invalid_policies=%d",
+        path,
+        len(objects.nodes),
+        len(objects.pods),
+        len(state.policies()),
+        len(state.invalid_policies),
+    )
+    del objects
+    gc.collect()
+    return create_app(settings, state)
+
+
+def in_cluster_app(settings: WebhookSettings) -> Flask:
+    """The app over watch caches of the API server, with the TenantPolicy status writer."""
+    from migslice.kube import KubernetesTransport
+    from migslice.kube.policies import admission_informers
+    from migslice.kube.status import StatusWriter
+
+    state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
+    transport = KubernetesTransport.from_environment(settings.kubeconfig)
+    if settings.status_interval_s > 0:
+        interval_s = settings.status_interval_s
+        writer = StatusWriter(state, transport, interval_s, settle_s=min(1.0, interval_s))
+        state.add_listener(writer.poke)
+        writer.start()
+        log.info("Writing TenantPolicy status on changes and every interval_s=%s", interval_s)
+    for informer in admission_informers(state, transport):
+        informer.start()
+    log.info("Watching TenantPolicies, Namespaces, Nodes and Pods; /readyz turns 200 once synced")
+    return create_app(settings, state)
