@@ -28,7 +28,7 @@ from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.mig.render import MigPartedError, parse_mig_parted, render_mig_parted
 from migslice.names import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-from migslice.planning import PlanSettings
+from migslice.repartition.planner import PlanSettings
 from migslice.repartition import (
     FAILED,
     RECORD_ANNOTATION,

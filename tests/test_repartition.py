@@ -16,7 +16,7 @@ from migslice.inventory import NodeState, resolve_node
 from migslice.mig import CATALOG, place
 from migslice.mig.render import mig_parted_entries, parse_mig_parted, render_mig_parted
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-from migslice.planning import PendingPod, PlanSettings
+from migslice.repartition.planner import PendingPod, PlanSettings
 from migslice.repartition import (
     ABORTED,
     FAILED,

@@ -14,7 +14,7 @@ from migslice.mig import CATALOG
 from migslice.mig.render import MigPartedError, parse_mig_parted, render_bar, render_mig_parted
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.clusterfile import ClusterFileError, ClusterObjects, load_cluster_text
-from migslice.planning import PendingPod, PlanSettings, RepartitionPlan, plan
+from migslice.repartition.planner import PendingPod, PlanSettings, RepartitionPlan, plan
 from migslice.scheduling.demand import demand_of
 
 

@@ -34,7 +34,7 @@ from migslice.mig import CATALOG
 from migslice.mig.render import parse_mig_parted, render_bar, render_mig_parted
 from migslice.names import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from migslice.objects.clusterfile import load_cluster_text
-from migslice.planning import PlanSettings, RepartitionPlan, plan
+from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
 from migslice.serving.certs import write_tls_bundle
 from migslice.serving.process import ServerProcess, ServerStartError
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.render import MigPartedEntry
 from migslice.objects.times import format_time
-from migslice.planning import (
+from migslice.repartition.planner import (
     TRANSITION_STATES,
     PendingPod,
     PlanSettings,

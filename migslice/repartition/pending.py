@@ -8,7 +8,7 @@ from typing import Any
 
 from migslice.names import SCHEDULER_NAME
 from migslice.objects.times import parse_time
-from migslice.planning import PendingPod
+from migslice.repartition.planner import PendingPod
 from migslice.scheduling.demand import UnitKind, demand_of
 
 

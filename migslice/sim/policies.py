@@ -24,7 +24,7 @@ a pod holds a part of (:meth:`SimCluster.repartition` refuses).
   the lowest index; kube-scheduler breaks ties at random). Inside the node the instance is
   the one the score assumed (:func:`~migslice.scheduling.fragmentation.gpu_unit_score`
   ranking, as the inventory assumes the device plugin picks). When no node fits, the
-  repartition planner (:func:`migslice.planning.plan`) is asked with the pod pending and
+  repartition planner (:func:`migslice.repartition.planner.plan`) is asked with the pod pending and
   eligible at once (mode A has no clock), its changes applied, and the pod scheduled again.
 """
 
@@ -37,7 +37,7 @@ from typing import Protocol, runtime_checkable
 
 from migslice.inventory import mig_resource
 from migslice.mig import GpuModel, Layout, enumerate_maximal_layouts, fit
-from migslice.planning import LayoutCache, PendingPod, PlanSettings, plan
+from migslice.repartition.planner import LayoutCache, PendingPod, PlanSettings, plan
 from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
 from migslice.scheduling.fragmentation import gpu_unit_score
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
