@@ -25,25 +25,29 @@ from typing import Any, Protocol
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
-from migslice.mig.render import MigPartedError, parse_mig_parted, render_mig_parted
-from migslice.names import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from migslice.mig.render import render_mig_parted
+from migslice.names import (
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_STATE_PENDING,
+    RECORD_ANNOTATION,
+    TOUCH_ANNOTATION,
+)
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-from migslice.repartition.planner import PlanSettings
 from migslice.repartition import (
     FAILED,
-    RECORD_ANNOTATION,
     SUCCESS,
     TIMEOUT,
     ControllerSettings,
-    RecordError,
+    MigConfigFile,
+    PlanSettings,
     RepartitionRecord,
     Step,
     StepKind,
+    apply_step,
     decide,
-    merge_mig_parted,
-    parse_record,
     pending_pods,
-    removed_configs,
+    read_config_map,
     render_record,
 )
 
@@ -91,39 +95,6 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
     )
 
 
-class _File:
-    """The ConfigMap as read this round: the object, its mig-parted text and configs, the record."""
-
-    def __init__(self, raw: RawObject | None, key: str) -> None:
-        self.raw = raw
-        self.configs: MigConfigs = {}
-        self.names: frozenset[str] | None = None
-        self.record_text = ""
-        self.record: RepartitionRecord | None = RepartitionRecord()
-        self.problem = ""
-        if raw is None:
-            self.problem = "ConfigMap not found"
-            return
-        annotations = (raw.get("metadata") or {}).get("annotations") or {}
-        self.record_text = str(annotations.get(RECORD_ANNOTATION) or "")
-        try:
-            self.record = parse_record(self.record_text)
-        except RecordError as error:
-            self.record, self.problem = None, str(error)
-            return
-        text = (raw.get("data") or {}).get(key)
-        if not isinstance(text, str):
-            self.problem = f"ConfigMap has no data key {key}"
-            return
-        try:
-            self.configs = parse_mig_parted(text)
-        except MigPartedError as error:
-            self.problem = str(error)
-            return
-        self.names = frozenset(self.configs)
-
-
-TOUCH_ANNOTATION = "migslice.io/repartitioned"
 TOUCH_ROUNDS = 40  # how many rounds to wait for the cache before giving up on a touch
 
 
@@ -189,7 +160,7 @@ class RepartitionController:
         if not leader:
             return []
         self._touch_served()
-        file = _File(self._api.read_config_map(), self._key)
+        file = read_config_map(self._api.read_config_map(), self._key)
         if file.record is None:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
             return []
@@ -217,7 +188,7 @@ class RepartitionController:
             if stored is None:
                 break
             performed.append(step)
-            file = _File(stored, self._key)
+            file = read_config_map(stored, self._key)
             if file.record is None:
                 break
         return performed
@@ -244,30 +215,24 @@ class RepartitionController:
         pods = [pod_facts_from_raw(p) for p in self._api.list_pods_on_node(name)]
         return resolve_node(node_facts_from_raw(raw), [p for p in pods if p is not None], configs)
 
-    def _perform(self, step: Step, file: _File) -> RawObject | None:
+    def _perform(self, step: Step, file: MigConfigFile) -> RawObject | None:
         record_text = render_record(step.record)
-        expected = file.record_text
-        key = self._key
         removed: list[str] = []
 
         def mutate(current: RawObject) -> RawObject | None:
-            metadata = current.setdefault("metadata", {})
-            annotations = metadata.get("annotations") or {}
-            if str(annotations.get(RECORD_ANNOTATION) or "") != expected:
-                log.info("plan record changed since it was read; deciding again next round")
+            update = apply_step(
+                current,
+                key=self._key,
+                expected_record=file.record_text,
+                record_text=record_text,
+                configs=step.configs if step.kind == StepKind.APPLY else {},
+                referenced=step.referenced,
+            )
+            if update.raw is None:
+                log.info("%s; deciding again next round", update.problem)
                 return None
-            if step.kind == StepKind.APPLY:
-                data = current.setdefault("data", {})
-                before = str(data.get(key) or "")
-                try:
-                    data[key] = merge_mig_parted(before, step.configs, step.referenced)
-                except MigPartedError as error:
-                    log.error("mig-parted file not merged (%s); plan not applied", error)
-                    return None
-                removed[:] = removed_configs(before, data[key])
-            annotations[RECORD_ANNOTATION] = record_text
-            metadata["annotations"] = annotations
-            return current
+            removed[:] = update.removed
+            return update.raw
 
         stored = self._api.update_config_map(mutate)
         if stored is None:
@@ -278,7 +243,7 @@ class RepartitionController:
         for label in step.labels:
             labels: dict[str, str | None] = {MIG_CONFIG_LABEL: label.config_name}
             if label.mark_pending:
-                labels[MIG_CONFIG_STATE_LABEL] = "pending"
+                labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_PENDING
             try:
                 self._api.set_node_labels(label.node, labels)
                 log.info("node=%s labelled %s=%s", label.node, MIG_CONFIG_LABEL, label.config_name)
@@ -289,10 +254,10 @@ class RepartitionController:
                 )
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, event.warning)
-        self._count(step, file.record or RepartitionRecord())
+        self._count(step)
         return stored
 
-    def _count(self, step: Step, before: RepartitionRecord) -> None:
+    def _count(self, step: Step) -> None:
         stats = self.stats
         if step.kind == StepKind.START:
             stats.plans_started += 1
@@ -305,17 +270,8 @@ class RepartitionController:
             log.log(
                 level, "node=%s re-partition %s: %s", outcome.node, outcome.outcome, outcome.detail
             )
-        if step.kind in (StepKind.FINISH, StepKind.ABORT) and before.plan is not None:
-            closed = {s.node: s.outcome for s in before.plan.nodes if not s.is_open}
-            closed.update({o.node: o.outcome for o in step.outcomes})
-            if step.kind == StepKind.ABORT:
-                result = "aborted"
-            elif any(o in (FAILED, TIMEOUT) for o in closed.values()):
-                result = "failed"
-            elif SUCCESS in closed.values():
-                result = "succeeded"
-            else:
-                result = "aborted"
+        if step.result is not None:
+            result = str(step.result)
             stats.plans_finished[result] = stats.plans_finished.get(result, 0) + 1
 
     def _touch_served(self) -> None:

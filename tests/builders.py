@@ -162,6 +162,47 @@ def make_pod(
     return pod
 
 
+def unschedulable(pod: dict[str, Any], since: str = "2025-05-01T00:00:00Z") -> dict[str, Any]:
+    """``pod`` as kube-scheduler leaves a pod it could not place (PodScheduled False)."""
+    pod["status"] = {
+        **pod.get("status", {}),
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/1 nodes are available",
+                "lastTransitionTime": since,
+            }
+        ],
+    }
+    return pod
+
+
+def make_mig_config_map(
+    config_text: str = (
+        "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+    ),
+    *,
+    namespace: str = "gpu-operator",
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """MIG Manager's mig-parted ConfigMap (``migslice-mig-config``), as the chart creates it."""
+    metadata: dict[str, Any] = {
+        "name": "migslice-mig-config",
+        "namespace": namespace,
+        "resourceVersion": "1",
+    }
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": {"config.yaml": config_text},
+    }
+
+
 # --- admission webhook builders -------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from migslice.cli import main
-from tests.builders import make_node, make_pod
+from tests.builders import make_mig_config_map, make_node, make_pod, unschedulable
 
 
 def write_cluster(tmp_path: Path, *objects: dict) -> Path:
@@ -24,6 +24,7 @@ def cluster(tmp_path: Path) -> Path:
     )
     return write_cluster(
         tmp_path,
+        make_mig_config_map(),
         {"apiVersion": "v1", "kind": "Node", **node},
         {
             "apiVersion": "v1",
@@ -33,12 +34,12 @@ def cluster(tmp_path: Path) -> Path:
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            **make_pod("train-1", namespace="research", profile="3g.40gb"),
+            **unschedulable(make_pod("train-1", namespace="research", profile="3g.40gb")),
         },
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            **make_pod("train-2", namespace="research", profile="7g.80gb"),
+            **unschedulable(make_pod("train-2", namespace="research", profile="7g.80gb")),
         },
     )
 

@@ -18,7 +18,13 @@ from migslice.objects import (
     pod_facts_from_raw,
     render_layout_annotation,
 )
-from migslice.repartition.planner import PendingPod, PlanSettings, RepartitionPlan, config_name, plan
+from migslice.repartition.planner import (
+    PendingPod,
+    PlanSettings,
+    RepartitionPlan,
+    config_name,
+    plan,
+)
 from migslice.scheduling.demand import demand_of
 from tests.builders import make_node, make_pod
 

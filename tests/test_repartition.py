@@ -16,7 +16,6 @@ from migslice.inventory import NodeState, resolve_node
 from migslice.mig import CATALOG, place
 from migslice.mig.render import mig_parted_entries, parse_mig_parted, render_mig_parted
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-from migslice.repartition.planner import PendingPod, PlanSettings
 from migslice.repartition import (
     ABORTED,
     FAILED,
@@ -33,6 +32,7 @@ from migslice.repartition import (
     pending_pods,
     render_record,
 )
+from migslice.repartition.planner import PendingPod, PlanSettings
 from migslice.scheduling.demand import demand_of
 from tests.builders import make_node, make_pod
 

@@ -1,127 +1,117 @@
-"""``migslice plan``: what re-partitioning would do for a cluster, without doing it."""
+"""``migslice plan``: the repartition controller's decision on a cluster file, in dry run."""
 
 from __future__ import annotations
 
 import argparse
-import datetime
-from collections.abc import Iterable, Mapping
+import time
 from pathlib import Path
 from typing import Any
 
+from migslice import console, names
 from migslice.console import CommandError, format_table, print_json
-from migslice.inventory import ClusterIndex, NodeState
+from migslice.inventory import NodeState
 from migslice.mig import CATALOG
-from migslice.mig.render import MigPartedError, parse_mig_parted, render_bar, render_mig_parted
-from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-from migslice.objects.clusterfile import ClusterFileError, ClusterObjects, load_cluster_text
-from migslice.repartition.planner import PendingPod, PlanSettings, RepartitionPlan, plan
-from migslice.scheduling.demand import demand_of
+from migslice.mig.render import render_bar, render_mig_parted
+from migslice.objects import ClusterFileError, load_cluster_text
+from migslice.repartition import (
+    ControllerSettings,
+    PlanSettings,
+    RepartitionPlan,
+    StepKind,
+    decide,
+    snapshot_from_objects,
+)
+
+DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "plan",
-        help="show how idle GPUs would be re-partitioned for pending pods (dry run)",
+        help="show what the repartition controller would do for a cluster (dry run)",
         description=(
-            "Reads a cluster file (a YAML stream of Nodes, Pods and the mig-parted ConfigMap), "
-            "takes every unbound pod with a MIG request as pending, and prints the "
-            "re-partition plan: new layouts per GPU, the mig-parted config and the node labels "
-            "MIG Manager would act on, and why the remaining pods stay pending."
+            "Reads a cluster file (a YAML stream of Nodes, Pods and the mig-parted ConfigMap "
+            "with its plan record) and runs the repartition controller's own decision on it, "
+            "as its dry-run mode does: pending demand is every pod of --scheduler-name that "
+            "kube-scheduler marked PodScheduled=False (Unschedulable). Prints the next step; "
+            "for a new plan, the new layouts per GPU, the mig-parted config and the node "
+            "labels MIG Manager would act on, and why the remaining pods stay pending."
         ),
     )
-    parser.add_argument("--cluster-file", required=True, metavar="FILE")
+    parser.add_argument("--cluster-file", required=True, metavar="FILE", type=Path)
     parser.add_argument(
         "--mig-config-map",
-        default="migslice-mig-config",
-        metavar="NAME",
-        help="name of the ConfigMap with the current mig-parted config (key config.yaml)",
+        default=DEFAULT_CONFIG_MAP,
+        type=console.namespaced_name,
+        metavar="NAMESPACE/NAME",
+        help=f"the mig-parted ConfigMap (key {names.MIG_CONFIG_KEY}; default %(default)s)",
     )
+    parser.add_argument("--scheduler-name", default=names.SCHEDULER_NAME)
+    defaults = PlanSettings()
     parser.add_argument(
         "--min-pending-s",
-        type=float,
-        default=30.0,
+        type=console.seconds(),
+        default=defaults.min_pending_s,
         help="demand must wait this long (from PodScheduled=False) before GPUs change",
     )
-    parser.add_argument("--max-nodes-in-flight", type=int, default=1)
+    parser.add_argument("--cooldown-s", type=console.seconds(), default=defaults.cooldown_s)
+    parser.add_argument(
+        "--max-nodes-in-flight", type=console.count(1), default=defaults.max_nodes_in_flight
+    )
     parser.add_argument("-o", "--output", choices=("table", "json", "mig-parted"), default="table")
     parser.set_defaults(handler=run_plan)
 
 
-def _pending_s(raw_pod: Mapping[str, Any], now: datetime.datetime, default: float) -> float:
-    for condition in (raw_pod.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            stamp = condition.get("lastTransitionTime")
-            if isinstance(stamp, str):
-                try:
-                    since = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
-                except ValueError:
-                    break
-                return (now - since.replace(tzinfo=datetime.UTC)).total_seconds()
-    return default
-
-
-def cluster_states(objects: ClusterObjects, config_map_name: str) -> list[NodeState]:
-    index: ClusterIndex[NodeState] = ClusterIndex(lambda state: state, CATALOG)
-    for config_map in objects.config_maps:
-        if (config_map.get("metadata") or {}).get("name") != config_map_name:
-            continue
-        text = (config_map.get("data") or {}).get("config.yaml")
-        if isinstance(text, str):
-            try:
-                index.set_mig_configs(parse_mig_parted(text))
-            except MigPartedError as error:
-                raise CommandError(f"ConfigMap {config_map_name}: {error}") from None
-    index.replace_nodes(node_facts_from_raw(raw) for raw in objects.nodes)
-    index.replace_pods(p for p in (pod_facts_from_raw(raw) for raw in objects.pods) if p)
-    return [s for s in (index.state_of(n) for n in index.node_names()) if s is not None]
-
-
-def pending_pods(
-    raw_pods: Iterable[Mapping[str, Any]], now: datetime.datetime, default_s: float
-) -> list[PendingPod]:
-    found = []
-    for raw in raw_pods:
-        if (raw.get("spec") or {}).get("nodeName"):
-            continue
-        if (raw.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        demand = demand_of(raw)
-        if demand.wants_gpu:
-            found.append(PendingPod(demand, _pending_s(raw, now, default_s)))
-    return found
-
-
 def run_plan(args: argparse.Namespace) -> int:
+    path: Path = args.cluster_file
     try:
-        objects = load_cluster_text(Path(args.cluster_file).read_text())
-    except OSError as error:
-        raise CommandError(f"cannot read --cluster-file {args.cluster_file}: {error}") from None
+        objects = load_cluster_text(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise CommandError(f"cannot read --cluster-file {path}: {error}") from None
     except ClusterFileError as error:
-        raise CommandError(f"{args.cluster_file}: {error}") from None
-    if args.max_nodes_in_flight < 1:
-        raise CommandError("--max-nodes-in-flight must be at least 1")
-    now = datetime.datetime.now(datetime.UTC)
-    nodes = cluster_states(objects, args.mig_config_map)
-    pending = pending_pods(objects.pods, now, args.min_pending_s)
-    settings = PlanSettings(
-        min_pending_s=args.min_pending_s, max_nodes_in_flight=args.max_nodes_in_flight
+        raise CommandError(f"{path}: {error}") from None
+    namespace, _, name = args.mig_config_map.partition("/")
+    now = time.time()
+    snapshot = snapshot_from_objects(
+        objects,
+        config_map=(namespace, name),
+        key=names.MIG_CONFIG_KEY,
+        now_s=now,
+        scheduler_name=args.scheduler_name,
     )
-    result = plan(nodes, pending, settings=settings)
-    configs = {c.config_name: c.entries for c in result.changes}
+    record = snapshot.file.record
+    if record is None:
+        raise CommandError(
+            f"ConfigMap {args.mig_config_map}: {snapshot.file.problem}; the controller would "
+            f"stop here too (fix or remove the annotation {names.RECORD_ANNOTATION})"
+        )
+    settings = ControllerSettings(
+        plan=PlanSettings(
+            min_pending_s=args.min_pending_s,
+            cooldown_s=args.cooldown_s,
+            max_nodes_in_flight=args.max_nodes_in_flight,
+        )
+    )
+    step = decide(record, snapshot.nodes, snapshot.pending, snapshot.file.names, now, settings)
+    result = step.plan if step.kind is StepKind.START else None
+    configs = {c.config_name: c.entries for c in result.changes} if result else {}
     if args.output == "mig-parted":
         if configs:
             print(render_mig_parted(configs), end="")
         return 0
     if args.output == "json":
-        print_json(plan_json(result))
+        print_json({"step": str(step.kind), "reason": step.reason, **plan_json(step.plan)})
         return 0
-    print_plan(result, nodes)
-    if configs:
-        print("\nmig-parted configs (add to the MIG Manager ConfigMap):")
+    if step.kind is not StepKind.START and not (step.plan and step.plan.unserved):
+        print(f"the controller would {step.kind}: {step.reason}")
+        return 0
+    print_plan(step.plan or RepartitionPlan(), list(snapshot.nodes))
+    if configs and result is not None:
+        print(f"\nmig-parted configs (the controller merges them into {args.mig_config_map}):")
         print("  " + render_mig_parted(configs).rstrip().replace("\n", "\n  "))
-        print("\nthen select them (MIG Manager applies on the label change):")
+        print("\nthen selects them (MIG Manager applies on the label change):")
         for change in result.changes:
-            label = f"nvidia.com/mig.config={change.config_name}"
+            label = f"{names.MIG_CONFIG_LABEL}={change.config_name}"
             print(f"  kubectl label node {change.node} {label} --overwrite")
     return 0
 
@@ -155,7 +145,9 @@ def print_plan(result: RepartitionPlan, nodes: list[NodeState]) -> None:
             print(f"  {node}: {reason}")
 
 
-def plan_json(result: RepartitionPlan) -> dict[str, Any]:
+def plan_json(result: RepartitionPlan | None) -> dict[str, Any]:
+    if result is None:
+        return {"changes": [], "pending": [], "skippedNodes": []}
     return {
         "changes": [
             {

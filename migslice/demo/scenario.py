@@ -28,19 +28,43 @@ from typing import Any, TextIO
 import jsonpatch
 import yaml
 
-from migslice.cli.plan import cluster_states, pending_pods
 from migslice.inventory import NodeState, per_gpu_counts
 from migslice.mig import CATALOG
-from migslice.mig.render import parse_mig_parted, render_bar, render_mig_parted
-from migslice.names import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
-from migslice.objects.clusterfile import load_cluster_text
-from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
+from migslice.mig.render import render_bar
+from migslice.names import (
+    GPU_COUNT_LABEL,
+    GPU_OPERATOR_NAMESPACE,
+    MIG_CONFIG_KEY,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_MAP,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_RESOURCE_PREFIX,
+    MIG_STATE_PENDING,
+    MIG_STATE_SUCCESS,
+    PRODUCT_LABEL,
+    SCHEDULER_NAME,
+)
+from migslice.objects import format_time, load_cluster_text
+from migslice.repartition import (
+    ControllerSettings,
+    PlanSettings,
+    Step,
+    StepKind,
+    apply_step,
+    decide,
+    node_states,
+    read_config_map,
+    render_record,
+    snapshot_from_objects,
+)
 from migslice.serving.certs import write_tls_bundle
 from migslice.serving.process import ServerProcess, ServerStartError
 
+MIG_PREFIX = MIG_RESOURCE_PREFIX
+MAX_STEPS = 6
+# The demo does not wait: a pod counts as pending demand as soon as it is unschedulable.
+CONTROLLER_SETTINGS = ControllerSettings(plan=PlanSettings(min_pending_s=0.0))
 NAMESPACE = "migslice-system"
-MIG_CONFIG_MAP = "migslice-mig-config"
-SCHEDULER = "migslice-scheduler"
 
 
 def bundled_cluster() -> str:
@@ -79,8 +103,10 @@ class Cluster:
     def mig_config_map(self) -> dict[str, Any]:
         return next(c for c in self.of_kind("ConfigMap") if c["metadata"]["name"] == MIG_CONFIG_MAP)
 
-    def states(self) -> list[NodeState]:
-        return cluster_states(load_cluster_text(self.path.read_text()), MIG_CONFIG_MAP)
+    def states(self) -> tuple[NodeState, ...]:
+        objects = load_cluster_text(self.path.read_text())
+        configs = read_config_map(self.mig_config_map(), MIG_CONFIG_KEY).configs
+        return node_states(objects.nodes, objects.pods, configs)
 
 
 # --------------------------------------------------------------------------- the walk
@@ -196,6 +222,7 @@ class Demo:
             self.say(f"    0/{len(names)} nodes are available:")
             for node, reason in sorted(reasons.items()):
                 self.say(f"      {node}: {reason}")
+            self._unschedulable(pod, f"0/{len(names)} nodes are available")
             return None
         _, scores = self.extender.request("POST", "/prioritize", {**args, "NodeNames": fits})
         by_node = {s["Host"]: s["Score"] for s in scores} if isinstance(scores, list) else {}
@@ -208,59 +235,107 @@ class Demo:
         self.say(f"    bound to {best}")
         return best
 
-    # -- MIG Manager's part -------------------------------------------------------------------
+    def _unschedulable(self, pod: dict[str, Any], message: str) -> None:
+        """What kube-scheduler writes on a pod it could not place."""
+        pod["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": format_time(time.time()),
+            }
+        ]
+        self.cluster.write()
 
-    def repartition(self) -> RepartitionPlan:
-        objects = load_cluster_text(self.cluster.path.read_text())
-        now = time.time()
-        pending = pending_pods(objects.pods, _utc(now), 60.0)
-        result = plan(self.cluster.states(), pending, settings=PlanSettings(min_pending_s=0))
-        for change in result.changes:
+    # -- the repartition controller's and MIG Manager's part --------------------------------------
+
+    def repartition(self) -> None:
+        """One controller pass, as ``migslice extender --repartition`` makes it: the same
+        decision, the same plan record and mig-parted merge; MIG Manager's part played here."""
+        for _ in range(MAX_STEPS):
+            step = self._decide()
+            if step.kind is StepKind.WAIT:
+                if step.plan is not None:
+                    for pod, reason in step.plan.unserved:
+                        self.say(f"  still pending: {pod}: {reason}")
+                return
+            self._perform(step)
+            if step.kind in (StepKind.FINISH, StepKind.ABORT):
+                return
+
+    def _decide(self) -> Step:
+        return decide_on_cluster_file(self.cluster.path, time.time())
+
+    def _perform(self, step: Step) -> None:
+        config_map = self.cluster.mig_config_map()
+        before = read_config_map(config_map, MIG_CONFIG_KEY)
+        update = apply_step(
+            config_map,
+            key=MIG_CONFIG_KEY,
+            expected_record=before.record_text,
+            record_text=render_record(step.record),
+            configs=step.configs if step.kind is StepKind.APPLY else {},
+            referenced=step.referenced,
+        )
+        if update.raw is None:
+            raise DemoError(f"the mig-parted ConfigMap was not updated: {update.problem}")
+        config_map.clear()
+        config_map.update(update.raw)
+        if step.kind is StepKind.START and step.plan is not None:
+            self._show_plan(step)
+        for label in step.labels:
+            labels = self.cluster.node(label.node)["metadata"]["labels"]
+            labels[MIG_CONFIG_LABEL] = label.config_name
+            if label.mark_pending:
+                labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_PENDING
+            self.say(f"  controller: label {label.node} {MIG_CONFIG_LABEL}={label.config_name}")
+        self.cluster.write()
+        for label in step.labels:
+            if label.mark_pending:
+                self._mig_manager(label.node)
+        for event in step.events:
+            self.say(f"  event {event.reason} on {event.node}: {event.message}")
+
+    def _show_plan(self, step: Step) -> None:
+        assert step.plan is not None
+        self.say(f"  controller: {step.reason} (plan record written to {MIG_CONFIG_MAP})")
+        for change in step.plan.changes:
             model = CATALOG.get(change.model_key)
             serves = ", ".join(change.serves)
             self.say(f"  plan: node {change.node} -> config {change.config_name} (serves {serves})")
             for gpu in change.gpus:
                 self.say(f"    GPU {gpu.index} {render_bar(model, gpu.old, cell=7)}")
                 self.say(f"       -> {render_bar(model, gpu.new, cell=7)}")
-            config_map = self.cluster.mig_config_map()
-            configs = dict(parse_mig_parted(config_map["data"]["config.yaml"]))
-            configs[change.config_name] = change.entries
-            config_map["data"]["config.yaml"] = render_mig_parted(configs)
-            node = self.cluster.node(change.node)
-            labels = node["metadata"]["labels"]
-            labels[MIG_CONFIG_LABEL] = change.config_name
-            labels[MIG_CONFIG_STATE_LABEL] = "pending"
-            self.cluster.write()
-            label = f"{MIG_CONFIG_LABEL}={change.config_name}"
-            self.say(f"  MIG Manager: {change.node} {label}, state pending")
-            counts = per_gpu_counts(
-                change.config_name, model, int(labels["nvidia.com/gpu.count"]), configs
-            )
-            assert not isinstance(counts, str), counts
-            allocatable = {
-                k: v
-                for k, v in node["status"]["allocatable"].items()
-                if not k.startswith("nvidia.com/mig-")
-            }
-            totals: dict[str, int] = {}
-            for _, per_gpu in counts:
-                for profile, count in per_gpu.items():
-                    resource = model.profile(profile).resource_name
-                    totals[resource] = totals.get(resource, 0) + count
-            allocatable.update({k: str(v) for k, v in sorted(totals.items())})
-            node["status"]["allocatable"] = allocatable
-            labels[MIG_CONFIG_STATE_LABEL] = "success"
-            self.cluster.write()
-            self.say(
-                f"  MIG Manager: {change.node} re-partitioned, state success; "
-                "device plugin now offers "
-                + ", ".join(
-                    f"{k.removeprefix('nvidia.com/mig-')} x{v}" for k, v in sorted(totals.items())
-                )
-            )
-        for pod, reason in result.unserved:
-            self.say(f"  still pending: {pod}: {reason}")
-        return result
+
+    def _mig_manager(self, node_name: str) -> None:
+        """MIG Manager's part: apply the labelled config, rewrite allocatable, report success."""
+        node = self.cluster.node(node_name)
+        labels = node["metadata"]["labels"]
+        config = labels[MIG_CONFIG_LABEL]
+        self.say(f"  MIG Manager: {node_name} {MIG_CONFIG_LABEL}={config}, state pending")
+        configs = read_config_map(self.cluster.mig_config_map(), MIG_CONFIG_KEY).configs
+        model = CATALOG.get(labels[PRODUCT_LABEL])
+        counts = per_gpu_counts(config, model, int(labels[GPU_COUNT_LABEL]), configs)
+        if isinstance(counts, str):
+            raise DemoError(f"MIG Manager cannot apply {config}: {counts}")
+        allocatable = {
+            k: v for k, v in node["status"]["allocatable"].items() if not k.startswith(MIG_PREFIX)
+        }
+        totals: dict[str, int] = {}
+        for _, per_gpu in counts:
+            for profile, count in per_gpu.items():
+                resource = model.profile(profile).resource_name
+                totals[resource] = totals.get(resource, 0) + count
+        allocatable.update({k: str(v) for k, v in sorted(totals.items())})
+        node["status"]["allocatable"] = allocatable
+        labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_SUCCESS
+        self.cluster.write()
+        offers = ", ".join(f"{k.removeprefix(MIG_PREFIX)} x{v}" for k, v in sorted(totals.items()))
+        self.say(
+            f"  MIG Manager: {node_name} re-partitioned, state success; device plugin now "
+            f"offers {offers}"
+        )
 
     def run(self) -> None:
         self.step("The cluster (as GPU Feature Discovery and the device plugin describe it)")
@@ -289,7 +364,10 @@ class Demo:
         self.step("research asks for a whole 80GB slice: no GPU is shaped for it")
         big = self.create_pod("research", "full", "pretrain")
         if big and not self.schedule(big):
-            self.step("Re-partition: plan an idle GPU for the waiting pod, MIG Manager applies it")
+            self.step(
+                "Re-partition: the controller plans an idle GPU for the waiting pod, "
+                "MIG Manager applies it"
+            )
             self.repartition()
             self.say("  kube-scheduler retries the pending pod:")
             self.schedule(big)
@@ -299,6 +377,23 @@ class Demo:
 
         self.step("The cluster now")
         self.show_gpus()
+
+
+def decide_on_cluster_file(
+    path: Path, now_s: float, settings: ControllerSettings = CONTROLLER_SETTINGS
+) -> Step:
+    """The repartition controller's next step on the demo's cluster file."""
+    snapshot = snapshot_from_objects(
+        load_cluster_text(path.read_text()),
+        config_map=(GPU_OPERATOR_NAMESPACE, MIG_CONFIG_MAP),
+        key=MIG_CONFIG_KEY,
+        now_s=now_s,
+        scheduler_name=SCHEDULER_NAME,
+    )
+    record = snapshot.file.record
+    if record is None:
+        raise DemoError(f"plan record unreadable: {snapshot.file.problem}")
+    return decide(record, snapshot.nodes, snapshot.pending, snapshot.file.names, now_s, settings)
 
 
 def _server(command: str, args: list[str], workdir: Path) -> ServerProcess:

@@ -1,13 +1,32 @@
-"""Repartition controller core: the plan record, the decision state machine, pending pods and
-the mig-parted merge. Pure: the time, the cluster and the record are inputs; the shell in
-``extender/repartition.py`` persists the record and performs the steps."""
+"""The repartition wing: one decision for the controller, ``migslice plan``, the demo and the
+simulator.
 
-from migslice.objects.times import format_time
+* :mod:`~migslice.repartition.planner` (with :mod:`~migslice.repartition.shapes`): pending
+  demand + node states -> new layouts for idle GPUs;
+* :mod:`~migslice.repartition.decide`: the controller's state machine, record + snapshot +
+  time -> the next step (plan, apply, observe, finish, abort);
+* :mod:`~migslice.repartition.record`: the durable plan record;
+* :mod:`~migslice.repartition.pending`: which pods wait for a geometry;
+* :mod:`~migslice.repartition.snapshot` and :mod:`~migslice.repartition.configmap`: what the
+  decision reads, and how a step changes the mig-parted ConfigMap.
+
+Pure: the time, the cluster and the record are inputs; the shells (``extender/controller.py``,
+``migslice plan``, the demo, the simulator) persist the record and perform the steps.
+"""
+
+from migslice.names import RECORD_ANNOTATION
+from migslice.repartition.configmap import (
+    FileUpdate,
+    MigConfigFile,
+    apply_step,
+    read_config_map,
+)
 from migslice.repartition.decide import (
     REASON_FAILED,
     REASON_STARTED,
     ControllerSettings,
     NodeEvent,
+    PlanResult,
     SetLabel,
     Step,
     StepKind,
@@ -15,22 +34,32 @@ from migslice.repartition.decide import (
     recheck,
 )
 from migslice.repartition.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
-from migslice.repartition.pending import pending_pods, unschedulable_since
+from migslice.repartition.pending import PendingPod, pending_pods, unschedulable_since
+from migslice.repartition.planner import (
+    GpuChange,
+    NodeChange,
+    PlanSettings,
+    RepartitionPlan,
+    config_name,
+    plan,
+)
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
     OPEN,
-    RECORD_ANNOTATION,
     SUCCESS,
     SUPERSEDED,
     TIMEOUT,
     ActivePlan,
+    NodeOutcome,
     NodeStep,
     RecordError,
     RepartitionRecord,
     parse_record,
     render_record,
 )
+from migslice.repartition.shapes import LayoutCache
+from migslice.repartition.snapshot import Snapshot, node_states, snapshot_from_objects
 
 __all__ = [
     "ABORTED",
@@ -45,20 +74,36 @@ __all__ = [
     "TIMEOUT",
     "ActivePlan",
     "ControllerSettings",
+    "FileUpdate",
+    "GpuChange",
+    "LayoutCache",
+    "MigConfigFile",
+    "NodeChange",
     "NodeEvent",
+    "NodeOutcome",
     "NodeStep",
+    "PendingPod",
+    "PlanResult",
+    "PlanSettings",
     "RecordError",
+    "RepartitionPlan",
     "RepartitionRecord",
     "SetLabel",
+    "Snapshot",
     "Step",
     "StepKind",
+    "apply_step",
+    "config_name",
     "decide",
-    "format_time",
     "merge_mig_parted",
+    "node_states",
     "parse_record",
     "pending_pods",
+    "plan",
+    "read_config_map",
     "recheck",
     "removed_configs",
     "render_record",
+    "snapshot_from_objects",
     "unschedulable_since",
 ]

@@ -30,28 +30,35 @@ from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.render import MigPartedEntry
+from migslice.names import MIG_TRANSITION_STATES
 from migslice.objects.times import format_time
-from migslice.repartition.planner import (
-    TRANSITION_STATES,
-    PendingPod,
-    PlanSettings,
-    RepartitionPlan,
-    plan,
-)
 from migslice.repartition.migparted import OWN_PREFIX
+from migslice.repartition.pending import PendingPod
+from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
+    OPEN,
     SUCCESS,
     SUPERSEDED,
     TIMEOUT,
     ActivePlan,
+    NodeOutcome,
     NodeStep,
     RepartitionRecord,
 )
+from migslice.repartition.shapes import LayoutCache
 
 REASON_STARTED = "MigRepartition"
 REASON_FAILED = "MigRepartitionFailed"
+
+
+class PlanResult(enum.StrEnum):
+    """How a whole plan ended, once no node of it is open."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
 
 
 class StepKind(enum.StrEnum):
@@ -104,6 +111,8 @@ class Step:
     events: tuple[NodeEvent, ...] = ()
     plan: RepartitionPlan | None = None
     outcomes: tuple[NodeStep, ...] = ()
+    result: PlanResult | None = None
+    """For ``FINISH`` and ``ABORT``: how the plan ended."""
 
 
 def decide(
@@ -113,16 +122,19 @@ def decide(
     file_configs: Collection[str] | None,
     now: float,
     settings: ControllerSettings = ControllerSettings(),
+    *,
+    layout_cache: LayoutCache | None = None,
 ) -> Step:
     """The next step (see the module docstring). ``file_configs``: the config names in the
-    mig-parted file, None when the ConfigMap is missing or unreadable (then nothing moves)."""
+    mig-parted file, None when the ConfigMap is missing or unreadable (then nothing moves).
+    ``layout_cache`` keeps the planner's maximal layouts between calls (a simulation)."""
     if file_configs is None:
         return Step(StepKind.WAIT, record, "mig-parted ConfigMap missing or unreadable")
     record = _pruned(record, now, settings)
     states = {node.name: node for node in nodes}
     active = record.plan
     if active is None:
-        return _start(record, nodes, pending, now, settings)
+        return _start(record, nodes, pending, now, settings, layout_cache)
     if active.applied_at is None:
         return _apply(record, active, states, nodes, now)
     return _observe(record, active, states, nodes, file_configs, now, settings)
@@ -138,7 +150,7 @@ def recheck(step: NodeStep, state: NodeState | None) -> str:
             f"label nvidia.com/mig.config is {facts.mig_config!r}, "
             f"was {step.previous_config!r} when planned"
         )
-    if facts.mig_config_state in TRANSITION_STATES:
+    if facts.mig_config_state in MIG_TRANSITION_STATES:
         return f"MIG Manager is applying a config (state {facts.mig_config_state})"
     if state.source == LayoutSource.COUNTS:
         held = [f"{count} x {name}" for name, count in state.allocated if count]
@@ -175,13 +187,14 @@ def _start(
     pending: Sequence[PendingPod],
     now: float,
     settings: ControllerSettings,
+    layout_cache: LayoutCache | None,
 ) -> Step:
     cooldowns = {node: now - at for node, at in record.finished}
     held = {
         node: f"backed off after a failed re-partition until {format_time(until)}"
         for node, until in record.backoff
     }
-    result = plan(nodes, pending, cooldowns, settings.plan, held)
+    result = plan(nodes, pending, cooldowns, settings.plan, held, layout_cache)
     if result.is_empty:
         waiting = len(result.unserved)
         return Step(
@@ -231,7 +244,13 @@ def _apply(
     aborted = tuple(s for s in steps if s.outcome == ABORTED and s not in active.nodes)
     if not labels:
         reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to apply"
-        return Step(StepKind.ABORT, record.with_plan(None), reason, outcomes=aborted)
+        return Step(
+            StepKind.ABORT,
+            record.with_plan(None),
+            reason,
+            outcomes=aborted,
+            result=PlanResult.ABORTED,
+        )
     applied = replace(active, applied_at=now, nodes=tuple(steps))
     new_record = record.with_plan(applied)
     return Step(
@@ -319,13 +338,28 @@ def _observe(
         ", ".join(f"{s.node} {s.outcome}" for s in closed) or "labelling again"
     )
     return Step(
-        kind, new_record, reason, labels=tuple(labels), events=tuple(events), outcomes=tuple(closed)
+        kind,
+        new_record,
+        reason,
+        labels=tuple(labels),
+        events=tuple(events),
+        outcomes=tuple(closed),
+        result=None if still_open else _result(steps),
     )
+
+
+def _result(steps: Sequence[NodeStep]) -> PlanResult:
+    outcomes = {step.outcome for step in steps}
+    if outcomes & {FAILED, TIMEOUT}:
+        return PlanResult.FAILED
+    if SUCCESS in outcomes:
+        return PlanResult.SUCCEEDED
+    return PlanResult.ABORTED
 
 
 def _outcome_of(
     step: NodeStep, state: NodeState | None, elapsed: float, settings: ControllerSettings
-) -> tuple[str, str]:
+) -> tuple[NodeOutcome, str]:
     if state is None:
         return ABORTED, "node is gone"
     label, phase = state.facts.mig_config, state.facts.mig_config_state
@@ -340,7 +374,7 @@ def _outcome_of(
         return TIMEOUT, (
             f"state {phase or 'unset'} after {elapsed:.0f}s; deadline {settings.deadline_s:.0f}s"
         )
-    return "", ""
+    return OPEN, ""
 
 
 def _referenced(nodes: Sequence[NodeState], active: ActivePlan) -> frozenset[str]:

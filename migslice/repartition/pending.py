@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from migslice.names import SCHEDULER_NAME
 from migslice.objects.times import parse_time
-from migslice.repartition.planner import PendingPod
-from migslice.scheduling.demand import UnitKind, demand_of
+from migslice.scheduling.demand import PodDemand, UnitKind, demand_of
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod the scheduler could not place, and for how long it has waited."""
+
+    demand: PodDemand
+    pending_s: float
 
 
 def unschedulable_since(raw_pod: Mapping[str, Any]) -> datetime.datetime | None:

@@ -38,31 +38,21 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from migslice.inventory import LayoutSource, NodeState, mig_resource
+from migslice.inventory import LayoutSource, NodeState
 from migslice.mig import (
     GpuModel,
     Layout,
     Placed,
-    enumerate_maximal_layouts,
     make_layout,
-    profile_from_resource,
 )
 from migslice.mig.render import MigPartedEntry, mig_parted_entries, profile_counts
 from migslice.names import MIG_TRANSITION_STATES
+from migslice.repartition.pending import PendingPod
+from migslice.repartition.shapes import LayoutCache, Layouts, demand_mix
 from migslice.scheduling.demand import PodDemand, UnitKind
-
-TRANSITION_STATES = MIG_TRANSITION_STATES
-
-
-@dataclass(frozen=True, slots=True)
-class PendingPod:
-    """A pod the scheduler could not place, and for how long it has waited."""
-
-    demand: PodDemand
-    pending_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +128,7 @@ def _idle_gpus(
     if node.name in held:
         return [], held[node.name]
     state = node.facts.mig_config_state
-    if state in TRANSITION_STATES:
+    if state in MIG_TRANSITION_STATES:
         return [], f"MIG Manager is applying a config (state {state})"
     since = cooldowns.get(node.name)
     if since is not None and since < settings.cooldown_s:
@@ -163,7 +153,7 @@ def _profiles_for(unit_resource: str, model: GpuModel) -> str | None:
 
 def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
     for node in nodes:
-        if node.facts.mig_config_state in TRANSITION_STATES:
+        if node.facts.mig_config_state in MIG_TRANSITION_STATES:
             continue
         if pod.products is not None and (node.facts.product or "") not in pod.products:
             continue
@@ -174,75 +164,6 @@ def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
 
 def _size(pod: PodDemand) -> int:
     return max((int(u.profile.split("g.")[0]) if u.profile else 0) for u in pod.units)
-
-
-LayoutCache = MutableMapping[tuple[str, frozenset[str]], list[Layout]]
-"""Maximal layouts per (model key, profile names): a caller that plans often (a simulation)
-passes one to :func:`plan` to keep them between calls."""
-
-
-class _Layouts:
-    """Maximal layouts per (model, profile set), computed once per planning run."""
-
-    def __init__(self, mix: Mapping[str, float], cache: LayoutCache | None = None) -> None:
-        self._mix = mix
-        self._cache: LayoutCache = cache if cache is not None else {}
-
-    def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
-        """The best maximal layout whose instances include ``wanted``; None if none does."""
-        names = frozenset(p.name for p in model.profiles if not p.parsed.attribute) | set(wanted)
-        key = (model.key, names)
-        if key not in self._cache:
-            self._cache[key] = enumerate_maximal_layouts(model, sorted(names))
-        had = Counter(p.profile for p in old)
-        worth = {
-            p.name: p.compute_slices * self._mix.get(p.resource_name, 0.0) for p in model.profiles
-        }
-        best: tuple[tuple[float, int, int], Layout] | None = None
-        for layout in self._cache[key]:
-            counts = Counter(p.profile for p in layout)
-            if wanted - counts:
-                continue
-            value = sum(worth[name] * n for name, n in counts.items())
-            rank = (round(value, 9), sum((counts & had).values()), len(layout))
-            if best is None or rank > best[0]:
-                best = (rank, layout)
-        return best[1] if best else None
-
-
-def _demand_mix(
-    nodes: Sequence[NodeState], pending: Sequence[PendingPod], settings: PlanSettings
-) -> dict[str, float]:
-    """Weight of each MIG resource for the layout choice (see rule 5 of the module doc)."""
-    if settings.expected_mix:
-        weights = dict(settings.expected_mix)
-    else:
-        weights = {}
-        held = ((r, n) for node in nodes for r, n in node.allocated)
-        waiting = ((u.resource, u.count) for i in pending for u in i.demand.units)
-        for resource, count in (*held, *waiting):
-            profile = profile_from_resource(resource)
-            if profile is not None:  # demand in compute slices, as the pods hold it
-                slices = count * profile.compute_slices
-                weights[resource] = weights.get(resource, 0.0) + slices
-    total = sum(weights.values())
-    demand = {k: v / total for k, v in weights.items()} if total else {}
-    if settings.expected_mix:
-        return demand
-    free: dict[str, float] = {}  # free instances that stay: on GPUs a pod already uses
-    for node in nodes:
-        for gpu in node.gpus:
-            if gpu.is_idle:
-                continue
-            for placed, is_held in zip(gpu.instances, gpu.held, strict=True):
-                profile = profile_from_resource(mig_resource(placed.profile))
-                if profile is not None and not is_held:
-                    resource = mig_resource(placed.profile)
-                    free[resource] = free.get(resource, 0.0) + profile.compute_slices
-    supply = sum(free.values())
-    if not supply:
-        return demand
-    return {k: max(0.0, v - free.get(k, 0.0) / supply) + 0.1 * v for k, v in demand.items()}
 
 
 def plan(
@@ -286,11 +207,11 @@ def plan(
         gpus.extend(idle)
     idle_per_node = Counter(g.node.name for g in gpus)
 
-    in_flight = sum(1 for n in nodes if n.facts.mig_config_state in TRANSITION_STATES)
+    in_flight = sum(1 for n in nodes if n.facts.mig_config_state in MIG_TRANSITION_STATES)
     budget = max(0, settings.max_nodes_in_flight - in_flight)
     served: dict[str, list[str]] = {}
 
-    layouts = _Layouts(_demand_mix(nodes, pending_pods, settings), layout_cache)
+    layouts = Layouts(demand_mix(nodes, pending_pods, settings.expected_mix), layout_cache)
     waiting.sort(key=lambda p: (-_size(p), p.key))
     for pod in waiting:
         placed, held_back = _place(pod, gpus, budget, idle_per_node, layouts)
@@ -344,7 +265,7 @@ def _place(
     gpus: list[_Gpu],
     budget: int,
     idle_per_node: Counter[str],
-    layouts: _Layouts,
+    layouts: Layouts,
 ) -> tuple[str | None, bool]:
     """Put all of the pod's instances on one node's GPUs: the node's name (or None), and
     whether a node that could have taken the pod was held back by the budget."""
@@ -380,7 +301,7 @@ def _place(
 
 
 def _try(
-    wanted: list[str], node_gpus: list[_Gpu], layouts: _Layouts, dry_run: bool = False
+    wanted: list[str], node_gpus: list[_Gpu], layouts: Layouts, dry_run: bool = False
 ) -> list[tuple[_Gpu, Layout]] | None:
     """Give each instance a GPU of the node: GPUs already chosen first, then fresh ones.
 

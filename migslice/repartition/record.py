@@ -16,24 +16,37 @@ write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from migslice.mig.render import MigPartedEntry, MigPartedError, parse_mig_parted
+from migslice.names import RECORD_ANNOTATION
 from migslice.objects.times import format_time, parse_epoch_s
 
-RECORD_ANNOTATION = "migslice.io/repartition"
 RECORD_VERSION = "v1"
 
-OPEN = ""
-SUCCESS = "success"
-FAILED = "failed"
-TIMEOUT = "timeout"
-ABORTED = "aborted"
-SUPERSEDED = "superseded"
-OUTCOMES = frozenset({OPEN, SUCCESS, FAILED, TIMEOUT, ABORTED, SUPERSEDED})
+
+class NodeOutcome(enum.StrEnum):
+    """How one node of a plan ended (``OPEN`` while it has not)."""
+
+    OPEN = ""
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    ABORTED = "aborted"
+    SUPERSEDED = "superseded"
+
+
+OPEN = NodeOutcome.OPEN
+SUCCESS = NodeOutcome.SUCCESS
+FAILED = NodeOutcome.FAILED
+TIMEOUT = NodeOutcome.TIMEOUT
+ABORTED = NodeOutcome.ABORTED
+SUPERSEDED = NodeOutcome.SUPERSEDED
+OUTCOMES = frozenset(NodeOutcome)
 
 
 class RecordError(ValueError):
@@ -50,7 +63,7 @@ class NodeStep:
     gpus: tuple[int, ...]
     serves: tuple[str, ...]
     entries: tuple[MigPartedEntry, ...]
-    outcome: str = OPEN
+    outcome: NodeOutcome = NodeOutcome.OPEN
     detail: str = ""
 
     @property
@@ -204,7 +217,7 @@ def _parse_plan(raw: object) -> ActivePlan | None:
                 gpus=tuple(gpus),
                 serves=tuple(serves),
                 entries=_entries_from_json(item.get("entries"), f"{where}.entries"),
-                outcome=str(outcome),
+                outcome=NodeOutcome(outcome),
                 detail=str(item.get("detail") or ""),
             )
         )

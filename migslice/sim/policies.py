@@ -24,8 +24,9 @@ a pod holds a part of (:meth:`SimCluster.repartition` refuses).
   the lowest index; kube-scheduler breaks ties at random). Inside the node the instance is
   the one the score assumed (:func:`~migslice.scheduling.fragmentation.gpu_unit_score`
   ranking, as the inventory assumes the device plugin picks). When no node fits, the
-  repartition planner (:func:`migslice.repartition.planner.plan`) is asked with the pod pending and
-  eligible at once (mode A has no clock), its changes applied, and the pod scheduled again.
+  repartition controller's decision (:func:`migslice.repartition.decide`, which runs the
+  planner) is asked with the pod pending and eligible at once (mode A has no clock), the
+  planned changes applied, and the pod scheduled again.
 """
 
 from __future__ import annotations
@@ -35,9 +36,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from migslice.inventory import mig_resource
+from migslice.inventory import NodeState, mig_resource
 from migslice.mig import GpuModel, Layout, enumerate_maximal_layouts, fit
-from migslice.repartition.planner import LayoutCache, PendingPod, PlanSettings, plan
+from migslice.repartition import (
+    ControllerSettings,
+    LayoutCache,
+    PendingPod,
+    PlanSettings,
+    RepartitionPlan,
+    RepartitionRecord,
+    StepKind,
+    decide,
+)
 from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
 from migslice.scheduling.fragmentation import gpu_unit_score
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
@@ -281,6 +291,29 @@ class NosLike:
         return None if best is None else best[1]
 
 
+def planned_reshape(
+    states: Sequence[NodeState],
+    demand: PodDemand,
+    settings: PlanSettings,
+    layouts: LayoutCache | None = None,
+) -> RepartitionPlan | None:
+    """The repartition controller's own decision for one pending pod, from an empty record
+    (mode A has no clock, no plan in progress and an empty mig-parted file): the plan of its
+    START step, or None when it would wait."""
+    step = decide(
+        RepartitionRecord(),
+        states,
+        [PendingPod(demand, 0.0)],
+        frozenset(),
+        0.0,
+        ControllerSettings(plan=settings),
+        layout_cache=layouts,
+    )
+    if step.kind is not StepKind.START or step.plan is None:
+        return None
+    return step.plan
+
+
 def demand_for(pod: SimPod) -> PodDemand:
     """The pod as the extender sees it after admission: ``nvidia.com/mig-<profile>: count``."""
     resource = mig_resource(pod.profile)
@@ -365,10 +398,8 @@ class Migslice:
         if self.packed_nodes:
             offered = _packed_candidates(cluster, pod.count) or cluster.nodes
         states = [cluster.node_state(node) for node in offered]
-        result = plan(
-            states, [PendingPod(demand, 0.0)], settings=self.settings, layout_cache=self.layouts
-        )
-        if result.is_empty:
+        result = planned_reshape(states, demand, self.settings, self.layouts)
+        if result is None:
             return None
         changed: list[tuple[SimNode, int]] = []
         for change in result.changes:

@@ -1,0 +1,81 @@
+"""Which maximal layout a re-planned GPU gets: the one whose instances beyond the planned ones
+serve the expected demand best (rule 5 of :mod:`migslice.repartition.planner`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, MutableMapping, Sequence
+
+from migslice.inventory import NodeState, mig_resource
+from migslice.mig import GpuModel, Layout, enumerate_maximal_layouts, profile_from_resource
+from migslice.repartition.pending import PendingPod
+
+LayoutCache = MutableMapping[tuple[str, frozenset[str]], list[Layout]]
+"""Maximal layouts per (model key, profile names): a caller that plans often (a simulation)
+passes one to :func:`plan` to keep them between calls."""
+
+
+class Layouts:
+    """Maximal layouts per (model, profile set), computed once per planning run."""
+
+    def __init__(self, mix: Mapping[str, float], cache: LayoutCache | None = None) -> None:
+        self._mix = mix
+        self._cache: LayoutCache = cache if cache is not None else {}
+
+    def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
+        """The best maximal layout whose instances include ``wanted``; None if none does."""
+        names = frozenset(p.name for p in model.profiles if not p.parsed.attribute) | set(wanted)
+        key = (model.key, names)
+        if key not in self._cache:
+            self._cache[key] = enumerate_maximal_layouts(model, sorted(names))
+        had = Counter(p.profile for p in old)
+        worth = {
+            p.name: p.compute_slices * self._mix.get(p.resource_name, 0.0) for p in model.profiles
+        }
+        best: tuple[tuple[float, int, int], Layout] | None = None
+        for layout in self._cache[key]:
+            counts = Counter(p.profile for p in layout)
+            if wanted - counts:
+                continue
+            value = sum(worth[name] * n for name, n in counts.items())
+            rank = (round(value, 9), sum((counts & had).values()), len(layout))
+            if best is None or rank > best[0]:
+                best = (rank, layout)
+        return best[1] if best else None
+
+
+def demand_mix(
+    nodes: Sequence[NodeState],
+    pending: Sequence[PendingPod],
+    expected_mix: tuple[tuple[str, float], ...] = (),
+) -> dict[str, float]:
+    """Weight of each MIG resource for the layout choice (see rule 5 of the module doc)."""
+    if expected_mix:
+        weights = dict(expected_mix)
+    else:
+        weights = {}
+        held = ((r, n) for node in nodes for r, n in node.allocated)
+        waiting = ((u.resource, u.count) for i in pending for u in i.demand.units)
+        for resource, count in (*held, *waiting):
+            profile = profile_from_resource(resource)
+            if profile is not None:  # demand in compute slices, as the pods hold it
+                slices = count * profile.compute_slices
+                weights[resource] = weights.get(resource, 0.0) + slices
+    total = sum(weights.values())
+    demand = {k: v / total for k, v in weights.items()} if total else {}
+    if expected_mix:
+        return demand
+    free: dict[str, float] = {}  # free instances that stay: on GPUs a pod already uses
+    for node in nodes:
+        for gpu in node.gpus:
+            if gpu.is_idle:
+                continue
+            for placed, is_held in zip(gpu.instances, gpu.held, strict=True):
+                profile = profile_from_resource(mig_resource(placed.profile))
+                if profile is not None and not is_held:
+                    resource = mig_resource(placed.profile)
+                    free[resource] = free.get(resource, 0.0) + profile.compute_slices
+    supply = sum(free.values())
+    if not supply:
+        return demand
+    return {k: max(0.0, v - free.get(k, 0.0) / supply) + 0.1 * v for k, v in demand.items()}
