@@ -21,9 +21,9 @@ Three sources, tried in order; :attr:`NodeState.source` says which one answered 
 
 Which instances pods hold: the device plugin, not the scheduler, picks the device, so the
 inventory knows per node and profile how many instances are held (bound and assumed pods)
-but not which. Instances the agent reports busy count first; the rest are assigned to the
-instances that best-fit packing would use (GPUs already in use first, the fullest first,
-then the lowest index), the same order the extender steers pods towards.
+but not which. Instances the agent reports busy count first; the rest are assigned one by one
+to the instance the extender's own ranking picks (:mod:`migslice.inventory.picking`), so the
+inventory assumes what the extender steers pods towards.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from migslice.inventory.migparted import per_gpu_counts
+from migslice.inventory.picking import Occupancy, best_free_instance
 from migslice.mig import (
     CATALOG,
     MIG_RESOURCE_PREFIX,
@@ -275,11 +276,12 @@ def _assign_held(
             if placed.profile == profile_name and held[g][k]
         )
         need = allocated.get(resource, 0) - already
+        occupancy = [Occupancy(gpu.index, gpu.instances, held[g]) for g, gpu in enumerate(gpus)]
         while need > 0:
-            best = _best_free(gpus, held, profile_name)
-            if best is None:
+            pick = best_free_instance(occupancy, profile_name, model.memory_slices)
+            if pick is None:
                 break
-            held[best[0]][best[1]] = True
+            held[pick.gpu][pick.instance] = True
             need -= 1
     whole_need = allocated.get(WHOLE_GPU_RESOURCE, 0)
     result: list[GpuState] = []
@@ -289,22 +291,6 @@ def _assign_held(
             whole, whole_need = True, whole_need - 1
         result.append(GpuState(gpu.index, gpu.mig_enabled, gpu.instances, tuple(held[g]), whole))
     return tuple(result)
-
-
-def _best_free(
-    gpus: tuple[GpuState, ...], held: list[list[bool]], profile: str
-) -> tuple[int, int] | None:
-    best: tuple[tuple[int, int, int], tuple[int, int]] | None = None
-    for g, gpu in enumerate(gpus):
-        used = sum(p.size for p, h in zip(gpu.instances, held[g], strict=True) if h)
-        for k, placed in enumerate(gpu.instances):
-            if placed.profile != profile or held[g][k]:
-                continue
-            rank = (0 if used else 1, -used, gpu.index)
-            if best is None or rank < best[0]:
-                best = (rank, (g, k))
-            break
-    return None if best is None else best[1]
 
 
 def _describe(counts: Counter[str]) -> str:

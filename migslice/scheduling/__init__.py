@@ -16,12 +16,11 @@ from migslice.scheduling.decide import (
 )
 from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind, demand_of
 from migslice.scheduling.fragmentation import MAX_SCORE, MIN_SCORE, score_units
-from migslice.scheduling.prepared import REPARTITIONING_STATES, PreparedNode, prepare_node
+from migslice.scheduling.prepared import PreparedNode, prepare_node
 
 __all__ = [
     "MAX_SCORE",
     "MIN_SCORE",
-    "REPARTITIONING_STATES",
     "DemandUnit",
     "FilterResult",
     "Outcome",

@@ -92,6 +92,23 @@ def _check_unit(unit: DemandUnit, node: PreparedNode) -> Verdict:
     return FITS
 
 
+def _one_unit_fits(unit: DemandUnit, demand: PodDemand, node: PreparedNode) -> bool:
+    """The hot path for a pod asking for one unit: it fits exactly when :func:`check_node`
+    would say so, by a few lookups (a free unit implies one in allocatable, and a node whose
+    MIG is off has no free MIG unit). A property test holds the two equal."""
+    return (
+        node.blocked is None
+        and (demand.products is None or node.product in demand.products)
+        and (
+            unit.kind is not UnitKind.MIG
+            or (
+                unit.profile is not None and (node.offered is None or unit.resource in node.offered)
+            )
+        )
+        and node.free.get(unit.resource, 0) >= 1
+    )
+
+
 def filter_nodes(
     demand: PodDemand, candidates: Sequence[tuple[str, PreparedNode | None]]
 ) -> FilterResult:
@@ -103,26 +120,12 @@ def filter_nodes(
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     seen: set[str] = set()
-    # The hot path: one unit of a MIG profile fits exactly when check_node would say so by
-    # these few lookups (a free unit implies one in allocatable); other nodes get the full
-    # check for their reason.
     unit = demand.units[0] if demand.is_single_unit and not demand.error else None
-    fast = unit is not None and unit.kind is UnitKind.MIG and unit.profile is not None
-    resource = unit.resource if unit is not None else ""
-    products = demand.products
     for name, node in candidates:
         if name in seen:
             continue
         seen.add(name)
-        if (
-            fast
-            and node is not None
-            and node.blocked is None
-            and node.mig_reason is None
-            and (products is None or node.product in products)
-            and (node.offered is None or resource in node.offered)
-            and node.free.get(resource, 0) >= 1
-        ):
+        if unit is not None and node is not None and _one_unit_fits(unit, demand, node):
             fits.append(name)
             continue
         verdict = check_node(demand, node)
@@ -140,16 +143,8 @@ def score_node(demand: PodDemand, node: PreparedNode | None) -> int:
     if node is None or not demand.units or demand.error:
         return MIN_SCORE
     if demand.is_single_unit:
-        # The hot path, equivalent to check_node + the precomputed score: a resource has a
-        # one-unit score only while the node has a free unit of it.
         unit = demand.units[0]
-        if node.blocked is not None:
-            return MIN_SCORE
-        if demand.products is not None and node.product not in demand.products:
-            return MIN_SCORE
-        if unit.kind is UnitKind.MIG and (
-            unit.profile is None or (node.offered is not None and unit.resource not in node.offered)
-        ):
+        if not _one_unit_fits(unit, demand, node):
             return MIN_SCORE
         return node.unit_scores.get(unit.resource, MIN_SCORE)
     if check_node(demand, node).outcome is not Outcome.FITS:

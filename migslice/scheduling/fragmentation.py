@@ -12,9 +12,11 @@ capacity stays:
   anyway. Among such GPUs the fullest is best (best-fit), so load concentrates and emptier GPUs
   drain towards idle.
 
-The score of placing one unit on GPU ``g`` of a node, with ``M`` the memory slices of ``g``'s
-instances (its partitioned capacity: slices outside any instance serve no pod until the GPU is
-re-partitioned) and ``h'`` the memory slices pods hold on ``g`` after the placement:
+The score of placing one unit on GPU ``g`` of a node (:func:`gpu_unit_score`, in
+:mod:`migslice.inventory.picking` because the inventory and the simulator assume the same
+pick), with ``M`` the memory slices of ``g``'s instances (its partitioned capacity: slices
+outside any instance serve no pod until the GPU is re-partitioned) and ``h'`` the memory
+slices pods hold on ``g`` after the placement:
 
 * ``g`` already in use (exact fit on an already-partitioned, occupied GPU):
   ``6 + floor(4 h' / M)``, i.e. 6..10, 10 when the pod fills the GPU's last free slot;
@@ -35,18 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from migslice.inventory import GpuState, NodeState, mig_resource
+from migslice.inventory import NodeState, mig_resource
+from migslice.inventory.picking import Occupancy, best_free_instance
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel
 
 MAX_SCORE = 10
 MIN_SCORE = 0
-
-
-def gpu_unit_score(held_after: int, memory_slices: int, in_use: bool, node_in_use: bool) -> int:
-    """The score of one unit placed on a GPU (see the module docstring)."""
-    if in_use:
-        return 6 + (4 * held_after) // memory_slices
-    return 1 + (3 * held_after) // memory_slices + (1 if node_in_use else 0)
 
 
 def node_level_score(held_after: int, total: int) -> int:
@@ -83,39 +79,18 @@ def _gpu_score(state: NodeState, model: GpuModel, units: Sequence[tuple[str, int
     sizes = {p.name: p.memory_slices for p in model.profiles}
     wanted.sort(key=lambda name: (-sizes[name], name))
     held = [list(gpu.held) for gpu in state.gpus]
+    gpus = [
+        Occupancy(gpu.index, gpu.instances, held[g], gpu.whole_held)
+        for g, gpu in enumerate(state.gpus)
+    ]
     worst = MAX_SCORE
     for profile in wanted:
-        pick = _best_gpu(state.gpus, held, profile, model.memory_slices, sizes[profile])
+        pick = best_free_instance(gpus, profile, model.memory_slices)
         if pick is None:
             return MIN_SCORE
-        score, g, k = pick
-        held[g][k] = True
-        worst = min(worst, score)
+        held[pick.gpu][pick.instance] = True
+        worst = min(worst, pick.score)
     return worst
-
-
-def _best_gpu(
-    gpus: Sequence[GpuState], held: list[list[bool]], profile: str, slices: int, size: int
-) -> tuple[int, int, int] | None:
-    used = [
-        sum(p.size for p, h in zip(gpu.instances, held[g], strict=True) if h)
-        + (slices if gpu.whole_held else 0)
-        for g, gpu in enumerate(gpus)
-    ]
-    capacity = [sum(p.size for p in gpu.instances) or slices for gpu in gpus]
-    node_in_use = any(used)
-    best: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
-    for g, gpu in enumerate(gpus):
-        for k, placed in enumerate(gpu.instances):
-            if placed.profile != profile or held[g][k]:
-                continue
-            after = used[g] + size
-            score = gpu_unit_score(after, capacity[g], used[g] > 0, node_in_use)
-            rank = (-score, -after, gpu.index)
-            if best is None or rank < best[0]:
-                best = (rank, (score, g, k))
-            break
-    return None if best is None else best[1]
 
 
 def _counts_score(

@@ -11,7 +11,6 @@ from migslice.names import MIG_TRANSITION_STATES
 from migslice.scheduling import reasons
 from migslice.scheduling.fragmentation import score_units
 
-REPARTITIONING_STATES = MIG_TRANSITION_STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +42,7 @@ def prepare_node(state: NodeState) -> PreparedNode:
     allocatable = dict(facts.allocatable)
     free = dict(state.free)
     blocked = None
-    if facts.mig_config_state in REPARTITIONING_STATES:
+    if facts.mig_config_state in MIG_TRANSITION_STATES:
         blocked = reasons.repartitioning(facts.mig_config_state or "")
     model = state.model
     offered = None if model is None else frozenset(mig_resource(p.name) for p in model.profiles)

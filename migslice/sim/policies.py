@@ -22,7 +22,7 @@ a pod holds a part of (:meth:`SimCluster.repartition` refuses).
   (:func:`migslice.scheduling.score_node` over :func:`~migslice.scheduling.prepare_node` of
   each node's :class:`~migslice.inventory.NodeState`), the highest-scoring node winning (ties:
   the lowest index; kube-scheduler breaks ties at random). Inside the node the instance is
-  the one the score assumed (:func:`~migslice.scheduling.fragmentation.gpu_unit_score`
+  the one the score assumed (:func:`~migslice.inventory.picking.best_free_instance`
   ranking, as the inventory assumes the device plugin picks). When no node fits, the
   repartition controller's decision (:func:`migslice.repartition.decide`, which runs the
   planner) is asked with the pod pending and eligible at once (mode A has no clock), the
@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from migslice.inventory import NodeState, mig_resource
+from migslice.inventory.picking import Occupancy, best_free_instance
 from migslice.mig import GpuModel, Layout, enumerate_maximal_layouts, fit
 from migslice.repartition import (
     ControllerSettings,
@@ -49,7 +50,6 @@ from migslice.repartition import (
     decide,
 )
 from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
-from migslice.scheduling.fragmentation import gpu_unit_score
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.limits import oracle_layouts
 from migslice.sim.trace import SimPod
@@ -333,35 +333,19 @@ def extender_choice(cluster: SimCluster, demand: PodDemand) -> SimNode | None:
 def fragmentation_picks(
     model: GpuModel, node: SimNode, profile: str, count: int
 ) -> list[tuple[SimGpu, int]]:
-    """The instances the fragmentation score assumed: per unit, the GPU with the best
-    :func:`gpu_unit_score` (then the fuller GPU, then the lower index), its first free one."""
-    used = [
-        sum(p.size for p, h in zip(g.instances, g.holders, strict=True) if h is not None)
-        + (model.memory_slices if g.whole_holder is not None else 0)
-        for g in node.gpus
+    """The instances the extender's ranking assumes (:mod:`migslice.inventory.picking`)."""
+    held = [[h is not None for h in g.holders] for g in node.gpus]
+    occupancy = [
+        Occupancy(g.index, g.instances, held[n], g.whole_holder is not None)
+        for n, g in enumerate(node.gpus)
     ]
-    capacity = [sum(p.size for p in g.instances) or model.memory_slices for g in node.gpus]
-    taken: set[tuple[int, int]] = set()
     picks: list[tuple[SimGpu, int]] = []
     for _ in range(count):
-        node_in_use = any(used)
-        best: tuple[tuple[int, int, int], int, int] | None = None
-        for g, gpu in enumerate(node.gpus):
-            for k in _free(gpu, profile):
-                if (g, k) in taken:
-                    continue
-                after = used[g] + gpu.instances[k].size
-                score = gpu_unit_score(after, capacity[g], used[g] > 0, node_in_use)
-                rank = (-score, -after, gpu.index)
-                if best is None or rank < best[0]:
-                    best = (rank, g, k)
-                break
-        if best is None:
+        pick = best_free_instance(occupancy, profile, model.memory_slices)
+        if pick is None:
             return []
-        _, g, k = best
-        taken.add((g, k))
-        used[g] += node.gpus[g].instances[k].size
-        picks.append((node.gpus[g], k))
+        held[pick.gpu][pick.instance] = True
+        picks.append((node.gpus[pick.gpu], pick.instance))
     return picks
 
 

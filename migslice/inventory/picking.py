@@ -1,0 +1,75 @@
+"""Which free instance of a profile a pod takes on a node: one ranking for everyone.
+
+The device plugin, not the scheduler, picks the device, so nobody knows for sure which
+instance a pod holds; migslice assumes the one its own score steers towards, and uses that
+one assumption everywhere: the extender's score (:mod:`migslice.scheduling.fragmentation`),
+the inventory's guess of which instances bound pods hold (:mod:`migslice.inventory.layouts`),
+and the simulator's placement.
+
+The score of placing one unit on a GPU, with ``M`` the memory slices of the GPU's instances
+(its partitioned capacity; the whole GPU when it has none) and ``h'`` the memory slices pods
+hold on it after the placement: ``6 + floor(4 h' / M)`` on a GPU already in use, else
+``1 + floor(3 h' / M)``, plus 1 when another GPU of the node is in use. The best GPU has the
+highest score, then the higher ``h'``, then the lower index; on it, the pod takes the first
+free instance of its profile (lowest start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from migslice.mig import Placed
+
+
+def gpu_unit_score(held_after: int, memory_slices: int, in_use: bool, node_in_use: bool) -> int:
+    """The score of one unit placed on a GPU (see the module docstring)."""
+    if in_use:
+        return 6 + (4 * held_after) // memory_slices
+    return 1 + (3 * held_after) // memory_slices + (1 if node_in_use else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Occupancy:
+    """One GPU as the ranking sees it: its index, instances, which are held, and whether a pod
+    holds it whole (MIG off)."""
+
+    index: int
+    instances: Sequence[Placed]
+    held: Sequence[bool]
+    whole_held: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """The chosen instance: positions in the caller's GPU list and in that GPU's instances."""
+
+    gpu: int
+    instance: int
+    score: int
+
+
+def best_free_instance(gpus: Sequence[Occupancy], profile: str, memory_slices: int) -> Pick | None:
+    """The free instance of ``profile`` the ranking picks, or None if the node has none.
+
+    ``memory_slices``: the GPU model's memory slices (the capacity of a GPU with no instances,
+    and what a whole-GPU holder occupies)."""
+    used = [
+        sum(p.size for p, h in zip(gpu.instances, gpu.held, strict=True) if h)
+        + (memory_slices if gpu.whole_held else 0)
+        for gpu in gpus
+    ]
+    node_in_use = any(used)
+    best: tuple[tuple[int, int, int], Pick] | None = None
+    for g, gpu in enumerate(gpus):
+        for k, placed in enumerate(gpu.instances):
+            if placed.profile != profile or gpu.held[k]:
+                continue
+            capacity = sum(p.size for p in gpu.instances) or memory_slices
+            after = used[g] + placed.size
+            score = gpu_unit_score(after, capacity, used[g] > 0, node_in_use)
+            rank = (-score, -after, gpu.index)
+            if best is None or rank < best[0]:
+                best = (rank, Pick(g, k, score))
+            break
+    return None if best is None else best[1]
