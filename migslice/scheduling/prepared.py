@@ -12,7 +12,6 @@ from migslice.scheduling import reasons
 from migslice.scheduling.fragmentation import score_units
 
 
-
 @dataclass(frozen=True, slots=True)
 class PreparedNode:
     """What the filter and the scorer read about one node.
