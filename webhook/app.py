@@ -26,7 +26,6 @@ from migslice.policy import (
     FieldError,
     PolicyError,
     check_against_catalog,
-    namespace_conflicts,
     parse_tenant_policy,
 )
 from webhook import review
@@ -111,13 +110,7 @@ def _decide_pod(ports: _Ports, parsed: Review) -> AdmissionDecision:
             and decision.tenant is not None
             and not parsed.dry_run
         ):
-            state.reserve(
-                parsed.uid,
-                decision.tenant,
-                namespace,
-                decision.charge,
-                decision.replaces_reservation,
-            )
+            state.reserve(parsed.uid, decision.tenant, namespace, decision.charge)
     return decision
 
 
@@ -149,9 +142,7 @@ def _policy_errors(state: ClusterState, raw_policy: Mapping[str, object]) -> tup
         policy = parse_tenant_policy(raw_policy)
     except PolicyError as error:
         return error.errors
-    return check_against_catalog(policy, CATALOG) + namespace_conflicts(
-        policy, state.policies(), state.known_namespaces()
-    )
+    return check_against_catalog(policy, CATALOG) + state.conflicts(policy)
 
 
 def healthz() -> Response:

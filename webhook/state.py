@@ -1,18 +1,22 @@
 """The webhook's compact cluster state: it implements the core's ``ClusterView`` port.
 
-Only what decisions need is kept, never whole API objects:
+Only what decisions need is kept, never whole API objects, in three rooms:
 
-* parsed TenantPolicies (invalid ones are kept out and reported);
-* namespace labels (for ``spec.namespaceSelector``);
-* per node, its GPU product label; per product, how many nodes have it;
-* per GPU pod, its namespace and slice usage; per namespace, the sum;
-* quota reservations of admitted pods not yet seen in the pod cache, each with an expiry;
-* per policy, its ``.status`` as last seen (for the status writer, ``migslice.kube.status``).
+* :class:`~migslice.policy.tenancy.Tenancy`: the valid TenantPolicies and which namespaces
+  each selects (an index; namespace labels for ``spec.namespaceSelector``);
+* :class:`~webhook.usage.UsageBook`: per GPU pod its slice usage, per namespace the sum, and
+  the reservations of pods admitted but not yet seen;
+* :class:`~webhook.products.NodeProducts`: the GPU products of the nodes (the offers).
+
+Besides them: invalid policies (kept out of decisions and reported), every policy's
+``.status`` as last seen, and the desired statuses, recomputed only for the policies an event
+touched (``policy_statuses``).
 
 Both sources feed it through the same methods: the cluster file once at start-up
 (:meth:`ClusterState.load`), the watch caches on every event (``migslice.kube.policies``).
 Decisions and reservations run under :attr:`ClusterState.admission_lock`, so concurrent
-requests to one replica cannot over-admit a quota.
+requests to one replica cannot over-admit a quota; status computations hold it only to copy
+their inputs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,7 +34,7 @@ from migslice.admission import SliceUsage, usage_of
 from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
 from migslice.admission.usage import ZERO
 from migslice.mig import CATALOG
-from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects import ClusterObjects
 from migslice.objects.nodes import node_name_of, node_product_of
 from migslice.objects.pods import (
     annotations_of,
@@ -46,9 +49,12 @@ from migslice.policy import (
     PolicyError,
     TenantPolicy,
     check_against_catalog,
-    namespace_conflicts,
     parse_tenant_policy,
 )
+from migslice.policy.tenancy import Tenancy
+from migslice.policy.wire import TenantPolicyStatusWire
+from webhook.products import NodeProducts
+from webhook.usage import Reservation, UsageBook
 
 log = logging.getLogger(__name__)
 
@@ -65,23 +71,24 @@ class SystemClock:
 
 
 @dataclass(frozen=True, slots=True)
-class Reservation:
-    tenant: str
-    namespace: str
-    usage: SliceUsage
-    expires_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class PodCharge:
-    namespace: str
-    usage: SliceUsage
-
-
-@dataclass(frozen=True, slots=True)
 class InvalidPolicy:
+    """A TenantPolicy that does not parse: its generation and every error, with field paths."""
+
     generation: int
     errors: tuple[FieldError, ...]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(str(e) for e in self.errors)
+
+
+@dataclass(frozen=True, slots=True)
+class _StatusInputs:
+    policy: TenantPolicy | None
+    invalid: InvalidPolicy | None
+    usage: SliceUsage
+    conflicts: tuple[FieldError, ...]
+    observed: Mapping[str, object]
 
 
 class ClusterState:
@@ -91,21 +98,15 @@ class ClusterState:
         self.clock: Clock = clock or SystemClock()
         self.reservation_ttl_s = reservation_ttl_s
         self.admission_lock = threading.RLock()
-        self._policies: dict[str, TenantPolicy] = {}
-        self._policy_list: tuple[TenantPolicy, ...] = ()
-        self.invalid_policies: dict[str, str] = {}
+        self._tenancy = Tenancy()
+        self._usage = UsageBook()
+        self._products = NodeProducts()
         self._invalid: dict[str, InvalidPolicy] = {}
-        self._observed_status: dict[str, Mapping[str, object]] = {}
+        self._observed: dict[str, Mapping[str, object]] = {}
+        self._desired: dict[str, TenantPolicyStatusWire] = {}
+        self._catalog_problems: dict[tuple[str, int], tuple[FieldError, ...]] = {}
+        self._dirty: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
-        self._namespaces: dict[str, Mapping[str, str]] = {}
-        self._node_products: dict[str, str] = {}
-        self._product_nodes: Counter[str] = Counter()
-        self._offers: tuple[Offer, ...] = ()
-        self._model_keys: tuple[str, ...] = ()
-        self._pods: dict[str, PodCharge] = {}
-        self._namespace_usage: dict[str, SliceUsage] = {}
-        self._reservations: dict[str, Reservation] = {}
-        self._tenant_reservations: dict[str, set[str]] = {}
         self._synced: dict[str, bool] = {}
 
     # -- readiness -------------------------------------------------------------------------
@@ -125,34 +126,38 @@ class ClusterState:
 
     # -- ClusterView -----------------------------------------------------------------------
 
+    def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
+        return self._tenancy.selecting(namespace)
+
     def policies(self) -> Sequence[TenantPolicy]:
-        return self._policy_list
+        return self._tenancy.policies()
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        return self._namespaces.get(namespace) or {"kubernetes.io/metadata.name": namespace}
+        return self._tenancy.labels_of(namespace)
 
     def known_namespaces(self) -> Mapping[str, Mapping[str, str]]:
-        return dict(self._namespaces)
+        return self._tenancy.known_namespaces()
 
     def offers(self) -> Sequence[Offer]:
-        return self._offers
+        return self._products.offers
 
     def tenant_usage(self, tenant: str, exclude_reservation: str | None = None) -> SliceUsage:
         with self.admission_lock:
-            policy = self._policies.get(tenant)
             total = ZERO
-            if policy is not None:
-                for namespace, usage in self._namespace_usage.items():
-                    if policy.selects(namespace, self.namespace_labels(namespace)):
-                        total = total + usage
+            for namespace in self._tenancy.namespaces_of(tenant):
+                total = total + self._usage.namespace_usage(namespace)
             now = self.clock.monotonic_s()
-            for uid in list(self._tenant_reservations.get(tenant, ())):
-                reservation = self._reservations[uid]
-                if reservation.expires_s <= now:
-                    self._drop_reservation(uid)
-                elif uid != exclude_reservation:
-                    total = total + reservation.usage
-            return total
+            return total + self._usage.reserved(tenant, now, exclude_reservation)
+
+    @property
+    def invalid_policies(self) -> Mapping[str, str]:
+        """Invalid policies by name, with their errors in one line."""
+        return {name: problem.message for name, problem in self._invalid.items()}
+
+    def conflicts(self, policy: TenantPolicy) -> tuple[FieldError, ...]:
+        """Namespaces ``policy`` shares with another valid policy (for /validate)."""
+        with self.admission_lock:
+            return self._tenancy.conflicts(policy)
 
     # -- status ------------------------------------------------------------------------------
 
@@ -163,58 +168,85 @@ class ClusterState:
     def policy_statuses(self, now: datetime) -> tuple[StatusUpdate, ...]:
         """Every policy's status as last seen and as it should be now (``migslice.kube``).
 
-        Only the snapshot is taken under the admission lock; the checks (namespace conflicts
-        grow with policies x namespaces) run outside it, so admissions never wait on them.
-        """
+        Only the policies an event touched since the last call (and those with reservations,
+        which expire) are computed again, outside the admission lock; the lock is held only
+        to copy their inputs, so admissions never wait on a status computation."""
         with self.admission_lock:
-            policies = self._policy_list
-            usage = {policy.name: self.tenant_usage(policy.name) for policy in policies}
-            invalid = sorted(self._invalid.items())
-            observed = dict(self._observed_status)
-            known = self.known_namespaces()
-        updates = []
-        for policy in policies:
-            previous = observed.get(policy.name)
-            desired = policy_status(
+            dirty = self._dirty | self._usage.tenants_with_reservations()
+            self._dirty = set()
+            inputs = {name: self._status_inputs(name) for name in dirty}
+            names_now = sorted({p.name for p in self._tenancy.policies()} | set(self._invalid))
+            observed = {name: self._observed.get(name, {}) for name in names_now}
+        computed: dict[str, TenantPolicyStatusWire] = {}
+        for name, given in inputs.items():
+            desired = self._desired_status(name, given, now)
+            if desired is not None:
+                computed[name] = desired
+        with self.admission_lock:
+            for name in dirty:
+                if name in computed:
+                    self._desired[name] = computed[name]
+                else:
+                    self._desired.pop(name, None)
+            desired_now = {n: self._desired[n] for n in names_now if n in self._desired}
+        return tuple(
+            StatusUpdate(name, observed[name], desired_now[name])
+            for name in names_now
+            if name in desired_now
+        )
+
+    def _status_inputs(self, name: str) -> _StatusInputs:
+        policy = self._tenancy.policy(name)
+        return _StatusInputs(
+            policy=policy,
+            invalid=self._invalid.get(name),
+            usage=self.tenant_usage(name) if policy is not None else ZERO,
+            conflicts=self._tenancy.conflicts(policy) if policy is not None else (),
+            observed=self._observed.get(name, {}),
+        )
+
+    def _desired_status(
+        self, name: str, given: _StatusInputs, now: datetime
+    ) -> TenantPolicyStatusWire | None:
+        previous = given.observed
+        if given.policy is not None:
+            policy = given.policy
+            key = (policy.name, policy.generation)
+            problems = self._catalog_problems.get(key)
+            if problems is None:
+                problems = check_against_catalog(policy, CATALOG)
+                self._catalog_problems[key] = problems
+            return policy_status(
                 policy,
-                usage[policy.name],
+                given.usage,
                 now=now,
-                problems=check_against_catalog(policy, CATALOG),
-                conflicts=namespace_conflicts(policy, policies, known),
+                problems=problems,
+                conflicts=given.conflicts,
                 previous=previous,
             )
-            updates.append(StatusUpdate(policy.name, previous, desired))
-        for name, problem in invalid:
-            previous = observed.get(name)
-            desired = invalid_policy_status(
-                name, problem.generation, problem.errors, now=now, previous=previous
+        if given.invalid is not None:
+            return invalid_policy_status(
+                name, given.invalid.generation, given.invalid.errors, now=now, previous=previous
             )
-            updates.append(StatusUpdate(name, previous, desired))
-        return tuple(updates)
+        return None
 
-    def _changed(self) -> None:
+    def _changed(self, *policies: str) -> None:
+        self._dirty.update(policies)
         for listener in self._listeners:
             listener()
 
     # -- reservations ----------------------------------------------------------------------
 
-    def reserve(
-        self, uid: str, tenant: str, namespace: str, usage: SliceUsage, replaces: str | None = None
-    ) -> None:
-        """Hold ``usage`` for a pod admitted but not yet seen, until it shows up or expires."""
+    def reserve(self, uid: str, tenant: str, namespace: str, usage: SliceUsage) -> None:
+        """Hold ``usage`` for a pod admitted but not yet seen, until it shows up or expires
+        (a reinvocation of the same request replaces its own reservation)."""
         with self.admission_lock:
-            if replaces is not None:
-                old = self._reservations.get(replaces)
-                if old is not None and old.namespace == namespace:
-                    self._drop_reservation(replaces)
-            self._drop_reservation(uid)
             expires = self.clock.monotonic_s() + self.reservation_ttl_s
-            self._reservations[uid] = Reservation(tenant, namespace, usage, expires)
-            self._tenant_reservations.setdefault(tenant, set()).add(uid)
-            self._changed()
+            self._usage.reserve(uid, Reservation(tenant, namespace, usage, expires))
+            self._changed(tenant)
 
     def reservation_count(self) -> int:
-        return len(self._reservations)
+        return self._usage.reservation_count()
 
     # -- events ----------------------------------------------------------------------------
 
@@ -225,31 +257,28 @@ class ClusterState:
             policy = parse_tenant_policy(raw_policy)
         except PolicyError as error:
             with self.admission_lock:
-                self._policies.pop(error.name, None)
-                self.invalid_policies[error.name] = str(error)
-                self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
+                touched = self._tenancy.remove_policy(error.name)
                 if error.name:
                     self._invalid[error.name] = InvalidPolicy(_generation(raw_policy), error.errors)
-                    self._observed_status[error.name] = observed
-                self._changed()
+                    self._observed[error.name] = observed
+                self._changed(error.name, *touched)
             log.warning("Ignoring invalid TenantPolicy name=%s: %s", error.name, error)
             return
         with self.admission_lock:
-            self.invalid_policies.pop(policy.name, None)
             self._invalid.pop(policy.name, None)
-            self._observed_status[policy.name] = observed
-            self._policies[policy.name] = policy
-            self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
-            self._changed()
+            self._observed[policy.name] = observed
+            if self._tenancy.policy(policy.name) == policy:
+                self._changed(policy.name)
+                return
+            touched = self._tenancy.put_policy(policy)
+            self._changed(policy.name, *touched)
 
     def delete_policy(self, name: str) -> None:
         with self.admission_lock:
-            self._policies.pop(name, None)
-            self.invalid_policies.pop(name, None)
+            touched = self._tenancy.remove_policy(name)
             self._invalid.pop(name, None)
-            self._observed_status.pop(name, None)
-            self._policy_list = tuple(sorted(self._policies.values(), key=lambda p: p.name))
-            self._changed()
+            self._observed.pop(name, None)
+            self._changed(name, *touched)
 
     def upsert_namespace(self, raw_namespace: Mapping[str, object]) -> None:
         metadata = raw_namespace.get("metadata")
@@ -258,63 +287,57 @@ class ClusterState:
         name = str(metadata["name"])
         labels = metadata.get("labels")
         clean = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
-        clean.setdefault("kubernetes.io/metadata.name", name)
         with self.admission_lock:
-            if self._namespaces.get(name) != clean:
-                self._namespaces[name] = clean
-                self._changed()
+            touched = self._tenancy.put_namespace(name, clean)
+            if touched:
+                self._changed(*touched)
 
     def delete_namespace(self, name: str) -> None:
         with self.admission_lock:
-            if self._namespaces.pop(name, None) is not None:
-                self._changed()
+            touched = self._tenancy.remove_namespace(name)
+            if touched:
+                self._changed(*touched)
 
     def upsert_node(self, raw_node: Mapping[str, object]) -> None:
         name = node_name_of(raw_node)
         if name is None:
             return
-        product = node_product_of(raw_node)
         with self.admission_lock:
-            self._forget_node(name)
-            if product is not None and CATALOG.by_product(product) is not None:
-                self._node_products[name] = product
-                self._product_nodes[product] += 1
-                if self._product_nodes[product] == 1:
-                    self._rebuild_offers()
+            self._products.set_node(name, node_product_of(raw_node))
 
     def delete_node(self, name: str) -> None:
         with self.admission_lock:
-            self._forget_node(name)
+            self._products.forget_node(name)
 
     def upsert_pod(self, raw_pod: Mapping[str, object]) -> None:
         metadata = metadata_of(raw_pod)
         namespace, name = metadata.get("namespace"), metadata.get("name")
         if not isinstance(namespace, str) or not isinstance(name, str):
             return
-        key = f"{namespace}/{name}"
-        reservation = annotations_of(raw_pod).get(names.RESERVATION)
+        uid = annotations_of(raw_pod).get(names.RESERVATION)
         with self.admission_lock:
             usage = (
                 ZERO
                 if is_terminal(raw_pod)
                 else usage_of(dict(gpu_requests(raw_pod)), self._models_for(raw_pod))
             )
-            before = self._pods.get(key)
-            if isinstance(reservation, str):
-                self._drop_reservation(reservation)
-            self._forget_pod(key)
-            if not usage.is_zero:
-                self._pods[key] = PodCharge(namespace, usage)
-                self._namespace_usage[namespace] = (
-                    self._namespace_usage.get(namespace, ZERO) + usage
-                )
-            if self._pods.get(key) != before:
-                self._changed()
+            released = self._release_for(uid, namespace, usage)
+            if usage.is_zero and self._usage.forget_pod(f"{namespace}/{name}") is None:
+                if released is not None:
+                    self._changed(released.tenant)
+                return
+            self._tenancy.touch_namespace(namespace)
+            changed = self._usage.set_pod(f"{namespace}/{name}", namespace, usage)
+            touched = {p.name for p in self._tenancy.selecting(namespace)}
+            if released is not None:
+                touched.add(released.tenant)
+            if changed or released is not None:
+                self._changed(*touched)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self.admission_lock:
-            if self._forget_pod(f"{namespace}/{name}"):
-                self._changed()
+            if self._usage.forget_pod(f"{namespace}/{name}") is not None:
+                self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
 
     def load(self, objects: ClusterObjects) -> None:
         """Fill the state from a cluster file's objects (standalone mode)."""
@@ -330,52 +353,29 @@ class ClusterState:
 
     # -- internals -------------------------------------------------------------------------
 
+    def _release_for(self, uid: object, namespace: str, usage: SliceUsage) -> Reservation | None:
+        """Release the reservation a pod that now shows up was admitted with.
+
+        The annotation is trusted only on a pod that asks for a GPU in the reservation's own
+        namespace: every such pod went through this webhook, which wrote the annotation itself
+        (a tenant's own value is overwritten); a pod without a GPU never reaches the webhook,
+        so its annotation may be forged and releases nothing."""
+        if not isinstance(uid, str) or usage.is_zero:
+            return None
+        reservation = self._usage.reservation(uid)
+        if reservation is None or reservation.namespace != namespace:
+            return None
+        return self._usage.release(uid)
+
     def _models_for(self, raw_pod: Mapping[str, object]) -> tuple[str, ...]:
         """The GPU model keys a pod's slices are priced on: its node's, else the cluster's."""
         node = bound_node_of(raw_pod)
-        product = self._node_products.get(node) if node is not None else None
+        product = self._products.product_of(node) if node is not None else None
         if product is not None:
             model = CATALOG.by_product(product)
             if model is not None:
                 return (model.key,)
-        return self._model_keys
-
-    def _drop_reservation(self, uid: str) -> None:
-        reservation = self._reservations.pop(uid, None)
-        if reservation is not None:
-            uids = self._tenant_reservations.get(reservation.tenant)
-            if uids is not None:
-                uids.discard(uid)
-                if not uids:
-                    del self._tenant_reservations[reservation.tenant]
-
-    def _forget_node(self, name: str) -> None:
-        product = self._node_products.pop(name, None)
-        if product is not None:
-            self._product_nodes[product] -= 1
-            if self._product_nodes[product] <= 0:
-                del self._product_nodes[product]
-                self._rebuild_offers()
-
-    def _rebuild_offers(self) -> None:
-        offers = []
-        for product in sorted(self._product_nodes):
-            model = CATALOG.by_product(product)
-            if model is not None:
-                offers.append(Offer(product, model))
-        self._offers = tuple(offers)
-        self._model_keys = tuple(sorted({o.model.key for o in offers}))
-
-    def _forget_pod(self, key: str) -> bool:
-        old = self._pods.pop(key, None)
-        if old is None:
-            return False
-        remaining = self._namespace_usage.get(old.namespace, ZERO) - old.usage
-        if remaining.is_zero and not remaining.profiles:
-            self._namespace_usage.pop(old.namespace, None)
-        else:
-            self._namespace_usage[old.namespace] = remaining
-        return True
+        return self._products.model_keys
 
 
 def _generation(raw_policy: Mapping[str, object]) -> int:

@@ -52,8 +52,7 @@ def decide(
         return AdmissionDecision.deny(
             _prefixed(subject, Denial("bad-resource", "; ".join(intent.problems), 422))
         )
-    labels = view.namespace_labels(admission.namespace)
-    selecting = [p for p in view.policies() if p.selects(admission.namespace, labels)]
+    selecting = view.tenant_policies(admission.namespace)
     if not selecting:
         message = (
             f'{subject} asks for a GPU, but namespace "{admission.namespace}" belongs to no '
@@ -77,7 +76,10 @@ def decide(
     plan = _plan(policy, intent, view)
     if isinstance(plan, Denial):
         return AdmissionDecision.deny(_prefixed(subject, plan), tenant=policy.name)
-    limit = _check_limits(policy, plan, view, intent.reservation)
+    # A reinvocation of this very request carries its own reservation (we wrote it): that one
+    # is not counted twice. Any other value is the tenant's, and names nothing to us.
+    own = intent.reservation if intent.reservation == admission.request_uid else None
+    limit = _check_limits(policy, plan, view, own)
     if limit is not None:
         return AdmissionDecision.deny(_prefixed(subject, limit), tenant=policy.name)
     conflict = _node_selector_conflict(policy, admission)
@@ -90,7 +92,6 @@ def decide(
         tenant=policy.name,
         charge=plan.charge,
         reservation=admission.request_uid,
-        replaces_reservation=intent.reservation,
     )
 
 

@@ -54,7 +54,6 @@ class AdmissionDecision:
     tenant: str | None = None
     charge: SliceUsage | None = None
     reservation: str | None = None
-    replaces_reservation: str | None = None
     warnings: tuple[str, ...] = ()
 
     @staticmethod

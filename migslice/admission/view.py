@@ -14,12 +14,8 @@ from migslice.policy import Offer, TenantPolicy
 class ClusterView(Protocol):
     """What :func:`migslice.admission.decide` needs to know about the cluster."""
 
-    def policies(self) -> Sequence[TenantPolicy]:
-        """Every valid TenantPolicy."""
-        ...
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        """The namespace's labels (at least ``kubernetes.io/metadata.name``)."""
+    def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
+        """The valid TenantPolicies that select ``namespace`` (more than one is a conflict)."""
         ...
 
     def offers(self) -> Sequence[Offer]:
@@ -40,11 +36,9 @@ class StaticView:
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     usage: Mapping[str, SliceUsage] = field(default_factory=dict)
 
-    def policies(self) -> Sequence[TenantPolicy]:
-        return self.policy_list
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        return self.labels.get(namespace, {"kubernetes.io/metadata.name": namespace})
+    def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
+        labels = self.labels.get(namespace, {"kubernetes.io/metadata.name": namespace})
+        return tuple(p for p in self.policy_list if p.selects(namespace, labels))
 
     def offers(self) -> Sequence[Offer]:
         return self.offer_list

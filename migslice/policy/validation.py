@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from migslice.mig import Catalog
 from migslice.policy.errors import FieldError
 from migslice.policy.resolution import Need, meets, model_key_of, servable_models
+from migslice.policy.tenancy import Tenancy
 from migslice.policy.types import TenantPolicy, Tier
 
 
@@ -90,41 +91,17 @@ def namespace_conflicts(
     others: Iterable[TenantPolicy],
     namespace_labels: Mapping[str, Mapping[str, str]],
 ) -> tuple[FieldError, ...]:
-    """Namespaces that ``policy`` and another policy both select.
+    """Namespaces that ``policy`` and another policy both select, one error per other policy.
 
     Listed namespaces are compared directly; selectors are evaluated on the namespaces that
     exist (``namespace_labels``), since two selectors can only be compared on real labels.
+    Callers that keep policies current use a :class:`~migslice.policy.tenancy.Tenancy` index
+    and ask it directly; this builds one for a single question.
     """
-    errors: list[FieldError] = []
+    index = Tenancy()
+    for namespace, labels in namespace_labels.items():
+        index.put_namespace(namespace, labels)
     for other in others:
-        if other.name == policy.name:
-            continue
-        claimed = sorted(
-            {
-                ns
-                for ns in policy.namespaces
-                if other.selects(ns, namespace_labels.get(ns, _name_label(ns)))
-            }
-            | {
-                ns
-                for ns, labels in namespace_labels.items()
-                if policy.selects(ns, labels) and other.selects(ns, labels)
-            }
-        )
-        if claimed:
-            errors.append(
-                FieldError(
-                    "spec.namespaces"
-                    if set(claimed) & set(policy.namespaces)
-                    else "spec.namespaceSelector",
-                    f"namespace{'s' if len(claimed) > 1 else ''} {', '.join(claimed)} "
-                    f"already belong{'' if len(claimed) > 1 else 's'} to "
-                    f'TenantPolicy "{other.name}"; '
-                    "a namespace can have only one tenant",
-                )
-            )
-    return tuple(errors)
-
-
-def _name_label(namespace: str) -> Mapping[str, str]:
-    return {"kubernetes.io/metadata.name": namespace}
+        if other.name != policy.name:
+            index.put_policy(other)
+    return index.conflicts(policy)
