@@ -16,6 +16,7 @@ from typing import Any
 import pynvml
 
 from agent.readings import GpuReading, InstanceReading
+from migslice.console import CommandError
 from migslice.mig import NvmlProfileInfo
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 MAX_PLACEMENTS = 16
 
 
-class NvmlUnavailableError(RuntimeError):
+class NvmlUnavailableError(CommandError):
     """NVML cannot be used on this machine (no driver, no library, no permission)."""
 
 

@@ -26,6 +26,7 @@ from extender.wire import (
     RawNode,
     filter_error,
 )
+from migslice.errors import InvalidInputError
 from migslice.objects import node_facts_from_raw
 from migslice.scheduling import (
     PodDemand,
@@ -41,7 +42,7 @@ EXTENSION = "migslice_extender"
 JSON = "application/json"
 
 
-class BadArgsError(ValueError):
+class BadArgsError(InvalidInputError):
     """A body that is not a usable ExtenderArgs; the message says what is wrong."""
 
 

@@ -17,11 +17,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from migslice.errors import MigsliceError
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-class CommandError(Exception):
+class CommandError(MigsliceError):
     """An error the user can fix; printed as one line, exit status 1."""
 
 
@@ -172,7 +174,7 @@ class Command:
         args = self.parser(prog).parse_args(argv)
         try:
             return self.run(args)
-        except CommandError as error:
+        except MigsliceError as error:
             return fail(str(error))
         except KeyboardInterrupt:
             return 130

@@ -19,6 +19,8 @@ import math
 import re
 from fractions import Fraction
 
+from migslice.errors import InvalidInputError
+
 MIB = 1024 * 1024
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -41,7 +43,7 @@ _QUANTITY_RE = re.compile(
 _MAX_LENGTH = 64
 
 
-class QuantityError(ValueError):
+class QuantityError(InvalidInputError):
     """A string that is not a Kubernetes quantity."""
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
 from migslice.admission import PatchOp
+from migslice.errors import InvalidInputError
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -62,7 +63,7 @@ class AdmissionReviewWire(TypedDict):
     response: NotRequired[AdmissionResponseWire]
 
 
-class ReviewError(ValueError):
+class ReviewError(InvalidInputError):
     """A request body that is not a usable AdmissionReview (HTTP 400)."""
 
 

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from migslice import names
+from migslice.errors import InvalidInputError
 from migslice.objects.pods import ContainerGpu, read_pod_gpu
 
 
-class MalformedPodError(ValueError):
+class MalformedPodError(InvalidInputError):
     """An object that is not shaped like a Pod."""
 
 

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from agent.command import COMMANDS as AGENT_COMMANDS
 from extender.command import COMMANDS as EXTENDER_COMMANDS
 from migslice.cli import certs, geometry, plan
-from migslice.console import CommandError, fail
+from migslice.console import fail
 from migslice.demo.command import COMMANDS as DEMO_COMMANDS
+from migslice.errors import MigsliceError
 from migslice.sim.command import COMMANDS as SIM_COMMANDS
 from webhook.command import COMMANDS as WEBHOOK_COMMANDS
 
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
-    except CommandError as error:
+    except MigsliceError as error:  # CommandError and any core error a command let through
         return fail(str(error))
     except KeyboardInterrupt:
         print("migslice: interrupted", file=sys.stderr)

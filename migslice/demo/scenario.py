@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import jsonpatch
 import yaml
 
+from migslice.console import CommandError
 from migslice.inventory import NodeState, per_gpu_counts
 from migslice.mig import CATALOG
 from migslice.mig.render import render_bar
@@ -71,7 +72,7 @@ def bundled_cluster() -> str:
     return resources.files("migslice.demo").joinpath("cluster.yaml").read_text()
 
 
-class DemoError(RuntimeError):
+class DemoError(CommandError):
     """The demo could not run (a server did not start); the message says which and why."""
 
 

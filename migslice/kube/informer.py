@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from migslice.kube.transport import ApiError, RawObject, Transport
+from migslice.kube.transport import ApiError, KubeError, RawObject, Transport
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class InformerStats:
     last_error: str = ""
 
 
-class GoneError(Exception):
+class GoneError(KubeError):
     """The resourceVersion is too old (410 Gone): list again."""
 
 

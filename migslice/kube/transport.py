@@ -16,10 +16,16 @@ from typing import Any, Protocol
 import urllib3
 from kubernetes import client, config
 
+from migslice.errors import MigsliceError
+
 RawObject = dict[str, Any]
 
 
-class ApiError(Exception):
+class KubeError(MigsliceError):
+    """Root of the errors of the Kubernetes API layer."""
+
+
+class ApiError(KubeError):
     """A non-2xx answer or a failed connection; ``status`` is the HTTP code (0 if none)."""
 
     def __init__(self, status: int, message: str) -> None:

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from migslice.errors import NotFoundError
 from migslice.mig.profiles import ProfileName, parse_profile_name
 
 
-class UnknownModelError(LookupError):
+class UnknownModelError(NotFoundError):
     """A GPU model that the catalog does not know."""
 
 
-class UnknownProfileError(LookupError):
+class UnknownProfileError(NotFoundError):
     """A profile name that a GPU model does not offer."""
 
 

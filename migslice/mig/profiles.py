@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from migslice.errors import InvalidInputError
 from migslice.names import MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
 
 __all__ = [
@@ -32,7 +33,7 @@ _RESOURCE_RE = re.compile(
 )
 
 
-class ProfileNameError(ValueError):
+class ProfileNameError(InvalidInputError):
     """A string that is not a MIG profile name."""
 
 

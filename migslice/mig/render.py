@@ -15,12 +15,13 @@ from typing import Any
 
 import yaml
 
+from migslice.errors import InvalidInputError
 from migslice.mig.catalog import GpuModel
 from migslice.mig.layout import Placed
 from migslice.mig.profiles import ProfileNameError, parse_profile_name
 
 
-class MigPartedError(ValueError):
+class MigPartedError(InvalidInputError):
     """A mig-parted config that does not follow the v1 format."""
 
 

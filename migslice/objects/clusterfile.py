@@ -12,10 +12,12 @@ from typing import Any
 
 import yaml
 
+from migslice.errors import InvalidInputError
+
 RawObject = dict[str, Any]
 
 
-class ClusterFileError(ValueError):
+class ClusterFileError(InvalidInputError):
     """A cluster file that cannot be read; the message names the document."""
 
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+from migslice.errors import InvalidInputError
 from migslice.mig import NvmlProfileInfo
 from migslice.names import LAYOUT_ANNOTATION
 
@@ -74,7 +75,7 @@ class GpuLayoutAnnotation(TypedDict):
     profiles: NotRequired[list[ProfileEntry]]
 
 
-class LayoutAnnotationError(ValueError):
+class LayoutAnnotationError(InvalidInputError):
     """An annotation that does not follow the schema; the message names the field."""
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from migslice.errors import InvalidInputError
+
 
 @dataclass(frozen=True, slots=True)
 class FieldError:
@@ -16,7 +18,7 @@ class FieldError:
         return f"{self.path}: {self.message}"
 
 
-class PolicyError(ValueError):
+class PolicyError(InvalidInputError):
     """A TenantPolicy that cannot be used; ``errors`` lists every problem found."""
 
     def __init__(self, name: str, errors: tuple[FieldError, ...]) -> None:

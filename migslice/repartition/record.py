@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from migslice.errors import InvalidInputError
 from migslice.mig.render import MigPartedEntry, MigPartedError, parse_mig_parted
 from migslice.names import RECORD_ANNOTATION
 from migslice.objects.times import format_time, parse_epoch_s
@@ -49,7 +50,7 @@ SUPERSEDED = NodeOutcome.SUPERSEDED
 OUTCOMES = frozenset(NodeOutcome)
 
 
-class RecordError(ValueError):
+class RecordError(InvalidInputError):
     """A record annotation that cannot be read; the message says where."""
 
 

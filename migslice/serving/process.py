@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from migslice.errors import MigsliceError
 from migslice.serving.certs import TlsBundle
 
 
@@ -28,7 +29,11 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class ServerStartError(RuntimeError):
+class ServingError(MigsliceError):
+    """Root of the errors of the serving layer."""
+
+
+class ServerStartError(ServingError, RuntimeError):
     """The server exited or did not become ready; the message carries its log's tail."""
 
 

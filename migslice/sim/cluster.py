@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from migslice.errors import MigsliceError
 from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
 from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.objects import NodeFacts
@@ -25,7 +26,7 @@ GPUS_PER_NODE = 8
 SIM_CONFIG = "migslice-sim"
 
 
-class DisruptionError(RuntimeError):
+class DisruptionError(MigsliceError, RuntimeError):
     """A layout change would have destroyed an instance a pod holds."""
 
 

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from migslice.errors import InvalidInputError
 from migslice.mig import CATALOG, GpuModel
 
 WHOLE_PROFILE = "7g.80gb"
@@ -51,7 +52,7 @@ SYNTHETIC_MIX: tuple[tuple[str, int], ...] = (
 """The MIG-friendly mix 1g:2g:3g:4g:7g = 40:25:20:5:10 by pod count (benchmarks.md §5.1)."""
 
 
-class TraceError(ValueError):
+class TraceError(InvalidInputError):
     """A pod list that cannot be read; the message names the row and the column."""
 
 
