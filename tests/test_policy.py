@@ -43,7 +43,6 @@ def test_a_minimal_policy_gets_the_documented_defaults() -> None:
     policy = parse_tenant_policy(make_policy(sizes={"small": {"memory": "10Gi"}}))
     assert policy.isolation is Isolation.HARDWARE
     assert policy.tiers == (Tier.MIG,)
-    assert policy.allow_eviction is False
     assert policy.quota.compute_slices is None
     assert policy.ref == "team-a@1"
 

@@ -44,7 +44,6 @@ _SPEC_FIELDS = frozenset(
         "nodeSelector",
         "quota",
         "maxSlicesPerPod",
-        "allowEviction",
     }
 )
 
@@ -127,10 +126,6 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
     node_selector = _string_map(spec.get("nodeSelector"), "spec.nodeSelector", errors)
     quota = _quota(spec.get("quota"), errors)
     max_slices = _int(spec.get("maxSlicesPerPod"), "spec.maxSlicesPerPod", 1, errors)
-    allow_eviction = spec.get("allowEviction", False)
-    if not isinstance(allow_eviction, bool):
-        errors.add("spec.allowEviction", f"must be true or false, got {allow_eviction!r}")
-        allow_eviction = False
 
     if errors.items:
         raise PolicyError(name or "?", tuple(errors.items))
@@ -149,7 +144,6 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
         node_selector=node_selector,
         quota=quota,
         max_slices_per_pod=max_slices,
-        allow_eviction=allow_eviction,
     )
 
 

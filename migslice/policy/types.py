@@ -116,7 +116,6 @@ class TenantPolicy:
     node_selector: tuple[tuple[str, str], ...] = ()
     quota: Quota = Quota()
     max_slices_per_pod: int | None = None
-    allow_eviction: bool = False
 
     @property
     def ref(self) -> str:

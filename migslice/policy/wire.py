@@ -46,7 +46,6 @@ class TenantPolicySpecWire(TypedDict, total=False):
     nodeSelector: dict[str, str]
     quota: QuotaWire
     maxSlicesPerPod: int
-    allowEviction: bool
 
 
 class ConditionWire(TypedDict):
