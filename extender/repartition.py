@@ -33,7 +33,7 @@ from migslice.inventory import (
     resolve_node,
 )
 from migslice.inventory.nodes import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
-from migslice.mig.render import MigPartedError, parse_mig_parted, render_mig_parted
+from migslice.mig.migparted import MigPartedError, parse_mig_parted, render_mig_parted
 from migslice.planning import PlanSettings
 from migslice.repartition import (
     FAILED,

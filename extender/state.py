@@ -21,7 +21,7 @@ from migslice.inventory import (
     node_facts_from_raw,
     pod_facts_from_raw,
 )
-from migslice.mig.render import MigPartedError, parse_mig_parted
+from migslice.mig.migparted import MigPartedError, parse_mig_parted
 from migslice.scheduling import PreparedNode, prepare_node
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ from migslice.mig import (
     make_layout,
     profile_from_resource,
 )
-from migslice.mig.render import MigPartedEntry, mig_parted_entries, profile_counts
+from migslice.mig.migparted import MigPartedEntry, mig_parted_entries, profile_counts
 from migslice.scheduling.demand import PodDemand, UnitKind
 
 TRANSITION_STATES = frozenset({"pending", "rebooting"})

@@ -12,7 +12,8 @@ from migslice.cli.common import CommandError, format_table, print_json
 from migslice.clusterfile import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.inventory import ClusterIndex, NodeState, node_facts_from_raw, pod_facts_from_raw
 from migslice.mig import CATALOG
-from migslice.mig.render import MigPartedError, parse_mig_parted, render_bar, render_mig_parted
+from migslice.mig.migparted import MigPartedError, parse_mig_parted, render_mig_parted
+from migslice.mig.render import render_bar
 from migslice.planning import PendingPod, PlanSettings, RepartitionPlan, plan
 from migslice.scheduling.demand import demand_of
 

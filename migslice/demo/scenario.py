@@ -32,7 +32,8 @@ from migslice.cli.plan import cluster_states, pending_pods
 from migslice.clusterfile import load_cluster_text
 from migslice.inventory import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, NodeState, per_gpu_counts
 from migslice.mig import CATALOG
-from migslice.mig.render import parse_mig_parted, render_bar, render_mig_parted
+from migslice.mig.migparted import parse_mig_parted, render_mig_parted
+from migslice.mig.render import render_bar
 from migslice.planning import PlanSettings, RepartitionPlan, plan
 from migslice.serving.certs import write_tls_bundle
 from migslice.serving.process import ServerProcess, ServerStartError

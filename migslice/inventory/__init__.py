@@ -25,7 +25,6 @@ from migslice.inventory.layouts import (
     model_of,
     resolve_node,
 )
-from migslice.inventory.migparted import builtin_counts, per_gpu_counts
 from migslice.inventory.nodes import (
     GPU_COUNT_LABEL,
     MIG_CAPABLE_LABEL,
@@ -46,6 +45,7 @@ from migslice.inventory.pods import (
     product_constraint,
 )
 from migslice.inventory.quantities import QuantityError, parse_count
+from migslice.mig.migparted import builtin_counts, per_gpu_counts
 
 __all__ = [
     "GPU_COUNT_LABEL",

@@ -21,7 +21,7 @@ from migslice.inventory.layouts import NodeState, resolve_node
 from migslice.inventory.nodes import NodeFacts
 from migslice.inventory.pods import PodFacts
 from migslice.mig import CATALOG, Catalog
-from migslice.mig.render import MigPartedEntry
+from migslice.mig.migparted import MigPartedEntry
 
 V = TypeVar("V")
 MigConfigs = Mapping[str, tuple[MigPartedEntry, ...]]

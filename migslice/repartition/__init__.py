@@ -2,6 +2,7 @@
 the mig-parted merge. Pure: the time, the cluster and the record are inputs; the shell in
 ``extender/repartition.py`` persists the record and performs the steps."""
 
+from migslice.mig.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.repartition.decide import (
     REASON_FAILED,
     REASON_STARTED,
@@ -13,7 +14,6 @@ from migslice.repartition.decide import (
     decide,
     recheck,
 )
-from migslice.repartition.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.repartition.pending import SCHEDULER_NAME, pending_pods, unschedulable_since
 from migslice.repartition.record import (
     ABORTED,

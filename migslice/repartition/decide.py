@@ -29,7 +29,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
-from migslice.mig.render import MigPartedEntry
+from migslice.mig.migparted import OWN_PREFIX, MigPartedEntry
 from migslice.planning import (
     TRANSITION_STATES,
     PendingPod,
@@ -37,7 +37,6 @@ from migslice.planning import (
     RepartitionPlan,
     plan,
 )
-from migslice.repartition.migparted import OWN_PREFIX
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
