@@ -223,10 +223,11 @@ def _sizes(gpu_slices: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DeviceId:
-    """A ``device-filter`` item: PCI device and vendor, and optionally the subsystem pair."""
+    """A PCI id as mig-parted's ``DeviceID``: device and vendor, and optionally the subsystem
+    (device, vendor) pair. As a GPU, ``subsystem`` None means it is not known."""
 
     device: int
-    vendor: int
+    vendor: int = NVIDIA_VENDOR_ID
     subsystem: tuple[int, int] | None = None
 
     def __str__(self) -> str:
@@ -235,12 +236,14 @@ class DeviceId:
             return primary
         return f"{primary}:0x{self.subsystem[0]:04X}{self.subsystem[1]:04X}"
 
-    def matches(self, device: int, vendor: int = NVIDIA_VENDOR_ID) -> bool | None:
-        """``DeviceID.Matches`` against a GPU whose subsystem id is not known: None when the
-        filter names a subsystem and device and vendor agree (the answer depends on it)."""
-        if (self.device, self.vendor) != (device, vendor):
+    def matches(self, gpu: DeviceId) -> bool | None:
+        """``DeviceID.Matches`` with this id as the filter: device and vendor, and the subsystem
+        too when the filter names one. None when that decides and the GPU's is not known."""
+        if (self.device, self.vendor) != (gpu.device, gpu.vendor):
             return False
-        return True if self.subsystem is None else None
+        if self.subsystem is None:
+            return True
+        return None if gpu.subsystem is None else self.subsystem == gpu.subsystem
 
 
 def parse_device_id(text: str) -> DeviceId | None:
@@ -291,18 +294,18 @@ class MigPartedEntry:
         """``MatchesDevices``: ``all`` or listed."""
         return self.devices is None or index in self.devices
 
-    def selects_device(self, pci_device_id: int) -> bool | None:
-        """``MatchesDeviceFilter`` for an NVIDIA GPU with PCI device id ``pci_device_id``; None
-        when only a subsystem id, which is not known here, would decide."""
+    def selects_device(self, gpu: DeviceId) -> bool | None:
+        """``MatchesDeviceFilter``: no filter selects every GPU, else any filter that matches;
+        None when only the GPU's subsystem id, which is not known, would decide."""
         if not self.device_filter:
             return True
         unknown = False
         for text in self.device_filter:
             filter_id = parse_device_id(text)
-            found = None if filter_id is None else filter_id.matches(pci_device_id)
+            found = False if filter_id is None else filter_id.matches(gpu)
             if found:
                 return True
-            unknown = unknown or (filter_id is not None and found is None)
+            unknown = unknown or found is None
         return None if unknown else False
 
 
@@ -578,7 +581,7 @@ def _settle(entries: Sequence[MigPartedEntry], index: int, pci: int) -> GpuSetti
     for position, entry in enumerate(entries):
         if not entry.selects_index(index):
             continue
-        selects = entry.selects_device(pci)
+        selects = entry.selects_device(DeviceId(pci))
         if selects is None:
             reason = (
                 f"entry {position}'s device-filter names a PCI subsystem id, and GPU {index}'s "
