@@ -5,11 +5,11 @@ entries, each with an optional ``device-filter`` of PCI ids, ``devices`` as ``al
 indices, ``mig-enabled`` and ``mig-devices`` counts per MIG device name). The node label
 ``nvidia.com/mig.config`` selects a config by name. Everything here follows NVIDIA's code at the
 pinned versions, NVIDIA/mig-parted @bd7160f (go-nvlib v0.12.0, sigs.k8s.io/yaml v1.6.0) and
-NVIDIA/k8s-device-plugin @1b826ac:
+NVIDIA/k8s-device-plugin @1b826ac (docs/mig-parted.md says what that means in practice):
 
 * :func:`parse_mig_parted` gives the verdicts of ``api/spec/v1/spec.go`` (``Spec`` and
-  ``MigConfigSpec.UnmarshalJSON``) on a file read as mig-parted reads it: go-yaml v2 scalars
-  (YAML 1.1 with ``y``/``n`` booleans, timestamps kept as text), then ``encoding/json``.
+  ``MigConfigSpec.UnmarshalJSON``) on a file read as mig-parted reads it
+  (:mod:`migslice.mig.goyaml`: go-yaml v2 scalars, then ``encoding/json``).
 * ``mig-devices`` keys are checked as go-nvlib's ``parseMigProfile`` checks them: a format, not a
   catalog lookup (``0g.0gb`` and ``1g.5gb+foo`` pass; whether the GPU has them shows at apply).
 * ``device-filter`` matching is ``pkg/types/device.go`` (``NewDeviceIDFromString``, ``Matches``):
@@ -32,7 +32,7 @@ import enum
 import re
 import string
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -151,7 +151,7 @@ def parse_mig_device_name(text: str) -> MigDeviceName:
     return MigDeviceName(compute, gpu, memory, attributes)
 
 
-def _name_field(field: str, suffix: str, fail: Any) -> int:
+def _name_field(field: str, suffix: str, fail: Callable[[str], MigPartedError]) -> int:
     if field.strip() != field:
         raise fail(f"spaces around '%d{suffix}'")
     number = field.removesuffix(suffix)
@@ -160,7 +160,7 @@ def _name_field(field: str, suffix: str, fail: Any) -> int:
     return int(number)
 
 
-def _name_attributes(text: str, fail: Any) -> tuple[str, ...]:
+def _name_attributes(text: str, fail: Callable[[str], MigPartedError]) -> tuple[str, ...]:
     attributes = text.split(",")
     if len(set(attributes)) != len(attributes):
         raise fail("an attribute is repeated")
@@ -418,11 +418,15 @@ def parse_mig_parted(text: str) -> dict[str, tuple[MigPartedEntry, ...]]:
     if not isinstance(document, dict):
         raise MigPartedError("mig-parted config must be a mapping with version and mig-configs")
     version = document.get("version")
-    if not isinstance(version, str) or version != VERSION:
-        raise MigPartedError(f"version: {version!r}; mig-parted accepts only {VERSION}")
+    if version != VERSION:
+        said = "missing" if version is None else repr(version)
+        raise MigPartedError(f"version is {said}; mig-parted accepts only {VERSION}")
     unknown = sorted(set(document) - {"version", "mig-configs"})
     if unknown:
-        raise MigPartedError(f"mig-parted config has unknown keys: {', '.join(unknown)}")
+        raise MigPartedError(
+            f"mig-parted config has unknown keys: {', '.join(unknown)}; "
+            "it may hold only version and mig-configs"
+        )
     if "mig-configs" not in document:
         return {}
     configs = document["mig-configs"]
