@@ -412,7 +412,10 @@ def parse_mig_parted(text: str) -> dict[str, tuple[MigPartedEntry, ...]]:
 
     An empty file, or one with only ``version: v1``, holds no configs (mig-parted accepts it).
     """
-    document = _load(text)
+    return _configs_of(_load(text))
+
+
+def _configs_of(document: object) -> dict[str, tuple[MigPartedEntry, ...]]:
     if document is None:
         return {}
     if not isinstance(document, dict):
@@ -486,8 +489,8 @@ def merge_mig_parted(
     rewritten as YAML, so comments do not survive. MigPartedError when mig-parted would refuse
     ``text`` (nothing is merged into a file MIG Manager cannot read).
     """
-    parse_mig_parted(text)
     loaded = _load(text)
+    _configs_of(loaded)
     document: dict[str, Any] = loaded if isinstance(loaded, dict) else {"version": VERSION}
     ours: dict[str, Any] = {name: [entry_json(e) for e in entries] for name, entries in add.items()}
     existing = document.get("mig-configs")
