@@ -199,7 +199,7 @@ def serve_main(args: argparse.Namespace) -> None:
     from extender.app import create_app
     from extender.settings import ExtenderSettings
     from extender.state import ExtenderState, StaticCache, new_index
-    from migslice.inventory import node_facts_from_raw, pod_facts_from_raw
+    from migslice.objects import node_facts_from_raw, pod_facts_from_raw
     from migslice.serving import ServerOptions, serve
 
     def factory() -> Any:

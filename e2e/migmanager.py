@@ -21,7 +21,12 @@ from kubernetes.client.rest import ApiException
 
 from e2e.controlplane import set_node_resources
 from migslice.mig import CATALOG, MIG_RESOURCE_PREFIX, fit
-from migslice.mig.render import MigPartedError, parse_mig_parted
+from migslice.mig.migparted import (
+    MigPartedError,
+    gpu_pci_ids,
+    parse_mig_parted,
+    per_gpu_counts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -132,16 +137,15 @@ class FakeMigManager:
         if model is None:
             return {}, f"unknown GPU product {labels.get('nvidia.com/gpu.product')!r}"
         gpu_count = int(labels.get("nvidia.com/gpu.count", "1"))
+        pci = gpu_pci_ids(model, labels.get("nvidia.com/gpu.product"), None)
+        per_gpu = per_gpu_counts(config_name, model, gpu_count, configs, pci)
+        if isinstance(per_gpu, str):  # a GPU left untouched keeps a layout this actor never knew
+            return {}, per_gpu
         totals: Counter[str] = Counter()
-        for index in range(gpu_count):
-            counts: Counter[str] = Counter()
-            for entry in configs[config_name]:
-                if entry.device_filter and not set(entry.device_filter) & set(model.pci_filters):
-                    continue
-                if entry.devices is not None and index not in entry.devices:
-                    continue
-                counts.update(entry.counts())
+        for index, (_, counts) in enumerate(per_gpu):
             wanted = [profile for profile, n in counts.items() for _ in range(n)]
+            if not all(model.has_profile(p) for p in wanted):
+                return {}, f"GPU {index}: {model.key} lacks a profile of {sorted(counts)}"
             result = fit(model, wanted)
             if not result.feasible:
                 return {}, f"GPU {index}: {result.reason}"

@@ -26,7 +26,7 @@ from e2e.stack import (
 )
 from e2e.test_scheduling_e2e import mig_pod
 from migslice.mig import CATALOG, place
-from migslice.mig.render import mig_parted_entries, render_mig_parted
+from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 
 pytestmark = pytest.mark.e2e
 

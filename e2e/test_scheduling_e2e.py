@@ -21,7 +21,7 @@ from e2e.controlplane import Scheduler, ensure_namespace, wait_for
 from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
 from e2e.stack import Server
 from migslice.mig import CATALOG, place
-from migslice.mig.render import mig_parted_entries, render_mig_parted
+from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
-from migslice.mig.render import render_mig_parted
+from migslice.mig.migparted import render_mig_parted
 from migslice.names import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,

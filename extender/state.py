@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from extender.settings import ExtenderSettings
 from migslice.inventory import ClusterIndex, MigConfigs
-from migslice.mig.render import MigPartedError, parse_mig_parted
+from migslice.mig.migparted import MigPartedError, parse_mig_parted
 from migslice.objects import NodeFacts, PodFacts, node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import PreparedNode, prepare_node

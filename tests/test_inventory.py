@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from migslice.inventory import ClusterIndex, LayoutSource, NodeState, resolve_node
-from migslice.mig.render import parse_mig_parted
+from migslice.mig.migparted import parse_mig_parted
 from migslice.objects import (
     AgentGpu,
     AgentInstance,
@@ -196,6 +196,12 @@ mig-configs:
     - devices: [0]
       mig-enabled: true
       mig-devices: {"1g.10gb": 7}
+  on-and-off:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+    - devices: [0]
+      mig-enabled: false
 """
 
 
@@ -215,7 +221,7 @@ def test_the_mig_parted_config_the_label_names_gives_per_gpu_layouts() -> None:
 @pytest.mark.parametrize(
     ("config", "state_label", "note"),
     [
-        ("overlapping", "success", "matches GPU 0 twice"),
+        ("on-and-off", "success", "selected by entries 0 (MIG on) and 1 (MIG off)"),
         ("team-mix", "pending", "not applied (state pending)"),
         ("missing", "success", "'missing' not found"),
     ],
@@ -234,6 +240,20 @@ def test_an_ambiguous_mig_parted_config_falls_back_to_counts_with_the_reason(
     state = resolve_node(node_facts_from_raw(raw), (), parse_mig_parted(MIG_PARTED))
     assert state.source is LayoutSource.COUNTS
     assert note in state.notes[0]
+
+
+def test_entries_that_select_one_gpu_twice_leave_it_as_the_last_one_says() -> None:
+    # mig-parted applies every entry that selects a GPU, in order: GPU 0 ends with 7 x 1g.10gb.
+    raw = make_node(
+        "n1",
+        gpu_count=4,
+        mig={"3g.40gb": 6, "1g.10gb": 7},
+        config="overlapping",
+        config_state="success",
+    )
+    state = resolve_node(node_facts_from_raw(raw), (), parse_mig_parted(MIG_PARTED))
+    assert state.source is LayoutSource.MIG_PARTED
+    assert [len(g.instances) for g in state.gpus] == [7, 2, 2, 2]
 
 
 @pytest.mark.parametrize(

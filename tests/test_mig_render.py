@@ -10,15 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from migslice.mig import CATALOG, enumerate_maximal_layouts, place
-from migslice.mig.render import (
+from migslice.mig.migparted import (
     MigPartedError,
-    creation_order,
     mig_parted_entries,
+    parse_mig_parted,
+    render_mig_parted,
+)
+from migslice.mig.render import (
+    creation_order,
     nvidia_smi_create,
     nvidia_smi_teardown,
-    parse_mig_parted,
     render_bar,
-    render_mig_parted,
 )
 from tests import mig_oracle
 

@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from migslice.inventory import NodeState, resolve_node
 from migslice.mig import CATALOG, place
-from migslice.mig.render import mig_parted_entries, parse_mig_parted, render_mig_parted
+from migslice.mig.migparted import (
+    MigPartedError,
+    mig_parted_entries,
+    parse_mig_parted,
+    render_mig_parted,
+)
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import (
     ABORTED,
@@ -267,7 +272,7 @@ def test_merge_keeps_foreign_configs_adds_ours_and_drops_unreferenced_own_ones()
                 "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
                 "migslice-old-11111111": [{"devices": "all", "mig-enabled": False}],
                 "migslice-used-22222222": [{"devices": "all", "mig-enabled": False}],
-                "custom": [{"devices": [0], "mig-enabled": False, "x-extra": 1}],
+                "custom": [CUSTOM_ENTRY],
             },
         }
     )
@@ -280,8 +285,33 @@ def test_merge_keeps_foreign_configs_adds_ours_and_drops_unreferenced_own_ones()
         "custom",
         "migslice-new-33333333",
     }
-    assert merged["mig-configs"]["custom"] == [{"devices": [0], "mig-enabled": False, "x-extra": 1}]
+    assert merged["mig-configs"]["custom"] == [CUSTOM_ENTRY]
     assert merged["mig-configs"]["migslice-new-33333333"][0]["mig-devices"] == {"3g.40gb": 2}
+
+
+# Written as our types would not write it (a string filter, mig-devices on a disabled entry),
+# so that carrying it over verbatim shows.
+CUSTOM_ENTRY = {
+    "device-filter": "0x20B210DE",
+    "devices": [0],
+    "mig-enabled": False,
+    "mig-devices": {},
+}
+
+
+def test_merge_refuses_a_file_mig_parted_would_refuse_and_says_where() -> None:
+    text = "version: v1\nmig-configs:\n  custom: [{devices: [0], mig-enabled: false, x-extra: 1}]\n"
+    with pytest.raises(MigPartedError, match=r"mig-configs.custom\[0\] has unknown keys: x-extra"):
+        merge_mig_parted(text, {}, set())
+
+
+def test_merge_that_drops_every_config_leaves_a_file_mig_parted_accepts() -> None:
+    text = (
+        "version: v1\nmig-configs:\n  migslice-old-11111111: [{devices: all, mig-enabled: false}]\n"
+    )
+    merged = merge_mig_parted(text, {}, set())
+    assert yaml.safe_load(merged) == {"version": "v1"}
+    assert parse_mig_parted(merged) == {}
 
 
 # -- pending pods ---

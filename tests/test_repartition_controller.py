@@ -11,7 +11,7 @@ from extender.controller import RepartitionController
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import new_index
 from migslice.mig import CATALOG, place
-from migslice.mig.render import mig_parted_entries, render_mig_parted
+from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 from migslice.objects import node_facts_from_raw
 from migslice.repartition import RECORD_ANNOTATION, StepKind
 from tests.builders import make_node, make_pod

@@ -18,7 +18,7 @@ from extender.state import mig_configs_from, new_index
 from migslice.cli import main
 from migslice.demo.scenario import decide_on_cluster_file
 from migslice.mig import CATALOG, place
-from migslice.mig.render import mig_parted_entries, render_mig_parted
+from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 from migslice.names import RECORD_ANNOTATION
 from migslice.objects import load_cluster_text, node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import (

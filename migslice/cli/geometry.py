@@ -19,12 +19,8 @@ from migslice.mig import (
     fit,
     violations,
 )
-from migslice.mig.render import (
-    mig_parted_entries,
-    nvidia_smi_create,
-    render_bar,
-    render_mig_parted,
-)
+from migslice.mig.migparted import mig_parted_entries, render_mig_parted
+from migslice.mig.render import nvidia_smi_create, render_bar
 
 
 def register(commands: Any) -> None:

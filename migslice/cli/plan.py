@@ -11,7 +11,8 @@ from migslice import console, names
 from migslice.console import CommandError, format_table, print_json
 from migslice.inventory import NodeState
 from migslice.mig import CATALOG
-from migslice.mig.render import render_bar, render_mig_parted
+from migslice.mig.migparted import render_mig_parted
+from migslice.mig.render import render_bar
 from migslice.objects import ClusterFileError, load_cluster_text
 from migslice.repartition import (
     ControllerSettings,

@@ -14,7 +14,7 @@ from migslice.inventory.layouts import (
     model_of,
     resolve_node,
 )
-from migslice.inventory.migparted import builtin_counts, per_gpu_counts
+from migslice.mig.migparted import builtin_counts, per_gpu_counts
 
 __all__ = [
     "ClusterIndex",

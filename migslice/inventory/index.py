@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 
 from migslice.inventory.layouts import NodeState, resolve_node
 from migslice.mig import CATALOG, Catalog
-from migslice.mig.render import MigPartedEntry
+from migslice.mig.migparted import MigPartedEntry
 from migslice.objects.nodes import NodeFacts
 from migslice.objects.pods import PodFacts
 

@@ -33,7 +33,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from migslice.inventory.migparted import per_gpu_counts
 from migslice.inventory.picking import Occupancy, best_free_instance
 from migslice.mig import (
     CATALOG,
@@ -46,7 +45,7 @@ from migslice.mig import (
     model_from_nvml,
     violations,
 )
-from migslice.mig.render import MigPartedEntry
+from migslice.mig.migparted import MigPartedEntry, gpu_pci_ids, per_gpu_counts
 from migslice.objects.nodes import NodeFacts
 from migslice.objects.pods import PodFacts
 
@@ -233,7 +232,9 @@ def _from_mig_parted(
     if not facts.gpu_count:
         notes.append(f"mig-parted config {name!r} needs the nvidia.com/gpu.count label")
         return None
-    per_gpu = per_gpu_counts(name, model, facts.gpu_count, configs)
+    reported = facts.agent.pci_device_id if facts.agent is not None else None
+    pci = gpu_pci_ids(model, facts.product, reported)
+    per_gpu = per_gpu_counts(name, model, facts.gpu_count, configs, pci)
     if isinstance(per_gpu, str):
         notes.append(per_gpu)
         return None

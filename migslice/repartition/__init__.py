@@ -14,6 +14,7 @@ Pure: the time, the cluster and the record are inputs; the shells (``extender/co
 ``migslice plan``, the demo, the simulator) persist the record and perform the steps.
 """
 
+from migslice.mig.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.names import RECORD_ANNOTATION
 from migslice.repartition.configmap import (
     FileUpdate,
@@ -33,7 +34,6 @@ from migslice.repartition.decide import (
     decide,
     recheck,
 )
-from migslice.repartition.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.repartition.pending import PendingPod, pending_pods, unschedulable_since
 from migslice.repartition.planner import (
     GpuChange,

@@ -15,9 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from migslice.mig.render import MigPartedEntry, MigPartedError, parse_mig_parted
+from migslice.mig.migparted import (
+    MigPartedEntry,
+    MigPartedError,
+    merge_mig_parted,
+    parse_mig_parted,
+    removed_configs,
+)
 from migslice.names import RECORD_ANNOTATION
-from migslice.repartition.migparted import merge_mig_parted, removed_configs
 from migslice.repartition.record import RecordError, RepartitionRecord, parse_record
 
 RawObject = Mapping[str, Any]

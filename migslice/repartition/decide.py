@@ -29,10 +29,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
-from migslice.mig.render import MigPartedEntry
+from migslice.mig.migparted import OWN_PREFIX, MigPartedEntry
 from migslice.names import MIG_TRANSITION_STATES
 from migslice.objects.times import format_time
-from migslice.repartition.migparted import OWN_PREFIX
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
 from migslice.repartition.record import (

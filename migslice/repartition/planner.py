@@ -48,7 +48,7 @@ from migslice.mig import (
     Placed,
     make_layout,
 )
-from migslice.mig.render import MigPartedEntry, mig_parted_entries, profile_counts
+from migslice.mig.migparted import MigPartedEntry, mig_parted_entries, profile_counts
 from migslice.names import MIG_TRANSITION_STATES
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.shapes import LayoutCache, Layouts, demand_mix

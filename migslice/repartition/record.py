@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migslice.errors import InvalidInputError
-from migslice.mig.render import MigPartedEntry, MigPartedError, parse_mig_parted
+from migslice.mig.migparted import MigPartedEntry, MigPartedError, entry_json, parse_entries
 from migslice.names import RECORD_ANNOTATION
 from migslice.objects.times import format_time, parse_epoch_s
 
@@ -108,23 +108,11 @@ def parse_time(text: object, where: str) -> float:
     return epoch_s
 
 
-def _entry_json(entry: MigPartedEntry) -> dict[str, Any]:
-    item: dict[str, Any] = {}
-    if entry.device_filter:
-        item["device-filter"] = list(entry.device_filter)
-    item["devices"] = "all" if entry.devices is None else list(entry.devices)
-    item["mig-enabled"] = entry.mig_enabled
-    if entry.mig_enabled:
-        item["mig-devices"] = dict(entry.mig_devices)
-    return item
-
-
 def _entries_from_json(raw: object, where: str) -> tuple[MigPartedEntry, ...]:
-    document = {"version": "v1", "mig-configs": {"entries": raw}}
     try:
-        return parse_mig_parted(json.dumps(document))["entries"]
+        return parse_entries(raw, where)
     except MigPartedError as error:
-        raise RecordError(f"{where}: {error}") from None
+        raise RecordError(str(error)) from None
 
 
 def render_record(record: RepartitionRecord) -> str:
@@ -142,7 +130,7 @@ def render_record(record: RepartitionRecord) -> str:
                     "previousConfig": step.previous_config,
                     "gpus": list(step.gpus),
                     "serves": list(step.serves),
-                    "entries": [_entry_json(e) for e in step.entries],
+                    "entries": [entry_json(e) for e in step.entries],
                     "outcome": step.outcome,
                     "detail": step.detail,
                 }
