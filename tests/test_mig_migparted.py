@@ -14,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from migslice.inventory import LayoutSource, resolve_node
-from migslice.objects import node_facts_from_raw
 from migslice.mig import CATALOG, goyaml
 from migslice.mig.migparted import (
     DeviceId,
@@ -32,6 +31,7 @@ from migslice.mig.migparted import (
     per_gpu_counts,
     resolve_gpus,
 )
+from migslice.objects import node_facts_from_raw
 from tests.builders import make_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mig-parted"
