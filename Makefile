@@ -18,6 +18,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/vulture
 
 typecheck: install
 	$(BIN)/mypy

@@ -51,10 +51,6 @@ def nvml_session() -> Iterator[None]:
             log.warning("nvmlShutdown failed: %s", error)
 
 
-def driver_version() -> str:
-    return _text(pynvml.nvmlSystemGetDriverVersion())
-
-
 def read_gpus() -> tuple[GpuReading, ...]:
     """Every GPU of the machine; call inside :func:`nvml_session`."""
     return tuple(_read_gpu(i) for i in range(pynvml.nvmlDeviceGetCount()))

@@ -106,11 +106,6 @@ def namespaced_name(text: str) -> str:
     return text
 
 
-def name_list(text: str) -> tuple[str, ...]:
-    """A comma-separated list of DNS labels (namespaces); empty entries are ignored."""
-    return tuple(dns_label(part.strip()) for part in text.split(",") if part.strip())
-
-
 # -- logging and output --------------------------------------------------------------------------
 
 

@@ -14,7 +14,6 @@ from migslice.mig import (
     Rules,
     enumerate_maximal_layouts,
     fit,
-    fragmentation,
     free_placements,
     is_legal,
     place,
@@ -125,17 +124,6 @@ def test_fit_keeps_existing_instances_where_they_are() -> None:
     assert result.feasible
     assert set(existing) <= set(result.placement)
     assert is_legal(model, result.placement)
-
-
-def test_fragmentation_of_a_gpu_with_scattered_1g_instances() -> None:
-    model = CATALOG.get("A100-80GB")
-    measure = fragmentation(model, [place(model, "1g.10gb", 1), place(model, "1g.10gb", 5)])
-    assert measure.free_memory_slices == 6
-    assert measure.free_compute_slices == 5
-    assert measure.largest_free_run == 3
-    assert dict(measure.placeable)["3g.40gb"] == 0
-    assert dict(measure.placeable)["2g.20gb"] == 1
-    assert measure.largest_placeable in {"2g.20gb", "1g.20gb"}
 
 
 MODELS_FOR_ORACLE = ["A30", "A100-80GB", "H100-80GB", "RTX-PRO-6000"]

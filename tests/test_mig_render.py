@@ -19,7 +19,6 @@ from migslice.mig.migparted import (
 from migslice.mig.render import (
     creation_order,
     nvidia_smi_create,
-    nvidia_smi_teardown,
     render_bar,
 )
 from tests import mig_oracle
@@ -140,7 +139,6 @@ def test_nvidia_smi_commands_create_largest_first_and_tear_down_ci_before_gi() -
         for n, s in [("1g.5gb", 0), ("1g.5gb", 1), ("2g.10gb", 2), ("3g.20gb", 4)]
     ]
     assert nvidia_smi_create(3, model, layout) == ["nvidia-smi mig -i 3 -cgi 9,14,19,19 -C"]
-    assert nvidia_smi_teardown(3) == ["nvidia-smi mig -i 3 -dci", "nvidia-smi mig -i 3 -dgi"]
     assert nvidia_smi_create(0, model, []) == []
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
 import json
 import tempfile
 import time
@@ -403,10 +402,6 @@ def _server(command: str, args: list[str], workdir: Path) -> ServerProcess:
     return ServerProcess(
         command, args, bundle, workdir / f"{command}.log", f"{service}.{NAMESPACE}.svc"
     )
-
-
-def _utc(epoch_s: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC)
 
 
 @contextmanager

@@ -151,12 +151,6 @@ class Informer(Generic[T]):
             return None
         return max(0.0, self.clock() - self._last_contact)
 
-    def wait_synced(self, timeout_s: float) -> bool:
-        deadline = self.clock() + timeout_s
-        while not self._synced and self.clock() < deadline and not self._stop.is_set():
-            self._stop.wait(0.01)
-        return self._synced
-
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:

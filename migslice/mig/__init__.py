@@ -10,7 +10,7 @@ from migslice.mig.catalog import (
     model_from_nvml,
 )
 from migslice.mig.catalog_data import CATALOG
-from migslice.mig.fitting import FitResult, Fragmentation, fit, fragmentation
+from migslice.mig.fitting import FitResult, fit
 from migslice.mig.layout import (
     Layout,
     Placed,
@@ -37,7 +37,6 @@ __all__ = [
     "WHOLE_GPU_RESOURCE",
     "Catalog",
     "FitResult",
-    "Fragmentation",
     "GpuModel",
     "Layout",
     "NvmlProfileInfo",
@@ -50,7 +49,6 @@ __all__ = [
     "UnknownProfileError",
     "enumerate_maximal_layouts",
     "fit",
-    "fragmentation",
     "free_placements",
     "is_legal",
     "make_layout",

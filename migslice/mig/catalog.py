@@ -8,7 +8,7 @@ device id. A model the catalog does not know can be built from NVML-reported pro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migslice.errors import NotFoundError
@@ -246,11 +246,3 @@ def model_from_nvml(
         source="NVML on the node",
         memory_mib=memory_mib,
     )
-
-
-def merge(catalog: Catalog, extra: Iterable[GpuModel]) -> Catalog:
-    """A catalog with ``extra`` models added (an extra model with a known key replaces it)."""
-    by_key = {m.key: m for m in catalog.models}
-    for model in extra:
-        by_key[model.key] = model
-    return Catalog(tuple(by_key.values()))

@@ -41,9 +41,10 @@ from migslice.mig import goyaml
 from migslice.mig.catalog import GpuModel, strip_product_suffix
 from migslice.mig.fitting import fit
 from migslice.mig.layout import Placed
+from migslice.names import OWN_CONFIG_PREFIX
 
 VERSION = "v1"
-OWN_PREFIX = "migslice-"
+OWN_PREFIX = OWN_CONFIG_PREFIX
 NVIDIA_VENDOR_ID = 0x10DE
 RESOURCE_PREFIX = "nvidia.com/mig-"
 

@@ -34,11 +34,6 @@ def nvidia_smi_create(gpu_index: int, model: GpuModel, new: Sequence[Placed]) ->
     return [f"nvidia-smi mig -i {gpu_index} -cgi {ids} -C"]
 
 
-def nvidia_smi_teardown(gpu_index: int) -> list[str]:
-    """Commands that destroy every compute instance, then every GPU instance, of a GPU."""
-    return [f"nvidia-smi mig -i {gpu_index} -dci", f"nvidia-smi mig -i {gpu_index} -dgi"]
-
-
 def render_bar(model: GpuModel, layout: Sequence[Placed], cell: int = 8) -> str:
     """The GPU's memory slices as a bar: ``|3g.40gb                    |2g.20gb  |1g.10gb|..|``.
 

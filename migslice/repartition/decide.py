@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.migparted import OWN_PREFIX, MigPartedEntry
-from migslice.names import MIG_TRANSITION_STATES
+from migslice.names import MIG_STATE_FAILED, MIG_STATE_SUCCESS, MIG_TRANSITION_STATES
 from migslice.objects.times import format_time
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
@@ -363,9 +363,9 @@ def _outcome_of(
         return ABORTED, "node is gone"
     label, phase = state.facts.mig_config, state.facts.mig_config_state
     if label == step.config_name:
-        if phase == "success":
+        if phase == MIG_STATE_SUCCESS:
             return SUCCESS, f"applied in about {elapsed:.0f}s"
-        if phase == "failed":
+        if phase == MIG_STATE_FAILED:
             return FAILED, "MIG Manager reported state failed"
     elif label != step.previous_config:
         return SUPERSEDED, f"label changed to {label!r} by someone else"

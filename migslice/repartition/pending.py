@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migslice.names import SCHEDULER_NAME
+from migslice.objects.pods import bound_node_of, metadata_of, phase_of, scheduler_name_of
 from migslice.objects.times import parse_time
 from migslice.scheduling.demand import PodDemand, UnitKind, demand_of
 
@@ -22,8 +23,9 @@ class PendingPod:
 
 def unschedulable_since(raw_pod: Mapping[str, Any]) -> datetime.datetime | None:
     """When ``PodScheduled`` turned ``False`` with reason ``Unschedulable``; None otherwise."""
-    status = raw_pod.get("status") or {}
-    for condition in status.get("conditions") or ():
+    status = raw_pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
         if not isinstance(condition, Mapping) or condition.get("type") != "PodScheduled":
             continue
         if condition.get("status") != "False" or condition.get("reason") != "Unschedulable":
@@ -41,12 +43,9 @@ def pending_pods(
     (``Unschedulable``); ``pending_s`` counts from that condition's last transition."""
     found: list[PendingPod] = []
     for raw in raw_pods:
-        spec = raw.get("spec") or {}
-        if spec.get("nodeName") or spec.get("schedulerName") != scheduler_name:
+        if bound_node_of(raw) is not None or scheduler_name_of(raw) != scheduler_name:
             continue
-        if (raw.get("status") or {}).get("phase") not in (None, "Pending"):
-            continue
-        if (raw.get("metadata") or {}).get("deletionTimestamp"):
+        if phase_of(raw) not in (None, "Pending") or metadata_of(raw).get("deletionTimestamp"):
             continue
         since = unschedulable_since(raw)
         if since is None:

@@ -41,10 +41,6 @@ class PodDemand:
     error: str = ""
 
     @property
-    def wants_gpu(self) -> bool:
-        return bool(self.units)
-
-    @property
     def is_single_unit(self) -> bool:
         return len(self.units) == 1 and self.units[0].count == 1
 

@@ -66,10 +66,6 @@ def prepare_node(state: NodeState) -> PreparedNode:
     )
 
 
-def _is_placed_resource(resource: str) -> bool:
-    return resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
-
-
 def _mig_reason(state: NodeState, allocatable: Mapping[str, int]) -> str | None:
     facts = state.facts
     if any(r.startswith(MIG_RESOURCE_PREFIX) and c > 0 for r, c in allocatable.items()):

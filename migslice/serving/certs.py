@@ -6,7 +6,6 @@ certificate against the configuration's ``caBundle``, by its DNS SANs (never the
 
 from __future__ import annotations
 
-import base64
 import datetime
 import ipaddress
 from collections.abc import Sequence
@@ -126,10 +125,6 @@ class TlsBundle:
     ca_key: Path
     cert: Path
     key: Path
-
-    def ca_bundle_b64(self) -> str:
-        """The CA as the base64 text of a webhook configuration's ``caBundle``."""
-        return base64.b64encode(self.ca_cert.read_bytes()).decode("ascii")
 
 
 def write_tls_bundle(

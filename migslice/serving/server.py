@@ -24,8 +24,6 @@ from migslice.console import count, port
 
 log = logging.getLogger(__name__)
 
-MAX_REQUEST_BYTES = 1 << 20
-
 
 @dataclass(frozen=True, slots=True)
 class ServerOptions:
