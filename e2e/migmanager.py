@@ -138,7 +138,7 @@ class FakeMigManager:
             return {}, f"unknown GPU product {labels.get('nvidia.com/gpu.product')!r}"
         gpu_count = int(labels.get("nvidia.com/gpu.count", "1"))
         pci = gpu_pci_ids(model, labels.get("nvidia.com/gpu.product"), None)
-        per_gpu = per_gpu_counts(config_name, model, gpu_count, configs, pci)
+        per_gpu = per_gpu_counts(config_name, model, gpu_count, configs=configs, pci_device_ids=pci)
         if isinstance(per_gpu, str):  # a GPU left untouched keeps a layout this actor never knew
             return {}, per_gpu
         totals: Counter[str] = Counter()

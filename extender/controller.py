@@ -72,7 +72,9 @@ class RepartitionApi(Protocol):
 
     def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None: ...
 
-    def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None: ...
+    def record_event(
+        self, node: str, reason: str, message: str, *, warning: bool = False
+    ) -> None: ...
 
     def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool: ...
 
@@ -175,7 +177,14 @@ class RepartitionController:
             record = file.record
             assert record is not None
             nodes = self._node_states(record, file.configs)
-            step = decide(record, nodes, pending, file.names, now, self._decide_settings)
+            step = decide(
+                record,
+                nodes,
+                pending,
+                file_configs=file.names,
+                now=now,
+                settings=self._decide_settings,
+            )
             self._count_in_flight(step.record)
             if step.kind == StepKind.WAIT:
                 self._say(step.reason, level=logging.DEBUG)
@@ -253,7 +262,7 @@ class RepartitionController:
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
         for event in step.events:
-            self._api.record_event(event.node, event.reason, event.message, event.warning)
+            self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
         self._count(step)
         return stored
 
@@ -325,6 +334,7 @@ def start_repartition(
     transport: Any,
     index: ClusterIndex[Any],
     settings: ExtenderSettings,
+    *,
     identity: str,
 ) -> RepartitionController:
     """Build the controller over the Kubernetes API and start its thread."""

@@ -71,7 +71,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     controller = None
     if settings.repartition.enabled:
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        controller = start_repartition(transport, index, settings, identity)
+        controller = start_repartition(transport, index, settings, identity=identity)
         atexit.register(controller.stop)
 
     def stop() -> None:

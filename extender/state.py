@@ -111,13 +111,9 @@ def mig_configs_from(config_map: Mapping[str, Any] | None, key: str) -> MigConfi
 def state_from_objects(objects: ClusterObjects, settings: ExtenderSettings) -> ExtenderState:
     """A fixed cluster view from a cluster file's objects (a Pod with spec.nodeName is bound)."""
     index = new_index()
-    for config_map in objects.config_maps:
-        metadata = config_map.get("metadata") or {}
-        namespace = metadata.get("namespace") or ""
-        if metadata.get("name") == settings.mig_config_name and (
-            not settings.mig_config_namespace or namespace in ("", settings.mig_config_namespace)
-        ):
-            index.set_mig_configs(mig_configs_from(config_map, settings.mig_config_key))
+    config_map = objects.config_map(settings.mig_config_namespace, settings.mig_config_name)
+    if config_map is not None:
+        index.set_mig_configs(mig_configs_from(config_map, settings.mig_config_key))
     index.replace_nodes(node_facts_from_raw(raw) for raw in objects.nodes)
     index.replace_pods(_projected_pods(objects.pods))
     return ExtenderState(index, (StaticCache("cluster-file"),))

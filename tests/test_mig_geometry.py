@@ -111,7 +111,7 @@ def test_fit_reports_capacity_reasons_with_numbers() -> None:
 def test_fit_explains_a_fragmented_gpu() -> None:
     model = CATALOG.get("A100-80GB")
     existing = [place(model, "1g.10gb", 1), place(model, "1g.10gb", 5)]
-    result = fit(model, ["3g.40gb"], existing)
+    result = fit(model, ["3g.40gb"], existing=existing)
     assert not result.feasible
     assert "free memory slices 0,2-4,6-7" in result.reason
     assert "3g.40gb at 0,4" in result.reason
@@ -120,7 +120,7 @@ def test_fit_explains_a_fragmented_gpu() -> None:
 def test_fit_keeps_existing_instances_where_they_are() -> None:
     model = CATALOG.get("H100-80GB")
     existing = [place(model, "1g.10gb", 6)]
-    result = fit(model, ["2g.20gb", "4g.40gb"], existing)
+    result = fit(model, ["2g.20gb", "4g.40gb"], existing=existing)
     assert result.feasible
     assert set(existing) <= set(result.placement)
     assert is_legal(model, result.placement)
@@ -173,7 +173,7 @@ def test_fit_is_legal_and_finds_a_placement_whenever_brute_force_does(
     model_key, existing_set, wanted = case
     model = CATALOG.get(model_key)
     existing = [place(model, name, start) for name, start in sorted(existing_set)]
-    result = fit(model, wanted, existing)
+    result = fit(model, wanted, existing=existing)
     assert result.feasible == mig_oracle.can_fit(model_key, existing_set, Counter(wanted))
     if result.feasible:
         assert mig_oracle.is_legal(model, [(p.profile, p.start) for p in result.placement])

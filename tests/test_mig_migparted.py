@@ -221,7 +221,7 @@ def test_an_overridden_entry_that_does_not_fit_fails_the_apply() -> None:
         entry(mig_enabled=True, mig_devices={"3g.40gb": 3}),
         entry(mig_enabled=True, mig_devices={"7g.80gb": 1}),
     )
-    result = per_gpu_counts("c", CATALOG.get("A100-80GB"), 1, {"c": entries})
+    result = per_gpu_counts("c", CATALOG.get("A100-80GB"), 1, configs={"c": entries})
     assert isinstance(result, str)
     assert result.startswith("mig-parted config 'c' entry 0, GPU 0:")
 
@@ -255,7 +255,7 @@ BALANCED_RTX = {"1g.24gb": 2, "2g.48gb": 1}
 def test_the_default_config_sets_a_gpu_only_where_its_filter_names_the_pci_id(
     model: str, pci: int, config: str, expected: dict[str, int] | None
 ) -> None:
-    result = per_gpu_counts(config, CATALOG.get(model), 2, DEFAULT, (pci,))
+    result = per_gpu_counts(config, CATALOG.get(model), 2, configs=DEFAULT, pci_device_ids=(pci,))
     if expected is None:
         assert isinstance(result, str)
         assert f"no entry selects GPU 0 (PCI device id 0x{pci:04X})" in result
@@ -284,13 +284,17 @@ def test_without_the_agent_a_gpus_pci_ids_come_from_its_product(
 
 def test_a_product_with_several_ids_has_an_answer_where_the_config_treats_them_alike() -> None:
     model = CATALOG.get("A100-40GB")
-    result = per_gpu_counts("all-balanced", model, 1, DEFAULT, (0x20B1, 0x20F1))
+    result = per_gpu_counts(
+        "all-balanced", model, 1, configs=DEFAULT, pci_device_ids=(0x20B1, 0x20F1)
+    )
     assert result == [(True, BALANCED_40)]
 
 
 def test_ids_the_config_treats_differently_make_the_answer_unknown_and_say_why() -> None:
     model = CATALOG.get("H100-94GB")
-    result = per_gpu_counts("all-balanced", model, 1, DEFAULT, model.pci_device_ids)
+    result = per_gpu_counts(
+        "all-balanced", model, 1, configs=DEFAULT, pci_device_ids=model.pci_device_ids
+    )
     assert isinstance(result, str)
     assert "could have PCI device id 0x2321, 0x2339, 0x233A" in result
     assert "0x2339: no entry, left as is" in result
@@ -434,7 +438,7 @@ def test_a_compute_size_the_gpu_instance_lacks_fails() -> None:
 
 def test_a_config_with_compute_instances_yields_no_resources_and_says_why() -> None:
     entries = (entry(mig_enabled=True, mig_devices={"1c.3g.20gb": 4}),)
-    result = per_gpu_counts("ci", CATALOG.get("A100-40GB"), 1, {"ci": entries})
+    result = per_gpu_counts("ci", CATALOG.get("A100-40GB"), 1, configs={"ci": entries})
     assert isinstance(result, str)
     assert "3g.20gb holding 1c.3g.20gb, 1c.3g.20gb, 1c.3g.20gb" in result
     assert "device plugin's mixed strategy advertises no resource" in result
@@ -442,5 +446,5 @@ def test_a_config_with_compute_instances_yields_no_resources_and_says_why() -> N
 
 def test_a_full_compute_instance_counts_as_its_gpu_instance() -> None:
     entries = (entry(mig_enabled=True, mig_devices={"3c.3g.20gb": 1, "3g.20gb": 1}),)
-    result = per_gpu_counts("full", CATALOG.get("A100-40GB"), 1, {"full": entries})
+    result = per_gpu_counts("full", CATALOG.get("A100-40GB"), 1, configs={"full": entries})
     assert result == [(True, {"3g.20gb": 2})]

@@ -261,7 +261,7 @@ def test_planning_the_result_again_changes_nothing_it_just_changed(case: tuple) 
     first = plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=3))
     after = apply(nodes, first, busy)
     cooldowns = {c.node: 0.0 for c in first.changes}
-    again = plan(after, demand, cooldowns, settings=PlanSettings(max_nodes_in_flight=3))
+    again = plan(after, demand, cooldowns=cooldowns, settings=PlanSettings(max_nodes_in_flight=3))
     assert {c.node for c in again.changes}.isdisjoint(cooldowns)
     served = {pod for change in first.changes for pod in change.serves}
     assert served.isdisjoint(pod for change in again.changes for pod in change.serves)

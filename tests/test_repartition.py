@@ -78,14 +78,21 @@ def waiting(profile: str = "3g.40gb", waited_s: float = 120.0, name: str = "trai
 
 def started(nodes: Sequence[NodeState] | None = None) -> RepartitionRecord:
     step = decide(
-        RepartitionRecord(), nodes or [node()], [waiting()], set(FILE_CONFIGS), T0, SETTINGS
+        RepartitionRecord(),
+        nodes or [node()],
+        [waiting()],
+        file_configs=set(FILE_CONFIGS),
+        now=T0,
+        settings=SETTINGS,
     )
     assert step.kind == StepKind.START
     return step.record
 
 
 def applied(at: float = T0 + 1) -> RepartitionRecord:
-    step = decide(started(), [node()], [waiting()], set(FILE_CONFIGS), at, SETTINGS)
+    step = decide(
+        started(), [node()], [waiting()], file_configs=set(FILE_CONFIGS), now=at, settings=SETTINGS
+    )
     assert step.kind == StepKind.APPLY
     return step.record
 
@@ -99,7 +106,14 @@ def config_of(record: RepartitionRecord) -> str:
 
 
 def test_a_plan_is_written_before_anything_on_the_cluster_changes() -> None:
-    step = decide(RepartitionRecord(), [node()], [waiting()], set(FILE_CONFIGS), T0, SETTINGS)
+    step = decide(
+        RepartitionRecord(),
+        [node()],
+        [waiting()],
+        file_configs=set(FILE_CONFIGS),
+        now=T0,
+        settings=SETTINGS,
+    )
     assert step.kind == StepKind.START
     assert not step.labels and not step.events and not step.configs
     plan = step.record.plan
@@ -114,7 +128,9 @@ def test_a_plan_is_written_before_anything_on_the_cluster_changes() -> None:
 
 def test_the_written_plan_is_applied_with_config_label_and_event() -> None:
     record = started()
-    step = decide(record, [node()], [waiting()], set(FILE_CONFIGS), T0 + 1, SETTINGS)
+    step = decide(
+        record, [node()], [waiting()], file_configs=set(FILE_CONFIGS), now=T0 + 1, settings=SETTINGS
+    )
     assert step.kind == StepKind.APPLY
     name = config_of(record)
     assert set(step.configs) == {name}
@@ -142,7 +158,9 @@ def test_a_node_whose_state_changed_since_planning_is_not_applied(
     now_node: NodeState | None, why: str
 ) -> None:
     nodes = [now_node] if now_node is not None else []
-    step = decide(started(), nodes, [waiting()], set(FILE_CONFIGS), T0 + 1, SETTINGS)
+    step = decide(
+        started(), nodes, [waiting()], file_configs=set(FILE_CONFIGS), now=T0 + 1, settings=SETTINGS
+    )
     assert step.kind == StepKind.ABORT
     assert not step.labels and not step.configs
     assert step.record.plan is None
@@ -151,14 +169,21 @@ def test_a_node_whose_state_changed_since_planning_is_not_applied(
 
 
 def test_nothing_moves_without_a_readable_mig_parted_file() -> None:
-    step = decide(RepartitionRecord(), [node()], [waiting()], None, T0, SETTINGS)
+    step = decide(
+        RepartitionRecord(), [node()], [waiting()], file_configs=None, now=T0, settings=SETTINGS
+    )
     assert step.kind == StepKind.WAIT
     assert "ConfigMap" in step.reason
 
 
 def test_young_demand_waits_for_min_pending() -> None:
     step = decide(
-        RepartitionRecord(), [node()], [waiting(waited_s=5)], set(FILE_CONFIGS), T0, SETTINGS
+        RepartitionRecord(),
+        [node()],
+        [waiting(waited_s=5)],
+        file_configs=set(FILE_CONFIGS),
+        now=T0,
+        settings=SETTINGS,
     )
     assert step.kind == StepKind.WAIT
 
@@ -184,7 +209,14 @@ def test_outcomes_after_applying(
     record = applied()
     name = config_of(record)
     now_node = node(config=name if label == "ours" else label, state=state)
-    step = decide(record, [now_node], [], set(FILE_CONFIGS), T0 + 1 + elapsed_s, SETTINGS)
+    step = decide(
+        record,
+        [now_node],
+        [],
+        file_configs=set(FILE_CONFIGS),
+        now=T0 + 1 + elapsed_s,
+        settings=SETTINGS,
+    )
     assert step.kind == kind
     if kind == StepKind.WAIT:
         assert step.record == record
@@ -197,7 +229,14 @@ def test_outcomes_after_applying(
 def test_success_records_the_cooldown_and_an_event() -> None:
     record = applied()
     now = T0 + 60
-    step = decide(record, [node(config=config_of(record))], [], set(FILE_CONFIGS), now, SETTINGS)
+    step = decide(
+        record,
+        [node(config=config_of(record))],
+        [],
+        file_configs=set(FILE_CONFIGS),
+        now=now,
+        settings=SETTINGS,
+    )
     assert dict(step.record.finished) == {"gpu-a": now}
     assert not step.labels
     (event,) = step.events
@@ -208,7 +247,7 @@ def test_failure_restores_the_previous_label_backs_off_and_warns() -> None:
     record = applied()
     now = T0 + 60
     failed = node(config=config_of(record), state="failed")
-    step = decide(record, [failed], [], set(FILE_CONFIGS), now, SETTINGS)
+    step = decide(record, [failed], [], file_configs=set(FILE_CONFIGS), now=now, settings=SETTINGS)
     (label,) = step.labels
     assert (label.node, label.config_name, label.mark_pending) == ("gpu-a", ALL_1G, False)
     assert dict(step.record.backoff) == {"gpu-a": now + 1800}
@@ -220,7 +259,9 @@ def test_failure_restores_the_previous_label_backs_off_and_warns() -> None:
 def test_a_previous_config_gone_from_the_file_is_not_restored() -> None:
     record = applied()
     failed = node(config=config_of(record), state="failed")
-    step = decide(record, [failed], [], {"all-disabled"}, T0 + 60, SETTINGS)
+    step = decide(
+        record, [failed], [], file_configs={"all-disabled"}, now=T0 + 60, settings=SETTINGS
+    )
     assert not step.labels
     assert "not in the file; label left" in step.events[0].message
 
@@ -228,24 +269,37 @@ def test_a_previous_config_gone_from_the_file_is_not_restored() -> None:
 def test_a_backed_off_node_is_not_planned_again_until_the_backoff_ends() -> None:
     record = RepartitionRecord(backoff=(("gpu-a", T0 + 100),))
     pods = [waiting()]
-    early = decide(record, [node()], pods, set(FILE_CONFIGS), T0 + 50, SETTINGS)
+    early = decide(
+        record, [node()], pods, file_configs=set(FILE_CONFIGS), now=T0 + 50, settings=SETTINGS
+    )
     assert early.kind == StepKind.WAIT
     assert early.plan is not None
     assert dict(early.plan.skipped_nodes)["gpu-a"].startswith("backed off")
-    late = decide(record, [node()], pods, set(FILE_CONFIGS), T0 + 101, SETTINGS)
+    late = decide(
+        record, [node()], pods, file_configs=set(FILE_CONFIGS), now=T0 + 101, settings=SETTINGS
+    )
     assert late.kind == StepKind.START
     assert late.record.backoff == ()
 
 
 def test_a_node_just_re_partitioned_cools_down() -> None:
     record = RepartitionRecord(finished=(("gpu-a", T0),))
-    step = decide(record, [node()], [waiting()], set(FILE_CONFIGS), T0 + 10, SETTINGS)
+    step = decide(
+        record,
+        [node()],
+        [waiting()],
+        file_configs=set(FILE_CONFIGS),
+        now=T0 + 10,
+        settings=SETTINGS,
+    )
     assert step.kind == StepKind.WAIT
 
 
 def test_a_restart_between_file_write_and_label_labels_the_node_then() -> None:
     record = applied()
-    step = decide(record, [node()], [], set(FILE_CONFIGS), T0 + 5, SETTINGS)
+    step = decide(
+        record, [node()], [], file_configs=set(FILE_CONFIGS), now=T0 + 5, settings=SETTINGS
+    )
     assert step.kind == StepKind.OBSERVE
     (label,) = step.labels
     assert label.config_name == config_of(record)
@@ -374,10 +428,19 @@ def test_an_applied_plan_never_names_a_gpu_busy_when_it_is_applied(
     before, after = cluster
     pods = [waiting(p, name=f"p{i}") for i, p in enumerate(profiles)]
     settings_ = ControllerSettings(PlanSettings(max_nodes_in_flight=3))
-    first = decide(RepartitionRecord(), before, pods, set(FILE_CONFIGS), T0, settings_)
+    first = decide(
+        RepartitionRecord(),
+        before,
+        pods,
+        file_configs=set(FILE_CONFIGS),
+        now=T0,
+        settings=settings_,
+    )
     if first.kind != StepKind.START:
         return
-    second = decide(first.record, after, pods, set(FILE_CONFIGS), T0 + 1, settings_)
+    second = decide(
+        first.record, after, pods, file_configs=set(FILE_CONFIGS), now=T0 + 1, settings=settings_
+    )
     by_name = {n.name: n for n in after}
     assert first.record.plan is not None
     planned = {s.node: s for s in first.record.plan.nodes}

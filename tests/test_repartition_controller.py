@@ -80,7 +80,7 @@ class FakeApi:
         self.node["metadata"]["labels"].update(labels)
         self.log.append(f"label {name} {sorted(labels.items())}")
 
-    def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None:
+    def record_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
         self.log.append(f"event {node} {reason}")
 
     def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:

@@ -93,7 +93,7 @@ class ClusterApi:
     def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         raise AssertionError("a dry run labels nothing")
 
-    def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None:
+    def record_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
         pass
 
     def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:

@@ -110,7 +110,7 @@ def _decide_pod(ports: _Ports, parsed: Review) -> AdmissionDecision:
             and decision.tenant is not None
             and not parsed.dry_run
         ):
-            state.reserve(parsed.uid, decision.tenant, namespace, decision.charge)
+            state.reserve(parsed.uid, decision.tenant, namespace, usage=decision.charge)
     return decision
 
 

@@ -237,7 +237,7 @@ class ClusterState:
 
     # -- reservations ----------------------------------------------------------------------
 
-    def reserve(self, uid: str, tenant: str, namespace: str, usage: SliceUsage) -> None:
+    def reserve(self, uid: str, tenant: str, namespace: str, *, usage: SliceUsage) -> None:
         """Hold ``usage`` for a pod admitted but not yet seen, until it shows up or expires
         (a reinvocation of the same request replaces its own reservation)."""
         with self.admission_lock:

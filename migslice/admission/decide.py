@@ -198,7 +198,7 @@ def _patch(
     target = plan.set_resource
     if target is not None:
         ops += set_container_resource(
-            raw_pod, target.field, target.index, target.resource, target.count
+            raw_pod, target.field, target.index, resource=target.resource, count=target.count
         )
     ops += set_annotations(
         raw_pod,

@@ -58,7 +58,7 @@ def set_annotations(raw_pod: Mapping[str, object], annotations: Mapping[str, str
 
 
 def set_container_resource(
-    raw_pod: Mapping[str, object], field: str, index: int, resource: str, count: int
+    raw_pod: Mapping[str, object], field: str, index: int, *, resource: str, count: int
 ) -> list[PatchOp]:
     """Set ``resource: count`` in both limits and requests of one container."""
     container = _get(raw_pod, "spec", field, index)

@@ -237,7 +237,7 @@ def run_fit(args: argparse.Namespace) -> int:
     wanted = _profile_list(model, args.profile)
     existing = parse_layout_json(model, args.layout) if args.layout else []
     rules = Rules(pre_r510=args.pre_r510)
-    result = fit(model, wanted, existing, rules)
+    result = fit(model, wanted, existing=existing, rules=rules)
     new = [p for p in result.placement if p not in existing]
     config_name = f"migslice-gpu{args.gpu_index}"
     mig_parted = (

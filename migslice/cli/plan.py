@@ -93,7 +93,14 @@ def run_plan(args: argparse.Namespace) -> int:
             max_nodes_in_flight=args.max_nodes_in_flight,
         )
     )
-    step = decide(record, snapshot.nodes, snapshot.pending, snapshot.file.names, now, settings)
+    step = decide(
+        record,
+        snapshot.nodes,
+        snapshot.pending,
+        file_configs=snapshot.file.names,
+        now=now,
+        settings=settings,
+    )
     result = step.plan if step.kind is StepKind.START else None
     configs = {c.config_name: c.entries for c in result.changes} if result else {}
     if args.output == "mig-parted":

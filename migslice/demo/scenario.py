@@ -316,7 +316,7 @@ class Demo:
         self.say(f"  MIG Manager: {node_name} {MIG_CONFIG_LABEL}={config}, state pending")
         configs = read_config_map(self.cluster.mig_config_map(), MIG_CONFIG_KEY).configs
         model = CATALOG.get(labels[PRODUCT_LABEL])
-        counts = per_gpu_counts(config, model, int(labels[GPU_COUNT_LABEL]), configs)
+        counts = per_gpu_counts(config, model, int(labels[GPU_COUNT_LABEL]), configs=configs)
         if isinstance(counts, str):
             raise DemoError(f"MIG Manager cannot apply {config}: {counts}")
         allocatable = {
@@ -393,7 +393,14 @@ def decide_on_cluster_file(
     record = snapshot.file.record
     if record is None:
         raise DemoError(f"plan record unreadable: {snapshot.file.problem}")
-    return decide(record, snapshot.nodes, snapshot.pending, snapshot.file.names, now_s, settings)
+    return decide(
+        record,
+        snapshot.nodes,
+        snapshot.pending,
+        file_configs=snapshot.file.names,
+        now=now_s,
+        settings=settings,
+    )
 
 
 def _server(command: str, args: list[str], workdir: Path) -> ServerProcess:

@@ -137,7 +137,7 @@ class ClusterIndex(Generic[V]):
 
     def _resolve(self, facts: NodeFacts) -> NodeState:
         pods = self._pods_by_node.get(facts.name, {}).values()
-        return resolve_node(facts, pods, self._mig_configs, self._catalog)
+        return resolve_node(facts, pods, self._mig_configs, catalog=self._catalog)
 
     def _rederive(self, name: str) -> None:
         facts = self._nodes.get(name)

@@ -148,6 +148,7 @@ def resolve_node(
     facts: NodeFacts,
     pods: Iterable[PodFacts],
     mig_configs: Mapping[str, tuple[MigPartedEntry, ...]] | None = None,
+    *,
     catalog: Catalog = CATALOG,
 ) -> NodeState:
     """Build a node's :class:`NodeState` from its facts and the pods that hold resources on it."""
@@ -234,7 +235,7 @@ def _from_mig_parted(
         return None
     reported = facts.agent.pci_device_id if facts.agent is not None else None
     pci = gpu_pci_ids(model, facts.product, reported)
-    per_gpu = per_gpu_counts(name, model, facts.gpu_count, configs, pci)
+    per_gpu = per_gpu_counts(name, model, facts.gpu_count, configs=configs, pci_device_ids=pci)
     if isinstance(per_gpu, str):
         notes.append(per_gpu)
         return None

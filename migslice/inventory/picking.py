@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from migslice.mig import Placed
 
 
-def gpu_unit_score(held_after: int, memory_slices: int, in_use: bool, node_in_use: bool) -> int:
+def gpu_unit_score(held_after: int, memory_slices: int, *, in_use: bool, node_in_use: bool) -> int:
     """The score of one unit placed on a GPU (see the module docstring)."""
     if in_use:
         return 6 + (4 * held_after) // memory_slices
@@ -67,7 +67,7 @@ def best_free_instance(gpus: Sequence[Occupancy], profile: str, memory_slices: i
                 continue
             capacity = sum(p.size for p in gpu.instances) or memory_slices
             after = used[g] + placed.size
-            score = gpu_unit_score(after, capacity, used[g] > 0, node_in_use)
+            score = gpu_unit_score(after, capacity, in_use=used[g] > 0, node_in_use=node_in_use)
             rank = (-score, -after, gpu.index)
             if best is None or rank < best[0]:
                 best = (rank, Pick(g, k, score))

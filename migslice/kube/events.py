@@ -17,8 +17,8 @@ def record_node_event(
     transport: KubernetesTransport,
     node: str,
     reason: str,
-    message: str,
     *,
+    message: str,
     component: str,
     warning: bool = False,
 ) -> None:

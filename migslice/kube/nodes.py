@@ -27,5 +27,5 @@ class KubeNodeStore:
     def record_warning(self, node: str, reason: str, message: str) -> None:
         """A ``Warning`` Event on the Node; failures are logged."""
         record_node_event(
-            self._transport, node, reason, message, component=self._component, warning=True
+            self._transport, node, reason, message=message, component=self._component, warning=True
         )

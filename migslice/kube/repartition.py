@@ -86,10 +86,10 @@ class KubeRepartitionApi:
         """Merge-patch labels of a Node (None removes one)."""
         self._transport.patch_json(f"/api/v1/nodes/{name}", {"metadata": {"labels": dict(labels)}})
 
-    def record_event(self, node: str, reason: str, message: str, warning: bool = False) -> None:
+    def record_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
         """An Event on the Node; failures are logged."""
         record_node_event(
-            self._transport, node, reason, message, component=COMPONENT, warning=warning
+            self._transport, node, reason, message=message, component=COMPONENT, warning=warning
         )
 
     def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:

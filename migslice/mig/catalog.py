@@ -205,6 +205,7 @@ def model_from_nvml(
     product_name: str,
     pci_device_id: int,
     profiles: Sequence[NvmlProfileInfo],
+    *,
     memory_mib: int | None = None,
 ) -> GpuModel:
     """Build a model from NVML-reported profile data for a GPU the catalog lacks.

@@ -42,6 +42,7 @@ class FitResult:
 def fit(
     model: GpuModel,
     requested: Sequence[str],
+    *,
     existing: Sequence[Placed] = (),
     rules: Rules = DEFAULT_RULES,
 ) -> FitResult:
@@ -67,7 +68,7 @@ def fit(
             return True
         profile = wanted[index]
         for start in profile.placements:
-            if start < min_start or not occupancy.can_add(model, profile, start, rules):
+            if start < min_start or not occupancy.can_add(model, profile, start, rules=rules):
                 continue
             instance = Placed(start, profile.name, profile.memory_slices)
             occupancy.add(profile, instance)

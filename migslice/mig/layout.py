@@ -101,7 +101,7 @@ class Occupancy:
         self.fours -= is_4g_shape(profile)
         self.threes -= is_3g_shape(profile)
 
-    def can_add(self, model: GpuModel, profile: Profile, start: int, rules: Rules) -> bool:
+    def can_add(self, model: GpuModel, profile: Profile, start: int, *, rules: Rules) -> bool:
         size = profile.memory_slices
         if start not in profile.placements or start + size > model.memory_slices:
             return False
@@ -201,6 +201,7 @@ def free_placements(
     model: GpuModel,
     layout: Sequence[Placed],
     profile: str,
+    *,
     rules: Rules = DEFAULT_RULES,
 ) -> tuple[Placed, ...]:
     """Every placement of ``profile`` that can be added to ``layout`` as it is."""
@@ -209,7 +210,7 @@ def free_placements(
     return tuple(
         Placed(start, wanted.name, wanted.memory_slices)
         for start in wanted.placements
-        if occupancy.can_add(model, wanted, start, rules)
+        if occupancy.can_add(model, wanted, start, rules=rules)
     )
 
 
@@ -236,7 +237,7 @@ def enumerate_maximal_layouts(
     occupancy = Occupancy.of(model, ())
 
     def is_maximal() -> bool:
-        return not any(occupancy.can_add(model, p, s, rules) for p, s in candidates)
+        return not any(occupancy.can_add(model, p, s, rules=rules) for p, s in candidates)
 
     def extend(first: int) -> None:
         if is_maximal():
@@ -244,7 +245,7 @@ def enumerate_maximal_layouts(
             return
         for index in range(first, len(candidates)):
             profile, start = candidates[index]
-            if not occupancy.can_add(model, profile, start, rules):
+            if not occupancy.can_add(model, profile, start, rules=rules):
                 continue
             placed = Placed(start, profile.name, profile.memory_slices)
             occupancy.add(profile, placed)

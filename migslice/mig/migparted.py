@@ -671,6 +671,7 @@ def per_gpu_counts(
     name: str,
     model: GpuModel,
     gpu_count: int,
+    *,
     configs: Mapping[str, Sequence[MigPartedEntry]],
     pci_device_ids: Sequence[int] | None = None,
 ) -> list[tuple[bool, dict[str, int]]] | str:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
 from migslice.errors import InvalidInputError
 
-RawObject = dict[str, Any]
+RawObject = dict[str, object]
 
 
 class ClusterFileError(InvalidInputError):
@@ -30,6 +29,16 @@ class ClusterObjects:
     tenant_policies: tuple[RawObject, ...] = ()
     config_maps: tuple[RawObject, ...] = ()
     others: tuple[RawObject, ...] = field(default=())
+
+    def config_map(self, namespace: str, name: str) -> RawObject | None:
+        """The ConfigMap ``namespace/name`` (one written without a namespace matches too)."""
+        for raw in self.config_maps:
+            metadata = raw.get("metadata")
+            if not isinstance(metadata, Mapping) or metadata.get("name") != name:
+                continue
+            if metadata.get("namespace") in (None, "", namespace):
+                return raw
+        return None
 
 
 _KINDS = {

@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from migslice import names
 from migslice.objects.gpu_layout import (
@@ -17,9 +16,10 @@ from migslice.objects.gpu_layout import (
     LayoutAnnotationError,
     parse_layout_annotation,
 )
+from migslice.objects.json import JsonObject
 from migslice.quantity import QuantityError, parse_count
 
-RawNode = Mapping[str, Any]
+RawNode = JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ def node_name_of(raw_node: RawNode) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def node_labels_of(raw_node: RawNode) -> Mapping[str, Any]:
+def node_labels_of(raw_node: RawNode) -> JsonObject:
     return _mapping(_mapping(raw_node.get("metadata")).get("labels"))
 
 
@@ -115,7 +115,7 @@ def node_product_of(raw_node: RawNode) -> str | None:
     return _label(node_labels_of(raw_node), names.PRODUCT_LABEL)
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
+def _mapping(value: object) -> JsonObject:
     return value if isinstance(value, Mapping) else {}
 
 

@@ -25,12 +25,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from migslice import names
+from migslice.objects.json import JsonObject, items, mapping
 from migslice.quantity import QuantityError, parse_count, parse_quantity
 
-RawPod = Mapping[str, Any]
+RawPod = JsonObject
 Requests = tuple[tuple[str, int], ...]
 """Counts per resource name, sorted by name, no zero entries."""
 
@@ -155,7 +155,7 @@ def read_pod_gpu(raw_pod: RawPod) -> PodGpu:
 
 
 def _container_entries(
-    container: Mapping[str, Any],
+    container: JsonObject,
     field: str,
     index: int,
     name: str,
@@ -290,12 +290,12 @@ def pod_key(raw_pod: RawPod) -> str:
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
 
 
-def metadata_of(raw_pod: RawPod) -> Mapping[str, Any]:
+def metadata_of(raw_pod: RawPod) -> JsonObject:
     metadata = raw_pod.get("metadata")
     return metadata if isinstance(metadata, Mapping) else {}
 
 
-def annotations_of(raw_pod: RawPod) -> Mapping[str, Any]:
+def annotations_of(raw_pod: RawPod) -> JsonObject:
     annotations = metadata_of(raw_pod).get("annotations")
     return annotations if isinstance(annotations, Mapping) else {}
 
@@ -355,17 +355,13 @@ def product_constraint(raw_pod: RawPod) -> frozenset[str] | None:
     return allowed
 
 
-def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    try:
-        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"
-        ]
-    except (KeyError, TypeError):
-        return []
-    return [t for t in terms if isinstance(t, Mapping)] if isinstance(terms, list) else []
+def _required_terms(spec: JsonObject) -> list[JsonObject]:
+    affinity = mapping(mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    return [t for t in items(required.get("nodeSelectorTerms")) if isinstance(t, Mapping)]
 
 
-def _product_values(term: Mapping[str, Any]) -> set[str] | None:
+def _product_values(term: JsonObject) -> set[str] | None:
     values: set[str] | None = None
     expressions = term.get("matchExpressions")
     for expression in expressions if isinstance(expressions, list) else ():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from migslice.mig.migparted import (
     MigPartedEntry,
@@ -23,9 +22,10 @@ from migslice.mig.migparted import (
     removed_configs,
 )
 from migslice.names import RECORD_ANNOTATION
+from migslice.objects.json import JsonObject, mapping
 from migslice.repartition.record import RecordError, RepartitionRecord, parse_record
 
-RawObject = Mapping[str, Any]
+RawObject = JsonObject
 MigConfigs = Mapping[str, tuple[MigPartedEntry, ...]]
 
 
@@ -72,7 +72,7 @@ class FileUpdate:
     """What to write: the ConfigMap object (None: write nothing, ``problem`` says why) and the
     names of ``migslice-*`` configs the merge removed (for the log)."""
 
-    raw: dict[str, Any] | None
+    raw: dict[str, object] | None
     removed: tuple[str, ...] = ()
     problem: str = ""
 
@@ -88,21 +88,23 @@ def apply_step(
 ) -> FileUpdate:
     """``current`` with the step's record (and, for ``APPLY``, its ``configs`` merged into the
     mig-parted file), unless the record changed since it was read (``expected_record``)."""
-    updated = copy.deepcopy(dict(current))
-    metadata = updated.setdefault("metadata", {})
-    annotations = dict(metadata.get("annotations") or {})
+    updated: dict[str, object] = copy.deepcopy(dict(current))
+    metadata = dict(mapping(updated.get("metadata")))
+    annotations = dict(mapping(metadata.get("annotations")))
     if str(annotations.get(RECORD_ANNOTATION) or "") != expected_record:
         return FileUpdate(None, problem="plan record changed since it was read")
     removed: tuple[str, ...] = ()
     if configs:
-        data = dict(updated.get("data") or {})
+        data = dict(mapping(updated.get("data")))
         before = str(data.get(key) or "")
         try:
-            data[key] = merge_mig_parted(before, configs, referenced)
+            after = merge_mig_parted(before, configs, referenced)
         except MigPartedError as error:
             return FileUpdate(None, problem=f"mig-parted file not merged ({error})")
-        removed = tuple(removed_configs(before, data[key]))
+        data[key] = after
+        removed = tuple(removed_configs(before, after))
         updated["data"] = data
     annotations[RECORD_ANNOTATION] = record_text
     metadata["annotations"] = annotations
+    updated["metadata"] = metadata
     return FileUpdate(updated, removed)

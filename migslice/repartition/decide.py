@@ -118,10 +118,10 @@ def decide(
     record: RepartitionRecord,
     nodes: Sequence[NodeState],
     pending: Sequence[PendingPod],
+    *,
     file_configs: Collection[str] | None,
     now: float,
     settings: ControllerSettings = ControllerSettings(),
-    *,
     layout_cache: LayoutCache | None = None,
 ) -> Step:
     """The next step (see the module docstring). ``file_configs``: the config names in the
@@ -193,7 +193,14 @@ def _start(
         node: f"backed off after a failed re-partition until {format_time(until)}"
         for node, until in record.backoff
     }
-    result = plan(nodes, pending, cooldowns, settings.plan, held, layout_cache)
+    result = plan(
+        nodes,
+        pending,
+        cooldowns=cooldowns,
+        settings=settings.plan,
+        held=held,
+        layout_cache=layout_cache,
+    )
     if result.is_empty:
         waiting = len(result.unserved)
         return Step(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from migslice.names import SCHEDULER_NAME
+from migslice.objects.json import JsonObject
 from migslice.objects.pods import bound_node_of, metadata_of, phase_of, scheduler_name_of
 from migslice.objects.times import parse_time
 from migslice.scheduling.demand import PodDemand, UnitKind, demand_of
@@ -21,7 +21,7 @@ class PendingPod:
     pending_s: float
 
 
-def unschedulable_since(raw_pod: Mapping[str, Any]) -> datetime.datetime | None:
+def unschedulable_since(raw_pod: JsonObject) -> datetime.datetime | None:
     """When ``PodScheduled`` turned ``False`` with reason ``Unschedulable``; None otherwise."""
     status = raw_pod.get("status")
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
@@ -35,7 +35,7 @@ def unschedulable_since(raw_pod: Mapping[str, Any]) -> datetime.datetime | None:
 
 
 def pending_pods(
-    raw_pods: Iterable[Mapping[str, Any]],
+    raw_pods: Iterable[JsonObject],
     now: datetime.datetime,
     scheduler_name: str = SCHEDULER_NAME,
 ) -> list[PendingPod]:

@@ -169,6 +169,7 @@ def _size(pod: PodDemand) -> int:
 def plan(
     nodes: Sequence[NodeState],
     pending: Iterable[PendingPod],
+    *,
     cooldowns: Mapping[str, float] | None = None,
     settings: PlanSettings = PlanSettings(),
     held: Mapping[str, str] | None = None,

@@ -9,13 +9,13 @@ its own state. All of them then call the same :func:`migslice.repartition.decide
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from migslice.inventory import ClusterIndex, NodeState
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects, node_facts_from_raw, pod_facts_from_raw
+from migslice.objects.json import JsonObject
 from migslice.repartition.configmap import MigConfigFile, MigConfigs, read_config_map
 from migslice.repartition.pending import PendingPod, pending_pods
 
@@ -28,8 +28,8 @@ class Snapshot:
 
 
 def node_states(
-    raw_nodes: Iterable[Mapping[str, Any]],
-    raw_pods: Iterable[Mapping[str, Any]],
+    raw_nodes: Iterable[JsonObject],
+    raw_pods: Iterable[JsonObject],
     configs: MigConfigs,
 ) -> tuple[NodeState, ...]:
     """Every node's state, as the extender's index resolves it, sorted by name."""
@@ -41,15 +41,6 @@ def node_states(
     return tuple(state for state in states if state is not None)
 
 
-def find_config_map(objects: ClusterObjects, namespace: str, name: str) -> Mapping[str, Any] | None:
-    """The ConfigMap ``namespace/name`` of a cluster file (one without a namespace matches)."""
-    for raw in objects.config_maps:
-        metadata = raw.get("metadata") or {}
-        if metadata.get("name") == name and metadata.get("namespace") in (None, "", namespace):
-            return raw
-    return None
-
-
 def snapshot_from_objects(
     objects: ClusterObjects,
     *,
@@ -59,7 +50,7 @@ def snapshot_from_objects(
     scheduler_name: str,
 ) -> Snapshot:
     """The snapshot of a cluster file: ``config_map`` is (namespace, name)."""
-    file = read_config_map(find_config_map(objects, *config_map), key)
+    file = read_config_map(objects.config_map(*config_map), key)
     now = datetime.datetime.fromtimestamp(now_s, datetime.UTC)
     return Snapshot(
         nodes=node_states(objects.nodes, objects.pods, file.configs),

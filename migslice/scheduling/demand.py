@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, profile_from_resource
+from migslice.objects.json import JsonObject
 from migslice.objects.pods import pod_key, product_constraint, read_pod_gpu
 
 
@@ -45,7 +44,7 @@ class PodDemand:
         return len(self.units) == 1 and self.units[0].count == 1
 
 
-def demand_of(raw_pod: Mapping[str, Any]) -> PodDemand:
+def demand_of(raw_pod: JsonObject) -> PodDemand:
     """Read a pod's GPU demand; a quantity that is no whole count becomes ``error``."""
     key = pod_key(raw_pod)
     gpu = read_pod_gpu(raw_pod)

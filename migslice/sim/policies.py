@@ -304,9 +304,9 @@ def planned_reshape(
         RepartitionRecord(),
         states,
         [PendingPod(demand, 0.0)],
-        frozenset(),
-        0.0,
-        ControllerSettings(plan=settings),
+        file_configs=frozenset(),
+        now=0.0,
+        settings=ControllerSettings(plan=settings),
         layout_cache=layouts,
     )
     if step.kind is not StepKind.START or step.plan is None:
