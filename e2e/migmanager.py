@@ -27,6 +27,7 @@ from migslice.mig.migparted import (
     parse_mig_parted,
     per_gpu_counts,
 )
+from migslice.whynot import WhyNot
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class FakeMigManager:
         gpu_count = int(labels.get("nvidia.com/gpu.count", "1"))
         pci = gpu_pci_ids(model, labels.get("nvidia.com/gpu.product"), None)
         per_gpu = per_gpu_counts(config_name, model, gpu_count, configs=configs, pci_device_ids=pci)
-        if isinstance(per_gpu, str):  # a GPU left untouched keeps a layout this actor never knew
+        if isinstance(per_gpu, WhyNot):  # a GPU left untouched keeps a layout this actor never knew
             return {}, per_gpu
         totals: Counter[str] = Counter()
         for index, (_, counts) in enumerate(per_gpu):

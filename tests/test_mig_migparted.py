@@ -32,6 +32,7 @@ from migslice.mig.migparted import (
     resolve_gpus,
 )
 from migslice.objects import node_facts_from_raw
+from migslice.whynot import WhyNot
 from tests.builders import make_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mig-parted"
@@ -222,8 +223,8 @@ def test_an_overridden_entry_that_does_not_fit_fails_the_apply() -> None:
         entry(mig_enabled=True, mig_devices={"7g.80gb": 1}),
     )
     result = per_gpu_counts("c", CATALOG.get("A100-80GB"), 1, configs={"c": entries})
-    assert isinstance(result, str)
-    assert result.startswith("mig-parted config 'c' entry 0, GPU 0:")
+    assert isinstance(result, WhyNot)
+    assert result.message.startswith("mig-parted config 'c' entry 0, GPU 0:")
 
 
 # -- NVIDIA's default config on GPUs that share a model but not a PCI id -----------------------
@@ -257,8 +258,8 @@ def test_the_default_config_sets_a_gpu_only_where_its_filter_names_the_pci_id(
 ) -> None:
     result = per_gpu_counts(config, CATALOG.get(model), 2, configs=DEFAULT, pci_device_ids=(pci,))
     if expected is None:
-        assert isinstance(result, str)
-        assert f"no entry selects GPU 0 (PCI device id 0x{pci:04X})" in result
+        assert isinstance(result, WhyNot)
+        assert f"no entry selects GPU 0 (PCI device id 0x{pci:04X})" in result.message
     else:
         assert result == [(True, expected)] * 2
 
@@ -295,9 +296,9 @@ def test_ids_the_config_treats_differently_make_the_answer_unknown_and_say_why()
     result = per_gpu_counts(
         "all-balanced", model, 1, configs=DEFAULT, pci_device_ids=model.pci_device_ids
     )
-    assert isinstance(result, str)
-    assert "could have PCI device id 0x2321, 0x2339, 0x233A" in result
-    assert "0x2339: no entry, left as is" in result
+    assert isinstance(result, WhyNot)
+    assert "could have PCI device id 0x2321, 0x2339, 0x233A" in result.message
+    assert "0x2339: no entry, left as is" in result.message
 
 
 @pytest.mark.parametrize(
@@ -439,9 +440,9 @@ def test_a_compute_size_the_gpu_instance_lacks_fails() -> None:
 def test_a_config_with_compute_instances_yields_no_resources_and_says_why() -> None:
     entries = (entry(mig_enabled=True, mig_devices={"1c.3g.20gb": 4}),)
     result = per_gpu_counts("ci", CATALOG.get("A100-40GB"), 1, configs={"ci": entries})
-    assert isinstance(result, str)
-    assert "3g.20gb holding 1c.3g.20gb, 1c.3g.20gb, 1c.3g.20gb" in result
-    assert "device plugin's mixed strategy advertises no resource" in result
+    assert isinstance(result, WhyNot)
+    assert "3g.20gb holding 1c.3g.20gb, 1c.3g.20gb, 1c.3g.20gb" in result.message
+    assert "device plugin's mixed strategy advertises no resource" in result.message
 
 
 def test_a_full_compute_instance_counts_as_its_gpu_instance() -> None:

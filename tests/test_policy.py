@@ -15,7 +15,6 @@ from migslice.mig import CATALOG
 from migslice.policy import (
     Isolation,
     Need,
-    NoFit,
     Offer,
     PolicyError,
     Resolution,
@@ -25,6 +24,7 @@ from migslice.policy import (
     parse_tenant_policy,
     resolve_profile,
 )
+from migslice.whynot import WhyNot
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("tenantpolicy-*.yaml"))
@@ -155,7 +155,7 @@ def test_selectors_conflict_only_on_namespaces_that_both_select() -> None:
 
 def resolve(
     policy_spec: dict[str, Any], need: Need, offers: tuple[Offer, ...]
-) -> Resolution | NoFit:
+) -> Resolution | WhyNot:
     return resolve_profile(parse_tenant_policy(make_policy(**policy_spec)), need, offers)
 
 
@@ -197,10 +197,10 @@ def test_denied_profiles_and_products_are_skipped() -> None:
     result = resolve({"deniedProfiles": ["1g.20gb"]}, Need(20 * 1024), (A100,))
     assert isinstance(result, Resolution) and result.profile == "2g.20gb"
     nothing = resolve({"allowedProducts": ["NVIDIA-H100-NVL"]}, Need(1024), (A100,))
-    assert isinstance(nothing, NoFit) and nothing.reason == "no-model"
+    assert isinstance(nothing, WhyNot) and nothing.reason == "no-model"
 
 
 def test_too_much_memory_says_what_the_largest_allowed_profile_is() -> None:
     result = resolve({}, Need(100 * 1024), (A30,))
-    assert isinstance(result, NoFit)
+    assert isinstance(result, WhyNot)
     assert "the largest allowed is 4g.24gb" in result.message

@@ -9,6 +9,7 @@ from enum import StrEnum
 from migslice.admission.patch import PatchOp
 from migslice.admission.usage import SliceUsage
 from migslice.names import SCHEDULER_NAME
+from migslice.whynot import WhyNot
 
 
 class Unmatched(StrEnum):
@@ -34,11 +35,9 @@ class PodAdmission:
 
 
 @dataclass(frozen=True, slots=True)
-class Denial:
-    """Why a pod is refused: a short reason code (a metrics label) and the message."""
+class Denial(WhyNot):
+    """Why a pod is refused: a :class:`WhyNot` (code, message) and the HTTP status to answer."""
 
-    reason: str
-    message: str
     code: int = 403
 
 

@@ -18,9 +18,10 @@ from migslice.admission.usage import SliceUsage, charge
 from migslice.mig import GpuModel, profile_from_resource
 from migslice.names import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
 from migslice.objects.pods import ContainerKind, effective_counts
-from migslice.policy import Need, NoFit, Offer, TenantPolicy, Tier, resolve_profile
+from migslice.policy import Need, Offer, TenantPolicy, Tier, resolve_profile
 from migslice.policy.resolution import usable_offers
 from migslice.quantity import QuantityError, parse_count, parse_memory_mib
+from migslice.whynot import WhyNot
 
 MAX_COUNT = 64
 _SHARING = {Tier.SHARED: "time-slicing", Tier.MPS: "mps"}
@@ -101,7 +102,7 @@ def plan_annotated(
     field, index = container
     if tier is Tier.MIG:
         resolved = resolve_profile(policy, need, offers)
-        if isinstance(resolved, NoFit):
+        if isinstance(resolved, WhyNot):
             return Denial(resolved.reason, resolved.message)
         unit = SliceUsage(
             1, resolved.compute_slices, resolved.memory_slices, ((resolved.profile, 1),)

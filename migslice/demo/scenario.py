@@ -59,6 +59,7 @@ from migslice.repartition import (
 )
 from migslice.serving.certs import write_tls_bundle
 from migslice.serving.process import ServerProcess, ServerStartError
+from migslice.whynot import WhyNot
 
 MIG_PREFIX = MIG_RESOURCE_PREFIX
 MAX_STEPS = 6
@@ -317,8 +318,8 @@ class Demo:
         configs = read_config_map(self.cluster.mig_config_map(), MIG_CONFIG_KEY).configs
         model = CATALOG.get(labels[PRODUCT_LABEL])
         counts = per_gpu_counts(config, model, int(labels[GPU_COUNT_LABEL]), configs=configs)
-        if isinstance(counts, str):
-            raise DemoError(f"MIG Manager cannot apply {config}: {counts}")
+        if isinstance(counts, WhyNot):
+            raise DemoError(f"MIG Manager cannot apply {config}: {counts.message}")
         allocatable = {
             k: v for k, v in node["status"]["allocatable"].items() if not k.startswith(MIG_PREFIX)
         }

@@ -48,6 +48,7 @@ from migslice.mig import (
 from migslice.mig.migparted import MigPartedEntry, gpu_pci_ids, per_gpu_counts
 from migslice.objects.nodes import NodeFacts
 from migslice.objects.pods import PodFacts
+from migslice.whynot import WhyNot
 
 MIG_OK_STATES = frozenset({"success"})
 
@@ -236,8 +237,8 @@ def _from_mig_parted(
     reported = facts.agent.pci_device_id if facts.agent is not None else None
     pci = gpu_pci_ids(model, facts.product, reported)
     per_gpu = per_gpu_counts(name, model, facts.gpu_count, configs=configs, pci_device_ids=pci)
-    if isinstance(per_gpu, str):
-        notes.append(per_gpu)
+    if isinstance(per_gpu, WhyNot):
+        notes.append(per_gpu.message)
         return None
     gpus: list[GpuState] = []
     total: Counter[str] = Counter()

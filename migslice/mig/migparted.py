@@ -42,6 +42,7 @@ from migslice.mig.catalog import GpuModel, strip_product_suffix
 from migslice.mig.fitting import fit
 from migslice.mig.layout import Placed
 from migslice.names import OWN_CONFIG_PREFIX
+from migslice.whynot import WhyNot
 
 VERSION = "v1"
 OWN_PREFIX = OWN_CONFIG_PREFIX
@@ -674,7 +675,7 @@ def per_gpu_counts(
     *,
     configs: Mapping[str, Sequence[MigPartedEntry]],
     pci_device_ids: Sequence[int] | None = None,
-) -> list[tuple[bool, dict[str, int]]] | str:
+) -> list[tuple[bool, dict[str, int]]] | WhyNot:
     """(MIG enabled, GPU-instance counts) per GPU index after MIG Manager applies ``name``, or
     why that is not known.
 
@@ -687,22 +688,28 @@ def per_gpu_counts(
     if entries is None:
         builtin = builtin_counts(name, model)
         if builtin is None:
-            return f"mig-parted config {name!r} not found"
+            return WhyNot("config-not-found", f"mig-parted config {name!r} not found")
         return [builtin] * gpu_count
     candidates = tuple(pci_device_ids) if pci_device_ids is not None else model.pci_device_ids
     result: list[tuple[bool, dict[str, int]]] = []
     for setting in resolve_gpus(entries, [candidates] * gpu_count):
         if setting.outcome is not Outcome.SET:
-            return f"mig-parted config {name!r} on {model.key}: {setting.reason}"
+            return WhyNot(
+                "gpu-not-set", f"mig-parted config {name!r} on {model.key}: {setting.reason}"
+            )
         for position in setting.entries[:-1]:  # applied first, then replaced by the last
             problem = _apply_problem(model, entries[position].mig_devices)
             if problem:
-                return (
-                    f"mig-parted config {name!r} entry {position}, GPU {setting.index}: {problem}"
+                return WhyNot(
+                    "apply-fails",
+                    f"mig-parted config {name!r} entry {position}, GPU {setting.index}: {problem}",
                 )
         problem = _device_plugin_problem(setting.mig_devices)
         if problem:
-            return f"mig-parted config {name!r} GPU {setting.index}: {problem}"
+            return WhyNot(
+                "no-device-plugin-resource",
+                f"mig-parted config {name!r} GPU {setting.index}: {problem}",
+            )
         counts: Counter[str] = Counter()
         for device, count in setting.mig_devices:
             counts[parse_mig_device_name(device).gpu_instance] += count

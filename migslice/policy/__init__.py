@@ -4,7 +4,6 @@ from migslice.policy.errors import FieldError, PolicyError
 from migslice.policy.parsing import parse_tenant_policy
 from migslice.policy.resolution import (
     Need,
-    NoFit,
     Offer,
     Resolution,
     allows_product,
@@ -28,7 +27,6 @@ __all__ = [
     "Isolation",
     "LabelSelector",
     "Need",
-    "NoFit",
     "Offer",
     "PolicyError",
     "Quota",

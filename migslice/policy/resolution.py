@@ -23,6 +23,7 @@ from functools import lru_cache
 from migslice.mig import CATALOG, GpuModel, Profile
 from migslice.policy.types import SizeClass, TenantPolicy
 from migslice.quantity import format_mib
+from migslice.whynot import WhyNot
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +58,6 @@ class Resolution:
     compute_slices: int
     memory_slices: int
     products: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class NoFit:
-    """Why nothing fits; ``reason`` is a short code, ``message`` a sentence for the user."""
-
-    reason: str
-    message: str
 
 
 @lru_cache(maxsize=512)
@@ -105,12 +98,12 @@ def candidates_on(policy: TenantPolicy, model: GpuModel, need: Need) -> tuple[Pr
 
 def resolve_profile(
     policy: TenantPolicy, need: Need, offers: Sequence[Offer]
-) -> Resolution | NoFit:
+) -> Resolution | WhyNot:
     """The profile a pod of this tenant gets for ``need`` on this cluster, or why none."""
     usable = usable_offers(policy, offers)
     if not usable:
         present = ", ".join(sorted({o.product for o in offers})) or "none"
-        return NoFit(
+        return WhyNot(
             "no-model",
             f'no GPU product that policy "{policy.name}" allows is in the cluster '
             f"(spec.allowedProducts: {', '.join(policy.allowed_products) or 'all'}; "
@@ -125,7 +118,7 @@ def resolve_profile(
         for profile in candidates_by_model[offer.model.key]:
             groups.setdefault(profile.name, []).append((offer, profile))
     if not groups:
-        return NoFit("no-profile", _no_fit_message(policy, need, tuple(models.values())))
+        return WhyNot("no-profile", _no_fit_message(policy, need, tuple(models.values())))
 
     def rank(name: str) -> tuple[int, int, int, float, int, str]:
         members = groups[name]

@@ -47,6 +47,7 @@ from migslice.repartition.record import (
     RepartitionRecord,
 )
 from migslice.repartition.shapes import LayoutCache
+from migslice.whynot import WhyNot
 
 REASON_STARTED = "MigRepartition"
 REASON_FAILED = "MigRepartitionFailed"
@@ -139,8 +140,13 @@ def decide(
     return _observe(record, active, states, nodes, file_configs, now, settings)
 
 
-def recheck(step: NodeStep, state: NodeState | None) -> str:
-    """Why ``step`` must not be applied to the node as it is now; "" when it may."""
+def recheck(step: NodeStep, state: NodeState | None) -> WhyNot | None:
+    """Why ``step`` must not be applied to the node as it is now; None when it may."""
+    problem = _recheck(step, state)
+    return WhyNot("changed-since-planned", problem) if problem else None
+
+
+def _recheck(step: NodeStep, state: NodeState | None) -> str:
     if state is None:
         return "node is gone"
     facts = state.facts
@@ -240,8 +246,8 @@ def _apply(
             steps.append(step)
             continue
         problem = recheck(step, states.get(step.node))
-        if problem:
-            steps.append(replace(step, outcome=ABORTED, detail=f"not applied: {problem}"))
+        if problem is not None:
+            steps.append(replace(step, outcome=ABORTED, detail=f"not applied: {problem.message}"))
             continue
         steps.append(step)
         configs[step.config_name] = step.entries
@@ -298,8 +304,8 @@ def _observe(
         outcome, detail = _outcome_of(step, state, elapsed, settings)
         if not outcome and state is not None and state.facts.mig_config != step.config_name:
             problem = recheck(step, state)  # still at the previous config: label it now
-            if problem:
-                outcome, detail = ABORTED, f"not applied: {problem}"
+            if problem is not None:
+                outcome, detail = ABORTED, f"not applied: {problem.message}"
             else:
                 labels.append(SetLabel(step.node, step.config_name))
         if not outcome:

@@ -53,6 +53,7 @@ from migslice.names import MIG_TRANSITION_STATES
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.shapes import LayoutCache, Layouts, demand_mix
 from migslice.scheduling.demand import PodDemand, UnitKind
+from migslice.whynot import WhyNot
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,30 +121,30 @@ def _idle_gpus(
     cooldowns: Mapping[str, float],
     settings: PlanSettings,
     held: Mapping[str, str],
-) -> tuple[list[_Gpu], str]:
+) -> list[_Gpu] | WhyNot:
     """The node's GPUs that may change, or why none may."""
     model = node.model
     if model is None:
-        return [], "GPU model unknown"
+        return WhyNot("unknown-model", "GPU model unknown")
     if node.name in held:
-        return [], held[node.name]
+        return WhyNot("held", held[node.name])
     state = node.facts.mig_config_state
     if state in MIG_TRANSITION_STATES:
-        return [], f"MIG Manager is applying a config (state {state})"
+        return WhyNot("mig-manager-busy", f"MIG Manager is applying a config (state {state})")
     since = cooldowns.get(node.name)
     if since is not None and since < settings.cooldown_s:
-        return [], f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)"
+        return WhyNot("cooldown", f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)")
     if node.source == LayoutSource.COUNTS:
         if any(count for _, count in node.allocated):
-            return [], "layout known only by counts and some of it is held"
+            return WhyNot("counts-held", "layout known only by counts and some of it is held")
         count = node.facts.gpu_count or 0
-        return [_Gpu(node, model, i, ()) for i in range(count)], ""
+        return [_Gpu(node, model, i, ()) for i in range(count)]
     idle = [
         _Gpu(node, model, gpu.index, gpu.instances)
         for gpu in node.gpus
         if gpu.mig_enabled and gpu.is_idle
     ]
-    return idle, "" if idle else "no idle MIG GPU"
+    return idle or WhyNot("no-idle-gpu", "no idle MIG GPU")
 
 
 def _profiles_for(unit_resource: str, model: GpuModel) -> str | None:
@@ -202,10 +203,11 @@ def plan(
     gpus: list[_Gpu] = []
     skipped: list[tuple[str, str]] = []
     for node in sorted(nodes, key=lambda n: n.name):
-        idle, why = _idle_gpus(node, cooldowns, settings, held)
-        if why:
-            skipped.append((node.name, why))
-        gpus.extend(idle)
+        idle = _idle_gpus(node, cooldowns, settings, held)
+        if isinstance(idle, WhyNot):
+            skipped.append((node.name, idle.message))
+        else:
+            gpus.extend(idle)
     idle_per_node = Counter(g.node.name for g in gpus)
 
     in_flight = sum(1 for n in nodes if n.facts.mig_config_state in MIG_TRANSITION_STATES)
