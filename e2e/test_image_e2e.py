@@ -9,6 +9,7 @@ pod is admitted by that webhook and bound with that extender.
 from __future__ import annotations
 
 import errno
+import tomllib
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane import wait_for
-from e2e.image import Image
+from e2e.image import REPO, Image
 from e2e.stack import Server
 from e2e.test_admission_e2e import (
     GROUP,
@@ -61,6 +62,15 @@ def server_pids(server: Server) -> list[int]:
     master = server.process.pid
     children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
     return [master, *map(int, children)]
+
+
+def test_the_image_carries_the_version_of_pyproject_and_its_labels(image: Image) -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert image.name == f"migslice:{version}"
+    assert image.labels["org.opencontainers.image.version"] == version
+    assert image.labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert image.entrypoint == ("migslice",)
+    assert image.user == "65532:65532"
 
 
 @pytest.mark.parametrize("name", ["webhook", "extender"])

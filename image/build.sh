@@ -105,7 +105,11 @@ sha() { sha256sum | cut -d' ' -f1; }
 context_files() {
     local paths
     mapfile -t paths < <(sed -n 's/^!//p' .dockerignore)
-    git ls-files --cached --others --exclude-standard -- "${paths[@]}" | LC_ALL=C sort -u
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files --cached --others --exclude-standard -- "${paths[@]}"
+    else # not a git checkout: the same paths, minus the caches .dockerignore leaves out
+        find "${paths[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*'
+    fi | LC_ALL=C sort -u
 }
 
 base_hash() {
