@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck test e2e bench demo example verify clean
+.PHONY: install lint typecheck test image e2e bench demo example verify clean
 
 install: $(VENV)/.installed
 
@@ -26,7 +26,11 @@ typecheck: install
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-e2e: install
+# The container image (Dockerfile), cached by a hash of its inputs; docs/image.md.
+image:
+	image/build.sh
+
+e2e: install image
 	e2e/build.sh
 	$(BIN)/pytest e2e -m e2e -p no:cacheprovider $(PYTEST_ARGS)
 
@@ -46,4 +50,4 @@ example: install
 verify: lint typecheck test
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis image/.build

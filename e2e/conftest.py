@@ -12,6 +12,8 @@ Environment:
   MIGSLICE_E2E_BIN=DIR     where the binaries are (default e2e/.bin).
   MIGSLICE_E2E_RUN_DIR=DIR where certificates, etcd data and logs go
                            (default e2e/.run/<timestamp>-<pid>; the newest 5 are kept).
+  MIGSLICE_E2E_SERVERS=venv  run migslice's servers from .venv, not from the container image
+                           (default image: image/build.sh, cached; needs root).
 """
 
 from __future__ import annotations
@@ -39,13 +41,12 @@ from e2e.controlplane import (
     missing_binaries,
     register_gpu_node,
 )
+from e2e.image import Image, ImageUnavailableError, build_image
 from e2e.stack import (
     MANIFESTS,
     Server,
     migslice_server,
     scheduler_configuration,
-    service_account_kubeconfig,
-    tls_bundle,
     webhook_configurations,
 )
 
@@ -191,49 +192,63 @@ def tenant_policy_crd(control_plane: ControlPlane) -> str:
 
 
 @pytest.fixture(scope="session")
+def migslice_image() -> Image | None:
+    """The built image (image/build.sh, cached) the servers run from; None with
+    ``MIGSLICE_E2E_SERVERS=venv`` (they run from .venv then)."""
+    servers = os.environ.get("MIGSLICE_E2E_SERVERS", "image")
+    if servers == "venv":
+        return None
+    if servers != "image":
+        pytest.fail(f"MIGSLICE_E2E_SERVERS={servers}: use image or venv", pytrace=False)
+    if os.environ.get("MIGSLICE_E2E_NO_BUILD") == "1":
+        try:
+            return Image.load()
+        except OSError:
+            pytest.skip(
+                "MIGSLICE_E2E_NO_BUILD=1 and no image in image/.build; run `make image` "
+                "(or set MIGSLICE_E2E_SERVERS=venv)"
+            )
+    try:
+        return build_image()
+    except ImageUnavailableError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def webhook(
-    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, tenant_policy_crd: str
+    control_plane: ControlPlane,
+    core_v1: k8s.CoreV1Api,
+    tenant_policy_crd: str,
+    migslice_image: Image | None,
 ) -> Iterator[Server]:
     """``migslice webhook`` in-cluster mode over TLS, registered by the shipped configurations."""
     ensure_namespace(core_v1, "migslice-system")
-    bundle = tls_bundle(control_plane, "migslice-webhook")
-    kubeconfig = service_account_kubeconfig(
-        control_plane, MANIFESTS / "webhook" / "rbac.yaml", "migslice-system", "migslice-webhook"
-    )
     server = migslice_server(
+        control_plane,
         "webhook",
-        [
-            "--kubeconfig",
-            str(kubeconfig),
-            "--reservation-ttl-s",
-            "5",
-            "--status-interval-s",
-            "1",
-        ],
-        bundle,
-        control_plane.workdir / "migslice-webhook.log",
+        ["--reservation-ttl-s", "5", "--status-interval-s", "1"],
+        rbac_manifest=MANIFESTS / "webhook" / "rbac.yaml",
+        account="migslice-webhook",
+        image=migslice_image,
     ).start()
-    control_plane.apply(webhook_configurations(bundle, server.url))
+    control_plane.apply(webhook_configurations(server.bundle, server.url))
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) -> Iterator[Server]:
+def extender(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, migslice_image: Image | None
+) -> Iterator[Server]:
     """``migslice extender`` in-cluster mode over TLS."""
     ensure_namespace(core_v1, "migslice-system")
-    bundle = tls_bundle(control_plane, "migslice-extender")
-    kubeconfig = service_account_kubeconfig(
-        control_plane,
-        MANIFESTS / "scheduler" / "extender-rbac.yaml",
-        "migslice-system",
-        "migslice-extender",
-    )
     server = migslice_server(
+        control_plane,
         "extender",
-        ["--kubeconfig", str(kubeconfig)],
-        bundle,
-        control_plane.workdir / "migslice-extender.log",
+        [],
+        rbac_manifest=MANIFESTS / "scheduler" / "extender-rbac.yaml",
+        account="migslice-extender",
+        image=migslice_image,
     ).start()
     yield server
     server.stop()

@@ -1,7 +1,10 @@
 """migslice's own servers in the e2e control plane: webhook and extender over TLS.
 
 Both run as real processes through the ``migslice`` command line (gunicorn, TLS), in
-in-cluster mode against the e2e kube-apiserver (``--kubeconfig``). kube-apiserver reaches the
+in-cluster mode against the e2e kube-apiserver, each as its ServiceAccount: by default from the
+container image's root filesystem, as uid 65532 on a read-only root with the token where a pod
+has it (``e2e/image.py``); with ``MIGSLICE_E2E_SERVERS=venv``, from ``.venv`` with a kubeconfig
+holding the token. kube-apiserver reaches the
 webhook by URL (there is no Service routing without kube-proxy), so the webhook
 configurations from ``manifests/`` are installed with ``clientConfig.url`` in place of
 ``clientConfig.service`` and the CA from ``migslice certs`` as ``caBundle``; everything else
@@ -20,11 +23,13 @@ import yaml
 from kubernetes import client as k8s
 
 from e2e.controlplane import ControlPlane, ensure_namespace
+from e2e.image import Image, ImageServerProcess, ServiceAccount
 from migslice.serving.certs import TlsBundle, write_tls_bundle
 from migslice.serving.process import ServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
+NAMESPACE = "migslice-system"
 
 
 def load_manifests(path: Path) -> list[dict[str, Any]]:
@@ -35,15 +40,37 @@ Server = ServerProcess
 
 
 def migslice_server(
+    control_plane: ControlPlane,
     command: str,
     args: Sequence[str],
-    bundle: TlsBundle,
-    log_path: Path,
+    *,
+    rbac_manifest: Path,
+    account: str,
     service: str | None = None,
+    image: Image | None = None,
 ) -> ServerProcess:
-    """``migslice <command>`` as it runs in migslice-system (SNI: its Service DNS name)."""
-    name = f"{service or 'migslice-' + command}.migslice-system.svc"
-    return ServerProcess(command, args, bundle, log_path, name, cwd=REPO)
+    """``migslice <command>`` as it runs in migslice-system, as ServiceAccount ``account`` with
+    the RBAC of ``rbac_manifest``: from ``image`` when given, else from this interpreter.
+
+    Its serving certificate names the Service (``service``, default ``migslice-<command>``),
+    which is also the SNI its readiness check sends; its log is ``<workdir>/<service>.log``.
+    """
+    service = service or f"migslice-{command}"
+    bundle = tls_bundle(control_plane, service)
+    name = f"{service}.{NAMESPACE}.svc"
+    log_path = control_plane.workdir / f"{service}.log"
+    token = service_account_token(control_plane, rbac_manifest, NAMESPACE, account)
+    if image is None:
+        kubeconfig = service_account_kubeconfig(control_plane, account, token)
+        return ServerProcess(
+            command, [*args, "--kubeconfig", str(kubeconfig)], bundle, log_path, name, cwd=REPO
+        )
+    credentials = ServiceAccount(
+        account, NAMESPACE, token, control_plane.pki.ca_cert, control_plane.server
+    )
+    return ImageServerProcess(
+        command, args, bundle, log_path, name, cwd=REPO, image=image, account=credentials
+    )
 
 
 def tls_bundle(control_plane: ControlPlane, service: str) -> TlsBundle:
@@ -87,10 +114,10 @@ def scheduler_configuration(bundle: TlsBundle, base_url: str) -> dict[str, Any]:
     raise LookupError("no KubeSchedulerConfiguration in manifests/scheduler/scheduler-config.yaml")
 
 
-def service_account_kubeconfig(
+def service_account_token(
     control_plane: ControlPlane, rbac_manifest: Path, namespace: str, account: str
-) -> Path:
-    """A kubeconfig for ``account``, with only the RBAC the shipped manifest grants it.
+) -> str:
+    """A token for ``account``, with only the RBAC the shipped manifest grants it.
 
     The manifest is applied as shipped (its namespaces created first); the token comes from the
     TokenRequest API, as a projected service-account token would in a pod.
@@ -104,9 +131,14 @@ def service_account_kubeconfig(
     request = core.create_namespaced_service_account_token(
         account, namespace, {"spec": {"expirationSeconds": 7200}}
     )
+    return str(request.status.token)
+
+
+def service_account_kubeconfig(control_plane: ControlPlane, account: str, token: str) -> Path:
+    """A kubeconfig for the e2e API server that authenticates as ``account`` with ``token``."""
     path = control_plane.workdir / f"{account}.kubeconfig"
     config = yaml.safe_load(control_plane.kubeconfig.read_text())
-    config["users"] = [{"name": account, "user": {"token": request.status.token}}]
+    config["users"] = [{"name": account, "user": {"token": token}}]
     config["contexts"] = [{"name": "e2e", "context": {"cluster": "e2e", "user": account}}]
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     path.chmod(0o600)

@@ -16,14 +16,9 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane import ControlPlane, Scheduler, ensure_namespace, wait_for
+from e2e.image import Image
 from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import (
-    MANIFESTS,
-    Server,
-    migslice_server,
-    service_account_kubeconfig,
-    tls_bundle,
-)
+from e2e.stack import MANIFESTS, Server, migslice_server
 from e2e.test_scheduling_e2e import mig_pod
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
@@ -35,22 +30,15 @@ RECORD = "migslice.io/repartition"
 
 
 @pytest.fixture
-def repartition_extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) -> Iterator[Server]:
+def repartition_extender(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, migslice_image: Image | None
+) -> Iterator[Server]:
     """``migslice extender --repartition`` with fast rounds (its own process and certificate)."""
     ensure_namespace(core_v1, "migslice-system")
-    bundle = tls_bundle(control_plane, "migslice-repartition")
     server = migslice_server(
+        control_plane,
         "extender",
         [
-            "--kubeconfig",
-            str(
-                service_account_kubeconfig(
-                    control_plane,
-                    MANIFESTS / "scheduler" / "extender-rbac.yaml",
-                    "migslice-system",
-                    "migslice-extender",
-                )
-            ),
             "--repartition",
             "--repartition-interval-s",
             "1",
@@ -61,9 +49,10 @@ def repartition_extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) ->
             "--log-level",
             "debug",
         ],
-        bundle,
-        control_plane.workdir / "migslice-repartition.log",
+        rbac_manifest=MANIFESTS / "scheduler" / "extender-rbac.yaml",
+        account="migslice-extender",
         service="migslice-repartition",
+        image=migslice_image,
     ).start()
     yield server
     server.stop()

@@ -58,24 +58,28 @@ class ServerProcess:
     def context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.bundle.ca_cert))
 
+    def command_line(self) -> list[str]:
+        """The process to start: this interpreter's ``migslice`` (a subclass may wrap it)."""
+        return [
+            sys.executable,
+            "-m",
+            "migslice.cli",
+            self.command,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--tls-cert",
+            str(self.bundle.cert),
+            "--tls-key",
+            str(self.bundle.key),
+            *self.args,
+        ]
+
     def start(self, timeout_s: float = 60.0) -> ServerProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "migslice.cli",
-                    self.command,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--tls-cert",
-                    str(self.bundle.cert),
-                    "--tls-key",
-                    str(self.bundle.key),
-                    *self.args,
-                ],
+                self.command_line(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,
