@@ -36,13 +36,8 @@ from migslice.admission.usage import ZERO
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects
 from migslice.objects.nodes import node_name_of, node_product_of
-from migslice.objects.pods import (
-    annotations_of,
-    bound_node_of,
-    gpu_requests,
-    is_terminal,
-    metadata_of,
-)
+from migslice.objects.pod_gpus import gpu_requests
+from migslice.objects.pods import annotations_of, bound_node_of, is_terminal, metadata_of
 from migslice.policy import (
     FieldError,
     Offer,

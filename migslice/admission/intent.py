@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from migslice import names
 from migslice.errors import InvalidInputError
-from migslice.objects.pods import ContainerGpu, read_pod_gpu
+from migslice.objects.pod_gpus import ContainerGpu, read_pod_gpu
 
 
 class MalformedPodError(InvalidInputError):

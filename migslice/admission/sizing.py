@@ -17,7 +17,7 @@ from migslice.admission.intent import ContainerRequest, PodIntent
 from migslice.admission.usage import SliceUsage, charge
 from migslice.mig import GpuModel, profile_from_resource
 from migslice.names import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
-from migslice.objects.pods import ContainerKind, effective_counts
+from migslice.objects.pod_gpus import ContainerKind, effective_counts
 from migslice.policy import Need, Offer, TenantPolicy, Tier, resolve_profile
 from migslice.policy.resolution import usable_offers
 from migslice.quantity import QuantityError, parse_count, parse_memory_mib
