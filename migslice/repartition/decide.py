@@ -29,9 +29,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
-from migslice.mig.migparted import OWN_PREFIX, MigPartedEntry
+from migslice.mig.migparted import MigPartedEntry
 from migslice.names import MIG_STATE_FAILED, MIG_STATE_SUCCESS, MIG_TRANSITION_STATES
 from migslice.objects.times import format_time
+from migslice.repartition.messages import applied_message, applying_message, referenced_configs
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
 from migslice.repartition.record import (
@@ -252,7 +253,7 @@ def _apply(
         steps.append(step)
         configs[step.config_name] = step.entries
         labels.append(SetLabel(step.node, step.config_name))
-        events.append(NodeEvent(step.node, REASON_STARTED, _applying_message(step)))
+        events.append(NodeEvent(step.node, REASON_STARTED, applying_message(step)))
     aborted = tuple(s for s in steps if s.outcome == ABORTED and s not in active.nodes)
     if not labels:
         reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to apply"
@@ -271,7 +272,7 @@ def _apply(
         f"plan {active.plan_id}: applying "
         + ", ".join(f"{x.node}={x.config_name}" for x in labels),
         configs=configs,
-        referenced=_referenced(nodes, applied),
+        referenced=referenced_configs(nodes, applied),
         labels=tuple(labels),
         events=tuple(events),
         outcomes=aborted,
@@ -317,23 +318,12 @@ def _observe(
         closed.append(done)
         if outcome == SUCCESS:
             finished[step.node] = now
-            events.append(NodeEvent(step.node, REASON_STARTED, _applied_message(step)))
+            events.append(NodeEvent(step.node, REASON_STARTED, applied_message(step)))
         elif outcome in (FAILED, TIMEOUT):
-            until = now + settings.backoff_s
-            backoff[step.node] = until
-            restore = step.previous_config is not None and step.previous_config in file_configs
-            if restore and step.previous_config is not None:
-                labels.append(SetLabel(step.node, step.previous_config, mark_pending=False))
-                then = f"label restored to {step.previous_config}"
-            elif step.previous_config is None:
-                then = "there was no previous config; label left"
-            else:
-                then = f"previous config {step.previous_config} is not in the file; label left"
-            message = (
-                f"mig-parted config {step.config_name}: {detail}; {then}; node left alone "
-                f"until {format_time(until)} ({settings.backoff_s:.0f}s)"
-            )
-            events.append(NodeEvent(step.node, REASON_FAILED, message, warning=True))
+            backoff[step.node] = now + settings.backoff_s
+            restore, event = _failure(step, detail, file_configs, backoff[step.node], settings)
+            labels.extend(restore)
+            events.append(event)
     if not closed and not labels:
         reason = f"plan {active.plan_id}: waiting {elapsed:.0f}s for " + ", ".join(waiting)
         return Step(StepKind.WAIT, record, reason)
@@ -358,6 +348,31 @@ def _observe(
         outcomes=tuple(closed),
         result=None if still_open else _result(steps),
     )
+
+
+def _failure(
+    step: NodeStep,
+    detail: str,
+    file_configs: Collection[str],
+    until: float,
+    settings: ControllerSettings,
+) -> tuple[tuple[SetLabel, ...], NodeEvent]:
+    """A failed node: the previous config's label back (when the file still has it), and the
+    Warning that says what happened and until when the node is left alone."""
+    previous = step.previous_config
+    restore: tuple[SetLabel, ...] = ()
+    if previous is not None and previous in file_configs:
+        restore = (SetLabel(step.node, previous, mark_pending=False),)
+        then = f"label restored to {previous}"
+    elif previous is None:
+        then = "there was no previous config; label left"
+    else:
+        then = f"previous config {previous} is not in the file; label left"
+    message = (
+        f"mig-parted config {step.config_name}: {detail}; {then}; node left alone "
+        f"until {format_time(until)} ({settings.backoff_s:.0f}s)"
+    )
+    return restore, NodeEvent(step.node, REASON_FAILED, message, warning=True)
 
 
 def _result(steps: Sequence[NodeStep]) -> PlanResult:
@@ -387,40 +402,3 @@ def _outcome_of(
             f"state {phase or 'unset'} after {elapsed:.0f}s; deadline {settings.deadline_s:.0f}s"
         )
     return OPEN, ""
-
-
-def _referenced(nodes: Sequence[NodeState], active: ActivePlan) -> frozenset[str]:
-    """Config names the file must keep: node labels, and every config of the plan."""
-    names = {node.facts.mig_config for node in nodes if node.facts.mig_config}
-    for step in active.nodes:
-        names.add(step.config_name)
-        if step.previous_config:
-            names.add(step.previous_config)
-    return frozenset(n for n in names if n is not None and n.startswith(OWN_PREFIX))
-
-
-def _gpu_summary(step: NodeStep) -> str:
-    parts = []
-    for entry in step.entries:
-        devices = "all" if entry.devices is None else ",".join(str(d) for d in entry.devices)
-        if entry.devices is not None and not set(entry.devices) & set(step.gpus):
-            continue
-        counts = "+".join(f"{n}x{p}" for p, n in entry.mig_devices if n) or "none"
-        parts.append(f"GPU {devices}: {counts}")
-    return "; ".join(parts)
-
-
-def _applying_message(step: NodeStep) -> str:
-    pods = ", ".join(step.serves) or "none"
-    return (
-        f"re-partitioning idle GPUs {list(step.gpus)} with mig-parted config "
-        f"{step.config_name} ({_gpu_summary(step)}) for pending pods {pods}; "
-        f"previous config {step.previous_config}"
-    )
-
-
-def _applied_message(step: NodeStep) -> str:
-    return (
-        f"MIG Manager applied mig-parted config {step.config_name} "
-        f"({_gpu_summary(step)}); pods {', '.join(step.serves) or 'none'} can now be placed"
-    )

@@ -183,22 +183,7 @@ def plan(
     cooldowns = cooldowns or {}
     held = held or {}
     pending_pods = list(pending)
-    unserved: list[tuple[str, str]] = []
-    waiting: list[PodDemand] = []
-    for item in pending_pods:
-        pod = item.demand
-        if pod.error or not pod.units:
-            continue
-        if item.pending_s < settings.min_pending_s:
-            unserved.append(
-                (pod.key, f"pending {item.pending_s:.0f}s < {settings.min_pending_s:.0f}s")
-            )
-        elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
-            unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
-        elif _can_serve_now(pod, nodes):
-            unserved.append((pod.key, "a free instance exists; left to the scheduler"))
-        else:
-            waiting.append(pod)
+    waiting, unserved = _eligible(pending_pods, nodes, settings)
 
     gpus: list[_Gpu] = []
     skipped: list[tuple[str, str]] = []
@@ -224,43 +209,73 @@ def plan(
         else:
             served.setdefault(placed, []).append(pod.key)
 
-    changes: list[NodeChange] = []
-    for node_name in sorted(served):
-        chosen = [g for g in gpus if g.chosen and g.node.name == node_name]
-        gpu_changes = tuple(
-            GpuChange(g.index, g.old, make_layout(g.new))
-            for g in sorted(chosen, key=lambda g: g.index)
-            if profile_counts(g.new) != profile_counts(g.old)
-        )
-        if not gpu_changes:
-            continue
-        node = chosen[0].node
-        model = chosen[0].model
-        filters = (
-            (f"0x{node.facts.agent.pci_device_id:04X}10DE",)
-            if (node.facts.agent is not None and node.facts.agent.pci_device_id is not None)
-            else None
-        )
-        # The config describes every GPU whose layout is known, so that the config the node
-        # label names stays a full description; mig-parted leaves GPUs whose layout already
-        # matches untouched.
-        described: dict[int, Layout] = {
-            gpu.index: gpu.instances for gpu in node.gpus if gpu.mig_enabled
-        }
-        described.update({c.index: c.new for c in gpu_changes})
-        entries = mig_parted_entries(model, described, filters)
-        changes.append(
-            NodeChange(
-                node=node_name,
-                model_key=model.key,
-                config_name=config_name(node_name, gpu_changes),
-                previous_config=node.facts.mig_config,
-                gpus=gpu_changes,
-                serves=tuple(served[node_name]),
-                entries=entries,
-            )
-        )
+    changes = [
+        change
+        for name in sorted(served)
+        if (change := _node_change(name, gpus, tuple(served[name]))) is not None
+    ]
     return RepartitionPlan(tuple(changes), tuple(unserved), tuple(skipped))
+
+
+def _eligible(
+    pending: Sequence[PendingPod], nodes: Sequence[NodeState], settings: PlanSettings
+) -> tuple[list[PodDemand], list[tuple[str, str]]]:
+    """The pods a re-partition should serve (rule 1), and why the others wait."""
+    unserved: list[tuple[str, str]] = []
+    waiting: list[PodDemand] = []
+    for item in pending:
+        pod = item.demand
+        if pod.error or not pod.units:
+            continue
+        if item.pending_s < settings.min_pending_s:
+            unserved.append(
+                (pod.key, f"pending {item.pending_s:.0f}s < {settings.min_pending_s:.0f}s")
+            )
+        elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
+            unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
+        elif _can_serve_now(pod, nodes):
+            unserved.append((pod.key, "a free instance exists; left to the scheduler"))
+        else:
+            waiting.append(pod)
+    return waiting, unserved
+
+
+def _node_change(
+    node_name: str, gpus: Sequence[_Gpu], serves: tuple[str, ...]
+) -> NodeChange | None:
+    """The named mig-parted config for the GPUs of one node the plan chose (rule 6)."""
+    chosen = [g for g in gpus if g.chosen and g.node.name == node_name]
+    gpu_changes = tuple(
+        GpuChange(g.index, g.old, make_layout(g.new))
+        for g in sorted(chosen, key=lambda g: g.index)
+        if profile_counts(g.new) != profile_counts(g.old)
+    )
+    if not gpu_changes:
+        return None
+    node = chosen[0].node
+    model = chosen[0].model
+    filters = (
+        (f"0x{node.facts.agent.pci_device_id:04X}10DE",)
+        if (node.facts.agent is not None and node.facts.agent.pci_device_id is not None)
+        else None
+    )
+    # The config describes every GPU whose layout is known, so that the config the node
+    # label names stays a full description; mig-parted leaves GPUs whose layout already
+    # matches untouched.
+    described: dict[int, Layout] = {
+        gpu.index: gpu.instances for gpu in node.gpus if gpu.mig_enabled
+    }
+    described.update({c.index: c.new for c in gpu_changes})
+    entries = mig_parted_entries(model, described, filters)
+    return NodeChange(
+        node=node_name,
+        model_key=model.key,
+        config_name=config_name(node_name, gpu_changes),
+        previous_config=node.facts.mig_config,
+        gpus=gpu_changes,
+        serves=serves,
+        entries=entries,
+    )
 
 
 def _place(
