@@ -9,12 +9,15 @@ anything starts: ``migslice webhook: error: argument --port: 70000 is not a port
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import math
 import re
+import stat
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from migslice.errors import MigsliceError
@@ -96,6 +99,14 @@ def dns_subdomain(text: str) -> str:
     return text
 
 
+def ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+
+
 def namespaced_name(text: str) -> str:
     """``NAMESPACE/NAME`` of a namespaced object."""
     namespace, slash, name = text.partition("/")
@@ -173,3 +184,35 @@ class Command:
             return fail(str(error))
         except KeyboardInterrupt:
             return 130
+
+
+# -- input files ---------------------------------------------------------------------------------
+
+MAX_INPUT_BYTES = 256 << 20
+
+
+def read_text_file(path: Path, *, flag: str, limit_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of a regular file given on the command line; CommandError (one line,
+    naming the flag) when it is missing, not a regular file (a directory, a FIFO that would
+    block), larger than ``limit_bytes`` or not UTF-8."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise CommandError(f"cannot read {flag} {path}: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise CommandError(f"cannot read {flag} {path}: it is {kind}")
+    if info.st_size > limit_bytes:
+        raise CommandError(
+            f"cannot read {flag} {path}: {info.st_size} bytes; the limit is {limit_bytes}"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise CommandError(f"cannot read {flag} {path}: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CommandError(
+            f"cannot read {flag} {path}: not UTF-8 text (byte {error.start})"
+        ) from None

@@ -9,6 +9,8 @@ this package.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -53,6 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
     except MigsliceError as error:  # CommandError and any core error a command let through
         return fail(str(error))
+    except BrokenPipeError:
+        # The reader went away (``migslice layouts ... | head -1``): stop quietly, as a Unix
+        # tool stopped by SIGPIPE does, and keep the interpreter from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         print("migslice: interrupted", file=sys.stderr)
         return 130

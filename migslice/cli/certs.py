@@ -7,6 +7,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from migslice import console
 from migslice.console import CommandError
 from migslice.serving.certs import service_dns_names, write_tls_bundle
 
@@ -21,12 +22,35 @@ def register(commands: Any) -> None:
             "caBundle; the servers pick renewed files up without a restart."
         ),
     )
-    certs.add_argument("--service", required=True, help="Service name, e.g. migslice-webhook")
-    certs.add_argument("--namespace", required=True, help="Service namespace, e.g. migslice-system")
+    certs.add_argument(
+        "--service",
+        required=True,
+        type=console.dns_label,
+        help="Service name, e.g. migslice-webhook",
+    )
+    certs.add_argument(
+        "--namespace",
+        required=True,
+        type=console.dns_label,
+        help="Service namespace, e.g. migslice-system",
+    )
     certs.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
-    certs.add_argument("--dns-name", action="append", default=[], help="extra DNS SAN")
-    certs.add_argument("--ip", action="append", default=[], help="extra IP SAN (e.g. 127.0.0.1)")
-    certs.add_argument("--days", type=int, default=365, help="validity of the serving certificate")
+    certs.add_argument(
+        "--dns-name",
+        action="append",
+        default=[],
+        type=console.dns_subdomain,
+        help="extra DNS SAN",
+    )
+    certs.add_argument(
+        "--ip", action="append", default=[], type=console.ip_address, help="extra IP SAN"
+    )
+    certs.add_argument(
+        "--days",
+        type=console.count(1, 36500),
+        default=365,
+        help="validity of the serving certificate in days (1 to 36500)",
+    )
     certs.add_argument(
         "--print-ca-bundle",
         action="store_true",

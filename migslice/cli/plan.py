@@ -65,10 +65,9 @@ def register(commands: Any) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     path: Path = args.cluster_file
+    text = console.read_text_file(path, flag="--cluster-file")
     try:
-        objects = load_cluster_text(path.read_text())
-    except (OSError, UnicodeDecodeError) as error:
-        raise CommandError(f"cannot read --cluster-file {path}: {error}") from None
+        objects = load_cluster_text(text)
     except ClusterFileError as error:
         raise CommandError(f"{path}: {error}") from None
     namespace, _, name = args.mig_config_map.partition("/")
