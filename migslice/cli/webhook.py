@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,12 @@ from migslice.serving.reload import ReloadingApp
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9443
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def register(commands: Any) -> None:
+    from webhook.settings import DEFAULT_EXCLUDED_NAMESPACES
+
     webhook = commands.add_parser(
         "webhook",
         help="run the admission webhook (pods: sizes -> MIG resources; TenantPolicy checks)",
@@ -39,6 +43,13 @@ def register(commands: Any) -> None:
         choices=("deny", "allow"),
         default="deny",
         help="GPU pods in a namespace no TenantPolicy selects: deny (default) or allow untouched",
+    )
+    webhook.add_argument(
+        "--exclude-namespaces",
+        metavar="NS[,NS...]",
+        default=",".join(sorted(DEFAULT_EXCLUDED_NAMESPACES)),
+        help="pods in these namespaces are admitted unchanged, even when a webhook "
+        "configuration sends them ('' excludes none; default: %(default)s)",
     )
     webhook.add_argument(
         "--scheduler-name",
@@ -77,6 +88,7 @@ def run_webhook(args: argparse.Namespace) -> int:
         ),
         reservation_ttl_s=args.reservation_ttl_s,
         status_interval_s=args.status_interval_s,
+        exclude_namespaces=parse_namespaces(args.exclude_namespaces),
     )
     if args.status_interval_s < 0:
         raise CommandError("--status-interval-s must be 0 (no status writes) or more")
@@ -95,6 +107,18 @@ def run_webhook(args: argparse.Namespace) -> int:
         kubeconfig = args.kubeconfig
         serve(lambda: _in_cluster_app(settings, kubeconfig), options)
     return 0
+
+
+def parse_namespaces(text: str) -> frozenset[str]:
+    """``a,b,c`` as a set of namespace names; CommandError naming the flag for a bad one."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if not _NAMESPACE.match(name):
+            raise CommandError(
+                f"--exclude-namespaces: {name!r} is not a namespace name (lower-case letters, "
+                "digits and '-', at most 63); separate names with commas"
+            )
+    return frozenset(names)
 
 
 def _standalone_app(settings: Any, path: Path) -> Any:
