@@ -11,6 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from migslice import __version__
 from migslice.cli.common import CommandError
 
 COMMAND_MODULES = (
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="migslice",
         description="Multi-tenant GPU slicing on NVIDIA MIG for Kubernetes.",
     )
+    parser.add_argument("--version", action="version", version=f"migslice {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(commands)
