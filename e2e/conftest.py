@@ -40,7 +40,7 @@ from e2e.controlplane import (
     register_gpu_node,
 )
 from e2e.stack import (
-    MANIFESTS,
+    BASE,
     Server,
     migslice_server,
     scheduler_configuration,
@@ -185,8 +185,8 @@ def gpu_node(k8s_api: k8s.ApiClient, core_v1: k8s.CoreV1Api) -> Iterator[Callabl
 
 @pytest.fixture(scope="session")
 def tenant_policy_crd(control_plane: ControlPlane) -> str:
-    """The TenantPolicy CRD from manifests/, applied and Established."""
-    control_plane.apply(MANIFESTS / "crd" / "tenantpolicies.yaml")
+    """The TenantPolicy CRD from manifests/base, applied and Established."""
+    control_plane.apply(BASE / "crd" / "tenantpolicies.yaml")
     return "tenantpolicies.migslice.io"
 
 
@@ -198,7 +198,7 @@ def webhook(
     ensure_namespace(core_v1, "migslice-system")
     bundle = tls_bundle(control_plane, "migslice-webhook")
     kubeconfig = service_account_kubeconfig(
-        control_plane, MANIFESTS / "webhook" / "rbac.yaml", "migslice-system", "migslice-webhook"
+        control_plane, BASE / "webhook" / "rbac.yaml", "migslice-system", "migslice-webhook"
     )
     server = migslice_server(
         "webhook",
@@ -225,7 +225,7 @@ def extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) -> Iterator[Se
     bundle = tls_bundle(control_plane, "migslice-extender")
     kubeconfig = service_account_kubeconfig(
         control_plane,
-        MANIFESTS / "scheduler" / "extender-rbac.yaml",
+        BASE / "extender" / "rbac.yaml",
         "migslice-system",
         "migslice-extender",
     )

@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from e2e.controlplane import ControlPlane, Scheduler, ensure_namespace, wait_for
 from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
 from e2e.stack import (
-    MANIFESTS,
+    BASE,
     Server,
     migslice_server,
     service_account_kubeconfig,
@@ -46,7 +46,7 @@ def repartition_extender(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) ->
             str(
                 service_account_kubeconfig(
                     control_plane,
-                    MANIFESTS / "scheduler" / "extender-rbac.yaml",
+                    BASE / "extender" / "rbac.yaml",
                     "migslice-system",
                     "migslice-extender",
                 )
