@@ -76,7 +76,8 @@ class ClusterActors:
         self.admission = k8s.AdmissionregistrationV1Api(api)
         self.servers: dict[str, ServerProcess] = {}
         self.schedulers: dict[str, Scheduler] = {}
-        self.jobs_done: dict[str, str] = {}  # Job name -> "Complete" / "Failed"
+        self.jobs_done: dict[str, str] = {}  # Job name -> "Complete" / "Failed" (latest run)
+        self._jobs_seen: set[str] = set()  # uids: Helm re-creates hook Jobs by name
         self.job_runs: list[tuple[str, str, int]] = []  # (job, container, exit status)
         self.errors: list[str] = []
         self._kubeconfigs: dict[str, Path] = {}
@@ -128,7 +129,8 @@ class ClusterActors:
                         raise
         for job in self.batch.list_namespaced_job(self.namespace).items:
             name = job.metadata.name
-            if name not in self.jobs_done and not _finished(job):
+            if job.metadata.uid not in self._jobs_seen and not _finished(job):
+                self._jobs_seen.add(job.metadata.uid)
                 self._run_job(self.batch.api_client.sanitize_for_serialization(job))
         deployments = {
             d.metadata.name: self.apps.api_client.sanitize_for_serialization(d)
@@ -350,15 +352,8 @@ class ClusterActors:
         that) and the webhook configurations' service port the process's port; the Service
         reference, the CA and the name the certificate is checked against stay as installed.
         False until both configurations exist."""
-        configs = {}
-        for kind in ("mutating", "validating"):
-            read = getattr(self.admission, f"read_{kind}_webhook_configuration")
-            try:
-                configs[kind] = read("migslice-webhook")
-            except k8s.ApiException as error:
-                if error.status == 404:
-                    return False
-                raise
+        if not self._set_webhook_port(server.port):
+            return False
         self.core.patch_namespaced_service(
             "migslice-webhook",
             self.namespace,
@@ -369,6 +364,31 @@ class ClusterActors:
                 {"op": "remove", "path": "/spec/clusterIPs"},
             ],
         )
+        return True
+
+    def unroute_webhooks(self) -> None:
+        """Undo :meth:`_route_webhooks` (before ``helm upgrade``, which would otherwise see the
+        routing as drift to repair)."""
+        self.core.patch_namespaced_service(
+            "migslice-webhook",
+            self.namespace,
+            [
+                {"op": "replace", "path": "/spec/type", "value": "ClusterIP"},
+                {"op": "remove", "path": "/spec/externalName"},
+            ],
+        )
+        self._set_webhook_port(443)
+
+    def _set_webhook_port(self, port: int) -> bool:
+        configs = {}
+        for kind in ("mutating", "validating"):
+            read = getattr(self.admission, f"read_{kind}_webhook_configuration")
+            try:
+                configs[kind] = read("migslice-webhook")
+            except k8s.ApiException as error:
+                if error.status == 404:
+                    return False
+                raise
         for kind, config in configs.items():
             patch = getattr(self.admission, f"patch_{kind}_webhook_configuration")
             ops: list[Obj] = []
@@ -381,7 +401,7 @@ class ClusterActors:
                     {
                         "op": "replace",
                         "path": f"/webhooks/{index}/clientConfig/service/port",
-                        "value": server.port,
+                        "value": port,
                     }
                 )
             if ops:

@@ -13,8 +13,10 @@ kube-scheduler run with the command and args of the Deployments the install crea
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,9 +145,12 @@ class Cluster:
         self.admission = k8s.AdmissionregistrationV1Api(api)
         self.actors = ClusterActors(control_plane, NAMESPACE, control_plane.workdir / "actors")
         home.mkdir(parents=True, exist_ok=True)
+        venv_bin = Path(sys.executable).parent  # `migslice`, for the by-hand certificates
         self.env = {
             **os.environ,
-            "PATH": f"{control_plane.bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "PATH": os.pathsep.join(
+                (str(control_plane.bin_dir), str(venv_bin), os.environ["PATH"])
+            ),
             "KUBECONFIG": str(control_plane.kubeconfig),
             "HOME": str(home),
         }
@@ -270,6 +275,47 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
     validator = cluster.core.create_namespaced_pod("gpu-operator", gpu_operator_pod())
     assert validator.metadata.annotations is None
     assert validator.spec.scheduler_name == "default-scheduler"
+    # An upgrade that switches the repartition controller on keeps what the cluster wrote:
+    # the controller's configs and plan record in the mig-parted ConfigMap, the certificates
+    # (the Jobs keep a valid Secret) and the caBundles.
+    secret_before = cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE).data
+    written = mig_config.data["config.yaml"] + "  migslice-gpu-a100-1-0123abcd: []\n"
+    cluster.core.patch_namespaced_config_map(
+        "migslice-mig-config",
+        "gpu-operator",
+        {
+            "metadata": {"annotations": {"migslice.io/repartition": '{"version": 1}'}},
+            "data": {"config.yaml": written},
+        },
+    )
+    cluster.actors.unroute_webhooks()
+    cluster.sh(f"helm upgrade migslice charts/migslice -n {NAMESPACE} --set repartition.mode=on")
+    after = cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")
+    assert after.data["config.yaml"] == written
+    assert after.metadata.annotations["migslice.io/repartition"] == '{"version": 1}'
+    assert cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE).data == (
+        secret_before
+    )
+    cluster.ca_bundles_match_the_secret()
+    extender = k8s.AppsV1Api(cluster.cp.api_client()).read_namespaced_deployment(
+        "migslice-extender", NAMESPACE
+    )
+    args = extender.spec.template.spec.containers[0].args
+    assert "--repartition" in args and "--repartition-dry-run" not in args
+    assert cluster.actors.errors == []
+    # By hand instead: the commands `migslice certs` prints, run as printed, put a new CA into
+    # the Secret and both webhook configurations.
+    out = cluster.cp.workdir / "by-hand"
+    cluster.core.delete_namespaced_secret("migslice-webhook-tls", NAMESPACE)
+    printed = cluster.sh(
+        f"migslice certs --service migslice-webhook --namespace {NAMESPACE} --out {out}"
+    )
+    for line in printed.splitlines():
+        if line.startswith("  kubectl "):
+            cluster.sh(line.strip())
+    cluster.ca_bundles_match_the_secret()
+    by_hand = cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE)
+    assert base64.b64decode(by_hand.data["ca.crt"]) == (out / "ca.crt").read_bytes()
 
 
 def gpu_operator_pod() -> dict[str, Any]:
