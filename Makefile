@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck test image e2e bench demo example verify clean
+.PHONY: install lint typecheck test image e2e manifests bench demo example verify clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ image:
 e2e: install image
 	e2e/build.sh
 	$(BIN)/pytest e2e -m e2e -p no:cacheprovider $(PYTEST_ARGS)
+
+# Render manifests/ (the kustomize tree) from charts/migslice with e2e/.bin/helm.
+manifests: install
+	e2e/build.sh
+	$(BIN)/python manifests/render.py
 
 bench: install
 	$(BIN)/pip install --quiet -e '.[bench]'

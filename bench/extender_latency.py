@@ -112,8 +112,7 @@ def raw_node(index: int, heavy: bool = False) -> dict[str, Any]:
             for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
         ]
         node["status"]["images"] = [
-            {"names": [f"registry.example/team/image-{i}@sha256:{'0' * 64}"], "sizeBytes": 10**9}
-            for i in range(12)
+            {"names": [f"team/image-{i}@sha256:{'0' * 64}"], "sizeBytes": 10**9} for i in range(12)
         ]
         node["status"]["addresses"] = [{"type": "InternalIP", "address": "10.0.0.1"}]
         node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
@@ -142,7 +141,7 @@ def raw_pod(name: str, profile: str, node_name: str | None) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "main",
-                    "image": "registry.example/train:1",
+                    "image": "train:1",
                     "command": ["python", "train.py"],
                     "resources": {
                         "limits": {"cpu": "4", "memory": "32Gi", resource: "1"},

@@ -123,7 +123,7 @@ def review_body(i: int, tenants: int) -> bytes:
             "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1"}],
         },
         "spec": {
-            "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {}}],
+            "containers": [{"name": "main", "image": "train:1", "resources": {}}],
             "restartPolicy": "Always",
             "schedulerName": "default-scheduler",
             "tolerations": [

@@ -710,11 +710,13 @@ class ControlPlane:
         leader_elect: bool | None = False,
         extra_args: Sequence[str] = (),
         timeout: float | None = None,
+        kubeconfig: Path | None = None,
     ) -> Scheduler:
         """Start a kube-scheduler with a ``KubeSchedulerConfiguration`` and wait for /readyz.
 
         ``config`` is a dict or a YAML/JSON file (default: :func:`default_scheduler_config`).
-        Its ``clientConnection.kubeconfig`` is always replaced by the admin kubeconfig, and
+        Its ``clientConnection.kubeconfig`` is always replaced by ``kubeconfig`` (default: the
+        admin kubeconfig), and
         ``leaderElection.leaderElect`` by ``leader_elect`` unless that is None. The effective
         config is written to ``<workdir>/<name>.config.yaml``; the log to ``<name>.log``.
         """
@@ -726,7 +728,7 @@ class ControlPlane:
             cfg = yaml.safe_load(Path(config).read_text())
         else:
             cfg = json.loads(json.dumps(config))  # deep copy; must be JSON-able anyway
-        cfg.setdefault("clientConnection", {})["kubeconfig"] = str(self.kubeconfig)
+        cfg.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig or self.kubeconfig)
         if leader_elect is not None:
             cfg.setdefault("leaderElection", {})["leaderElect"] = leader_elect
         if name is None:

@@ -107,6 +107,11 @@ def ip_address(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
 
 
+def name_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of DNS labels (namespaces); empty entries are ignored."""
+    return tuple(dns_label(part.strip()) for part in text.split(",") if part.strip())
+
+
 def namespaced_name(text: str) -> str:
     """``NAMESPACE/NAME`` of a namespaced object."""
     namespace, slash, name = text.partition("/")

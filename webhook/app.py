@@ -100,6 +100,8 @@ def _decide_pod(ports: _Ports, parsed: Review) -> AdmissionDecision:
     namespace = parsed.namespace or _namespace_of(parsed.raw_object)
     if not namespace:
         raise ReviewError("pod CREATE without a namespace (request.namespace is empty)")
+    if namespace in ports.settings.exclude_namespaces:
+        return AdmissionDecision(allowed=True, reason="excluded-namespace")
     admission = PodAdmission(namespace, parsed.raw_object, parsed.uid)
     state = ports.state
     with state.admission_lock:

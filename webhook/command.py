@@ -8,7 +8,7 @@ from pathlib import Path
 from migslice import console, names
 from migslice.admission import AdmissionSettings, Unmatched
 from migslice.serving import add_server_arguments, options_from_args
-from webhook.settings import DEFAULT_PORT, WebhookSettings
+from webhook.settings import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_PORT, WebhookSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("deny", "allow"),
         default="deny",
         help="GPU pods in a namespace no TenantPolicy selects: deny (default) or allow untouched",
+    )
+    parser.add_argument(
+        "--exclude-namespaces",
+        metavar="NS[,NS...]",
+        type=console.name_list,
+        default=",".join(sorted(DEFAULT_EXCLUDED_NAMESPACES)),
+        help="pods in these namespaces are admitted unchanged, even when a webhook "
+        "configuration sends them ('' excludes none; default: %(default)s)",
     )
     parser.add_argument(
         "--scheduler-name",
@@ -58,6 +66,7 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
         ),
         reservation_ttl_s=args.reservation_ttl_s,
         status_interval_s=args.status_interval_s,
+        exclude_namespaces=frozenset(args.exclude_namespaces),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,
         server=options_from_args(args),

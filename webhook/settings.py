@@ -12,6 +12,11 @@ from migslice.serving import ServerOptions
 
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_PORT = 9443
+# Namespaces whose pods are admitted unchanged, whatever the webhook configuration sends: the
+# GPU Operator's own pods (validators, device plugin) and the control plane's.
+DEFAULT_EXCLUDED_NAMESPACES = frozenset(
+    ("gpu-operator", "kube-system", "kube-public", "kube-node-lease", "migslice-system")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +30,7 @@ class WebhookSettings:
     max_body_bytes: int = MAX_BODY_BYTES
     reservation_ttl_s: float = 30.0
     status_interval_s: float = 10.0
+    exclude_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
     cluster_file: Path | None = None
     kubeconfig: str | None = None
     server: ServerOptions = field(default_factory=lambda: ServerOptions(port=DEFAULT_PORT))

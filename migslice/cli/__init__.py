@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from agent.command import COMMANDS as AGENT_COMMANDS
 from extender.command import COMMANDS as EXTENDER_COMMANDS
+from migslice import __version__
 from migslice.cli import certs, geometry, plan
 from migslice.console import fail
 from migslice.demo.command import COMMANDS as DEMO_COMMANDS
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="migslice",
         description="Multi-tenant GPU slicing on NVIDIA MIG for Kubernetes.",
     )
+    parser.add_argument("--version", action="version", version=f"migslice {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     geometry.register(commands)
     certs.register(commands)

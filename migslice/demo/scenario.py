@@ -79,7 +79,7 @@ class Demo:
                 "creationTimestamp": None,
                 "annotations": {"migslice.io/gpu-size": size},
             },
-            "spec": {"containers": [{"name": "main", "image": f"registry.example/{app}:1"}]},
+            "spec": {"containers": [{"name": "main", "image": f"{app}:1"}]},
         }
         review = {
             "apiVersion": "admission.k8s.io/v1",
