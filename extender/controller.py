@@ -27,17 +27,20 @@ from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.mig.migparted import render_mig_parted
 from migslice.names import (
+    CARVE_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
     MIG_STATE_PENDING,
     RECORD_ANNOTATION,
     TOUCH_ANNOTATION,
 )
-from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+from migslice.objects import NodeFacts, node_facts_from_raw, pod_facts_from_raw
+from migslice.objects.carve import CarvePhase, render_carve_request
 from migslice.repartition import (
     FAILED,
     SUCCESS,
     TIMEOUT,
+    CarveSettings,
     ControllerSettings,
     MigConfigFile,
     PlanSettings,
@@ -72,6 +75,8 @@ class RepartitionApi(Protocol):
 
     def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None: ...
 
+    def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None: ...
+
     def record_event(
         self, node: str, reason: str, message: str, *, warning: bool = False
     ) -> None: ...
@@ -94,10 +99,17 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
         ),
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
+        carve=CarveSettings(
+            min_pending_s=settings.min_pending_s,
+            cooldown_s=settings.carve_cooldown_s,
+            max_nodes_in_flight=settings.carve_max_nodes_in_flight,
+            default_mode=settings.mode_default,
+        ),
     )
 
 
 TOUCH_ROUNDS = 40  # how many rounds to wait for the cache before giving up on a touch
+CARVE_MARK = "carve:"  # a touch waiting for a carve plan's success, not for a config
 
 
 class RepartitionController:
@@ -167,7 +179,7 @@ class RepartitionController:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
             return []
         if file.problem:
-            self._say(f"mig-parted ConfigMap: {file.problem}; not re-partitioning")
+            self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
         now = self._clock()
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
@@ -208,13 +220,14 @@ class RepartitionController:
             state = self._index.state_of(name)
             if state is not None:
                 states[name] = state
-        if record.plan is not None:
-            for step in record.plan.open_nodes:
-                fresh = self._fresh_state(step.node, configs)
-                if fresh is None:
-                    states.pop(step.node, None)
-                else:
-                    states[step.node] = fresh
+        open_nodes = [s.node for s in record.plan.open_nodes] if record.plan else []
+        open_nodes += [s.node for s in record.carve.open_nodes] if record.carve else []
+        for name in open_nodes:
+            fresh = self._fresh_state(name, configs)
+            if fresh is None:
+                states.pop(name, None)
+            else:
+                states[name] = fresh
         return [states[name] for name in sorted(states)]
 
     def _fresh_state(self, name: str, configs: MigConfigs) -> NodeState | None:
@@ -261,12 +274,31 @@ class RepartitionController:
                 log.warning(
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
+        self._write_carve_requests(step)
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
-        self._count(step)
+        carve = file.record.carve if file.record is not None else None
+        self._count(step, carve.plan_id if carve is not None else "")
         return stored
 
-    def _count(self, step: Step) -> None:
+    def _write_carve_requests(self, step: Step) -> None:
+        """Ask node agents to carve (or withdraw the ask); a failed write is decided again
+        next round (an applied plan whose request is missing writes it again)."""
+        for write in step.carve_writes:
+            text = None if write.request is None else render_carve_request(write.request)
+            try:
+                self._api.set_node_annotations(write.node, {CARVE_ANNOTATION: text})
+                log.info("node=%s %s %s", write.node, "asked" if text else "released", step.reason)
+            except Exception as error:
+                self.stats.errors += 1
+                log.warning(
+                    "node=%s carve request not written (%s); next round decides again",
+                    write.node,
+                    error,
+                )
+
+    def _count(self, step: Step, carve_plan: str = "") -> None:
+        """Count the step's outcomes; ``carve_plan``: the id of the carve plan it closed."""
         stats = self.stats
         if step.kind == StepKind.START:
             stats.plans_started += 1
@@ -279,6 +311,14 @@ class RepartitionController:
             log.log(
                 level, "node=%s re-partition %s: %s", outcome.node, outcome.outcome, outcome.detail
             )
+        for carved in step.carve_outcomes:
+            name = str(carved.outcome)
+            stats.carve_outcomes[name] = stats.carve_outcomes.get(name, 0) + 1
+            if carved.outcome == SUCCESS and carve_plan:
+                for pod in carved.serves:
+                    self._to_touch[pod] = (carved.node, CARVE_MARK + carve_plan, TOUCH_ROUNDS)
+            level = logging.WARNING if carved.outcome in (FAILED, TIMEOUT) else logging.INFO
+            log.log(level, "node=%s carve %s: %s", carved.node, name, carved.detail)
         if step.result is not None:
             result = str(step.result)
             stats.plans_finished[result] = stats.plans_finished.get(result, 0) + 1
@@ -289,7 +329,7 @@ class RepartitionController:
         cluster event, and the pod's own update is one that comes at the right time."""
         for pod, (node, config, rounds) in list(self._to_touch.items()):
             facts = self._index.node_facts(node)
-            if facts is None or facts.mig_config != config or facts.mig_config_state != SUCCESS:
+            if facts is None or not _shows(facts, config):
                 if rounds <= 1:
                     del self._to_touch[pod]
                 else:
@@ -304,11 +344,20 @@ class RepartitionController:
                 log.warning("pod=%s not touched (%s); kube-scheduler retries it later", pod, error)
 
     def _count_in_flight(self, record: RepartitionRecord) -> None:
-        plan = record.plan
-        applied = plan is not None and plan.applied_at is not None
-        self.stats.nodes_in_flight = len(plan.open_nodes) if plan is not None and applied else 0
+        plan, carve = record.plan, record.carve
+        count = len(plan.open_nodes) if plan is not None and plan.applied_at is not None else 0
+        if carve is not None and carve.applied_at is not None:
+            count += len(carve.open_nodes)
+        self.stats.nodes_in_flight = count
 
     def _dry_run(self, step: Step) -> None:
+        if step.kind == StepKind.START and step.carve_plan is not None:
+            said = f"dry run: would carve ({step.reason})"
+            if said != self._last_said:
+                self.stats.plans_dry_run += 1
+                log.info("%s", said)
+                self._last_said = said
+            return
         if step.kind == StepKind.START and step.plan is not None:
             configs = {c.config_name: c.entries for c in step.plan.changes}
             labels = ", ".join(
@@ -328,6 +377,19 @@ class RepartitionController:
         if message != self._last_said:
             log.log(level, "%s", message)
             self._last_said = message
+
+
+def _shows(facts: NodeFacts, config: str) -> bool:
+    """Whether the cached node is in ``config`` (``carve:<plan>``: done carving for it)."""
+    if config.startswith(CARVE_MARK):
+        status = facts.carve_status
+        return (
+            not facts.is_carving
+            and status is not None
+            and status.plan_id == config.removeprefix(CARVE_MARK)
+            and status.phase == CarvePhase.SUCCESS
+        )
+    return facts.mig_config == config and facts.mig_config_state == SUCCESS
 
 
 def start_repartition(

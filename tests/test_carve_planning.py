@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from migslice.inventory import NodeState
-from migslice.mig import CATALOG, Placed, is_legal, place
+from migslice.mig import Placed, is_legal, place
 from migslice.mig.room import room, room_loss
 from migslice.repartition import CarveSettings, plan_carve
 from migslice.repartition.carve import carve_mode_nodes
@@ -121,12 +121,8 @@ def test_after_a_carve_the_pods_it_served_find_free_instances(
         new = {c.index: c.new for c in change.gpus}
         after = [new.get(g.index, g.instances) for g in node.gpus]
         counts = Counter(p.profile for layout in after for p in layout)
-        held = Counter(
-            {r.removeprefix("nvidia.com/mig-"): n for r, n in node.allocated if n}
-        )
-        wants = Counter(
-            p.demand.units[0].profile for p in pending if p.demand.key in change.serves
-        )
+        held = Counter({r.removeprefix("nvidia.com/mig-"): n for r, n in node.allocated if n})
+        wants = Counter(p.demand.units[0].profile for p in pending if p.demand.key in change.serves)
         for profile, count in wants.items():
             assert counts[profile] - held[profile] >= count
 

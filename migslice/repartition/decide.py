@@ -146,8 +146,6 @@ def decide(
     """The next step (see the module docstring). ``file_configs``: the config names in the
     mig-parted file, None when the ConfigMap is missing or unreadable (then nothing moves).
     ``layout_cache`` keeps the planner's maximal layouts between calls (a simulation)."""
-    if file_configs is None:
-        return Step(StepKind.WAIT, record, "mig-parted ConfigMap missing or unreadable")
     record = _pruned(record, now, settings)
     carve = decide_carve(
         record,
@@ -158,8 +156,10 @@ def decide(
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
     )
-    if carve is not None:
+    if carve is not None:  # carve mode needs the record only, not the mig-parted file
         return _carve_step(carve)
+    if file_configs is None:
+        return Step(StepKind.WAIT, record, "mig-parted ConfigMap missing or unreadable")
     if record.carve is not None:  # pods a carve in flight serves are not MIG Manager's demand
         pending = [p for p in pending if p.demand.key not in record.carve.serves]
     states = {node.name: node for node in nodes}
