@@ -199,8 +199,13 @@ class FakeNvmlLibrary(MigWrites):
         instance = self.instance(index, gi_id)
         if instance is None or not instance.with_compute_instance:
             return INVALID_ARGUMENT
-        buffer.value = f"MIG-00000000-0000-{index:04d}-{gi_id:04d}-{instance.serial:012d}".encode()
+        buffer.value = self.mig_uuid(index, instance).encode()
         return SUCCESS
+
+    @staticmethod
+    def mig_uuid(gpu: int, instance: FakeInstance) -> str:
+        """The MIG device UUID of an instance (new for every compute instance made)."""
+        return f"MIG-00000000-0000-{gpu:04d}-{instance.gi_id:04d}-{instance.serial:012d}"
 
     def nvmlDeviceGetPciInfo_v3(self, device: Any, info: Any) -> int:
         gpu, _, _, _ = self._gpu(device)
