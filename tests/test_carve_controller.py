@@ -7,17 +7,22 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 from extender.controller import RepartitionController
 from extender.metrics import _RepartitionCollector
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import ExtenderState, new_index
+from migslice.cli import main
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION, RECORD_ANNOTATION
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.carve import CarvePhase, CarveStatus, render_carve_status
 from migslice.repartition import StepKind
-from tests.builders import make_pod, unschedulable
+from tests.builders import make_mig_config_map, make_pod, unschedulable
 from tests.carve_builders import carve_node_raw, gpu
 
 NOW = 1_750_000_000.0
@@ -163,3 +168,23 @@ def test_a_dry_run_says_what_it_would_carve_and_writes_nothing() -> None:
     assert [s.kind for s in steps] == [StepKind.START]
     assert api.log == []
     assert ctl.stats.plans_dry_run == 1
+
+
+def test_migslice_plan_shows_a_carve_and_what_the_agent_would_be_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api = FakeApi()
+    objects = [
+        make_mig_config_map(),
+        {"apiVersion": "v1", "kind": "Node", **api.node},
+        *({"apiVersion": "v1", "kind": "Pod", **pod} for pod in [*api.bound, *api.pods]),
+    ]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    assert main(["plan", "--cluster-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "carve: GPU 0: destroy 1g.10gb@0, 1g.10gb@1; create 3g.40gb@0" in out
+    assert "serves: team-a/train" in out
+    assert main(["plan", "--cluster-file", str(path), "-o", "json"]) == 0
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert change["gpus"][0]["create"] == [{"profile": "3g.40gb", "start": 0}]
