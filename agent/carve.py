@@ -30,6 +30,7 @@ import datetime
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from agent.carve_checks import (
@@ -43,7 +44,14 @@ from agent.carve_checks import (
 )
 from agent.readings import GpuReading
 from migslice.names import MIG_TRANSITION_STATES, MODE_MIG_MANAGER
-from migslice.objects.carve import CarveGpu, CarvePhase, CarveStatus, Slot, render_carve_status
+from migslice.objects.carve import (
+    CarveGpu,
+    CarvePhase,
+    CarveStatus,
+    Doomed,
+    Slot,
+    render_carve_status,
+)
 from migslice.objects.json import JsonObject
 from migslice.objects.nodes import NodeFacts, node_facts_from_raw
 from migslice.objects.times import format_time
@@ -146,32 +154,20 @@ class Carver:
         held = held_counts(self.node.pods_on_node())
         for step in plan:  # every instance to destroy is idle before anything changes
             for doomed in step.destroy:
-                self._check_doomed(step.index, doomed.start, doomed.profile, doomed.uuid, readings)
-                problem = why_not_destroy(
-                    step.index, Slot(doomed.start, doomed.profile), readings, held
-                )
+                _check_doomed(step.index, doomed, readings)
+                slot = Slot(doomed.start, doomed.profile)
+                problem = why_not_destroy(step.index, slot, readings, held=held)
                 if problem:
                     raise CarveAbortError(problem)
         for step in plan:
             for doomed in step.destroy:
                 slot = Slot(doomed.start, doomed.profile)
-                problem = why_not_destroy(step.index, slot, self.driver.read(), held)
+                problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
                 if problem:  # a container may have started since the check above
                     raise CarveAbortError(problem)
                 self.driver.destroy(step.index, slot)
             for slot in step.create:
                 self.driver.create(step.index, slot)
-
-    @staticmethod
-    def _check_doomed(
-        gpu: int, start: int, profile: str, uuid: str, readings: Sequence[GpuReading]
-    ) -> None:
-        reading = next(g for g in readings if g.index == gpu)
-        found = instances(reading).get(Slot(start, profile))
-        if found is not None and found.uuid and uuid and found.uuid != uuid:
-            raise CarveAbortError(
-                f"GPU {gpu}: {profile}@{start} is {found.uuid}, not {uuid} as planned"
-            )
 
     # -- roll back -----------------------------------------------------------------------------
 
@@ -186,30 +182,23 @@ class Carver:
             held = held_counts(self.node.pods_on_node())
             for step in journal.gpus:
                 for slot in step.create:
-                    problem = why_not_destroy(step.index, slot, self.driver.read(), held)
+                    problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
                     if problem:
                         notes.append(f"left {slot.profile}@{slot.start}: {problem}")
                         continue
-                    self._try(notes, self.driver.destroy, step.index, slot)
+                    _noting(notes, step.index, partial(self.driver.destroy, step.index, slot))
                 for doomed in step.destroy:
                     slot = Slot(doomed.start, doomed.profile)
                     reading = next((g for g in self.driver.read() if g.index == step.index), None)
                     found = instances(reading).get(slot) if reading is not None else None
                     if found is None or not found.uuid:
-                        self._try(notes, self.driver.create, step.index, slot)
+                        _noting(notes, step.index, partial(self.driver.create, step.index, slot))
             readings = self.driver.read()
         advertised = self._advertise(readings)
         notes += [advertised] if advertised else []
         detail = "; ".join([f"{reason}; rolled back", *notes])
         self._finish(rolling, CarvePhase.FAILED, detail)
         return f"rolled back plan {journal.plan_id}: {detail}"
-
-    @staticmethod
-    def _try(notes: list[str], change: Callable[[int, Slot], None], gpu: int, slot: Slot) -> None:
-        try:
-            change(gpu, slot)
-        except MigWriteError as error:
-            notes.append(f"GPU {gpu}: {error}")
 
     # -- the device plugin, the layout, the journal -----------------------------------------------
 
@@ -245,3 +234,20 @@ class Carver:
 
     def _at(self) -> str:
         return format_time(self.now())
+
+
+def _check_doomed(gpu: int, doomed: Doomed, readings: Sequence[GpuReading]) -> None:
+    """The instance to destroy is still the planned one (same MIG device UUID)."""
+    reading = next(g for g in readings if g.index == gpu)
+    found = instances(reading).get(Slot(doomed.start, doomed.profile))
+    if found is not None and found.uuid and doomed.uuid and found.uuid != doomed.uuid:
+        where = f"GPU {gpu}: {doomed.profile}@{doomed.start}"
+        raise CarveAbortError(f"{where} is {found.uuid}, not {doomed.uuid} as planned")
+
+
+def _noting(notes: list[str], gpu: int, change: Callable[[], None]) -> None:
+    """A rollback step: what NVML refuses is noted, and the rollback goes on."""
+    try:
+        change()
+    except MigWriteError as error:
+        notes.append(f"GPU {gpu}: {error}")

@@ -57,7 +57,7 @@ def held_counts(raw_pods: Iterable[JsonObject]) -> Counter[str]:
 
 
 def why_not_destroy(
-    gpu_index: int, slot: Slot, readings: Sequence[GpuReading], held: Mapping[str, int]
+    gpu_index: int, slot: Slot, readings: Sequence[GpuReading], *, held: Mapping[str, int]
 ) -> str:
     """Why the instance must not be destroyed now ("" when it may); ``readings``: NVML now."""
     where = f"GPU {gpu_index}: {slot.profile}@{slot.start}"

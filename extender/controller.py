@@ -22,20 +22,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from extender.carving import CARVE_MARK, shows, write_carve_requests
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.mig.migparted import render_mig_parted
 from migslice.names import (
-    CARVE_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
     MIG_STATE_PENDING,
     RECORD_ANNOTATION,
     TOUCH_ANNOTATION,
 )
-from migslice.objects import NodeFacts, node_facts_from_raw, pod_facts_from_raw
-from migslice.objects.carve import CarvePhase, render_carve_request
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import (
     FAILED,
     SUCCESS,
@@ -109,7 +108,6 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
 
 
 TOUCH_ROUNDS = 40  # how many rounds to wait for the cache before giving up on a touch
-CARVE_MARK = "carve:"  # a touch waiting for a carve plan's success, not for a config
 
 
 class RepartitionController:
@@ -274,28 +272,13 @@ class RepartitionController:
                 log.warning(
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
-        self._write_carve_requests(step)
+        if not write_carve_requests(self._api, step.carve_writes, step.reason):
+            self.stats.errors += 1
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
         carve = file.record.carve if file.record is not None else None
         self._count(step, carve.plan_id if carve is not None else "")
         return stored
-
-    def _write_carve_requests(self, step: Step) -> None:
-        """Ask node agents to carve (or withdraw the ask); a failed write is decided again
-        next round (an applied plan whose request is missing writes it again)."""
-        for write in step.carve_writes:
-            text = None if write.request is None else render_carve_request(write.request)
-            try:
-                self._api.set_node_annotations(write.node, {CARVE_ANNOTATION: text})
-                log.info("node=%s %s %s", write.node, "asked" if text else "released", step.reason)
-            except Exception as error:
-                self.stats.errors += 1
-                log.warning(
-                    "node=%s carve request not written (%s); next round decides again",
-                    write.node,
-                    error,
-                )
 
     def _count(self, step: Step, carve_plan: str = "") -> None:
         """Count the step's outcomes; ``carve_plan``: the id of the carve plan it closed."""
@@ -329,7 +312,7 @@ class RepartitionController:
         cluster event, and the pod's own update is one that comes at the right time."""
         for pod, (node, config, rounds) in list(self._to_touch.items()):
             facts = self._index.node_facts(node)
-            if facts is None or not _shows(facts, config):
+            if facts is None or not shows(facts, config):
                 if rounds <= 1:
                     del self._to_touch[pod]
                 else:
@@ -377,19 +360,6 @@ class RepartitionController:
         if message != self._last_said:
             log.log(level, "%s", message)
             self._last_said = message
-
-
-def _shows(facts: NodeFacts, config: str) -> bool:
-    """Whether the cached node is in ``config`` (``carve:<plan>``: done carving for it)."""
-    if config.startswith(CARVE_MARK):
-        status = facts.carve_status
-        return (
-            not facts.is_carving
-            and status is not None
-            and status.plan_id == config.removeprefix(CARVE_MARK)
-            and status.phase == CarvePhase.SUCCESS
-        )
-    return facts.mig_config == config and facts.mig_config_state == SUCCESS
 
 
 def start_repartition(

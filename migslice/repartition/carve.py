@@ -117,7 +117,7 @@ def plan_carve(
     candidates: dict[str, list[CarvedGpu]] = {}
     skipped: list[tuple[str, str]] = []
     for node in sorted(nodes, key=lambda n: n.name):
-        problem = _why_not(node, cooldowns or {}, settings, held or {})
+        problem = _why_not(node, cooldowns=cooldowns or {}, settings=settings, held=held or {})
         if isinstance(problem, WhyNot):
             skipped.append((node.name, problem.message))
         elif problem:
@@ -128,26 +128,14 @@ def plan_carve(
     losses: dict[str, list[RoomLoss]] = {}
     waiting.sort(key=lambda pod: (-_size(pod), pod.key))
     for pod in waiting:
-        chosen: tuple[tuple[RoomLoss, int, bool, str], _Trial] | None = None
-        held_back = False
-        for name, gpus in candidates.items():
-            trial = _try(pod, states[name], gpus)
-            if trial is None:
-                continue
-            if name not in served and len(served) >= budget:
-                held_back = True
-                continue
-            key = (trial.loss, trial.destroyed, name not in served, name)
-            if chosen is None or key < chosen[0]:
-                chosen = (key, trial)
-        if chosen is None:
-            reason = "carve budget in use" if held_back else "no carve-mode GPU can take it"
-            unserved.append((pod.key, reason))
+        chosen = _choose(pod, candidates, states, served=served, budget=budget)
+        if isinstance(chosen, str):
+            unserved.append((pod.key, chosen))
             continue
-        name = chosen[0][3]
-        candidates[name] = chosen[1].gpus
+        name, trial = chosen
+        candidates[name] = trial.gpus
         served.setdefault(name, []).append(pod.key)
-        losses.setdefault(name, []).append(chosen[1].loss)
+        losses.setdefault(name, []).append(trial.loss)
     changes = tuple(
         NodeCarve(
             node=name,
@@ -165,8 +153,36 @@ def plan_carve(
     return CarvePlan(changes, tuple(unserved), tuple(skipped))
 
 
+def _choose(
+    pod: PodDemand,
+    candidates: Mapping[str, list[CarvedGpu]],
+    states: Mapping[str, NodeState],
+    *,
+    served: Mapping[str, list[str]],
+    budget: int,
+) -> tuple[str, _Trial] | str:
+    """The node that takes all of the pod's instances at the least cost (rule 4), with the
+    trial that says how; else why none does."""
+    chosen: tuple[tuple[RoomLoss, int, bool, str], _Trial] | None = None
+    held_back = False
+    for name, gpus in candidates.items():
+        trial = _try(pod, states[name], gpus)
+        if trial is None:
+            continue
+        if name not in served and len(served) >= budget:
+            held_back = True
+            continue
+        key = (trial.loss, trial.destroyed, name not in served, name)
+        if chosen is None or key < chosen[0]:
+            chosen = (key, trial)
+    if chosen is None:
+        return "carve budget in use" if held_back else "no carve-mode GPU can take it"
+    return chosen[0][3], chosen[1]
+
+
 def _why_not(
     node: NodeState,
+    *,
     cooldowns: Mapping[str, float],
     settings: CarveSettings,
     held: Mapping[str, str],

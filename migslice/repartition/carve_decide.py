@@ -93,10 +93,12 @@ def decide_carve(
     states = {node.name: node for node in nodes}
     active = record.carve
     if active is None:
-        return _start(record, nodes, pending, now, settings)
+        return _start(record, nodes, pending, now=now, settings=settings)
     if active.applied_at is None:
-        return _apply(record, active, states, now, settings)
-    return _observe(record, active, states, now, settings, (deadline_s, backoff_s))
+        return _apply(record, active, states, now=now, settings=settings)
+    return _observe(
+        record, active, states, now=now, settings=settings, limits=(deadline_s, backoff_s)
+    )
 
 
 def recheck_carve(step: CarveStep, state: NodeState | None, default_mode: str) -> WhyNot | None:
@@ -147,6 +149,7 @@ def _start(
     record: RepartitionRecord,
     nodes: Sequence[NodeState],
     pending: Sequence[PendingPod],
+    *,
     now: float,
     settings: CarveSettings,
 ) -> CarveDecision | None:
@@ -180,6 +183,7 @@ def _apply(
     record: RepartitionRecord,
     active: ActiveCarve,
     states: Mapping[str, NodeState],
+    *,
     now: float,
     settings: CarveSettings,
 ) -> CarveDecision:
@@ -216,6 +220,7 @@ def _observe(
     record: RepartitionRecord,
     active: ActiveCarve,
     states: Mapping[str, NodeState],
+    *,
     now: float,
     settings: CarveSettings,
     limits: tuple[float, float],
@@ -226,13 +231,13 @@ def _observe(
     steps: list[CarveStep] = []
     closed: list[CarveStep] = []
     writes: list[CarveWrite] = []
-    notices: list[CarveNotice] = []
-    finished, backoff = dict(record.finished), dict(record.backoff)
     for step in active.nodes:
         state = states.get(step.node)
         outcome, detail = (step.outcome, step.detail)
         if step.is_open:
-            outcome, detail = _outcome_of(step, active.plan_id, state, elapsed, deadline_s)
+            outcome, detail = _outcome_of(
+                step, active.plan_id, state, elapsed=elapsed, deadline_s=deadline_s
+            )
         if step.is_open and outcome == OPEN and not _asked(state, active.plan_id):
             problem = recheck_carve(step, state, settings.default_mode)
             if problem is None:
@@ -247,17 +252,34 @@ def _observe(
         closed.append(done)
         if _asked(state, active.plan_id):
             writes.append(CarveWrite(step.node, None))
-        if outcome == SUCCESS:
-            finished[step.node] = now
-            notices.append(CarveNotice(step.node, REASON_CARVE, carved_message(done)))
-        elif outcome in (FAILED, TIMEOUT):
-            backoff[step.node] = now + backoff_s
-            until = format_time(backoff[step.node])
-            message = f"carve {active.plan_id}: {detail}; node left alone until {until}"
-            notices.append(CarveNotice(step.node, REASON_CARVE_FAILED, message, warning=True))
     if not closed and not writes:
         return None
     remaining = replace(active, nodes=tuple(steps))
+    return _closing(record, remaining, closed, writes=writes, now=now, backoff_s=backoff_s)
+
+
+def _closing(
+    record: RepartitionRecord,
+    remaining: ActiveCarve,
+    closed: Sequence[CarveStep],
+    *,
+    writes: Sequence[CarveWrite],
+    now: float,
+    backoff_s: float,
+) -> CarveDecision:
+    """The record after some nodes closed: cooldowns, backoffs, Events, and the plan dropped
+    when no node is open."""
+    finished, backoff = dict(record.finished), dict(record.backoff)
+    notices: list[CarveNotice] = []
+    for done in closed:
+        if done.outcome == SUCCESS:
+            finished[done.node] = now
+            notices.append(CarveNotice(done.node, REASON_CARVE, carved_message(done)))
+        elif done.outcome in (FAILED, TIMEOUT):
+            backoff[done.node] = now + backoff_s
+            until = format_time(backoff[done.node])
+            message = f"carve {remaining.plan_id}: {done.detail}; node left alone until {until}"
+            notices.append(CarveNotice(done.node, REASON_CARVE_FAILED, message, warning=True))
     still_open = bool(remaining.open_nodes)
     new_record = replace(
         record,
@@ -265,7 +287,7 @@ def _observe(
         finished=tuple(sorted(finished.items())),
         backoff=tuple(sorted(backoff.items())),
     )
-    reason = f"carve {active.plan_id}: " + (
+    reason = f"carve {remaining.plan_id}: " + (
         ", ".join(f"{s.node} {s.outcome}" for s in closed) or "asking again"
     )
     return CarveDecision(
@@ -275,7 +297,7 @@ def _observe(
         writes=tuple(writes),
         notices=tuple(notices),
         outcomes=tuple(closed),
-        result=None if still_open else _result(steps),
+        result=None if still_open else _result(remaining.nodes),
     )
 
 
@@ -285,7 +307,12 @@ def _asked(state: NodeState | None, plan_id: str) -> bool:
 
 
 def _outcome_of(
-    step: CarveStep, plan_id: str, state: NodeState | None, elapsed: float, deadline_s: float
+    step: CarveStep,
+    plan_id: str,
+    state: NodeState | None,
+    *,
+    elapsed: float,
+    deadline_s: float,
 ) -> tuple[NodeOutcome, str]:
     if state is None:
         return ABORTED, "node is gone"
