@@ -29,7 +29,7 @@ import contextlib
 import datetime
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
@@ -45,7 +45,6 @@ from agent.carve_checks import (
 from agent.readings import GpuReading
 from migslice.names import MIG_TRANSITION_STATES, MODE_MIG_MANAGER
 from migslice.objects.carve import (
-    CarveGpu,
     CarvePhase,
     CarveStatus,
     Doomed,
@@ -98,7 +97,6 @@ class Carver:
     sleep: Callable[[float], None]
     advertise_timeout_s: float = 120.0
     poll_s: float = 2.0
-    _said: set[str] = field(default_factory=set)
 
     def run_once(self) -> str:
         """One pass; what it did, in words (for the log and tests)."""
@@ -108,8 +106,9 @@ class Carver:
             same = request is not None and request.plan_id == journal.plan_id
             if journal.phase == CarvePhase.PENDING and same:
                 return self._forward(journal)
-            reason = journal.detail or "the controller withdrew the request"
-            return self._rollback(journal, reason)
+            if journal.phase == CarvePhase.ROLLING_BACK:
+                return self._rollback(journal, journal.detail)
+            return self._rollback(journal, "the controller withdrew the request")
         if request is None or (journal is not None and journal.plan_id == request.plan_id):
             return "nothing to carve"
         status = CarveStatus(request.plan_id, CarvePhase.PENDING, "", self._at(), request.gpus)
@@ -134,18 +133,20 @@ class Carver:
     def _forward(self, journal: CarveStatus) -> str:
         try:
             with self.session():
-                self._carve(journal.gpus)
+                journal = self._carve(journal)
                 readings = self.driver.read()
                 problem = mismatch(journal.gpus, readings)
                 if problem:
                     raise CarveAbortError(f"after carving, {problem}")
         except (CarveAbortError, MigWriteError) as error:
-            return self._rollback(journal, str(error))
+            return self._rollback(self._journal(journal), str(error))
         detail = self._advertise(readings)
         self._finish(journal, *(CarvePhase.FAILED, detail) if detail else (CarvePhase.SUCCESS, ""))
         return f"carved plan {journal.plan_id}" + (f"; {detail}" if detail else "")
 
-    def _carve(self, plan: Sequence[CarveGpu]) -> None:
+    def _carve(self, journal: CarveStatus) -> CarveStatus:
+        """Check, then destroy and create; the journal as it stands after (``changed``)."""
+        plan = journal.gpus
         readings = self.driver.read()
         enabled = {gpu.index for gpu in readings if gpu.mig_enabled}
         for step in plan:
@@ -159,6 +160,9 @@ class Carver:
                 problem = why_not_destroy(step.index, slot, readings, held=held)
                 if problem:
                     raise CarveAbortError(problem)
+        if not journal.changed:  # said before the first change, so a roll back knows
+            journal = replace(journal, changed=True, at=self._at())
+            self.node.write_status(render_carve_status(journal))
         for step in plan:
             for doomed in step.destroy:
                 slot = Slot(doomed.start, doomed.profile)
@@ -168,14 +172,16 @@ class Carver:
                 self.driver.destroy(step.index, slot)
             for slot in step.create:
                 self.driver.create(step.index, slot)
+        return journal
 
     # -- roll back -----------------------------------------------------------------------------
 
     def _rollback(self, journal: CarveStatus, reason: str) -> str:
+        if not journal.changed:
+            self._finish(journal, CarvePhase.FAILED, f"{reason}; nothing was changed")
+            return f"refused plan {journal.plan_id}: {reason}; nothing was changed"
         log.warning("carve plan=%s failed (%s); rolling back", journal.plan_id, reason)
-        rolling = CarveStatus(
-            journal.plan_id, CarvePhase.ROLLING_BACK, reason, self._at(), journal.gpus
-        )
+        rolling = replace(journal, phase=CarvePhase.ROLLING_BACK, detail=reason, at=self._at())
         self.node.write_status(render_carve_status(rolling))
         notes: list[str] = []
         with self.session():
@@ -222,8 +228,13 @@ class Carver:
             self.sleep(self.poll_s)
             waited += self.poll_s
 
+    def _journal(self, journal: CarveStatus) -> CarveStatus:
+        """The journal as the Node has it now (``changed`` may have been written since)."""
+        status = node_facts_from_raw(self.node.read_node()).carve_status
+        return status if status is not None and status.plan_id == journal.plan_id else journal
+
     def _finish(self, journal: CarveStatus, phase: CarvePhase, detail: str) -> None:
-        done = CarveStatus(journal.plan_id, phase, detail, self._at(), journal.gpus)
+        done = replace(journal, phase=phase, detail=detail, at=self._at())
         self.node.write_status(render_carve_status(done))
         if phase == CarvePhase.FAILED:
             message = f"carve {journal.plan_id} failed: {detail}"

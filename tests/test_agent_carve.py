@@ -46,7 +46,7 @@ def test_a_carve_destroys_idle_instances_creates_the_new_one_and_leaves_the_busy
     assert said == "carved plan plan-1"
     assert layout(library) == [("3g.40gb", 0, True), ("3g.40gb", 4, True)]
     assert [i.profile for i in library.destroyed] == ["1g.10gb", "1g.10gb"]
-    assert node.statuses == [CarvePhase.PENDING, CarvePhase.SUCCESS]
+    assert node.statuses == [CarvePhase.PENDING, CarvePhase.PENDING, CarvePhase.SUCCESS]
     assert node.restarts == 1
     assert node_facts_from_raw(node.raw).allocatable == (("nvidia.com/mig-3g.40gb", 2),)
     published = parse_layout_annotation(node.raw["metadata"]["annotations"][LAYOUT_ANNOTATION])
@@ -66,8 +66,10 @@ def test_a_container_started_before_the_carve_stops_it_before_any_change() -> No
         library.gpus[0].instances[2].processes = 1  # 1g.10gb@1 got a container
         said = carver(node).run_once()
     assert "1g.10gb@1 has processes running" in said
+    assert said.endswith("nothing was changed")
     assert library.destroyed == []
-    assert node.status is not None and node.status.phase == CarvePhase.FAILED
+    assert node.restarts == 0  # nothing changed: the device plugin is left alone
+    assert node.statuses == [CarvePhase.PENDING, CarvePhase.FAILED]
     assert node.events[0][0] == "MigCarveFailed"
 
 
@@ -91,7 +93,13 @@ def test_a_container_started_between_two_destroys_is_spared_and_the_first_is_rec
     assert layout(library) == [("1g.10gb", 0, True), ("1g.10gb", 1, True), ("3g.40gb", 4, True)]
     assert doomed not in library.destroyed
     assert node.status is not None and node.status.phase == CarvePhase.FAILED
-    assert node.statuses == [CarvePhase.PENDING, CarvePhase.ROLLING_BACK, CarvePhase.FAILED]
+    assert node.statuses == [
+        CarvePhase.PENDING,
+        CarvePhase.PENDING,  # changed: true, right before the first NVML change
+        CarvePhase.ROLLING_BACK,
+        CarvePhase.FAILED,
+    ]
+    assert node.restarts == 1
 
 
 def test_an_idle_instance_a_pod_may_hold_is_not_destroyed() -> None:

@@ -15,11 +15,12 @@ which the agent checks NVML against before it reports success.
 ``migslice.io/carve-state`` (written by the node agent)::
 
     {"version": "v1", "plan": "9c1e0f4a2b7d", "state": "pending", "detail": "",
-     "at": "2026-06-15T15:01:01Z", "gpus": [... the request's gpus ...]}
+     "at": "2026-06-15T15:01:01Z", "changed": false, "gpus": [... the request's gpus ...]}
 
 ``state`` is ``pending`` from before the first NVML change until the outcome, ``rolling-back``
 while a failed carve is undone, then ``success`` or ``failed``. The agent writes it with the
-request's steps *before* it changes anything, so an agent restarted at any point knows what
+request's steps *before* it changes anything (and ``changed: true`` right before its first
+NVML change), so an agent restarted at any point knows what
 it was doing even when the request is gone (the controller gave up): it finishes when the
 request still names the same plan, and rolls back otherwise.
 """
@@ -85,11 +86,15 @@ class CarveRequest:
 
 @dataclass(frozen=True, slots=True)
 class CarveStatus:
+    """``changed``: the agent is about to change, or has changed, NVML for this plan (so a
+    roll back must restart the device plugin; a carve refused before that changed nothing)."""
+
     plan_id: str
     phase: CarvePhase
     detail: str = ""
     at: str = ""
     gpus: tuple[CarveGpu, ...] = ()
+    changed: bool = False
 
 
 def render_carve_request(request: CarveRequest) -> str:
@@ -104,6 +109,7 @@ def render_carve_status(status: CarveStatus) -> str:
         "state": str(status.phase),
         "detail": status.detail,
         "at": status.at,
+        "changed": status.changed,
         "gpus": gpus_json(status.gpus),
     }
     return json.dumps(document, separators=(",", ":"))
@@ -146,6 +152,7 @@ def parse_carve_status(text: str) -> CarveStatus:
         detail=str(document.get("detail") or ""),
         at=str(document.get("at") or ""),
         gpus=parse_gpus(document.get("gpus") or [], where),
+        changed=document.get("changed") is True,
     )
 
 
