@@ -4,6 +4,7 @@ a kill, the device plugin, the read-only gate; and the fake driver's refusals th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -179,11 +180,29 @@ def test_a_node_in_mig_manager_mode_is_not_carved_and_not_even_loaded() -> None:
     assert wants_carving(node_facts_from_raw(node.raw))
     node.raw["metadata"]["labels"]["migslice.io/repartition-mode"] = "mig-manager"
     assert not wants_carving(node_facts_from_raw(node.raw))
-    script = (
-        "import sys, agent.command, agent.service\n"
-        "assert not [m for m in sys.modules if m in "
-        "('agent.carve', 'agent.nvml_carve', 'migslice.kube.carve')], sorted(sys.modules)\n"
-    )
+    request = node.raw["metadata"]["annotations"]["migslice.io/carve"]
+    script = f"""
+import json, sys
+import agent.command
+from agent.service import AgentService
+from agent.settings import AgentSettings
+
+class Transport:  # the API server's answers for this node
+    def __init__(self, node):
+        self.node = node
+    def get_json(self, path, query):
+        return self.node
+
+plain = {{"metadata": {{"name": "gpu-a", "labels": {{}}, "annotations": {{}}}}}}
+manager = {{"metadata": {{"name": "gpu-a",
+    "labels": {{"migslice.io/repartition-mode": "mig-manager"}},
+    "annotations": {{"migslice.io/carve": {json.dumps(request)!r}}}}}}}
+for node in (plain, manager):
+    service = AgentService(AgentSettings("gpu-a", carve=True), Transport(node), None, None)
+    assert service.carve_pass() is None
+loaded = [m for m in ("agent.carve", "agent.nvml_carve", "migslice.kube.carve") if m in sys.modules]
+assert not loaded, loaded
+"""
     subprocess.run([sys.executable, "-c", script], check=True, cwd=".")
 
 
