@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "repartition controller",
-        "re-partition idle GPUs for pending pods through MIG Manager (in a cluster only; "
-        "leader-elected, so every replica may run it)",
+        "re-shape GPUs for pending pods: idle GPUs through MIG Manager, or GPUs in use in "
+        "carve mode (in a cluster only; leader-elected, so every replica may run it)",
     )
     group.add_argument("--repartition", action="store_true", help="run the repartition controller")
     group.add_argument(
@@ -100,6 +100,28 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"coordination.k8s.io Lease for leader election (default {DEFAULT_LEASE})",
     )
     group.add_argument("--repartition-lease-s", type=positive, default=60.0)
+    group.add_argument(
+        "--repartition-mode-default",
+        choices=names.REPARTITION_MODES,
+        default=names.MODE_MIG_MANAGER,
+        help=(
+            f"how nodes without the {names.REPARTITION_MODE_LABEL} label are re-shaped: "
+            "mig-manager (idle GPUs, through MIG Manager) or carve (the node agent creates "
+            "and destroys instances around running ones; needs the agent's --carve)"
+        ),
+    )
+    group.add_argument(
+        "--repartition-carve-cooldown-s",
+        type=console.seconds(),
+        default=60.0,
+        help="a node carved this recently is not carved again",
+    )
+    group.add_argument(
+        "--repartition-carve-max-nodes-in-flight",
+        type=console.count(1),
+        default=4,
+        help="nodes carving at once",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
@@ -119,6 +141,9 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
             scheduler_name=args.repartition_scheduler_name,
             lease=args.repartition_lease,
             lease_duration_s=args.repartition_lease_s,
+            mode_default=args.repartition_mode_default,
+            carve_cooldown_s=args.repartition_carve_cooldown_s,
+            carve_max_nodes_in_flight=args.repartition_carve_max_nodes_in_flight,
         ),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from extender.carving import CARVE_MARK, shows, write_carve_requests
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
@@ -38,6 +39,7 @@ from migslice.repartition import (
     FAILED,
     SUCCESS,
     TIMEOUT,
+    CarveSettings,
     ControllerSettings,
     MigConfigFile,
     PlanSettings,
@@ -72,6 +74,8 @@ class RepartitionApi(Protocol):
 
     def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None: ...
 
+    def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None: ...
+
     def record_event(
         self, node: str, reason: str, message: str, *, warning: bool = False
     ) -> None: ...
@@ -94,6 +98,12 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
         ),
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
+        carve=CarveSettings(
+            min_pending_s=settings.min_pending_s,
+            cooldown_s=settings.carve_cooldown_s,
+            max_nodes_in_flight=settings.carve_max_nodes_in_flight,
+            default_mode=settings.mode_default,
+        ),
     )
 
 
@@ -167,7 +177,7 @@ class RepartitionController:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
             return []
         if file.problem:
-            self._say(f"mig-parted ConfigMap: {file.problem}; not re-partitioning")
+            self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
         now = self._clock()
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
@@ -208,13 +218,14 @@ class RepartitionController:
             state = self._index.state_of(name)
             if state is not None:
                 states[name] = state
-        if record.plan is not None:
-            for step in record.plan.open_nodes:
-                fresh = self._fresh_state(step.node, configs)
-                if fresh is None:
-                    states.pop(step.node, None)
-                else:
-                    states[step.node] = fresh
+        open_nodes = [s.node for s in record.plan.open_nodes] if record.plan else []
+        open_nodes += [s.node for s in record.carve.open_nodes] if record.carve else []
+        for name in open_nodes:
+            fresh = self._fresh_state(name, configs)
+            if fresh is None:
+                states.pop(name, None)
+            else:
+                states[name] = fresh
         return [states[name] for name in sorted(states)]
 
     def _fresh_state(self, name: str, configs: MigConfigs) -> NodeState | None:
@@ -261,12 +272,16 @@ class RepartitionController:
                 log.warning(
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
+        if not write_carve_requests(self._api, step.carve_writes, step.reason):
+            self.stats.errors += 1
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
-        self._count(step)
+        carve = file.record.carve if file.record is not None else None
+        self._count(step, carve.plan_id if carve is not None else "")
         return stored
 
-    def _count(self, step: Step) -> None:
+    def _count(self, step: Step, carve_plan: str = "") -> None:
+        """Count the step's outcomes; ``carve_plan``: the id of the carve plan it closed."""
         stats = self.stats
         if step.kind == StepKind.START:
             stats.plans_started += 1
@@ -279,6 +294,14 @@ class RepartitionController:
             log.log(
                 level, "node=%s re-partition %s: %s", outcome.node, outcome.outcome, outcome.detail
             )
+        for carved in step.carve_outcomes:
+            name = str(carved.outcome)
+            stats.carve_outcomes[name] = stats.carve_outcomes.get(name, 0) + 1
+            if carved.outcome == SUCCESS and carve_plan:
+                for pod in carved.serves:
+                    self._to_touch[pod] = (carved.node, CARVE_MARK + carve_plan, TOUCH_ROUNDS)
+            level = logging.WARNING if carved.outcome in (FAILED, TIMEOUT) else logging.INFO
+            log.log(level, "node=%s carve %s: %s", carved.node, name, carved.detail)
         if step.result is not None:
             result = str(step.result)
             stats.plans_finished[result] = stats.plans_finished.get(result, 0) + 1
@@ -289,7 +312,7 @@ class RepartitionController:
         cluster event, and the pod's own update is one that comes at the right time."""
         for pod, (node, config, rounds) in list(self._to_touch.items()):
             facts = self._index.node_facts(node)
-            if facts is None or facts.mig_config != config or facts.mig_config_state != SUCCESS:
+            if facts is None or not shows(facts, config):
                 if rounds <= 1:
                     del self._to_touch[pod]
                 else:
@@ -304,11 +327,20 @@ class RepartitionController:
                 log.warning("pod=%s not touched (%s); kube-scheduler retries it later", pod, error)
 
     def _count_in_flight(self, record: RepartitionRecord) -> None:
-        plan = record.plan
-        applied = plan is not None and plan.applied_at is not None
-        self.stats.nodes_in_flight = len(plan.open_nodes) if plan is not None and applied else 0
+        plan, carve = record.plan, record.carve
+        count = len(plan.open_nodes) if plan is not None and plan.applied_at is not None else 0
+        if carve is not None and carve.applied_at is not None:
+            count += len(carve.open_nodes)
+        self.stats.nodes_in_flight = count
 
     def _dry_run(self, step: Step) -> None:
+        if step.kind == StepKind.START and step.carve_plan is not None:
+            said = f"dry run: would carve ({step.reason})"
+            if said != self._last_said:
+                self.stats.plans_dry_run += 1
+                log.info("%s", said)
+                self._last_said = said
+            return
         if step.kind == StepKind.START and step.plan is not None:
             configs = {c.config_name: c.entries for c in step.plan.changes}
             labels = ", ".join(

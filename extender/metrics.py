@@ -118,6 +118,14 @@ class _RepartitionCollector(Collector):
         )
         for outcome in ("success", "failed", "timeout", "aborted", "superseded"):
             nodes.add_metric((outcome,), stats.node_outcomes.get(outcome, 0))
+        carves = CounterMetricFamily(
+            "migslice_repartition_carve_nodes",
+            "Nodes of carve plans by outcome (success, failed: the agent rolled back, timeout, "
+            "aborted).",
+            labels=("outcome",),
+        )
+        for outcome in ("success", "failed", "timeout", "aborted"):
+            carves.add_metric((outcome,), stats.carve_outcomes.get(outcome, 0))
         in_flight = GaugeMetricFamily(
             "migslice_repartition_nodes_in_flight", "Nodes labelled and not yet finished."
         )
@@ -126,4 +134,4 @@ class _RepartitionCollector(Collector):
             "migslice_repartition_errors", "Failed rounds and failed label writes."
         )
         errors.add_metric((), stats.errors)
-        yield from (leader, dry_run, started, finished, would, nodes, in_flight, errors)
+        yield from (leader, dry_run, started, finished, would, nodes, carves, in_flight, errors)

@@ -21,8 +21,10 @@ class RepartitionSettings:
     """The repartition controller (off unless ``enabled``; ``dry_run`` decides and logs only).
 
     ``interval_s``: time between rounds. ``min_pending_s``, ``cooldown_s`` and
-    ``max_nodes_in_flight`` are the planner's rate limits; ``deadline_s``: how long a node may
-    stay short of ``success``; ``backoff_s``: how long a failed node is left alone.
+    ``max_nodes_in_flight`` are the planner's rate limits (``carve_*``: carve mode's own);
+    ``mode_default``: how nodes without ``migslice.io/repartition-mode`` are re-shaped;
+    ``deadline_s``: how long a node may stay short of ``success``; ``backoff_s``: how long a
+    failed node is left alone.
     ``scheduler_name``: only pods of this scheduler count as pending. ``lease``:
     ``namespace/name`` of the leader-election Lease, held for ``lease_duration_s``.
     """
@@ -38,6 +40,9 @@ class RepartitionSettings:
     scheduler_name: str = names.SCHEDULER_NAME
     lease: str = DEFAULT_LEASE
     lease_duration_s: float = 60.0
+    mode_default: str = names.MODE_MIG_MANAGER
+    carve_cooldown_s: float = 60.0
+    carve_max_nodes_in_flight: int = 4
 
     def __post_init__(self) -> None:
         for flag, value in (
@@ -54,6 +59,21 @@ class RepartitionSettings:
         ):
             if not math.isfinite(value) or value < 0:
                 raise CommandError(f"{flag} {value}: must be a finite number >= 0")
+        if self.carve_cooldown_s < 0 or not math.isfinite(self.carve_cooldown_s):
+            raise CommandError(
+                f"--repartition-carve-cooldown-s {self.carve_cooldown_s}: must be a finite "
+                "number >= 0"
+            )
+        if self.carve_max_nodes_in_flight < 1:
+            raise CommandError(
+                f"--repartition-carve-max-nodes-in-flight {self.carve_max_nodes_in_flight}: "
+                "must be >= 1"
+            )
+        if self.mode_default not in names.REPARTITION_MODES:
+            raise CommandError(
+                f"--repartition-mode-default {self.mode_default}: must be one of "
+                f"{', '.join(names.REPARTITION_MODES)}"
+            )
         if self.max_nodes_in_flight < 1:
             raise CommandError(
                 f"--repartition-max-nodes-in-flight {self.max_nodes_in_flight}: must be >= 1"

@@ -44,6 +44,18 @@ RECORD_ANNOTATION = "migslice.io/repartition"
 TOUCH_ANNOTATION = "migslice.io/repartitioned"
 """On a pending Pod: the config a finished re-partition applied for it (makes kube-scheduler
 retry the pod at once)."""
+CARVE_ANNOTATION = "migslice.io/carve"
+"""On a Node in carve mode: the carve the repartition controller asks its node agent for (JSON:
+the plan id and, per GPU, the instances to destroy and to create)."""
+CARVE_STATE_ANNOTATION = "migslice.io/carve-state"
+"""On a Node in carve mode: the node agent's journal and outcome of the last carve (JSON: the
+plan id, ``pending``, ``rolling-back``, ``success`` or ``failed``, and the steps)."""
+REPARTITION_MODE_LABEL = "migslice.io/repartition-mode"
+"""On a Node: how its GPUs are re-shaped, ``carve`` (the node agent, around running instances)
+or ``mig-manager`` (NVIDIA MIG Manager, idle GPUs only); absent: the controller's default."""
+MODE_CARVE = "carve"
+MODE_MIG_MANAGER = "mig-manager"
+REPARTITION_MODES = (MODE_MIG_MANAGER, MODE_CARVE)
 ADMISSION_LABEL = "migslice.io/admission"
 """On a Namespace: ``disabled`` keeps the webhook configurations from calling migslice."""
 
@@ -76,6 +88,11 @@ GPU_RESOURCE_PREFIX = "nvidia.com/"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+
+# -- the NVIDIA device plugin as the GPU Operator deploys it ------------------------------------
+
+DEVICE_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
+"""The GPU Operator's label on its device plugin pods (MIG Manager deletes them by it)."""
 
 # -- MIG Manager's mig-parted ConfigMap ----------------------------------------------------------
 

@@ -86,6 +86,12 @@ class KubeRepartitionApi:
         """Merge-patch labels of a Node (None removes one)."""
         self._transport.patch_json(f"/api/v1/nodes/{name}", {"metadata": {"labels": dict(labels)}})
 
+    def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge-patch annotations of a Node (None removes one): the carve requests."""
+        self._transport.patch_json(
+            f"/api/v1/nodes/{name}", {"metadata": {"annotations": dict(annotations)}}
+        )
+
     def record_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
         """An Event on the Node; failures are logged."""
         record_node_event(

@@ -136,6 +136,11 @@ class KubernetesTransport:
         )
         return self._read_json("POST", path, response)
 
+    def delete_json(self, path: str) -> RawObject:
+        """DELETE ``path`` (default grace period); the API server's answer."""
+        response = self._request(path, {}, read_timeout_s=30.0, method="DELETE")
+        return self._read_json("DELETE", path, response)
+
     @staticmethod
     def _read_json(method: str, path: str, response: urllib3.BaseHTTPResponse) -> RawObject:
         try:

@@ -3,6 +3,9 @@ simulator.
 
 * :mod:`~migslice.repartition.planner` (with :mod:`~migslice.repartition.shapes`): pending
   demand + node states -> new layouts for idle GPUs;
+* :mod:`~migslice.repartition.carve` (with :mod:`~migslice.repartition.carve_gpu`): carve
+  mode, per GPU the instances to destroy and create around running ones, with its branch of
+  the state machine in :mod:`~migslice.repartition.carve_decide`;
 * :mod:`~migslice.repartition.decide`: the controller's state machine, record + snapshot +
   time -> the next step (plan, apply, observe, finish, abort);
 * :mod:`~migslice.repartition.record`: the durable plan record;
@@ -16,6 +19,14 @@ Pure: the time, the cluster and the record are inputs; the shells (``extender/co
 
 from migslice.mig.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.names import RECORD_ANNOTATION
+from migslice.repartition.carve import CarvePlan, CarveSettings, NodeCarve, plan_carve
+from migslice.repartition.carve_decide import (
+    REASON_CARVE,
+    REASON_CARVE_FAILED,
+    CarveWrite,
+    recheck_carve,
+)
+from migslice.repartition.carve_record import ActiveCarve, CarveStep
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -66,18 +77,26 @@ __all__ = [
     "FAILED",
     "OPEN",
     "OWN_PREFIX",
+    "REASON_CARVE",
+    "REASON_CARVE_FAILED",
     "REASON_FAILED",
     "REASON_STARTED",
     "RECORD_ANNOTATION",
     "SUCCESS",
     "SUPERSEDED",
     "TIMEOUT",
+    "ActiveCarve",
     "ActivePlan",
+    "CarvePlan",
+    "CarveSettings",
+    "CarveStep",
+    "CarveWrite",
     "ControllerSettings",
     "FileUpdate",
     "GpuChange",
     "LayoutCache",
     "MigConfigFile",
+    "NodeCarve",
     "NodeChange",
     "NodeEvent",
     "NodeOutcome",
@@ -100,8 +119,10 @@ __all__ = [
     "parse_record",
     "pending_pods",
     "plan",
+    "plan_carve",
     "read_config_map",
     "recheck",
+    "recheck_carve",
     "removed_configs",
     "render_record",
     "snapshot_from_objects",

@@ -19,6 +19,9 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   changed -> superseded (left alone); a label still at the previous config (a restart between
   the file write and the label) -> labelled now, after the same re-check. ``OBSERVE`` when
   an outcome changed, else ``WAIT``; when no node is open the plan is dropped (``FINISH``).
+
+Carve-mode nodes are decided first, by the carve branch (:mod:`migslice.repartition.carve_decide`,
+its own plan in ``record.carve``); this path leaves them alone and never labels them.
 """
 
 from __future__ import annotations
@@ -30,8 +33,17 @@ from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.migparted import MigPartedEntry
-from migslice.names import MIG_STATE_FAILED, MIG_STATE_SUCCESS, MIG_TRANSITION_STATES
+from migslice.names import (
+    MIG_STATE_FAILED,
+    MIG_STATE_SUCCESS,
+    MIG_TRANSITION_STATES,
+    MODE_CARVE,
+    REPARTITION_MODE_LABEL,
+)
 from migslice.objects.times import format_time
+from migslice.repartition.carve import CarvePlan, CarveSettings, carve_mode_nodes
+from migslice.repartition.carve_decide import CarveDecision, CarveWrite, decide_carve
+from migslice.repartition.carve_record import CarveStep
 from migslice.repartition.messages import applied_message, applying_message, referenced_configs
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
@@ -79,6 +91,7 @@ class ControllerSettings:
     plan: PlanSettings = field(default_factory=PlanSettings)
     deadline_s: float = 600.0
     backoff_s: float = 1800.0
+    carve: CarveSettings = field(default_factory=CarveSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +127,10 @@ class Step:
     outcomes: tuple[NodeStep, ...] = ()
     result: PlanResult | None = None
     """For ``FINISH`` and ``ABORT``: how the plan ended."""
+    carve_writes: tuple[CarveWrite, ...] = ()
+    """Carve steps: the ``migslice.io/carve`` annotations to set or remove, after the record."""
+    carve_outcomes: tuple[CarveStep, ...] = ()
+    carve_plan: CarvePlan | None = None
 
 
 def decide(
@@ -129,9 +146,22 @@ def decide(
     """The next step (see the module docstring). ``file_configs``: the config names in the
     mig-parted file, None when the ConfigMap is missing or unreadable (then nothing moves).
     ``layout_cache`` keeps the planner's maximal layouts between calls (a simulation)."""
+    record = _pruned(record, now, settings)
+    carve = decide_carve(
+        record,
+        nodes,
+        pending,
+        now=now,
+        settings=settings.carve,
+        deadline_s=settings.deadline_s,
+        backoff_s=settings.backoff_s,
+    )
+    if carve is not None:  # carve mode needs the record only, not the mig-parted file
+        return _carve_step(carve)
     if file_configs is None:
         return Step(StepKind.WAIT, record, "mig-parted ConfigMap missing or unreadable")
-    record = _pruned(record, now, settings)
+    if record.carve is not None:  # pods a carve in flight serves are not MIG Manager's demand
+        pending = [p for p in pending if p.demand.key not in record.carve.serves]
     states = {node.name: node for node in nodes}
     active = record.plan
     if active is None:
@@ -151,6 +181,8 @@ def _recheck(step: NodeStep, state: NodeState | None) -> str:
     if state is None:
         return "node is gone"
     facts = state.facts
+    if facts.repartition_mode == MODE_CARVE or facts.is_carving:
+        return f"node is in carve mode ({REPARTITION_MODE_LABEL}) or carving"
     if facts.mig_config != step.previous_config:
         return (
             f"label nvidia.com/mig.config is {facts.mig_config!r}, "
@@ -200,6 +232,9 @@ def _start(
         node: f"backed off after a failed re-partition until {format_time(until)}"
         for node, until in record.backoff
     }
+    held.update(carve_mode_nodes(nodes, settings.carve.default_mode))
+    if record.carve is not None:
+        held.update({s.node: "a carve is changing it" for s in record.carve.open_nodes})
     result = plan(
         nodes,
         pending,
@@ -347,6 +382,20 @@ def _observe(
         events=tuple(events),
         outcomes=tuple(closed),
         result=None if still_open else _result(steps),
+    )
+
+
+def _carve_step(carve: CarveDecision) -> Step:
+    """The carve branch's decision as a step of the one state machine."""
+    return Step(
+        StepKind(carve.kind),
+        carve.record,
+        carve.reason,
+        events=tuple(NodeEvent(n.node, n.reason, n.message, n.warning) for n in carve.notices),
+        result=None if carve.result is None else PlanResult(carve.result),
+        carve_writes=carve.writes,
+        carve_outcomes=carve.outcomes,
+        carve_plan=carve.plan,
     )
 
 

@@ -131,6 +131,8 @@ def _idle_gpus(
     state = node.facts.mig_config_state
     if state in MIG_TRANSITION_STATES:
         return WhyNot("mig-manager-busy", f"MIG Manager is applying a config (state {state})")
+    if node.facts.is_carving:
+        return WhyNot("carving", "the node agent is carving its GPUs (migslice.io/carve-state)")
     since = cooldowns.get(node.name)
     if since is not None and since < settings.cooldown_s:
         return WhyNot("cooldown", f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)")
@@ -154,7 +156,7 @@ def _profiles_for(unit_resource: str, model: GpuModel) -> str | None:
 
 def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
     for node in nodes:
-        if node.facts.mig_config_state in MIG_TRANSITION_STATES:
+        if node.facts.mig_config_state in MIG_TRANSITION_STATES or node.facts.is_carving:
             continue
         if pod.products is not None and (node.facts.product or "") not in pod.products:
             continue
@@ -183,7 +185,7 @@ def plan(
     cooldowns = cooldowns or {}
     held = held or {}
     pending_pods = list(pending)
-    waiting, unserved = _eligible(pending_pods, nodes, settings)
+    waiting, unserved = eligible_demand(pending_pods, nodes, settings.min_pending_s)
 
     gpus: list[_Gpu] = []
     skipped: list[tuple[str, str]] = []
@@ -217,20 +219,18 @@ def plan(
     return RepartitionPlan(tuple(changes), tuple(unserved), tuple(skipped))
 
 
-def _eligible(
-    pending: Sequence[PendingPod], nodes: Sequence[NodeState], settings: PlanSettings
+def eligible_demand(
+    pending: Sequence[PendingPod], nodes: Sequence[NodeState], min_pending_s: float
 ) -> tuple[list[PodDemand], list[tuple[str, str]]]:
-    """The pods a re-partition should serve (rule 1), and why the others wait."""
+    """The pods a re-partition should serve (rule 1), and why the others wait (both modes)."""
     unserved: list[tuple[str, str]] = []
     waiting: list[PodDemand] = []
     for item in pending:
         pod = item.demand
         if pod.error or not pod.units:
             continue
-        if item.pending_s < settings.min_pending_s:
-            unserved.append(
-                (pod.key, f"pending {item.pending_s:.0f}s < {settings.min_pending_s:.0f}s")
-            )
+        if item.pending_s < min_pending_s:
+            unserved.append((pod.key, f"pending {item.pending_s:.0f}s < {min_pending_s:.0f}s"))
         elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
             unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
         elif _can_serve_now(pod, nodes):

@@ -20,12 +20,15 @@ import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from migslice.errors import InvalidInputError
 from migslice.mig.migparted import MigPartedEntry, MigPartedError, entry_json, parse_entries
 from migslice.names import RECORD_ANNOTATION
 from migslice.objects.times import format_time, parse_epoch_s
+
+if TYPE_CHECKING:  # carve_record reads this module's outcomes and times
+    from migslice.repartition.carve_record import ActiveCarve
 
 RECORD_VERSION = "v1"
 
@@ -89,11 +92,13 @@ class ActivePlan:
 @dataclass(frozen=True, slots=True)
 class RepartitionRecord:
     """``finished``: node -> when its last re-partition succeeded (cooldown);
-    ``backoff``: node -> until when it is left alone after a failure."""
+    ``backoff``: node -> until when it is left alone after a failure; ``carve``: the carve
+    plan in progress (:mod:`migslice.repartition.carve_record`), beside the MIG Manager one."""
 
     plan: ActivePlan | None = None
     finished: tuple[tuple[str, float], ...] = ()
     backoff: tuple[tuple[str, float], ...] = ()
+    carve: ActiveCarve | None = None
 
     def with_plan(self, plan: ActivePlan | None) -> RepartitionRecord:
         return replace(self, plan=plan)
@@ -143,6 +148,10 @@ def render_record(record: RepartitionRecord) -> str:
         "finished": {node: format_time(at) for node, at in record.finished},
         "backoff": {node: format_time(until) for node, until in record.backoff},
     }
+    if record.carve is not None:
+        from migslice.repartition.carve_record import carve_json
+
+        document["carve"] = carve_json(record.carve)
     return json.dumps(document, separators=(",", ":"), sort_keys=False)
 
 
@@ -158,11 +167,14 @@ def parse_record(text: str | None) -> RepartitionRecord:
         raise RecordError(
             f"annotation {RECORD_ANNOTATION}: expected an object with version {RECORD_VERSION}"
         )
+    from migslice.repartition.carve_record import parse_carve
+
     plan = _parse_plan(document.get("plan"))
     return RepartitionRecord(
         plan=plan,
         finished=_times(document.get("finished"), "finished"),
         backoff=_times(document.get("backoff"), "backoff"),
+        carve=parse_carve(document.get("carve")),
     )
 
 
