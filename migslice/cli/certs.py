@@ -14,11 +14,15 @@ import argparse
 import base64
 import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from migslice import console
 from migslice.console import CommandError
 from migslice.serving.certs import TlsBundle, service_dns_names, write_tls_bundle
+
+if TYPE_CHECKING:
+    from migslice.kube import KubernetesTransport
+    from migslice.kube.certs import PemBundle
 
 WEBHOOK_CONFIGURATION = "migslice-webhook"
 
@@ -75,6 +79,11 @@ def register(commands: Any) -> None:
         action="store_true",
         help="print the base64 caBundle of the CA in --out and exit (writes nothing)",
     )
+    _add_cluster_arguments(certs)
+    certs.set_defaults(handler=run_certs)
+
+
+def _add_cluster_arguments(certs: argparse.ArgumentParser) -> None:
     cluster = certs.add_argument_group(
         "in the cluster", "keep the certificate in a Secret and inject the CA (the chart's Jobs)"
     )
@@ -92,12 +101,9 @@ def register(commands: Any) -> None:
     cluster.add_argument(
         "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube)"
     )
-    certs.set_defaults(handler=run_certs)
 
 
 def run_certs(args: argparse.Namespace) -> int:
-    if args.days < 1:
-        raise CommandError(f"--days {args.days}: a certificate must be valid for at least 1 day")
     if args.print_ca_bundle:
         ca_path = Path(args.out) / "ca.crt"
         if not ca_path.is_file():
@@ -163,17 +169,7 @@ def follow_up(server: str, service: str, namespace: str, out: str, bundle: TlsBu
 
 def _in_cluster(args: argparse.Namespace) -> int:
     from migslice.kube import KubernetesTransport
-    from migslice.kube.certs import (
-        CertsError,
-        PemBundle,
-        bundle_of,
-        bundle_problem,
-        inject_ca_bundle,
-        read_tls_secret,
-        valid_until,
-        write_tls_secret,
-    )
-    from migslice.kube.transport import ApiError
+    from migslice.kube.certs import CertsError, inject_ca_bundle
 
     try:
         api = KubernetesTransport.from_environment(args.kubeconfig)
@@ -181,40 +177,8 @@ def _in_cluster(args: argparse.Namespace) -> int:
         raise CommandError(
             f"no access to a cluster ({error}); run in a pod, or pass --kubeconfig"
         ) from None
-    names = (*service_dns_names(args.service, args.namespace), *args.dns_name)
-    where = f"Secret {args.namespace}/{args.secret}"
-    now = datetime.datetime.now(datetime.UTC)
     try:
-        for _attempt in range(3):
-            existing = read_tls_secret(api, args.namespace, args.secret)
-            current = bundle_of(existing) if existing is not None else None
-            if existing is None:
-                problem = "it does not exist"
-            elif current is None:
-                problem = "it lacks tls.crt, tls.key or ca.crt"
-            else:
-                problem = bundle_problem(current, names, args.ip, now)
-            if current is not None and not problem:
-                print(f"{where}: kept, valid until {valid_until(current):%Y-%m-%d}")
-                bundle = current
-                break
-            files = _write_files(args)
-            bundle = PemBundle(
-                files.ca_cert.read_bytes(), files.cert.read_bytes(), files.key.read_bytes()
-            )
-            try:
-                write_tls_secret(api, args.namespace, args.secret, bundle, existing)
-            except ApiError as error:
-                if error.status == 409:  # written meanwhile (another Job): judge that one
-                    continue
-                raise CertsError(f"{where}: {error}") from None
-            print(
-                f"{where}: {'created' if existing is None else 'renewed'} ({problem}), valid "
-                f"until {valid_until(bundle):%Y-%m-%d}"
-            )
-            break
-        else:
-            raise CertsError(f"{where}: changed by someone else three times in a row; run again")
+        bundle = _ensure_secret(api, args)
         if args.webhook_configuration:
             for line in inject_ca_bundle(
                 api, args.webhook_configuration, args.service, args.namespace, bundle.ca_cert
@@ -223,3 +187,51 @@ def _in_cluster(args: argparse.Namespace) -> int:
     except CertsError as error:
         raise CommandError(str(error)) from None
     return 0
+
+
+def _ensure_secret(api: KubernetesTransport, args: argparse.Namespace) -> PemBundle:
+    """The Secret's certificate if it still serves the Service's names for long enough, else a
+    new one written there (compare-and-swap on the Secret: a concurrent Job's write is judged
+    instead of overwritten)."""
+    from migslice.kube.certs import (
+        CertsError,
+        PemBundle,
+        bundle_of,
+        bundle_problem,
+        read_tls_secret,
+        valid_until,
+        write_tls_secret,
+    )
+    from migslice.kube.transport import ApiError
+
+    names = (*service_dns_names(args.service, args.namespace), *args.dns_name)
+    where = f"Secret {args.namespace}/{args.secret}"
+    now = datetime.datetime.now(datetime.UTC)
+    for _attempt in range(3):
+        existing = read_tls_secret(api, args.namespace, args.secret)
+        current = bundle_of(existing) if existing is not None else None
+        if existing is None:
+            problem = "it does not exist"
+        elif current is None:
+            problem = "it lacks tls.crt, tls.key or ca.crt"
+        else:
+            problem = bundle_problem(current, names, args.ip, now)
+        if current is not None and not problem:
+            print(f"{where}: kept, valid until {valid_until(current):%Y-%m-%d}")
+            return current
+        files = _write_files(args)
+        bundle = PemBundle(
+            files.ca_cert.read_bytes(), files.cert.read_bytes(), files.key.read_bytes()
+        )
+        try:
+            write_tls_secret(api, args.namespace, args.secret, bundle, existing)
+        except ApiError as error:
+            if error.status == 409:  # written meanwhile (another Job): judge that one
+                continue
+            raise CertsError(f"{where}: {error}") from None
+        print(
+            f"{where}: {'created' if existing is None else 'renewed'} ({problem}), valid "
+            f"until {valid_until(bundle):%Y-%m-%d}"
+        )
+        return bundle
+    raise CertsError(f"{where}: changed by someone else three times in a row; run again")

@@ -22,6 +22,7 @@ from migslice.repartition import (
     ControllerSettings,
     PlanSettings,
     RepartitionPlan,
+    Step,
     StepKind,
     decide,
     snapshot_from_objects,
@@ -114,21 +115,28 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     if step.carve_plan is not None:
         return print_carve(step.carve_plan, list(snapshot.nodes), json_output=args.output == "json")
+    return print_step(
+        step, list(snapshot.nodes), output=args.output, config_map=args.mig_config_map
+    )
+
+
+def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: str) -> int:
+    """The decided step as the chosen output: a table, JSON, or the mig-parted configs."""
     result = step.plan if step.kind is StepKind.START else None
     configs = {c.config_name: c.entries for c in result.changes} if result else {}
-    if args.output == "mig-parted":
+    if output == "mig-parted":
         if configs:
             print(render_mig_parted(configs), end="")
         return 0
-    if args.output == "json":
+    if output == "json":
         print_json({"step": str(step.kind), "reason": step.reason, **plan_json(step.plan)})
         return 0
     if step.kind is not StepKind.START and not (step.plan and step.plan.unserved):
         print(f"the controller would {step.kind}: {step.reason}")
         return 0
-    print_plan(step.plan or RepartitionPlan(), list(snapshot.nodes))
+    print_plan(step.plan or RepartitionPlan(), nodes)
     if configs and result is not None:
-        print(f"\nmig-parted configs (the controller merges them into {args.mig_config_map}):")
+        print(f"\nmig-parted configs (the controller merges them into {config_map}):")
         print("  " + render_mig_parted(configs).rstrip().replace("\n", "\n  "))
         print("\nthen selects them (MIG Manager applies on the label change):")
         for change in result.changes:
