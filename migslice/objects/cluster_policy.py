@@ -34,11 +34,6 @@ class ClusterPolicyFacts:
     mig_manager_enabled: bool = True
     mig_manager_config: str = ""
 
-    @property
-    def mig_parted_config_map(self) -> str:
-        """The ConfigMap MIG Manager applies (in the GPU Operator's namespace)."""
-        return self.mig_manager_config or names.DEFAULT_MIG_PARTED_CONFIG_MAP
-
 
 def cluster_policy_facts(raw_policy: JsonObject) -> ClusterPolicyFacts:
     metadata = mapping(raw_policy.get("metadata"))
