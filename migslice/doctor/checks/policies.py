@@ -73,7 +73,7 @@ def judge_tenant_policies(facts: PolicyFacts, settings: Settings) -> Finding:
     return finding(
         POLICIES_CHECK,
         problems,
-        f"{len(facts.policies)} TenantPolicies valid, no namespace selected by two",
+        f"{_count(len(facts.policies))} valid, no namespace selected by two",
     )
 
 
@@ -102,6 +102,10 @@ def _overlaps(policies: Sequence[TenantPolicy], namespaces: Sequence[JsonObject]
         )
         for holders, spaces in sorted(shared.items())
     ]
+
+
+def _count(policies: int) -> str:
+    return f"{policies} TenantPolic{'y' if policies == 1 else 'ies'}"
 
 
 def _quoted(policy_names: Sequence[str]) -> str:
