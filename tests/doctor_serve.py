@@ -77,7 +77,7 @@ def judge(
     ``now`` says otherwise)."""
     (check,) = [c for c in CHECKS if c.name == name]
     when = cluster.now if now is None else now
-    settings = Settings(now=when, direct=direct, pending_bound_s=pending_bound_s)
+    settings = Settings(now=when, pending_bound_s=pending_bound_s)
     with served(cluster, **kw) as transport:
         reader = ClusterReader(transport, direct=direct, timeout_s=5.0)
         return run_check(check, reader, settings, 5.0)

@@ -108,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         now=time.time(),
         pending_bound_s=args.pending_bound_s,
-        direct=direct,
     )
     reader = ClusterReader(transport, direct=direct, timeout_s=args.timeout_s)
     checks = [c for c in CHECKS if not args.check or c.name in args.check]

@@ -11,13 +11,11 @@ from migslice import names
 @dataclass(frozen=True, slots=True)
 class Settings:
     """``namespace``: where migslice is installed. ``now``: epoch seconds of the run.
-    ``pending_bound_s``: a node longer at ``nvidia.com/mig.config.state=pending`` is stuck.
-    ``direct``: servers were reached directly (in the cluster), not through the API server."""
+    ``pending_bound_s``: a node longer at ``nvidia.com/mig.config.state=pending`` is stuck."""
 
     namespace: str = names.SYSTEM_NAMESPACE
     now: float = 0.0
     pending_bound_s: float = 600.0
-    direct: bool = False
 
 
 @dataclass(frozen=True, slots=True)

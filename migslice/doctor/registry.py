@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from migslice import names
 from migslice.doctor import gather
 from migslice.doctor.checks import gpu_operator, install, nodes, policies, scheduler, serving
 from migslice.doctor.facts import Probe, Settings
@@ -43,7 +44,7 @@ CHECKS: tuple[Check, ...] = (
         install.WEBHOOK_REACHABLE,
         "both webhook configurations (the Service they call); GET /healthz of that Service",
         gather.gather_webhook_probe,
-        _reachable(install.WEBHOOK_REACHABLE, "migslice-webhook"),
+        _reachable(install.WEBHOOK_REACHABLE, names.WEBHOOK_SERVICE),
     ),
     Check(
         install.WEBHOOK_CA_BUNDLE,
@@ -63,7 +64,7 @@ CHECKS: tuple[Check, ...] = (
         scheduler.EXTENDER_REACHABLE,
         "the scheduler's extenders[].urlPrefix; GET /healthz of the extender",
         gather.gather_extender_probe,
-        _reachable(scheduler.EXTENDER_REACHABLE, "migslice-extender"),
+        _reachable(scheduler.EXTENDER_REACHABLE, names.EXTENDER_SERVICE),
     ),
     Check(
         scheduler.EXTENDER_TRUSTED,
