@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import tempfile
 import time
 from pathlib import Path
@@ -33,19 +34,29 @@ NODE = "gpu-a"
 Obj = dict[str, Any]
 
 
+@functools.cache
+def _documents(path: Path) -> tuple[Obj, ...]:
+    return tuple(d for d in yaml.safe_load_all(path.read_text()) if d)
+
+
+def documents(path: Path) -> list[Obj]:
+    """The YAML documents of a file (parsed once; each caller gets its own copy)."""
+    return copy.deepcopy(list(_documents(path)))
+
+
 def rendered(relative: str) -> list[Obj]:
     """The objects of one file of the chart's default render."""
-    return [d for d in yaml.safe_load_all((BASE / relative).read_text()) if d]
+    return documents(BASE / relative)
 
 
 def rendered_one(relative: str, kind: str) -> Obj:
     (found,) = [d for d in rendered(relative) if d["kind"] == kind]
-    return copy.deepcopy(found)
+    return found
 
 
 def sample_cluster_policy() -> Obj:
     """NVIDIA's sample ClusterPolicy, unchanged but for the name the GPU Operator's chart uses."""
-    (policy,) = list(yaml.safe_load_all((GPU_OPERATOR / "v1_clusterpolicy.yaml").read_text()))
+    (policy,) = documents(GPU_OPERATOR / "v1_clusterpolicy.yaml")
     policy["metadata"].update(
         name="cluster-policy", uid="uid-cluster-policy", creationTimestamp="2026-01-01T00:00:00Z"
     )
@@ -188,9 +199,7 @@ class DoctorCluster:
                 },
             },
         )
-        cluster_policy_crd = yaml.safe_load(
-            (GPU_OPERATOR / "clusterpolicies.nvidia.com.yaml").read_text()
-        )
+        (cluster_policy_crd,) = documents(GPU_OPERATOR / "clusterpolicies.nvidia.com.yaml")
         self._put(f"{CRDS}/clusterpolicies.nvidia.com", cluster_policy_crd)
         self._put("/apis/nvidia.com/v1/clusterpolicies", [patched_cluster_policy()])
         self._put(
@@ -202,7 +211,7 @@ class DoctorCluster:
         )
         policies = []
         for path in sorted(EXAMPLES.glob("tenantpolicy-*.yaml")):
-            policies.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+            policies.extend(documents(path))
         self._put("/apis/migslice.io/v1alpha1/tenantpolicies", policies)
         spaces = sorted({ns for p in policies for ns in p["spec"].get("namespaces", ())})
         self._put("/api/v1/namespaces", [make_namespace(ns) for ns in (*spaces, NAMESPACE)])
