@@ -19,6 +19,13 @@ namespace, from the objects as stored in the API server:
   Service's DNS name.
 * ServiceAccount controller: every namespace gets its ``default`` ServiceAccount (without it,
   admission refuses every pod there), e.g. after the README's ``kubectl create namespace``.
+* Endpoints controller + kubelet, for the API server's service proxy (what ``migslice doctor``
+  calls from outside the cluster): a Pod object stands for each server process, Running at
+  this machine's own address, and the Service's Endpoints name it. kube-apiserver refuses
+  loopback endpoints, so the servers also listen there (``--host=0.0.0.0``); a machine
+  without a global address gets no Endpoints (``ClusterActors.pod_address`` is None). The
+  webhook's Service gets the port its configurations call on request
+  (:meth:`ClusterActors.expose_webhook_port`).
 
 What is substituted, and nothing else: paths under a volume's ``mountPath`` become files the
 actors write from the Secret, ConfigMap or emptyDir; ``--port`` becomes a free port (worktrees
@@ -30,8 +37,10 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -43,13 +52,22 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, Scheduler
+from e2e.controlplane import (
+    E2E_DIR,
+    ControlPlane,
+    Scheduler,
+    ensure_namespace,
+    register_gpu_node,
+    wait_for,
+)
 from migslice.serving.certs import TlsBundle
 from migslice.serving.process import ServerProcess, free_port
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
+FIXTURES = E2E_DIR / "fixtures" / "gpu-operator"
+NAMESPACE = "migslice-system"
 Obj = dict[str, Any]
 
 
@@ -82,6 +100,7 @@ class ClusterActors:
         self.errors: list[str] = []
         self._kubeconfigs: dict[str, Path] = {}
         self._unrouted: Obj | None = None  # the webhook's Deployment, until routed
+        self.pod_address = global_address()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -330,9 +349,10 @@ class ClusterActors:
         argv = self.substitute([*container["command"], *container["args"]], mounts)
         argv = [f"--port={port}" if a.startswith("--port=") else a for a in argv]
         self._migslice_argv(name, argv)
+        listen = ["--host=0.0.0.0"] if self.pod_address else []
         server = ServerProcess(
             argv[1],
-            [*argv[2:], f"--kubeconfig={self.kubeconfig(spec['serviceAccountName'])}"],
+            [*argv[2:], f"--kubeconfig={self.kubeconfig(spec['serviceAccountName'])}", *listen],
             TlsBundle(tls / "ca.crt", tls / "ca.key", tls / "tls.crt", tls / "tls.key"),
             self.workdir / f"{name}.log",
             f"{name}.{self.namespace}.svc",
@@ -340,6 +360,7 @@ class ClusterActors:
             cwd=REPO,
         ).start()
         self.servers[name] = server
+        self._publish_endpoints(deployment, port)
         if name == "migslice-webhook":
             self._unrouted = deployment  # routed once the configurations exist
         else:
@@ -408,6 +429,64 @@ class ClusterActors:
                 patch("migslice-webhook", ops)
         return True
 
+    def expose_webhook_port(self) -> None:
+        """The webhook's Service gets the port its configurations call (the process's, see
+        :meth:`_route_webhooks`), so the API server's service proxy finds it too. Not done by
+        itself: a server-side re-apply of the chart would then add port 443 beside it."""
+        port = self.servers["migslice-webhook"].port
+        self.core.patch_namespaced_service(
+            "migslice-webhook",
+            self.namespace,
+            [{"op": "replace", "path": "/spec/ports/0/port", "value": port}],
+        )
+
+    def _publish_endpoints(self, deployment: Obj, port: int) -> None:
+        """A Pod object for the process (on the first node, Running at :attr:`pod_address`)
+        and the Endpoints of the Deployment's Service (same name) with its ``https`` port at
+        the process's port: what the API server's service proxy dials."""
+        if self.pod_address is None:
+            return
+        name = deployment["metadata"]["name"]
+        template = deployment["spec"]["template"]
+        node = self.core.list_node().items[0].metadata.name
+        pod = self.core.create_namespaced_pod(
+            self.namespace,
+            {
+                "metadata": {"name": f"{name}-e2e", "labels": template["metadata"]["labels"]},
+                "spec": {**template["spec"], "nodeName": node},
+            },
+        )
+        self.core.patch_namespaced_pod_status(
+            pod.metadata.name,
+            self.namespace,
+            {
+                "status": {
+                    "phase": "Running",
+                    "podIP": self.pod_address,
+                    "podIPs": [{"ip": self.pod_address}],
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
+            },
+        )
+        target = {"kind": "Pod", "namespace": self.namespace, "name": pod.metadata.name}
+        self.core.create_namespaced_endpoints(
+            self.namespace,
+            {
+                "metadata": {"name": name},
+                "subsets": [
+                    {
+                        "addresses": [
+                            {
+                                "ip": self.pod_address,
+                                "targetRef": {**target, "uid": pod.metadata.uid},
+                            }
+                        ],
+                        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                    }
+                ],
+            },
+        )
+
     def _start_scheduler(self, deployment: Obj) -> None:
         spec = deployment["spec"]["template"]["spec"]
         (container,) = spec["containers"]
@@ -468,6 +547,30 @@ class ClusterActors:
         )
 
 
+def global_address() -> str | None:
+    """This machine's own IPv4 address that is not loopback or link-local, if it has one: the
+    source of its default route (no packet is sent), else one its host name resolves to."""
+    candidates: list[str] = []
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("198.51.100.1", 9))
+        candidates.append(str(probe.getsockname()[0]))
+    except OSError:
+        pass
+    finally:
+        probe.close()
+    try:
+        found = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+        candidates += [str(entry[4][0]) for entry in found]
+    except OSError:
+        pass
+    for address in candidates:
+        parsed = ipaddress.ip_address(address)
+        if not (parsed.is_loopback or parsed.is_link_local or parsed.is_unspecified):
+            return address
+    return None
+
+
 def _finished(job: Any) -> bool:
     return any(
         c.type in ("Complete", "Failed") and c.status == "True"
@@ -516,3 +619,108 @@ def render_chart(helm: Path, *values: str, namespace: str = "migslice-system") -
         command += ["--set", value]
     text = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return [d for d in yaml.safe_load_all(text) if d]
+
+
+class Cluster:
+    """A fresh control plane with what an admin's GPU cluster has before migslice."""
+
+    def __init__(
+        self,
+        control_plane: ControlPlane,
+        home: Path,
+        policy: Obj | None = None,
+    ) -> None:
+        self.cp = control_plane
+        api = control_plane.api_client()
+        self.core = k8s.CoreV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
+        self.admission = k8s.AdmissionregistrationV1Api(api)
+        self.actors = ClusterActors(control_plane, NAMESPACE, control_plane.workdir / "actors")
+        home.mkdir(parents=True, exist_ok=True)
+        venv_bin = Path(sys.executable).parent  # `migslice`, for the by-hand certificates
+        self.env = {
+            **os.environ,
+            "PATH": os.pathsep.join(
+                (str(control_plane.bin_dir), str(venv_bin), os.environ["PATH"])
+            ),
+            "KUBECONFIG": str(control_plane.kubeconfig),
+            "HOME": str(home),
+        }
+        self.transcript: list[str] = []
+        # The GPU Operator: its namespace and ClusterPolicy (the real CRD), an A100 node that
+        # MIG Manager partitioned all-1g.10gb and the device plugin advertises (mixed strategy).
+        ensure_namespace(self.core, "gpu-operator")
+        control_plane.apply(FIXTURES / "clusterpolicies.nvidia.com.yaml")
+        self.custom.create_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", policy or cluster_policy()
+        )
+        register_gpu_node(
+            api,
+            "gpu-a100-1",
+            {"nvidia.com/mig-1g.10gb": 7},
+            labels={"nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.capable": "true"},
+        )
+
+    def sh(self, command: str, timeout: float = 300) -> str:
+        """One README line through bash, as the admin types it."""
+        done = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", command],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=self.env,
+            timeout=timeout,
+        )
+        self.transcript.append(f"$ {command}\n{done.stdout}{done.stderr}")
+        assert done.returncode == 0, (
+            f"{command}\n{done.stdout}{done.stderr}\nactors: {self.actors.errors}\n"
+            f"jobs: {self.actors.job_runs}"
+        )
+        return done.stdout
+
+    def sized_pod_lands(self) -> k8s.V1Pod:
+        """The README's pod: admitted with a MIG profile and bound by migslice-scheduler."""
+
+        def bound() -> k8s.V1Pod | None:
+            pods = self.core.list_namespaced_pod("inference").items
+            return pods[0] if len(pods) == 1 and pods[0].spec.node_name else None
+
+        pod: k8s.V1Pod = wait_for("the inference pod to be bound", bound, 60)
+        assert pod.spec.node_name == "gpu-a100-1"
+        assert pod.spec.scheduler_name == "migslice-scheduler"
+        assert pod.metadata.annotations["migslice.io/profile"] == "1g.10gb"
+        assert pod.metadata.annotations["migslice.io/tenant"] == "inference"
+        limits = pod.spec.containers[0].resources.limits
+        assert limits == {"nvidia.com/mig-1g.10gb": "1"}
+        return pod
+
+    def ca_bundles_match_the_secret(self) -> None:
+        secret = self.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE)
+        ca = secret.data["ca.crt"]
+        for kind in ("mutating", "validating"):
+            read = getattr(self.admission, f"read_{kind}_webhook_configuration")
+            hooks = read("migslice-webhook").webhooks
+            assert [h.client_config.ca_bundle for h in hooks] == [ca]  # both base64
+
+    def cluster_policy_reads_back(self) -> None:
+        policy = self.custom.get_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+        )
+        assert policy["spec"]["mig"]["strategy"] == "mixed"
+        assert policy["spec"]["migManager"]["config"]["name"] == "migslice-mig-config"
+
+
+def cluster_policy() -> Obj:
+    """A ClusterPolicy with the fields its CRD requires, as the GPU Operator's chart makes it."""
+    required = ("daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "driver", "gfd")
+    required += ("nodeStatusExporter", "operator", "toolkit")
+    return {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {**{k: {} for k in required}, "mig": {"strategy": "single"}},
+    }
+
+
+def fresh_workdir(name: str) -> Path:
+    return E2E_DIR / ".run" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{name}"

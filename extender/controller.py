@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from extender.carving import CARVE_MARK, shows, write_carve_requests
+from extender.mig_manager import MigManagerGuard
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
@@ -121,8 +122,10 @@ class RepartitionController:
         settings: ExtenderSettings,
         stats: RepartitionStats | None = None,
         clock: Callable[[], float] = time.time,
+        guard: MigManagerGuard | None = None,
     ) -> None:
         self._api = api
+        self._guard = guard
         self._elector = elector
         self._index = index
         self._settings = settings.repartition
@@ -172,6 +175,8 @@ class RepartitionController:
         if not leader:
             return []
         self._touch_served()
+        if self._guard is not None and not self._guard.allows_planning():
+            return []  # MIG Manager would not apply what we write (extender.mig_manager)
         file = read_config_map(self._api.read_config_map(), self._key)
         if file.record is None:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
@@ -371,6 +376,8 @@ def start_repartition(
 ) -> RepartitionController:
     """Build the controller over the Kubernetes API and start its thread."""
     from migslice.kube import KubeRepartitionApi, LeaderElector
+    from migslice.kube.gpu_operator import KubeClusterPolicyApi
+    from migslice.kube.repartition import COMPONENT
 
     options = settings.repartition
     api = KubeRepartitionApi(
@@ -383,7 +390,14 @@ def start_repartition(
         identity,
         lease_duration_s=options.lease_duration_s,
     )
-    controller = RepartitionController(api, elector, index, settings)
+    stats = RepartitionStats(dry_run=options.dry_run)
+    guard = MigManagerGuard(
+        KubeClusterPolicyApi(transport, COMPONENT),
+        settings.mig_config_map,
+        stats=stats,
+        dry_run=options.dry_run,
+    )
+    controller = RepartitionController(api, elector, index, settings, stats, guard=guard)
     controller.start()
     log.info(
         "repartition controller started identity=%s lease=%s dry_run=%s interval=%.0fs",

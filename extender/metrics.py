@@ -134,4 +134,21 @@ class _RepartitionCollector(Collector):
             "migslice_repartition_errors", "Failed rounds and failed label writes."
         )
         errors.add_metric((), stats.errors)
-        yield from (leader, dry_run, started, finished, would, nodes, carves, in_flight, errors)
+        mismatch = GaugeMetricFamily(
+            "migslice_repartition_mig_manager_config_mismatch",
+            "1 while the GPU Operator's MIG Manager reads another mig-parted ConfigMap than the "
+            "controller writes (ClusterPolicy spec.migManager.config.name); nothing is planned.",
+        )
+        mismatch.add_metric((), 1.0 if stats.mig_manager_config_mismatch else 0.0)
+        yield from (
+            leader,
+            dry_run,
+            started,
+            finished,
+            would,
+            nodes,
+            carves,
+            in_flight,
+            errors,
+            mismatch,
+        )

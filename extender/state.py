@@ -61,6 +61,8 @@ class RepartitionStats:
     nodes_in_flight: int = 0
     errors: int = 0
     last_round: str = ""
+    mig_manager_config_mismatch: bool = False
+    """MIG Manager reads another ConfigMap than the controller's: no planning (the guard)."""
 
 
 @dataclass

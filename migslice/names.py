@@ -7,7 +7,7 @@ nothing, so every layer may use it.
 
 from __future__ import annotations
 
-# -- the TenantPolicy API ---------------------------------------------------------------------
+# -- the TenantPolicy API -------------------------------------------------------------------------
 
 GROUP = "migslice.io"
 VERSION = "v1alpha1"
@@ -15,8 +15,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 POLICY_KIND = "TenantPolicy"
 POLICY_PLURAL = "tenantpolicies"
 POLICY_SHORT_NAME = "tp"
+POLICY_CRD = f"{POLICY_PLURAL}.{GROUP}"
 
-# -- pod annotations: what a team asks for ----------------------------------------------------
+# -- pod annotations: what a team asks for --------------------------------------------------------
 
 GPU_SIZE = "migslice.io/gpu-size"
 GPU_MEMORY = "migslice.io/gpu-memory"
@@ -25,7 +26,7 @@ GPU_COUNT = "migslice.io/gpu-count"
 GPU_CONTAINER = "migslice.io/gpu-container"
 INPUT_ANNOTATIONS = (GPU_SIZE, GPU_MEMORY, GPU_COMPUTE, GPU_COUNT, GPU_CONTAINER)
 
-# -- pod annotations: what the webhook decided ------------------------------------------------
+# -- pod annotations: what the webhook decided ----------------------------------------------------
 
 TENANT = "migslice.io/tenant"
 PROFILE = "migslice.io/profile"
@@ -35,7 +36,7 @@ RESERVATION = "migslice.io/reservation"
 that admission is released once the pod itself is counted)."""
 OUTPUT_ANNOTATIONS = (TENANT, PROFILE, POLICY, RESERVATION)
 
-# -- annotations of the node agent and the repartition controller ------------------------------
+# -- annotations of the node agent and the repartition controller ---------------------------------
 
 LAYOUT_ANNOTATION = "migslice.io/gpu-layout"
 """On a Node: the node agent's report of its GPUs' real MIG layouts (versioned JSON)."""
@@ -61,11 +62,11 @@ ADMISSION_LABEL = "migslice.io/admission"
 
 MIGSLICE_PREFIX = "migslice.io/"
 
-# -- the scheduler -----------------------------------------------------------------------------
+# -- the scheduler --------------------------------------------------------------------------------
 
 SCHEDULER_NAME = "migslice-scheduler"
 
-# -- NVIDIA GPU Feature Discovery and MIG Manager node labels -----------------------------------
+# -- NVIDIA GPU Feature Discovery and MIG Manager node labels -------------------------------------
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -81,8 +82,21 @@ MIG_STATE_SUCCESS = "success"
 MIG_STATE_FAILED = "failed"
 MIG_TRANSITION_STATES = frozenset({MIG_STATE_PENDING, MIG_STATE_REBOOTING})
 """MIG Manager is working on the node: no GPU pod may use it and no plan may touch it."""
+MIG_STRATEGY_MIXED = "mixed"
+"""The device plugin's and GFD's MIG strategy migslice needs (``nvidia.com/mig-<profile>``)."""
 
-# -- NVIDIA device plugin resources (mixed strategy) --------------------------------------------
+# -- the NVIDIA GPU Operator's ClusterPolicy ------------------------------------------------------
+
+CLUSTER_POLICY_GROUP = "nvidia.com"
+CLUSTER_POLICY_VERSION = "v1"
+CLUSTER_POLICY_PLURAL = "clusterpolicies"
+CLUSTER_POLICY_CRD = f"{CLUSTER_POLICY_PLURAL}.{CLUSTER_POLICY_GROUP}"
+CLUSTER_POLICY_NAME = "cluster-policy"
+"""The name the GPU Operator's Helm chart gives its ClusterPolicy (the README's patch)."""
+DEFAULT_MIG_PARTED_CONFIG_MAP = "default-mig-parted-config"
+"""What MIG Manager reads when ``spec.migManager.config.name`` is empty."""
+
+# -- NVIDIA device plugin resources (mixed strategy) ----------------------------------------------
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -108,7 +122,11 @@ SYSTEM_NAMESPACE = "migslice-system"
 LEASE_NAME = "migslice-repartition"
 WEBHOOK_SERVICE = "migslice-webhook"
 EXTENDER_SERVICE = "migslice-extender"
+SCHEDULER_DEPLOYMENT = "migslice-scheduler"
+AGENT_DAEMONSET = "migslice-agent"
+WEBHOOK_CONFIGURATION = "migslice-webhook"
+"""The Mutating- and ValidatingWebhookConfiguration (one name for both)."""
 
-# -- pod phases ------------------------------------------------------------------------------------
+# -- pod phases -----------------------------------------------------------------------------------
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

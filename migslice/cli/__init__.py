@@ -2,8 +2,8 @@
 
 The geometry engine's commands (``models``, ``profiles``, ``layouts``, ``fit``), ``certs``
 and ``plan`` live here; the services define their own (``webhook``, ``extender``,
-``agent``/``inspect``, ``demo``, ``simulate``) with their flags and settings. Nothing imports
-this package.
+``agent``/``inspect``, ``demo``, ``simulate``, ``doctor``) with their flags and settings.
+Nothing imports this package.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from migslice import __version__
 from migslice.cli import certs, geometry, plan
 from migslice.console import fail
 from migslice.demo.command import COMMANDS as DEMO_COMMANDS
+from migslice.doctor.command import COMMANDS as DOCTOR_COMMANDS
 from migslice.errors import MigsliceError
 from migslice.sim.command import COMMANDS as SIM_COMMANDS
 from webhook.command import COMMANDS as WEBHOOK_COMMANDS
@@ -30,6 +31,7 @@ SERVICE_COMMANDS = (
     *AGENT_COMMANDS,
     *DEMO_COMMANDS,
     *SIM_COMMANDS,
+    *DOCTOR_COMMANDS,
 )
 
 

@@ -46,24 +46,42 @@ class Transport(Protocol):
 class KubernetesTransport:
     """A :class:`Transport` over a kubernetes-client ``ApiClient``."""
 
-    def __init__(self, api_client: client.ApiClient, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 60.0,
+    ) -> None:
         self._api = api_client
         self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self.in_cluster = False
+        """True when :meth:`from_environment` took the pod's service account."""
 
     @classmethod
-    def from_environment(cls, kubeconfig: str | None = None) -> KubernetesTransport:
-        """In-cluster service account if present, else ``kubeconfig`` (or the default one)."""
+    def from_environment(
+        cls, kubeconfig: str | None = None, timeout_s: float | None = None
+    ) -> KubernetesTransport:
+        """In-cluster service account if present, else ``kubeconfig`` (or the default one).
+        ``timeout_s`` bounds connecting and each read (default 10 s and 60 s)."""
         configuration = client.Configuration()
+        in_cluster = False
         if kubeconfig is None:
             try:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                in_cluster = True
             except config.ConfigException:
                 config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=configuration
             )
-        return cls(client.ApiClient(configuration))
+        if timeout_s is None:
+            transport = cls(client.ApiClient(configuration))
+        else:
+            transport = cls(client.ApiClient(configuration), timeout_s, timeout_s)
+        transport.in_cluster = in_cluster
+        return transport
 
     def _request(
         self,
@@ -104,7 +122,19 @@ class KubernetesTransport:
         return response
 
     def get_json(self, path: str, query: Mapping[str, str]) -> RawObject:
-        return self._read_json("GET", path, self._request(path, query, read_timeout_s=60.0))
+        response = self._request(path, query, read_timeout_s=self._read_timeout_s)
+        return self._read_json("GET", path, response)
+
+    def get_text(self, path: str, limit_bytes: int = 65536) -> str:
+        """GET ``path`` as text (a service proxy's ``/healthz``); at most ``limit_bytes``."""
+        response = self._request(path, {}, read_timeout_s=self._read_timeout_s)
+        try:
+            data = response.read(limit_bytes)
+        except urllib3.exceptions.HTTPError as error:
+            raise ApiError(0, f"GET {path}: {error}") from None
+        finally:
+            response.release_conn()
+        return data.decode("utf-8", "replace")
 
     def patch_json(
         self,

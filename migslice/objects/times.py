@@ -40,3 +40,15 @@ def parse_epoch_s(text: object) -> float | None:
     """Epoch seconds of an RFC 3339 stamp; None if it is not one."""
     stamp = parse_time(text)
     return None if stamp is None else stamp.timestamp()
+
+
+def parse_micro_epoch_s(text: object) -> float | None:
+    """Epoch seconds of a ``metav1.MicroTime`` (``2025-05-01T12:00:00.123456Z``, a Lease's
+    ``renewTime``) or of a second-precision stamp; None if it is neither."""
+    if not isinstance(text, str) or not text.endswith("Z"):
+        return None
+    try:
+        stamp = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None
