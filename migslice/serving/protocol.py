@@ -1,0 +1,426 @@
+"""One client connection on the worker's event loop: TLS, HTTP/1.1, deadlines, body limits.
+
+TLS runs over memory BIOs (``ssl.SSLObject``), so a connection costs a few kilobytes until it
+sends something, the handshake is a phase of our own with its own deadline, and every new
+connection gets the serving certificate as it is on disk now. HTTP/1.1 framing is h11's. A
+request is read whole under one deadline (headers and body together: trickling bytes does not
+extend it) and only then handed to the app in the worker's thread pool, so no thread ever waits
+on a client. A body over its path's limit is refused without being read, whether it is
+announced by Content-Length or arrives chunked; the connection closes after the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import TYPE_CHECKING, cast
+from urllib.parse import unquote
+
+import h11
+
+from migslice.serving.connections import Phase
+from migslice.serving.wsgi import (
+    Endpoint,
+    Incoming,
+    Outgoing,
+    call_app,
+    environ_for,
+    internal_error,
+)
+
+if TYPE_CHECKING:
+    from migslice.serving.loop import Site
+
+log = logging.getLogger(__name__)
+
+TLS_READ_BYTES = 64 * 1024
+WRITE_CHUNK_BYTES = 256 * 1024
+WRITE_HIGH_WATER_BYTES = 256 * 1024
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class HttpConnection(asyncio.Protocol):
+    """A connection's state machine; the :class:`Site` owns the table, the clock and the pool."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.phase = Phase.HANDSHAKE
+        self.deadline = 0.0
+        self.write_stalled_since: float | None = None
+        self.transport: asyncio.Transport | None = None
+        self._endpoint = Endpoint(site.scheme, ("", 0), ("", 0), site.multiprocess)
+        self._tls: ssl.SSLObject | None = None
+        self._tls_in = ssl.MemoryBIO()
+        self._tls_out = ssl.MemoryBIO()
+        self._http = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=site.limits.max_header_bytes
+        )
+        self._answered = 0
+        self._request: h11.Request | None = None
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._body_limit = 0
+        self._too_large = False
+        self._sent_continue = False
+        self._holds_slot = False
+        self._waits_for_slot = False
+        self._app_runs = False
+        self._peer_done = False
+
+    @property
+    def answered(self) -> int:
+        """Requests answered on this connection so far."""
+        return self._answered
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        server = transport.get_extra_info("sockname") or ("", 0)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self._endpoint = Endpoint(
+            self.site.scheme, (str(server[0]), int(server[1])), (str(peer[0]), int(peer[1])),
+            self.site.multiprocess,
+        )  # fmt: skip
+        limits = self.site.limits
+        now = self.site.now()
+        if self.site.tls is not None:
+            try:
+                context = self.site.tls.get()
+            except (ValueError, OSError, ssl.SSLError) as error:
+                log.error("no serving certificate for a new connection (%s); closing it", error)
+                self.phase = Phase.CLOSED
+                self.transport.abort()
+                return
+            self._tls = context.wrap_bio(self._tls_in, self._tls_out, server_side=True)
+            self.phase, self.deadline = Phase.HANDSHAKE, now + limits.tls_handshake_timeout_s
+        else:
+            self.phase, self.deadline = Phase.WAITING, now + limits.request_timeout_s
+        if not self.site.admit(self):
+            self.phase = Phase.CLOSED
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase is Phase.CLOSED:
+            return
+        if self._tls is not None:
+            self._tls_in.write(data)
+            if self.phase is Phase.HANDSHAKE and not self._handshake():
+                return
+            plain = self._decrypt()
+            if plain is None:
+                return
+            data = plain
+        if data:
+            self._received(data)
+        if self._peer_done and self.phase in (Phase.WAITING, Phase.READING, Phase.HANDSHAKE):
+            self.close()
+
+    def eof_received(self) -> bool:
+        self._peer_done = True
+        # A client may half-close after its request: keep the socket to send the answer.
+        return self.phase is Phase.BUSY
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._leave()
+
+    def pause_writing(self) -> None:
+        self.write_stalled_since = self.site.now()
+
+    def resume_writing(self) -> None:
+        self.write_stalled_since = None
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close after what is already written (a TLS close_notify first)."""
+        if self.phase is Phase.CLOSED or self.transport is None:
+            return
+        handshaken = self.phase is not Phase.HANDSHAKE
+        self._leave()
+        if self._tls is not None and handshaken:
+            try:
+                self._tls.unwrap()
+            except (ssl.SSLError, OSError):
+                pass  # the peer's close_notify is not awaited
+            self._flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self._leave()
+            self.transport.abort()
+
+    def _leave(self) -> None:
+        """Out of the table; the large-request slot goes on unless the app still holds the body."""
+        self.phase = Phase.CLOSED
+        self._body = []
+        if self._waits_for_slot:
+            self._waits_for_slot = False
+            self.site.large_slot.withdraw(self)
+        if self._holds_slot and not self._app_runs:
+            self._holds_slot = False
+            self.site.large_slot.release(self)
+        self.site.forget(self)
+
+    def slot_granted(self) -> None:
+        """The worker's large-request slot is ours: read on."""
+        self._holds_slot, self._waits_for_slot = True, False
+        if self.phase is Phase.READING and self.transport is not None:
+            self.transport.resume_reading()
+            self._advance()
+
+    # -- TLS ------------------------------------------------------------------------------
+
+    def _handshake(self) -> bool:
+        assert self._tls is not None
+        try:
+            self._tls.do_handshake()
+        except ssl.SSLWantReadError:
+            self._flush()
+            return False
+        except (ssl.SSLError, OSError) as error:
+            log.debug("TLS handshake failed peer=%s: %s", self._endpoint.peer[0], error)
+            self._flush()
+            self.site.count("tls_failed")
+            self.abort()
+            return False
+        self._flush()
+        self.phase, self.deadline = (
+            Phase.WAITING,
+            self.site.now() + self.site.limits.request_timeout_s,
+        )
+        self.site.table.wait(self)
+        return True
+
+    def _decrypt(self) -> bytes | None:
+        assert self._tls is not None
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = self._tls.read(TLS_READ_BYTES)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                self._peer_done = True
+                break
+            except ssl.SSLError as error:
+                log.debug("TLS error peer=%s: %s", self._endpoint.peer[0], error)
+                self._flush()
+                self.abort()
+                return None
+            if not chunk:
+                self._peer_done = True
+                break
+            chunks.append(chunk)
+        self._flush()
+        return b"".join(chunks)
+
+    def _flush(self) -> None:
+        pending = self._tls_out.read()
+        if pending and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(pending)
+
+    def _write(self, data: bytes) -> None:
+        assert self.transport is not None
+        if self._tls is None:
+            self.transport.write(data)
+            return
+        view = memoryview(data)
+        while view:
+            written = self._tls.write(view[:WRITE_CHUNK_BYTES])
+            view = view[written:]
+            self._flush()
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    def _received(self, data: bytes) -> None:
+        if self.phase is Phase.WAITING:
+            self.phase = Phase.READING
+            if self._answered:  # a kept-alive connection: the request's own deadline starts
+                self.deadline = self.site.now() + self.site.limits.request_timeout_s
+        self._http.receive_data(data)
+        if self.phase is Phase.READING and not self._waits_for_slot:
+            self._advance()
+
+    def _advance(self) -> None:
+        while self.phase is Phase.READING and not self._waits_for_slot:
+            try:
+                event = self._http.next_event()
+            except h11.RemoteProtocolError as error:
+                self._refuse_malformed(error)
+                return
+            if event is h11.NEED_DATA:
+                if self._http.they_are_waiting_for_100_continue and not self._sent_continue:
+                    self._sent_continue = True
+                    self._write(self._http.send(h11.InformationalResponse(status_code=100)))
+                return
+            if isinstance(event, h11.Request):
+                self._begin(event)
+            elif isinstance(event, h11.Data):
+                self._take(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                self._dispatch()
+            elif isinstance(event, h11.ConnectionClosed):
+                self.close()
+            else:  # PAUSED: h11 waits for the next cycle
+                return
+
+    def _begin(self, request: h11.Request) -> None:
+        self._request = request
+        path = unquote(request.target.partition(b"?")[0].decode("latin-1"))
+        self._body_limit = self.site.limits.body_limit(path)
+        declared = _content_length(request)
+        if declared is not None and declared > self._body_limit:
+            self._refuse_body(declared)
+        elif declared is not None and declared > self.site.limits.large_body_bytes:
+            self._claim_slot()
+
+    def _take(self, data: bytes) -> None:
+        self._body_bytes += len(data)
+        if self._body_bytes > self._body_limit:
+            self._refuse_body(self._body_bytes)
+            return
+        self._body.append(data)
+        if self._body_bytes > self.site.limits.large_body_bytes and not self._holds_slot:
+            self._claim_slot()
+
+    def _claim_slot(self) -> None:
+        if self.site.large_slot.claim(self):
+            self._holds_slot = True
+            return
+        self._waits_for_slot = True
+        assert self.transport is not None
+        self.transport.pause_reading()
+
+    def _refuse_body(self, known_bytes: int) -> None:
+        """Answer without reading the rest of the body: the app refuses, then we close."""
+        self.site.count("body_refused")
+        self._too_large = True
+        self._body, self._body_bytes = [], known_bytes
+        self._dispatch()
+
+    def _refuse_malformed(self, error: h11.RemoteProtocolError) -> None:
+        self.site.count("malformed")
+        status = error.error_status_hint
+        body = f"{error}\n".encode("utf-8", "replace")
+        try:
+            self._write(
+                self._http.send(
+                    h11.Response(
+                        status_code=status,
+                        headers=[
+                            (b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close"),
+                        ],
+                    )
+                )
+                + self._http.send(h11.Data(data=body))
+                + self._http.send(h11.EndOfMessage())
+            )
+        except h11.LocalProtocolError:
+            pass
+        self.close()
+
+    def _dispatch(self) -> None:
+        assert self._request is not None and self.transport is not None
+        self.phase = Phase.BUSY
+        self.site.table.hold(self)
+        self.transport.pause_reading()
+        request = self._request
+        body = b"".join(self._body)
+        self._body = []
+        incoming = Incoming(
+            method=request.method,
+            target=request.target,
+            http_version=request.http_version,
+            headers=list(request.headers),
+            body=body,
+            content_length=self._body_bytes if self._too_large else len(body),
+            body_limit=self._body_limit,
+            body_too_large=self._too_large,
+        )
+        environ = environ_for(incoming, self._endpoint)
+        self._app_runs = True
+        future = self.site.loop.run_in_executor(
+            self.site.executor, call_app, self.site.app, environ
+        )
+        future.add_done_callback(self._answer)
+
+    def _answer(self, future: asyncio.Future[Outgoing]) -> None:
+        self._app_runs = False
+        if self._holds_slot:
+            self._holds_slot = False
+            self.site.large_slot.release(self)
+        if self.phase is not Phase.BUSY:
+            return  # shed or lost while the app ran
+        try:
+            outgoing = future.result()
+        except Exception:
+            log.exception("the app failed answering path=%s; answering 500", self._path())
+            outgoing = internal_error()
+        self._answered += 1
+        keep_alive = (
+            not self._too_large
+            and not self._peer_done
+            and self.site.accepting
+            and self._answered < self.site.limits.max_requests_per_connection
+        )
+        try:
+            self._send(outgoing, keep_alive)
+        except h11.LocalProtocolError as error:
+            log.error(
+                "answer to path=%s not sent (%s); closing the connection", self._path(), error
+            )
+            self.abort()
+            return
+        self._next_cycle()
+
+    def _send(self, outgoing: Outgoing, keep_alive: bool) -> None:
+        assert self._request is not None
+        headers = [(n, v) for n, v in outgoing.headers if n != b"content-length"]
+        has_body = outgoing.status not in _NO_BODY_STATUS and outgoing.status >= 200
+        if has_body:
+            headers.append((b"content-length", str(len(outgoing.body)).encode()))
+        if not keep_alive:
+            headers.append((b"connection", b"close"))
+        data = self._http.send(
+            h11.Response(status_code=outgoing.status, headers=headers, reason=outgoing.reason)
+        )
+        if has_body and outgoing.body and self._request.method != b"HEAD":
+            data += self._http.send(h11.Data(data=outgoing.body))
+        data += self._http.send(h11.EndOfMessage())
+        self._write(data)
+
+    def _next_cycle(self) -> None:
+        assert self.transport is not None
+        self._request, self._body_bytes, self._too_large, self._sent_continue = (
+            None,
+            0,
+            False,
+            False,
+        )
+        if self._http.our_state is not h11.DONE or self._http.their_state is not h11.DONE:
+            self.close()
+            return
+        self._http.start_next_cycle()
+        limits = self.site.limits
+        self.phase, self.deadline = Phase.WAITING, self.site.now() + limits.keepalive_timeout_s
+        self.site.table.wait(self)
+        self.transport.resume_reading()
+        if self._http.trailing_data[0]:  # a pipelined request is already here
+            self.phase, self.deadline = Phase.READING, self.site.now() + limits.request_timeout_s
+            self._advance()
+
+    def _path(self) -> str:
+        return self._request.target.decode("latin-1") if self._request is not None else "?"
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)
+    return None
