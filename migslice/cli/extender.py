@@ -9,14 +9,14 @@ from typing import Any
 
 from migslice.cli.common import CommandError
 from migslice.clusterfile import ClusterFileError, load_cluster_text
-from migslice.serving import add_server_arguments, options_from_args, serve
+from migslice.serving import ServeError, add_server_arguments, options_from_args, serve
 from migslice.serving.reload import ReloadingApp
 
 log = logging.getLogger(__name__)
 
 
 def register(commands: Any) -> None:
-    from extender.settings import DEFAULT_MIG_CONFIG_MAP, DEFAULT_PORT
+    from extender.settings import DEFAULT_MIG_CONFIG_MAP, DEFAULT_PORT, ExtenderSettings
 
     parser = commands.add_parser(
         "extender",
@@ -40,7 +40,11 @@ def register(commands: Any) -> None:
         help=f"ConfigMap with the mig-parted config (default {DEFAULT_MIG_CONFIG_MAP})",
     )
     parser.add_argument(
-        "--max-body-mib", type=int, default=64, help="largest request body accepted (MiB)"
+        "--max-body-mib",
+        type=int,
+        default=ExtenderSettings().max_body_bytes >> 20,
+        help="largest ExtenderArgs accepted on /filter and /prioritize (MiB); full Node "
+        "objects (nodeCacheCapable: false) take about 22 KiB per candidate node",
     )
     parser.add_argument(
         "--max-staleness-s",
@@ -161,7 +165,8 @@ def run_extender(args: argparse.Namespace) -> int:
         mig_config_map=args.mig_config_map,
         repartition=_repartition_settings(args),
     )
-    options = options_from_args(args)
+    body_limits = {"/filter": settings.max_body_bytes, "/prioritize": settings.max_body_bytes}
+    options = options_from_args(args, body_limits)
     try:
         options.check()
     except ValueError as error:
@@ -200,7 +205,10 @@ def run_extender(args: argparse.Namespace) -> int:
                 _start_repartition(transport, state, settings)
             return create_app(settings, state)
 
-    serve(factory, options)
+    try:
+        serve(factory, options)
+    except ServeError as error:
+        raise CommandError(str(error)) from None
     return 0
 
 

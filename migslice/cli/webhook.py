@@ -10,12 +10,13 @@ from typing import Any
 
 from migslice.cli.common import CommandError
 from migslice.clusterfile import ClusterFileError, load_cluster_text
-from migslice.serving import add_server_arguments, options_from_args, serve
+from migslice.serving import ServeError, add_server_arguments, options_from_args, serve
 from migslice.serving.reload import ReloadingApp
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9443
+DEFAULT_MAX_BODY_MIB = 10  # webhook.settings.MAX_BODY_BYTES: kube-apiserver's largest review
 
 
 def register(commands: Any) -> None:
@@ -58,6 +59,13 @@ def register(commands: Any) -> None:
         help="how often TenantPolicy.status (usage, quota, conditions) is refreshed in-cluster, "
         "besides on every change; 0 writes no status (--cluster-file never writes)",
     )
+    webhook.add_argument(
+        "--max-body-mib",
+        type=int,
+        default=DEFAULT_MAX_BODY_MIB,
+        help="largest AdmissionReview accepted on /mutate and /validate (MiB; kube-apiserver "
+        "limits a request to 3 MiB, and a review can carry the object and its old version)",
+    )
     webhook.add_argument("--log-level", default="info", choices=("debug", "info", "warning"))
     add_server_arguments(webhook, default_port=DEFAULT_PORT)
     webhook.set_defaults(handler=run_webhook)
@@ -70,7 +78,10 @@ def run_webhook(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.max_body_mib < 1:
+        raise CommandError(f"--max-body-mib {args.max_body_mib}: must be at least 1")
     settings = WebhookSettings(
+        max_body_bytes=args.max_body_mib << 20,
         admission=AdmissionSettings(
             scheduler_name=args.scheduler_name,
             unmatched_namespaces=Unmatched(args.unmatched_namespaces),
@@ -80,7 +91,8 @@ def run_webhook(args: argparse.Namespace) -> int:
     )
     if args.status_interval_s < 0:
         raise CommandError("--status-interval-s must be 0 (no status writes) or more")
-    options = options_from_args(args)
+    body_limits = {"/mutate": settings.max_body_bytes, "/validate": settings.max_body_bytes}
+    options = options_from_args(args, body_limits)
     try:
         options.check()
     except ValueError as error:
@@ -89,11 +101,21 @@ def run_webhook(args: argparse.Namespace) -> int:
         path = Path(args.cluster_file)
         if not path.is_file():
             raise CommandError(f"--cluster-file {path}: no such file")
-        # Rebuilt from the file whenever it changes (see migslice.serving.reload).
-        serve(lambda: ReloadingApp(path, lambda p: _standalone_app(settings, p)), options)
+
+        def factory() -> Any:
+            # Rebuilt from the file whenever it changes (see migslice.serving.reload).
+            return ReloadingApp(path, lambda p: _standalone_app(settings, p))
+
     else:
         kubeconfig = args.kubeconfig
-        serve(lambda: _in_cluster_app(settings, kubeconfig), options)
+
+        def factory() -> Any:
+            return _in_cluster_app(settings, kubeconfig)
+
+    try:
+        serve(factory, options)
+    except ServeError as error:
+        raise CommandError(str(error)) from None
     return 0
 
 
