@@ -34,7 +34,7 @@ from migslice.scheduling import (
     filter_nodes,
     score_nodes,
 )
-from migslice.serving.wsgi import BODY_TOO_LARGE
+from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,9 @@ def _read_args(context: Context) -> dict[str, Any]:
     length = request.content_length
     if request.environ.get(BODY_TOO_LARGE) or (length is not None and length > limit):
         raise BadArgsError(_too_large(limit))  # our server has not read it (chunked or not)
-    data = request.stream.read(limit + 1)
+    data = buffered_body(request.environ)
+    if data is None:
+        data = request.stream.read(limit + 1)
     if len(data) > limit:
         raise BadArgsError(_too_large(limit))
     try:

@@ -29,7 +29,7 @@ from migslice.policy import (
     namespace_conflicts,
     parse_tenant_policy,
 )
-from migslice.serving.wsgi import BODY_TOO_LARGE
+from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 from webhook import review
 from webhook.metrics import Metrics
 from webhook.review import Review, ReviewError
@@ -178,7 +178,9 @@ def _body(settings: WebhookSettings) -> bytes:
     answered as 400); our server does not even read it (``BODY_TOO_LARGE``)."""
     if request.environ.get(BODY_TOO_LARGE):
         raise RequestEntityTooLarge()
-    data = request.stream.read(settings.max_body_bytes + 1)
+    data = buffered_body(request.environ)
+    if data is None:
+        data = request.stream.read(settings.max_body_bytes + 1)
     if len(data) > settings.max_body_bytes:
         raise RequestEntityTooLarge()
     return data

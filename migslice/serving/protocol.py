@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TLS_READ_BYTES = 64 * 1024
+TLS_RECORD_HEADER_BYTES = 5
+TLS_HANDSHAKE_RECORD = 22
+TLS_MAX_RECORD_BYTES = 16384 + 2048
 WRITE_CHUNK_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 256 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -53,6 +56,7 @@ class HttpConnection(asyncio.Protocol):
         self._tls: ssl.SSLObject | None = None
         self._tls_in = ssl.MemoryBIO()
         self._tls_out = ssl.MemoryBIO()
+        self._hello = bytearray()
         self._http = h11.Connection(
             h11.SERVER, max_incomplete_event_size=site.limits.max_header_bytes
         )
@@ -87,14 +91,6 @@ class HttpConnection(asyncio.Protocol):
         limits = self.site.limits
         now = self.site.now()
         if self.site.tls is not None:
-            try:
-                context = self.site.tls.get()
-            except (ValueError, OSError, ssl.SSLError) as error:
-                log.error("no serving certificate for a new connection (%s); closing it", error)
-                self.phase = Phase.CLOSED
-                self.transport.abort()
-                return
-            self._tls = context.wrap_bio(self._tls_in, self._tls_out, server_side=True)
             self.phase, self.deadline = Phase.HANDSHAKE, now + limits.tls_handshake_timeout_s
         else:
             self.phase, self.deadline = Phase.WAITING, now + limits.request_timeout_s
@@ -105,8 +101,12 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.phase is Phase.CLOSED:
             return
-        if self._tls is not None:
-            self._tls_in.write(data)
+        if self.site.tls is not None:
+            if self._tls is None:
+                if not self._first_record(data):
+                    return
+            else:
+                self._tls_in.write(data)
             if self.phase is Phase.HANDSHAKE and not self._handshake():
                 return
             plain = self._decrypt()
@@ -174,6 +174,35 @@ class HttpConnection(asyncio.Protocol):
 
     # -- TLS ------------------------------------------------------------------------------
 
+    def _first_record(self, data: bytes) -> bool:
+        """Hold the bytes of the client's first TLS record until it is whole, then start TLS.
+
+        OpenSSL gets nothing before that, so a client that trickles its ClientHello costs the
+        bytes it sent, not a TLS session with its buffers.
+        """
+        self._hello += data
+        if len(self._hello) < TLS_RECORD_HEADER_BYTES:
+            return False
+        record_bytes = int.from_bytes(self._hello[3:5], "big")
+        if self._hello[0] != TLS_HANDSHAKE_RECORD or record_bytes > TLS_MAX_RECORD_BYTES:
+            log.debug("not a TLS ClientHello from peer=%s; closing", self._endpoint.peer[0])
+            self.site.count("tls_failed")
+            self.abort()
+            return False
+        if len(self._hello) < TLS_RECORD_HEADER_BYTES + record_bytes:
+            return False
+        assert self.site.tls is not None
+        try:
+            context = self.site.tls.get()
+        except (ValueError, OSError, ssl.SSLError) as error:
+            log.error("no serving certificate for a new connection (%s); closing it", error)
+            self.abort()
+            return False
+        self._tls = context.wrap_bio(self._tls_in, self._tls_out, server_side=True)
+        self._tls_in.write(bytes(self._hello))
+        self._hello = bytearray()
+        return True
+
     def _handshake(self) -> bool:
         assert self._tls is not None
         try:
@@ -223,8 +252,10 @@ class HttpConnection(asyncio.Protocol):
         if pending and self.transport is not None and not self.transport.is_closing():
             self.transport.write(pending)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | None) -> None:
         assert self.transport is not None
+        if not data:
+            return
         if self._tls is None:
             self.transport.write(data)
             return
@@ -307,20 +338,14 @@ class HttpConnection(asyncio.Protocol):
         status = error.error_status_hint
         body = f"{error}\n".encode("utf-8", "replace")
         try:
-            self._write(
-                self._http.send(
-                    h11.Response(
-                        status_code=status,
-                        headers=[
-                            (b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close"),
-                        ],
-                    )
-                )
-                + self._http.send(h11.Data(data=body))
-                + self._http.send(h11.EndOfMessage())
-            )
+            headers = [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]
+            self._write(self._http.send(h11.Response(status_code=status, headers=headers)))
+            self._write(self._http.send(h11.Data(data=body)))
+            self._write(self._http.send(h11.EndOfMessage()))
         except h11.LocalProtocolError:
             pass
         self.close()
@@ -387,13 +412,15 @@ class HttpConnection(asyncio.Protocol):
             headers.append((b"content-length", str(len(outgoing.body)).encode()))
         if not keep_alive:
             headers.append((b"connection", b"close"))
-        data = self._http.send(
-            h11.Response(status_code=outgoing.status, headers=headers, reason=outgoing.reason)
+        self._write(
+            self._http.send(
+                h11.Response(status_code=outgoing.status, headers=headers, reason=outgoing.reason)
+            )
         )
         if has_body and outgoing.body and self._request.method != b"HEAD":
-            data += self._http.send(h11.Data(data=outgoing.body))
-        data += self._http.send(h11.EndOfMessage())
-        self._write(data)
+            for piece in self._http.send_with_data_passthrough(h11.Data(data=outgoing.body)) or ():
+                self._write(piece)  # the body itself, not a copy of it
+        self._write(self._http.send(h11.EndOfMessage()))
 
     def _next_cycle(self) -> None:
         assert self.transport is not None

@@ -59,7 +59,8 @@ class ReloadingSSLContext:
 
     def _unusable(self, error: Exception) -> ValueError:
         if isinstance(error, ssl.SSLError):
-            reason = f"not a PEM certificate chain and its private key: {error.reason or error}"
+            detail = f": {error.reason.lower().replace('_', ' ')}" if error.reason else ""
+            reason = f"not a PEM certificate chain and its matching private key{detail}"
         elif isinstance(error, OSError) and error.strerror:
             reason = error.strerror
         else:

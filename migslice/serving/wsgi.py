@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -61,6 +61,15 @@ class Endpoint:
     server: tuple[str, int]
     peer: tuple[str, int]
     multiprocess: bool
+
+
+def buffered_body(environ: Mapping[str, Any]) -> bytes | None:
+    """The body as our server buffered it (the same bytes, not a copy), or None when the app
+    runs under another WSGI server (then read ``wsgi.input`` up to the app's own limit)."""
+    if BODY_LIMIT not in environ:
+        return None
+    body: bytes = environ["wsgi.input"].read()
+    return body
 
 
 def environ_for(request: Incoming, endpoint: Endpoint) -> dict[str, Any]:
