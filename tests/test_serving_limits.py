@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from migslice.serving.certs import write_tls_bundle
+from migslice.serving.connections import ConnectionTable
 
 SERVICE, NAMESPACE = "migslice-probe", "migslice-system"
 SERVER_NAME = f"{SERVICE}.{NAMESPACE}.svc"
@@ -317,3 +318,31 @@ def test_sigterm_lets_the_request_in_flight_finish(tmp_path: Path) -> None:
     assert (reply.status, json.loads(reply.read())) == (200, {"slept": True})
     assert probe.process.wait(timeout=15) == 0
     connection.close()
+
+
+def test_a_client_that_expects_100_continue_gets_it_only_within_the_limit(probe: Probe) -> None:
+    head = (
+        b"POST /echo HTTP/1.1\r\nHost: probe\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+    )
+    with probe.tls() as small:
+        small.sendall(head % 5)
+        assert answered_within(small, 5).startswith(b"HTTP/1.1 100")
+        small.sendall(b"hello")
+        assert answered_within(small, 5).startswith(b"HTTP/1.1 200")
+    with probe.tls() as large:
+        large.sendall(head % (ECHO_LIMIT + 1))
+        assert answered_within(large, 5).startswith(b"HTTP/1.1 400")
+
+
+def test_the_table_sheds_the_connection_that_has_waited_longest_never_a_busy_one() -> None:
+    table: ConnectionTable[str] = ConnectionTable(capacity=3)
+    for name in ("kept-alive", "trickling", "silent"):
+        table.add(name)
+    table.hold("kept-alive")  # its request is whole: being answered
+    assert table.is_full and table.oldest_waiting() == "trickling"
+    table.wait("kept-alive")  # answered; now the youngest waiter
+    table.remove("trickling")
+    assert table.waiting() == ["silent", "kept-alive"]
+    table.hold("silent")
+    table.hold("kept-alive")
+    assert table.oldest_waiting() is None and table.busy_count() == 2

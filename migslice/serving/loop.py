@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SWEEP_S = 0.25
+HANDSHAKES_PER_TURN = 4
 ACCEPT_BATCH = 32
 ACCEPT_RETRY_S = 0.5
 STATS_EVERY_S = 60.0
@@ -98,6 +99,8 @@ class Site:
         self.stats: Counter[str] = Counter()
         self._listeners: list[socket.socket] = []
         self._accept_paused = False
+        self._handshakes: deque[HttpConnection] = deque()
+        self._handshakes_scheduled = False
         self._stats_logged_at = loop.time()
 
     def now(self) -> float:
@@ -176,11 +179,35 @@ class Site:
         if self._accept_paused and self.accepting and not self.table.is_full:
             self._resume_accepting()
 
+    # -- handshakes -----------------------------------------------------------------------
+
+    def queue_handshake(self, connection: HttpConnection) -> None:
+        """TLS handshakes cost far more CPU than reading a request. They run a few per turn of
+        the loop, newest first: requests on established connections are not held up behind a
+        wave of reconnecting clients, and a new client is served before the backlog of a wave
+        (whose oldest members time out)."""
+        self._handshakes.append(connection)
+        if not self._handshakes_scheduled:
+            self._handshakes_scheduled = True
+            self.loop.call_soon(self._run_handshakes)
+
+    def _run_handshakes(self) -> None:
+        self._handshakes_scheduled = False
+        for _ in range(HANDSHAKES_PER_TURN):
+            if not self._handshakes:
+                return
+            self._handshakes.pop().continue_handshake()
+        if self._handshakes:
+            self._handshakes_scheduled = True
+            self.loop.call_soon(self._run_handshakes)
+
     # -- deadlines ------------------------------------------------------------------------
 
     def sweep(self) -> None:
         """Close connections past their deadline, and those whose client stopped reading."""
         now = self.now()
+        if self._handshakes:  # forget queued handshakes of connections closed meanwhile
+            self._handshakes = deque(c for c in self._handshakes if c.phase is Phase.HANDSHAKE)
         for connection in self.table.waiting():
             if connection.deadline <= now:
                 if connection.phase is Phase.WAITING and connection.answered:

@@ -71,6 +71,7 @@ class HttpConnection(asyncio.Protocol):
         self._waits_for_slot = False
         self._app_runs = False
         self._peer_done = False
+        self.handshake_queued = False
 
     @property
     def answered(self) -> int:
@@ -101,20 +102,38 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.phase is Phase.CLOSED:
             return
-        if self.site.tls is not None:
-            if self._tls is None:
-                if not self._first_record(data):
-                    return
-            else:
-                self._tls_in.write(data)
-            if self.phase is Phase.HANDSHAKE and not self._handshake():
+        if self.site.tls is None:
+            if data:
+                self._received(data)
+            self._close_if_peer_done()
+            return
+        if self._tls is None:
+            if not self._first_record(data):
                 return
-            plain = self._decrypt()
-            if plain is None:
-                return
-            data = plain
-        if data:
-            self._received(data)
+        else:
+            self._tls_in.write(data)
+        if self.phase is Phase.HANDSHAKE:
+            if not self.handshake_queued:  # the Site runs handshakes a few at a time
+                self.handshake_queued = True
+                self.site.queue_handshake(self)
+            return
+        self._take_tls_data()
+
+    def continue_handshake(self) -> None:
+        """Advance the TLS handshake with what has arrived (called by the Site's queue)."""
+        self.handshake_queued = False
+        if self.phase is Phase.HANDSHAKE and self._handshake():
+            self._take_tls_data()  # a TLS 1.3 client sends its request right behind Finished
+
+    def _take_tls_data(self) -> None:
+        plain = self._decrypt()
+        if plain is None:
+            return
+        if plain:
+            self._received(plain)
+        self._close_if_peer_done()
+
+    def _close_if_peer_done(self) -> None:
         if self._peer_done and self.phase in (Phase.WAITING, Phase.READING, Phase.HANDSHAKE):
             self.close()
 
@@ -286,7 +305,9 @@ class HttpConnection(asyncio.Protocol):
             if event is h11.NEED_DATA:
                 if self._http.they_are_waiting_for_100_continue and not self._sent_continue:
                     self._sent_continue = True
-                    self._write(self._http.send(h11.InformationalResponse(status_code=100)))
+                    self._write(
+                        self._http.send(h11.InformationalResponse(status_code=100, headers=[]))
+                    )
                 return
             if isinstance(event, h11.Request):
                 self._begin(event)
