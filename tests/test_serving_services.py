@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,12 @@ from migslice.serving.process import ServerProcess
 
 NAMESPACE = "migslice-system"
 LIMIT = 1 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def start(command: str, directory: Path, documents: list[dict[str, Any]]) -> ServerProcess:
@@ -194,3 +201,57 @@ def test_a_serving_key_that_cannot_be_loaded_stops_the_server_with_one_line(
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert f"--tls-key {bundle.key}: cannot load the serving certificate" in lines[0]
+
+
+def can_remount() -> bool:
+    probe = ["unshare", "--mount", "--propagation", "private", "mount", "--bind", "/", "/mnt"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+READ_ONLY_ROOT = """
+set -e
+mount --bind /tmp /tmp
+mount -o remount,bind,ro /
+if mountpoint -q /dev/shm; then mount -o remount,bind,ro /dev/shm; fi
+export HOME=/root
+unset XDG_RUNTIME_DIR
+exec "$@"
+"""
+
+
+@pytest.mark.skipif(not can_remount(), reason="needs a private mount namespace (unshare)")
+def test_the_webhook_runs_with_a_read_only_root_and_home_and_only_tmp_writable(
+    tmp_path: Path,
+) -> None:
+    service = "migslice-webhook"
+    bundle = write_tls_bundle(tmp_path, service, NAMESPACE)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([make_policy()]))
+    port = str(free_port())
+    command = [
+        "unshare", "--mount", "--propagation", "private", "sh", "-c", READ_ONLY_ROOT, "sh",
+        sys.executable, "-m", "migslice.cli", "webhook", "--cluster-file", str(cluster),
+        "--host", "127.0.0.1", "--port", port, "--tls-cert", str(bundle.cert),
+        "--tls-key", str(bundle.key), "--log-level", "warning",
+    ]  # fmt: skip
+    log = tmp_path / "webhook.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    server = ServerProcess("webhook", [], bundle, log, f"{service}.{NAMESPACE}.svc", int(port))
+    try:
+        deadline = time.monotonic() + 60
+        status: int | None = None
+        while status != 200 and process.poll() is None and time.monotonic() < deadline:
+            try:
+                status = server.request("GET", "/readyz")[0]
+            except OSError:
+                time.sleep(0.2)
+        assert status == 200, log.read_text()
+        assert "ERROR" not in log.read_text()
+    finally:
+        server.stop()
+        process.terminate()
+        process.wait(timeout=15)
