@@ -2,9 +2,11 @@
 
 Every client is held to deadlines that it cannot extend by trickling bytes: a TLS handshake
 must finish within ``tls_handshake_timeout_s``; a request (request line, headers and body) must
-arrive whole within ``request_timeout_s`` of its first byte (of the end of the handshake, for a
-connection's first request); a kept-alive connection may wait ``keepalive_timeout_s`` for its
-next request. A request body larger than its path's limit is refused without being read.
+arrive whole within ``request_timeout_s`` of its first byte; a connection waits at most
+``keepalive_timeout_s`` for the first byte of a request (its first, or its next one when kept
+alive). A silent connection costs memory only, and the connection table sheds the one that has
+waited longest when it is full. A request body larger than its path's limit is refused
+without being read.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SWEEP_S = 0.25
 HANDSHAKES_PER_TURN = 4
+EXPIRIES_PER_TURN = 16
 ACCEPT_BATCH = 32
 ACCEPT_RETRY_S = 0.5
 STATS_EVERY_S = 60.0
@@ -170,7 +171,7 @@ class Site:
                 return False
             self.count("shed")
             log.debug("connection table full; shedding a connection phase=%s", victim.phase.value)
-            victim.close()
+            victim.close(notify=victim.phase is Phase.WAITING and victim.answered > 0)
         self.table.add(connection)
         return True
 
@@ -208,14 +209,7 @@ class Site:
         now = self.now()
         if self._handshakes:  # forget queued handshakes of connections closed meanwhile
             self._handshakes = deque(c for c in self._handshakes if c.phase is Phase.HANDSHAKE)
-        for connection in self.table.waiting():
-            if connection.deadline <= now:
-                if connection.phase is Phase.WAITING and connection.answered:
-                    self.count("keepalive_timeouts")
-                else:
-                    self.count(_EXPIRED.get(connection.phase, "timeouts"))
-                log.debug("closing a connection past its deadline phase=%s", connection.phase.value)
-                connection.close()
+        self._expire([c for c in self.table.waiting() if c.deadline <= now])
         write_timeout_s = self.limits.write_timeout_s
         for connection in self.table:
             stalled = connection.write_stalled_since
@@ -224,6 +218,19 @@ class Site:
                 connection.abort()
         if now - self._stats_logged_at >= STATS_EVERY_S:
             self._log_stats(now)
+
+    def _expire(self, expired: list[HttpConnection]) -> None:
+        """Close connections past their deadline, a few per turn of the loop: stalled clients
+        opened together expire together, and a thousand closes at once would hold up the
+        requests of everyone else."""
+        now = self.now()
+        for connection in expired[:EXPIRIES_PER_TURN]:
+            if connection.phase in _EXPIRED and connection.deadline <= now:
+                routine = connection.phase is Phase.WAITING and connection.answered > 0
+                self.count("keepalive_timeouts" if routine else _EXPIRED[connection.phase])
+                connection.close(notify=routine)
+        if len(expired) > EXPIRIES_PER_TURN:
+            self.loop.call_soon(self._expire, expired[EXPIRIES_PER_TURN:])
 
     def _log_stats(self, now: float) -> None:
         self._stats_logged_at = now

@@ -94,7 +94,7 @@ class HttpConnection(asyncio.Protocol):
         if self.site.tls is not None:
             self.phase, self.deadline = Phase.HANDSHAKE, now + limits.tls_handshake_timeout_s
         else:
-            self.phase, self.deadline = Phase.WAITING, now + limits.request_timeout_s
+            self.phase, self.deadline = Phase.WAITING, now + limits.keepalive_timeout_s
         if not self.site.admit(self):
             self.phase = Phase.CLOSED
             self.transport.abort()
@@ -153,13 +153,14 @@ class HttpConnection(asyncio.Protocol):
 
     # -- closing ----------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Close after what is already written (a TLS close_notify first)."""
+    def close(self, notify: bool = True) -> None:
+        """Close after what is already written, with a TLS close_notify first unless the
+        client stalled (``notify=False``: it gets no more of our CPU)."""
         if self.phase is Phase.CLOSED or self.transport is None:
             return
         handshaken = self.phase is not Phase.HANDSHAKE
         self._leave()
-        if self._tls is not None and handshaken:
+        if self._tls is not None and handshaken and notify:
             try:
                 self._tls.unwrap()
             except (ssl.SSLError, OSError):
@@ -238,7 +239,7 @@ class HttpConnection(asyncio.Protocol):
         self._flush()
         self.phase, self.deadline = (
             Phase.WAITING,
-            self.site.now() + self.site.limits.request_timeout_s,
+            self.site.now() + self.site.limits.keepalive_timeout_s,
         )
         self.site.table.wait(self)
         return True
@@ -287,10 +288,9 @@ class HttpConnection(asyncio.Protocol):
     # -- HTTP -----------------------------------------------------------------------------
 
     def _received(self, data: bytes) -> None:
-        if self.phase is Phase.WAITING:
+        if self.phase is Phase.WAITING:  # a request begins: its whole-request deadline starts
             self.phase = Phase.READING
-            if self._answered:  # a kept-alive connection: the request's own deadline starts
-                self.deadline = self.site.now() + self.site.limits.request_timeout_s
+            self.deadline = self.site.now() + self.site.limits.request_timeout_s
         self._http.receive_data(data)
         if self.phase is Phase.READING and not self._waits_for_slot:
             self._advance()
