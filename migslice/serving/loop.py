@@ -100,7 +100,8 @@ class Site:
         self.stats: Counter[str] = Counter()
         self._listeners: list[socket.socket] = []
         self._accept_paused = False
-        self._handshakes: deque[HttpConnection] = deque()
+        self._starting: deque[HttpConnection] = deque()  # ClientHello waiting for an answer
+        self._finishing: deque[HttpConnection] = deque()  # answered; the client's reply is in
         self._handshakes_scheduled = False
         self._stats_logged_at = loop.time()
 
@@ -184,10 +185,11 @@ class Site:
 
     def queue_handshake(self, connection: HttpConnection) -> None:
         """TLS handshakes cost far more CPU than reading a request. They run a few per turn of
-        the loop, newest first: requests on established connections are not held up behind a
-        wave of reconnecting clients, and a new client is served before the backlog of a wave
-        (whose oldest members time out)."""
-        self._handshakes.append(connection)
+        the loop, so requests on established connections are not held up behind a wave of
+        reconnecting clients. Handshakes we have already answered finish first (in order);
+        new ones start newest first, so a new client is served before the backlog of a wave,
+        whose oldest members time out rather than everyone waiting for all of them."""
+        (self._finishing if connection.handshake_answered else self._starting).append(connection)
         if not self._handshakes_scheduled:
             self._handshakes_scheduled = True
             self.loop.call_soon(self._run_handshakes)
@@ -195,10 +197,13 @@ class Site:
     def _run_handshakes(self) -> None:
         self._handshakes_scheduled = False
         for _ in range(HANDSHAKES_PER_TURN):
-            if not self._handshakes:
+            if self._finishing:
+                self._finishing.popleft().continue_handshake()
+            elif self._starting:
+                self._starting.pop().continue_handshake()
+            else:
                 return
-            self._handshakes.pop().continue_handshake()
-        if self._handshakes:
+        if self._finishing or self._starting:
             self._handshakes_scheduled = True
             self.loop.call_soon(self._run_handshakes)
 
@@ -207,8 +212,8 @@ class Site:
     def sweep(self) -> None:
         """Close connections past their deadline, and those whose client stopped reading."""
         now = self.now()
-        if self._handshakes:  # forget queued handshakes of connections closed meanwhile
-            self._handshakes = deque(c for c in self._handshakes if c.phase is Phase.HANDSHAKE)
+        if self._starting:  # forget queued handshakes of connections closed meanwhile
+            self._starting = deque(c for c in self._starting if c.phase is Phase.HANDSHAKE)
         self._expire([c for c in self.table.waiting() if c.deadline <= now])
         write_timeout_s = self.limits.write_timeout_s
         for connection in self.table:

@@ -72,6 +72,7 @@ class HttpConnection(asyncio.Protocol):
         self._app_runs = False
         self._peer_done = False
         self.handshake_queued = False
+        self.handshake_answered = False  # our reply to the ClientHello is out
 
     @property
     def answered(self) -> int:
@@ -228,6 +229,7 @@ class HttpConnection(asyncio.Protocol):
         try:
             self._tls.do_handshake()
         except ssl.SSLWantReadError:
+            self.handshake_answered = self.handshake_answered or bool(self._tls_out.pending)
             self._flush()
             return False
         except (ssl.SSLError, OSError) as error:
