@@ -40,7 +40,9 @@ _EXPIRED = {
     Phase.WAITING: "silent_timeouts",  # connected, never sent a request
     Phase.READING: "request_timeouts",
 }
-_ROUTINE = frozenset({"keepalive_timeouts"})  # kept-alive connections idle past their time
+_ROUTINE = frozenset(
+    {"keepalive_timeouts", "trickling"}
+)  # kept-alive connections idle past their time
 
 
 class LargeSlot:

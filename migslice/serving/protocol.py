@@ -38,6 +38,8 @@ TLS_READ_BYTES = 64 * 1024
 TLS_RECORD_HEADER_BYTES = 5
 TLS_HANDSHAKE_RECORD = 22
 TLS_MAX_RECORD_BYTES = 16384 + 2048
+TRICKLE_AFTER_S = 1.0
+TRICKLE_BYTES = 16 * 1024
 WRITE_CHUNK_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 256 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
@@ -73,6 +75,9 @@ class HttpConnection(asyncio.Protocol):
         self._peer_done = False
         self.handshake_queued = False
         self.handshake_answered = False  # our reply to the ClientHello is out
+        self._began = 0.0  # when the handshake, or the request being read, began
+        self._request_bytes = 0
+        self._stalled = False
 
     @property
     def answered(self) -> int:
@@ -92,6 +97,7 @@ class HttpConnection(asyncio.Protocol):
         )  # fmt: skip
         limits = self.site.limits
         now = self.site.now()
+        self._began = now
         if self.site.tls is not None:
             self.phase, self.deadline = Phase.HANDSHAKE, now + limits.tls_handshake_timeout_s
         else:
@@ -110,6 +116,7 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._tls is None:
             if not self._first_record(data):
+                self._stall_if_trickling(len(self._hello))
                 return
         else:
             self._tls_in.write(data)
@@ -292,10 +299,29 @@ class HttpConnection(asyncio.Protocol):
     def _received(self, data: bytes) -> None:
         if self.phase is Phase.WAITING:  # a request begins: its whole-request deadline starts
             self.phase = Phase.READING
-            self.deadline = self.site.now() + self.site.limits.request_timeout_s
+            self._began, self._request_bytes = self.site.now(), 0
+            self.deadline = self._began + self.site.limits.request_timeout_s
+        self._request_bytes += len(data)
         self._http.receive_data(data)
         if self.phase is Phase.READING and not self._waits_for_slot:
             self._advance()
+        if self.phase is Phase.READING:
+            self._stall_if_trickling(self._request_bytes)
+
+    def _stall_if_trickling(self, received_bytes: int) -> None:
+        """Stop reading a client that trickles: still short of a whole request (or ClientHello)
+        a second after it began, with fewer than 16 KiB sent. An honest client sends in
+        milliseconds; this one would only cost a wake-up of the loop per byte until its
+        deadline closes it, and closing it sooner only makes it reconnect (a handshake) sooner."""
+        if (
+            not self._stalled
+            and received_bytes < TRICKLE_BYTES
+            and self.site.now() - self._began > TRICKLE_AFTER_S
+            and self.transport is not None
+        ):
+            self._stalled = True
+            self.site.count("trickling")
+            self.transport.pause_reading()
 
     def _advance(self) -> None:
         while self.phase is Phase.READING and not self._waits_for_slot:
