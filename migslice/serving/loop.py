@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SWEEP_S = 0.25
-HANDSHAKES_PER_TURN = 4
+HANDSHAKES_PER_TURN = 1
 EXPIRIES_PER_TURN = 16
-ACCEPT_BATCH = 32
+ACCEPT_BATCH = 8
 ACCEPT_RETRY_S = 0.5
 STATS_EVERY_S = 60.0
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -186,7 +186,7 @@ class Site:
     # -- handshakes -----------------------------------------------------------------------
 
     def queue_handshake(self, connection: HttpConnection) -> None:
-        """TLS handshakes cost far more CPU than reading a request. They run a few per turn of
+        """TLS handshakes cost far more CPU than reading a request. They run one per turn of
         the loop, so requests on established connections are not held up behind a wave of
         reconnecting clients. Handshakes we have already answered finish first (in order);
         new ones start newest first, so a new client is served before the backlog of a wave,

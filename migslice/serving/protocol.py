@@ -116,7 +116,8 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._tls is None:
             if not self._first_record(data):
-                self._stall_if_trickling(len(self._hello))
+                if self.phase is Phase.HANDSHAKE:
+                    self._stall_if_trickling(len(self._hello))
                 return
         else:
             self._tls_in.write(data)
