@@ -20,6 +20,7 @@ class Phase(enum.Enum):
     WAITING = "waiting"  # for the first byte of a request (new or kept-alive connection)
     READING = "reading"  # a request has begun and is not whole yet
     BUSY = "busy"  # the request is whole; the app answers it or the answer goes out
+    LINGERING = "lingering"  # answered before its body was read: the rest is read and dropped
     CLOSED = "closed"
 
 

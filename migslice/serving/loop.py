@@ -39,9 +39,10 @@ _EXPIRED = {
     Phase.HANDSHAKE: "handshake_timeouts",
     Phase.WAITING: "silent_timeouts",  # connected, never sent a request
     Phase.READING: "request_timeouts",
+    Phase.LINGERING: "lingering_closes",
 }
 _ROUTINE = frozenset(
-    {"keepalive_timeouts", "trickling"}
+    {"keepalive_timeouts", "trickling", "lingering_closes"}
 )  # kept-alive connections idle past their time
 
 

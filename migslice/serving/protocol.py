@@ -39,6 +39,8 @@ TLS_RECORD_HEADER_BYTES = 5
 TLS_HANDSHAKE_RECORD = 22
 TLS_MAX_RECORD_BYTES = 16384 + 2048
 TRICKLE_AFTER_S = 1.0
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 1024 * 1024
 TRICKLE_BYTES = 16 * 1024
 WRITE_CHUNK_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 256 * 1024
@@ -75,6 +77,7 @@ class HttpConnection(asyncio.Protocol):
         self._peer_done = False
         self.handshake_queued = False
         self.handshake_answered = False  # our reply to the ClientHello is out
+        self._lingered_bytes = 0
         self._began = 0.0  # when the handshake, or the request being read, began
         self._request_bytes = 0
         self._stalled = False
@@ -108,6 +111,11 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.phase is Phase.CLOSED:
+            return
+        if self.phase is Phase.LINGERING:
+            self._lingered_bytes += len(data)
+            if self._lingered_bytes > LINGER_BYTES:
+                self.close(notify=False)
             return
         if self.site.tls is None:
             if data:
@@ -147,6 +155,9 @@ class HttpConnection(asyncio.Protocol):
             self.close()
 
     def eof_received(self) -> bool:
+        if self.phase is Phase.LINGERING:
+            self.close(notify=False)
+            return False
         self._peer_done = True
         # A client may half-close after its request: keep the socket to send the answer.
         return self.phase is Phase.BUSY
@@ -480,6 +491,9 @@ class HttpConnection(asyncio.Protocol):
             False,
             False,
         )
+        if self._http.their_state is h11.SEND_BODY and not self._peer_done:
+            self._linger()
+            return
         if self._http.our_state is not h11.DONE or self._http.their_state is not h11.DONE:
             self.close()
             return
@@ -491,6 +505,29 @@ class HttpConnection(asyncio.Protocol):
         if self._http.trailing_data[0]:  # a pipelined request is already here
             self.phase, self.deadline = Phase.READING, self.site.now() + limits.request_timeout_s
             self._advance()
+
+    def _linger(self) -> None:
+        """We answered before reading the whole body (it was over its limit). Closing now
+        would reset the connection while the client is still sending, and the reset can
+        destroy our answer before the client reads it; so, like Apache and nginx, we say we are
+        done (close_notify, FIN), then read and drop what still arrives, for a short while."""
+        assert self.transport is not None
+        self.phase, self.deadline = Phase.LINGERING, self.site.now() + LINGER_S
+        self._lingered_bytes = 0
+        self.site.table.wait(self)
+        if self._tls is not None:
+            try:
+                self._tls.unwrap()
+            except (ssl.SSLError, OSError):
+                pass
+            self._flush()
+        try:
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+        except OSError:  # the client is gone already
+            self.close(notify=False)
+            return
+        self.transport.resume_reading()
 
     def _path(self) -> str:
         return self._request.target.decode("latin-1") if self._request is not None else "?"
