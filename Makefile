@@ -45,6 +45,7 @@ bench: install
 	$(BIN)/python bench/webhook_latency.py
 	$(BIN)/python -m bench.packing
 	$(BIN)/python -m bench.churn
+	$(BIN)/python -m bench.slow_clients
 
 demo: install
 	$(BIN)/migslice demo

@@ -199,7 +199,7 @@ def serve_main(args: argparse.Namespace) -> None:
     from extender.settings import ExtenderSettings
     from extender.state import ExtenderState, StaticCache, new_index
     from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-    from migslice.serving import ServerOptions, serve
+    from migslice.serving import ServerOptions, ServingLimits, serve
 
     def factory() -> Any:
         index = new_index()
@@ -209,6 +209,7 @@ def serve_main(args: argparse.Namespace) -> None:
         state = ExtenderState(index, (StaticCache("bench"),))
         return create_app(ExtenderSettings(), state)
 
+    limit = ExtenderSettings().max_body_bytes
     options = ServerOptions(
         host="127.0.0.1",
         port=args.port,
@@ -217,6 +218,7 @@ def serve_main(args: argparse.Namespace) -> None:
         insecure_http=args.tls_cert is None,
         workers=1,
         threads=args.threads,
+        limits=ServingLimits().with_body_limits({"/filter": limit, "/prioritize": limit}),
     )
     serve(factory, options)
 

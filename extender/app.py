@@ -7,12 +7,12 @@ failures (a body that is not ExtenderArgs, an internal error) are reported in ``
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -35,6 +35,7 @@ from migslice.scheduling import (
     filter_nodes,
     score_nodes,
 )
+from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,12 @@ def create_app(
 
 
 def _finish(context: Context, verb: str, answer: Any, outcome: str, started: float) -> Response:
-    body = json.dumps(answer, separators=(",", ":"))
+    try:
+        body = orjson.dumps(answer)
+    except orjson.JSONEncodeError as error:  # an echoed Node nests deeper than 254 levels
+        message = f"answer cannot be encoded as JSON: {error}"
+        body = orjson.dumps(filter_error(message) if verb == "filter" else {"Error": message})
+        outcome = "error"
     context.metrics.requests.labels(verb, outcome).inc()
     context.metrics.duration.labels(verb).observe(time.perf_counter() - started)
     return Response(body, status=200, mimetype=JSON)
@@ -116,16 +122,15 @@ def _finish(context: Context, verb: str, answer: Any, outcome: str, started: flo
 def _read_args(context: Context) -> dict[str, Any]:
     limit = context.settings.max_body_bytes
     length = request.content_length
-    if length is not None and length > limit:
-        raise BadArgsError(
-            f"request body is {length} bytes; limit {limit} (--max-body-mib); "
-            "use nodeCacheCapable: true"
-        )
-    data = request.stream.read(limit + 1)
+    if request.environ.get(BODY_TOO_LARGE) or (length is not None and length > limit):
+        raise BadArgsError(_too_large(limit))  # our server has not read it (chunked or not)
+    data = buffered_body(request.environ)
+    if data is None:
+        data = request.stream.read(limit + 1)
     if len(data) > limit:
-        raise BadArgsError(f"request body exceeds {limit} bytes (--max-body-mib)")
+        raise BadArgsError(_too_large(limit))
     try:
-        args = json.loads(data)
+        args = orjson.loads(data)  # nesting deeper than 1,024 levels is a ValueError
     except ValueError as error:
         raise BadArgsError(f"request body is not JSON ExtenderArgs: {error}") from None
     if not isinstance(args, dict):
@@ -134,6 +139,13 @@ def _read_args(context: Context) -> dict[str, Any]:
     if not isinstance(pod, dict):
         raise BadArgsError(f"ExtenderArgs.Pod is {_kind(pod)}; expected the Pod object")
     return args
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"request body is larger than the limit {limit} bytes (--max-body-mib); "
+        "use nodeCacheCapable: true, or raise --max-body-mib for full Node objects"
+    )
 
 
 def _kind(value: object) -> str:

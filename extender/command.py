@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-mib",
         type=console.count(1, 1024),
-        default=64,
-        help="largest request body accepted (MiB)",
+        default=ExtenderSettings().max_body_bytes >> 20,
+        help="largest ExtenderArgs accepted on /filter and /prioritize (MiB); full Node "
+        "objects (nodeCacheCapable: false) take about 22 KiB per candidate node",
     )
     parser.add_argument(
         "--max-staleness-s",
@@ -125,8 +126,9 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
+    body = args.max_body_mib << 20
     return ExtenderSettings(
-        max_body_bytes=args.max_body_mib << 20,
+        max_body_bytes=body,
         max_staleness_s=args.max_staleness_s,
         mig_config_map=args.mig_config_map,
         repartition=RepartitionSettings(
@@ -147,7 +149,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         ),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,
-        server=options_from_args(args),
+        server=options_from_args(args, {"/filter": body, "/prioritize": body}),
         log_level=args.log_level,
     )
 

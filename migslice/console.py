@@ -41,9 +41,10 @@ def _number(text: str, kind: Callable[[str], Any], what: str) -> Any:
 
 
 def port(text: str) -> int:
+    """A TCP port; 0 lets the kernel pick a free one (for tests)."""
     value = _number(text, int, "a port number")
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535, or 0 for any)")
     return int(value)
 
 

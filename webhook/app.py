@@ -28,6 +28,7 @@ from migslice.policy import (
     check_against_catalog,
     parse_tenant_policy,
 )
+from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 from webhook import review
 from webhook.metrics import Metrics
 from webhook.review import Review, ReviewError
@@ -165,8 +166,17 @@ def metrics() -> Response:
 
 
 def _body(settings: WebhookSettings) -> bytes:
-    """The request body; werkzeug enforces ``max_body_bytes`` (413, answered as 400)."""
-    return request.get_data(cache=False)
+    """The request body. One over ``max_body_bytes`` is refused alike whether announced by
+    Content-Length or chunked, and whether the server or werkzeug sees it first (413,
+    answered as 400); our server does not even read it (``BODY_TOO_LARGE``)."""
+    if request.environ.get(BODY_TOO_LARGE):
+        raise RequestEntityTooLarge()
+    data = buffered_body(request.environ)
+    if data is None:
+        data = request.stream.read(settings.max_body_bytes + 1)
+    if len(data) > settings.max_body_bytes:
+        raise RequestEntityTooLarge()
+    return data
 
 
 def _answer(

@@ -8,7 +8,12 @@ from pathlib import Path
 from migslice import console, names
 from migslice.admission import AdmissionSettings, Unmatched
 from migslice.serving import add_server_arguments, options_from_args
-from webhook.settings import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_PORT, WebhookSettings
+from webhook.settings import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_PORT,
+    MAX_BODY_BYTES,
+    WebhookSettings,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,12 +59,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often TenantPolicy.status (usage, quota, conditions) is refreshed in-cluster, "
         "besides on every change; 0 writes no status (--cluster-file never writes)",
     )
+    parser.add_argument(
+        "--max-body-mib",
+        type=console.count(1, 1024),
+        default=MAX_BODY_BYTES >> 20,
+        help="largest AdmissionReview accepted on /mutate and /validate (MiB; kube-apiserver "
+        "limits a request to 3 MiB, and a review can carry the object and its old version)",
+    )
     console.add_log_level(parser)
     add_server_arguments(parser, default_port=DEFAULT_PORT)
 
 
 def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
+    body = args.max_body_mib << 20
     return WebhookSettings(
+        max_body_bytes=body,
         admission=AdmissionSettings(
             scheduler_name=args.scheduler_name,
             unmatched_namespaces=Unmatched(args.unmatched_namespaces),
@@ -69,7 +83,7 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
         exclude_namespaces=frozenset(args.exclude_namespaces),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,
-        server=options_from_args(args),
+        server=options_from_args(args, {"/mutate": body, "/validate": body}),
         log_level=args.log_level,
     )
 

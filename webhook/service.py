@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from flask import Flask
 
 from migslice import console
-from migslice.objects import ClusterFileError, load_cluster_text
-from migslice.serving import serve
+from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
+from migslice.serving import ServeError, serve
 from migslice.serving.reload import ReloadingApp
 from webhook.app import create_app
 from webhook.settings import WebhookSettings
@@ -29,21 +30,31 @@ def serve_webhook(settings: WebhookSettings) -> int:
         raise console.CommandError(str(error)) from None
     path = settings.cluster_file
     if path is not None:
-        if not path.is_file():
-            raise console.CommandError(f"--cluster-file {path}: no such file")
+        _load(path)  # a bad file is one line here, before any worker starts
         # Rebuilt from the file whenever it changes (see migslice.serving.reload).
-        serve(lambda: ReloadingApp(path, lambda p: standalone_app(settings, p)), settings.server)
+        factory: Callable[[], object] = lambda: ReloadingApp(  # noqa: E731
+            path, lambda p: standalone_app(settings, p)
+        )
     else:
-        serve(lambda: in_cluster_app(settings), settings.server)
+        factory = lambda: in_cluster_app(settings)  # noqa: E731
+    try:
+        serve(factory, settings.server)
+    except ServeError as error:
+        raise console.CommandError(str(error)) from None
     return 0
+
+
+def _load(path: Path) -> ClusterObjects:
+    text = console.read_text_file(path, flag="--cluster-file")
+    try:
+        return load_cluster_text(text)
+    except ClusterFileError as error:
+        raise console.CommandError(f"--cluster-file {path}: {error}") from None
 
 
 def standalone_app(settings: WebhookSettings, path: Path) -> Flask:
     """The app over a cluster file; the raw objects are dropped once the state is filled."""
-    try:
-        objects = load_cluster_text(path.read_text())
-    except (OSError, ClusterFileError) as error:
-        raise console.CommandError(f"--cluster-file {path}: {error}") from None
+    objects = _load(path)
     state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
     state.load(objects)
     log.info(
