@@ -120,4 +120,4 @@ class Flood:
                 except TimeoutError:
                     continue
         finally:
-            writer.close()
+            writer.transport.abort()  # at once: the flood never waits on a server to close
