@@ -77,3 +77,5 @@ smCount
 syncs
 usable_s
 userInfo
+writes
+connected
