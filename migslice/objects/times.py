@@ -26,6 +26,20 @@ def format_micro_time(epoch_s: float) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def parse_micro_epoch_s(text: object) -> float | None:
+    """Epoch seconds of a ``metav1.MicroTime`` stamp (or a second-precision one); None if it
+    is neither."""
+    if not isinstance(text, str):
+        return None
+    for layout in ("%Y-%m-%dT%H:%M:%S.%fZ", RFC3339):
+        try:
+            stamp = datetime.datetime.strptime(text, layout).replace(tzinfo=datetime.UTC)
+        except ValueError:
+            continue
+        return stamp.timestamp()
+    return None
+
+
 def parse_time(text: object) -> datetime.datetime | None:
     """The aware UTC datetime of an RFC 3339 second-precision stamp; None if it is not one."""
     if not isinstance(text, str):
