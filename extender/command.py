@@ -38,10 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest request body accepted (MiB)",
     )
     parser.add_argument(
-        "--max-staleness-s",
-        type=console.seconds(allow_zero=False),
-        default=180.0,
-        help="readiness fails when a cache has not heard from the API server for this long",
+        "--max-blind-s",
+        type=console.seconds(),
+        default=5.0,
+        help="a watch cache that has not followed the API server for this long fails every node "
+        "in filter (retried by kube-scheduler) and fails /readyz (default %(default)s)",
     )
     console.add_log_level(parser)
     _add_repartition_arguments(parser)
@@ -105,7 +106,7 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
     return ExtenderSettings(
         max_body_bytes=args.max_body_mib << 20,
-        max_staleness_s=args.max_staleness_s,
+        max_blind_s=args.max_blind_s,
         mig_config_map=args.mig_config_map,
         repartition=RepartitionSettings(
             enabled=args.repartition,

@@ -79,13 +79,14 @@ class RepartitionSettings:
 @dataclass(frozen=True, slots=True)
 class ExtenderSettings:
     """``max_body_bytes``: larger requests get an ``Error`` (500 full Nodes with managedFields,
-    images and conditions are about 2.5 MB; names-only requests are tiny). ``max_staleness_s``:
-    readiness fails when a cache has not heard from the API server for longer. ``mig_config_map``:
+    images and conditions are about 2.5 MB; names-only requests are tiny). ``max_blind_s``: a
+    cache that has not followed the API server for longer (``migslice.kube.health``) fails
+    every node in filter and fails readiness. ``mig_config_map``:
     ``namespace/name`` of the ConfigMap holding the mig-parted config under ``mig_config_key``.
     """
 
     max_body_bytes: int = 64 << 20
-    max_staleness_s: float = 180.0
+    max_blind_s: float = 5.0
     mig_config_map: str = DEFAULT_MIG_CONFIG_MAP
     mig_config_key: str = names.MIG_CONFIG_KEY
     repartition: RepartitionSettings = field(default_factory=RepartitionSettings)
@@ -97,8 +98,8 @@ class ExtenderSettings:
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:
             raise CommandError(f"max body {self.max_body_bytes} bytes: must be at least 1")
-        if not math.isfinite(self.max_staleness_s) or self.max_staleness_s <= 0:
-            raise CommandError(f"--max-staleness-s {self.max_staleness_s}: must be > 0")
+        if not math.isfinite(self.max_blind_s) or self.max_blind_s < 0:
+            raise CommandError(f"--max-blind-s {self.max_blind_s}: must be >= 0")
         if self.cluster_file is not None and self.kubeconfig is not None:
             raise CommandError("--cluster-file and --kubeconfig exclude each other")
         if self.repartition.enabled and self.cluster_file is not None:
