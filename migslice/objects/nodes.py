@@ -29,6 +29,8 @@ class NodeFacts:
     ``allocatable`` holds only ``nvidia.com/*`` resources, sorted by name. ``agent`` is the
     parsed ``migslice.io/gpu-layout`` annotation, ``agent_error`` why it could not be parsed.
     ``problems`` lists labels or quantities that were present but unreadable.
+    ``quarantine_label`` and ``quarantine_note``: the repartition quarantine's label value and
+    annotation (``migslice.repartition.quarantine``).
     """
 
     name: str
@@ -43,6 +45,8 @@ class NodeFacts:
     agent: AgentReport | None = None
     agent_error: str = ""
     problems: tuple[str, ...] = ()
+    quarantine_label: str | None = None
+    quarantine_note: str | None = None
 
     def allocatable_of(self, resource: str) -> int:
         for name, count in self.allocatable:
@@ -98,6 +102,8 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
         agent=agent,
         agent_error=agent_error,
         problems=tuple(problems),
+        quarantine_label=_label(labels, names.QUARANTINE_LABEL),
+        quarantine_note=_label(annotations, names.QUARANTINE_ANNOTATION),
     )
 
 

@@ -4,7 +4,10 @@ simulator.
 * :mod:`~migslice.repartition.planner` (with :mod:`~migslice.repartition.shapes`): pending
   demand + node states -> new layouts for idle GPUs;
 * :mod:`~migslice.repartition.decide`: the controller's state machine, record + snapshot +
-  time -> the next step (plan, apply, observe, finish, abort);
+  time -> the next step (plan, apply, observe, finish, abort), with
+  :mod:`~migslice.repartition.closing` (how a node's step ends),
+  :mod:`~migslice.repartition.quarantine` (nodes MIG Manager left stuck) and
+  :mod:`~migslice.repartition.actions` (what the shell does besides writing the record);
 * :mod:`~migslice.repartition.record`: the durable plan record;
 * :mod:`~migslice.repartition.pending`: which pods wait for a geometry;
 * :mod:`~migslice.repartition.snapshot` and :mod:`~migslice.repartition.configmap`: what the
@@ -16,6 +19,13 @@ Pure: the time, the cluster and the record are inputs; the shells (``extender/co
 
 from migslice.mig.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.names import RECORD_ANNOTATION
+from migslice.repartition.actions import (
+    REASON_FAILED,
+    REASON_STARTED,
+    NodeEvent,
+    QuarantineMark,
+    SetLabel,
+)
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -23,12 +33,8 @@ from migslice.repartition.configmap import (
     read_config_map,
 )
 from migslice.repartition.decide import (
-    REASON_FAILED,
-    REASON_STARTED,
     ControllerSettings,
-    NodeEvent,
     PlanResult,
-    SetLabel,
     Step,
     StepKind,
     decide,
@@ -53,6 +59,7 @@ from migslice.repartition.record import (
     ActivePlan,
     NodeOutcome,
     NodeStep,
+    Quarantined,
     RecordError,
     RepartitionRecord,
     parse_record,
@@ -85,6 +92,8 @@ __all__ = [
     "PendingPod",
     "PlanResult",
     "PlanSettings",
+    "QuarantineMark",
+    "Quarantined",
     "RecordError",
     "RepartitionPlan",
     "RepartitionRecord",
