@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from extender.settings import (
+    BUDGET_SCOPES,
     DEFAULT_LEASE,
     DEFAULT_MIG_CONFIG_MAP,
     DEFAULT_PORT,
@@ -75,12 +76,26 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         default=600.0,
         help="a node re-partitioned this recently is left alone",
     )
-    group.add_argument("--repartition-max-nodes-in-flight", type=console.count(1), default=1)
+    group.add_argument(
+        "--repartition-max-nodes-in-flight",
+        type=console.count(1),
+        default=1,
+        help="nodes MIG Manager may re-partition at once, per budget scope (default 1)",
+    )
+    group.add_argument(
+        "--repartition-budget-scope",
+        choices=BUDGET_SCOPES,
+        default="pool",
+        help="the in-flight budget holds per GPU product pool (nvidia.com/gpu.product; default) "
+        "or for the whole cluster",
+    )
     group.add_argument(
         "--repartition-deadline-s",
         type=positive,
         default=600.0,
-        help="a node not at nvidia.com/mig.config.state=success this long after labelling fails",
+        help="a node not at nvidia.com/mig.config.state=success this long after labelling is "
+        "quarantined (label migslice.io/repartition-quarantine) until MIG Manager reports "
+        "success or an admin removes the label",
     )
     group.add_argument(
         "--repartition-backoff-s",
@@ -115,6 +130,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
             min_pending_s=args.repartition_min_pending_s,
             cooldown_s=args.repartition_cooldown_s,
             max_nodes_in_flight=args.repartition_max_nodes_in_flight,
+            budget_scope=args.repartition_budget_scope,
             deadline_s=args.repartition_deadline_s,
             backoff_s=args.repartition_backoff_s,
             scheduler_name=args.repartition_scheduler_name,

@@ -127,11 +127,29 @@ class _RepartitionCollector(Collector):
         for outcome in ("success", "failed", "timeout", "aborted", "superseded"):
             nodes.add_metric((outcome,), stats.node_outcomes.get(outcome, 0))
         in_flight = GaugeMetricFamily(
-            "migslice_repartition_nodes_in_flight", "Nodes labelled and not yet finished."
+            "migslice_repartition_nodes_in_flight",
+            "Nodes MIG Manager is re-partitioning, as the in-flight budget counts them "
+            "(quarantined nodes left out).",
         )
         in_flight.add_metric((), stats.nodes_in_flight)
+        quarantined = GaugeMetricFamily(
+            "migslice_repartition_nodes_quarantined",
+            "Nodes MIG Manager left short of success past the deadline "
+            "(label migslice.io/repartition-quarantine).",
+        )
+        quarantined.add_metric((), stats.nodes_quarantined)
         errors = CounterMetricFamily(
             "migslice_repartition_errors", "Failed rounds and failed label writes."
         )
         errors.add_metric((), stats.errors)
-        yield from (leader, dry_run, started, finished, would, nodes, in_flight, errors)
+        yield from (
+            leader,
+            dry_run,
+            started,
+            finished,
+            would,
+            nodes,
+            in_flight,
+            quarantined,
+            errors,
+        )

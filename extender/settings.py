@@ -14,6 +14,7 @@ from migslice.serving import ServerOptions
 DEFAULT_PORT = 8443
 DEFAULT_MIG_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 DEFAULT_LEASE = f"{names.SYSTEM_NAMESPACE}/{names.LEASE_NAME}"
+BUDGET_SCOPES = ("pool", "cluster")
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +22,9 @@ class RepartitionSettings:
     """The repartition controller (off unless ``enabled``; ``dry_run`` decides and logs only).
 
     ``interval_s``: time between rounds. ``min_pending_s``, ``cooldown_s`` and
-    ``max_nodes_in_flight`` are the planner's rate limits; ``deadline_s``: how long a node may
-    stay short of ``success``; ``backoff_s``: how long a failed node is left alone.
+    ``max_nodes_in_flight`` are the planner's rate limits, the last per GPU product pool or for
+    the whole cluster (``budget_scope``); ``deadline_s``: how long a node may stay short of
+    ``success`` before it is quarantined; ``backoff_s``: how long a failed node is left alone.
     ``scheduler_name``: only pods of this scheduler count as pending. ``lease``:
     ``namespace/name`` of the leader-election Lease, held for ``lease_duration_s``.
     """
@@ -33,6 +35,7 @@ class RepartitionSettings:
     min_pending_s: float = 30.0
     cooldown_s: float = 600.0
     max_nodes_in_flight: int = 1
+    budget_scope: str = "pool"
     deadline_s: float = 600.0
     backoff_s: float = 1800.0
     scheduler_name: str = names.SCHEDULER_NAME
@@ -57,6 +60,10 @@ class RepartitionSettings:
         if self.max_nodes_in_flight < 1:
             raise CommandError(
                 f"--repartition-max-nodes-in-flight {self.max_nodes_in_flight}: must be >= 1"
+            )
+        if self.budget_scope not in BUDGET_SCOPES:
+            raise CommandError(
+                f"--repartition-budget-scope {self.budget_scope}: one of {', '.join(BUDGET_SCOPES)}"
             )
         if self.dry_run and not self.enabled:
             raise CommandError("--repartition-dry-run needs --repartition")

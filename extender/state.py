@@ -57,6 +57,7 @@ class RepartitionStats:
     plans_dry_run: int = 0
     node_outcomes: dict[str, int] = field(default_factory=dict)
     nodes_in_flight: int = 0
+    nodes_quarantined: int = 0
     errors: int = 0
     last_round: str = ""
 
