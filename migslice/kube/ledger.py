@@ -33,6 +33,7 @@ LEDGER_LABEL = "migslice.io/ledger"
 TENANT_ANNOTATION = "migslice.io/tenant"
 PREFIX = "migslice-quota-"
 MAX_NAME = 253
+LIST_TIMEOUT_S = 10.0
 
 
 class LedgerStore(Protocol):
@@ -54,11 +55,17 @@ class LedgerStore(Protocol):
 
 
 class Api(Protocol):
-    def get_json(self, path: str, query: Mapping[str, str]) -> RawObject: ...
+    def get_json(
+        self, path: str, query: Mapping[str, str], *, timeout_s: float = ...
+    ) -> RawObject: ...
 
-    def put_json(self, path: str, body: Mapping[str, Any]) -> RawObject: ...
+    def put_json(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float = ...
+    ) -> RawObject: ...
 
-    def post_json(self, path: str, body: Mapping[str, Any]) -> RawObject: ...
+    def post_json(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float = ...
+    ) -> RawObject: ...
 
 
 def ledger_name(tenant: str) -> str:
@@ -71,16 +78,19 @@ def ledger_name(tenant: str) -> str:
 
 
 class ConfigMapLedgers:
-    """A :class:`LedgerStore` over ConfigMaps in ``namespace``."""
+    """A :class:`LedgerStore` over ConfigMaps in ``namespace``. Ledger reads and writes give
+    up after ``timeout_s`` (under the webhook's own timeout, so that an API server that does
+    not answer, e.g. while etcd is down, is reported at once rather than holding the tenant)."""
 
-    def __init__(self, api: Api, namespace: str) -> None:
+    def __init__(self, api: Api, namespace: str, *, timeout_s: float = 3.0) -> None:
         self._api = api
         self._namespace = namespace
+        self._timeout_s = timeout_s
         self._collection = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps"
 
     def read(self, tenant: str) -> Ledger:
         try:
-            stored = self._api.get_json(self._path(tenant), {})
+            stored = self._api.get_json(self._path(tenant), {}, timeout_s=self._timeout_s)
         except ApiError as error:
             if error.status == 404:
                 return Ledger(tenant)
@@ -93,9 +103,11 @@ class ConfigMapLedgers:
         try:
             if ledger.version:
                 body["metadata"]["resourceVersion"] = ledger.version
-                stored = self._api.put_json(self._path(ledger.tenant), body)
+                stored = self._api.put_json(
+                    self._path(ledger.tenant), body, timeout_s=self._timeout_s
+                )
             else:
-                stored = self._api.post_json(self._collection, body)
+                stored = self._api.post_json(self._collection, body, timeout_s=self._timeout_s)
         except ApiError as error:
             if error.status in (404, 409):
                 raise LedgerConflictError(
@@ -110,7 +122,7 @@ class ConfigMapLedgers:
         token = ""
         while True:
             query = {"limit": "500", **({"continue": token} if token else {})}
-            page = self._api.get_json(path, query)
+            page = self._api.get_json(path, query, timeout_s=LIST_TIMEOUT_S)
             for raw_pod in page.get("items") or ():
                 uid = annotations_of(raw_pod).get(names.RESERVATION)
                 if isinstance(uid, str) and gpu_requests(raw_pod):

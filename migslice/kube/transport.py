@@ -103,8 +103,10 @@ class KubernetesTransport:
             raise ApiError(response.status, f"{method} {path}: {_status_message(text)}")
         return response
 
-    def get_json(self, path: str, query: Mapping[str, str]) -> RawObject:
-        return self._read_json("GET", path, self._request(path, query, read_timeout_s=60.0))
+    def get_json(
+        self, path: str, query: Mapping[str, str], *, timeout_s: float = 60.0
+    ) -> RawObject:
+        return self._read_json("GET", path, self._request(path, query, read_timeout_s=timeout_s))
 
     def patch_json(
         self,
@@ -119,20 +121,32 @@ class KubernetesTransport:
         )
         return self._read_json("PATCH", path, response)
 
-    def put_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+    def put_json(self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0) -> RawObject:
         """PUT ``body`` to ``path`` (replace; with ``metadata.resourceVersion`` the API server
         answers 409 Conflict when the object changed since it was read); the stored object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=30.0, method="PUT", body=data, content_type="application/json"
+            path,
+            {},
+            read_timeout_s=timeout_s,
+            method="PUT",
+            body=data,
+            content_type="application/json",
         )
         return self._read_json("PUT", path, response)
 
-    def post_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+    def post_json(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+    ) -> RawObject:
         """POST ``body`` to ``path`` (create); the created object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=30.0, method="POST", body=data, content_type="application/json"
+            path,
+            {},
+            read_timeout_s=timeout_s,
+            method="POST",
+            body=data,
+            content_type="application/json",
         )
         return self._read_json("POST", path, response)
 
