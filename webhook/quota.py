@@ -11,7 +11,9 @@ ledger with the version it decided on. A conflict (another replica or worker wro
 reads the ledger again and decides again, so two admissions never both take the last free
 slice. Threads of one process take a per-tenant lock first, so they do not conflict with each
 other. A quota denial decided on a ledger not read in this attempt is decided once more on a
-fresh read, so a charge another replica released does not deny a pod.
+fresh read (a charge another replica released does not deny a pod), and once more after
+settling charges of pods never created (:meth:`QuotaKeeper.settle`, which a thread also runs
+every few seconds).
 
 :class:`UnavailableError` means "cannot decide now" (caches blind, the ledger unreachable or
 unreadable, too many conflicts): the webhook answers 503 with ``Retry-After``, which
@@ -130,21 +132,27 @@ class QuotaKeeper:
             return first
         self.require_sight()
         tenant = first.tenant
-        if tenant is None:
-            return first
+        charged = first.allowed and first.charge is not None
+        if tenant is None or not (charged or first.reason == "quota"):
+            return first  # the ledger cannot change this answer
         with self._locks.held(tenant):
             return self._charged(admission, tenant, dry_run=dry_run)
 
     def _charged(self, admission: PodAdmission, tenant: str, *, dry_run: bool) -> AdmissionDecision:
-        ledger, fresh = self.state.ledger(tenant), False
+        """Decide on the ledger and charge it; a quota denial is decided again on a fresh read,
+        then once more after settling charges of pods never created."""
+        ledger, fresh, settled = self.state.ledger(tenant), False, False
         for _ in range(self.attempts):
             if ledger is None:
                 ledger, fresh = self._read(tenant), True
-            ledger = self._settle(ledger)
             decision = self._decide(admission)
-            if not decision.allowed and decision.reason == "quota" and not fresh:
-                ledger, fresh = self._read(tenant), True
-                continue
+            if not decision.allowed and decision.reason == "quota":
+                if not fresh:
+                    ledger, fresh = self._read(tenant), True
+                    continue
+                if not settled:
+                    ledger, settled = self._settle(ledger), True
+                    continue
             if not decision.allowed or decision.charge is None or dry_run:
                 return decision
             charge = Charge(admission.request_uid, admission.namespace, decision.charge, 0.0)
