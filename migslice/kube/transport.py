@@ -19,6 +19,7 @@ from kubernetes import client, config
 from migslice.errors import MigsliceError
 
 RawObject = dict[str, Any]
+POOL_CONNECTIONS = 32
 
 
 class KubeError(MigsliceError):
@@ -63,6 +64,11 @@ class KubernetesTransport:
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=configuration
             )
+        # Watches hold connections for minutes; requests of every server thread need theirs
+        # (a full pool discards connections, and each new one costs a TLS handshake).
+        configuration.connection_pool_maxsize = max(
+            POOL_CONNECTIONS, configuration.connection_pool_maxsize or 0
+        )
         return cls(client.ApiClient(configuration))
 
     def _request(
