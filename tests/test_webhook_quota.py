@@ -15,7 +15,8 @@ import pytest
 from builders import make_created_pod, make_node, make_policy, make_review
 from flask.testing import FlaskClient
 
-from migslice.admission.ledger import Ledger
+from migslice.admission import SliceUsage
+from migslice.admission.ledger import Charge, Ledger
 from migslice.kube.transport import ApiError
 from webhook.app import create_app
 from webhook.quota import MemoryLedgers, QuotaKeeper
@@ -181,3 +182,15 @@ def test_a_ledger_the_webhook_cannot_write_fails_closed_with_503() -> None:
     assert reply.status_code == 503
     assert "quota ledger of tenant 'team-a'" in reply.get_json()["message"]
     assert "connection refused" in reply.get_json()["message"]
+
+
+def test_a_ledger_too_full_to_store_answers_503_instead_of_failing_the_write() -> None:
+    state = replica_state(quota=10_000)
+    store = MemoryLedgers(state)
+    charges = tuple(
+        Charge(f"u-{i}", "team-a", SliceUsage(0, 0, 0), 1_746_100_000.0) for i in range(4000)
+    )
+    store.write(Ledger("team-a", charges))
+    reply = post(replica(store, state), "uid-new")
+    assert reply.status_code == 503
+    assert "holds 4000 admissions of the last 45s (limit 4000)" in reply.get_json()["message"]

@@ -47,6 +47,9 @@ from webhook.state import ClusterState
 log = logging.getLogger(__name__)
 
 DEFAULT_HOLD_S = 45.0
+MAX_CHARGES = 4000
+"""Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
+tenant admitting faster than MAX_CHARGES per hold waits (503, retried)."""
 CLUSTER_FREE = frozenset({"no-gpu", "bad-resource"})
 """Decisions that read nothing of the cluster: made even while the caches are blind."""
 
@@ -191,6 +194,11 @@ class QuotaKeeper:
         wanted = ledger.with_charge(
             replace(charge, at_s=now), seen=self.state.has_seen, now_s=now, hold_s=self.hold_s
         )
+        if len(wanted.charges) > MAX_CHARGES:
+            raise UnavailableError(
+                f"quota ledger of tenant {ledger.tenant!r} holds {len(wanted.charges) - 1} "
+                f"admissions of the last {self.hold_s:.0f}s (limit {MAX_CHARGES}); retry"
+            )
         try:
             stored = self.store.write(wanted)
         except LedgerConflictError:
