@@ -10,6 +10,7 @@ from migslice.admission.ledger import (
     Charge,
     Ledger,
     LedgerError,
+    SeenFor,
     failed_charges,
     parse_ledger,
     render_ledger,
@@ -22,13 +23,14 @@ NOW = 1_746_100_000.0
 HOLD = 45.0
 
 
-def nothing_seen(uid: str, namespace: str) -> bool:
-    return False
+def nothing_seen(uid: str, namespace: str) -> float | None:
+    return None
 
 
-def seen_only(*pairs: tuple[str, str]) -> object:
+def seen_only(*pairs: tuple[str, str], for_s: float = 1.0) -> SeenFor:
+    """Seen: these (uid, namespace) pairs, each for ``for_s`` seconds."""
     known = set(pairs)
-    return lambda uid, namespace: (uid, namespace) in known
+    return lambda uid, namespace: for_s if (uid, namespace) in known else None
 
 
 def ledger(*charges: Charge) -> Ledger:
@@ -38,25 +40,30 @@ def ledger(*charges: Charge) -> Ledger:
 def test_pending_charges_are_those_whose_pod_the_cache_has_not_seen() -> None:
     book = ledger(Charge("a", "ns", ONE, NOW), Charge("b", "ns", TWO, NOW))
     assert book.pending(nothing_seen) == ONE + TWO
-    assert book.pending(seen_only(("a", "ns"))) == TWO  # type: ignore[arg-type]
+    assert book.pending(seen_only(("a", "ns"))) == TWO
     assert book.pending(nothing_seen, exclude="b") == ONE
 
 
 def test_a_pod_seen_in_another_namespace_does_not_settle_a_charge() -> None:
     book = ledger(Charge("a", "team-a", ONE, NOW))
-    assert book.pending(seen_only(("a", "team-b"))) == ONE  # type: ignore[arg-type]
+    assert book.pending(seen_only(("a", "team-b"))) == ONE
 
 
-def test_charging_replaces_the_same_uid_and_drops_only_seen_charges_past_the_hold() -> None:
-    old_seen = Charge("seen", "ns", ONE, NOW - HOLD - 1)
-    old_unseen = Charge("unseen", "ns", ONE, NOW - HOLD - 1)
-    young_seen = Charge("young", "ns", ONE, NOW - 1)
+def test_charging_replaces_the_same_uid_and_drops_only_charges_seen_long_enough() -> None:
+    """A charge leaves once the writer's cache has held its pod for settle_after_s, however
+    old the admission (a pod stored late is seen late)."""
+    settled = Charge("settled", "ns", ONE, NOW - 100)
+    unseen = Charge("unseen", "ns", ONE, NOW - HOLD - 1)
+    just_seen = Charge("late", "ns", ONE, NOW - HOLD - 1)
     retried = Charge("retry", "ns", ONE, NOW - 2)
-    book = ledger(old_seen, old_unseen, young_seen, retried)
-    seen = seen_only(("seen", "ns"), ("young", "ns"))
+    book = ledger(settled, unseen, just_seen, retried)
+
+    def seen_for(uid: str, namespace: str) -> float | None:
+        return {"settled": 15.0, "late": 1.0}.get(uid)
+
     again = Charge("retry", "ns", TWO, NOW)
-    after = book.with_charge(again, seen=seen, now_s=NOW, hold_s=HOLD)  # type: ignore[arg-type]
-    assert [c.uid for c in after.charges] == ["unseen", "young", "retry"]
+    after = book.with_charge(again, seen_for=seen_for, settle_after_s=15.0)
+    assert [c.uid for c in after.charges] == ["unseen", "late", "retry"]
     assert after.charges[-1] == again
     assert after.version == "7"  # the compare-and-swap expects the version it was read at
 
@@ -125,19 +132,19 @@ charges = st.lists(
 )
 
 
-@given(charges, st.sets(st.sampled_from(["a", "b", "c", "d"])), usages)
+@given(charges, st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.floats(0, 60)), usages)
 def test_charging_never_hides_an_unseen_charge_and_always_adds_the_new_one(
-    given_charges: list[Charge], seen_uids: set[str], usage: SliceUsage
+    given_charges: list[Charge], seen: dict[str, float], usage: SliceUsage
 ) -> None:
     """What a replica counts after a write is what it counted before plus the new charge,
     whatever the write pruned (only seen charges may leave)."""
     book = ledger(*given_charges)
 
-    def seen(uid: str, namespace: str) -> bool:
-        return uid in seen_uids
+    def seen_for(uid: str, namespace: str) -> float | None:
+        return seen.get(uid)
 
     new = Charge("e", "ns-1", usage, NOW)
-    after = book.with_charge(new, seen=seen, now_s=NOW, hold_s=HOLD)
-    assert after.pending(seen) == book.pending(seen) + usage
+    after = book.with_charge(new, seen_for=seen_for, settle_after_s=15.0)
+    assert after.pending(seen_for) == book.pending(seen_for) + usage
     text = render_ledger(after)
     assert render_ledger(parse_ledger("team-a", text, "7")) == text

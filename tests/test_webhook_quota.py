@@ -7,10 +7,13 @@ workers have), sharing one ledger store (as they share the API server).
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+import jsonpatch
 import pytest
 from builders import make_created_pod, make_node, make_policy, make_review
 from flask.testing import FlaskClient
@@ -194,3 +197,35 @@ def test_a_ledger_too_full_to_store_answers_503_instead_of_failing_the_write() -
     reply = post(replica(store, state), "uid-new")
     assert reply.status_code == 503
     assert "holds 4000 admissions of the last 45s (limit 4000)" in reply.get_json()["message"]
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def monotonic_s(self) -> float:
+        return self.now_s
+
+
+def test_a_charge_leaves_the_ledger_once_the_writer_has_held_its_pod_long_enough() -> None:
+    """Every replica that may decide follows the API within --max-blind-s, so a charge whose
+    pod this cache has held for twice that (and 5 s) is counted everywhere by its pod."""
+    monotonic = Monotonic()
+    state = ClusterState(clock=monotonic)
+    state.upsert_policy(make_policy(quota={"instances": 10}))
+    state.upsert_node(make_node("gpu-1"))
+    store = MemoryLedgers(state)
+    client = replica(store, state)
+    answer = post(client, "uid-1").get_json()["response"]
+    pod = jsonpatch.apply_patch(
+        make_created_pod(annotations={"migslice.io/gpu-size": "small"}),
+        json.loads(base64.b64decode(answer["patch"])),
+    )
+    pod["metadata"]["name"] = "train-1"
+    state.upsert_pod(pod)
+    monotonic.now_s += 14.0
+    assert allowed(client, "uid-2")
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-1", "uid-2"]
+    monotonic.now_s += 1.0
+    assert allowed(client, "uid-3")
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-2", "uid-3"]

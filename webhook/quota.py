@@ -120,6 +120,9 @@ class QuotaKeeper:
         self.max_blind_s = max_blind_s
         self.attempts = attempts
         self.wall_clock = wall_clock
+        # A replica decides only while its caches lag by at most max_blind_s: a charge whose
+        # pod this cache has held twice that long (and 5 s more) is counted everywhere.
+        self.settle_s = 2 * max_blind_s + 5.0
         self._locks = _TenantLocks()
 
     def require_sight(self) -> None:
@@ -192,7 +195,7 @@ class QuotaKeeper:
     def _write_charge(self, ledger: Ledger, charge: Charge) -> bool:
         now = self.wall_clock()
         wanted = ledger.with_charge(
-            replace(charge, at_s=now), seen=self.state.has_seen, now_s=now, hold_s=self.hold_s
+            replace(charge, at_s=now), seen_for=self.state.seen_for, settle_after_s=self.settle_s
         )
         if len(wanted.charges) > MAX_CHARGES:
             raise UnavailableError(
@@ -223,7 +226,7 @@ class QuotaKeeper:
 
     def _settle(self, ledger: Ledger) -> Ledger:
         """The ledger without the overdue charges a fresh list shows were never created."""
-        overdue = ledger.overdue(self.state.has_seen, now_s=self.wall_clock(), hold_s=self.hold_s)
+        overdue = ledger.overdue(self.state.seen_for, now_s=self.wall_clock(), hold_s=self.hold_s)
         if not overdue:
             return ledger
         try:

@@ -264,11 +264,11 @@ class ClusterState:
         with self.admission_lock:
             return self._usage.ledgers()
 
-    def has_seen(self, uid: str, namespace: str) -> bool:
-        """Whether the pod cache holds (or held) the pod admission ``uid`` let into
-        ``namespace``."""
+    def seen_for(self, uid: str, namespace: str) -> float | None:
+        """Seconds since the pod cache first held the pod admission ``uid`` let into
+        ``namespace`` (it may be gone since); None when it never did."""
         with self.admission_lock:
-            return self._usage.has_seen(uid, namespace)
+            return self._usage.seen_for(uid, namespace, self.clock.monotonic_s())
 
     def reservations_in(self, namespace: str) -> frozenset[str]:
         """The admission uids of the cached live GPU pods of ``namespace`` (with a cluster
@@ -373,7 +373,7 @@ class ClusterState:
         with self.admission_lock:
             now = self.clock.monotonic_s()
             if self._usage.forget_pod(f"{namespace}/{name}", now_s=now) is not None:
-                self._usage.forget_gone_before(now - SEEN_KEEP_S)
+                self._usage.forget_seen_before(now - SEEN_KEEP_S)
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
 
     def load(self, objects: ClusterObjects) -> None:

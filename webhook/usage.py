@@ -1,5 +1,5 @@
-"""What each namespace's GPU pods hold, which admissions the pod cache has seen, and the
-tenants' quota ledgers as last read or written.
+"""What each namespace's GPU pods hold, which admissions the pod cache has seen (and since
+when), and the tenants' quota ledgers as last read or written.
 
 Pods are charged in slice units (``migslice.admission.usage``) as the webhook's pod cache
 sees them; a namespace's usage is the sum of its pods'. An admission is charged in its
@@ -38,7 +38,7 @@ class UsageBook:
         self._pods: dict[str, PodCharge] = {}
         self._namespaces: dict[str, SliceUsage] = {}
         self._live: dict[str, str] = {}  # reservation uid -> key of the live pod
-        self._gone: dict[str, tuple[str, float]] = {}  # uid -> (namespace, when it went)
+        self._seen: dict[str, tuple[str, float]] = {}  # uid -> (namespace, first seen)
         self._ledgers: dict[str, Ledger] = {}
 
     # -- pods ---------------------------------------------------------------------------------
@@ -59,7 +59,7 @@ class UsageBook:
         )
         if charge.reservation is not None:
             self._live[charge.reservation] = key
-            self._gone.pop(charge.reservation, None)
+            self._seen.setdefault(charge.reservation, (charge.namespace, now_s))
         return before is None or (before.namespace, before.usage) != (
             charge.namespace,
             charge.usage,
@@ -78,16 +78,15 @@ class UsageBook:
         uid = old.reservation
         if uid is not None and self._live.get(uid) == key:
             del self._live[uid]
-            self._gone[uid] = (old.namespace, now_s)
         return old.namespace
 
-    def has_seen(self, uid: str, namespace: str) -> bool:
-        """Whether the pod that admission ``uid`` let in (in ``namespace``) is or was cached."""
-        key = self._live.get(uid)
-        if key is not None:
-            return self._pods[key].namespace == namespace
-        gone = self._gone.get(uid)
-        return gone is not None and gone[0] == namespace
+    def seen_for(self, uid: str, namespace: str, now_s: float) -> float | None:
+        """Seconds (at ``now_s``) since the pod that admission ``uid`` let into ``namespace``
+        was first cached (it may be gone since); None when it never was."""
+        seen = self._seen.get(uid)
+        if seen is None or seen[0] != namespace:
+            return None
+        return max(0.0, now_s - seen[1])
 
     def reservations_in(self, namespace: str) -> frozenset[str]:
         """The admission uids of the live GPU pods of ``namespace``."""
@@ -95,9 +94,11 @@ class UsageBook:
             uid for uid, key in self._live.items() if self._pods[key].namespace == namespace
         )
 
-    def forget_gone_before(self, cutoff_s: float) -> None:
-        for uid in [u for u, (_, at) in self._gone.items() if at < cutoff_s]:
-            del self._gone[uid]
+    def forget_seen_before(self, cutoff_s: float) -> None:
+        """Forget admissions first seen before ``cutoff_s`` whose pods are gone."""
+        old = [u for u, (_, at) in self._seen.items() if at < cutoff_s and u not in self._live]
+        for uid in old:
+            del self._seen[uid]
 
     # -- ledgers -------------------------------------------------------------------------------
 
@@ -113,7 +114,7 @@ class UsageBook:
     def pending(self, tenant: str, exclude: str | None = None) -> SliceUsage:
         """What the tenant's ledger charges for pods the cache has not seen."""
         ledger = self._ledgers.get(tenant)
-        return ZERO if ledger is None else ledger.pending(self.has_seen, exclude)
+        return ZERO if ledger is None else ledger.pending(self._ever_seen, exclude)
 
     def pending_count(self) -> int:
         """Charges, over all ledgers, whose pods the cache has not seen."""
@@ -121,5 +122,10 @@ class UsageBook:
             1
             for ledger in self._ledgers.values()
             for charge in ledger.charges
-            if not self.has_seen(charge.uid, charge.namespace)
+            if self._ever_seen(charge.uid, charge.namespace) is None
         )
+
+    def _ever_seen(self, uid: str, namespace: str) -> float | None:
+        """0.0 when the admission's pod was ever cached (for counting, not for how long)."""
+        seen = self._seen.get(uid)
+        return 0.0 if seen is not None and seen[0] == namespace else None

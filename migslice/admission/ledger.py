@@ -11,14 +11,15 @@ A charge is matched to its pod by the pod's ``migslice.io/reservation`` annotati
 admission request uid) in the charge's namespace. Charges leave the ledger in two ways, both
 decided here and written by the next compare-and-swap:
 
-* **seen and old**: older than ``hold_s`` and seen by the writer's pod cache. Every connected
-  cache follows the API server within seconds, so by then every replica counts the pod itself.
+* **settled**: the writer's pod cache has held the pod for ``settle_after_s``. A replica may
+  decide only while its cache follows the API server (it lags by seconds at most), so by then
+  every replica that may decide counts the pod itself.
 * **never created**: older than ``hold_s``, not seen, and absent from an authoritative list of
   its namespace's pods taken after ``hold_s`` had passed (:func:`failed_charges`). ``hold_s``
   is longer than kube-apiserver takes to answer a create (34 s when etcd does not answer), so
   such a pod cannot be stored any more. A timer alone never releases a charge.
 
-Pure: time, the pod cache's view (``seen``) and the list's answer are inputs. The text is JSON
+Pure: time, the pod cache's view (``seen_for``) and the list's answer are inputs. The text is JSON
 in a ConfigMap's data (``migslice.kube.ledger``)::
 
     {"version": "v1", "tenant": "team-a",
@@ -33,14 +34,15 @@ import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
-from migslice.admission.usage import ZERO, SliceUsage
+from migslice.admission.usage import SliceUsage
 from migslice.errors import InvalidInputError, MigsliceError
 from migslice.objects.times import format_micro_time, parse_micro_epoch_s
 
 LEDGER_VERSION = "v1"
 
-Seen = Callable[[str, str], bool]
-"""``seen(uid, namespace)``: whether the pod cache holds (or held) the pod that ``uid`` admitted."""
+SeenFor = Callable[[str, str], float | None]
+"""``seen_for(uid, namespace)``: how long the pod cache has held (or, once it is gone, held) the
+pod that admission ``uid`` let into ``namespace``, in seconds; None when it never has."""
 
 
 class LedgerError(InvalidInputError):
@@ -71,33 +73,44 @@ class Ledger:
     charges: tuple[Charge, ...] = ()
     version: str = ""
 
-    def pending(self, seen: Seen, exclude: str | None = None) -> SliceUsage:
-        """What the charges whose pods ``seen`` does not know add to the tenant's usage
+    def pending(self, seen_for: SeenFor, exclude: str | None = None) -> SliceUsage:
+        """What the charges whose pods the cache has not seen add to the tenant's usage
         (``exclude``: the uid of the admission being decided, which never counts itself)."""
-        total = ZERO
+        instances = compute = memory = 0
+        profiles: dict[str, int] = {}
         for charge in self.charges:
-            if charge.uid != exclude and not seen(charge.uid, charge.namespace):
-                total = total + charge.usage
-        return total
+            if charge.uid == exclude or seen_for(charge.uid, charge.namespace) is not None:
+                continue
+            usage = charge.usage
+            instances += usage.instances
+            compute += usage.compute_slices
+            memory += usage.memory_slices
+            for name, count in usage.profiles:
+                profiles[name] = profiles.get(name, 0) + count
+        counts = tuple(sorted((n, c) for n, c in profiles.items() if c))
+        return SliceUsage(instances, compute, memory, counts)
 
-    def with_charge(self, charge: Charge, *, seen: Seen, now_s: float, hold_s: float) -> Ledger:
+    def with_charge(self, charge: Charge, *, seen_for: SeenFor, settle_after_s: float) -> Ledger:
         """The ledger with ``charge`` (replacing an earlier one of the same uid: a retried or
-        reinvoked admission) and without the charges that are seen and older than ``hold_s``."""
+        reinvoked admission) and without the charges whose pods the cache has held for
+        ``settle_after_s``."""
         kept = tuple(
             c
             for c in self.charges
-            if c.uid != charge.uid and not (seen(c.uid, c.namespace) and now_s - c.at_s > hold_s)
+            if c.uid != charge.uid and (seen_for(c.uid, c.namespace) or 0.0) < settle_after_s
         )
         return replace(self, charges=(*kept, charge))
 
     def without(self, uids: Collection[str]) -> Ledger:
         return replace(self, charges=tuple(c for c in self.charges if c.uid not in uids))
 
-    def overdue(self, seen: Seen, *, now_s: float, hold_s: float) -> tuple[Charge, ...]:
+    def overdue(self, seen_for: SeenFor, *, now_s: float, hold_s: float) -> tuple[Charge, ...]:
         """Charges older than ``hold_s`` whose pod the cache has not seen: created late, or
         never; an authoritative list of their namespaces tells (:func:`failed_charges`)."""
         return tuple(
-            c for c in self.charges if now_s - c.at_s > hold_s and not seen(c.uid, c.namespace)
+            c
+            for c in self.charges
+            if now_s - c.at_s > hold_s and seen_for(c.uid, c.namespace) is None
         )
 
 
