@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -189,8 +190,18 @@ def is_ready(port: int, context: ssl.SSLContext) -> bool:
         connection.close()
 
 
+Admitted = Callable[[bytes, bytes], None]
+"""Called (untimed) with each review and its answer: kube-apiserver storing the pod."""
+
+
 def run_load(
-    port: int, context: ssl.SSLContext, concurrency: int, requests: int, tenants: int
+    port: int,
+    context: ssl.SSLContext,
+    concurrency: int,
+    requests: int,
+    tenants: int,
+    *,
+    admitted: Admitted | None = None,
 ) -> list[float]:
     latencies: list[float] = []
     lock = threading.Lock()
@@ -208,6 +219,8 @@ def run_load(
             mine.append(time.perf_counter() - started)
             if reply.status != 200 or b'"allowed":true' not in payload.replace(b" ", b""):
                 raise RuntimeError(f"unexpected answer {reply.status}: {payload[:300]!r}")
+            if admitted is not None:
+                admitted(body, payload)
         connection.close()
         with lock:
             latencies.extend(mine)
@@ -255,6 +268,14 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
             f"{level['p50_ms']} | {level['p99_ms']} | {level['mean_ms']} | "
             f"{level['throughput_rps']} | {worker_rss} |"
         )
+    trips = report.get("apiserver_round_trips")
+    if trips:
+        rows.append("")
+        rows.append(
+            f"kube-apiserver alone, same run: ConfigMap PUT p50 {trips['put_p50_ms']} ms, "
+            f"p99 {trips['put_p99_ms']} ms; GET p50 {trips['get_p50_ms']} ms, "
+            f"p99 {trips['get_p99_ms']} ms"
+        )
     path.with_suffix(".md").write_text("\n".join(rows) + "\n")
     print(f"report: {path.with_suffix('.json')}, {path.with_suffix('.md')}")
 
@@ -294,11 +315,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         directory = Path(tmp)
         documents = cluster_documents(args.nodes, args.pods, args.tenants)
+        admitted: Admitted | None = None
         if args.api:
-            from bench.apiserver_cluster import api_cluster
+            from bench.apiserver_cluster import PodStore, api_cluster, round_trips
 
             plane = stack.enter_context(api_cluster(directory / "control-plane", documents))
             source = ["--kubeconfig", str(plane.kubeconfig), "--status-interval-s", "0"]
+            admitted = PodStore(plane)
+            report["apiserver_round_trips"] = round_trips(plane)
+            print(f"kube-apiserver alone: {report['apiserver_round_trips']}")
         else:
             cluster = directory / "cluster.yaml"
             with cluster.open("w") as out:
@@ -307,14 +332,19 @@ def main() -> int:
                     out.write(json.dumps(document))
                     out.write("\n")
             source = ["--cluster-file", str(cluster)]
-        measure(args, report, directory, source)
+        measure(args, report, directory, source, admitted)
     return 0
 
 
 def measure(
-    args: argparse.Namespace, report: dict[str, Any], directory: Path, source: list[str]
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    directory: Path,
+    source: list[str],
+    admitted: Admitted | None = None,
 ) -> None:
-    """Start the webhook on ``source``, load it at concurrency 1 and 16, write the report."""
+    """Start the webhook on ``source``, load it at concurrency 1 and 16, write the report;
+    ``admitted`` stores each admitted pod (in-cluster, as kube-apiserver would)."""
     bundle = write_tls_bundle(directory, SERVICE, NAMESPACE)
     port = 20000 + os.getpid() % 20000
     command = [
@@ -345,16 +375,18 @@ def measure(
                 raise RuntimeError("the webhook did not become ready")
             time.sleep(0.5)
         # The worker builds the state from the file before it accepts: probe until it answers.
-        run_load(port, context, 1, 5, args.tenants)
+        run_load(port, context, 1, 5, args.tenants, admitted=admitted)
         ready_s = time.monotonic() - started
         report["startup_s"] = round(ready_s, 1)
-        run_load(port, context, 4, 200, args.tenants)  # warm-up
+        run_load(port, context, 4, 200, args.tenants, admitted=admitted)  # warm-up
         print(
             f"cluster: {args.nodes} nodes, {args.pods} pods, {args.tenants} tenants; "
             f"webhook ready after {ready_s:.1f}s"
         )
         for concurrency in (1, 16):
-            latencies = run_load(port, context, concurrency, args.requests, args.tenants)
+            latencies = run_load(
+                port, context, concurrency, args.requests, args.tenants, admitted=admitted
+            )
             wall = sum(latencies) / concurrency
             report["levels"].append(
                 {

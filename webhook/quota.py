@@ -133,7 +133,7 @@ class QuotaKeeper:
 
     def admit(self, admission: PodAdmission, *, dry_run: bool) -> AdmissionDecision:
         """The decision for one pod CREATE, charged in its tenant's ledger when allowed."""
-        first = self._decide(admission)
+        first, seen = self._decide(admission)
         if first.reason in CLUSTER_FREE:
             return first
         self.require_sight()
@@ -142,16 +142,27 @@ class QuotaKeeper:
         if tenant is None or not (charged or first.reason == "quota"):
             return first  # the ledger cannot change this answer
         with self._locks.held(tenant):
-            return self._charged(admission, tenant, dry_run=dry_run)
+            # Another thread's write since the first decision means deciding again.
+            reuse = first if seen is not None and self.state.ledger(tenant) is seen else None
+            return self._charged(admission, tenant, dry_run=dry_run, decided=reuse)
 
-    def _charged(self, admission: PodAdmission, tenant: str, *, dry_run: bool) -> AdmissionDecision:
+    def _charged(
+        self,
+        admission: PodAdmission,
+        tenant: str,
+        *,
+        dry_run: bool,
+        decided: AdmissionDecision | None,
+    ) -> AdmissionDecision:
         """Decide on the ledger and charge it; a quota denial is decided again on a fresh read,
-        then once more after settling charges of pods never created."""
+        then once more after settling charges of pods never created. ``decided``: a decision
+        already made on the ledger the state holds now."""
         ledger, fresh, settled = self.state.ledger(tenant), False, False
         for _ in range(self.attempts):
             if ledger is None:
                 ledger, fresh = self._read(tenant), True
-            decision = self._decide(admission)
+            decision = decided or self._decide(admission)[0]
+            decided = None
             if not decision.allowed and decision.reason == "quota":
                 if not fresh:
                     ledger, fresh = self._read(tenant), True
@@ -188,9 +199,12 @@ class QuotaKeeper:
                 except Exception:  # the loop must outlive any one failure
                     log.exception("Settling the quota ledger of tenant=%s failed", tenant)
 
-    def _decide(self, admission: PodAdmission) -> AdmissionDecision:
+    def _decide(self, admission: PodAdmission) -> tuple[AdmissionDecision, Ledger | None]:
+        """The decision, and the tenant's ledger it was made on (read under the same lock)."""
         with self.state.admission_lock:
-            return decide(admission, self.state, self.settings)
+            decision = decide(admission, self.state, self.settings)
+            tenant = decision.tenant
+            return decision, None if tenant is None else self.state.ledger(tenant)
 
     def _write_charge(self, ledger: Ledger, charge: Charge) -> bool:
         now = self.wall_clock()
