@@ -241,8 +241,8 @@ def create_pod(
                 outcome.errors.append(_message(error))
                 time.sleep(pause_s)
                 continue
-            if error.status == 403:
-                outcome.denied = _message(error)
+            if error.status == 403 and "denied the request" in _message(error):
+                outcome.denied = _message(error)  # a webhook said no
             else:
                 outcome.failed = f"HTTP {error.status}: {_message(error)}"
             return outcome
