@@ -196,6 +196,8 @@ class QuotaKeeper:
             for tenant in self.state.ledgers():
                 try:
                     self.settle(tenant)
+                except UnavailableError as error:
+                    log.warning("Settling later: %s", error)
                 except Exception:  # the loop must outlive any one failure
                     log.exception("Settling the quota ledger of tenant=%s failed", tenant)
 
