@@ -240,7 +240,8 @@ def test_readiness_is_connected_and_synced_not_heard_from_lately(
     synced: bool, blind: float | None, staleness: float, status: int, text: str
 ) -> None:
     """A quiet cluster's caches hear nothing for minutes and are healthy; readiness on "last
-    heard from" flapped there with the former --max-staleness-s 10 and missed a 30 s outage at 180."""
+    heard from" flapped there with the former --max-staleness-s 10 and missed a 30 s outage at
+    180."""
     state = ExtenderState(new_index(), (FakeCache(synced, blind, staleness),))
     response = create_app(state=state).test_client().get("/readyz")
     assert response.status_code == status
