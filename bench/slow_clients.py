@@ -25,36 +25,38 @@ Writes ``bench/reports/slow_clients.json`` and ``.md``. Timing on a shared machi
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import http.client
 import json
 import os
-import random
-import resource
-import signal
 import socket
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import extender_latency, request_sizes, webhook_latency  # noqa: E402
+from bench import webhook_latency  # noqa: E402
+from bench.slow_attack import Attacker, attacker_main, raise_fd_limit  # noqa: E402
+from bench.slow_bodies import (  # noqa: E402
+    filter_bodies,
+    largest_full_nodes,
+    largest_review,
+    start_extender,
+    write_stream,
+)
+from bench.slow_report import write_report  # noqa: E402
 from migslice.serving.certs import TlsBundle, write_tls_bundle  # noqa: E402
 from migslice.serving.process import ServerProcess  # noqa: E402
 
 REPORTS = ROOT / "bench" / "reports"
 NAMESPACE = "migslice-system"
 MODES = ("idle", "slow", "handshake")
-FD_LIMIT = 8192
 MIB = 1 << 20
 FRESH_EVERY = 10  # one honest request in ten opens a new connection
 ATTACK_ONLY_S = 5.0  # worker CPU with only the stalled connections, before honest requests
@@ -63,149 +65,7 @@ ATTACK_ONLY_S = 5.0  # worker CPU with only the stalled connections, before hone
 # -- the attacker (a child process) -----------------------------------------------------
 
 
-def client_hello(server_name: str) -> bytes:
-    """The first flight of a TLS client, to send one byte at a time."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=server_name)
-    with contextlib.suppress(ssl.SSLWantReadError):
-        tls.do_handshake()
-    return outgoing.read()
-
-
-async def server_closes(reader: asyncio.StreamReader) -> None:
-    """Returns when the server closes the connection (or resets it)."""
-    with contextlib.suppress(OSError, ssl.SSLError):
-        while await reader.read(65536):
-            pass
-
-
-async def attack(args: argparse.Namespace) -> None:
-    loop = asyncio.get_running_loop()
-    context = ssl.create_default_context(cafile=args.cafile)
-    hello = client_hello(args.server_name)
-    request = (
-        f"POST {args.path} HTTP/1.1\r\nHost: {args.server_name}\r\n"
-        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
-    ).encode() + b"{" * 100
-    stats: dict[str, Any] = {"mode": args.mode, "open": 0, "opened": 0, "failed": 0}
-    lifetimes: list[float] = []
-    running = True
-
-    def stop() -> None:
-        nonlocal running
-        running = False
-
-    loop.add_signal_handler(signal.SIGTERM, stop)
-
-    async def one_slot(slot: int) -> None:
-        await asyncio.sleep(slot * args.ramp_s / args.count)
-        while running:
-            try:
-                if args.mode == "handshake":
-                    reader, writer = await asyncio.open_connection("127.0.0.1", args.port)
-                else:
-                    reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(
-                            "127.0.0.1", args.port, ssl=context, server_hostname=args.server_name
-                        ),
-                        30,
-                    )
-            except (OSError, TimeoutError, ssl.SSLError):
-                stats["failed"] += 1
-                await asyncio.sleep(0.5)
-                continue
-            opened_at = loop.time()
-            stats["opened"] += 1
-            stats["open"] += 1
-            closed = asyncio.ensure_future(server_closes(reader))
-            payload = hello if args.mode == "handshake" else request if args.mode == "slow" else b""
-            sent = 0
-            while running and not closed.done():
-                if sent < len(payload):
-                    writer.write(payload[sent : sent + 1])
-                    sent += 1
-                await asyncio.wait([closed], timeout=1.0)
-            stats["open"] -= 1
-            if closed.done():
-                lifetimes.append(loop.time() - opened_at)
-            else:
-                closed.cancel()
-            writer.close()
-
-    def write_status() -> None:
-        ordered = sorted(lifetimes)
-        status = dict(stats)
-        status["closed_by_server"] = len(ordered)
-        if ordered:
-            status["lifetime_s"] = {
-                "p50": round(ordered[len(ordered) // 2], 2),
-                "max": round(ordered[-1], 2),
-            }
-        Path(args.status).write_text(json.dumps(status))
-
-    tasks = [asyncio.ensure_future(one_slot(i)) for i in range(args.count)]
-    while running:
-        write_status()
-        await asyncio.sleep(0.5)
-    await asyncio.wait(tasks, timeout=5)
-    write_status()
-
-
-def attacker_main(args: argparse.Namespace) -> int:
-    raise_fd_limit()
-    # In a cluster the attacker runs on other machines; here it shares two cores with the
-    # server and the honest client, so it yields the CPU to them.
-    os.nice(19)
-    asyncio.run(attack(args))
-    return 0
-
-
-class Attacker:
-    """``bench.slow_clients --attacker``: holds ``count`` stalled connections until stopped."""
-
-    def __init__(self, mode: str, server: ServerProcess, path: str, count: int, tmp: Path):
-        self.status = tmp / f"attack-{mode}-{server.command}.json"
-        self.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "bench.slow_clients", "--attacker", mode,
-                "--port", str(server.port), "--count", str(count), "--path", path,
-                "--server-name", server.server_name, "--cafile", str(server.bundle.ca_cert),
-                "--status", str(self.status), "--ramp-s", "4",
-            ],
-            cwd=ROOT,
-        )  # fmt: skip
-
-    def read(self) -> dict[str, Any]:
-        try:
-            return dict(json.loads(self.status.read_text()))
-        except (OSError, ValueError):
-            return {}
-
-    def wait_open(self, count: int, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.read().get("open", 0) >= count:
-                break
-            time.sleep(0.5)
-        return self.read()
-
-    def stop(self) -> dict[str, Any]:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        return self.read()
-
-
 # -- honest clients ------------------------------------------------------------------------
-
-
-def raise_fd_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max(soft, min(FD_LIMIT, hard))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 _CONTEXTS: dict[str, ssl.SSLContext] = {}
@@ -304,120 +164,6 @@ def webhook_check(status: int, payload: bytes) -> None:
 def extender_check(status: int, payload: bytes) -> None:
     if status != 200 or json.loads(payload).get("Error"):
         raise RuntimeError(f"/filter answered {status}: {payload[:200]!r}")
-
-
-def write_stream(path: Path, documents: Iterator[dict[str, Any]]) -> None:
-    with path.open("w") as out:
-        for document in documents:
-            out.write("---\n")
-            out.write(json.dumps(document))
-            out.write("\n")
-
-
-def start_extender(server: ServerProcess, nodes: int, pods_per_node: int) -> None:
-    """``bench.extender_latency --serve`` (one worker, 8 threads, TLS), ready on /readyz."""
-    with server.log_path.open("ab") as log:
-        server.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "bench.extender_latency", "--serve",
-                "--port", str(server.port), "--tls-cert", str(server.bundle.cert),
-                "--tls-key", str(server.bundle.key), "--nodes", str(nodes),
-                "--pods-per-node", str(pods_per_node), "--threads", "8",
-            ],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline and server.process.poll() is None:
-        try:
-            if server.request("GET", "/readyz")[0] == 200:
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"the extender did not start:\n{server.log_tail()}")
-
-
-def filter_bodies(nodes: int, count: int) -> list[bytes]:
-    rng = random.Random(7)
-    bodies = []
-    for n in range(count):
-        pod = extender_latency.raw_pod(f"new-{n}", rng.choice(extender_latency.PROFILES), None)
-        names = [f"gpu-{i:05d}" for i in rng.sample(range(nodes), min(500, nodes))]
-        bodies.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode())
-    return bodies
-
-
-def largest_review(limit: int) -> bytes:
-    """A pod CREATE review of many small fields, as kube-apiserver sends it, just below
-    ``limit``: the env entries and the managedFields entry that names each of them."""
-
-    def review(count: int) -> bytes:
-        env = [{"name": f"E{i:06d}", "value": "v"} for i in range(count)]
-        fields = {
-            f'k:{{"name":"E{i:06d}"}}': {".": {}, "f:name": {}, "f:value": {}} for i in range(count)
-        }
-        pod = webhook_latency_pod(env, fields)
-        return json.dumps(pod_review(pod)).encode()
-
-    per_entry = len(review(1000)) - len(review(0))
-    count = (limit - 64 * 1024 - len(review(0))) * 1000 // per_entry
-    return review(count)
-
-
-def webhook_latency_pod(env: list[dict[str, str]], fields: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {
-            "generateName": "big-",
-            "namespace": "tenant-0",
-            "annotations": {"migslice.io/gpu-size": "small"},
-            "managedFields": [
-                {
-                    "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1",
-                    "time": "2025-05-01T00:00:00Z", "fieldsType": "FieldsV1",
-                    "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"main"}': {
-                        ".": {}, "f:env": fields, "f:image": {}, "f:name": {}}}}},
-                }
-            ],
-        },
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "registry.example/train:1", "env": env, "resources": {}}
-            ],
-            "restartPolicy": "Always",
-            "schedulerName": "default-scheduler",
-        },
-        "status": {},
-    }  # fmt: skip
-
-
-def pod_review(pod: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "bench-largest",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "tenant-0",
-            "operation": "CREATE",
-            "userInfo": {"username": "bench"},
-            "object": pod,
-            "oldObject": None,
-            "dryRun": True,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    }
-
-
-def largest_full_nodes(limit: int) -> bytes:
-    """ExtenderArgs with as many real-shaped full Nodes as fit below ``limit``."""
-    node_bytes = len(json.dumps(request_sizes.real_node(0), separators=(",", ":")))
-    count = (limit - 64 * 1024) // (node_bytes + 1)
-    pod = extender_latency.raw_pod("big", "1g.10gb", None)
-    items = [request_sizes.real_node(i) for i in range(count)]
-    document = {"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
-    return json.dumps(document, separators=(",", ":")).encode()
 
 
 # -- memory ----------------------------------------------------------------------------
@@ -582,6 +328,8 @@ def main() -> int:
     raise_fd_limit()
     webhook_nodes, webhook_pods, tenants = (200, 800, 10) if args.quick else (5000, 20000, 50)
     extender_nodes, pods_per_node = (200, 8) if args.quick else (5000, 8)
+    args.webhook_cluster = (webhook_nodes, webhook_pods, tenants)
+    args.extender_cluster = (extender_nodes, pods_per_node)
     if args.quick:
         args.requests = min(args.requests, 300)
     args.warmup = min(300, args.requests)
@@ -600,102 +348,58 @@ def main() -> int:
     if args.only and args.report.with_suffix(".json").exists():  # refresh one service's part
         report = {**json.loads(args.report.with_suffix(".json").read_text()), **report}
     with tempfile.TemporaryDirectory() as scratch:
-        tmp = Path(scratch)
         for command in args.only or ("webhook", "extender"):
-            service = f"migslice-{command}"
-            bundle: TlsBundle = write_tls_bundle(tmp / service, service, NAMESPACE)
-            server = ServerProcess(
-                command, [], bundle, tmp / f"{command}.log", f"{service}.{NAMESPACE}.svc", cwd=ROOT
-            )
-            started = time.monotonic()
-            if command == "webhook":
-                # `migslice webhook --cluster-file`, as shipped.
-                cluster = tmp / "webhook-cluster.yaml"
-                documents = webhook_latency.cluster_documents(webhook_nodes, webhook_pods, tenants)
-                write_stream(cluster, iter(documents))
-                server.args = ["--cluster-file", str(cluster), "--log-level", "warning"]
-                server.start(timeout_s=900)
-            else:
-                # The extender app with caches built through the informers' projections, as
-                # bench/extender_latency.py serves it: the memory of the in-cluster mode, not
-                # of the YAML parse that `--cluster-file` mode keeps.
-                start_extender(server, extender_nodes, pods_per_node)
-            print(f"{command}: ready after {time.monotonic() - started:.0f}s", flush=True)
-            try:
-                if command == "webhook":
-                    from webhook.settings import MAX_BODY_BYTES
-
-                    path, check = "/mutate", webhook_check
-                    bodies = [webhook_latency.review_body(i, tenants) for i in range(args.requests)]
-                    largest = [
-                        ("largest AdmissionReview", "/mutate", largest_review(MAX_BODY_BYTES),
-                         expect_refusal_or_answer(b'"uid":"bench-largest"')),
-                    ]  # fmt: skip
-                else:
-                    from extender.settings import ExtenderSettings
-
-                    limit = ExtenderSettings().max_body_bytes
-                    path, check = "/filter", extender_check
-                    bodies = filter_bodies(extender_nodes, args.requests)
-                    largest = [
-                        ("full Nodes at the limit", "/filter", largest_full_nodes(limit),
-                         expect_refusal_or_answer(b'"Error":""')),
-                    ]  # fmt: skip
-                report[command] = run_service(server, path, bodies, check, largest, args, tmp)
-            finally:
-                server.stop()
+            report[command] = measure_service(command, args, Path(scratch))
     write_report(args.report, report)
     return 0
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    rows = [
-        "| server | load | kept-alive p50 ms | kept-alive p99 ms | fresh conn p50 ms "
-        "| fresh conn p99 ms | p99 / unloaded p99 (kept-alive, fresh) | stalled conns open "
-        "| stalled lifetime p50 / max s | worker RSS MiB | worker CPU % |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for command in [c for c in ("webhook", "extender") if c in report]:
-        for phase in report[command]["phases"]:
-            attack = phase.get("attack_at_end", {})
-            lifetime = phase.get("attack_final", {}).get("lifetime_s", {})
-            ratio = phase.get("p99_over_unloaded")
-            ratio_text = f"{ratio['keepalive']}, {ratio['fresh_connection']}" if ratio else "-"
-            rows.append(
-                f"| {command} | {phase['load']} | {phase['keepalive']['p50_ms']} | "
-                f"{phase['keepalive']['p99_ms']} | {phase['fresh_connection']['p50_ms']} | "
-                f"{phase['fresh_connection']['p99_ms']} | {ratio_text} | "
-                f"{attack.get('open', '-')} | "
-                f"{lifetime.get('p50', '-')} / {lifetime.get('max', '-')} | "
-                f"{phase['worker_rss_mib']} | {phase['worker_cpu_percent']} |"
-            )
-    rows += [
-        "",
-        "| server | stalled connections | median over rounds of p99 / unloaded p99: kept-alive "
-        "| fresh connection |",
-        "|---|---|---|---|",
-    ]
-    for command in [c for c in ("webhook", "extender") if c in report]:
-        for mode, ratio in report[command].get("median_p99_over_unloaded", {}).items():
-            rows.append(
-                f"| {command} | {report['connections']} {mode} | {ratio['keepalive']} "
-                f"| {ratio['fresh_connection']} |"
-            )
-    rows += [
-        "",
-        "| server | request | body MiB | steady RSS MiB | peak RSS MiB | peak / steady |",
-        "|---|---|---|---|---|---|",
-    ]
-    for command in [c for c in ("webhook", "extender") if c in report]:
-        for row in report[command]["largest"]:
-            rows.append(
-                f"| {command} | {row['request']} | {row['body_mib']} | {row['steady_rss_mib']} "
-                f"| {row['peak_rss_mib']} | {row['peak_over_steady']} |"
-            )
-    path.with_suffix(".md").write_text("\n".join(rows) + "\n")
-    print(f"report: {path.with_suffix('.json')}, {path.with_suffix('.md')}")
+def measure_service(command: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """One server started as shipped, measured unloaded and under each kind of stall."""
+    webhook_nodes, webhook_pods, tenants = args.webhook_cluster
+    extender_nodes, pods_per_node = args.extender_cluster
+    service = f"migslice-{command}"
+    bundle: TlsBundle = write_tls_bundle(tmp / service, service, NAMESPACE)
+    server = ServerProcess(
+        command, [], bundle, tmp / f"{command}.log", f"{service}.{NAMESPACE}.svc", cwd=ROOT
+    )
+    started = time.monotonic()
+    if command == "webhook":
+        # `migslice webhook --cluster-file`, as shipped.
+        cluster = tmp / "webhook-cluster.yaml"
+        documents = webhook_latency.cluster_documents(webhook_nodes, webhook_pods, tenants)
+        write_stream(cluster, iter(documents))
+        server.args = ["--cluster-file", str(cluster), "--log-level", "warning"]
+        server.start(timeout_s=900)
+    else:
+        # The extender app with caches built through the informers' projections, as
+        # bench/extender_latency.py serves it: the memory of the in-cluster mode, not
+        # of the YAML parse that `--cluster-file` mode keeps.
+        start_extender(server, extender_nodes, pods_per_node)
+    print(f"{command}: ready after {time.monotonic() - started:.0f}s", flush=True)
+    try:
+        if command == "webhook":
+            from webhook.settings import MAX_BODY_BYTES
+
+            path, check = "/mutate", webhook_check
+            bodies = [webhook_latency.review_body(i, tenants) for i in range(args.requests)]
+            largest = [
+                ("largest AdmissionReview", "/mutate", largest_review(MAX_BODY_BYTES),
+                 expect_refusal_or_answer(b'"uid":"bench-largest"')),
+            ]  # fmt: skip
+        else:
+            from extender.settings import ExtenderSettings
+
+            limit = ExtenderSettings().max_body_bytes
+            path, check = "/filter", extender_check
+            bodies = filter_bodies(extender_nodes, args.requests)
+            largest = [
+                ("full Nodes at the limit", "/filter", largest_full_nodes(limit),
+                 expect_refusal_or_answer(b'"Error":""')),
+            ]  # fmt: skip
+        return run_service(server, path, bodies, check, largest, args, tmp)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 # The start of a real TLS 1.2 ClientHello record: handshake type, version, a length it never
 # completes.
 CLIENT_HELLO_START = bytes.fromhex("160301020001000200")
+OPEN_WITHIN_S = 60.0
 TRICKLE_HEADERS = (
     b"POST /mutate HTTP/1.1\r\nHost: flood\r\nContent-Type: application/json\r\n"
     b"Content-Length: 1000\r\n\r\n"
@@ -46,17 +47,25 @@ class Flood:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="flood", daemon=True)
         self._ready = threading.Event()
+        self._stopping = threading.Event()
+        # One context for every trickle (no certificate is checked, so no CA store is loaded):
+        # a context per connection cost the loop seconds on a loaded machine.
+        self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        self._tls.check_hostname = False
+        self._tls.verify_mode = ssl.CERT_NONE
 
     def __enter__(self) -> Flood:
         self._thread.start()
-        self._ready.wait(30)
+        self._ready.wait(OPEN_WITHIN_S + 10)
         return self
 
-    def __exit__(self, *_: object) -> None:
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
+        self._stopping.set()
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
-        assert not self._thread.is_alive(), "the flood did not stop within 30 s"
+        if failed is None:  # never hide the scenario's own failure behind this one
+            assert not self._thread.is_alive(), "the flood did not stop within 30 s"
 
     def _run(self) -> None:
         asyncio.run(self._main())
@@ -68,13 +77,14 @@ class Flood:
         tasks = [
             asyncio.create_task(self._keep(kinds[i % len(kinds)])) for i in range(self.connections)
         ]
-        # The scenario starts once every connection is open (or 30 s have passed).
-        for _ in range(300):
-            if self.stats.opened >= self.connections:
+        # The scenario starts once every connection is open (or OPEN_WITHIN_S have passed).
+        for _ in range(int(OPEN_WITHIN_S * 10)):
+            if self.stats.opened >= self.connections or self._stopping.is_set():
                 break
             await asyncio.sleep(0.1)
         self._ready.set()
-        await self._stop.wait()
+        if not self._stopping.is_set():  # a stop asked before the loop ran is not lost
+            await self._stop.wait()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -96,11 +106,7 @@ class Flood:
                 self.stats.reopened += 1
 
     async def _one(self, kind: str) -> None:
-        context: ssl.SSLContext | None = None
-        if kind == "trickle":
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+        context = self._tls if kind == "trickle" else None
         reader, writer = await asyncio.open_connection(self.host, self.port, ssl=context)
         self.stats.opened += 1
         try:

@@ -104,6 +104,11 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         default=1800.0,
         help="a node whose re-partition failed is left alone this long",
     )
+    _add_leader_and_mode_arguments(group)
+
+
+def _add_leader_and_mode_arguments(group: argparse._ArgumentGroup) -> None:
+    """Whose pods count, leader election, and which nodes are carved."""
     group.add_argument(
         "--repartition-scheduler-name",
         default=names.SCHEDULER_NAME,
@@ -116,7 +121,9 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAMESPACE/NAME",
         help=f"coordination.k8s.io Lease for leader election (default {DEFAULT_LEASE})",
     )
-    group.add_argument("--repartition-lease-s", type=positive, default=60.0)
+    group.add_argument(
+        "--repartition-lease-s", type=console.seconds(allow_zero=False), default=60.0
+    )
     group.add_argument(
         "--repartition-mode-default",
         choices=names.REPARTITION_MODES,

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from extender.carving import CARVE_MARK, shows, write_carve_requests
 from extender.mig_manager import MigManagerGuard
-from extender.settings import ExtenderSettings, RepartitionSettings
+from extender.settings import ExtenderSettings, controller_settings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.mig.migparted import render_mig_parted
@@ -41,10 +41,7 @@ from migslice.repartition import (
     FAILED,
     SUCCESS,
     TIMEOUT,
-    CarveSettings,
-    ControllerSettings,
     MigConfigFile,
-    PlanSettings,
     RepartitionRecord,
     Step,
     StepKind,
@@ -91,25 +88,6 @@ class Elector(Protocol):
     def try_acquire_or_renew(self) -> bool: ...
 
     def release(self) -> None: ...
-
-
-def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
-    return ControllerSettings(
-        plan=PlanSettings(
-            min_pending_s=settings.min_pending_s,
-            cooldown_s=settings.cooldown_s,
-            max_nodes_in_flight=settings.max_nodes_in_flight,
-            budget_per_pool=settings.budget_scope == "pool",
-        ),
-        deadline_s=settings.deadline_s,
-        backoff_s=settings.backoff_s,
-        carve=CarveSettings(
-            min_pending_s=settings.min_pending_s,
-            cooldown_s=settings.carve_cooldown_s,
-            max_nodes_in_flight=settings.carve_max_nodes_in_flight,
-            default_mode=settings.mode_default,
-        ),
-    )
 
 
 TOUCH_ROUNDS = 40  # how many rounds to wait for the cache before giving up on a touch
@@ -402,49 +380,3 @@ class RepartitionController:
         if message != self._last_said:
             log.log(level, "%s", message)
             self._last_said = message
-
-
-def start_repartition(
-    transport: Any,
-    index: ClusterIndex[Any],
-    settings: ExtenderSettings,
-    *,
-    identity: str,
-    blindness: Callable[[], list[str]] = list,
-) -> RepartitionController:
-    """Build the controller over the Kubernetes API and start its thread; it decides nothing
-    while ``blindness`` names a problem (a cache not synced or not following the API)."""
-    from migslice.kube import KubeRepartitionApi, LeaderElector
-    from migslice.kube.gpu_operator import KubeClusterPolicyApi
-    from migslice.kube.repartition import COMPONENT
-
-    options = settings.repartition
-    api = KubeRepartitionApi(
-        transport, settings.mig_config_namespace or "default", settings.mig_config_name
-    )
-    elector = LeaderElector(
-        transport,
-        options.lease_namespace,
-        options.lease_name,
-        identity,
-        lease_duration_s=options.lease_duration_s,
-    )
-    stats = RepartitionStats(dry_run=options.dry_run)
-    guard = MigManagerGuard(
-        KubeClusterPolicyApi(transport, COMPONENT),
-        settings.mig_config_map,
-        stats=stats,
-        dry_run=options.dry_run,
-    )
-    controller = RepartitionController(
-        api, elector, index, settings, stats, guard=guard, blindness=blindness
-    )
-    controller.start()
-    log.info(
-        "repartition controller started identity=%s lease=%s dry_run=%s interval=%.0fs",
-        identity,
-        options.lease,
-        options.dry_run,
-        options.interval_s,
-    )
-    return controller

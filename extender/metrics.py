@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -96,76 +96,72 @@ class _RepartitionCollector(Collector):
         stats = self._state.repartition
         if stats is None:
             return
-        leader = GaugeMetricFamily(
-            "migslice_repartition_leader", "1 while this process holds the repartition Lease."
+        yield _gauge("leader", "1 while this process holds the repartition Lease.", stats.is_leader)
+        yield _gauge("dry_run", "1 when the controller only logs what it would do.", stats.dry_run)
+        yield _counter(
+            "plans_started", "Plans written (before being applied).", stats.plans_started
         )
-        leader.add_metric((), 1.0 if stats.is_leader else 0.0)
-        dry_run = GaugeMetricFamily(
-            "migslice_repartition_dry_run", "1 when the controller only logs what it would do."
-        )
-        dry_run.add_metric((), 1.0 if stats.dry_run else 0.0)
-        started = CounterMetricFamily(
-            "migslice_repartition_plans_started", "Plans written (before being applied)."
-        )
-        started.add_metric((), stats.plans_started)
-        finished = CounterMetricFamily(
-            "migslice_repartition_plans_finished",
+        yield _counted(
+            "plans_finished",
             "Plans ended, by result (succeeded, failed: a node failed or timed out, aborted).",
-            labels=("result",),
+            label="result",
+            counts=stats.plans_finished,
+            keys=("succeeded", "failed", "aborted"),
         )
-        for result in ("succeeded", "failed", "aborted"):
-            finished.add_metric((result,), stats.plans_finished.get(result, 0))
-        would = CounterMetricFamily(
-            "migslice_repartition_plans_dry_run", "Distinct plans a dry run logged."
-        )
-        would.add_metric((), stats.plans_dry_run)
-        nodes = CounterMetricFamily(
-            "migslice_repartition_nodes",
+        yield _counter("plans_dry_run", "Distinct plans a dry run logged.", stats.plans_dry_run)
+        yield _counted(
+            "nodes",
             "Nodes of plans by outcome (success, failed, timeout, aborted, superseded).",
-            labels=("outcome",),
+            label="outcome",
+            counts=stats.node_outcomes,
+            keys=("success", "failed", "timeout", "aborted", "superseded"),
         )
-        for outcome in ("success", "failed", "timeout", "aborted", "superseded"):
-            nodes.add_metric((outcome,), stats.node_outcomes.get(outcome, 0))
-        carves = CounterMetricFamily(
-            "migslice_repartition_carve_nodes",
+        yield _counted(
+            "carve_nodes",
             "Nodes of carve plans by outcome (success, failed: the agent rolled back, timeout, "
             "aborted).",
-            labels=("outcome",),
+            label="outcome",
+            counts=stats.carve_outcomes,
+            keys=("success", "failed", "timeout", "aborted"),
         )
-        for outcome in ("success", "failed", "timeout", "aborted"):
-            carves.add_metric((outcome,), stats.carve_outcomes.get(outcome, 0))
-        in_flight = GaugeMetricFamily(
-            "migslice_repartition_nodes_in_flight",
+        yield _gauge(
+            "nodes_in_flight",
             "Nodes MIG Manager is re-partitioning, as the in-flight budget counts them "
             "(quarantined nodes left out).",
+            stats.nodes_in_flight,
         )
-        in_flight.add_metric((), stats.nodes_in_flight)
-        quarantined = GaugeMetricFamily(
-            "migslice_repartition_nodes_quarantined",
+        yield _gauge(
+            "nodes_quarantined",
             "Nodes MIG Manager left short of success past the deadline "
             "(label migslice.io/repartition-quarantine).",
+            stats.nodes_quarantined,
         )
-        quarantined.add_metric((), stats.nodes_quarantined)
-        errors = CounterMetricFamily(
-            "migslice_repartition_errors", "Failed rounds and failed label writes."
-        )
-        errors.add_metric((), stats.errors)
-        mismatch = GaugeMetricFamily(
-            "migslice_repartition_mig_manager_config_mismatch",
+        yield _counter("errors", "Failed rounds and failed label writes.", stats.errors)
+        yield _gauge(
+            "mig_manager_config_mismatch",
             "1 while the GPU Operator's MIG Manager reads another mig-parted ConfigMap than the "
             "controller writes (ClusterPolicy spec.migManager.config.name); nothing is planned.",
+            stats.mig_manager_config_mismatch,
         )
-        mismatch.add_metric((), 1.0 if stats.mig_manager_config_mismatch else 0.0)
-        yield from (
-            leader,
-            dry_run,
-            started,
-            finished,
-            would,
-            nodes,
-            carves,
-            in_flight,
-            quarantined,
-            errors,
-            mismatch,
-        )
+
+
+_REPARTITION = "migslice_repartition_"
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    """A repartition gauge without labels (a bool reads 1 or 0)."""
+    return GaugeMetricFamily(_REPARTITION + name, documentation, value=float(value))
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(_REPARTITION + name, documentation, value=value)
+
+
+def _counted(
+    name: str, documentation: str, *, label: str, counts: Mapping[str, int], keys: Sequence[str]
+) -> CounterMetricFamily:
+    """A repartition counter with one sample per key (0 for keys not seen yet)."""
+    family = CounterMetricFamily(_REPARTITION + name, documentation, labels=(label,))
+    for key in keys:
+        family.add_metric((key,), counts.get(key, 0))
+    return family

@@ -9,14 +9,17 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from flask import Flask
 
 from extender.app import create_app
-from extender.controller import start_repartition
+from extender.controller import RepartitionController
+from extender.mig_manager import MigManagerGuard
 from extender.settings import ExtenderSettings
-from extender.state import ExtenderState, new_index, state_from_objects
+from extender.state import ExtenderState, RepartitionStats, new_index, state_from_objects
 from migslice import console
+from migslice.inventory import ClusterIndex
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.serving import ServeError, serve
 from migslice.serving.reload import ReloadingApp
@@ -94,3 +97,49 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 
     stats = None if controller is None else controller.stats
     return create_app(settings, ExtenderState(index, caches, stop, stats))
+
+
+def start_repartition(
+    transport: Any,
+    index: ClusterIndex[Any],
+    settings: ExtenderSettings,
+    *,
+    identity: str,
+    blindness: Callable[[], list[str]] = list,
+) -> RepartitionController:
+    """Build the controller over the Kubernetes API and start its thread; it decides nothing
+    while ``blindness`` names a problem (a cache not synced or not following the API)."""
+    from migslice.kube import KubeRepartitionApi, LeaderElector
+    from migslice.kube.gpu_operator import KubeClusterPolicyApi
+    from migslice.kube.repartition import COMPONENT
+
+    options = settings.repartition
+    api = KubeRepartitionApi(
+        transport, settings.mig_config_namespace or "default", settings.mig_config_name
+    )
+    elector = LeaderElector(
+        transport,
+        options.lease_namespace,
+        options.lease_name,
+        identity,
+        lease_duration_s=options.lease_duration_s,
+    )
+    stats = RepartitionStats(dry_run=options.dry_run)
+    guard = MigManagerGuard(
+        KubeClusterPolicyApi(transport, COMPONENT),
+        settings.mig_config_map,
+        stats=stats,
+        dry_run=options.dry_run,
+    )
+    controller = RepartitionController(
+        api, elector, index, settings, stats, guard=guard, blindness=blindness
+    )
+    controller.start()
+    log.info(
+        "repartition controller started identity=%s lease=%s dry_run=%s interval=%.0fs",
+        identity,
+        options.lease,
+        options.dry_run,
+        options.interval_s,
+    )
+    return controller

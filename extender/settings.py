@@ -9,6 +9,7 @@ from pathlib import Path
 
 from migslice import names
 from migslice.console import CommandError
+from migslice.repartition import CarveSettings, ControllerSettings, PlanSettings
 from migslice.serving import ServerOptions
 
 DEFAULT_PORT = 8443
@@ -144,3 +145,23 @@ class ExtenderSettings:
     @property
     def mig_config_name(self) -> str:
         return self.mig_config_map.rpartition("/")[2]
+
+
+def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
+    """The decision's settings from the command line's."""
+    return ControllerSettings(
+        plan=PlanSettings(
+            min_pending_s=settings.min_pending_s,
+            cooldown_s=settings.cooldown_s,
+            max_nodes_in_flight=settings.max_nodes_in_flight,
+            budget_per_pool=settings.budget_scope == "pool",
+        ),
+        deadline_s=settings.deadline_s,
+        backoff_s=settings.backoff_s,
+        carve=CarveSettings(
+            min_pending_s=settings.min_pending_s,
+            cooldown_s=settings.carve_cooldown_s,
+            max_nodes_in_flight=settings.carve_max_nodes_in_flight,
+            default_mode=settings.mode_default,
+        ),
+    )

@@ -46,6 +46,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=names.SCHEDULER_NAME,
         help="schedulerName set on GPU pods that use the default scheduler ('' leaves it alone)",
     )
+    _add_consistency_arguments(parser)
+    parser.add_argument(
+        "--status-interval-s",
+        type=console.seconds(),
+        default=10.0,
+        help="how often TenantPolicy.status (usage, quota, conditions) is refreshed in-cluster, "
+        "besides on every change; 0 writes no status (--cluster-file never writes)",
+    )
+    parser.add_argument(
+        "--max-body-mib",
+        type=console.count(1, 1024),
+        default=MAX_BODY_BYTES >> 20,
+        help="largest AdmissionReview accepted on /mutate and /validate (MiB; kube-apiserver "
+        "limits a request to 3 MiB, and a review can carry the object and its old version)",
+    )
+    console.add_log_level(parser)
+    add_server_arguments(parser, default_port=DEFAULT_PORT)
+
+
+def _add_consistency_arguments(parser: argparse.ArgumentParser) -> None:
+    """How quota stays exact across replicas, restarts and API server outages."""
     parser.add_argument(
         "--quota-hold-s",
         type=console.seconds(allow_zero=False),
@@ -67,22 +88,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="namespace of the tenants' quota ledgers, ConfigMaps migslice-quota-<tenant> "
         "(default %(default)s; the chart sets its release namespace)",
     )
-    parser.add_argument(
-        "--status-interval-s",
-        type=console.seconds(),
-        default=10.0,
-        help="how often TenantPolicy.status (usage, quota, conditions) is refreshed in-cluster, "
-        "besides on every change; 0 writes no status (--cluster-file never writes)",
-    )
-    parser.add_argument(
-        "--max-body-mib",
-        type=console.count(1, 1024),
-        default=MAX_BODY_BYTES >> 20,
-        help="largest AdmissionReview accepted on /mutate and /validate (MiB; kube-apiserver "
-        "limits a request to 3 MiB, and a review can carry the object and its old version)",
-    )
-    console.add_log_level(parser)
-    add_server_arguments(parser, default_port=DEFAULT_PORT)
 
 
 def settings_from_args(args: argparse.Namespace) -> WebhookSettings:

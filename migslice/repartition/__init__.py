@@ -7,8 +7,9 @@ simulator.
   mode, per GPU the instances to destroy and create around running ones, with its branch of
   the state machine in :mod:`~migslice.repartition.carve_decide`;
 * :mod:`~migslice.repartition.decide`: the controller's state machine, record + snapshot +
-  time -> the next step (plan, apply, observe, finish, abort), with
-  :mod:`~migslice.repartition.closing` (how a node's step ends),
+  time -> the next step (plan, apply, observe, finish, abort; the step values in
+  :mod:`~migslice.repartition.steps`), with :mod:`~migslice.repartition.applying` (a written
+  plan applied and observed), :mod:`~migslice.repartition.closing` (how a node's step ends),
   :mod:`~migslice.repartition.quarantine` (nodes MIG Manager left stuck) and
   :mod:`~migslice.repartition.actions` (what the shell does besides writing the record);
 * :mod:`~migslice.repartition.record`: the durable plan record;
@@ -29,6 +30,7 @@ from migslice.repartition.actions import (
     QuarantineMark,
     SetLabel,
 )
+from migslice.repartition.applying import recheck
 from migslice.repartition.carve import CarvePlan, CarveSettings, NodeCarve, plan_carve
 from migslice.repartition.carve_decide import (
     REASON_CARVE,
@@ -43,14 +45,7 @@ from migslice.repartition.configmap import (
     apply_step,
     read_config_map,
 )
-from migslice.repartition.decide import (
-    ControllerSettings,
-    PlanResult,
-    Step,
-    StepKind,
-    decide,
-    recheck,
-)
+from migslice.repartition.decide import decide
 from migslice.repartition.pending import PendingPod, pending_pods, unschedulable_since
 from migslice.repartition.planner import (
     GpuChange,
@@ -78,6 +73,7 @@ from migslice.repartition.record import (
 )
 from migslice.repartition.shapes import LayoutCache
 from migslice.repartition.snapshot import Snapshot, node_states, snapshot_from_objects
+from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
 
 __all__ = [
     "ABORTED",

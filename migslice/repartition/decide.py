@@ -26,99 +26,32 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   budget, left alone until MIG Manager reports ``success`` or an admin removes the label;
   releasing it (or writing its label again) is a step of its own (``QUARANTINE``), first.
 
-Carve-mode nodes are decided first, by the carve branch (:mod:`migslice.repartition.carve_decide`,
-its own plan in ``record.carve``); this path leaves them alone and never labels them.
+The step types are in :mod:`migslice.repartition.steps`, applying and observing a written
+plan in :mod:`migslice.repartition.applying`. Carve-mode nodes are decided first, by the
+carve branch (:mod:`migslice.repartition.carve_decide`, its own plan in ``record.carve``);
+this path leaves them alone and never labels them.
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from migslice.inventory import LayoutSource, NodeState
-from migslice.mig.migparted import MigPartedEntry
-from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, REPARTITION_MODE_LABEL
+from migslice.inventory import NodeState
 from migslice.objects.times import format_time
-from migslice.repartition.actions import (
-    REASON_STARTED,
-    NodeEvent,
-    QuarantineMark,
-    SetLabel,
-)
-from migslice.repartition.carve import CarvePlan, CarveSettings, carve_mode_nodes
-from migslice.repartition.carve_decide import CarveDecision, CarveWrite, decide_carve
-from migslice.repartition.carve_record import CarveStep
-from migslice.repartition.closing import Closing, close_node, outcome_of
-from migslice.repartition.messages import applying_message, referenced_configs
+from migslice.repartition.actions import NodeEvent
+from migslice.repartition.applying import apply_plan, observe_plan
+from migslice.repartition.carve import carve_mode_nodes
+from migslice.repartition.carve_decide import CarveDecision, decide_carve
 from migslice.repartition.pending import PendingPod
-from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
+from migslice.repartition.planner import plan
 from migslice.repartition.quarantine import held_reasons, review
-from migslice.repartition.record import (
-    ABORTED,
-    FAILED,
-    SUCCESS,
-    TIMEOUT,
-    ActivePlan,
-    NodeStep,
-    RepartitionRecord,
-)
+from migslice.repartition.record import ActivePlan, NodeStep, RepartitionRecord
 from migslice.repartition.shapes import LayoutCache
-from migslice.whynot import WhyNot
+from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
 
-
-class PlanResult(enum.StrEnum):
-    """How a whole plan ended, once no node of it is open."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    ABORTED = "aborted"
-
-
-class StepKind(enum.StrEnum):
-    WAIT = "wait"
-    START = "start"
-    APPLY = "apply"
-    ABORT = "abort"
-    OBSERVE = "observe"
-    FINISH = "finish"
-    QUARANTINE = "quarantine"
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerSettings:
-    """``deadline_s``: how long a node may take to reach ``success``; ``backoff_s``: how long
-    a node that failed is left alone. Rate limits and hysteresis are the planner's."""
-
-    plan: PlanSettings = field(default_factory=PlanSettings)
-    deadline_s: float = 600.0
-    backoff_s: float = 1800.0
-    carve: CarveSettings = field(default_factory=CarveSettings)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What to do now. ``configs``/``referenced``: for ``APPLY``, the configs to merge into the
-    mig-parted file and the names its garbage collection keeps."""
-
-    kind: StepKind
-    record: RepartitionRecord
-    reason: str = ""
-    configs: Mapping[str, tuple[MigPartedEntry, ...]] = field(default_factory=dict)
-    referenced: frozenset[str] = frozenset()
-    labels: tuple[SetLabel, ...] = ()
-    events: tuple[NodeEvent, ...] = ()
-    plan: RepartitionPlan | None = None
-    outcomes: tuple[NodeStep, ...] = ()
-    result: PlanResult | None = None
-    """For ``FINISH`` and ``ABORT``: how the plan ended."""
-    marks: tuple[QuarantineMark, ...] = ()
-    """Quarantine labels and annotations to set or remove, after the labels."""
-    carve_writes: tuple[CarveWrite, ...] = ()
-    """Carve steps: the ``migslice.io/carve`` annotations to set or remove, after the record."""
-    carve_outcomes: tuple[CarveStep, ...] = ()
-    carve_plan: CarvePlan | None = None
+DEFAULT_SETTINGS = ControllerSettings()
 
 
 def decide(
@@ -128,7 +61,7 @@ def decide(
     *,
     file_configs: Collection[str] | None,
     now: float,
-    settings: ControllerSettings = ControllerSettings(),
+    settings: ControllerSettings = DEFAULT_SETTINGS,
     layout_cache: LayoutCache | None = None,
 ) -> Step:
     """The next step (see the module docstring). ``file_configs``: the config names in the
@@ -184,44 +117,12 @@ def _next(
     if active is None:
         return _start(record, nodes, pending, now, settings, layout_cache)
     if any(step.is_open and step.applied_at is None for step in active.nodes):
-        return _apply(record, active, states, nodes, now)
-    observed = _observe(record, active, states, nodes, file_configs, now, settings)
+        return apply_plan(record, active, states, nodes, now)
+    observed = observe_plan(record, active, states, nodes, file_configs, now, settings)
     if observed.kind != StepKind.WAIT:
         return observed
     joined = _start(record, nodes, pending, now, settings, layout_cache)
     return joined if joined.kind == StepKind.START else observed
-
-
-def recheck(step: NodeStep, state: NodeState | None) -> WhyNot | None:
-    """Why ``step`` must not be applied to the node as it is now; None when it may."""
-    problem = _recheck(step, state)
-    return WhyNot("changed-since-planned", problem) if problem else None
-
-
-def _recheck(step: NodeStep, state: NodeState | None) -> str:
-    if state is None:
-        return "node is gone"
-    facts = state.facts
-    if facts.repartition_mode == MODE_CARVE or facts.is_carving:
-        return f"node is in carve mode ({REPARTITION_MODE_LABEL}) or carving"
-    if facts.mig_config != step.previous_config:
-        return (
-            f"label nvidia.com/mig.config is {facts.mig_config!r}, "
-            f"was {step.previous_config!r} when planned"
-        )
-    if facts.mig_config_state in MIG_TRANSITION_STATES:
-        return f"MIG Manager is applying a config (state {facts.mig_config_state})"
-    if state.source == LayoutSource.COUNTS:
-        held = [f"{count} x {name}" for name, count in state.allocated if count]
-        return f"pods hold {', '.join(held)}" if held else ""
-    gpus = {gpu.index: gpu for gpu in state.gpus}
-    for index in step.gpus:
-        gpu = gpus.get(index)
-        if gpu is None or not gpu.mig_enabled:
-            return f"GPU {index} is no longer a MIG GPU of the node"
-        if not gpu.is_idle:
-            return f"GPU {index} is in use by a pod since planning"
-    return ""
 
 
 def plan_id(changes: Sequence[str], now: float) -> str:
@@ -298,121 +199,6 @@ def _start(
     )
 
 
-def _apply(
-    record: RepartitionRecord,
-    active: ActivePlan,
-    states: Mapping[str, NodeState],
-    nodes: Sequence[NodeState],
-    now: float,
-) -> Step:
-    steps: list[NodeStep] = []
-    configs: dict[str, tuple[MigPartedEntry, ...]] = {}
-    labels: list[SetLabel] = []
-    events: list[NodeEvent] = []
-    for step in active.nodes:
-        if not step.is_open or step.applied_at is not None:
-            steps.append(step)
-            continue
-        problem = recheck(step, states.get(step.node))
-        if problem is not None:
-            steps.append(replace(step, outcome=ABORTED, detail=f"not applied: {problem.message}"))
-            continue
-        steps.append(replace(step, applied_at=now))
-        configs[step.config_name] = step.entries
-        labels.append(SetLabel(step.node, step.config_name))
-        events.append(NodeEvent(step.node, REASON_STARTED, applying_message(step)))
-    aborted = tuple(s for s in steps if s.outcome == ABORTED and s not in active.nodes)
-    applied = replace(active, applied_at=active.applied_at or now, nodes=tuple(steps))
-    if not labels:
-        reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to apply"
-        if applied.open_nodes:  # nodes that joined an applied plan: the others go on
-            return Step(StepKind.OBSERVE, record.with_plan(applied), reason, outcomes=aborted)
-        return Step(
-            StepKind.ABORT,
-            record.with_plan(None),
-            reason,
-            outcomes=aborted,
-            result=PlanResult.ABORTED,
-        )
-    new_record = record.with_plan(applied)
-    return Step(
-        StepKind.APPLY,
-        new_record,
-        f"plan {active.plan_id}: applying "
-        + ", ".join(f"{x.node}={x.config_name}" for x in labels),
-        configs=configs,
-        referenced=referenced_configs(nodes, applied),
-        labels=tuple(labels),
-        events=tuple(events),
-        outcomes=aborted,
-    )
-
-
-def _observe(
-    record: RepartitionRecord,
-    active: ActivePlan,
-    states: Mapping[str, NodeState],
-    nodes: Sequence[NodeState],
-    file_configs: Collection[str],
-    now: float,
-    settings: ControllerSettings,
-) -> Step:
-    assert active.applied_at is not None
-    steps: list[NodeStep] = []
-    closed: list[NodeStep] = []
-    closing = Closing(
-        dict(record.finished), dict(record.backoff), {q.node: q for q in record.quarantine}
-    )
-    waiting: list[str] = []
-    for step in active.nodes:
-        if not step.is_open:
-            steps.append(step)
-            continue
-        state = states.get(step.node)
-        elapsed = now - (step.applied_at if step.applied_at is not None else active.applied_at)
-        outcome, detail = outcome_of(step, state, elapsed, settings.deadline_s)
-        if not outcome and state is not None and state.facts.mig_config != step.config_name:
-            problem = recheck(step, state)  # still at the previous config: label it now
-            if problem is not None:
-                outcome, detail = ABORTED, f"not applied: {problem.message}"
-            else:
-                closing.labels.append(SetLabel(step.node, step.config_name))
-        if not outcome:
-            steps.append(step)
-            phase = state.facts.mig_config_state if state else "?"
-            waiting.append(f"{step.node} ({phase}, {elapsed:.0f}s)")
-            continue
-        done = replace(step, outcome=outcome, detail=detail)
-        steps.append(done)
-        closed.append(done)
-        close_node(done, closing, file_configs, now=now, backoff_s=settings.backoff_s)
-    if not closed and not closing.labels:
-        reason = f"plan {active.plan_id}: waiting for " + ", ".join(waiting)
-        return Step(StepKind.WAIT, record, reason)
-    remaining = replace(active, nodes=tuple(steps))
-    still_open = bool(remaining.open_nodes)
-    new_record = replace(
-        record,
-        plan=remaining if still_open else None,
-        finished=tuple(sorted(closing.finished.items())),
-        backoff=tuple(sorted(closing.backoff.items())),
-        quarantine=tuple(closing.quarantine[n] for n in sorted(closing.quarantine)),
-    )
-    reason = f"plan {active.plan_id}: " + (
-        ", ".join(f"{s.node} {s.outcome}" for s in closed) or "labelling again"
-    )
-    return Step(
-        StepKind.OBSERVE if still_open else StepKind.FINISH,
-        new_record,
-        reason,
-        labels=tuple(closing.labels),
-        events=tuple(closing.events),
-        outcomes=tuple(closed),
-        result=None if still_open else _result(steps),
-        marks=tuple(closing.marks),
-    )
-
-
 def _carve_step(carve: CarveDecision) -> Step:
     """The carve branch's decision as a step of the one state machine."""
     return Step(
@@ -434,12 +220,3 @@ def _quarantine_step(record: RepartitionRecord, states: Mapping[str, NodeState])
     return Step(
         StepKind.QUARANTINE, change.record, change.reason, events=change.events, marks=change.marks
     )
-
-
-def _result(steps: Sequence[NodeStep]) -> PlanResult:
-    outcomes = {step.outcome for step in steps}
-    if outcomes & {FAILED, TIMEOUT}:
-        return PlanResult.FAILED
-    if SUCCESS in outcomes:
-        return PlanResult.SUCCEEDED
-    return PlanResult.ABORTED

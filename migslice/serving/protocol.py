@@ -20,6 +20,7 @@ from urllib.parse import unquote
 import h11
 
 from migslice.serving.connections import Phase
+from migslice.serving.tls_session import Hello, TlsSession
 from migslice.serving.wsgi import (
     Endpoint,
     Incoming,
@@ -34,15 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TLS_READ_BYTES = 64 * 1024
-TLS_RECORD_HEADER_BYTES = 5
-TLS_HANDSHAKE_RECORD = 22
-TLS_MAX_RECORD_BYTES = 16384 + 2048
 TRICKLE_AFTER_S = 1.0
 LINGER_S = 2.0
 LINGER_BYTES = 64 * 1024 * 1024
 TRICKLE_BYTES = 16 * 1024
-WRITE_CHUNK_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 256 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
 
@@ -57,10 +53,7 @@ class HttpConnection(asyncio.Protocol):
         self.write_stalled_since: float | None = None
         self.transport: asyncio.Transport | None = None
         self._endpoint = Endpoint(site.scheme, ("", 0), ("", 0), site.multiprocess)
-        self._tls: ssl.SSLObject | None = None
-        self._tls_in = ssl.MemoryBIO()
-        self._tls_out = ssl.MemoryBIO()
-        self._hello = bytearray()
+        self._tls = TlsSession()
         self._http = h11.Connection(
             h11.SERVER, max_incomplete_event_size=site.limits.max_header_bytes
         )
@@ -76,11 +69,15 @@ class HttpConnection(asyncio.Protocol):
         self._app_runs = False
         self._peer_done = False
         self.handshake_queued = False
-        self.handshake_answered = False  # our reply to the ClientHello is out
         self._lingered_bytes = 0
         self._began = 0.0  # when the handshake, or the request being read, began
         self._request_bytes = 0
         self._stalled = False
+
+    @property
+    def handshake_answered(self) -> bool:
+        """Our reply to the ClientHello is out."""
+        return self._tls.answered
 
     @property
     def answered(self) -> int:
@@ -122,13 +119,13 @@ class HttpConnection(asyncio.Protocol):
                 self._received(data)
             self._close_if_peer_done()
             return
-        if self._tls is None:
+        if not self._tls.started:
             if not self._first_record(data):
                 if self.phase is Phase.HANDSHAKE:
-                    self._stall_if_trickling(len(self._hello))
+                    self._stall_if_trickling(self._tls.hello_bytes)
                 return
         else:
-            self._tls_in.write(data)
+            self._tls.feed(data)
         if self.phase is Phase.HANDSHAKE:
             if not self.handshake_queued:  # the Site runs handshakes a few at a time
                 self.handshake_queued = True
@@ -180,11 +177,8 @@ class HttpConnection(asyncio.Protocol):
             return
         handshaken = self.phase is not Phase.HANDSHAKE
         self._leave()
-        if self._tls is not None and handshaken and notify:
-            try:
-                self._tls.unwrap()
-            except (ssl.SSLError, OSError):
-                pass  # the peer's close_notify is not awaited
+        if handshaken and notify:
+            self._tls.close_notify()
             self._flush()
         self.transport.close()
 
@@ -215,21 +209,14 @@ class HttpConnection(asyncio.Protocol):
     # -- TLS ------------------------------------------------------------------------------
 
     def _first_record(self, data: bytes) -> bool:
-        """Hold the bytes of the client's first TLS record until it is whole, then start TLS.
-
-        OpenSSL gets nothing before that, so a client that trickles its ClientHello costs the
-        bytes it sent, not a TLS session with its buffers.
-        """
-        self._hello += data
-        if len(self._hello) < TLS_RECORD_HEADER_BYTES:
-            return False
-        record_bytes = int.from_bytes(self._hello[3:5], "big")
-        if self._hello[0] != TLS_HANDSHAKE_RECORD or record_bytes > TLS_MAX_RECORD_BYTES:
+        """Start TLS once the client's first record is whole (see :class:`TlsSession`)."""
+        hello = self._tls.take_hello(data)
+        if hello is Hello.NOT_TLS:
             log.debug("not a TLS ClientHello from peer=%s; closing", self._endpoint.peer[0])
             self.site.count("tls_failed")
             self.abort()
             return False
-        if len(self._hello) < TLS_RECORD_HEADER_BYTES + record_bytes:
+        if hello is Hello.PARTIAL:
             return False
         assert self.site.tls is not None
         try:
@@ -238,19 +225,12 @@ class HttpConnection(asyncio.Protocol):
             log.error("no serving certificate for a new connection (%s); closing it", error)
             self.abort()
             return False
-        self._tls = context.wrap_bio(self._tls_in, self._tls_out, server_side=True)
-        self._tls_in.write(bytes(self._hello))
-        self._hello = bytearray()
+        self._tls.start(context)
         return True
 
     def _handshake(self) -> bool:
-        assert self._tls is not None
         try:
-            self._tls.do_handshake()
-        except ssl.SSLWantReadError:
-            self.handshake_answered = self.handshake_answered or bool(self._tls_out.pending)
-            self._flush()
-            return False
+            done = self._tls.handshake()
         except (ssl.SSLError, OSError) as error:
             log.debug("TLS handshake failed peer=%s: %s", self._endpoint.peer[0], error)
             self._flush()
@@ -258,6 +238,8 @@ class HttpConnection(asyncio.Protocol):
             self.abort()
             return False
         self._flush()
+        if not done:
+            return False
         self.phase, self.deadline = (
             Phase.WAITING,
             self.site.now() + self.site.limits.keepalive_timeout_s,
@@ -266,30 +248,19 @@ class HttpConnection(asyncio.Protocol):
         return True
 
     def _decrypt(self) -> bytes | None:
-        assert self._tls is not None
-        chunks: list[bytes] = []
-        while True:
-            try:
-                chunk = self._tls.read(TLS_READ_BYTES)
-            except ssl.SSLWantReadError:
-                break
-            except ssl.SSLZeroReturnError:
-                self._peer_done = True
-                break
-            except ssl.SSLError as error:
-                log.debug("TLS error peer=%s: %s", self._endpoint.peer[0], error)
-                self._flush()
-                self.abort()
-                return None
-            if not chunk:
-                self._peer_done = True
-                break
-            chunks.append(chunk)
+        try:
+            plain = self._tls.decrypt()
+        except ssl.SSLError as error:
+            log.debug("TLS error peer=%s: %s", self._endpoint.peer[0], error)
+            self._flush()
+            self.abort()
+            return None
+        self._peer_done = self._peer_done or self._tls.peer_done
         self._flush()
-        return b"".join(chunks)
+        return plain
 
     def _flush(self) -> None:
-        pending = self._tls_out.read()
+        pending = self._tls.outgoing()
         if pending and self.transport is not None and not self.transport.is_closing():
             self.transport.write(pending)
 
@@ -297,14 +268,12 @@ class HttpConnection(asyncio.Protocol):
         assert self.transport is not None
         if not data:
             return
-        if self._tls is None:
+        if not self._tls.started:
             self.transport.write(data)
             return
-        view = memoryview(data)
-        while view:
-            written = self._tls.write(view[:WRITE_CHUNK_BYTES])
-            view = view[written:]
-            self._flush()
+        for records in self._tls.encrypt(data):
+            if records and not self.transport.is_closing():
+                self.transport.write(records)
 
     # -- HTTP -----------------------------------------------------------------------------
 
@@ -515,12 +484,8 @@ class HttpConnection(asyncio.Protocol):
         self.phase, self.deadline = Phase.LINGERING, self.site.now() + LINGER_S
         self._lingered_bytes = 0
         self.site.table.wait(self)
-        if self._tls is not None:
-            try:
-                self._tls.unwrap()
-            except (ssl.SSLError, OSError):
-                pass
-            self._flush()
+        self._tls.close_notify()
+        self._flush()
         try:
             if self.transport.can_write_eof():
                 self.transport.write_eof()

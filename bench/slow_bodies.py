@@ -1,0 +1,132 @@
+"""What ``bench.slow_clients`` sends and serves: honest filter bodies, the largest legitimate
+AdmissionReview and ExtenderArgs just below each body limit, and the extender it starts."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench import extender_latency, request_sizes
+from migslice.serving.process import ServerProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_stream(path: Path, documents: Iterator[dict[str, Any]]) -> None:
+    with path.open("w") as out:
+        for document in documents:
+            out.write("---\n")
+            out.write(json.dumps(document))
+            out.write("\n")
+
+
+def start_extender(server: ServerProcess, nodes: int, pods_per_node: int) -> None:
+    """``bench.extender_latency --serve`` (one worker, 8 threads, TLS), ready on /readyz."""
+    with server.log_path.open("ab") as log:
+        server.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "bench.extender_latency", "--serve",
+                "--port", str(server.port), "--tls-cert", str(server.bundle.cert),
+                "--tls-key", str(server.bundle.key), "--nodes", str(nodes),
+                "--pods-per-node", str(pods_per_node), "--threads", "8",
+            ],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and server.process.poll() is None:
+        try:
+            if server.request("GET", "/readyz")[0] == 200:
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"the extender did not start:\n{server.log_tail()}")
+
+
+def filter_bodies(nodes: int, count: int) -> list[bytes]:
+    rng = random.Random(7)
+    bodies = []
+    for n in range(count):
+        pod = extender_latency.raw_pod(f"new-{n}", rng.choice(extender_latency.PROFILES), None)
+        names = [f"gpu-{i:05d}" for i in rng.sample(range(nodes), min(500, nodes))]
+        bodies.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode())
+    return bodies
+
+
+def largest_review(limit: int) -> bytes:
+    """A pod CREATE review of many small fields, as kube-apiserver sends it, just below
+    ``limit``: the env entries and the managedFields entry that names each of them."""
+
+    def review(count: int) -> bytes:
+        env = [{"name": f"E{i:06d}", "value": "v"} for i in range(count)]
+        fields = {
+            f'k:{{"name":"E{i:06d}"}}': {".": {}, "f:name": {}, "f:value": {}} for i in range(count)
+        }
+        pod = webhook_latency_pod(env, fields)
+        return json.dumps(pod_review(pod)).encode()
+
+    per_entry = len(review(1000)) - len(review(0))
+    count = (limit - 64 * 1024 - len(review(0))) * 1000 // per_entry
+    return review(count)
+
+
+def webhook_latency_pod(env: list[dict[str, str]], fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "generateName": "big-",
+            "namespace": "tenant-0",
+            "annotations": {"migslice.io/gpu-size": "small"},
+            "managedFields": [
+                {
+                    "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1",
+                    "time": "2025-05-01T00:00:00Z", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"main"}': {
+                        ".": {}, "f:env": fields, "f:image": {}, "f:name": {}}}}},
+                }
+            ],
+        },
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "registry.example/train:1", "env": env, "resources": {}}
+            ],
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+        },
+        "status": {},
+    }  # fmt: skip
+
+
+def pod_review(pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "bench-largest",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "tenant-0",
+            "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": True,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+def largest_full_nodes(limit: int) -> bytes:
+    """ExtenderArgs with as many real-shaped full Nodes as fit below ``limit``."""
+    node_bytes = len(json.dumps(request_sizes.real_node(0), separators=(",", ":")))
+    count = (limit - 64 * 1024) // (node_bytes + 1)
+    pod = extender_latency.raw_pod("big", "1g.10gb", None)
+    items = [request_sizes.real_node(i) for i in range(count)]
+    document = {"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+    return json.dumps(document, separators=(",", ":")).encode()

@@ -1,0 +1,189 @@
+"""Applying a written plan and observing its nodes (the *planned* and *applying* states of
+:mod:`migslice.repartition.decide`): the re-check right before a node is labelled, MIG
+Manager's outcome per node, and the record, labels and Events each outcome asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+
+from migslice.inventory import LayoutSource, NodeState
+from migslice.mig.migparted import MigPartedEntry
+from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, REPARTITION_MODE_LABEL
+from migslice.repartition.actions import REASON_STARTED, NodeEvent, SetLabel
+from migslice.repartition.closing import Closing, close_node, outcome_of
+from migslice.repartition.messages import applying_message, referenced_configs
+from migslice.repartition.record import (
+    ABORTED,
+    FAILED,
+    SUCCESS,
+    TIMEOUT,
+    ActivePlan,
+    NodeStep,
+    RepartitionRecord,
+)
+from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
+from migslice.whynot import WhyNot
+
+
+def recheck(step: NodeStep, state: NodeState | None) -> WhyNot | None:
+    """Why ``step`` must not be applied to the node as it is now; None when it may."""
+    problem = _recheck(step, state)
+    return WhyNot("changed-since-planned", problem) if problem else None
+
+
+def _recheck(step: NodeStep, state: NodeState | None) -> str:
+    if state is None:
+        return "node is gone"
+    facts = state.facts
+    if facts.repartition_mode == MODE_CARVE or facts.is_carving:
+        return f"node is in carve mode ({REPARTITION_MODE_LABEL}) or carving"
+    if facts.mig_config != step.previous_config:
+        return (
+            f"label nvidia.com/mig.config is {facts.mig_config!r}, "
+            f"was {step.previous_config!r} when planned"
+        )
+    if facts.mig_config_state in MIG_TRANSITION_STATES:
+        return f"MIG Manager is applying a config (state {facts.mig_config_state})"
+    if state.source == LayoutSource.COUNTS:
+        held = [f"{count} x {name}" for name, count in state.allocated if count]
+        return f"pods hold {', '.join(held)}" if held else ""
+    gpus = {gpu.index: gpu for gpu in state.gpus}
+    for index in step.gpus:
+        gpu = gpus.get(index)
+        if gpu is None or not gpu.mig_enabled:
+            return f"GPU {index} is no longer a MIG GPU of the node"
+        if not gpu.is_idle:
+            return f"GPU {index} is in use by a pod since planning"
+    return ""
+
+
+def apply_plan(
+    record: RepartitionRecord,
+    active: ActivePlan,
+    states: Mapping[str, NodeState],
+    nodes: Sequence[NodeState],
+    now: float,
+) -> Step:
+    steps: list[NodeStep] = []
+    configs: dict[str, tuple[MigPartedEntry, ...]] = {}
+    labels: list[SetLabel] = []
+    events: list[NodeEvent] = []
+    for step in active.nodes:
+        if not step.is_open or step.applied_at is not None:
+            steps.append(step)
+            continue
+        problem = recheck(step, states.get(step.node))
+        if problem is not None:
+            steps.append(replace(step, outcome=ABORTED, detail=f"not applied: {problem.message}"))
+            continue
+        steps.append(replace(step, applied_at=now))
+        configs[step.config_name] = step.entries
+        labels.append(SetLabel(step.node, step.config_name))
+        events.append(NodeEvent(step.node, REASON_STARTED, applying_message(step)))
+    aborted = tuple(s for s in steps if s.outcome == ABORTED and s not in active.nodes)
+    applied = replace(active, applied_at=active.applied_at or now, nodes=tuple(steps))
+    if not labels:
+        reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to apply"
+        if applied.open_nodes:  # nodes that joined an applied plan: the others go on
+            return Step(StepKind.OBSERVE, record.with_plan(applied), reason, outcomes=aborted)
+        return Step(
+            StepKind.ABORT,
+            record.with_plan(None),
+            reason,
+            outcomes=aborted,
+            result=PlanResult.ABORTED,
+        )
+    new_record = record.with_plan(applied)
+    return Step(
+        StepKind.APPLY,
+        new_record,
+        f"plan {active.plan_id}: applying "
+        + ", ".join(f"{x.node}={x.config_name}" for x in labels),
+        configs=configs,
+        referenced=referenced_configs(nodes, applied),
+        labels=tuple(labels),
+        events=tuple(events),
+        outcomes=aborted,
+    )
+
+
+def observe_plan(
+    record: RepartitionRecord,
+    active: ActivePlan,
+    states: Mapping[str, NodeState],
+    nodes: Sequence[NodeState],
+    file_configs: Collection[str],
+    now: float,
+    settings: ControllerSettings,
+) -> Step:
+    assert active.applied_at is not None
+    steps: list[NodeStep] = []
+    closed: list[NodeStep] = []
+    closing = Closing(
+        dict(record.finished), dict(record.backoff), {q.node: q for q in record.quarantine}
+    )
+    waiting: list[str] = []
+    for step in active.nodes:
+        if not step.is_open:
+            steps.append(step)
+            continue
+        state = states.get(step.node)
+        elapsed = now - (step.applied_at if step.applied_at is not None else active.applied_at)
+        done = _outcome(step, state, elapsed, closing, deadline_s=settings.deadline_s)
+        steps.append(done)
+        if not done.outcome:
+            phase = state.facts.mig_config_state if state else "?"
+            waiting.append(f"{step.node} ({phase}, {elapsed:.0f}s)")
+            continue
+        closed.append(done)
+        close_node(done, closing, file_configs, now=now, backoff_s=settings.backoff_s)
+    if not closed and not closing.labels:
+        reason = f"plan {active.plan_id}: waiting for " + ", ".join(waiting)
+        return Step(StepKind.WAIT, record, reason)
+    remaining = replace(active, nodes=tuple(steps))
+    still_open = bool(remaining.open_nodes)
+    new_record = replace(
+        record,
+        plan=remaining if still_open else None,
+        finished=tuple(sorted(closing.finished.items())),
+        backoff=tuple(sorted(closing.backoff.items())),
+        quarantine=tuple(closing.quarantine[n] for n in sorted(closing.quarantine)),
+    )
+    reason = f"plan {active.plan_id}: " + (
+        ", ".join(f"{s.node} {s.outcome}" for s in closed) or "labelling again"
+    )
+    return Step(
+        StepKind.OBSERVE if still_open else StepKind.FINISH,
+        new_record,
+        reason,
+        labels=tuple(closing.labels),
+        events=tuple(closing.events),
+        outcomes=tuple(closed),
+        result=None if still_open else _result(steps),
+        marks=tuple(closing.marks),
+    )
+
+
+def _outcome(
+    step: NodeStep, state: NodeState | None, elapsed: float, closing: Closing, *, deadline_s: float
+) -> NodeStep:
+    """``step`` with its outcome when it has one now; unchanged while it waits. A node still at
+    the previous config (a restart between the file write and the label) is labelled now."""
+    outcome, detail = outcome_of(step, state, elapsed, deadline_s)
+    if not outcome and state is not None and state.facts.mig_config != step.config_name:
+        problem = recheck(step, state)
+        if problem is not None:
+            outcome, detail = ABORTED, f"not applied: {problem.message}"
+        else:
+            closing.labels.append(SetLabel(step.node, step.config_name))
+    return replace(step, outcome=outcome, detail=detail) if outcome else step
+
+
+def _result(steps: Sequence[NodeStep]) -> PlanResult:
+    outcomes = {step.outcome for step in steps}
+    if outcomes & {FAILED, TIMEOUT}:
+        return PlanResult.FAILED
+    if SUCCESS in outcomes:
+        return PlanResult.SUCCEEDED
+    return PlanResult.ABORTED
