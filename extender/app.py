@@ -25,6 +25,7 @@ from extender.wire import (
     PrioritizeError,
     RawNode,
     filter_error,
+    host_priority,
 )
 from migslice.errors import InvalidInputError
 from migslice.objects import node_facts_from_raw
@@ -157,9 +158,17 @@ def _names(args: Mapping[str, Any]) -> list[str] | None:
     names = args.get("NodeNames")
     if names is None:
         return None
-    if not isinstance(names, list) or set(map(type, names)) - {str}:
+    if not isinstance(names, list) or not _all_strings(names):
         raise BadArgsError("ExtenderArgs.NodeNames must be a list of node names")
     return names
+
+
+def _all_strings(values: list[Any]) -> bool:
+    try:
+        "".join(values)  # one pass in C: joining fails on anything but str
+    except TypeError:
+        return False
+    return True
 
 
 def _candidates(
@@ -217,8 +226,8 @@ def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterRe
     answer: ExtenderFilterResult = {
         "Nodes": None,
         "NodeNames": None,
-        "FailedNodes": dict(result.failed),
-        "FailedAndUnresolvableNodes": dict(result.unresolvable),
+        "FailedNodes": _as_dict(result.failed),
+        "FailedAndUnresolvableNodes": _as_dict(result.unresolvable),
         "Error": "",
     }
     if by_name is None:
@@ -226,6 +235,10 @@ def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterRe
     else:
         answer["Nodes"] = {"metadata": {}, "items": [by_name[name] for name in result.fits]}
     return answer, "ok"
+
+
+def _as_dict(mapping: Mapping[str, str]) -> dict[str, str]:
+    return mapping if isinstance(mapping, dict) else dict(mapping)
 
 
 def _all_failed(
@@ -251,11 +264,11 @@ def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]
     names = _names(args)
     if names is None:
         candidates, _ = _candidates(args, context)
-        scores: Mapping[str, int] = dict(score_nodes(demand, candidates))
+        answer = [host_priority(name, score) for name, score in score_nodes(demand, candidates)]
     else:
-        scores = context.state.decisions.score(demand, names)
-    _log_decision("prioritize", demand, len(scores), len(scores))
-    return [{"Host": name, "Score": score} for name, score in scores.items()]
+        answer = context.state.decisions.score(demand, names)
+    _log_decision("prioritize", demand, len(answer), len(answer))
+    return answer
 
 
 def _log_decision(verb: str, demand: PodDemand, candidates: int, kept: int) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from extender.settings import ExtenderSettings
+from extender.wire import HostPriority, host_priority
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube.health import CacheHealth, blindness
 from migslice.mig.migparted import MigPartedError, parse_mig_parted
@@ -75,10 +76,10 @@ class ExtenderState:
     caches: Sequence[CacheStatus] = ()
     stop: Callable[[], None] = field(default=lambda: None)
     repartition: RepartitionStats | None = None
-    decisions: DecisionCache = field(init=False)
+    decisions: DecisionCache[HostPriority] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.decisions = DecisionCache(self.index.get)
+        self.decisions = DecisionCache(self.index.get, host_priority)
         self.index.subscribe(self.decisions.forget)
 
     def readiness(self, max_blind_s: float) -> tuple[bool, list[str]]:

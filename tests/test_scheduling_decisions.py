@@ -25,23 +25,27 @@ from tests.test_scheduling import PROFILES, clusters
 Cluster = tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]]
 
 
-def cached_index() -> tuple[ClusterIndex[PreparedNode], DecisionCache]:
+def pair(name: str, score: int) -> tuple[str, int]:
+    return (name, score)
+
+
+def cached_index() -> tuple[ClusterIndex[PreparedNode], DecisionCache[tuple[str, int]]]:
     index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
-    cache = DecisionCache(index.get)
+    cache = DecisionCache(index.get, pair)
     index.subscribe(cache.forget)
     return index, cache
 
 
 def reference(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], pod: dict[str, Any], names: list[str]
-) -> tuple[Any, dict[str, int]]:
+) -> tuple[Any, list[tuple[str, int]]]:
     """The answer of the reference path over a fresh index of the same objects."""
     index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
     index.replace_nodes(node_facts_from_raw(n) for n in nodes)
     index.replace_pods(p for p in map(pod_facts_from_raw, pods) if p is not None)
     candidates = [(n, index.get(n)) for n in names]
     demand = demand_of(pod)
-    return filter_nodes(demand, candidates), dict(score_nodes(demand, candidates))
+    return filter_nodes(demand, candidates), list(score_nodes(demand, candidates))
 
 
 def single(resource: str) -> dict[str, Any]:
@@ -97,7 +101,7 @@ def test_kept_decisions_equal_the_reference_path_through_any_events(
             demand = demand_of(ask)
             assert cache.filter(demand, names) == expected_filter
             assert cache.score(demand, names) == expected_scores
-            assert list(cache.score(demand, names)) == list(dict.fromkeys(names))
+            assert [n for n, _ in cache.score(demand, names)] == list(dict.fromkeys(names))
 
 
 def test_a_node_that_changes_while_it_is_judged_is_not_kept_with_its_old_answer() -> None:
@@ -115,12 +119,12 @@ def test_a_node_that_changes_while_it_is_judged_is_not_kept_with_its_old_answer(
         lookups.append(name)
         return node
 
-    cache = DecisionCache(lookup_while_a_pod_binds)
+    cache = DecisionCache(lookup_while_a_pod_binds, pair)
     index.subscribe(cache.forget)
     demand = demand_of(make_pod("ask", profile="3g.40gb"))
     assert cache.filter(demand, ["n0"]).fits == ("n0",)  # judged on the value it read
     assert cache.filter(demand, ["n0"]).failed == {"n0": reasons.all_in_use("3g.40gb")}
-    assert cache.score(demand, ["n0"]) == {"n0": 0}
+    assert cache.score(demand, ["n0"]) == [("n0", 0)]
 
 
 def test_start_up_derives_each_node_once_whatever_order_the_lists_arrive_in() -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from migslice.scheduling.decide import (
     FilterResult,
@@ -31,10 +31,12 @@ from migslice.scheduling.decide import (
 from migslice.scheduling.demand import DemandUnit, PodDemand
 from migslice.scheduling.prepared import PreparedNode
 
-T = TypeVar("T")
+R = TypeVar("R")
 DemandKey = tuple[tuple[DemandUnit, ...], frozenset[str] | None, str]
-MAX_DEMANDS = 512
-"""Distinct demands kept (GPU units x product constraints); the oldest goes first."""
+MAX_DEMANDS = 64
+"""Distinct demands kept (GPU units x product constraints; a cluster has a few dozen at most),
+each up to a verdict and a score per node (about 1.5 MB at 5,000 nodes); the oldest goes
+first."""
 
 
 def demand_key(demand: PodDemand) -> DemandKey:
@@ -43,13 +45,14 @@ def demand_key(demand: PodDemand) -> DemandKey:
 
 
 @dataclass(slots=True)
-class _Table:
-    """One demand's answers: the names that fit, the others with their reasons, scores."""
+class _Table(Generic[R]):
+    """One demand's answers: the names that fit, the others with their reasons, the scores
+    (as the cache's owner renders them)."""
 
     fits: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
-    scores: dict[str, int] = field(default_factory=dict)
+    scores: dict[str, R] = field(default_factory=dict)
 
     def drop(self, name: str) -> None:
         self.fits.discard(name)
@@ -66,12 +69,19 @@ class _Table:
             self.unresolvable[name] = verdict.reason
 
 
-class DecisionCache:
-    """Per-demand verdicts and scores over the nodes ``lookup`` knows (see the module doc)."""
+class DecisionCache(Generic[R]):
+    """Per-demand verdicts and scores over the nodes ``lookup`` knows (see the module doc).
 
-    def __init__(self, lookup: Callable[[str], PreparedNode | None]) -> None:
+    ``render(name, score)`` is what :meth:`score` answers per name, kept as rendered (the
+    extender keeps the wire's ``{"Host": ..., "Score": ...}`` objects, so an answer is a list
+    of kept objects)."""
+
+    def __init__(
+        self, lookup: Callable[[str], PreparedNode | None], render: Callable[[str, int], R]
+    ) -> None:
         self._lookup = lookup
-        self._tables: dict[DemandKey, _Table] = {}
+        self._render = render
+        self._tables: dict[DemandKey, _Table[R]] = {}
         self._epoch = 0
         self._create = threading.Lock()
 
@@ -100,14 +110,14 @@ class DecisionCache:
             for name, verdict in self._judge(table, demand, missing, epoch).items():
                 _partition(name, verdict, fits, failed, unresolvable)
         return FilterResult(
-            tuple(name for name in distinct if name in fits),
+            tuple([name for name in distinct if name in fits]),
             {name: failed[name] for name in distinct.keys() & failed.keys()},
             {name: unresolvable[name] for name in distinct.keys() & unresolvable.keys()},
         )
 
-    def score(self, demand: PodDemand, names: Iterable[str]) -> dict[str, int]:
-        """The same scores as :func:`score_nodes` over ``(name, lookup(name))``, by name in
-        input order."""
+    def score(self, demand: PodDemand, names: Iterable[str]) -> list[R]:
+        """``render(name, score)`` for each distinct name in input order, with the scores of
+        :func:`score_nodes` over ``(name, lookup(name))``."""
         distinct = dict.fromkeys(names)
         while True:  # a consistent copy: no node changed while it was taken
             epoch = self._epoch
@@ -119,16 +129,16 @@ class DecisionCache:
         if missing:
             for name in missing:
                 node = self._lookup(name)
-                known[name] = score = score_node(demand, node)
+                known[name] = rendered = self._render(name, score_node(demand, node))
                 if node is not None:
-                    scores[name] = score
+                    scores[name] = rendered
             if self._epoch != epoch:  # a node changed meanwhile: keep nothing judged on it
                 for name in missing:
                     scores.pop(name, None)
-        return {name: known[name] for name in distinct}
+        return [known[name] for name in distinct]
 
     def _judge(
-        self, table: _Table, demand: PodDemand, names: Iterable[str], epoch: int
+        self, table: _Table[R], demand: PodDemand, names: Iterable[str], epoch: int
     ) -> dict[str, Verdict]:
         """Judge ``names`` now; keep the verdicts of the nodes that exist (unless a node
         changed after ``epoch``, when the copy was taken)."""
@@ -143,7 +153,7 @@ class DecisionCache:
                 table.drop(name)
         return found
 
-    def _table(self, demand: PodDemand) -> _Table:
+    def _table(self, demand: PodDemand) -> _Table[R]:
         key = demand_key(demand)
         table = self._tables.get(key)
         if table is None:
