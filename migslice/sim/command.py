@@ -89,7 +89,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     workload = load_workload(args.data_dir, args.trace, args.mapping)
     config = SaturationConfig(nodes=args.nodes)
     gpus = args.nodes * config.gpus_per_node
-    policy = make_policy(args.policy, GPU_MODEL, workload.pods, gpus)
+    policy = make_policy(args.policy, GPU_MODEL, workload.pods, gpus=gpus)
     print(
         f"simulating policy={policy.name!r} workload={workload.name} nodes={args.nodes} "
         f"gpus={gpus} seed={args.seed}"
@@ -110,10 +110,10 @@ def run_simulate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    result = run_saturation(workload, policy, args.seed, config, progress=progress)
+    result = run_saturation(workload, policy, args.seed, config=config, progress=progress)
     limits = {
         p.arrived_pct: p.slice_allocation
-        for p in limit_curve(workload.pods, GPU_MODEL, gpus, range(10, 131, 10))
+        for p in limit_curve(workload.pods, GPU_MODEL, gpus, arrived_pcts=range(10, 131, 10))
     }
     rows = [
         (
