@@ -99,7 +99,9 @@ def test_realize_keeps_the_held_instances_in_place() -> None:
 
 
 def test_fgd_takes_the_shapes_that_make_up_95_percent_of_the_pods() -> None:
-    pods = [SimPod("a", "1g.10gb")] * 90 + [SimPod("b", "7g.80gb")] * 8 + [SimPod("c", "2g.20gb")] * 2
+    pods = (
+        [SimPod("a", "1g.10gb")] * 90 + [SimPod("b", "7g.80gb")] * 8 + [SimPod("c", "2g.20gb")] * 2
+    )
     shapes = dict(typical_shapes(pods))
     assert set(shapes) == {("1g.10gb", 1), ("7g.80gb", 1)}
     assert shapes[("1g.10gb", 1)] == pytest.approx(90 / 98)

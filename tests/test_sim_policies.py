@@ -22,8 +22,8 @@ from migslice.sim import (
     sample_arrivals,
     synthetic_workload,
 )
-from migslice.sim.cluster import DisruptionError, SimCluster
-from migslice.sim.index import RankIndex
+from migslice.sim.cluster import DisruptionError, SimCluster, SimNode
+from migslice.sim.index import Rank, RankIndex
 from migslice.sim.ours import (
     PLAN_SETTINGS,
     Migslice,
@@ -212,7 +212,12 @@ def test_the_rank_index_chooses_what_a_scan_of_every_node_chooses(
 
 def test_a_best_fit_rank_is_recomputed_when_the_node_changes() -> None:
     cluster = SimCluster(GPU_MODEL, 2, (static_layout(GPU_MODEL, ALL_BALANCED),), gpus_per_node=1)
-    index = RankIndex(cluster, lambda n, k: (choice := best_fit_choice(GPU_MODEL, n, k)) and choice[0])
+
+    def rank(node: SimNode, kind: tuple[str, int]) -> Rank | None:
+        choice = best_fit_choice(GPU_MODEL, node, kind)
+        return None if choice is None else choice[0]
+
+    index = RankIndex(cluster, rank)
     first = index.best(("3g.40gb", 1))
     assert first is not None and first.name == "node-0000"
     cluster.hold_instance(first, first.gpus[0], 3, pod="x")

@@ -4,25 +4,6 @@ ARCHITECTURE §4 (migslice/names.py). Run: vulture (configured in pyproject.toml
 
 # ruff: noqa
 _ = None
-ADMISSION_LABEL
-COMPUTE_ROUND
-EXTENDER_SERVICE
-Error
-ExtenderArgs
-FailedAndUnresolvableNodes
-FailedNodes
-Host
-HostPriorityList
-MIGSLICE_PREFIX
-NodeNames
-Nodes
-OUTPUT_ANNOTATIONS
-POLICY_KIND
-POLICY_SHORT_NAME
-Pod
-Score
-TenantPolicySpecWire
-WEBHOOK_SERVICE
 _.acceptance
 _.is_assumed
 _.is_sharing
@@ -34,24 +15,36 @@ _.patches
 _.repartition_share
 _.repartitions_per_placed_pod
 _.reservations
+_.slice_acceptance
 _.sock
 _.status_code
 _.syncs
 abandoned_pods
+ADMISSION_LABEL
 allowedProducts
 allowedProfiles
 apiVersion
+COMPUTE_CEIL
+COMPUTE_ROUND
 computeSlices
 decided_s
 defaultSize
 deniedProfiles
 dryRun
+Error
+extender_choice  # tests: the scan the rank index is checked against
+EXTENDER_SERVICE
+ExtenderArgs
+FailedAndUnresolvableNodes
+FailedNodes
 filter_route
 giProfileId
 gone
-lastTransitionTime
+Host
+HostPriorityList
 last_error
 last_round
+lastTransitionTime
 lists
 matchExpressions
 matchLabels
@@ -60,20 +53,32 @@ mean_pending
 memoryMiB
 memorySlices
 migEnabled
+MIGSLICE_PREFIX
 namespaceSelector
+NodeNames
+Nodes
 nodeSelector
 observedAt
 observedGeneration
 oldObject
+OUTPUT_ANNOTATIONS
 p50_s
 p99_s
-patchType
 patches
+patchType
+Pod
+POLICY_KIND
+POLICY_SHORT_NAME
 preferredProfiles
 prioritize_route
 quotaSummary
 repartition_operations
+sampled_first_failure_pct  # bench/packing.py
+sampled_limit  # bench/packing.py
+Score
 smCount
 syncs
+TenantPolicySpecWire
 usable_s
 userInfo
+WEBHOOK_SERVICE

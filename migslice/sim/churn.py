@@ -74,7 +74,6 @@ class _Job:
     changes: Sequence[LayoutChange]
     config: str
     done: Callable[[float], None]
-    started_s: float
     records: list[Reconfiguration] = field(default_factory=list)
 
 
@@ -140,7 +139,7 @@ class ChurnRun:
     ) -> None:
         self.cluster.set_mig_state(node, config, MIG_STATE_PENDING)
         self.served.update(serves)
-        job = _Job(node, changes, config, done, self.now)
+        job = _Job(node, changes, config, done)
         key = self.seq
         self.jobs[key] = job
         self.push(self.now + self.config.t_reconf_s, DONE, key)

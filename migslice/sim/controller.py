@@ -83,8 +83,6 @@ class MigsliceController:
         self.plans: dict[str, NodeChange] = {}
         self.layouts = PlannerLayouts(run.cluster.model)
         self.quiet: tuple[object, ...] | None = None
-        self.rounds = 0
-        self.decisions = 0
         run.every(interval_s, self.round)
 
     def _unchanged_since_last_wait(self, pending: Sequence[PendingPod], now: float) -> bool:
@@ -106,7 +104,6 @@ class MigsliceController:
         return False
 
     def round(self, now: float) -> None:
-        self.rounds += 1
         pending = [PendingPod(demand_for(pod), now - since) for pod, since in self.run.waiting()]
         if not pending and self.record.plan is None:
             return
@@ -116,7 +113,6 @@ class MigsliceController:
         self.layouts.profiles = frozenset(pod.profile for pod, _ in self.run.waiting())
         for _ in range(MAX_STEPS_PER_ROUND):
             states = [cluster.node_state(node) for node in cluster.nodes]
-            self.decisions += 1
             step = decide(
                 self.record,
                 states,

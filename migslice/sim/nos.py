@@ -351,6 +351,12 @@ class NosLike:
     tie: str = "random"
     placement: str = "best-fit"
 
+    def __post_init__(self) -> None:
+        if self.tie not in TIE_BREAKS:
+            raise ValueError(f"tie-break {self.tie!r}: choose one of {', '.join(TIE_BREAKS)}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
+
     def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
         first = min(self.geometries, key=len)
         layout = realize(model, (), first)

@@ -92,14 +92,6 @@ def hold(
     return assignment
 
 
-def free_compute(model: GpuModel, gpu: SimGpu) -> int:
-    return sum(
-        model.profile(p.profile).compute_slices
-        for p, h in zip(gpu.instances, gpu.holders, strict=True)
-        if h is None
-    )
-
-
 def first_fit_picks(node: SimNode, kind: Kind) -> list[tuple[SimGpu, int]]:
     profile, count = kind
     picks = [(gpu, k) for gpu in node.gpus for k in gpu.free_positions(profile)]
