@@ -225,22 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
     report = {
-        "config": {
-            "nodes": args.nodes,
-            "gpus": args.nodes * 8,
-            "seeds": list(range(args.seeds)),
-            "duration_s": config.duration_s,
-            "warmup_s": config.warmup_s,
-            "patience_s": config.patience_s,
-            "interval_s": config.interval_s,
-            "controller": asdict(config.controller),
-            "batch_idle_s": config.batch_idle_s,
-            "batch_timeout_s": config.batch_timeout_s,
-            "base": {"load": BASE_LOAD, "t_reconf": BASE_T},
-            "wall_s": time.monotonic() - started,
-            "cpu_s": sum(r["cpu_s"] for r in results),
-            "mixes": mixes,
-        },
+        "config": run_config(
+            args, config, mixes, results=results, wall_s=time.monotonic() - started
+        ),
         "points": aggregate(results),
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -250,6 +237,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {args.out / 'churn.json'} and {args.out / 'churn.md'}")
     print(f"total {report['config']['wall_s']:.0f}s wall, {report['config']['cpu_s']:.0f}s CPU")
     return 0
+
+
+def run_config(
+    args: argparse.Namespace,
+    config: ChurnConfig,
+    mixes: dict[str, dict[str, int]],
+    *,
+    results: list[dict[str, Any]],
+    wall_s: float,
+) -> dict[str, Any]:
+    return {
+        "nodes": args.nodes,
+        "gpus": args.nodes * 8,
+        "seeds": list(range(args.seeds)),
+        "duration_s": config.duration_s,
+        "warmup_s": config.warmup_s,
+        "patience_s": config.patience_s,
+        "interval_s": config.interval_s,
+        "controller": asdict(config.controller),
+        "batch_idle_s": config.batch_idle_s,
+        "batch_timeout_s": config.batch_timeout_s,
+        "base": {"load": BASE_LOAD, "t_reconf": BASE_T},
+        "wall_s": wall_s,
+        "cpu_s": sum(r["cpu_s"] for r in results),
+        "mixes": mixes,
+    }
 
 
 if __name__ == "__main__":

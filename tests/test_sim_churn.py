@@ -4,6 +4,7 @@ Manager stand-in that keeps the whole node off-limits while it works."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -48,6 +49,7 @@ def config(nodes: int = 1, gpus: int = 1, **changes: float) -> ChurnConfig:
     return replace(base, **changes)
 
 
+@functools.cache
 def policy(policy_id: str, gpus: int = 2) -> Policy:
     return make_policy(policy_id, GPU_MODEL, synthetic_workload().pods, gpus=gpus)
 

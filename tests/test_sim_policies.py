@@ -3,6 +3,7 @@ the indexes and shortcuts that make it fast choosing exactly what a full scan wo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pytest
@@ -49,6 +50,7 @@ pods = st.lists(
 ).map(lambda ps: [SimPod(f"pod-{i}", p.profile, p.count) for i, p in enumerate(ps)])
 
 
+@functools.cache
 def policy(policy_id: str, gpus: int = 4) -> Policy:
     return make_policy(policy_id, GPU_MODEL, synthetic_workload().pods, gpus=gpus)
 
@@ -247,7 +249,7 @@ class FullPlannerPlacer(MigslicePlacer):
 
 
 @settings(max_examples=3, deadline=None)
-@given(seed=st.integers(0, 10_000), nodes=st.integers(2, 3))
+@given(seed=st.integers(0, 10_000), nodes=st.just(2))
 def test_the_planner_asked_node_by_node_decides_as_when_asked_about_every_node(
     seed: int, nodes: int
 ) -> None:

@@ -18,6 +18,7 @@ from migslice.sim.churn_model import (
     class_of,
 )
 from migslice.sim.cluster import Assignment, SimCluster
+from migslice.sim.metrics import intact
 from migslice.sim.trace import GPU_MODEL, SimPod
 
 
@@ -99,19 +100,3 @@ class ChurnTally:
             )
             for name in names
         )
-
-
-def intact(cluster: SimCluster, assignment: Assignment) -> bool:
-    """Whether the pod still holds every instance (or whole GPU) it was given."""
-    node = cluster.by_name[assignment.node]
-    for index, placed in assignment.units:
-        gpu = node.gpus[index]
-        if placed is None:
-            if gpu.whole_holder != assignment.pod:
-                return False
-        elif not any(
-            p == placed and h == assignment.pod
-            for p, h in zip(gpu.instances, gpu.holders, strict=True)
-        ):
-            return False
-    return True

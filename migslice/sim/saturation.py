@@ -102,16 +102,7 @@ def run_sequence(
             if first_failure is None:
                 first_failure = 100.0 * arrived / capacity
         else:
-            tally.placed += 1
-            tally.demand_slices += pod.compute_slices
-            for _, placed in assignment.units:
-                if placed is None:
-                    tally.compute_slices += model.compute_slices
-                    tally.memory_slices += model.memory_slices
-                else:
-                    profile = model.profile(placed.profile)
-                    tally.compute_slices += profile.compute_slices
-                    tally.memory_slices += profile.memory_slices
+            tally.add(model, pod.compute_slices, assignment)
         if config.check_layouts:
             _check_layouts(cluster)
         reached = min(config.max_load_pct, (100 * arrived) // capacity)
