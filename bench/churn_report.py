@@ -11,7 +11,9 @@ from bench.stats import ci, fmt
 ORDER = ("migslice", "B5", "B3", "B4")
 
 
-def point(report: dict[str, Any], spec: str, policy: str, load: float, t: float) -> Any:
+def point(report: dict[str, Any], spec: str, policy: str, at: tuple[float, float]) -> Any:
+    """The aggregated point of ``policy`` on ``spec`` at (load, T_reconf) ``at``."""
+    load, t = at
     for p in report["points"]:
         if (p["workload"], p["policy"], p["load"], p["t_reconf"]) == (spec, policy, load, t):
             return p
@@ -47,15 +49,17 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     specs = sorted({p["workload"] for p in report["points"]})
     for spec in specs:
-        lines += base_table(report, spec, base["load"], base["t_reconf"])
-        lines += class_table(report, spec, base["load"], base["t_reconf"])
-        lines += sweep_table(report, spec, "load", base["t_reconf"])
-        lines += sweep_table(report, spec, "t_reconf", base["load"])
-        lines += goals(report, spec, base["load"], base["t_reconf"])
+        at = (base["load"], base["t_reconf"])
+        lines += base_table(report, spec, at)
+        lines += class_table(report, spec, at)
+        lines += sweep_table(report, spec, ("load", base["t_reconf"]))
+        lines += sweep_table(report, spec, ("t_reconf", base["load"]))
+        lines += goals(report, spec, at)
     return "\n".join(lines) + "\n"
 
 
-def base_table(report: dict[str, Any], spec: str, load: float, t: float) -> list[str]:
+def base_table(report: dict[str, Any], spec: str, at: tuple[float, float]) -> list[str]:
+    load, t = at
     mix = report["config"]["mixes"].get(spec, {})
     lines = [
         f"## {spec}: offered load {load:g} %, T_reconf {t:g} s",
@@ -68,7 +72,7 @@ def base_table(report: dict[str, Any], spec: str, load: float, t: float) -> list
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for policy in ORDER:
-        p = point(report, spec, policy, load, t)
+        p = point(report, spec, policy, at)
         if p is None:
             continue
         w, rw = p["waits"], p["repartition_waits"]
@@ -83,13 +87,13 @@ def base_table(report: dict[str, Any], spec: str, load: float, t: float) -> list
     return [*lines, ""]
 
 
-def class_table(report: dict[str, Any], spec: str, load: float, t: float) -> list[str]:
-    shown = [p for p in ORDER if point(report, spec, p, load, t)]
+def class_table(report: dict[str, Any], spec: str, at: tuple[float, float]) -> list[str]:
+    shown = [p for p in ORDER if point(report, spec, p, at)]
     if not shown:
         return []
-    first = point(report, spec, shown[0], load, t)
+    first = point(report, spec, shown[0], at)
     names = list(first["classes"])
-    header = " | ".join(point(report, spec, p, load, t)["name"] for p in shown)
+    header = " | ".join(point(report, spec, p, at)["name"] for p in shown)
     lines = [
         "Per pod class, accepted % (by pods; a class's slices are its pods times its size) "
         "and p99 wait s:",
@@ -100,13 +104,14 @@ def class_table(report: dict[str, Any], spec: str, load: float, t: float) -> lis
     for name in names:
         cells = []
         for policy in shown:
-            c = point(report, spec, policy, load, t)["classes"].get(name)
+            c = point(report, spec, policy, at)["classes"].get(name)
             cells.append("—" if c is None else f"{fmt(c['acceptance'])} ({seconds(c['p99_s'])} s)")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
-def sweep_table(report: dict[str, Any], spec: str, axis: str, fixed: float) -> list[str]:
+def sweep_table(report: dict[str, Any], spec: str, sweep: tuple[str, float]) -> list[str]:
+    axis, fixed = sweep
     other = "t_reconf" if axis == "load" else "load"
     rows = [p for p in report["points"] if p["workload"] == spec and p[other] == fixed]
     values = sorted({p[axis] for p in rows})
@@ -134,8 +139,9 @@ def sweep_table(report: dict[str, Any], spec: str, axis: str, fixed: float) -> l
     return [*lines, ""]
 
 
-def goals(report: dict[str, Any], spec: str, load: float, t: float) -> list[str]:
-    mine, nos = point(report, spec, "migslice", load, t), point(report, spec, "B5", load, t)
+def goals(report: dict[str, Any], spec: str, at: tuple[float, float]) -> list[str]:
+    t = at[1]
+    mine, nos = point(report, spec, "migslice", at), point(report, spec, "B5", at)
     if mine is None:
         return []
     checks = []

@@ -35,7 +35,7 @@ BEFORE_S = {64: 1.3, 256: 20.6, 776: 194.0}
 """The migslice policy, default/M1, before this simulator (the issue's measurements)."""
 
 
-def one(spec: str, policy_id: str, nodes: int, data_dir: Path) -> dict[str, Any]:
+def one(spec: str, policy_id: str, nodes: int, *, data_dir: Path) -> dict[str, Any]:
     """One run in this (fresh) process: CPU and wall seconds, peak memory, pods."""
     trace, _, mapping = spec.partition("/")
     workload = load_workload(data_dir, trace if mapping else "default", mapping or "synthetic")
@@ -52,14 +52,15 @@ def one(spec: str, policy_id: str, nodes: int, data_dir: Path) -> dict[str, Any]
     }
 
 
-def child(queue: Any, *args: Any) -> None:
-    queue.put(one(*args))
+def child(queue: Any, task: tuple[str, str, int, Path]) -> None:
+    spec, policy_id, nodes, data_dir = task
+    queue.put(one(spec, policy_id, nodes, data_dir=data_dir))
 
 
-def measure(spec: str, policy_id: str, nodes: int, data_dir: Path) -> dict[str, Any]:
+def measure(spec: str, policy_id: str, nodes: int, *, data_dir: Path) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=child, args=(queue, spec, policy_id, nodes, data_dir))
+    process = context.Process(target=child, args=(queue, (spec, policy_id, nodes, data_dir)))
     process.start()
     result: dict[str, Any] = queue.get()
     process.join()
@@ -120,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for spec in args.workloads.split(","):
         for policy in args.policies.split(","):
             for nodes in (int(n) for n in args.nodes.split(",")):
-                result = measure(spec, policy, nodes, args.data_dir)
+                result = measure(spec, policy, nodes, data_dir=args.data_dir)
                 runs.append({"workload": spec, "policy": policy, "nodes": nodes, **result})
                 print(
                     f"{spec} {policy} {8 * nodes} GPUs: {result['cpu_s']:.2f}s CPU, "
