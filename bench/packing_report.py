@@ -228,7 +228,8 @@ def plot(report: dict[str, Any], path: Path) -> str:
     blocks = report["workloads"]
     columns = min(4, len(blocks))
     rows = -(-len(blocks) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, 3.6 * rows), squeeze=False)
+    height = 3.6 * rows + 1.4
+    figure, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, height), squeeze=False)
     for axis in axes.flat[len(blocks) :]:
         axis.set_visible(False)
     for axis, block in zip(axes.flat, blocks, strict=False):
@@ -237,6 +238,17 @@ def plot(report: dict[str, Any], path: Path) -> str:
         axis.plot(loads, [100 * v for v in curve], "k--", linewidth=1.0, label="LP limit")
         for n, policy_id in enumerate(p for p in HEADLINE if p in block["policies"]):
             policy = block["policies"][policy_id]
+            if policy_id == "B0":  # whole GPUs count 7 slices each: draw the demand placed
+                demand = [100 * v for v in policy["demand_curve"]]
+                axis.plot(
+                    loads[: len(demand)],
+                    demand,
+                    color=f"C{n}",
+                    linewidth=1.0,
+                    linestyle=":",
+                    label=policy["name"] + " (demand placed)",
+                )
+                continue
             mean = [100 * c["mean"] for c in policy["curve"]]
             half = [100 * c["ci"] for c in policy["curve"]]
             xs = loads[: len(mean)]
@@ -267,7 +279,7 @@ def plot(report: dict[str, Any], path: Path) -> str:
         f"Mode A packing, {report['config']['gpus']} GPUs, mean and 95 % band over "
         f"{len(report['config']['seeds'])} seeds"
     )
-    figure.tight_layout(rect=(0, 0.05, 1, 0.97))
+    figure.tight_layout(rect=(0, 1.0 / height, 1, 1 - 0.45 / height))
     figure.savefig(path, dpi=90)
     plt.close(figure)
     return f"wrote {path}"

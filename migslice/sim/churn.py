@@ -81,7 +81,13 @@ class ChurnRun:
     """One mode B run (the ``ReconfiguringRun`` the drivers see)."""
 
     def __init__(
-        self, policy: Policy, config: ChurnConfig, model: GpuModel, *, arrivals: Sequence[Arrival]
+        self,
+        policy: Policy,
+        config: ChurnConfig,
+        model: GpuModel,
+        *,
+        arrivals: Sequence[Arrival],
+        seed: int = 0,
     ) -> None:
         self.config = config
         self.model = model
@@ -89,7 +95,7 @@ class ChurnRun:
         self.cluster = SimCluster(
             model, config.nodes, policy.initial_layouts(model), gpus_per_node=config.gpus_per_node
         )
-        self.placer = policy.start(self.cluster, 0)
+        self.placer = policy.start(self.cluster, seed)
         self.reshaper = self.placer if isinstance(self.placer, Reshaper) else None
         self.events: list[tuple[float, int, int, int]] = []
         self.callbacks: dict[int, Callable[[float], None]] = {}
@@ -311,7 +317,7 @@ def run_arrivals(
     rate_per_s: float = 0.0,
 ) -> ChurnResult:
     """Run given arrivals (in time order) on a fresh cluster for ``config.duration_s``."""
-    run = ChurnRun(policy, config, model, arrivals=arrivals)
+    run = ChurnRun(policy, config, model, arrivals=arrivals, seed=seed)
     run.run()
     tally = run.tally
     window = config.duration_s - config.warmup_s
