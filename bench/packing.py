@@ -60,7 +60,7 @@ WORKLOADS = (
     "synthetic",
 )
 POLICIES = ("B0", "B1", "B2", "B3", "B4", "B5", "B6", "migslice")
-SENSITIVITY = ("B5-table", "B5-most", "B5-fewest", "B5-random-node")
+SENSITIVITY = ("B5-table", "B5-most", "B5-fewest", "B5-random-node", "B5-catalog")
 SENSITIVITY_WORKLOADS = ("default/M1", "default/M2", "synthetic")
 SAME_AS_DEFAULT = ("cpu050", "cpu100", "cpu200", "cpu250", "gpuspec10", "gpuspec20", "gpuspec33")
 
@@ -79,6 +79,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sensitivity", default=",".join(SENSITIVITY))
     parser.add_argument("--out", type=Path, default=REPORTS)
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="run only the given policies and add them to the existing packing.json",
+    )
     return parser.parse_args(argv)
 
 
@@ -141,11 +146,14 @@ def tasks(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
     specs = [s for s in args.workloads.split(",") if s]
     policies = [p for p in args.policies.split(",") if p]
     extra = [p for p in args.sensitivity.split(",") if p]
-    found: list[tuple[str, str, str, int]] = [("curve", s, "", -1) for s in specs]
+    found: list[tuple[str, str, str, int]] = []
+    if not args.add:
+        found.extend(("curve", s, "", -1) for s in specs)
     for spec in specs:
         chosen = policies + (extra if spec in SENSITIVITY_WORKLOADS else [])
         for seed in range(args.seeds):
-            found.append(("limit", spec, "", seed))
+            if not args.add:
+                found.append(("limit", spec, "", seed))
             found.extend(("run", spec, p, seed) for p in chosen)
     cost = {"migslice": 5, "B5": 3, "synthetic": 3}  # rough, to start the long ones first
     found.sort(key=lambda t: -cost.get(t[2], 1) * cost.get(t[1], 1))
@@ -250,7 +258,45 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{100 * at['130']['slice_allocation']:.1f}% at 130% ({result['cpu_s']:.1f}s)",
                 flush=True,
             )
-    report = {
+    if args.add:
+        report = add_runs(args, results)
+    else:
+        report = new_report(args, specs, results, same, started=started, cpu_before=cpu_before)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "packing.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "packing.md").write_text(markdown(report))
+    print(plot(report, args.out / "packing.png"))
+    print(f"wrote {args.out / 'packing.json'} and {args.out / 'packing.md'}")
+    print(f"total {time.monotonic() - started:.0f}s wall")
+    return 0
+
+
+def add_runs(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The existing report with these runs' policies added (or replaced) per workload."""
+    report: dict[str, Any] = json.loads((args.out / "packing.json").read_text())
+    if report["config"]["nodes"] != args.nodes or len(report["config"]["seeds"]) != args.seeds:
+        raise SystemExit("bench.packing --add: nodes and seeds must be those of the report")
+    for block in report["workloads"]:
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for r in sorted(results, key=lambda r: r["seed"]):
+            if r["workload"] == block["workload"]:
+                runs.setdefault(r["policy"], []).append(r)
+        block["policies"].update({p: summarise(rs) for p, rs in runs.items()})
+    report["config"]["cpu_s"] += sum(r["cpu_s"] for r in results)
+    report["config"]["added"] = sorted({r["policy"] for r in results})
+    return report
+
+
+def new_report(
+    args: argparse.Namespace,
+    specs: Sequence[str],
+    results: list[dict[str, Any]],
+    same: list[str],
+    *,
+    started: float,
+    cpu_before: float,
+) -> dict[str, Any]:
+    return {
         "config": {
             "nodes": args.nodes,
             "gpus": args.nodes * 8,
@@ -265,13 +311,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "workloads": aggregate(results, specs),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "packing.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "packing.md").write_text(markdown(report))
-    print(plot(report, args.out / "packing.png"))
-    print(f"wrote {args.out / 'packing.json'} and {args.out / 'packing.md'}")
-    print(f"total {report['config']['wall_s']:.0f}s wall, {report['config']['cpu_s']:.0f}s CPU")
-    return 0
 
 
 if __name__ == "__main__":

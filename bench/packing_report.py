@@ -162,7 +162,7 @@ def losses(blocks: list[dict[str, Any]]) -> list[str]:
 
 
 def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
-    variants = ("B5", "B5-table", "B5-most", "B5-fewest", "B5-random-node")
+    variants = ("B5", "B5-table", "B5-most", "B5-fewest", "B5-random-node", "B5-catalog")
     rows = []
     for block in blocks:
         shown = [v for v in variants if v in block["policies"]]
@@ -179,7 +179,7 @@ def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     return [
-        "## B5 sensitivity: nos's tie-break and kube-scheduler's placement",
+        "## B5 sensitivity: nos's tie-break, kube-scheduler's placement, nos's geometry table",
         "",
         "| workload | variant | slice alloc. @100 % | @130 % | GPUs re-partitioned / 1k pods |",
         "|---|---|---|---|---|",

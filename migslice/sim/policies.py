@@ -3,7 +3,9 @@
 
 * ``B0``-``B4`` never change a layout (:mod:`migslice.sim.static`);
 * ``B5`` is nos's partitioner (:mod:`migslice.sim.nos`), with the sensitivity variants
-  ``B5-table``, ``B5-most``, ``B5-fewest`` (tie-break) and ``B5-random-node`` (placement);
+  ``B5-table``, ``B5-most``, ``B5-fewest`` (tie-break), ``B5-random-node`` (placement) and
+  ``B5-catalog`` (nos's algorithm over every maximal geometry of the catalog, 4g + 3g and
+  1g.20gb included, instead of nos's table of 12);
 * ``B6`` is FGD adapted to MIG (:mod:`migslice.sim.fgd`);
 * ``migslice`` is the extender's score and the repartition controller's decision
   (:mod:`migslice.sim.ours`).
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 
 from migslice.mig import GpuModel
 from migslice.sim.fgd import FgdForMig, typical_shapes
-from migslice.sim.limits import oracle_layouts
+from migslice.sim.limits import count_geometries, oracle_layouts
 from migslice.sim.nos import NosLike
 from migslice.sim.ours import Migslice, planned_reshape
 from migslice.sim.placement import LayoutChange, Placer, Policy, Reshaper, static_layout
@@ -42,6 +44,7 @@ POLICY_IDS = (
     "B5-most",
     "B5-fewest",
     "B5-random-node",
+    "B5-catalog",
     "B6",
     "migslice",
 )
@@ -71,6 +74,16 @@ def make_policy(
         return StaticBestFit("B4 best-fit, stock mixed geometry", stock_mixed_layouts(model))
     if policy_id in NOS_VARIANTS:
         return NOS_VARIANTS[policy_id]
+    if policy_id == "B5-catalog":
+        # in nos's table order: larger profiles first (so one 7g is still the initial geometry)
+        size = {p.name: p.memory_slices for p in model.profiles}
+        geometries = tuple(
+            sorted(
+                (g.counts for g in count_geometries(model)),
+                key=lambda c: (-max(size[p] for p, _ in c), sum(n for _, n in c), c),
+            )
+        )
+        return NosLike("B5 nos on the catalog's geometries", geometries=geometries)
     if policy_id == "B6":
         return FgdForMig(typical_shapes(expected))
     if policy_id == "migslice":
