@@ -92,7 +92,7 @@ def class_table(report: dict[str, Any], spec: str, at: tuple[float, float]) -> l
     if not shown:
         return []
     first = point(report, spec, shown[0], at)
-    names = list(first["classes"])
+    names = sorted(first["classes"], key=class_order)
     header = " | ".join(point(report, spec, p, at)["name"] for p in shown)
     lines = [
         "Per pod class, accepted % (by pods; a class's slices are its pods times its size) "
@@ -108,6 +108,12 @@ def class_table(report: dict[str, Any], spec: str, at: tuple[float, float]) -> l
             cells.append("—" if c is None else f"{fmt(c['acceptance'])} ({seconds(c['p99_s'])} s)")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def class_order(name: str) -> tuple[int, int, str]:
+    """1g, 2g, ... 7g, then k x 7g by k."""
+    count, _, profile = name.rpartition("x")
+    return (int(count) if count else 1, int(profile.split("g.")[0]), profile)
 
 
 def sweep_table(report: dict[str, Any], spec: str, sweep: tuple[str, float]) -> list[str]:

@@ -249,8 +249,8 @@ def plot(report: dict[str, Any], path: Path) -> str:
                     label=policy["name"] + " (demand placed)",
                 )
                 continue
-            mean = [100 * c["mean"] for c in policy["curve"]]
-            half = [100 * c["ci"] for c in policy["curve"]]
+            mean = [100 * v for v in policy["curve"]["mean"]]
+            half = [100 * v for v in policy["curve"]["ci"]]
             xs = loads[: len(mean)]
             axis.plot(
                 xs,
