@@ -12,6 +12,7 @@ from migslice.sim.cluster import SimCluster
 from migslice.sim.fgd import FgdForMig, FgdPlacer, typical_shapes
 from migslice.sim.nos import NOS_A100_80GB, NosLike, NosPlacer, realize
 from migslice.sim.placement import apply_changes, static_layout
+from migslice.sim.static import StaticBestFit, stock_mixed_layouts
 
 SEVEN = static_layout(GPU_MODEL, ["7g.80gb"])
 
@@ -121,3 +122,22 @@ def test_fgd_creates_an_instance_where_fragmentation_grows_least_and_destroys_it
     placer.depart("a")
     placer.depart("b")
     assert all(not gpu.instances for gpu in cluster.nodes[0].gpus)
+
+
+def test_b4_puts_each_pod_where_the_fewest_compute_slices_stay_free() -> None:
+    # one GPU per node, node-000n on stock config n (from 0): all-1g.10gb, all-1g.20gb, all-2g.20gb,
+    # all-3g.40gb, all-4g.40gb, all-7g.80gb, all-balanced (1g + 1g + 2g + 3g)
+    policy = StaticBestFit("B4", stock_mixed_layouts(GPU_MODEL, gpus_per_node=1))
+    cluster = SimCluster(GPU_MODEL, 7, policy.initial_layouts(GPU_MODEL), gpus_per_node=1)
+    placer = policy.start(cluster, 0)
+    chosen = [placer.place(SimPod(f"p{i}", "3g.40gb")) for i in range(4)]
+    # all-3g keeps 3 then 0 slices free, all-balanced 4: the all-3g GPU twice, then balanced
+    assert [a.node if a else None for a in chosen] == [
+        "node-0003",
+        "node-0003",
+        "node-0006",
+        None,
+    ]
+    two = placer.place(SimPod("q", "2g.20gb"))
+    # all-2g.20gb would keep 4 free; the balanced GPU, now holding a 3g, keeps 2
+    assert two is not None and two.node == "node-0006"

@@ -133,8 +133,7 @@ def best_fit_choice(
     options: list[tuple[int, int, SimGpu, int]] = []
     for gpu, left, by_profile in gpus:
         for k in by_profile.get(profile, ()):
-            left -= size
-            options.append((left, gpu.index, gpu, k))
+            options.append((left - size, gpu.index, gpu, k))
     if len(options) < count:
         return None
     options.sort(key=lambda o: (o[0], o[1]))
