@@ -4,8 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck test image e2e bench bench-install bench-latency bench-packing \
-	bench-churn bench-exact bench-scale demo example verify clean
+.PHONY: install lint typecheck test image e2e manifests bench bench-install bench-latency \
+	bench-packing bench-churn bench-carve bench-exact bench-scale demo example verify clean
 
 install: $(VENV)/.installed
 
@@ -35,11 +35,17 @@ e2e: install image
 	e2e/build.sh
 	$(BIN)/pytest e2e -m e2e -p no:cacheprovider $(PYTEST_ARGS)
 
+# Render manifests/ (the kustomize tree) from charts/migslice with e2e/.bin/helm.
+manifests: install
+	e2e/build.sh
+	$(BIN)/python manifests/render.py
+
 # Benchmarks write bench/reports/; the simulator's read the traces in ../shared/data (pass
 # BENCH_ARGS='--data-dir DIR' to read them elsewhere). docs/benchmarks.md says what each takes.
 BENCH_ARGS ?=
 
-bench: bench-latency bench-packing bench-churn bench-exact bench-scale
+bench: bench-latency bench-packing bench-churn bench-carve bench-exact bench-scale
+	nice $(BIN)/python -m bench.slow_clients
 
 bench-install: install
 	$(BIN)/pip install --quiet -e '.[bench]'
@@ -47,12 +53,17 @@ bench-install: install
 bench-latency: bench-install
 	nice $(BIN)/python -m bench.extender_latency
 	nice $(BIN)/python bench/webhook_latency.py
+	e2e/build.sh
+	nice $(BIN)/python bench/webhook_latency.py --api --nodes 200 --pods 2000
 
 bench-packing: bench-install
 	nice $(BIN)/python -m bench.packing $(BENCH_ARGS)
 
 bench-churn: bench-install
 	nice $(BIN)/python -m bench.churn $(BENCH_ARGS)
+
+bench-carve: bench-install
+	nice $(BIN)/python -m bench.carve $(BENCH_ARGS)
 
 bench-exact: bench-install
 	nice $(BIN)/python -m bench.exact $(BENCH_ARGS)

@@ -9,10 +9,12 @@ import logging
 import signal
 import sys
 import threading
+import time
+from typing import Any
 
 from agent.readings import GpuReading
 from agent.settings import AgentSettings
-from migslice import console
+from migslice import console, names
 from migslice.console import CommandError, format_table
 from migslice.objects.times import format_time
 
@@ -40,6 +42,36 @@ def add_agent_arguments(agent: argparse.ArgumentParser) -> None:
         help="rewrite an unchanged layout this often",
     )
     agent.add_argument("--once", action="store_true", help="publish once and exit")
+    carve = agent.add_argument_group(
+        "carve mode",
+        "create and destroy MIG instances when the repartition controller asks "
+        f"({names.CARVE_ANNOTATION}); never on a node labelled "
+        f"{names.REPARTITION_MODE_LABEL}={names.MODE_MIG_MANAGER}",
+    )
+    carve.add_argument("--carve", action="store_true", help="carve when asked (off: read only)")
+    carve.add_argument(
+        "--carve-interval-s",
+        type=console.seconds(allow_zero=False),
+        default=5.0,
+        help="seconds between reads of the Node for a carve request",
+    )
+    carve.add_argument(
+        "--device-plugin-namespace",
+        default=names.GPU_OPERATOR_NAMESPACE,
+        type=console.dns_subdomain,
+        help="namespace of the NVIDIA device plugin pods, restarted after a carve",
+    )
+    carve.add_argument(
+        "--device-plugin-selector",
+        default=names.DEVICE_PLUGIN_SELECTOR,
+        help="label selector of the device plugin pods (the GPU Operator's by default)",
+    )
+    carve.add_argument(
+        "--device-plugin-timeout-s",
+        type=console.seconds(allow_zero=False),
+        default=120.0,
+        help="how long to wait for the device plugin to advertise carved devices",
+    )
     console.add_log_level(agent)
 
 
@@ -106,16 +138,23 @@ def run_agent(args: argparse.Namespace) -> int:
             heartbeat_s=args.heartbeat_s,
             once=args.once,
             log_level=args.log_level,
+            carve=args.carve,
+            carve_interval_s=args.carve_interval_s,
+            device_plugin_namespace=args.device_plugin_namespace,
+            device_plugin_selector=args.device_plugin_selector,
+            device_plugin_timeout_s=args.device_plugin_timeout_s,
         )
     )
 
 
 def serve_agent(settings: AgentSettings) -> int:
-    """Publish the node's MIG state every ``interval_s`` until SIGTERM (or once)."""
-    from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
+    """Publish the node's MIG state every ``interval_s`` until SIGTERM (or once); with
+    ``--carve``, look for a carve request every ``carve_interval_s`` too."""
+    from agent.nvml import nvml_session, read_gpus
     from agent.publisher import Publisher
+    from agent.service import AgentService
     from migslice.kube.nodes import KubeNodeStore
-    from migslice.kube.transport import ApiError, KubernetesTransport
+    from migslice.kube.transport import KubernetesTransport
 
     console.setup_logging(settings.log_level)
     try:
@@ -134,39 +173,70 @@ def serve_agent(settings: AgentSettings) -> int:
         now=_now,
         heartbeat_s=settings.heartbeat_s,
     )
+    service = AgentService(settings, transport, publisher, _now)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    delay = settings.interval_s
+    delay, due = settings.interval_s, 0.0
     while True:
-        try:
-            written, _ = publisher.publish_once()
-            delay = settings.interval_s
-            log.debug("agent pass node=%s written=%s", settings.node_name, written)
-        except NvmlUnavailableError as error:
-            if settings.once:
-                raise CommandError(str(error)) from None
-            log.error(
-                "NVML unavailable node=%s: %s; retrying in %.0fs", settings.node_name, error, delay
-            )
-        except ApiError as error:
-            if settings.once:
-                raise CommandError(
-                    f"cannot publish on node {settings.node_name}: {error}"
-                ) from None
-            delay = min(delay * 2, 300.0)
-            log.error(
-                "publish failed node=%s: %s; retrying in %.0fs", settings.node_name, error, delay
-            )
-        if settings.once or stop.wait(delay):
+        if time.monotonic() >= due:
+            delay = _publish(settings, publisher, delay)
+            due = time.monotonic() + delay
+        if settings.carve:
+            _carve(settings, service)
+        if settings.once:
             return 0
+        wait = min(due - time.monotonic(), settings.carve_interval_s) if settings.carve else delay
+        if stop.wait(max(wait, 0.1)):
+            return 0
+
+
+def _publish(settings: AgentSettings, publisher: Any, delay: float) -> float:
+    """One publish pass; the delay until the next one (longer after API errors)."""
+    from agent.nvml import NvmlUnavailableError
+    from migslice.kube.transport import ApiError
+
+    try:
+        written, _ = publisher.publish_once()
+        log.debug("agent pass node=%s written=%s", settings.node_name, written)
+        return settings.interval_s
+    except NvmlUnavailableError as error:
+        if settings.once:
+            raise CommandError(str(error)) from None
+        log.error(
+            "NVML unavailable node=%s: %s; retrying in %.0fs", settings.node_name, error, delay
+        )
+        return delay
+    except ApiError as error:
+        if settings.once:
+            raise CommandError(f"cannot publish on node {settings.node_name}: {error}") from None
+        delay = min(delay * 2, 300.0)
+        log.error("publish failed node=%s: %s; retrying in %.0fs", settings.node_name, error, delay)
+        return delay
+
+
+def _carve(settings: AgentSettings, service: Any) -> None:
+    """One carve pass; a failure is logged and the journal on the Node resumes it later."""
+    try:
+        service.carve_pass()
+    except Exception as error:  # the loop outlives any one pass; the journal knows the rest
+        if settings.once:
+            raise CommandError(f"carve pass on node {settings.node_name}: {error}") from None
+        log.error(
+            "carve pass failed node=%s: %s; retrying in %.0fs",
+            settings.node_name,
+            error,
+            settings.carve_interval_s,
+            exc_info=True,
+        )
 
 
 AGENT = console.Command(
     "agent",
     help="node agent: publish this node's real MIG layout (NVML) on its Node object",
     description=(
-        "Reads every GPU through NVML (never changes anything) and writes the Node "
-        "annotation migslice.io/gpu-layout when it changes, or every --heartbeat-s. "
+        "Reads every GPU through NVML and writes the Node annotation migslice.io/gpu-layout "
+        "when it changes, or every --heartbeat-s; changes nothing unless --carve is given "
+        "and the repartition controller asks this node to carve (migslice.io/carve). "
         "Warnings (a GPU model the catalog lacks, NVML and the catalog disagreeing, a MIG "
         "GPU without instances) are logged and recorded as Node Events."
     ),

@@ -113,9 +113,9 @@ def _read_profiles(handle: Any) -> tuple[NvmlProfileInfo, ...]:
     return tuple(found)
 
 
-def _mig_devices(handle: Any) -> dict[int, tuple[str, bool]]:
-    """GPU instance id -> (MIG device UUID, busy) for every MIG device of the GPU."""
-    devices: dict[int, tuple[str, bool]] = {}
+def mig_devices(handle: Any) -> dict[int, tuple[str, bool, int]]:
+    """GPU instance id -> (MIG device UUID, busy, processes) for every MIG device of the GPU."""
+    devices: dict[int, tuple[str, bool, int]] = {}
     for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
         try:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
@@ -123,16 +123,16 @@ def _mig_devices(handle: Any) -> dict[int, tuple[str, bool]]:
             continue
         gi_id = pynvml.nvmlDeviceGetGpuInstanceId(mig)
         uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
-        busy = bool(pynvml.nvmlDeviceGetComputeRunningProcesses(mig))
-        previous_uuid, previous_busy = devices.get(gi_id, ("", False))
-        devices[gi_id] = (previous_uuid or uuid, previous_busy or busy)
+        running = len(pynvml.nvmlDeviceGetComputeRunningProcesses(mig))
+        previous_uuid, _, previous = devices.get(gi_id, ("", False, 0))
+        devices[gi_id] = (previous_uuid or uuid, previous + running > 0, previous + running)
     return devices
 
 
 def _read_instances(
     handle: Any, profiles: tuple[NvmlProfileInfo, ...]
 ) -> tuple[InstanceReading, ...]:
-    devices = _mig_devices(handle)
+    devices = mig_devices(handle)
     instances: list[InstanceReading] = []
     for profile in profiles:
         capacity = max(profile.instance_count, 1)
@@ -143,7 +143,7 @@ def _read_instances(
         )
         for i in range(count.value):
             info = pynvml.nvmlGpuInstanceGetInfo(handles[i])
-            uuid, busy = devices.get(int(info.id), ("", False))
+            uuid, busy, _ = devices.get(int(info.id), ("", False, 0))
             instances.append(
                 InstanceReading(
                     gi_id=int(info.id),

@@ -112,8 +112,7 @@ def raw_node(index: int, heavy: bool = False) -> dict[str, Any]:
             for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
         ]
         node["status"]["images"] = [
-            {"names": [f"registry.example/team/image-{i}@sha256:{'0' * 64}"], "sizeBytes": 10**9}
-            for i in range(12)
+            {"names": [f"team/image-{i}@sha256:{'0' * 64}"], "sizeBytes": 10**9} for i in range(12)
         ]
         node["status"]["addresses"] = [{"type": "InternalIP", "address": "10.0.0.1"}]
         node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
@@ -142,7 +141,7 @@ def raw_pod(name: str, profile: str, node_name: str | None) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "main",
-                    "image": "registry.example/train:1",
+                    "image": "train:1",
                     "command": ["python", "train.py"],
                     "resources": {
                         "limits": {"cpu": "4", "memory": "32Gi", resource: "1"},
@@ -200,7 +199,7 @@ def serve_main(args: argparse.Namespace) -> None:
     from extender.settings import ExtenderSettings
     from extender.state import ExtenderState, StaticCache, new_index
     from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-    from migslice.serving import ServerOptions, serve
+    from migslice.serving import ServerOptions, ServingLimits, serve
 
     def factory() -> Any:
         index = new_index()
@@ -210,6 +209,7 @@ def serve_main(args: argparse.Namespace) -> None:
         state = ExtenderState(index, (StaticCache("bench"),))
         return create_app(ExtenderSettings(), state)
 
+    limit = ExtenderSettings().max_body_bytes
     options = ServerOptions(
         host="127.0.0.1",
         port=args.port,
@@ -218,6 +218,7 @@ def serve_main(args: argparse.Namespace) -> None:
         insecure_http=args.tls_cert is None,
         workers=1,
         threads=args.threads,
+        limits=ServingLimits().with_body_limits({"/filter": limit, "/prioritize": limit}),
     )
     serve(factory, options)
 

@@ -43,7 +43,7 @@ from e2e.controlplane import (
 )
 from e2e.image import Image, ImageUnavailableError, build_image
 from e2e.stack import (
-    MANIFESTS,
+    BASE,
     Server,
     migslice_server,
     scheduler_configuration,
@@ -186,8 +186,8 @@ def gpu_node(k8s_api: k8s.ApiClient, core_v1: k8s.CoreV1Api) -> Iterator[Callabl
 
 @pytest.fixture(scope="session")
 def tenant_policy_crd(control_plane: ControlPlane) -> str:
-    """The TenantPolicy CRD from manifests/, applied and Established."""
-    control_plane.apply(MANIFESTS / "crd" / "tenantpolicies.yaml")
+    """The TenantPolicy CRD from manifests/base, applied and Established."""
+    control_plane.apply(BASE / "crd" / "tenantpolicies.yaml")
     return "tenantpolicies.migslice.io"
 
 
@@ -226,8 +226,8 @@ def webhook(
     server = migslice_server(
         control_plane,
         "webhook",
-        ["--reservation-ttl-s", "5", "--status-interval-s", "1"],
-        rbac_manifest=MANIFESTS / "webhook" / "rbac.yaml",
+        ["--status-interval-s", "1"],
+        rbac_manifest=BASE / "webhook" / "rbac.yaml",
         account="migslice-webhook",
         image=migslice_image,
     ).start()
@@ -246,7 +246,7 @@ def extender(
         control_plane,
         "extender",
         [],
-        rbac_manifest=MANIFESTS / "scheduler" / "extender-rbac.yaml",
+        rbac_manifest=BASE / "extender" / "rbac.yaml",
         account="migslice-extender",
         image=migslice_image,
     ).start()

@@ -6,9 +6,10 @@ container image's root filesystem, as uid 65532 on a read-only root with the tok
 has it (``e2e/image.py``); with ``MIGSLICE_E2E_SERVERS=venv``, from ``.venv`` with a kubeconfig
 holding the token. kube-apiserver reaches the
 webhook by URL (there is no Service routing without kube-proxy), so the webhook
-configurations from ``manifests/`` are installed with ``clientConfig.url`` in place of
-``clientConfig.service`` and the CA from ``migslice certs`` as ``caBundle``; everything else
-in them (rules, failurePolicy, namespaceSelector, matchConditions) is applied as shipped.
+configurations from ``manifests/base/`` (the chart's render) are installed with
+``clientConfig.url`` in place of ``clientConfig.service`` and the CA from ``migslice certs``
+as ``caBundle``; everything else in them (rules, failurePolicy, namespaceSelector,
+matchConditions) is applied as shipped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from migslice.serving.process import ServerProcess
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
 NAMESPACE = "migslice-system"
+BASE = MANIFESTS / "base"
 
 
 def load_manifests(path: Path) -> list[dict[str, Any]]:
@@ -48,17 +50,23 @@ def migslice_server(
     account: str,
     service: str | None = None,
     image: Image | None = None,
+    bundle: TlsBundle | None = None,
+    replica: str = "",
 ) -> ServerProcess:
     """``migslice <command>`` as it runs in migslice-system, as ServiceAccount ``account`` with
     the RBAC of ``rbac_manifest``: from ``image`` when given, else from this interpreter.
 
     Its serving certificate names the Service (``service``, default ``migslice-<command>``),
     which is also the SNI its readiness check sends; its log is ``<workdir>/<service>.log``.
+    Replicas of one Service share ``bundle`` and each has a ``replica`` name (its log and pod
+    volumes in ``<workdir>/<replica>/``).
     """
     service = service or f"migslice-{command}"
-    bundle = tls_bundle(control_plane, service)
+    bundle = bundle or tls_bundle(control_plane, service)
     name = f"{service}.{NAMESPACE}.svc"
-    log_path = control_plane.workdir / f"{service}.log"
+    folder = control_plane.workdir / replica if replica else control_plane.workdir
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path = folder / f"{service}.log"
     token = service_account_token(control_plane, rbac_manifest, NAMESPACE, account)
     if image is None:
         kubeconfig = service_account_kubeconfig(control_plane, account, token)
@@ -85,7 +93,7 @@ def webhook_configurations(bundle: TlsBundle, base_url: str) -> list[dict[str, A
     ca = base64.b64encode(bundle.ca_cert.read_bytes()).decode()
     configured = []
     for name in ("mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"):
-        for document in load_manifests(MANIFESTS / "webhook" / name):
+        for document in load_manifests(BASE / "webhook" / name):
             document = copy.deepcopy(document)
             for hook in document["webhooks"]:
                 path = hook["clientConfig"]["service"].get("path", "/")
@@ -96,7 +104,7 @@ def webhook_configurations(bundle: TlsBundle, base_url: str) -> list[dict[str, A
 
 def scheduler_configuration(bundle: TlsBundle, base_url: str) -> dict[str, Any]:
     """The shipped KubeSchedulerConfiguration, calling the extender at ``base_url``."""
-    for document in load_manifests(MANIFESTS / "scheduler" / "scheduler-config.yaml"):
+    for document in load_manifests(BASE / "scheduler" / "configmap.yaml"):
         if document.get("kind") != "ConfigMap":
             continue
         for text in document["data"].values():
@@ -110,8 +118,9 @@ def scheduler_configuration(bundle: TlsBundle, base_url: str) -> dict[str, Any]:
             extender["urlPrefix"] = base_url
             extender.setdefault("tlsConfig", {})["caData"] = ca
             extender["tlsConfig"].pop("insecure", None)
+            extender["tlsConfig"].pop("caFile", None)  # the Secret mounted in the pod
         return dict(config)
-    raise LookupError("no KubeSchedulerConfiguration in manifests/scheduler/scheduler-config.yaml")
+    raise LookupError("no KubeSchedulerConfiguration in manifests/base/scheduler/configmap.yaml")
 
 
 def service_account_token(

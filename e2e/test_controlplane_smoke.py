@@ -23,7 +23,7 @@ def mig_pod(amount: int, *, scheduler_name: str | None = None) -> dict[str, Any]
         "containers": [
             {
                 "name": "cuda",
-                "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                "image": "cuda:12.4.1-base-ubuntu22.04",
                 "command": ["nvidia-smi", "-L"],
                 "resources": {"limits": {MIG_1G: str(amount)}},
             }

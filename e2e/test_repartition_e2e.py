@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from e2e.controlplane import ControlPlane, Scheduler, ensure_namespace, wait_for
 from e2e.image import Image
 from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import MANIFESTS, Server, migslice_server
+from e2e.stack import BASE, Server, migslice_server
 from e2e.test_scheduling_e2e import mig_pod
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
@@ -49,7 +49,7 @@ def repartition_extender(
             "--log-level",
             "debug",
         ],
-        rbac_manifest=MANIFESTS / "scheduler" / "extender-rbac.yaml",
+        rbac_manifest=BASE / "extender" / "rbac.yaml",
         account="migslice-extender",
         service="migslice-repartition",
         image=migslice_image,

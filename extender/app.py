@@ -7,12 +7,12 @@ failures (a body that is not ExtenderArgs, an internal error) are reported in ``
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -35,6 +35,7 @@ from migslice.scheduling import (
     filter_nodes,
     score_nodes,
 )
+from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> Response:
-        ready, problems = context.state.readiness(context.settings.max_staleness_s)
+        ready, problems = context.state.readiness(context.settings.max_blind_s)
         if ready:
             return Response("ok\n", mimetype="text/plain")
         return Response("\n".join(problems) + "\n", status=503, mimetype="text/plain")
@@ -107,7 +108,12 @@ def create_app(
 
 
 def _finish(context: Context, verb: str, answer: Any, outcome: str, started: float) -> Response:
-    body = json.dumps(answer, separators=(",", ":"))
+    try:
+        body = orjson.dumps(answer)
+    except orjson.JSONEncodeError as error:  # an echoed Node nests deeper than 254 levels
+        message = f"answer cannot be encoded as JSON: {error}"
+        body = orjson.dumps(filter_error(message) if verb == "filter" else {"Error": message})
+        outcome = "error"
     context.metrics.requests.labels(verb, outcome).inc()
     context.metrics.duration.labels(verb).observe(time.perf_counter() - started)
     return Response(body, status=200, mimetype=JSON)
@@ -116,16 +122,15 @@ def _finish(context: Context, verb: str, answer: Any, outcome: str, started: flo
 def _read_args(context: Context) -> dict[str, Any]:
     limit = context.settings.max_body_bytes
     length = request.content_length
-    if length is not None and length > limit:
-        raise BadArgsError(
-            f"request body is {length} bytes; limit {limit} (--max-body-mib); "
-            "use nodeCacheCapable: true"
-        )
-    data = request.stream.read(limit + 1)
+    if request.environ.get(BODY_TOO_LARGE) or (length is not None and length > limit):
+        raise BadArgsError(_too_large(limit))  # our server has not read it (chunked or not)
+    data = buffered_body(request.environ)
+    if data is None:
+        data = request.stream.read(limit + 1)
     if len(data) > limit:
-        raise BadArgsError(f"request body exceeds {limit} bytes (--max-body-mib)")
+        raise BadArgsError(_too_large(limit))
     try:
-        args = json.loads(data)
+        args = orjson.loads(data)  # nesting deeper than 1,024 levels is a ValueError
     except ValueError as error:
         raise BadArgsError(f"request body is not JSON ExtenderArgs: {error}") from None
     if not isinstance(args, dict):
@@ -134,6 +139,13 @@ def _read_args(context: Context) -> dict[str, Any]:
     if not isinstance(pod, dict):
         raise BadArgsError(f"ExtenderArgs.Pod is {_kind(pod)}; expected the Pod object")
     return args
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"request body is larger than the limit {limit} bytes (--max-body-mib); "
+        "use nodeCacheCapable: true, or raise --max-body-mib for full Node objects"
+    )
 
 
 def _kind(value: object) -> str:
@@ -181,6 +193,11 @@ def _prepared_from_raw(context: Context, name: str, raw: RawNode) -> PreparedNod
 def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterResult, str]:
     demand = demand_of(args["Pod"])
     candidates, by_name = _candidates(args, context)
+    ready, problems = context.state.readiness(context.settings.max_blind_s)
+    if not ready:
+        # Blind caches cannot vouch for any node (a re-partition may have begun): every node
+        # fails, retried by kube-scheduler, never unresolvable.
+        return _all_failed(context, candidates, by_name, problems), "blind"
     result = filter_nodes(demand, candidates)
     metrics = context.metrics.filtered
     metrics.labels("fits").inc(len(result.fits))
@@ -199,6 +216,24 @@ def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterRe
     else:
         answer["Nodes"] = {"metadata": {}, "items": [by_name[name] for name in result.fits]}
     return answer, "ok"
+
+
+def _all_failed(
+    context: Context,
+    candidates: Sequence[tuple[str, Any]],
+    by_name: Mapping[str, RawNode] | None,
+    problems: Sequence[str],
+) -> ExtenderFilterResult:
+    reason = f"node state unknown: migslice {problems[0]}"
+    context.metrics.filtered.labels("failed").inc(len(candidates))
+    log.warning("filter fails every node: %s", "; ".join(problems))
+    return {
+        "Nodes": None if by_name is None else {"metadata": {}, "items": []},
+        "NodeNames": [] if by_name is None else None,
+        "FailedNodes": {name: reason for name, _ in candidates},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
 
 
 def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:

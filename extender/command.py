@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from extender.settings import (
+    BUDGET_SCOPES,
     DEFAULT_LEASE,
     DEFAULT_MIG_CONFIG_MAP,
     DEFAULT_PORT,
@@ -34,14 +35,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-mib",
         type=console.count(1, 1024),
-        default=64,
-        help="largest request body accepted (MiB)",
+        default=ExtenderSettings().max_body_bytes >> 20,
+        help="largest ExtenderArgs accepted on /filter and /prioritize (MiB); full Node "
+        "objects (nodeCacheCapable: false) take about 22 KiB per candidate node",
     )
     parser.add_argument(
-        "--max-staleness-s",
-        type=console.seconds(allow_zero=False),
-        default=180.0,
-        help="readiness fails when a cache has not heard from the API server for this long",
+        "--max-blind-s",
+        type=console.seconds(),
+        default=5.0,
+        help="a watch cache that has not followed the API server for this long fails every node "
+        "in filter (retried by kube-scheduler) and fails /readyz (default %(default)s)",
     )
     console.add_log_level(parser)
     _add_repartition_arguments(parser)
@@ -51,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "repartition controller",
-        "re-partition idle GPUs for pending pods through MIG Manager (in a cluster only; "
-        "leader-elected, so every replica may run it)",
+        "re-shape GPUs for pending pods: idle GPUs through MIG Manager, or GPUs in use in "
+        "carve mode (in a cluster only; leader-elected, so every replica may run it)",
     )
     group.add_argument("--repartition", action="store_true", help="run the repartition controller")
     group.add_argument(
@@ -74,12 +77,26 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         default=600.0,
         help="a node re-partitioned this recently is left alone",
     )
-    group.add_argument("--repartition-max-nodes-in-flight", type=console.count(1), default=1)
+    group.add_argument(
+        "--repartition-max-nodes-in-flight",
+        type=console.count(1),
+        default=1,
+        help="nodes MIG Manager may re-partition at once, per budget scope (default 1)",
+    )
+    group.add_argument(
+        "--repartition-budget-scope",
+        choices=BUDGET_SCOPES,
+        default="pool",
+        help="the in-flight budget holds per GPU product pool (nvidia.com/gpu.product; default) "
+        "or for the whole cluster",
+    )
     group.add_argument(
         "--repartition-deadline-s",
         type=positive,
         default=600.0,
-        help="a node not at nvidia.com/mig.config.state=success this long after labelling fails",
+        help="a node not at nvidia.com/mig.config.state=success this long after labelling is "
+        "quarantined (label migslice.io/repartition-quarantine) until MIG Manager reports "
+        "success or an admin removes the label",
     )
     group.add_argument(
         "--repartition-backoff-s",
@@ -100,12 +117,35 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"coordination.k8s.io Lease for leader election (default {DEFAULT_LEASE})",
     )
     group.add_argument("--repartition-lease-s", type=positive, default=60.0)
+    group.add_argument(
+        "--repartition-mode-default",
+        choices=names.REPARTITION_MODES,
+        default=names.MODE_MIG_MANAGER,
+        help=(
+            f"how nodes without the {names.REPARTITION_MODE_LABEL} label are re-shaped: "
+            "mig-manager (idle GPUs, through MIG Manager) or carve (the node agent creates "
+            "and destroys instances around running ones; needs the agent's --carve)"
+        ),
+    )
+    group.add_argument(
+        "--repartition-carve-cooldown-s",
+        type=console.seconds(),
+        default=60.0,
+        help="a node carved this recently is not carved again",
+    )
+    group.add_argument(
+        "--repartition-carve-max-nodes-in-flight",
+        type=console.count(1),
+        default=4,
+        help="nodes carving at once",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
+    body = args.max_body_mib << 20
     return ExtenderSettings(
-        max_body_bytes=args.max_body_mib << 20,
-        max_staleness_s=args.max_staleness_s,
+        max_body_bytes=body,
+        max_blind_s=args.max_blind_s,
         mig_config_map=args.mig_config_map,
         repartition=RepartitionSettings(
             enabled=args.repartition,
@@ -114,15 +154,19 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
             min_pending_s=args.repartition_min_pending_s,
             cooldown_s=args.repartition_cooldown_s,
             max_nodes_in_flight=args.repartition_max_nodes_in_flight,
+            budget_scope=args.repartition_budget_scope,
             deadline_s=args.repartition_deadline_s,
             backoff_s=args.repartition_backoff_s,
             scheduler_name=args.repartition_scheduler_name,
             lease=args.repartition_lease,
             lease_duration_s=args.repartition_lease_s,
+            mode_default=args.repartition_mode_default,
+            carve_cooldown_s=args.repartition_carve_cooldown_s,
+            carve_max_nodes_in_flight=args.repartition_carve_max_nodes_in_flight,
         ),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,
-        server=options_from_args(args),
+        server=options_from_args(args, {"/filter": body, "/prioritize": body}),
         log_level=args.log_level,
     )
 

@@ -19,9 +19,11 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from extender.carving import CARVE_MARK, shows, write_carve_requests
+from extender.mig_manager import MigManagerGuard
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
@@ -30,6 +32,7 @@ from migslice.names import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
     MIG_STATE_PENDING,
+    MIG_TRANSITION_STATES,
     RECORD_ANNOTATION,
     TOUCH_ANNOTATION,
 )
@@ -38,6 +41,7 @@ from migslice.repartition import (
     FAILED,
     SUCCESS,
     TIMEOUT,
+    CarveSettings,
     ControllerSettings,
     MigConfigFile,
     PlanSettings,
@@ -72,11 +76,15 @@ class RepartitionApi(Protocol):
 
     def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None: ...
 
+    def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None: ...
+
     def record_event(
         self, node: str, reason: str, message: str, *, warning: bool = False
     ) -> None: ...
 
     def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool: ...
+
+    def mark_quarantine(self, node: str, note: str | None) -> None: ...
 
 
 class Elector(Protocol):
@@ -91,9 +99,16 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
             min_pending_s=settings.min_pending_s,
             cooldown_s=settings.cooldown_s,
             max_nodes_in_flight=settings.max_nodes_in_flight,
+            budget_per_pool=settings.budget_scope == "pool",
         ),
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
+        carve=CarveSettings(
+            min_pending_s=settings.min_pending_s,
+            cooldown_s=settings.carve_cooldown_s,
+            max_nodes_in_flight=settings.carve_max_nodes_in_flight,
+            default_mode=settings.mode_default,
+        ),
     )
 
 
@@ -111,8 +126,11 @@ class RepartitionController:
         settings: ExtenderSettings,
         stats: RepartitionStats | None = None,
         clock: Callable[[], float] = time.time,
+        guard: MigManagerGuard | None = None,
+        blindness: Callable[[], list[str]] = list,
     ) -> None:
         self._api = api
+        self._guard = guard
         self._elector = elector
         self._index = index
         self._settings = settings.repartition
@@ -120,6 +138,7 @@ class RepartitionController:
         self._decide_settings = controller_settings(settings.repartition)
         self.stats = stats or RepartitionStats(dry_run=settings.repartition.dry_run)
         self._clock = clock
+        self._blindness = blindness
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_said = ""
@@ -161,13 +180,19 @@ class RepartitionController:
         self.stats.is_leader = leader
         if not leader:
             return []
+        blind = self._blindness()
+        if blind:
+            self._say(f"not deciding while the caches are blind: {'; '.join(blind)}")
+            return []
         self._touch_served()
+        if self._guard is not None and not self._guard.allows_planning():
+            return []  # MIG Manager would not apply what we write (extender.mig_manager)
         file = read_config_map(self._api.read_config_map(), self._key)
         if file.record is None:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
             return []
         if file.problem:
-            self._say(f"mig-parted ConfigMap: {file.problem}; not re-partitioning")
+            self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
         now = self._clock()
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
@@ -185,8 +210,9 @@ class RepartitionController:
                 now=now,
                 settings=self._decide_settings,
             )
-            self._count_in_flight(step.record)
+            self._count_in_flight(step.record, nodes)
             if step.kind == StepKind.WAIT:
+                self._mark(step)
                 self._say(step.reason, level=logging.DEBUG)
                 break
             if self._settings.dry_run:
@@ -208,13 +234,14 @@ class RepartitionController:
             state = self._index.state_of(name)
             if state is not None:
                 states[name] = state
-        if record.plan is not None:
-            for step in record.plan.open_nodes:
-                fresh = self._fresh_state(step.node, configs)
-                if fresh is None:
-                    states.pop(step.node, None)
-                else:
-                    states[step.node] = fresh
+        open_nodes = [s.node for s in record.plan.open_nodes] if record.plan else []
+        open_nodes += [s.node for s in record.carve.open_nodes] if record.carve else []
+        for name in open_nodes:
+            fresh = self._fresh_state(name, configs)
+            if fresh is None:
+                states.pop(name, None)
+            else:
+                states[name] = fresh
         return [states[name] for name in sorted(states)]
 
     def _fresh_state(self, name: str, configs: MigConfigs) -> NodeState | None:
@@ -261,12 +288,32 @@ class RepartitionController:
                 log.warning(
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
+        if not write_carve_requests(self._api, step.carve_writes, step.reason):
+            self.stats.errors += 1
+        self._mark(step)
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
-        self._count(step)
+        carve = file.record.carve if file.record is not None else None
+        self._count(step, carve.plan_id if carve is not None else "")
         return stored
 
-    def _count(self, step: Step) -> None:
+    def _mark(self, step: Step) -> None:
+        """Set or remove quarantine labels and annotations; a failure is decided again."""
+        for mark in step.marks:
+            try:
+                self._api.mark_quarantine(mark.node, mark.note)
+                what = "marked quarantined" if mark.note is not None else "quarantine mark removed"
+                log.log(
+                    logging.WARNING if mark.note else logging.INFO, "node=%s %s", mark.node, what
+                )
+            except Exception as error:
+                self.stats.errors += 1
+                log.warning(
+                    "node=%s quarantine mark not written (%s); next round again", mark.node, error
+                )
+
+    def _count(self, step: Step, carve_plan: str = "") -> None:
+        """Count the step's outcomes; ``carve_plan``: the id of the carve plan it closed."""
         stats = self.stats
         if step.kind == StepKind.START:
             stats.plans_started += 1
@@ -279,6 +326,14 @@ class RepartitionController:
             log.log(
                 level, "node=%s re-partition %s: %s", outcome.node, outcome.outcome, outcome.detail
             )
+        for carved in step.carve_outcomes:
+            name = str(carved.outcome)
+            stats.carve_outcomes[name] = stats.carve_outcomes.get(name, 0) + 1
+            if carved.outcome == SUCCESS and carve_plan:
+                for pod in carved.serves:
+                    self._to_touch[pod] = (carved.node, CARVE_MARK + carve_plan, TOUCH_ROUNDS)
+            level = logging.WARNING if carved.outcome in (FAILED, TIMEOUT) else logging.INFO
+            log.log(level, "node=%s carve %s: %s", carved.node, name, carved.detail)
         if step.result is not None:
             result = str(step.result)
             stats.plans_finished[result] = stats.plans_finished.get(result, 0) + 1
@@ -289,7 +344,7 @@ class RepartitionController:
         cluster event, and the pod's own update is one that comes at the right time."""
         for pod, (node, config, rounds) in list(self._to_touch.items()):
             facts = self._index.node_facts(node)
-            if facts is None or facts.mig_config != config or facts.mig_config_state != SUCCESS:
+            if facts is None or not shows(facts, config):
                 if rounds <= 1:
                     del self._to_touch[pod]
                 else:
@@ -303,12 +358,31 @@ class RepartitionController:
                 self.stats.errors += 1
                 log.warning("pod=%s not touched (%s); kube-scheduler retries it later", pod, error)
 
-    def _count_in_flight(self, record: RepartitionRecord) -> None:
-        plan = record.plan
-        applied = plan is not None and plan.applied_at is not None
-        self.stats.nodes_in_flight = len(plan.open_nodes) if plan is not None and applied else 0
+    def _count_in_flight(self, record: RepartitionRecord, nodes: Sequence[NodeState]) -> None:
+        """In flight: the plan's labelled open nodes, any other node MIG Manager works on and
+        the carve plan's asked nodes, but not the quarantined ones (what the budget counts)."""
+        plan, carve = record.plan, record.carve
+        quarantined = {q.node for q in record.quarantine}
+        busy = {
+            n.name
+            for n in nodes
+            if n.facts.mig_config_state in MIG_TRANSITION_STATES and n.name not in quarantined
+        }
+        if plan is not None:
+            busy |= {s.node for s in plan.open_nodes if s.applied_at is not None}
+        if carve is not None and carve.applied_at is not None:
+            busy |= {s.node for s in carve.open_nodes}
+        self.stats.nodes_in_flight = len(busy)
+        self.stats.nodes_quarantined = len(quarantined)
 
     def _dry_run(self, step: Step) -> None:
+        if step.kind == StepKind.START and step.carve_plan is not None:
+            said = f"dry run: would carve ({step.reason})"
+            if said != self._last_said:
+                self.stats.plans_dry_run += 1
+                log.info("%s", said)
+                self._last_said = said
+            return
         if step.kind == StepKind.START and step.plan is not None:
             configs = {c.config_name: c.entries for c in step.plan.changes}
             labels = ", ".join(
@@ -336,9 +410,13 @@ def start_repartition(
     settings: ExtenderSettings,
     *,
     identity: str,
+    blindness: Callable[[], list[str]] = list,
 ) -> RepartitionController:
-    """Build the controller over the Kubernetes API and start its thread."""
+    """Build the controller over the Kubernetes API and start its thread; it decides nothing
+    while ``blindness`` names a problem (a cache not synced or not following the API)."""
     from migslice.kube import KubeRepartitionApi, LeaderElector
+    from migslice.kube.gpu_operator import KubeClusterPolicyApi
+    from migslice.kube.repartition import COMPONENT
 
     options = settings.repartition
     api = KubeRepartitionApi(
@@ -351,7 +429,16 @@ def start_repartition(
         identity,
         lease_duration_s=options.lease_duration_s,
     )
-    controller = RepartitionController(api, elector, index, settings)
+    stats = RepartitionStats(dry_run=options.dry_run)
+    guard = MigManagerGuard(
+        KubeClusterPolicyApi(transport, COMPONENT),
+        settings.mig_config_map,
+        stats=stats,
+        dry_run=options.dry_run,
+    )
+    controller = RepartitionController(
+        api, elector, index, settings, stats, guard=guard, blindness=blindness
+    )
     controller.start()
     log.info(
         "repartition controller started identity=%s lease=%s dry_run=%s interval=%.0fs",

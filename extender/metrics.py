@@ -18,7 +18,8 @@ class ExtenderMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "migslice_extender_requests",
-            "Extender calls by verb and outcome (ok, error: answered with Error).",
+            "Extender calls by verb and outcome (ok; error: answered with Error; blind: every "
+            "node failed while a cache did not follow the API server).",
             ("verb", "outcome"),
             registry=self.registry,
         )
@@ -59,6 +60,11 @@ class _CacheCollector(Collector):
             "Seconds since a cache last heard from the API server (-1: never).",
             labels=("cache",),
         )
+        blind = GaugeMetricFamily(
+            "migslice_extender_cache_blind_seconds",
+            "Seconds a cache has not followed the API server (0: connected; -1: never listed).",
+            labels=("cache",),
+        )
         relists = CounterMetricFamily(
             "migslice_extender_cache_relists_gone",
             "Re-lists after 410 Gone.",
@@ -73,11 +79,13 @@ class _CacheCollector(Collector):
             synced.add_metric((cache.name,), 1.0 if cache.synced else 0.0)
             age = cache.staleness_s()
             staleness.add_metric((cache.name,), -1.0 if age is None else age)
+            blind_s = cache.blind_s()
+            blind.add_metric((cache.name,), -1.0 if blind_s is None else blind_s)
             stats = getattr(cache, "stats", None)
             if stats is not None:
                 relists.add_metric((cache.name,), stats.relists_gone)
                 errors.add_metric((cache.name,), stats.errors)
-        yield from (nodes, pods, synced, staleness, relists, errors)
+        yield from (nodes, pods, synced, staleness, blind, relists, errors)
 
 
 class _RepartitionCollector(Collector):
@@ -118,12 +126,46 @@ class _RepartitionCollector(Collector):
         )
         for outcome in ("success", "failed", "timeout", "aborted", "superseded"):
             nodes.add_metric((outcome,), stats.node_outcomes.get(outcome, 0))
+        carves = CounterMetricFamily(
+            "migslice_repartition_carve_nodes",
+            "Nodes of carve plans by outcome (success, failed: the agent rolled back, timeout, "
+            "aborted).",
+            labels=("outcome",),
+        )
+        for outcome in ("success", "failed", "timeout", "aborted"):
+            carves.add_metric((outcome,), stats.carve_outcomes.get(outcome, 0))
         in_flight = GaugeMetricFamily(
-            "migslice_repartition_nodes_in_flight", "Nodes labelled and not yet finished."
+            "migslice_repartition_nodes_in_flight",
+            "Nodes MIG Manager is re-partitioning, as the in-flight budget counts them "
+            "(quarantined nodes left out).",
         )
         in_flight.add_metric((), stats.nodes_in_flight)
+        quarantined = GaugeMetricFamily(
+            "migslice_repartition_nodes_quarantined",
+            "Nodes MIG Manager left short of success past the deadline "
+            "(label migslice.io/repartition-quarantine).",
+        )
+        quarantined.add_metric((), stats.nodes_quarantined)
         errors = CounterMetricFamily(
             "migslice_repartition_errors", "Failed rounds and failed label writes."
         )
         errors.add_metric((), stats.errors)
-        yield from (leader, dry_run, started, finished, would, nodes, in_flight, errors)
+        mismatch = GaugeMetricFamily(
+            "migslice_repartition_mig_manager_config_mismatch",
+            "1 while the GPU Operator's MIG Manager reads another mig-parted ConfigMap than the "
+            "controller writes (ClusterPolicy spec.migManager.config.name); nothing is planned.",
+        )
+        mismatch.add_metric((), 1.0 if stats.mig_manager_config_mismatch else 0.0)
+        yield from (
+            leader,
+            dry_run,
+            started,
+            finished,
+            would,
+            nodes,
+            carves,
+            in_flight,
+            quarantined,
+            errors,
+            mismatch,
+        )

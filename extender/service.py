@@ -7,6 +7,7 @@ import atexit
 import logging
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from flask import Flask
@@ -17,7 +18,7 @@ from extender.settings import ExtenderSettings
 from extender.state import ExtenderState, new_index, state_from_objects
 from migslice import console
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
-from migslice.serving import serve
+from migslice.serving import ServeError, serve
 from migslice.serving.reload import ReloadingApp
 
 log = logging.getLogger(__name__)
@@ -38,24 +39,28 @@ def serve_extender(settings: ExtenderSettings) -> int:
         )
         del objects
         # Rebuilt from the file whenever it changes (see migslice.serving.reload).
-        serve(lambda: ReloadingApp(path, lambda p: standalone_app(settings, p)), settings.server)
+        factory: Callable[[], object] = lambda: ReloadingApp(  # noqa: E731
+            path, lambda p: standalone_app(settings, p)
+        )
     else:
-        serve(lambda: in_cluster_app(settings), settings.server)
+        factory = lambda: in_cluster_app(settings)  # noqa: E731
+    try:
+        serve(factory, settings.server)
+    except ServeError as error:
+        raise console.CommandError(str(error)) from None
     return 0
 
 
 def _load(path: Path) -> ClusterObjects:
+    text = console.read_text_file(path, flag="--cluster-file")
     try:
-        return load_cluster_text(path.read_text())
-    except (OSError, ClusterFileError) as error:
+        return load_cluster_text(text)
+    except ClusterFileError as error:
         raise console.CommandError(f"--cluster-file {path}: {error}") from None
 
 
 def standalone_app(settings: ExtenderSettings, path: Path) -> Flask:
-    try:
-        objects = load_cluster_text(path.read_text())
-    except (OSError, ClusterFileError) as error:
-        raise console.CommandError(f"--cluster-file {path}: {error}") from None
+    objects = _load(path)
     return create_app(settings, state_from_objects(objects, settings))
 
 
@@ -64,6 +69,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     (its Lease is released when the process exits)."""
     from extender.sources import start_caches
     from migslice.kube import KubernetesTransport
+    from migslice.kube.health import blindness
 
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
     index = new_index()
@@ -71,7 +77,13 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     controller = None
     if settings.repartition.enabled:
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        controller = start_repartition(transport, index, settings, identity=identity)
+        controller = start_repartition(
+            transport,
+            index,
+            settings,
+            identity=identity,
+            blindness=lambda: blindness(caches, max_blind_s=settings.max_blind_s),
+        )
         atexit.register(controller.stop)
 
     def stop() -> None:

@@ -41,8 +41,9 @@ case "$ACTION" in
     *) die "usage: image/build.sh [push DESTINATION]" ;;
 esac
 
-VERSION="$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' pyproject.toml | head -n1)"
-[[ -n "$VERSION" ]] || die "cannot read project.version from pyproject.toml"
+# The version is migslice.__version__ (pyproject.toml reads it from there: dynamic).
+VERSION="$(sed -n 's/^__version__ *= *"\([^"]*\)".*/\1/p' migslice/__init__.py | head -n1)"
+[[ -n "$VERSION" ]] || die "cannot read __version__ from migslice/__init__.py"
 IMAGE="migslice:$VERSION"
 if [[ -z "${MIGSLICE_IMAGE_SUITE:-}" ]]; then
     MIGSLICE_IMAGE_SUITE="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"

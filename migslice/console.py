@@ -9,12 +9,15 @@ anything starts: ``migslice webhook: error: argument --port: 70000 is not a port
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import math
 import re
+import stat
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from migslice.errors import MigsliceError
@@ -38,9 +41,10 @@ def _number(text: str, kind: Callable[[str], Any], what: str) -> Any:
 
 
 def port(text: str) -> int:
+    """A TCP port; 0 lets the kernel pick a free one (for tests)."""
     value = _number(text, int, "a port number")
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535, or 0 for any)")
     return int(value)
 
 
@@ -94,6 +98,19 @@ def dns_subdomain(text: str) -> str:
             f"{text!r} is not a DNS name (dot-separated DNS labels, at most 253 characters)"
         )
     return text
+
+
+def ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of DNS labels (namespaces); empty entries are ignored."""
+    return tuple(dns_label(part.strip()) for part in text.split(",") if part.strip())
 
 
 def namespaced_name(text: str) -> str:
@@ -173,3 +190,35 @@ class Command:
             return fail(str(error))
         except KeyboardInterrupt:
             return 130
+
+
+# -- input files ---------------------------------------------------------------------------------
+
+MAX_INPUT_BYTES = 256 << 20
+
+
+def read_text_file(path: Path, *, flag: str, limit_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of a regular file given on the command line; CommandError (one line,
+    naming the flag) when it is missing, not a regular file (a directory, a FIFO that would
+    block), larger than ``limit_bytes`` or not UTF-8."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise CommandError(f"cannot read {flag} {path}: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise CommandError(f"cannot read {flag} {path}: it is {kind}")
+    if info.st_size > limit_bytes:
+        raise CommandError(
+            f"cannot read {flag} {path}: {info.st_size} bytes; the limit is {limit_bytes}"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise CommandError(f"cannot read {flag} {path}: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CommandError(
+            f"cannot read {flag} {path}: not UTF-8 text (byte {error.start})"
+        ) from None

@@ -7,7 +7,7 @@ nothing, so every layer may use it.
 
 from __future__ import annotations
 
-# -- the TenantPolicy API ---------------------------------------------------------------------
+# -- the TenantPolicy API -------------------------------------------------------------------------
 
 GROUP = "migslice.io"
 VERSION = "v1alpha1"
@@ -15,8 +15,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 POLICY_KIND = "TenantPolicy"
 POLICY_PLURAL = "tenantpolicies"
 POLICY_SHORT_NAME = "tp"
+POLICY_CRD = f"{POLICY_PLURAL}.{GROUP}"
 
-# -- pod annotations: what a team asks for ----------------------------------------------------
+# -- pod annotations: what a team asks for --------------------------------------------------------
 
 GPU_SIZE = "migslice.io/gpu-size"
 GPU_MEMORY = "migslice.io/gpu-memory"
@@ -25,7 +26,7 @@ GPU_COUNT = "migslice.io/gpu-count"
 GPU_CONTAINER = "migslice.io/gpu-container"
 INPUT_ANNOTATIONS = (GPU_SIZE, GPU_MEMORY, GPU_COMPUTE, GPU_COUNT, GPU_CONTAINER)
 
-# -- pod annotations: what the webhook decided ------------------------------------------------
+# -- pod annotations: what the webhook decided ----------------------------------------------------
 
 TENANT = "migslice.io/tenant"
 PROFILE = "migslice.io/profile"
@@ -35,7 +36,7 @@ RESERVATION = "migslice.io/reservation"
 that admission is released once the pod itself is counted)."""
 OUTPUT_ANNOTATIONS = (TENANT, PROFILE, POLICY, RESERVATION)
 
-# -- annotations of the node agent and the repartition controller ------------------------------
+# -- annotations of the node agent and the repartition controller ---------------------------------
 
 LAYOUT_ANNOTATION = "migslice.io/gpu-layout"
 """On a Node: the node agent's report of its GPUs' real MIG layouts (versioned JSON)."""
@@ -44,16 +45,35 @@ RECORD_ANNOTATION = "migslice.io/repartition"
 TOUCH_ANNOTATION = "migslice.io/repartitioned"
 """On a pending Pod: the config a finished re-partition applied for it (makes kube-scheduler
 retry the pod at once)."""
+CARVE_ANNOTATION = "migslice.io/carve"
+"""On a Node in carve mode: the carve the repartition controller asks its node agent for (JSON:
+the plan id and, per GPU, the instances to destroy and to create)."""
+CARVE_STATE_ANNOTATION = "migslice.io/carve-state"
+"""On a Node in carve mode: the node agent's journal and outcome of the last carve (JSON: the
+plan id, ``pending``, ``rolling-back``, ``success`` or ``failed``, and the steps)."""
+REPARTITION_MODE_LABEL = "migslice.io/repartition-mode"
+"""On a Node: how its GPUs are re-shaped, ``carve`` (the node agent, around running instances)
+or ``mig-manager`` (NVIDIA MIG Manager, idle GPUs only); absent: the controller's default."""
+MODE_CARVE = "carve"
+MODE_MIG_MANAGER = "mig-manager"
+REPARTITION_MODES = (MODE_MIG_MANAGER, MODE_CARVE)
 ADMISSION_LABEL = "migslice.io/admission"
 """On a Namespace: ``disabled`` keeps the webhook configurations from calling migslice."""
 
 MIGSLICE_PREFIX = "migslice.io/"
 
+QUARANTINE_LABEL = "migslice.io/repartition-quarantine"
+"""On a Node MIG Manager left short of ``success`` past the deadline: ``timeout``. No plan
+touches the node until MIG Manager reports success or an admin removes this label."""
+QUARANTINE_ANNOTATION = "migslice.io/repartition-quarantine"
+"""Beside the label: why, since when and how to release it (JSON, for ``kubectl`` and tools)."""
+QUARANTINE_TIMEOUT = "timeout"
+
 # -- the scheduler -----------------------------------------------------------------------------
 
 SCHEDULER_NAME = "migslice-scheduler"
 
-# -- NVIDIA GPU Feature Discovery and MIG Manager node labels -----------------------------------
+# -- NVIDIA GPU Feature Discovery and MIG Manager node labels -------------------------------------
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -69,13 +89,31 @@ MIG_STATE_SUCCESS = "success"
 MIG_STATE_FAILED = "failed"
 MIG_TRANSITION_STATES = frozenset({MIG_STATE_PENDING, MIG_STATE_REBOOTING})
 """MIG Manager is working on the node: no GPU pod may use it and no plan may touch it."""
+MIG_STRATEGY_MIXED = "mixed"
+"""The device plugin's and GFD's MIG strategy migslice needs (``nvidia.com/mig-<profile>``)."""
 
-# -- NVIDIA device plugin resources (mixed strategy) --------------------------------------------
+# -- the NVIDIA GPU Operator's ClusterPolicy ------------------------------------------------------
+
+CLUSTER_POLICY_GROUP = "nvidia.com"
+CLUSTER_POLICY_VERSION = "v1"
+CLUSTER_POLICY_PLURAL = "clusterpolicies"
+CLUSTER_POLICY_CRD = f"{CLUSTER_POLICY_PLURAL}.{CLUSTER_POLICY_GROUP}"
+CLUSTER_POLICY_NAME = "cluster-policy"
+"""The name the GPU Operator's Helm chart gives its ClusterPolicy (the README's patch)."""
+DEFAULT_MIG_PARTED_CONFIG_MAP = "default-mig-parted-config"
+"""What MIG Manager reads when ``spec.migManager.config.name`` is empty."""
+
+# -- NVIDIA device plugin resources (mixed strategy) ----------------------------------------------
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+
+# -- the NVIDIA device plugin as the GPU Operator deploys it ------------------------------------
+
+DEVICE_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
+"""The GPU Operator's label on its device plugin pods (MIG Manager deletes them by it)."""
 
 # -- MIG Manager's mig-parted ConfigMap ----------------------------------------------------------
 
@@ -91,7 +129,11 @@ SYSTEM_NAMESPACE = "migslice-system"
 LEASE_NAME = "migslice-repartition"
 WEBHOOK_SERVICE = "migslice-webhook"
 EXTENDER_SERVICE = "migslice-extender"
+SCHEDULER_DEPLOYMENT = "migslice-scheduler"
+AGENT_DAEMONSET = "migslice-agent"
+WEBHOOK_CONFIGURATION = "migslice-webhook"
+"""The Mutating- and ValidatingWebhookConfiguration (one name for both)."""
 
-# -- pod phases ------------------------------------------------------------------------------------
+# -- pod phases -----------------------------------------------------------------------------------
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -111,7 +111,7 @@ def make_pod(
         "containers": [
             {
                 "name": "main",
-                "image": "registry.example/train:1",
+                "image": "train:1",
                 "resources": {"limits": limits},
             }
         ],
@@ -290,7 +290,7 @@ def make_created_pod(
         built.append(
             {
                 "name": name,
-                "image": "registry.example/train:1",
+                "image": "train:1",
                 "resources": resources,
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",

@@ -6,12 +6,17 @@ Python wrappers run unchanged and call these functions with the same ctypes argu
 pass to the real library (``byref`` pointers, caller-allocated arrays, string buffers), and
 get NVML return codes back. GPUs are described with data from the migslice catalog plus the
 GPU's instances; nothing of migslice's agent code is replaced.
+
+The write half (GPU and compute instances created at a placement and destroyed, with the
+driver's rules and return codes) is in :mod:`tests.fake_nvml_carve`. Every C function call
+passes through :attr:`FakeNvmlLibrary.on_call` first (a test's hook: a container starting,
+the agent killed between two calls).
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +24,7 @@ from typing import Any
 import pynvml
 
 from migslice.mig import CATALOG, GpuModel
+from tests.fake_nvml_carve import MigWrites
 
 SUCCESS = pynvml.NVML_SUCCESS
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -42,10 +48,17 @@ _INDEX_BY_SHAPE = {
 
 @dataclass
 class FakeInstance:
+    """A GPU instance; ``with_compute_instance``: its full compute instance exists (then it
+    is a MIG device with a UUID). ``gi_id``/``serial`` are given by the library; ``holder``
+    is the pod the device plugin gave it to (ground truth for tests, unseen by NVML)."""
+
     profile: str
     start: int
     processes: int = 0
     with_compute_instance: bool = True
+    gi_id: int = 0
+    serial: int = 0
+    holder: str = ""
 
 
 @dataclass
@@ -70,26 +83,60 @@ def _obj(reference: Any) -> Any:
     return reference._obj
 
 
-class FakeNvmlLibrary:
+class FakeNvmlLibrary(MigWrites):
     """Attributes named like NVML's C symbols; state kept per GPU."""
 
     def __init__(self, gpus: Sequence[FakeGpu], driver: str = "570.133.20") -> None:
         self.gpus = list(gpus)
         self.driver = driver
         self.initialised = 0
-        self.calls: list[str] = []
-        self._handles: dict[int, tuple[str, int, int]] = {}  # address -> (kind, gpu, slot)
+        self.on_call: Callable[[str], None] | None = None
+        self.destroyed: list[FakeInstance] = []
+        self._serials = 0
+        self._handles: dict[int, tuple[str, int, int]] = {}  # address -> (kind, gpu, GI id)
         self._keep: list[Any] = []
+        for gpu in self.gpus:
+            for instance in gpu.instances:
+                self.adopt(gpu, instance)
+
+    def __getattribute__(self, name: str) -> Any:
+        attribute = object.__getattribute__(self, name)
+        if not (name.startswith("nvml") and callable(attribute)):
+            return attribute
+
+        def called(*args: Any) -> Any:  # pynvml caches this; the hook is looked up per call
+            hook = object.__getattribute__(self, "on_call")
+            if hook is not None:
+                hook(name)
+            return attribute(*args)
+
+        return called
+
+    def adopt(self, gpu: FakeGpu, instance: FakeInstance) -> FakeInstance:
+        """Give an instance its GPU-instance id and MIG device serial (as the driver does)."""
+        if not instance.gi_id:
+            used = {i.gi_id for i in gpu.instances}
+            instance.gi_id = next(n for n in range(1, 64) if n not in used)
+        if not instance.serial:
+            self._serials += 1
+            instance.serial = self._serials
+        return instance
+
+    def instance(self, gpu: int, gi_id: int) -> FakeInstance | None:
+        return next((i for i in self.gpus[gpu].instances if i.gi_id == gi_id), None)
 
     # -- handles --------------------------------------------------------------------------
 
-    def _handle(self, kind: str, gpu: int, slot: int = -1) -> Any:
+    def _handle(self, kind: str, gpu: int, gi_id: int = -1) -> Any:
         """An opaque handle of pynvml's own struct type, told apart by its address."""
-        struct = pynvml.struct_c_nvmlGpuInstance_t if kind == "gi" else pynvml.struct_c_nvmlDevice_t
+        struct = {
+            "gi": pynvml.struct_c_nvmlGpuInstance_t,
+            "ci": pynvml.struct_c_nvmlComputeInstance_t,
+        }.get(kind, pynvml.struct_c_nvmlDevice_t)
         backing = ctypes.create_string_buffer(8)
         handle = struct.from_buffer(backing)
         self._keep.append((backing, handle))
-        self._handles[ctypes.addressof(handle)] = (kind, gpu, slot)
+        self._handles[ctypes.addressof(handle)] = (kind, gpu, gi_id)
         return handle
 
     def _lookup(self, pointer: Any) -> tuple[str, int, int]:
@@ -145,12 +192,20 @@ class FakeNvmlLibrary:
         return SUCCESS
 
     def nvmlDeviceGetUUID(self, device: Any, buffer: Any, size: Any) -> int:
-        _, kind, index, slot = self._gpu(device)
+        _, kind, index, gi_id = self._gpu(device)
         if kind == "gpu":
             buffer.value = f"GPU-00000000-0000-0000-0000-{index:012d}".encode()
-        else:
-            buffer.value = f"MIG-00000000-0000-0000-{index:04d}-{slot:012d}".encode()
+            return SUCCESS
+        instance = self.instance(index, gi_id)
+        if instance is None or not instance.with_compute_instance:
+            return INVALID_ARGUMENT
+        buffer.value = self.mig_uuid(index, instance).encode()
         return SUCCESS
+
+    @staticmethod
+    def mig_uuid(gpu: int, instance: FakeInstance) -> str:
+        """The MIG device UUID of an instance (new for every compute instance made)."""
+        return f"MIG-00000000-0000-{gpu:04d}-{instance.gi_id:04d}-{instance.serial:012d}"
 
     def nvmlDeviceGetPciInfo_v3(self, device: Any, info: Any) -> int:
         gpu, _, _, _ = self._gpu(device)
@@ -223,19 +278,21 @@ class FakeNvmlLibrary:
         profile = self._profile_by_id(gpu, profile_id)
         if profile is None:
             return INVALID_ARGUMENT
-        found = [i for i, inst in enumerate(gpu.instances) if inst.profile == profile.name]
-        for position, slot in enumerate(found):
-            instances[position] = ctypes.pointer(self._handle("gi", index, slot))
+        found = [inst.gi_id for inst in gpu.instances if inst.profile == profile.name]
+        for position, gi_id in enumerate(found):
+            instances[position] = ctypes.pointer(self._handle("gi", index, gi_id))
         _obj(count).value = len(found)
         return SUCCESS
 
     def nvmlGpuInstanceGetInfo(self, instance: Any, info: Any) -> int:
-        _, index, slot = self._lookup(instance)
+        _, index, gi_id = self._lookup(instance)
         gpu = self.gpus[index]
-        placed = gpu.instances[slot]
+        placed = self.instance(index, gi_id)
+        if placed is None:
+            return INVALID_ARGUMENT
         profile = gpu.model.profile(placed.profile)
         target = _obj(info)
-        target.id = slot + 1
+        target.id = gi_id
         target.profileId = profile.gi_profile_id
         target.placement.start = placed.start
         target.placement.size = profile.memory_slices
@@ -248,22 +305,25 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: Any, mig: Any) -> int:
         gpu, _, gpu_index, _ = self._gpu(device)
-        with_ci = [i for i, inst in enumerate(gpu.instances) if inst.with_compute_instance]
+        with_ci = sorted(i.gi_id for i in gpu.instances if i.with_compute_instance)
         if index.value >= len(with_ci):
             return NOT_FOUND
         _obj(mig).contents = self._handle("mig", gpu_index, with_ci[index.value])
         return SUCCESS
 
     def nvmlDeviceGetGpuInstanceId(self, mig: Any, gi_id: Any) -> int:
-        kind, _, slot = self._lookup(mig)
+        kind, _, instance_id = self._lookup(mig)
         if kind != "mig":
             return INVALID_ARGUMENT
-        _obj(gi_id).value = slot + 1
+        _obj(gi_id).value = instance_id
         return SUCCESS
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, device: Any, count: Any, infos: Any) -> int:
-        gpu, kind, _, slot = self._gpu(device)
-        running = gpu.instances[slot].processes if kind == "mig" else 0
+        _, kind, index, gi_id = self._gpu(device)
+        instance = self.instance(index, gi_id) if kind == "mig" else None
+        if kind == "mig" and (instance is None or not instance.with_compute_instance):
+            return INVALID_ARGUMENT
+        running = instance.processes if instance is not None else 0
         if infos is None:
             _obj(count).value = running
             return SUCCESS if running == 0 else INSUFFICIENT_SIZE

@@ -36,6 +36,20 @@ Answer = Callable[[Request], tuple[int, Any]]
 
 @contextmanager
 def local_api(answer: Answer) -> Iterator[KubernetesTransport]:
+    with local_api_url(answer) as url:
+        configuration = client.Configuration()
+        configuration.host = url
+        api_client = client.ApiClient(configuration)
+        try:
+            yield KubernetesTransport(api_client)
+        finally:
+            api_client.close()
+
+
+@contextmanager
+def local_api_url(answer: Answer) -> Iterator[str]:
+    """The server alone: its base URL (for a kubeconfig that a command loads itself)."""
+
     class Handler(BaseHTTPRequestHandler):
         def _serve(self) -> None:
             url = urllib.parse.urlsplit(self.path)
@@ -53,11 +67,14 @@ def local_api(answer: Answer) -> Iterator[KubernetesTransport]:
                 payload = b"".join(json.dumps(event).encode() + b"\n" for event in reply)
             else:
                 payload = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (a timeout test)
 
         do_GET = do_PUT = do_POST = do_PATCH = _serve  # noqa: N815
 
@@ -67,12 +84,8 @@ def local_api(answer: Answer) -> Iterator[KubernetesTransport]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    api_client = client.ApiClient(configuration)
     try:
-        yield KubernetesTransport(api_client)
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
-        api_client.close()

@@ -28,7 +28,7 @@ MEDIUM = SliceUsage(1, 2, 2, (("2g.20gb", 1),))
 
 
 def status_schema() -> dict[str, Any]:
-    crd = yaml.safe_load((ROOT / "manifests" / "crd" / "tenantpolicies.yaml").read_text())
+    crd = yaml.safe_load((ROOT / "manifests" / "base" / "crd" / "tenantpolicies.yaml").read_text())
     schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return dict(schema["properties"]["status"])
 

@@ -1,4 +1,5 @@
-"""The scheduler deployment manifests: valid objects and the config the issue asks for."""
+"""The scheduler and extender manifests (rendered from the chart into manifests/base): valid
+objects and the config the issue asks for."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import yaml
 
 from migslice.mig import CATALOG
 
-MANIFESTS = Path(__file__).resolve().parent.parent / "manifests" / "scheduler"
+BASE = Path(__file__).resolve().parent.parent / "manifests" / "base"
 
 
 def documents() -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
-    for path in sorted(MANIFESTS.glob("*.yaml")):
-        if path.name != "kustomization.yaml":
+    for folder in ("scheduler", "extender"):
+        for path in sorted((BASE / folder).glob("*.yaml")):
             found.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return found
 
@@ -40,8 +41,8 @@ def test_every_manifest_is_a_valid_kubernetes_object(document: dict[str, Any]) -
 
 
 def test_the_kustomization_lists_every_manifest() -> None:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    files = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    files = {str(p.relative_to(BASE)) for p in BASE.rglob("*.yaml")} - {"kustomization.yaml"}
     assert set(kustomization["resources"]) == files
 
 
@@ -55,7 +56,8 @@ def test_the_scheduler_calls_the_extender_over_https_with_names_only() -> None:
     (extender,) = config["extenders"]
     assert extender["urlPrefix"].startswith("https://migslice-extender.migslice-system.svc")
     assert extender["enableHTTPS"] is True
-    assert "caData" in extender["tlsConfig"]
+    assert extender["tlsConfig"]["caFile"] == "/etc/migslice/extender-ca/ca.crt"
+    assert extender["tlsConfig"]["serverName"] == "migslice-extender.migslice-system.svc"
     assert extender["nodeCacheCapable"] is True
     assert extender["filterVerb"] == "filter" and extender["prioritizeVerb"] == "prioritize"
     assert extender["weight"] > 0
@@ -75,8 +77,23 @@ def test_the_scheduler_runs_with_the_config_and_the_extender_service_reaches_its
     scheduler = by_kind("Deployment", "migslice-scheduler")["spec"]["template"]["spec"]
     command = scheduler["containers"][0]["command"]
     assert "--config=/etc/migslice-scheduler/config.yaml" in command
-    assert scheduler["volumes"][0]["configMap"]["name"] == "migslice-scheduler-config"
+    volumes = {v["name"]: v for v in scheduler["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == "migslice-scheduler-config"
+    # The extender's CA, and only that key of its Secret.
+    assert volumes["extender-ca"]["secret"] == {
+        "secretName": "migslice-extender-tls",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    mounts = {m["name"]: m["mountPath"] for m in scheduler["containers"][0]["volumeMounts"]}
+    assert mounts["extender-ca"] == "/etc/migslice/extender-ca"
     service = by_kind("Service", "migslice-extender")
     extender = by_kind("Deployment", "migslice-extender")["spec"]["template"]
-    assert service["spec"]["selector"] == extender["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= extender["metadata"]["labels"].items()
     assert service["spec"]["ports"][0]["port"] == 443
+
+
+def test_a_new_install_runs_the_repartition_controller_in_dry_run() -> None:
+    template = by_kind("Deployment", "migslice-extender")["spec"]["template"]
+    args = template["spec"]["containers"][0]["args"]
+    flags = [a for a in args if a.startswith("--repartition") and "=" not in a]
+    assert flags == ["--repartition", "--repartition-dry-run"]

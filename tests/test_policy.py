@@ -34,7 +34,7 @@ A30 = Offer("NVIDIA-A30", CATALOG.get("A30-24GB"))
 
 
 def crd_schema() -> dict[str, Any]:
-    crd = yaml.safe_load((ROOT / "manifests" / "crd" / "tenantpolicies.yaml").read_text())
+    crd = yaml.safe_load((ROOT / "manifests" / "base" / "crd" / "tenantpolicies.yaml").read_text())
     schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
 

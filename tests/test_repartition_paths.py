@@ -16,7 +16,7 @@ from extender.controller import RepartitionController
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import mig_configs_from, new_index
 from migslice.cli import main
-from migslice.demo.scenario import decide_on_cluster_file
+from migslice.demo.controller import decide_on_cluster_file
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 from migslice.names import RECORD_ANNOTATION

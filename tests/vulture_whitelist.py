@@ -82,3 +82,15 @@ TenantPolicySpecWire
 usable_s
 userInfo
 WEBHOOK_SERVICE
+_.busy_count
+_.connection_lost
+_.connection_made
+_.data_received
+_.eof_received
+_.init_signals
+_.load_wsgi
+_.pause_writing
+_.resume_writing
+exc
+writes
+connected

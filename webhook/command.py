@@ -8,7 +8,12 @@ from pathlib import Path
 from migslice import console, names
 from migslice.admission import AdmissionSettings, Unmatched
 from migslice.serving import add_server_arguments, options_from_args
-from webhook.settings import DEFAULT_PORT, WebhookSettings
+from webhook.settings import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_PORT,
+    MAX_BODY_BYTES,
+    WebhookSettings,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,15 +34,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU pods in a namespace no TenantPolicy selects: deny (default) or allow untouched",
     )
     parser.add_argument(
+        "--exclude-namespaces",
+        metavar="NS[,NS...]",
+        type=console.name_list,
+        default=",".join(sorted(DEFAULT_EXCLUDED_NAMESPACES)),
+        help="pods in these namespaces are admitted unchanged, even when a webhook "
+        "configuration sends them ('' excludes none; default: %(default)s)",
+    )
+    parser.add_argument(
         "--scheduler-name",
         default=names.SCHEDULER_NAME,
         help="schedulerName set on GPU pods that use the default scheduler ('' leaves it alone)",
     )
     parser.add_argument(
-        "--reservation-ttl-s",
+        "--quota-hold-s",
         type=console.seconds(allow_zero=False),
-        default=30.0,
-        help="how long an admitted pod's quota is held until the pod shows up in the cache",
+        default=45.0,
+        help="how long an admission's charge is held before a pod never created may release it "
+        "(keep it above kube-apiserver's 34 s create timeout; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-blind-s",
+        type=console.seconds(),
+        default=5.0,
+        help="how long a watch cache may not follow the API server before admissions are "
+        "answered 503 (retried by kube-apiserver) and /readyz fails (default %(default)s)",
+    )
+    parser.add_argument(
+        "--ledger-namespace",
+        default=names.SYSTEM_NAMESPACE,
+        type=console.dns_label,
+        help="namespace of the tenants' quota ledgers, ConfigMaps migslice-quota-<tenant> "
+        "(default %(default)s; the chart sets its release namespace)",
     )
     parser.add_argument(
         "--status-interval-s",
@@ -46,21 +74,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how often TenantPolicy.status (usage, quota, conditions) is refreshed in-cluster, "
         "besides on every change; 0 writes no status (--cluster-file never writes)",
     )
+    parser.add_argument(
+        "--max-body-mib",
+        type=console.count(1, 1024),
+        default=MAX_BODY_BYTES >> 20,
+        help="largest AdmissionReview accepted on /mutate and /validate (MiB; kube-apiserver "
+        "limits a request to 3 MiB, and a review can carry the object and its old version)",
+    )
     console.add_log_level(parser)
     add_server_arguments(parser, default_port=DEFAULT_PORT)
 
 
 def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
+    body = args.max_body_mib << 20
     return WebhookSettings(
+        max_body_bytes=body,
         admission=AdmissionSettings(
             scheduler_name=args.scheduler_name,
             unmatched_namespaces=Unmatched(args.unmatched_namespaces),
         ),
-        reservation_ttl_s=args.reservation_ttl_s,
+        quota_hold_s=args.quota_hold_s,
+        max_blind_s=args.max_blind_s,
+        ledger_namespace=args.ledger_namespace,
         status_interval_s=args.status_interval_s,
+        exclude_namespaces=frozenset(args.exclude_namespaces),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,
-        server=options_from_args(args),
+        server=options_from_args(args, {"/mutate": body, "/validate": body}),
         log_level=args.log_level,
     )
 

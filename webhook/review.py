@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
+import orjson
+
 from migslice.admission import PatchOp
 from migslice.errors import InvalidInputError
 
@@ -82,7 +84,7 @@ class Review:
 
 def parse_review(body: bytes) -> Review:
     try:
-        raw_review = json.loads(body)
+        raw_review = orjson.loads(body)  # nesting deeper than 1,024 levels is a ValueError
     except (ValueError, RecursionError) as error:
         raise ReviewError(f"request body is not JSON: {error}") from None
     if not isinstance(raw_review, dict):

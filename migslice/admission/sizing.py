@@ -17,7 +17,7 @@ from migslice.admission.intent import ContainerRequest, PodIntent
 from migslice.admission.usage import SliceUsage, charge
 from migslice.mig import GpuModel, profile_from_resource
 from migslice.names import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
-from migslice.objects.pods import ContainerKind, effective_counts
+from migslice.objects.pod_gpus import ContainerKind, effective_counts
 from migslice.policy import Need, Offer, TenantPolicy, Tier, resolve_profile
 from migslice.policy.resolution import usable_offers
 from migslice.quantity import QuantityError, parse_count, parse_memory_mib
@@ -59,46 +59,69 @@ def plan_annotated(
     container = _container(intent.annotation(names.GPU_CONTAINER), intent.containers)
     if isinstance(container, Denial):
         return container
-
-    if memory_text is not None:
-        try:
-            memory_mib = parse_memory_mib(memory_text)
-        except QuantityError as error:
-            return _bad(f"annotation {names.GPU_MEMORY}: {error}")
-        compute = None
-        if compute_text is not None:
-            try:
-                compute = parse_count(compute_text)
-            except QuantityError:
-                compute = 0
-            if not 1 <= compute <= 7:
-                return _bad(
-                    f"annotation {names.GPU_COMPUTE} is {compute_text!r}; expected a number of "
-                    "compute slices from 1 to 7"
-                )
-        need = Need(memory_mib, compute)
-        tier = Tier.MIG
-    else:
-        name = size_name if size_name is not None else policy.default_size
-        if name is None:
-            return _bad(
-                f"the pod sets migslice annotations but neither {names.GPU_SIZE} nor "
-                f'{names.GPU_MEMORY}, and policy "{policy.name}" has no default size '
-                "(spec.defaultSize)"
-            )
-        size = policy.size(name)
-        if size is None:
-            defined = ", ".join(s.name for s in policy.sizes) or "none"
-            return Denial(
-                "unknown-size",
-                f'size "{name}" is not defined by policy "{policy.name}" (spec.sizes); '
-                f"defined sizes: {defined}",
-            )
-        need = Need(size.memory_mib, size.compute_slices, size)
-        tier = size.tier
+    wanted = (
+        _memory_need(memory_text, compute_text)
+        if memory_text is not None
+        else _size_need(policy, size_name)
+    )
+    if isinstance(wanted, Denial):
+        return wanted
+    need, tier = wanted
     if not policy.allows_tier(tier):
         return _tier_denial(policy, tier)
+    return _plan_tier(policy, need, tier, offers, count=count, container=container)
 
+
+def _memory_need(memory_text: str, compute_text: str | None) -> tuple[Need, Tier] | Denial:
+    """``gpu-memory`` (with optional ``gpu-compute``): a MIG need."""
+    try:
+        memory_mib = parse_memory_mib(memory_text)
+    except QuantityError as error:
+        return _bad(f"annotation {names.GPU_MEMORY}: {error}")
+    compute = None
+    if compute_text is not None:
+        try:
+            compute = parse_count(compute_text)
+        except QuantityError:
+            compute = 0
+        if not 1 <= compute <= 7:
+            return _bad(
+                f"annotation {names.GPU_COMPUTE} is {compute_text!r}; expected a number of "
+                "compute slices from 1 to 7"
+            )
+    return Need(memory_mib, compute), Tier.MIG
+
+
+def _size_need(policy: TenantPolicy, size_name: str | None) -> tuple[Need, Tier] | Denial:
+    """``gpu-size`` (or the policy's default size): the size's need and tier."""
+    name = size_name if size_name is not None else policy.default_size
+    if name is None:
+        return _bad(
+            f"the pod sets migslice annotations but neither {names.GPU_SIZE} nor "
+            f'{names.GPU_MEMORY}, and policy "{policy.name}" has no default size '
+            "(spec.defaultSize)"
+        )
+    size = policy.size(name)
+    if size is None:
+        defined = ", ".join(s.name for s in policy.sizes) or "none"
+        return Denial(
+            "unknown-size",
+            f'size "{name}" is not defined by policy "{policy.name}" (spec.sizes); '
+            f"defined sizes: {defined}",
+        )
+    return Need(size.memory_mib, size.compute_slices, size), size.tier
+
+
+def _plan_tier(
+    policy: TenantPolicy,
+    need: Need,
+    tier: Tier,
+    offers: Sequence[Offer],
+    *,
+    count: int,
+    container: tuple[str, int],
+) -> GpuPlan | Denial:
+    """The resource an annotated pod gets in ``tier``, and where it may run."""
     field, index = container
     if tier is Tier.MIG:
         resolved = resolve_profile(policy, need, offers)
@@ -152,42 +175,12 @@ def plan_direct(
     sharing: tuple[tuple[str, tuple[str, ...]], ...] = ()
     for request in requests:
         where = f'container "{request.container}" requests {request.resource}: {request.count}'
-        if request.resource == WHOLE_GPU_RESOURCE:
-            if not policy.allows_tier(Tier.DEDICATED):
-                return _tier_denial(policy, Tier.DEDICATED, where)
-            offered = {o.product for o in usable}
-            profiles.append("gpu")
-        elif request.resource == SHARED_GPU_RESOURCE:
-            tiers = tuple(t for t in (Tier.SHARED, Tier.MPS) if policy.allows_tier(t))
-            if not tiers:
-                return _tier_denial(policy, Tier.SHARED, where)
-            sharing = _shared_requirements(policy, offers, tiers)
-            offered = {o.product for o in usable}
-            profiles.append("shared")
-        else:
-            parsed = profile_from_resource(request.resource)
-            if parsed is None:
-                return _bad(
-                    f"{where}, which is not a MIG profile resource (nvidia.com/mig-<G>g.<M>gb)"
-                )
-            name = str(parsed)
-            if not policy.allows_tier(Tier.MIG):
-                return _tier_denial(policy, Tier.MIG, where)
-            if not policy.allows_profile(name):
-                return Denial(
-                    "profile-not-allowed",
-                    f'{where}; profile "{name}" is not allowed by policy "{policy.name}" '
-                    f"(spec.allowedProfiles: {_listed(policy.allowed_profiles, 'all plain')}; "
-                    f"spec.deniedProfiles: {_listed(policy.denied_profiles, 'none')})",
-                )
-            offered = {o.product for o in usable if o.model.has_profile(name)}
-            if not offered:
-                return Denial(
-                    "no-model",
-                    f'{where}; no GPU product in the cluster that policy "{policy.name}" allows '
-                    f"offers profile {name} (spec.allowedProducts)",
-                )
-            profiles.append(name)
+        checked = _direct_request(policy, request, offers, where)
+        if isinstance(checked, Denial):
+            return checked
+        offered, profile, requirements = checked
+        profiles.append(profile)
+        sharing = requirements or sharing
         if not offered:
             return Denial(
                 "no-model",
@@ -222,6 +215,44 @@ def plan_direct(
         total = total + charge(resource, count, priced_on[resource])
     requirements = ((names.PRODUCT_LABEL, tuple(sorted(products or ()))), *sharing)
     return GpuPlan(",".join(dict.fromkeys(profiles)), total, requirements)
+
+
+def _direct_request(
+    policy: TenantPolicy, request: ContainerRequest, offers: Sequence[Offer], where: str
+) -> tuple[set[str], str, tuple[tuple[str, tuple[str, ...]], ...]] | Denial:
+    """One directly requested resource against the policy: the products that offer it, its
+    name in ``migslice.io/profile``, and the sharing node requirements it adds."""
+    usable = usable_offers(policy, offers)
+    if request.resource == WHOLE_GPU_RESOURCE:
+        if not policy.allows_tier(Tier.DEDICATED):
+            return _tier_denial(policy, Tier.DEDICATED, where)
+        return {o.product for o in usable}, "gpu", ()
+    if request.resource == SHARED_GPU_RESOURCE:
+        tiers = tuple(t for t in (Tier.SHARED, Tier.MPS) if policy.allows_tier(t))
+        if not tiers:
+            return _tier_denial(policy, Tier.SHARED, where)
+        return {o.product for o in usable}, "shared", _shared_requirements(policy, offers, tiers)
+    parsed = profile_from_resource(request.resource)
+    if parsed is None:
+        return _bad(f"{where}, which is not a MIG profile resource (nvidia.com/mig-<G>g.<M>gb)")
+    name = str(parsed)
+    if not policy.allows_tier(Tier.MIG):
+        return _tier_denial(policy, Tier.MIG, where)
+    if not policy.allows_profile(name):
+        return Denial(
+            "profile-not-allowed",
+            f'{where}; profile "{name}" is not allowed by policy "{policy.name}" '
+            f"(spec.allowedProfiles: {_listed(policy.allowed_profiles, 'all plain')}; "
+            f"spec.deniedProfiles: {_listed(policy.denied_profiles, 'none')})",
+        )
+    offered = {o.product for o in usable if o.model.has_profile(name)}
+    if not offered:
+        return Denial(
+            "no-model",
+            f'{where}; no GPU product in the cluster that policy "{policy.name}" allows '
+            f"offers profile {name} (spec.allowedProducts)",
+        )
+    return offered, name, ()
 
 
 def _shared_requirements(

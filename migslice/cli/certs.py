@@ -1,14 +1,30 @@
-"""``migslice certs``: a CA and a serving certificate for a Service, and the caBundle."""
+"""``migslice certs``: a CA and a serving certificate for a Service, and what to do with them.
+
+Without ``--secret`` it writes files and prints the follow-up for the Service: for the
+webhook, the TLS Secret and a caBundle patch of both webhook configurations; for the
+extender, the TLS Secret (kube-scheduler trusts its ``ca.crt``) and the ``caData`` of a
+scheduler configuration. With ``--secret`` it does the same in the cluster (the Helm chart's
+certificate Jobs): keeps or makes the Secret and, with ``--webhook-configuration``, injects
+the CA.
+"""
 
 from __future__ import annotations
 
 import argparse
 import base64
+import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from migslice import console
 from migslice.console import CommandError
-from migslice.serving.certs import service_dns_names, write_tls_bundle
+from migslice.serving.certs import TlsBundle, service_dns_names, write_tls_bundle
+
+if TYPE_CHECKING:
+    from migslice.kube import KubernetesTransport
+    from migslice.kube.certs import PemBundle
+
+WEBHOOK_CONFIGURATION = "migslice-webhook"
 
 
 def register(commands: Any) -> None:
@@ -18,26 +34,76 @@ def register(commands: Any) -> None:
         description=(
             "Writes ca.crt, ca.key, tls.crt and tls.key to --out. An existing CA there is "
             "reused, so running it again renews the serving certificate without changing "
-            "caBundle; the servers pick renewed files up without a restart."
+            "caBundle; the servers pick renewed files up without a restart. With --secret, "
+            "the certificate lives in that TLS Secret of --namespace instead: kept while it "
+            "serves the Service's names for more than 30 days, made anew otherwise."
         ),
     )
-    certs.add_argument("--service", required=True, help="Service name, e.g. migslice-webhook")
-    certs.add_argument("--namespace", required=True, help="Service namespace, e.g. migslice-system")
+    certs.add_argument(
+        "--service",
+        required=True,
+        type=console.dns_label,
+        help="Service name, e.g. migslice-webhook",
+    )
+    certs.add_argument(
+        "--namespace",
+        required=True,
+        type=console.dns_label,
+        help="Service namespace, e.g. migslice-system",
+    )
     certs.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
-    certs.add_argument("--dns-name", action="append", default=[], help="extra DNS SAN")
-    certs.add_argument("--ip", action="append", default=[], help="extra IP SAN (e.g. 127.0.0.1)")
-    certs.add_argument("--days", type=int, default=365, help="validity of the serving certificate")
+    certs.add_argument(
+        "--dns-name",
+        action="append",
+        default=[],
+        type=console.dns_subdomain,
+        help="extra DNS SAN",
+    )
+    certs.add_argument(
+        "--ip", action="append", default=[], type=console.ip_address, help="extra IP SAN"
+    )
+    certs.add_argument(
+        "--days",
+        type=console.count(1, 36500),
+        default=365,
+        help="validity of the serving certificate in days (1 to 36500)",
+    )
+    certs.add_argument(
+        "--for",
+        dest="server",
+        choices=("webhook", "extender"),
+        help="which server the Service is, for the printed follow-up (default: from the name)",
+    )
     certs.add_argument(
         "--print-ca-bundle",
         action="store_true",
         help="print the base64 caBundle of the CA in --out and exit (writes nothing)",
     )
+    _add_cluster_arguments(certs)
     certs.set_defaults(handler=run_certs)
 
 
+def _add_cluster_arguments(certs: argparse.ArgumentParser) -> None:
+    cluster = certs.add_argument_group(
+        "in the cluster", "keep the certificate in a Secret and inject the CA (the chart's Jobs)"
+    )
+    cluster.add_argument(
+        "--secret",
+        metavar="NAME",
+        help="TLS Secret in --namespace that holds tls.crt, tls.key and ca.crt",
+    )
+    cluster.add_argument(
+        "--webhook-configuration",
+        metavar="NAME",
+        help="put ca.crt into caBundle of the webhooks calling the Service in the Mutating- and "
+        "ValidatingWebhookConfiguration NAME (needs --secret)",
+    )
+    cluster.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube)"
+    )
+
+
 def run_certs(args: argparse.Namespace) -> int:
-    if args.days < 1:
-        raise CommandError(f"--days {args.days}: a certificate must be valid for at least 1 day")
     if args.print_ca_bundle:
         ca_path = Path(args.out) / "ca.crt"
         if not ca_path.is_file():
@@ -46,23 +112,126 @@ def run_certs(args: argparse.Namespace) -> int:
             )
         print(base64.b64encode(ca_path.read_bytes()).decode("ascii"))
         return 0
+    if args.webhook_configuration and not args.secret:
+        raise CommandError("--webhook-configuration needs --secret (the CA comes from it)")
+    if args.secret:
+        return _in_cluster(args)
+    bundle = _write_files(args)
+    names = ", ".join((*service_dns_names(args.service, args.namespace), *args.dns_name, *args.ip))
+    print(f"wrote {bundle.ca_cert}, {bundle.cert}, {bundle.key} (SANs: {names})")
+    server = args.server or ("extender" if "extender" in args.service else "webhook")
+    for line in follow_up(server, args.service, args.namespace, args.out, bundle):
+        print(line)
+    return 0
+
+
+def _write_files(args: argparse.Namespace) -> TlsBundle:
     try:
-        bundle = write_tls_bundle(
+        return write_tls_bundle(
             args.out, args.service, args.namespace, args.dns_name, args.ip, args.days
         )
     except (OSError, ValueError) as error:
         raise CommandError(f"cannot write certificates to {args.out}: {error}") from None
-    names = ", ".join((*service_dns_names(args.service, args.namespace), *args.dns_name, *args.ip))
-    print(f"wrote {bundle.ca_cert}, {bundle.cert}, {bundle.key} (SANs: {names})")
-    print("put the CA into the webhook configurations with:")
-    print(
-        "  kubectl patch mutatingwebhookconfiguration migslice-webhook --type=json -p "
-        f'\'[{{"op":"replace","path":"/webhooks/0/clientConfig/caBundle",'
-        f'"value":"\'$(migslice certs --service {args.service} --namespace {args.namespace} '
-        f"--out {args.out} --print-ca-bundle)'\"}}]'"
+
+
+def follow_up(server: str, service: str, namespace: str, out: str, bundle: TlsBundle) -> list[str]:
+    """The commands that put the certificate to use, for the webhook or the extender."""
+    secret = (
+        f"  kubectl -n {namespace} create secret generic {service}-tls --type=kubernetes.io/tls "
+        f"--from-file=tls.crt={bundle.cert} --from-file=tls.key={bundle.key} "
+        f"--from-file=ca.crt={bundle.ca_cert}"
     )
-    print(
-        f"  kubectl -n {args.namespace} create secret tls {args.service}-tls "
-        f"--cert={bundle.cert} --key={bundle.key}"
+    print_ca = (
+        f"migslice certs --service {service} --namespace {namespace} --out {out} --print-ca-bundle"
     )
+    if server == "extender":
+        return [
+            "create the Secret the extender serves from; migslice-scheduler trusts its ca.crt "
+            "(tlsConfig.caFile):",
+            secret,
+            "for a KubeSchedulerConfiguration of your own, set the extender's tlsConfig.caData "
+            "to the output of:",
+            f"  {print_ca}",
+        ]
+    lines = [
+        "create the Secret the webhook serves from, and put the CA into both webhook "
+        "configurations:",
+        secret,
+    ]
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        lines.append(
+            f"  kubectl patch {kind} {WEBHOOK_CONFIGURATION} --type=json -p "
+            f'\'[{{"op":"add","path":"/webhooks/0/clientConfig/caBundle",'
+            f'"value":"\'$({print_ca})\'"}}]\''
+        )
+    return lines
+
+
+def _in_cluster(args: argparse.Namespace) -> int:
+    from migslice.kube import KubernetesTransport
+    from migslice.kube.certs import CertsError, inject_ca_bundle
+
+    try:
+        api = KubernetesTransport.from_environment(args.kubeconfig)
+    except Exception as error:  # the kubernetes client raises several kinds here
+        raise CommandError(
+            f"no access to a cluster ({error}); run in a pod, or pass --kubeconfig"
+        ) from None
+    try:
+        bundle = _ensure_secret(api, args)
+        if args.webhook_configuration:
+            for line in inject_ca_bundle(
+                api, args.webhook_configuration, args.service, args.namespace, bundle.ca_cert
+            ):
+                print(line)
+    except CertsError as error:
+        raise CommandError(str(error)) from None
     return 0
+
+
+def _ensure_secret(api: KubernetesTransport, args: argparse.Namespace) -> PemBundle:
+    """The Secret's certificate if it still serves the Service's names for long enough, else a
+    new one written there (compare-and-swap on the Secret: a concurrent Job's write is judged
+    instead of overwritten)."""
+    from migslice.kube.certs import (
+        CertsError,
+        PemBundle,
+        bundle_of,
+        bundle_problem,
+        read_tls_secret,
+        valid_until,
+        write_tls_secret,
+    )
+    from migslice.kube.transport import ApiError
+
+    names = (*service_dns_names(args.service, args.namespace), *args.dns_name)
+    where = f"Secret {args.namespace}/{args.secret}"
+    now = datetime.datetime.now(datetime.UTC)
+    for _attempt in range(3):
+        existing = read_tls_secret(api, args.namespace, args.secret)
+        current = bundle_of(existing) if existing is not None else None
+        if existing is None:
+            problem = "it does not exist"
+        elif current is None:
+            problem = "it lacks tls.crt, tls.key or ca.crt"
+        else:
+            problem = bundle_problem(current, names, args.ip, now)
+        if current is not None and not problem:
+            print(f"{where}: kept, valid until {valid_until(current):%Y-%m-%d}")
+            return current
+        files = _write_files(args)
+        bundle = PemBundle(
+            files.ca_cert.read_bytes(), files.cert.read_bytes(), files.key.read_bytes()
+        )
+        try:
+            write_tls_secret(api, args.namespace, args.secret, bundle, existing)
+        except ApiError as error:
+            if error.status == 409:  # written meanwhile (another Job): judge that one
+                continue
+            raise CertsError(f"{where}: {error}") from None
+        print(
+            f"{where}: {'created' if existing is None else 'renewed'} ({problem}), valid "
+            f"until {valid_until(bundle):%Y-%m-%d}"
+        )
+        return bundle
+    raise CertsError(f"{where}: changed by someone else three times in a row; run again")

@@ -209,6 +209,8 @@ def parse_layout_json(model: GpuModel, text: str) -> list[Placed]:
         raise CommandError(
             f"--layout is not valid JSON: {error.msg} at position {error.pos}"
         ) from None
+    except RecursionError:
+        raise CommandError("--layout nests too deep; it is a flat list of instances") from None
     if not isinstance(raw, list):
         raise CommandError('--layout must be a JSON list like [{"profile": "1g.10gb", "start": 0}]')
     placed: list[Placed] = []

@@ -14,14 +14,20 @@ from migslice.mig import CATALOG
 from migslice.mig.migparted import render_mig_parted
 from migslice.mig.render import render_bar
 from migslice.objects import ClusterFileError, load_cluster_text
+from migslice.objects.carve import gpus_json
 from migslice.repartition import (
+    CarvePlan,
+    CarveSettings,
+    CarveStep,
     ControllerSettings,
     PlanSettings,
     RepartitionPlan,
+    Step,
     StepKind,
     decide,
     snapshot_from_objects,
 )
+from migslice.repartition.carve_decide import describe
 
 DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 
@@ -59,16 +65,21 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--max-nodes-in-flight", type=console.count(1), default=defaults.max_nodes_in_flight
     )
+    parser.add_argument(
+        "--mode-default",
+        choices=names.REPARTITION_MODES,
+        default=names.MODE_MIG_MANAGER,
+        help=f"the mode of nodes without {names.REPARTITION_MODE_LABEL} (as the controller's)",
+    )
     parser.add_argument("-o", "--output", choices=("table", "json", "mig-parted"), default="table")
     parser.set_defaults(handler=run_plan)
 
 
 def run_plan(args: argparse.Namespace) -> int:
     path: Path = args.cluster_file
+    text = console.read_text_file(path, flag="--cluster-file")
     try:
-        objects = load_cluster_text(path.read_text())
-    except (OSError, UnicodeDecodeError) as error:
-        raise CommandError(f"cannot read --cluster-file {path}: {error}") from None
+        objects = load_cluster_text(text)
     except ClusterFileError as error:
         raise CommandError(f"{path}: {error}") from None
     namespace, _, name = args.mig_config_map.partition("/")
@@ -91,7 +102,8 @@ def run_plan(args: argparse.Namespace) -> int:
             min_pending_s=args.min_pending_s,
             cooldown_s=args.cooldown_s,
             max_nodes_in_flight=args.max_nodes_in_flight,
-        )
+        ),
+        carve=CarveSettings(min_pending_s=args.min_pending_s, default_mode=args.mode_default),
     )
     step = decide(
         record,
@@ -101,21 +113,30 @@ def run_plan(args: argparse.Namespace) -> int:
         now=now,
         settings=settings,
     )
+    if step.carve_plan is not None:
+        return print_carve(step.carve_plan, list(snapshot.nodes), json_output=args.output == "json")
+    return print_step(
+        step, list(snapshot.nodes), output=args.output, config_map=args.mig_config_map
+    )
+
+
+def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: str) -> int:
+    """The decided step as the chosen output: a table, JSON, or the mig-parted configs."""
     result = step.plan if step.kind is StepKind.START else None
     configs = {c.config_name: c.entries for c in result.changes} if result else {}
-    if args.output == "mig-parted":
+    if output == "mig-parted":
         if configs:
             print(render_mig_parted(configs), end="")
         return 0
-    if args.output == "json":
+    if output == "json":
         print_json({"step": str(step.kind), "reason": step.reason, **plan_json(step.plan)})
         return 0
     if step.kind is not StepKind.START and not (step.plan and step.plan.unserved):
         print(f"the controller would {step.kind}: {step.reason}")
         return 0
-    print_plan(step.plan or RepartitionPlan(), list(snapshot.nodes))
+    print_plan(step.plan or RepartitionPlan(), nodes)
     if configs and result is not None:
-        print(f"\nmig-parted configs (the controller merges them into {args.mig_config_map}):")
+        print(f"\nmig-parted configs (the controller merges them into {config_map}):")
         print("  " + render_mig_parted(configs).rstrip().replace("\n", "\n  "))
         print("\nthen selects them (MIG Manager applies on the label change):")
         for change in result.changes:
@@ -151,6 +172,43 @@ def print_plan(result: RepartitionPlan, nodes: list[NodeState]) -> None:
         print("\nnodes left alone:")
         for node, reason in result.skipped_nodes:
             print(f"  {node}: {reason}")
+
+
+def print_carve(result: CarvePlan, nodes: list[NodeState], *, json_output: bool) -> int:
+    """A carve plan: per GPU before and after, and what the node agent would be asked."""
+    if json_output:
+        changes = [
+            {"node": c.node, "serves": list(c.serves), "gpus": gpus_json([g.step for g in c.gpus])}
+            for c in result.changes
+        ]
+        pending = [{"pod": pod, "reason": reason} for pod, reason in result.unserved]
+        document = {"step": "start", "mode": names.MODE_CARVE, "changes": changes}
+        print_json({**document, "pending": pending})
+        return 0
+    models = {n.name: n.model for n in nodes}
+    rows: list[tuple[str, str, str, str]] = []
+    for change in result.changes:
+        model = models[change.node]
+        assert model is not None  # the carve planner takes only nodes of a known model
+        for gpu in change.gpus:
+            rows.append(
+                (
+                    change.node,
+                    str(gpu.index),
+                    render_bar(model, gpu.old, cell=7),
+                    render_bar(model, gpu.new, cell=7),
+                )
+            )
+        step = CarveStep(change.node, tuple(g.step for g in change.gpus), change.serves)
+        rows.append(("", "", f"carve: {describe(step)}", ""))
+        rows.append(("", "", f"serves: {', '.join(change.serves)}", ""))
+    print(format_table(("node", "gpu", "before", "after"), rows))
+    print(f"\nthe node agents are asked through the annotation {names.CARVE_ANNOTATION}")
+    if result.unserved:
+        print("\nstill pending:")
+        for pod, reason in result.unserved:
+            print(f"  {pod}: {reason}")
+    return 0
 
 
 def plan_json(result: RepartitionPlan | None) -> dict[str, Any]:

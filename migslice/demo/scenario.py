@@ -20,95 +20,20 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
 import jsonpatch
-import yaml
 
-from migslice.console import CommandError
-from migslice.inventory import NodeState, per_gpu_counts
-from migslice.mig import CATALOG
+from migslice.demo.controller import RepartitionPass
+from migslice.demo.stage import NAMESPACE, Cluster, DemoError, bundled_cluster
 from migslice.mig.render import render_bar
 from migslice.names import (
-    GPU_COUNT_LABEL,
-    GPU_OPERATOR_NAMESPACE,
-    MIG_CONFIG_KEY,
-    MIG_CONFIG_LABEL,
     MIG_CONFIG_MAP,
-    MIG_CONFIG_STATE_LABEL,
-    MIG_RESOURCE_PREFIX,
-    MIG_STATE_PENDING,
-    MIG_STATE_SUCCESS,
-    PRODUCT_LABEL,
-    SCHEDULER_NAME,
 )
-from migslice.objects import format_time, load_cluster_text
-from migslice.repartition import (
-    ControllerSettings,
-    PlanSettings,
-    Step,
-    StepKind,
-    apply_step,
-    decide,
-    node_states,
-    read_config_map,
-    render_record,
-    snapshot_from_objects,
-)
+from migslice.objects import format_time
 from migslice.serving.certs import write_tls_bundle
 from migslice.serving.process import ServerProcess, ServerStartError
-from migslice.whynot import WhyNot
-
-MIG_PREFIX = MIG_RESOURCE_PREFIX
-MAX_STEPS = 6
-# The demo does not wait: a pod counts as pending demand as soon as it is unschedulable.
-CONTROLLER_SETTINGS = ControllerSettings(plan=PlanSettings(min_pending_s=0.0))
-NAMESPACE = "migslice-system"
-
-
-def bundled_cluster() -> str:
-    return resources.files("migslice.demo").joinpath("cluster.yaml").read_text()
-
-
-class DemoError(CommandError):
-    """The demo could not run (a server did not start); the message says which and why."""
-
-
-# --------------------------------------------------------------------------- the servers
-
-
-# --------------------------------------------------------------------------- the cluster
-
-
-class Cluster:
-    """The objects the demo's stand-in API server holds, kept in the served cluster file."""
-
-    def __init__(self, path: Path, text: str) -> None:
-        self.path = path
-        self.objects = [d for d in yaml.safe_load_all(text) if d]
-        self.write()
-
-    def write(self) -> None:
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(yaml.safe_dump_all(self.objects, sort_keys=False))
-        temporary.replace(self.path)
-
-    def of_kind(self, kind: str) -> list[dict[str, Any]]:
-        return [o for o in self.objects if o.get("kind") == kind]
-
-    def node(self, name: str) -> dict[str, Any]:
-        return next(n for n in self.of_kind("Node") if n["metadata"]["name"] == name)
-
-    def mig_config_map(self) -> dict[str, Any]:
-        return next(c for c in self.of_kind("ConfigMap") if c["metadata"]["name"] == MIG_CONFIG_MAP)
-
-    def states(self) -> tuple[NodeState, ...]:
-        objects = load_cluster_text(self.path.read_text())
-        configs = read_config_map(self.mig_config_map(), MIG_CONFIG_KEY).configs
-        return node_states(objects.nodes, objects.pods, configs)
-
 
 # --------------------------------------------------------------------------- the walk
 
@@ -154,7 +79,7 @@ class Demo:
                 "creationTimestamp": None,
                 "annotations": {"migslice.io/gpu-size": size},
             },
-            "spec": {"containers": [{"name": "main", "image": f"registry.example/{app}:1"}]},
+            "spec": {"containers": [{"name": "main", "image": f"{app}:1"}]},
         }
         review = {
             "apiVersion": "admission.k8s.io/v1",
@@ -249,94 +174,9 @@ class Demo:
         ]
         self.cluster.write()
 
-    # -- the repartition controller's and MIG Manager's part --------------------------------------
-
     def repartition(self) -> None:
-        """One controller pass, as ``migslice extender --repartition`` makes it: the same
-        decision, the same plan record and mig-parted merge; MIG Manager's part played here."""
-        for _ in range(MAX_STEPS):
-            step = self._decide()
-            if step.kind is StepKind.WAIT:
-                if step.plan is not None:
-                    for pod, reason in step.plan.unserved:
-                        self.say(f"  still pending: {pod}: {reason}")
-                return
-            self._perform(step)
-            if step.kind in (StepKind.FINISH, StepKind.ABORT):
-                return
-
-    def _decide(self) -> Step:
-        return decide_on_cluster_file(self.cluster.path, time.time())
-
-    def _perform(self, step: Step) -> None:
-        config_map = self.cluster.mig_config_map()
-        before = read_config_map(config_map, MIG_CONFIG_KEY)
-        update = apply_step(
-            config_map,
-            key=MIG_CONFIG_KEY,
-            expected_record=before.record_text,
-            record_text=render_record(step.record),
-            configs=step.configs if step.kind is StepKind.APPLY else {},
-            referenced=step.referenced,
-        )
-        if update.raw is None:
-            raise DemoError(f"the mig-parted ConfigMap was not updated: {update.problem}")
-        config_map.clear()
-        config_map.update(update.raw)
-        if step.kind is StepKind.START and step.plan is not None:
-            self._show_plan(step)
-        for label in step.labels:
-            labels = self.cluster.node(label.node)["metadata"]["labels"]
-            labels[MIG_CONFIG_LABEL] = label.config_name
-            if label.mark_pending:
-                labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_PENDING
-            self.say(f"  controller: label {label.node} {MIG_CONFIG_LABEL}={label.config_name}")
-        self.cluster.write()
-        for label in step.labels:
-            if label.mark_pending:
-                self._mig_manager(label.node)
-        for event in step.events:
-            self.say(f"  event {event.reason} on {event.node}: {event.message}")
-
-    def _show_plan(self, step: Step) -> None:
-        assert step.plan is not None
-        self.say(f"  controller: {step.reason} (plan record written to {MIG_CONFIG_MAP})")
-        for change in step.plan.changes:
-            model = CATALOG.get(change.model_key)
-            serves = ", ".join(change.serves)
-            self.say(f"  plan: node {change.node} -> config {change.config_name} (serves {serves})")
-            for gpu in change.gpus:
-                self.say(f"    GPU {gpu.index} {render_bar(model, gpu.old, cell=7)}")
-                self.say(f"       -> {render_bar(model, gpu.new, cell=7)}")
-
-    def _mig_manager(self, node_name: str) -> None:
-        """MIG Manager's part: apply the labelled config, rewrite allocatable, report success."""
-        node = self.cluster.node(node_name)
-        labels = node["metadata"]["labels"]
-        config = labels[MIG_CONFIG_LABEL]
-        self.say(f"  MIG Manager: {node_name} {MIG_CONFIG_LABEL}={config}, state pending")
-        configs = read_config_map(self.cluster.mig_config_map(), MIG_CONFIG_KEY).configs
-        model = CATALOG.get(labels[PRODUCT_LABEL])
-        counts = per_gpu_counts(config, model, int(labels[GPU_COUNT_LABEL]), configs=configs)
-        if isinstance(counts, WhyNot):
-            raise DemoError(f"MIG Manager cannot apply {config}: {counts.message}")
-        allocatable = {
-            k: v for k, v in node["status"]["allocatable"].items() if not k.startswith(MIG_PREFIX)
-        }
-        totals: dict[str, int] = {}
-        for _, per_gpu in counts:
-            for profile, count in per_gpu.items():
-                resource = model.profile(profile).resource_name
-                totals[resource] = totals.get(resource, 0) + count
-        allocatable.update({k: str(v) for k, v in sorted(totals.items())})
-        node["status"]["allocatable"] = allocatable
-        labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_SUCCESS
-        self.cluster.write()
-        offers = ", ".join(f"{k.removeprefix(MIG_PREFIX)} x{v}" for k, v in sorted(totals.items()))
-        self.say(
-            f"  MIG Manager: {node_name} re-partitioned, state success; device plugin now "
-            f"offers {offers}"
-        )
+        """One pass of the repartition controller, MIG Manager played by the demo."""
+        RepartitionPass(self.cluster, self.say).run()
 
     def run(self) -> None:
         self.step("The cluster (as GPU Feature Discovery and the device plugin describe it)")
@@ -378,30 +218,6 @@ class Demo:
 
         self.step("The cluster now")
         self.show_gpus()
-
-
-def decide_on_cluster_file(
-    path: Path, now_s: float, settings: ControllerSettings = CONTROLLER_SETTINGS
-) -> Step:
-    """The repartition controller's next step on the demo's cluster file."""
-    snapshot = snapshot_from_objects(
-        load_cluster_text(path.read_text()),
-        config_map=(GPU_OPERATOR_NAMESPACE, MIG_CONFIG_MAP),
-        key=MIG_CONFIG_KEY,
-        now_s=now_s,
-        scheduler_name=SCHEDULER_NAME,
-    )
-    record = snapshot.file.record
-    if record is None:
-        raise DemoError(f"plan record unreadable: {snapshot.file.problem}")
-    return decide(
-        record,
-        snapshot.nodes,
-        snapshot.pending,
-        file_configs=snapshot.file.names,
-        now=now_s,
-        settings=settings,
-    )
 
 
 def _server(command: str, args: list[str], workdir: Path) -> ServerProcess:

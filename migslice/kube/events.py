@@ -1,10 +1,12 @@
-"""Events on Nodes (core/v1 Event in ``default``, where node events live)."""
+"""Events (core/v1 Event) about Nodes and other cluster-scoped objects, in ``default``, where
+the events of cluster-scoped objects live."""
 
 from __future__ import annotations
 
 import datetime
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from migslice.kube.transport import ApiError, KubernetesTransport
@@ -23,12 +25,28 @@ def record_node_event(
     warning: bool = False,
 ) -> None:
     """Create a ``Normal`` or ``Warning`` Event about ``node``; a failure is logged only."""
+    involved = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
+    record_event(transport, involved, reason, message=message, component=component, warning=warning)
+
+
+def record_event(
+    transport: KubernetesTransport,
+    involved: Mapping[str, str],
+    reason: str,
+    *,
+    message: str,
+    component: str,
+    warning: bool = False,
+) -> None:
+    """An Event about the cluster-scoped object ``involved`` (``apiVersion``, ``kind``,
+    ``name``, ``uid``); a failure is logged only."""
     now = format_time(datetime.datetime.now(datetime.UTC))
+    name = involved["name"]
     event: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
+        "involvedObject": dict(involved),
         "reason": reason,
         "message": message[:1024],
         "type": "Warning" if warning else "Normal",
@@ -41,4 +59,10 @@ def record_node_event(
     try:
         transport.post_json("/api/v1/namespaces/default/events", event)
     except ApiError as error:
-        log.warning("event not recorded node=%s reason=%s: %s", node, reason, error)
+        log.warning(
+            "event not recorded %s=%s reason=%s: %s",
+            involved.get("kind", "object").lower(),
+            name,
+            reason,
+            error,
+        )

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from migslice.errors import MigsliceError
 
 RawObject = dict[str, Any]
+POOL_CONNECTIONS = 32
 
 
 class KubeError(MigsliceError):
@@ -46,24 +47,47 @@ class Transport(Protocol):
 class KubernetesTransport:
     """A :class:`Transport` over a kubernetes-client ``ApiClient``."""
 
-    def __init__(self, api_client: client.ApiClient, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 60.0,
+    ) -> None:
         self._api = api_client
         self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self.in_cluster = False
+        """True when :meth:`from_environment` took the pod's service account."""
 
     @classmethod
-    def from_environment(cls, kubeconfig: str | None = None) -> KubernetesTransport:
-        """In-cluster service account if present, else ``kubeconfig`` (or the default one)."""
+    def from_environment(
+        cls, kubeconfig: str | None = None, timeout_s: float | None = None
+    ) -> KubernetesTransport:
+        """In-cluster service account if present, else ``kubeconfig`` (or the default one).
+        ``timeout_s`` bounds connecting and each read (default 10 s and 60 s)."""
         configuration = client.Configuration()
+        in_cluster = False
         if kubeconfig is None:
             try:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                in_cluster = True
             except config.ConfigException:
                 config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=configuration
             )
-        return cls(client.ApiClient(configuration))
+        # Watches hold connections for minutes; requests of every server thread need theirs
+        # (a full pool discards connections, and each new one costs a TLS handshake).
+        configuration.connection_pool_maxsize = max(
+            POOL_CONNECTIONS, configuration.connection_pool_maxsize or 0
+        )
+        if timeout_s is None:
+            transport = cls(client.ApiClient(configuration))
+        else:
+            transport = cls(client.ApiClient(configuration), timeout_s, timeout_s)
+        transport.in_cluster = in_cluster
+        return transport
 
     def _request(
         self,
@@ -103,8 +127,23 @@ class KubernetesTransport:
             raise ApiError(response.status, f"{method} {path}: {_status_message(text)}")
         return response
 
-    def get_json(self, path: str, query: Mapping[str, str]) -> RawObject:
-        return self._read_json("GET", path, self._request(path, query, read_timeout_s=60.0))
+    def get_json(
+        self, path: str, query: Mapping[str, str], *, timeout_s: float | None = None
+    ) -> RawObject:
+        read_timeout_s = self._read_timeout_s if timeout_s is None else timeout_s
+        response = self._request(path, query, read_timeout_s=read_timeout_s)
+        return self._read_json("GET", path, response)
+
+    def get_text(self, path: str, limit_bytes: int = 65536) -> str:
+        """GET ``path`` as text (a service proxy's ``/healthz``); at most ``limit_bytes``."""
+        response = self._request(path, {}, read_timeout_s=self._read_timeout_s)
+        try:
+            data = response.read(limit_bytes)
+        except urllib3.exceptions.HTTPError as error:
+            raise ApiError(0, f"GET {path}: {error}") from None
+        finally:
+            response.release_conn()
+        return data.decode("utf-8", "replace")
 
     def patch_json(
         self,
@@ -119,22 +158,39 @@ class KubernetesTransport:
         )
         return self._read_json("PATCH", path, response)
 
-    def put_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+    def put_json(self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0) -> RawObject:
         """PUT ``body`` to ``path`` (replace; with ``metadata.resourceVersion`` the API server
         answers 409 Conflict when the object changed since it was read); the stored object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=30.0, method="PUT", body=data, content_type="application/json"
+            path,
+            {},
+            read_timeout_s=timeout_s,
+            method="PUT",
+            body=data,
+            content_type="application/json",
         )
         return self._read_json("PUT", path, response)
 
-    def post_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+    def post_json(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+    ) -> RawObject:
         """POST ``body`` to ``path`` (create); the created object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=30.0, method="POST", body=data, content_type="application/json"
+            path,
+            {},
+            read_timeout_s=timeout_s,
+            method="POST",
+            body=data,
+            content_type="application/json",
         )
         return self._read_json("POST", path, response)
+
+    def delete_json(self, path: str) -> RawObject:
+        """DELETE ``path`` (default grace period); the API server's answer."""
+        response = self._request(path, {}, read_timeout_s=30.0, method="DELETE")
+        return self._read_json("DELETE", path, response)
 
     @staticmethod
     def _read_json(method: str, path: str, response: urllib3.BaseHTTPResponse) -> RawObject:

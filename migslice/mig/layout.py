@@ -151,12 +151,14 @@ def violations(
                 f"{placed.profile}@{placed.start} has size {placed.size}; "
                 f"{placed.profile} occupies {profile.memory_slices} memory slices"
             )
-        elif placed.start not in profile.placements:
+            continue
+        if placed.start not in profile.placements:
             starts = ",".join(map(str, profile.placements))
             problems.append(
                 f"{placed.profile} cannot start at memory slice {placed.start}; "
                 f"legal starts on {model.key}: {starts}"
             )
+            continue
         known.append((profile, placed))
     used = 0
     for _, placed in known:

@@ -19,20 +19,17 @@ from migslice.objects.gpu_layout import (
     render_layout_annotation,
 )
 from migslice.objects.nodes import NodeFacts, node_facts_from_raw
-from migslice.objects.pods import (
+from migslice.objects.pod_gpus import (
     ContainerGpu,
     ContainerKind,
-    PodFacts,
     PodGpu,
     Requests,
     effective_counts,
     gpu_requests,
     is_gpu_resource,
-    pod_facts_from_raw,
-    pod_key,
-    product_constraint,
     read_pod_gpu,
 )
+from migslice.objects.pods import PodFacts, pod_facts_from_raw, pod_key, product_constraint
 from migslice.objects.times import format_time, parse_epoch_s, parse_time
 
 __all__ = [

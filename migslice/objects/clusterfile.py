@@ -74,8 +74,22 @@ def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
 
 
 def load_cluster_text(text: str) -> ClusterObjects:
+    return parse_cluster_objects(load_yaml_documents(text, "cluster file"))
+
+
+def load_yaml_documents(text: str, what: str) -> list[object]:
+    """Every document of a YAML stream; ClusterFileError (one line) if it is not one, or
+    nests deeper than any Kubernetes object does."""
     try:
-        documents = list(yaml.safe_load_all(text))
+        return list(yaml.safe_load_all(text))
     except yaml.YAMLError as error:
-        raise ClusterFileError(f"cluster file is not valid YAML: {error}") from None
-    return parse_cluster_objects(documents)
+        raise ClusterFileError(f"{what} is not valid YAML: {one_line(str(error))}") from None
+    except RecursionError:
+        raise ClusterFileError(f"{what} nests too deep to be a Kubernetes object") from None
+
+
+def one_line(text: str) -> str:
+    """A multi-line message (a YAML parser's, with its caret drawing) as one line."""
+    return " ".join(
+        part.strip() for part in text.splitlines() if part.strip() and part.strip() != "^"
+    )

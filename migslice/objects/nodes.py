@@ -11,6 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from migslice import names
+from migslice.objects.carve import (
+    CarveAnnotationError,
+    CarveRequest,
+    CarveStatus,
+    parse_carve_request,
+    parse_carve_status,
+)
 from migslice.objects.gpu_layout import (
     AgentReport,
     LayoutAnnotationError,
@@ -29,6 +36,8 @@ class NodeFacts:
     ``allocatable`` holds only ``nvidia.com/*`` resources, sorted by name. ``agent`` is the
     parsed ``migslice.io/gpu-layout`` annotation, ``agent_error`` why it could not be parsed.
     ``problems`` lists labels or quantities that were present but unreadable.
+    ``quarantine_label`` and ``quarantine_note``: the repartition quarantine's label value and
+    annotation (``migslice.repartition.quarantine``).
     """
 
     name: str
@@ -43,12 +52,28 @@ class NodeFacts:
     agent: AgentReport | None = None
     agent_error: str = ""
     problems: tuple[str, ...] = ()
+    repartition_mode: str | None = None
+    carve_request: CarveRequest | None = None
+    carve_status: CarveStatus | None = None
+    quarantine_label: str | None = None
+    quarantine_note: str | None = None
 
     def allocatable_of(self, resource: str) -> int:
         for name, count in self.allocatable:
             if name == resource:
                 return count
         return 0
+
+    @property
+    def is_carving(self) -> bool:
+        """A carve is asked for and not yet answered, or the node agent is in the middle of
+        one (``migslice.io/carve``, ``migslice.io/carve-state``): no new GPU pod may use the
+        node, and no other re-partition may touch it."""
+        status = self.carve_status
+        if status is not None and status.phase.is_open:
+            return True
+        request = self.carve_request
+        return request is not None and (status is None or status.plan_id != request.plan_id)
 
 
 def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
@@ -84,6 +109,7 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
             agent = parse_layout_annotation(annotation)
         except LayoutAnnotationError as error:
             agent_error = str(error)
+    request, status = _carve(annotations, problems)
     name, version = metadata.get("name"), metadata.get("resourceVersion")
     return NodeFacts(
         name=sys.intern(name) if isinstance(name, str) else "",
@@ -98,7 +124,33 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
         agent=agent,
         agent_error=agent_error,
         problems=tuple(problems),
+        repartition_mode=_interned(_label(labels, names.REPARTITION_MODE_LABEL)),
+        carve_request=request,
+        carve_status=status,
+        quarantine_label=_label(labels, names.QUARANTINE_LABEL),
+        quarantine_note=_label(annotations, names.QUARANTINE_ANNOTATION),
     )
+
+
+def _carve(
+    annotations: JsonObject, problems: list[str]
+) -> tuple[CarveRequest | None, CarveStatus | None]:
+    """The carve request and the agent's carve state, when the node has them."""
+    request: CarveRequest | None = None
+    status: CarveStatus | None = None
+    text = annotations.get(names.CARVE_ANNOTATION)
+    if isinstance(text, str):
+        try:
+            request = parse_carve_request(text)
+        except CarveAnnotationError as error:
+            problems.append(str(error))
+    text = annotations.get(names.CARVE_STATE_ANNOTATION)
+    if isinstance(text, str):
+        try:
+            status = parse_carve_status(text)
+        except CarveAnnotationError as error:
+            problems.append(str(error))
+    return request, status
 
 
 def node_name_of(raw_node: RawNode) -> str | None:

@@ -40,3 +40,17 @@ def parse_epoch_s(text: object) -> float | None:
     """Epoch seconds of an RFC 3339 stamp; None if it is not one."""
     stamp = parse_time(text)
     return None if stamp is None else stamp.timestamp()
+
+
+def parse_micro_epoch_s(text: object) -> float | None:
+    """Epoch seconds of a ``metav1.MicroTime`` (``2025-05-01T12:00:00.123456Z``, a Lease's
+    ``renewTime``) or of a second-precision stamp; None if it is neither."""
+    if not isinstance(text, str):
+        return None
+    for layout in ("%Y-%m-%dT%H:%M:%S.%fZ", RFC3339):
+        try:
+            stamp = datetime.datetime.strptime(text, layout).replace(tzinfo=datetime.UTC)
+        except ValueError:
+            continue
+        return stamp.timestamp()
+    return None

@@ -8,7 +8,7 @@ other policies live in :mod:`.validation`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from migslice.mig import CATALOG, ProfileNameError, parse_profile_name
@@ -59,22 +59,7 @@ class _Errors:
 def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
     """A TenantPolicy from its API object; PolicyError lists every problem with its path."""
     errors = _Errors()
-    metadata = raw_policy.get("metadata")
-    name = ""
-    generation = 1
-    if not isinstance(metadata, Mapping):
-        errors.add("metadata", "must be an object with a name")
-    else:
-        raw_name = metadata.get("name")
-        if not isinstance(raw_name, str) or not raw_name:
-            errors.add("metadata.name", "is required")
-        else:
-            name = raw_name
-        raw_generation = metadata.get("generation", 1)
-        if isinstance(raw_generation, int) and not isinstance(raw_generation, bool):
-            generation = raw_generation
-        else:
-            errors.add("metadata.generation", f"must be an integer, got {raw_generation!r}")
+    name, generation = _metadata(raw_policy.get("metadata"), errors)
     spec = raw_policy.get("spec")
     if not isinstance(spec, Mapping):
         errors.add("spec", "is required (an object)")
@@ -93,30 +78,9 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
         errors.add("spec", "needs spec.namespaces or spec.namespaceSelector to select the tenant")
 
     isolation = _enum(spec, "isolation", Isolation, Isolation.HARDWARE, errors)
-    tiers = tuple(
-        _enum_value(value, Tier, f"spec.tiers[{i}]", errors)
-        for i, value in enumerate(_list(spec, "tiers", errors) or ["mig"])
-    )
-    tier_values = tuple(t for t in tiers if t is not None)
-    for i, tier in enumerate(tiers):
-        if tier is not None and tier not in TIERS_BY_ISOLATION[isolation]:
-            errors.add(
-                f"spec.tiers[{i}]",
-                f'tier "{tier.value}" is not allowed with isolation "{isolation.value}" '
-                f"(allowed: {', '.join(sorted(t.value for t in TIERS_BY_ISOLATION[isolation]))})",
-            )
-
+    tier_values = _tiers(spec, isolation, errors)
     sizes = _sizes(spec.get("sizes"), tier_values, errors)
-    default_size = spec.get("defaultSize")
-    if default_size is not None:
-        if not isinstance(default_size, str):
-            errors.add("spec.defaultSize", f"must be a string, got {default_size!r}")
-            default_size = None
-        elif default_size not in {s.name for s in sizes}:
-            errors.add(
-                "spec.defaultSize",
-                f'"{default_size}" is not one of spec.sizes ({", ".join(s.name for s in sizes)})',
-            )
+    default_size = _default_size(spec.get("defaultSize"), sizes, errors)
 
     allowed = _string_list(spec, "allowedProfiles", errors, _check_profile)
     denied = _string_list(spec, "deniedProfiles", errors, _check_profile)
@@ -145,6 +109,55 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
         quota=quota,
         max_slices_per_pod=max_slices,
     )
+
+
+def _metadata(metadata: object, errors: _Errors) -> tuple[str, int]:
+    """The policy's name and generation."""
+    if not isinstance(metadata, Mapping):
+        errors.add("metadata", "must be an object with a name")
+        return "", 1
+    name = ""
+    raw_name = metadata.get("name")
+    if not isinstance(raw_name, str) or not raw_name:
+        errors.add("metadata.name", "is required")
+    else:
+        name = raw_name
+    raw_generation = metadata.get("generation", 1)
+    if isinstance(raw_generation, int) and not isinstance(raw_generation, bool):
+        return name, raw_generation
+    errors.add("metadata.generation", f"must be an integer, got {raw_generation!r}")
+    return name, 1
+
+
+def _tiers(spec: Mapping[str, object], isolation: Isolation, errors: _Errors) -> tuple[Tier, ...]:
+    """``spec.tiers`` (default ``[mig]``), each allowed by the isolation."""
+    tiers = tuple(
+        _enum_value(value, Tier, f"spec.tiers[{i}]", errors)
+        for i, value in enumerate(_list(spec, "tiers", errors) or ["mig"])
+    )
+    allowed = TIERS_BY_ISOLATION[isolation]
+    for i, tier in enumerate(tiers):
+        if tier is not None and tier not in allowed:
+            errors.add(
+                f"spec.tiers[{i}]",
+                f'tier "{tier.value}" is not allowed with isolation "{isolation.value}" '
+                f"(allowed: {', '.join(sorted(t.value for t in allowed))})",
+            )
+    return tuple(t for t in tiers if t is not None)
+
+
+def _default_size(value: object, sizes: Sequence[SizeClass], errors: _Errors) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        errors.add("spec.defaultSize", f"must be a string, got {value!r}")
+        return None
+    if value not in {s.name for s in sizes}:
+        errors.add(
+            "spec.defaultSize",
+            f'"{value}" is not one of spec.sizes ({", ".join(s.name for s in sizes)})',
+        )
+    return value
 
 
 def _check_namespace(value: str) -> str | None:

@@ -1,8 +1,8 @@
 """TenantPolicy as values: what one tenant may use and what its GPU sizes mean.
 
 The wire form is the ``migslice.io/v1alpha1`` ``TenantPolicy`` custom resource
-(``manifests/crd/tenantpolicies.yaml``, reference in ``docs/policy.md``); :mod:`.parsing` turns
-it into these values. The tenant's name is the policy's ``metadata.name``.
+(``charts/migslice/templates/crd/tenantpolicies.yaml``, reference in ``docs/policy.md``);
+:mod:`.parsing` turns it into these values. The tenant's name is the policy's ``metadata.name``.
 """
 
 from __future__ import annotations

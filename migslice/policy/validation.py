@@ -13,7 +13,7 @@ from migslice.mig import Catalog
 from migslice.policy.errors import FieldError
 from migslice.policy.resolution import Need, meets, model_key_of, servable_models
 from migslice.policy.tenancy import Tenancy
-from migslice.policy.types import TenantPolicy, Tier
+from migslice.policy.types import SizeClass, TenantPolicy, Tier
 
 
 def check_against_catalog(policy: TenantPolicy, catalog: Catalog) -> tuple[FieldError, ...]:
@@ -49,41 +49,47 @@ def check_against_catalog(policy: TenantPolicy, catalog: Catalog) -> tuple[Field
                 )
             )
     for size in policy.sizes:
-        path = f"spec.sizes.{size.name}"
-        need = Need(size.memory_mib, size.compute_slices, size)
-        for model_name, profile_name in size.preferred_profiles:
-            model = catalog.find(model_name)
-            where = f"{path}.preferredProfiles.{model_name}"
-            if model is None:
-                errors.append(
-                    FieldError(where, f'"{model_name}" is not a GPU model the catalog knows')
-                )
-            elif not model.has_profile(profile_name):
-                errors.append(
-                    FieldError(
-                        where,
-                        f'GPU model {model.key} has no profile "{profile_name}" '
-                        f"(it has {', '.join(model.profile_names)})",
-                    )
-                )
-            elif not meets(model.profile(profile_name), need):
-                errors.append(
-                    FieldError(where, f'profile "{profile_name}" is smaller than {need.describe()}')
-                )
-            elif not policy.allows_profile(profile_name):
-                errors.append(
-                    FieldError(where, f'profile "{profile_name}" is not allowed by this policy')
-                )
-        if size.tier is Tier.MIG and not servable_models(policy, size, catalog.models):
+        errors.extend(_size_problems(policy, size, catalog))
+    return tuple(errors)
+
+
+def _size_problems(policy: TenantPolicy, size: SizeClass, catalog: Catalog) -> list[FieldError]:
+    """Preferred profiles that do not exist, do not meet the size or are not allowed, and a
+    MIG size no allowed profile serves."""
+    errors: list[FieldError] = []
+    path = f"spec.sizes.{size.name}"
+    need = Need(size.memory_mib, size.compute_slices, size)
+    for model_name, profile_name in size.preferred_profiles:
+        model = catalog.find(model_name)
+        where = f"{path}.preferredProfiles.{model_name}"
+        if model is None:
+            errors.append(FieldError(where, f'"{model_name}" is not a GPU model the catalog knows'))
+        elif not model.has_profile(profile_name):
             errors.append(
                 FieldError(
-                    path,
-                    f"{need.describe()} fits no MIG profile that this policy allows on any GPU "
-                    "model it allows; lower the memory or compute, or widen spec.allowedProfiles "
-                    "/ spec.allowedProducts",
+                    where,
+                    f'GPU model {model.key} has no profile "{profile_name}" '
+                    f"(it has {', '.join(model.profile_names)})",
                 )
             )
-    return tuple(errors)
+        elif not meets(model.profile(profile_name), need):
+            errors.append(
+                FieldError(where, f'profile "{profile_name}" is smaller than {need.describe()}')
+            )
+        elif not policy.allows_profile(profile_name):
+            errors.append(
+                FieldError(where, f'profile "{profile_name}" is not allowed by this policy')
+            )
+    if size.tier is Tier.MIG and not servable_models(policy, size, catalog.models):
+        errors.append(
+            FieldError(
+                path,
+                f"{need.describe()} fits no MIG profile that this policy allows on any GPU "
+                "model it allows; lower the memory or compute, or widen spec.allowedProfiles "
+                "/ spec.allowedProducts",
+            )
+        )
+    return errors
 
 
 def namespace_conflicts(

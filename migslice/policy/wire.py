@@ -1,6 +1,7 @@
 """The TenantPolicy custom resource on the wire (``migslice.io/v1alpha1``), as TypedDicts.
 
-Field names are the CRD's camelCase; ``manifests/crd/tenantpolicies.yaml`` is the schema.
+Field names are the CRD's camelCase; the schema is
+``charts/migslice/templates/crd/tenantpolicies.yaml``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,14 @@ simulator.
 
 * :mod:`~migslice.repartition.planner` (with :mod:`~migslice.repartition.shapes`): pending
   demand + node states -> new layouts for idle GPUs;
+* :mod:`~migslice.repartition.carve` (with :mod:`~migslice.repartition.carve_gpu`): carve
+  mode, per GPU the instances to destroy and create around running ones, with its branch of
+  the state machine in :mod:`~migslice.repartition.carve_decide`;
 * :mod:`~migslice.repartition.decide`: the controller's state machine, record + snapshot +
-  time -> the next step (plan, apply, observe, finish, abort);
+  time -> the next step (plan, apply, observe, finish, abort), with
+  :mod:`~migslice.repartition.closing` (how a node's step ends),
+  :mod:`~migslice.repartition.quarantine` (nodes MIG Manager left stuck) and
+  :mod:`~migslice.repartition.actions` (what the shell does besides writing the record);
 * :mod:`~migslice.repartition.record`: the durable plan record;
 * :mod:`~migslice.repartition.pending`: which pods wait for a geometry;
 * :mod:`~migslice.repartition.snapshot` and :mod:`~migslice.repartition.configmap`: what the
@@ -16,6 +22,21 @@ Pure: the time, the cluster and the record are inputs; the shells (``extender/co
 
 from migslice.mig.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.names import RECORD_ANNOTATION
+from migslice.repartition.actions import (
+    REASON_FAILED,
+    REASON_STARTED,
+    NodeEvent,
+    QuarantineMark,
+    SetLabel,
+)
+from migslice.repartition.carve import CarvePlan, CarveSettings, NodeCarve, plan_carve
+from migslice.repartition.carve_decide import (
+    REASON_CARVE,
+    REASON_CARVE_FAILED,
+    CarveWrite,
+    recheck_carve,
+)
+from migslice.repartition.carve_record import ActiveCarve, CarveStep
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -23,12 +44,8 @@ from migslice.repartition.configmap import (
     read_config_map,
 )
 from migslice.repartition.decide import (
-    REASON_FAILED,
-    REASON_STARTED,
     ControllerSettings,
-    NodeEvent,
     PlanResult,
-    SetLabel,
     Step,
     StepKind,
     decide,
@@ -53,6 +70,7 @@ from migslice.repartition.record import (
     ActivePlan,
     NodeOutcome,
     NodeStep,
+    Quarantined,
     RecordError,
     RepartitionRecord,
     parse_record,
@@ -66,18 +84,26 @@ __all__ = [
     "FAILED",
     "OPEN",
     "OWN_PREFIX",
+    "REASON_CARVE",
+    "REASON_CARVE_FAILED",
     "REASON_FAILED",
     "REASON_STARTED",
     "RECORD_ANNOTATION",
     "SUCCESS",
     "SUPERSEDED",
     "TIMEOUT",
+    "ActiveCarve",
     "ActivePlan",
+    "CarvePlan",
+    "CarveSettings",
+    "CarveStep",
+    "CarveWrite",
     "ControllerSettings",
     "FileUpdate",
     "GpuChange",
     "LayoutCache",
     "MigConfigFile",
+    "NodeCarve",
     "NodeChange",
     "NodeEvent",
     "NodeOutcome",
@@ -85,6 +111,8 @@ __all__ = [
     "PendingPod",
     "PlanResult",
     "PlanSettings",
+    "QuarantineMark",
+    "Quarantined",
     "RecordError",
     "RepartitionPlan",
     "RepartitionRecord",
@@ -100,8 +128,10 @@ __all__ = [
     "parse_record",
     "pending_pods",
     "plan",
+    "plan_carve",
     "read_config_map",
     "recheck",
+    "recheck_carve",
     "removed_configs",
     "render_record",
     "snapshot_from_objects",

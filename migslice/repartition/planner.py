@@ -30,8 +30,11 @@ Rules, in the order they are applied:
    packing benchmark measured it).
 6. A node's config lists every GPU whose layout is known (mig-parted leaves a GPU whose layout
    already matches untouched), so the config the node label names describes the whole node.
-7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once, counting those MIG
-   Manager is already working on; the rest of the demand waits for the next round.
+7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once in each node pool (the
+   GPU product; with ``budget_per_pool`` off, in the whole cluster), counting those MIG Manager
+   is already working on except quarantined ones (``migslice.repartition.quarantine``: MIG
+   Manager left them ``pending`` past the deadline); the rest of the demand waits for the next
+   round. A stuck node thus holds back only its own pool, and only until its deadline.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ class PlanSettings:
     cooldown_s: float = 600.0
     max_nodes_in_flight: int = 1
     expected_mix: tuple[tuple[str, float], ...] = ()
+    budget_per_pool: bool = True
+    """``max_nodes_in_flight`` per GPU product (True) or for the whole cluster (False)."""
+
+    def pool_of(self, node: NodeState) -> str:
+        return (node.facts.product or "") if self.budget_per_pool else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,8 @@ def _idle_gpus(
     state = node.facts.mig_config_state
     if state in MIG_TRANSITION_STATES:
         return WhyNot("mig-manager-busy", f"MIG Manager is applying a config (state {state})")
+    if node.facts.is_carving:
+        return WhyNot("carving", "the node agent is carving its GPUs (migslice.io/carve-state)")
     since = cooldowns.get(node.name)
     if since is not None and since < settings.cooldown_s:
         return WhyNot("cooldown", f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)")
@@ -154,7 +164,7 @@ def _profiles_for(unit_resource: str, model: GpuModel) -> str | None:
 
 def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
     for node in nodes:
-        if node.facts.mig_config_state in MIG_TRANSITION_STATES:
+        if node.facts.mig_config_state in MIG_TRANSITION_STATES or node.facts.is_carving:
             continue
         if pod.products is not None and (node.facts.product or "") not in pod.products:
             continue
@@ -174,31 +184,19 @@ def plan(
     cooldowns: Mapping[str, float] | None = None,
     settings: PlanSettings = PlanSettings(),
     held: Mapping[str, str] | None = None,
+    quarantined: Mapping[str, str] | None = None,
     layout_cache: LayoutCache | None = None,
 ) -> RepartitionPlan:
     """Plan new layouts for idle GPUs so that waiting pods can be placed (see module doc).
 
-    ``held`` maps nodes to leave alone to the reason (reported in ``skipped_nodes``).
+    ``held`` maps nodes to leave alone to the reason (reported in ``skipped_nodes``);
+    ``quarantined`` nodes are left alone too, and do not count as in flight (rule 7).
     """
     cooldowns = cooldowns or {}
-    held = held or {}
+    quarantined = quarantined or {}
+    held = {**(held or {}), **quarantined}
     pending_pods = list(pending)
-    unserved: list[tuple[str, str]] = []
-    waiting: list[PodDemand] = []
-    for item in pending_pods:
-        pod = item.demand
-        if pod.error or not pod.units:
-            continue
-        if item.pending_s < settings.min_pending_s:
-            unserved.append(
-                (pod.key, f"pending {item.pending_s:.0f}s < {settings.min_pending_s:.0f}s")
-            )
-        elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
-            unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
-        elif _can_serve_now(pod, nodes):
-            unserved.append((pod.key, "a free instance exists; left to the scheduler"))
-        else:
-            waiting.append(pod)
+    waiting, unserved = eligible_demand(pending_pods, nodes, settings.min_pending_s)
 
     gpus: list[_Gpu] = []
     skipped: list[tuple[str, str]] = []
@@ -210,8 +208,12 @@ def plan(
             gpus.extend(idle)
     idle_per_node = Counter(g.node.name for g in gpus)
 
-    in_flight = sum(1 for n in nodes if n.facts.mig_config_state in MIG_TRANSITION_STATES)
-    budget = max(0, settings.max_nodes_in_flight - in_flight)
+    in_flight = Counter(
+        settings.pool_of(n)
+        for n in nodes
+        if n.facts.mig_config_state in MIG_TRANSITION_STATES and n.name not in quarantined
+    )
+    budget = _Budget(settings, in_flight)
     served: dict[str, list[str]] = {}
 
     layouts = Layouts(demand_mix(nodes, pending_pods, settings.expected_mix), layout_cache)
@@ -224,64 +226,108 @@ def plan(
         else:
             served.setdefault(placed, []).append(pod.key)
 
-    changes: list[NodeChange] = []
-    for node_name in sorted(served):
-        chosen = [g for g in gpus if g.chosen and g.node.name == node_name]
-        gpu_changes = tuple(
-            GpuChange(g.index, g.old, make_layout(g.new))
-            for g in sorted(chosen, key=lambda g: g.index)
-            if profile_counts(g.new) != profile_counts(g.old)
-        )
-        if not gpu_changes:
-            continue
-        node = chosen[0].node
-        model = chosen[0].model
-        filters = (
-            (f"0x{node.facts.agent.pci_device_id:04X}10DE",)
-            if (node.facts.agent is not None and node.facts.agent.pci_device_id is not None)
-            else None
-        )
-        # The config describes every GPU whose layout is known, so that the config the node
-        # label names stays a full description; mig-parted leaves GPUs whose layout already
-        # matches untouched.
-        described: dict[int, Layout] = {
-            gpu.index: gpu.instances for gpu in node.gpus if gpu.mig_enabled
-        }
-        described.update({c.index: c.new for c in gpu_changes})
-        entries = mig_parted_entries(model, described, filters)
-        changes.append(
-            NodeChange(
-                node=node_name,
-                model_key=model.key,
-                config_name=config_name(node_name, gpu_changes),
-                previous_config=node.facts.mig_config,
-                gpus=gpu_changes,
-                serves=tuple(served[node_name]),
-                entries=entries,
-            )
-        )
+    changes = [
+        change
+        for name in sorted(served)
+        if (change := _node_change(name, gpus, tuple(served[name]))) is not None
+    ]
     return RepartitionPlan(tuple(changes), tuple(unserved), tuple(skipped))
+
+
+def eligible_demand(
+    pending: Sequence[PendingPod], nodes: Sequence[NodeState], min_pending_s: float
+) -> tuple[list[PodDemand], list[tuple[str, str]]]:
+    """The pods a re-partition should serve (rule 1), and why the others wait (both modes)."""
+    unserved: list[tuple[str, str]] = []
+    waiting: list[PodDemand] = []
+    for item in pending:
+        pod = item.demand
+        if pod.error or not pod.units:
+            continue
+        if item.pending_s < min_pending_s:
+            unserved.append((pod.key, f"pending {item.pending_s:.0f}s < {min_pending_s:.0f}s"))
+        elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
+            unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
+        elif _can_serve_now(pod, nodes):
+            unserved.append((pod.key, "a free instance exists; left to the scheduler"))
+        else:
+            waiting.append(pod)
+    return waiting, unserved
+
+
+def _node_change(
+    node_name: str, gpus: Sequence[_Gpu], serves: tuple[str, ...]
+) -> NodeChange | None:
+    """The named mig-parted config for the GPUs of one node the plan chose (rule 6)."""
+    chosen = [g for g in gpus if g.chosen and g.node.name == node_name]
+    gpu_changes = tuple(
+        GpuChange(g.index, g.old, make_layout(g.new))
+        for g in sorted(chosen, key=lambda g: g.index)
+        if profile_counts(g.new) != profile_counts(g.old)
+    )
+    if not gpu_changes:
+        return None
+    node = chosen[0].node
+    model = chosen[0].model
+    filters = (
+        (f"0x{node.facts.agent.pci_device_id:04X}10DE",)
+        if (node.facts.agent is not None and node.facts.agent.pci_device_id is not None)
+        else None
+    )
+    # The config describes every GPU whose layout is known, so that the config the node
+    # label names stays a full description; mig-parted leaves GPUs whose layout already
+    # matches untouched.
+    described: dict[int, Layout] = {
+        gpu.index: gpu.instances for gpu in node.gpus if gpu.mig_enabled
+    }
+    described.update({c.index: c.new for c in gpu_changes})
+    entries = mig_parted_entries(model, described, filters)
+    return NodeChange(
+        node=node_name,
+        model_key=model.key,
+        config_name=config_name(node_name, gpu_changes),
+        previous_config=node.facts.mig_config,
+        gpus=gpu_changes,
+        serves=serves,
+        entries=entries,
+    )
+
+
+class _Budget:
+    """How many more nodes each pool may start (rule 7), given the plan's nodes so far."""
+
+    def __init__(self, settings: PlanSettings, in_flight: Counter[str]) -> None:
+        self._settings = settings
+        self._in_flight = in_flight
+
+    def exceeded_by(self, node: NodeState, nodes_in_plan: Mapping[str, NodeState]) -> bool:
+        """Whether adding ``node`` to the plan would start one node too many in its pool."""
+        if node.name in nodes_in_plan:
+            return False
+        pool = self._settings.pool_of(node)
+        planned = sum(1 for n in nodes_in_plan.values() if self._settings.pool_of(n) == pool)
+        return planned + self._in_flight[pool] >= self._settings.max_nodes_in_flight
 
 
 def _place(
     pod: PodDemand,
     gpus: list[_Gpu],
-    budget: int,
+    budget: _Budget,
     idle_per_node: Counter[str],
     layouts: Layouts,
 ) -> tuple[str | None, bool]:
     """Put all of the pod's instances on one node's GPUs: the node's name (or None), and
     whether a node that could have taken the pod was held back by the budget."""
-    nodes_in_plan = {g.node.name for g in gpus if g.chosen}
+    nodes_in_plan = {g.node.name: g.node for g in gpus if g.chosen}
 
     def node_order(name: str) -> tuple[int, int, str]:
         return (0 if name in nodes_in_plan else 1, idle_per_node[name], name)
 
     held_back = False
     for name in sorted({g.node.name for g in gpus}, key=node_order):
-        over_budget = name not in nodes_in_plan and len(nodes_in_plan) >= budget
         node_gpus = [g for g in gpus if g.node.name == name]
         node = node_gpus[0].node
+        over_budget = budget.exceeded_by(node, nodes_in_plan)
         if pod.products is not None and (node.facts.product or "") not in pod.products:
             continue
         wanted: list[str] = []

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, profile_from_resource
 from migslice.objects.json import JsonObject
-from migslice.objects.pods import pod_key, product_constraint, read_pod_gpu
+from migslice.objects.pod_gpus import read_pod_gpu
+from migslice.objects.pods import pod_key, product_constraint
 
 
 class UnitKind(enum.Enum):

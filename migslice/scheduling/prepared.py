@@ -43,6 +43,8 @@ def prepare_node(state: NodeState) -> PreparedNode:
     blocked = None
     if facts.mig_config_state in MIG_TRANSITION_STATES:
         blocked = reasons.repartitioning(facts.mig_config_state or "")
+    elif facts.is_carving:
+        blocked = reasons.CARVING
     model = state.model
     offered = None if model is None else frozenset(mig_resource(p.name) for p in model.profiles)
     unit_scores = {

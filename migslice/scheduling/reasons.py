@@ -16,6 +16,9 @@ def repartitioning(state: str) -> str:
     return f"node being re-partitioned (nvidia.com/mig.config.state={state})"
 
 
+CARVING = "node being re-partitioned (migslice.io/carve in progress)"
+
+
 def unknown_product(product: str) -> str:
     return f"GPU product {product} not in migslice catalog"
 

@@ -1,9 +1,13 @@
-"""Run a Flask app under gunicorn (gthread workers) with TLS, in-process.
+"""Serve a Flask (WSGI) app: gunicorn's master, our event-loop workers, TLS, limits.
 
-The serving certificate is re-read when its files change: gunicorn's gthread worker asks for an
-SSL context for every new connection, and :class:`ReloadingSSLContext` answers from a cache
-keyed by the files' modification times, so a renewed certificate (cert-manager, or
-``migslice certs`` run again) is served to the next connection without a restart.
+``serve(factory, options)`` runs gunicorn in-process with :class:`EventLoopWorker` (see
+``worker.py`` and ``docs/serving.md`` for why not gthread). ``factory`` is called in each
+worker; if it raises, the server stops and :class:`ServeError` carries one line saying why.
+The serving certificate is re-read when its files change: every new connection asks
+:class:`ReloadingSSLContext` for a context, answered from a cache keyed by the files'
+modification times, so a renewed certificate (cert-manager, or ``migslice certs`` run again)
+is served to the next connection without a restart. Nothing is written to ``$HOME``: gunicorn's
+control socket is off and the heartbeat file lives in ``/dev/shm`` (or the temp directory).
 """
 
 from __future__ import annotations
@@ -11,18 +15,23 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import ssl
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.errors import HaltServer
 
-from migslice.console import count, port
+from migslice.console import count, port, seconds
+from migslice.serving.limits import ServingLimits
+from migslice.serving.tls import ReloadingSSLContext
+from migslice.serving.worker import BootFailures, EventLoopWorker, ServeError
 
 log = logging.getLogger(__name__)
+HEARTBEAT_DIR = "/dev/shm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +46,15 @@ class ServerOptions:
     workers: int = 1
     threads: int = 8
     graceful_timeout_s: int = 10
+    limits: ServingLimits = field(default_factory=ServingLimits)
 
     def check(self) -> None:
-        """Raise ValueError with a fix when the TLS options do not make sense."""
+        """Raise ValueError with a fix when the options do not make sense."""
+        if self.workers < 1 or self.threads < 1:
+            raise ValueError(
+                f"--workers {self.workers} --threads {self.threads}: each must be at least 1"
+            )
+        self.limits.check()
         if self.insecure_http:
             if self.tls_cert or self.tls_key:
                 raise ValueError("--insecure-http and --tls-cert/--tls-key exclude each other")
@@ -57,6 +72,11 @@ class ServerOptions:
     def scheme(self) -> str:
         return "http" if self.insecure_http else "https"
 
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
 
 def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> None:
     group = parser.add_argument_group("serving")
@@ -68,10 +88,54 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> 
         "--insecure-http", action="store_true", help="serve plain HTTP (local tests only)"
     )
     group.add_argument("--workers", type=count(1, 64), default=1, help="gunicorn worker processes")
-    group.add_argument("--threads", type=count(1, 256), default=8, help="threads per worker")
+    group.add_argument("--threads", type=count(1, 256), default=8, help="app threads per worker")
+    defaults = ServingLimits()
+    group.add_argument(
+        "--request-timeout-s",
+        type=seconds(allow_zero=False),
+        default=defaults.request_timeout_s,
+        help="a request (line, headers and body) must arrive whole within this many seconds "
+        "of its first byte; slower clients are disconnected",
+    )
+    group.add_argument(
+        "--keepalive-timeout-s",
+        type=seconds(allow_zero=False),
+        default=defaults.keepalive_timeout_s,
+        help="an idle kept-alive connection is closed after this many seconds",
+    )
+    group.add_argument(
+        "--tls-handshake-timeout-s",
+        type=seconds(allow_zero=False),
+        default=defaults.tls_handshake_timeout_s,
+        help="a TLS handshake must finish within this many seconds",
+    )
+    group.add_argument(
+        "--max-connections",
+        type=count(1, 1_000_000),
+        default=defaults.max_connections,
+        help="open connections per worker; a new one beyond this closes the connection that "
+        "has waited longest for a whole request",
+    )
+    group.add_argument(
+        "--max-requests-per-connection",
+        type=count(1),
+        default=defaults.max_requests_per_connection,
+        help="a kept-alive connection is closed after this many requests",
+    )
 
 
-def options_from_args(args: argparse.Namespace) -> ServerOptions:
+def options_from_args(
+    args: argparse.Namespace, body_limits: Mapping[str, int] | None = None
+) -> ServerOptions:
+    """Options from the flags; ``body_limits``: the largest body per path, in bytes."""
+    limits = replace(
+        ServingLimits(),
+        request_timeout_s=args.request_timeout_s,
+        keepalive_timeout_s=args.keepalive_timeout_s,
+        tls_handshake_timeout_s=args.tls_handshake_timeout_s,
+        max_connections=args.max_connections,
+        max_requests_per_connection=args.max_requests_per_connection,
+    ).with_body_limits(body_limits or {})
     return ServerOptions(
         host=args.host,
         port=args.port,
@@ -80,95 +144,83 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         insecure_http=args.insecure_http,
         workers=args.workers,
         threads=args.threads,
+        limits=limits,
     )
 
 
-class ReloadingSSLContext:
-    """Builds a server SSL context from cert and key files; rebuilds when either changes."""
+def _heartbeat_dir() -> str | None:
+    """Where gunicorn keeps each worker's heartbeat file: memory, not a disk, when possible."""
+    if os.path.isdir(HEARTBEAT_DIR) and os.access(HEARTBEAT_DIR, os.W_OK):
+        return HEARTBEAT_DIR
+    return tempfile.gettempdir()
 
-    def __init__(self, cert_path: str, key_path: str) -> None:
-        self._cert_path = cert_path
-        self._key_path = key_path
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int, int] | None = None
-        self._context: ssl.SSLContext | None = None
 
-    def _current_stamp(self) -> tuple[int, int, int, int]:
-        cert, key = os.stat(self._cert_path), os.stat(self._key_path)
-        return (cert.st_mtime_ns, cert.st_size, key.st_mtime_ns, key.st_size)
+class _Arbiter(Arbiter):  # type: ignore[misc]
+    """gunicorn's master; stops with :class:`ServeError` when a worker could not boot."""
 
-    def get(self) -> ssl.SSLContext:
-        stamp = self._current_stamp()
-        with self._lock:
-            if self._context is None or stamp != self._stamp:
-                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-                context.minimum_version = ssl.TLSVersion.TLSv1_2
-                try:
-                    context.load_cert_chain(self._cert_path, self._key_path)
-                except (ssl.SSLError, OSError) as error:
-                    if self._context is None:
-                        raise
-                    log.error(
-                        "renewed certificate cert=%s key=%s cannot be loaded (%s); "
-                        "keeping the previous one",
-                        self._cert_path,
-                        self._key_path,
-                        error,
-                    )
-                    return self._context
-                if self._context is not None:
-                    log.info("serving certificate reloaded cert=%s", self._cert_path)
-                self._context, self._stamp = context, stamp
-            return self._context
+    _halting = False
+
+    def reap_workers(self) -> None:
+        super().reap_workers()
+        failure = self.app.boot_failures.receive()
+        if failure is not None and not self._halting:
+            raise HaltServer(failure, 1)
+
+    def halt(self, reason: str | None = None, exit_status: int = 0) -> None:
+        failure = self.app.boot_failures.receive()
+        if failure is None:
+            super().halt(reason, exit_status)
+            return
+        self._halting = True
+        self.stop()
+        raise ServeError(failure)
 
 
 class _GunicornApp(BaseApplication):  # type: ignore[misc]
     def __init__(self, factory: Callable[[], Any], options: ServerOptions) -> None:
         self._factory = factory
-        self._options = options
+        self.options = options
+        self.boot_failures = BootFailures()
         super().__init__()
 
     def load_config(self) -> None:
-        options = self._options
+        options = self.options
         settings: dict[str, Any] = {
-            "bind": f"[{options.host}]:{options.port}"
-            if ":" in options.host
-            else f"{options.host}:{options.port}",
+            "bind": options.address,
             "workers": options.workers,
-            "threads": options.threads,
-            "worker_class": "gthread",
-            "keepalive": 75,
+            "worker_class": EventLoopWorker,
             "timeout": 30,
             "graceful_timeout": options.graceful_timeout_s,
             "accesslog": None,
             "errorlog": "-",
-            "loglevel": "info",
-            "limit_request_line": 8190,
+            "loglevel": "warning",
+            "control_socket_disable": True,
+            "worker_tmp_dir": _heartbeat_dir(),
         }
-        if not options.insecure_http:
-            assert options.tls_cert and options.tls_key
-            reloading = ReloadingSSLContext(options.tls_cert, options.tls_key)
-            settings["certfile"] = options.tls_cert
-            settings["keyfile"] = options.tls_key
-            settings["ssl_context"] = lambda _config, _default: reloading.get()
         for key, value in settings.items():
             self.cfg.set(key, value)
 
     def load(self) -> Any:
         return self._factory()
 
+    def run(self) -> None:
+        try:
+            _Arbiter(self).run()
+        finally:
+            self.boot_failures.close()
+
 
 def serve(app_factory: Callable[[], Any], options: ServerOptions) -> None:
-    """Serve the app built by ``app_factory`` (called in each worker) until a signal stops it."""
+    """Serve the app built by ``app_factory`` (called in each worker) until a signal stops it.
+
+    Raises ValueError for options that do not make sense and :class:`ServeError` when the
+    certificate cannot be loaded or a worker cannot build its app.
+    """
     options.check()
     if not options.insecure_http:
-        ReloadingSSLContext(options.tls_cert or "", options.tls_key or "").get()
-    log.info(
-        "serving on %s://%s:%d workers=%d threads=%d",
-        options.scheme,
-        options.host,
-        options.port,
-        options.workers,
-        options.threads,
-    )
+        try:
+            ReloadingSSLContext(options.tls_cert, options.tls_key).get()
+        except ValueError as error:
+            raise ServeError(str(error)) from None
+    log.debug("starting %d worker(s) for %s://%s", options.workers, options.scheme, options.address)
     _GunicornApp(app_factory, options).run()

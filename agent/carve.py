@@ -1,0 +1,264 @@
+"""The node agent's carve pass: do what ``migslice.io/carve`` asks, through NVML, and never
+touch an instance in use. Loaded only with ``--carve`` on a node that is asked to carve (or
+has a carve of its own to finish); the read-only agent never imports it.
+
+One pass (:meth:`Carver.run_once`) reads the Node and acts on its two carve annotations:
+
+* a request for a plan the journal (``migslice.io/carve-state``) does not know: the journal
+  is written ``pending`` with the request's steps (before any change), then **forward**;
+* a journal ``pending`` whose request still names its plan: **forward** (a restart resumes);
+* a journal ``pending`` whose request is gone or names another plan (the controller gave up),
+  or ``rolling-back``: **roll back**.
+
+Forward, each step re-reading NVML first, so that a pass killed between any two NVML calls
+is resumed by the next: check every instance to destroy is still idle, then per GPU destroy
+each (checked again right before: a container may have started) and create each new one
+(GPU instance at its placement, then its full compute instance), verify NVML's layout is the
+plan's, restart the device plugin and wait until the node's allocatable shows the new
+devices, publish ``migslice.io/gpu-layout``, journal ``success``.
+
+Roll back (journal ``rolling-back`` first): destroy the instances the plan creates that exist
+and may be destroyed, create again the ones it destroyed that are gone (same profile and
+placement; a new UUID), restart the device plugin, publish, journal ``failed`` with the
+reason, and a ``MigCarveFailed`` Warning Event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Protocol
+
+from agent.carve_checks import (
+    CarveAbortError,
+    MigWriteError,
+    held_counts,
+    instances,
+    mismatch,
+    unadvertised,
+    why_not_destroy,
+)
+from agent.readings import GpuReading
+from migslice.names import MIG_TRANSITION_STATES, MODE_MIG_MANAGER
+from migslice.objects.carve import (
+    CarvePhase,
+    CarveStatus,
+    Doomed,
+    Slot,
+    render_carve_status,
+)
+from migslice.objects.json import JsonObject
+from migslice.objects.nodes import NodeFacts, node_facts_from_raw
+from migslice.objects.times import format_time
+
+log = logging.getLogger(__name__)
+
+REASON_FAILED = "MigCarveFailed"
+
+
+class MigDriver(Protocol):
+    """The node's GPUs (:class:`agent.nvml_carve.NvmlMig` over NVML)."""
+
+    def read(self) -> tuple[GpuReading, ...]: ...
+
+    def create(self, gpu: int, slot: Slot) -> None: ...
+
+    def destroy(self, gpu: int, slot: Slot) -> None: ...
+
+
+class CarveNode(Protocol):
+    """This node in the API server (:class:`migslice.kube.carve.KubeCarveNode`)."""
+
+    def read_node(self) -> JsonObject: ...
+
+    def write_status(self, text: str) -> None: ...
+
+    def pods_on_node(self) -> Sequence[JsonObject]: ...
+
+    def restart_device_plugin(self) -> int: ...
+
+    def record_warning(self, reason: str, message: str) -> None: ...
+
+
+@dataclass
+class Carver:
+    """``session``: NVML init/shutdown around each pass; ``publish``: write the layout
+    annotation now; ``advertise_timeout_s``: how long to wait for the device plugin."""
+
+    node: CarveNode
+    driver: MigDriver
+    session: Callable[[], contextlib.AbstractContextManager[None]]
+    publish: Callable[[], None]
+    now: Callable[[], datetime.datetime]
+    sleep: Callable[[float], None]
+    advertise_timeout_s: float = 120.0
+    poll_s: float = 2.0
+
+    def run_once(self) -> str:
+        """One pass; what it did, in words (for the log and tests)."""
+        facts = node_facts_from_raw(self.node.read_node())
+        request, journal = facts.carve_request, facts.carve_status
+        if journal is not None and journal.phase.is_open:
+            same = request is not None and request.plan_id == journal.plan_id
+            if journal.phase == CarvePhase.PENDING and same:
+                return self._forward(journal)
+            if journal.phase == CarvePhase.ROLLING_BACK:
+                return self._rollback(journal, journal.detail)
+            return self._rollback(journal, "the controller withdrew the request")
+        if request is None or (journal is not None and journal.plan_id == request.plan_id):
+            return "nothing to carve"
+        status = CarveStatus(request.plan_id, CarvePhase.PENDING, "", self._at(), request.gpus)
+        problem = self._refusal(facts)
+        if problem == "wait":
+            return "waiting: MIG Manager is working on the node"
+        if problem:
+            self._finish(status, CarvePhase.FAILED, problem)
+            return f"refused: {problem}"
+        self.node.write_status(render_carve_status(status))
+        return self._forward(status)
+
+    def _refusal(self, facts: NodeFacts) -> str:
+        if facts.repartition_mode == MODE_MIG_MANAGER:
+            return "the node is in mig-manager mode; carve requests are refused"
+        if facts.mig_config_state in MIG_TRANSITION_STATES:
+            return "wait"
+        return ""
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _forward(self, journal: CarveStatus) -> str:
+        try:
+            with self.session():
+                journal = self._carve(journal)
+                readings = self.driver.read()
+                problem = mismatch(journal.gpus, readings)
+                if problem:
+                    raise CarveAbortError(f"after carving, {problem}")
+        except (CarveAbortError, MigWriteError) as error:
+            return self._rollback(self._journal(journal), str(error))
+        detail = self._advertise(readings)
+        self._finish(journal, *(CarvePhase.FAILED, detail) if detail else (CarvePhase.SUCCESS, ""))
+        return f"carved plan {journal.plan_id}" + (f"; {detail}" if detail else "")
+
+    def _carve(self, journal: CarveStatus) -> CarveStatus:
+        """Check, then destroy and create; the journal as it stands after (``changed``)."""
+        plan = journal.gpus
+        readings = self.driver.read()
+        enabled = {gpu.index for gpu in readings if gpu.mig_enabled}
+        for step in plan:
+            if step.index not in enabled:
+                raise CarveAbortError(f"GPU {step.index} is not a MIG GPU of this node")
+        held = held_counts(self.node.pods_on_node())
+        for step in plan:  # every instance to destroy is idle before anything changes
+            for doomed in step.destroy:
+                _check_doomed(step.index, doomed, readings)
+                slot = Slot(doomed.start, doomed.profile)
+                problem = why_not_destroy(step.index, slot, readings, held=held)
+                if problem:
+                    raise CarveAbortError(problem)
+        if not journal.changed:  # said before the first change, so a roll back knows
+            journal = replace(journal, changed=True, at=self._at())
+            self.node.write_status(render_carve_status(journal))
+        for step in plan:
+            for doomed in step.destroy:
+                slot = Slot(doomed.start, doomed.profile)
+                problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
+                if problem:  # a container may have started since the check above
+                    raise CarveAbortError(problem)
+                self.driver.destroy(step.index, slot)
+            for slot in step.create:
+                self.driver.create(step.index, slot)
+        return journal
+
+    # -- roll back -----------------------------------------------------------------------------
+
+    def _rollback(self, journal: CarveStatus, reason: str) -> str:
+        if not journal.changed:
+            self._finish(journal, CarvePhase.FAILED, f"{reason}; nothing was changed")
+            return f"refused plan {journal.plan_id}: {reason}; nothing was changed"
+        log.warning("carve plan=%s failed (%s); rolling back", journal.plan_id, reason)
+        rolling = replace(journal, phase=CarvePhase.ROLLING_BACK, detail=reason, at=self._at())
+        self.node.write_status(render_carve_status(rolling))
+        notes: list[str] = []
+        with self.session():
+            held = held_counts(self.node.pods_on_node())
+            for step in journal.gpus:
+                for slot in step.create:
+                    problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
+                    if problem:
+                        notes.append(f"left {slot.profile}@{slot.start}: {problem}")
+                        continue
+                    _noting(notes, step.index, partial(self.driver.destroy, step.index, slot))
+                for doomed in step.destroy:
+                    slot = Slot(doomed.start, doomed.profile)
+                    reading = next((g for g in self.driver.read() if g.index == step.index), None)
+                    found = instances(reading).get(slot) if reading is not None else None
+                    if found is None or not found.uuid:
+                        _noting(notes, step.index, partial(self.driver.create, step.index, slot))
+            readings = self.driver.read()
+        advertised = self._advertise(readings)
+        notes += [advertised] if advertised else []
+        detail = "; ".join([f"{reason}; rolled back", *notes])
+        self._finish(rolling, CarvePhase.FAILED, detail)
+        return f"rolled back plan {journal.plan_id}: {detail}"
+
+    # -- the device plugin, the layout, the journal -----------------------------------------------
+
+    def _advertise(self, readings: Sequence[GpuReading]) -> str:
+        """Restart the device plugin and wait until allocatable shows NVML's MIG devices;
+        what still differs at the timeout ("" when they agree)."""
+        restarted = self.node.restart_device_plugin()
+        log.info("device plugin pods restarted: %d; waiting for allocatable", restarted)
+        waited = 0.0
+        while True:
+            problem = unadvertised(node_facts_from_raw(self.node.read_node()), readings)
+            if not problem:
+                self.publish()
+                return ""
+            if waited >= self.advertise_timeout_s:
+                self.publish()
+                return (
+                    f"the device plugin did not advertise the new devices within "
+                    f"{self.advertise_timeout_s:.0f}s ({problem})"
+                )
+            self.sleep(self.poll_s)
+            waited += self.poll_s
+
+    def _journal(self, journal: CarveStatus) -> CarveStatus:
+        """The journal as the Node has it now (``changed`` may have been written since)."""
+        status = node_facts_from_raw(self.node.read_node()).carve_status
+        return status if status is not None and status.plan_id == journal.plan_id else journal
+
+    def _finish(self, journal: CarveStatus, phase: CarvePhase, detail: str) -> None:
+        done = replace(journal, phase=phase, detail=detail, at=self._at())
+        self.node.write_status(render_carve_status(done))
+        if phase == CarvePhase.FAILED:
+            message = f"carve {journal.plan_id} failed: {detail}"
+            log.warning("%s", message)
+            self.node.record_warning(REASON_FAILED, message)
+        else:
+            log.info("carve plan=%s done", journal.plan_id)
+
+    def _at(self) -> str:
+        return format_time(self.now())
+
+
+def _check_doomed(gpu: int, doomed: Doomed, readings: Sequence[GpuReading]) -> None:
+    """The instance to destroy is still the planned one (same MIG device UUID)."""
+    reading = next(g for g in readings if g.index == gpu)
+    found = instances(reading).get(Slot(doomed.start, doomed.profile))
+    if found is not None and found.uuid and doomed.uuid and found.uuid != doomed.uuid:
+        where = f"GPU {gpu}: {doomed.profile}@{doomed.start}"
+        raise CarveAbortError(f"{where} is {found.uuid}, not {doomed.uuid} as planned")
+
+
+def _noting(notes: list[str], gpu: int, change: Callable[[], None]) -> None:
+    """A rollback step: what NVML refuses is noted, and the rollback goes on."""
+    try:
+        change()
+    except MigWriteError as error:
+        notes.append(f"GPU {gpu}: {error}")

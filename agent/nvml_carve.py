@@ -1,0 +1,172 @@
+"""Change a GPU's MIG layout through NVML at exact placements (nvidia-ml-py). With
+:mod:`agent.nvml` the only modules importing pynvml; this one is imported only when the node
+agent carves (``--carve`` on a node asked to carve), never on the read-only path.
+
+* create: ``nvmlDeviceCreateGpuInstanceWithPlacement`` (profile id from NVML's own profile
+  table, placement start and size), then the GPU instance's full compute instance
+  (``nvmlGpuInstanceGetComputeInstanceProfileInfoV`` for the profile index of its SM slices,
+  ``nvmlGpuInstanceCreateComputeInstance``), which makes it a MIG device with a UUID. A GPU
+  instance left without its compute instance (an agent killed in between) is completed.
+* destroy: every compute instance of the GPU instance (``nvmlGpuInstanceGetComputeInstances``,
+  ``nvmlComputeInstanceDestroy``), then the GPU instance (``nvmlGpuInstanceDestroy``). The
+  driver refuses both while processes run (``NVML_ERROR_IN_USE``).
+
+Failures raise :class:`MigWriteError` with NVML's error name. Call inside
+:func:`agent.nvml.nvml_session`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pynvml
+
+from agent.carve_checks import MigWriteError
+from agent.nvml import read_gpus
+from agent.readings import GpuReading
+from migslice.objects.carve import Slot
+
+log = logging.getLogger(__name__)
+
+# SM slices of a GPU instance -> NVML_COMPUTE_INSTANCE_PROFILE_* of its full compute instance.
+_FULL_COMPUTE_INSTANCE = {
+    1: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+    2: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
+    3: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+    4: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE,
+    6: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE,
+    7: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE,
+    8: pynvml.NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE,
+}
+_MAX_INSTANCES = 8
+
+
+def _error_name(error: pynvml.NVMLError) -> str:
+    code = getattr(error, "value", None)
+    for name in dir(pynvml):
+        if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == code:
+            return name
+    return str(error)
+
+
+@contextmanager
+def _refusals(doing: str) -> Iterator[None]:
+    """An NVML error in a lookup on the way becomes a MigWriteError that says what failed."""
+    try:
+        yield
+    except pynvml.NVMLError as error:
+        raise MigWriteError(f"{doing}: {_error_name(error)}") from None
+
+
+class NvmlMig:
+    """The node's GPUs through NVML: read, create and destroy instances (a ``MigDriver``)."""
+
+    def read(self) -> tuple[GpuReading, ...]:
+        return read_gpus()
+
+    def create(self, gpu: int, slot: Slot) -> None:
+        """Create ``slot`` with its full compute instance (or complete a half-made one)."""
+        with _refusals(f"creating {slot.profile}@{slot.start} on GPU {gpu}"):
+            self._create(gpu, slot)
+
+    def _create(self, gpu: int, slot: Slot) -> None:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
+        profile_id, size, compute = self._profile(handle, slot.profile)
+        instance = self._gpu_instance(handle, slot)
+        if instance is None:
+            placement = pynvml.c_nvmlGpuInstancePlacement_t()
+            placement.start, placement.size = slot.start, size
+            instance = self._call(
+                "nvmlDeviceCreateGpuInstanceWithPlacement",
+                slot,
+                pynvml.nvmlDeviceCreateGpuInstanceWithPlacement,
+                handle,
+                profile_id,
+                ctypes.byref(placement),
+            )
+        if self._compute_instances(instance, compute):
+            return
+        info = self._call(
+            "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+            slot,
+            pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            instance,
+            _FULL_COMPUTE_INSTANCE[compute],
+            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+        )
+        self._call(
+            "nvmlGpuInstanceCreateComputeInstance",
+            slot,
+            pynvml.nvmlGpuInstanceCreateComputeInstance,
+            instance,
+            info.id,
+        )
+
+    def destroy(self, gpu: int, slot: Slot) -> None:
+        """Destroy ``slot``'s compute instances, then the GPU instance (absent: nothing)."""
+        with _refusals(f"destroying {slot.profile}@{slot.start} on GPU {gpu}"):
+            self._destroy(gpu, slot)
+
+    def _destroy(self, gpu: int, slot: Slot) -> None:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
+        _, _, compute = self._profile(handle, slot.profile)
+        instance = self._gpu_instance(handle, slot)
+        if instance is None:
+            return
+        for ci in self._compute_instances(instance, compute):
+            self._call("nvmlComputeInstanceDestroy", slot, pynvml.nvmlComputeInstanceDestroy, ci)
+        self._call("nvmlGpuInstanceDestroy", slot, pynvml.nvmlGpuInstanceDestroy, instance)
+
+    @staticmethod
+    def _call(name: str, slot: Slot, function: Any, *args: Any) -> Any:
+        try:
+            return function(*args)
+        except pynvml.NVMLError as error:
+            raise MigWriteError(
+                f"{name} for {slot.profile}@{slot.start} failed: {_error_name(error)}"
+            ) from None
+
+    @staticmethod
+    def _profile(handle: Any, name: str) -> tuple[int, int, int]:
+        """NVML's GI profile id, memory slices and SM slices of the profile called ``name``."""
+        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+                continue
+            text = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
+            if text.strip().removeprefix("MIG ") == name:
+                placements = (pynvml.c_nvmlGpuInstancePlacement_t * 16)()
+                count = ctypes.c_uint(16)
+                pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(
+                    handle, info.id, placements, ctypes.byref(count)
+                )
+                size = int(placements[0].size) if count.value else 0
+                return int(info.id), size, int(info.sliceCount)
+        raise MigWriteError(f"NVML offers no GPU instance profile {name} on this GPU")
+
+    def _gpu_instance(self, handle: Any, slot: Slot) -> Any | None:
+        profile_id, _, _ = self._profile(handle, slot.profile)
+        handles = (pynvml.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
+        count = ctypes.c_uint(0)
+        pynvml.nvmlDeviceGetGpuInstances(handle, profile_id, handles, ctypes.byref(count))
+        for i in range(count.value):
+            if int(pynvml.nvmlGpuInstanceGetInfo(handles[i]).placement.start) == slot.start:
+                return handles[i]
+        return None
+
+    @staticmethod
+    def _compute_instances(instance: Any, compute: int) -> list[Any]:
+        info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            instance,
+            _FULL_COMPUTE_INSTANCE[compute],
+            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+        )
+        handles = (pynvml.c_nvmlComputeInstance_t * _MAX_INSTANCES)()
+        count = ctypes.c_uint(0)
+        pynvml.nvmlGpuInstanceGetComputeInstances(instance, info.id, handles, ctypes.byref(count))
+        return [handles[i] for i in range(count.value)]

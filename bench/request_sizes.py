@@ -1,0 +1,409 @@
+"""Benchmark (not a test): how large the largest legitimate request to each endpoint is.
+
+The servers' body limits (``--max-body-mib``) are sized from these numbers:
+
+* ExtenderArgs with ``NodeNames`` (``nodeCacheCapable: true``): 5,000 node names of the shape
+  cloud providers give (``ip-10-0-12-34.us-west-2.compute.internal``) with a typical pod, a
+  large real-shaped pod (many containers and variables, a workflow-engine annotation) and a
+  pod at etcd's 1.5 MiB object limit (the most kube-scheduler can ever hold).
+* ExtenderArgs with full ``Nodes`` (``nodeCacheCapable: false``): real-shaped GPU Nodes
+  (GPU Feature Discovery labels, 50 images - the kubelet's default ``nodeStatusMaxImages`` -,
+  managedFields, conditions) at the candidate counts kube-scheduler sends.
+* AdmissionReview: measured from a real kube-apiserver (``e2e/.bin``, built by
+  ``e2e/build.sh``): the largest pod CREATE body it accepts (3 MiB) in two shapes, one long
+  value and many small fields (managedFields grow with the number of fields), recorded by a
+  small HTTPS webhook as kube-apiserver sends it. ``--no-apiserver`` skips this part.
+
+    .venv/bin/python -m bench.request_sizes
+
+Writes ``bench/reports/request_sizes.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.server
+import json
+import ssl
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, ClassVar
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "bench" / "reports"
+MIB = 1 << 20
+APISERVER_BODY_LIMIT = 3 * MIB  # kube-apiserver's MaxRequestBodyBytes
+ETCD_OBJECT_LIMIT = int(1.5 * MIB)  # etcd --max-request-bytes
+GFD_LABELS = 36  # labels GPU Feature Discovery and MIG Manager put on a GPU node
+NODE_IMAGES = 50  # kubelet --node-status-max-images default
+
+
+def node_name(index: int) -> str:
+    octets = f"{index // 65536 % 256}-{index // 256 % 256}-{index % 256}"
+    return f"ip-10-{octets}.us-west-2.compute.internal"
+
+
+def real_node(index: int) -> dict[str, Any]:
+    """A GPU Node as the API serves it to kube-scheduler (Nodes keep their managedFields)."""
+    name = node_name(index)
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "p4de.24xlarge",
+        "topology.kubernetes.io/region": "us-west-2",
+        "topology.kubernetes.io/zone": "us-west-2a",
+        "eks.amazonaws.com/nodegroup": "gpu-a100",
+        "eks.amazonaws.com/capacityType": "ON_DEMAND",
+    }
+    labels.update({f"nvidia.com/gfd.feature-{k:02d}": f"value-{k}" for k in range(GFD_LABELS - 8)})
+    labels.update(
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+            "nvidia.com/gpu.count": "8",
+            "nvidia.com/mig.capable": "true",
+            "nvidia.com/mig.strategy": "mixed",
+            "nvidia.com/mig.config": "all-balanced",
+            "nvidia.com/mig.config.state": "success",
+        }
+    )
+    allocatable = {
+        "cpu": "95690m",
+        "memory": "1176333156Ki",
+        "pods": "250",
+        "ephemeral-storage": "956757878Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "nvidia.com/mig-1g.10gb": "16",
+        "nvidia.com/mig-2g.20gb": "8",
+        "nvidia.com/mig-3g.40gb": "8",
+    }
+    stamp = "2025-05-01T00:00:00Z"
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"4c3f6a9e-0000-4000-8000-{index:012d}",
+            "resourceVersion": str(81_000_000 + index),
+            "creationTimestamp": stamp,
+            "labels": labels,
+            "annotations": {
+                "alpha.kubernetes.io/provided-node-ip": "10.0.12.34",
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                "nfd.node.kubernetes.io/feature-labels": ",".join(sorted(labels)[:20]),
+            },
+            "managedFields": [
+                {
+                    "manager": manager,
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": stamp,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {f"f:{k}": {} for k in labels}}},
+                    **({"subresource": "status"} if manager == "kubelet" else {}),
+                }
+                for manager in (
+                    "kubelet",
+                    "gpu-feature-discovery",
+                    "nvidia-mig-manager",
+                    "kube-controller-manager",
+                )
+            ],
+        },
+        "spec": {"providerID": f"aws:///us-west-2a/i-{index:017x}"},
+        "status": {
+            "capacity": dict(allocatable),
+            "allocatable": allocatable,
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": "True" if kind == "Ready" else "False",
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
+                    "reason": f"Kubelet{kind}",
+                    "message": f"kubelet has {kind}",
+                }
+                for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "10.0.12.34"},
+                {"type": "InternalDNS", "address": name},
+                {"type": "Hostname", "address": name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": "ec2" + "0" * 29,
+                "systemUUID": "ec2" + "0" * 33,
+                "bootID": "0" * 36,
+                "kernelVersion": "5.10.220-209.869.amzn2.x86_64",
+                "osImage": "Amazon Linux 2",
+                "containerRuntimeVersion": "containerd://1.7.11",
+                "kubeletVersion": "v1.34.0",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+            "images": [
+                {
+                    "names": [
+                        f"123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/train-{i}@sha256:{i:064x}",
+                        f"123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/train-{i}:v1.{i}.0",
+                    ],
+                    "sizeBytes": 9_000_000_000 + i,
+                }
+                for i in range(NODE_IMAGES)
+            ],
+        },
+    }
+
+
+def scheduled_pod(containers: int = 1, env: int = 5, annotation_bytes: int = 0) -> dict[str, Any]:
+    """A pending pod as kube-scheduler holds it (no managedFields)."""
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": "train-7f9c4",
+            "namespace": "team-a",
+            "uid": "0f0e3bd4-4b6c-4c58-9b43-6f1a3d3c2a10",
+            "resourceVersion": "91234567",
+            "creationTimestamp": "2025-05-01T00:00:00Z",
+            "labels": {"app": "train", "team": "team-a"},
+            "annotations": {
+                "migslice.io/tenant": "team-a",
+                "migslice.io/profile": "2g.20gb",
+                "migslice.io/policy": "team-a@3",
+            },
+        },
+        "spec": {
+            "schedulerName": "migslice-scheduler",
+            "containers": [
+                {
+                    "name": f"c{c}",
+                    "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/train:v1.2.3",
+                    "command": ["python", "-m", "train", "--config", "/etc/train/config.yaml"],
+                    "env": [
+                        {"name": f"SETTING_{e:04d}", "value": f"value-{e}"} for e in range(env)
+                    ],
+                    "resources": {
+                        "limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/mig-2g.20gb": "1"},
+                        "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/mig-2g.20gb": "1"},
+                    },
+                    "volumeMounts": [{"name": "config", "mountPath": "/etc/train"}],
+                }
+                for c in range(containers)
+            ],
+            "volumes": [{"name": "config", "configMap": {"name": "train-config"}}],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+    if annotation_bytes:
+        pod["metadata"]["annotations"]["workflows.argoproj.io/template"] = "t" * annotation_bytes
+    return pod
+
+
+def pod_of_size(target: int) -> dict[str, Any]:
+    pod = scheduled_pod()
+    pod["metadata"]["annotations"]["filler"] = ""
+    filler = target - size(pod)
+    pod["metadata"]["annotations"]["filler"] = "x" * max(0, filler)
+    return pod
+
+
+def size(document: Any) -> int:
+    return len(json.dumps(document, separators=(",", ":")))
+
+
+def extender_sizes() -> list[dict[str, Any]]:
+    names = [node_name(i) for i in range(5000)]
+    pods = {
+        "typical pod": scheduled_pod(),
+        "large pod (12 containers x 60 env, 64 KiB annotation)": scheduled_pod(12, 60, 64 << 10),
+        "pod at etcd's 1.5 MiB limit": pod_of_size(ETCD_OBJECT_LIMIT),
+    }
+    rows = []
+    for label, pod in pods.items():
+        body = size({"Pod": pod, "Nodes": None, "NodeNames": names})
+        rows.append({"request": f"NodeNames x 5000, {label}", "bytes": body})
+    node_bytes = size(real_node(1))
+    for count in (100, 500, 781, 5000):
+        items = [real_node(i) for i in range(count)]
+        body = size(
+            {"Pod": scheduled_pod(), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+        )
+        rows.append(
+            {"request": f"Nodes x {count} (real-shaped, {node_bytes} B each)", "bytes": body}
+        )
+    return rows
+
+
+# -- AdmissionReview from a real kube-apiserver ------------------------------------------
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    sizes: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).sizes.append(len(body))
+        uid = json.loads(body)["request"]["uid"]
+        answer = json.dumps(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": uid, "allowed": True},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def created_pod(env: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "big-", "namespace": "default"},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "env": env}]},
+    }
+
+
+def fill_to(target: int, many: bool) -> bytes:
+    if not many:
+        probe = created_pod([{"name": "BIG", "value": ""}])
+        value = "x" * (target - len(json.dumps(probe).encode()))
+        return json.dumps(created_pod([{"name": "BIG", "value": value}])).encode()
+    entry = len(json.dumps({"name": "E000000", "value": "v"})) + 2
+    count = (target - len(json.dumps(created_pod([])))) // entry
+    env = [{"name": f"E{i:06d}", "value": "v"} for i in range(count)]
+    return json.dumps(created_pod(env)).encode()
+
+
+def admission_sizes(workdir: Path) -> list[dict[str, Any]]:
+    from e2e.controlplane import ControlPlane
+    from migslice.serving.certs import write_tls_bundle
+
+    bundle = write_tls_bundle(workdir / "recorder", "recorder", "default", (), ["127.0.0.1"])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(bundle.cert, bundle.key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    rows: list[dict[str, Any]] = []
+    with ControlPlane(workdir / "cp") as plane:
+        plane.apply(
+            [
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "MutatingWebhookConfiguration",
+                    "metadata": {"name": "recorder"},
+                    "webhooks": [
+                        {
+                            "name": "recorder.bench.migslice.io",
+                            "clientConfig": {
+                                "url": f"https://127.0.0.1:{port}/mutate",
+                                "caBundle": base64.b64encode(bundle.ca_cert.read_bytes()).decode(),
+                            },
+                            "rules": [
+                                {
+                                    "apiGroups": [""],
+                                    "apiVersions": ["v1"],
+                                    "operations": ["CREATE"],
+                                    "resources": ["pods"],
+                                }
+                            ],
+                            "admissionReviewVersions": ["v1"],
+                            "sideEffects": "None",
+                            "failurePolicy": "Fail",
+                            "timeoutSeconds": 30,
+                        }
+                    ],
+                }
+            ]
+        )
+        api = plane.client_configuration()
+        context = ssl.create_default_context(cafile=api.ssl_ca_cert)
+        context.load_cert_chain(api.cert_file, api.key_file)
+        url = f"{plane.server}/api/v1/namespaces/default/pods?dryRun=All"
+        for many in (False, True):
+            shape = "many small fields (env entries)" if many else "one long value"
+            for target in (
+                1 * MIB,
+                2 * MIB,
+                APISERVER_BODY_LIMIT - 1024,
+                APISERVER_BODY_LIMIT + 1024,
+            ):
+                body = fill_to(target, many)
+                request = urllib.request.Request(
+                    url, data=body, method="POST", headers={"Content-Type": "application/json"}
+                )
+                before = len(_Recorder.sizes)
+                try:
+                    with urllib.request.urlopen(request, context=context, timeout=60) as reply:
+                        status = reply.status
+                except urllib.error.HTTPError as error:
+                    status = error.code
+                review = _Recorder.sizes[-1] if len(_Recorder.sizes) > before else None
+                rows.append(
+                    {
+                        "request": f"pod CREATE, {shape}",
+                        "pod_body_bytes": len(body),
+                        "apiserver_status": status,
+                        "review_bytes": review,
+                    }
+                )
+                print(rows[-1], flush=True)
+    server.shutdown()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--no-apiserver", action="store_true", help="skip the kube-apiserver part")
+    parser.add_argument("--report", type=Path, default=REPORTS / "request_sizes")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    report: dict[str, Any] = {"extender_args": extender_sizes()}
+    for row in report["extender_args"]:
+        print(f"{row['bytes'] / MIB:8.2f} MiB  {row['request']}")
+    if not args.no_apiserver:
+        with tempfile.TemporaryDirectory() as tmp:
+            report["admission_review"] = admission_sizes(Path(tmp))
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = ["| request | bytes | MiB |", "|---|---|---|"]
+    for row in report["extender_args"]:
+        lines.append(
+            f"| ExtenderArgs: {row['request']} | {row['bytes']} | {row['bytes'] / MIB:.2f} |"
+        )
+    for row in report.get("admission_review", []):
+        shown = row["review_bytes"]
+        cell = (
+            f"{shown} | {shown / MIB:.2f}"
+            if shown
+            else f"(kube-apiserver answered {row['apiserver_status']}) | -"
+        )
+        lines.append(
+            f"| AdmissionReview: {row['request']}, pod body {row['pod_body_bytes']} B | {cell} |"
+        )
+    args.report.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(f"report: {args.report.with_suffix('.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,702 @@
+"""Benchmark (not a test): honest latency while 1,000 connections stall, and memory at the limit.
+
+Starts the real ``migslice webhook`` and ``migslice extender`` (``--cluster-file``, TLS from
+``migslice certs``, one worker each, as shipped) and, for each, measures honest requests
+(``POST /mutate`` with a sized pod CREATE; ``POST /filter`` with 500 candidate names, as
+kube-scheduler sends them) on a kept-alive connection and on fresh connections:
+
+* unloaded;
+* with 1,000 *idle* connections (TLS done, nothing sent; reconnecting when closed);
+* with 1,000 *slow* connections (a request sent at 1 byte per second; reconnecting);
+* with 1,000 *handshake* connections (a TLS ClientHello sent at 1 byte per second).
+
+The attacker is a separate process (asyncio, one task per connection); it reports how many
+connections it holds open and how long the server let each live. Then it measures the worker's
+resident memory in steady state and its peak (``VmHWM`` after ``clear_refs``) under requests
+just below each body limit: an AdmissionReview shaped like kube-apiserver's largest (a pod of
+many small fields, managedFields included) and ExtenderArgs with full real-shaped Nodes.
+
+    .venv/bin/python -m bench.slow_clients                  # full size (a few minutes)
+    .venv/bin/python -m bench.slow_clients --quick          # small clusters, fewer requests
+
+Writes ``bench/reports/slow_clients.json`` and ``.md``. Timing on a shared machine is noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import extender_latency, request_sizes, webhook_latency  # noqa: E402
+from migslice.serving.certs import TlsBundle, write_tls_bundle  # noqa: E402
+from migslice.serving.process import ServerProcess  # noqa: E402
+
+REPORTS = ROOT / "bench" / "reports"
+NAMESPACE = "migslice-system"
+MODES = ("idle", "slow", "handshake")
+FD_LIMIT = 8192
+MIB = 1 << 20
+FRESH_EVERY = 10  # one honest request in ten opens a new connection
+ATTACK_ONLY_S = 5.0  # worker CPU with only the stalled connections, before honest requests
+
+
+# -- the attacker (a child process) -----------------------------------------------------
+
+
+def client_hello(server_name: str) -> bytes:
+    """The first flight of a TLS client, to send one byte at a time."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=server_name)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+async def server_closes(reader: asyncio.StreamReader) -> None:
+    """Returns when the server closes the connection (or resets it)."""
+    with contextlib.suppress(OSError, ssl.SSLError):
+        while await reader.read(65536):
+            pass
+
+
+async def attack(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    context = ssl.create_default_context(cafile=args.cafile)
+    hello = client_hello(args.server_name)
+    request = (
+        f"POST {args.path} HTTP/1.1\r\nHost: {args.server_name}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    ).encode() + b"{" * 100
+    stats: dict[str, Any] = {"mode": args.mode, "open": 0, "opened": 0, "failed": 0}
+    lifetimes: list[float] = []
+    running = True
+
+    def stop() -> None:
+        nonlocal running
+        running = False
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
+
+    async def one_slot(slot: int) -> None:
+        await asyncio.sleep(slot * args.ramp_s / args.count)
+        while running:
+            try:
+                if args.mode == "handshake":
+                    reader, writer = await asyncio.open_connection("127.0.0.1", args.port)
+                else:
+                    reader, writer = await asyncio.wait_for(
+                        asyncio.open_connection(
+                            "127.0.0.1", args.port, ssl=context, server_hostname=args.server_name
+                        ),
+                        30,
+                    )
+            except (OSError, TimeoutError, ssl.SSLError):
+                stats["failed"] += 1
+                await asyncio.sleep(0.5)
+                continue
+            opened_at = loop.time()
+            stats["opened"] += 1
+            stats["open"] += 1
+            closed = asyncio.ensure_future(server_closes(reader))
+            payload = hello if args.mode == "handshake" else request if args.mode == "slow" else b""
+            sent = 0
+            while running and not closed.done():
+                if sent < len(payload):
+                    writer.write(payload[sent : sent + 1])
+                    sent += 1
+                await asyncio.wait([closed], timeout=1.0)
+            stats["open"] -= 1
+            if closed.done():
+                lifetimes.append(loop.time() - opened_at)
+            else:
+                closed.cancel()
+            writer.close()
+
+    def write_status() -> None:
+        ordered = sorted(lifetimes)
+        status = dict(stats)
+        status["closed_by_server"] = len(ordered)
+        if ordered:
+            status["lifetime_s"] = {
+                "p50": round(ordered[len(ordered) // 2], 2),
+                "max": round(ordered[-1], 2),
+            }
+        Path(args.status).write_text(json.dumps(status))
+
+    tasks = [asyncio.ensure_future(one_slot(i)) for i in range(args.count)]
+    while running:
+        write_status()
+        await asyncio.sleep(0.5)
+    await asyncio.wait(tasks, timeout=5)
+    write_status()
+
+
+def attacker_main(args: argparse.Namespace) -> int:
+    raise_fd_limit()
+    # In a cluster the attacker runs on other machines; here it shares two cores with the
+    # server and the honest client, so it yields the CPU to them.
+    os.nice(19)
+    asyncio.run(attack(args))
+    return 0
+
+
+class Attacker:
+    """``bench.slow_clients --attacker``: holds ``count`` stalled connections until stopped."""
+
+    def __init__(self, mode: str, server: ServerProcess, path: str, count: int, tmp: Path):
+        self.status = tmp / f"attack-{mode}-{server.command}.json"
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "bench.slow_clients", "--attacker", mode,
+                "--port", str(server.port), "--count", str(count), "--path", path,
+                "--server-name", server.server_name, "--cafile", str(server.bundle.ca_cert),
+                "--status", str(self.status), "--ramp-s", "4",
+            ],
+            cwd=ROOT,
+        )  # fmt: skip
+
+    def read(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.status.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def wait_open(self, count: int, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.read().get("open", 0) >= count:
+                break
+            time.sleep(0.5)
+        return self.read()
+
+    def stop(self) -> dict[str, Any]:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.read()
+
+
+# -- honest clients ------------------------------------------------------------------------
+
+
+def raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max(soft, min(FD_LIMIT, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+_CONTEXTS: dict[str, ssl.SSLContext] = {}
+
+
+def connect(server: ServerProcess) -> http.client.HTTPSConnection:
+    """A TLS connection trusting our CA, with the Service name as SNI (one context per CA:
+    building one loads the CA file, which costs more than the handshake)."""
+    context = _CONTEXTS.setdefault(str(server.bundle.ca_cert), server.context())
+    connection = http.client.HTTPSConnection(
+        server.server_name, server.port, timeout=30, context=context
+    )
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    connection.sock = context.wrap_socket(raw, server_hostname=server.server_name)
+    return connection
+
+
+Check = Callable[[int, bytes], None]
+
+
+def timed_requests(
+    server: ServerProcess, path: str, bodies: list[bytes], check: Check, fresh: bool
+) -> list[float]:
+    """One request after the other; on one kept-alive connection, or each on a new one."""
+    kept, new = honest_load(server, path, bodies, check, 0.0, 1 if fresh else 0)
+    return new if fresh else kept
+
+
+def honest_load(
+    server: ServerProcess,
+    path: str,
+    bodies: list[bytes],
+    check: Check,
+    min_s: float,
+    fresh_every: int,
+) -> tuple[list[float], list[float]]:
+    """Requests one after the other, at least all of ``bodies`` and for at least ``min_s``
+    (so that a phase spans the stalled connections' deadlines and reconnections). Every
+    ``fresh_every``-th request goes over a new connection (TLS handshake included); the others
+    over one kept-alive connection. Returns (kept-alive latencies, new-connection latencies)."""
+    kept: list[float] = []
+    new: list[float] = []
+    connection: http.client.HTTPSConnection | None = None
+    stop_at = time.monotonic() + min_s
+    index = 0
+    while index < len(bodies) or time.monotonic() < stop_at:
+        body = bodies[index % len(bodies)]
+        index += 1
+        fresh = fresh_every > 0 and index % fresh_every == 0
+        started = time.perf_counter()
+        if fresh or connection is None:
+            opened = connect(server)
+            if not fresh:
+                connection = opened
+        use = opened if fresh else connection
+        assert use is not None
+        use.request("POST", path, body, {"Content-Type": "application/json"})
+        reply = use.getresponse()
+        payload = reply.read()
+        (new if fresh else kept).append(time.perf_counter() - started)
+        if fresh:
+            use.close()
+        elif reply.will_close:  # the server's --max-requests-per-connection: connect again
+            use.close()
+            connection = None
+        check(reply.status, payload)
+    if connection is not None:
+        connection.close()
+    return kept, new
+
+
+def summary(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+
+    def pct(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
+
+    return {
+        "n": len(ordered),
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": round(ordered[-1] * 1000, 2),
+        "mean_ms": round(statistics.fmean(ordered) * 1000, 2),
+    }
+
+
+# -- the two services ----------------------------------------------------------------------
+
+
+def webhook_check(status: int, payload: bytes) -> None:
+    if status != 200 or b'"allowed":true' not in payload.replace(b" ", b""):
+        raise RuntimeError(f"/mutate answered {status}: {payload[:200]!r}")
+
+
+def extender_check(status: int, payload: bytes) -> None:
+    if status != 200 or json.loads(payload).get("Error"):
+        raise RuntimeError(f"/filter answered {status}: {payload[:200]!r}")
+
+
+def write_stream(path: Path, documents: Iterator[dict[str, Any]]) -> None:
+    with path.open("w") as out:
+        for document in documents:
+            out.write("---\n")
+            out.write(json.dumps(document))
+            out.write("\n")
+
+
+def start_extender(server: ServerProcess, nodes: int, pods_per_node: int) -> None:
+    """``bench.extender_latency --serve`` (one worker, 8 threads, TLS), ready on /readyz."""
+    with server.log_path.open("ab") as log:
+        server.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "bench.extender_latency", "--serve",
+                "--port", str(server.port), "--tls-cert", str(server.bundle.cert),
+                "--tls-key", str(server.bundle.key), "--nodes", str(nodes),
+                "--pods-per-node", str(pods_per_node), "--threads", "8",
+            ],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and server.process.poll() is None:
+        try:
+            if server.request("GET", "/readyz")[0] == 200:
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"the extender did not start:\n{server.log_tail()}")
+
+
+def filter_bodies(nodes: int, count: int) -> list[bytes]:
+    rng = random.Random(7)
+    bodies = []
+    for n in range(count):
+        pod = extender_latency.raw_pod(f"new-{n}", rng.choice(extender_latency.PROFILES), None)
+        names = [f"gpu-{i:05d}" for i in rng.sample(range(nodes), min(500, nodes))]
+        bodies.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode())
+    return bodies
+
+
+def largest_review(limit: int) -> bytes:
+    """A pod CREATE review of many small fields, as kube-apiserver sends it, just below
+    ``limit``: the env entries and the managedFields entry that names each of them."""
+
+    def review(count: int) -> bytes:
+        env = [{"name": f"E{i:06d}", "value": "v"} for i in range(count)]
+        fields = {
+            f'k:{{"name":"E{i:06d}"}}': {".": {}, "f:name": {}, "f:value": {}} for i in range(count)
+        }
+        pod = webhook_latency_pod(env, fields)
+        return json.dumps(pod_review(pod)).encode()
+
+    per_entry = len(review(1000)) - len(review(0))
+    count = (limit - 64 * 1024 - len(review(0))) * 1000 // per_entry
+    return review(count)
+
+
+def webhook_latency_pod(env: list[dict[str, str]], fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "generateName": "big-",
+            "namespace": "tenant-0",
+            "annotations": {"migslice.io/gpu-size": "small"},
+            "managedFields": [
+                {
+                    "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1",
+                    "time": "2025-05-01T00:00:00Z", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"main"}': {
+                        ".": {}, "f:env": fields, "f:image": {}, "f:name": {}}}}},
+                }
+            ],
+        },
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "registry.example/train:1", "env": env, "resources": {}}
+            ],
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+        },
+        "status": {},
+    }  # fmt: skip
+
+
+def pod_review(pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "bench-largest",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "tenant-0",
+            "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": True,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+def largest_full_nodes(limit: int) -> bytes:
+    """ExtenderArgs with as many real-shaped full Nodes as fit below ``limit``."""
+    node_bytes = len(json.dumps(request_sizes.real_node(0), separators=(",", ":")))
+    count = (limit - 64 * 1024) // (node_bytes + 1)
+    pod = extender_latency.raw_pod("big", "1g.10gb", None)
+    items = [request_sizes.real_node(i) for i in range(count)]
+    document = {"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+# -- memory ----------------------------------------------------------------------------
+
+
+def worker_pid(server: ServerProcess) -> int:
+    assert server.process is not None
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(children[0])
+
+
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system) the process has used, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_under(server: ServerProcess, path: str, body: bytes, check: Check) -> dict[str, Any]:
+    pid = worker_pid(server)
+    steady = status_kib(pid, "VmRSS")
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    latencies = timed_requests(server, path, [body] * 3, check, fresh=False)
+    peak = status_kib(pid, "VmHWM")
+    return {
+        "body_mib": round(len(body) / MIB, 2),
+        "steady_rss_mib": round(steady / 1024, 1),
+        "peak_rss_mib": round(peak / 1024, 1),
+        "peak_over_steady": round(peak / steady, 2),
+        "after_rss_mib": round(status_kib(pid, "VmRSS") / 1024, 1),
+        "request_ms": round(statistics.fmean(latencies) * 1000, 1),
+    }
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def run_service(
+    server: ServerProcess,
+    path: str,
+    bodies: list[bytes],
+    check: Check,
+    largest: list[tuple[str, str, bytes, Check]],
+    args: argparse.Namespace,
+    tmp: Path,
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"phases": []}
+    timed_requests(server, path, bodies[: args.warmup], check, fresh=False)
+    pid = worker_pid(server)
+
+    def measure(label: str, extra: dict[str, Any]) -> dict[str, Any]:
+        cpu_before, started = cpu_s(pid), time.monotonic()
+        kept, fresh = honest_load(server, path, bodies, check, args.phase_s, FRESH_EVERY)
+        phase = {
+            "load": label,
+            "keepalive": summary(kept),
+            "fresh_connection": summary(fresh),
+            "worker_rss_mib": round(status_kib(pid, "VmRSS") / 1024, 1),
+            "worker_cpu_percent": round(
+                100 * (cpu_s(pid) - cpu_before) / (time.monotonic() - started), 1
+            ),
+            **extra,
+        }
+        result["phases"].append(phase)
+        print(
+            f"  {server.command:8} {label:16} kept-alive p50 {phase['keepalive']['p50_ms']:7.2f} "
+            f"p99 {phase['keepalive']['p99_ms']:7.2f} ms | fresh p50 "
+            f"{phase['fresh_connection']['p50_ms']:7.2f} p99 "
+            f"{phase['fresh_connection']['p99_ms']:7.2f} ms | rss {phase['worker_rss_mib']} MiB"
+            f" | cpu {phase['worker_cpu_percent']} %",
+            flush=True,
+        )
+        return phase
+
+    measure("unloaded", {})
+    result["largest"] = []
+    for label, largest_path, body, largest_check in largest:
+        row = {"request": label, **peak_under(server, largest_path, body, largest_check)}
+        result["largest"].append(row)
+        print(
+            f"  {server.command:8} {label}: {row['body_mib']} MiB body, steady "
+            f"{row['steady_rss_mib']} MiB, peak {row['peak_rss_mib']} MiB "
+            f"({row['peak_over_steady']}x)",
+            flush=True,
+        )
+    for mode in MODES:
+        # Each attack is paired with an unloaded run just before it, and the pair repeated:
+        # the machine is shared, and its background load drifts over minutes.
+        for round_number in range(1, args.rounds + 1):
+            baseline = measure(f"unloaded (before {mode} {round_number})", {})
+            attacker = Attacker(mode, server, path, args.connections, tmp)
+            try:
+                before = attacker.wait_open(int(args.connections * 0.95), 60)
+                cpu_before = cpu_s(pid)
+                time.sleep(ATTACK_ONLY_S)
+                attack_cpu = 100 * (cpu_s(pid) - cpu_before) / ATTACK_ONLY_S
+                attacked = measure(
+                    f"{args.connections} {mode} {round_number}",
+                    {"attack_at_start": before, "attack_only_cpu_percent": round(attack_cpu, 1)},
+                )
+                attacked["attack_at_end"] = attacker.read()
+                attacked["p99_over_unloaded"] = {
+                    kind: round(attacked[kind]["p99_ms"] / baseline[kind]["p99_ms"], 2)
+                    for kind in ("keepalive", "fresh_connection")
+                }
+            finally:
+                result["phases"][-1]["attack_final"] = attacker.stop()
+            time.sleep(2)
+        ratios = [p["p99_over_unloaded"] for p in result["phases"] if "p99_over_unloaded" in p]
+        ratios = ratios[-args.rounds :]
+        result.setdefault("median_p99_over_unloaded", {})[mode] = {
+            kind: statistics.median(r[kind] for r in ratios)
+            for kind in ("keepalive", "fresh_connection")
+        }
+        median = result["median_p99_over_unloaded"][mode]
+        print(f"  {server.command:8} {mode}: median p99 / unloaded p99 {median}", flush=True)
+    return result
+
+
+def expect_refusal_or_answer(expected: bytes) -> Check:
+    def check(status: int, payload: bytes) -> None:
+        if status not in (200, 400) or expected not in payload:
+            raise RuntimeError(f"answered {status}: {payload[:200]!r}")
+
+    return check
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--attacker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--path", default="/", help=argparse.SUPPRESS)
+    parser.add_argument("--server-name", help=argparse.SUPPRESS)
+    parser.add_argument("--cafile", help=argparse.SUPPRESS)
+    parser.add_argument("--status", help=argparse.SUPPRESS)
+    parser.add_argument("--ramp-s", type=float, default=4.0, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=1000, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="small clusters, fewer requests")
+    parser.add_argument("--connections", type=int, default=1000, help="stalled connections")
+    parser.add_argument("--requests", type=int, default=1000, help="honest requests per phase")
+    parser.add_argument(
+        "--phase-s", type=float, default=15.0, help="each phase lasts at least this long"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="unloaded/attacked pairs per mode")
+    parser.add_argument(
+        "--only", nargs="*", choices=("webhook", "extender"), help="measure only these"
+    )
+    parser.add_argument("--report", type=Path, default=REPORTS / "slow_clients")
+    args = parser.parse_args()
+    if args.attacker:
+        args.mode = args.attacker
+        return attacker_main(args)
+    raise_fd_limit()
+    webhook_nodes, webhook_pods, tenants = (200, 800, 10) if args.quick else (5000, 20000, 50)
+    extender_nodes, pods_per_node = (200, 8) if args.quick else (5000, 8)
+    if args.quick:
+        args.requests = min(args.requests, 300)
+    args.warmup = min(300, args.requests)
+    report: dict[str, Any] = {
+        "connections": args.connections,
+        "requests_per_phase": args.requests,
+        "phase_s": args.phase_s,
+        "new_connection_every": FRESH_EVERY,
+        "webhook_cluster": {"nodes": webhook_nodes, "pods": webhook_pods, "tenants": tenants},
+        "extender_cluster": {"nodes": extender_nodes, "pods": extender_nodes * pods_per_node},
+        "extender_started_as": "bench.extender_latency --serve (caches built as the informers do)",
+        "server": "one worker, 8 threads, TLS, default limits",
+        "machine": f"{os.cpu_count()} CPUs shared with other work; load average "
+        + " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
+    if args.only and args.report.with_suffix(".json").exists():  # refresh one service's part
+        report = {**json.loads(args.report.with_suffix(".json").read_text()), **report}
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(scratch)
+        for command in args.only or ("webhook", "extender"):
+            service = f"migslice-{command}"
+            bundle: TlsBundle = write_tls_bundle(tmp / service, service, NAMESPACE)
+            server = ServerProcess(
+                command, [], bundle, tmp / f"{command}.log", f"{service}.{NAMESPACE}.svc", cwd=ROOT
+            )
+            started = time.monotonic()
+            if command == "webhook":
+                # `migslice webhook --cluster-file`, as shipped.
+                cluster = tmp / "webhook-cluster.yaml"
+                documents = webhook_latency.cluster_documents(webhook_nodes, webhook_pods, tenants)
+                write_stream(cluster, iter(documents))
+                server.args = ["--cluster-file", str(cluster), "--log-level", "warning"]
+                server.start(timeout_s=900)
+            else:
+                # The extender app with caches built through the informers' projections, as
+                # bench/extender_latency.py serves it: the memory of the in-cluster mode, not
+                # of the YAML parse that `--cluster-file` mode keeps.
+                start_extender(server, extender_nodes, pods_per_node)
+            print(f"{command}: ready after {time.monotonic() - started:.0f}s", flush=True)
+            try:
+                if command == "webhook":
+                    from webhook.settings import MAX_BODY_BYTES
+
+                    path, check = "/mutate", webhook_check
+                    bodies = [webhook_latency.review_body(i, tenants) for i in range(args.requests)]
+                    largest = [
+                        ("largest AdmissionReview", "/mutate", largest_review(MAX_BODY_BYTES),
+                         expect_refusal_or_answer(b'"uid":"bench-largest"')),
+                    ]  # fmt: skip
+                else:
+                    from extender.settings import ExtenderSettings
+
+                    limit = ExtenderSettings().max_body_bytes
+                    path, check = "/filter", extender_check
+                    bodies = filter_bodies(extender_nodes, args.requests)
+                    largest = [
+                        ("full Nodes at the limit", "/filter", largest_full_nodes(limit),
+                         expect_refusal_or_answer(b'"Error":""')),
+                    ]  # fmt: skip
+                report[command] = run_service(server, path, bodies, check, largest, args, tmp)
+            finally:
+                server.stop()
+    write_report(args.report, report)
+    return 0
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    rows = [
+        "| server | load | kept-alive p50 ms | kept-alive p99 ms | fresh conn p50 ms "
+        "| fresh conn p99 ms | p99 / unloaded p99 (kept-alive, fresh) | stalled conns open "
+        "| stalled lifetime p50 / max s | worker RSS MiB | worker CPU % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for command in [c for c in ("webhook", "extender") if c in report]:
+        for phase in report[command]["phases"]:
+            attack = phase.get("attack_at_end", {})
+            lifetime = phase.get("attack_final", {}).get("lifetime_s", {})
+            ratio = phase.get("p99_over_unloaded")
+            ratio_text = f"{ratio['keepalive']}, {ratio['fresh_connection']}" if ratio else "-"
+            rows.append(
+                f"| {command} | {phase['load']} | {phase['keepalive']['p50_ms']} | "
+                f"{phase['keepalive']['p99_ms']} | {phase['fresh_connection']['p50_ms']} | "
+                f"{phase['fresh_connection']['p99_ms']} | {ratio_text} | "
+                f"{attack.get('open', '-')} | "
+                f"{lifetime.get('p50', '-')} / {lifetime.get('max', '-')} | "
+                f"{phase['worker_rss_mib']} | {phase['worker_cpu_percent']} |"
+            )
+    rows += [
+        "",
+        "| server | stalled connections | median over rounds of p99 / unloaded p99: kept-alive "
+        "| fresh connection |",
+        "|---|---|---|---|",
+    ]
+    for command in [c for c in ("webhook", "extender") if c in report]:
+        for mode, ratio in report[command].get("median_p99_over_unloaded", {}).items():
+            rows.append(
+                f"| {command} | {report['connections']} {mode} | {ratio['keepalive']} "
+                f"| {ratio['fresh_connection']} |"
+            )
+    rows += [
+        "",
+        "| server | request | body MiB | steady RSS MiB | peak RSS MiB | peak / steady |",
+        "|---|---|---|---|---|---|",
+    ]
+    for command in [c for c in ("webhook", "extender") if c in report]:
+        for row in report[command]["largest"]:
+            rows.append(
+                f"| {command} | {row['request']} | {row['body_mib']} | {row['steady_rss_mib']} "
+                f"| {row['peak_rss_mib']} | {row['peak_over_steady']} |"
+            )
+    path.with_suffix(".md").write_text("\n".join(rows) + "\n")
+    print(f"report: {path.with_suffix('.json')}, {path.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

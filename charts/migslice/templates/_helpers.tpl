@@ -1,0 +1,134 @@
+{{/*
+Labels of every object. Call with (dict "ctx" $ "component" "webhook").
+*/}}
+{{- define "migslice.labels" -}}
+{{ include "migslice.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: migslice
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/*
+Selector labels (stable across upgrades: Deployment selectors are immutable).
+*/}}
+{{- define "migslice.selectorLabels" -}}
+app.kubernetes.io/name: migslice
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+The migslice image.
+*/}}
+{{- define "migslice.image" -}}
+{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+kube-scheduler's image: the cluster's version unless scheduler.image.tag is set.
+*/}}
+{{- define "migslice.schedulerImage" -}}
+{{- $tag := .Values.scheduler.image.tag -}}
+{{- if not $tag -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{- $tag = printf "v%d.%d.%d" $v.Major $v.Minor $v.Patch -}}
+{{- end -}}
+{{ printf "%s:%s" .Values.scheduler.image.repository $tag }}
+{{- end }}
+
+{{/*
+Namespaces the webhook never admits: the configured ones, the release namespace and the GPU
+Operator's, each once, in order.
+*/}}
+{{- define "migslice.excludedNamespaces" -}}
+{{- $all := concat .Values.webhook.excludeNamespaces (list .Release.Namespace .Values.gpuOperator.namespace) -}}
+{{- uniq $all | join "," -}}
+{{- end }}
+
+{{/*
+The pod and container security contexts of migslice's own containers: non-root 65532,
+read-only root filesystem, no capabilities, RuntimeDefault seccomp.
+*/}}
+{{- define "migslice.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "migslice.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+What every migslice container gets: HOME and a writable /tmp (the root filesystem is
+read-only). Volume and mount, respectively.
+*/}}
+{{- define "migslice.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end }}
+
+{{- define "migslice.tmpMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{/*
+Spread replicas over nodes (best effort: a small cluster still gets every replica).
+*/}}
+{{- define "migslice.spread" -}}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: kubernetes.io/hostname
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "migslice.selectorLabels" . | nindent 8 }}
+{{- end }}
+
+{{/*
+nodeSelector, tolerations and affinity of a component's values, when set (may be empty).
+*/}}
+{{- define "migslice.placement" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "migslice.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The certificate Jobs' RBAC exists only while the Jobs run (Helm hooks around them).
+*/}}
+{{- define "migslice.certsHookAnnotations" -}}
+helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
+helm.sh/hook-weight: "-10"
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}

@@ -1,0 +1,258 @@
+"""Installing migslice as an admin would: the Helm chart and the kustomize tree.
+
+Rendering: ``helm lint``, ``helm template`` for every mode (valid objects, values schema),
+the committed kustomize tree equal to a fresh render, and ``kustomize build`` / ``kubectl
+kustomize`` equal to ``helm template`` object for object.
+
+Installing: the README's commands, run as written with the helm, kubectl and kustomize built
+here, each on a fresh control plane with the GPU Operator's namespace and ClusterPolicy CRD
+and an A100 node. :class:`e2e.install.ClusterActors` plays the Job and Deployment controllers,
+the kubelet and kube-proxy (see there for what it substitutes); the webhook, the extender and
+kube-scheduler run with the command and args of the Deployments the install created.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from e2e.controlplane import ControlPlane, ensure_namespace
+from e2e.install import REPO, Cluster, fresh_workdir, readme_commands, render_chart
+from manifests import render
+
+pytestmark = pytest.mark.e2e
+
+README = REPO / "README.md"
+NAMESPACE = "migslice-system"
+TOOLS = ("helm", "kustomize", "kubectl")
+MODES = {
+    "defaults": (),
+    "cert-manager": ("tls.mode=cert-manager",),
+    "repartition-on": ("repartition.mode=on",),
+    "repartition-off": ("repartition.mode=off",),
+    "examples-no-agent": ("examplePolicies.enabled=true", "agent.enabled=false"),
+    "pinned-scheduler-one-webhook": ("scheduler.image.tag=v1.31.4", "webhook.replicas=1"),
+}
+
+
+@pytest.fixture(scope="module")
+def tools(e2e_bin: Path) -> dict[str, Path]:
+    missing = [t for t in TOOLS if not (e2e_bin / t).is_file()]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing in {e2e_bin}: run e2e/build.sh", pytrace=False)
+    return {t: e2e_bin / t for t in TOOLS}
+
+
+def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300, **kw)
+
+
+def identities(documents: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], Any]:
+    return {render.identity(d): d for d in documents}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_helm_lint_passes_strictly(tools: dict[str, Path]) -> None:
+    done = run([str(tools["helm"]), "lint", "--strict", str(REPO / "charts" / "migslice")])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_helm_template_renders_valid_objects(tools: dict[str, Path], mode: str) -> None:
+    documents = render_chart(tools["helm"], *MODES[mode])
+    kinds = {d["kind"] for d in documents}
+    assert {"CustomResourceDefinition", "MutatingWebhookConfiguration", "Deployment"} <= kinds
+    for document in documents:
+        if document["apiVersion"].split("/")[0] in ("cert-manager.io", "migslice.io"):
+            continue
+        for version in ("1.30", "1.34"):
+            kubernetes_validate.validate(document, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("repartition.mode=yes", "at '/repartition/mode': value must be one of"),
+        ("tls.mode=self-signed", "at '/tls/mode': value must be one of"),
+        ("webhook.excludeNamespaces[0]=Kube_System", "at '/webhook/excludeNamespaces/0'"),
+        ("webhok.replicas=2", "additional properties 'webhok' not allowed"),
+    ],
+    ids=["repartition-mode", "tls-mode", "namespace-name", "typo"],
+)
+def test_bad_values_are_refused_naming_the_field(
+    tools: dict[str, Path], value: str, message: str
+) -> None:
+    done = run([str(tools["helm"]), "template", "migslice", "charts/migslice", "--set", value])
+    assert done.returncode != 0
+    assert message in done.stderr
+
+
+def test_the_committed_kustomize_tree_is_the_chart_rendered(tools: dict[str, Path]) -> None:
+    assert render.differences(str(tools["helm"])) == []
+
+
+@pytest.mark.parametrize(
+    ("folder", "values"),
+    [("manifests", render.FIXED_VALUES), ("manifests/cert-manager", render.CERT_MANAGER_VALUES)],
+    ids=["base", "cert-manager"],
+)
+@pytest.mark.parametrize("builder", ["kustomize build", "kubectl kustomize"])
+def test_kustomize_builds_exactly_what_helm_renders(
+    tools: dict[str, Path], folder: str, values: tuple[str, ...], builder: str
+) -> None:
+    tool, verb = builder.split()
+    built = run([str(tools[tool]), verb, folder])
+    assert built.returncode == 0, built.stderr
+    from_kustomize = identities([d for d in yaml.safe_load_all(built.stdout) if d])
+    text = render.helm_template(str(tools["helm"]), values)
+    from_helm = identities([d for _, d in render.split_render(text)])
+    assert sorted(from_kustomize) == sorted(from_helm)
+    assert from_kustomize == from_helm
+
+
+# --------------------------------------------------------------------------- installing
+
+
+@pytest.fixture
+def cluster(e2e_bin: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    workdir = fresh_workdir(request.node.name.split("[")[0].removeprefix("test_")[:40])
+    with ControlPlane(workdir, e2e_bin) as control_plane:
+        made = Cluster(control_plane, workdir / "home")
+        made.actors.start()
+        try:
+            yield made
+        finally:
+            made.actors.stop()
+            (workdir / "transcript.txt").write_text("\n".join(made.transcript))
+
+
+def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
+    tools: dict[str, Path], cluster: Cluster
+) -> None:
+    for command in readme_commands(README, "### With Helm"):
+        cluster.sh(command)
+    assert cluster.actors.jobs_done == {
+        "migslice-certs": "Complete",
+        "migslice-ca-bundle": "Complete",
+    }
+    assert cluster.actors.errors == []
+    cluster.sized_pod_lands()
+    cluster.ca_bundles_match_the_secret()
+    cluster.cluster_policy_reads_back()
+    # The hooks and their RBAC are gone; the release is deployed; the mig-parted ConfigMap is
+    # NVIDIA's default, in the GPU Operator's namespace.
+    assert (
+        cluster.core.list_namespaced_service_account(
+            NAMESPACE, field_selector=("metadata.name=migslice-certs")
+        ).items
+        == []
+    )
+    assert '"deployed"' in cluster.sh("helm -n migslice-system list -o json")
+    mig_config = cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")
+    assert "all-1g.10gb:" in mig_config.data["config.yaml"]
+    # A GPU Operator pod asking for a whole GPU is left alone.
+    validator = cluster.core.create_namespaced_pod("gpu-operator", gpu_operator_pod())
+    assert validator.metadata.annotations is None
+    assert validator.spec.scheduler_name == "default-scheduler"
+    # An upgrade that switches the repartition controller on keeps what the cluster wrote:
+    # the controller's configs and plan record in the mig-parted ConfigMap, the certificates
+    # (the Jobs keep a valid Secret) and the caBundles.
+    secret_before = cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE).data
+    written = mig_config.data["config.yaml"] + "  migslice-gpu-a100-1-0123abcd: []\n"
+    cluster.core.patch_namespaced_config_map(
+        "migslice-mig-config",
+        "gpu-operator",
+        {
+            "metadata": {"annotations": {"migslice.io/repartition": '{"version": 1}'}},
+            "data": {"config.yaml": written},
+        },
+    )
+    cluster.actors.unroute_webhooks()
+    cluster.sh(f"helm upgrade migslice charts/migslice -n {NAMESPACE} --set repartition.mode=on")
+    after = cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")
+    assert after.data["config.yaml"] == written
+    assert after.metadata.annotations["migslice.io/repartition"] == '{"version": 1}'
+    assert cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE).data == (
+        secret_before
+    )
+    cluster.ca_bundles_match_the_secret()
+    extender = k8s.AppsV1Api(cluster.cp.api_client()).read_namespaced_deployment(
+        "migslice-extender", NAMESPACE
+    )
+    args = extender.spec.template.spec.containers[0].args
+    assert "--repartition" in args and "--repartition-dry-run" not in args
+    assert cluster.actors.errors == []
+    # By hand instead: the commands `migslice certs` prints, run as printed, put a new CA into
+    # the Secret and both webhook configurations.
+    out = cluster.cp.workdir / "by-hand"
+    cluster.core.delete_namespaced_secret("migslice-webhook-tls", NAMESPACE)
+    printed = cluster.sh(
+        f"migslice certs --service migslice-webhook --namespace {NAMESPACE} --out {out}"
+    )
+    for line in printed.splitlines():
+        if line.startswith("  kubectl "):
+            cluster.sh(line.strip())
+    cluster.ca_bundles_match_the_secret()
+    by_hand = cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE)
+    assert base64.b64decode(by_hand.data["ca.crt"]) == (out / "ca.crt").read_bytes()
+
+
+def gpu_operator_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "nvidia-cuda-validator-"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "cuda-validation",
+                    "image": "cuda-validator:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ]
+        },
+    }
+
+
+def test_the_readme_kustomize_install_serves_from_its_rendered_args(
+    tools: dict[str, Path], cluster: Cluster
+) -> None:
+    for command in readme_commands(README, "### With kustomize"):
+        cluster.sh(command)
+    for command in readme_commands(README, "### With Helm")[2:]:  # the patch, policy and pod
+        cluster.sh(command)
+    assert cluster.actors.jobs_done == {
+        "migslice-certs": "Complete",
+        "migslice-ca-bundle": "Complete",
+    }
+    assert cluster.actors.errors == []
+    cluster.sized_pod_lands()
+    cluster.ca_bundles_match_the_secret()
+    # The webhook's own exclusion: even a configuration that sends gpu-operator's pods (an
+    # admin's hand-written one, without the namespaceSelector) gets them back unchanged.
+    cluster.admission.patch_mutating_webhook_configuration(
+        "migslice-webhook", [{"op": "remove", "path": "/webhooks/0/namespaceSelector"}]
+    )
+    validator = cluster.core.create_namespaced_pod("gpu-operator", gpu_operator_pod())
+    assert validator.metadata.annotations is None
+    assert validator.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+    ensure_namespace(cluster.core, "no-tenant")
+    with pytest.raises(k8s.ApiException) as denied:
+        cluster.core.create_namespaced_pod("no-tenant", gpu_operator_pod())
+    assert "belongs to no TenantPolicy" in denied.value.body
+    # Applying the tree again keeps the injected caBundle (the manifests do not carry one).
+    # --force-conflicts: this test's edits to the webhook configurations (the routing above and
+    # the removed namespaceSelector) would otherwise be reported as conflicts, as they should.
+    cluster.sh("kubectl apply --server-side --force-conflicts -k manifests")
+    cluster.ca_bundles_match_the_secret()

@@ -1,0 +1,280 @@
+"""The one reader of a Pod's GPU requests.
+
+Every part that counts GPU resources reads them here: the webhook's charge of an admitted pod
+and of the pods it sees in its cache, the extender's placement counts, the planner's pending
+demand and the simulator. So the webhook never charges a pod differently from how the
+extender places it.
+
+What a container holds of an extended resource is its ``limits`` entry, else its
+``requests`` entry (Kubernetes copies a limit into requests and requires the two equal for
+an extended resource, so for any pod the API server stored, they agree). A pod's effective
+request follows the Kubernetes rule: per resource, the larger of (the sum over app containers
+and restartable init containers, "sidecars") and (the largest single init container, plus the
+sidecars started before it).
+
+Values Kubernetes would refuse (``500m``, ``-1``, a request without a limit, a request that
+differs from its limit) are reported in :attr:`PodGpu.problems` and held as nothing; an
+object not shaped like a Pod, or a quantity that is no quantity, in :attr:`PodGpu.malformed`.
+Callers decide what each means: admission denies or answers 400, the caches count what parses.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from migslice import names
+from migslice.objects.json import JsonObject
+from migslice.quantity import QuantityError, parse_count, parse_quantity
+
+RawPod = JsonObject
+Requests = tuple[tuple[str, int], ...]
+"""Counts per resource name, sorted by name, no zero entries."""
+
+
+class ContainerKind(enum.StrEnum):
+    APP = "app"
+    INIT = "init"
+    SIDECAR = "sidecar"  # an init container with restartPolicy: Always
+
+
+def is_gpu_resource(resource: str) -> bool:
+    """A resource migslice counts: whole GPUs, shared GPUs and MIG instances."""
+    return (
+        resource == names.WHOLE_GPU_RESOURCE
+        or resource == names.SHARED_GPU_RESOURCE
+        or resource.startswith(names.MIG_RESOURCE_PREFIX)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Quantity:
+    """One ``requests`` or ``limits`` entry as written, and its value if it is a quantity."""
+
+    path: str  # spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]
+    raw: object
+    value: Fraction | None
+    error: str = ""  # why ``raw`` is no quantity
+
+    @property
+    def text(self) -> str:
+        return self.raw if isinstance(self.raw, str) else repr(self.raw)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGpu:
+    """One GPU resource of one container: where it is written, its request and limit, and the
+    whole count the container holds (None when the value is not a whole count)."""
+
+    field: str  # containers | initContainers
+    index: int
+    container: str  # the container's name, or #<index> when it has none
+    kind: ContainerKind
+    resource: str
+    request: Quantity | None
+    limit: Quantity | None
+    count: int | None
+    problem: str = ""
+
+    @property
+    def sidecar(self) -> bool:
+        return self.kind is ContainerKind.SIDECAR
+
+    @property
+    def who(self) -> str:
+        kind = "init container" if self.field == "initContainers" else "container"
+        return f'{kind} "{self.container}"'
+
+
+@dataclass(frozen=True, slots=True)
+class PodGpu:
+    """Everything GPU about a pod (see the module docstring)."""
+
+    entries: tuple[ContainerGpu, ...] = ()
+    containers: tuple[str, ...] = ()
+    malformed: tuple[str, ...] = ()
+
+    @property
+    def requests(self) -> Requests:
+        return effective_requests(self.entries)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(entry.problem for entry in self.entries if entry.problem)
+
+    @property
+    def count_error(self) -> str:
+        """The first reason a GPU count of this pod cannot be read, worded for a count."""
+        for entry in self.entries:
+            for quantity in (entry.limit, entry.request):
+                if quantity is not None:
+                    try:
+                        parse_count(quantity.raw, quantity.path)
+                    except QuantityError as error:
+                        return str(error)
+        return self.malformed[0] if self.malformed else ""
+
+
+def read_pod_gpu(raw_pod: RawPod) -> PodGpu:
+    """The pod's GPU requests and what is wrong with them; never raises."""
+    malformed: list[str] = []
+    spec = raw_pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return PodGpu(malformed=("spec must be an object",))
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        malformed.append("spec.containers must be a non-empty list")
+    entries: list[ContainerGpu] = []
+    app_names: list[str] = []
+    for field in ("containers", "initContainers"):
+        listed = spec.get(field)
+        if listed is None or (field == "containers" and not isinstance(listed, list)):
+            continue
+        if not isinstance(listed, list):
+            malformed.append(f"spec.{field} must be a list")
+            continue
+        for index, container in enumerate(listed):
+            where = f"spec.{field}[{index}]"
+            if not isinstance(container, Mapping):
+                malformed.append(f"{where} must be an object")
+                continue
+            name = container.get("name")
+            name = name if isinstance(name, str) else f"#{index}"
+            if field == "containers":
+                app_names.append(name)
+                kind = ContainerKind.APP
+            elif container.get("restartPolicy") == "Always":
+                kind = ContainerKind.SIDECAR
+            else:
+                kind = ContainerKind.INIT
+            entries.extend(_container_entries(container, field, index, name, kind, malformed))
+    return PodGpu(tuple(entries), tuple(app_names), tuple(malformed))
+
+
+def _container_entries(
+    container: JsonObject,
+    field: str,
+    index: int,
+    name: str,
+    kind: ContainerKind,
+    malformed: list[str],
+) -> list[ContainerGpu]:
+    where = f"spec.{field}[{index}]"
+    resources = container.get("resources")
+    if resources is None:
+        return []
+    if not isinstance(resources, Mapping):
+        malformed.append(f"{where}.resources must be an object")
+        return []
+    sections: dict[str, dict[str, Quantity]] = {}
+    for section in ("requests", "limits"):
+        values = resources.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            malformed.append(f"{where}.resources.{section} must be a map")
+            continue
+        found: dict[str, Quantity] = {}
+        for resource, raw in values.items():
+            if isinstance(resource, str) and is_gpu_resource(resource):
+                quantity = _quantity(f"{where}.resources.{section}[{resource}]", raw)
+                if quantity.error:
+                    malformed.append(f"{quantity.path}: {quantity.error}")
+                found[resource] = quantity
+        sections[section] = found
+    requested, limited = sections.get("requests", {}), sections.get("limits", {})
+    entries = []
+    for resource in sorted(requested.keys() | limited.keys()):
+        request, limit = requested.get(resource), limited.get(resource)
+        who = f'{"init container" if field == "initContainers" else "container"} "{name}"'
+        count, problem = _count_and_problem(who, resource, request, limit)
+        entries.append(
+            ContainerGpu(
+                field, index, name, kind, sys.intern(resource), request, limit, count, problem
+            )
+        )
+    return entries
+
+
+def _quantity(path: str, raw: object) -> Quantity:
+    try:
+        return Quantity(path, raw, parse_quantity(raw))
+    except QuantityError as error:
+        return Quantity(path, raw, None, str(error))
+
+
+def _count_and_problem(
+    who: str, resource: str, request: Quantity | None, limit: Quantity | None
+) -> tuple[int | None, str]:
+    """The whole count a container holds of ``resource``, and what Kubernetes would refuse."""
+    held = limit if limit is not None and limit.value is not None else request
+    if held is None or held.value is None:
+        return None, ""  # no quantity at all: malformed, reported there
+    value = held.value
+    if value.denominator != 1 or value < 0:
+        section = "limits" if held is limit else "requests"
+        return None, (
+            f"{who} sets {resource}: {held.text}; GPU resources are whole units "
+            f"(resources.{section})"
+        )
+    count = int(value)
+    if limit is None and request is not None and count > 0:
+        return count, (
+            f"{who} requests {resource}: {request.text} but sets no limit for it; "
+            "Kubernetes needs a limit, equal to the request, for a GPU resource "
+            "(resources.limits)"
+        )
+    if (
+        limit is not None
+        and request is not None
+        and limit.value is not None
+        and request.value is not None
+        and request.value != limit.value
+    ):
+        return count, (
+            f"{who} requests {resource}: {request.text} but limits it to "
+            f"{limit.text}; Kubernetes needs the two equal for a GPU resource "
+            "(resources.requests, resources.limits)"
+        )
+    return count, ""
+
+
+def effective_counts(entries: Iterable[tuple[ContainerKind, str, int]]) -> dict[str, int]:
+    """Per resource, what a pod holds: max(sum of app and sidecar containers, init peak).
+
+    ``entries`` are (kind, resource, count) in pod order, init containers first. An init
+    container's peak adds the sidecars started before it, as kube-scheduler and the kubelet
+    count it.
+    """
+    total: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for kind, resource, count in entries:
+        if kind is ContainerKind.APP:
+            total[resource] = total.get(resource, 0) + count
+        elif kind is ContainerKind.SIDECAR:
+            sidecars[resource] = sidecars.get(resource, 0) + count
+        else:
+            peak[resource] = max(peak.get(resource, 0), count + sidecars.get(resource, 0))
+    for resource, count in sidecars.items():
+        total[resource] = total.get(resource, 0) + count
+    for resource, count in peak.items():
+        total[resource] = max(total.get(resource, 0), count)
+    return {r: c for r, c in sorted(total.items()) if c > 0}
+
+
+def effective_requests(entries: Iterable[ContainerGpu]) -> Requests:
+    """The pod's effective counts from its entries (those without a whole count hold nothing)."""
+    in_pod_order = sorted(entries, key=lambda e: (e.field != "initContainers", e.index))
+    counts = effective_counts(
+        (e.kind, e.resource, e.count) for e in in_pod_order if e.count is not None
+    )
+    return tuple((sys.intern(r), c) for r, c in counts.items())
+
+
+def gpu_requests(raw_pod: RawPod) -> Requests:
+    """The pod's effective GPU requests (what parses; see :func:`read_pod_gpu`)."""
+    return read_pod_gpu(raw_pod).requests

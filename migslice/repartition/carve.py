@@ -1,0 +1,243 @@
+"""Carve planning: pending MIG demand + node states -> per GPU the instances to destroy and to
+create, on GPUs in use too, never touching an instance a pod may hold. Pure: the controller,
+``migslice plan`` and the simulator call the same :func:`plan_carve`.
+
+Rules, in the order they are applied:
+
+1. Demand is what the MIG Manager planner serves (rule 1 of
+   :mod:`migslice.repartition.planner`): pods unschedulable for ``min_pending_s``, only MIG
+   units, only pods no free instance could serve now.
+2. Only nodes in carve mode (label ``migslice.io/repartition-mode=carve``, or the default),
+   with the node agent's exact layout (``migslice.io/gpu-layout`` agreeing with allocatable),
+   not carving now, not held back (backoff, another plan), not changed less than
+   ``cooldown_s`` ago, and not being worked on by MIG Manager.
+3. Pinned instances (busy, or maybe held: :mod:`migslice.repartition.carve_gpu`) are never
+   destroyed; idle ones are destroyed only where a new instance needs them gone.
+4. Pods are served largest profile first. Each instance a pod needs goes where it costs the
+   cluster the least room (:mod:`migslice.mig.room`): reusing an idle instance or creating one
+   at an exact start; ties go to fewer destroyed instances, then reuse, then GPU and start
+   order. A pod's instances stay on one node; among the nodes that can take them all, the
+   one with the least room lost wins, then fewer destroyed, then a node already in the plan
+   (one device plugin restart serves several pods), then the name.
+5. At most ``max_nodes_in_flight`` nodes carve at once, counting those carving now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from migslice.inventory import LayoutSource, NodeState
+from migslice.mig import Layout
+from migslice.mig.room import NO_LOSS, RoomLoss, add_losses
+from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
+from migslice.objects.carve import CarveGpu
+from migslice.repartition.carve_gpu import CarvedGpu, best_option, carved_gpus
+from migslice.repartition.modes import mode_of
+from migslice.repartition.pending import PendingPod
+from migslice.repartition.planner import eligible_demand
+from migslice.scheduling.demand import PodDemand
+from migslice.whynot import WhyNot
+
+
+@dataclass(frozen=True, slots=True)
+class CarveSettings:
+    """``cooldown_s``: a node carved this recently is left alone; ``max_nodes_in_flight``:
+    nodes carving at once; ``default_mode``: the mode of nodes without the mode label."""
+
+    min_pending_s: float = 30.0
+    cooldown_s: float = 60.0
+    max_nodes_in_flight: int = 4
+    default_mode: str = MODE_MIG_MANAGER
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCarve:
+    """One GPU's change: its layout before and after, and the step the agent is asked for."""
+
+    index: int
+    old: Layout
+    new: Layout
+    step: CarveGpu
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCarve:
+    node: str
+    gpus: tuple[GpuCarve, ...]
+    serves: tuple[str, ...]
+    loss: RoomLoss = NO_LOSS
+
+
+@dataclass(frozen=True, slots=True)
+class CarvePlan:
+    changes: tuple[NodeCarve, ...] = ()
+    unserved: tuple[tuple[str, str], ...] = ()
+    skipped_nodes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.changes
+
+
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    loss: RoomLoss
+    destroyed: int
+    gpus: list[CarvedGpu]
+
+
+def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
+    """Nodes the MIG Manager path must leave alone, with the reason: carve mode, a bad mode
+    label, or a carve under way."""
+    found: dict[str, str] = {}
+    for node in nodes:
+        mode = mode_of(node.facts, default_mode)
+        if isinstance(mode, WhyNot):
+            found[node.name] = mode.message
+        elif mode == MODE_CARVE:
+            found[node.name] = "in carve mode"
+        elif node.facts.is_carving:
+            found[node.name] = "the node agent is carving its GPUs"
+    return found
+
+
+def plan_carve(
+    nodes: Sequence[NodeState],
+    pending: Iterable[PendingPod],
+    *,
+    cooldowns: Mapping[str, float] | None = None,
+    settings: CarveSettings = CarveSettings(),
+    held: Mapping[str, str] | None = None,
+) -> CarvePlan:
+    """Plan carves for waiting pods (see the module docstring). ``cooldowns``: node -> seconds
+    since its last change; ``held``: nodes to leave alone, with the reason."""
+    waiting, unserved = eligible_demand(list(pending), nodes, settings.min_pending_s)
+    states = {node.name: node for node in nodes}
+    candidates: dict[str, list[CarvedGpu]] = {}
+    skipped: list[tuple[str, str]] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        problem = _why_not(node, cooldowns=cooldowns or {}, settings=settings, held=held or {})
+        if isinstance(problem, WhyNot):
+            skipped.append((node.name, problem.message))
+        elif problem:
+            candidates[node.name] = carved_gpus(node)
+    carving = sum(1 for node in nodes if node.facts.is_carving)
+    budget = max(0, settings.max_nodes_in_flight - carving)
+    served: dict[str, list[str]] = {}
+    losses: dict[str, list[RoomLoss]] = {}
+    waiting.sort(key=lambda pod: (-_size(pod), pod.key))
+    for pod in waiting:
+        chosen = _choose(pod, candidates, states, served=served, budget=budget)
+        if isinstance(chosen, str):
+            unserved.append((pod.key, chosen))
+            continue
+        name, trial = chosen
+        candidates[name] = trial.gpus
+        served.setdefault(name, []).append(pod.key)
+        losses.setdefault(name, []).append(trial.loss)
+    changes = tuple(
+        NodeCarve(
+            node=name,
+            gpus=tuple(
+                GpuCarve(g.index, g.old, g.new_layout(), g.step())
+                for g in candidates[name]
+                if g.changed
+            ),
+            serves=tuple(served[name]),
+            loss=add_losses(losses[name]),
+        )
+        for name in sorted(served)
+        if any(g.changed for g in candidates[name])
+    )
+    return CarvePlan(changes, tuple(unserved), tuple(skipped))
+
+
+def _choose(
+    pod: PodDemand,
+    candidates: Mapping[str, list[CarvedGpu]],
+    states: Mapping[str, NodeState],
+    *,
+    served: Mapping[str, list[str]],
+    budget: int,
+) -> tuple[str, _Trial] | str:
+    """The node that takes all of the pod's instances at the least cost (rule 4), with the
+    trial that says how; else why none does."""
+    chosen: tuple[tuple[RoomLoss, int, bool, str], _Trial] | None = None
+    held_back = False
+    for name, gpus in candidates.items():
+        trial = _try(pod, states[name], gpus)
+        if trial is None:
+            continue
+        if name not in served and len(served) >= budget:
+            held_back = True
+            continue
+        key = (trial.loss, trial.destroyed, name not in served, name)
+        if chosen is None or key < chosen[0]:
+            chosen = (key, trial)
+    if chosen is None:
+        return "carve budget in use" if held_back else "no carve-mode GPU can take it"
+    return chosen[0][3], chosen[1]
+
+
+def _why_not(
+    node: NodeState,
+    *,
+    cooldowns: Mapping[str, float],
+    settings: CarveSettings,
+    held: Mapping[str, str],
+) -> WhyNot | bool:
+    """Why the node may not be carved (rule 2); False for a node of the other mode."""
+    mode = mode_of(node.facts, settings.default_mode)
+    if isinstance(mode, WhyNot):
+        return mode
+    if mode == MODE_MIG_MANAGER:
+        return False
+    if node.name in held:
+        return WhyNot("held", held[node.name])
+    if node.model is None:
+        return WhyNot("unknown-model", "GPU model unknown")
+    if node.source != LayoutSource.AGENT:
+        note = "; ".join(node.notes) or "no migslice.io/gpu-layout annotation"
+        return WhyNot("no-agent-layout", f"carving needs the node agent's exact layout ({note})")
+    if node.facts.mig_config_state in MIG_TRANSITION_STATES:
+        return WhyNot("mig-manager-busy", "MIG Manager is applying a config")
+    if node.facts.is_carving:
+        return WhyNot("carving", "a carve is under way")
+    since = cooldowns.get(node.name)
+    if since is not None and since < settings.cooldown_s:
+        return WhyNot("cooldown", f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)")
+    return True
+
+
+def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu]) -> _Trial | None:
+    """All of the pod's instances on this node, each where it costs least; None if they
+    do not all fit."""
+    model = node.model
+    if model is None:
+        return None
+    if pod.products is not None and (node.facts.product or "") not in pod.products:
+        return None
+    wanted: list[str] = []
+    for unit in pod.units:
+        found = model.profile_by_resource(unit.resource)
+        if found is None:
+            return None
+        wanted.extend([found.name] * unit.count)
+    wanted.sort(key=lambda name: (-model.profile(name).compute_slices, name))
+    trial = [gpu.copy() for gpu in gpus]
+    by_index = {gpu.index: gpu for gpu in trial}
+    spent: list[RoomLoss] = []
+    destroyed = 0
+    for profile in wanted:
+        option = best_option(trial, profile)
+        if option is None:
+            return None
+        by_index[option.gpu].take(option)
+        spent.append(option.loss)
+        destroyed += len(option.destroy)
+    return _Trial(add_losses(spent), destroyed, trial)
+
+
+def _size(pod: PodDemand) -> int:
+    return max((int(u.profile.split("g.")[0]) if u.profile else 0) for u in pod.units)

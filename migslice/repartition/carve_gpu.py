@@ -1,0 +1,180 @@
+"""One GPU of a carve-mode node while the carve planner reshapes it, and the ways one more
+instance of a profile can be had on it.
+
+An instance of the GPU is **pinned** when the planner must not touch it: the node agent sees
+processes on it (busy), or a pod may hold it. The device plugin, not the scheduler, picks a
+pod's device, so which instance a pod holds is known only when its processes run; an
+instance of profile ``P`` is therefore pinned whenever the node's pods hold more ``P``
+instances than the agent sees busy (some holder is not identified, and it may be this one).
+Everything else is **idle**: it may be destroyed when a new instance needs its slices.
+
+Ways to get one instance of ``P`` (an :class:`Option`): **use** an idle instance of ``P``
+(it becomes reserved), or **create** ``P`` at a legal start whose slices no kept instance
+covers, destroying the idle instances in the way (and, when SM slices or counts still do
+not allow it, the fewest more). *Kept* instances are the pinned, the reserved and the
+created ones; idle ones count as free room, since they may go.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from migslice.inventory import NodeState, mig_resource
+from migslice.mig import GpuModel, Layout, Placed, is_legal, make_layout
+from migslice.mig.room import RoomLoss, room_loss
+from migslice.objects.carve import CarveGpu, Doomed, Slot
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One way to get an instance: ``use`` position ``reuse`` of the GPU's instances, or
+    create ``placed`` after destroying the instances at positions ``destroy``."""
+
+    gpu: int
+    loss: RoomLoss
+    destroy: tuple[int, ...] = ()
+    placed: Placed | None = None
+    reuse: int | None = None
+
+    def key(self) -> tuple[RoomLoss, int, int, int, int]:
+        """Least room lost, then fewest destroyed, then using before creating, then order."""
+        start = self.placed.start if self.placed is not None else -1
+        return (self.loss, len(self.destroy), 0 if self.reuse is not None else 1, self.gpu, start)
+
+
+@dataclass
+class CarvedGpu:
+    """A GPU's instances as the agent reports them, and what the plan has done to it so far."""
+
+    index: int
+    model: GpuModel
+    old: Layout
+    uuids: tuple[str, ...]
+    pinned: tuple[bool, ...]
+    destroyed: set[int] = field(default_factory=set)
+    reserved: set[int] = field(default_factory=set)
+    created: list[Placed] = field(default_factory=list)
+
+    def copy(self) -> CarvedGpu:
+        return CarvedGpu(
+            self.index,
+            self.model,
+            self.old,
+            self.uuids,
+            self.pinned,
+            set(self.destroyed),
+            set(self.reserved),
+            list(self.created),
+        )
+
+    def _idle(self, k: int) -> bool:
+        return not self.pinned[k] and k not in self.reserved and k not in self.destroyed
+
+    def kept(self) -> list[Placed]:
+        """Instances that stay whatever comes next: pinned, reserved and created."""
+        old = [p for k, p in enumerate(self.old) if not self._idle(k) and k not in self.destroyed]
+        return old + self.created
+
+    def present(self) -> list[Placed]:
+        """The GPU's instances as the plan leaves them so far."""
+        return [p for k, p in enumerate(self.old) if k not in self.destroyed] + self.created
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.destroyed or self.created)
+
+    def options(self, profile: str) -> Iterator[Option]:
+        """Every way to get one more ``profile`` instance on this GPU."""
+        if not self.model.has_profile(profile):
+            return
+        kept = self.kept()
+        for k, placed in enumerate(self.old):
+            if placed.profile == profile and self._idle(k):
+                yield Option(self.index, room_loss(self.model, kept, [*kept, placed]), reuse=k)
+        wanted = self.model.profile(profile)
+        for start in wanted.placements:
+            new = Placed(start, profile, wanted.memory_slices)
+            if start + new.size > self.model.memory_slices or any(new.mask & p.mask for p in kept):
+                continue
+            destroy = self._clearing(new)
+            if destroy is not None:
+                loss = room_loss(self.model, kept, [*kept, new])
+                yield Option(self.index, loss, destroy=destroy, placed=new)
+
+    def _clearing(self, new: Placed) -> tuple[int, ...] | None:
+        """The idle instances to destroy so that ``new`` can be created: those in its way,
+        then the fewest others that SM slices, counts or media rules still need gone."""
+        idle = [k for k in range(len(self.old)) if self._idle(k)]
+        in_way = [k for k in idle if self.old[k].mask & new.mask]
+        others = [k for k in idle if k not in in_way]
+        for extra in range(len(others) + 1):
+            for more in combinations(others, extra):
+                gone = {*in_way, *more, *self.destroyed}
+                after = [p for k, p in enumerate(self.old) if k not in gone] + self.created
+                if is_legal(self.model, [*after, new]):
+                    return tuple(sorted({*in_way, *more}))
+        return None
+
+    def take(self, option: Option) -> None:
+        if option.reuse is not None:
+            self.reserved.add(option.reuse)
+            return
+        assert option.placed is not None
+        self.destroyed.update(option.destroy)
+        self.created.append(option.placed)
+
+    def step(self) -> CarveGpu:
+        """What the node agent is asked to do on this GPU."""
+        return CarveGpu(
+            index=self.index,
+            destroy=tuple(
+                sorted(
+                    Doomed(self.old[k].start, self.old[k].profile, self.uuids[k])
+                    for k in self.destroyed
+                )
+            ),
+            create=tuple(sorted(Slot(p.start, p.profile) for p in self.created)),
+            layout=tuple(sorted(Slot(p.start, p.profile) for p in self.present())),
+        )
+
+    def new_layout(self) -> Layout:
+        return make_layout(self.present())
+
+
+def carved_gpus(node: NodeState) -> list[CarvedGpu]:
+    """The node's MIG GPUs with their pinned instances (see the module docstring); the node's
+    layout must come from the agent (exact placements, UUIDs and busy flags)."""
+    model = node.model
+    report = node.facts.agent
+    assert model is not None and report is not None
+    reported = {
+        (gpu.index, i.start, i.profile): (i.busy, i.uuid)
+        for gpu in report.gpus
+        for i in gpu.instances
+    }
+    busy: Counter[str] = Counter()
+    for (_, _, profile), (is_busy, _) in reported.items():
+        busy[profile] += is_busy
+    unidentified = {
+        p.name: node.allocated_of(mig_resource(p.name)) - busy[p.name] for p in model.profiles
+    }
+    found: list[CarvedGpu] = []
+    for gpu in node.gpus:
+        if not gpu.mig_enabled:
+            continue
+        flags = [reported.get((gpu.index, p.start, p.profile), (False, "")) for p in gpu.instances]
+        pinned = tuple(
+            is_busy or unidentified.get(p.profile, 0) > 0
+            for p, (is_busy, _) in zip(gpu.instances, flags, strict=True)
+        )
+        uuids = tuple(uuid for _, uuid in flags)
+        found.append(CarvedGpu(gpu.index, model, gpu.instances, uuids, pinned))
+    return found
+
+
+def best_option(gpus: Sequence[CarvedGpu], profile: str) -> Option | None:
+    options = [option for gpu in gpus for option in gpu.options(profile)]
+    return min(options, key=Option.key) if options else None

@@ -1,0 +1,540 @@
+"""One client connection on the worker's event loop: TLS, HTTP/1.1, deadlines, body limits.
+
+TLS runs over memory BIOs (``ssl.SSLObject``), so a connection costs a few kilobytes until it
+sends something, the handshake is a phase of our own with its own deadline, and every new
+connection gets the serving certificate as it is on disk now. HTTP/1.1 framing is h11's. A
+request is read whole under one deadline (headers and body together: trickling bytes does not
+extend it) and only then handed to the app in the worker's thread pool, so no thread ever waits
+on a client. A body over its path's limit is refused without being read, whether it is
+announced by Content-Length or arrives chunked; the connection closes after the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import TYPE_CHECKING, cast
+from urllib.parse import unquote
+
+import h11
+
+from migslice.serving.connections import Phase
+from migslice.serving.wsgi import (
+    Endpoint,
+    Incoming,
+    Outgoing,
+    call_app,
+    environ_for,
+    internal_error,
+)
+
+if TYPE_CHECKING:
+    from migslice.serving.loop import Site
+
+log = logging.getLogger(__name__)
+
+TLS_READ_BYTES = 64 * 1024
+TLS_RECORD_HEADER_BYTES = 5
+TLS_HANDSHAKE_RECORD = 22
+TLS_MAX_RECORD_BYTES = 16384 + 2048
+TRICKLE_AFTER_S = 1.0
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 1024 * 1024
+TRICKLE_BYTES = 16 * 1024
+WRITE_CHUNK_BYTES = 256 * 1024
+WRITE_HIGH_WATER_BYTES = 256 * 1024
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class HttpConnection(asyncio.Protocol):
+    """A connection's state machine; the :class:`Site` owns the table, the clock and the pool."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.phase = Phase.HANDSHAKE
+        self.deadline = 0.0
+        self.write_stalled_since: float | None = None
+        self.transport: asyncio.Transport | None = None
+        self._endpoint = Endpoint(site.scheme, ("", 0), ("", 0), site.multiprocess)
+        self._tls: ssl.SSLObject | None = None
+        self._tls_in = ssl.MemoryBIO()
+        self._tls_out = ssl.MemoryBIO()
+        self._hello = bytearray()
+        self._http = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=site.limits.max_header_bytes
+        )
+        self._answered = 0
+        self._request: h11.Request | None = None
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._body_limit = 0
+        self._too_large = False
+        self._sent_continue = False
+        self._holds_slot = False
+        self._waits_for_slot = False
+        self._app_runs = False
+        self._peer_done = False
+        self.handshake_queued = False
+        self.handshake_answered = False  # our reply to the ClientHello is out
+        self._lingered_bytes = 0
+        self._began = 0.0  # when the handshake, or the request being read, began
+        self._request_bytes = 0
+        self._stalled = False
+
+    @property
+    def answered(self) -> int:
+        """Requests answered on this connection so far."""
+        return self._answered
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        server = transport.get_extra_info("sockname") or ("", 0)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self._endpoint = Endpoint(
+            self.site.scheme, (str(server[0]), int(server[1])), (str(peer[0]), int(peer[1])),
+            self.site.multiprocess,
+        )  # fmt: skip
+        limits = self.site.limits
+        now = self.site.now()
+        self._began = now
+        if self.site.tls is not None:
+            self.phase, self.deadline = Phase.HANDSHAKE, now + limits.tls_handshake_timeout_s
+        else:
+            self.phase, self.deadline = Phase.WAITING, now + limits.keepalive_timeout_s
+        if not self.site.admit(self):
+            self.phase = Phase.CLOSED
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase is Phase.CLOSED:
+            return
+        if self.phase is Phase.LINGERING:
+            self._lingered_bytes += len(data)
+            if self._lingered_bytes > LINGER_BYTES:
+                self.close(notify=False)
+            return
+        if self.site.tls is None:
+            if data:
+                self._received(data)
+            self._close_if_peer_done()
+            return
+        if self._tls is None:
+            if not self._first_record(data):
+                if self.phase is Phase.HANDSHAKE:
+                    self._stall_if_trickling(len(self._hello))
+                return
+        else:
+            self._tls_in.write(data)
+        if self.phase is Phase.HANDSHAKE:
+            if not self.handshake_queued:  # the Site runs handshakes a few at a time
+                self.handshake_queued = True
+                self.site.queue_handshake(self)
+            return
+        self._take_tls_data()
+
+    def continue_handshake(self) -> None:
+        """Advance the TLS handshake with what has arrived (called by the Site's queue)."""
+        self.handshake_queued = False
+        if self.phase is Phase.HANDSHAKE and self._handshake():
+            self._take_tls_data()  # a TLS 1.3 client sends its request right behind Finished
+
+    def _take_tls_data(self) -> None:
+        plain = self._decrypt()
+        if plain is None:
+            return
+        if plain:
+            self._received(plain)
+        self._close_if_peer_done()
+
+    def _close_if_peer_done(self) -> None:
+        if self._peer_done and self.phase in (Phase.WAITING, Phase.READING, Phase.HANDSHAKE):
+            self.close()
+
+    def eof_received(self) -> bool:
+        if self.phase is Phase.LINGERING:
+            self.close(notify=False)
+            return False
+        self._peer_done = True
+        # A client may half-close after its request: keep the socket to send the answer.
+        return self.phase is Phase.BUSY
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._leave()
+
+    def pause_writing(self) -> None:
+        self.write_stalled_since = self.site.now()
+
+    def resume_writing(self) -> None:
+        self.write_stalled_since = None
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self, notify: bool = True) -> None:
+        """Close after what is already written, with a TLS close_notify first unless the
+        client stalled (``notify=False``: it gets no more of our CPU)."""
+        if self.phase is Phase.CLOSED or self.transport is None:
+            return
+        handshaken = self.phase is not Phase.HANDSHAKE
+        self._leave()
+        if self._tls is not None and handshaken and notify:
+            try:
+                self._tls.unwrap()
+            except (ssl.SSLError, OSError):
+                pass  # the peer's close_notify is not awaited
+            self._flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self._leave()
+            self.transport.abort()
+
+    def _leave(self) -> None:
+        """Out of the table; the large-request slot goes on unless the app still holds the body."""
+        self.phase = Phase.CLOSED
+        self._body = []
+        if self._waits_for_slot:
+            self._waits_for_slot = False
+            self.site.large_slot.withdraw(self)
+        if self._holds_slot and not self._app_runs:
+            self._holds_slot = False
+            self.site.large_slot.release(self)
+        self.site.forget(self)
+
+    def slot_granted(self) -> None:
+        """The worker's large-request slot is ours: read on."""
+        self._holds_slot, self._waits_for_slot = True, False
+        if self.phase is Phase.READING and self.transport is not None:
+            self.transport.resume_reading()
+            self._advance()
+
+    # -- TLS ------------------------------------------------------------------------------
+
+    def _first_record(self, data: bytes) -> bool:
+        """Hold the bytes of the client's first TLS record until it is whole, then start TLS.
+
+        OpenSSL gets nothing before that, so a client that trickles its ClientHello costs the
+        bytes it sent, not a TLS session with its buffers.
+        """
+        self._hello += data
+        if len(self._hello) < TLS_RECORD_HEADER_BYTES:
+            return False
+        record_bytes = int.from_bytes(self._hello[3:5], "big")
+        if self._hello[0] != TLS_HANDSHAKE_RECORD or record_bytes > TLS_MAX_RECORD_BYTES:
+            log.debug("not a TLS ClientHello from peer=%s; closing", self._endpoint.peer[0])
+            self.site.count("tls_failed")
+            self.abort()
+            return False
+        if len(self._hello) < TLS_RECORD_HEADER_BYTES + record_bytes:
+            return False
+        assert self.site.tls is not None
+        try:
+            context = self.site.tls.get()
+        except (ValueError, OSError, ssl.SSLError) as error:
+            log.error("no serving certificate for a new connection (%s); closing it", error)
+            self.abort()
+            return False
+        self._tls = context.wrap_bio(self._tls_in, self._tls_out, server_side=True)
+        self._tls_in.write(bytes(self._hello))
+        self._hello = bytearray()
+        return True
+
+    def _handshake(self) -> bool:
+        assert self._tls is not None
+        try:
+            self._tls.do_handshake()
+        except ssl.SSLWantReadError:
+            self.handshake_answered = self.handshake_answered or bool(self._tls_out.pending)
+            self._flush()
+            return False
+        except (ssl.SSLError, OSError) as error:
+            log.debug("TLS handshake failed peer=%s: %s", self._endpoint.peer[0], error)
+            self._flush()
+            self.site.count("tls_failed")
+            self.abort()
+            return False
+        self._flush()
+        self.phase, self.deadline = (
+            Phase.WAITING,
+            self.site.now() + self.site.limits.keepalive_timeout_s,
+        )
+        self.site.table.wait(self)
+        return True
+
+    def _decrypt(self) -> bytes | None:
+        assert self._tls is not None
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = self._tls.read(TLS_READ_BYTES)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                self._peer_done = True
+                break
+            except ssl.SSLError as error:
+                log.debug("TLS error peer=%s: %s", self._endpoint.peer[0], error)
+                self._flush()
+                self.abort()
+                return None
+            if not chunk:
+                self._peer_done = True
+                break
+            chunks.append(chunk)
+        self._flush()
+        return b"".join(chunks)
+
+    def _flush(self) -> None:
+        pending = self._tls_out.read()
+        if pending and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(pending)
+
+    def _write(self, data: bytes | None) -> None:
+        assert self.transport is not None
+        if not data:
+            return
+        if self._tls is None:
+            self.transport.write(data)
+            return
+        view = memoryview(data)
+        while view:
+            written = self._tls.write(view[:WRITE_CHUNK_BYTES])
+            view = view[written:]
+            self._flush()
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    def _received(self, data: bytes) -> None:
+        if self.phase is Phase.WAITING:  # a request begins: its whole-request deadline starts
+            self.phase = Phase.READING
+            self._began, self._request_bytes = self.site.now(), 0
+            self.deadline = self._began + self.site.limits.request_timeout_s
+        self._request_bytes += len(data)
+        self._http.receive_data(data)
+        if self.phase is Phase.READING and not self._waits_for_slot:
+            self._advance()
+        if self.phase is Phase.READING:
+            self._stall_if_trickling(self._request_bytes)
+
+    def _stall_if_trickling(self, received_bytes: int) -> None:
+        """Stop reading a client that trickles: still short of a whole request (or ClientHello)
+        a second after it began, with fewer than 16 KiB sent. An honest client sends in
+        milliseconds; this one would only cost a wake-up of the loop per byte until its
+        deadline closes it, and closing it sooner only makes it reconnect (a handshake) sooner."""
+        if (
+            not self._stalled
+            and received_bytes < TRICKLE_BYTES
+            and self.site.now() - self._began > TRICKLE_AFTER_S
+            and self.transport is not None
+        ):
+            self._stalled = True
+            self.site.count("trickling")
+            self.transport.pause_reading()
+
+    def _advance(self) -> None:
+        while self.phase is Phase.READING and not self._waits_for_slot:
+            try:
+                event = self._http.next_event()
+            except h11.RemoteProtocolError as error:
+                self._refuse_malformed(error)
+                return
+            if event is h11.NEED_DATA:
+                if self._http.they_are_waiting_for_100_continue and not self._sent_continue:
+                    self._sent_continue = True
+                    self._write(
+                        self._http.send(h11.InformationalResponse(status_code=100, headers=[]))
+                    )
+                return
+            if isinstance(event, h11.Request):
+                self._begin(event)
+            elif isinstance(event, h11.Data):
+                self._take(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                self._dispatch()
+            elif isinstance(event, h11.ConnectionClosed):
+                self.close()
+            else:  # PAUSED: h11 waits for the next cycle
+                return
+
+    def _begin(self, request: h11.Request) -> None:
+        self._request = request
+        path = unquote(request.target.partition(b"?")[0].decode("latin-1"))
+        self._body_limit = self.site.limits.body_limit(path)
+        declared = _content_length(request)
+        if declared is not None and declared > self._body_limit:
+            self._refuse_body(declared)
+        elif declared is not None and declared > self.site.limits.large_body_bytes:
+            self._claim_slot()
+
+    def _take(self, data: bytes) -> None:
+        self._body_bytes += len(data)
+        if self._body_bytes > self._body_limit:
+            self._refuse_body(self._body_bytes)
+            return
+        self._body.append(data)
+        if self._body_bytes > self.site.limits.large_body_bytes and not self._holds_slot:
+            self._claim_slot()
+
+    def _claim_slot(self) -> None:
+        if self.site.large_slot.claim(self):
+            self._holds_slot = True
+            return
+        self._waits_for_slot = True
+        assert self.transport is not None
+        self.transport.pause_reading()
+
+    def _refuse_body(self, known_bytes: int) -> None:
+        """Answer without reading the rest of the body: the app refuses, then we close."""
+        self.site.count("body_refused")
+        self._too_large = True
+        self._body, self._body_bytes = [], known_bytes
+        self._dispatch()
+
+    def _refuse_malformed(self, error: h11.RemoteProtocolError) -> None:
+        self.site.count("malformed")
+        status = error.error_status_hint
+        body = f"{error}\n".encode("utf-8", "replace")
+        try:
+            headers = [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]
+            self._write(self._http.send(h11.Response(status_code=status, headers=headers)))
+            self._write(self._http.send(h11.Data(data=body)))
+            self._write(self._http.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:
+            pass
+        self.close()
+
+    def _dispatch(self) -> None:
+        assert self._request is not None and self.transport is not None
+        self.phase = Phase.BUSY
+        self.site.table.hold(self)
+        self.transport.pause_reading()
+        request = self._request
+        body = b"".join(self._body)
+        self._body = []
+        incoming = Incoming(
+            method=request.method,
+            target=request.target,
+            http_version=request.http_version,
+            headers=list(request.headers),
+            body=body,
+            content_length=self._body_bytes if self._too_large else len(body),
+            body_limit=self._body_limit,
+            body_too_large=self._too_large,
+        )
+        environ = environ_for(incoming, self._endpoint)
+        self._app_runs = True
+        future = self.site.loop.run_in_executor(
+            self.site.executor, call_app, self.site.app, environ
+        )
+        future.add_done_callback(self._answer)
+
+    def _answer(self, future: asyncio.Future[Outgoing]) -> None:
+        self._app_runs = False
+        if self._holds_slot:
+            self._holds_slot = False
+            self.site.large_slot.release(self)
+        if self.phase is not Phase.BUSY:
+            return  # shed or lost while the app ran
+        try:
+            outgoing = future.result()
+        except Exception:
+            log.exception("the app failed answering path=%s; answering 500", self._path())
+            outgoing = internal_error()
+        self._answered += 1
+        keep_alive = (
+            not self._too_large
+            and not self._peer_done
+            and self.site.accepting
+            and self._answered < self.site.limits.max_requests_per_connection
+        )
+        try:
+            self._send(outgoing, keep_alive)
+        except h11.LocalProtocolError as error:
+            log.error(
+                "answer to path=%s not sent (%s); closing the connection", self._path(), error
+            )
+            self.abort()
+            return
+        self._next_cycle()
+
+    def _send(self, outgoing: Outgoing, keep_alive: bool) -> None:
+        assert self._request is not None
+        headers = [(n, v) for n, v in outgoing.headers if n != b"content-length"]
+        has_body = outgoing.status not in _NO_BODY_STATUS and outgoing.status >= 200
+        if has_body:
+            headers.append((b"content-length", str(len(outgoing.body)).encode()))
+        if not keep_alive:
+            headers.append((b"connection", b"close"))
+        self._write(
+            self._http.send(
+                h11.Response(status_code=outgoing.status, headers=headers, reason=outgoing.reason)
+            )
+        )
+        if has_body and outgoing.body and self._request.method != b"HEAD":
+            for piece in self._http.send_with_data_passthrough(h11.Data(data=outgoing.body)) or ():
+                self._write(piece)  # the body itself, not a copy of it
+        self._write(self._http.send(h11.EndOfMessage()))
+
+    def _next_cycle(self) -> None:
+        assert self.transport is not None
+        self._request, self._body_bytes, self._too_large, self._sent_continue = (
+            None,
+            0,
+            False,
+            False,
+        )
+        if self._http.their_state is h11.SEND_BODY and not self._peer_done:
+            self._linger()
+            return
+        if self._http.our_state is not h11.DONE or self._http.their_state is not h11.DONE:
+            self.close()
+            return
+        self._http.start_next_cycle()
+        limits = self.site.limits
+        self.phase, self.deadline = Phase.WAITING, self.site.now() + limits.keepalive_timeout_s
+        self.site.table.wait(self)
+        self.transport.resume_reading()
+        if self._http.trailing_data[0]:  # a pipelined request is already here
+            self.phase, self.deadline = Phase.READING, self.site.now() + limits.request_timeout_s
+            self._advance()
+
+    def _linger(self) -> None:
+        """We answered before reading the whole body (it was over its limit). Closing now
+        would reset the connection while the client is still sending, and the reset can
+        destroy our answer before the client reads it; so, like Apache and nginx, we say we are
+        done (close_notify, FIN), then read and drop what still arrives, for a short while."""
+        assert self.transport is not None
+        self.phase, self.deadline = Phase.LINGERING, self.site.now() + LINGER_S
+        self._lingered_bytes = 0
+        self.site.table.wait(self)
+        if self._tls is not None:
+            try:
+                self._tls.unwrap()
+            except (ssl.SSLError, OSError):
+                pass
+            self._flush()
+        try:
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+        except OSError:  # the client is gone already
+            self.close(notify=False)
+            return
+        self.transport.resume_reading()
+
+    def _path(self) -> str:
+        return self._request.target.decode("latin-1") if self._request is not None else "?"
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)
+    return None

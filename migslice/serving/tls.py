@@ -1,0 +1,71 @@
+"""The serving certificate, re-read when its files change (see ``server.py``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class ReloadingSSLContext:
+    """Builds a server SSL context from cert and key files; rebuilds when either changes."""
+
+    def __init__(self, cert_path: str | None, key_path: str | None) -> None:
+        self._cert_path = cert_path or ""
+        self._key_path = key_path or ""
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int, int] | None = None
+        self._context: ssl.SSLContext | None = None
+
+    def _current_stamp(self) -> tuple[int, int, int, int]:
+        cert, key = os.stat(self._cert_path), os.stat(self._key_path)
+        return (cert.st_mtime_ns, cert.st_size, key.st_mtime_ns, key.st_size)
+
+    def get(self) -> ssl.SSLContext:
+        """The context for a new connection. The first load raises ValueError naming the
+        files; a later change that cannot be loaded keeps the previous certificate."""
+        try:
+            stamp = self._current_stamp()
+        except OSError as error:
+            if self._context is None:
+                raise self._unusable(error) from None
+            return self._context
+        with self._lock:
+            if self._context is None or stamp != self._stamp:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                context.minimum_version = ssl.TLSVersion.TLSv1_2
+                context.set_alpn_protocols(["http/1.1"])
+                try:
+                    context.load_cert_chain(self._cert_path, self._key_path)
+                except (ssl.SSLError, OSError) as error:
+                    if self._context is None:
+                        raise self._unusable(error) from None
+                    log.error(
+                        "renewed certificate cert=%s key=%s cannot be loaded (%s); "
+                        "keeping the previous one",
+                        self._cert_path,
+                        self._key_path,
+                        error,
+                    )
+                    self._stamp = stamp
+                    return self._context
+                if self._context is not None:
+                    log.info("serving certificate reloaded cert=%s", self._cert_path)
+                self._context, self._stamp = context, stamp
+            return self._context
+
+    def _unusable(self, error: Exception) -> ValueError:
+        if isinstance(error, ssl.SSLError):
+            detail = f": {error.reason.lower().replace('_', ' ')}" if error.reason else ""
+            reason = f"not a PEM certificate chain and its matching private key{detail}"
+        elif isinstance(error, OSError) and error.strerror:
+            reason = error.strerror
+        else:
+            reason = str(error)
+        return ValueError(
+            f"--tls-cert {self._cert_path} --tls-key {self._key_path}: "
+            f"cannot load the serving certificate ({reason})"
+        )

@@ -1,0 +1,243 @@
+"""The carving node agent over the fake libnvidia-ml (pynvml's own wrappers, the driver's
+rules): carving around a busy instance, every reason to refuse or roll back, resuming after
+a kill, the device plugin, the read-only gate; and the fake driver's refusals themselves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agent.carve_checks import MigWriteError
+from agent.nvml import nvml_session
+from agent.nvml_carve import NvmlMig
+from agent.service import wants_carving
+from migslice.names import LAYOUT_ANNOTATION
+from migslice.objects import node_facts_from_raw, parse_layout_annotation
+from migslice.objects.carve import CarvePhase, Slot
+from tests.carve_agent_harness import (
+    MemoryNode,
+    balanced,
+    carver,
+    layout,
+    request,
+    uuid_of,
+)
+from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
+
+BIG = [("3g.40gb", 0), ("3g.40gb", 4)]
+
+
+def big_request(library: FakeNvmlLibrary, plan: str = "plan-1") -> object:
+    doomed = [("1g.10gb", s, uuid_of(library, 0, "1g.10gb", s)) for s in (0, 1)]
+    return request(plan, 0, doomed, [("3g.40gb", 0)], BIG)
+
+
+def test_a_carve_destroys_idle_instances_creates_the_new_one_and_leaves_the_busy_one() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+    node.hold("running", "3g.40gb")
+    with installed(library):
+        busy_uuid = uuid_of(library, 0, "3g.40gb", 4)
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        said = carver(node).run_once()
+        assert uuid_of(library, 0, "3g.40gb", 4) == busy_uuid
+    assert said == "carved plan plan-1"
+    assert layout(library) == [("3g.40gb", 0, True), ("3g.40gb", 4, True)]
+    assert [i.profile for i in library.destroyed] == ["1g.10gb", "1g.10gb"]
+    assert node.statuses == [CarvePhase.PENDING, CarvePhase.PENDING, CarvePhase.SUCCESS]
+    assert node.restarts == 1
+    assert node_facts_from_raw(node.raw).allocatable == (("nvidia.com/mig-3g.40gb", 2),)
+    published = parse_layout_annotation(node.raw["metadata"]["annotations"][LAYOUT_ANNOTATION])
+    assert [(i.profile, i.start, i.busy) for i in published.gpus[0].instances] == [
+        ("3g.40gb", 0, False),
+        ("3g.40gb", 4, True),
+    ]
+    with installed(library):
+        assert carver(node).run_once() == "nothing to carve"
+
+
+def test_a_container_started_before_the_carve_stops_it_before_any_change() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        library.gpus[0].instances[2].processes = 1  # 1g.10gb@1 got a container
+        said = carver(node).run_once()
+    assert "1g.10gb@1 has processes running" in said
+    assert said.endswith("nothing was changed")
+    assert library.destroyed == []
+    assert node.restarts == 0  # nothing changed: the device plugin is left alone
+    assert node.statuses == [CarvePhase.PENDING, CarvePhase.FAILED]
+    assert node.events[0][0] == "MigCarveFailed"
+
+
+def test_a_container_started_between_two_destroys_is_spared_and_the_first_is_recreated() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+    doomed = library.gpus[0].instances[2]
+
+    def container_starts(call: str) -> None:
+        if call == "nvmlGpuInstanceDestroy":
+            doomed.processes = 1
+
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        first_uuid = uuid_of(library, 0, "1g.10gb", 0)
+        library.on_call = container_starts
+        said = carver(node).run_once()
+        library.on_call = None
+        assert uuid_of(library, 0, "1g.10gb", 0) not in ("", first_uuid)  # made again
+    assert "rolled back" in said
+    assert layout(library) == [("1g.10gb", 0, True), ("1g.10gb", 1, True), ("3g.40gb", 4, True)]
+    assert doomed not in library.destroyed
+    assert node.status is not None and node.status.phase == CarvePhase.FAILED
+    assert node.statuses == [
+        CarvePhase.PENDING,
+        CarvePhase.PENDING,  # changed: true, right before the first NVML change
+        CarvePhase.ROLLING_BACK,
+        CarvePhase.FAILED,
+    ]
+    assert node.restarts == 1
+
+
+def test_an_idle_instance_a_pod_may_hold_is_not_destroyed() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+    node.hold("running", "3g.40gb")
+    node.hold("starting", "1g.10gb")  # its container has not started: which 1g is unknown
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        said = carver(node).run_once()
+    assert "may be held: pods on the node hold 1 x 1g.10gb and 0 of them show processes" in said
+    assert library.destroyed == []
+
+
+def test_an_agent_killed_between_two_nvml_calls_finishes_on_restart() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+
+    class Killed(BaseException):
+        pass
+
+    def kill(call: str) -> None:
+        if call == "nvmlGpuInstanceCreateComputeInstance":
+            raise Killed
+
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        library.on_call = kill
+        with pytest.raises(Killed):
+            carver(node).run_once()
+        library.on_call = None
+        assert layout(library)[0] == ("3g.40gb", 0, False)  # a GPU instance without its CI
+        assert carver(node).run_once() == "carved plan plan-1"
+    assert layout(library) == [("3g.40gb", 0, True), ("3g.40gb", 4, True)]
+
+
+def test_a_withdrawn_request_rolls_a_pending_carve_back() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+
+    class Killed(BaseException):
+        pass
+
+    def kill(call: str) -> None:
+        if call == "nvmlDeviceCreateGpuInstanceWithPlacement":
+            raise Killed
+
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        library.on_call = kill
+        with pytest.raises(Killed):
+            carver(node).run_once()
+        library.on_call = None
+        node.ask(None)  # the controller's deadline passed
+        said = carver(node).run_once()
+    assert "the controller withdrew the request; rolled back" in said
+    assert layout(library) == [("1g.10gb", 0, True), ("1g.10gb", 1, True), ("3g.40gb", 4, True)]
+
+
+def test_a_device_plugin_that_does_not_advertise_is_a_failure_said_plainly() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+    node.plugin_works = False
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        said = carver(node, timeout_s=3).run_once()
+    assert "the device plugin did not advertise the new devices within 3s" in said
+    assert "allocatable shows 2 x 1g.10gb, 1 x 3g.40gb; NVML has 2 x 3g.40gb" in said
+    assert layout(library) == [("3g.40gb", 0, True), ("3g.40gb", 4, True)]
+
+
+def test_a_node_in_mig_manager_mode_is_not_carved_and_not_even_loaded() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+    assert wants_carving(node_facts_from_raw(node.raw))
+    node.raw["metadata"]["labels"]["migslice.io/repartition-mode"] = "mig-manager"
+    assert not wants_carving(node_facts_from_raw(node.raw))
+    request = node.raw["metadata"]["annotations"]["migslice.io/carve"]
+    script = f"""
+import json, sys
+import agent.command
+from agent.service import AgentService
+from agent.settings import AgentSettings
+
+class Transport:  # the API server's answers for this node
+    def __init__(self, node):
+        self.node = node
+    def get_json(self, path, query):
+        return self.node
+
+plain = {{"metadata": {{"name": "gpu-a", "labels": {{}}, "annotations": {{}}}}}}
+manager = {{"metadata": {{"name": "gpu-a",
+    "labels": {{"migslice.io/repartition-mode": "mig-manager"}},
+    "annotations": {{"migslice.io/carve": {json.dumps(request)!r}}}}}}}
+for node in (plain, manager):
+    service = AgentService(AgentSettings("gpu-a", carve=True), Transport(node), None, None)
+    assert service.carve_pass() is None
+loaded = [m for m in ("agent.carve", "agent.nvml_carve", "migslice.kube.carve") if m in sys.modules]
+assert not loaded, loaded
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=".")
+
+
+@pytest.mark.parametrize(
+    ("slot", "error"),
+    [
+        (Slot(2, "3g.40gb"), "NVML_ERROR_INVALID_ARGUMENT"),  # not a legal start of a 3g
+        (Slot(4, "1g.10gb"), "NVML_ERROR_INSUFFICIENT_RESOURCES"),  # under the 3g
+        (Slot(0, "4g.40gb"), "NVML_ERROR_INSUFFICIENT_RESOURCES"),  # 3 + 4 + 1 + 1 SM slices
+    ],
+    ids=["illegal-start", "overlap", "sm-slices"],
+)
+def test_the_fake_driver_refuses_what_the_real_one_refuses(slot: Slot, error: str) -> None:
+    with installed(balanced()), nvml_session(), pytest.raises(MigWriteError, match=error):
+        NvmlMig().create(0, slot)
+
+
+def test_the_fake_driver_refuses_to_destroy_an_instance_in_use() -> None:
+    with installed(balanced()), nvml_session():
+        with pytest.raises(MigWriteError, match=r"nvmlComputeInstanceDestroy .* NVML_ERROR_IN_USE"):
+            NvmlMig().destroy(0, Slot(4, "3g.40gb"))
+
+
+def test_the_fake_driver_refuses_a_gpu_without_mig() -> None:
+    library = FakeNvmlLibrary([FakeGpu("NVIDIA A100-SXM4-80GB", "A100-80GB", mig_enabled=False)])
+    with installed(library), nvml_session():
+        with pytest.raises(MigWriteError, match="NVML_ERROR_NOT_SUPPORTED"):
+            NvmlMig().create(0, Slot(0, "7g.80gb"))
+
+
+def test_a_busy_gpu_instance_is_never_destroyed_even_when_asked_directly() -> None:
+    library = FakeNvmlLibrary(
+        [FakeGpu("NVIDIA A100-SXM4-80GB", "A100-80GB", instances=[FakeInstance("7g.80gb", 0)])]
+    )
+    library.gpus[0].instances[0].processes = 2
+    with installed(library), nvml_session(), pytest.raises(MigWriteError):
+        NvmlMig().destroy(0, Slot(0, "7g.80gb"))
+    assert library.destroyed == []

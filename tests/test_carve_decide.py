@@ -1,0 +1,216 @@
+"""The carve branch of the controller's state machine: every transition, the record round
+trip, and the two paths keeping to their own nodes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from migslice.inventory import NodeState
+from migslice.mig import place
+from migslice.objects.carve import (
+    CarvePhase,
+    CarveStatus,
+    render_carve_request,
+    render_carve_status,
+)
+from migslice.repartition import (
+    ABORTED,
+    FAILED,
+    SUCCESS,
+    TIMEOUT,
+    CarveSettings,
+    ControllerSettings,
+    RepartitionRecord,
+    StepKind,
+    decide,
+    parse_record,
+    render_record,
+)
+from migslice.repartition.carve_record import CarveStep
+from tests.carve_builders import MODEL, carve_node, gpu, waiting
+
+NOW = 1_750_000_000.0
+SETTINGS = ControllerSettings(deadline_s=300, backoff_s=900, carve=CarveSettings(cooldown_s=60))
+LAYOUT = [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")]
+BUSY = ["0:3g.40gb@4"]
+
+
+def node(**kwargs: object) -> NodeState:
+    return carve_node("gpu-a", LAYOUT, busy=BUSY, **kwargs)  # type: ignore[arg-type]
+
+
+def step(record: RepartitionRecord, nodes: list[NodeState], now: float = NOW) -> object:
+    return decide(
+        record,
+        nodes,
+        [waiting("team-a/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=now,
+        settings=SETTINGS,
+    )
+
+
+def started() -> RepartitionRecord:
+    first = decide(
+        RepartitionRecord(),
+        [node()],
+        [waiting("team-a/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=NOW,
+        settings=SETTINGS,
+    )
+    assert first.kind == StepKind.START
+    return first.record
+
+
+def applied() -> tuple[RepartitionRecord, str]:
+    record = started()
+    second = decide(record, [node()], [], file_configs=frozenset(), now=NOW + 1, settings=SETTINGS)
+    assert second.kind == StepKind.APPLY
+    assert second.record.carve is not None
+    return second.record, second.record.carve.plan_id
+
+
+def asked(plan_id: str, status: CarveStatus | None = None) -> NodeState:
+    record, _ = applied()
+    assert record.carve is not None
+    request = render_carve_request(record.carve.nodes[0].request(plan_id))
+    return node(request=request, status=render_carve_status(status) if status else None)
+
+
+def test_a_carve_is_planned_and_written_before_anything_changes() -> None:
+    first = decide(
+        RepartitionRecord(),
+        [node()],
+        [waiting("team-a/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=NOW,
+        settings=SETTINGS,
+    )
+    assert first.kind == StepKind.START
+    assert first.carve_writes == () and first.events == ()
+    carve = first.record.carve
+    assert carve is not None and carve.applied_at is None
+    (planned,) = carve.nodes
+    assert planned.serves == ("team-a/big",)
+    assert [(d.profile, d.start) for d in planned.gpus[0].destroy] == [
+        ("1g.10gb", 0),
+        ("1g.10gb", 1),
+    ]
+    assert parse_record(render_record(first.record)) == first.record
+
+
+def test_applying_asks_the_agent_and_says_so() -> None:
+    record = started()
+    second = decide(record, [node()], [], file_configs=frozenset(), now=NOW + 1, settings=SETTINGS)
+    assert second.kind == StepKind.APPLY
+    (write,) = second.carve_writes
+    assert write.node == "gpu-a" and write.request is not None
+    assert write.request.gpus[0].create[0].profile == "3g.40gb"
+    (event,) = second.events
+    assert event.reason == "MigCarve" and not event.warning
+    assert "destroy 1g.10gb@0, 1g.10gb@1; create 3g.40gb@0" in event.message
+
+
+def test_a_node_whose_instance_got_busy_since_planning_is_aborted() -> None:
+    record = started()
+    now_busy = carve_node("gpu-a", LAYOUT, busy=[*BUSY, "0:1g.10gb@1"])
+    second = decide(
+        record, [now_busy], [], file_configs=frozenset(), now=NOW + 1, settings=SETTINGS
+    )
+    assert second.kind == StepKind.ABORT
+    assert second.record.carve is None
+    assert "1g.10gb@1 may be in use now" in second.reason
+    assert second.carve_outcomes[0].outcome == ABORTED
+
+
+def test_an_agents_success_finishes_the_plan_removes_the_request_and_starts_a_cooldown() -> None:
+    record, plan_id = applied()
+    done = asked(plan_id, CarveStatus(plan_id, CarvePhase.SUCCESS))
+    third = decide(record, [done], [], file_configs=frozenset(), now=NOW + 20, settings=SETTINGS)
+    assert third.kind == StepKind.FINISH
+    assert third.record.carve is None
+    assert third.carve_outcomes[0].outcome == SUCCESS
+    assert [(w.node, w.request) for w in third.carve_writes] == [("gpu-a", None)]
+    assert dict(third.record.finished) == {"gpu-a": NOW + 20}
+    assert "can now be placed" in third.events[0].message
+
+
+def test_an_agents_failure_is_reported_and_backed_off() -> None:
+    record, plan_id = applied()
+    failed = asked(plan_id, CarveStatus(plan_id, CarvePhase.FAILED, "1g.10gb@1 became busy"))
+    third = decide(record, [failed], [], file_configs=frozenset(), now=NOW + 20, settings=SETTINGS)
+    assert third.kind == StepKind.FINISH
+    assert third.carve_outcomes[0].outcome == FAILED
+    (event,) = third.events
+    assert event.warning and event.reason == "MigCarveFailed"
+    assert "1g.10gb@1 became busy" in event.message
+    assert dict(third.record.backoff) == {"gpu-a": NOW + 20 + 900}
+
+
+def test_no_answer_within_the_deadline_withdraws_the_request() -> None:
+    record, plan_id = applied()
+    working = asked(plan_id, CarveStatus(plan_id, CarvePhase.PENDING))
+    waiting_step = decide(
+        record, [working], [], file_configs=frozenset(), now=NOW + 100, settings=SETTINGS
+    )
+    assert waiting_step.kind == StepKind.WAIT
+    late = decide(record, [working], [], file_configs=frozenset(), now=NOW + 400, settings=SETTINGS)
+    assert late.carve_outcomes[0].outcome == TIMEOUT
+    assert [(w.node, w.request) for w in late.carve_writes] == [("gpu-a", None)]
+    assert "gpu-a" in dict(late.record.backoff)
+
+
+def test_a_request_lost_to_a_restart_is_written_again() -> None:
+    record, _ = applied()
+    third = decide(record, [node()], [], file_configs=frozenset(), now=NOW + 5, settings=SETTINGS)
+    assert third.kind == StepKind.OBSERVE
+    (write,) = third.carve_writes
+    assert write.request is not None
+
+
+def test_the_mig_manager_path_leaves_carve_nodes_alone() -> None:
+    idle = carve_node("gpu-b", [[place(MODEL, "1g.10gb", i) for i in range(7)]])
+    result = decide(
+        RepartitionRecord(),
+        [idle],
+        [waiting("team-a/big", "7g.80gb")],
+        file_configs=frozenset({"all-1g.10gb"}),
+        now=NOW,
+        settings=SETTINGS,
+    )
+    assert result.kind == StepKind.START  # the carve path takes it, not MIG Manager
+    assert result.record.plan is None and result.record.carve is not None
+
+
+def test_pods_a_carve_serves_are_not_planned_again_by_mig_manager() -> None:
+    record = started()
+    carve = record.carve
+    assert carve is not None
+    still_open = replace(record, carve=replace(carve, applied_at=NOW))
+    manager_node = carve_node(
+        "gpu-m", [[place(MODEL, "1g.10gb", i) for i in range(7)]], mode="mig-manager"
+    )
+    result = decide(
+        still_open,
+        [asked(carve.plan_id), manager_node],
+        [waiting("team-a/big", "3g.40gb")],
+        file_configs=frozenset({"all-1g.10gb"}),
+        now=NOW + 5,
+        settings=SETTINGS,
+    )
+    assert result.kind == StepKind.WAIT
+
+
+def test_a_carve_step_survives_the_record_round_trip() -> None:
+    record, _ = applied()
+    assert record.carve is not None
+    closed = replace(
+        record,
+        carve=replace(
+            record.carve, nodes=(replace(record.carve.nodes[0], outcome=FAILED, detail="x"),)
+        ),
+    )
+    again = parse_record(render_record(closed))
+    assert again == closed
+    assert isinstance(again.carve.nodes[0], CarveStep)  # type: ignore[union-attr]

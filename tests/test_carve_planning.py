@@ -1,0 +1,217 @@
+"""Carve planning: the room measure and the planner against brute force, table tests of the
+rules, and properties over random clusters (never a pinned instance, always legal)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from migslice.inventory import NodeState
+from migslice.mig import Placed, is_legal, place
+from migslice.mig.room import room, room_loss
+from migslice.repartition import CarveSettings, plan_carve
+from migslice.repartition.carve import carve_mode_nodes
+from migslice.repartition.carve_gpu import carved_gpus
+from tests import carve_oracle, mig_oracle
+from tests.carve_builders import MODEL, carve_node, gpu, waiting
+
+PROFILES = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+LEGAL = [
+    sorted(place(MODEL, name, start) for name, start in legal)
+    for legal in mig_oracle.legal_sets("A100-80GB", PROFILES)
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(LEGAL), st.sampled_from((*PROFILES, "1g.10gb+me")))
+def test_room_is_the_most_instances_brute_force_can_add(kept: list[Placed], profile: str) -> None:
+    expected = carve_oracle.room(MODEL, [(p.profile, p.start) for p in kept], profile)
+    assert room(MODEL, kept, profile) == expected
+
+
+def test_room_loss_keeps_whole_gpus_whole() -> None:
+    empty = room_loss(MODEL, [], [place(MODEL, "1g.10gb", 0)])
+    beside_a_3g = room_loss(
+        MODEL, gpu("3g.40gb@4"), [*gpu("3g.40gb@4"), place(MODEL, "1g.10gb", 3)]
+    )
+    assert beside_a_3g < empty
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[NodeState], str]:
+    """One or two carve nodes of one or two GPUs, some instances busy or held, one profile
+    wanted, such that no free instance of it exists (else the scheduler serves the pod)."""
+    nodes = []
+    for n in range(draw(st.integers(1, 2))):
+        layouts = [draw(st.sampled_from(LEGAL)) for _ in range(draw(st.integers(1, 2)))]
+        words = [f"{i}:{p.profile}@{p.start}" for i, layout in enumerate(layouts) for p in layout]
+        busy = draw(st.lists(st.sampled_from(words), unique=True)) if words else []
+        rest = [w for w in words if w not in busy]
+        quiet = draw(st.lists(st.sampled_from(rest), unique=True, max_size=2)) if rest else []
+        held = [w.split(":")[1].split("@")[0] for w in quiet]  # held, processes not started
+        nodes.append(carve_node(f"n{n}", layouts, busy=busy, held=held))
+    return nodes, draw(st.sampled_from(PROFILES))
+
+
+@settings(max_examples=120, deadline=None)
+@given(clusters())
+def test_the_planner_carves_where_brute_force_finds_the_least_fragmentation(
+    case: tuple[list[NodeState], str],
+) -> None:
+    nodes, profile = case
+    resource = "nvidia.com/mig-" + profile
+    assume(all(node.free_of(resource) == 0 for node in nodes))
+    found = carve_oracle.best_carve(
+        MODEL, [(g.old, g.pinned) for node in nodes for g in carved_gpus(node)], profile
+    )
+    result = plan_carve(nodes, [waiting("t/pod", profile)])
+    if found is None:
+        assert result.is_empty
+        return
+    (change,) = result.changes
+    destroyed = sum(len(g.step.destroy) for g in change.gpus)
+    assert (change.loss, destroyed) == found
+
+
+@settings(max_examples=120, deadline=None)
+@given(clusters(), st.lists(st.sampled_from(PROFILES), min_size=1, max_size=4))
+def test_carves_are_legal_spare_pinned_instances_and_serve_what_they_claim(
+    case: tuple[list[NodeState], str], wanted: list[str]
+) -> None:
+    nodes, _ = case
+    pending = [waiting(f"t/p{i}", profile) for i, profile in enumerate(wanted)]
+    result = plan_carve(nodes, pending)
+    states = {node.name: node for node in nodes}
+    served = {pod for change in result.changes for pod in change.serves}
+    for change in result.changes:
+        pinned = {
+            (g.index, p)
+            for g in carved_gpus(states[change.node])
+            for p, pin in zip(g.old, g.pinned, strict=True)
+            if pin
+        }
+        for carved in change.gpus:
+            assert is_legal(MODEL, carved.new)
+            doomed = {(d.profile, d.start) for d in carved.step.destroy}
+            gone = {(carved.index, p) for p in carved.old if (p.profile, p.start) in doomed}
+            assert not gone & pinned
+            assert {p for i, p in pinned if i == carved.index} <= set(carved.new)
+            assert [(s.start, s.profile) for s in carved.step.layout] == [
+                (p.start, p.profile) for p in carved.new
+            ]
+    for pod in pending:
+        if pod.demand.key in served:
+            assert pod.demand.key not in dict(result.unserved)
+
+
+@settings(max_examples=80, deadline=None)
+@given(clusters(), st.lists(st.sampled_from(PROFILES), min_size=1, max_size=3))
+def test_after_a_carve_the_pods_it_served_find_free_instances(
+    case: tuple[list[NodeState], str], wanted: list[str]
+) -> None:
+    nodes, _ = case
+    pending = [waiting(f"t/p{i}", profile) for i, profile in enumerate(wanted)]
+    result = plan_carve(nodes, pending)
+    for change in result.changes:
+        node = next(n for n in nodes if n.name == change.node)
+        new = {c.index: c.new for c in change.gpus}
+        after = [new.get(g.index, g.instances) for g in node.gpus]
+        counts = Counter(p.profile for layout in after for p in layout)
+        held = Counter({r.removeprefix("nvidia.com/mig-"): n for r, n in node.allocated if n})
+        wants = Counter(p.demand.units[0].profile for p in pending if p.demand.key in change.serves)
+        for profile, count in wants.items():
+            assert counts[profile] - held[profile] >= count
+
+
+def test_a_busy_instance_stays_and_idle_ones_in_the_way_go() -> None:
+    node = carve_node("a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"])
+    (change,) = plan_carve([node], [waiting("t/big", "3g.40gb")]).changes
+    (carved,) = change.gpus
+    assert [(d.profile, d.start, d.uuid) for d in carved.step.destroy] == [
+        ("1g.10gb", 0, "MIG-a-0-1g.10gb-0"),
+        ("1g.10gb", 1, "MIG-a-0-1g.10gb-1"),
+    ]
+    assert [(s.profile, s.start) for s in carved.step.create] == [("3g.40gb", 0)]
+    assert carved.new == tuple(gpu("3g.40gb@0", "3g.40gb@4"))
+
+
+def test_an_instance_a_pod_may_hold_without_processes_is_pinned() -> None:
+    # One pod holds a 1g.10gb whose processes have not started: either 1g may be it.
+    node = carve_node(
+        "a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"], held=["1g.10gb"]
+    )
+    result = plan_carve([node], [waiting("t/big", "3g.40gb")])
+    assert result.is_empty
+    assert result.unserved == (("t/big", "no carve-mode GPU can take it"),)
+
+
+def test_free_slices_are_used_before_idle_instances_are_destroyed() -> None:
+    node = carve_node("a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"])
+    (change,) = plan_carve([node], [waiting("t/mid", "2g.20gb")]).changes
+    assert change.gpus[0].step.destroy == ()
+    assert [(s.profile, s.start) for s in change.gpus[0].step.create] == [("2g.20gb", 2)]
+
+
+def test_a_gpu_in_use_is_carved_before_a_whole_idle_gpu_is_broken() -> None:
+    idle = carve_node("a", [[]])
+    in_use = carve_node("b", [gpu("3g.40gb@4")], busy=["0:3g.40gb@4"])
+    (change,) = plan_carve([idle, in_use], [waiting("t/small", "1g.10gb")]).changes
+    assert change.node == "b"
+
+
+def test_only_carve_mode_nodes_are_carved_and_a_bad_label_is_said() -> None:
+    layouts = [gpu("3g.40gb@4")]
+    nodes = [
+        carve_node("default", layouts, busy=["0:3g.40gb@4"], mode=None),
+        carve_node("manager", layouts, busy=["0:3g.40gb@4"], mode="mig-manager"),
+        carve_node("typo", layouts, busy=["0:3g.40gb@4"], mode="carev"),
+    ]
+    result = plan_carve(nodes, [waiting("t/p", "1g.10gb")])
+    assert result.is_empty
+    assert [name for name, _ in result.skipped_nodes] == ["typo"]
+    assert "expected one of mig-manager, carve" in result.skipped_nodes[0][1]
+    with_default = plan_carve(
+        nodes, [waiting("t/p", "1g.10gb")], settings=CarveSettings(default_mode="carve")
+    )
+    assert [c.node for c in with_default.changes] == ["default"]
+    assert set(carve_mode_nodes(nodes, "mig-manager")) == {"typo"}
+    assert set(carve_mode_nodes(nodes, "carve")) == {"default", "typo"}
+
+
+def test_a_node_without_the_agents_layout_or_carving_already_is_left_alone() -> None:
+    carving = carve_node("busy", [gpu("3g.40gb@4")], request=_request("p1"))
+    result = plan_carve([carving], [waiting("t/p", "1g.10gb")])
+    assert result.skipped_nodes == (("busy", "a carve is under way"),)
+
+
+def test_at_most_max_nodes_in_flight_carve_at_once() -> None:
+    nodes = [carve_node(f"n{i}", [gpu("7g.80gb@0")], busy=["0:7g.80gb@0"]) for i in range(3)]
+    nodes += [carve_node(f"m{i}", [[]]) for i in range(3)]
+    pending = [waiting(f"t/p{i}", "7g.80gb") for i in range(3)]
+    result = plan_carve(nodes, pending, settings=CarveSettings(max_nodes_in_flight=2))
+    assert len(result.changes) == 2
+    assert ("t/p2", "carve budget in use") in result.unserved
+
+
+def test_pods_share_a_node_already_in_the_plan() -> None:
+    nodes = [carve_node(n, [[]]) for n in ("a", "b")]
+    result = plan_carve(nodes, [waiting("t/p1", "3g.40gb"), waiting("t/p2", "3g.40gb")])
+    (change,) = result.changes
+    assert change.serves == ("t/p1", "t/p2")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_plan_is_the_same_for_the_same_cluster(seed: int) -> None:
+    rng = random.Random(seed)
+    layouts = [rng.choice(LEGAL) for _ in range(2)]
+    nodes = [carve_node("a", layouts), carve_node("b", list(reversed(layouts)))]
+    pending = [waiting(f"t/p{i}", rng.choice(PROFILES)) for i in range(3)]
+    assert plan_carve(nodes, pending) == plan_carve(list(reversed(nodes)), pending)
+
+
+def _request(plan: str) -> str:
+    return '{"version":"v1","plan":"' + plan + '","gpus":[]}'

@@ -1,0 +1,105 @@
+"""Bad input on the command line: one clear line, a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from migslice.cli import main
+
+FLAG_ERRORS = [
+    (["webhook", "--port", "70000"], "70000 is not a port"),
+    (["webhook", "--workers", "0"], "out of range"),
+    (["webhook", "--threads", "0"], "out of range"),
+    (["webhook", "--quota-hold-s", "-1"], "out of range"),
+    (["webhook", "--quota-hold-s", "nan"], "not a finite number"),
+    (["webhook", "--ledger-namespace", "Migslice"], "not a DNS label"),
+    (["webhook", "--status-interval-s", "inf"], "not a finite number"),
+    (["extender", "--max-blind-s", "nan"], "not a finite number"),
+    (["extender", "--repartition-max-nodes-in-flight", "0"], "out of range"),
+    (["extender", "--mig-config-map", "no-namespace"], "is not NAMESPACE/NAME"),
+    (["agent", "--node-name", "Bad_Node"], "is not a DNS name"),
+    (["agent", "--node-name", "n1", "--interval-s", "0"], "out of range"),
+    (["certs", "--service", "../../x y", "--namespace", "a", "--out", "o"], "not a DNS label"),
+    (["certs", "--service", "s", "--namespace", "a", "--out", "o", "--days", "99999999"], "range"),
+    (["certs", "--service", "s", "--namespace", "a", "--out", "o", "--ip", "x"], "not an IP"),
+    (["simulate", "--nodes", "0"], "out of range"),
+    (["plan", "--cluster-file", "f", "--max-nodes-in-flight", "0"], "out of range"),
+]
+
+
+@pytest.mark.parametrize(("argv", "text"), FLAG_ERRORS, ids=[" ".join(a) for a, _ in FLAG_ERRORS])
+def test_a_bad_flag_is_refused_at_parse_time_in_one_line(
+    argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert text in error, error
+
+
+def bad_files(tmp: Path) -> list[tuple[str, Path, str]]:
+    (tmp / "adir").mkdir()
+    os.mkfifo(tmp / "fifo")
+    (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00bad")
+    (tmp / "deep.yaml").write_text("[" * 5000 + "]" * 5000)
+    (tmp / "broken.yaml").write_text("kind: Node\nmetadata: {name: [\n")
+    (tmp / "scalar.yaml").write_text("42\n")
+    (tmp / "noname.yaml").write_text("kind: Pod\nmetadata: {}\n")
+    return [
+        ("missing", tmp / "missing.yaml", "No such file"),
+        ("directory", tmp / "adir", "it is a directory"),
+        ("fifo", tmp / "fifo", "not a regular file"),
+        ("not-utf8", tmp / "binary.yaml", "not UTF-8"),
+        ("nested-too-deep", tmp / "deep.yaml", "nests too deep"),
+        ("not-yaml", tmp / "broken.yaml", "not valid YAML"),
+        ("not-an-object", tmp / "scalar.yaml", "is not a Kubernetes object"),
+        ("no-name", tmp / "noname.yaml", "has no metadata.name"),
+    ]
+
+
+def test_every_bad_cluster_file_is_one_line_and_a_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, path, text in bad_files(tmp_path):
+        assert main(["plan", "--cluster-file", str(path)]) == 1, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("migslice: error: "), (name, err)
+        assert text in err, (name, err)
+
+
+@pytest.mark.parametrize(
+    ("layout", "text"),
+    [
+        ('[{"profile": "1g.10gb", "start": -1}]', "cannot start at memory slice -1"),
+        ("[" * 3000 + "]" * 3000, "nests too deep"),
+        ('{"profile": "1g.10gb"}', "must be a JSON list"),
+        ('[{"profile": "9g.99gb", "start": 0}]', "9g.99gb"),
+    ],
+    ids=["negative-start", "deep", "not-a-list", "unknown-profile"],
+)
+def test_a_bad_layout_is_one_line(
+    layout: str, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", "--gpu", "A100-80GB", "1g.10gb", "--layout", layout]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and text in err, err
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly() -> None:
+    for _ in range(3):
+        producer = subprocess.Popen(
+            [sys.executable, "-m", "migslice.cli", "layouts", "--gpu", "H100-80GB"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert producer.stdout is not None
+        producer.stdout.close()  # the reader is gone before the first line, as `| head -0`
+        _, err = producer.communicate(timeout=60)
+        assert b"Traceback" not in err, err.decode()
+        assert producer.returncode in (0, 141), err.decode()

@@ -1,0 +1,258 @@
+"""``migslice certs``: the follow-up it prints per server, and its in-cluster half (TLS Secrets
+kept while valid, the CA injected into both webhook configurations) against a real HTTP server
+that stores objects as kube-apiserver does."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import shlex
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from migslice.cli import main
+from migslice.kube import KubernetesTransport
+from migslice.kube.certs import (
+    CertsError,
+    PemBundle,
+    bundle_of,
+    bundle_problem,
+    inject_ca_bundle,
+    read_tls_secret,
+    write_tls_secret,
+)
+from migslice.serving.certs import make_ca, make_serving_cert, service_dns_names
+from tests.local_api import Request, local_api
+
+NOW = datetime.datetime.now(datetime.UTC)
+NAMES = service_dns_names("migslice-webhook", "migslice-system")
+SECRETS = "/api/v1/namespaces/migslice-system/secrets"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def make_bundle(names: tuple[str, ...] = NAMES, days: int = 365) -> PemBundle:
+    ca_cert, ca_key = make_ca()
+    cert, key = make_serving_cert(ca_cert, ca_key, names, days=days)
+    return PemBundle(ca_cert, cert, key)
+
+
+def webhook_configuration(kind: str, *services: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": "migslice-webhook", "resourceVersion": "1"},
+        "webhooks": [
+            {
+                "name": f"hook-{i}.webhook.migslice.io",
+                "clientConfig": {
+                    "service": {"name": service, "namespace": "migslice-system", "port": 443}
+                },
+            }
+            for i, service in enumerate(services)
+        ],
+    }
+
+
+class Store:
+    """Objects by path; GET/POST/PUT/PATCH(JSON patch) with resourceVersion conflicts."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def answer(self, request: Request) -> tuple[int, Any]:
+        with self.lock:
+            return self._answer(request)
+
+    def _answer(self, request: Request) -> tuple[int, Any]:
+        path, body = request.path, request.body
+        if request.method == "POST":
+            path = f"{path}/{body['metadata']['name']}"
+            if path in self.objects:
+                return 409, {"kind": "Status", "code": 409, "message": "already exists"}
+            self.objects[path] = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+            self.writes.append(("POST", path))
+            return 201, self.objects[path]
+        current = self.objects.get(path)
+        if current is None:
+            return 404, {"kind": "Status", "code": 404, "message": f"{path} not found"}
+        if request.method == "GET":
+            return 200, current
+        version = str(int(current["metadata"]["resourceVersion"]) + 1)
+        if request.method == "PUT":
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                return 409, {"kind": "Status", "code": 409, "message": "conflict"}
+            updated = copy.deepcopy(body)
+        else:
+            assert request.content_type == "application/json-patch+json"
+            try:
+                updated = jsonpatch.apply_patch(current, body)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
+                return 422, {"kind": "Status", "code": 422, "message": str(error)}
+        updated["metadata"]["resourceVersion"] = version
+        self.objects[path] = updated
+        self.writes.append((request.method, path))
+        return 200, updated
+
+
+@pytest.fixture
+def store() -> Store:
+    return Store()
+
+
+@pytest.fixture
+def api(store: Store) -> Iterator[KubernetesTransport]:
+    with local_api(store.answer) as transport:
+        yield transport
+
+
+# --------------------------------------------------------------------------- the certificate
+
+
+def test_a_fresh_bundle_for_the_service_names_may_serve() -> None:
+    assert bundle_problem(make_bundle(), NAMES, [], NOW) == ""
+
+
+@pytest.mark.parametrize(
+    ("bundle", "problem"),
+    [
+        (make_bundle(names=("other",)), "lacks migslice-webhook"),
+        (make_bundle(days=20), "in less than 30 days"),
+        (
+            PemBundle(make_ca("other-ca")[0], make_bundle().cert, make_bundle().key),
+            "not issued by ca.crt",
+        ),
+        (
+            PemBundle(make_ca()[0], make_bundle().cert, make_bundle().key),
+            "signature does not verify against ca.crt",
+        ),
+        (PemBundle(b"junk", b"junk", b"junk"), "unreadable PEM"),
+    ],
+    ids=["other-names", "expiring", "other-ca", "same-name-other-ca", "not-pem"],
+)
+def test_a_bundle_that_should_not_serve_says_why(bundle: PemBundle, problem: str) -> None:
+    assert problem in bundle_problem(bundle, NAMES, [], NOW)
+
+
+def test_a_key_that_is_not_the_certificates_is_caught() -> None:
+    good, other = make_bundle(), make_bundle()
+    mixed = PemBundle(good.ca_cert, good.cert, other.key)
+    assert bundle_problem(mixed, NAMES, [], NOW) == "tls.key does not belong to tls.crt"
+
+
+# --------------------------------------------------------------------------- the Secret
+
+
+def test_a_tls_secret_is_created_then_replaced_at_its_resource_version(
+    api: KubernetesTransport, store: Store
+) -> None:
+    assert read_tls_secret(api, "migslice-system", "webhook-tls") is None
+    first = make_bundle()
+    write_tls_secret(api, "migslice-system", "webhook-tls", first, None)
+    stored = read_tls_secret(api, "migslice-system", "webhook-tls")
+    assert stored is not None and stored["type"] == "kubernetes.io/tls"
+    assert bundle_of(stored) == first
+    second = make_bundle()
+    write_tls_secret(api, "migslice-system", "webhook-tls", second, stored)
+    again = read_tls_secret(api, "migslice-system", "webhook-tls")
+    assert again is not None and bundle_of(again) == second
+    assert store.writes == [("POST", f"{SECRETS}/webhook-tls"), ("PUT", f"{SECRETS}/webhook-tls")]
+
+
+# --------------------------------------------------------------------------- the caBundle
+
+
+def test_the_ca_goes_into_both_configurations_only_for_webhooks_calling_the_service(
+    api: KubernetesTransport, store: Store
+) -> None:
+    mutating = f"{ADMISSION}/mutatingwebhookconfigurations/migslice-webhook"
+    validating = f"{ADMISSION}/validatingwebhookconfigurations/migslice-webhook"
+    store.objects[mutating] = webhook_configuration(
+        "MutatingWebhookConfiguration", "migslice-webhook", "someone-else"
+    )
+    store.objects[validating] = webhook_configuration(
+        "ValidatingWebhookConfiguration", "migslice-webhook"
+    )
+    ca = make_bundle().ca_cert
+    said = inject_ca_bundle(api, "migslice-webhook", "migslice-webhook", "migslice-system", ca)
+    assert said == [
+        "MutatingWebhookConfiguration migslice-webhook: caBundle set on 1 webhook(s)",
+        "ValidatingWebhookConfiguration migslice-webhook: caBundle set on 1 webhook(s)",
+    ]
+    expected = base64.b64encode(ca).decode()
+    hooks = store.objects[mutating]["webhooks"]
+    assert hooks[0]["clientConfig"]["caBundle"] == expected
+    assert "caBundle" not in hooks[1]["clientConfig"]
+    assert store.objects[validating]["webhooks"][0]["clientConfig"]["caBundle"] == expected
+    writes = len(store.writes)
+    again = inject_ca_bundle(api, "migslice-webhook", "migslice-webhook", "migslice-system", ca)
+    assert all(line.endswith("caBundle already current") for line in again)
+    assert len(store.writes) == writes
+
+
+def test_no_configuration_to_inject_into_is_an_error_that_says_what_to_apply(
+    api: KubernetesTransport,
+) -> None:
+    with pytest.raises(CertsError, match="apply them first"):
+        inject_ca_bundle(api, "migslice-webhook", "migslice-webhook", "migslice-system", b"ca")
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_the_webhook_follow_up_creates_the_secret_and_patches_both_configurations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "webhook"
+    args = ["certs", "--service", "migslice-webhook", "--namespace", "migslice-system"]
+    assert main([*args, "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    commands = [shlex.split(line) for line in lines if line.startswith("  kubectl")]
+    assert [c[1:3] for c in commands] == [
+        ["-n", "migslice-system"],
+        ["patch", "mutatingwebhookconfiguration"],
+        ["patch", "validatingwebhookconfiguration"],
+    ]
+    assert f"--from-file=ca.crt={out / 'ca.crt'}" in commands[0]
+    assert "caData" not in "\n".join(lines)
+
+
+def test_the_extender_follow_up_names_the_secret_and_the_scheduler_ca(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "extender"
+    args = ["certs", "--service", "migslice-extender", "--namespace", "migslice-system"]
+    assert main([*args, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "webhookconfiguration" not in text
+    assert "create secret generic migslice-extender-tls --type=kubernetes.io/tls" in text
+    assert "tlsConfig.caData" in text and "--print-ca-bundle" in text
+
+
+def test_webhook_configuration_without_secret_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            *("certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path)),
+            *("--webhook-configuration", "migslice-webhook"),
+        ]
+    )
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "migslice: error: --webhook-configuration needs --secret (the CA comes from it)\n"
+    )
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == "migslice 0.1.0\n"

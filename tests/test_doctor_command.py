@@ -1,0 +1,207 @@
+"""``migslice doctor`` as a command, against a real local HTTP server answering as the API
+server does: the aligned table and its exit status, JSON, the per-check timeout, a read it
+may not do, an API server that does not answer; and the direct probe of a real TLS server."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from migslice.cli import main
+from migslice.doctor.command import CHECK_NAMES
+from migslice.doctor.registry import CHECKS
+from migslice.serving.certs import write_tls_bundle
+from tests.doctor_cluster import ADMISSION, CORE, DoctorCluster
+from tests.doctor_serve import answer_from, judge
+from tests.local_api import local_api_url
+
+
+@pytest.fixture
+def cluster() -> Iterator[DoctorCluster]:
+    made = DoctorCluster()
+    yield made
+    made.close()
+
+
+def kubeconfig(folder: Path, url: str) -> Path:
+    path = folder / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path
+
+
+def doctor(cluster: DoctorCluster, tmp_path: Path, *args: str, **kw: Any) -> int:
+    with local_api_url(answer_from(cluster, **kw)) as url:
+        return main(["doctor", "--kubeconfig", str(kubeconfig(tmp_path, url)), *args])
+
+
+def test_the_check_names_are_the_registrys_in_its_order() -> None:
+    assert CHECK_NAMES == tuple(c.name for c in CHECKS)
+
+
+def test_a_healthy_cluster_prints_one_aligned_ok_line_per_check(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert doctor(cluster, tmp_path) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0]
+    assert header.split() == ["CHECK", "RESULT", "DETAIL"]
+    body = lines[1 : 1 + len(CHECKS)]
+    assert [line.split()[:2] for line in body] == [[name, "ok"] for name in CHECK_NAMES]
+    result, detail = header.index("RESULT"), header.index("DETAIL")
+    assert all(line[result : result + 3] == "ok " for line in body)
+    assert all(line[detail - 1] == " " and line[detail] != " " for line in body)
+    assert lines[-2:] == ["", "13 checks: 13 ok"]
+
+
+def test_a_failed_check_exits_1_with_the_fix_on_its_line(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    del cluster.objects[
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/tenantpolicies.migslice.io"
+    ]
+    assert doctor(cluster, tmp_path) == 1
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("tenantpolicy-crd")]
+    assert line.split()[1] == "failed"
+    assert line.endswith(
+        "CustomResourceDefinition tenantpolicies.migslice.io not found; fix: helm upgrade "
+        "--install migslice charts/migslice -n migslice-system (or kubectl apply "
+        "--server-side -k manifests)"
+    )
+    assert out.splitlines()[-1] == "13 checks: 12 ok, 1 failed"
+
+
+def test_json_names_each_check_what_it_read_and_the_counts(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.objects["/apis/migslice.io/v1alpha1/tenantpolicies"] = []
+    assert doctor(cluster, tmp_path, "-o", "json", "--check", "tenant-policies") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["namespace"] == "migslice-system"
+    assert report["via"] == "api-proxy"
+    (check,) = report["checks"]
+    assert check["name"] == "tenant-policies"
+    assert check["result"] == "warning"
+    assert check["reads"] == "every TenantPolicy; every Namespace (for namespaceSelector)"
+    assert report["summary"] == {"ok": 0, "warning": 1, "failed": 0}
+
+
+def test_a_check_that_takes_too_long_fails_and_the_others_still_run(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    held = {"/api/v1/nodes": threading.Event()}
+    args = ("-o", "json", "--timeout-s", "0.8", "--check", "gpu-products", "--check", "scheduler")
+    assert doctor(cluster, tmp_path, *args, held=held) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["gpu-products"]["result"] == "failed"
+    assert checks["gpu-products"]["detail"] == "no answer within 0.8s (--timeout-s)"
+    assert checks["scheduler"]["result"] == "ok"
+
+
+def test_a_read_doctor_may_not_do_fails_that_check_naming_what_it_reads(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forbidden = {"/api/v1/nodes": (403, 'nodes is forbidden: User "dev" cannot list resource')}
+    args = ("-o", "json", "--check", "gpu-products")
+    assert doctor(cluster, tmp_path, *args, errors=forbidden) == 1
+    (check,) = json.loads(capsys.readouterr().out)["checks"]
+    assert check["detail"] == (
+        'cannot read the cluster: HTTP 403: GET /api/v1/nodes: nodes is forbidden: User "dev" '
+        "cannot list resource"
+    )
+    assert check["fix"].startswith("run doctor as a cluster admin, or grant get and list on")
+
+
+def test_an_api_server_that_does_not_answer_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = kubeconfig(tmp_path, "http://127.0.0.1:1")
+    assert main(["doctor", "--kubeconfig", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("migslice: error: the API server does not answer (GET /version: ")
+    assert err.count("\n") == 1
+
+
+def test_a_missing_kubeconfig_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", "--kubeconfig", str(tmp_path / "nope")]) == 1
+    assert capsys.readouterr().err == (
+        f"migslice: error: --kubeconfig {tmp_path / 'nope'}: no such file\n"
+    )
+
+
+# -- in the cluster: the server's own certificate, on the connection ---------------------------
+
+
+@contextmanager
+def tls_server(folder: Path) -> Iterator[tuple[int, str]]:
+    """A real HTTPS server on 127.0.0.1 answering /healthz with a certificate of its own CA
+    (for 127.0.0.1); its port and that CA as a caBundle."""
+    bundle = write_tls_bundle(folder, "migslice-webhook", "migslice-system", [], ["127.0.0.1"], 30)
+
+    class Healthz(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"status":"ok"}'
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthz)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(bundle.cert, bundle.key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], base64.b64encode(Path(bundle.ca_cert).read_bytes()).decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_in_the_cluster_the_certificate_on_the_connection_is_judged(
+    cluster: DoctorCluster, tmp_path: Path
+) -> None:
+    del cluster.objects[f"{CORE}/secrets/migslice-webhook-tls"]  # not read in the cluster
+    with tls_server(tmp_path / "served") as (port, ca_bundle):
+        for resource, path in (("mutating", "/mutate"), ("validating", "/validate")):
+            configuration = cluster.objects[
+                f"{ADMISSION}/{resource}webhookconfigurations/migslice-webhook"
+            ]
+            client = configuration["webhooks"][0]["clientConfig"]
+            del client["service"]
+            client.update(url=f"https://127.0.0.1:{port}{path}", caBundle=ca_bundle)
+        reachable = judge(cluster, "webhook-reachable", direct=True)
+        trust = judge(cluster, "webhook-ca-bundle", direct=True)
+    assert reachable.detail == f'GET /healthz https://127.0.0.1:{port}: 200 {{"status":"ok"}}'
+    assert (trust.verdict, trust.detail) == (
+        "ok",
+        "the caBundle of MutatingWebhookConfiguration and ValidatingWebhookConfiguration "
+        f"verifies the certificate of the server at https://127.0.0.1:{port}",
+    )

@@ -1,0 +1,186 @@
+"""The repartition controller plans only while MIG Manager reads its ConfigMap: judged on
+NVIDIA's sample ClusterPolicy and on it patched as the README says, through the guard's port
+(a fake), the controller's round, /metrics, and the ClusterPolicy API against a real local
+HTTP server."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from extender.controller import RepartitionController
+from extender.metrics import ExtenderMetrics
+from extender.mig_manager import EVENT_REASON, MigManagerGuard
+from extender.settings import ExtenderSettings, RepartitionSettings
+from extender.state import ExtenderState, RepartitionStats, new_index
+from migslice.kube.gpu_operator import GpuOperatorUnreadableError, KubeClusterPolicyApi
+from migslice.objects.cluster_policy import active_cluster_policy, cluster_policy_facts
+from tests.doctor_cluster import patched_cluster_policy, sample_cluster_policy
+from tests.local_api import Request, local_api
+from tests.test_repartition_controller import NOW, Elector, FakeApi
+
+CONFIG_MAP = "gpu-operator/migslice-mig-config"
+
+
+class FakeClusterPolicies:
+    """The ClusterPolicies as the guard's port sees them; None: no CRD; an exception: raised."""
+
+    def __init__(self, policies: list[dict[str, Any]] | Exception | None) -> None:
+        self.policies = policies
+        self.warnings: list[tuple[str, str, str, str]] = []
+
+    def list_cluster_policies(self) -> list[dict[str, Any]] | None:
+        if isinstance(self.policies, Exception):
+            raise self.policies
+        return copy.deepcopy(self.policies)
+
+    def record_warning(self, policy_name: str, policy_uid: str, reason: str, message: str) -> None:
+        self.warnings.append((policy_name, policy_uid, reason, message))
+
+
+def guard(
+    api: FakeClusterPolicies, dry_run: bool = False
+) -> tuple[MigManagerGuard, RepartitionStats]:
+    stats = RepartitionStats(dry_run=dry_run)
+    return MigManagerGuard(api, CONFIG_MAP, stats=stats, dry_run=dry_run), stats
+
+
+def test_the_sample_cluster_policy_stops_planning_with_one_event() -> None:
+    api = FakeClusterPolicies([sample_cluster_policy()])
+    check, stats = guard(api)
+    assert not check.allows_planning()
+    assert not check.allows_planning()
+    assert stats.mig_manager_config_mismatch
+    ((name, uid, reason, message),) = api.warnings  # once, not every round
+    assert (name, uid, reason) == ("cluster-policy", "uid-cluster-policy", EVENT_REASON)
+    assert message == (
+        "MIG Manager reads its generated default-mig-parted-config (the field is empty), not "
+        "migslice-mig-config, where migslice writes its configs (ClusterPolicy cluster-policy "
+        "spec.migManager.config.name); not re-partitioning until it does: kubectl patch "
+        "clusterpolicies.nvidia.com/cluster-policy --type=merge -p "
+        '\'{"spec":{"migManager":{"config":{"name":"migslice-mig-config"}}}}\''
+    )
+
+
+def test_the_readme_patch_lets_it_plan_and_a_later_mismatch_is_reported_again() -> None:
+    api = FakeClusterPolicies([sample_cluster_policy()])
+    check, stats = guard(api)
+    assert not check.allows_planning()
+    api.policies = [patched_cluster_policy()]
+    assert check.allows_planning()
+    assert not stats.mig_manager_config_mismatch
+    api.policies = [sample_cluster_policy()]
+    assert not check.allows_planning()
+    assert len(api.warnings) == 2
+
+
+def test_a_dry_run_stops_planning_but_records_no_event() -> None:
+    api = FakeClusterPolicies([sample_cluster_policy()])
+    check, stats = guard(api, dry_run=True)
+    assert not check.allows_planning()
+    assert stats.mig_manager_config_mismatch and api.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("policies", "said", "level"),
+    [
+        (None, "no ClusterPolicy CRD (MIG Manager installed without the GPU Operator)", "INFO"),
+        ([], "no ClusterPolicy object (MIG Manager installed without the GPU Operator)", "INFO"),
+        (
+            GpuOperatorUnreadableError("HTTP 403: forbidden"),
+            "ClusterPolicies unreadable (HTTP 403: forbidden)",
+            "WARNING",
+        ),
+    ],
+    ids=["no-crd", "no-policy", "forbidden"],
+)
+def test_without_a_cluster_policy_to_read_it_plans_and_says_so_once(
+    policies: Any, said: str, level: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    check, stats = guard(FakeClusterPolicies(policies))
+    with caplog.at_level(logging.INFO, logger="extender.mig_manager"):
+        assert check.allows_planning()
+        assert check.allows_planning()
+    (record,) = caplog.records
+    assert record.getMessage().startswith(said)
+    assert record.levelname == level
+    assert not stats.mig_manager_config_mismatch
+
+
+def test_a_blocked_round_writes_nothing_and_metrics_say_why() -> None:
+    api = FakeApi()
+    settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True))
+    stats = RepartitionStats()
+    check = MigManagerGuard(FakeClusterPolicies([sample_cluster_policy()]), CONFIG_MAP, stats=stats)
+    ctl = RepartitionController(
+        api, Elector(), new_index(), settings, stats, clock=lambda: NOW, guard=check
+    )
+    assert ctl.run_once() == []
+    assert api.log == []
+    metrics = ExtenderMetrics(ExtenderState(new_index(), repartition=stats))
+    text = generate_latest(metrics.registry).decode()
+    assert "migslice_repartition_mig_manager_config_mismatch 1.0" in text
+
+
+def test_the_oldest_cluster_policy_is_the_one_the_operator_acts_on() -> None:
+    older, newer = patched_cluster_policy(), sample_cluster_policy()
+    newer["metadata"].update(name="b", creationTimestamp="2026-03-01T00:00:00Z")
+    older["metadata"]["name"] = "z"
+    active = active_cluster_policy([newer, older])
+    assert active is not None and active.name == "z"
+    facts = cluster_policy_facts(sample_cluster_policy())
+    assert (facts.mig_strategy, facts.mig_manager_enabled, facts.mig_manager_config) == (
+        "single",
+        True,
+        "",
+    )
+
+
+# -- the API calls --------------------------------------------------------------------------------
+
+
+def test_cluster_policies_are_listed_and_a_missing_crd_or_403_told_apart() -> None:
+    answers = {"code": 200}
+
+    def answer(request: Request) -> tuple[int, Any]:
+        assert request.path == "/apis/nvidia.com/v1/clusterpolicies"
+        if answers["code"] != 200:
+            return answers["code"], {"kind": "Status", "message": "no", "code": answers["code"]}
+        return 200, {"kind": "ClusterPolicyList", "items": [sample_cluster_policy()]}
+
+    with local_api(answer) as transport:
+        api = KubeClusterPolicyApi(transport, "migslice-repartition")
+        listed = api.list_cluster_policies()
+        assert listed is not None and listed[0]["metadata"]["name"] == "cluster-policy"
+        answers["code"] = 404
+        assert api.list_cluster_policies() is None
+        answers["code"] = 403
+        with pytest.raises(GpuOperatorUnreadableError):
+            api.list_cluster_policies()
+
+
+def test_the_warning_event_is_about_the_cluster_policy() -> None:
+    posted: list[Request] = []
+
+    def answer(request: Request) -> tuple[int, Any]:
+        posted.append(request)
+        return 201, request.body
+
+    with local_api(answer) as transport:
+        KubeClusterPolicyApi(transport, "migslice-repartition").record_warning(
+            "cluster-policy", "uid-1", EVENT_REASON, "MIG Manager reads another ConfigMap"
+        )
+    (request,) = posted
+    assert (request.method, request.path) == ("POST", "/api/v1/namespaces/default/events")
+    assert request.body["involvedObject"] == {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "name": "cluster-policy",
+        "uid": "uid-1",
+    }
+    assert (request.body["type"], request.body["reason"]) == ("Warning", EVENT_REASON)
+    assert request.body["source"] == {"component": "migslice-repartition"}
