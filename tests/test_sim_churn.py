@@ -202,7 +202,7 @@ churn_arrivals = st.lists(
 )
 
 
-@pytest.mark.parametrize("policy_id", ["migslice", "B5", "B3"])
+@pytest.mark.parametrize("policy_id", ["migslice", "M-carve", "B5", "B3"])
 @settings(max_examples=12, deadline=None)
 @given(arrivals=churn_arrivals)
 def test_no_pod_is_disrupted_and_no_node_takes_a_pod_while_it_is_re_partitioned(

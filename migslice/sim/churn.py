@@ -8,7 +8,8 @@
   running at a random instant arrive, each with its residual lifetime (an M/G/infinity queue
   in equilibrium). They are placed as in mode A, re-partitioning at once where the policy
   does (the cluster as it would be after running for a while), and wait if they still do
-  not fit; the warm-up then settles placement under the production rules.
+  not fit; the warm-up then settles placement under the production rules. (Carve mode's
+  prefill re-partitions idle GPUs with the MIG Manager planner; it carves afterwards.)
 * **Queue**: a pod that cannot be placed on arrival waits in a FIFO queue, retried in order
   whenever a node gains free instances (a departure, a finished re-partition). A pod still
   waiting after ``patience_s`` gives up: it counts as not accepted.
@@ -36,7 +37,9 @@ from dataclasses import dataclass, field
 
 from migslice.mig import GpuModel
 from migslice.names import MIG_STATE_PENDING, MIG_STATE_SUCCESS
+from migslice.objects.carve import CarvePhase, CarveRequest, CarveStatus
 from migslice.sim.batching import NosBatching
+from migslice.sim.carving import carve_node, carving_settings
 from migslice.sim.churn_model import (
     DEFAULT_CHURN,
     Arrival,
@@ -53,7 +56,7 @@ from migslice.sim.cluster import Assignment, SimCluster, SimNode
 from migslice.sim.controller import MigsliceController
 from migslice.sim.metrics import disrupted_pods
 from migslice.sim.nos import NosPlacer
-from migslice.sim.ours import Migslice
+from migslice.sim.ours import Migslice, MigslicePlacer
 from migslice.sim.placement import LayoutChange, Policy, Reshaper, apply_changes
 from migslice.sim.trace import GPU_MODEL, SimPod, Workload
 
@@ -108,7 +111,13 @@ class ChurnRun:
         self.tally = ChurnTally(config, model)
         self.batching: NosBatching | None = None
         if isinstance(policy, Migslice):
-            MigsliceController(self, config.controller, config.interval_s)
+            settings = carving_settings(config.controller) if policy.carves else config.controller
+            MigsliceController(self, settings, config.interval_s)
+            if isinstance(self.placer, MigslicePlacer):
+                # the prefill shapes idle GPUs as the MIG Manager planner does (asking the
+                # carve planner about every node for each of ~1,000 prefill pods costs
+                # minutes); the controller carves from the first round on
+                self.placer.carve = False
         elif isinstance(self.placer, NosPlacer):
             self.batching = NosBatching(
                 self, self.placer, config.batch_idle_s, timeout_s=config.batch_timeout_s
@@ -157,6 +166,25 @@ class ChurnRun:
                         node.name, change.gpu, self.now, self.now + self.config.t_reconf_s
                     )
                 )
+
+    def carve(self, node: SimNode, request: CarveRequest, *, serves: Sequence[str]) -> None:
+        self.cluster.set_carve(node, request, None)
+        self.served.update(serves)
+        self.tally.reconfiguration_started(self.now, len(request.gpus))
+        usable = self.now + self.config.t_carve_s
+        if self.config.keep_log:
+            self.tally.reconfigurations.extend(
+                Reconfiguration(node.name, g.index, self.now, usable) for g in request.gpus
+            )
+
+        def carved(now: float) -> None:
+            carve_node(self.cluster, node, request)
+            self.cluster.set_carve(
+                node, node.carve_request, CarveStatus(request.plan_id, CarvePhase.SUCCESS)
+            )
+            self.retry(node)
+
+        self.at(usable, carved)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -257,7 +285,7 @@ class ChurnRun:
         seen = -1
         free: Counter[str] = Counter()
         for index, waiting in list(self.queue.items()):
-            if node.mig_config_state == MIG_STATE_PENDING:
+            if node.is_blocked:
                 return
             if node.version != seen:
                 seen = node.version

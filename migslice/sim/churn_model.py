@@ -49,6 +49,9 @@ class ChurnConfig:
     t_reconf_s: float = 60.0
     """How long MIG Manager (or nos's agent) takes to re-partition a node, from the label to
     ``success``; the whole node takes no new pod meanwhile."""
+    t_carve_s: float = 5.0
+    """How long the node agent takes to carve a node (carve mode), from the request to
+    ``success``; the whole node takes no new pod meanwhile."""
     patience_s: float = 300.0
     lifetimes: Lifetimes = Lifetimes()
     duration_lifetimes: float = 20.0

@@ -32,6 +32,8 @@ from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
 from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.names import MIG_STATE_SUCCESS, MIG_TRANSITION_STATES
 from migslice.objects import NodeFacts
+from migslice.objects.carve import CarveRequest, CarveStatus
+from migslice.objects.gpu_layout import AgentGpu, AgentInstance, AgentReport
 from migslice.scheduling import PreparedNode, prepare_node
 
 GPUS_PER_NODE = 8
@@ -88,11 +90,21 @@ class SimNode:
     mig_config: str = SIM_CONFIG
     mig_config_state: str = MIG_STATE_SUCCESS
     cached: tuple[int, NodeState, PreparedNode] | None = None
+    carve_request: CarveRequest | None = None
+    """``migslice.io/carve``: what the controller asked the node agent to carve."""
+    carve_status: CarveStatus | None = None
+    """``migslice.io/carve-state``: the node agent's answer."""
+
+    @property
+    def is_carving(self) -> bool:
+        request, status = self.carve_request, self.carve_status
+        return request is not None and (status is None or status.plan_id != request.plan_id)
 
     @property
     def is_blocked(self) -> bool:
-        """MIG Manager is working on the node: the scheduler keeps off it."""
-        return self.mig_config_state in MIG_TRANSITION_STATES
+        """MIG Manager or the node agent is working on the node: the scheduler keeps off
+        it (``prepare_node`` blocks a carving node whole, as it does in production)."""
+        return self.mig_config_state in MIG_TRANSITION_STATES or self.is_carving
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +129,12 @@ class SimCluster:
         layouts: Sequence[Layout | None],
         *,
         gpus_per_node: int = GPUS_PER_NODE,
+        agent_reports: bool = False,
     ) -> None:
         """``layouts`` gives each GPU's initial layout in node-major order, cycled when
-        shorter; ``None`` means MIG off (whole GPU)."""
+        shorter; ``None`` means MIG off (whole GPU). ``agent_reports``: node states carry the
+        node agent's report (carve mode reads it)."""
+        self.agent_reports = agent_reports
         if not layouts:
             raise ValueError("at least one initial layout is needed (None for MIG off)")
         self.model = model
@@ -250,6 +265,13 @@ class SimCluster:
         del gpu.holders[position]
         self.touched(node)
 
+    def set_carve(
+        self, node: SimNode, request: CarveRequest | None, status: CarveStatus | None
+    ) -> None:
+        """The node's ``migslice.io/carve`` and ``migslice.io/carve-state`` annotations."""
+        node.carve_request, node.carve_status = request, status
+        self.touched(node)
+
     def set_mig_state(self, node: SimNode, config: str, state: str) -> None:
         """The node's ``nvidia.com/mig.config`` and ``nvidia.com/mig.config.state`` labels."""
         node.mig_config, node.mig_config_state = config, state
@@ -266,7 +288,7 @@ class SimCluster:
     def _views(self, node: SimNode) -> tuple[NodeState, PreparedNode]:
         cached = node.cached
         if cached is None or cached[0] != node.version:
-            state = build_node_state(self.model, node)
+            state = build_node_state(self.model, node, agent=self.agent_reports)
             cached = (node.version, state, prepare_node(state))
             node.cached = cached
         return cached[1], cached[2]
@@ -277,8 +299,9 @@ def _resource(profile: str) -> str:
     return mig_resource(profile)
 
 
-def build_node_state(model: GpuModel, node: SimNode) -> NodeState:
-    """The node as the inventory would build it from an exact agent report."""
+def build_node_state(model: GpuModel, node: SimNode, *, agent: bool = False) -> NodeState:
+    """The node as the inventory would build it from an exact agent report (``agent``: with
+    the report itself, which the carve planner reads: every held instance busy)."""
     allocatable: dict[str, int] = {}
     allocated: dict[str, int] = {}
     for gpu in node.gpus:
@@ -296,13 +319,16 @@ def build_node_state(model: GpuModel, node: SimNode) -> NodeState:
     facts = NodeFacts(
         name=node.name,
         resource_version=str(node.version),
-        product=model.product_names[0] if model.product_names else model.key,
+        product=facts_product(model),
         gpu_count=len(node.gpus),
         mig_capable=True,
         mig_strategy="mixed",
         mig_config=node.mig_config,
         mig_config_state=node.mig_config_state,
         allocatable=offered,
+        agent=agent_report(facts_product(model), node) if agent else None,
+        carve_request=node.carve_request,
+        carve_status=node.carve_status,
     )
     return NodeState(
         facts=facts,
@@ -311,4 +337,33 @@ def build_node_state(model: GpuModel, node: SimNode) -> NodeState:
         gpus=tuple(gpu.as_state() for gpu in node.gpus),
         allocated=tuple(sorted(allocated.items())),
         free=tuple((name, count - allocated.get(name, 0)) for name, count in offered),
+    )
+
+
+def facts_product(model: GpuModel) -> str:
+    return model.product_names[0] if model.product_names else model.key
+
+
+def agent_report(product: str, node: SimNode) -> AgentReport:
+    """The node agent's ``migslice.io/gpu-layout``: each instance with a UUID of its place
+    and busy when a pod holds it (a pod's processes run from the moment it is placed)."""
+    return AgentReport(
+        product=product,
+        gpus=tuple(
+            AgentGpu(
+                gpu.index,
+                gpu.mig_enabled,
+                tuple(
+                    AgentInstance(
+                        p.profile,
+                        p.start,
+                        p.size,
+                        h is not None,
+                        f"MIG-{node.name}-{gpu.index}-{p.start}-{p.profile}",
+                    )
+                    for p, h in zip(gpu.instances, gpu.holders, strict=True)
+                ),
+            )
+            for gpu in node.gpus
+        ),
     )

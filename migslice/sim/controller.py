@@ -23,11 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from migslice.objects.carve import CarveRequest
 from migslice.repartition import (
     ControllerSettings,
     NodeChange,
     PendingPod,
     RepartitionRecord,
+    Step,
     StepKind,
     decide,
 )
@@ -71,6 +73,11 @@ class ReconfiguringRun(Protocol):
         change was planned for."""
         ...
 
+    def carve(self, node: SimNode, request: CarveRequest, *, serves: Sequence[str]) -> None:
+        """Annotate the node with ``request`` now; after the carve time the node agent
+        carries it out and reports success."""
+        ...
+
 
 class MigsliceController:
     """The controller's rounds over a record it keeps (see the module docstring)."""
@@ -88,14 +95,24 @@ class MigsliceController:
     def _unchanged_since_last_wait(self, pending: Sequence[PendingPod], now: float) -> bool:
         """With no plan in progress, a round that saw the same cluster, the same waiting pods
         on the same side of ``min_pending_s`` and the same cooldowns decides the same wait."""
-        if self.record.plan is not None:
+        if self.record.plan is not None or self.record.carve is not None:
             self.quiet = None
             return False
-        cooldown = self.settings.plan.cooldown_s
+        plan, carve = self.settings.plan, self.settings.carve
         key = (
             self.run.cluster.changes,
-            tuple((p.demand.key, p.pending_s >= self.settings.plan.min_pending_s) for p in pending),
-            tuple(n for n, at in self.record.finished if now - at < cooldown),
+            tuple(
+                (
+                    p.demand.key,
+                    p.pending_s >= plan.min_pending_s,
+                    p.pending_s >= carve.min_pending_s,
+                )
+                for p in pending
+            ),
+            tuple(
+                (n, now - at < plan.cooldown_s, now - at < carve.cooldown_s)
+                for n, at in self.record.finished
+            ),
             tuple(n for n, until in self.record.backoff if until > now),
         )
         if key == self.quiet:
@@ -105,7 +122,7 @@ class MigsliceController:
 
     def round(self, now: float) -> None:
         pending = [PendingPod(demand_for(pod), now - since) for pod, since in self.run.waiting()]
-        if not pending and self.record.plan is None:
+        if not pending and self.record.plan is None and self.record.carve is None:
             return
         if self._unchanged_since_last_wait(pending, now):
             return
@@ -129,6 +146,7 @@ class MigsliceController:
             if step.kind is StepKind.START and step.plan is not None:
                 self.plans.update((c.config_name, c) for c in step.plan.changes)
             self.files.update(step.configs)
+            self._carve(step)
             for label in step.labels:
                 node = cluster.by_name[label.node]
                 if not label.mark_pending:
@@ -139,3 +157,18 @@ class MigsliceController:
                 self.run.reconfigure(
                     node, changes, label.config_name, done=lambda _: None, serves=change.serves
                 )
+
+    def _carve(self, step: Step) -> None:
+        """The step's ``migslice.io/carve`` writes: a request goes to the node agent's
+        stand-in; a removal clears the annotation (the agent's answer stays)."""
+        cluster = self.run.cluster
+        for write in step.carve_writes:
+            node = cluster.by_name[write.node]
+            if write.request is None:
+                cluster.set_carve(node, None, node.carve_status)
+                continue
+            carve = step.record.carve
+            serves = [
+                s for n in (carve.nodes if carve else ()) if n.node == node.name for s in n.serves
+            ]
+            self.run.carve(node, write.request, serves=serves)

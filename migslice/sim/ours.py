@@ -37,7 +37,7 @@ from migslice.mig import (
     enumerate_maximal_layouts,
     profile_from_resource,
 )
-from migslice.names import MIG_TRANSITION_STATES
+from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
 from migslice.repartition import (
     ControllerSettings,
     LayoutCache,
@@ -49,6 +49,7 @@ from migslice.repartition import (
     decide,
 )
 from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
+from migslice.sim.carving import carve_reshape
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import IndexedPlacer, LayoutChange, Placer, hold
@@ -208,9 +209,10 @@ class DemandMix:
 
 
 class MigslicePlacer(IndexedPlacer):
-    def __init__(self, cluster: SimCluster, settings: PlanSettings) -> None:
+    def __init__(self, cluster: SimCluster, settings: PlanSettings, *, carve: bool = False) -> None:
         super().__init__(cluster)
         self.settings = settings
+        self.carve = carve
         self.demands: dict[Kind, PodDemand] = {}
         self.mix = DemandMix(cluster)
         self.idle = RankIndex(cluster, self.idle_rank)
@@ -239,6 +241,9 @@ class MigslicePlacer(IndexedPlacer):
     def reshape(self, pods: Sequence[SimPod]) -> tuple[LayoutChange, ...]:
         """Mode A: the planner's changes for the first pod (see the module docstring)."""
         pod = pods[0]
+        if self.carve:
+            self.reshaped, changes = carve_reshape(self.cluster, demand_for(pod))
+            return changes
         profile = self.cluster.model.profile(pod.profile)
         needed = pod.count if profile.compute_slices == 7 else -(-pod.count // profile.max_count)
         candidates = self.idle.ordered(("<idle>", needed))
@@ -276,13 +281,21 @@ class MigslicePlacer(IndexedPlacer):
 
 @dataclass(frozen=True, slots=True)
 class Migslice:
-    """The extender's filter and fragmentation score; the planner for idle GPUs."""
+    """The extender's filter and fragmentation score; the planner for idle GPUs (``mode``
+    ``mig-manager``) or the carve planner on GPUs in use too (``carve``: every node in carve
+    mode, node states with the node agent's report)."""
 
     name: str = "migslice"
     settings: PlanSettings = field(default=PLAN_SETTINGS)
+    mode: str = MODE_MIG_MANAGER
+
+    @property
+    def carves(self) -> bool:
+        return self.mode == MODE_CARVE
 
     def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
         return ((),)
 
     def start(self, cluster: SimCluster, seed: int) -> Placer:
-        return MigslicePlacer(cluster, self.settings)
+        cluster.agent_reports = self.carves
+        return MigslicePlacer(cluster, self.settings, carve=self.carves)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from migslice.mig import GpuModel
+from migslice.names import MODE_CARVE
 from migslice.sim.fgd import FgdForMig, typical_shapes
 from migslice.sim.limits import count_geometries, oracle_layouts
 from migslice.sim.nos import NosLike
@@ -47,6 +48,7 @@ POLICY_IDS = (
     "B5-catalog",
     "B6",
     "migslice",
+    "M-carve",
 )
 NOS_VARIANTS = {
     "B5": NosLike(),
@@ -88,6 +90,8 @@ def make_policy(
         return FgdForMig(typical_shapes(expected))
     if policy_id == "migslice":
         return Migslice()
+    if policy_id == "M-carve":
+        return Migslice("migslice carve mode", mode=MODE_CARVE)
     raise ValueError(f"unknown policy {policy_id!r}; known: {', '.join(POLICY_IDS)}")
 
 
