@@ -59,6 +59,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--out", type=Path, default=REPORTS)
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--policies", default=",".join((*RESHAPING, *STATIC)))
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="run only the given policies and put their points into the existing churn.json",
+    )
     return parser.parse_args(argv)
 
 
@@ -69,8 +75,9 @@ def points(args: argparse.Namespace) -> list[tuple[str, float, float]]:
     times = [float(x) for x in args.t_reconf.split(",") if x]
     base_t = BASE_T if BASE_T in times else times[0]
     base_load = BASE_LOAD if BASE_LOAD in loads else loads[0]
-    found = {(p, load, base_t) for p in (*RESHAPING, *STATIC) for load in loads}
-    found |= {(p, base_load, t) for p in RESHAPING for t in times}
+    chosen = [p for p in args.policies.split(",") if p]
+    found = {(p, load, base_t) for p in chosen for load in loads}
+    found |= {(p, base_load, t) for p in chosen if p in RESHAPING for t in times}
     return sorted(found)
 
 
@@ -230,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "points": aggregate(results),
     }
+    if args.add:
+        report = add_points(args.out / "churn.json", report)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "churn.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "churn.md").write_text(markdown(report))
@@ -263,6 +272,21 @@ def run_config(
         "cpu_s": sum(r["cpu_s"] for r in results),
         "mixes": mixes,
     }
+
+
+def add_points(path: Path, new: dict[str, Any]) -> dict[str, Any]:
+    """The existing report with ``new``'s points put in (same workload, policy, load and
+    T_reconf replaced); its CPU time added."""
+    report: dict[str, Any] = json.loads(path.read_text())
+    if report["config"]["seeds"] != new["config"]["seeds"]:
+        raise SystemExit("bench.churn --add: the seeds must be those of the report")
+    key = ("workload", "policy", "load", "t_reconf")
+    fresh = {tuple(p[k] for k in key): p for p in new["points"]}
+    kept = [p for p in report["points"] if tuple(p[k] for k in key) not in fresh]
+    report["points"] = sorted([*kept, *fresh.values()], key=lambda p: tuple(p[k] for k in key))
+    report["config"]["cpu_s"] += new["config"]["cpu_s"]
+    report["config"]["added"] = sorted({p["policy"] for p in new["points"]})
+    return report
 
 
 if __name__ == "__main__":
