@@ -47,6 +47,8 @@ def markdown(report: dict[str, Any]) -> str:
         "machine shared with other work. Produced by `python -m bench.churn`.",
         "",
     ]
+    if meta.get("note"):
+        lines += [meta["note"], ""]
     specs = sorted({p["workload"] for p in report["points"]})
     for spec in specs:
         at = (base["load"], base["t_reconf"])
