@@ -40,6 +40,8 @@ def markdown(report: dict[str, Any]) -> str:
         "Produced by `python -m bench.packing`; see docs/benchmarks.md, section Packing.",
         "",
     ]
+    if meta.get("note"):
+        lines += [meta["note"], ""]
     blocks = report["workloads"]
     for load in ("100", "130"):
         lines += headline_table(blocks, load)
