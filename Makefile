@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: install lint typecheck test image e2e manifests bench demo example verify clean
+.PHONY: install lint typecheck test image e2e manifests bench bench-install bench-latency \
+	bench-packing bench-churn bench-carve bench-exact bench-scale demo example verify clean
 
 install: $(VENV)/.installed
 
@@ -39,15 +40,36 @@ manifests: install
 	e2e/build.sh
 	$(BIN)/python manifests/render.py
 
-bench: install
+# Benchmarks write bench/reports/; the simulator's read the traces in ../shared/data (pass
+# BENCH_ARGS='--data-dir DIR' to read them elsewhere). docs/benchmarks.md says what each takes.
+BENCH_ARGS ?=
+
+bench: bench-latency bench-packing bench-churn bench-carve bench-exact bench-scale
+	nice $(BIN)/python -m bench.slow_clients
+
+bench-install: install
 	$(BIN)/pip install --quiet -e '.[bench]'
-	$(BIN)/python -m bench.extender_latency
-	$(BIN)/python bench/webhook_latency.py
+
+bench-latency: bench-install
+	nice $(BIN)/python -m bench.extender_latency
+	nice $(BIN)/python bench/webhook_latency.py
 	e2e/build.sh
-	$(BIN)/python bench/webhook_latency.py --api --nodes 200 --pods 2000
-	$(BIN)/python -m bench.packing
-	$(BIN)/python -m bench.churn
-	$(BIN)/python -m bench.slow_clients
+	nice $(BIN)/python bench/webhook_latency.py --api --nodes 200 --pods 2000
+
+bench-packing: bench-install
+	nice $(BIN)/python -m bench.packing $(BENCH_ARGS)
+
+bench-churn: bench-install
+	nice $(BIN)/python -m bench.churn $(BENCH_ARGS)
+
+bench-carve: bench-install
+	nice $(BIN)/python -m bench.carve $(BENCH_ARGS)
+
+bench-exact: bench-install
+	nice $(BIN)/python -m bench.exact $(BENCH_ARGS)
+
+bench-scale: bench-install
+	nice $(BIN)/python -m bench.scale $(BENCH_ARGS)
 
 demo: install
 	$(BIN)/migslice demo

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,15 +20,20 @@ from migslice.sim import (
     parse_pod_list,
     slice_bound,
 )
-from migslice.sim.limits import maximise, oracle_layouts
-from migslice.sim.trace import synthetic_workload
+from migslice.sim.limits import (
+    arrived_instances,
+    maximise,
+    oracle_layouts,
+    sampled_first_failure_pct,
+    sampled_limit,
+)
+from migslice.sim.trace import SimPod, synthetic_workload
 
 GEOMETRIES = count_geometries(GPU_MODEL)
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared/data/alibaba-cluster-trace-gpu-v2023/openb_pod_list_default.csv"
-)
+BESIDE_THE_REPOSITORY = Path(__file__).resolve().parents[1].parent / "shared/data"
+DATA_DIR = Path(os.environ.get("MIGSLICE_DATA_DIR") or BESIDE_THE_REPOSITORY)
+DEFAULT_TRACE = DATA_DIR / "alibaba-cluster-trace-gpu-v2023/openb_pod_list_default.csv"
 
 
 def brute_force(arrived: dict[str, int], gpus: int) -> int:
@@ -64,7 +70,9 @@ def test_every_count_geometry_is_realised_by_a_legal_layout() -> None:
 def test_the_lp_bound_is_never_below_the_best_integer_packing(
     arrived: dict[str, int], gpus: int
 ) -> None:
-    bound = slice_bound(GPU_MODEL, {p: float(n) for p, n in arrived.items()}, gpus, GEOMETRIES)
+    bound = slice_bound(
+        GPU_MODEL, {p: float(n) for p, n in arrived.items()}, gpus, geometries=GEOMETRIES
+    )
     demand = sum(GPU_MODEL.profile(p).compute_slices * n for p, n in arrived.items())
     assert brute_force(arrived, gpus) <= bound.slices + 1e-9
     assert bound.slices <= min(demand, 7 * gpus) + 1e-9
@@ -99,3 +107,16 @@ def test_oracle_layouts_give_every_gpu_a_legal_layout_with_whole_gpus_first() ->
     assert all(is_legal(GPU_MODEL, layout) for layout in layouts)
     whole = [i for i, layout in enumerate(layouts) if layout[0].profile == "7g.80gb"]
     assert whole == list(range(len(whole)))
+
+
+def test_the_limit_of_the_drawn_pods_is_the_bound_of_what_had_arrived_at_each_load() -> None:
+    pods = [SimPod(f"p{i}", profile) for i, profile in enumerate(["7g.80gb", "4g.40gb"] * 4)]
+    # 2 GPUs = 14 slices; after 2 pods 11 slices (78 %), after 3 pods 18 (128 %)
+    counts = arrived_instances(pods, 14, [50, 78, 100, 128])
+    assert counts[50] == {"7g.80gb": 1}
+    assert counts[78] == {"7g.80gb": 1, "4g.40gb": 1}
+    assert counts[100] == counts[128] == {"7g.80gb": 2, "4g.40gb": 1}
+    points = sampled_limit(pods, GPU_MODEL, 2, arrived_pcts=[78, 128])
+    assert [p.slice_allocation for p in points] == [11 / 14, 1.0]
+    # the first two pods fit (11 slices), the third cannot join them on 2 GPUs
+    assert sampled_first_failure_pct(pods, GPU_MODEL, 2) == pytest.approx(100 * 11 / 14)

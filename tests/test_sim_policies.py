@@ -1,6 +1,10 @@
-"""The simulator's policies and mode A runs: legal layouts, no disruption, determinism."""
+"""The simulator's policies and mode A runs: legal layouts, no disruption, determinism, and
+the indexes and shortcuts that make it fast choosing exactly what a full scan would."""
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -19,18 +23,21 @@ from migslice.sim import (
     sample_arrivals,
     synthetic_workload,
 )
-from migslice.sim.cluster import DisruptionError, SimCluster
-from migslice.sim.policies import (
-    ALL_BALANCED,
+from migslice.sim.cluster import DisruptionError, SimCluster, SimNode
+from migslice.sim.index import Rank, RankIndex
+from migslice.sim.ours import (
+    PLAN_SETTINGS,
     Migslice,
+    MigslicePlacer,
     demand_for,
     extender_choice,
-    static_layout,
+    planned_reshape,
 )
+from migslice.sim.placement import LayoutChange, Placer, best_fit_choice, static_layout
+from migslice.sim.static import ALL_BALANCED, STOCK_CONFIGS, stock_mixed_layouts
 
 TINY = SaturationConfig(nodes=1, gpus_per_node=2, check_layouts=True)
 SMALL = SaturationConfig(nodes=2, gpus_per_node=2, check_layouts=True)
-REPARTITIONING = ("B5", "migslice", "migslice-packed", "migslice-proposed")
 
 pods = st.lists(
     st.one_of(
@@ -43,8 +50,9 @@ pods = st.lists(
 ).map(lambda ps: [SimPod(f"pod-{i}", p.profile, p.count) for i, p in enumerate(ps)])
 
 
+@functools.cache
 def policy(policy_id: str, gpus: int = 4) -> Policy:
-    return make_policy(policy_id, GPU_MODEL, synthetic_workload().pods, gpus)
+    return make_policy(policy_id, GPU_MODEL, synthetic_workload().pods, gpus=gpus)
 
 
 @pytest.mark.parametrize("policy_id", POLICY_IDS)
@@ -63,27 +71,60 @@ def test_re_partitioning_a_gpu_a_pod_holds_part_of_is_refused() -> None:
     cluster = SimCluster(GPU_MODEL, 1, ((),), gpus_per_node=1)
     node = cluster.nodes[0]
     cluster.repartition(node, 0, static_layout(GPU_MODEL, ALL_BALANCED))
-    cluster.hold_instance(node, node.gpus[0], 0, "busy")
+    cluster.hold_instance(node, node.gpus[0], 0, pod="busy")
     with pytest.raises(DisruptionError, match="busy"):
         cluster.repartition(node, 0, static_layout(GPU_MODEL, ["7g.80gb"]))
     assert node.gpus[0].holders[0] == "busy"
 
 
-@pytest.mark.parametrize("policy_id", ["B4", "B5", "migslice", "migslice-proposed"])
+def test_the_free_part_of_a_gpu_in_use_can_be_re_shaped_around_the_held_instance() -> None:
+    cluster = SimCluster(GPU_MODEL, 1, (static_layout(GPU_MODEL, ALL_BALANCED),), gpus_per_node=1)
+    node, gpu = cluster.nodes[0], cluster.nodes[0].gpus[0]
+    three = next(k for k, p in enumerate(gpu.instances) if p.profile == "3g.40gb")
+    cluster.hold_instance(node, gpu, three, pod="busy")
+    kept = gpu.instances[three]
+    new = tuple(sorted([kept, *static_layout(GPU_MODEL, ["3g.40gb"])]))
+    assert new[0] != kept  # the other 3g slot
+    assert cluster.repartition(node, 0, new)
+    assert gpu.holders[gpu.instances.index(kept)] == "busy"
+    position = gpu.instances.index(new[0])
+    cluster.destroy_instance(node, gpu, position)
+    with pytest.raises(DisruptionError):
+        cluster.destroy_instance(node, gpu, gpu.instances.index(kept))
+
+
+def test_a_pod_name_placed_twice_is_refused() -> None:
+    cluster = SimCluster(GPU_MODEL, 1, (static_layout(GPU_MODEL, ["7g.80gb"]),), gpus_per_node=2)
+    placer = policy("B4").start(cluster, 0)
+    placer.place(SimPod("same", "7g.80gb"))
+    with pytest.raises(ValueError, match="pod names must be unique"):
+        placer.place(SimPod("same", "7g.80gb"))
+
+
+def test_drawn_pods_get_names_of_their_own_so_the_disruption_check_sees_every_pod() -> None:
+    workload = synthetic_workload()
+    arrivals = sample_arrivals(workload, 56, 130, seed=3)
+    assert len({p.name for p in arrivals}) == len(arrivals)
+    config = SaturationConfig(nodes=1)
+    result = run_saturation(workload, policy("migslice", 8), 3, config=config)
+    assert result.placed_pods > len({p.profile for p in workload.pods})
+
+
+@pytest.mark.parametrize("policy_id", ["B4", "B5", "B6", "migslice"])
 def test_the_same_seed_gives_the_same_result(policy_id: str) -> None:
     config = SaturationConfig(nodes=1)
-    first = run_saturation(synthetic_workload(), policy(policy_id, 8), 7, config)
-    again = run_saturation(synthetic_workload(), policy(policy_id, 8), 7, config)
+    first = run_saturation(synthetic_workload(), policy(policy_id, 8), 7, config=config)
+    again = run_saturation(synthetic_workload(), policy(policy_id, 8), 7, config=config)
     assert first == again
 
 
 def test_different_seeds_draw_different_arrivals() -> None:
     workload = synthetic_workload()
-    assert sample_arrivals(workload, 56, 130, 1) != sample_arrivals(workload, 56, 130, 2)
+    assert sample_arrivals(workload, 56, 130, seed=1) != sample_arrivals(workload, 56, 130, seed=2)
 
 
 def test_arrivals_stop_once_demand_reaches_the_target_load() -> None:
-    arrivals = sample_arrivals(synthetic_workload(), 560, 130, 3)
+    arrivals = sample_arrivals(synthetic_workload(), 560, 130, seed=3)
     total = sum(p.compute_slices for p in arrivals)
     assert total >= 728 > total - arrivals[-1].compute_slices
 
@@ -96,7 +137,8 @@ def test_migslice_re_partitions_idle_gpus_where_a_fixed_geometry_cannot_serve() 
         SimPod("d", "1g.10gb"),
     ]
     config = SaturationConfig(nodes=1, gpus_per_node=2, max_load_pct=130, check_layouts=True)
-    fixed = run_sequence(arrivals, policy("B4"), config)
+    balanced = make_policy("B2", GPU_MODEL, [], gpus=2)
+    fixed = run_sequence(arrivals, balanced, config)
     ours = run_sequence(arrivals, Migslice(), config)
     assert fixed.placed_pods == 2  # only the 2g and the 1g fit all-balanced GPUs
     assert ours.placed_pods == 3  # 4g and 7g on re-partitioned GPUs, the 1g beside the 4g
@@ -106,13 +148,16 @@ def test_migslice_re_partitions_idle_gpus_where_a_fixed_geometry_cannot_serve() 
 
 
 def test_migslice_places_on_the_node_the_extender_scores_highest() -> None:
-    cluster = SimCluster(GPU_MODEL, 3, policy("B2").initial_layouts(GPU_MODEL), gpus_per_node=2)
-    cluster.hold_instance(cluster.nodes[1], cluster.nodes[1].gpus[0], 0, "existing")
+    balanced = make_policy("B2", GPU_MODEL, [], gpus=6)
+    cluster = SimCluster(GPU_MODEL, 3, balanced.initial_layouts(GPU_MODEL), gpus_per_node=2)
+    cluster.hold_instance(cluster.nodes[1], cluster.nodes[1].gpus[0], 0, pod="existing")
     demand = demand_for(SimPod("new", "1g.10gb"))
     scores = score_nodes(demand, [(n.name, cluster.prepared(n)) for n in cluster.nodes])
     best = max(scores, key=lambda item: item[1])
     chosen = extender_choice(cluster, demand)
     assert chosen is not None and chosen.name == best[0] == "node-0001"
+    placed = Migslice().start(cluster, 0).place(SimPod("new", "1g.10gb"))
+    assert placed is not None and placed.node == "node-0001"
 
 
 def test_the_whole_gpu_baseline_holds_whole_gpus_on_one_node() -> None:
@@ -121,3 +166,95 @@ def test_the_whole_gpu_baseline_holds_whole_gpus_on_one_node() -> None:
     assert (result.placed_pods, result.failed_pods) == (1, 2)
     assert result.points[-1].slice_allocation == 0.5  # the 1g pod holds one of two GPUs
     assert result.points[-1].demand_allocation == 1 / 14
+
+
+def test_b4_gives_each_node_one_of_mig_parteds_stock_configs_in_turn() -> None:
+    layouts = stock_mixed_layouts(GPU_MODEL)
+    assert len(layouts) == 8 * len(STOCK_CONFIGS)
+    for n, (_, profiles) in enumerate(STOCK_CONFIGS):
+        node = layouts[8 * n : 8 * n + 8]
+        assert all(sorted(p.profile for p in gpu) == sorted(profiles) for gpu in node)
+
+
+# -- the indexes choose what a scan of every node would ------------------------------------
+
+
+class Scan:
+    """The oracle: every node ranked afresh, the lowest rank wins."""
+
+    def __init__(self, placer: MigslicePlacer) -> None:
+        self.placer = placer
+
+    def best(self, kind: tuple[str, int]) -> str | None:
+        ranked = [
+            (rank, node.name)
+            for node in self.placer.cluster.nodes
+            if (rank := self.placer.rank(node, kind)) is not None
+        ]
+        return min(ranked)[1] if ranked else None
+
+
+@settings(max_examples=20, deadline=None)
+@given(arrivals=pods, seed=st.integers(0, 3))
+def test_the_rank_index_chooses_what_a_scan_of_every_node_chooses(
+    arrivals: list[SimPod], seed: int
+) -> None:
+    cluster = SimCluster(GPU_MODEL, 3, stock_mixed_layouts(GPU_MODEL, 2), gpus_per_node=2)
+    placer = MigslicePlacer(cluster, PLAN_SETTINGS)
+    scan = Scan(placer)
+    for pod in arrivals:
+        kind = (pod.profile, pod.count)
+        expected = scan.best(kind)
+        chosen = placer.index.best(kind)
+        assert (chosen.name if chosen else None) == expected
+        scored = extender_choice(cluster, demand_for(pod))
+        assert (scored.name if scored else None) == expected
+        placer.place(pod)
+
+
+def test_a_best_fit_rank_is_recomputed_when_the_node_changes() -> None:
+    cluster = SimCluster(GPU_MODEL, 2, (static_layout(GPU_MODEL, ALL_BALANCED),), gpus_per_node=1)
+
+    def rank(node: SimNode, kind: tuple[str, int]) -> Rank | None:
+        choice = best_fit_choice(GPU_MODEL, node, kind)
+        return None if choice is None else choice[0]
+
+    index = RankIndex(cluster, rank)
+    first = index.best(("3g.40gb", 1))
+    assert first is not None and first.name == "node-0000"
+    cluster.hold_instance(first, first.gpus[0], 3, pod="x")
+    again = index.best(("3g.40gb", 1))
+    assert again is not None and again.name == "node-0001"
+
+
+@dataclass(frozen=True)
+class FullPlanner(Migslice):
+    """migslice with the planner asked about every node (the plain controller call)."""
+
+    def start(self, cluster: SimCluster, seed: int) -> Placer:
+        return FullPlannerPlacer(cluster, self.settings)
+
+
+class FullPlannerPlacer(MigslicePlacer):
+    def reshape(self, pods: list[SimPod]) -> tuple[LayoutChange, ...]:  # type: ignore[override]
+        states = [self.cluster.node_state(n) for n in self.cluster.nodes]
+        plan = planned_reshape(states, demand_for(pods[0]), PLAN_SETTINGS)
+        if plan is None:
+            return ()
+        return tuple(
+            LayoutChange(self.cluster.by_name[c.node], g.index, g.new)
+            for c in plan.changes
+            for g in c.gpus
+        )
+
+
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 10_000), nodes=st.just(2))
+def test_the_planner_asked_node_by_node_decides_as_when_asked_about_every_node(
+    seed: int, nodes: int
+) -> None:
+    config = SaturationConfig(nodes=nodes, gpus_per_node=2)
+    workload = synthetic_workload()
+    fast = run_saturation(workload, Migslice(), seed, config=config)
+    full = run_saturation(workload, FullPlanner(), seed, config=config)
+    assert fast == full

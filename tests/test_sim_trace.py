@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from migslice.sim import (
     synthetic_workload,
 )
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+BESIDE_THE_REPOSITORY = Path(__file__).resolve().parents[1].parent / "shared/data"
+DATA_DIR = Path(os.environ.get("MIGSLICE_DATA_DIR") or BESIDE_THE_REPOSITORY)
 DEFAULT_TRACE = DATA_DIR / "alibaba-cluster-trace-gpu-v2023" / "openb_pod_list_default.csv"
 needs_trace = pytest.mark.skipif(
     not DEFAULT_TRACE.is_file(),
@@ -28,33 +30,40 @@ needs_trace = pytest.mark.skipif(
 )
 
 M1, M2 = MappingKind.COMPUTE_CEIL, MappingKind.COMPUTE_ROUND
+M3, M4 = MappingKind.MEMORY_PROPORTIONAL, MappingKind.CAP_AT_4G
 
 MAPPING_TABLE = [
-    # gpu_milli, M1 (ceil 7m/1000), M2 (round, at least 1)
-    (1, "1g.10gb", "1g.10gb"),
-    (142, "1g.10gb", "1g.10gb"),
-    (143, "2g.20gb", "1g.10gb"),
-    (320, "3g.40gb", "2g.20gb"),
-    (470, "4g.40gb", "3g.40gb"),
-    (500, "4g.40gb", "4g.40gb"),
-    (571, "4g.40gb", "4g.40gb"),
-    (572, "7g.80gb", "4g.40gb"),
-    (650, "7g.80gb", "7g.80gb"),
-    (810, "7g.80gb", "7g.80gb"),
-    (999, "7g.80gb", "7g.80gb"),
+    # gpu_milli, M1 (ceil 7m/1000), M2 (round, at least 1), M3 (memory too), M4 (5-6 -> 4g)
+    (1, "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"),
+    (125, "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"),
+    (126, "1g.10gb", "1g.10gb", "1g.20gb", "1g.10gb"),
+    (142, "1g.10gb", "1g.10gb", "1g.20gb", "1g.10gb"),
+    (143, "2g.20gb", "1g.10gb", "2g.20gb", "2g.20gb"),
+    (251, "2g.20gb", "2g.20gb", "3g.40gb", "2g.20gb"),
+    (320, "3g.40gb", "2g.20gb", "3g.40gb", "3g.40gb"),
+    (470, "4g.40gb", "3g.40gb", "4g.40gb", "4g.40gb"),
+    (500, "4g.40gb", "4g.40gb", "4g.40gb", "4g.40gb"),
+    (571, "4g.40gb", "4g.40gb", "7g.80gb", "4g.40gb"),
+    (572, "7g.80gb", "4g.40gb", "7g.80gb", "4g.40gb"),
+    (650, "7g.80gb", "7g.80gb", "7g.80gb", "4g.40gb"),
+    (857, "7g.80gb", "7g.80gb", "7g.80gb", "4g.40gb"),
+    (858, "7g.80gb", "7g.80gb", "7g.80gb", "7g.80gb"),
+    (999, "7g.80gb", "7g.80gb", "7g.80gb", "7g.80gb"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("gpu_milli", "ceil_profile", "round_profile"),
+    ("gpu_milli", "ceil_profile", "round_profile", "memory_profile", "capped_profile"),
     MAPPING_TABLE,
     ids=[f"{row[0]}-milli" for row in MAPPING_TABLE],
 )
 def test_a_sharing_pod_maps_to_the_profile_of_its_compute_share(
-    gpu_milli: int, ceil_profile: str, round_profile: str
+    gpu_milli: int, ceil_profile: str, round_profile: str, memory_profile: str, capped_profile: str
 ) -> None:
     assert profile_for(gpu_milli, M1) == ceil_profile
     assert profile_for(gpu_milli, M2) == round_profile
+    assert profile_for(gpu_milli, M3) == memory_profile
+    assert profile_for(gpu_milli, M4) == capped_profile
 
 
 def test_a_whole_gpu_pod_takes_k_whole_instances_on_one_node() -> None:
@@ -104,8 +113,21 @@ def test_the_synthetic_mix_has_the_documented_proportions() -> None:
             {"1g.10gb": 106, "2g.20gb": 548, "3g.40gb": 946, "4g.40gb": 147, "7g.80gb": 1331},
             13945,
         ),
+        (
+            M3,
+            {
+                "1g.10gb": 31,
+                "1g.20gb": 1,
+                "2g.20gb": 276,
+                "3g.40gb": 393,
+                "4g.40gb": 899,
+                "7g.80gb": 1478,
+            },
+            15705,
+        ),
+        (M4, {"1g.10gb": 32, "2g.20gb": 280, "3g.40gb": 389, "4g.40gb": 2377}, 11267),
     ],
-    ids=["M1", "M2"],
+    ids=["M1", "M2", "M3", "M4"],
 )
 def test_the_default_trace_maps_to_the_mix_of_the_benchmarks_note(
     mapping: MappingKind, expected: dict[str, int], compute_slices: int

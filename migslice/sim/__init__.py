@@ -24,7 +24,7 @@ from migslice.sim.limits import (
     slice_bound,
 )
 from migslice.sim.metrics import LoadPoint, RunResult
-from migslice.sim.policies import POLICY_IDS, Policy, Repartitioning, make_policy
+from migslice.sim.policies import POLICY_IDS, Policy, Reshaper, make_policy
 from migslice.sim.saturation import (
     SaturationConfig,
     run_saturation,
@@ -62,7 +62,7 @@ __all__ = [
     "LoadPoint",
     "MappingKind",
     "Policy",
-    "Repartitioning",
+    "Reshaper",
     "RunResult",
     "SaturationConfig",
     "SimPod",

@@ -1,6 +1,8 @@
 """Mode B (churn) values: its settings, lifetimes, sampled arrivals and results.
 
-The run itself, and the model it follows, are in :mod:`migslice.sim.churn`.
+The run itself, and the model it follows, are in :mod:`migslice.sim.churn`; who decides
+re-partitions, and when, in :mod:`migslice.sim.controller` (migslice's controller) and
+:mod:`migslice.sim.batching` (nos's batching windows).
 """
 
 from __future__ import annotations
@@ -8,9 +10,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist, fmean
 
+from migslice.repartition import ControllerSettings
 from migslice.sim.cluster import GPUS_PER_NODE
 from migslice.sim.trace import SimPod, Workload
 
@@ -43,7 +46,12 @@ class ChurnConfig:
     gpus_per_node: int = GPUS_PER_NODE
     load_pct: float = 95.0
     """Offered load, % of the cluster's compute slices."""
-    t_reconf_s: float = 15.0
+    t_reconf_s: float = 60.0
+    """How long MIG Manager (or nos's agent) takes to re-partition a node, from the label to
+    ``success``; the whole node takes no new pod meanwhile."""
+    t_carve_s: float = 5.0
+    """How long the node agent takes to carve a node (carve mode), from the request to
+    ``success``; the whole node takes no new pod meanwhile."""
     patience_s: float = 300.0
     lifetimes: Lifetimes = Lifetimes()
     duration_lifetimes: float = 20.0
@@ -54,6 +62,15 @@ class ChurnConfig:
     """Start in steady state: the pods running at a random instant arrive at t = 0."""
     keep_log: bool = False
     """Keep every placement and re-partition in the result (for tests)."""
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    """migslice's controller settings; the defaults are production's (min pending 30 s,
+    cooldown 600 s, one node in flight, deadline 600 s, backoff 1,800 s)."""
+    interval_s: float = 15.0
+    """Time between the controller's rounds (the extender's ``--repartition-interval-s``)."""
+    batch_idle_s: float = 10.0
+    """nos: a batch of pending pods closes after this long without a new one..."""
+    batch_timeout_s: float = 60.0
+    """...or this long after it opened (nos's ``batchWindowIdleSeconds``/``TimeoutSeconds``)."""
 
     @property
     def duration_s(self) -> float:
@@ -65,7 +82,7 @@ class ChurnConfig:
 
 
 DEFAULT_CHURN = ChurnConfig()
-"""Benchmarks.md §5.3 mode B at 95 % offered load, T_reconf 15 s, 64 nodes."""
+"""Benchmarks.md §5.3 mode B at 95 % offered load, T_reconf 60 s, 64 nodes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +117,51 @@ class Waits:
     count: int
     mean_s: float
     p50_s: float
+    p90_s: float
     p99_s: float
 
     @staticmethod
     def of(values: Sequence[float]) -> Waits:
         if not values:
-            return Waits(0, 0.0, 0.0, 0.0)
+            return Waits(0, 0.0, 0.0, 0.0, 0.0)
         ordered = sorted(values)
-        return Waits(len(ordered), fmean(ordered), rank(ordered, 0.5), rank(ordered, 0.99))
+        return Waits(
+            len(ordered),
+            fmean(ordered),
+            rank(ordered, 0.5),
+            rank(ordered, 0.9),
+            rank(ordered, 0.99),
+        )
 
 
 def rank(ordered: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` quantile of sorted values."""
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class PodClass:
+    """One class of measured pods (a profile, or ``k x 7g`` for a multi-GPU pod): how many
+    arrived and were placed, in pods and in compute slices, and their waits."""
+
+    name: str
+    arrived: int
+    placed: int
+    arrived_slices: int
+    placed_slices: int
+    waits: Waits
+
+    @property
+    def acceptance(self) -> float:
+        return self.placed / self.arrived if self.arrived else 1.0
+
+    @property
+    def slice_acceptance(self) -> float:
+        return self.placed_slices / self.arrived_slices if self.arrived_slices else 1.0
+
+
+def class_of(pod: SimPod) -> str:
+    return pod.profile if pod.count == 1 else f"{pod.count}x{pod.profile}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,25 +183,29 @@ class ChurnResult:
     abandoned_pods: int
     waits: Waits
     repartition_waits: Waits
-    """Pods that asked for (or claimed) a re-partition before they were placed."""
-    repartition_delays: Waits
-    """The same pods, from when they began to wait for their last re-partition (its decision,
-    or their claim on it) to their placement; their total wait also counts the time until
-    some GPU was idle."""
+    """Pods a re-partition was planned for (named in the plan), from arrival to placement."""
     slice_allocation: float
     """Time-average compute slices held by pods / (7 x GPUs) over [warm-up, end]."""
     mean_pending: float
     """Time-average count of waiting pods that arrived during the run (not the prefill)."""
     repartitions: int
-    """Re-partition operations decided in the measured window (one or more GPUs each)."""
+    """Re-partitions (one node each) started in the measured window."""
     gpus_repartitioned: int
     disrupted_pods: int
+    classes: tuple[PodClass, ...] = ()
+    """Per pod class, in the catalog's profile order (multi-GPU classes last)."""
     placements: tuple[Placement, ...] = ()
     reconfigurations: tuple[Reconfiguration, ...] = ()
 
     @property
     def acceptance(self) -> float:
         return self.placed_pods / self.arrived_pods if self.arrived_pods else 1.0
+
+    @property
+    def slice_acceptance(self) -> float:
+        """Acceptance weighted by demand: compute slices placed / compute slices arrived."""
+        arrived = sum(c.arrived_slices for c in self.classes)
+        return sum(c.placed_slices for c in self.classes) / arrived if arrived else 1.0
 
     @property
     def repartitions_per_placed_pod(self) -> float:
@@ -170,7 +223,7 @@ def arrival_rate_per_s(workload: Workload, capacity_slices: int, config: ChurnCo
 
 
 def sample_churn(
-    workload: Workload, capacity_slices: int, config: ChurnConfig, seed: int
+    workload: Workload, capacity_slices: int, config: ChurnConfig, *, seed: int
 ) -> tuple[Arrival, ...]:
     """Poisson arrivals over the run, each a pod of the workload and its lifetime.
 

@@ -5,6 +5,17 @@ either MIG-off (whole-GPU baseline) or MIG-on with a legal layout of instances, 
 held by one pod. A MIG-on GPU without instances is idle and may be re-partitioned, like any
 GPU no pod holds a part of.
 
+Layouts change in two ways, both refusing to destroy an instance a pod holds:
+
+* :meth:`SimCluster.repartition` gives a GPU a new layout that keeps the held instances in
+  place (what MIG Manager does to an idle GPU, and what re-shaping the free part of a GPU in
+  use amounts to);
+* :meth:`SimCluster.create_instance` and :meth:`SimCluster.destroy_instance` change one
+  instance of a GPU that may be in use (dynamic MIG, one instance at a time).
+
+Every change bumps the node's ``version`` and is announced to the cluster's ``listeners``
+(placement indexes keep per-node ranks and refresh only the nodes that changed).
+
 The simulator's working state is mutable (one run owns it); everything it hands out is a
 value: :class:`~migslice.inventory.NodeState` for the scheduling and planning core (the
 same values the extender and the repartition controller read) and frozen snapshots.
@@ -12,14 +23,17 @@ same values the extender and the repartition controller read) and frozen snapsho
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from migslice.errors import MigsliceError
 from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
 from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Layout, Placed, is_legal, make_layout
+from migslice.names import MIG_STATE_SUCCESS, MIG_TRANSITION_STATES
 from migslice.objects import NodeFacts
+from migslice.objects.carve import CarveRequest, CarveStatus
+from migslice.objects.gpu_layout import AgentGpu, AgentInstance, AgentReport
 from migslice.scheduling import PreparedNode, prepare_node
 
 GPUS_PER_NODE = 8
@@ -44,6 +58,17 @@ class SimGpu:
     def is_idle(self) -> bool:
         return self.whole_holder is None and not any(self.holders)
 
+    def held_layout(self) -> Layout:
+        """The instances pods hold (what a layout change must keep)."""
+        return tuple(p for p, h in zip(self.instances, self.holders, strict=True) if h)
+
+    def free_positions(self, profile: str) -> list[int]:
+        return [
+            k
+            for k, (p, h) in enumerate(zip(self.instances, self.holders, strict=True))
+            if h is None and p.profile == profile
+        ]
+
     def as_state(self) -> GpuState:
         return GpuState(
             index=self.index,
@@ -54,12 +79,32 @@ class SimGpu:
         )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class SimNode:
+    """One node; ``position`` is its index in the cluster (names sort the same way)."""
+
+    position: int
     name: str
     gpus: list[SimGpu]
     version: int = 0
-    _cached: tuple[int, NodeState, PreparedNode] | None = None
+    mig_config: str = SIM_CONFIG
+    mig_config_state: str = MIG_STATE_SUCCESS
+    cached: tuple[int, NodeState, PreparedNode] | None = None
+    carve_request: CarveRequest | None = None
+    """``migslice.io/carve``: what the controller asked the node agent to carve."""
+    carve_status: CarveStatus | None = None
+    """``migslice.io/carve-state``: the node agent's answer."""
+
+    @property
+    def is_carving(self) -> bool:
+        request, status = self.carve_request, self.carve_status
+        return request is not None and (status is None or status.plan_id != request.plan_id)
+
+    @property
+    def is_blocked(self) -> bool:
+        """MIG Manager or the node agent is working on the node: the scheduler keeps off
+        it (``prepare_node`` blocks a carving node whole, as it does in production)."""
+        return self.mig_config_state in MIG_TRANSITION_STATES or self.is_carving
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +116,9 @@ class Assignment:
     units: tuple[tuple[int, Placed | None], ...]
 
 
+Listener = Callable[[SimNode], None]
+
+
 class SimCluster:
     """The mutable working state of one simulation run."""
 
@@ -79,10 +127,14 @@ class SimCluster:
         model: GpuModel,
         node_count: int,
         layouts: Sequence[Layout | None],
+        *,
         gpus_per_node: int = GPUS_PER_NODE,
+        agent_reports: bool = False,
     ) -> None:
         """``layouts`` gives each GPU's initial layout in node-major order, cycled when
-        shorter; ``None`` means MIG off (whole GPU)."""
+        shorter; ``None`` means MIG off (whole GPU). ``agent_reports``: node states carry the
+        node agent's report (carve mode reads it)."""
+        self.agent_reports = agent_reports
         if not layouts:
             raise ValueError("at least one initial layout is needed (None for MIG off)")
         self.model = model
@@ -97,11 +149,14 @@ class SimCluster:
                     gpu.instances = list(make_layout(layout))
                     gpu.holders = [None] * len(gpu.instances)
                 gpus.append(gpu)
-            self.nodes.append(SimNode(f"node-{n:04d}", gpus))
+            self.nodes.append(SimNode(n, f"node-{n:04d}", gpus))
         self.by_name = {node.name: node for node in self.nodes}
         self.assignments: dict[str, Assignment] = {}
+        self.listeners: list[Listener] = []
         self.gpus_touched = 0
         self.repartitions = 0
+        self.changes = 0
+        """How many changes the cluster has seen (a cheap "anything new?" test)."""
 
     @property
     def gpu_count(self) -> int:
@@ -112,21 +167,27 @@ class SimCluster:
             for gpu in node.gpus:
                 yield node, gpu
 
-    # -- changes ------------------------------------------------------------------------
+    def touched(self, node: SimNode) -> None:
+        node.version += 1
+        self.changes += 1
+        for listener in self.listeners:
+            listener(node)
 
-    def hold_instance(self, node: SimNode, gpu: SimGpu, position: int, pod: str) -> None:
+    # -- pods --------------------------------------------------------------------------------
+
+    def hold_instance(self, node: SimNode, gpu: SimGpu, position: int, *, pod: str) -> None:
         if gpu.holders[position] is not None:
             raise ValueError(f"{node.name} GPU {gpu.index} instance {position} is held")
         gpu.holders[position] = pod
-        node.version += 1
+        self.touched(node)
 
     def hold_whole(self, node: SimNode, gpu: SimGpu, pod: str) -> None:
         if gpu.mig_enabled or gpu.whole_holder is not None:
             raise ValueError(f"{node.name} GPU {gpu.index} cannot be held whole")
         gpu.whole_holder = pod
-        node.version += 1
+        self.touched(node)
 
-    def free_instance(self, node: SimNode, gpu: SimGpu, position: int, holder: str) -> None:
+    def free_instance(self, node: SimNode, gpu: SimGpu, position: int, *, holder: str) -> None:
         """Give back instance ``position`` of ``gpu``, which ``holder`` must hold."""
         if gpu.holders[position] != holder:
             raise ValueError(
@@ -134,9 +195,11 @@ class SimCluster:
                 f"{gpu.holders[position]!r}, not {holder!r}"
             )
         gpu.holders[position] = None
-        node.version += 1
+        self.touched(node)
 
     def record(self, assignment: Assignment) -> None:
+        if assignment.pod in self.assignments:
+            raise ValueError(f"pod {assignment.pod} is placed already; pod names must be unique")
         self.assignments[assignment.pod] = assignment
 
     def release(self, pod: str) -> Assignment:
@@ -149,10 +212,12 @@ class SimCluster:
                 if gpu.whole_holder != pod:
                     raise ValueError(f"{node.name} GPU {index} is not held whole by {pod}")
                 gpu.whole_holder = None
-                node.version += 1
+                self.touched(node)
             else:
-                self.free_instance(node, gpu, gpu.instances.index(placed), pod)
+                self.free_instance(node, gpu, gpu.instances.index(placed), holder=pod)
         return assignment
+
+    # -- layouts -----------------------------------------------------------------------------
 
     def repartition(self, node: SimNode, index: int, new: Layout) -> bool:
         """Give GPU ``index`` of ``node`` the layout ``new``; held instances must survive.
@@ -176,8 +241,41 @@ class SimCluster:
         gpu.holders = [kept.get(p) for p in gpu.instances]
         gpu.mig_enabled = True
         self.gpus_touched += 1
-        node.version += 1
+        self.touched(node)
         return True
+
+    def create_instance(self, node: SimNode, gpu: SimGpu, placed: Placed) -> int:
+        """Add one instance to ``gpu`` (in use or not) in its free memory slices; its
+        position in ``gpu.instances``."""
+        new = make_layout([*gpu.instances, placed])
+        if not gpu.mig_enabled or not is_legal(self.model, new):
+            raise ValueError(f"{placed.profile}@{placed.start} does not fit {node.name} GPU")
+        holders = dict(zip(gpu.instances, gpu.holders, strict=True))
+        gpu.instances = list(new)
+        gpu.holders = [holders.get(p) for p in new]
+        self.touched(node)
+        return gpu.instances.index(placed)
+
+    def destroy_instance(self, node: SimNode, gpu: SimGpu, position: int) -> None:
+        """Remove a free instance of ``gpu``; a held one raises :class:`DisruptionError`."""
+        holder = gpu.holders[position]
+        if holder is not None:
+            raise DisruptionError(f"{node.name} GPU {gpu.index}: {holder} holds the instance")
+        del gpu.instances[position]
+        del gpu.holders[position]
+        self.touched(node)
+
+    def set_carve(
+        self, node: SimNode, request: CarveRequest | None, status: CarveStatus | None
+    ) -> None:
+        """The node's ``migslice.io/carve`` and ``migslice.io/carve-state`` annotations."""
+        node.carve_request, node.carve_status = request, status
+        self.touched(node)
+
+    def set_mig_state(self, node: SimNode, config: str, state: str) -> None:
+        """The node's ``nvidia.com/mig.config`` and ``nvidia.com/mig.config.state`` labels."""
+        node.mig_config, node.mig_config_state = config, state
+        self.touched(node)
 
     # -- values for the core ---------------------------------------------------------------
 
@@ -188,39 +286,49 @@ class SimCluster:
         return self._views(node)[1]
 
     def _views(self, node: SimNode) -> tuple[NodeState, PreparedNode]:
-        cached = node._cached
+        cached = node.cached
         if cached is None or cached[0] != node.version:
-            state = build_node_state(self.model, node)
+            state = build_node_state(self.model, node, agent=self.agent_reports)
             cached = (node.version, state, prepare_node(state))
-            node._cached = cached
+            node.cached = cached
         return cached[1], cached[2]
 
 
-def build_node_state(model: GpuModel, node: SimNode) -> NodeState:
-    """The node as the inventory would build it from an exact agent report."""
-    allocatable: Counter[str] = Counter()
-    allocated: Counter[str] = Counter()
+@functools.cache
+def _resource(profile: str) -> str:
+    return mig_resource(profile)
+
+
+def build_node_state(model: GpuModel, node: SimNode, *, agent: bool = False) -> NodeState:
+    """The node as the inventory would build it from an exact agent report (``agent``: with
+    the report itself, which the carve planner reads: every held instance busy)."""
+    allocatable: dict[str, int] = {}
+    allocated: dict[str, int] = {}
     for gpu in node.gpus:
         if not gpu.mig_enabled:
-            allocatable[WHOLE_GPU_RESOURCE] += 1
+            allocatable[WHOLE_GPU_RESOURCE] = allocatable.get(WHOLE_GPU_RESOURCE, 0) + 1
             if gpu.whole_holder is not None:
-                allocated[WHOLE_GPU_RESOURCE] += 1
+                allocated[WHOLE_GPU_RESOURCE] = allocated.get(WHOLE_GPU_RESOURCE, 0) + 1
             continue
         for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
-            resource = mig_resource(placed.profile)
-            allocatable[resource] += 1
+            resource = _resource(placed.profile)
+            allocatable[resource] = allocatable.get(resource, 0) + 1
             if holder is not None:
-                allocated[resource] += 1
+                allocated[resource] = allocated.get(resource, 0) + 1
+    offered = tuple(sorted(allocatable.items()))
     facts = NodeFacts(
         name=node.name,
         resource_version=str(node.version),
-        product=model.product_names[0] if model.product_names else model.key,
+        product=facts_product(model),
         gpu_count=len(node.gpus),
         mig_capable=True,
         mig_strategy="mixed",
-        mig_config=SIM_CONFIG,
-        mig_config_state="success",
-        allocatable=tuple(sorted(allocatable.items())),
+        mig_config=node.mig_config,
+        mig_config_state=node.mig_config_state,
+        allocatable=offered,
+        agent=agent_report(facts_product(model), node) if agent else None,
+        carve_request=node.carve_request,
+        carve_status=node.carve_status,
     )
     return NodeState(
         facts=facts,
@@ -228,7 +336,34 @@ def build_node_state(model: GpuModel, node: SimNode) -> NodeState:
         source=LayoutSource.AGENT,
         gpus=tuple(gpu.as_state() for gpu in node.gpus),
         allocated=tuple(sorted(allocated.items())),
-        free=tuple(
-            (name, count - allocated.get(name, 0)) for name, count in sorted(allocatable.items())
+        free=tuple((name, count - allocated.get(name, 0)) for name, count in offered),
+    )
+
+
+def facts_product(model: GpuModel) -> str:
+    return model.product_names[0] if model.product_names else model.key
+
+
+def agent_report(product: str, node: SimNode) -> AgentReport:
+    """The node agent's ``migslice.io/gpu-layout``: each instance with a UUID of its place
+    and busy when a pod holds it (a pod's processes run from the moment it is placed)."""
+    return AgentReport(
+        product=product,
+        gpus=tuple(
+            AgentGpu(
+                gpu.index,
+                gpu.mig_enabled,
+                tuple(
+                    AgentInstance(
+                        p.profile,
+                        p.start,
+                        p.size,
+                        h is not None,
+                        f"MIG-{node.name}-{gpu.index}-{p.start}-{p.profile}",
+                    )
+                    for p, h in zip(gpu.instances, gpu.holders, strict=True)
+                ),
+            )
+            for gpu in node.gpus
         ),
     )

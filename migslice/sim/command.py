@@ -19,6 +19,7 @@ from migslice.sim import (
     TRACE_FOLDER,
     LoadPoint,
     MappingKind,
+    RunResult,
     SaturationConfig,
     TraceError,
     Workload,
@@ -31,7 +32,7 @@ from migslice.sim import (
 )
 
 DEFAULT_DATA_DIR = Path("../shared/data")
-MAPPINGS = ("M1", "M2", "synthetic")
+MAPPINGS = ("M1", "M2", "M3", "M4", "synthetic")
 
 
 def load_workload(data_dir: Path, trace: str, mapping: str) -> Workload:
@@ -89,7 +90,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     workload = load_workload(args.data_dir, args.trace, args.mapping)
     config = SaturationConfig(nodes=args.nodes)
     gpus = args.nodes * config.gpus_per_node
-    policy = make_policy(args.policy, GPU_MODEL, workload.pods, gpus)
+    policy = make_policy(args.policy, GPU_MODEL, workload.pods, gpus=gpus)
     print(
         f"simulating policy={policy.name!r} workload={workload.name} nodes={args.nodes} "
         f"gpus={gpus} seed={args.seed}"
@@ -110,11 +111,24 @@ def run_simulate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    result = run_saturation(workload, policy, args.seed, config, progress=progress)
+    result = run_saturation(workload, policy, args.seed, config=config, progress=progress)
     limits = {
         p.arrived_pct: p.slice_allocation
-        for p in limit_curve(workload.pods, GPU_MODEL, gpus, range(10, 131, 10))
+        for p in limit_curve(workload.pods, GPU_MODEL, gpus, arrived_pcts=range(10, 131, 10))
     }
+    print(results_table(result, limits))
+    first = result.first_failure_pct
+    print(
+        f"first failure at {'none' if first is None else f'{first:.1f}% arrived'}; "
+        f"{result.gpus_repartitioned} GPUs re-partitioned "
+        f"({result.repartitions_per_1k_pods:.1f} per 1,000 placed pods); "
+        f"{result.disrupted_pods} pods disrupted; {time.monotonic() - started:.1f}s"
+    )
+    return 0
+
+
+def results_table(result: RunResult, limits: dict[int, float]) -> str:
+    """Every tenth load point of ``result`` beside the LP limit (``limits``, per load)."""
     rows = [
         (
             f"{p.arrived_pct}%",
@@ -129,29 +143,17 @@ def run_simulate(args: argparse.Namespace) -> int:
         for p in result.points
         if p.arrived_pct % 10 == 0
     ]
-    print(
-        format_table(
-            (
-                "arrived",
-                "slice alloc",
-                "memory alloc",
-                "demand placed",
-                "unalloc GPUs",
-                "LP limit",
-                "placed",
-                "failed",
-            ),
-            rows,
-        )
+    header = (
+        "arrived",
+        "slice alloc",
+        "memory alloc",
+        "demand placed",
+        "unalloc GPUs",
+        "LP limit",
+        "placed",
+        "failed",
     )
-    first = result.first_failure_pct
-    print(
-        f"first failure at {'none' if first is None else f'{first:.1f}% arrived'}; "
-        f"{result.gpus_repartitioned} GPUs re-partitioned "
-        f"({result.repartitions_per_1k_pods:.1f} per 1,000 placed pods); "
-        f"{result.disrupted_pods} pods disrupted; {time.monotonic() - started:.1f}s"
-    )
-    return 0
+    return format_table(header, rows)
 
 
 COMMAND = console.Command(
@@ -162,7 +164,8 @@ COMMAND = console.Command(
         "130%% of the cluster's compute slices, places each with the policy (no "
         "departures), and prints slice allocation per arrived load. GPU side only. "
         "Policies: B0 whole-GPU, B1 all-1g, B2 all-balanced first-fit, B3 oracle-static, "
-        "B4 best-fit all-balanced, B5 nos-like, migslice (extender score + planner); "
+        "B4 best-fit on mig-parted's stock configs, B5 nos's partitioner (and its variants), "
+        "B6 FGD for MIG, migslice (extender score + repartition controller); "
         "see docs/benchmarks.md."
     ),
     add_arguments=add_arguments,

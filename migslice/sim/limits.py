@@ -68,6 +68,7 @@ def slice_bound(
     model: GpuModel,
     arrived: Mapping[str, float],
     gpus: float,
+    *,
     geometries: Sequence[Geometry] | None = None,
 ) -> Bound:
     """The most compute slices any scheduler can allocate to ``arrived`` instances on
@@ -165,7 +166,7 @@ class LimitPoint:
 
 
 def limit_curve(
-    pods: Sequence[SimPod], model: GpuModel, gpus: int, arrived_pcts: Sequence[int]
+    pods: Sequence[SimPod], model: GpuModel, gpus: int, *, arrived_pcts: Sequence[int]
 ) -> tuple[LimitPoint, ...]:
     """The bound on slice allocation when the expected mix has arrived at each load."""
     per_slice = expected_instances(pods, model)
@@ -174,13 +175,13 @@ def limit_curve(
     points = []
     for pct in arrived_pcts:
         arrived = {p: rate * capacity * pct / 100 for p, rate in per_slice.items()}
-        bound = slice_bound(model, arrived, gpus, geometries)
+        bound = slice_bound(model, arrived, gpus, geometries=geometries)
         points.append(LimitPoint(pct, bound.slices / capacity))
     return tuple(points)
 
 
 def limit_first_failure_pct(
-    pods: Sequence[SimPod], model: GpuModel, gpus: int, tolerance_pct: float = 0.1
+    pods: Sequence[SimPod], model: GpuModel, gpus: int, *, tolerance_pct: float = 0.1
 ) -> float:
     """The highest arrived load (%) at which the bound still places all expected demand."""
     per_slice = expected_instances(pods, model)
@@ -189,7 +190,7 @@ def limit_first_failure_pct(
 
     def all_fit(pct: float) -> bool:
         arrived = {p: rate * capacity * pct / 100 for p, rate in per_slice.items()}
-        bound = slice_bound(model, arrived, gpus, geometries)
+        bound = slice_bound(model, arrived, gpus, geometries=geometries)
         return bound.slices >= capacity * pct / 100 * (1 - 1e-9)
 
     low, high = 0.0, 100.0
@@ -227,3 +228,60 @@ def oracle_layouts(pods: Sequence[SimPod], model: GpuModel, gpus: int) -> tuple[
     while len(layouts) < gpus:
         layouts.append(layouts[-1])
     return tuple(layouts[:gpus])
+
+
+def arrived_instances(
+    arrivals: Sequence[SimPod], capacity_slices: int, arrived_pcts: Sequence[int]
+) -> dict[int, Counter[str]]:
+    """Instances per profile of the pods that had arrived when arrived demand first reached
+    each load (the pod that crosses it included, as the run's load points count it)."""
+    wanted = sorted(set(arrived_pcts))
+    found: dict[int, Counter[str]] = {}
+    counts: Counter[str] = Counter()
+    arrived = 0
+    for pod in arrivals:
+        counts[pod.profile] += pod.count
+        arrived += pod.compute_slices
+        while wanted and 100 * arrived >= wanted[0] * capacity_slices:
+            found[wanted.pop(0)] = Counter(counts)
+    return found
+
+
+def sampled_limit(
+    arrivals: Sequence[SimPod], model: GpuModel, gpus: int, *, arrived_pcts: Sequence[int]
+) -> tuple[LimitPoint, ...]:
+    """The bound for the pods a run actually drew (not the expected mix), at each load."""
+    capacity = model.compute_slices * gpus
+    geometries = count_geometries(model)
+    points = []
+    for pct, counts in sorted(arrived_instances(arrivals, capacity, arrived_pcts).items()):
+        bound = slice_bound(model, dict(counts), gpus, geometries=geometries)
+        points.append(LimitPoint(pct, bound.slices / capacity))
+    return tuple(points)
+
+
+def sampled_first_failure_pct(arrivals: Sequence[SimPod], model: GpuModel, gpus: int) -> float:
+    """The arrived load (%) of the longest prefix of the drawn pods that the bound places
+    entirely (binary search over prefixes: the bound is monotone in the pods)."""
+    capacity = model.compute_slices * gpus
+    geometries = count_geometries(model)
+    prefix: list[tuple[int, Counter[str]]] = []
+    counts: Counter[str] = Counter()
+    arrived = 0
+    for pod in arrivals:
+        counts[pod.profile] += pod.count
+        arrived += pod.compute_slices
+        prefix.append((arrived, Counter(counts)))
+
+    def all_fit(index: int) -> bool:
+        slices, drawn = prefix[index]
+        return slice_bound(model, dict(drawn), gpus, geometries=geometries).slices >= slices - 1e-9
+
+    low, high = -1, len(prefix)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if all_fit(middle):
+            low = middle
+        else:
+            high = middle
+    return 0.0 if low < 0 else 100.0 * prefix[low][0] / capacity

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from migslice.sim.cluster import SimCluster
+from migslice.mig import GpuModel
+from migslice.sim.cluster import Assignment, SimCluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,19 @@ class Tally:
     placed: int = 0
     failed: int = 0
 
+    def add(self, model: GpuModel, demand_slices: int, assignment: Assignment) -> None:
+        """A pod asking for ``demand_slices`` was placed (a whole GPU counts as all of it)."""
+        self.placed += 1
+        self.demand_slices += demand_slices
+        for _, placed in assignment.units:
+            if placed is None:
+                self.compute_slices += model.compute_slices
+                self.memory_slices += model.memory_slices
+            else:
+                profile = model.profile(placed.profile)
+                self.compute_slices += profile.compute_slices
+                self.memory_slices += profile.memory_slices
+
     def point(self, arrived_pct: int, compute_per_gpu: int, memory_per_gpu: int) -> LoadPoint:
         compute_total = compute_per_gpu * self.gpus
         allocation = self.compute_slices / compute_total
@@ -86,21 +100,22 @@ class Tally:
         )
 
 
+def intact(cluster: SimCluster, assignment: Assignment) -> bool:
+    """Whether the pod still holds every instance (or whole GPU) it was given."""
+    node = cluster.by_name[assignment.node]
+    for index, placed in assignment.units:
+        gpu = node.gpus[index]
+        if placed is None:
+            if gpu.whole_holder != assignment.pod:
+                return False
+        elif not any(
+            p == placed and h == assignment.pod
+            for p, h in zip(gpu.instances, gpu.holders, strict=True)
+        ):
+            return False
+    return True
+
+
 def disrupted_pods(cluster: SimCluster) -> int:
     """Placed pods whose instances (or whole GPUs) are no longer held by them."""
-    lost = 0
-    for assignment in cluster.assignments.values():
-        node = cluster.by_name[assignment.node]
-        for index, placed in assignment.units:
-            gpu = node.gpus[index]
-            if placed is None:
-                intact = gpu.whole_holder == assignment.pod
-            else:
-                intact = any(
-                    p == placed and h == assignment.pod
-                    for p, h in zip(gpu.instances, gpu.holders, strict=True)
-                )
-            if not intact:
-                lost += 1
-                break
-    return lost
+    return sum(1 for a in cluster.assignments.values() if not intact(cluster, a))

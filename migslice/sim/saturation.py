@@ -1,22 +1,25 @@
 """Mode A, FGD-style saturation: pods arrive until demand is 130 % of capacity, none depart.
 
 Pods are drawn with replacement (``random.Random(seed)``) from a workload until the arrived
-demand, in compute slices of the mapped profiles, reaches ``max_load`` x 7 x GPUs. Each pod is
-placed by the policy at once or counted failed (it is not retried). A :class:`LoadPoint` is
-taken when arrived demand first reaches each whole percent of capacity. Same inputs and seed,
-same result.
+demand, in compute slices of the mapped profiles, reaches ``max_load`` x 7 x GPUs; each drawn
+pod gets a name of its own (the trace's name and its arrival number), so that the end-of-run
+disruption check sees every placed pod. Each pod is placed by the policy at once; if nothing
+fits and the policy re-partitions, its layout changes are applied at once (mode A has no
+clock) and the pod is placed again; otherwise it is counted failed (it is not retried). A
+:class:`LoadPoint` is taken when arrived demand first reaches each whole percent of
+capacity. Same inputs and seed, same result.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from migslice.mig import GpuModel, is_legal
 from migslice.sim.cluster import GPUS_PER_NODE, SimCluster
 from migslice.sim.metrics import LoadPoint, RunResult, Tally, disrupted_pods
-from migslice.sim.policies import Policy
+from migslice.sim.placement import Policy, Reshaper, apply_changes
 from migslice.sim.trace import GPU_MODEL, SimPod, Workload
 
 Progress = Callable[[LoadPoint], None]
@@ -32,7 +35,7 @@ class SaturationConfig:
 
 
 def sample_arrivals(
-    workload: Workload, capacity_slices: int, max_load_pct: int, seed: int
+    workload: Workload, capacity_slices: int, max_load_pct: int, *, seed: int
 ) -> tuple[SimPod, ...]:
     """Pods drawn with replacement until their compute slices reach the target load."""
     if not workload.pods:
@@ -43,7 +46,7 @@ def sample_arrivals(
     pods: list[SimPod] = []
     while arrived < target:
         pod = rng.choice(workload.pods)
-        pods.append(pod)
+        pods.append(replace(pod, name=f"{pod.name}#{len(pods)}"))
         arrived += pod.compute_slices
     return tuple(pods)
 
@@ -52,14 +55,15 @@ def run_saturation(
     workload: Workload,
     policy: Policy,
     seed: int,
+    *,
     config: SaturationConfig = SaturationConfig(),
     model: GpuModel = GPU_MODEL,
     progress: Progress | None = None,
 ) -> RunResult:
     capacity = model.compute_slices * config.nodes * config.gpus_per_node
-    arrivals = sample_arrivals(workload, capacity, config.max_load_pct, seed)
+    arrivals = sample_arrivals(workload, capacity, config.max_load_pct, seed=seed)
     return run_sequence(
-        arrivals, policy, config, model, workload=workload.name, seed=seed, progress=progress
+        arrivals, policy, config, model=model, workload=workload.name, seed=seed, progress=progress
     )
 
 
@@ -67,6 +71,7 @@ def run_sequence(
     arrivals: Sequence[SimPod],
     policy: Policy,
     config: SaturationConfig = SaturationConfig(),
+    *,
     model: GpuModel = GPU_MODEL,
     workload: str = "sequence",
     seed: int = 0,
@@ -79,6 +84,8 @@ def run_sequence(
     cluster = SimCluster(
         model, config.nodes, policy.initial_layouts(model), gpus_per_node=config.gpus_per_node
     )
+    placer = policy.start(cluster, seed)
+    reshaper = placer if isinstance(placer, Reshaper) else None
     tally = Tally(cluster.gpu_count)
     capacity = model.compute_slices * cluster.gpu_count
     points: list[LoadPoint] = []
@@ -86,22 +93,16 @@ def run_sequence(
     first_failure: float | None = None
     for pod in arrivals:
         arrived += pod.compute_slices
-        assignment = policy.place(cluster, pod)
+        assignment = placer.place(pod)
+        if assignment is None and reshaper is not None:
+            if apply_changes(cluster, reshaper.reshape([pod])):
+                assignment = placer.place(pod)
         if assignment is None:
             tally.failed += 1
             if first_failure is None:
                 first_failure = 100.0 * arrived / capacity
         else:
-            tally.placed += 1
-            tally.demand_slices += pod.compute_slices
-            for _, placed in assignment.units:
-                if placed is None:
-                    tally.compute_slices += model.compute_slices
-                    tally.memory_slices += model.memory_slices
-                else:
-                    profile = model.profile(placed.profile)
-                    tally.compute_slices += profile.compute_slices
-                    tally.memory_slices += profile.memory_slices
+            tally.add(model, pod.compute_slices, assignment)
         if config.check_layouts:
             _check_layouts(cluster)
         reached = min(config.max_load_pct, (100 * arrived) // capacity)

@@ -9,7 +9,10 @@ profile has to be derived from the compute share (docs/benchmarks.md, "Packing")
   slices, 1 -> ``1g.10gb``, 2 -> ``2g.20gb``, 3 -> ``3g.40gb``, 4 -> ``4g.40gb``, 5..7 ->
   ``7g.80gb``, where ``k`` is ``ceil(7 gpu_milli / 1000)`` (M1, compute-ceil, the default)
   or ``round(7 gpu_milli / 1000)``, at least 1 (M2, compute-round: up to 1/14 GPU
-  under-provisioned);
+  under-provisioned); M3 (memory-proportional) takes the smallest profile with at least
+  ``ceil(7 gpu_milli / 1000)`` compute slices and ``ceil(8 gpu_milli / 1000)`` memory slices
+  (adds ``1g.20gb``); M4 (cap at 4g) is M1 with 5 or 6 slices mapped to ``4g.40gb``, a
+  deliberately under-provisioned stress case (benchmarks.md §5.1);
 * pods without a GPU (``num_gpu == 0``) are skipped: the simulator models the GPU side only.
 
 Profile names are the A100-80GB / H100-80GB ones. Parsing takes text, not files (reading the
@@ -57,10 +60,12 @@ class TraceError(InvalidInputError):
 
 
 class MappingKind(enum.StrEnum):
-    """How a sharing pod's ``gpu_milli`` becomes compute slices."""
+    """How a sharing pod's ``gpu_milli`` becomes a profile."""
 
     COMPUTE_CEIL = "M1"
     COMPUTE_ROUND = "M2"
+    MEMORY_PROPORTIONAL = "M3"
+    CAP_AT_4G = "M4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,17 +148,29 @@ def _int(row: dict[str, str], column: str, row_number: int) -> int:
 
 
 def compute_slices_for(gpu_milli: int, mapping: MappingKind) -> int:
-    """Compute slices (1..7) of a sharing pod's ``gpu_milli`` under ``mapping``."""
+    """Compute slices (1..7) of a sharing pod's ``gpu_milli`` under ``mapping`` (M3 and M4
+    start from M1's)."""
     if not 0 < gpu_milli <= 1000:
         raise ValueError(f"gpu_milli={gpu_milli} is not a share of one GPU (1..1000)")
-    if mapping is MappingKind.COMPUTE_CEIL:
-        return -(-7 * gpu_milli // 1000)
-    return max(1, (7 * gpu_milli + 500) // 1000)
+    if mapping is MappingKind.COMPUTE_ROUND:
+        return max(1, (7 * gpu_milli + 500) // 1000)
+    return -(-7 * gpu_milli // 1000)
 
 
 def profile_for(gpu_milli: int, mapping: MappingKind) -> str:
     """The A100-80GB profile of a sharing pod's ``gpu_milli`` under ``mapping``."""
-    return PROFILE_BY_SLICES[compute_slices_for(gpu_milli, mapping)]
+    slices = compute_slices_for(gpu_milli, mapping)
+    if mapping is MappingKind.MEMORY_PROPORTIONAL:
+        memory = -(-GPU_MODEL.memory_slices * gpu_milli // 1000)
+        fitting = [
+            p
+            for p in GPU_MODEL.profiles
+            if not p.parsed.attribute and p.compute_slices >= slices and p.memory_slices >= memory
+        ]
+        return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)).name
+    if mapping is MappingKind.CAP_AT_4G and slices in (5, 6):
+        return "4g.40gb"
+    return PROFILE_BY_SLICES[slices]
 
 
 def map_pod(pod: TracePod, mapping: MappingKind) -> SimPod | None:

@@ -1,0 +1,67 @@
+"""Carve mode in the simulator: the node agent's part, and the carve planner for mode A.
+
+* :func:`carve_node` is the node agent's stand-in: it destroys the instances a
+  ``migslice.io/carve`` request names and creates the new ones, on GPUs in use. Destroying
+  an instance a pod holds raises :class:`~migslice.sim.cluster.DisruptionError` (the agent
+  refuses such a request; a plan that asks for it is a planner bug), so a run that finishes
+  destroyed no busy instance.
+* :func:`carve_reshape` is mode A's re-partition in carve mode: the carve planner
+  (:func:`migslice.repartition.plan_carve`) asked about one pending pod, eligible at once
+  (mode A has no clock), with every node in carve mode. Mode B drives the controller itself
+  (:mod:`migslice.sim.controller`): the same planner through ``decide``'s carve branch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from migslice.mig import Placed
+from migslice.names import MODE_CARVE
+from migslice.objects.carve import CarveRequest
+from migslice.repartition import CarveSettings, ControllerSettings, PendingPod, plan_carve
+from migslice.scheduling import PodDemand
+from migslice.sim.cluster import SimCluster, SimNode
+from migslice.sim.placement import LayoutChange
+
+MODE_A_CARVE = CarveSettings(
+    min_pending_s=0.0, cooldown_s=0.0, max_nodes_in_flight=1, default_mode=MODE_CARVE
+)
+
+
+def carving_settings(settings: ControllerSettings) -> ControllerSettings:
+    """The controller's settings with every node in carve mode (its default mode)."""
+    return replace(settings, carve=replace(settings.carve, default_mode=MODE_CARVE))
+
+
+def carve_node(cluster: SimCluster, node: SimNode, request: CarveRequest) -> int:
+    """Carry out ``request`` on ``node`` as the node agent does; the GPUs changed."""
+    model = cluster.model
+    for step in request.gpus:
+        gpu = node.gpus[step.index]
+        for doomed in step.destroy:
+            where = [
+                k
+                for k, p in enumerate(gpu.instances)
+                if (p.start, p.profile) == (doomed.start, doomed.profile)
+            ]
+            if not where:
+                where_ = f"{doomed.profile}@{doomed.start}"
+                raise ValueError(f"{node.name} GPU {step.index} has no {where_}")
+            cluster.destroy_instance(node, gpu, where[0])
+        for slot in step.create:
+            size = model.profile(slot.profile).memory_slices
+            cluster.create_instance(node, gpu, Placed(slot.start, slot.profile, size))
+    return len(request.gpus)
+
+
+def carve_reshape(
+    cluster: SimCluster, demand: PodDemand, settings: CarveSettings = MODE_A_CARVE
+) -> tuple[SimNode | None, tuple[LayoutChange, ...]]:
+    """The carve planner's changes for one pending pod, and the node it carves."""
+    states = [cluster.node_state(node) for node in cluster.nodes]
+    plan = plan_carve(states, [PendingPod(demand, 0.0)], settings=settings)
+    if plan.is_empty:
+        return None, ()
+    change = plan.changes[0]
+    node = cluster.by_name[change.node]
+    return node, tuple(LayoutChange(node, g.index, g.new) for g in change.gpus)

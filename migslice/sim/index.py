@@ -1,0 +1,77 @@
+"""Placement indexes: per pod kind, the nodes ordered by a policy's rank, kept up to date
+incrementally so that choosing a node costs O(log N) instead of a scan of every node.
+
+A policy ranks a node for a pod kind (profile and instance count) with a tuple that ends with
+the node's position (unique, so ties break to the lowest index as a scan would), or None when
+the node cannot take that kind. The index keeps, per kind, the sorted ranks of the nodes
+that can; when the cluster announces that a node changed, the node is marked and its ranks
+are recomputed at the next query (a node that changes several times between queries is
+ranked once). Choosing the first entry is then exactly what a scan of every node in index
+order with the same rank would choose.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+
+from migslice.sim.cluster import SimCluster, SimNode
+
+Kind = tuple[str, int]
+"""A pod kind: (profile, instance count)."""
+Rank = tuple[int | float, ...]
+RankFn = Callable[[SimNode, Kind], Rank | None]
+
+
+class RankIndex:
+    """Nodes per kind in rank order (see the module docstring)."""
+
+    def __init__(self, cluster: SimCluster, rank: RankFn) -> None:
+        self._cluster = cluster
+        self._rank = rank
+        self._sorted: dict[Kind, list[Rank]] = {}
+        self._current: dict[Kind, list[Rank | None]] = {}
+        self._dirty: set[int] = set()
+        cluster.listeners.append(self._changed)
+
+    def _changed(self, node: SimNode) -> None:
+        self._dirty.add(node.position)
+
+    def _refresh(self) -> None:
+        if not self._dirty:
+            return
+        nodes = self._cluster.nodes
+        for position in sorted(self._dirty):
+            node = nodes[position]
+            for kind, ranks in self._current.items():
+                old, new = ranks[position], self._rank(node, kind)
+                if old == new:
+                    continue
+                entries = self._sorted[kind]
+                if old is not None:
+                    del entries[bisect.bisect_left(entries, old)]
+                if new is not None:
+                    bisect.insort(entries, new)
+                ranks[position] = new
+        self._dirty.clear()
+
+    def _entries(self, kind: Kind) -> list[Rank]:
+        self._refresh()
+        entries = self._sorted.get(kind)
+        if entries is None:
+            ranks = [self._rank(node, kind) for node in self._cluster.nodes]
+            self._current[kind] = ranks
+            entries = sorted(r for r in ranks if r is not None)
+            self._sorted[kind] = entries
+        return entries
+
+    def best(self, kind: Kind) -> SimNode | None:
+        """The node with the lowest rank for ``kind``, or None if no node can take it."""
+        entries = self._entries(kind)
+        return self._cluster.nodes[int(entries[0][-1])] if entries else None
+
+    def ordered(self, kind: Kind) -> Iterator[SimNode]:
+        """Nodes that can take ``kind`` in rank order (a snapshot: changes made while
+        iterating are seen at the next query)."""
+        for rank in list(self._entries(kind)):
+            yield self._cluster.nodes[int(rank[-1])]

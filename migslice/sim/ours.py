@@ -1,0 +1,301 @@
+"""migslice in the simulator: the extender's score for placement, the repartition
+controller's decision for new layouts.
+
+* **Placement**: the extender's own filter and fragmentation score
+  (:func:`migslice.scheduling.score_node` over :func:`~migslice.scheduling.prepare_node` of
+  each node's :class:`~migslice.inventory.NodeState`), the highest-scoring node winning (ties:
+  the lowest index; kube-scheduler breaks ties at random). Inside the node the instance is
+  the one the score assumed (:func:`~migslice.inventory.picking.best_free_instance`, as the
+  inventory assumes the device plugin picks). The scores live in a
+  :class:`~migslice.sim.index.RankIndex`, so a pod costs a lookup, not a scan of every node;
+  :func:`extender_choice` is the scan, kept as the oracle the index is tested against.
+* **Re-partitioning** (mode A): when no node fits, the controller's decision
+  (:func:`migslice.repartition.decide`, which runs the planner) is asked with the pod pending
+  and eligible at once (mode A has no clock). The planner considers every node and the demand
+  mix of the whole cluster; asking it about 776 nodes for each of 9,000 pods is what made
+  the simulator quadratic. So the simulator hands it, node by node in the planner's own order
+  (fewest idle GPUs that suffice, then name), one node at a time, with the cluster-wide demand
+  mix (kept incrementally by :class:`DemandMix`, the planner's rule 5 formula) as
+  ``expected_mix``: the first node the planner accepts is the node it would have chosen from
+  all of them. ``tests/test_sim_policies.py`` checks this against the plain call over every
+  node. Mode B drives the controller itself (:mod:`migslice.sim.controller`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from migslice.inventory import NodeState, mig_resource
+from migslice.inventory.picking import Occupancy, best_free_instance
+from migslice.mig import (
+    CATALOG,
+    GpuModel,
+    Layout,
+    enumerate_maximal_layouts,
+    profile_from_resource,
+)
+from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
+from migslice.repartition import (
+    ControllerSettings,
+    LayoutCache,
+    PendingPod,
+    PlanSettings,
+    RepartitionPlan,
+    RepartitionRecord,
+    StepKind,
+    decide,
+)
+from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
+from migslice.sim.carving import carve_reshape
+from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
+from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.placement import IndexedPlacer, LayoutChange, Placer, hold
+from migslice.sim.trace import SimPod
+
+PLAN_SETTINGS = PlanSettings(min_pending_s=0.0, cooldown_s=0.0, max_nodes_in_flight=1)
+"""Mode A has no clock: a pod is eligible for re-partitioning as soon as it is pending."""
+
+
+def demand_for(pod: SimPod) -> PodDemand:
+    """The pod as the extender sees it after admission: ``nvidia.com/mig-<profile>: count``."""
+    resource = mig_resource(pod.profile)
+    return PodDemand(pod.name, (DemandUnit(resource, pod.count, UnitKind.MIG, pod.profile),))
+
+
+def planned_reshape(
+    states: Sequence[NodeState],
+    demand: PodDemand,
+    settings: PlanSettings,
+    *,
+    layouts: LayoutCache | None = None,
+) -> RepartitionPlan | None:
+    """The repartition controller's own decision for one pending pod, from an empty record
+    (mode A has no clock, no plan in progress and an empty mig-parted file): the plan of its
+    START step, or None when it would wait."""
+    step = decide(
+        RepartitionRecord(),
+        states,
+        [PendingPod(demand, 0.0)],
+        file_configs=frozenset(),
+        now=0.0,
+        settings=ControllerSettings(plan=settings),
+        layout_cache=layouts,
+    )
+    if step.kind is not StepKind.START or step.plan is None:
+        return None
+    return step.plan
+
+
+def extender_choice(cluster: SimCluster, demand: PodDemand) -> SimNode | None:
+    """The node the extender scores highest over a scan of every node (0 = cannot take the
+    pod); ties: lowest index."""
+    best: tuple[int, SimNode] | None = None
+    for node in cluster.nodes:
+        score = score_node(demand, cluster.prepared(node))
+        if score > 0 and (best is None or score > best[0]):
+            best = (score, node)
+    return None if best is None else best[1]
+
+
+def fragmentation_picks(
+    model: GpuModel, node: SimNode, profile: str, *, count: int
+) -> list[tuple[SimGpu, int]]:
+    """The instances the extender's ranking assumes (:mod:`migslice.inventory.picking`)."""
+    held = [[h is not None for h in g.holders] for g in node.gpus]
+    occupancy = [
+        Occupancy(g.index, g.instances, held[n], g.whole_holder is not None)
+        for n, g in enumerate(node.gpus)
+    ]
+    picks: list[tuple[SimGpu, int]] = []
+    for _ in range(count):
+        pick = best_free_instance(occupancy, profile, model.memory_slices)
+        if pick is None:
+            return []
+        held[pick.gpu][pick.instance] = True
+        picks.append((node.gpus[pick.gpu], pick.instance))
+    return picks
+
+
+class PlannerLayouts(dict[tuple[str, frozenset[str]], list[Layout]]):
+    """The planner's layout cache (:data:`~migslice.repartition.LayoutCache`), narrowed for
+    the pods being planned: one maximal layout per count vector (the first in enumeration
+    order), and only those holding an instance of one of ``profiles`` (the pending pods'). The
+    planner ranks layouts by their counts alone, keeps the first of equals and skips every
+    layout that lacks an instance it plans, so its choice is the same; it just looks at a few
+    layouts instead of 78."""
+
+    def __init__(self, model: GpuModel) -> None:
+        super().__init__()
+        self.model = model
+        self.profiles: frozenset[str] = frozenset()
+        self._all: dict[tuple[str, frozenset[str]], list[Layout]] = {}
+        self._narrow: dict[tuple[tuple[str, frozenset[str]], frozenset[str]], list[Layout]] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: tuple[str, frozenset[str]]) -> list[Layout]:
+        """The layouts for ``key``, narrowed to ``profiles``."""
+        narrow = self._narrow.get((key, self.profiles))
+        if narrow is None:
+            if key not in self._all:
+                model = self.model if key[0] == self.model.key else CATALOG.get(key[0])
+                seen: dict[tuple[tuple[str, int], ...], Layout] = {}
+                for layout in enumerate_maximal_layouts(model, sorted(key[1])):
+                    counts = tuple(sorted(Counter(p.profile for p in layout).items()))
+                    seen.setdefault(counts, layout)
+                self._all[key] = list(seen.values())
+            narrow = [x for x in self._all[key] if any(p.profile in self.profiles for p in x)]
+            self._narrow[(key, self.profiles)] = narrow
+        return narrow
+
+
+class DemandMix:
+    """The planner's demand mix (rule 5 of :mod:`migslice.repartition.planner`) kept per node
+    and summed on demand: compute slices pods hold per resource, and free compute slices per
+    resource on GPUs a pod uses."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self._cluster = cluster
+        self._parts: list[tuple[Counter[str], Counter[str]]] = []
+        self._held: Counter[str] = Counter()
+        self._spare: Counter[str] = Counter()
+        for node in cluster.nodes:
+            part = self._part(node)
+            self._parts.append(part)
+            self._held.update(part[0])
+            self._spare.update(part[1])
+        self._dirty: set[int] = set()
+        cluster.listeners.append(lambda node: self._dirty.add(node.position))
+
+    def _part(self, node: SimNode) -> tuple[Counter[str], Counter[str]]:
+        held: Counter[str] = Counter()
+        spare: Counter[str] = Counter()
+        model = self._cluster.model
+        for gpu in node.gpus:
+            if gpu.is_idle:
+                continue
+            for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
+                slices = model.profile(placed.profile).compute_slices
+                (held if holder is not None else spare)[mig_resource(placed.profile)] += slices
+        return held, spare
+
+    def weights(self, pending: Sequence[PodDemand]) -> dict[str, float]:
+        for position in self._dirty:
+            old_held, old_spare = self._parts[position]
+            self._held.subtract(old_held)
+            self._spare.subtract(old_spare)
+            part = self._part(self._cluster.nodes[position])
+            self._parts[position] = part
+            self._held.update(part[0])
+            self._spare.update(part[1])
+        self._dirty.clear()
+        weights: dict[str, float] = {r: float(n) for r, n in self._held.items() if n}
+        for pod in pending:
+            for unit in pod.units:
+                profile = profile_from_resource(unit.resource)
+                if profile is not None:
+                    slices = unit.count * profile.compute_slices
+                    weights[unit.resource] = weights.get(unit.resource, 0.0) + slices
+        total = sum(weights.values())
+        demand = {k: v / total for k, v in weights.items()} if total else {}
+        supply = sum(n for n in self._spare.values() if n > 0)
+        if not supply:
+            return demand
+        return {k: max(0.0, v - self._spare[k] / supply) + 0.1 * v for k, v in demand.items()}
+
+
+class MigslicePlacer(IndexedPlacer):
+    def __init__(self, cluster: SimCluster, settings: PlanSettings, *, carve: bool = False) -> None:
+        super().__init__(cluster)
+        self.settings = settings
+        self.carve = carve
+        self.demands: dict[Kind, PodDemand] = {}
+        self.mix = DemandMix(cluster)
+        self.idle = RankIndex(cluster, self.idle_rank)
+        self.layouts = PlannerLayouts(cluster.model)
+        self.reshaped: SimNode | None = None
+
+    def demand(self, kind: Kind) -> PodDemand:
+        if kind not in self.demands:
+            self.demands[kind] = demand_for(SimPod("pod", kind[0], kind[1]))
+        return self.demands[kind]
+
+    def rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        score = score_node(self.demand(kind), self.cluster.prepared(node))
+        return None if score <= 0 else (-score, node.position)
+
+    def picks(self, node: SimNode, kind: Kind) -> list[tuple[SimGpu, int]]:
+        return fragmentation_picks(self.cluster.model, node, kind[0], count=kind[1])
+
+    def idle_rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        """The planner's node order for a pod needing ``kind[1]`` idle GPUs at least."""
+        if node.mig_config_state in MIG_TRANSITION_STATES:
+            return None
+        idle = sum(1 for g in node.gpus if g.mig_enabled and g.is_idle)
+        return (idle, node.position) if idle >= kind[1] else None
+
+    def reshape(self, pods: Sequence[SimPod]) -> tuple[LayoutChange, ...]:
+        """Mode A: the planner's changes for the first pod (see the module docstring)."""
+        pod = pods[0]
+        if self.carve:
+            self.reshaped, changes = carve_reshape(self.cluster, demand_for(pod))
+            return changes
+        profile = self.cluster.model.profile(pod.profile)
+        needed = pod.count if profile.compute_slices == 7 else -(-pod.count // profile.max_count)
+        candidates = self.idle.ordered(("<idle>", needed))
+        first = next(candidates, None)
+        if first is None:
+            return ()
+        demand = demand_for(pod)
+        mix = self.mix.weights([demand])
+        settings = replace(self.settings, expected_mix=tuple(mix.items()))
+        self.layouts.profiles = frozenset((pod.profile,))
+        for node in itertools.chain((first,), candidates):
+            state = self.cluster.node_state(node)
+            plan = planned_reshape([state], demand, settings, layouts=self.layouts)
+            if plan is not None:
+                self.reshaped = node
+                return tuple(
+                    LayoutChange(self.cluster.by_name[c.node], g.index, g.new)
+                    for c in plan.changes
+                    for g in c.gpus
+                )
+        return ()
+
+    def place(self, pod: SimPod) -> Assignment | None:
+        """After a mode A re-partition the re-partitioned node is the only one with a free
+        instance of the pod's profile (the pod found none before), so the extender's choice
+        is that node: placed there without re-ranking the node in between."""
+        node, self.reshaped = self.reshaped, None
+        if node is None:
+            return super().place(pod)
+        picks = self.picks(node, (pod.profile, pod.count))
+        if len(picks) < pod.count:
+            raise AssertionError(f"{node.name} was re-partitioned for {pod.name} but lacks it")
+        return hold(self.cluster, node, picks, pod=pod)
+
+
+@dataclass(frozen=True, slots=True)
+class Migslice:
+    """The extender's filter and fragmentation score; the planner for idle GPUs (``mode``
+    ``mig-manager``) or the carve planner on GPUs in use too (``carve``: every node in carve
+    mode, node states with the node agent's report)."""
+
+    name: str = "migslice"
+    settings: PlanSettings = field(default=PLAN_SETTINGS)
+    mode: str = MODE_MIG_MANAGER
+
+    @property
+    def carves(self) -> bool:
+        return self.mode == MODE_CARVE
+
+    def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
+        return ((),)
+
+    def start(self, cluster: SimCluster, seed: int) -> Placer:
+        cluster.agent_reports = self.carves
+        return MigslicePlacer(cluster, self.settings, carve=self.carves)
