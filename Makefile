@@ -43,6 +43,8 @@ bench: install
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench.extender_latency
 	$(BIN)/python bench/webhook_latency.py
+	e2e/build.sh
+	$(BIN)/python bench/webhook_latency.py --api --nodes 200 --pods 2000
 	$(BIN)/python -m bench.packing
 	$(BIN)/python -m bench.churn
 	$(BIN)/python -m bench.slow_clients

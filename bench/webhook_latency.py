@@ -5,14 +5,20 @@ Builds a cluster file (default 5,000 GPU nodes, 20,000 pods, 50 tenants), starts
 CREATE AdmissionReviews (sized pods of every tenant) over keep-alive HTTPS connections at
 concurrency 1 and 16, and reports p50/p99 and the resident memory of the webhook processes.
 
+With ``--api`` the same cluster is put into a real kube-apiserver and etcd (the e2e harness)
+and the webhook runs in-cluster against it: every admission also writes its tenant's quota
+ledger (a ConfigMap, compare-and-swap), which is what this mode measures.
+
     .venv/bin/python bench/webhook_latency.py                # full size
     .venv/bin/python bench/webhook_latency.py --nodes 200 --pods 800 --requests 200   # quick
+    .venv/bin/python bench/webhook_latency.py --api --nodes 200 --pods 2000   # ledger writes
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import os
 import random
@@ -24,6 +30,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +45,7 @@ SERVER_NAME = f"{SERVICE}.{NAMESPACE}.svc"
 PRODUCTS = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-NVL", "NVIDIA-A30")
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
 SIZES = ("small", "medium", "large")
+REQUEST_UIDS = itertools.count()
 
 
 def cluster_documents(nodes: int, pods: int, tenants: int) -> list[dict[str, Any]]:
@@ -141,7 +150,7 @@ def review_body(i: int, tenants: int) -> bytes:
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
-            "uid": f"bench-{i}",
+            "uid": f"bench-{next(REQUEST_UIDS)}",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "namespace": f"tenant-{tenant}",
@@ -164,8 +173,35 @@ def connect(port: int, context: ssl.SSLContext) -> http.client.HTTPSConnection:
     return connection
 
 
+def is_ready(port: int, context: ssl.SSLContext) -> bool:
+    """GET /readyz answers 200 (caches synced and following the API server)."""
+    try:
+        connection = connect(port, context)
+    except OSError:
+        return False
+    try:
+        connection.request("GET", "/readyz")
+        reply = connection.getresponse()
+        reply.read()
+        return reply.status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+Admitted = Callable[[bytes, bytes], None]
+"""Called (untimed) with each review and its answer: kube-apiserver storing the pod."""
+
+
 def run_load(
-    port: int, context: ssl.SSLContext, concurrency: int, requests: int, tenants: int
+    port: int,
+    context: ssl.SSLContext,
+    concurrency: int,
+    requests: int,
+    tenants: int,
+    *,
+    admitted: Admitted | None = None,
 ) -> list[float]:
     latencies: list[float] = []
     lock = threading.Lock()
@@ -183,6 +219,8 @@ def run_load(
             mine.append(time.perf_counter() - started)
             if reply.status != 200 or b'"allowed":true' not in payload.replace(b" ", b""):
                 raise RuntimeError(f"unexpected answer {reply.status}: {payload[:300]!r}")
+            if admitted is not None:
+                admitted(body, payload)
         connection.close()
         with lock:
             latencies.extend(mine)
@@ -230,6 +268,14 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
             f"{level['p50_ms']} | {level['p99_ms']} | {level['mean_ms']} | "
             f"{level['throughput_rps']} | {worker_rss} |"
         )
+    trips = report.get("apiserver_round_trips")
+    if trips:
+        rows.append("")
+        rows.append(
+            f"kube-apiserver alone, same run: ConfigMap PUT p50 {trips['put_p50_ms']} ms, "
+            f"p99 {trips['put_p99_ms']} ms; GET p50 {trips['get_p50_ms']} ms, "
+            f"p99 {trips['get_p99_ms']} ms"
+        )
     path.with_suffix(".md").write_text("\n".join(rows) + "\n")
     print(f"report: {path.with_suffix('.json')}, {path.with_suffix('.md')}")
 
@@ -244,106 +290,134 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level")
     parser.add_argument("--threads", type=int, default=16, help="gunicorn threads")
     parser.add_argument(
+        "--api",
+        action="store_true",
+        help="serve in-cluster against a real kube-apiserver (quota ledger writes included)",
+    )
+    parser.add_argument(
         "--report",
         type=Path,
-        default=ROOT / "bench" / "reports" / "webhook_latency",
-        help="report path without suffix: writes .json and .md",
+        help="report path without suffix: writes .json and .md "
+        "(default bench/reports/webhook_latency, with --api webhook_latency_api)",
     )
     args = parser.parse_args()
+    name = "webhook_latency_api" if args.api else "webhook_latency"
+    args.report = args.report or ROOT / "bench" / "reports" / name
     report: dict[str, Any] = {
         "nodes": args.nodes,
         "pods": args.pods,
         "tenants": args.tenants,
         "requests_per_level": args.requests,
         "gunicorn": {"workers": 1, "threads": args.threads, "tls": True},
+        "source": "kube-apiserver, quota ledger writes" if args.api else "cluster file",
         "levels": [],
     }
-
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         directory = Path(tmp)
-        bundle = write_tls_bundle(directory, SERVICE, NAMESPACE)
-        cluster = directory / "cluster.yaml"
-        with cluster.open("w") as out:
-            for document in cluster_documents(args.nodes, args.pods, args.tenants):
-                out.write("---\n")
-                out.write(json.dumps(document))
-                out.write("\n")
-        port = 20000 + os.getpid() % 20000
-        command = [
-            sys.executable,
-            "-m",
-            "migslice.cli",
-            "webhook",
-            "--cluster-file",
-            str(cluster),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--tls-cert",
-            str(bundle.cert),
-            "--tls-key",
-            str(bundle.key),
-            "--threads",
-            str(args.threads),
-            "--log-level",
-            "warning",
-        ]
-        started = time.monotonic()
-        server = subprocess.Popen(command, cwd=ROOT)
-        context = ssl.create_default_context(cafile=str(bundle.ca_cert))
-        try:
-            while True:
-                try:
-                    connect(port, context).close()
-                    break
-                except OSError:
-                    if server.poll() is not None or time.monotonic() - started > 600:
-                        raise
-                    time.sleep(0.5)
-            # The worker builds the state from the file before it accepts: probe until it answers.
-            run_load(port, context, 1, 5, args.tenants)
-            ready_s = time.monotonic() - started
-            report["startup_s"] = round(ready_s, 1)
-            run_load(port, context, 4, 200, args.tenants)  # warm-up
-            print(
-                f"cluster: {args.nodes} nodes, {args.pods} pods, {args.tenants} tenants; "
-                f"webhook ready after {ready_s:.1f}s"
-            )
-            for concurrency in (1, 16):
-                latencies = run_load(port, context, concurrency, args.requests, args.tenants)
-                wall = sum(latencies) / concurrency
-                report["levels"].append(
-                    {
-                        "concurrency": concurrency,
-                        "n": len(latencies),
-                        "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
-                        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
-                        "mean_ms": round(statistics.fmean(latencies) * 1000, 2),
-                        "throughput_rps": round(len(latencies) / wall),
-                    }
-                )
-                print(
-                    f"concurrency {concurrency:>2}: n={len(latencies)} "
-                    f"p50={percentile(latencies, 0.50) * 1000:.2f} ms "
-                    f"p99={percentile(latencies, 0.99) * 1000:.2f} ms "
-                    f"mean={statistics.fmean(latencies) * 1000:.2f} ms "
-                    f"throughput~{len(latencies) / wall:.0f} req/s"
-                )
-            workers = children(server.pid)
-            report["rss_mib"] = {
-                "master": round(rss_mib(server.pid)),
-                "workers": [round(rss_mib(pid)) for pid in workers],
-            }
-            write_report(args.report, report)
-            print(
-                f"rss: master {rss_mib(server.pid):.0f} MiB; "
-                + ", ".join(f"worker {pid} {rss_mib(pid):.0f} MiB" for pid in workers)
-            )
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        documents = cluster_documents(args.nodes, args.pods, args.tenants)
+        admitted: Admitted | None = None
+        if args.api:
+            from bench.apiserver_cluster import PodStore, api_cluster, round_trips
+
+            plane = stack.enter_context(api_cluster(directory / "control-plane", documents))
+            source = ["--kubeconfig", str(plane.kubeconfig), "--status-interval-s", "0"]
+            admitted = PodStore(plane)
+            report["apiserver_round_trips"] = round_trips(plane)
+            print(f"kube-apiserver alone: {report['apiserver_round_trips']}")
+        else:
+            cluster = directory / "cluster.yaml"
+            with cluster.open("w") as out:
+                for document in documents:
+                    out.write("---\n")
+                    out.write(json.dumps(document))
+                    out.write("\n")
+            source = ["--cluster-file", str(cluster)]
+        measure(args, report, directory, source, admitted)
     return 0
+
+
+def measure(
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    directory: Path,
+    source: list[str],
+    admitted: Admitted | None = None,
+) -> None:
+    """Start the webhook on ``source``, load it at concurrency 1 and 16, write the report;
+    ``admitted`` stores each admitted pod (in-cluster, as kube-apiserver would)."""
+    bundle = write_tls_bundle(directory, SERVICE, NAMESPACE)
+    port = 20000 + os.getpid() % 20000
+    command = [
+        sys.executable,
+        "-m",
+        "migslice.cli",
+        "webhook",
+        *source,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tls-cert",
+        str(bundle.cert),
+        "--tls-key",
+        str(bundle.key),
+        "--threads",
+        str(args.threads),
+        "--log-level",
+        "warning",
+    ]
+    started = time.monotonic()
+    server = subprocess.Popen(command, cwd=ROOT)
+    context = ssl.create_default_context(cafile=str(bundle.ca_cert))
+    try:
+        while not is_ready(port, context):
+            if server.poll() is not None or time.monotonic() - started > 600:
+                raise RuntimeError("the webhook did not become ready")
+            time.sleep(0.5)
+        # The worker builds the state from the file before it accepts: probe until it answers.
+        run_load(port, context, 1, 5, args.tenants, admitted=admitted)
+        ready_s = time.monotonic() - started
+        report["startup_s"] = round(ready_s, 1)
+        run_load(port, context, 4, 200, args.tenants, admitted=admitted)  # warm-up
+        print(
+            f"cluster: {args.nodes} nodes, {args.pods} pods, {args.tenants} tenants; "
+            f"webhook ready after {ready_s:.1f}s"
+        )
+        for concurrency in (1, 16):
+            latencies = run_load(
+                port, context, concurrency, args.requests, args.tenants, admitted=admitted
+            )
+            wall = sum(latencies) / concurrency
+            report["levels"].append(
+                {
+                    "concurrency": concurrency,
+                    "n": len(latencies),
+                    "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
+                    "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+                    "mean_ms": round(statistics.fmean(latencies) * 1000, 2),
+                    "throughput_rps": round(len(latencies) / wall),
+                }
+            )
+            print(
+                f"concurrency {concurrency:>2}: n={len(latencies)} "
+                f"p50={percentile(latencies, 0.50) * 1000:.2f} ms "
+                f"p99={percentile(latencies, 0.99) * 1000:.2f} ms "
+                f"mean={statistics.fmean(latencies) * 1000:.2f} ms "
+                f"throughput~{len(latencies) / wall:.0f} req/s"
+            )
+        workers = children(server.pid)
+        report["rss_mib"] = {
+            "master": round(rss_mib(server.pid)),
+            "workers": [round(rss_mib(pid)) for pid in workers],
+        }
+        write_report(args.report, report)
+        print(
+            f"rss: master {rss_mib(server.pid):.0f} MiB; "
+            + ", ".join(f"worker {pid} {rss_mib(pid):.0f} MiB" for pid in workers)
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -226,7 +226,7 @@ def webhook(
     server = migslice_server(
         control_plane,
         "webhook",
-        ["--reservation-ttl-s", "5", "--status-interval-s", "1"],
+        ["--status-interval-s", "1"],
         rbac_manifest=BASE / "webhook" / "rbac.yaml",
         account="migslice-webhook",
         image=migslice_image,

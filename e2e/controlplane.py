@@ -378,6 +378,14 @@ class Process:
         return f"<Process {self.name} pid={self.pid} rc={self.popen.returncode}>"
 
 
+def _kill(process: Process) -> None:
+    """SIGKILL a process group at once (a crash, not a shutdown) and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.popen.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.popen.wait(10)
+
+
 def _wait_until(
     what: str,
     check: Callable[[], bool],
@@ -483,6 +491,7 @@ class ControlPlane:
         self.apiserver: Process | None = None
         self.schedulers: dict[str, Scheduler] = {}
         self.etcd_url = ""
+        self._etcd_ports = (0, 0)
         self.server = ""
         self._clients: list[k8s.ApiClient] = []
         self._atexit_registered = False
@@ -538,6 +547,29 @@ class ControlPlane:
             atexit.unregister(self.stop)
             self._atexit_registered = False
 
+    # -- faults ------------------------------------------------------------------------
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver (its clients see connections reset and refused)."""
+        assert self.apiserver is not None
+        _kill(self.apiserver)
+
+    def restart_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port (clients keep their kubeconfigs) and
+        wait for /readyz."""
+        port = int(self.server.rsplit(":", 1)[1])
+        self._start_apiserver(attempts=1, port=port)
+
+    def kill_etcd(self) -> None:
+        """SIGKILL etcd; kube-apiserver keeps serving what needs no storage."""
+        assert self.etcd is not None
+        _kill(self.etcd)
+
+    def restart_etcd(self) -> None:
+        """Start etcd again on the same ports with the same data and wait for /health."""
+        assert self.etcd is not None
+        self._start_etcd(attempts=1, ports=self._etcd_ports)
+
     def processes(self) -> list[Process]:
         procs = [p for p in (self.etcd, self.apiserver) if p is not None]
         return procs + [s.process for s in self.schedulers.values()]
@@ -545,9 +577,10 @@ class ControlPlane:
     def _spawn(self, name: str, argv: Sequence[str]) -> Process:
         return Process(name, argv, self.workdir / f"{name}.log", self.workdir)
 
-    def _start_etcd(self, attempts: int = 3) -> None:
+    def _start_etcd(self, attempts: int = 3, ports: tuple[int, int] | None = None) -> None:
         for attempt in range(attempts):
-            client, peer = free_port(), free_port()
+            client, peer = ports or (free_port(), free_port())
+            self._etcd_ports = (client, peer)
             self.etcd_url = f"http://127.0.0.1:{client}"
             data = self.workdir / "etcd-data"
             argv = [
@@ -583,18 +616,18 @@ class ControlPlane:
         ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
         return ctx
 
-    def _start_apiserver(self, attempts: int = 3) -> None:
+    def _start_apiserver(self, attempts: int = 3, port: int | None = None) -> None:
         assert self.etcd is not None
         for attempt in range(attempts):
-            port = free_port()
-            self.server = f"https://127.0.0.1:{port}"
+            chosen = port or free_port()
+            self.server = f"https://127.0.0.1:{chosen}"
             pki = self.pki
             argv = [
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
-                f"--secure-port={port}",
+                f"--secure-port={chosen}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",

@@ -106,7 +106,7 @@ class FakeDevicePlugin:
             },
             "spec": {
                 "nodeName": self.node,
-                "containers": [{"name": "plugin", "image": "registry.invalid/device-plugin:1"}],
+                "containers": [{"name": "plugin", "image": "device-plugin:1"}],
             },
         }
         try:

@@ -50,17 +50,23 @@ def migslice_server(
     account: str,
     service: str | None = None,
     image: Image | None = None,
+    bundle: TlsBundle | None = None,
+    replica: str = "",
 ) -> ServerProcess:
     """``migslice <command>`` as it runs in migslice-system, as ServiceAccount ``account`` with
     the RBAC of ``rbac_manifest``: from ``image`` when given, else from this interpreter.
 
     Its serving certificate names the Service (``service``, default ``migslice-<command>``),
     which is also the SNI its readiness check sends; its log is ``<workdir>/<service>.log``.
+    Replicas of one Service share ``bundle`` and each has a ``replica`` name (its log and pod
+    volumes in ``<workdir>/<replica>/``).
     """
     service = service or f"migslice-{command}"
-    bundle = tls_bundle(control_plane, service)
+    bundle = bundle or tls_bundle(control_plane, service)
     name = f"{service}.{NAMESPACE}.svc"
-    log_path = control_plane.workdir / f"{service}.log"
+    folder = control_plane.workdir / replica if replica else control_plane.workdir
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path = folder / f"{service}.log"
     token = service_account_token(control_plane, rbac_manifest, NAMESPACE, account)
     if image is None:
         kubeconfig = service_account_kubeconfig(control_plane, account, token)

@@ -50,7 +50,7 @@ def gpu_pod(size: str | None = None, **annotations: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
-        "spec": {"containers": [{"name": "main", "image": "registry.invalid/train:1"}]},
+        "spec": {"containers": [{"name": "main", "image": "train:1"}]},
     }
 
 

@@ -37,7 +37,7 @@ def mig_pod(profile: str, count: int = 1) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "main",
-                    "image": "registry.invalid/infer:1",
+                    "image": "infer:1",
                     "resources": {"limits": {f"nvidia.com/mig-{profile}": str(count)}},
                 }
             ],

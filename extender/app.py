@@ -95,7 +95,7 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> Response:
-        ready, problems = context.state.readiness(context.settings.max_staleness_s)
+        ready, problems = context.state.readiness(context.settings.max_blind_s)
         if ready:
             return Response("ok\n", mimetype="text/plain")
         return Response("\n".join(problems) + "\n", status=503, mimetype="text/plain")
@@ -193,6 +193,11 @@ def _prepared_from_raw(context: Context, name: str, raw: RawNode) -> PreparedNod
 def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterResult, str]:
     demand = demand_of(args["Pod"])
     candidates, by_name = _candidates(args, context)
+    ready, problems = context.state.readiness(context.settings.max_blind_s)
+    if not ready:
+        # Blind caches cannot vouch for any node (a re-partition may have begun): every node
+        # fails, retried by kube-scheduler, never unresolvable.
+        return _all_failed(context, candidates, by_name, problems), "blind"
     result = filter_nodes(demand, candidates)
     metrics = context.metrics.filtered
     metrics.labels("fits").inc(len(result.fits))
@@ -211,6 +216,24 @@ def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterRe
     else:
         answer["Nodes"] = {"metadata": {}, "items": [by_name[name] for name in result.fits]}
     return answer, "ok"
+
+
+def _all_failed(
+    context: Context,
+    candidates: Sequence[tuple[str, Any]],
+    by_name: Mapping[str, RawNode] | None,
+    problems: Sequence[str],
+) -> ExtenderFilterResult:
+    reason = f"node state unknown: migslice {problems[0]}"
+    context.metrics.filtered.labels("failed").inc(len(candidates))
+    log.warning("filter fails every node: %s", "; ".join(problems))
+    return {
+        "Nodes": None if by_name is None else {"metadata": {}, "items": []},
+        "NodeNames": [] if by_name is None else None,
+        "FailedNodes": {name: reason for name, _ in candidates},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
 
 
 def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from extender.settings import (
+    BUDGET_SCOPES,
     DEFAULT_LEASE,
     DEFAULT_MIG_CONFIG_MAP,
     DEFAULT_PORT,
@@ -39,10 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "objects (nodeCacheCapable: false) take about 22 KiB per candidate node",
     )
     parser.add_argument(
-        "--max-staleness-s",
-        type=console.seconds(allow_zero=False),
-        default=180.0,
-        help="readiness fails when a cache has not heard from the API server for this long",
+        "--max-blind-s",
+        type=console.seconds(),
+        default=5.0,
+        help="a watch cache that has not followed the API server for this long fails every node "
+        "in filter (retried by kube-scheduler) and fails /readyz (default %(default)s)",
     )
     console.add_log_level(parser)
     _add_repartition_arguments(parser)
@@ -75,12 +77,26 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         default=600.0,
         help="a node re-partitioned this recently is left alone",
     )
-    group.add_argument("--repartition-max-nodes-in-flight", type=console.count(1), default=1)
+    group.add_argument(
+        "--repartition-max-nodes-in-flight",
+        type=console.count(1),
+        default=1,
+        help="nodes MIG Manager may re-partition at once, per budget scope (default 1)",
+    )
+    group.add_argument(
+        "--repartition-budget-scope",
+        choices=BUDGET_SCOPES,
+        default="pool",
+        help="the in-flight budget holds per GPU product pool (nvidia.com/gpu.product; default) "
+        "or for the whole cluster",
+    )
     group.add_argument(
         "--repartition-deadline-s",
         type=positive,
         default=600.0,
-        help="a node not at nvidia.com/mig.config.state=success this long after labelling fails",
+        help="a node not at nvidia.com/mig.config.state=success this long after labelling is "
+        "quarantined (label migslice.io/repartition-quarantine) until MIG Manager reports "
+        "success or an admin removes the label",
     )
     group.add_argument(
         "--repartition-backoff-s",
@@ -129,7 +145,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
     body = args.max_body_mib << 20
     return ExtenderSettings(
         max_body_bytes=body,
-        max_staleness_s=args.max_staleness_s,
+        max_blind_s=args.max_blind_s,
         mig_config_map=args.mig_config_map,
         repartition=RepartitionSettings(
             enabled=args.repartition,
@@ -138,6 +154,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
             min_pending_s=args.repartition_min_pending_s,
             cooldown_s=args.repartition_cooldown_s,
             max_nodes_in_flight=args.repartition_max_nodes_in_flight,
+            budget_scope=args.repartition_budget_scope,
             deadline_s=args.repartition_deadline_s,
             backoff_s=args.repartition_backoff_s,
             scheduler_name=args.repartition_scheduler_name,

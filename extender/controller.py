@@ -19,7 +19,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from extender.carving import CARVE_MARK, shows, write_carve_requests
@@ -32,6 +32,7 @@ from migslice.names import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
     MIG_STATE_PENDING,
+    MIG_TRANSITION_STATES,
     RECORD_ANNOTATION,
     TOUCH_ANNOTATION,
 )
@@ -83,6 +84,8 @@ class RepartitionApi(Protocol):
 
     def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool: ...
 
+    def mark_quarantine(self, node: str, note: str | None) -> None: ...
+
 
 class Elector(Protocol):
     def try_acquire_or_renew(self) -> bool: ...
@@ -96,6 +99,7 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
             min_pending_s=settings.min_pending_s,
             cooldown_s=settings.cooldown_s,
             max_nodes_in_flight=settings.max_nodes_in_flight,
+            budget_per_pool=settings.budget_scope == "pool",
         ),
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
@@ -123,6 +127,7 @@ class RepartitionController:
         stats: RepartitionStats | None = None,
         clock: Callable[[], float] = time.time,
         guard: MigManagerGuard | None = None,
+        blindness: Callable[[], list[str]] = list,
     ) -> None:
         self._api = api
         self._guard = guard
@@ -133,6 +138,7 @@ class RepartitionController:
         self._decide_settings = controller_settings(settings.repartition)
         self.stats = stats or RepartitionStats(dry_run=settings.repartition.dry_run)
         self._clock = clock
+        self._blindness = blindness
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_said = ""
@@ -174,6 +180,10 @@ class RepartitionController:
         self.stats.is_leader = leader
         if not leader:
             return []
+        blind = self._blindness()
+        if blind:
+            self._say(f"not deciding while the caches are blind: {'; '.join(blind)}")
+            return []
         self._touch_served()
         if self._guard is not None and not self._guard.allows_planning():
             return []  # MIG Manager would not apply what we write (extender.mig_manager)
@@ -200,8 +210,9 @@ class RepartitionController:
                 now=now,
                 settings=self._decide_settings,
             )
-            self._count_in_flight(step.record)
+            self._count_in_flight(step.record, nodes)
             if step.kind == StepKind.WAIT:
+                self._mark(step)
                 self._say(step.reason, level=logging.DEBUG)
                 break
             if self._settings.dry_run:
@@ -279,11 +290,27 @@ class RepartitionController:
                 )
         if not write_carve_requests(self._api, step.carve_writes, step.reason):
             self.stats.errors += 1
+        self._mark(step)
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
         carve = file.record.carve if file.record is not None else None
         self._count(step, carve.plan_id if carve is not None else "")
         return stored
+
+    def _mark(self, step: Step) -> None:
+        """Set or remove quarantine labels and annotations; a failure is decided again."""
+        for mark in step.marks:
+            try:
+                self._api.mark_quarantine(mark.node, mark.note)
+                what = "marked quarantined" if mark.note is not None else "quarantine mark removed"
+                log.log(
+                    logging.WARNING if mark.note else logging.INFO, "node=%s %s", mark.node, what
+                )
+            except Exception as error:
+                self.stats.errors += 1
+                log.warning(
+                    "node=%s quarantine mark not written (%s); next round again", mark.node, error
+                )
 
     def _count(self, step: Step, carve_plan: str = "") -> None:
         """Count the step's outcomes; ``carve_plan``: the id of the carve plan it closed."""
@@ -331,12 +358,22 @@ class RepartitionController:
                 self.stats.errors += 1
                 log.warning("pod=%s not touched (%s); kube-scheduler retries it later", pod, error)
 
-    def _count_in_flight(self, record: RepartitionRecord) -> None:
+    def _count_in_flight(self, record: RepartitionRecord, nodes: Sequence[NodeState]) -> None:
+        """In flight: the plan's labelled open nodes, any other node MIG Manager works on and
+        the carve plan's asked nodes, but not the quarantined ones (what the budget counts)."""
         plan, carve = record.plan, record.carve
-        count = len(plan.open_nodes) if plan is not None and plan.applied_at is not None else 0
+        quarantined = {q.node for q in record.quarantine}
+        busy = {
+            n.name
+            for n in nodes
+            if n.facts.mig_config_state in MIG_TRANSITION_STATES and n.name not in quarantined
+        }
+        if plan is not None:
+            busy |= {s.node for s in plan.open_nodes if s.applied_at is not None}
         if carve is not None and carve.applied_at is not None:
-            count += len(carve.open_nodes)
-        self.stats.nodes_in_flight = count
+            busy |= {s.node for s in carve.open_nodes}
+        self.stats.nodes_in_flight = len(busy)
+        self.stats.nodes_quarantined = len(quarantined)
 
     def _dry_run(self, step: Step) -> None:
         if step.kind == StepKind.START and step.carve_plan is not None:
@@ -373,8 +410,10 @@ def start_repartition(
     settings: ExtenderSettings,
     *,
     identity: str,
+    blindness: Callable[[], list[str]] = list,
 ) -> RepartitionController:
-    """Build the controller over the Kubernetes API and start its thread."""
+    """Build the controller over the Kubernetes API and start its thread; it decides nothing
+    while ``blindness`` names a problem (a cache not synced or not following the API)."""
     from migslice.kube import KubeRepartitionApi, LeaderElector
     from migslice.kube.gpu_operator import KubeClusterPolicyApi
     from migslice.kube.repartition import COMPONENT
@@ -397,7 +436,9 @@ def start_repartition(
         stats=stats,
         dry_run=options.dry_run,
     )
-    controller = RepartitionController(api, elector, index, settings, stats, guard=guard)
+    controller = RepartitionController(
+        api, elector, index, settings, stats, guard=guard, blindness=blindness
+    )
     controller.start()
     log.info(
         "repartition controller started identity=%s lease=%s dry_run=%s interval=%.0fs",

@@ -18,7 +18,8 @@ class ExtenderMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "migslice_extender_requests",
-            "Extender calls by verb and outcome (ok, error: answered with Error).",
+            "Extender calls by verb and outcome (ok; error: answered with Error; blind: every "
+            "node failed while a cache did not follow the API server).",
             ("verb", "outcome"),
             registry=self.registry,
         )
@@ -59,6 +60,11 @@ class _CacheCollector(Collector):
             "Seconds since a cache last heard from the API server (-1: never).",
             labels=("cache",),
         )
+        blind = GaugeMetricFamily(
+            "migslice_extender_cache_blind_seconds",
+            "Seconds a cache has not followed the API server (0: connected; -1: never listed).",
+            labels=("cache",),
+        )
         relists = CounterMetricFamily(
             "migslice_extender_cache_relists_gone",
             "Re-lists after 410 Gone.",
@@ -73,11 +79,13 @@ class _CacheCollector(Collector):
             synced.add_metric((cache.name,), 1.0 if cache.synced else 0.0)
             age = cache.staleness_s()
             staleness.add_metric((cache.name,), -1.0 if age is None else age)
+            blind_s = cache.blind_s()
+            blind.add_metric((cache.name,), -1.0 if blind_s is None else blind_s)
             stats = getattr(cache, "stats", None)
             if stats is not None:
                 relists.add_metric((cache.name,), stats.relists_gone)
                 errors.add_metric((cache.name,), stats.errors)
-        yield from (nodes, pods, synced, staleness, relists, errors)
+        yield from (nodes, pods, synced, staleness, blind, relists, errors)
 
 
 class _RepartitionCollector(Collector):
@@ -127,9 +135,17 @@ class _RepartitionCollector(Collector):
         for outcome in ("success", "failed", "timeout", "aborted"):
             carves.add_metric((outcome,), stats.carve_outcomes.get(outcome, 0))
         in_flight = GaugeMetricFamily(
-            "migslice_repartition_nodes_in_flight", "Nodes labelled and not yet finished."
+            "migslice_repartition_nodes_in_flight",
+            "Nodes MIG Manager is re-partitioning, as the in-flight budget counts them "
+            "(quarantined nodes left out).",
         )
         in_flight.add_metric((), stats.nodes_in_flight)
+        quarantined = GaugeMetricFamily(
+            "migslice_repartition_nodes_quarantined",
+            "Nodes MIG Manager left short of success past the deadline "
+            "(label migslice.io/repartition-quarantine).",
+        )
+        quarantined.add_metric((), stats.nodes_quarantined)
         errors = CounterMetricFamily(
             "migslice_repartition_errors", "Failed rounds and failed label writes."
         )
@@ -149,6 +165,7 @@ class _RepartitionCollector(Collector):
             nodes,
             carves,
             in_flight,
+            quarantined,
             errors,
             mismatch,
         )

@@ -69,6 +69,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     (its Lease is released when the process exits)."""
     from extender.sources import start_caches
     from migslice.kube import KubernetesTransport
+    from migslice.kube.health import blindness
 
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
     index = new_index()
@@ -76,7 +77,13 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     controller = None
     if settings.repartition.enabled:
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        controller = start_repartition(transport, index, settings, identity=identity)
+        controller = start_repartition(
+            transport,
+            index,
+            settings,
+            identity=identity,
+            blindness=lambda: blindness(caches, max_blind_s=settings.max_blind_s),
+        )
         atexit.register(controller.stop)
 
     def stop() -> None:

@@ -14,6 +14,7 @@ from migslice.serving import ServerOptions
 DEFAULT_PORT = 8443
 DEFAULT_MIG_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 DEFAULT_LEASE = f"{names.SYSTEM_NAMESPACE}/{names.LEASE_NAME}"
+BUDGET_SCOPES = ("pool", "cluster")
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +22,11 @@ class RepartitionSettings:
     """The repartition controller (off unless ``enabled``; ``dry_run`` decides and logs only).
 
     ``interval_s``: time between rounds. ``min_pending_s``, ``cooldown_s`` and
-    ``max_nodes_in_flight`` are the planner's rate limits (``carve_*``: carve mode's own);
-    ``mode_default``: how nodes without ``migslice.io/repartition-mode`` are re-shaped;
-    ``deadline_s``: how long a node may stay short of ``success``; ``backoff_s``: how long a
-    failed node is left alone.
+    ``max_nodes_in_flight`` are the planner's rate limits (``carve_*``: carve mode's own), the
+    last per GPU product pool or for the whole cluster (``budget_scope``); ``mode_default``: how
+    nodes without ``migslice.io/repartition-mode`` are re-shaped; ``deadline_s``: how long a
+    node may stay short of ``success`` before it is quarantined; ``backoff_s``: how long a failed
+    node is left alone.
     ``scheduler_name``: only pods of this scheduler count as pending. ``lease``:
     ``namespace/name`` of the leader-election Lease, held for ``lease_duration_s``.
     """
@@ -35,6 +37,7 @@ class RepartitionSettings:
     min_pending_s: float = 30.0
     cooldown_s: float = 600.0
     max_nodes_in_flight: int = 1
+    budget_scope: str = "pool"
     deadline_s: float = 600.0
     backoff_s: float = 1800.0
     scheduler_name: str = names.SCHEDULER_NAME
@@ -78,6 +81,10 @@ class RepartitionSettings:
             raise CommandError(
                 f"--repartition-max-nodes-in-flight {self.max_nodes_in_flight}: must be >= 1"
             )
+        if self.budget_scope not in BUDGET_SCOPES:
+            raise CommandError(
+                f"--repartition-budget-scope {self.budget_scope}: one of {', '.join(BUDGET_SCOPES)}"
+            )
         if self.dry_run and not self.enabled:
             raise CommandError("--repartition-dry-run needs --repartition")
         if self.lease_duration_s < 2 * self.interval_s:
@@ -101,13 +108,14 @@ class ExtenderSettings:
     """``max_body_bytes``: larger requests get an ``Error``. NodeNames for 5,000 nodes with a pod
     at etcd's 1.5 MiB limit are 1.7 MiB; full Nodes (``nodeCacheCapable: false``) are about
     22 KB each when real-shaped, 10.7 MiB for the 500 candidates kube-scheduler sends from a
-    5,000-node cluster (``bench/request_sizes.py``). ``max_staleness_s``:
-    readiness fails when a cache has not heard from the API server for longer. ``mig_config_map``:
-    ``namespace/name`` of the ConfigMap holding the mig-parted config under ``mig_config_key``.
+    5,000-node cluster (``bench/request_sizes.py``). ``max_blind_s``: a cache that has not
+    followed the API server for longer (``migslice.kube.health``) fails every node in filter
+    and fails readiness. ``mig_config_map``: ``namespace/name`` of the ConfigMap holding the
+    mig-parted config under ``mig_config_key``.
     """
 
     max_body_bytes: int = 16 << 20
-    max_staleness_s: float = 180.0
+    max_blind_s: float = 5.0
     mig_config_map: str = DEFAULT_MIG_CONFIG_MAP
     mig_config_key: str = names.MIG_CONFIG_KEY
     repartition: RepartitionSettings = field(default_factory=RepartitionSettings)
@@ -119,8 +127,8 @@ class ExtenderSettings:
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:
             raise CommandError(f"max body {self.max_body_bytes} bytes: must be at least 1")
-        if not math.isfinite(self.max_staleness_s) or self.max_staleness_s <= 0:
-            raise CommandError(f"--max-staleness-s {self.max_staleness_s}: must be > 0")
+        if not math.isfinite(self.max_blind_s) or self.max_blind_s < 0:
+            raise CommandError(f"--max-blind-s {self.max_blind_s}: must be >= 0")
         if self.cluster_file is not None and self.kubeconfig is not None:
             raise CommandError("--cluster-file and --kubeconfig exclude each other")
         if self.repartition.enabled and self.cluster_file is not None:

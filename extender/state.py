@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from extender.settings import ExtenderSettings
 from migslice.inventory import ClusterIndex, MigConfigs
+from migslice.kube.health import CacheHealth, blindness
 from migslice.mig.migparted import MigPartedError, parse_mig_parted
 from migslice.objects import NodeFacts, PodFacts, node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.clusterfile import ClusterObjects
@@ -21,27 +22,25 @@ from migslice.scheduling import PreparedNode, prepare_node
 log = logging.getLogger(__name__)
 
 
-class CacheStatus(Protocol):
-    """A cache feeding the index: its name, whether it has listed once, how stale it is."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def synced(self) -> bool: ...
+class CacheStatus(CacheHealth, Protocol):
+    """A cache feeding the index: its name, whether it has listed once, how long it has not
+    followed the API server (``blind_s``), and how long since it last heard from it."""
 
     def staleness_s(self) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class StaticCache:
-    """A cache that never changes (a cluster file): always synced, never stale."""
+    """A cache that never changes (a cluster file): always synced, never blind or stale."""
 
     name: str
 
     @property
     def synced(self) -> bool:
         return True
+
+    def blind_s(self) -> float | None:
+        return 0.0
 
     def staleness_s(self) -> float | None:
         return 0.0
@@ -59,6 +58,7 @@ class RepartitionStats:
     node_outcomes: dict[str, int] = field(default_factory=dict)
     carve_outcomes: dict[str, int] = field(default_factory=dict)
     nodes_in_flight: int = 0
+    nodes_quarantined: int = 0
     errors: int = 0
     last_round: str = ""
     mig_manager_config_mismatch: bool = False
@@ -75,19 +75,10 @@ class ExtenderState:
     stop: Callable[[], None] = field(default=lambda: None)
     repartition: RepartitionStats | None = None
 
-    def readiness(self, max_staleness_s: float) -> tuple[bool, list[str]]:
-        """(ready, problems): every cache synced and heard from within ``max_staleness_s``."""
-        problems: list[str] = []
-        for cache in self.caches:
-            staleness = cache.staleness_s()
-            if not cache.synced:
-                problems.append(f"cache {cache.name} not synced yet")
-            elif staleness is None or staleness > max_staleness_s:
-                seen = "never" if staleness is None else f"{staleness:.0f}s ago"
-                problems.append(
-                    f"cache {cache.name} last heard from the API server {seen}; "
-                    f"limit {max_staleness_s:.0f}s (--max-staleness-s)"
-                )
+    def readiness(self, max_blind_s: float) -> tuple[bool, list[str]]:
+        """(ready, problems): every cache synced and none blind for longer than
+        ``max_blind_s`` (``migslice.kube.health``). A quiet, healthy cluster is ready."""
+        problems = blindness(self.caches, max_blind_s=max_blind_s)
         return (not problems, problems)
 
 

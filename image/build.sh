@@ -41,6 +41,7 @@ case "$ACTION" in
     *) die "usage: image/build.sh [push DESTINATION]" ;;
 esac
 
+# The version is migslice.__version__ (pyproject.toml reads it from there: dynamic).
 VERSION="$(sed -n 's/^__version__ *= *"\([^"]*\)".*/\1/p' migslice/__init__.py | head -n1)"
 [[ -n "$VERSION" ]] || die "cannot read __version__ from migslice/__init__.py"
 IMAGE="migslice:$VERSION"

@@ -62,7 +62,14 @@ ADMISSION_LABEL = "migslice.io/admission"
 
 MIGSLICE_PREFIX = "migslice.io/"
 
-# -- the scheduler --------------------------------------------------------------------------------
+QUARANTINE_LABEL = "migslice.io/repartition-quarantine"
+"""On a Node MIG Manager left short of ``success`` past the deadline: ``timeout``. No plan
+touches the node until MIG Manager reports success or an admin removes this label."""
+QUARANTINE_ANNOTATION = "migslice.io/repartition-quarantine"
+"""Beside the label: why, since when and how to release it (JSON, for ``kubectl`` and tools)."""
+QUARANTINE_TIMEOUT = "timeout"
+
+# -- the scheduler -----------------------------------------------------------------------------
 
 SCHEDULER_NAME = "migslice-scheduler"
 

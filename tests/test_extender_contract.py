@@ -212,31 +212,62 @@ def test_our_own_failure_is_a_200_with_error() -> None:
 
 
 class FakeCache:
-    def __init__(self, synced: bool, staleness_s: float | None) -> None:
+    def __init__(self, synced: bool, blind_s: float | None, staleness_s: float = 0.0) -> None:
         self.name = "nodes"
         self.synced = synced
+        self._blind_s = blind_s
         self._staleness_s = staleness_s
+
+    def blind_s(self) -> float | None:
+        return self._blind_s
 
     def staleness_s(self) -> float | None:
         return self._staleness_s
 
 
 @pytest.mark.parametrize(
-    ("synced", "staleness", "status", "text"),
+    ("synced", "blind", "staleness", "status", "text"),
     [
-        (True, 3.0, 200, "ok"),
-        (False, None, 503, "cache nodes not synced yet"),
-        (True, 500.0, 503, "last heard from the API server 500s ago; limit 180s"),
+        (True, 0.0, 3.0, 200, "ok"),
+        (True, 0.0, 900.0, 200, "ok"),
+        (True, 4.0, 4.0, 200, "ok"),
+        (False, None, 0.0, 503, "cache nodes has not listed once yet"),
+        (True, 27.0, 27.0, 503, "cache nodes lost the API server 27s ago (limit 5s)"),
     ],
-    ids=["fresh", "not-synced", "stale"],
+    ids=["connected", "quiet-cluster", "short-blip", "not-synced", "watch-broken"],
 )
-def test_readiness_reports_cache_sync_and_staleness(
-    synced: bool, staleness: float | None, status: int, text: str
+def test_readiness_is_connected_and_synced_not_heard_from_lately(
+    synced: bool, blind: float | None, staleness: float, status: int, text: str
 ) -> None:
-    state = ExtenderState(new_index(), (FakeCache(synced, staleness),))
+    """A quiet cluster's caches hear nothing for minutes and are healthy; readiness on "last
+    heard from" flapped there with the former --max-staleness-s 10 and missed a 30 s outage at
+    180."""
+    state = ExtenderState(new_index(), (FakeCache(synced, blind, staleness),))
     response = create_app(state=state).test_client().get("/readyz")
     assert response.status_code == status
     assert text in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("cache_mode", ["names", "nodes"])
+def test_blind_caches_fail_every_node_so_nothing_binds_onto_a_node_they_cannot_vouch_for(
+    cache_mode: str,
+) -> None:
+    """After an API-server outage the caches stayed stale 27 s while a node went to
+    mig.config.state=pending; a pod was bound onto it 0.4 s later."""
+    objects = ClusterObjects(nodes=tuple(cluster_nodes()), pods=tuple(cluster_pods()))
+    state = state_from_objects(objects, ExtenderSettings())
+    state.caches = (FakeCache(True, 27.0),)
+    client = create_app(ExtenderSettings(), state).test_client()
+    pod = scheduled_pod(profile="1g.10gb")
+    body = names_args(pod, ALL) if cache_mode == "names" else nodes_args(pod, cluster_nodes())
+    answer, _ = post(client, "filter", body)
+    reason = "node state unknown: migslice cache nodes lost the API server 27s ago (limit 5s)"
+    assert answer["FailedNodes"] == {name: reason for name in ALL}
+    assert answer["FailedAndUnresolvableNodes"] == {} and answer["Error"] == ""
+    assert (answer["NodeNames"] or []) == [] and (answer["Nodes"] or {}).get("items", []) == []
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'migslice_extender_requests_total{outcome="blind",verb="filter"} 1.0' in text
+    assert 'migslice_extender_cache_blind_seconds{cache="nodes"} 27.0' in text
 
 
 def test_health_and_metrics_are_served(client: FlaskClient) -> None:

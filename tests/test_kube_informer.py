@@ -212,3 +212,63 @@ def test_an_object_the_projection_cannot_read_is_skipped_and_the_cache_still_syn
     assert sink.items == {"n1": 2, "n2": 1}
     assert informer.stats.skipped == 2
     assert "odd" in informer.stats.last_error
+
+
+def test_backoff_waits_are_shortened_by_at_most_their_jitter() -> None:
+    backoff = Backoff(initial_s=0.5, max_s=4.0, jitter=0.2)
+    assert backoff.wait_s(5, 0.0) == 4.0
+    assert backoff.wait_s(5, 0.999) == pytest.approx(3.2, abs=0.01)
+
+
+def test_a_failed_watch_disconnects_the_cache_until_it_has_listed_again(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    failure = {"kind": "Status", "code": 503, "message": "etcd unavailable"}
+    recorded.lists = [
+        (200, node_list([node("n1", "5")], "9")),
+        (500, failure),
+        (200, node_list([node("n2", "20")], "20")),
+    ]
+    recorded.watches = [(503, failure)]
+    sink = RecordingSink()
+    informer = make_informer(transport, sink)
+    informer.backoff = Backoff(initial_s=0.3, max_s=0.3)
+    assert informer.blind_s() is None and not informer.connected
+    informer.start()
+    try:
+        wait_for(lambda: informer.stats.errors == 1)
+        assert not informer.connected
+        blind = informer.blind_s()
+        assert blind is not None and blind >= 0.0
+        wait_for(lambda: informer.stats.lists == 2)
+        wait_for(lambda: informer.connected)
+    finally:
+        informer.stop()
+    assert informer.stats.errors == 2
+    assert sink.items == {"n2": 1}
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_a_quiet_watch_stays_connected_and_one_unanswered_past_its_timeout_does_not(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    recorded.lists = [(200, node_list([node("n1", "5")], "9"))]
+    clock = ManualClock()
+    informer = make_informer(transport, RecordingSink())
+    informer.clock = clock
+    informer.watch_timeout_s = 60
+    informer.list_once()
+    assert informer.connected
+    clock.now_s += 74.0  # a quiet watch: no event yet, the server has not ended it yet
+    assert informer.connected
+    clock.now_s += 6.0  # 80 s without an answer: 5 s past timeout + grace
+    assert not informer.connected and informer.blind_s() == pytest.approx(5.0)

@@ -12,6 +12,7 @@ from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import new_index
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
+from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL
 from migslice.objects import node_facts_from_raw
 from migslice.repartition import RECORD_ANNOTATION, StepKind
 from tests.builders import make_node, make_pod
@@ -87,6 +88,16 @@ class FakeApi:
         self.log.append(f"touch {pod_key} {sorted(annotations)}")
         return True
 
+    def mark_quarantine(self, node: str, note: str | None) -> None:
+        metadata = self.node["metadata"]
+        if note is None:
+            metadata["labels"].pop(QUARANTINE_LABEL, None)
+            metadata.setdefault("annotations", {}).pop(QUARANTINE_ANNOTATION, None)
+        else:
+            metadata["labels"][QUARANTINE_LABEL] = "timeout"
+            metadata.setdefault("annotations", {})[QUARANTINE_ANNOTATION] = note
+        self.log.append(f"quarantine {node} {'set' if note else 'removed'}")
+
 
 class Elector:
     def __init__(self, leader: bool = True) -> None:
@@ -100,12 +111,19 @@ class Elector:
 
 
 def controller(
-    api: FakeApi, dry_run: bool = False, leader: bool = True, index: Any = None
+    api: FakeApi,
+    dry_run: bool = False,
+    leader: bool = True,
+    index: Any = None,
+    clock: Callable[[], float] = lambda: NOW,
+    blindness: Callable[[], list[str]] = list,
 ) -> RepartitionController:
     index = index if index is not None else new_index()
     index.replace_nodes([node_facts_from_raw(api.node)])
     settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True, dry_run=dry_run))
-    return RepartitionController(api, Elector(leader), index, settings, clock=lambda: NOW)
+    return RepartitionController(
+        api, Elector(leader), index, settings, clock=clock, blindness=blindness
+    )
 
 
 def test_the_record_is_written_before_the_file_and_labels_and_then_the_node_is_labelled() -> None:
@@ -169,3 +187,43 @@ def test_served_pods_are_touched_once_the_extender_cache_shows_the_new_layout() 
     ctl.run_once()
     assert api.log == []
     assert config.startswith("migslice-gpu-a-")
+
+
+def test_a_stuck_node_is_quarantined_on_the_node_counted_and_released_on_success() -> None:
+    api = FakeApi()
+    index = new_index()
+    now = [NOW]
+    loop = controller(api, index=index, clock=lambda: now[0])
+    loop.run_once()
+    ours = api.node["metadata"]["labels"]["nvidia.com/mig.config"]
+    assert loop.stats.nodes_in_flight == 1
+    now[0] += 601  # MIG Manager never answers
+    api.log.clear()
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    loop.run_once()
+    assert api.log[:4] == [
+        "configmap config=True",
+        "label gpu-a [('nvidia.com/mig.config', 'all-1g.10gb')]",
+        "quarantine gpu-a set",
+        "event gpu-a MigRepartitionQuarantined",
+    ]
+    note = json.loads(api.node["metadata"]["annotations"][QUARANTINE_ANNOTATION])
+    assert note["config"] == ours and note["reason"] == "timeout"
+    assert (loop.stats.nodes_in_flight, loop.stats.nodes_quarantined) == (0, 1)
+    api.node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.log.clear()
+    steps = loop.run_once()
+    assert steps[0].kind == StepKind.QUARANTINE
+    assert "quarantine gpu-a removed" in api.log
+    assert "event gpu-a MigRepartitionQuarantineReleased" in api.log
+    assert QUARANTINE_LABEL not in api.node["metadata"]["labels"]
+    assert loop.stats.nodes_quarantined == 0
+
+
+def test_the_controller_decides_nothing_while_its_caches_are_blind() -> None:
+    api = FakeApi()
+    loop = controller(api, blindness=lambda: ["cache nodes lost the API server 9s ago"])
+    assert loop.run_once() == []
+    assert api.log == []
+    assert "cache nodes lost the API server" in loop.stats.last_round

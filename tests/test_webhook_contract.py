@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhook.app import create_app
+from webhook.quota import MemoryLedgers, QuotaKeeper
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
 
@@ -201,34 +202,33 @@ def test_quota_holds_under_concurrent_requests_to_one_replica() -> None:
     assert allowed.count(True) == 4  # 4 x 2 compute slices = 8
 
 
-def test_a_reservation_expires_and_is_replaced_when_the_pod_shows_up() -> None:
+def test_a_charge_is_settled_by_its_pod_and_released_when_its_pod_never_came() -> None:
     clock = FakeClock()
     state = make_state(make_policy(quota={"computeSlices": 2}), clock=clock)
-    client = create_app(WebhookSettings(), state).test_client()
+    keeper = QuotaKeeper(state, MemoryLedgers(state), hold_s=45.0, wall_clock=clock.monotonic_s)
+    client = create_app(WebhookSettings(), state, keeper).test_client()
     pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
     first = client.post("/mutate", json=make_review(pod, uid="a")).get_json()["response"]
     assert first["allowed"]
     assert not client.post("/mutate", json=make_review(pod, uid="b")).get_json()["response"][
         "allowed"
     ]
-    # The pod appears in the cache: its usage replaces the reservation (still over quota).
+    # The pod appears in the cache: its usage replaces the charge (still over quota).
     created = jsonpatch.apply_patch(copy.deepcopy(pod), patch_of(first))
     created["metadata"]["name"] = "train-x1"
     state.upsert_pod(created)
-    assert state.reservation_count() == 0
+    assert state.pending_charges() == 0
     assert not client.post("/mutate", json=make_review(pod, uid="c")).get_json()["response"][
         "allowed"
     ]
     state.delete_pod("team-a", "train-x1")
     assert client.post("/mutate", json=make_review(pod, uid="d")).get_json()["response"]["allowed"]
-    clock.now_s += 31  # reservation d expires: the pod never appeared
-    assert client.post("/mutate", json=make_review(pod, uid="e")).get_json()["response"]["allowed"]
-
-
-def test_dry_run_requests_reserve_nothing(client: FlaskClient, state: ClusterState) -> None:
-    pod = make_created_pod(annotations={"migslice.io/gpu-size": "medium"})
-    client.post("/mutate", json=make_review(pod, dry_run=True))
-    assert state.reservation_count() == 0
+    clock.now_s += 44  # the create of d may still land: d still counts
+    assert not client.post("/mutate", json=make_review(pod, uid="e")).get_json()["response"][
+        "allowed"
+    ]
+    clock.now_s += 2  # past the hold, and the pods listed lack d: it was never created
+    assert client.post("/mutate", json=make_review(pod, uid="f")).get_json()["response"]["allowed"]
 
 
 def test_validate_refuses_a_policy_with_field_paths_and_namespace_conflicts(

@@ -80,7 +80,7 @@ def test_a_pod_without_a_gpu_cannot_release_an_admission_by_its_annotation(
     cpu_only = make_pod("cpu", node_name="gpu-1", phase="Running")
     cpu_only["metadata"]["annotations"][names.RESERVATION] = "uid-1"
     state.upsert_pod(cpu_only)
-    assert state.reservation_count() == 2
+    assert state.pending_charges() == 2
     assert not admit(client, "uid-3", {})["allowed"]
 
 
@@ -124,3 +124,14 @@ def test_the_repartition_touch_annotation_a_tenant_sets_changes_nothing(
     touched = admit(client, "uid-2", {names.TOUCH_ANNOTATION: "migslice-gpu-1-deadbeef"})
     assert plain["allowed"] and touched["allowed"]
     assert not admit(client, "uid-3", {names.TOUCH_ANNOTATION: "x"})["allowed"]
+
+
+def test_a_retried_request_whose_answer_was_lost_is_not_charged_twice(
+    client: FlaskClient,
+) -> None:
+    """kube-apiserver calls again with the same request uid when an answer never arrived; the
+    charge the first call wrote is this request's own."""
+    assert admit(client, "uid-1", {})["allowed"]
+    assert admit(client, "uid-2", {})["allowed"]
+    assert admit(client, "uid-2", {})["allowed"]
+    assert not admit(client, "uid-3", {})["allowed"]

@@ -25,7 +25,7 @@ def test_manifest_validates_strictly(path: Path, version: str) -> None:
 def test_the_mutating_webhook_fails_closed_fast_and_spares_system_namespaces() -> None:
     config = yaml.safe_load((BASE / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())
     hook = config["webhooks"][0]
-    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "NoneOnDryRun"
     assert hook["timeoutSeconds"] <= 5
     assert hook["rules"] == [
         {
@@ -41,15 +41,22 @@ def test_the_mutating_webhook_fails_closed_fast_and_spares_system_namespaces() -
     assert hook["matchConditions"][0]["name"] == "asks-for-a-gpu"
 
 
-def test_the_webhook_may_patch_tenantpolicy_status_and_write_nothing_else() -> None:
+def test_the_webhook_writes_tenantpolicy_status_and_its_ledgers_and_nothing_else() -> None:
     documents = list(yaml.safe_load_all((BASE / "webhook" / "rbac.yaml").read_text()))
-    role = next(d for d in documents if d["kind"] == "ClusterRole")
     writes = {
-        (group, resource, verb)
-        for rule in role["rules"]
+        (document["kind"], group, resource, verb)
+        for document in documents
+        if document["kind"] in ("ClusterRole", "Role")
+        for rule in document["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
         if verb not in ("get", "list", "watch")
     }
-    assert writes == {("migslice.io", "tenantpolicies/status", "patch")}
+    assert writes == {
+        ("ClusterRole", "migslice.io", "tenantpolicies/status", "patch"),
+        ("Role", "", "configmaps", "create"),
+        ("Role", "", "configmaps", "update"),
+    }
+    role = next(d for d in documents if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "migslice-system"

@@ -8,6 +8,7 @@ from typing import Any
 from builders import make_node, make_pod, make_policy
 
 from migslice.admission import SliceUsage
+from migslice.admission.ledger import Charge, Ledger
 from migslice.kube.policies import NODES, PODS, _FeedSink
 from webhook.state import ClusterState
 
@@ -70,7 +71,8 @@ def test_policy_statuses_cover_usage_reservations_conflicts_and_invalid_policies
     )
     state.upsert_node(make_node("gpu-1"))
     state.upsert_pod(make_pod("p1", profile="2g.20gb"))
-    state.reserve("uid-2", "team-a", "team-a", usage=SliceUsage(1, 1, 1, (("1g.10gb", 1),)))
+    charge = Charge("uid-2", "team-a", SliceUsage(1, 1, 1, (("1g.10gb", 1),)), 0.0)
+    state.set_ledger(Ledger("team-a", (charge,), "1"))
     found = statuses(state)
     assert sorted(found) == ["team-a", "team-b", "team-c"]
     observed, team_a = found["team-a"]
@@ -100,7 +102,7 @@ def test_listeners_hear_of_usage_and_policy_changes_but_not_of_pods_without_gpus
     state.upsert_pod(make_pod("p1", profile="1g.10gb"))
     state.upsert_pod(make_pod("p1", profile="1g.10gb"))  # the same charge again
     state.upsert_pod(make_pod("web"))
-    state.reserve("uid-1", "team-a", "team-a", usage=SliceUsage(1, 1, 1))
+    state.set_ledger(Ledger("team-a", (Charge("uid-1", "team-a", SliceUsage(1, 1, 1), 0.0),)))
     state.delete_pod("team-a", "p1")
     state.delete_pod("team-a", "web")
     assert len(calls) == 4

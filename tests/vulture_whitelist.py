@@ -87,3 +87,5 @@ _.load_wsgi
 _.pause_writing
 _.resume_writing
 exc
+writes
+connected

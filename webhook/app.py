@@ -2,8 +2,10 @@
 
 Routes read as three steps: parse the AdmissionReview, call the core, serialise the answer.
 Error channels: a malformed review is HTTP 400 (JSON ``{"error": ...}``); a policy denial is
-HTTP 200 with ``allowed: false`` and a message; our own failure is HTTP 500 with a logged
-traceback.
+HTTP 200 with ``allowed: false`` and a message; "cannot decide now" (caches not synced or
+not following the API server, the quota ledger unreachable) is HTTP 503 with ``Retry-After``
+and a ``Status`` body, which kube-apiserver retries within the webhook's timeout and then
+reports under failurePolicy; our own failure is HTTP 500 with a logged traceback.
 """
 
 from __future__ import annotations
@@ -15,12 +17,7 @@ from collections.abc import Mapping
 from flask import Flask, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from migslice.admission import (
-    AdmissionDecision,
-    MalformedPodError,
-    PodAdmission,
-    decide,
-)
+from migslice.admission import AdmissionDecision, MalformedPodError, PodAdmission
 from migslice.mig import CATALOG
 from migslice.policy import (
     FieldError,
@@ -31,6 +28,7 @@ from migslice.policy import (
 from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 from webhook import review
 from webhook.metrics import Metrics
+from webhook.quota import MemoryLedgers, QuotaKeeper, UnavailableError
 from webhook.review import Review, ReviewError
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
@@ -38,22 +36,40 @@ from webhook.state import ClusterState
 log = logging.getLogger(__name__)
 
 EXTENSION = "migslice_webhook"
+RETRY_AFTER_S = 1
 
 
 class _Ports:
-    def __init__(self, settings: WebhookSettings, state: ClusterState, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: WebhookSettings, state: ClusterState, quota: QuotaKeeper, metrics: Metrics
+    ) -> None:
         self.settings = settings
         self.state = state
+        self.quota = quota
         self.metrics = metrics
 
 
-def create_app(settings: WebhookSettings | None = None, state: ClusterState | None = None) -> Flask:
+def create_app(
+    settings: WebhookSettings | None = None,
+    state: ClusterState | None = None,
+    quota: QuotaKeeper | None = None,
+) -> Flask:
+    """The app over ``state``; ``quota`` charges admissions (default: ledgers in this
+    process, as for a cluster file)."""
     settings = settings or WebhookSettings()
-    if state is None:
-        state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
+    state = state or ClusterState()
+    quota = quota or QuotaKeeper(
+        state,
+        MemoryLedgers(state),
+        settings=settings.admission,
+        hold_s=settings.quota_hold_s,
+        max_blind_s=settings.max_blind_s,
+    )
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.extensions[EXTENSION] = _Ports(settings, state, Metrics())
+    registry = Metrics()
+    registry.pending_charges.set_function(state.pending_charges)
+    app.extensions[EXTENSION] = _Ports(settings, state, quota, registry)
 
     app.add_url_rule("/mutate", "mutate", mutate, methods=["POST"])
     app.add_url_rule("/validate", "validate", validate, methods=["POST"])
@@ -85,6 +101,8 @@ def mutate() -> Response:
         decision = _decide_pod(ports, parsed)
     except (ReviewError, MalformedPodError) as error:
         return _malformed("mutate", str(error), started)
+    except UnavailableError as error:
+        return _unavailable("mutate", str(error), started)
     if not decision.allowed:
         ports.metrics.denials.labels("mutate", decision.reason).inc()
         return _answer(
@@ -104,17 +122,7 @@ def _decide_pod(ports: _Ports, parsed: Review) -> AdmissionDecision:
     if namespace in ports.settings.exclude_namespaces:
         return AdmissionDecision(allowed=True, reason="excluded-namespace")
     admission = PodAdmission(namespace, parsed.raw_object, parsed.uid)
-    state = ports.state
-    with state.admission_lock:
-        decision = decide(admission, state, ports.settings.admission)
-        if (
-            decision.allowed
-            and decision.charge is not None
-            and decision.tenant is not None
-            and not parsed.dry_run
-        ):
-            state.reserve(parsed.uid, decision.tenant, namespace, usage=decision.charge)
-    return decision
+    return ports.quota.admit(admission, dry_run=parsed.dry_run)
 
 
 def validate() -> Response:
@@ -128,8 +136,11 @@ def validate() -> Response:
             raise ReviewError(
                 f"/validate handles migslice.io TenantPolicy, got {parsed.group} {parsed.kind}"
             )
+        ports.quota.require_sight()  # conflicts need every policy and namespace
     except ReviewError as error:
         return _malformed("validate", str(error), started)
+    except UnavailableError as error:
+        return _unavailable("validate", str(error), started)
     assert parsed.raw_object is not None
     errors = _policy_errors(ports.state, parsed.raw_object)
     if errors:
@@ -153,10 +164,13 @@ def healthz() -> Response:
 
 
 def readyz() -> Response:
-    state = _ports().state
-    if state.is_ready():
+    """200 while every cache is synced and following the API server (a quiet cluster is
+    ready); 503 with the problems otherwise."""
+    ports = _ports()
+    problems = ports.state.blindness(ports.settings.max_blind_s)
+    if not problems:
         return jsonify({"status": "ready"})
-    response = jsonify({"status": "syncing", "waiting_for": list(state.unsynced())})
+    response = jsonify({"status": "not ready", "problems": problems})
     response.status_code = 503
     return response
 
@@ -194,6 +208,27 @@ def _malformed(endpoint: str, message: str, started: float) -> Response:
     ports.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
     response = jsonify({"error": message})
     response.status_code = 400
+    return response
+
+
+def _unavailable(endpoint: str, message: str, started: float) -> Response:
+    """503 with Retry-After: kube-apiserver's webhook client retries it within the webhook's
+    timeout; the Status message reaches the user if it still fails (failurePolicy Fail)."""
+    ports = _ports()
+    ports.metrics.requests.labels(endpoint, "unavailable").inc()
+    ports.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    log.warning("Answering %s with 503: %s", endpoint, message)
+    status = {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "message": message,
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    }
+    response = jsonify(status)
+    response.status_code = 503
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
 

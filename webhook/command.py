@@ -47,10 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="schedulerName set on GPU pods that use the default scheduler ('' leaves it alone)",
     )
     parser.add_argument(
-        "--reservation-ttl-s",
+        "--quota-hold-s",
         type=console.seconds(allow_zero=False),
-        default=30.0,
-        help="how long an admitted pod's quota is held until the pod shows up in the cache",
+        default=45.0,
+        help="how long an admission's charge is held before a pod never created may release it "
+        "(keep it above kube-apiserver's 34 s create timeout; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-blind-s",
+        type=console.seconds(),
+        default=5.0,
+        help="how long a watch cache may not follow the API server before admissions are "
+        "answered 503 (retried by kube-apiserver) and /readyz fails (default %(default)s)",
+    )
+    parser.add_argument(
+        "--ledger-namespace",
+        default=names.SYSTEM_NAMESPACE,
+        type=console.dns_label,
+        help="namespace of the tenants' quota ledgers, ConfigMaps migslice-quota-<tenant> "
+        "(default %(default)s; the chart sets its release namespace)",
     )
     parser.add_argument(
         "--status-interval-s",
@@ -78,7 +93,9 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
             scheduler_name=args.scheduler_name,
             unmatched_namespaces=Unmatched(args.unmatched_namespaces),
         ),
-        reservation_ttl_s=args.reservation_ttl_s,
+        quota_hold_s=args.quota_hold_s,
+        max_blind_s=args.max_blind_s,
+        ledger_namespace=args.ledger_namespace,
         status_interval_s=args.status_interval_s,
         exclude_namespaces=frozenset(args.exclude_namespaces),
         cluster_file=args.cluster_file,

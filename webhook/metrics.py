@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class Metrics:
-    """Requests by endpoint and outcome, denials by reason, latency by endpoint."""
+    """Requests by endpoint and outcome, denials by reason, latency by endpoint, and the
+    quota charges of pods admitted but not yet seen."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "migslice_webhook_requests",
             "Admission requests handled, by endpoint and outcome "
-            "(allowed, patched, denied, malformed, error).",
+            "(allowed, patched, denied, unavailable, malformed, error).",
             ("endpoint", "outcome"),
             registry=self.registry,
         )
@@ -30,6 +31,12 @@ class Metrics:
             "Time to answer an admission request, by endpoint.",
             ("endpoint",),
             buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+
+        self.pending_charges = Gauge(
+            "migslice_webhook_quota_pending_charges",
+            "Quota ledger charges of admitted pods this replica's pod cache has not seen yet.",
             registry=self.registry,
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,10 +16,13 @@ from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.serving import ServeError, serve
 from migslice.serving.reload import ReloadingApp
 from webhook.app import create_app
+from webhook.quota import QuotaKeeper
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
 
 log = logging.getLogger(__name__)
+
+SETTLE_INTERVAL_S = 5.0
 
 
 def serve_webhook(settings: WebhookSettings) -> int:
@@ -55,7 +59,7 @@ def _load(path: Path) -> ClusterObjects:
 def standalone_app(settings: WebhookSettings, path: Path) -> Flask:
     """The app over a cluster file; the raw objects are dropped once the state is filled."""
     objects = _load(path)
-    state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
+    state = ClusterState()
     state.load(objects)
     log.info(
         "Serving cluster file=%s nodes=%d pods=%d policies=%d invalid_policies=%d",
@@ -71,20 +75,42 @@ def standalone_app(settings: WebhookSettings, path: Path) -> Flask:
 
 
 def in_cluster_app(settings: WebhookSettings) -> Flask:
-    """The app over watch caches of the API server, with the TenantPolicy status writer."""
+    """The app over watch caches of the API server, with the quota ledgers as ConfigMaps (and
+    their settler) and the TenantPolicy status writer."""
     from migslice.kube import KubernetesTransport
+    from migslice.kube.ledger import ConfigMapLedgers
     from migslice.kube.policies import admission_informers
     from migslice.kube.status import StatusWriter
 
-    state = ClusterState(reservation_ttl_s=settings.reservation_ttl_s)
+    state = ClusterState()
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
+    quota = QuotaKeeper(
+        state,
+        ConfigMapLedgers(transport, settings.ledger_namespace),
+        settings=settings.admission,
+        hold_s=settings.quota_hold_s,
+        max_blind_s=settings.max_blind_s,
+    )
+    settler = threading.Thread(
+        target=quota.settle_every,
+        args=(SETTLE_INTERVAL_S, threading.Event()),
+        name="quota-settler",
+        daemon=True,
+    )
+    settler.start()
     if settings.status_interval_s > 0:
         interval_s = settings.status_interval_s
         writer = StatusWriter(state, transport, interval_s, settle_s=min(1.0, interval_s))
         state.add_listener(writer.poke)
         writer.start()
         log.info("Writing TenantPolicy status on changes and every interval_s=%s", interval_s)
-    for informer in admission_informers(state, transport):
+    informers = admission_informers(state, transport)
+    state.follow(informers)
+    for informer in informers:
         informer.start()
-    log.info("Watching TenantPolicies, Namespaces, Nodes and Pods; /readyz turns 200 once synced")
-    return create_app(settings, state)
+    log.info(
+        "Watching TenantPolicies, Namespaces, Nodes and Pods; quota ledgers in namespace=%s; "
+        "/readyz turns 200 once synced",
+        settings.ledger_namespace,
+    )
+    return create_app(settings, state, quota)

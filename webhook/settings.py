@@ -8,6 +8,7 @@ from pathlib import Path
 
 from migslice.admission import AdmissionSettings
 from migslice.console import CommandError
+from migslice.names import SYSTEM_NAMESPACE
 from migslice.serving import ServerOptions
 
 # The largest AdmissionReview kube-apiserver sends: a pod CREATE at its 3 MiB request limit made
@@ -25,13 +26,18 @@ DEFAULT_EXCLUDED_NAMESPACES = frozenset(
 @dataclass(frozen=True, slots=True)
 class WebhookSettings:
     """``cluster_file``: serve a fixed cluster (YAML stream) instead of watching the API server
-    (through ``kubeconfig``, default in-cluster). ``reservation_ttl_s``: how long an admitted
-    pod's charge is held until the pod shows up in the cache. ``status_interval_s``: how often
-    TenantPolicy.status is refreshed in-cluster (0: never written)."""
+    (through ``kubeconfig``, default in-cluster). ``quota_hold_s``: how long an admission's
+    charge stays in its tenant's ledger before a pod never created may be released (longer
+    than kube-apiserver takes to answer a create: 34 s). ``max_blind_s``: how long a cache may
+    not follow the API server before admission answers 503 and readiness fails.
+    ``ledger_namespace``: where the quota ledgers (ConfigMaps) live. ``status_interval_s``:
+    how often TenantPolicy.status is refreshed in-cluster (0: never written)."""
 
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     max_body_bytes: int = MAX_BODY_BYTES
-    reservation_ttl_s: float = 30.0
+    quota_hold_s: float = 45.0
+    max_blind_s: float = 5.0
+    ledger_namespace: str = SYSTEM_NAMESPACE
     status_interval_s: float = 10.0
     exclude_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
     cluster_file: Path | None = None
@@ -43,7 +49,8 @@ class WebhookSettings:
         if self.max_body_bytes < 1:
             raise CommandError(f"max body {self.max_body_bytes} bytes: must be at least 1")
         for flag, value in (
-            ("--reservation-ttl-s", self.reservation_ttl_s),
+            ("--quota-hold-s", self.quota_hold_s),
+            ("--max-blind-s", self.max_blind_s),
             ("--status-interval-s", self.status_interval_s),
         ):
             if not math.isfinite(value) or value < 0:

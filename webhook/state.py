@@ -4,8 +4,9 @@ Only what decisions need is kept, never whole API objects, in three rooms:
 
 * :class:`~migslice.policy.tenancy.Tenancy`: the valid TenantPolicies and which namespaces
   each selects (an index; namespace labels for ``spec.namespaceSelector``);
-* :class:`~webhook.usage.UsageBook`: per GPU pod its slice usage, per namespace the sum, and
-  the reservations of pods admitted but not yet seen;
+* :class:`~webhook.usage.UsageBook`: per GPU pod its slice usage, per namespace the sum, the
+  admissions the pod cache has seen, and the tenants' quota ledgers (the charges of pods
+  admitted, by any replica, but not yet seen) as last read or written;
 * :class:`~webhook.products.NodeProducts`: the GPU products of the nodes (the offers).
 
 Besides them: invalid policies (kept out of decisions and reported), every policy's
@@ -14,9 +15,10 @@ touched (``policy_statuses``).
 
 Both sources feed it through the same methods: the cluster file once at start-up
 (:meth:`ClusterState.load`), the watch caches on every event (``migslice.kube.policies``).
-Decisions and reservations run under :attr:`ClusterState.admission_lock`, so concurrent
-requests to one replica cannot over-admit a quota; status computations hold it only to copy
-their inputs.
+Decisions read it under :attr:`ClusterState.admission_lock`; the ledger write that makes an
+admission count everywhere is ``webhook.quota``'s. Status computations hold the lock only to
+copy their inputs. :meth:`ClusterState.blindness` says whether the watch caches may be
+decided on (synced, and following the API server).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from typing import Protocol
 
 from migslice import names
 from migslice.admission import SliceUsage, usage_of
+from migslice.admission.ledger import Ledger
 from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
 from migslice.admission.usage import ZERO
+from migslice.kube.health import CacheHealth, blindness
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects
 from migslice.objects.nodes import node_name_of, node_product_of
@@ -49,13 +53,13 @@ from migslice.policy import (
 from migslice.policy.tenancy import Tenancy
 from migslice.policy.wire import TenantPolicyStatusWire
 from webhook.products import NodeProducts
-from webhook.usage import Reservation, UsageBook
+from webhook.usage import SEEN_KEEP_S, PodCharge, UsageBook
 
 log = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
-    """Monotonic seconds; the reservation expiry is measured on it."""
+    """Monotonic seconds; how long a deleted pod's admission stays seen is measured on it."""
 
     def monotonic_s(self) -> float: ...
 
@@ -89,9 +93,8 @@ class _StatusInputs:
 class ClusterState:
     """Thread-safe, event-fed view of the cluster for admission decisions."""
 
-    def __init__(self, clock: Clock | None = None, reservation_ttl_s: float = 30.0) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
-        self.reservation_ttl_s = reservation_ttl_s
         self.admission_lock = threading.RLock()
         self._tenancy = Tenancy()
         self._usage = UsageBook()
@@ -103,6 +106,7 @@ class ClusterState:
         self._dirty: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
         self._synced: dict[str, bool] = {}
+        self._caches: tuple[CacheHealth, ...] = ()
 
     # -- readiness -------------------------------------------------------------------------
 
@@ -118,6 +122,17 @@ class ClusterState:
 
     def unsynced(self) -> tuple[str, ...]:
         return tuple(sorted(s for s, done in self._synced.items() if not done))
+
+    def follow(self, caches: Sequence[CacheHealth]) -> None:
+        """The watch caches that feed this state, for :meth:`blindness`."""
+        self._caches = tuple(caches)
+
+    def blindness(self, max_blind_s: float) -> list[str]:
+        """Why decisions on this state would be blind (empty: they would not): a source that
+        has not listed once, or a cache that has not followed the API server for longer than
+        ``max_blind_s``."""
+        problems = [f"cache {source} has not listed once yet" for source in self.unsynced()]
+        return problems + blindness(self._caches, max_blind_s=max_blind_s)
 
     # -- ClusterView -----------------------------------------------------------------------
 
@@ -137,12 +152,13 @@ class ClusterState:
         return self._products.offers
 
     def tenant_usage(self, tenant: str, exclude_reservation: str | None = None) -> SliceUsage:
+        """The tenant's cached GPU pods plus its ledger's charges for pods not seen yet
+        (``exclude_reservation``: the admission being decided)."""
         with self.admission_lock:
             total = ZERO
             for namespace in self._tenancy.namespaces_of(tenant):
                 total = total + self._usage.namespace_usage(namespace)
-            now = self.clock.monotonic_s()
-            return total + self._usage.reserved(tenant, now, exclude_reservation)
+            return total + self._usage.pending(tenant, exclude_reservation)
 
     @property
     def invalid_policies(self) -> Mapping[str, str]:
@@ -163,11 +179,11 @@ class ClusterState:
     def policy_statuses(self, now: datetime) -> tuple[StatusUpdate, ...]:
         """Every policy's status as last seen and as it should be now (``migslice.kube``).
 
-        Only the policies an event touched since the last call (and those with reservations,
-        which expire) are computed again, outside the admission lock; the lock is held only
-        to copy their inputs, so admissions never wait on a status computation."""
+        Only the policies an event or a ledger touched since the last call are computed
+        again, outside the admission lock; the lock is held only to copy their inputs, so
+        admissions never wait on a status computation."""
         with self.admission_lock:
-            dirty = self._dirty | self._usage.tenants_with_reservations()
+            dirty = self._dirty
             self._dirty = set()
             inputs = {name: self._status_inputs(name) for name in dirty}
             names_now = sorted({p.name for p in self._tenancy.policies()} | set(self._invalid))
@@ -230,18 +246,40 @@ class ClusterState:
         for listener in self._listeners:
             listener()
 
-    # -- reservations ----------------------------------------------------------------------
+    # -- ledgers -----------------------------------------------------------------------------
 
-    def reserve(self, uid: str, tenant: str, namespace: str, *, usage: SliceUsage) -> None:
-        """Hold ``usage`` for a pod admitted but not yet seen, until it shows up or expires
-        (a reinvocation of the same request replaces its own reservation)."""
+    def set_ledger(self, ledger: Ledger) -> None:
+        """The tenant's ledger as just read or written (``webhook.quota``)."""
         with self.admission_lock:
-            expires = self.clock.monotonic_s() + self.reservation_ttl_s
-            self._usage.reserve(uid, Reservation(tenant, namespace, usage, expires))
-            self._changed(tenant)
+            before = self._usage.ledger(ledger.tenant)
+            self._usage.set_ledger(ledger)
+            if before is None or before.charges != ledger.charges:
+                self._changed(ledger.tenant)
 
-    def reservation_count(self) -> int:
-        return self._usage.reservation_count()
+    def ledger(self, tenant: str) -> Ledger | None:
+        with self.admission_lock:
+            return self._usage.ledger(tenant)
+
+    def ledgers(self) -> Mapping[str, Ledger]:
+        with self.admission_lock:
+            return self._usage.ledgers()
+
+    def seen_for(self, uid: str, namespace: str) -> float | None:
+        """Seconds since the pod cache first held the pod admission ``uid`` let into
+        ``namespace`` (it may be gone since); None when it never did."""
+        with self.admission_lock:
+            return self._usage.seen_for(uid, namespace, self.clock.monotonic_s())
+
+    def reservations_in(self, namespace: str) -> frozenset[str]:
+        """The admission uids of the cached live GPU pods of ``namespace`` (with a cluster
+        file, the whole truth)."""
+        with self.admission_lock:
+            return self._usage.reservations_in(namespace)
+
+    def pending_charges(self) -> int:
+        """Ledger charges whose pods the cache has not seen (for tests and metrics)."""
+        with self.admission_lock:
+            return self._usage.pending_count()
 
     # -- events ----------------------------------------------------------------------------
 
@@ -316,22 +354,26 @@ class ClusterState:
                 if is_terminal(raw_pod)
                 else usage_of(dict(gpu_requests(raw_pod)), self._models_for(raw_pod))
             )
-            released = self._release_for(uid, namespace, usage)
-            if usage.is_zero and self._usage.forget_pod(f"{namespace}/{name}") is None:
-                if released is not None:
-                    self._changed(released.tenant)
-                return
-            self._tenancy.touch_namespace(namespace)
-            changed = self._usage.set_pod(f"{namespace}/{name}", namespace, usage)
-            touched = {p.name for p in self._tenancy.selecting(namespace)}
-            if released is not None:
-                touched.add(released.tenant)
-            if changed or released is not None:
-                self._changed(*touched)
+            # The annotation is trusted only on a pod that asks for a GPU: every such pod went
+            # through this webhook, which wrote the annotation itself (a tenant's own value is
+            # overwritten); a pod without a GPU never reaches the webhook, so its annotation
+            # may be forged and settles nothing. A charge also needs its own namespace.
+            reservation = uid if isinstance(uid, str) and uid and not usage.is_zero else None
+            key, now = f"{namespace}/{name}", self.clock.monotonic_s()
+            if usage.is_zero:
+                changed = self._usage.forget_pod(key, now_s=now) is not None
+            else:
+                self._tenancy.touch_namespace(namespace)
+                charge = PodCharge(namespace, usage, reservation)
+                changed = self._usage.set_pod(key, charge, now_s=now)
+            if changed:
+                self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self.admission_lock:
-            if self._usage.forget_pod(f"{namespace}/{name}") is not None:
+            now = self.clock.monotonic_s()
+            if self._usage.forget_pod(f"{namespace}/{name}", now_s=now) is not None:
+                self._usage.forget_seen_before(now - SEEN_KEEP_S)
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
 
     def load(self, objects: ClusterObjects) -> None:
@@ -347,20 +389,6 @@ class ClusterState:
             self.upsert_pod(raw)
 
     # -- internals -------------------------------------------------------------------------
-
-    def _release_for(self, uid: object, namespace: str, usage: SliceUsage) -> Reservation | None:
-        """Release the reservation a pod that now shows up was admitted with.
-
-        The annotation is trusted only on a pod that asks for a GPU in the reservation's own
-        namespace: every such pod went through this webhook, which wrote the annotation itself
-        (a tenant's own value is overwritten); a pod without a GPU never reaches the webhook,
-        so its annotation may be forged and releases nothing."""
-        if not isinstance(uid, str) or usage.is_zero:
-            return None
-        reservation = self._usage.reservation(uid)
-        if reservation is None or reservation.namespace != namespace:
-            return None
-        return self._usage.release(uid)
 
     def _models_for(self, raw_pod: Mapping[str, object]) -> tuple[str, ...]:
         """The GPU model keys a pod's slices are priced on: its node's, else the cluster's."""

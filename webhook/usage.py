@@ -1,9 +1,13 @@
-"""What each namespace's GPU pods hold, and the charges of pods admitted but not yet seen.
+"""What each namespace's GPU pods hold, which admissions the pod cache has seen (and since
+when), and the tenants' quota ledgers as last read or written.
 
 Pods are charged in slice units (``migslice.admission.usage``) as the webhook's pod cache
-sees them; a namespace's usage is the sum of its pods'. An admitted pod is charged right away
-by a reservation (keyed by its admission request uid) until the pod itself shows up in the
-cache (then its own charge replaces the reservation) or the reservation expires.
+sees them; a namespace's usage is the sum of its pods'. An admission is charged in its
+tenant's ledger (``migslice.admission.ledger``, shared by all replicas through the API server)
+until the pod cache holds the pod: a GPU pod whose ``migslice.io/reservation`` annotation
+names the admission, in the charge's namespace. A pod once seen stays seen after it is gone
+(for ``SEEN_KEEP_S``), so a pod created and deleted quickly is never counted again by its
+charge.
 """
 
 from __future__ import annotations
@@ -12,32 +16,30 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from migslice.admission import SliceUsage
+from migslice.admission.ledger import Ledger
 from migslice.admission.usage import ZERO
 
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    tenant: str
-    namespace: str
-    usage: SliceUsage
-    expires_s: float
+SEEN_KEEP_S = 600.0
+"""How long a deleted pod's admission stays seen (much longer than any charge is held)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PodCharge:
     namespace: str
     usage: SliceUsage
+    reservation: str | None = None
 
 
 class UsageBook:
-    """Pods' charges per namespace and the reservations per tenant. Not thread-safe: the
+    """Pods' charges per namespace, seen admissions and ledgers. Not thread-safe: the
     webhook's state holds its lock around every call."""
 
     def __init__(self) -> None:
         self._pods: dict[str, PodCharge] = {}
         self._namespaces: dict[str, SliceUsage] = {}
-        self._reservations: dict[str, Reservation] = {}
-        self._by_tenant: dict[str, set[str]] = {}
+        self._live: dict[str, str] = {}  # reservation uid -> key of the live pod
+        self._seen: dict[str, tuple[str, float]] = {}  # uid -> (namespace, first seen)
+        self._ledgers: dict[str, Ledger] = {}
 
     # -- pods ---------------------------------------------------------------------------------
 
@@ -47,16 +49,23 @@ class UsageBook:
     def namespaces(self) -> Iterable[str]:
         return self._namespaces.keys()
 
-    def set_pod(self, key: str, namespace: str, usage: SliceUsage) -> bool:
-        """Charge ``usage`` for pod ``key`` (zero: forget it); whether anything changed."""
+    def set_pod(self, key: str, charge: PodCharge, *, now_s: float) -> bool:
+        """Charge pod ``key`` (a non-zero usage); whether its usage changed."""
         before = self._pods.get(key)
-        self.forget_pod(key)
-        if not usage.is_zero:
-            self._pods[key] = PodCharge(namespace, usage)
-            self._namespaces[namespace] = self._namespaces.get(namespace, ZERO) + usage
-        return self._pods.get(key) != before
+        self.forget_pod(key, now_s=now_s)
+        self._pods[key] = charge
+        self._namespaces[charge.namespace] = (
+            self._namespaces.get(charge.namespace, ZERO) + charge.usage
+        )
+        if charge.reservation is not None:
+            self._live[charge.reservation] = key
+            self._seen.setdefault(charge.reservation, (charge.namespace, now_s))
+        return before is None or (before.namespace, before.usage) != (
+            charge.namespace,
+            charge.usage,
+        )
 
-    def forget_pod(self, key: str) -> str | None:
+    def forget_pod(self, key: str, *, now_s: float) -> str | None:
         """Drop pod ``key``'s charge; its namespace, or None if it held nothing."""
         old = self._pods.pop(key, None)
         if old is None:
@@ -66,44 +75,57 @@ class UsageBook:
             self._namespaces.pop(old.namespace, None)
         else:
             self._namespaces[old.namespace] = remaining
+        uid = old.reservation
+        if uid is not None and self._live.get(uid) == key:
+            del self._live[uid]
         return old.namespace
 
-    # -- reservations -------------------------------------------------------------------------
+    def seen_for(self, uid: str, namespace: str, now_s: float) -> float | None:
+        """Seconds (at ``now_s``) since the pod that admission ``uid`` let into ``namespace``
+        was first cached (it may be gone since); None when it never was."""
+        seen = self._seen.get(uid)
+        if seen is None or seen[0] != namespace:
+            return None
+        return max(0.0, now_s - seen[1])
 
-    def reserve(self, uid: str, reservation: Reservation) -> None:
-        self.release(uid)
-        self._reservations[uid] = reservation
-        self._by_tenant.setdefault(reservation.tenant, set()).add(uid)
+    def reservations_in(self, namespace: str) -> frozenset[str]:
+        """The admission uids of the live GPU pods of ``namespace``."""
+        return frozenset(
+            uid for uid, key in self._live.items() if self._pods[key].namespace == namespace
+        )
 
-    def reservation(self, uid: str) -> Reservation | None:
-        return self._reservations.get(uid)
+    def forget_seen_before(self, cutoff_s: float) -> None:
+        """Forget admissions first seen before ``cutoff_s`` whose pods are gone."""
+        old = [u for u, (_, at) in self._seen.items() if at < cutoff_s and u not in self._live]
+        for uid in old:
+            del self._seen[uid]
 
-    def release(self, uid: str) -> Reservation | None:
-        reservation = self._reservations.pop(uid, None)
-        if reservation is not None:
-            uids = self._by_tenant.get(reservation.tenant)
-            if uids is not None:
-                uids.discard(uid)
-                if not uids:
-                    del self._by_tenant[reservation.tenant]
-        return reservation
+    # -- ledgers -------------------------------------------------------------------------------
 
-    def reserved(self, tenant: str, now_s: float, exclude: str | None = None) -> SliceUsage:
-        """The tenant's unexpired reservations (expired ones are dropped now)."""
-        total = ZERO
-        for uid in list(self._by_tenant.get(tenant, ())):
-            reservation = self._reservations[uid]
-            if reservation.expires_s <= now_s:
-                self.release(uid)
-            elif uid != exclude:
-                total = total + reservation.usage
-        return total
+    def set_ledger(self, ledger: Ledger) -> None:
+        self._ledgers[ledger.tenant] = ledger
 
-    def tenants_with_reservations(self) -> frozenset[str]:
-        return frozenset(self._by_tenant)
+    def ledger(self, tenant: str) -> Ledger | None:
+        return self._ledgers.get(tenant)
 
-    def reservation_count(self) -> int:
-        return len(self._reservations)
+    def ledgers(self) -> Mapping[str, Ledger]:
+        return dict(self._ledgers)
 
-    def reservations(self) -> Mapping[str, Reservation]:
-        return dict(self._reservations)
+    def pending(self, tenant: str, exclude: str | None = None) -> SliceUsage:
+        """What the tenant's ledger charges for pods the cache has not seen."""
+        ledger = self._ledgers.get(tenant)
+        return ZERO if ledger is None else ledger.pending(self._ever_seen, exclude)
+
+    def pending_count(self) -> int:
+        """Charges, over all ledgers, whose pods the cache has not seen."""
+        return sum(
+            1
+            for ledger in self._ledgers.values()
+            for charge in ledger.charges
+            if self._ever_seen(charge.uid, charge.namespace) is None
+        )
+
+    def _ever_seen(self, uid: str, namespace: str) -> float | None:
+        """0.0 when the admission's pod was ever cached (for counting, not for how long)."""
+        seen = self._seen.get(uid)
+        return 0.0 if seen is not None and seen[0] == namespace else None

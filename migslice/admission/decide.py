@@ -76,10 +76,10 @@ def decide(
     plan = _plan(policy, intent, view)
     if isinstance(plan, Denial):
         return AdmissionDecision.deny(_prefixed(subject, plan), tenant=policy.name)
-    # A reinvocation of this very request carries its own reservation (we wrote it): that one
-    # is not counted twice. Any other value is the tenant's, and names nothing to us.
-    own = intent.reservation if intent.reservation == admission.request_uid else None
-    limit = _check_limits(policy, plan, view, own)
+    # This very request may hold a charge already: a reinvocation (the pod carries the
+    # reservation we wrote) or a retry after an answer that never arrived. It is not counted
+    # twice. The request uid is kube-apiserver's, so a tenant cannot name another pod's here.
+    limit = _check_limits(policy, plan, view, admission.request_uid)
     if limit is not None:
         return AdmissionDecision.deny(_prefixed(subject, limit), tenant=policy.name)
     conflict = _node_selector_conflict(policy, admission)

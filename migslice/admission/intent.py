@@ -51,7 +51,6 @@ class PodIntent:
     annotations: tuple[tuple[str, str], ...]
     direct: tuple[ContainerRequest, ...]
     containers: tuple[str, ...]
-    reservation: str | None = None
     problems: tuple[str, ...] = ()
 
     def annotation(self, key: str) -> str | None:
@@ -74,14 +73,11 @@ def read_intent(raw_pod: Mapping[str, object]) -> PodIntent:
     if raw_annotations is not None and not isinstance(raw_annotations, Mapping):
         raise MalformedPodError("object.metadata.annotations must be a map of strings")
     found: list[tuple[str, str]] = []
-    reservation = None
     for key, value in (raw_annotations or {}).items():
         if key in names.INPUT_ANNOTATIONS or key == names.RESERVATION:
             if not isinstance(value, str):
                 raise MalformedPodError(f"object.metadata.annotations[{key!r}] must be a string")
-            if key == names.RESERVATION:
-                reservation = value
-            else:
+            if key != names.RESERVATION:
                 found.append((key, value))
     gpu = read_pod_gpu(raw_pod)
     if gpu.malformed:
@@ -91,7 +87,7 @@ def read_intent(raw_pod: Mapping[str, object]) -> PodIntent:
         for entry in gpu.entries
         if entry.count is not None and entry.count > 0 and not entry.problem
     ]
-    return PodIntent(tuple(sorted(found)), tuple(direct), gpu.containers, reservation, gpu.problems)
+    return PodIntent(tuple(sorted(found)), tuple(direct), gpu.containers, gpu.problems)
 
 
 def pod_label(namespace: str, raw_pod: Mapping[str, object]) -> str:

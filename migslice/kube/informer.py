@@ -13,20 +13,27 @@ The loop lists the resource in pages (``limit``/``continue``), hands the sink th
 (``replace``), then watches from the list's ``resourceVersion`` with bookmarks, passing every
 event on (``upsert``/``delete``). A watch that ends normally is resumed from the last
 resourceVersion seen; ``410 Gone`` (as an HTTP status or an ERROR event) means the version
-is too old, so it lists again. Any other error waits with exponential backoff (``Backoff``),
-then lists again. ``project`` keeps only what callers need; returning None for an object
-means "not of interest" and is delivered as a delete of its key.
+is too old, so it lists again. Any other error waits with exponential backoff (``Backoff``:
+0.5 s doubling to a cap of 4 s, each wait shortened by up to a fifth at random so that many
+informers do not knock in step), then lists again: a cache is whole again within a few
+seconds of the API server's return. ``project`` keeps only what callers need; returning None
+for an object means "not of interest" and is delivered as a delete of its key.
 
-Readiness: :attr:`Informer.synced` turns true after the first complete list and stays true;
-:meth:`Informer.staleness_s` is the time since the API server last answered (a list page, a
-watch event or bookmark, or a watch that ended normally). Watches are asked to end after
-``watch_timeout_s``, so a healthy informer is never staler than about that long.
+Readiness: :attr:`Informer.synced` turns true after the first complete list and stays true.
+:attr:`Informer.connected` says whether the cache follows the API server now: true from a
+complete list on, while its watches answer; false from the first failed list or watch until
+the next complete list, and false while a watch has not been answered for longer than it was
+asked to last (``watch_timeout_s`` plus ``WATCH_GRACE_S``: the server ends every watch by
+then, so a quiet, healthy cluster stays connected). :meth:`Informer.blind_s` is how long it
+has not been connected; :meth:`Informer.staleness_s` the time since the API server last
+answered (a list page, a watch event or bookmark, or a watch that ended normally).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -69,15 +76,29 @@ class ResourceRef:
         return query
 
 
+WATCH_GRACE_S = 15.0
+"""How long past its own timeout a watch may stay unanswered before its cache counts as
+disconnected (the server ends a watch at ``timeoutSeconds``; this covers a slow close)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Exponential backoff: ``initial_s`` doubling up to ``max_s``."""
+    """Exponential backoff: ``initial_s`` doubling up to ``max_s``; :meth:`wait_s` shortens
+    each delay by up to ``jitter`` (a fraction) at random."""
 
     initial_s: float = 0.5
     max_s: float = 30.0
+    jitter: float = 0.0
 
     def delay_s(self, failures: int) -> float:
         return float(min(self.max_s, self.initial_s * 2 ** max(0, failures - 1)))
+
+    def wait_s(self, failures: int, unit: float) -> float:
+        """The delay after ``failures`` failures, with ``unit`` (0 <= unit < 1) of the jitter."""
+        return self.delay_s(failures) * (1.0 - self.jitter * unit)
+
+
+RELIST_BACKOFF = Backoff(initial_s=0.5, max_s=4.0, jitter=0.2)
 
 
 @dataclass(slots=True)
@@ -114,13 +135,15 @@ class Informer(Generic[T]):
     sink: Sink[T]
     page_size: int = 500
     watch_timeout_s: int = 60
-    backoff: Backoff = field(default_factory=Backoff)
+    backoff: Backoff = RELIST_BACKOFF
     clock: Callable[[], float] = time.monotonic
+    random_unit: Callable[[], float] = random.random
     stats: InformerStats = field(default_factory=InformerStats)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _synced: bool = field(default=False, repr=False)
     _last_contact: float | None = field(default=None, repr=False)
+    _lost_at: float | None = field(default=None, repr=False)
     _resource_version: str = field(default="", repr=False)
     _keys: set[str] = field(default_factory=set, repr=False)
 
@@ -151,6 +174,23 @@ class Informer(Generic[T]):
             return None
         return max(0.0, self.clock() - self._last_contact)
 
+    @property
+    def connected(self) -> bool:
+        """Listed completely and following the API server's watch now."""
+        return self.blind_s() == 0.0
+
+    def blind_s(self) -> float | None:
+        """Seconds the cache has not followed the API server: 0.0 while connected, None
+        before the first complete list."""
+        if not self._synced:
+            return None
+        now = self.clock()
+        if self._lost_at is not None:
+            return max(0.0, now - self._lost_at)
+        assert self._last_contact is not None  # a complete list touched it
+        overdue_at = self._last_contact + self.watch_timeout_s + WATCH_GRACE_S
+        return max(0.0, now - overdue_at)
+
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -163,6 +203,8 @@ class Informer(Generic[T]):
                 while not self._stop.is_set():
                     self.watch_once()
             except GoneError:
+                if self._lost_at is None:
+                    self._lost_at = self.clock()
                 self.stats.relists_gone += 1
                 log.info(
                     "informer=%s resourceVersion=%s expired (410 Gone); listing again",
@@ -173,7 +215,9 @@ class Informer(Generic[T]):
                 failures += 1
                 self.stats.errors += 1
                 self.stats.last_error = str(error)
-                delay = self.backoff.delay_s(failures)
+                if self._lost_at is None:
+                    self._lost_at = self.clock()
+                delay = self.backoff.wait_s(failures, self.random_unit())
                 log.warning(
                     "informer=%s list/watch failed (%s); retrying in %.1fs",
                     self.name,
@@ -213,6 +257,7 @@ class Informer(Generic[T]):
         self._keys = set(items)
         self.stats.lists += 1
         self._synced = True
+        self._lost_at = None
         log.info(
             "informer=%s listed objects=%d resourceVersion=%s",
             self.name,

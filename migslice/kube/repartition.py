@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 
 from migslice.kube.events import record_node_event
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
+from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL, QUARANTINE_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,19 @@ class KubeRepartitionApi:
                 return False
             raise
         return True
+
+    def mark_quarantine(self, node: str, note: str | None) -> None:
+        """Set (``note``: the annotation) or remove the node's quarantine label and annotation."""
+        label = QUARANTINE_TIMEOUT if note is not None else None
+        self._transport.patch_json(
+            f"/api/v1/nodes/{node}",
+            {
+                "metadata": {
+                    "labels": {QUARANTINE_LABEL: label},
+                    "annotations": {QUARANTINE_ANNOTATION: note},
+                }
+            },
+        )
 
     def _list(self, path: str, field_selector: str) -> list[RawObject]:
         items: list[RawObject] = []

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from migslice.errors import MigsliceError
 
 RawObject = dict[str, Any]
+POOL_CONNECTIONS = 32
 
 
 class KubeError(MigsliceError):
@@ -76,6 +77,11 @@ class KubernetesTransport:
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=configuration
             )
+        # Watches hold connections for minutes; requests of every server thread need theirs
+        # (a full pool discards connections, and each new one costs a TLS handshake).
+        configuration.connection_pool_maxsize = max(
+            POOL_CONNECTIONS, configuration.connection_pool_maxsize or 0
+        )
         if timeout_s is None:
             transport = cls(client.ApiClient(configuration))
         else:
@@ -121,8 +127,11 @@ class KubernetesTransport:
             raise ApiError(response.status, f"{method} {path}: {_status_message(text)}")
         return response
 
-    def get_json(self, path: str, query: Mapping[str, str]) -> RawObject:
-        response = self._request(path, query, read_timeout_s=self._read_timeout_s)
+    def get_json(
+        self, path: str, query: Mapping[str, str], *, timeout_s: float | None = None
+    ) -> RawObject:
+        read_timeout_s = self._read_timeout_s if timeout_s is None else timeout_s
+        response = self._request(path, query, read_timeout_s=read_timeout_s)
         return self._read_json("GET", path, response)
 
     def get_text(self, path: str, limit_bytes: int = 65536) -> str:
@@ -149,20 +158,32 @@ class KubernetesTransport:
         )
         return self._read_json("PATCH", path, response)
 
-    def put_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+    def put_json(self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0) -> RawObject:
         """PUT ``body`` to ``path`` (replace; with ``metadata.resourceVersion`` the API server
         answers 409 Conflict when the object changed since it was read); the stored object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=30.0, method="PUT", body=data, content_type="application/json"
+            path,
+            {},
+            read_timeout_s=timeout_s,
+            method="PUT",
+            body=data,
+            content_type="application/json",
         )
         return self._read_json("PUT", path, response)
 
-    def post_json(self, path: str, body: Mapping[str, Any]) -> RawObject:
+    def post_json(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+    ) -> RawObject:
         """POST ``body`` to ``path`` (create); the created object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=30.0, method="POST", body=data, content_type="application/json"
+            path,
+            {},
+            read_timeout_s=timeout_s,
+            method="POST",
+            body=data,
+            content_type="application/json",
         )
         return self._read_json("POST", path, response)
 

@@ -36,6 +36,8 @@ class NodeFacts:
     ``allocatable`` holds only ``nvidia.com/*`` resources, sorted by name. ``agent`` is the
     parsed ``migslice.io/gpu-layout`` annotation, ``agent_error`` why it could not be parsed.
     ``problems`` lists labels or quantities that were present but unreadable.
+    ``quarantine_label`` and ``quarantine_note``: the repartition quarantine's label value and
+    annotation (``migslice.repartition.quarantine``).
     """
 
     name: str
@@ -53,6 +55,8 @@ class NodeFacts:
     repartition_mode: str | None = None
     carve_request: CarveRequest | None = None
     carve_status: CarveStatus | None = None
+    quarantine_label: str | None = None
+    quarantine_note: str | None = None
 
     def allocatable_of(self, resource: str) -> int:
         for name, count in self.allocatable:
@@ -123,6 +127,8 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
         repartition_mode=_interned(_label(labels, names.REPARTITION_MODE_LABEL)),
         carve_request=request,
         carve_status=status,
+        quarantine_label=_label(labels, names.QUARANTINE_LABEL),
+        quarantine_note=_label(annotations, names.QUARANTINE_ANNOTATION),
     )
 
 

@@ -45,10 +45,12 @@ def parse_epoch_s(text: object) -> float | None:
 def parse_micro_epoch_s(text: object) -> float | None:
     """Epoch seconds of a ``metav1.MicroTime`` (``2025-05-01T12:00:00.123456Z``, a Lease's
     ``renewTime``) or of a second-precision stamp; None if it is neither."""
-    if not isinstance(text, str) or not text.endswith("Z"):
+    if not isinstance(text, str):
         return None
-    try:
-        stamp = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return stamp.timestamp() if stamp.tzinfo is not None else None
+    for layout in ("%Y-%m-%dT%H:%M:%S.%fZ", RFC3339):
+        try:
+            stamp = datetime.datetime.strptime(text, layout).replace(tzinfo=datetime.UTC)
+        except ValueError:
+            continue
+        return stamp.timestamp()
+    return None

@@ -7,7 +7,10 @@ simulator.
   mode, per GPU the instances to destroy and create around running ones, with its branch of
   the state machine in :mod:`~migslice.repartition.carve_decide`;
 * :mod:`~migslice.repartition.decide`: the controller's state machine, record + snapshot +
-  time -> the next step (plan, apply, observe, finish, abort);
+  time -> the next step (plan, apply, observe, finish, abort), with
+  :mod:`~migslice.repartition.closing` (how a node's step ends),
+  :mod:`~migslice.repartition.quarantine` (nodes MIG Manager left stuck) and
+  :mod:`~migslice.repartition.actions` (what the shell does besides writing the record);
 * :mod:`~migslice.repartition.record`: the durable plan record;
 * :mod:`~migslice.repartition.pending`: which pods wait for a geometry;
 * :mod:`~migslice.repartition.snapshot` and :mod:`~migslice.repartition.configmap`: what the
@@ -19,6 +22,13 @@ Pure: the time, the cluster and the record are inputs; the shells (``extender/co
 
 from migslice.mig.migparted import OWN_PREFIX, merge_mig_parted, removed_configs
 from migslice.names import RECORD_ANNOTATION
+from migslice.repartition.actions import (
+    REASON_FAILED,
+    REASON_STARTED,
+    NodeEvent,
+    QuarantineMark,
+    SetLabel,
+)
 from migslice.repartition.carve import CarvePlan, CarveSettings, NodeCarve, plan_carve
 from migslice.repartition.carve_decide import (
     REASON_CARVE,
@@ -34,12 +44,8 @@ from migslice.repartition.configmap import (
     read_config_map,
 )
 from migslice.repartition.decide import (
-    REASON_FAILED,
-    REASON_STARTED,
     ControllerSettings,
-    NodeEvent,
     PlanResult,
-    SetLabel,
     Step,
     StepKind,
     decide,
@@ -64,6 +70,7 @@ from migslice.repartition.record import (
     ActivePlan,
     NodeOutcome,
     NodeStep,
+    Quarantined,
     RecordError,
     RepartitionRecord,
     parse_record,
@@ -104,6 +111,8 @@ __all__ = [
     "PendingPod",
     "PlanResult",
     "PlanSettings",
+    "QuarantineMark",
+    "Quarantined",
     "RecordError",
     "RepartitionPlan",
     "RepartitionRecord",

@@ -18,7 +18,13 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   file still has that config, the node backed off for ``backoff_s``; a label someone else
   changed -> superseded (left alone); a label still at the previous config (a restart between
   the file write and the label) -> labelled now, after the same re-check. ``OBSERVE`` when
-  an outcome changed, else ``WAIT``; when no node is open the plan is dropped (``FINISH``).
+  an outcome changed; when no node is open the plan is dropped (``FINISH``). While the open
+  nodes only wait, more nodes may **join** the plan (``START``: written, then applied as in
+  *planned*, each with its own deadline) for demand the plan does not serve, within the
+  in-flight budget of their pool, so one slow node does not stop the others.
+* a timeout also **quarantines** the node (``migslice.repartition.quarantine``): out of the
+  budget, left alone until MIG Manager reports ``success`` or an admin removes the label;
+  releasing it (or writing its label again) is a step of its own (``QUARANTINE``), first.
 
 Carve-mode nodes are decided first, by the carve branch (:mod:`migslice.repartition.carve_decide`,
 its own plan in ``record.carve``); this path leaves them alone and never labels them.
@@ -33,37 +39,33 @@ from dataclasses import dataclass, field, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.migparted import MigPartedEntry
-from migslice.names import (
-    MIG_STATE_FAILED,
-    MIG_STATE_SUCCESS,
-    MIG_TRANSITION_STATES,
-    MODE_CARVE,
-    REPARTITION_MODE_LABEL,
-)
+from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, REPARTITION_MODE_LABEL
 from migslice.objects.times import format_time
+from migslice.repartition.actions import (
+    REASON_STARTED,
+    NodeEvent,
+    QuarantineMark,
+    SetLabel,
+)
 from migslice.repartition.carve import CarvePlan, CarveSettings, carve_mode_nodes
 from migslice.repartition.carve_decide import CarveDecision, CarveWrite, decide_carve
 from migslice.repartition.carve_record import CarveStep
-from migslice.repartition.messages import applied_message, applying_message, referenced_configs
+from migslice.repartition.closing import Closing, close_node, outcome_of
+from migslice.repartition.messages import applying_message, referenced_configs
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.planner import PlanSettings, RepartitionPlan, plan
+from migslice.repartition.quarantine import held_reasons, review
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
-    OPEN,
     SUCCESS,
-    SUPERSEDED,
     TIMEOUT,
     ActivePlan,
-    NodeOutcome,
     NodeStep,
     RepartitionRecord,
 )
 from migslice.repartition.shapes import LayoutCache
 from migslice.whynot import WhyNot
-
-REASON_STARTED = "MigRepartition"
-REASON_FAILED = "MigRepartitionFailed"
 
 
 class PlanResult(enum.StrEnum):
@@ -81,6 +83,7 @@ class StepKind(enum.StrEnum):
     ABORT = "abort"
     OBSERVE = "observe"
     FINISH = "finish"
+    QUARANTINE = "quarantine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,23 +95,6 @@ class ControllerSettings:
     deadline_s: float = 600.0
     backoff_s: float = 1800.0
     carve: CarveSettings = field(default_factory=CarveSettings)
-
-
-@dataclass(frozen=True, slots=True)
-class SetLabel:
-    """Set ``nvidia.com/mig.config`` of ``node``; ``mark_pending`` also sets the state label."""
-
-    node: str
-    config_name: str
-    mark_pending: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEvent:
-    node: str
-    reason: str
-    message: str
-    warning: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +113,8 @@ class Step:
     outcomes: tuple[NodeStep, ...] = ()
     result: PlanResult | None = None
     """For ``FINISH`` and ``ABORT``: how the plan ended."""
+    marks: tuple[QuarantineMark, ...] = ()
+    """Quarantine labels and annotations to set or remove, after the labels."""
     carve_writes: tuple[CarveWrite, ...] = ()
     """Carve steps: the ``migslice.io/carve`` annotations to set or remove, after the record."""
     carve_outcomes: tuple[CarveStep, ...] = ()
@@ -163,12 +151,45 @@ def decide(
     if record.carve is not None:  # pods a carve in flight serves are not MIG Manager's demand
         pending = [p for p in pending if p.demand.key not in record.carve.serves]
     states = {node.name: node for node in nodes}
+    quarantine = _quarantine_step(record, states)
+    if quarantine is not None and quarantine.record != record:
+        return quarantine  # a release: the record changes first
+    step = _next(
+        record,
+        states,
+        nodes,
+        pending=pending,
+        file_configs=file_configs,
+        now=now,
+        settings=settings,
+        layout_cache=layout_cache,
+    )
+    if quarantine is not None:  # marks to write again ride along, never holding a plan up
+        step = replace(step, marks=step.marks + quarantine.marks)
+    return step
+
+
+def _next(
+    record: RepartitionRecord,
+    states: Mapping[str, NodeState],
+    nodes: Sequence[NodeState],
+    *,
+    pending: Sequence[PendingPod],
+    file_configs: Collection[str],
+    now: float,
+    settings: ControllerSettings,
+    layout_cache: LayoutCache | None,
+) -> Step:
     active = record.plan
     if active is None:
         return _start(record, nodes, pending, now, settings, layout_cache)
-    if active.applied_at is None:
+    if any(step.is_open and step.applied_at is None for step in active.nodes):
         return _apply(record, active, states, nodes, now)
-    return _observe(record, active, states, nodes, file_configs, now, settings)
+    observed = _observe(record, active, states, nodes, file_configs, now, settings)
+    if observed.kind != StepKind.WAIT:
+        return observed
+    joined = _start(record, nodes, pending, now, settings, layout_cache)
+    return joined if joined.kind == StepKind.START else observed
 
 
 def recheck(step: NodeStep, state: NodeState | None) -> WhyNot | None:
@@ -227,6 +248,8 @@ def _start(
     settings: ControllerSettings,
     layout_cache: LayoutCache | None,
 ) -> Step:
+    """A new plan, or (while one is applied and waits) more nodes joining it."""
+    active = record.plan
     cooldowns = {node: now - at for node, at in record.finished}
     held = {
         node: f"backed off after a failed re-partition until {format_time(until)}"
@@ -235,12 +258,17 @@ def _start(
     held.update(carve_mode_nodes(nodes, settings.carve.default_mode))
     if record.carve is not None:
         held.update({s.node: "a carve is changing it" for s in record.carve.open_nodes})
+    if active is not None:  # its open nodes are in flight; the pods they serve are served
+        held.update({s.node: "in the plan in progress" for s in active.open_nodes})
+        served = {pod for s in active.open_nodes for pod in s.serves}
+        pending = [p for p in pending if p.demand.key not in served]
     result = plan(
         nodes,
         pending,
         cooldowns=cooldowns,
         settings=settings.plan,
         held=held,
+        quarantined=held_reasons(record.quarantine),
         layout_cache=layout_cache,
     )
     if result.is_empty:
@@ -259,8 +287,12 @@ def _start(
         )
         for change in result.changes
     )
-    active = ActivePlan(plan_id([s.config_name for s in steps], now), now, None, steps)
     names = ", ".join(f"{s.node}={s.config_name}" for s in steps)
+    if active is not None:
+        joined = replace(active, nodes=active.nodes + steps)
+        reason = f"plan {active.plan_id}: joined by {names}"
+        return Step(StepKind.START, record.with_plan(joined), reason, plan=result)
+    active = ActivePlan(plan_id([s.config_name for s in steps], now), now, None, steps)
     return Step(
         StepKind.START, record.with_plan(active), f"plan {active.plan_id}: {names}", plan=result
     )
@@ -278,20 +310,23 @@ def _apply(
     labels: list[SetLabel] = []
     events: list[NodeEvent] = []
     for step in active.nodes:
-        if not step.is_open:
+        if not step.is_open or step.applied_at is not None:
             steps.append(step)
             continue
         problem = recheck(step, states.get(step.node))
         if problem is not None:
             steps.append(replace(step, outcome=ABORTED, detail=f"not applied: {problem.message}"))
             continue
-        steps.append(step)
+        steps.append(replace(step, applied_at=now))
         configs[step.config_name] = step.entries
         labels.append(SetLabel(step.node, step.config_name))
         events.append(NodeEvent(step.node, REASON_STARTED, applying_message(step)))
     aborted = tuple(s for s in steps if s.outcome == ABORTED and s not in active.nodes)
+    applied = replace(active, applied_at=active.applied_at or now, nodes=tuple(steps))
     if not labels:
         reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to apply"
+        if applied.open_nodes:  # nodes that joined an applied plan: the others go on
+            return Step(StepKind.OBSERVE, record.with_plan(applied), reason, outcomes=aborted)
         return Step(
             StepKind.ABORT,
             record.with_plan(None),
@@ -299,7 +334,6 @@ def _apply(
             outcomes=aborted,
             result=PlanResult.ABORTED,
         )
-    applied = replace(active, applied_at=now, nodes=tuple(steps))
     new_record = record.with_plan(applied)
     return Step(
         StepKind.APPLY,
@@ -324,64 +358,58 @@ def _observe(
     settings: ControllerSettings,
 ) -> Step:
     assert active.applied_at is not None
-    elapsed = now - active.applied_at
     steps: list[NodeStep] = []
     closed: list[NodeStep] = []
-    labels: list[SetLabel] = []
-    events: list[NodeEvent] = []
-    finished = dict(record.finished)
-    backoff = dict(record.backoff)
+    closing = Closing(
+        dict(record.finished), dict(record.backoff), {q.node: q for q in record.quarantine}
+    )
     waiting: list[str] = []
     for step in active.nodes:
         if not step.is_open:
             steps.append(step)
             continue
         state = states.get(step.node)
-        outcome, detail = _outcome_of(step, state, elapsed, settings)
+        elapsed = now - (step.applied_at if step.applied_at is not None else active.applied_at)
+        outcome, detail = outcome_of(step, state, elapsed, settings.deadline_s)
         if not outcome and state is not None and state.facts.mig_config != step.config_name:
             problem = recheck(step, state)  # still at the previous config: label it now
             if problem is not None:
                 outcome, detail = ABORTED, f"not applied: {problem.message}"
             else:
-                labels.append(SetLabel(step.node, step.config_name))
+                closing.labels.append(SetLabel(step.node, step.config_name))
         if not outcome:
             steps.append(step)
-            waiting.append(f"{step.node} ({state.facts.mig_config_state if state else '?'})")
+            phase = state.facts.mig_config_state if state else "?"
+            waiting.append(f"{step.node} ({phase}, {elapsed:.0f}s)")
             continue
         done = replace(step, outcome=outcome, detail=detail)
         steps.append(done)
         closed.append(done)
-        if outcome == SUCCESS:
-            finished[step.node] = now
-            events.append(NodeEvent(step.node, REASON_STARTED, applied_message(step)))
-        elif outcome in (FAILED, TIMEOUT):
-            backoff[step.node] = now + settings.backoff_s
-            restore, event = _failure(step, detail, file_configs, backoff[step.node], settings)
-            labels.extend(restore)
-            events.append(event)
-    if not closed and not labels:
-        reason = f"plan {active.plan_id}: waiting {elapsed:.0f}s for " + ", ".join(waiting)
+        close_node(done, closing, file_configs, now=now, backoff_s=settings.backoff_s)
+    if not closed and not closing.labels:
+        reason = f"plan {active.plan_id}: waiting for " + ", ".join(waiting)
         return Step(StepKind.WAIT, record, reason)
     remaining = replace(active, nodes=tuple(steps))
     still_open = bool(remaining.open_nodes)
     new_record = replace(
         record,
         plan=remaining if still_open else None,
-        finished=tuple(sorted(finished.items())),
-        backoff=tuple(sorted(backoff.items())),
+        finished=tuple(sorted(closing.finished.items())),
+        backoff=tuple(sorted(closing.backoff.items())),
+        quarantine=tuple(closing.quarantine[n] for n in sorted(closing.quarantine)),
     )
-    kind = StepKind.OBSERVE if still_open else StepKind.FINISH
     reason = f"plan {active.plan_id}: " + (
         ", ".join(f"{s.node} {s.outcome}" for s in closed) or "labelling again"
     )
     return Step(
-        kind,
+        StepKind.OBSERVE if still_open else StepKind.FINISH,
         new_record,
         reason,
-        labels=tuple(labels),
-        events=tuple(events),
+        labels=tuple(closing.labels),
+        events=tuple(closing.events),
         outcomes=tuple(closed),
         result=None if still_open else _result(steps),
+        marks=tuple(closing.marks),
     )
 
 
@@ -399,29 +427,13 @@ def _carve_step(carve: CarveDecision) -> Step:
     )
 
 
-def _failure(
-    step: NodeStep,
-    detail: str,
-    file_configs: Collection[str],
-    until: float,
-    settings: ControllerSettings,
-) -> tuple[tuple[SetLabel, ...], NodeEvent]:
-    """A failed node: the previous config's label back (when the file still has it), and the
-    Warning that says what happened and until when the node is left alone."""
-    previous = step.previous_config
-    restore: tuple[SetLabel, ...] = ()
-    if previous is not None and previous in file_configs:
-        restore = (SetLabel(step.node, previous, mark_pending=False),)
-        then = f"label restored to {previous}"
-    elif previous is None:
-        then = "there was no previous config; label left"
-    else:
-        then = f"previous config {previous} is not in the file; label left"
-    message = (
-        f"mig-parted config {step.config_name}: {detail}; {then}; node left alone "
-        f"until {format_time(until)} ({settings.backoff_s:.0f}s)"
+def _quarantine_step(record: RepartitionRecord, states: Mapping[str, NodeState]) -> Step | None:
+    change = review(record, states)
+    if change is None:
+        return None
+    return Step(
+        StepKind.QUARANTINE, change.record, change.reason, events=change.events, marks=change.marks
     )
-    return restore, NodeEvent(step.node, REASON_FAILED, message, warning=True)
 
 
 def _result(steps: Sequence[NodeStep]) -> PlanResult:
@@ -431,23 +443,3 @@ def _result(steps: Sequence[NodeStep]) -> PlanResult:
     if SUCCESS in outcomes:
         return PlanResult.SUCCEEDED
     return PlanResult.ABORTED
-
-
-def _outcome_of(
-    step: NodeStep, state: NodeState | None, elapsed: float, settings: ControllerSettings
-) -> tuple[NodeOutcome, str]:
-    if state is None:
-        return ABORTED, "node is gone"
-    label, phase = state.facts.mig_config, state.facts.mig_config_state
-    if label == step.config_name:
-        if phase == MIG_STATE_SUCCESS:
-            return SUCCESS, f"applied in about {elapsed:.0f}s"
-        if phase == MIG_STATE_FAILED:
-            return FAILED, "MIG Manager reported state failed"
-    elif label != step.previous_config:
-        return SUPERSEDED, f"label changed to {label!r} by someone else"
-    if elapsed > settings.deadline_s:
-        return TIMEOUT, (
-            f"state {phase or 'unset'} after {elapsed:.0f}s; deadline {settings.deadline_s:.0f}s"
-        )
-    return OPEN, ""

@@ -30,8 +30,11 @@ Rules, in the order they are applied:
    packing benchmark measured it).
 6. A node's config lists every GPU whose layout is known (mig-parted leaves a GPU whose layout
    already matches untouched), so the config the node label names describes the whole node.
-7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once, counting those MIG
-   Manager is already working on; the rest of the demand waits for the next round.
+7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once in each node pool (the
+   GPU product; with ``budget_per_pool`` off, in the whole cluster), counting those MIG Manager
+   is already working on except quarantined ones (``migslice.repartition.quarantine``: MIG
+   Manager left them ``pending`` past the deadline); the rest of the demand waits for the next
+   round. A stuck node thus holds back only its own pool, and only until its deadline.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ class PlanSettings:
     cooldown_s: float = 600.0
     max_nodes_in_flight: int = 1
     expected_mix: tuple[tuple[str, float], ...] = ()
+    budget_per_pool: bool = True
+    """``max_nodes_in_flight`` per GPU product (True) or for the whole cluster (False)."""
+
+    def pool_of(self, node: NodeState) -> str:
+        return (node.facts.product or "") if self.budget_per_pool else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +184,17 @@ def plan(
     cooldowns: Mapping[str, float] | None = None,
     settings: PlanSettings = PlanSettings(),
     held: Mapping[str, str] | None = None,
+    quarantined: Mapping[str, str] | None = None,
     layout_cache: LayoutCache | None = None,
 ) -> RepartitionPlan:
     """Plan new layouts for idle GPUs so that waiting pods can be placed (see module doc).
 
-    ``held`` maps nodes to leave alone to the reason (reported in ``skipped_nodes``).
+    ``held`` maps nodes to leave alone to the reason (reported in ``skipped_nodes``);
+    ``quarantined`` nodes are left alone too, and do not count as in flight (rule 7).
     """
     cooldowns = cooldowns or {}
-    held = held or {}
+    quarantined = quarantined or {}
+    held = {**(held or {}), **quarantined}
     pending_pods = list(pending)
     waiting, unserved = eligible_demand(pending_pods, nodes, settings.min_pending_s)
 
@@ -197,8 +208,12 @@ def plan(
             gpus.extend(idle)
     idle_per_node = Counter(g.node.name for g in gpus)
 
-    in_flight = sum(1 for n in nodes if n.facts.mig_config_state in MIG_TRANSITION_STATES)
-    budget = max(0, settings.max_nodes_in_flight - in_flight)
+    in_flight = Counter(
+        settings.pool_of(n)
+        for n in nodes
+        if n.facts.mig_config_state in MIG_TRANSITION_STATES and n.name not in quarantined
+    )
+    budget = _Budget(settings, in_flight)
     served: dict[str, list[str]] = {}
 
     layouts = Layouts(demand_mix(nodes, pending_pods, settings.expected_mix), layout_cache)
@@ -278,25 +293,41 @@ def _node_change(
     )
 
 
+class _Budget:
+    """How many more nodes each pool may start (rule 7), given the plan's nodes so far."""
+
+    def __init__(self, settings: PlanSettings, in_flight: Counter[str]) -> None:
+        self._settings = settings
+        self._in_flight = in_flight
+
+    def exceeded_by(self, node: NodeState, nodes_in_plan: Mapping[str, NodeState]) -> bool:
+        """Whether adding ``node`` to the plan would start one node too many in its pool."""
+        if node.name in nodes_in_plan:
+            return False
+        pool = self._settings.pool_of(node)
+        planned = sum(1 for n in nodes_in_plan.values() if self._settings.pool_of(n) == pool)
+        return planned + self._in_flight[pool] >= self._settings.max_nodes_in_flight
+
+
 def _place(
     pod: PodDemand,
     gpus: list[_Gpu],
-    budget: int,
+    budget: _Budget,
     idle_per_node: Counter[str],
     layouts: Layouts,
 ) -> tuple[str | None, bool]:
     """Put all of the pod's instances on one node's GPUs: the node's name (or None), and
     whether a node that could have taken the pod was held back by the budget."""
-    nodes_in_plan = {g.node.name for g in gpus if g.chosen}
+    nodes_in_plan = {g.node.name: g.node for g in gpus if g.chosen}
 
     def node_order(name: str) -> tuple[int, int, str]:
         return (0 if name in nodes_in_plan else 1, idle_per_node[name], name)
 
     held_back = False
     for name in sorted({g.node.name for g in gpus}, key=node_order):
-        over_budget = name not in nodes_in_plan and len(nodes_in_plan) >= budget
         node_gpus = [g for g in gpus if g.node.name == name]
         node = node_gpus[0].node
+        over_budget = budget.exceeded_by(node, nodes_in_plan)
         if pod.products is not None and (node.facts.product or "") not in pod.products:
             continue
         wanted: list[str] = []

@@ -11,7 +11,13 @@ write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in
                          "serves": ["team-a/train"], "entries": [<mig-parted entry>],
                          "outcome": "", "detail": ""}]},
      "finished": {"gpu-b": "2025-05-01T09:50:00Z"},
-     "backoff": {"gpu-c": "2025-05-01T10:30:00Z"}}
+     "backoff": {"gpu-c": "2025-05-01T10:30:00Z"},
+     "quarantine": {"gpu-d": {"since": "2025-05-01T10:10:00Z",
+                              "config": "migslice-gpu-d-9f8e7d6c", "detail": "state pending …"}}}
+
+A node's ``appliedAt`` is when its label was set (nodes may join a plan while it is applied;
+a record without it takes the plan's). ``quarantine``: nodes MIG Manager left short of
+``success`` past the deadline (``migslice.repartition.quarantine``).
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ class NodeStep:
     entries: tuple[MigPartedEntry, ...]
     outcome: NodeOutcome = NodeOutcome.OPEN
     detail: str = ""
+    applied_at: float | None = None
+    """When the node was labelled; None while it is only planned."""
 
     @property
     def is_open(self) -> bool:
@@ -90,14 +98,28 @@ class ActivePlan:
 
 
 @dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A node MIG Manager left short of ``success`` past the deadline: since when, the config
+    it was given, and what was seen."""
+
+    node: str
+    since: float
+    config_name: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class RepartitionRecord:
     """``finished``: node -> when its last re-partition succeeded (cooldown);
-    ``backoff``: node -> until when it is left alone after a failure; ``carve``: the carve
-    plan in progress (:mod:`migslice.repartition.carve_record`), beside the MIG Manager one."""
+    ``backoff``: node -> until when it is left alone after a failure; ``quarantine``: nodes
+    left alone until MIG Manager reports success or an admin releases them; ``carve``: the
+    carve plan in progress (:mod:`migslice.repartition.carve_record`), beside the MIG Manager
+    one."""
 
     plan: ActivePlan | None = None
     finished: tuple[tuple[str, float], ...] = ()
     backoff: tuple[tuple[str, float], ...] = ()
+    quarantine: tuple[Quarantined, ...] = ()
     carve: ActiveCarve | None = None
 
     def with_plan(self, plan: ActivePlan | None) -> RepartitionRecord:
@@ -138,6 +160,7 @@ def render_record(record: RepartitionRecord) -> str:
                     "entries": [entry_json(e) for e in step.entries],
                     "outcome": step.outcome,
                     "detail": step.detail,
+                    "appliedAt": None if step.applied_at is None else format_time(step.applied_at),
                 }
                 for step in active.nodes
             ],
@@ -147,6 +170,10 @@ def render_record(record: RepartitionRecord) -> str:
         "plan": plan,
         "finished": {node: format_time(at) for node, at in record.finished},
         "backoff": {node: format_time(until) for node, until in record.backoff},
+        "quarantine": {
+            q.node: {"since": format_time(q.since), "config": q.config_name, "detail": q.detail}
+            for q in record.quarantine
+        },
     }
     if record.carve is not None:
         from migslice.repartition.carve_record import carve_json
@@ -174,6 +201,7 @@ def parse_record(text: str | None) -> RepartitionRecord:
         plan=plan,
         finished=_times(document.get("finished"), "finished"),
         backoff=_times(document.get("backoff"), "backoff"),
+        quarantine=_quarantine(document.get("quarantine")),
         carve=parse_carve(document.get("carve")),
     )
 
@@ -186,6 +214,21 @@ def _times(raw: object, where: str) -> tuple[tuple[str, float], ...]:
     return tuple(sorted((str(k), parse_time(v, f"{where}.{k}")) for k, v in raw.items()))
 
 
+def _quarantine(raw: object) -> tuple[Quarantined, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise RecordError("quarantine: expected a map of node to {since, config, detail}")
+    found: list[Quarantined] = []
+    for node, entry in sorted(raw.items()):
+        where = f"quarantine.{node}"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("config"), str):
+            raise RecordError(f"{where}: expected an object with since, config and detail")
+        since = parse_time(entry.get("since"), f"{where}.since")
+        found.append(Quarantined(str(node), since, entry["config"], str(entry.get("detail") or "")))
+    return tuple(found)
+
+
 def _parse_plan(raw: object) -> ActivePlan | None:
     if raw is None:
         return None
@@ -194,6 +237,8 @@ def _parse_plan(raw: object) -> ActivePlan | None:
     nodes_raw = raw.get("nodes")
     if not isinstance(nodes_raw, list):
         raise RecordError("plan.nodes: expected a list")
+    applied = raw.get("appliedAt")
+    plan_applied = None if applied is None else parse_time(applied, "plan.appliedAt")
     steps: list[NodeStep] = []
     for position, item in enumerate(nodes_raw):
         where = f"plan.nodes[{position}]"
@@ -220,12 +265,21 @@ def _parse_plan(raw: object) -> ActivePlan | None:
                 entries=_entries_from_json(item.get("entries"), f"{where}.entries"),
                 outcome=NodeOutcome(outcome),
                 detail=str(item.get("detail") or ""),
+                applied_at=_node_applied_at(item, where, plan_applied),
             )
         )
-    applied = raw.get("appliedAt")
     return ActivePlan(
         plan_id=str(raw.get("id") or ""),
         created_at=parse_time(raw.get("createdAt"), "plan.createdAt"),
-        applied_at=None if applied is None else parse_time(applied, "plan.appliedAt"),
+        applied_at=plan_applied,
         nodes=tuple(steps),
     )
+
+
+def _node_applied_at(
+    item: Mapping[str, Any], where: str, plan_applied: float | None
+) -> float | None:
+    if "appliedAt" not in item:  # written before nodes could join an applied plan
+        return plan_applied
+    value = item["appliedAt"]
+    return None if value is None else parse_time(value, f"{where}.appliedAt")

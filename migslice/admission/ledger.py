@@ -1,0 +1,197 @@
+"""A tenant's quota ledger: the charges of pods admitted but not yet counted from a pod cache.
+
+Every webhook replica charges an allowed admission by writing its :class:`Charge` into the
+tenant's ledger with a compare-and-swap on the stored object's resourceVersion (the API
+server is the one place all replicas agree on; see docs/policy.md, "Quota across replicas").
+A tenant's usage is then, on any replica:
+
+    the GPU pods its pod cache holds + the ledger's charges whose pod that cache has not seen
+
+A charge is matched to its pod by the pod's ``migslice.io/reservation`` annotation (the
+admission request uid) in the charge's namespace. Charges leave the ledger in two ways, both
+decided here and written by the next compare-and-swap:
+
+* **settled**: the writer's pod cache has held the pod for ``settle_after_s``. A replica may
+  decide only while its cache follows the API server (it lags by seconds at most), so by then
+  every replica that may decide counts the pod itself.
+* **never created**: older than ``hold_s``, not seen, and absent from an authoritative list of
+  its namespace's pods taken after ``hold_s`` had passed (:func:`failed_charges`). ``hold_s``
+  is longer than kube-apiserver takes to answer a create (34 s when etcd does not answer), so
+  such a pod cannot be stored any more. A timer alone never releases a charge.
+
+Pure: time, the pod cache's view (``seen_for``) and the list's answer are inputs. The text is JSON
+in a ConfigMap's data (``migslice.kube.ledger``)::
+
+    {"version": "v1", "tenant": "team-a",
+     "charges": [{"uid": "7f1c…", "namespace": "team-a", "at": "2025-05-01T12:00:00.250000Z",
+                  "instances": 1, "computeSlices": 2, "memorySlices": 2,
+                  "profiles": {"2g.20gb": 1}}]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+
+from migslice.admission.usage import SliceUsage
+from migslice.errors import InvalidInputError, MigsliceError
+from migslice.objects.times import format_micro_time, parse_micro_epoch_s
+
+LEDGER_VERSION = "v1"
+
+SeenFor = Callable[[str, str], float | None]
+"""``seen_for(uid, namespace)``: how long the pod cache has held (or, once it is gone, held) the
+pod that admission ``uid`` let into ``namespace``, in seconds; None when it never has."""
+
+
+class LedgerError(InvalidInputError):
+    """A ledger text that cannot be read; the message says where."""
+
+
+class LedgerConflictError(MigsliceError):
+    """The stored ledger is not the version a write expected: someone wrote first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One admission's charge: its request uid, the pod's namespace, what it costs, and when
+    it was admitted (wall-clock epoch seconds, shared by all replicas)."""
+
+    uid: str
+    namespace: str
+    usage: SliceUsage
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """The charges of one tenant; ``version`` is the stored object's resourceVersion ("" when
+    none is stored yet), the compare-and-swap's expectation."""
+
+    tenant: str
+    charges: tuple[Charge, ...] = ()
+    version: str = ""
+
+    def pending(self, seen_for: SeenFor, exclude: str | None = None) -> SliceUsage:
+        """What the charges whose pods the cache has not seen add to the tenant's usage
+        (``exclude``: the uid of the admission being decided, which never counts itself)."""
+        instances = compute = memory = 0
+        profiles: dict[str, int] = {}
+        for charge in self.charges:
+            if charge.uid == exclude or seen_for(charge.uid, charge.namespace) is not None:
+                continue
+            usage = charge.usage
+            instances += usage.instances
+            compute += usage.compute_slices
+            memory += usage.memory_slices
+            for name, count in usage.profiles:
+                profiles[name] = profiles.get(name, 0) + count
+        counts = tuple(sorted((n, c) for n, c in profiles.items() if c))
+        return SliceUsage(instances, compute, memory, counts)
+
+    def with_charge(self, charge: Charge, *, seen_for: SeenFor, settle_after_s: float) -> Ledger:
+        """The ledger with ``charge`` (replacing an earlier one of the same uid: a retried or
+        reinvoked admission) and without the charges whose pods the cache has held for
+        ``settle_after_s``."""
+        kept = tuple(
+            c
+            for c in self.charges
+            if c.uid != charge.uid and (seen_for(c.uid, c.namespace) or 0.0) < settle_after_s
+        )
+        return replace(self, charges=(*kept, charge))
+
+    def without(self, uids: Collection[str]) -> Ledger:
+        return replace(self, charges=tuple(c for c in self.charges if c.uid not in uids))
+
+    def overdue(self, seen_for: SeenFor, *, now_s: float, hold_s: float) -> tuple[Charge, ...]:
+        """Charges older than ``hold_s`` whose pod the cache has not seen: created late, or
+        never; an authoritative list of their namespaces tells (:func:`failed_charges`)."""
+        return tuple(
+            c
+            for c in self.charges
+            if now_s - c.at_s > hold_s and seen_for(c.uid, c.namespace) is None
+        )
+
+
+def failed_charges(
+    overdue: Collection[Charge], listed: Mapping[str, Collection[str]]
+) -> frozenset[str]:
+    """The uids of ``overdue`` charges whose pod does not exist: ``listed`` maps each of their
+    namespaces to the reservation uids of the GPU pods a fresh list found there."""
+    return frozenset(
+        c.uid for c in overdue if c.namespace in listed and c.uid not in listed[c.namespace]
+    )
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+
+def render_ledger(ledger: Ledger) -> str:
+    document = {
+        "version": LEDGER_VERSION,
+        "tenant": ledger.tenant,
+        "charges": [_charge_json(c) for c in ledger.charges],
+    }
+    return json.dumps(document, separators=(",", ":"))
+
+
+def parse_ledger(tenant: str, text: str | None, version: str = "") -> Ledger:
+    """The ledger in ``text`` (None or empty: no charges)."""
+    if not text:
+        return Ledger(tenant, (), version)
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise LedgerError(f"quota ledger of tenant {tenant!r} is not JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("version") != LEDGER_VERSION:
+        raise LedgerError(
+            f"quota ledger of tenant {tenant!r}: expected an object with version {LEDGER_VERSION}"
+        )
+    raw_charges = document.get("charges")
+    if not isinstance(raw_charges, list):
+        raise LedgerError(f"quota ledger of tenant {tenant!r}: charges must be a list")
+    charges = tuple(_charge_from(raw, f"charges[{i}]", tenant) for i, raw in enumerate(raw_charges))
+    return Ledger(tenant, charges, version)
+
+
+def _charge_json(charge: Charge) -> dict[str, object]:
+    usage = charge.usage
+    return {
+        "uid": charge.uid,
+        "namespace": charge.namespace,
+        "at": format_micro_time(charge.at_s),
+        "instances": usage.instances,
+        "computeSlices": usage.compute_slices,
+        "memorySlices": usage.memory_slices,
+        "profiles": dict(usage.profiles),
+    }
+
+
+def _charge_from(raw: object, where: str, tenant: str) -> Charge:
+    prefix = f"quota ledger of tenant {tenant!r}, {where}"
+    if not isinstance(raw, Mapping):
+        raise LedgerError(f"{prefix}: expected an object")
+    uid, namespace = raw.get("uid"), raw.get("namespace")
+    if not isinstance(uid, str) or not uid or not isinstance(namespace, str) or not namespace:
+        raise LedgerError(f"{prefix}: uid and namespace must be non-empty strings")
+    at_s = parse_micro_epoch_s(raw.get("at"))
+    if at_s is None:
+        raise LedgerError(f"{prefix}.at: expected a time like 2025-05-01T12:00:00.250000Z")
+    counts = [raw.get(k) for k in ("instances", "computeSlices", "memorySlices")]
+    profiles = raw.get("profiles") or {}
+    if not all(_is_count(n) for n in counts) or not isinstance(profiles, Mapping):
+        raise LedgerError(f"{prefix}: instances, computeSlices, memorySlices must be counts")
+    if not all(isinstance(k, str) and _is_count(v) for k, v in profiles.items()):
+        raise LedgerError(f"{prefix}.profiles: expected profile names with counts")
+    usage = SliceUsage(
+        int(str(counts[0])),
+        int(str(counts[1])),
+        int(str(counts[2])),
+        tuple(sorted((str(k), int(v)) for k, v in profiles.items() if v)),
+    )
+    return Charge(uid, namespace, usage, at_s)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

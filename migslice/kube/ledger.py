@@ -1,0 +1,158 @@
+"""Tenants' quota ledgers as ConfigMaps in migslice's namespace, written by compare-and-swap.
+
+One ConfigMap per tenant, ``migslice-quota-<tenant>``, data key ``charges.json`` (the text of
+``migslice.admission.ledger``), labelled ``migslice.io/ledger=quota``. A write names the
+resourceVersion it was read at: a PUT the API server refuses with 409 Conflict (or a create
+that finds the object already there, or an update that finds it gone) is a
+:class:`~migslice.admission.ledger.LedgerConflictError`, and the caller reads and decides again, as
+kube-apiserver's own ResourceQuota admission does with ``status.used``.
+
+Why a ConfigMap: nothing else watches it (a TenantPolicy's status would wake every policy
+watcher on each admission, and the status writer patches that status too), it needs no schema
+of its own, and the RBAC stays a Role on one namespace (``get``, ``create``, ``update`` on
+configmaps). :meth:`ConfigMapLedgers.reservations_in` lists a namespace's pods, which the
+webhook may read anyway, to tell a pod never created from one not yet cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from migslice import names
+from migslice.admission.ledger import Ledger, LedgerConflictError, parse_ledger, render_ledger
+from migslice.kube.transport import ApiError, RawObject
+from migslice.objects.pod_gpus import gpu_requests
+from migslice.objects.pods import annotations_of
+
+DATA_KEY = "charges.json"
+LEDGER_LABEL = "migslice.io/ledger"
+TENANT_ANNOTATION = "migslice.io/tenant"
+PREFIX = "migslice-quota-"
+MAX_NAME = 253
+LIST_TIMEOUT_S = 10.0
+
+
+class LedgerStore(Protocol):
+    """Where the webhook keeps the tenants' ledgers (a port; see ``webhook.quota``)."""
+
+    def read(self, tenant: str) -> Ledger:
+        """The stored ledger (no charges and version "" when there is none)."""
+        ...
+
+    def write(self, ledger: Ledger) -> Ledger:
+        """Store ``ledger`` if the stored one is still at ``ledger.version``; the stored
+        ledger with its new version. :class:`LedgerConflictError` otherwise."""
+        ...
+
+    def reservations_in(self, namespace: str) -> frozenset[str]:
+        """The ``migslice.io/reservation`` uids of the GPU pods in ``namespace`` now (an
+        authoritative answer, not a cache's)."""
+        ...
+
+
+class Api(Protocol):
+    def get_json(
+        self, path: str, query: Mapping[str, str], *, timeout_s: float = ...
+    ) -> RawObject: ...
+
+    def put_json(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float = ...
+    ) -> RawObject: ...
+
+    def post_json(
+        self, path: str, body: Mapping[str, Any], *, timeout_s: float = ...
+    ) -> RawObject: ...
+
+
+def ledger_name(tenant: str) -> str:
+    """``migslice-quota-<tenant>``; a name too long for a ConfigMap ends in a hash instead."""
+    name = PREFIX + tenant
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(tenant.encode()).hexdigest()[:10]
+    return f"{name[: MAX_NAME - 11]}-{digest}"
+
+
+class ConfigMapLedgers:
+    """A :class:`LedgerStore` over ConfigMaps in ``namespace``. Ledger reads and writes give
+    up after ``timeout_s`` (under the webhook's own timeout, so that an API server that does
+    not answer, e.g. while etcd is down, is reported at once rather than holding the tenant)."""
+
+    def __init__(self, api: Api, namespace: str, *, timeout_s: float = 3.0) -> None:
+        self._api = api
+        self._namespace = namespace
+        self._timeout_s = timeout_s
+        self._collection = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps"
+
+    def read(self, tenant: str) -> Ledger:
+        try:
+            stored = self._api.get_json(self._path(tenant), {}, timeout_s=self._timeout_s)
+        except ApiError as error:
+            if error.status == 404:
+                return Ledger(tenant)
+            raise
+        data = stored.get("data") or {}
+        return parse_ledger(tenant, data.get(DATA_KEY), _version_of(stored))
+
+    def write(self, ledger: Ledger) -> Ledger:
+        body = self._object(ledger)
+        try:
+            if ledger.version:
+                body["metadata"]["resourceVersion"] = ledger.version
+                stored = self._api.put_json(
+                    self._path(ledger.tenant), body, timeout_s=self._timeout_s
+                )
+            else:
+                stored = self._api.post_json(self._collection, body, timeout_s=self._timeout_s)
+        except ApiError as error:
+            if error.status in (404, 409):
+                raise LedgerConflictError(
+                    f"ledger of tenant {ledger.tenant!r} changed (HTTP {error.status})"
+                ) from None
+            raise
+        return replace(ledger, version=_version_of(stored))
+
+    def reservations_in(self, namespace: str) -> frozenset[str]:
+        path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods"
+        found: set[str] = set()
+        token = ""
+        while True:
+            query = {"limit": "500", **({"continue": token} if token else {})}
+            page = self._api.get_json(path, query, timeout_s=LIST_TIMEOUT_S)
+            for raw_pod in page.get("items") or ():
+                uid = annotations_of(raw_pod).get(names.RESERVATION)
+                if isinstance(uid, str) and gpu_requests(raw_pod):
+                    found.add(uid)
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return frozenset(found)
+
+    def _path(self, tenant: str) -> str:
+        return f"{self._collection}/{urllib.parse.quote(ledger_name(tenant), safe='')}"
+
+    def _object(self, ledger: Ledger) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": ledger_name(ledger.tenant),
+                "namespace": self._namespace,
+                "labels": {
+                    LEDGER_LABEL: "quota",
+                    "app.kubernetes.io/managed-by": "migslice-webhook",
+                },
+                "annotations": {TENANT_ANNOTATION: ledger.tenant},
+            },
+            "data": {DATA_KEY: render_ledger(ledger)},
+        }
+
+
+def _version_of(raw: RawObject) -> str:
+    version = (raw.get("metadata") or {}).get("resourceVersion")
+    if not isinstance(version, str) or not version:
+        raise ApiError(0, "the API server answered a ConfigMap without metadata.resourceVersion")
+    return version

@@ -1,0 +1,34 @@
+"""What a repartition step asks its shell to do on the cluster, besides writing the record:
+node labels, Events and quarantine marks (values; ``extender/controller.py`` performs them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REASON_STARTED = "MigRepartition"
+REASON_FAILED = "MigRepartitionFailed"
+
+
+@dataclass(frozen=True, slots=True)
+class SetLabel:
+    """Set ``nvidia.com/mig.config`` of ``node``; ``mark_pending`` also sets the state label."""
+
+    node: str
+    config_name: str
+    mark_pending: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    node: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineMark:
+    """Set the node's quarantine label and annotation (``note``), or remove both (None)."""
+
+    node: str
+    note: str | None

@@ -1,0 +1,111 @@
+"""How a node of an applied plan ends, and what its end asks for (``migslice.repartition.decide``).
+
+``success`` on the plan's config starts the node's cooldown; ``failed`` restores the previous
+config's label and backs the node off; not ``success`` within the deadline (``timeout``)
+restores the label too and quarantines the node (``migslice.repartition.quarantine``): the
+record keeps it, the Node gets its label and annotation, a Warning Event says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from migslice.inventory import NodeState
+from migslice.names import MIG_STATE_FAILED, MIG_STATE_SUCCESS
+from migslice.objects.times import format_time
+from migslice.repartition.actions import (
+    REASON_FAILED,
+    REASON_STARTED,
+    NodeEvent,
+    QuarantineMark,
+    SetLabel,
+)
+from migslice.repartition.messages import applied_message
+from migslice.repartition.quarantine import (
+    REASON_QUARANTINED,
+    quarantine_message,
+    quarantine_note,
+)
+from migslice.repartition.record import (
+    ABORTED,
+    FAILED,
+    OPEN,
+    SUCCESS,
+    SUPERSEDED,
+    TIMEOUT,
+    NodeOutcome,
+    NodeStep,
+    Quarantined,
+)
+
+
+@dataclass
+class Closing:
+    """What closing nodes of a plan adds up to: the record's maps, and the actions."""
+
+    finished: dict[str, float]
+    backoff: dict[str, float]
+    quarantine: dict[str, Quarantined]
+    labels: list[SetLabel] = field(default_factory=list)
+    events: list[NodeEvent] = field(default_factory=list)
+    marks: list[QuarantineMark] = field(default_factory=list)
+
+
+def outcome_of(
+    step: NodeStep, state: NodeState | None, elapsed: float, deadline_s: float
+) -> tuple[NodeOutcome, str]:
+    """How the open ``step`` stands ``elapsed`` seconds after its node was labelled."""
+    if state is None:
+        return ABORTED, "node is gone"
+    label, phase = state.facts.mig_config, state.facts.mig_config_state
+    if label == step.config_name:
+        if phase == MIG_STATE_SUCCESS:
+            return SUCCESS, f"applied in about {elapsed:.0f}s"
+        if phase == MIG_STATE_FAILED:
+            return FAILED, "MIG Manager reported state failed"
+    elif label != step.previous_config:
+        return SUPERSEDED, f"label changed to {label!r} by someone else"
+    if elapsed > deadline_s:
+        return TIMEOUT, f"state {phase or 'unset'} after {elapsed:.0f}s; deadline {deadline_s:.0f}s"
+    return OPEN, ""
+
+
+def close_node(
+    step: NodeStep,
+    closing: Closing,
+    file_configs: Collection[str],
+    *,
+    now: float,
+    backoff_s: float,
+) -> None:
+    """Record what ``step``'s end (its ``outcome``) asks for into ``closing``."""
+    if step.outcome == SUCCESS:
+        closing.finished[step.node] = now
+        closing.events.append(NodeEvent(step.node, REASON_STARTED, applied_message(step)))
+    elif step.outcome == FAILED:
+        until = closing.backoff[step.node] = now + backoff_s
+        then = _restore(step, file_configs, closing)
+        message = (
+            f"mig-parted config {step.config_name}: {step.detail}; {then}; node left alone "
+            f"until {format_time(until)} ({backoff_s:.0f}s)"
+        )
+        closing.events.append(NodeEvent(step.node, REASON_FAILED, message, warning=True))
+    elif step.outcome == TIMEOUT:
+        entry = Quarantined(step.node, now, step.config_name, step.detail)
+        closing.quarantine[step.node] = entry
+        then = _restore(step, file_configs, closing)
+        closing.marks.append(QuarantineMark(step.node, quarantine_note(entry)))
+        message = quarantine_message(entry, then)
+        closing.events.append(NodeEvent(step.node, REASON_QUARANTINED, message, warning=True))
+
+
+def _restore(step: NodeStep, file_configs: Collection[str], closing: Closing) -> str:
+    """The previous config's label back, when the file still has it; what was done."""
+    previous = step.previous_config
+    if previous is not None and previous in file_configs:
+        closing.labels.append(SetLabel(step.node, previous, mark_pending=False))
+        return f"label restored to {previous}"
+    if previous is None:
+        return "there was no previous config; label left"
+    return f"previous config {previous} is not in the file; label left"

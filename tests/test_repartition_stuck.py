@@ -1,0 +1,226 @@
+"""A node MIG Manager leaves stuck stops only itself: quarantine past the deadline, release on
+success or by an admin, and other nodes re-partitioned meanwhile (join, per-pool budget)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from migslice.inventory import NodeState, resolve_node
+from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL
+from migslice.objects import node_facts_from_raw
+from migslice.repartition import (
+    TIMEOUT,
+    ControllerSettings,
+    RepartitionRecord,
+    Step,
+    StepKind,
+    decide,
+    parse_record,
+    render_record,
+)
+from migslice.repartition.planner import PendingPod, PlanSettings
+from migslice.scheduling.demand import demand_of
+from tests.builders import make_node, make_pod
+from tests.test_repartition import ALL_1G, FILE_CONFIGS
+
+T0 = 1_750_000_000.0
+H100 = "NVIDIA-H100-80GB-HBM3"
+SETTINGS = ControllerSettings(PlanSettings(min_pending_s=30.0), deadline_s=600.0, backoff_s=1800.0)
+
+
+def node(
+    name: str,
+    *,
+    config: str = ALL_1G,
+    state: str | None = "success",
+    product: str = "NVIDIA-A100-SXM4-80GB",
+    quarantine: tuple[bool, bool] = (False, False),
+) -> NodeState:
+    """A one-GPU node with seven idle 1g.10gb; ``quarantine``: (label, annotation) present."""
+    raw = make_node(
+        name, product=product, gpu_count=1, mig={"1g.10gb": 7}, config=config, config_state=state
+    )
+    label, note = quarantine
+    if label:
+        raw["metadata"]["labels"][QUARANTINE_LABEL] = "timeout"
+    if note:
+        raw["metadata"]["annotations"] = {QUARANTINE_ANNOTATION: '{"reason":"timeout"}'}
+    return resolve_node(node_facts_from_raw(raw), [], dict(FILE_CONFIGS))
+
+
+def waiting(name: str, products: Sequence[str] = ()) -> PendingPod:
+    pod = make_pod(name, profile="3g.40gb")
+    if products:
+        pod["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "nvidia.com/gpu.product",
+                                    "operator": "In",
+                                    "values": list(products),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    return PendingPod(demand_of(pod), 120.0)
+
+
+def step(
+    record: RepartitionRecord,
+    nodes: Sequence[NodeState],
+    pending: Sequence[PendingPod],
+    now: float,
+    settings: ControllerSettings = SETTINGS,
+) -> Step:
+    return decide(
+        record, nodes, pending, file_configs=set(FILE_CONFIGS), now=now, settings=settings
+    )
+
+
+def stuck_on(name: str, pending: Sequence[PendingPod], *, at: float = T0) -> RepartitionRecord:
+    """The record once ``name`` has been labelled for ``pending`` at ``at``."""
+    started = step(RepartitionRecord(), [node(name)], pending, at)
+    assert started.kind == StepKind.START
+    applied = step(started.record, [node(name)], pending, at + 1)
+    assert applied.kind == StepKind.APPLY
+    return applied.record
+
+
+def config_of(record: RepartitionRecord, name: str) -> str:
+    assert record.plan is not None
+    return next(s.config_name for s in record.plan.nodes if s.node == name)
+
+
+def test_past_the_deadline_a_node_is_quarantined_loudly_and_leaves_the_budget() -> None:
+    """MIG Manager stuck at pending: the node was counted in flight for ever and nothing else
+    in the cluster was re-partitioned again."""
+    record = stuck_on("gpu-a", [waiting("train")])
+    ours = config_of(record, "gpu-a")
+    timeout = step(record, [node("gpu-a", config=ours, state="pending")], [], T0 + 602)
+    assert timeout.kind == StepKind.FINISH and timeout.outcomes[0].outcome == TIMEOUT
+    (entry,) = timeout.record.quarantine
+    assert (entry.node, entry.config_name, entry.since) == ("gpu-a", ours, T0 + 602)
+    assert timeout.record.backoff == ()
+    (label,) = timeout.labels
+    assert (label.config_name, label.mark_pending) == (ALL_1G, False)
+    (mark,) = timeout.marks
+    assert mark.node == "gpu-a" and mark.note is not None
+    note = json.loads(mark.note)
+    assert note["reason"] == "timeout" and note["config"] == ours
+    assert note["release"] == f"kubectl label node gpu-a {QUARANTINE_LABEL}-"
+    (event,) = timeout.events
+    assert event.warning and event.reason == "MigRepartitionQuarantined"
+    assert "until MIG Manager reports success or an admin removes label" in event.message
+    # Still pending for ever, quarantined and marked: another node is planned at once.
+    stuck = node("gpu-a", state="pending", quarantine=(True, True))
+    nxt = step(timeout.record, [stuck, node("gpu-b")], [waiting("next")], T0 + 603)
+    assert nxt.kind == StepKind.START
+    assert nxt.record.plan is not None and [s.node for s in nxt.record.plan.nodes] == ["gpu-b"]
+    assert nxt.plan is not None
+    assert dict(nxt.plan.skipped_nodes)["gpu-a"].startswith("quarantined since")
+
+
+@pytest.mark.parametrize(
+    ("state", "marks", "why"),
+    [
+        ("success", (True, True), "MIG Manager reports success on config all-1g.10gb"),
+        ("pending", (False, True), f"an admin removed label {QUARANTINE_LABEL}"),
+    ],
+    ids=["mig-manager-recovered", "admin-released"],
+)
+def test_a_quarantine_ends_on_success_or_when_an_admin_removes_the_label(
+    state: str, marks: tuple[bool, bool], why: str
+) -> None:
+    record = RepartitionRecord(quarantine=_quarantined("gpu-a"))
+    released = step(record, [node("gpu-a", state=state, quarantine=marks)], [], T0 + 700)
+    assert released.kind == StepKind.QUARANTINE
+    assert released.record.quarantine == ()
+    assert [(m.node, m.note) for m in released.marks] == [("gpu-a", None)]
+    (event,) = released.events
+    assert not event.warning and event.message == f"quarantine released: {why}"
+
+
+def test_a_quarantine_whose_node_write_never_happened_is_marked_again_without_holding_up() -> None:
+    record = RepartitionRecord(quarantine=_quarantined("gpu-a"))
+    nodes = [node("gpu-a", state="pending"), node("gpu-b")]
+    nxt = step(record, nodes, [waiting("train")], T0 + 700)
+    assert nxt.kind == StepKind.START  # the plan for gpu-b is not held up by the mark
+    assert [(m.node, m.note is not None) for m in nxt.marks] == [("gpu-a", True)]
+    assert nxt.record.quarantine == record.quarantine
+
+
+def test_a_mark_the_record_does_not_hold_is_removed() -> None:
+    nxt = step(RepartitionRecord(), [node("gpu-a", quarantine=(True, True))], [], T0)
+    assert [(m.node, m.note) for m in nxt.marks] == [("gpu-a", None)]
+
+
+def _quarantined(name: str) -> tuple[object, ...]:
+    record = stuck_on(name, [waiting("train")])
+    ours = config_of(record, name)
+    timed_out = step(record, [node(name, config=ours, state="pending")], [], T0 + 602)
+    return timed_out.record.quarantine
+
+
+def test_while_one_node_waits_a_node_of_another_pool_joins_the_plan_and_finishes_first() -> None:
+    """One plan at a time: every other node waited the whole deadline (600 s) behind it."""
+    a100 = waiting("train-a", products=["NVIDIA-A100-SXM4-80GB"])
+    h100 = waiting("train-h", products=[H100])
+    record = stuck_on("gpu-a", [a100])
+    ours = config_of(record, "gpu-a")
+    slow = node("gpu-a", config=ours, state="pending")
+    other = node("gpu-h", product=H100)
+    joined = step(record, [slow, other], [a100, h100], T0 + 40)
+    assert joined.kind == StepKind.START and joined.reason.endswith(
+        f"joined by gpu-h={config_of(joined.record, 'gpu-h')}"
+    )
+    applied = step(joined.record, [slow, other], [a100, h100], T0 + 41)
+    assert applied.kind == StepKind.APPLY
+    assert [label.node for label in applied.labels] == ["gpu-h"]
+    assert applied.record.plan is not None
+    times = {s.node: s.applied_at for s in applied.record.plan.nodes}
+    assert times == {"gpu-a": T0 + 1, "gpu-h": T0 + 41}
+    theirs = config_of(applied.record, "gpu-h")
+    done = node("gpu-h", product=H100, config=theirs, state="success")
+    finished = step(applied.record, [slow, done], [a100], T0 + 90)
+    assert finished.kind == StepKind.OBSERVE
+    assert [(s.node, s.outcome) for s in finished.outcomes] == [("gpu-h", "success")]
+    # gpu-h's own deadline would not have passed; gpu-a's is measured from its own label.
+    late = step(finished.record, [slow, done], [a100], T0 + 602)
+    assert [(s.node, s.outcome) for s in late.outcomes] == [("gpu-a", "timeout")]
+
+
+@pytest.mark.parametrize("scope_per_pool", [True, False], ids=["same-pool", "cluster-budget"])
+def test_the_budget_holds_back_a_node_of_the_same_pool_or_with_a_cluster_wide_budget(
+    scope_per_pool: bool,
+) -> None:
+    settings = replace(SETTINGS, plan=replace(SETTINGS.plan, budget_per_pool=scope_per_pool))
+    first = waiting("train-a", products=["NVIDIA-A100-SXM4-80GB"])
+    record = stuck_on("gpu-a", [first])
+    slow = node("gpu-a", config=config_of(record, "gpu-a"), state="pending")
+    product = "NVIDIA-A100-SXM4-80GB" if scope_per_pool else H100
+    second = waiting("train-b", products=[product])
+    held = step(record, [slow, node("gpu-b", product=product)], [first, second], T0 + 40, settings)
+    assert held.kind == StepKind.WAIT and "waiting for gpu-a (pending, 39s)" in held.reason
+
+
+def test_the_record_keeps_quarantine_and_node_apply_times_and_reads_older_records() -> None:
+    record = RepartitionRecord(quarantine=_quarantined("gpu-a"))
+    applied = stuck_on("gpu-b", [waiting("train")])
+    both = replace(applied, quarantine=record.quarantine)
+    assert parse_record(render_record(both)) == both
+    older = json.loads(render_record(applied))
+    for item in older["plan"]["nodes"]:
+        del item["appliedAt"]
+    del older["quarantine"]
+    parsed = parse_record(json.dumps(older))
+    assert parsed.plan is not None and parsed.plan.nodes[0].applied_at == T0 + 1

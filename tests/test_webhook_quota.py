@@ -1,0 +1,231 @@
+"""Quota across replicas and through outages: the ledger's compare-and-swap, and the webhook
+answering 503 (retried by kube-apiserver) instead of deciding blind.
+
+Replicas here are separate apps with separate states (as separate processes or gunicorn
+workers have), sharing one ledger store (as they share the API server).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import jsonpatch
+import pytest
+from builders import make_created_pod, make_node, make_policy, make_review
+from flask.testing import FlaskClient
+
+from migslice.admission import SliceUsage
+from migslice.admission.ledger import Charge, Ledger
+from migslice.kube.transport import ApiError
+from webhook.app import create_app
+from webhook.quota import MemoryLedgers, QuotaKeeper
+from webhook.settings import WebhookSettings
+from webhook.state import ClusterState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1_746_100_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class Cache:
+    """A watch cache as readiness sees it: synced, and blind for ``blind`` seconds."""
+
+    def __init__(self, name: str, *, synced: bool = True, blind: float = 0.0) -> None:
+        self.name, self.synced, self.blind = name, synced, blind
+
+    def blind_s(self) -> float | None:
+        return self.blind if self.synced else None
+
+
+def replica_state(quota: int = 4) -> ClusterState:
+    state = ClusterState()
+    state.upsert_policy(make_policy(quota={"instances": quota}))
+    state.upsert_node(make_node("gpu-1"))
+    return state
+
+
+def replica(store: Any, state: ClusterState, clock: Clock | None = None) -> FlaskClient:
+    keeper = QuotaKeeper(state, store, wall_clock=clock or Clock())
+    return create_app(WebhookSettings(), state, keeper).test_client()
+
+
+def post(client: FlaskClient, uid: str, **review: Any) -> Any:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    return client.post("/mutate", json=make_review(pod, uid=uid, **review))
+
+
+def allowed(client: FlaskClient, uid: str, **review: Any) -> bool:
+    return bool(post(client, uid, **review).get_json()["response"]["allowed"])
+
+
+def test_concurrent_admissions_on_three_replicas_admit_exactly_the_quota() -> None:
+    """One replica with in-process reservations only: 3 replicas admitted 3 x 4 = 12 against
+    a quota of 4 (and --workers 2 did the same: 8 of 50)."""
+    states = [replica_state(quota=4) for _ in range(3)]
+    store = MemoryLedgers(states[0])
+    clients = [replica(store, state) for state in states]
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def send(i: int) -> None:
+        ok = allowed(clients[i % 3], f"uid-{i}")
+        with lock:
+            results.append(ok)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(30)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results.count(True) == 4
+    assert len(store.read("team-a").charges) == 4
+
+
+def test_a_charge_written_by_one_replica_counts_on_another_until_its_pod_is_seen() -> None:
+    first, second = replica_state(quota=1), replica_state(quota=1)
+    store = MemoryLedgers(first)
+    one, two = replica(store, first), replica(store, second)
+    assert allowed(one, "uid-1")
+    assert not allowed(two, "uid-2")
+    message = post(two, "uid-3").get_json()["response"]["status"]["message"]
+    assert "1 in use or admitted" in message and "spec.quota.instances" in message
+
+
+def test_a_denial_on_a_stale_ledger_is_decided_again_on_a_fresh_read() -> None:
+    """Replica two last read a ledger holding a charge that replica one has since released
+    (its pod was never created): two reads again before it says no."""
+    clock = Clock()
+    first, second = replica_state(quota=1), replica_state(quota=1)
+    store = MemoryLedgers(first)
+    one, two = replica(store, first, clock), replica(store, second, clock)
+    assert allowed(one, "uid-1")
+    assert not allowed(two, "uid-2")  # two now holds the ledger with uid-1
+    clock.now_s += 46  # past the hold; the pod of uid-1 never came
+    QuotaKeeper(first, store, wall_clock=clock).settle("team-a")
+    assert store.read("team-a").charges == ()
+    assert allowed(two, "uid-3")
+
+
+def test_dry_run_decides_on_the_ledger_and_writes_nothing() -> None:
+    state = replica_state(quota=1)
+    store = MemoryLedgers(state)
+    client = replica(store, state)
+    assert allowed(client, "uid-1")
+    assert not allowed(client, "uid-2", dry_run=True)
+    assert store.writes == 1
+
+
+def caches(*blind: Cache) -> Sequence[Cache]:
+    names = ("tenantpolicies", "namespaces", "nodes", "pods")
+    given = {cache.name: cache for cache in blind}
+    return [given.get(name, Cache(name)) for name in names]
+
+
+@pytest.mark.parametrize(
+    ("cache", "said"),
+    [
+        (Cache("pods", synced=False), "cache pods has not listed once yet"),
+        (Cache("tenantpolicies", blind=12.0), "cache tenantpolicies lost the API server 12s"),
+    ],
+    ids=["before-first-sync", "watch-broken"],
+)
+def test_a_blind_webhook_answers_503_to_be_retried_and_never_decides(
+    cache: Cache, said: str
+) -> None:
+    """Before sync a restarted webhook admitted 4 pods past quota and denied 5 with "no
+    TenantPolicy" and "products in the cluster: none"."""
+    state = ClusterState()  # nothing listed yet: no policy, no node, no pod
+    state.follow(caches(cache))
+    store = MemoryLedgers(state)
+    client = replica(store, state)
+    reply = post(client, "uid-1")
+    assert reply.status_code == 503
+    assert reply.headers["Retry-After"] == "1"
+    status = reply.get_json()
+    assert (status["kind"], status["code"]) == ("Status", 503)
+    assert status["reason"] == "ServiceUnavailable"
+    assert said in status["message"]
+    assert store.writes == 0
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and said in ready.get_json()["problems"][0]
+    policy = make_policy("team-b", namespaces=["team-b"])
+    body = make_review(policy, namespace="", kind=("migslice.io", "v1alpha1", "TenantPolicy"))
+    assert client.post("/validate", json=body).status_code == 503
+
+
+def test_a_short_blip_under_the_limit_still_decides_and_a_pod_without_gpu_always_passes() -> None:
+    state = replica_state()
+    state.follow(caches(Cache("pods", blind=3.0)))
+    client = replica(MemoryLedgers(state), state)
+    assert allowed(client, "uid-1")
+    assert client.get("/readyz").status_code == 200
+    state.follow(caches(Cache("pods", blind=30.0)))
+    cpu_only = make_created_pod()
+    reply = client.post("/mutate", json=make_review(cpu_only, uid="uid-2"))
+    assert reply.status_code == 200 and reply.get_json()["response"]["allowed"]
+    assert post(client, "uid-3").status_code == 503
+
+
+class UnreachableLedgers(MemoryLedgers):
+    def write(self, ledger: Ledger) -> Ledger:
+        raise ApiError(0, "PUT /api/v1/namespaces/migslice-system/configmaps/x: connection refused")
+
+
+def test_a_ledger_the_webhook_cannot_write_fails_closed_with_503() -> None:
+    state = replica_state()
+    reply = post(replica(UnreachableLedgers(state), state), "uid-1")
+    assert reply.status_code == 503
+    assert "quota ledger of tenant 'team-a'" in reply.get_json()["message"]
+    assert "connection refused" in reply.get_json()["message"]
+
+
+def test_a_ledger_too_full_to_store_answers_503_instead_of_failing_the_write() -> None:
+    state = replica_state(quota=10_000)
+    store = MemoryLedgers(state)
+    charges = tuple(
+        Charge(f"u-{i}", "team-a", SliceUsage(0, 0, 0), 1_746_100_000.0) for i in range(4000)
+    )
+    store.write(Ledger("team-a", charges))
+    reply = post(replica(store, state), "uid-new")
+    assert reply.status_code == 503
+    assert "holds 4000 admissions of the last 45s (limit 4000)" in reply.get_json()["message"]
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def monotonic_s(self) -> float:
+        return self.now_s
+
+
+def test_a_charge_leaves_the_ledger_once_the_writer_has_held_its_pod_long_enough() -> None:
+    """Every replica that may decide follows the API within --max-blind-s, so a charge whose
+    pod this cache has held for twice that (and 5 s) is counted everywhere by its pod."""
+    monotonic = Monotonic()
+    state = ClusterState(clock=monotonic)
+    state.upsert_policy(make_policy(quota={"instances": 10}))
+    state.upsert_node(make_node("gpu-1"))
+    store = MemoryLedgers(state)
+    client = replica(store, state)
+    answer = post(client, "uid-1").get_json()["response"]
+    pod = jsonpatch.apply_patch(
+        make_created_pod(annotations={"migslice.io/gpu-size": "small"}),
+        json.loads(base64.b64decode(answer["patch"])),
+    )
+    pod["metadata"]["name"] = "train-1"
+    state.upsert_pod(pod)
+    monotonic.now_s += 14.0
+    assert allowed(client, "uid-2")
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-1", "uid-2"]
+    monotonic.now_s += 1.0
+    assert allowed(client, "uid-3")
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-2", "uid-3"]

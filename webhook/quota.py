@@ -1,0 +1,275 @@
+"""Admission with exact quota across replicas: decide on the caches, charge the tenant's ledger
+by compare-and-swap, and release the charges of pods that were never created.
+
+    keeper = QuotaKeeper(state, ledgers, hold_s=45.0)
+    decision = keeper.admit(PodAdmission(namespace, raw_pod, request_uid), dry_run=False)
+
+Per admission: the pure decision (``migslice.admission.decide``) on the state, which counts
+the tenant's cached pods plus the ledger charges of pods not seen yet; an allowed, charged,
+non-dry-run admission then writes its :class:`~migslice.admission.ledger.Charge` into the
+ledger with the version it decided on. A conflict (another replica or worker wrote first)
+reads the ledger again and decides again, so two admissions never both take the last free
+slice. Threads of one process take a per-tenant lock first, so they do not conflict with each
+other. A quota denial decided on a ledger not read in this attempt is decided once more on a
+fresh read (a charge another replica released does not deny a pod), and once more after
+settling charges of pods never created (:meth:`QuotaKeeper.settle`, which a thread also runs
+every few seconds).
+
+:class:`UnavailableError` means "cannot decide now" (caches blind, the ledger unreachable or
+unreadable, too many conflicts): the webhook answers 503 with ``Retry-After``, which
+kube-apiserver retries within the webhook's timeout and otherwise reports (failurePolicy).
+
+Ports: :class:`LedgerStore` (``migslice.kube.ledger.ConfigMapLedgers`` in a cluster,
+:class:`MemoryLedgers` for a cluster file and tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from migslice.admission import AdmissionDecision, AdmissionSettings, PodAdmission, decide
+from migslice.admission.ledger import (
+    Charge,
+    Ledger,
+    LedgerConflictError,
+    LedgerError,
+    failed_charges,
+)
+from migslice.errors import MigsliceError
+from migslice.kube.ledger import LedgerStore
+from webhook.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOLD_S = 45.0
+MAX_CHARGES = 4000
+"""Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
+tenant admitting faster than MAX_CHARGES per hold waits (503, retried)."""
+CLUSTER_FREE = frozenset({"no-gpu", "bad-resource"})
+"""Decisions that read nothing of the cluster: made even while the caches are blind."""
+
+
+class UnavailableError(MigsliceError):
+    """The webhook cannot decide now; the message says why (answered 503, retried)."""
+
+
+class MemoryLedgers:
+    """A :class:`LedgerStore` in this process: the ledgers of a cluster file (and of tests),
+    where the state's own pod cache is the whole truth about which pods exist."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+        self._lock = threading.Lock()
+        self._ledgers: dict[str, Ledger] = {}
+        self.writes = 0
+
+    def read(self, tenant: str) -> Ledger:
+        with self._lock:
+            return self._ledgers.get(tenant) or Ledger(tenant)
+
+    def write(self, ledger: Ledger) -> Ledger:
+        with self._lock:
+            current = self._ledgers.get(ledger.tenant) or Ledger(ledger.tenant)
+            if current.version != ledger.version:
+                raise LedgerConflictError(f"ledger of tenant {ledger.tenant!r} changed")
+            stored = replace(ledger, version=str(int(current.version or "0") + 1))
+            self._ledgers[ledger.tenant] = stored
+            self.writes += 1
+            return stored
+
+    def reservations_in(self, namespace: str) -> frozenset[str]:
+        return self._state.reservations_in(namespace)
+
+
+class _TenantLocks:
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    @contextmanager
+    def held(self, tenant: str) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks.setdefault(tenant, threading.Lock())
+        with lock:
+            yield
+
+
+class QuotaKeeper:
+    """Decides admissions and charges them exactly (see the module docstring)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        store: LedgerStore,
+        *,
+        settings: AdmissionSettings | None = None,
+        hold_s: float = DEFAULT_HOLD_S,
+        max_blind_s: float = 5.0,
+        attempts: int = 20,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.settings = settings or AdmissionSettings()
+        self.hold_s = hold_s
+        self.max_blind_s = max_blind_s
+        self.attempts = attempts
+        self.wall_clock = wall_clock
+        # A replica decides only while its caches lag by at most max_blind_s: a charge whose
+        # pod this cache has held twice that long (and 5 s more) is counted everywhere.
+        self.settle_s = 2 * max_blind_s + 5.0
+        self._locks = _TenantLocks()
+
+    def require_sight(self) -> None:
+        """Raise :class:`UnavailableError` while the caches cannot be decided on."""
+        problems = self.state.blindness(self.max_blind_s)
+        if problems:
+            raise UnavailableError("migslice webhook cannot decide yet: " + "; ".join(problems))
+
+    def admit(self, admission: PodAdmission, *, dry_run: bool) -> AdmissionDecision:
+        """The decision for one pod CREATE, charged in its tenant's ledger when allowed."""
+        first, seen = self._decide(admission)
+        if first.reason in CLUSTER_FREE:
+            return first
+        self.require_sight()
+        tenant = first.tenant
+        charged = first.allowed and first.charge is not None
+        if tenant is None or not (charged or first.reason == "quota"):
+            return first  # the ledger cannot change this answer
+        with self._locks.held(tenant):
+            # Another thread's write since the first decision means deciding again.
+            reuse = first if seen is not None and self.state.ledger(tenant) is seen else None
+            return self._charged(admission, tenant, dry_run=dry_run, decided=reuse)
+
+    def _charged(
+        self,
+        admission: PodAdmission,
+        tenant: str,
+        *,
+        dry_run: bool,
+        decided: AdmissionDecision | None,
+    ) -> AdmissionDecision:
+        """Decide on the ledger and charge it; a quota denial is decided again on a fresh read,
+        then once more after settling charges of pods never created. ``decided``: a decision
+        already made on the ledger the state holds now."""
+        ledger, fresh, settled = self.state.ledger(tenant), False, False
+        for _ in range(self.attempts):
+            if ledger is None:
+                ledger, fresh = self._read(tenant), True
+            decision = decided or self._decide(admission)[0]
+            decided = None
+            if not decision.allowed and decision.reason == "quota":
+                if not fresh:
+                    ledger, fresh = self._read(tenant), True
+                    continue
+                if not settled:
+                    ledger, settled = self._settle(ledger), True
+                    continue
+            if not decision.allowed or decision.charge is None or dry_run:
+                return decision
+            charge = Charge(admission.request_uid, admission.namespace, decision.charge, 0.0)
+            if self._write_charge(ledger, charge):
+                return decision
+            ledger, fresh = self._read(tenant), True
+        raise UnavailableError(
+            f"quota ledger of tenant {tenant!r} changed under {self.attempts} attempts in a row "
+            "(many concurrent admissions); retry"
+        )
+
+    def settle(self, tenant: str) -> None:
+        """Release the tenant's charges whose pods were never created (a reconciler's round)."""
+        with self._locks.held(tenant):
+            ledger = self.state.ledger(tenant)
+            if ledger is not None:
+                self._settle(ledger)
+
+    def settle_every(self, interval_s: float, stop: threading.Event) -> None:
+        """Settle every ledger this replica knows, every ``interval_s``, until ``stop``."""
+        while not stop.wait(interval_s):
+            if self.state.blindness(self.max_blind_s):
+                continue  # a blind cache cannot tell seen from unseen
+            for tenant in self.state.ledgers():
+                try:
+                    self.settle(tenant)
+                except UnavailableError as error:
+                    log.warning("Settling later: %s", error)
+                except Exception:  # the loop must outlive any one failure
+                    log.exception("Settling the quota ledger of tenant=%s failed", tenant)
+
+    def _decide(self, admission: PodAdmission) -> tuple[AdmissionDecision, Ledger | None]:
+        """The decision, and the tenant's ledger it was made on (read under the same lock)."""
+        with self.state.admission_lock:
+            decision = decide(admission, self.state, self.settings)
+            tenant = decision.tenant
+            return decision, None if tenant is None else self.state.ledger(tenant)
+
+    def _write_charge(self, ledger: Ledger, charge: Charge) -> bool:
+        now = self.wall_clock()
+        wanted = ledger.with_charge(
+            replace(charge, at_s=now), seen_for=self.state.seen_for, settle_after_s=self.settle_s
+        )
+        if len(wanted.charges) > MAX_CHARGES:
+            raise UnavailableError(
+                f"quota ledger of tenant {ledger.tenant!r} holds {len(wanted.charges) - 1} "
+                f"admissions of the last {self.hold_s:.0f}s (limit {MAX_CHARGES}); retry"
+            )
+        try:
+            stored = self.store.write(wanted)
+        except LedgerConflictError:
+            return False
+        except MigsliceError as error:
+            raise UnavailableError(f"quota ledger of tenant {ledger.tenant!r}: {error}") from None
+        self.state.set_ledger(stored)
+        return True
+
+    def _read(self, tenant: str) -> Ledger:
+        try:
+            ledger = self.store.read(tenant)
+        except LedgerError as error:
+            raise UnavailableError(
+                f"{error}; fix or delete the ledger object (its pods are counted again as "
+                "they show up)"
+            ) from None
+        except MigsliceError as error:
+            raise UnavailableError(f"quota ledger of tenant {tenant!r}: {error}") from None
+        self.state.set_ledger(ledger)
+        return ledger
+
+    def _settle(self, ledger: Ledger) -> Ledger:
+        """The ledger without the overdue charges a fresh list shows were never created."""
+        overdue = ledger.overdue(self.state.seen_for, now_s=self.wall_clock(), hold_s=self.hold_s)
+        if not overdue:
+            return ledger
+        try:
+            listed = {ns: self.store.reservations_in(ns) for ns in {c.namespace for c in overdue}}
+        except MigsliceError as error:
+            log.warning(
+                "Cannot list pods to settle tenant=%s overdue charges=%d (%s); they still count",
+                ledger.tenant,
+                len(overdue),
+                error,
+            )
+            return ledger
+        failed = failed_charges(overdue, listed)
+        if not failed:
+            return ledger
+        try:
+            stored = self.store.write(ledger.without(failed))
+        except LedgerConflictError:
+            return self._read(ledger.tenant)
+        except MigsliceError as error:
+            log.warning("Cannot release charges of tenant=%s (%s)", ledger.tenant, error)
+            return ledger
+        log.info(
+            "Released tenant=%s charges=%d of pods never created (held over %.0fs, not listed)",
+            ledger.tenant,
+            len(failed),
+            self.hold_s,
+        )
+        self.state.set_ledger(stored)
+        return stored
