@@ -125,8 +125,13 @@ class Bench:
         watch = BindWatch(self.args.run_pods)
         cpu: dict[str, list[float]] = {}
         pids: dict[str, int] = {}
+        if key == "extender":
+            pids["extender_worker"] = self.worker_pid("extender")
 
-        def sample() -> None:
+        def sample() -> None:  # the scheduler is known from its spawn, before its /readyz
+            running = self.cp.schedulers.get(scheduler)
+            if running is not None:
+                pids["scheduler"] = running.process.pid
             for name, pid in pids.items():
                 cpu.setdefault(name, []).append(cpu_s(pid))
 
@@ -134,11 +139,11 @@ class Bench:
         watcher = threading.Thread(target=watch_binds, args=(self.api, RUN_NAMESPACE, version, watch), daemon=True)
         watcher.start()
         started = self.cp.start_scheduler(config, name=scheduler, timeout=600)
-        pids["scheduler"] = started.process.pid
-        if key == "extender":
-            pids["extender_worker"] = self.worker_pid("extender")
         profilers = self.start_profilers(key, started.port) if self.args.profile else []
-        if not watch.done.wait(1800):
+        deadline = time.monotonic() + 1800
+        while not watch.done.wait(5) and watcher.is_alive() and time.monotonic() < deadline:
+            pass
+        if not watch.done.is_set():
             print(f"  {key}: only {len(watch.bound)} of {self.args.run_pods} bound", flush=True)
         metrics = scheduler_metrics(started.port, self.cp.pki.ca_cert, self.cp.pki.admin_cert, self.cp.pki.admin_key)
         for profiler in profilers:

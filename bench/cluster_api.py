@@ -114,7 +114,7 @@ class Api:
             raise ApiFailure(f"watch {path}: HTTP {response.status}")
         try:
             while True:
-                line = response.fp.readline()
+                line = response.readline()  # chunked transfer decoded
                 if not line:
                     return
                 if line.strip():
