@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+BENCH_CLUSTER_ARGS ?=
 
-.PHONY: install lint typecheck test image e2e manifests bench demo example verify clean
+.PHONY: install lint typecheck test image e2e manifests bench bench-cluster demo example verify clean
 
 install: $(VENV)/.installed
 
@@ -48,6 +49,13 @@ bench: install
 	$(BIN)/python -m bench.packing
 	$(BIN)/python -m bench.churn
 	$(BIN)/python -m bench.slow_clients
+
+# Not in CI: 5,000 nodes and 40,000 pods on the e2e control plane (docs/benchmarks.md, "Control
+# plane at scale"); e.g. BENCH_CLUSTER_ARGS='--nodes 500 --run-pods 200 --label try'.
+bench-cluster: install
+	$(BIN)/pip install --quiet -e '.[bench]'
+	e2e/build.sh
+	$(BIN)/python -m bench.cluster $(BENCH_CLUSTER_ARGS)
 
 demo: install
 	$(BIN)/migslice demo

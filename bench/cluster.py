@@ -38,7 +38,7 @@ from bench.cluster_api import Api
 from bench.cluster_churn import CHURN_NAMESPACE, Churn, Prober
 from bench.cluster_load import ensure_namespace, load_cluster
 from bench.cluster_objects import ClusterPlan, ClusterShape
-from bench.cluster_procs import cpu_s, server_processes, snapshot
+from bench.cluster_procs import cpu_s, memory_mib, server_processes, snapshot
 from bench.cluster_report import write_reports
 from bench.cluster_runs import (
     RUN_NAMESPACE,
@@ -67,7 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--churn-per-minute", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=6, help="loader threads")
     parser.add_argument("--label", default="latest", help="key of this run in cluster.json")
-    parser.add_argument("--profile", action="store_true", help="py-spy the extender worker, pprof kube-scheduler")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the extender worker, pprof kube-scheduler"
+    )
     parser.add_argument("--out", type=Path, default=REPORTS)
     return parser.parse_args(argv)
 
@@ -76,15 +78,22 @@ class Bench:
     def __init__(self, args: argparse.Namespace, cp: ControlPlane) -> None:
         self.args = args
         self.cp = cp
-        self.api = Api(cp.server, cp.pki.ca_cert, cp.pki.admin_cert, cp.pki.admin_key)
+        self.api = Api(cp.server, ca=cp.pki.ca_cert, cert=cp.pki.admin_cert, key=cp.pki.admin_key)
         self.plan = ClusterPlan(ClusterShape(nodes=args.nodes, pods_per_node=args.pods_per_node))
-        self.report: dict[str, Any] = {"shape": {"nodes": args.nodes, "bound_pods": sum(len(n.pods) for n in self.plan.nodes)}}
+        self.report: dict[str, Any] = {
+            "shape": {"nodes": args.nodes, "bound_pods": sum(len(n.pods) for n in self.plan.nodes)}
+        }
         self.servers: dict[str, Any] = {}
-        self.image = None if os.environ.get("MIGSLICE_E2E_SERVERS", "venv") == "venv" else build_image()
+        self.image = (
+            None if os.environ.get("MIGSLICE_E2E_SERVERS", "venv") == "venv" else build_image()
+        )
 
     def load(self) -> None:
         self.cp.apply(BASE / "crd" / "tenantpolicies.yaml")
-        print(f"loading {self.args.nodes} nodes and {self.report['shape']['bound_pods']} pods", flush=True)
+        print(
+            f"loading {self.args.nodes} nodes and {self.report['shape']['bound_pods']} pods",
+            flush=True,
+        )
         self.report["load"] = load_cluster(self.api, self.plan, threads=self.args.threads)
         for namespace in (RUN_NAMESPACE, CHURN_NAMESPACE):
             ensure_namespace(self.api, namespace, {"migslice.io/admission": "disabled"})
@@ -107,7 +116,9 @@ class Bench:
             sync[command] = round(time.monotonic() - began, 1)
             self.servers[command] = server
             print(f"{command} ready (caches synced) in {sync[command]}s", flush=True)
-        self.cp.apply(webhook_configurations(self.servers["webhook"].bundle, self.servers["webhook"].url))
+        self.cp.apply(
+            webhook_configurations(self.servers["webhook"].bundle, self.servers["webhook"].url)
+        )
         self.report["sync_s"] = sync
 
     def processes(self) -> list[tuple[str, int]]:
@@ -121,7 +132,9 @@ class Bench:
         return server_processes(self.servers[command].process.pid)["worker"]
 
     def run_scheduler(self, key: str, config: dict[str, Any], scheduler: str) -> dict[str, Any]:
-        version = create_run_pods(self.api, scheduler, self.args.run_pods, threads=self.args.threads)
+        version = create_run_pods(
+            self.api, scheduler, self.args.run_pods, threads=self.args.threads
+        )
         watch = BindWatch(self.args.run_pods)
         cpu: dict[str, list[float]] = {}
         pids: dict[str, int] = {}
@@ -136,7 +149,10 @@ class Bench:
                 cpu.setdefault(name, []).append(cpu_s(pid))
 
         watch.on_first = watch.on_last = sample
-        watcher = threading.Thread(target=watch_binds, args=(self.api, RUN_NAMESPACE, version, watch), daemon=True)
+        watcher = threading.Thread(
+            target=watch_binds, args=(self.api, RUN_NAMESPACE, version), kwargs={"watch": watch}
+        )
+        watcher.daemon = True
         watcher.start()
         started = self.cp.start_scheduler(config, name=scheduler, timeout=600)
         profilers = self.start_profilers(key, started.port) if self.args.profile else []
@@ -145,53 +161,62 @@ class Bench:
             pass
         if not watch.done.is_set():
             print(f"  {key}: only {len(watch.bound)} of {self.args.run_pods} bound", flush=True)
-        metrics = scheduler_metrics(started.port, self.cp.pki.ca_cert, self.cp.pki.admin_cert, self.cp.pki.admin_key)
+        metrics = scheduler_metrics(
+            started.port, cert=self.cp.pki.admin_cert, key=self.cp.pki.admin_key
+        )
         for profiler in profilers:
             profiler.wait()
+        memory = memory_mib(started.process.pid)
         self.cp.stop_scheduler(scheduler)
         spans = {name: (values[0], values[-1]) for name, values in cpu.items() if len(values) == 2}
         result = summarise_run(watch, spans, metrics)
         result["over_bound_nodes"] = over_bound(self.plan, watch)
+        result["scheduler_memory_mib"] = memory
         delete_run_pods(self.api, threads=self.args.threads)
         print(f"  {key}: {result}", flush=True)
         return result
 
     def start_profilers(self, key: str, port: int) -> list[subprocess.Popen[bytes]]:
+        """kube-scheduler's CPU profile (pprof) and, with the extender, py-spy on its worker."""
         out = self.args.out / "profiles"
         out.mkdir(parents=True, exist_ok=True)
-        seconds = "20"
-        procs = [
-            subprocess.Popen(
-                ["curl", "-sk", "--cert", str(self.cp.pki.admin_cert), "--key", str(self.cp.pki.admin_key),
-                 "-o", str(out / f"kube-scheduler-{key}.pprof"),
-                 f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"]
-            )
-        ]  # fmt: skip
-        if key == "extender":
-            procs.append(
-                subprocess.Popen(
-                    [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(self.worker_pid("extender")),
-                     "--duration", seconds, "--rate", "250", "--nonblocking", "--format", "raw",
-                     "--output", str(out / "extender-worker.txt")],
-                    stdout=subprocess.DEVNULL,
-                )
-            )  # fmt: skip
+        pki, seconds = self.cp.pki, "20"
+        url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
+        pprof = ["curl", "-sk", "--cert", str(pki.admin_cert), "--key", str(pki.admin_key)]
+        procs = [subprocess.Popen([*pprof, "-o", str(out / f"kube-scheduler-{key}.pprof"), url])]
+        spy = Path(sys.executable).parent / "py-spy"
+        if key == "extender" and spy.exists():
+            pid = str(self.worker_pid("extender"))
+            record = [str(spy), "record", "--pid", pid, "--duration", seconds, "--rate", "250"]
+            output = ["--nonblocking", "--format", "raw", "--output", str(out / "extender.txt")]
+            procs.append(subprocess.Popen([*record, *output], stdout=subprocess.DEVNULL))
+        elif key == "extender":
+            print("  no py-spy in this environment: pip install py-spy to profile", flush=True)
         return procs
 
     def throughput(self) -> None:
-        shipped = scheduler_configuration(self.servers["extender"].bundle, self.servers["extender"].url)
+        shipped = scheduler_configuration(
+            self.servers["extender"].bundle, self.servers["extender"].url
+        )
         runs = {
             "extender": (shipped, "migslice-scheduler"),
             "no_extender": (without_extenders(shipped, "bench-no-extender"), "bench-no-extender"),
             "stock": (default_scheduler_config("bench-stock"), "bench-stock"),
         }
-        results = {key: self.run_scheduler(key, config, name) for key, (config, name) in runs.items()}
+        results = {
+            key: self.run_scheduler(key, config, name) for key, (config, name) in runs.items()
+        }
         rate = {k: r.get("pods_per_s") or 0.0 for k, r in results.items()}
-        results["ratio_vs_no_extender"] = round(rate["extender"] / rate["no_extender"], 2) if rate["no_extender"] else None
-        results["ratio_vs_stock"] = round(rate["extender"] / rate["stock"], 2) if rate["stock"] else None
+        results["ratio_vs_no_extender"] = (
+            round(rate["extender"] / rate["no_extender"], 2) if rate["no_extender"] else None
+        )
+        results["ratio_vs_stock"] = (
+            round(rate["extender"] / rate["stock"], 2) if rate["stock"] else None
+        )
+        connection = shipped.get("clientConnection", {})
         results["config"] = {
             "percentageOfNodesToScore": shipped.get("percentageOfNodesToScore"),
-            "clientConnection": {k: v for k, v in shipped.get("clientConnection", {}).items() if k != "kubeconfig"},
+            "clientConnection": {k: v for k, v in connection.items() if k != "kubeconfig"},
             "prioritize": any("prioritizeVerb" in e for e in shipped.get("extenders", [])),
         }
         self.report["throughput"] = results

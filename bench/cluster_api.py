@@ -8,7 +8,6 @@ would cost this 2-core machine more CPU than the API server spends storing them.
 from __future__ import annotations
 
 import http.client
-import socket
 import ssl
 import threading
 import time
@@ -21,14 +20,14 @@ from typing import Any
 import orjson
 
 
-class ApiFailure(RuntimeError):
+class ApiError(RuntimeError):
     pass
 
 
 class Api:
     """``request`` and a few helpers over per-thread connections to ``server``."""
 
-    def __init__(self, server: str, ca: Path, cert: Path, key: Path) -> None:
+    def __init__(self, server: str, *, ca: Path, cert: Path, key: Path) -> None:
         parsed = urllib.parse.urlsplit(server)
         self.host = parsed.hostname or "127.0.0.1"
         self.port = parsed.port or 443
@@ -75,7 +74,7 @@ class Api:
             time.sleep(0.5)
             return self.request(method, path, body, content_type=content_type, ok=ok)
         if response.status not in ok:
-            raise ApiFailure(f"{method} {path}: HTTP {response.status}: {payload[:300]!r}")
+            raise ApiError(f"{method} {path}: HTTP {response.status}: {payload[:300]!r}")
         return response.status, orjson.loads(payload) if payload else None
 
     def create(self, path: str, body: Any) -> Any:
@@ -111,7 +110,7 @@ class Api:
         connection.request("GET", f"{path}?{urllib.parse.urlencode(dict(query))}")
         response = connection.getresponse()
         if response.status != 200:
-            raise ApiFailure(f"watch {path}: HTTP {response.status}")
+            raise ApiError(f"watch {path}: HTTP {response.status}")
         try:
             while True:
                 line = response.readline()  # chunked transfer decoded
@@ -119,15 +118,13 @@ class Api:
                     return
                 if line.strip():
                     yield orjson.loads(line)
-        except (OSError, socket.timeout):
+        except OSError:  # socket.timeout included
             return
         finally:
             connection.close()
 
 
-def in_parallel(
-    work: Iterable[Any], task: Callable[[Any], None], *, threads: int = 6
-) -> int:
+def in_parallel(work: Iterable[Any], task: Callable[[Any], None], *, threads: int = 6) -> int:
     """Run ``task`` over ``work`` with ``threads`` threads; how many items were done."""
     done = 0
     with ThreadPoolExecutor(threads) as pool:

@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from bench.cluster_api import Api
-from bench.cluster_objects import ClusterPlan, NodePlan, pod_body
+from bench.cluster_objects import ClusterPlan, NodePlan
+from bench.cluster_pods import pod_body
 
 CHURN_NAMESPACE = "bench-churn"
 TIMEOUT_S = 10.0
@@ -54,7 +55,9 @@ class Prober:
             )
             self._local.connection = connection
         body = orjson.dumps({"Pod": pod, "NodeNames": [node], "Nodes": None})
-        connection.request("POST", "/filter", body=body, headers={"Content-Type": "application/json"})
+        connection.request(
+            "POST", "/filter", body=body, headers={"Content-Type": "application/json"}
+        )
         return dict(orjson.loads(connection.getresponse().read()))
 
 
@@ -82,7 +85,9 @@ class ChurnResult:
     timeouts: dict[str, int] = field(default_factory=lambda: {"node": 0, "pod": 0})
 
 
-def wait_for(prober: Prober, pod: dict[str, Any], node: str, seen: Callable[[dict[str, Any]], bool]) -> float | None:
+def wait_for(
+    prober: Prober, pod: dict[str, Any], node: str, *, seen: Callable[[dict[str, Any]], bool]
+) -> float | None:
     """Seconds until the extender's answer satisfies ``seen``; None after TIMEOUT_S."""
     began = time.monotonic()
     while time.monotonic() - began < TIMEOUT_S:
@@ -115,10 +120,15 @@ class Churn:
         resource, _ = next(iter(node.allocatable().items()))
         pod = probe_pod(resource, 1)
         path = f"/api/v1/nodes/{node.name}"
-        for state, seen in (("pending", repartitioning), ("success", lambda a: not repartitioning(a))):
-            self.api.merge_patch(path, {"metadata": {"labels": {"nvidia.com/mig.config.state": state}}})
+        for state, seen in (
+            ("pending", repartitioning),
+            ("success", lambda a: not repartitioning(a)),
+        ):
+            self.api.merge_patch(
+                path, {"metadata": {"labels": {"nvidia.com/mig.config.state": state}}}
+            )
             done = time.monotonic()
-            self._record("node", done, wait_for(self.prober, pod, node.name, seen))
+            self._record("node", done, wait_for(self.prober, pod, node.name, seen=seen))
 
     def pod_change(self, node: NodePlan, number: int) -> None:
         resource, free = next((r, c) for r, c in node.free().items() if c > 0)
@@ -128,10 +138,12 @@ class Churn:
         name = f"churn-{number:06d}"
         self.api.create(base, pod_body(name, CHURN_NAMESPACE, profile, node=node.name))
         done = time.monotonic()
-        self._record("pod", done, wait_for(self.prober, probe, node.name, lambda a: not fits(a)))
+        self._record(
+            "pod", done, wait_for(self.prober, probe, node.name, seen=lambda a: not fits(a))
+        )
         self.api.delete(f"{base}/{name}")
         done = time.monotonic()
-        self._record("pod", done, wait_for(self.prober, probe, node.name, fits))
+        self._record("pod", done, wait_for(self.prober, probe, node.name, seen=fits))
 
     def _worker(self, kind: str, started: float, changes: int) -> None:
         targets = self.node_targets if kind == "node" else self.pod_targets

@@ -14,14 +14,9 @@ from typing import Any
 import orjson
 
 from bench.cluster_api import Api, in_parallel
-from bench.cluster_objects import (
-    ClusterPlan,
-    NodePlan,
-    node_body,
-    pod_body,
-    running_status,
-    tenant_policy,
-)
+from bench.cluster_nodes import node_body
+from bench.cluster_objects import ClusterPlan, NodePlan, tenant_policy
+from bench.cluster_pods import pod_body, running_status
 
 POLICIES = "/apis/migslice.io/v1alpha1/tenantpolicies"
 
@@ -57,7 +52,9 @@ def load_pods(api: Api, plan: ClusterPlan, *, threads: int, progress: bool = Tru
     def post(item: tuple[str, NodePlan, str, int]) -> None:
         namespace, node, profile, number = item
         name = pod_name(number)
-        body = pod_body(name, namespace, profile, node=node.name, tenant=namespace.rsplit("-", 1)[0])
+        body = pod_body(
+            name, namespace, profile, node=node.name, tenant=namespace.rsplit("-", 1)[0]
+        )
         base = f"/api/v1/namespaces/{namespace}/pods"
         api.create(base, orjson.dumps(body))
         api.merge_patch(f"{base}/{name}/status", orjson.dumps(running_status(body, number)))

@@ -43,7 +43,9 @@ def memory_mib(pid: int) -> dict[str, float]:
             for line in handle:
                 key, _, value = line.partition(":")
                 if key in ("VmRSS", "VmHWM"):
-                    figures["rss_mib" if key == "VmRSS" else "peak_mib"] = int(value.split()[0]) / 1024
+                    figures["rss_mib" if key == "VmRSS" else "peak_mib"] = (
+                        int(value.split()[0]) / 1024
+                    )
     except OSError:
         pass
     return figures

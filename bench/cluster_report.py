@@ -13,6 +13,59 @@ RUN_NAMES = {
 }
 
 
+# (goal, bound, unit, larger is better)
+GOALS = (
+    ("throughput with the extender / same configuration without", 0.8, "x", True),
+    ("extender worker CPU per pod (filter + prioritize)", 5.0, "ms", False),
+    ("webhook worker RSS", 300.0, "MiB", False),
+    ("extender worker RSS", 300.0, "MiB", False),
+    ("webhook cache sync", 30.0, "s", False),
+    ("extender cache sync", 30.0, "s", False),
+    ("over-bound nodes (all runs)", 0.0, "", False),
+)
+
+
+def _worker_rss(report: dict[str, Any], command: str) -> float | None:
+    """The larger of the worker's RSS after sync and at the end."""
+    figures = [
+        report.get(when, {}).get(f"{command} worker", {}).get("rss_mib")
+        for when in ("memory_after_sync", "memory_end")
+    ]
+    known = [f for f in figures if f is not None]
+    return max(known) if known else None
+
+
+def goal_values(report: dict[str, Any]) -> list[float | None]:
+    """The measured value of each of :data:`GOALS`, in order (None: not measured)."""
+    throughput = report.get("throughput", {})
+    sync = report.get("sync_s", {})
+    runs = [throughput.get(k) for k in RUN_NAMES if throughput.get(k)]
+    return [
+        throughput.get("ratio_vs_no_extender"),
+        throughput.get("extender", {}).get("extender_worker_cpu_ms_per_pod"),
+        _worker_rss(report, "webhook"),
+        _worker_rss(report, "extender"),
+        sync.get("webhook"),
+        sync.get("extender"),
+        float(sum(r.get("over_bound_nodes", 0) for r in runs)) if runs else None,
+    ]
+
+
+def render_goals(report: dict[str, Any]) -> list[str]:
+    lines = ["| goal | bound | measured | met |", "|---|---|---|---|"]
+    for (name, bound, unit, larger), value in zip(GOALS, goal_values(report), strict=True):
+        if value is None:
+            verdict = "not measured"
+        elif (value >= bound) if larger else (value <= bound):
+            verdict = "met"
+        else:
+            verdict = f"missed by {abs(value - bound):.2f} {unit}".rstrip()
+        sign = ">=" if larger else "<="
+        shown = "-" if value is None else f"{_fmt(value)} {unit}".rstrip()
+        lines.append(f"| {name} | {sign} {bound:g} {unit}".rstrip() + f" | {shown} | {verdict} |")
+    return [*lines, ""]
+
+
 def write_reports(out: Path, label: str, report: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "cluster.json"
@@ -36,7 +89,7 @@ def render(runs: dict[str, Any]) -> str:
         "",
         "Real kube-apiserver, etcd and kube-scheduler (`e2e/`), fake GPU nodes and bound pods "
         "shaped like real ones, migslice's webhook and extender in-cluster. Produced by "
-        "`python -m bench.cluster`; see docs/benchmarks.md, section Cluster.",
+        "`python -m bench.cluster`; see docs/benchmarks.md, section Control plane at scale.",
         "",
     ]
     for label, report in runs.items():
@@ -57,7 +110,8 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         "Cache sync (server start to `/readyz` 200): "
         + ", ".join(f"{k} {v} s" for k, v in report.get("sync_s", {}).items()),
         "",
-        "| run | pods/s | span s | algorithm mean ms | scheduler CPU ms/pod | extender worker CPU ms/pod | nodes used | over-bound nodes |",
+        "| run | pods/s | span s | algorithm mean ms | scheduler CPU ms/pod "
+        "| extender worker CPU ms/pod | nodes used | over-bound nodes |",
         "|---|---|---|---|---|---|---|---|",
     ]
     throughput = report.get("throughput", {})
@@ -78,28 +132,37 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         f"`{json.dumps(throughput.get('config', {}))}`.",
         "",
     ]
-    churn = report.get("churn")
-    if churn:
-        lines.append(
-            "Extender cache lag under churn "
-            f"({churn['duration_s']} s, extender worker {churn.get('extender_worker_cpu_s')} CPU s):"
-        )
-        lines.append("")
-        lines.append("| change | per minute | p50 ms | p99 ms | max ms | timeouts |")
-        lines.append("|---|---|---|---|---|---|")
-        for kind in ("node", "pod"):
-            c = churn[kind]
-            lines.append(
-                f"| {kind} | {c['per_minute']} | {_fmt(c['p50_ms'])} | {_fmt(c['p99_ms'])} | "
-                f"{_fmt(c['max_ms'])} | {c['timeouts']} |"
-            )
-        lines.append("")
+    lines += _render_churn(report.get("churn"))
+    lines += render_goals(report)
     lines += ["| process | RSS after sync MiB | RSS at end MiB | peak MiB |", "|---|---|---|---|"]
     synced, end = report.get("memory_after_sync", {}), report.get("memory_end", {})
     for name in synced:
         lines.append(
             f"| {name} | {_fmt(synced[name].get('rss_mib'))} | "
-            f"{_fmt(end.get(name, {}).get('rss_mib'))} | {_fmt(end.get(name, synced[name]).get('peak_mib'))} |"
+            f"{_fmt(end.get(name, {}).get('rss_mib'))} | "
+            f"{_fmt(end.get(name, synced[name]).get('peak_mib'))} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _render_churn(churn: dict[str, Any] | None) -> list[str]:
+    if not churn:
+        return []
+    lines: list[str] = []
+    lines.append(
+        "Extender cache lag under churn "
+        f"({churn['duration_s']} s, "
+        f"extender worker {churn.get('extender_worker_cpu_s')} CPU s):"
+    )
+    lines.append("")
+    lines.append("| change | per minute | p50 ms | p99 ms | max ms | timeouts |")
+    lines.append("|---|---|---|---|---|---|")
+    for kind in ("node", "pod"):
+        c = churn[kind]
+        lines.append(
+            f"| {kind} | {c['per_minute']} | {_fmt(c['p50_ms'])} | {_fmt(c['p99_ms'])} | "
+            f"{_fmt(c['max_ms'])} | {c['timeouts']} |"
         )
     lines.append("")
     return lines

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster_api import Api, in_parallel
-from bench.cluster_objects import ClusterPlan, pod_body, resource
-from bench.cluster_procs import cpu_s
+from bench.cluster_objects import ClusterPlan, resource
+from bench.cluster_pods import pod_body
 
 RUN_NAMESPACE = "bench-runs"
 MIX = (("1g.10gb", 0.6), ("2g.20gb", 0.25), ("3g.40gb", 0.15))
@@ -60,7 +60,7 @@ class BindWatch:
             self.done.set()
 
 
-def watch_binds(api: Api, namespace: str, version: str, watch: BindWatch) -> None:
+def watch_binds(api: Api, namespace: str, version: str, *, watch: BindWatch) -> None:
     query = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "900"}
     while not watch.done.is_set():
         for event in api.stream(f"/api/v1/namespaces/{namespace}/pods", query):
@@ -80,7 +80,9 @@ def create_run_pods(api: Api, scheduler: str, count: int, *, threads: int) -> st
 
     def post(number: int) -> None:
         name = f"{scheduler}-{number:05d}"
-        api.create(base, pod_body(name, RUN_NAMESPACE, run_profile(number), node=None, scheduler=scheduler))
+        api.create(
+            base, pod_body(name, RUN_NAMESPACE, run_profile(number), node=None, scheduler=scheduler)
+        )
 
     in_parallel(range(count), post, threads=threads)
     listing = api.get(f"{base}?limit=1")
@@ -88,7 +90,9 @@ def create_run_pods(api: Api, scheduler: str, count: int, *, threads: int) -> st
 
 
 def delete_run_pods(api: Api, *, threads: int) -> None:
-    names = [p["metadata"]["name"] for p in api.list_all(f"/api/v1/namespaces/{RUN_NAMESPACE}/pods")]
+    names = [
+        p["metadata"]["name"] for p in api.list_all(f"/api/v1/namespaces/{RUN_NAMESPACE}/pods")
+    ]
     in_parallel(
         names, lambda n: api.delete(f"/api/v1/namespaces/{RUN_NAMESPACE}/pods/{n}"), threads=threads
     )
@@ -107,7 +111,7 @@ def over_bound(plan: ClusterPlan, watch: BindWatch) -> int:
     )
 
 
-def scheduler_metrics(port: int, ca: Path, cert: Path, key: Path) -> dict[str, float]:
+def scheduler_metrics(port: int, *, cert: Path, key: Path) -> dict[str, float]:
     """A few of kube-scheduler's own metrics (its /metrics, as the admin client)."""
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -123,7 +127,10 @@ def scheduler_metrics(port: int, ca: Path, cert: Path, key: Path) -> dict[str, f
         if not match:
             continue
         name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
-        if name.startswith("scheduler_scheduling_algorithm_duration_seconds_") and name[-3:] in ("sum", "unt"):
+        if name.startswith("scheduler_scheduling_algorithm_duration_seconds_") and name[-3:] in (
+            "sum",
+            "unt",
+        ):
             wanted[name.rsplit("_", 1)[1]] = value
         elif name.startswith("scheduler_framework_extension_point_duration_seconds_"):
             point = re.search(r'extension_point="([A-Za-z]+)"', labels)
