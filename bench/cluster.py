@@ -25,6 +25,7 @@ and one after sit side by side) and rendered to ``bench/reports/cluster.md``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -56,6 +57,15 @@ from e2e.image import build_image
 from e2e.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
 
 REPORTS = Path(__file__).parent / "reports"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def git_head() -> str:
+    """The checked-out commit (short), with ``+dirty`` when the tree has changes."""
+    run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=REPO)
+    head = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+    dirty = run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout.strip()
+    return head + ("+dirty" if dirty else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -84,6 +94,8 @@ class Bench:
             "shape": {"nodes": args.nodes, "bound_pods": sum(len(n.pods) for n in self.plan.nodes)}
         }
         self.servers: dict[str, Any] = {}
+        self.began = time.monotonic()
+        self.report["code"] = git_head()
         self.image = (
             None if os.environ.get("MIGSLICE_E2E_SERVERS", "venv") == "venv" else build_image()
         )
@@ -198,28 +210,34 @@ class Bench:
         shipped = scheduler_configuration(
             self.servers["extender"].bundle, self.servers["extender"].url
         )
+        connection = shipped.get("clientConnection", {})
+        results: dict[str, Any] = {
+            "config": {
+                "percentageOfNodesToScore": shipped.get("percentageOfNodesToScore"),
+                "clientConnection": {k: v for k, v in connection.items() if k != "kubeconfig"},
+                "prioritize": any("prioritizeVerb" in e for e in shipped.get("extenders", [])),
+            }
+        }
+        self.report["throughput"] = results
         runs = {
             "extender": (shipped, "migslice-scheduler"),
             "no_extender": (without_extenders(shipped, "bench-no-extender"), "bench-no-extender"),
             "stock": (default_scheduler_config("bench-stock"), "bench-stock"),
         }
-        results = {
-            key: self.run_scheduler(key, config, name) for key, (config, name) in runs.items()
-        }
-        rate = {k: r.get("pods_per_s") or 0.0 for k, r in results.items()}
-        results["ratio_vs_no_extender"] = (
-            round(rate["extender"] / rate["no_extender"], 2) if rate["no_extender"] else None
-        )
-        results["ratio_vs_stock"] = (
-            round(rate["extender"] / rate["stock"], 2) if rate["stock"] else None
-        )
-        connection = shipped.get("clientConnection", {})
-        results["config"] = {
-            "percentageOfNodesToScore": shipped.get("percentageOfNodesToScore"),
-            "clientConnection": {k: v for k, v in connection.items() if k != "kubeconfig"},
-            "prioritize": any("prioritizeVerb" in e for e in shipped.get("extenders", [])),
-        }
-        self.report["throughput"] = results
+        for key, (config, name) in runs.items():
+            results[key] = self.run_scheduler(key, config, name)
+            self.save()
+        rate = {k: results[k].get("pods_per_s") or 0.0 for k in runs}
+        for other in ("no_extender", "stock"):
+            ratio = rate["extender"] / rate[other] if rate[other] else None
+            results[f"ratio_vs_{other}"] = None if ratio is None else round(ratio, 2)
+
+    def save(self) -> None:
+        """Write what is measured so far (a run cut short still leaves its figures)."""
+        self.report["wall_s"] = round(time.monotonic() - self.began)
+        self.report["when"] = time.strftime("%Y-%m-%d %H:%M")
+        self.report["load_average"] = round(os.getloadavg()[0], 1)
+        write_reports(self.args.out, self.args.label, self.report)
 
     def churn(self) -> None:
         extender = self.servers["extender"]
@@ -235,22 +253,20 @@ class Bench:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    began = time.monotonic()
     workdir = E2E_DIR / ".run" / f"bench-cluster-{time.strftime('%Y%m%d-%H%M%S')}"
     with ControlPlane(workdir, verbosity=1, start_timeout=180) as cp:
         bench = Bench(args, cp)
         bench.load()
+        bench.save()
         bench.start_servers()
         bench.report["memory_after_sync"] = snapshot(bench.processes())
+        bench.save()
         bench.throughput()
         bench.churn()
         bench.report["memory_end"] = snapshot(bench.processes())
         for server in bench.servers.values():
             server.stop()
-    bench.report["wall_s"] = round(time.monotonic() - began)
-    bench.report["when"] = time.strftime("%Y-%m-%d %H:%M")
-    bench.report["load_average"] = os.getloadavg()[0]
-    write_reports(args.out, args.label, bench.report)
+    bench.save()
     print(json.dumps(bench.report["throughput"], indent=1))
     print(f"done in {bench.report['wall_s']}s; workdir {workdir}")
     return 0

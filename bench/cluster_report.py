@@ -100,7 +100,7 @@ def render(runs: dict[str, Any]) -> str:
 def _render_one(label: str, report: dict[str, Any]) -> list[str]:
     shape, load = report["shape"], report["load"]
     lines = [
-        f"## {label} ({report.get('when', '')})",
+        f"## {label} ({report.get('when', '')}, code {report.get('code', '?')})",
         "",
         f"{shape['nodes']} nodes, {shape['bound_pods']} bound pods; loaded in "
         f"{load['total_s']:.0f} s (nodes {load['nodes_s']:.0f} s, pods {load['pods_s']:.0f} s); "
