@@ -111,8 +111,8 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v} s" for k, v in report.get("sync_s", {}).items()),
         "",
         "| run | pods/s | span s | algorithm mean ms | scheduler CPU ms/pod "
-        "| extender worker CPU ms/pod | nodes used | over-bound nodes |",
-        "|---|---|---|---|---|---|---|---|",
+        "| extender worker CPU ms/pod | kube-scheduler RSS MiB | nodes used | over-bound nodes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     throughput = report.get("throughput", {})
     for key, name in RUN_NAMES.items():
@@ -122,7 +122,9 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {name} | {_fmt(run.get('pods_per_s'))} | {_fmt(run.get('span_s'))} | "
             f"{_fmt(run.get('algorithm_mean_ms'))} | {_fmt(run.get('scheduler_cpu_ms_per_pod'))} | "
-            f"{_fmt(run.get('extender_worker_cpu_ms_per_pod'))} | {_fmt(run.get('nodes_used'))} | "
+            f"{_fmt(run.get('extender_worker_cpu_ms_per_pod'))} | "
+            f"{_fmt(run.get('scheduler_memory_mib', {}).get('rss_mib'))} | "
+            f"{_fmt(run.get('nodes_used'))} | "
             f"{_fmt(run.get('over_bound_nodes'))} |"
         )
     lines += [
