@@ -6,7 +6,7 @@ synthetic cluster of 8-GPU A100-80GB nodes, then plays kube-scheduler: for each 
 node names (``nodeCacheCapable: true``) or full Node objects (``false``). Reports pair latency
 percentiles, calls per second, and the worker's resident memory.
 
-    python -m bench.extender_latency                       # full size: 5,000 nodes, 40,000 pods
+    python -m bench.extender_latency                       # 5,000 nodes, 40,000 pods, 3,000 names
     python -m bench.extender_latency --nodes 500 --pods-per-node 8 --duration-s 5   # quick
 
 Writes ``bench/reports/extender_latency.json`` and ``.md``.
@@ -41,6 +41,13 @@ PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
 # -- the synthetic cluster -----------------------------------------------------------------
 
 
+def node_name(index: int) -> str:
+    """A node name shaped like a cloud provider's (kube-scheduler sends thousands per call)."""
+    return (
+        f"ip-10-{20 + index // 65536}-{index // 256 % 256}-{index % 256}.us-west-2.compute.internal"
+    )
+
+
 def node_config(index: int) -> str:
     point = (index * 0.6180339887) % 1.0
     for name, share in CONFIGS:
@@ -61,7 +68,7 @@ def node_allocatable(config: str) -> dict[str, int]:
 
 def raw_node(index: int, heavy: bool = False) -> dict[str, Any]:
     """A Node as the API serves it; ``heavy`` adds the bulk real Nodes carry."""
-    name = f"gpu-{index:05d}"
+    name = node_name(index)
     config = node_config(index)
     allocatable = {"cpu": "96", "memory": "1Ti", "pods": "110", "ephemeral-storage": "1Ti"}
     allocatable.update({k: str(v) for k, v in node_allocatable(config).items()})
@@ -125,7 +132,7 @@ def raw_node(index: int, heavy: bool = False) -> dict[str, Any]:
     return node
 
 
-def raw_pod(name: str, profile: str, node_name: str | None) -> dict[str, Any]:
+def raw_pod(name: str, profile: str, bound_to: str | None, count: int = 1) -> dict[str, Any]:
     resource = "nvidia.com/mig-" + profile.replace("+", ".")
     pod: dict[str, Any] = {
         "metadata": {
@@ -144,8 +151,8 @@ def raw_pod(name: str, profile: str, node_name: str | None) -> dict[str, Any]:
                     "image": "train:1",
                     "command": ["python", "train.py"],
                     "resources": {
-                        "limits": {"cpu": "4", "memory": "32Gi", resource: "1"},
-                        "requests": {"cpu": "4", "memory": "32Gi", resource: "1"},
+                        "limits": {"cpu": "4", "memory": "32Gi", resource: str(count)},
+                        "requests": {"cpu": "4", "memory": "32Gi", resource: str(count)},
                     },
                 }
             ],
@@ -170,10 +177,10 @@ def raw_pod(name: str, profile: str, node_name: str | None) -> dict[str, Any]:
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
         },
-        "status": {"phase": "Running" if node_name else "Pending"},
+        "status": {"phase": "Running" if bound_to else "Pending"},
     }
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
+    if bound_to:
+        pod["spec"]["nodeName"] = bound_to
     return pod
 
 
@@ -188,7 +195,7 @@ def bound_pods(nodes: int, pods_per_node: int, seed: int) -> Iterator[dict[str, 
             resource = rng.choice(offered)
             free[resource] -= 1
             profile = resource.removeprefix("nvidia.com/mig-")
-            yield raw_pod(f"job{index}-{k}", profile, f"gpu-{index:05d}")
+            yield raw_pod(f"job{index}-{k}", profile, node_name(index))
 
 
 # -- the server (child process) ------------------------------------------------------------
@@ -206,6 +213,7 @@ def serve_main(args: argparse.Namespace) -> None:
         index.replace_nodes(node_facts_from_raw(raw_node(i)) for i in range(args.nodes))
         pods = (pod_facts_from_raw(p) for p in bound_pods(args.nodes, args.pods_per_node, 1))
         index.replace_pods(p for p in pods if p is not None)
+        index.derive_pending()  # as the informers' warm-up does once every list is in
         state = ExtenderState(index, (StaticCache("bench"),))
         return create_app(ExtenderSettings(), state)
 
@@ -269,7 +277,7 @@ def requests_for(
         pod = raw_pod(f"new-{n}", rng.choice(PROFILES), None)
         chosen = rng.sample(range(args.nodes), min(candidates, args.nodes))
         if cache_capable:
-            names = [f"gpu-{i:05d}" for i in chosen]
+            names = [node_name(i) for i in chosen]
             document = {"Pod": pod, "Nodes": None, "NodeNames": names}
         else:
             items = [heavy_nodes[i] for i in chosen]
@@ -283,6 +291,7 @@ def measure(
 ) -> dict[str, float]:
     """Closed loop: each client sends filter then prioritize, back to back, until time is up."""
     latencies: list[float] = []
+    by_verb: dict[str, list[float]] = {"filter": [], "prioritize": []}
     calls = [0]
     lock = threading.Lock()
     stop_at = time.perf_counter() + duration_s
@@ -290,6 +299,7 @@ def measure(
     def run(offset: int) -> None:
         client = client_factory()
         mine: list[float] = []
+        verbs: dict[str, list[float]] = {"filter": [], "prioritize": []}
         done = 0
         k = offset
         while time.perf_counter() < stop_at:
@@ -299,11 +309,17 @@ def measure(
             answer = client.post("filter", body)
             if answer["Error"]:
                 raise RuntimeError(answer["Error"])
+            between = time.perf_counter()
             client.post("prioritize", body)
-            mine.append(time.perf_counter() - started)
+            ended = time.perf_counter()
+            mine.append(ended - started)
+            verbs["filter"].append(between - started)
+            verbs["prioritize"].append(ended - between)
             done += 2
         with lock:
             latencies.extend(mine)
+            for verb, values in verbs.items():
+                by_verb[verb].extend(values)
             calls[0] += done
 
     started = time.perf_counter()
@@ -315,10 +331,17 @@ def measure(
     elapsed = time.perf_counter() - started
     latencies.sort()
 
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
+    def pct(p: float, values: list[float] = latencies) -> float:
+        return values[min(len(values) - 1, int(p * len(values)))] * 1000
 
+    for values in by_verb.values():
+        values.sort()
     return {
+        **{
+            f"{verb}_{name}_ms": round(pct(p, values), 3)
+            for verb, values in by_verb.items()
+            for name, p in (("p50", 0.5), ("p99", 0.99))
+        },
         "pairs": len(latencies),
         "p50_ms": round(pct(0.50), 3),
         "p90_ms": round(pct(0.90), 3),
@@ -327,6 +350,16 @@ def measure(
         "mean_ms": round(statistics.fmean(latencies) * 1000, 3),
         "calls_per_s": round(calls[0] / elapsed, 1),
     }
+
+
+def worker_cpu_s(master_pid: int) -> float:
+    """User + system CPU seconds of the server's workers so far."""
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    ticks = 0
+    for pid in children:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def worker_rss_mib(master_pid: int) -> float:
@@ -398,7 +431,11 @@ def run_case(
         startup_s = wait_ready(client_factory, process, timeout_s=600)
         bodies = requests_for(sized, cache_capable, candidates, 200)
         measure(client_factory, bodies, min(2.0, args.duration_s), 1)  # warm up
+        cpu_before = worker_cpu_s(process.pid)
         single = measure(client_factory, bodies, args.duration_s, 1)
+        cpu_s = worker_cpu_s(process.pid) - cpu_before
+        calls = single["calls_per_s"] * args.duration_s
+        single["worker_cpu_ms_per_call"] = round(cpu_s / max(1.0, calls) * 1000, 3)
         loaded = measure(client_factory, bodies, args.duration_s, args.clients)
         rss = worker_rss_mib(process.pid)
     finally:
@@ -421,16 +458,20 @@ def markdown(report: dict[str, Any]) -> str:
     clients = report["settings"]["clients"]
     lines = [
         "| nodes | pods | candidates | nodeCacheCapable | request KiB | pair p50 ms | pair p99 ms "
+        "| filter p50/p99 ms | prioritize p50/p99 ms | worker CPU ms/call "
         f"| calls/s (1 client) | calls/s ({clients} clients) | p99 ms ({clients} clients) "
         "| worker RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in report["cases"]:
         one, many = case["one_client"], case[f"{clients}_clients"]
         lines.append(
             f"| {case['nodes']} | {case['pods']} | {case['candidates']} | "
             f"{str(case['node_cache_capable']).lower()} | {case['request_bytes'] / 1024:.0f} | "
-            f"{one['p50_ms']} | {one['p99_ms']} | {one['calls_per_s']} | {many['calls_per_s']} | "
+            f"{one['p50_ms']} | {one['p99_ms']} | "
+            f"{one['filter_p50_ms']}/{one['filter_p99_ms']} | "
+            f"{one['prioritize_p50_ms']}/{one['prioritize_p99_ms']} | "
+            f"{one['worker_cpu_ms_per_call']} | {one['calls_per_s']} | {many['calls_per_s']} | "
             f"{many['p99_ms']} | {case['worker_rss_mib']} |"
         )
     return "\n".join(lines) + "\n"
@@ -440,7 +481,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods-per-node", type=int, default=8)
-    parser.add_argument("--candidates", type=int, default=500)
+    parser.add_argument("--candidates", type=int, default=3000)
     parser.add_argument("--uncached-nodes", type=int, nargs="*", default=[100, 500])
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=4)

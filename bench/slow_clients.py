@@ -341,7 +341,8 @@ def filter_bodies(nodes: int, count: int) -> list[bytes]:
     bodies = []
     for n in range(count):
         pod = extender_latency.raw_pod(f"new-{n}", rng.choice(extender_latency.PROFILES), None)
-        names = [f"gpu-{i:05d}" for i in rng.sample(range(nodes), min(500, nodes))]
+        chosen = rng.sample(range(nodes), min(500, nodes))
+        names = [extender_latency.node_name(i) for i in chosen]
         bodies.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode())
     return bodies
 

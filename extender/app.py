@@ -25,6 +25,7 @@ from extender.wire import (
     PrioritizeError,
     RawNode,
     filter_error,
+    host_priority,
 )
 from migslice.errors import InvalidInputError
 from migslice.objects import node_facts_from_raw
@@ -152,17 +153,28 @@ def _kind(value: object) -> str:
     return "missing" if value is None else type(value).__name__
 
 
+def _names(args: Mapping[str, Any]) -> list[str] | None:
+    """The NodeNames of a ``nodeCacheCapable`` request, None when it sends Nodes."""
+    names = args.get("NodeNames")
+    if names is None:
+        return None
+    if not isinstance(names, list) or not _all_strings(names):
+        raise BadArgsError("ExtenderArgs.NodeNames must be a list of node names")
+    return names
+
+
+def _all_strings(values: list[Any]) -> bool:
+    try:
+        "".join(values)  # one pass in C: joining fails on anything but str
+    except TypeError:
+        return False
+    return True
+
+
 def _candidates(
     args: Mapping[str, Any], context: Context
-) -> tuple[list[tuple[str, PreparedNode | None]], dict[str, RawNode] | None]:
-    """(name, prepared node) pairs, and for full-Node requests the Nodes by name."""
-    index = context.state.index
-    names = args.get("NodeNames")
-    if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise BadArgsError("ExtenderArgs.NodeNames must be a list of node names")
-        get = index.get
-        return [(name, get(name)) for name in names], None
+) -> tuple[list[tuple[str, PreparedNode | None]], dict[str, RawNode]]:
+    """(name, prepared node) pairs of the Nodes sent, and the Nodes by name."""
     nodes = args.get("Nodes")
     if nodes is None:
         raise BadArgsError("ExtenderArgs has neither NodeNames nor Nodes (both null)")
@@ -192,23 +204,30 @@ def _prepared_from_raw(context: Context, name: str, raw: RawNode) -> PreparedNod
 
 def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterResult, str]:
     demand = demand_of(args["Pod"])
-    candidates, by_name = _candidates(args, context)
+    names = _names(args)
+    by_name: dict[str, RawNode] | None = None
+    if names is None:
+        candidates, by_name = _candidates(args, context)
+        names = [name for name, _ in candidates]
     ready, problems = context.state.readiness(context.settings.max_blind_s)
     if not ready:
         # Blind caches cannot vouch for any node (a re-partition may have begun): every node
         # fails, retried by kube-scheduler, never unresolvable.
-        return _all_failed(context, candidates, by_name, problems), "blind"
-    result = filter_nodes(demand, candidates)
+        return _all_failed(context, names, by_name, problems), "blind"
+    if by_name is None:
+        result = context.state.decisions.filter(demand, names)
+    else:
+        result = filter_nodes(demand, candidates)
     metrics = context.metrics.filtered
     metrics.labels("fits").inc(len(result.fits))
     metrics.labels("failed").inc(len(result.failed))
     metrics.labels("unresolvable").inc(len(result.unresolvable))
-    _log_decision("filter", demand, candidates, len(result.fits))
+    _log_decision("filter", demand, len(names), len(result.fits))
     answer: ExtenderFilterResult = {
         "Nodes": None,
         "NodeNames": None,
-        "FailedNodes": dict(result.failed),
-        "FailedAndUnresolvableNodes": dict(result.unresolvable),
+        "FailedNodes": _as_dict(result.failed),
+        "FailedAndUnresolvableNodes": _as_dict(result.unresolvable),
         "Error": "",
     }
     if by_name is None:
@@ -218,19 +237,23 @@ def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterRe
     return answer, "ok"
 
 
+def _as_dict(mapping: Mapping[str, str]) -> dict[str, str]:
+    return mapping if isinstance(mapping, dict) else dict(mapping)
+
+
 def _all_failed(
     context: Context,
-    candidates: Sequence[tuple[str, Any]],
+    names: Sequence[str],
     by_name: Mapping[str, RawNode] | None,
     problems: Sequence[str],
 ) -> ExtenderFilterResult:
     reason = f"node state unknown: migslice {problems[0]}"
-    context.metrics.filtered.labels("failed").inc(len(candidates))
+    context.metrics.filtered.labels("failed").inc(len(names))
     log.warning("filter fails every node: %s", "; ".join(problems))
     return {
         "Nodes": None if by_name is None else {"metadata": {}, "items": []},
         "NodeNames": [] if by_name is None else None,
-        "FailedNodes": {name: reason for name, _ in candidates},
+        "FailedNodes": dict.fromkeys(names, reason),
         "FailedAndUnresolvableNodes": {},
         "Error": "",
     }
@@ -238,14 +261,16 @@ def _all_failed(
 
 def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:
     demand = demand_of(args["Pod"])
-    candidates, _ = _candidates(args, context)
-    scores = score_nodes(demand, candidates)
-    _log_decision("prioritize", demand, candidates, len(scores))
-    return [{"Host": name, "Score": int(score)} for name, score in scores]
+    names = _names(args)
+    if names is None:
+        candidates, _ = _candidates(args, context)
+        answer = [host_priority(name, score) for name, score in score_nodes(demand, candidates)]
+    else:
+        answer = context.state.decisions.score(demand, names)
+    _log_decision("prioritize", demand, len(answer), len(answer))
+    return answer
 
 
-def _log_decision(
-    verb: str, demand: PodDemand, candidates: Sequence[tuple[str, Any]], kept: int
-) -> None:
+def _log_decision(verb: str, demand: PodDemand, candidates: int, kept: int) -> None:
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("%s pod=%s candidates=%d kept=%d", verb, demand.key, len(candidates), kept)
+        log.debug("%s pod=%s candidates=%d kept=%d", verb, demand.key, candidates, kept)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.settings import ExtenderSettings
-from extender.state import MigConfigSink, NodeSink, PodSink, mig_configs_from
+from extender.state import MigConfigSink, NodeSink, PodSink, Warmup, mig_configs_from
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube import Informer, ResourceRef, Transport
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
@@ -25,6 +25,7 @@ def start_caches(
         return mig_configs_from(raw, key)
 
     namespace = settings.mig_config_namespace or "default"
+    warmup = Warmup(index, ("mig-config", "nodes", "pods"))
     informers: list[Informer[Any]] = [
         Informer(
             name="mig-config",
@@ -34,21 +35,21 @@ def start_caches(
                 field_selector=f"metadata.name={settings.mig_config_name}",
             ),
             project=project_config_map,
-            sink=MigConfigSink(index),
+            sink=MigConfigSink(index, warmup),
         ),
         Informer(
             name="nodes",
             transport=transport,
             resource=ResourceRef("/api/v1/nodes"),
             project=node_facts_from_raw,
-            sink=NodeSink(index),
+            sink=NodeSink(index, warmup),
         ),
         Informer(
             name="pods",
             transport=transport,
             resource=ResourceRef("/api/v1/pods", field_selector=NON_TERMINAL_PODS),
             project=pod_facts_from_raw,
-            sink=PodSink(index),
+            sink=PodSink(index, warmup),
         ),
     ]
     for informer in informers:

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from extender.settings import ExtenderSettings
+from extender.wire import HostPriority, host_priority
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube.health import CacheHealth, blindness
 from migslice.mig.migparted import MigPartedError, parse_mig_parted
 from migslice.objects import NodeFacts, PodFacts, node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.clusterfile import ClusterObjects
-from migslice.scheduling import PreparedNode, prepare_node
+from migslice.scheduling import DecisionCache, PreparedNode, prepare_node
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,19 @@ class RepartitionStats:
 
 @dataclass
 class ExtenderState:
-    """What the routes read: the index, the caches whose health readiness reports, and the
-    repartition controller's counters when it runs."""
+    """What the routes read: the index, the verdicts and scores kept per pod demand until an
+    event touches their node, the caches whose health readiness reports, and the repartition
+    controller's counters when it runs."""
 
     index: ClusterIndex[PreparedNode]
     caches: Sequence[CacheStatus] = ()
     stop: Callable[[], None] = field(default=lambda: None)
     repartition: RepartitionStats | None = None
+    decisions: DecisionCache[HostPriority] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.decisions = DecisionCache(self.index.get, host_priority)
+        self.index.subscribe(self.decisions.forget)
 
     def readiness(self, max_blind_s: float) -> tuple[bool, list[str]]:
         """(ready, problems): every cache synced and none blind for longer than
@@ -110,6 +117,7 @@ def state_from_objects(objects: ClusterObjects, settings: ExtenderSettings) -> E
         index.set_mig_configs(mig_configs_from(config_map, settings.mig_config_key))
     index.replace_nodes(node_facts_from_raw(raw) for raw in objects.nodes)
     index.replace_pods(_projected_pods(objects.pods))
+    index.derive_pending()
     return ExtenderState(index, (StaticCache("cluster-file"),))
 
 
@@ -120,14 +128,33 @@ def _projected_pods(raw_pods: Iterable[Mapping[str, Any]]) -> Iterable[PodFacts]
             yield pod
 
 
+class Warmup:
+    """Derives every node's value once all of ``lists`` have arrived, and again after any
+    later list: start-up derives each node once, not once per list (the index drops every
+    value when a list arrives and would otherwise derive each on its first request)."""
+
+    def __init__(self, index: ClusterIndex[PreparedNode], lists: Iterable[str]) -> None:
+        self._index = index
+        self._waiting = set(lists)
+
+    def arrived(self, name: str) -> None:
+        self._waiting.discard(name)
+        if not self._waiting:
+            derived = self._index.derive_pending()
+            log.info("list=%s arrived; derived nodes=%d", name, derived)
+
+
 class NodeSink:
     """Informer sink that keeps the index's nodes."""
 
-    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
+    def __init__(self, index: ClusterIndex[PreparedNode], warmup: Warmup | None = None) -> None:
         self._index = index
+        self._warmup = warmup
 
     def replace(self, items: Mapping[str, NodeFacts]) -> None:
         self._index.replace_nodes(items.values())
+        if self._warmup is not None:
+            self._warmup.arrived("nodes")
 
     def upsert(self, key: str, item: NodeFacts) -> None:
         self._index.upsert_node(item)
@@ -139,11 +166,14 @@ class NodeSink:
 class PodSink:
     """Informer sink that keeps the index's GPU pods."""
 
-    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
+    def __init__(self, index: ClusterIndex[PreparedNode], warmup: Warmup | None = None) -> None:
         self._index = index
+        self._warmup = warmup
 
     def replace(self, items: Mapping[str, PodFacts]) -> None:
         self._index.replace_pods(items.values())
+        if self._warmup is not None:
+            self._warmup.arrived("pods")
 
     def upsert(self, key: str, item: PodFacts) -> None:
         self._index.upsert_pod(item)
@@ -155,14 +185,17 @@ class PodSink:
 class MigConfigSink:
     """Informer sink for the one ConfigMap that holds the mig-parted config."""
 
-    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
+    def __init__(self, index: ClusterIndex[PreparedNode], warmup: Warmup | None = None) -> None:
         self._index = index
+        self._warmup = warmup
 
     def replace(self, items: Mapping[str, MigConfigs]) -> None:
         merged: dict[str, Any] = {}
         for configs in items.values():
             merged.update(configs)
         self._index.set_mig_configs(merged)
+        if self._warmup is not None:
+            self._warmup.arrived("mig-config")
 
     def upsert(self, key: str, item: MigConfigs) -> None:
         self._index.set_mig_configs(item)

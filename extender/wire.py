@@ -46,6 +46,10 @@ class HostPriority(TypedDict):
 HostPriorityList = list[HostPriority]
 
 
+def host_priority(name: str, score: int) -> HostPriority:
+    return {"Host": name, "Score": score}
+
+
 class PrioritizeError(TypedDict):
     """What prioritize answers on our own failure: kube-scheduler cannot decode it into a
     HostPriorityList, logs the failure and ignores this extender's scores for the pod."""

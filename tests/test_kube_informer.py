@@ -157,6 +157,44 @@ def test_410_gone_makes_it_list_again(
     assert informer.stats.errors == 0
 
 
+def test_an_expired_continue_token_restarts_the_list_from_the_start_and_delivers_it_whole(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    # kube-apiserver's answer to a continue token older than etcd's compaction window.
+    expired = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {"continue": "inconsistent-token"},
+        "status": "Failure",
+        "message": "The provided continue parameter is too old to display a consistent list "
+        "result. You can start a new list without the continue parameter, or use the continue "
+        "token in this response to retrieve the remainder of the results.",
+        "reason": "Expired",
+        "code": 410,
+    }
+    recorded.lists = [
+        (200, node_list([node("n1", "5"), node("n2", "6")], "100", token="page-2")),
+        (410, expired),
+        (200, node_list([node("n1", "5"), node("n2", "6")], "400", token="page-2b")),
+        (200, node_list([node("n3", "7")], "400")),
+    ]
+    sink = RecordingSink()
+    informer = make_informer(transport, sink)
+    informer.start()
+    try:
+        wait_for(lambda: informer.synced)
+    finally:
+        informer.stop()
+    assert sink.calls == ["replace ['n1', 'n2', 'n3']"]  # never a partial list
+    assert informer.stats.relists_gone == 1 and informer.stats.errors == 0
+    assert informer.resource_version == "400"
+    first, second, restart, last = recorded.requests[:4]
+    assert second["continue"] == "page-2"
+    assert "continue" not in restart and restart["limit"] == first["limit"]
+    assert last["continue"] == "page-2b"
+
+
 def test_api_errors_back_off_and_recover_while_staleness_shows(
     api: tuple[RecordedApi, KubernetesTransport],
 ) -> None:

@@ -7,9 +7,19 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from migslice import names
 from migslice.admission import usage_of
 from migslice.inventory import ClusterIndex, NodeState
 from migslice.objects import gpu_requests, node_facts_from_raw, pod_facts_from_raw, read_pod_gpu
+from migslice.objects.nodes import node_name_of, node_product_of, slim_node
+from migslice.objects.pods import (
+    annotations_of,
+    bound_node_of,
+    is_terminal,
+    nominated_node_of,
+    pod_key,
+    slim_pod,
+)
 from tests.builders import make_node, make_pod, make_policy
 from webhook.state import ClusterState
 
@@ -111,3 +121,51 @@ def test_the_reader_names_each_problem_and_holds_nothing_for_it() -> None:
         "quantity; expected a number with an optional suffix such as 20Gi, 500M, 1 or 250m",
     )
     assert gpu.requests == (("nvidia.com/mig-2g.20gb", 1),)
+
+
+MALFORMED: list[object] = [None, "x", 3, [], {"name": "odd", "resources": "lots"}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(CONTAINER, max_size=3),
+    st.lists(CONTAINER, max_size=3),
+    st.sampled_from(["Running", "Pending", "Succeeded", "Failed", None]),
+    st.sampled_from([*MALFORMED, "keep"]),
+)
+def test_the_slim_pod_the_webhook_caches_reads_as_the_whole_pod(
+    app: list[dict[str, Any]], init: list[dict[str, Any]], phase: str | None, odd: object
+) -> None:
+    pod = bound_pod(app, init)
+    pod["metadata"]["annotations"] = {
+        names.RESERVATION: "uid-1",
+        "kubectl.kubernetes.io/last-applied-configuration": "{" * 500,
+    }
+    pod["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    pod["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "train", "uid": "u"}]
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    for container in pod["spec"]["containers"]:
+        container["env"] = [{"name": "A", "value": "1"}]
+    if odd != "keep":
+        pod["spec"]["containers"].append(odd)
+    if phase is None:
+        del pod["status"]["phase"]
+    else:
+        pod["status"]["phase"] = phase
+    slim = slim_pod(pod)
+    assert read_pod_gpu(slim) == read_pod_gpu(pod)
+    assert webhook_charge(slim) == webhook_charge(pod)
+    for reader in (pod_key, is_terminal, bound_node_of, nominated_node_of):
+        assert reader(slim) == reader(pod)
+    assert annotations_of(slim) == {names.RESERVATION: "uid-1"}  # migslice's own, no others
+    assert "managedFields" not in slim["metadata"] and "volumes" not in slim["spec"]
+
+
+def test_the_slim_node_the_webhook_caches_keeps_its_name_and_product() -> None:
+    node = make_node("gpu-a", extra_labels={"topology.kubernetes.io/zone": "z1"})
+    node["status"]["images"] = [{"names": ["image"], "sizeBytes": 1}]
+    slim = slim_node(node)
+    assert node_name_of(slim) == "gpu-a"
+    assert node_product_of(slim) == node_product_of(node) is not None
+    assert slim == {"metadata": {"name": "gpu-a", "labels": slim["metadata"]["labels"]}}
+    assert "topology.kubernetes.io/zone" not in slim["metadata"]["labels"]

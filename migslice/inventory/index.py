@@ -3,12 +3,18 @@
 :class:`ClusterIndex` holds the projected Nodes and Pods of a cluster and, per node, a value
 derived from its :class:`NodeState` by a caller-given function (the extender derives the
 per-profile free counts and scores it answers from; the webhook can keep the state itself).
-Every change re-derives only the node it touches, so a watch event costs one node's work and
-a request reads precomputed values.
+A node's value is derived once per change and only when something reads it: a change drops
+the values of the nodes it touches (a whole list drops them all), and :meth:`get` derives a
+missing one on first use; :meth:`derive_pending` derives every missing one at once (the
+extender calls it when its lists are all in, so start-up derives each node once, not once
+per list). A watch event thus costs one node's work, and a request reads derived values.
+Listeners (:meth:`subscribe`) hear the name of every node whose value was dropped (None: all
+of them), after the drop, so caches built on derived values stay exact.
 
 No I/O and no clock: the shells (``migslice.kube`` informers, cluster files) feed it.
-Writers are serialised by a lock; readers take no lock and see, per node, either the old or
-the new derived value (dict reads and writes are atomic in CPython).
+Writers are serialised by a lock; readers of a derived value take no lock and see, per node,
+either the old or the new value (dict reads and writes are atomic in CPython); a reader that
+finds none derives it under the lock.
 """
 
 from __future__ import annotations
@@ -39,11 +45,21 @@ class ClusterIndex(Generic[V]):
         self._pods_by_node: dict[str, dict[str, PodFacts]] = {}
         self._derived: dict[str, V] = {}
         self._mig_configs: MigConfigs = {}
+        self._listeners: list[Callable[[str | None], None]] = []
+
+    def subscribe(self, listener: Callable[[str | None], None]) -> None:
+        """Call ``listener(name)`` after a node's derived value is dropped, ``None`` for all."""
+        with self._lock:
+            self._listeners.append(listener)
 
     # -- reads (lock-free) -------------------------------------------------------------------
 
     def get(self, name: str) -> V | None:
-        return self._derived.get(name)
+        derived = self._derived.get(name)
+        if derived is not None or name not in self._nodes:
+            return derived
+        with self._lock:
+            return self._derive_missing(name)
 
     def node_facts(self, name: str) -> NodeFacts | None:
         return self._nodes.get(name)
@@ -71,20 +87,28 @@ class ClusterIndex(Generic[V]):
 
     # -- writes -----------------------------------------------------------------------------
 
+    def derive_pending(self) -> int:
+        """Derive every node whose value is missing; returns how many were derived."""
+        with self._lock:
+            missing = [name for name in self._nodes if name not in self._derived]
+            for name in missing:
+                self._derive_missing(name)
+            return len(missing)
+
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         with self._lock:
             self._nodes = {facts.name: facts for facts in nodes}
-            self._rederive_all()
+            self._drop_all()
 
     def upsert_node(self, facts: NodeFacts) -> None:
         with self._lock:
             self._nodes[facts.name] = facts
-            self._rederive(facts.name)
+            self._drop(facts.name)
 
     def delete_node(self, name: str) -> None:
         with self._lock:
             self._nodes.pop(name, None)
-            self._derived.pop(name, None)
+            self._drop(name)
 
     def replace_pods(self, pods: Iterable[PodFacts]) -> None:
         with self._lock:
@@ -92,7 +116,7 @@ class ClusterIndex(Generic[V]):
             self._pods_by_node = {}
             for pod in self._pods.values():
                 self._link(pod)
-            self._rederive_all()
+            self._drop_all()
 
     def upsert_pod(self, pod: PodFacts) -> None:
         with self._lock:
@@ -104,19 +128,19 @@ class ClusterIndex(Generic[V]):
             self._link(pod)
             for name in {touched, pod.holding_node} - {None}:
                 assert name is not None
-                self._rederive(name)
+                self._drop(name)
 
     def delete_pod(self, key: str) -> None:
         with self._lock:
             old = self._pods.pop(key, None)
             touched = self._unlink(old)
             if touched is not None:
-                self._rederive(touched)
+                self._drop(touched)
 
     def set_mig_configs(self, configs: MigConfigs) -> None:
         with self._lock:
             self._mig_configs = dict(configs)
-            self._rederive_all()
+            self._drop_all()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -139,11 +163,20 @@ class ClusterIndex(Generic[V]):
         pods = self._pods_by_node.get(facts.name, {}).values()
         return resolve_node(facts, pods, self._mig_configs, catalog=self._catalog)
 
-    def _rederive(self, name: str) -> None:
+    def _derive_missing(self, name: str) -> V | None:
+        """The node's derived value, derived now if missing (the caller holds the lock)."""
+        derived = self._derived.get(name)
         facts = self._nodes.get(name)
-        if facts is None:
-            return
-        self._derived[name] = self._derive(self._resolve(facts))
+        if derived is None and facts is not None:
+            derived = self._derived[name] = self._derive(self._resolve(facts))
+        return derived
 
-    def _rederive_all(self) -> None:
-        self._derived = {name: self._derive(self._resolve(f)) for name, f in self._nodes.items()}
+    def _drop(self, name: str) -> None:
+        self._derived.pop(name, None)
+        for listener in self._listeners:
+            listener(name)
+
+    def _drop_all(self) -> None:
+        self._derived = {}
+        for listener in self._listeners:
+            listener(None)

@@ -29,6 +29,7 @@ inventory assumes what the extender steers pods towards.
 from __future__ import annotations
 
 import enum
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from migslice.mig import (
     MIG_RESOURCE_PREFIX,
     WHOLE_GPU_RESOURCE,
     Catalog,
+    FitResult,
     GpuModel,
     Placed,
     fit,
@@ -247,7 +249,7 @@ def _from_mig_parted(
         if not all(model.has_profile(p) for p in wanted):
             notes.append(f"mig-parted config {name!r} names a profile {model.key} lacks")
             return None
-        result = fit(model, wanted)
+        result = _fit_empty(model, tuple(wanted))
         if not result.feasible:
             notes.append(f"mig-parted config {name!r} GPU {index}: {result.reason}")
             return None
@@ -261,6 +263,13 @@ def _from_mig_parted(
         )
         return None
     return tuple(gpus)
+
+
+@functools.lru_cache(maxsize=256)
+def _fit_empty(model: GpuModel, wanted: tuple[str, ...]) -> FitResult:
+    """The layout of ``wanted`` on an empty GPU of ``model``: the same for every GPU a config
+    names (a pure function of its inputs, remembered for the few configs a cluster uses)."""
+    return fit(model, wanted)
 
 
 def _assign_held(

@@ -14,6 +14,8 @@ from migslice.kube.informer import Informer, ResourceRef
 from migslice.kube.transport import RawObject, Transport
 from migslice.names import GROUP, VERSION
 from migslice.names import POLICY_PLURAL as PLURAL
+from migslice.objects.nodes import slim_node
+from migslice.objects.pods import slim_pod
 
 POLICIES = "tenantpolicies"
 NAMESPACES = "namespaces"
@@ -78,26 +80,39 @@ def _delete_pod(feed: ClusterFeed) -> Callable[[str], None]:
     return delete
 
 
+Upsert = Callable[[Mapping[str, object]], None]
+Project = Callable[[RawObject], RawObject | None]
+
+
 def _keep(raw: RawObject) -> RawObject | None:
     return raw
 
 
 def admission_informers(feed: ClusterFeed, transport: Transport) -> tuple[Informer[RawObject], ...]:
-    """Four informers (not started) that keep ``feed`` up to date; call ``start()`` on each."""
+    """Four informers (not started) that keep ``feed`` up to date; call ``start()`` on each.
+
+    Nodes and Pods are slimmed page by page as they are listed (``slim_node``, ``slim_pod``):
+    the raw list of 40,000 pods never sits whole in memory, nor do whole objects in it."""
     feed.expect(*SOURCES)
-    wiring = (
-        (POLICIES, f"/apis/{GROUP}/{VERSION}/{PLURAL}", feed.upsert_policy, feed.delete_policy),
-        (NAMESPACES, "/api/v1/namespaces", feed.upsert_namespace, feed.delete_namespace),
-        (NODES, "/api/v1/nodes", feed.upsert_node, feed.delete_node),
-        (PODS, "/api/v1/pods", feed.upsert_pod, _delete_pod(feed)),
+    wiring: tuple[tuple[str, str, Upsert, Callable[[str], None], Project], ...] = (
+        (
+            POLICIES,
+            f"/apis/{GROUP}/{VERSION}/{PLURAL}",
+            feed.upsert_policy,
+            feed.delete_policy,
+            _keep,
+        ),
+        (NAMESPACES, "/api/v1/namespaces", feed.upsert_namespace, feed.delete_namespace, _keep),
+        (NODES, "/api/v1/nodes", feed.upsert_node, feed.delete_node, slim_node),
+        (PODS, "/api/v1/pods", feed.upsert_pod, _delete_pod(feed), slim_pod),
     )
     return tuple(
         Informer(
             name=f"webhook-{source}",
             transport=transport,
             resource=ResourceRef(path),
-            project=_keep,
+            project=project,
             sink=_FeedSink(source, feed, upsert, delete),
         )
-        for source, path, upsert, delete in wiring
+        for source, path, upsert, delete, project in wiring
     )

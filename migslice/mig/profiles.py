@@ -9,6 +9,7 @@ the extended resource ``nvidia.com/mig-<profile>`` with every ``+`` replaced by 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -66,8 +67,12 @@ class ProfileName:
         return self.attribute == "-me"
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_profile_name(text: str) -> ProfileName:
-    """Parse ``"1g.10gb+me"`` into a :class:`ProfileName`; raise ProfileNameError otherwise."""
+    """Parse ``"1g.10gb+me"`` into a :class:`ProfileName`; raise ProfileNameError otherwise.
+
+    Remembered per name (a few dozen exist): layouts and scores ask for the same names
+    thousands of times per node list."""
     match = _NAME_RE.match(text.strip())
     if match is None:
         raise ProfileNameError(

@@ -162,6 +162,22 @@ def node_labels_of(raw_node: RawNode) -> JsonObject:
     return _mapping(_mapping(raw_node.get("metadata")).get("labels"))
 
 
+def slim_node(raw_node: RawNode) -> dict[str, object]:
+    """The name and ``nvidia.com/*`` labels of a Node: what the webhook's state reads
+    (:func:`node_name_of`, :func:`node_product_of` answer the same on it)."""
+    metadata = _mapping(raw_node.get("metadata"))
+    slim: dict[str, object] = {}
+    if "name" in metadata:
+        name = metadata["name"]
+        slim["name"] = sys.intern(name) if isinstance(name, str) else name
+    labels = metadata.get("labels")
+    if isinstance(labels, Mapping):
+        slim["labels"] = {
+            k: v for k, v in labels.items() if isinstance(k, str) and k.startswith("nvidia.com/")
+        }
+    return {"metadata": slim}
+
+
 def node_product_of(raw_node: RawNode) -> str | None:
     """The GPU Feature Discovery product label (``nvidia.com/gpu.product``), if any."""
     return _label(node_labels_of(raw_node), names.PRODUCT_LABEL)

@@ -151,3 +151,67 @@ def pod_facts_from_raw(raw_pod: RawPod) -> PodFacts | None:
         nominated_node_name=None if nominated is None else sys.intern(nominated),
         requests=requests,
     )
+
+
+# -- what the admission caches keep ---------------------------------------------------------------
+
+_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+
+
+def slim_pod(raw_pod: RawPod) -> dict[str, object]:
+    """The parts of a Pod the webhook's state reads (identity, migslice annotations, phase,
+    node, the containers' names, resources and restart policy), for a watch cache of tens of
+    thousands of pods: every reader of this module and of ``pod_gpus`` answers the same on the
+    slim pod as on the whole one. Names are interned; anything malformed is kept as sent, so
+    the readers report it as they would."""
+    metadata = raw_pod.get("metadata")
+    spec = raw_pod.get("spec")
+    status = raw_pod.get("status")
+    slim: dict[str, object] = {}
+    if isinstance(metadata, Mapping):
+        kept = {k: _interned(metadata[k]) for k in ("namespace", "name") if k in metadata}
+        annotations = metadata.get("annotations")
+        if isinstance(annotations, Mapping):
+            kept["annotations"] = {
+                k: v
+                for k, v in annotations.items()
+                if isinstance(k, str) and k.startswith(names.MIGSLICE_PREFIX)
+            }
+        elif annotations is not None:
+            kept["annotations"] = annotations
+        slim["metadata"] = kept
+    elif metadata is not None:
+        slim["metadata"] = metadata
+    if isinstance(spec, Mapping):
+        slim_spec: dict[str, object] = {}
+        if "nodeName" in spec:
+            slim_spec["nodeName"] = _interned(spec["nodeName"])
+        for field in ("containers", "initContainers"):
+            listed = spec.get(field, _ABSENT)
+            if isinstance(listed, list):
+                slim_spec[field] = [_slim_container(c) for c in listed]
+            elif listed is not _ABSENT:
+                slim_spec[field] = listed
+        slim["spec"] = slim_spec
+    elif spec is not None:
+        slim["spec"] = spec
+    if isinstance(status, Mapping):
+        slim["status"] = {
+            k: _interned(status[k]) for k in ("phase", "nominatedNodeName") if k in status
+        }
+    elif status is not None:
+        slim["status"] = status
+    return slim
+
+
+_ABSENT = object()
+
+
+def _slim_container(container: object) -> object:
+    if not isinstance(container, Mapping):
+        return container
+    return {k: container[k] for k in _CONTAINER_FIELDS if k in container}
+
+
+def _interned(value: object) -> object:
+    return sys.intern(value) if isinstance(value, str) else value

@@ -14,6 +14,7 @@ from migslice.scheduling.decide import (
     score_node,
     score_nodes,
 )
+from migslice.scheduling.decisions import DecisionCache
 from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind, demand_of
 from migslice.scheduling.fragmentation import MAX_SCORE, MIN_SCORE, score_units
 from migslice.scheduling.prepared import PreparedNode, prepare_node
@@ -21,6 +22,7 @@ from migslice.scheduling.prepared import PreparedNode, prepare_node
 __all__ = [
     "MAX_SCORE",
     "MIN_SCORE",
+    "DecisionCache",
     "DemandUnit",
     "FilterResult",
     "Outcome",

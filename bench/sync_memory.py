@@ -1,0 +1,317 @@
+"""Benchmark: webhook and extender worker memory and sync time on a large cluster (a report).
+
+Serves realistic lists from a real HTTP server shaped like kube-apiserver (paged with
+``limit``/``continue``, ``metadata.resourceVersion``, watches that stay open with nothing to
+say): GPU Nodes with a full GPU Feature Discovery label set, conditions, nodeInfo, images and
+managedFields; bound Pods with owner references, an init container and two app containers
+with env and volume mounts, volumes, tolerations and managedFields. For each service, a fresh
+child process starts that service's own informers (the webhook's four, the extender's three
+with its warm-up) against the server, waits until every one has synced, and reports its
+resident memory (now and peak) and the seconds to sync.
+
+    python -m bench.sync_memory                     # 5,000 nodes, 40,000 pods
+    python -m bench.sync_memory --nodes 500 --pods-per-node 8
+
+Writes ``bench/reports/sync_memory.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from bench.extender_latency import bound_pods, raw_node
+
+REPORTS = Path(__file__).parent / "reports"
+RESOURCE_VERSION = "100000"
+GFD_LABELS = 48  # on top of raw_node's own: ~60 labels in all, as GPU Feature Discovery sets
+
+
+def realistic_node(index: int) -> dict[str, Any]:
+    node = raw_node(index, heavy=True)
+    labels = node["metadata"]["labels"]
+    for k in range(GFD_LABELS):
+        labels[f"feature.node.kubernetes.io/cpu-cpuid.FEATURE{k:02d}"] = "true"
+    labels.update(
+        {
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.runtime.major": "12",
+            "nvidia.com/gpu.memory": "81920",
+            "nvidia.com/gpu.family": "ampere",
+        }
+    )
+    node["metadata"]["annotations"] = {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "nfd.node.kubernetes.io/feature-labels": ",".join(labels)[:2000],
+    }
+    return node
+
+
+def realistic_pod(raw: dict[str, Any], index: int) -> dict[str, Any]:
+    """A bound GPU pod as a Job controller and the kubelet leave it."""
+    metadata = raw["metadata"]
+    metadata["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": metadata["labels"]["job"],
+            "uid": f"00000000-0000-4000-8000-{index:012d}",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    metadata["resourceVersion"] = str(200000 + index)
+    metadata["managedFields"] = [
+        {
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2025-05-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"main"}': {".": {}}}}},
+        }
+        for manager in ("kube-controller-manager", "kubelet", "migslice-scheduler")
+    ]
+    spec = raw["spec"]
+    main = spec["containers"][0]
+    main["env"] = [{"name": f"VAR_{k}", "value": f"value-{k}-{index}"} for k in range(12)]
+    main["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "kube-api-access", "mountPath": "/var/run/secrets", "readOnly": True},
+    ]
+    spec["containers"].append(
+        {
+            "name": "log-shipper",
+            "image": "team/log-shipper:3",
+            "args": ["--source=/var/log/app", "--sink=stdout"],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        }
+    )
+    spec["initContainers"] = [
+        {"name": "fetch", "image": "team/fetch:1", "command": ["fetch", "s3://bucket/data"]}
+    ]
+    spec["volumes"] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{index}"}},
+        {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {}}]}},
+    ]
+    raw["status"].update(
+        {
+            "podIP": f"10.1.{index // 256 % 256}.{index % 256}",
+            "hostIP": "10.0.0.1",
+            "startTime": "2025-05-01T00:00:00Z",
+            "conditions": [
+                {"type": kind, "status": "True", "lastTransitionTime": "2025-05-01T00:00:00Z"}
+                for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+            "containerStatuses": [
+                {
+                    "name": name,
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": f"team/{name}:1",
+                    "imageID": f"team/{name}@sha256:{'0' * 64}",
+                    "containerID": f"containerd://{index:064x}",
+                    "state": {"running": {"startedAt": "2025-05-01T00:00:00Z"}},
+                }
+                for name in ("main", "log-shipper")
+            ],
+        }
+    )
+    return raw
+
+
+class Lists:
+    """Every collection as pre-encoded pages, keyed by (path, page size, token)."""
+
+    def __init__(self, nodes: int, pods_per_node: int) -> None:
+        self.items: dict[str, list[bytes]] = {
+            "/api/v1/nodes": [json.dumps(realistic_node(i)).encode() for i in range(nodes)],
+            "/api/v1/pods": [
+                json.dumps(realistic_pod(raw, i)).encode()
+                for i, raw in enumerate(bound_pods(nodes, pods_per_node, 1))
+            ],
+            "/api/v1/namespaces": [
+                json.dumps({"metadata": {"name": name, "labels": {"team": name}}}).encode()
+                for name in ("team-a", "default", "kube-system")
+            ],
+        }
+        self.list_bytes = {path: sum(map(len, items)) for path, items in self.items.items()}
+
+    def page(self, path: str, query: dict[str, str]) -> bytes:
+        items = self.items.get(path, [])
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or len(items) or 1)
+        end = min(len(items), start + limit)
+        metadata: dict[str, Any] = {"resourceVersion": RESOURCE_VERSION}
+        if end < len(items):
+            metadata["continue"] = str(end)
+            metadata["remainingItemCount"] = len(items) - end
+        head = json.dumps({"kind": "List", "apiVersion": "v1", "metadata": metadata})
+        return head[:-1].encode() + b',"items":[' + b",".join(items[start:end]) + b"]}"
+
+
+def serve(lists: Lists) -> tuple[ThreadingHTTPServer, str]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            query = dict(urllib.parse.parse_qsl(url.query))
+            if query.get("watch") == "true":
+                # A watch with nothing to say: headers, then silence until the client leaves.
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                time.sleep(min(60.0, float(query.get("timeoutSeconds") or 60)))
+                try:
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass
+                self.close_connection = True
+                return
+            body = lists.page(url.path.rstrip("/"), query)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+# -- the service side (a child process) -----------------------------------------------------
+
+
+def rss_mib() -> tuple[float, float]:
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.split()
+    return int(fields["VmRSS"][0]) / 1024, int(fields["VmHWM"][0]) / 1024
+
+
+def child(service: str, url: str) -> None:
+    from kubernetes import client
+
+    from migslice.kube import KubernetesTransport
+
+    configuration = client.Configuration()
+    configuration.host = url
+    transport = KubernetesTransport(client.ApiClient(configuration))
+    started = time.perf_counter()
+    if service == "webhook":
+        from migslice.kube.policies import admission_informers
+        from webhook.state import ClusterState
+
+        state = ClusterState()
+        informers: Any = admission_informers(state, transport)
+        for informer in informers:
+            informer.start()
+    else:
+        from extender.settings import ExtenderSettings
+        from extender.sources import start_caches
+        from extender.state import new_index
+
+        index = new_index()
+        informers = start_caches(transport, ExtenderSettings(), index)
+    while not all(informer.synced for informer in informers):
+        time.sleep(0.05)
+    sync_s = time.perf_counter() - started
+    rss, peak = rss_mib()
+    print(json.dumps({"sync_s": round(sync_s, 1), "rss_mib": round(rss), "peak_mib": round(peak)}))
+    sys.stdout.flush()
+    os._exit(0)  # the informers' watches are still open; nothing to clean up
+
+
+def measure(service: str, url: str) -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+    output = subprocess.run(
+        [sys.executable, "-m", "bench.sync_memory", "--child", service, "--url", url],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if output.returncode != 0:
+        raise RuntimeError(f"{service} did not sync:\n{output.stderr[-3000:]}")
+    return dict(json.loads(output.stdout.strip().splitlines()[-1]))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s = report["settings"]
+    lines = [
+        f"{s['nodes']} Nodes ({s['node_list_mib']} MiB as JSON), {s['pods']} Pods "
+        f"({s['pod_list_mib']} MiB as JSON), pages of 500; one fresh process per service; "
+        "shared machine, times noisy.",
+        "",
+        "| service | sync s | RSS after sync MiB | peak RSS MiB |",
+        "|---|---|---|---|",
+    ]
+    for service, result in report["services"].items():
+        lines.append(
+            f"| {service} | {result['sync_s']} | {result['rss_mib']} | {result['peak_mib']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods-per-node", type=int, default=8)
+    parser.add_argument("--services", nargs="*", default=["webhook", "extender"])
+    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--name", default="sync_memory", help="report file name")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.url)
+        return 0
+    lists = Lists(args.nodes, args.pods_per_node)
+    server, url = serve(lists)
+    services = {}
+    for service in args.services:
+        services[service] = measure(service, url)
+        print(service, json.dumps(services[service]), flush=True)
+    server.shutdown()
+    report = {
+        "benchmark": "sync_memory",
+        "settings": {
+            "nodes": args.nodes,
+            "pods": len(lists.items["/api/v1/pods"]),
+            "node_list_mib": round(lists.list_bytes["/api/v1/nodes"] / 2**20),
+            "pod_list_mib": round(lists.list_bytes["/api/v1/pods"] / 2**20),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+        },
+        "services": services,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Filter verdicts and scores kept per pod demand, until an event touches the node.
+
+Pods that ask for the same thing (same GPU units, same product constraint) get the same
+verdict and the same score on a node until that node changes. :class:`DecisionCache` keeps,
+per such demand, a table ``node name -> verdict`` and ``node name -> score``; a request
+answers the names it has seen before by one dictionary lookup each and judges only the rest
+(with :func:`check_node` and :func:`score_node`, the reference path, so the answers are the
+same by construction). The owner of the node values calls :meth:`DecisionCache.forget` with
+the name of every node whose value changed (``None``: all), after the change.
+
+No lock on the request path. :meth:`forget` advances an epoch before it drops entries; a
+request copies its table when no epoch passes during the copy (so the copy is one consistent
+view), and what it judges itself is kept only if no epoch passed since the copy (an answer
+judged on a node value that changed meanwhile is never kept).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from migslice.scheduling.decide import (
+    FilterResult,
+    Outcome,
+    Verdict,
+    check_node,
+    score_node,
+)
+from migslice.scheduling.demand import DemandUnit, PodDemand
+from migslice.scheduling.prepared import PreparedNode
+
+R = TypeVar("R")
+DemandKey = tuple[tuple[DemandUnit, ...], frozenset[str] | None, str]
+MAX_DEMANDS = 64
+"""Distinct demands kept (GPU units x product constraints; a cluster has a few dozen at most),
+each up to a verdict and a score per node (about 1.5 MB at 5,000 nodes); the oldest goes
+first."""
+
+
+def demand_key(demand: PodDemand) -> DemandKey:
+    """What a verdict or score depends on besides the node: not the pod's name."""
+    return (demand.units, demand.products, demand.error)
+
+
+@dataclass(slots=True)
+class _Table(Generic[R]):
+    """One demand's answers: the names that fit, the others with their reasons, the scores
+    (as the cache's owner renders them)."""
+
+    fits: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    scores: dict[str, R] = field(default_factory=dict)
+
+    def drop(self, name: str) -> None:
+        self.fits.discard(name)
+        self.failed.pop(name, None)
+        self.unresolvable.pop(name, None)
+        self.scores.pop(name, None)
+
+    def keep(self, name: str, verdict: Verdict) -> None:
+        if verdict.outcome is Outcome.FITS:
+            self.fits.add(name)
+        elif verdict.outcome is Outcome.FAILED:
+            self.failed[name] = verdict.reason
+        else:
+            self.unresolvable[name] = verdict.reason
+
+
+class DecisionCache(Generic[R]):
+    """Per-demand verdicts and scores over the nodes ``lookup`` knows (see the module doc).
+
+    ``render(name, score)`` is what :meth:`score` answers per name, kept as rendered (the
+    extender keeps the wire's ``{"Host": ..., "Score": ...}`` objects, so an answer is a list
+    of kept objects)."""
+
+    def __init__(
+        self, lookup: Callable[[str], PreparedNode | None], render: Callable[[str, int], R]
+    ) -> None:
+        self._lookup = lookup
+        self._render = render
+        self._tables: dict[DemandKey, _Table[R]] = {}
+        self._epoch = 0
+        self._create = threading.Lock()
+
+    def forget(self, name: str | None) -> None:
+        """Drop what is kept about node ``name`` (``None``: every node); call it after the
+        node's value changed."""
+        self._epoch += 1
+        if name is None:
+            self._tables = {}
+            return
+        for table in list(self._tables.values()):
+            table.drop(name)
+
+    def filter(self, demand: PodDemand, names: Iterable[str]) -> FilterResult:
+        """The same partition as :func:`filter_nodes` over ``(name, lookup(name))``."""
+        distinct = dict.fromkeys(names)
+        while True:  # a consistent copy: no node changed while it was taken
+            epoch = self._epoch
+            table = self._table(demand)
+            fits, failed = set(table.fits), dict(table.failed)
+            unresolvable = dict(table.unresolvable)
+            if self._epoch == epoch:
+                break
+        missing = distinct.keys() - fits - failed.keys() - unresolvable.keys()
+        if missing:
+            for name, verdict in self._judge(table, demand, missing, epoch).items():
+                _partition(name, verdict, fits, failed, unresolvable)
+        return FilterResult(
+            tuple([name for name in distinct if name in fits]),
+            {name: failed[name] for name in distinct.keys() & failed.keys()},
+            {name: unresolvable[name] for name in distinct.keys() & unresolvable.keys()},
+        )
+
+    def score(self, demand: PodDemand, names: Iterable[str]) -> list[R]:
+        """``render(name, score)`` for each distinct name in input order, with the scores of
+        :func:`score_nodes` over ``(name, lookup(name))``."""
+        distinct = dict.fromkeys(names)
+        while True:  # a consistent copy: no node changed while it was taken
+            epoch = self._epoch
+            scores = self._table(demand).scores
+            known = dict(scores)
+            if self._epoch == epoch:
+                break
+        missing = distinct.keys() - known.keys()
+        if missing:
+            for name in missing:
+                node = self._lookup(name)
+                known[name] = rendered = self._render(name, score_node(demand, node))
+                if node is not None:
+                    scores[name] = rendered
+            if self._epoch != epoch:  # a node changed meanwhile: keep nothing judged on it
+                for name in missing:
+                    scores.pop(name, None)
+        return [known[name] for name in distinct]
+
+    def _judge(
+        self, table: _Table[R], demand: PodDemand, names: Iterable[str], epoch: int
+    ) -> dict[str, Verdict]:
+        """Judge ``names`` now; keep the verdicts of the nodes that exist (unless a node
+        changed after ``epoch``, when the copy was taken)."""
+        found: dict[str, Verdict] = {}
+        for name in names:
+            node = self._lookup(name)
+            found[name] = verdict = check_node(demand, node)
+            if node is not None:
+                table.keep(name, verdict)
+        if self._epoch != epoch:  # a node changed meanwhile: keep nothing judged on it
+            for name in found:
+                table.drop(name)
+        return found
+
+    def _table(self, demand: PodDemand) -> _Table[R]:
+        key = demand_key(demand)
+        table = self._tables.get(key)
+        if table is None:
+            with self._create:
+                tables = self._tables
+                table = tables.get(key)
+                if table is None:
+                    while len(tables) >= MAX_DEMANDS:
+                        tables.pop(next(iter(tables)))
+                    table = tables[key] = _Table()
+        return table
+
+
+def _partition(
+    name: str,
+    verdict: Verdict,
+    fits: set[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+) -> None:
+    if verdict.outcome is Outcome.FITS:
+        fits.add(name)
+    elif verdict.outcome is Outcome.FAILED:
+        failed[name] = verdict.reason
+    else:
+        unresolvable[name] = verdict.reason
