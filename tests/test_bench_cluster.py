@@ -96,4 +96,4 @@ def test_the_report_says_each_goal_met_or_missed_by_how_much() -> None:
     assert "| 0.85 x | met |" in text
     assert "| 20.0 ms | missed by 15.00 ms |" in text
     assert "| 31.5 s | missed by 1.50 s |" in text
-    assert "| extender worker RSS | <= 300 MiB | - | not measured |" in text
+    assert "| extender worker RSS (300 MB) | <= 286.1 MiB | - | not measured |" in text
