@@ -166,5 +166,12 @@ def _render_churn(churn: dict[str, Any] | None) -> list[str]:
             f"| {kind} | {c['per_minute']} | {_fmt(c['p50_ms'])} | {_fmt(c['p99_ms'])} | "
             f"{_fmt(c['max_ms'])} | {c['timeouts']} |"
         )
+    floor = churn.get("probe_round_trip")
+    if floor:
+        lines.append("")
+        lines.append(
+            f"The probe's own `/filter` round trip with nothing changing (the floor of every "
+            f"lag): p50 {_fmt(floor['p50_ms'])} ms, max of 50 {_fmt(floor['max_ms'])} ms."
+        )
     lines.append("")
     return lines
