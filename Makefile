@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+BENCH_CLUSTER_ARGS ?=
 
 .PHONY: install lint typecheck test image e2e manifests bench bench-install bench-latency \
-	bench-packing bench-churn bench-carve bench-exact bench-scale demo example verify clean
+	bench-packing bench-churn bench-carve bench-exact bench-scale bench-cluster demo example \
+	verify clean
 
 install: $(VENV)/.installed
 
@@ -52,6 +54,8 @@ bench-install: install
 
 bench-latency: bench-install
 	nice $(BIN)/python -m bench.extender_latency
+	nice $(BIN)/python -m bench.extender_cpu
+	nice $(BIN)/python -m bench.sync_memory
 	nice $(BIN)/python bench/webhook_latency.py
 	e2e/build.sh
 	nice $(BIN)/python bench/webhook_latency.py --api --nodes 200 --pods 2000
@@ -70,6 +74,12 @@ bench-exact: bench-install
 
 bench-scale: bench-install
 	nice $(BIN)/python -m bench.scale $(BENCH_ARGS)
+
+# Not in CI: 5,000 nodes and 40,000 pods on the e2e control plane (docs/benchmarks.md, "Control
+# plane at scale"); e.g. BENCH_CLUSTER_ARGS='--nodes 500 --run-pods 200 --label try'.
+bench-cluster: bench-install
+	e2e/build.sh
+	$(BIN)/python -m bench.cluster $(BENCH_CLUSTER_ARGS)
 
 demo: install
 	$(BIN)/migslice demo

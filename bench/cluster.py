@@ -1,0 +1,276 @@
+"""Benchmark: migslice at cluster scale on the e2e's real control plane (a report, not a test).
+
+    make bench-cluster                                   # 5,000 nodes, 40,000 pods
+    .venv/bin/python -m bench.cluster --nodes 500 --run-pods 200 --churn-s 20   # quick
+
+Loads ``--nodes`` fake GPU nodes and ``--pods-per-node`` bound pods each, shaped like real ones
+(``bench/cluster_objects.py``), into the e2e's kube-apiserver (``e2e/build.sh``), starts
+``migslice extender`` and ``migslice webhook`` in-cluster as the e2e does (``e2e/stack.py``:
+gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` unless
+``MIGSLICE_E2E_SERVERS=image``) and reports:
+
+* how long loading took, and each server's time from start to ``/readyz`` (its caches synced);
+* the resident memory of every process (now and peak);
+* kube-scheduler's throughput in pods bound per second for ``--run-pods`` new GPU pods with
+  the shipped migslice-scheduler configuration (the extender), the same configuration without
+  the extender, and the stock default configuration, one run after the other, with CPU
+  seconds per pod of the scheduler and of the extender's worker and kube-scheduler's own
+  algorithm timings (``bench/cluster_runs.py``);
+* the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
+
+Results are kept in ``bench/reports/cluster.json`` under ``--label`` (so a run before a change
+and one after sit side by side) and rendered to ``bench/reports/cluster.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.cluster_api import Api
+from bench.cluster_churn import CHURN_NAMESPACE, Churn, Prober
+from bench.cluster_load import ensure_namespace, load_cluster
+from bench.cluster_objects import ClusterPlan, ClusterShape
+from bench.cluster_procs import cpu_s, memory_mib, server_processes, snapshot
+from bench.cluster_report import write_reports
+from bench.cluster_runs import (
+    RUN_NAMESPACE,
+    BindWatch,
+    create_run_pods,
+    delete_run_pods,
+    over_bound,
+    scheduler_metrics,
+    summarise_run,
+    watch_binds,
+    without_extenders,
+)
+from e2e.controlplane import E2E_DIR, ControlPlane, default_scheduler_config
+from e2e.image import build_image
+from e2e.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
+
+REPORTS = Path(__file__).parent / "reports"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def git_head() -> str:
+    """The checked-out commit (short), with ``+dirty`` when the tree has changes."""
+    run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=REPO)
+    head = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+    dirty = run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods-per-node", type=int, default=8)
+    parser.add_argument("--run-pods", type=int, default=1000)
+    parser.add_argument("--churn-s", type=float, default=60.0)
+    parser.add_argument("--churn-per-minute", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=6, help="loader threads")
+    parser.add_argument("--label", default="latest", help="key of this run in cluster.json")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the extender worker, pprof kube-scheduler"
+    )
+    parser.add_argument("--out", type=Path, default=REPORTS)
+    return parser.parse_args(argv)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, cp: ControlPlane) -> None:
+        self.args = args
+        self.cp = cp
+        self.api = Api(cp.server, ca=cp.pki.ca_cert, cert=cp.pki.admin_cert, key=cp.pki.admin_key)
+        self.plan = ClusterPlan(ClusterShape(nodes=args.nodes, pods_per_node=args.pods_per_node))
+        self.report: dict[str, Any] = {
+            "shape": {"nodes": args.nodes, "bound_pods": sum(len(n.pods) for n in self.plan.nodes)}
+        }
+        self.servers: dict[str, Any] = {}
+        self.began = time.monotonic()
+        self.report["code"] = git_head()
+        self.image = (
+            None if os.environ.get("MIGSLICE_E2E_SERVERS", "venv") == "venv" else build_image()
+        )
+
+    def load(self) -> None:
+        self.cp.apply(BASE / "crd" / "tenantpolicies.yaml")
+        print(
+            f"loading {self.args.nodes} nodes and {self.report['shape']['bound_pods']} pods",
+            flush=True,
+        )
+        self.report["load"] = load_cluster(self.api, self.plan, threads=self.args.threads)
+        for namespace in (RUN_NAMESPACE, CHURN_NAMESPACE):
+            ensure_namespace(self.api, namespace, {"migslice.io/admission": "disabled"})
+        ensure_namespace(self.api, "migslice-system")
+        print(f"loaded in {self.report['load']['total_s']:.0f}s", flush=True)
+
+    def start_servers(self) -> None:
+        sync: dict[str, float] = {}
+        for command in ("extender", "webhook"):
+            server = migslice_server(
+                self.cp,
+                command,
+                [],
+                rbac_manifest=BASE / command / "rbac.yaml",
+                account=f"migslice-{command}",
+                image=self.image,
+            )
+            began = time.monotonic()
+            server.start(timeout_s=900)
+            sync[command] = round(time.monotonic() - began, 1)
+            self.servers[command] = server
+            print(f"{command} ready (caches synced) in {sync[command]}s", flush=True)
+        self.cp.apply(
+            webhook_configurations(self.servers["webhook"].bundle, self.servers["webhook"].url)
+        )
+        self.report["sync_s"] = sync
+
+    def processes(self) -> list[tuple[str, int]]:
+        found = [(p.name, p.pid) for p in self.cp.processes()]
+        for command, server in self.servers.items():
+            for role, pid in server_processes(server.process.pid).items():
+                found.append((f"{command} {role}", pid))
+        return found
+
+    def worker_pid(self, command: str) -> int:
+        return server_processes(self.servers[command].process.pid)["worker"]
+
+    def run_scheduler(self, key: str, config: dict[str, Any], scheduler: str) -> dict[str, Any]:
+        version = create_run_pods(
+            self.api, scheduler, self.args.run_pods, threads=self.args.threads
+        )
+        watch = BindWatch(self.args.run_pods)
+        cpu: dict[str, list[float]] = {}
+        pids: dict[str, int] = {}
+        if key == "extender":
+            pids["extender_worker"] = self.worker_pid("extender")
+
+        def sample() -> None:  # the scheduler is known from its spawn, before its /readyz
+            running = self.cp.schedulers.get(scheduler)
+            if running is not None:
+                pids["scheduler"] = running.process.pid
+            for name, pid in pids.items():
+                cpu.setdefault(name, []).append(cpu_s(pid))
+
+        watch.on_first = watch.on_last = sample
+        watcher = threading.Thread(
+            target=watch_binds, args=(self.api, RUN_NAMESPACE, version), kwargs={"watch": watch}
+        )
+        watcher.daemon = True
+        watcher.start()
+        started = self.cp.start_scheduler(config, name=scheduler, timeout=600)
+        profilers = self.start_profilers(key, started.port) if self.args.profile else []
+        deadline = time.monotonic() + 1800
+        while not watch.done.wait(5) and watcher.is_alive() and time.monotonic() < deadline:
+            pass
+        if not watch.done.is_set():
+            print(f"  {key}: only {len(watch.bound)} of {self.args.run_pods} bound", flush=True)
+        metrics = scheduler_metrics(
+            started.port, cert=self.cp.pki.admin_cert, key=self.cp.pki.admin_key
+        )
+        for profiler in profilers:
+            profiler.wait()
+        memory = memory_mib(started.process.pid)
+        self.cp.stop_scheduler(scheduler)
+        spans = {name: (values[0], values[-1]) for name, values in cpu.items() if len(values) == 2}
+        result = summarise_run(watch, spans, metrics)
+        result["over_bound_nodes"] = over_bound(self.plan, watch)
+        result["scheduler_memory_mib"] = memory
+        delete_run_pods(self.api, threads=self.args.threads)
+        print(f"  {key}: {result}", flush=True)
+        return result
+
+    def start_profilers(self, key: str, port: int) -> list[subprocess.Popen[bytes]]:
+        """kube-scheduler's CPU profile (pprof) and, with the extender, py-spy on its worker."""
+        out = self.args.out / "profiles"
+        out.mkdir(parents=True, exist_ok=True)
+        pki, seconds = self.cp.pki, "20"
+        url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
+        pprof = ["curl", "-sk", "--cert", str(pki.admin_cert), "--key", str(pki.admin_key)]
+        procs = [subprocess.Popen([*pprof, "-o", str(out / f"kube-scheduler-{key}.pprof"), url])]
+        spy = Path(sys.executable).parent / "py-spy"
+        if key == "extender" and spy.exists():
+            pid = str(self.worker_pid("extender"))
+            record = [str(spy), "record", "--pid", pid, "--duration", seconds, "--rate", "250"]
+            output = ["--nonblocking", "--format", "raw", "--output", str(out / "extender.txt")]
+            procs.append(subprocess.Popen([*record, *output], stdout=subprocess.DEVNULL))
+        elif key == "extender":
+            print("  no py-spy in this environment: pip install py-spy to profile", flush=True)
+        return procs
+
+    def throughput(self) -> None:
+        shipped = scheduler_configuration(
+            self.servers["extender"].bundle, self.servers["extender"].url
+        )
+        connection = shipped.get("clientConnection", {})
+        results: dict[str, Any] = {
+            "config": {
+                "percentageOfNodesToScore": shipped.get("percentageOfNodesToScore"),
+                "clientConnection": {k: v for k, v in connection.items() if k != "kubeconfig"},
+                "prioritize": any("prioritizeVerb" in e for e in shipped.get("extenders", [])),
+            }
+        }
+        self.report["throughput"] = results
+        runs = {
+            "extender": (shipped, "migslice-scheduler"),
+            "no_extender": (without_extenders(shipped, "bench-no-extender"), "bench-no-extender"),
+            "stock": (default_scheduler_config("bench-stock"), "bench-stock"),
+        }
+        for key, (config, name) in runs.items():
+            results[key] = self.run_scheduler(key, config, name)
+            self.save()
+        rate = {k: results[k].get("pods_per_s") or 0.0 for k in runs}
+        for other in ("no_extender", "stock"):
+            ratio = rate["extender"] / rate[other] if rate[other] else None
+            results[f"ratio_vs_{other}"] = None if ratio is None else round(ratio, 2)
+
+    def save(self) -> None:
+        """Write what is measured so far (a run cut short still leaves its figures)."""
+        self.report["wall_s"] = round(time.monotonic() - self.began)
+        self.report["when"] = time.strftime("%Y-%m-%d %H:%M")
+        self.report["load_average"] = round(os.getloadavg()[0], 1)
+        write_reports(self.args.out, self.args.label, self.report)
+
+    def churn(self) -> None:
+        extender = self.servers["extender"]
+        prober = Prober(extender.url, extender.bundle.ca_cert, extender.server_name)
+        worker = self.worker_pid("extender")
+        before = cpu_s(worker)
+        churn = Churn(self.api, prober, self.plan, per_minute=self.args.churn_per_minute)
+        result = churn.run(self.args.churn_s)
+        result["extender_worker_cpu_s"] = round(cpu_s(worker) - before, 2)
+        self.report["churn"] = result
+        print(f"churn: {result}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    workdir = E2E_DIR / ".run" / f"bench-cluster-{time.strftime('%Y%m%d-%H%M%S')}"
+    with ControlPlane(workdir, verbosity=1, start_timeout=180) as cp:
+        bench = Bench(args, cp)
+        bench.load()
+        bench.save()
+        bench.start_servers()
+        bench.report["memory_after_sync"] = snapshot(bench.processes())
+        bench.save()
+        bench.throughput()
+        bench.churn()
+        bench.report["memory_end"] = snapshot(bench.processes())
+        for server in bench.servers.values():
+            server.stop()
+    bench.save()
+    print(json.dumps(bench.report["throughput"], indent=1))
+    print(f"done in {bench.report['wall_s']}s; workdir {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Process figures for ``bench.cluster``: resident memory and CPU seconds from ``/proc``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (depth first)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                kids = [int(k) for k in handle.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            found.append(kid)
+            found.extend(children(kid))
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """VmRSS (now) and VmHWM (peak) in MiB; empty when the process is gone."""
+    figures: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    figures["rss_mib" if key == "VmRSS" else "peak_mib"] = (
+                        int(value.split()[0]) / 1024
+                    )
+    except OSError:
+        pass
+    return figures
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def server_processes(pid: int) -> dict[str, int]:
+    """The gunicorn master and worker under a ``migslice <command>`` launcher ``pid``.
+
+    The worker is the master's child; the master is the first descendant running Python
+    (the launcher may be a wrapper such as ``unshare``/``chroot``)."""
+    tree = [pid, *children(pid)]
+    pythons = [p for p in tree if "python" in cmdline(p) or "migslice" in cmdline(p)]
+    if not pythons:
+        return {}
+    master = pythons[0]
+    workers = children(master)
+    found = {"master": master}
+    if workers:
+        found["worker"] = workers[0]
+    return found
+
+
+def snapshot(processes: Iterable[tuple[str, int]]) -> dict[str, dict[str, float]]:
+    return {name: memory_mib(pid) | {"cpu_s": cpu_s(pid)} for name, pid in processes}

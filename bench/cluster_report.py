@@ -1,0 +1,177 @@
+"""``bench/reports/cluster.json`` (every labelled run) and ``cluster.md`` (rendered from it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RUN_NAMES = {
+    "extender": "migslice-scheduler (shipped configuration, with the extender)",
+    "no_extender": "same configuration without the extender",
+    "stock": "stock default kube-scheduler configuration",
+}
+
+
+# (goal, bound, unit, larger is better)
+GOALS = (
+    ("throughput with the extender / same configuration without", 0.8, "x", True),
+    ("extender worker CPU per pod (filter + prioritize)", 5.0, "ms", False),
+    ("webhook worker RSS (300 MB)", 286.1, "MiB", False),
+    ("extender worker RSS (300 MB)", 286.1, "MiB", False),
+    ("webhook cache sync", 30.0, "s", False),
+    ("extender cache sync", 30.0, "s", False),
+    ("over-bound nodes (all runs)", 0.0, "", False),
+)
+
+
+def _worker_rss(report: dict[str, Any], command: str) -> float | None:
+    """The larger of the worker's RSS after sync and at the end."""
+    figures = [
+        report.get(when, {}).get(f"{command} worker", {}).get("rss_mib")
+        for when in ("memory_after_sync", "memory_end")
+    ]
+    known = [f for f in figures if f is not None]
+    return max(known) if known else None
+
+
+def goal_values(report: dict[str, Any]) -> list[float | None]:
+    """The measured value of each of :data:`GOALS`, in order (None: not measured)."""
+    throughput = report.get("throughput", {})
+    sync = report.get("sync_s", {})
+    runs = [throughput.get(k) for k in RUN_NAMES if throughput.get(k)]
+    return [
+        throughput.get("ratio_vs_no_extender"),
+        throughput.get("extender", {}).get("extender_worker_cpu_ms_per_pod"),
+        _worker_rss(report, "webhook"),
+        _worker_rss(report, "extender"),
+        sync.get("webhook"),
+        sync.get("extender"),
+        float(sum(r.get("over_bound_nodes", 0) for r in runs)) if runs else None,
+    ]
+
+
+def render_goals(report: dict[str, Any]) -> list[str]:
+    lines = ["| goal | bound | measured | met |", "|---|---|---|---|"]
+    for (name, bound, unit, larger), value in zip(GOALS, goal_values(report), strict=True):
+        if value is None:
+            verdict = "not measured"
+        elif (value >= bound) if larger else (value <= bound):
+            verdict = "met"
+        else:
+            verdict = f"missed by {abs(value - bound):.2f} {unit}".rstrip()
+        sign = ">=" if larger else "<="
+        shown = "-" if value is None else f"{_fmt(value)} {unit}".rstrip()
+        lines.append(f"| {name} | {sign} {bound:g} {unit}".rstrip() + f" | {shown} | {verdict} |")
+    return [*lines, ""]
+
+
+def write_reports(out: Path, label: str, report: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "cluster.json"
+    runs: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    runs[label] = report
+    path.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
+    (out / "cluster.md").write_text(render(runs))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    return str(value)
+
+
+def render(runs: dict[str, Any]) -> str:
+    lines = [
+        "# Cluster benchmark (`make bench-cluster`)",
+        "",
+        "Real kube-apiserver, etcd and kube-scheduler (`e2e/`), fake GPU nodes and bound pods "
+        "shaped like real ones, migslice's webhook and extender in-cluster. Produced by "
+        "`python -m bench.cluster`; see docs/benchmarks.md, section Control plane at scale.",
+        "",
+    ]
+    for label, report in runs.items():
+        lines += _render_one(label, report)
+    return "\n".join(lines) + "\n"
+
+
+def _render_one(label: str, report: dict[str, Any]) -> list[str]:
+    shape, load = report["shape"], report["load"]
+    lines = [
+        f"## {label} ({report.get('when', '')}, code {report.get('code', '?')})",
+        "",
+        f"{shape['nodes']} nodes, {shape['bound_pods']} bound pods; loaded in "
+        f"{load['total_s']:.0f} s (nodes {load['nodes_s']:.0f} s, pods {load['pods_s']:.0f} s); "
+        f"whole benchmark {report.get('wall_s', 0) / 60:.1f} min; load average at the end "
+        f"{report.get('load_average', 0):.1f} (2 shared cores).",
+        "",
+        "Cache sync (server start to `/readyz` 200): "
+        + ", ".join(f"{k} {v} s" for k, v in report.get("sync_s", {}).items()),
+        "",
+        "| run | pods/s | span s | algorithm mean ms | scheduler CPU ms/pod "
+        "| extender worker CPU ms/pod | kube-scheduler RSS MiB | nodes used | over-bound nodes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    throughput = report.get("throughput", {})
+    for key, name in RUN_NAMES.items():
+        run = throughput.get(key)
+        if run is None:
+            continue
+        lines.append(
+            f"| {name} | {_fmt(run.get('pods_per_s'))} | {_fmt(run.get('span_s'))} | "
+            f"{_fmt(run.get('algorithm_mean_ms'))} | {_fmt(run.get('scheduler_cpu_ms_per_pod'))} | "
+            f"{_fmt(run.get('extender_worker_cpu_ms_per_pod'))} | "
+            f"{_fmt(run.get('scheduler_memory_mib', {}).get('rss_mib'))} | "
+            f"{_fmt(run.get('nodes_used'))} | "
+            f"{_fmt(run.get('over_bound_nodes'))} |"
+        )
+    lines += [
+        "",
+        f"With the extender / without: **{_fmt(throughput.get('ratio_vs_no_extender'))}x**; "
+        f"/ stock: {_fmt(throughput.get('ratio_vs_stock'))}x. Configuration: "
+        f"`{json.dumps(throughput.get('config', {}))}`.",
+        "",
+    ]
+    lines += _render_churn(report.get("churn"))
+    lines += render_goals(report)
+    lines += ["| process | RSS after sync MiB | RSS at end MiB | peak MiB |", "|---|---|---|---|"]
+    synced, end = report.get("memory_after_sync", {}), report.get("memory_end", {})
+    for name in synced:
+        lines.append(
+            f"| {name} | {_fmt(synced[name].get('rss_mib'))} | "
+            f"{_fmt(end.get(name, {}).get('rss_mib'))} | "
+            f"{_fmt(end.get(name, synced[name]).get('peak_mib'))} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _render_churn(churn: dict[str, Any] | None) -> list[str]:
+    if not churn:
+        return []
+    lines: list[str] = []
+    lines.append(
+        "Extender cache lag under churn "
+        f"({churn['duration_s']} s, "
+        f"extender worker {churn.get('extender_worker_cpu_s')} CPU s):"
+    )
+    lines.append("")
+    lines.append("| change | per minute | p50 ms | p99 ms | max ms | timeouts |")
+    lines.append("|---|---|---|---|---|---|")
+    for kind in ("node", "pod"):
+        c = churn[kind]
+        lines.append(
+            f"| {kind} | {c['per_minute']} | {_fmt(c['p50_ms'])} | {_fmt(c['p99_ms'])} | "
+            f"{_fmt(c['max_ms'])} | {c['timeouts']} |"
+        )
+    floor = churn.get("probe_round_trip")
+    if floor:
+        lines.append("")
+        lines.append(
+            f"The probe's own `/filter` round trip with nothing changing (the floor of every "
+            f"lag): p50 {_fmt(floor['p50_ms'])} ms, max of 50 {_fmt(floor['max_ms'])} ms."
+        )
+    lines.append("")
+    return lines

@@ -1,0 +1,174 @@
+"""Scheduling throughput runs for ``bench.cluster``: one kube-scheduler configuration per run.
+
+A run creates its pending pods first (``pods`` GPU pods of a fixed mix, in a namespace the
+webhook leaves alone, all naming the run's scheduler), then starts that kube-scheduler and
+watches the pods get bound. Throughput is ``(n - 1) / (last bind - first bind)``, so the
+scheduler's own start-up (listing every Node and Pod) is not counted. CPU seconds of the
+scheduler (and of the extender's worker) are read from ``/proc`` at the first and the last
+bind. kube-scheduler's own metrics give the scheduling algorithm's mean duration.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.cluster_api import Api, in_parallel
+from bench.cluster_objects import ClusterPlan, resource
+from bench.cluster_pods import pod_body
+
+RUN_NAMESPACE = "bench-runs"
+MIX = (("1g.10gb", 0.6), ("2g.20gb", 0.25), ("3g.40gb", 0.15))
+
+
+def run_profile(number: int) -> str:
+    point = (number * 0.6180339887) % 1.0
+    for profile, share in MIX:
+        if point < share:
+            return profile
+        point -= share
+    return MIX[0][0]
+
+
+@dataclass
+class BindWatch:
+    """Times at which the run's pods were first seen bound (monotonic seconds)."""
+
+    expected: int
+    bound: dict[str, tuple[float, str]] = field(default_factory=dict)
+    on_first: Callable[[], None] | None = None
+    on_last: Callable[[], None] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def see(self, name: str, node: str) -> None:
+        if name in self.bound:
+            return
+        self.bound[name] = (time.monotonic(), node)
+        if len(self.bound) == 1 and self.on_first is not None:
+            self.on_first()
+        if len(self.bound) == self.expected:
+            if self.on_last is not None:
+                self.on_last()
+            self.done.set()
+
+
+def watch_binds(api: Api, namespace: str, version: str, *, watch: BindWatch) -> None:
+    query = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "900"}
+    while not watch.done.is_set():
+        for event in api.stream(f"/api/v1/namespaces/{namespace}/pods", query):
+            raw = event.get("object") or {}
+            node = (raw.get("spec") or {}).get("nodeName")
+            version = (raw.get("metadata") or {}).get("resourceVersion") or version
+            if node:
+                watch.see(raw["metadata"]["name"], node)
+            if watch.done.is_set():
+                return
+        query["resourceVersion"] = version
+
+
+def create_run_pods(api: Api, scheduler: str, count: int, *, threads: int) -> str:
+    """Create the pending pods; the list's resourceVersion to watch from."""
+    base = f"/api/v1/namespaces/{RUN_NAMESPACE}/pods"
+
+    def post(number: int) -> None:
+        name = f"{scheduler}-{number:05d}"
+        api.create(
+            base, pod_body(name, RUN_NAMESPACE, run_profile(number), node=None, scheduler=scheduler)
+        )
+
+    in_parallel(range(count), post, threads=threads)
+    listing = api.get(f"{base}?limit=1")
+    return str(listing["metadata"]["resourceVersion"])
+
+
+def delete_run_pods(api: Api, *, threads: int) -> None:
+    names = [
+        p["metadata"]["name"] for p in api.list_all(f"/api/v1/namespaces/{RUN_NAMESPACE}/pods")
+    ]
+    in_parallel(
+        names, lambda n: api.delete(f"/api/v1/namespaces/{RUN_NAMESPACE}/pods/{n}"), threads=threads
+    )
+
+
+def over_bound(plan: ClusterPlan, watch: BindWatch) -> int:
+    """Nodes given more pods of a profile than they had free instances of it."""
+    by_name = {node.name: node for node in plan.nodes}
+    taken: dict[tuple[str, str], int] = {}
+    for name, (_, node) in watch.bound.items():
+        number = int(name.rsplit("-", 1)[1])
+        key = (node, resource(run_profile(number)))
+        taken[key] = taken.get(key, 0) + 1
+    return sum(
+        1 for (node, gpu), count in taken.items() if count > by_name[node].free().get(gpu, 0)
+    )
+
+
+def scheduler_metrics(port: int, *, cert: Path, key: Path) -> dict[str, float]:
+    """A few of kube-scheduler's own metrics (its /metrics, as the admin client)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(str(cert), str(key))
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context) as reply:
+        text = reply.read().decode()
+    wanted: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = re.match(r"([a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$", line)
+        if not match:
+            continue
+        name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
+        if name.startswith("scheduler_scheduling_algorithm_duration_seconds_") and name[-3:] in (
+            "sum",
+            "unt",
+        ):
+            wanted[name.rsplit("_", 1)[1]] = value
+        elif name.startswith("scheduler_framework_extension_point_duration_seconds_"):
+            point = re.search(r'extension_point="([A-Za-z]+)"', labels)
+            status = re.search(r'status="([A-Za-z]+)"', labels)
+            if point and status and status.group(1) == "Success" and name[-3:] in ("sum", "unt"):
+                key = f"{point.group(1)}_{name.rsplit('_', 1)[1]}"
+                wanted[key] = wanted.get(key, 0.0) + value
+    return wanted
+
+
+def summarise_run(
+    watch: BindWatch, cpu: Mapping[str, tuple[float, float]], metrics: Mapping[str, float]
+) -> dict[str, Any]:
+    times = sorted(t for t, _ in watch.bound.values())
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
+    pods = len(times)
+    result: dict[str, Any] = {
+        "pods": pods,
+        "span_s": round(span, 2),
+        "pods_per_s": round((pods - 1) / span, 1) if span > 0 else None,
+        "nodes_used": len({node for _, node in watch.bound.values()}),
+    }
+    for name, (first, last) in cpu.items():
+        result[f"{name}_cpu_s"] = round(last - first, 2)
+        result[f"{name}_cpu_ms_per_pod"] = round(1000 * (last - first) / max(1, pods - 1), 2)
+    count = metrics.get("count", 0.0)
+    if count:
+        result["algorithm_mean_ms"] = round(1000 * metrics["sum"] / count, 2)
+    for point in ("Filter", "Score", "PreFilter", "PreScore"):
+        total = metrics.get(f"{point}_count", 0.0)
+        if total:
+            result[f"{point.lower()}_mean_ms"] = round(1000 * metrics[f"{point}_sum"] / total, 3)
+    return result
+
+
+def without_extenders(config: Mapping[str, Any], scheduler: str) -> dict[str, Any]:
+    """The same KubeSchedulerConfiguration without its extenders, under another name."""
+    bare = copy.deepcopy(dict(config))
+    bare.pop("extenders", None)
+    bare["profiles"] = [dict(bare["profiles"][0], schedulerName=scheduler)]
+    return bare
