@@ -56,6 +56,7 @@ bench-latency: bench-install
 	nice $(BIN)/python -m bench.extender_latency
 	nice $(BIN)/python -m bench.extender_cpu
 	nice $(BIN)/python -m bench.sync_memory
+	nice $(BIN)/python -m bench.policy_scale
 	nice $(BIN)/python bench/webhook_latency.py
 	e2e/build.sh
 	nice $(BIN)/python bench/webhook_latency.py --api --nodes 200 --pods 2000

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -56,6 +56,9 @@ from webhook.products import NodeProducts
 from webhook.usage import SEEN_KEEP_S, PodCharge, UsageBook
 
 log = logging.getLogger(__name__)
+
+MAX_CHECKED_POLICIES = 4096
+"""Distinct policy contents whose catalog check is kept (the cache starts over beyond)."""
 
 
 class Clock(Protocol):
@@ -102,7 +105,9 @@ class ClusterState:
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
         self._desired: dict[str, TenantPolicyStatusWire] = {}
-        self._catalog_problems: dict[tuple[str, int], tuple[FieldError, ...]] = {}
+        # Keyed by what the check reads (not by name and generation): tenants' policies often
+        # share their sizes and profiles, and a whole round after a restart checks each once.
+        self._catalog_problems: dict[TenantPolicy, tuple[FieldError, ...]] = {}
         self._dirty: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
         self._synced: dict[str, bool] = {}
@@ -222,10 +227,12 @@ class ClusterState:
         previous = given.observed
         if given.policy is not None:
             policy = given.policy
-            key = (policy.name, policy.generation)
+            key = replace(policy, name="", generation=0, namespaces=(), namespace_selector=None)
             problems = self._catalog_problems.get(key)
             if problems is None:
                 problems = check_against_catalog(policy, CATALOG)
+                if len(self._catalog_problems) >= MAX_CHECKED_POLICIES:
+                    self._catalog_problems.clear()
                 self._catalog_problems[key] = problems
             return policy_status(
                 policy,
