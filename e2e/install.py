@@ -224,12 +224,16 @@ class ClusterActors:
     def substitute(argv: Sequence[str], mounts: Mapping[str, Path]) -> list[str]:
         """``argv`` with every mounted path replaced by the local folder's path."""
         out = []
+        longest_first = sorted(mounts.items(), key=lambda m: -len(m[0]))
         for arg in argv:
-            for mount_path, folder in sorted(mounts.items(), key=lambda m: -len(m[0])):
-                prefix = mount_path.rstrip("/") + "/"
-                arg = arg.replace(f"={prefix}", f"={folder}/")
+            for mount_path, folder in longest_first:  # one mount per argument: a local folder
+                prefix = mount_path.rstrip("/") + "/"  # may itself start like a mount (/tmp)
+                if f"={prefix}" in arg:
+                    arg = arg.replace(f"={prefix}", f"={folder}/")
+                    break
                 if arg.startswith(prefix):
                     arg = f"{folder}/{arg[len(prefix) :]}"
+                    break
             out.append(arg)
         return out
 
