@@ -119,6 +119,7 @@ def summary(result: ChurnResult) -> dict[str, Any]:
         "mean_pending": result.mean_pending,
         "waits": asdict(result.waits),
         "repartition_waits": asdict(result.repartition_waits),
+        "repartition_leads": asdict(result.repartition_leads),
         "repartitions": result.repartitions,
         "gpus_repartitioned": result.gpus_repartitioned,
         "repartitions_per_20_placed": 20 * result.repartitions_per_placed_pod,
@@ -175,6 +176,17 @@ def aggregate(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             s["repartition_waits"][k]
                             for s in summaries
                             if s["repartition_waits"]["count"]
+                        ]
+                        or [0.0]
+                    )
+                    for k in ("p50_s", "p99_s")
+                },
+                "repartition_leads": {
+                    k: ci(
+                        [
+                            s["repartition_leads"][k]
+                            for s in summaries
+                            if s["repartition_leads"]["count"]
                         ]
                         or [0.0]
                     )

@@ -76,6 +76,8 @@ def carve_controller(
             "1",
             "--repartition-lease-s",
             "3",
+            "--repartition-carve-min-pending-s",
+            "1",
             "--repartition-carve-cooldown-s",
             "0",
             "--log-level",

@@ -14,6 +14,7 @@ from extender.settings import (
     RepartitionSettings,
 )
 from migslice import console, names
+from migslice.repartition import CARVE_MIN_PENDING_S
 from migslice.serving import add_server_arguments, options_from_args
 
 
@@ -135,6 +136,15 @@ def _add_leader_and_mode_arguments(group: argparse._ArgumentGroup) -> None:
         ),
     )
     group.add_argument(
+        "--repartition-carve-min-pending-s",
+        type=console.seconds(),
+        default=CARVE_MIN_PENDING_S,
+        help=(
+            "carve mode's own --repartition-min-pending-s: a carve leaves running instances "
+            "alone, so it waits only past kube-scheduler's own retry"
+        ),
+    )
+    group.add_argument(
         "--repartition-carve-cooldown-s",
         type=console.seconds(),
         default=60.0,
@@ -168,6 +178,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
             lease=args.repartition_lease,
             lease_duration_s=args.repartition_lease_s,
             mode_default=args.repartition_mode_default,
+            carve_min_pending_s=args.repartition_carve_min_pending_s,
             carve_cooldown_s=args.repartition_carve_cooldown_s,
             carve_max_nodes_in_flight=args.repartition_carve_max_nodes_in_flight,
         ),

@@ -9,7 +9,12 @@ from pathlib import Path
 
 from migslice import names
 from migslice.console import CommandError
-from migslice.repartition import CarveSettings, ControllerSettings, PlanSettings
+from migslice.repartition import (
+    CARVE_MIN_PENDING_S,
+    CarveSettings,
+    ControllerSettings,
+    PlanSettings,
+)
 from migslice.serving import ServerOptions
 
 DEFAULT_PORT = 8443
@@ -45,6 +50,7 @@ class RepartitionSettings:
     lease: str = DEFAULT_LEASE
     lease_duration_s: float = 60.0
     mode_default: str = names.MODE_MIG_MANAGER
+    carve_min_pending_s: float = CARVE_MIN_PENDING_S
     carve_cooldown_s: float = 60.0
     carve_max_nodes_in_flight: int = 4
 
@@ -60,6 +66,7 @@ class RepartitionSettings:
             ("--repartition-min-pending-s", self.min_pending_s),
             ("--repartition-cooldown-s", self.cooldown_s),
             ("--repartition-backoff-s", self.backoff_s),
+            ("--repartition-carve-min-pending-s", self.carve_min_pending_s),
         ):
             if not math.isfinite(value) or value < 0:
                 raise CommandError(f"{flag} {value}: must be a finite number >= 0")
@@ -159,7 +166,7 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
         carve=CarveSettings(
-            min_pending_s=settings.min_pending_s,
+            min_pending_s=settings.carve_min_pending_s,
             cooldown_s=settings.carve_cooldown_s,
             max_nodes_in_flight=settings.carve_max_nodes_in_flight,
             default_mode=settings.mode_default,

@@ -214,3 +214,21 @@ def test_a_carve_step_survives_the_record_round_trip() -> None:
     again = parse_record(render_record(closed))
     assert again == closed
     assert isinstance(again.carve.nodes[0], CarveStep)  # type: ignore[union-attr]
+
+
+def test_a_carve_waits_for_its_own_min_pending_not_the_mig_manager_paths() -> None:
+    settings = ControllerSettings(carve=CarveSettings(min_pending_s=10))
+    assert settings.plan.min_pending_s == 30
+
+    def kind(waited_s: float) -> StepKind:
+        return decide(
+            RepartitionRecord(),
+            [node()],
+            [waiting("team-a/big", "3g.40gb", waited_s=waited_s)],
+            file_configs=frozenset(),
+            now=NOW,
+            settings=settings,
+        ).kind
+
+    assert kind(9.9) == StepKind.WAIT
+    assert kind(10.1) == StepKind.START

@@ -22,6 +22,8 @@ FLAG_ERRORS = [
     (["extender", "--max-blind-s", "nan"], "not a finite number"),
     (["extender", "--repartition-max-nodes-in-flight", "0"], "out of range"),
     (["extender", "--mig-config-map", "no-namespace"], "is not NAMESPACE/NAME"),
+    (["extender", "--repartition-carve-min-pending-s", "-1"], "out of range"),
+    (["extender", "--repartition-carve-min-pending-s", "nan"], "not a finite number"),
     (["agent", "--node-name", "Bad_Node"], "is not a DNS name"),
     (["agent", "--node-name", "n1", "--interval-s", "0"], "out of range"),
     (["certs", "--service", "../../x y", "--namespace", "a", "--out", "o"], "not a DNS label"),

@@ -45,14 +45,19 @@ def test_a_pod_gets_an_instance_carved_beside_a_running_one() -> None:
     policy = make_policy("M-carve", GPU_MODEL, synthetic_workload().pods, gpus=1)
     result = run_arrivals(arrivals, policy, CONFIG)
     placed = {p.pod: p for p in result.placements}
-    # a: pending from 0, counts at 30 s, carved in the 30 s round, usable 5 s later
-    assert placed["a"].time_s == 35.0
-    # b: counts at 70 s; the node carved for a is left alone 60 s after the 45 s round saw
-    # the agent's success, so the 105 s round carves, and b runs from 110 s on the same GPU
-    assert placed["b"].time_s == 110.0
+    # a: pending from 0, counts at 10 s (carve mode's min pending), carved in the 15 s
+    # round, usable 5 s later
+    assert placed["a"].time_s == 20.0
+    # b: counts at 50 s; the node carved for a is left alone 60 s after the 30 s round saw
+    # the agent's success, so the 90 s round carves, and b runs from 95 s on the same GPU
+    assert placed["b"].time_s == 95.0
     assert placed["b"].gpus == placed["a"].gpus == (0,)
     assert result.disrupted_pods == 0 and result.repartitions == 2
     assert result.repartition_waits.count == 2
+    # before its carve was planned, a waited 15 s (min pending, then the round), b 50 s
+    # (min pending, then the cooldown)
+    assert (result.repartition_leads.p50_s, result.repartition_leads.p99_s) == (15.0, 50.0)
+    assert result.repartition_waits.p99_s == 55.0
 
 
 def test_a_carve_planned_for_a_pod_waits_as_long_as_the_carve_time() -> None:
@@ -61,7 +66,7 @@ def test_a_carve_planned_for_a_pod_waits_as_long_as_the_carve_time() -> None:
     for t_carve in (2.0, 30.0):
         result = run_arrivals(arrivals, policy, replace(CONFIG, t_carve_s=t_carve))
         [placement] = result.placements
-        assert placement.time_s == 30.0 + t_carve
+        assert placement.time_s == 15.0 + t_carve
 
 
 def test_the_node_agent_stand_in_never_destroys_an_instance_a_pod_holds() -> None:

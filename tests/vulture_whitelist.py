@@ -75,6 +75,7 @@ quotaSummary
 repartition_operations
 sampled_first_failure_pct  # bench/packing.py
 sampled_limit  # bench/packing.py
+repartition_leads  # bench/churn.py, bench/carve.py
 Score
 smCount
 syncs

@@ -31,7 +31,13 @@ from migslice.repartition.actions import (
     SetLabel,
 )
 from migslice.repartition.applying import recheck
-from migslice.repartition.carve import CarvePlan, CarveSettings, NodeCarve, plan_carve
+from migslice.repartition.carve import (
+    CARVE_MIN_PENDING_S,
+    CarvePlan,
+    CarveSettings,
+    NodeCarve,
+    plan_carve,
+)
 from migslice.repartition.carve_decide import (
     REASON_CARVE,
     REASON_CARVE_FAILED,
@@ -77,6 +83,7 @@ from migslice.repartition.steps import ControllerSettings, PlanResult, Step, Ste
 
 __all__ = [
     "ABORTED",
+    "CARVE_MIN_PENDING_S",
     "FAILED",
     "OPEN",
     "OWN_PREFIX",

@@ -39,13 +39,20 @@ from migslice.repartition.planner import eligible_demand
 from migslice.scheduling.demand import PodDemand
 from migslice.whynot import WhyNot
 
+CARVE_MIN_PENDING_S = 10.0
+"""Carve mode's own wait before a pod counts: a carve never disturbs a running instance, so
+the guard only has to outlast kube-scheduler's own retry of a pod it just failed (its
+backoff tops out at 10 s), not the MIG Manager path's 30 s (that path re-configures whole
+GPUs and restarts the device plugin). Chosen by ``bench/carve.py`` (docs/benchmarks.md)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CarveSettings:
-    """``cooldown_s``: a node carved this recently is left alone; ``max_nodes_in_flight``:
+    """``min_pending_s``: a pod must be unschedulable this long before a carve counts it;
+    ``cooldown_s``: a node carved this recently is left alone; ``max_nodes_in_flight``:
     nodes carving at once; ``default_mode``: the mode of nodes without the mode label."""
 
-    min_pending_s: float = 30.0
+    min_pending_s: float = CARVE_MIN_PENDING_S
     cooldown_s: float = 60.0
     max_nodes_in_flight: int = 4
     default_mode: str = MODE_MIG_MANAGER

@@ -15,7 +15,8 @@
   waiting after ``patience_s`` gives up: it counts as not accepted.
 * **Re-partitioning** by whoever decides it in production: migslice's controller
   (:mod:`migslice.sim.controller`: rounds every 15 s, 30 s pending before a pod counts,
-  600 s cooldown per node, one node in flight) or nos's batching windows
+  600 s cooldown per node, one node in flight; in carve mode 10 s pending, 60 s cooldown,
+  four nodes in flight) or nos's batching windows
   (:mod:`migslice.sim.batching`). Either way a node being re-partitioned takes no new pod
   (its ``nvidia.com/mig.config.state`` is ``pending``) until the stand-in for MIG Manager
   (or nos's agent) has taken ``t_reconf_s``, applied the new layouts and reported
@@ -106,7 +107,8 @@ class ChurnRun:
         self.seq = 0
         self.now = 0.0
         self.queue: dict[int, _Waiting] = {}
-        self.served: set[str] = set()
+        self.served: dict[str, float] = {}
+        """Pods a re-partition or carve was planned for, and when it was planned."""
         self.end = config.duration_s - config.patience_s
         self.tally = ChurnTally(config, model)
         self.batching: NosBatching | None = None
@@ -153,7 +155,7 @@ class ChurnRun:
         serves: Sequence[str] = (),
     ) -> None:
         self.cluster.set_mig_state(node, config, MIG_STATE_PENDING)
-        self.served.update(serves)
+        self.served.update(dict.fromkeys(serves, self.now))
         job = _Job(node, changes, config, done)
         key = self.seq
         self.jobs[key] = job
@@ -169,7 +171,7 @@ class ChurnRun:
 
     def carve(self, node: SimNode, request: CarveRequest, *, serves: Sequence[str]) -> None:
         self.cluster.set_carve(node, request, None)
-        self.served.update(serves)
+        self.served.update(dict.fromkeys(serves, self.now))
         self.tally.reconfiguration_started(self.now, len(request.gpus))
         usable = self.now + self.config.t_carve_s
         if self.config.keep_log:
@@ -270,9 +272,9 @@ class ChurnRun:
             self.slices(assignment),
             self.now - arrival.time_s,
             measured=self.measured(arrival),
-            served=pod.name in self.served,
+            planned_s=self.served.pop(pod.name, None),
+            arrived_s=arrival.time_s,
         )
-        self.served.discard(pod.name)
         if self.config.keep_log:
             gpus = tuple(index for index, _ in assignment.units)
             self.tally.placements.append(Placement(pod.name, self.now, assignment.node, gpus))
@@ -367,6 +369,7 @@ def run_arrivals(
         abandoned_pods=tally.abandoned,
         waits=Waits.of(tally.waits),
         repartition_waits=Waits.of(tally.served_waits),
+        repartition_leads=Waits.of(tally.served_leads),
         slice_allocation=tally.slice_area / (window * model.compute_slices * gpus),
         mean_pending=tally.pending_area / window,
         repartitions=tally.repartitions,

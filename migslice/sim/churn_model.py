@@ -64,7 +64,8 @@ class ChurnConfig:
     """Keep every placement and re-partition in the result (for tests)."""
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     """migslice's controller settings; the defaults are production's (min pending 30 s,
-    cooldown 600 s, one node in flight, deadline 600 s, backoff 1,800 s)."""
+    cooldown 600 s, one node in flight, deadline 600 s, backoff 1,800 s; carve mode: min
+    pending 10 s, cooldown 60 s, four nodes in flight)."""
     interval_s: float = 15.0
     """Time between the controller's rounds (the extender's ``--repartition-interval-s``)."""
     batch_idle_s: float = 10.0
@@ -184,6 +185,9 @@ class ChurnResult:
     waits: Waits
     repartition_waits: Waits
     """Pods a re-partition was planned for (named in the plan), from arrival to placement."""
+    repartition_leads: Waits
+    """The same pods, from arrival to the plan named for them (the rest of their wait is the
+    re-partition or carve itself and the placement after it)."""
     slice_allocation: float
     """Time-average compute slices held by pods / (7 x GPUs) over [warm-up, end]."""
     mean_pending: float

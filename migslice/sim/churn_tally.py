@@ -37,6 +37,7 @@ class ChurnTally:
         self.pending_area = 0.0
         self.waits: list[float] = []
         self.served_waits: list[float] = []
+        self.served_leads: list[float] = []
         self.class_waits: dict[str, list[float]] = defaultdict(list)
         self.class_slices: dict[str, int] = defaultdict(int)
         self.abandoned = 0
@@ -55,8 +56,17 @@ class ChurnTally:
         self.now = time_s
 
     def placed(
-        self, pod: SimPod, slices: int, wait_s: float, *, measured: bool, served: bool
+        self,
+        pod: SimPod,
+        slices: int,
+        wait_s: float,
+        *,
+        measured: bool,
+        planned_s: float | None = None,
+        arrived_s: float = 0.0,
     ) -> None:
+        """``planned_s``: when the re-partition or carve named for ``pod`` was planned, if
+        one was (``arrived_s``: when the pod arrived)."""
         self.held_slices += slices
         if not measured:
             return
@@ -64,8 +74,9 @@ class ChurnTally:
         name = class_of(pod)
         self.class_waits[name].append(wait_s)
         self.class_slices[name] += pod.compute_slices
-        if served:
+        if planned_s is not None:
             self.served_waits.append(wait_s)
+            self.served_leads.append(planned_s - arrived_s)
 
     def departed(self, cluster: SimCluster, assignment: Assignment, slices: int) -> None:
         if not intact(cluster, assignment):
