@@ -165,11 +165,23 @@ def review_body(i: int, tenants: int) -> bytes:
     return json.dumps(review).encode()
 
 
+class _LoopbackConnection(http.client.HTTPSConnection):
+    """HTTPS to 127.0.0.1 with the Service name as SNI, also when it connects again (the
+    server closes a kept-alive connection after its request limit)."""
+
+    def __init__(self, port: int, context: ssl.SSLContext) -> None:
+        super().__init__(SERVER_NAME, port, context=context, timeout=10)
+        self._tls_context = context
+
+    def connect(self) -> None:
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = self._tls_context.wrap_socket(raw, server_hostname=SERVER_NAME)
+
+
 def connect(port: int, context: ssl.SSLContext) -> http.client.HTTPSConnection:
-    connection = http.client.HTTPSConnection(SERVER_NAME, port, context=context, timeout=10)
-    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    connection.sock = context.wrap_socket(raw, server_hostname=SERVER_NAME)
+    connection = _LoopbackConnection(port, context)
+    connection.connect()
     return connection
 
 
