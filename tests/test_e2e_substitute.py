@@ -11,7 +11,7 @@ import pytest
 from e2e.install import ClusterActors
 
 
-@pytest.mark.parametrize("root", ["/work/repo/run", "/tmp/ci/run"])
+@pytest.mark.parametrize("root", ["/srv/checkout/run", "/tmp/checkout/run"])
 def test_mounted_paths_become_local_folders_once(root: str) -> None:
     mounts = {"/tmp": Path(f"{root}/tmp"), "/var/run/tls": Path(f"{root}/tls")}
     argv = [
