@@ -29,6 +29,7 @@ from migslice.inventory import LayoutSource, NodeState
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE
 from migslice.objects.carve import CarvePhase, CarveRequest
 from migslice.objects.times import format_time
+from migslice.repartition.actions import NodeEvent
 from migslice.repartition.carve import CarvePlan, CarveSettings, plan_carve
 from migslice.repartition.carve_gpu import carved_gpus
 from migslice.repartition.carve_record import ActiveCarve, CarveStep
@@ -58,14 +59,6 @@ class CarveWrite:
 
 
 @dataclass(frozen=True, slots=True)
-class CarveNotice:
-    node: str
-    reason: str
-    message: str
-    warning: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class CarveDecision:
     """``kind``: start, apply, abort, observe or finish (the names of ``StepKind``)."""
 
@@ -73,7 +66,7 @@ class CarveDecision:
     record: RepartitionRecord
     reason: str
     writes: tuple[CarveWrite, ...] = ()
-    notices: tuple[CarveNotice, ...] = ()
+    notices: tuple[NodeEvent, ...] = ()
     outcomes: tuple[CarveStep, ...] = ()
     result: str | None = None
     plan: CarvePlan | None = None
@@ -189,7 +182,7 @@ def _apply(
 ) -> CarveDecision:
     steps: list[CarveStep] = []
     writes: list[CarveWrite] = []
-    notices: list[CarveNotice] = []
+    notices: list[NodeEvent] = []
     aborted: list[CarveStep] = []
     for step in active.nodes:
         problem = recheck_carve(step, states.get(step.node), settings.default_mode)
@@ -198,7 +191,7 @@ def _apply(
             aborted.append(step)
         elif step.is_open:
             writes.append(CarveWrite(step.node, step.request(active.plan_id)))
-            notices.append(CarveNotice(step.node, REASON_CARVE, carving_message(step)))
+            notices.append(NodeEvent(step.node, REASON_CARVE, carving_message(step)))
         steps.append(step)
     if not writes:
         reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to carve"
@@ -270,16 +263,16 @@ def _closing(
     """The record after some nodes closed: cooldowns, backoffs, Events, and the plan dropped
     when no node is open."""
     finished, backoff = dict(record.finished), dict(record.backoff)
-    notices: list[CarveNotice] = []
+    notices: list[NodeEvent] = []
     for done in closed:
         if done.outcome == SUCCESS:
             finished[done.node] = now
-            notices.append(CarveNotice(done.node, REASON_CARVE, carved_message(done)))
+            notices.append(NodeEvent(done.node, REASON_CARVE, carved_message(done)))
         elif done.outcome in (FAILED, TIMEOUT):
             backoff[done.node] = now + backoff_s
             until = format_time(backoff[done.node])
             message = f"carve {remaining.plan_id}: {done.detail}; node left alone until {until}"
-            notices.append(CarveNotice(done.node, REASON_CARVE_FAILED, message, warning=True))
+            notices.append(NodeEvent(done.node, REASON_CARVE_FAILED, message, warning=True))
     still_open = bool(remaining.open_nodes)
     new_record = replace(
         record,

@@ -40,7 +40,6 @@ from dataclasses import replace
 
 from migslice.inventory import NodeState
 from migslice.objects.times import format_time
-from migslice.repartition.actions import NodeEvent
 from migslice.repartition.applying import apply_plan, observe_plan
 from migslice.repartition.carve import carve_mode_nodes
 from migslice.repartition.carve_decide import CarveDecision, decide_carve
@@ -205,7 +204,7 @@ def _carve_step(carve: CarveDecision) -> Step:
         StepKind(carve.kind),
         carve.record,
         carve.reason,
-        events=tuple(NodeEvent(n.node, n.reason, n.message, n.warning) for n in carve.notices),
+        events=carve.notices,
         result=None if carve.result is None else PlanResult(carve.result),
         carve_writes=carve.writes,
         carve_outcomes=carve.outcomes,
