@@ -310,3 +310,60 @@ def test_a_quiet_watch_stays_connected_and_one_unanswered_past_its_timeout_does_
     assert informer.connected
     clock.now_s += 6.0  # 80 s without an answer: 5 s past timeout + grace
     assert not informer.connected and informer.blind_s() == pytest.approx(5.0)
+
+
+class PageRecordingSink:
+    """A PageSink: records each call with the number of list requests the API had seen."""
+
+    def __init__(self, recorded: RecordedApi) -> None:
+        self.recorded = recorded
+        self.items: dict[str, int] = {}
+        self.calls: list[str] = []
+
+    def _lists_seen(self) -> int:
+        return sum(1 for r in self.recorded.requests if r.get("watch") != "true")
+
+    def upsert(self, key: str, item: int) -> None:
+        self.items[key] = item
+        self.calls.append(f"upsert {key} after {self._lists_seen()} list requests")
+
+    def delete(self, key: str) -> None:
+        self.items.pop(key, None)
+        self.calls.append(f"delete {key}")
+
+    def listed(self, keys: frozenset[str]) -> None:
+        self.items = {k: v for k, v in self.items.items() if k in keys}
+        self.calls.append(f"listed {sorted(keys)}")
+
+
+def test_a_page_sink_gets_each_page_before_the_next_is_asked_for_then_the_whole_key_set(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    recorded.lists = [
+        (200, node_list([node("n1", "5"), node("n2", "6")], "", token="page-2")),
+        (200, node_list([node("n3", "7", gpus=0), node("n4", "8")], "100")),
+    ]
+    sink = PageRecordingSink(recorded)
+    informer = Informer(
+        name="nodes",
+        transport=transport,
+        resource=ResourceRef("/api/v1/nodes"),
+        project=gpus_or_none,
+        sink=sink,
+        page_size=2,
+        watch_timeout_s=1,
+        backoff=Backoff(initial_s=0.01, max_s=0.02),
+    )
+    informer.list_once()
+    assert sink.calls == [
+        "upsert n1 after 1 list requests",
+        "upsert n2 after 1 list requests",
+        "upsert n4 after 2 list requests",
+        "listed ['n1', 'n2', 'n4']",
+    ]
+    assert informer.synced
+    recorded.lists = [(200, node_list([node("n2", "9")], "101"))]
+    informer.list_once()  # a re-list: n1 and n4 are gone
+    assert sink.calls[-2:] == ["upsert n2 after 3 list requests", "listed ['n2']"]
+    assert sink.items == {"n2": 1}

@@ -17,10 +17,14 @@ def test_a_relist_drops_objects_that_are_gone_and_marks_the_source_synced() -> N
     state = ClusterState()
     state.expect(NODES)
     sink = _FeedSink(NODES, state, state.upsert_node, state.delete_node)
-    sink.replace({"a": make_node("a"), "b": make_node("b", product="NVIDIA-H100-80GB-HBM3")})
+    sink.upsert("a", make_node("a"))
+    sink.upsert("b", make_node("b", product="NVIDIA-H100-80GB-HBM3"))
+    assert not state.is_ready()  # pages in, the list not yet complete
+    sink.listed(frozenset({"a", "b"}))
     assert [o.product for o in state.offers()] == ["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"]
     assert state.is_ready()
-    sink.replace({"a": make_node("a")})
+    sink.upsert("a", make_node("a"))  # a re-list whose pages no longer have b
+    sink.listed(frozenset({"a"}))
     assert [o.product for o in state.offers()] == ["NVIDIA-A100-SXM4-80GB"]
 
 

@@ -31,14 +31,15 @@ answered (a list page, a watch event or bookmark, or a watch that ended normally
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import orjson
 
 from migslice.kube.transport import ApiError, KubeError, RawObject, Transport
 
@@ -56,6 +57,20 @@ class Sink(Protocol[T_contra]):
     def upsert(self, key: str, item: T_contra) -> None: ...
 
     def delete(self, key: str) -> None: ...
+
+
+@runtime_checkable
+class PageSink(Protocol[T_contra]):
+    """A sink that takes a list page by page instead of whole: ``upsert`` for every object of
+    a page as the page arrives, then ``listed`` with the keys of the complete list (drop every
+    other key: the cache is whole again). Nothing of a 40,000-object list is held by the
+    informer in between; the sink keeps only its own compact values."""
+
+    def upsert(self, key: str, item: T_contra) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def listed(self, keys: frozenset[str]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +147,7 @@ class Informer(Generic[T]):
     transport: Transport
     resource: ResourceRef
     project: Callable[[RawObject], T | None]
-    sink: Sink[T]
+    sink: Sink[T] | PageSink[T]
     page_size: int = 500
     watch_timeout_s: int = 60
     backoff: Backoff = RELIST_BACKOFF
@@ -228,8 +243,12 @@ class Informer(Generic[T]):
                 self._stop.wait(delay)
 
     def list_once(self) -> None:
-        """List every object (in pages) and hand the complete set to the sink."""
+        """List every object (in pages) and hand the complete set to the sink: whole
+        (``Sink.replace``), or page by page as each arrives (a :class:`PageSink`)."""
+        sink = self.sink
+        paged = sink if isinstance(sink, PageSink) else None
         items: dict[str, T] = {}
+        keys: set[str] = set()
         token = ""
         while True:
             query = self.resource.query()
@@ -243,25 +262,36 @@ class Informer(Generic[T]):
                     raise GoneError(str(error)) from None
                 raise
             self._touch()
-            for raw in page.get("items") or ():
+            for raw in page.pop("items", None) or ():
                 if isinstance(raw, dict):
                     projected = self._project(raw)
-                    if projected is not None:
-                        items[object_key(raw)] = projected
+                    if projected is None:
+                        continue
+                    key = object_key(raw)
+                    if paged is None:
+                        items[key] = projected
+                    else:
+                        keys.add(key)
+                        paged.upsert(key, projected)
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             if not token:
                 self._resource_version = str(metadata.get("resourceVersion") or "")
                 break
-        self.sink.replace(items)
-        self._keys = set(items)
+        if paged is None:
+            assert not isinstance(sink, PageSink)
+            sink.replace(items)
+            keys = set(items)
+        else:
+            paged.listed(frozenset(keys))
+        self._keys = keys
         self.stats.lists += 1
         self._synced = True
         self._lost_at = None
         log.info(
             "informer=%s listed objects=%d resourceVersion=%s",
             self.name,
-            len(items),
+            len(keys),
             self._resource_version,
         )
 
@@ -291,7 +321,7 @@ class Informer(Generic[T]):
         self._touch()
 
     def _apply(self, line: bytes) -> None:
-        event = json.loads(line)
+        event = orjson.loads(line)
         if not isinstance(event, dict):
             raise ValueError(f"watch event is not an object: {line[:200]!r}")
         kind = event.get("type")

@@ -55,12 +55,11 @@ class _FeedSink:
         self._delete = delete
         self._keys: set[str] = set()
 
-    def replace(self, items: Mapping[str, RawObject]) -> None:
-        for key in self._keys - set(items):
+    def listed(self, keys: frozenset[str]) -> None:
+        """A complete list was upserted page by page: forget what it no longer has."""
+        for key in self._keys - keys:
             self._delete(key)
-        for raw in items.values():
-            self._upsert(raw)
-        self._keys = set(items)
+        self._keys = set(keys)
         self.feed.mark_synced(self.source)
 
     def upsert(self, key: str, item: RawObject) -> None:
@@ -91,8 +90,9 @@ def _keep(raw: RawObject) -> RawObject | None:
 def admission_informers(feed: ClusterFeed, transport: Transport) -> tuple[Informer[RawObject], ...]:
     """Four informers (not started) that keep ``feed`` up to date; call ``start()`` on each.
 
-    Nodes and Pods are slimmed page by page as they are listed (``slim_node``, ``slim_pod``):
-    the raw list of 40,000 pods never sits whole in memory, nor do whole objects in it."""
+    Lists reach the feed page by page (the sink is a ``PageSink``), and Nodes and Pods are
+    slimmed as each page arrives (``slim_node``, ``slim_pod``): neither the raw list of 40,000
+    pods nor its slim copies ever sit whole in memory; the feed keeps its own compact charges."""
     feed.expect(*SOURCES)
     wiring: tuple[tuple[str, str, Upsert, Callable[[str], None], Project], ...] = (
         (

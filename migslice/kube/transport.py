@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+import orjson
 import urllib3
 from kubernetes import client, config
 
@@ -201,7 +202,7 @@ class KubernetesTransport:
         finally:
             response.release_conn()
         try:
-            document = json.loads(data)
+            document = orjson.loads(data)
         except ValueError:
             raise ApiError(0, f"{method} {path}: answer is not JSON") from None
         if not isinstance(document, dict):
