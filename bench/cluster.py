@@ -80,8 +80,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="py-spy the extender worker, pprof kube-scheduler"
     )
+    parser.add_argument(
+        "--percentages",
+        default="",
+        help="more percentageOfNodesToScore values (comma-separated) to run with and without "
+        "the extender after the shipped configuration, e.g. 100,0",
+    )
     parser.add_argument("--out", type=Path, default=REPORTS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.percentages = [int(p) for p in args.percentages.split(",") if p.strip()]
+    except ValueError:
+        parser.error(f"--percentages: {args.percentages!r} is not a list of integers 0-100")
+    if any(not 0 <= p <= 100 for p in args.percentages):
+        parser.error("--percentages: each value is 0 (adaptive) to 100")
+    return args
 
 
 class Bench:
@@ -150,7 +163,7 @@ class Bench:
         watch = BindWatch(self.args.run_pods)
         cpu: dict[str, list[float]] = {}
         pids: dict[str, int] = {}
-        if key == "extender":
+        if key.startswith("extender"):
             pids["extender_worker"] = self.worker_pid("extender")
 
         def sample() -> None:  # the scheduler is known from its spawn, before its /readyz
@@ -197,12 +210,12 @@ class Bench:
         pprof = ["curl", "-sk", "--cert", str(pki.admin_cert), "--key", str(pki.admin_key)]
         procs = [subprocess.Popen([*pprof, "-o", str(out / f"kube-scheduler-{key}.pprof"), url])]
         spy = Path(sys.executable).parent / "py-spy"
-        if key == "extender" and spy.exists():
+        if key.startswith("extender") and spy.exists():
             pid = str(self.worker_pid("extender"))
             record = [str(spy), "record", "--pid", pid, "--duration", seconds, "--rate", "250"]
             output = ["--nonblocking", "--format", "raw", "--output", str(out / "extender.txt")]
             procs.append(subprocess.Popen([*record, *output], stdout=subprocess.DEVNULL))
-        elif key == "extender":
+        elif key.startswith("extender"):
             print("  no py-spy in this environment: pip install py-spy to profile", flush=True)
         return procs
 
@@ -231,6 +244,21 @@ class Bench:
         for other in ("no_extender", "stock"):
             ratio = rate["extender"] / rate[other] if rate[other] else None
             results[f"ratio_vs_{other}"] = None if ratio is None else round(ratio, 2)
+        # The same pair at other percentageOfNodesToScore values: what the setting costs.
+        for percentage in self.args.percentages:
+            at = dict(shipped, percentageOfNodesToScore=percentage)
+            pair: dict[str, Any] = {}
+            results.setdefault("percentages", {})[str(percentage)] = pair
+            pair["extender"] = self.run_scheduler(f"extender@{percentage}", at, "migslice-scheduler")
+            self.save()
+            bare = without_extenders(at, "bench-no-extender")
+            pair["no_extender"] = self.run_scheduler(
+                f"no_extender@{percentage}", bare, "bench-no-extender"
+            )
+            with_rate = pair["extender"].get("pods_per_s") or 0.0
+            bare_rate = pair["no_extender"].get("pods_per_s") or 0.0
+            pair["ratio_vs_no_extender"] = round(with_rate / bare_rate, 2) if bare_rate else None
+            self.save()
 
     def save(self) -> None:
         """Write what is measured so far (a run cut short still leaves its figures)."""

@@ -40,6 +40,8 @@ def goal_values(report: dict[str, Any]) -> list[float | None]:
     throughput = report.get("throughput", {})
     sync = report.get("sync_s", {})
     runs = [throughput.get(k) for k in RUN_NAMES if throughput.get(k)]
+    for pair in throughput.get("percentages", {}).values():
+        runs += [pair[k] for k in ("extender", "no_extender") if pair.get(k)]
     return [
         throughput.get("ratio_vs_no_extender"),
         throughput.get("extender", {}).get("extender_worker_cpu_ms_per_pod"),
@@ -134,6 +136,7 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         f"`{json.dumps(throughput.get('config', {}))}`.",
         "",
     ]
+    lines += _render_percentages(throughput.get("percentages", {}))
     lines += _render_churn(report.get("churn"))
     lines += render_goals(report)
     lines += ["| process | RSS after sync MiB | RSS at end MiB | peak MiB |", "|---|---|---|---|"]
@@ -175,3 +178,25 @@ def _render_churn(churn: dict[str, Any] | None) -> list[str]:
         )
     lines.append("")
     return lines
+
+
+def _render_percentages(pairs: dict[str, Any]) -> list[str]:
+    """The same pair of runs at other ``percentageOfNodesToScore`` values (``--percentages``)."""
+    if not pairs:
+        return []
+    lines = [
+        "| percentageOfNodesToScore | with the extender pods/s | without pods/s | ratio "
+        "| scheduler CPU ms/pod with / without | extender worker CPU ms/pod | over-bound nodes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for percentage, pair in pairs.items():
+        with_run, bare = pair.get("extender", {}), pair.get("no_extender", {})
+        over = (with_run.get("over_bound_nodes") or 0) + (bare.get("over_bound_nodes") or 0)
+        lines.append(
+            f"| {percentage} | {_fmt(with_run.get('pods_per_s'))} | {_fmt(bare.get('pods_per_s'))} "
+            f"| {_fmt(pair.get('ratio_vs_no_extender'))}x "
+            f"| {_fmt(with_run.get('scheduler_cpu_ms_per_pod'))} / "
+            f"{_fmt(bare.get('scheduler_cpu_ms_per_pod'))} "
+            f"| {_fmt(with_run.get('extender_worker_cpu_ms_per_pod'))} | {over} |"
+        )
+    return [*lines, ""]

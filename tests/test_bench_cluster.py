@@ -97,3 +97,16 @@ def test_the_report_says_each_goal_met_or_missed_by_how_much() -> None:
     assert "| 20.0 ms | missed by 15.00 ms |" in text
     assert "| 31.5 s | missed by 1.50 s |" in text
     assert "| extender worker RSS (300 MB) | <= 286.1 MiB | - | not measured |" in text
+
+
+def test_runs_at_other_percentages_are_tabled_and_their_over_binds_counted() -> None:
+    measured = report(0.7, 6.0)
+    pair = {
+        "extender": {"pods_per_s": 30.0, "scheduler_cpu_ms_per_pod": 12.0, "over_bound_nodes": 1},
+        "no_extender": {"pods_per_s": 33.0, "scheduler_cpu_ms_per_pod": 10.0},
+        "ratio_vs_no_extender": 0.91,
+    }
+    measured["throughput"]["percentages"] = {"0": pair}
+    assert goal_values(measured)[6] == 1.0
+    text = render({"after": measured})
+    assert "| 0 | 30.0 | 33.0 | 0.91x | 12.0 / 10.0 | - | 1 |" in text
