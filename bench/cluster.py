@@ -249,7 +249,9 @@ class Bench:
             at = dict(shipped, percentageOfNodesToScore=percentage)
             pair: dict[str, Any] = {}
             results.setdefault("percentages", {})[str(percentage)] = pair
-            pair["extender"] = self.run_scheduler(f"extender@{percentage}", at, "migslice-scheduler")
+            pair["extender"] = self.run_scheduler(
+                f"extender@{percentage}", at, "migslice-scheduler"
+            )
             self.save()
             bare = without_extenders(at, "bench-no-extender")
             pair["no_extender"] = self.run_scheduler(
