@@ -212,7 +212,10 @@ class Bench:
         spy = Path(sys.executable).parent / "py-spy"
         if key.startswith("extender") and spy.exists():
             pid = str(self.worker_pid("extender"))
+            # --gil: only samples that hold the GIL, i.e. the worker's Python CPU (a thread
+            # blocked in epoll, a socket read or a queue is not counted as busy).
             record = [str(spy), "record", "--pid", pid, "--duration", seconds, "--rate", "250"]
+            record.append("--gil")
             output = ["--nonblocking", "--format", "raw", "--output", str(out / "extender.txt")]
             procs.append(subprocess.Popen([*record, *output], stdout=subprocess.DEVNULL))
         elif key.startswith("extender"):
