@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from migslice.mig import GpuModel
 from migslice.sim.cluster import Assignment, SimCluster
+from migslice.sim.sampling import SampleTally
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,8 @@ class RunResult:
     repartition_operations: int
     disrupted_pods: int
     points: tuple[LoadPoint, ...]
+    sampling: SampleTally | None = None
+    """kube-scheduler's node sampling, for a policy that models it (migslice)."""
 
     def at(self, arrived_pct: int) -> LoadPoint:
         for point in self.points:
