@@ -50,6 +50,7 @@ from migslice.sim import (
 from migslice.sim.command import DEFAULT_DATA_DIR, load_workload
 from migslice.sim.limits import sampled_first_failure_pct, sampled_limit
 from migslice.sim.ours import Migslice
+from migslice.sim.sampling import num_feasible_nodes_to_find
 from migslice.sim.trace import TRACE_FOLDER
 
 REPORTS = Path(__file__).parent / "reports"
@@ -390,16 +391,18 @@ def sampling_markdown(report: dict[str, Any]) -> str:
         "kube-scheduler's percentageOfNodesToScore modelled by migslice.sim.sampling. "
         "Slice allocation in %, mean ± 95 % interval over seeds; Δ: paired per seed against "
         f"the first setting, in pp. Names: node names per extender call (mean over scheduling "
-        "cycles); processed: nodes kube-scheduler's filters looked at per cycle; left pending: "
+        "cycles in which kube-scheduler calls the extender; most: numFeasibleNodesToFind); "
+        "processed: nodes kube-scheduler's filters looked at per cycle; left pending: "
         "pods whose sample held no node the extender accepts while another node could take "
         "them (all seeds together). "
         f"Run: {config['wall_s'] / 60:.1f} min wall on a shared 2-core machine.",
         f"Produced by `python -m bench.packing --percentage-of-nodes-to-score "
-        f"{config['settings']} --nodes {config['nodes']} --seeds {len(config['seeds'])}`.",
+        f"{config['settings']} --nodes {config['nodes']} --seeds {len(config['seeds'])} "
+        f"--workloads {','.join(report['workloads'])}`.",
         "",
-        "| workload | setting | names per call | processed per cycle | at 100 % | Δ pp | "
-        "at 130 % | Δ pp | left pending / placed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | setting | most names per call | names per call | processed per cycle | "
+        "at 100 % | Δ pp | at 130 % | Δ pp | left pending / placed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(c: dict[str, float]) -> str:
@@ -408,8 +411,9 @@ def sampling_markdown(report: dict[str, Any]) -> str:
     for spec, rows in report["workloads"].items():
         for pct, row in rows.items():
             label = "0 (adaptive)" if pct == "0" else pct
+            most = num_feasible_nodes_to_find(int(pct), config["nodes"])
             lines.append(
-                f"| {spec} | {label} | {row['names_per_call']:.1f} | "
+                f"| {spec} | {label} | {most} | {row['names_per_call']:.1f} | "
                 f"{row['processed_per_cycle']:.0f} | {cell(row['100'])} | "
                 f"{cell(row['delta_100'])} | {cell(row['130'])} | {cell(row['delta_130'])} | "
                 f"{row['left_pending']} / {row['placed_pods']} |"
