@@ -408,8 +408,9 @@ def sampling_markdown(report: dict[str, Any]) -> str:
     def cell(c: dict[str, float]) -> str:
         return f"{c['mean']:.2f} ± {c['ci']:.2f}"
 
+    order = [str(p) for p in parse_percentages(config["settings"])]
     for spec, rows in report["workloads"].items():
-        for pct, row in rows.items():
+        for pct, row in sorted(rows.items(), key=lambda item: order.index(item[0])):
             label = "0 (adaptive)" if pct == "0" else pct
             most = num_feasible_nodes_to_find(int(pct), config["nodes"])
             lines.append(
