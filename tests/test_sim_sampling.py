@@ -86,3 +86,16 @@ def test_every_node_scored_at_100_is_the_extender_scan() -> None:
         expected = extender_choice(cluster, placer.demand((profile, 1)))
         placed = placer.place(pod)
         assert (placed.node if placed else None) == (expected.name if expected else None)
+
+
+def test_bench_packing_refuses_a_bad_setting_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.packing import main
+
+    assert main(["--data-dir", ".", "--percentage-of-nodes-to-score", "100,abc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "bench.packing: --percentage-of-nodes-to-score: 'abc' is not a whole number 0..100 "
+        "(e.g. 100,0,30)"
+    )
