@@ -9,6 +9,9 @@ controller's decision for new layouts.
   inventory assumes the device plugin picks). The scores live in a
   :class:`~migslice.sim.index.RankIndex`, so a pod costs a lookup, not a scan of every node;
   :func:`extender_choice` is the scan, kept as the oracle the index is tested against.
+  kube-scheduler's ``percentageOfNodesToScore`` (:mod:`migslice.sim.sampling`) narrows the
+  nodes scored to those its own filters found from a rotating start index; at 100 (the
+  default) that is every node that can take the pod, and the choice is the scan's.
 * **Re-partitioning** (mode A): when no node fits, the controller's decision
   (:func:`migslice.repartition.decide`, which runs the planner) is asked with the pod pending
   and eligible at once (mode A has no clock). The planner considers every node and the demand
