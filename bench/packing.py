@@ -11,6 +11,8 @@ actually drew. Values are means over seeds with 95 % confidence intervals (Stude
     python -m bench.packing                          # the full matrix (about 30 min here)
     python -m bench.packing --nodes 64 --seeds 3 --workloads default/M1,synthetic   # quick
     python -m bench.packing --report-only            # rewrite packing.md/.png from .json
+    python -m bench.packing --percentage-of-nodes-to-score 100,0,30,10 --nodes 5000
+        # migslice only, under kube-scheduler's node sampling: packing_sampling_<nodes>.md
 
 The ``cpu*`` and ``gpuspec*`` traces carry the same GPU pods as ``default`` (checked at
 start) and are not run twice. Writes ``bench/reports/packing.json``, ``packing.md`` and
@@ -27,6 +29,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,8 @@ from migslice.sim import (
 )
 from migslice.sim.command import DEFAULT_DATA_DIR, load_workload
 from migslice.sim.limits import sampled_first_failure_pct, sampled_limit
+from migslice.sim.ours import Migslice
+from migslice.sim.sampling import num_feasible_nodes_to_find
 from migslice.sim.trace import TRACE_FOLDER
 
 REPORTS = Path(__file__).parent / "reports"
@@ -79,6 +84,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sensitivity", default=",".join(SENSITIVITY))
     parser.add_argument("--out", type=Path, default=REPORTS)
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--percentage-of-nodes-to-score",
+        default="",
+        help="comma-separated kube-scheduler settings (0 = adaptive): run migslice under each "
+        "and write packing_sampling_<nodes>.json/.md instead of the full report",
+    )
     parser.add_argument(
         "--add",
         action="store_true",
@@ -115,8 +126,13 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
         out["at"] = {str(p.arrived_pct): p.slice_allocation for p in points}
         out["first_failure_pct"] = sampled_first_failure_pct(arrivals, GPU_MODEL, gpus)
     else:
-        policy = make_policy(policy_id, GPU_MODEL, pods.pods, gpus=gpus)
+        name, _, pct = policy_id.partition("@")
+        policy = make_policy(name, GPU_MODEL, pods.pods, gpus=gpus)
+        if pct and isinstance(policy, Migslice):
+            policy = replace(policy, percentage_of_nodes_to_score=int(pct))
         result = run_saturation(pods, policy, seed, config=config)
+        if result.sampling is not None:
+            out["sampling"] = asdict(result.sampling)
         out.update(
             name=policy.name,
             at={
@@ -260,6 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         write(json.loads((args.out / "packing.json").read_text()), args.out)
         return 0
     CONTEXT.update(data_dir=args.data_dir, nodes=args.nodes)
+    if args.percentage_of_nodes_to_score:
+        try:
+            settings = parse_percentages(args.percentage_of_nodes_to_score)
+        except ValueError as error:
+            print(f"bench.packing: --percentage-of-nodes-to-score: {error}", file=sys.stderr)
+            return 2
+        args.policies = ",".join(f"migslice@{p}" for p in settings)
+        args.sensitivity, args.add = "", True
     specs = [s for s in args.workloads.split(",") if s]
     started, cpu_before = time.monotonic(), time.process_time()
     try:
@@ -282,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{100 * at['130']['slice_allocation']:.1f}% at 130% ({result['cpu_s']:.1f}s)",
                 flush=True,
             )
+    if args.percentage_of_nodes_to_score:
+        write_sampling(args, specs, results, started=started)
+        return 0
     if args.add:
         report = add_runs(args, results)
     else:
@@ -289,6 +316,110 @@ def main(argv: Sequence[str] | None = None) -> int:
     write(report, args.out)
     print(f"total {time.monotonic() - started:.0f}s wall")
     return 0
+
+
+def parse_percentages(text: str) -> list[int]:
+    """``100,0,30``: kube-scheduler's percentageOfNodesToScore values, each 0..100."""
+    values = []
+    for part in text.split(","):
+        if not part.strip().isdigit() or not 0 <= int(part) <= 100:
+            raise ValueError(f"{part!r} is not a whole number 0..100 (e.g. 100,0,30)")
+        values.append(int(part))
+    return values
+
+
+def write_sampling(
+    args: argparse.Namespace, specs: Sequence[str], results: list[dict[str, Any]], *, started: float
+) -> None:
+    """The sampling comparison: per setting and workload, slice allocation at 100 % and
+    130 % arrived (paired deltas vs the first setting), names per extender call, nodes
+    processed per cycle and pods the sample left pending."""
+    blocks: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for r in sorted((r for r in results if r["workload"] == spec), key=lambda r: r["seed"]):
+            runs.setdefault(r["policy"].partition("@")[2], []).append(r)
+        blocks[spec] = runs
+    report = {
+        "config": {
+            "nodes": args.nodes,
+            "seeds": list(range(args.seeds)),
+            "settings": args.percentage_of_nodes_to_score,
+            "wall_s": time.monotonic() - started,
+        },
+        "workloads": {
+            spec: {pct: sampling_row(rs, runs) for pct, rs in runs.items()}
+            for spec, runs in blocks.items()
+        },
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"packing_sampling_{args.nodes}"
+    report = compact(report)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(sampling_markdown(report))
+    print(f"wrote {stem}.json and {stem}.md")
+
+
+def sampling_row(
+    runs: list[dict[str, Any]], every: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    base = next(iter(every.values()))
+    row: dict[str, Any] = {}
+    for load in ("100", "130"):
+        mine = [100 * r["at"][load]["slice_allocation"] for r in runs]
+        ref = [100 * r["at"][load]["slice_allocation"] for r in base]
+        row[load] = ci(mine)
+        row[f"delta_{load}"] = ci([a - b for a, b in zip(mine, ref, strict=True)])
+    tallies = [r["sampling"] for r in runs]
+    cycles = sum(t["cycles"] for t in tallies)
+    row["names_per_call"] = sum(t["names"] for t in tallies) / max(
+        1, sum(t["calls"] for t in tallies)
+    )
+    row["processed_per_cycle"] = sum(t["processed"] for t in tallies) / cycles
+    row["left_pending"] = sum(t["left_pending"] for t in tallies)
+    row["placed_pods"] = sum(r["placed_pods"] for r in runs)
+    return row
+
+
+def sampling_markdown(report: dict[str, Any]) -> str:
+    config = report["config"]
+    lines = [
+        f"# Packing under kube-scheduler's node sampling ({config['nodes']} nodes)",
+        "",
+        f"migslice in mode A (bench.packing's saturation run), seeds "
+        f"{config['seeds'][0]}-{config['seeds'][-1]} ({len(config['seeds'])}); "
+        "kube-scheduler's percentageOfNodesToScore modelled by migslice.sim.sampling. "
+        "Slice allocation in %, mean ± 95 % interval over seeds; Δ: paired per seed against "
+        f"the first setting, in pp. Names: node names per extender call (mean over scheduling "
+        "cycles in which kube-scheduler calls the extender; most: numFeasibleNodesToFind); "
+        "processed: nodes kube-scheduler's filters looked at per cycle; left pending: "
+        "pods whose sample held no node the extender accepts while another node could take "
+        "them (all seeds together). "
+        f"Run: {config['wall_s'] / 60:.1f} min wall on a shared 2-core machine.",
+        f"Produced by `python -m bench.packing --percentage-of-nodes-to-score "
+        f"{config['settings']} --nodes {config['nodes']} --seeds {len(config['seeds'])} "
+        f"--workloads {','.join(report['workloads'])}`.",
+        "",
+        "| workload | setting | most names per call | names per call | processed per cycle | "
+        "at 100 % | Δ pp | at 130 % | Δ pp | left pending / placed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(c: dict[str, float]) -> str:
+        return f"{c['mean']:.2f} ± {c['ci']:.2f}"
+
+    order = [str(p) for p in parse_percentages(config["settings"])]
+    for spec, rows in report["workloads"].items():
+        for pct, row in sorted(rows.items(), key=lambda item: order.index(item[0])):
+            label = "0 (adaptive)" if pct == "0" else pct
+            most = num_feasible_nodes_to_find(int(pct), config["nodes"])
+            lines.append(
+                f"| {spec} | {label} | {most} | {row['names_per_call']:.1f} | "
+                f"{row['processed_per_cycle']:.0f} | {cell(row['100'])} | "
+                f"{cell(row['delta_100'])} | {cell(row['130'])} | {cell(row['delta_130'])} | "
+                f"{row['left_pending']} / {row['placed_pods']} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def add_runs(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -50,7 +50,7 @@ def test_the_scheduler_calls_the_extender_over_https_with_names_only() -> None:
     config = scheduler_config()
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-    assert config["percentageOfNodesToScore"] == 100
+    assert config["percentageOfNodesToScore"] == 1
     connection = config["clientConnection"]
     assert connection["qps"] >= 200 and connection["burst"] == 2 * connection["qps"]
     assert config["leaderElection"]["resourceName"] == "migslice-scheduler"

@@ -95,3 +95,7 @@ _.resume_writing
 exc
 writes
 connected
+_.cycles  # SampleTally, serialised whole by bench.packing
+_.calls
+_.left_pending
+_.next_start  # sampling.Window, read by tests

@@ -65,6 +65,10 @@ class RankIndex:
             self._sorted[kind] = entries
         return entries
 
+    def entries(self, kind: Kind) -> list[Rank]:
+        """The ranks of the nodes that can take ``kind``, ascending (do not modify)."""
+        return self._entries(kind)
+
     def best(self, kind: Kind) -> SimNode | None:
         """The node with the lowest rank for ``kind``, or None if no node can take it."""
         entries = self._entries(kind)

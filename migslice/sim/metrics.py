@@ -14,10 +14,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from migslice.mig import GpuModel
 from migslice.sim.cluster import Assignment, SimCluster
+from migslice.sim.sampling import SampleTally
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,9 @@ class RunResult:
     repartition_operations: int
     disrupted_pods: int
     points: tuple[LoadPoint, ...]
+    sampling: SampleTally | None = field(default=None, compare=False)
+    """kube-scheduler's node sampling, for a policy that models it (migslice): a tally of
+    the search, not an outcome, so runs that place the same pods compare equal."""
 
     def at(self, arrived_pct: int) -> LoadPoint:
         for point in self.points:

@@ -9,6 +9,9 @@ controller's decision for new layouts.
   inventory assumes the device plugin picks). The scores live in a
   :class:`~migslice.sim.index.RankIndex`, so a pod costs a lookup, not a scan of every node;
   :func:`extender_choice` is the scan, kept as the oracle the index is tested against.
+  kube-scheduler's ``percentageOfNodesToScore`` (:mod:`migslice.sim.sampling`) narrows the
+  nodes scored to those its own filters found from a rotating start index; at 100 (the
+  default) that is every node that can take the pod, and the choice is the scan's.
 * **Re-partitioning** (mode A): when no node fits, the controller's decision
   (:func:`migslice.repartition.decide`, which runs the planner) is asked with the pod pending
   and eligible at once (mode A has no clock). The planner considers every node and the demand
@@ -53,6 +56,13 @@ from migslice.sim.carving import carve_reshape
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import IndexedPlacer, LayoutChange, Placer, hold
+from migslice.sim.sampling import (
+    SampleTally,
+    best_in_window,
+    num_feasible_nodes_to_find,
+    search,
+    span,
+)
 from migslice.sim.trace import SimPod
 
 PLAN_SETTINGS = PlanSettings(min_pending_s=0.0, cooldown_s=0.0, max_nodes_in_flight=1)
@@ -208,11 +218,48 @@ class DemandMix:
         return {k: max(0.0, v - self._spare[k] / supply) + 0.1 * v for k, v in demand.items()}
 
 
+class Positions(Sequence[int]):
+    """The positions of a :class:`RankIndex` whose ranks are ``(position,)`` (a view)."""
+
+    def __init__(self, entries: Sequence[tuple[int | float, ...]]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return [int(e[0]) for e in self._entries[i]]
+        return int(self._entries[i][0])
+
+
+def free_instances(node: SimNode, profile: str) -> int:
+    """``nvidia.com/mig-<profile>`` allocatable less requested, as NodeResourcesFit sees it
+    (the device plugin advertises one per instance; a held instance is requested)."""
+    return sum(
+        1
+        for gpu in node.gpus
+        for placed, holder in zip(gpu.instances, gpu.holders, strict=True)
+        if holder is None and placed.profile == profile
+    )
+
+
 class MigslicePlacer(IndexedPlacer):
-    def __init__(self, cluster: SimCluster, settings: PlanSettings, *, carve: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: SimCluster,
+        settings: PlanSettings,
+        *,
+        carve: bool = False,
+        percentage_of_nodes_to_score: int = 100,
+    ) -> None:
         super().__init__(cluster)
         self.settings = settings
         self.carve = carve
+        self.to_find = num_feasible_nodes_to_find(percentage_of_nodes_to_score, len(cluster.nodes))
+        self.sampling = SampleTally(percentage_of_nodes_to_score)
+        self.start_index = 0
+        self.fits = RankIndex(cluster, self.fit_rank)
         self.demands: dict[Kind, PodDemand] = {}
         self.mix = DemandMix(cluster)
         self.idle = RankIndex(cluster, self.idle_rank)
@@ -230,6 +277,54 @@ class MigslicePlacer(IndexedPlacer):
 
     def picks(self, node: SimNode, kind: Kind) -> list[tuple[SimGpu, int]]:
         return fragmentation_picks(self.cluster.model, node, kind[0], count=kind[1])
+
+    def fit_rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        """kube-scheduler's own filters: NodeResourcesFit on the pod's MIG resource."""
+        return (node.position,) if free_instances(node, kind[0]) >= kind[1] else None
+
+    def choose(self, kind: Kind) -> SimNode | None:
+        """The node kube-scheduler binds the pod to: its filters find ``to_find`` nodes from
+        the start index (:mod:`migslice.sim.sampling`), the extender filters and scores those
+        and the highest score wins (ties: the lowest position). When the sample holds no node
+        the extender accepts but another node would take the pod, the pod is counted in
+        ``left_pending`` and tried again from the advanced start index, as kube-scheduler's
+        next cycle for it would (other pods are not interleaved)."""
+        n = len(self.cluster.nodes)
+        feasible = Positions(self.fits.entries(kind))
+        entries = self.index.entries(kind)
+        tally = self.sampling
+        covered = 0
+        retried = False
+        while True:
+            start = self.start_index
+            length = span(feasible, start, n, self.to_find)
+            self.start_index = (start + length) % n
+            tally.cycles += 1
+            tally.processed += length
+            tally.names += min(len(feasible), self.to_find)
+            tally.calls += 1 if feasible else 0
+            covered += length
+            position = best_in_window(entries, start, length, n)
+            if position is not None and self._fits(position, kind):
+                return self.cluster.nodes[position]
+            if position is not None:
+                position = self._scan(kind, search(feasible, start, n, self.to_find).sample)
+                if position is not None:
+                    return self.cluster.nodes[position]
+            if not entries or covered >= n:
+                return None
+            if not retried:
+                tally.left_pending += 1
+                retried = True
+
+    def _fits(self, position: int, kind: Kind) -> bool:
+        return self.fit_rank(self.cluster.nodes[position], kind) is not None
+
+    def _scan(self, kind: Kind, sample: Sequence[int]) -> int | None:
+        """The extender's choice among ``sample`` (a node the extender accepts but
+        kube-scheduler's filters did not pass is not in it)."""
+        ranks = [r for p in sample if (r := self.rank(self.cluster.nodes[p], kind)) is not None]
+        return int(min(ranks)[-1]) if ranks else None
 
     def idle_rank(self, node: SimNode, kind: Kind) -> Rank | None:
         """The planner's node order for a pod needing ``kind[1]`` idle GPUs at least."""
@@ -272,7 +367,10 @@ class MigslicePlacer(IndexedPlacer):
         is that node: placed there without re-ranking the node in between."""
         node, self.reshaped = self.reshaped, None
         if node is None:
-            return super().place(pod)
+            kind = (pod.profile, pod.count)
+            node = self.choose(kind)
+            if node is None:
+                return None
         picks = self.picks(node, (pod.profile, pod.count))
         if len(picks) < pod.count:
             raise AssertionError(f"{node.name} was re-partitioned for {pod.name} but lacks it")
@@ -288,6 +386,8 @@ class Migslice:
     name: str = "migslice"
     settings: PlanSettings = field(default=PLAN_SETTINGS)
     mode: str = MODE_MIG_MANAGER
+    percentage_of_nodes_to_score: int = 100
+    """kube-scheduler's setting (:mod:`migslice.sim.sampling`); 100: every feasible node."""
 
     @property
     def carves(self) -> bool:
@@ -298,4 +398,9 @@ class Migslice:
 
     def start(self, cluster: SimCluster, seed: int) -> Placer:
         cluster.agent_reports = self.carves
-        return MigslicePlacer(cluster, self.settings, carve=self.carves)
+        return MigslicePlacer(
+            cluster,
+            self.settings,
+            carve=self.carves,
+            percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+        )

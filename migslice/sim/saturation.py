@@ -20,6 +20,7 @@ from migslice.mig import GpuModel, is_legal
 from migslice.sim.cluster import GPUS_PER_NODE, SimCluster
 from migslice.sim.metrics import LoadPoint, RunResult, Tally, disrupted_pods
 from migslice.sim.placement import Policy, Reshaper, apply_changes
+from migslice.sim.sampling import SampleTally
 from migslice.sim.trace import GPU_MODEL, SimPod, Workload
 
 Progress = Callable[[LoadPoint], None]
@@ -111,6 +112,7 @@ def run_sequence(
             points.append(point)
             if progress is not None and point.arrived_pct % 10 == 0:
                 progress(point)
+    sampled = getattr(placer, "sampling", None)
     return RunResult(
         policy=policy.name,
         workload=workload,
@@ -125,6 +127,7 @@ def run_sequence(
         repartition_operations=cluster.repartitions,
         disrupted_pods=disrupted_pods(cluster),
         points=tuple(points),
+        sampling=sampled if isinstance(sampled, SampleTally) else None,
     )
 
 
