@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from migslice.kube import Backoff, Informer, KubernetesTransport, ResourceRef
+from migslice.kube.informer import continue_token_of
 from tests.local_api import local_api
 
 
@@ -313,19 +314,23 @@ def test_a_quiet_watch_stays_connected_and_one_unanswered_past_its_timeout_does_
 
 
 class PageRecordingSink:
-    """A PageSink: records each call with the number of list requests the API had seen."""
+    """A PageSink that records its calls; the first upsert waits (up to 3 s) until the API
+    has been asked for as many list pages as ``wait_for_lists`` says."""
 
-    def __init__(self, recorded: RecordedApi) -> None:
+    def __init__(self, recorded: RecordedApi, wait_for_lists: int = 0) -> None:
         self.recorded = recorded
+        self.wait_for_lists = wait_for_lists
         self.items: dict[str, int] = {}
         self.calls: list[str] = []
 
-    def _lists_seen(self) -> int:
+    def _lists_asked(self) -> int:
         return sum(1 for r in self.recorded.requests if r.get("watch") != "true")
 
     def upsert(self, key: str, item: int) -> None:
+        if not self.calls and self.wait_for_lists:
+            wait_for(lambda: self._lists_asked() >= self.wait_for_lists)
         self.items[key] = item
-        self.calls.append(f"upsert {key} after {self._lists_seen()} list requests")
+        self.calls.append(f"upsert {key}")
 
     def delete(self, key: str) -> None:
         self.items.pop(key, None)
@@ -336,16 +341,8 @@ class PageRecordingSink:
         self.calls.append(f"listed {sorted(keys)}")
 
 
-def test_a_page_sink_gets_each_page_before_the_next_is_asked_for_then_the_whole_key_set(
-    api: tuple[RecordedApi, KubernetesTransport],
-) -> None:
-    recorded, transport = api
-    recorded.lists = [
-        (200, node_list([node("n1", "5"), node("n2", "6")], "", token="page-2")),
-        (200, node_list([node("n3", "7", gpus=0), node("n4", "8")], "100")),
-    ]
-    sink = PageRecordingSink(recorded)
-    informer = Informer(
+def paged_informer(transport: KubernetesTransport, sink: PageRecordingSink) -> Informer[int]:
+    return Informer(
         name="nodes",
         transport=transport,
         resource=ResourceRef("/api/v1/nodes"),
@@ -355,15 +352,61 @@ def test_a_page_sink_gets_each_page_before_the_next_is_asked_for_then_the_whole_
         watch_timeout_s=1,
         backoff=Backoff(initial_s=0.01, max_s=0.02),
     )
-    informer.list_once()
-    assert sink.calls == [
-        "upsert n1 after 1 list requests",
-        "upsert n2 after 1 list requests",
-        "upsert n4 after 2 list requests",
-        "listed ['n1', 'n2', 'n4']",
+
+
+def test_a_page_sink_gets_each_page_as_it_arrives_then_the_whole_key_set(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    recorded.lists = [
+        (200, node_list([node("n1", "5"), node("n2", "6")], "", token="page-2")),
+        (200, node_list([node("n3", "7", gpus=0), node("n4", "8")], "100")),
     ]
-    assert informer.synced
+    sink = PageRecordingSink(recorded)
+    informer = paged_informer(transport, sink)
+    informer.list_once()
+    assert sink.calls == ["upsert n1", "upsert n2", "upsert n4", "listed ['n1', 'n2', 'n4']"]
+    assert informer.synced and informer.resource_version == "100"
+    assert [r.get("continue") for r in recorded.requests] == [None, "page-2"]
     recorded.lists = [(200, node_list([node("n2", "9")], "101"))]
     informer.list_once()  # a re-list: n1 and n4 are gone
-    assert sink.calls[-2:] == ["upsert n2 after 3 list requests", "listed ['n2']"]
+    assert sink.calls[-2:] == ["upsert n2", "listed ['n2']"]
     assert sink.items == {"n2": 1}
+
+
+def test_the_next_page_is_asked_for_while_the_sink_works_on_this_one(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    """kube-apiserver writes a list's metadata (and its continue token) before its items:
+    the informer reads the token from the answer's head and asks for the next page before it
+    decodes and delivers this one. Without that, the sink's first upsert waits in vain."""
+    recorded, transport = api
+    recorded.lists = [
+        (200, node_list([node("n1", "5")], "", token="page-2")),
+        (200, node_list([node("n2", "6")], "", token="page-3")),
+        (200, node_list([node("n3", "7")], "100")),
+    ]
+    sink = PageRecordingSink(recorded, wait_for_lists=2)
+    paged_informer(transport, sink).list_once()
+    assert sink.calls == ["upsert n1", "upsert n2", "upsert n3", "listed ['n1', 'n2', 'n3']"]
+
+
+@pytest.mark.parametrize(
+    ("head", "token"),
+    [
+        (
+            b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9",'
+            b'"continue":"eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ","remainingItemCount":3},"items":[]}',
+            "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ",
+        ),
+        (b'{"kind": "NodeList", "apiVersion": "v1", "metadata": {"continue": "a-b_c="}}', "a-b_c="),
+        (b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}', ""),
+        (b'{"items":[],"metadata":{"continue":"late"},"kind":"PodList","apiVersion":"v1"}', ""),
+        (b'{"kind":"PodList","apiVersion":"v1","metadata":{"labels":{"continue":"x"}}}', ""),
+        (b"not json at all", ""),
+    ],
+)
+def test_the_continue_token_is_read_from_the_head_only_as_kube_apiserver_writes_it(
+    head: bytes, token: str
+) -> None:
+    assert continue_token_of(head) == token

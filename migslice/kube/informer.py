@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -130,6 +132,23 @@ class InformerStats:
 
 class GoneError(KubeError):
     """The resourceVersion is too old (410 Gone): list again."""
+
+
+_LIST_HEAD = re.compile(
+    rb'\s*\{\s*"kind"\s*:\s*"[^"]*"\s*,\s*"apiVersion"\s*:\s*"[^"]*"\s*,\s*"metadata"\s*:\s*\{([^{}]*)\}'
+)
+_CONTINUE = re.compile(rb'"continue"\s*:\s*"([A-Za-z0-9+/=_.-]*)"')
+
+
+def continue_token_of(body: bytes) -> str:
+    """The ``continue`` token of a list answer read from its head (kube-apiserver writes
+    ``kind``, ``apiVersion`` and ``metadata`` before ``items``); "" when the head does not
+    read that way or has none."""
+    head = _LIST_HEAD.match(body, 0, 4096)
+    if head is None:
+        return ""
+    token = _CONTINUE.search(head.group(1))
+    return "" if token is None else token.group(1).decode("ascii")
 
 
 def object_key(raw: Mapping[str, Any]) -> str:
@@ -249,18 +268,7 @@ class Informer(Generic[T]):
         paged = sink if isinstance(sink, PageSink) else None
         items: dict[str, T] = {}
         keys: set[str] = set()
-        token = ""
-        while True:
-            query = self.resource.query()
-            query["limit"] = str(self.page_size)
-            if token:
-                query["continue"] = token
-            try:
-                page = self.transport.get_json(self.resource.path, query)
-            except ApiError as error:
-                if error.status == 410:
-                    raise GoneError(str(error)) from None
-                raise
+        for page in self._pages():
             self._touch()
             for raw in page.pop("items", None) or ():
                 if isinstance(raw, dict):
@@ -273,11 +281,6 @@ class Informer(Generic[T]):
                     else:
                         keys.add(key)
                         paged.upsert(key, projected)
-            metadata = page.get("metadata") or {}
-            token = str(metadata.get("continue") or "")
-            if not token:
-                self._resource_version = str(metadata.get("resourceVersion") or "")
-                break
         if paged is None:
             assert not isinstance(sink, PageSink)
             sink.replace(items)
@@ -294,6 +297,54 @@ class Informer(Generic[T]):
             len(keys),
             self._resource_version,
         )
+
+    def _pages(self) -> Iterator[RawObject]:
+        """The list's pages, in order (``limit``/``continue``), each decoded; the last one
+        sets the resourceVersion to watch from.
+
+        The next page is asked for while the caller works on this one: its ``continue`` token
+        is read from the head of the answer, where kube-apiserver writes the list's metadata,
+        before the body is decoded, so the API server encodes page n+1 while this process
+        decodes and projects page n. An answer whose head does not read that way is followed
+        once decoded (the same pages, one after the other)."""
+        fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{self.name}")
+        try:
+            pending = fetcher.submit(self._fetch, "")
+            while True:
+                body = pending.result()
+                ahead = continue_token_of(body)
+                if ahead:
+                    pending = fetcher.submit(self._fetch, ahead)
+                try:
+                    page = orjson.loads(body)
+                except ValueError:
+                    raise ApiError(0, f"GET {self.resource.path}: answer is not JSON") from None
+                del body
+                if not isinstance(page, dict):
+                    raise ApiError(0, f"GET {self.resource.path}: answer is not a JSON object")
+                metadata = page.get("metadata") or {}
+                token = str(metadata.get("continue") or "")
+                if not token:
+                    self._resource_version = str(metadata.get("resourceVersion") or "")
+                yield page
+                if not token:
+                    return
+                if token != ahead:  # the head did not say (or said otherwise): ask now
+                    pending = fetcher.submit(self._fetch, token)
+        finally:
+            fetcher.shutdown(wait=False, cancel_futures=True)
+
+    def _fetch(self, token: str) -> bytes:
+        query = self.resource.query()
+        query["limit"] = str(self.page_size)
+        if token:
+            query["continue"] = token
+        try:
+            return self.transport.get_bytes(self.resource.path, query)
+        except ApiError as error:
+            if error.status == 410:
+                raise GoneError(str(error)) from None
+            raise
 
     def watch_once(self) -> None:
         """Watch from the last resourceVersion until the server ends the stream."""

@@ -40,6 +40,8 @@ class Transport(Protocol):
 
     def get_json(self, path: str, query: Mapping[str, str]) -> RawObject: ...
 
+    def get_bytes(self, path: str, query: Mapping[str, str]) -> bytes: ...
+
     def stream_lines(
         self, path: str, query: Mapping[str, str], read_timeout_s: float
     ) -> Iterator[bytes]: ...
@@ -134,6 +136,16 @@ class KubernetesTransport:
         read_timeout_s = self._read_timeout_s if timeout_s is None else timeout_s
         response = self._request(path, query, read_timeout_s=read_timeout_s)
         return self._read_json("GET", path, response)
+
+    def get_bytes(self, path: str, query: Mapping[str, str]) -> bytes:
+        """GET ``path``: the answer's body as sent (a list page, decoded by the caller)."""
+        response = self._request(path, query, read_timeout_s=self._read_timeout_s)
+        try:
+            return response.read()
+        except urllib3.exceptions.HTTPError as error:
+            raise ApiError(0, f"GET {path}: {error}") from None
+        finally:
+            response.release_conn()
 
     def get_text(self, path: str, limit_bytes: int = 65536) -> str:
         """GET ``path`` as text (a service proxy's ``/healthz``); at most ``limit_bytes``."""
