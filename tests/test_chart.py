@@ -54,6 +54,8 @@ def test_the_default_values_satisfy_the_schema_and_the_schema_rejects_typos() ->
         {**values, "repartition": {"mode": "yes"}},
         {**values, "webhok": {}},
         {**values, "tls": {"mode": "self-signed"}},
+        {**values, "scheduler": {**values["scheduler"], "percentageOfNodesToScore": 101}},
+        {**values, "scheduler": {**values["scheduler"], "percentageOfNodesToScore": "1%"}},
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.Draft7Validator(schema).validate(bad)
