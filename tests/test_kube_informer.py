@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -314,21 +315,16 @@ def test_a_quiet_watch_stays_connected_and_one_unanswered_past_its_timeout_does_
 
 
 class PageRecordingSink:
-    """A PageSink that records its calls; the first upsert waits (up to 3 s) until the API
-    has been asked for as many list pages as ``wait_for_lists`` says."""
+    """A PageSink that records its calls; with ``on_first``, its first upsert calls it first."""
 
-    def __init__(self, recorded: RecordedApi, wait_for_lists: int = 0) -> None:
-        self.recorded = recorded
-        self.wait_for_lists = wait_for_lists
+    def __init__(self, on_first: Any = None) -> None:
+        self.on_first = on_first
         self.items: dict[str, int] = {}
         self.calls: list[str] = []
 
-    def _lists_asked(self) -> int:
-        return sum(1 for r in self.recorded.requests if r.get("watch") != "true")
-
     def upsert(self, key: str, item: int) -> None:
-        if not self.calls and self.wait_for_lists:
-            wait_for(lambda: self._lists_asked() >= self.wait_for_lists)
+        if not self.calls and self.on_first is not None:
+            self.on_first()
         self.items[key] = item
         self.calls.append(f"upsert {key}")
 
@@ -362,7 +358,7 @@ def test_a_page_sink_gets_each_page_as_it_arrives_then_the_whole_key_set(
         (200, node_list([node("n1", "5"), node("n2", "6")], "", token="page-2")),
         (200, node_list([node("n3", "7", gpus=0), node("n4", "8")], "100")),
     ]
-    sink = PageRecordingSink(recorded)
+    sink = PageRecordingSink()
     informer = paged_informer(transport, sink)
     informer.list_once()
     assert sink.calls == ["upsert n1", "upsert n2", "upsert n4", "listed ['n1', 'n2', 'n4']"]
@@ -386,9 +382,29 @@ def test_the_next_page_is_asked_for_while_the_sink_works_on_this_one(
         (200, node_list([node("n2", "6")], "", token="page-3")),
         (200, node_list([node("n3", "7")], "100")),
     ]
-    sink = PageRecordingSink(recorded, wait_for_lists=2)
+    release = threading.Event()
+    answer = recorded.answer
+
+    def held_answer(query: dict[str, str]) -> tuple[int, Any]:
+        if query.get("continue") == "page-2":
+            release.wait(5)  # page 2 is answered once the sink has seen page 1
+        return answer(query)
+
+    recorded.answer = held_answer  # type: ignore[method-assign]
+    fetchers: list[threading.Thread] = []
+
+    def page_two_asked_for() -> None:
+        wait_for(lambda: any(t.name.startswith("list-") for t in threading.enumerate()))
+        fetchers.extend(t for t in threading.enumerate() if t.name.startswith("list-"))
+        release.set()
+
+    sink = PageRecordingSink(on_first=page_two_asked_for)
     paged_informer(transport, sink).list_once()
     assert sink.calls == ["upsert n1", "upsert n2", "upsert n3", "listed ['n1', 'n2', 'n3']"]
+    assert [r.get("continue") for r in recorded.requests] == [None, "page-2", "page-3"]
+    # The page asked for ahead runs in a daemon thread: one stuck on a dead API server never
+    # holds up the process's exit.
+    assert fetchers and all(thread.daemon for thread in fetchers)
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -149,6 +148,34 @@ def continue_token_of(body: bytes) -> str:
         return ""
     token = _CONTINUE.search(head.group(1))
     return "" if token is None else token.group(1).decode("ascii")
+
+
+class _Fetch:
+    """One list page asked for in a daemon thread: the answer (or the error) waits in
+    :meth:`result`. A page nobody reads any more (the list failed) is left to finish or time
+    out on its own and never holds up the process's exit."""
+
+    def __init__(self, fetch: Callable[[str], bytes], token: str, name: str) -> None:
+        self._done = threading.Event()
+        self._body = b""
+        self._error: BaseException | None = None
+        thread = threading.Thread(target=self._run, args=(fetch, token), name=name, daemon=True)
+        thread.start()
+
+    def _run(self, fetch: Callable[[str], bytes], token: str) -> None:
+        try:
+            self._body = fetch(token)
+        except BaseException as error:  # handed to the reader, raised there
+            self._error = error
+        finally:
+            self._done.set()
+
+    def result(self) -> bytes:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        body, self._body = self._body, b""  # the caller holds the only reference
+        return body
 
 
 def object_key(raw: Mapping[str, Any]) -> str:
@@ -307,32 +334,28 @@ class Informer(Generic[T]):
         before the body is decoded, so the API server encodes page n+1 while this process
         decodes and projects page n. An answer whose head does not read that way is followed
         once decoded (the same pages, one after the other)."""
-        fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{self.name}")
-        try:
-            pending = fetcher.submit(self._fetch, "")
-            while True:
-                body = pending.result()
-                ahead = continue_token_of(body)
-                if ahead:
-                    pending = fetcher.submit(self._fetch, ahead)
-                try:
-                    page = orjson.loads(body)
-                except ValueError:
-                    raise ApiError(0, f"GET {self.resource.path}: answer is not JSON") from None
-                del body
-                if not isinstance(page, dict):
-                    raise ApiError(0, f"GET {self.resource.path}: answer is not a JSON object")
-                metadata = page.get("metadata") or {}
-                token = str(metadata.get("continue") or "")
-                if not token:
-                    self._resource_version = str(metadata.get("resourceVersion") or "")
-                yield page
-                if not token:
-                    return
-                if token != ahead:  # the head did not say (or said otherwise): ask now
-                    pending = fetcher.submit(self._fetch, token)
-        finally:
-            fetcher.shutdown(wait=False, cancel_futures=True)
+        pending = _Fetch(self._fetch, "", f"list-{self.name}")
+        while True:
+            body = pending.result()
+            ahead = continue_token_of(body)
+            if ahead:
+                pending = _Fetch(self._fetch, ahead, f"list-{self.name}")
+            try:
+                page = orjson.loads(body)
+            except ValueError:
+                raise ApiError(0, f"GET {self.resource.path}: answer is not JSON") from None
+            del body
+            if not isinstance(page, dict):
+                raise ApiError(0, f"GET {self.resource.path}: answer is not a JSON object")
+            metadata = page.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            if not token:
+                self._resource_version = str(metadata.get("resourceVersion") or "")
+            yield page
+            if not token:
+                return
+            if token != ahead:  # the head did not say (or said otherwise): ask now
+                pending = _Fetch(self._fetch, token, f"list-{self.name}")
 
     def _fetch(self, token: str) -> bytes:
         query = self.resource.query()
