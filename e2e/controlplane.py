@@ -837,11 +837,31 @@ class ControlPlane:
             kwargs: dict[str, Any] = {"field_manager": field_manager, "force_conflicts": True}
             if res.namespaced:
                 kwargs["namespace"] = ns or "default"
-            results.append(dyn.server_side_apply(res, body=doc, **kwargs))
+            apply_one = functools.partial(dyn.server_side_apply, res, body=doc, **kwargs)
+            results.append(_retrying_5xx(apply_one))
             if doc["kind"] == "CustomResourceDefinition":
                 wait_crd_established(api, doc["metadata"]["name"])
                 dyn.resources.invalidate_cache()
         return results
+
+
+def _retrying_5xx(call: Callable[[], Any], attempts: int = 4) -> Any:
+    """``call()``, again after 2, 4, 8 s while kube-apiserver answers 500, 503 or 504.
+
+    kube-apiserver answers 504 when etcd is slow to commit (right after a fault scenario has
+    restarted etcd and thousands of pods were written, its own Lease updates time out too); a
+    server-side apply is idempotent, so the harness tries again rather than failing a scenario
+    on its setup."""
+    from kubernetes.dynamic.exceptions import DynamicApiError
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except DynamicApiError as error:
+            if error.status not in (500, 503, 504) or attempt == attempts:
+                raise
+            time.sleep(2.0**attempt)
+    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------- API helpers
