@@ -42,7 +42,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
-from migslice.kube.transport import ApiError, KubeError, RawObject, Transport
+from migslice.kube.transport import ApiError, KubeError, RawObject, Transport, decode_object
 
 log = logging.getLogger(__name__)
 
@@ -340,13 +340,8 @@ class Informer(Generic[T]):
             ahead = continue_token_of(body)
             if ahead:
                 pending = _Fetch(self._fetch, ahead, f"list-{self.name}")
-            try:
-                page = orjson.loads(body)
-            except ValueError:
-                raise ApiError(0, f"GET {self.resource.path}: answer is not JSON") from None
+            page = decode_object("GET", self.resource.path, body)
             del body
-            if not isinstance(page, dict):
-                raise ApiError(0, f"GET {self.resource.path}: answer is not a JSON object")
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             if not token:

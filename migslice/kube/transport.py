@@ -47,6 +47,17 @@ class Transport(Protocol):
     ) -> Iterator[bytes]: ...
 
 
+def decode_object(method: str, path: str, data: bytes) -> RawObject:
+    """An answer's body as the JSON object it must be; else an ApiError that says so."""
+    try:
+        document = orjson.loads(data)
+    except ValueError:
+        raise ApiError(0, f"{method} {path}: answer is not JSON") from None
+    if not isinstance(document, dict):
+        raise ApiError(0, f"{method} {path}: answer is not a JSON object")
+    return document
+
+
 class KubernetesTransport:
     """A :class:`Transport` over a kubernetes-client ``ApiClient``."""
 
@@ -140,12 +151,7 @@ class KubernetesTransport:
     def get_bytes(self, path: str, query: Mapping[str, str]) -> bytes:
         """GET ``path``: the answer's body as sent (a list page, decoded by the caller)."""
         response = self._request(path, query, read_timeout_s=self._read_timeout_s)
-        try:
-            return response.read()
-        except urllib3.exceptions.HTTPError as error:
-            raise ApiError(0, f"GET {path}: {error}") from None
-        finally:
-            response.release_conn()
+        return self._read_body("GET", path, response)
 
     def get_text(self, path: str, limit_bytes: int = 65536) -> str:
         """GET ``path`` as text (a service proxy's ``/healthz``); at most ``limit_bytes``."""
@@ -207,19 +213,16 @@ class KubernetesTransport:
 
     @staticmethod
     def _read_json(method: str, path: str, response: urllib3.BaseHTTPResponse) -> RawObject:
+        return decode_object(method, path, KubernetesTransport._read_body(method, path, response))
+
+    @staticmethod
+    def _read_body(method: str, path: str, response: urllib3.BaseHTTPResponse) -> bytes:
         try:
-            data = response.read()
+            return response.read()
         except urllib3.exceptions.HTTPError as error:
             raise ApiError(0, f"{method} {path}: {error}") from None
         finally:
             response.release_conn()
-        try:
-            document = orjson.loads(data)
-        except ValueError:
-            raise ApiError(0, f"{method} {path}: answer is not JSON") from None
-        if not isinstance(document, dict):
-            raise ApiError(0, f"{method} {path}: answer is not a JSON object")
-        return document
 
     def stream_lines(
         self, path: str, query: Mapping[str, str], read_timeout_s: float
