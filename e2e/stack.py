@@ -25,6 +25,7 @@ from kubernetes import client as k8s
 
 from e2e.controlplane import ControlPlane, ensure_namespace
 from e2e.image import Image, ImageServerProcess, ServiceAccount
+from manifests import render
 from migslice.serving.certs import TlsBundle, write_tls_bundle
 from migslice.serving.process import ServerProcess
 
@@ -102,9 +103,22 @@ def webhook_configurations(bundle: TlsBundle, base_url: str) -> list[dict[str, A
     return configured
 
 
-def scheduler_configuration(bundle: TlsBundle, base_url: str) -> dict[str, Any]:
-    """The shipped KubeSchedulerConfiguration, calling the extender at ``base_url``."""
-    for document in load_manifests(BASE / "scheduler" / "configmap.yaml"):
+def scheduler_configuration(
+    bundle: TlsBundle, base_url: str, values: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The shipped KubeSchedulerConfiguration, calling the extender at ``base_url``; with
+    ``values`` (``--set`` strings), the chart's scheduler ConfigMap rendered with them."""
+    if values:
+        text = render.helm_template(
+            render.default_helm(),
+            [*render.FIXED_VALUES, *values],
+            "--show-only",
+            "templates/scheduler/configmap.yaml",
+        )
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    else:
+        documents = load_manifests(BASE / "scheduler" / "configmap.yaml")
+    for document in documents:
         if document.get("kind") != "ConfigMap":
             continue
         for text in document["data"].values():
@@ -120,7 +134,7 @@ def scheduler_configuration(bundle: TlsBundle, base_url: str) -> dict[str, Any]:
             extender["tlsConfig"].pop("insecure", None)
             extender["tlsConfig"].pop("caFile", None)  # the Secret mounted in the pod
         return dict(config)
-    raise LookupError("no KubeSchedulerConfiguration in manifests/base/scheduler/configmap.yaml")
+    raise LookupError("no KubeSchedulerConfiguration in the scheduler ConfigMap")
 
 
 def service_account_token(

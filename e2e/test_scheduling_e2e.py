@@ -9,17 +9,19 @@ pod cannot use, and scores the rest by fragmentation.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from e2e.controlplane import Scheduler, ensure_namespace, wait_for
 from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import Server
+from e2e.stack import Server, scheduler_configuration
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 
@@ -151,6 +153,51 @@ def test_the_extender_prefers_the_node_that_keeps_whole_gpus_free(
     namespace: str,
     gpu_node: Callable[..., k8s.V1Node],
 ) -> None:
+    config = yaml.safe_load(migslice_scheduler.config_path.read_text())
+    (extender,) = config["extenders"]  # the shipped placement: the best-fit filter alone
+    assert extender["filterVerb"] == "filter-best-fit" and "prioritizeVerb" not in extender
+    keeps_whole_gpus_free(core_v1, namespace, gpu_node, "migslice-scheduler")
+
+
+def test_the_weighted_placement_prefers_it_too_through_prioritize(
+    extender: Server,
+    scheduler: Callable[..., Scheduler],
+    core_v1: k8s.CoreV1Api,
+    namespace: str,
+    gpu_node: Callable[..., k8s.V1Node],
+) -> None:
+    config = scheduler_configuration(
+        extender.bundle, extender.url, ["scheduler.placement=weighted"]
+    )
+    (hook,) = config["extenders"]
+    assert (hook["filterVerb"], hook["prioritizeVerb"]) == ("filter", "prioritize")
+    config["profiles"] = [{"schedulerName": "migslice-weighted"}]
+    scheduler(config, name="migslice-weighted")
+    before = answered_by_verb(extender)
+    keeps_whole_gpus_free(core_v1, namespace, gpu_node, "migslice-weighted")
+    after = answered_by_verb(extender)
+    for verb in ("filter", "prioritize"):  # one of each per pod
+        assert after.get(verb, 0) - before.get(verb, 0) >= 3, (before, after)
+
+
+def answered_by_verb(extender: Server) -> dict[str, float]:
+    """``migslice_extender_requests_total`` answered ok, by verb, from the extender's /metrics."""
+    status, text = extender.request("GET", "/metrics")
+    assert status == 200
+    found: dict[str, float] = {}
+    for match in re.finditer(
+        r'^migslice_extender_requests_total\{outcome="ok",verb="([^"]+)"\} (\S+)$', text, re.M
+    ):
+        found[match[1]] = float(match[2])
+    return found
+
+
+def keeps_whole_gpus_free(
+    core_v1: k8s.CoreV1Api,
+    namespace: str,
+    gpu_node: Callable[..., k8s.V1Node],
+    scheduler_name: str,
+) -> None:
     # Both nodes have a free 1g.10gb; one already runs a 1g pod, so placing there keeps the
     # other node's GPU untouched.
     used = gpu_node({"nvidia.com/mig-1g.10gb": 7}, labels={"nvidia.com/gpu.count": "1"})
@@ -158,7 +205,10 @@ def test_the_extender_prefers_the_node_that_keeps_whole_gpus_free(
     first = mig_pod("1g.10gb")
     first["spec"]["nodeName"] = used.metadata.name
     core_v1.create_namespaced_pod(namespace, first)
-    pods = [core_v1.create_namespaced_pod(namespace, mig_pod("1g.10gb")) for _ in range(3)]
+    asks = [mig_pod("1g.10gb") for _ in range(3)]
+    for ask in asks:
+        ask["spec"]["schedulerName"] = scheduler_name
+    pods = [core_v1.create_namespaced_pod(namespace, ask) for ask in asks]
     for pod in pods:
         bound = wait_for(
             "bind",

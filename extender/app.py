@@ -1,4 +1,10 @@
-"""The extender's Flask app: ``POST /filter``, ``POST /prioritize``, health, readiness, metrics.
+"""The extender's Flask app: ``POST /filter``, ``POST /filter-best-fit``, ``POST /prioritize``,
+health, readiness, metrics.
+
+``/filter-best-fit`` answers as ``/filter`` but keeps only the nodes of the highest score
+among those that fit: the scheduler configuration that names it as its ``filterVerb`` needs
+no ``prioritizeVerb`` (every node it is left with has the same score), so a pod costs one
+call, and when one node is left kube-scheduler binds without scoring at all.
 
 Every verb answers HTTP 200: kube-scheduler treats any other status as a failed call. Our own
 failures (a body that is not ExtenderArgs, an internal error) are reported in ``Error``
@@ -32,6 +38,7 @@ from migslice.objects import node_facts_from_raw
 from migslice.scheduling import (
     PodDemand,
     PreparedNode,
+    best_fit_nodes,
     demand_of,
     filter_nodes,
     score_nodes,
@@ -67,15 +74,11 @@ def create_app(
 
     @app.post("/filter")
     def filter_route() -> Response:
-        started = time.perf_counter()
-        try:
-            answer, outcome = _filter(context, _read_args(context))
-        except BadArgsError as error:
-            answer, outcome = filter_error(str(error)), "error"
-        except Exception as error:  # our own failure: still 200, with Error
-            log.exception("filter failed; answering with Error")
-            answer, outcome = filter_error(f"migslice extender internal error: {error}"), "error"
-        return _finish(context, "filter", answer, outcome, started)
+        return _filter_call(context, "filter", best_fit=False)
+
+    @app.post("/filter-best-fit")
+    def best_fit_route() -> Response:
+        return _filter_call(context, "filter-best-fit", best_fit=True)
 
     @app.post("/prioritize")
     def prioritize_route() -> Response:
@@ -108,12 +111,24 @@ def create_app(
     return app
 
 
+def _filter_call(context: Context, verb: str, *, best_fit: bool) -> Response:
+    started = time.perf_counter()
+    try:
+        answer, outcome = _filter(context, _read_args(context), best_fit=best_fit)
+    except BadArgsError as error:
+        answer, outcome = filter_error(str(error)), "error"
+    except Exception as error:  # our own failure: still 200, with Error
+        log.exception("%s failed; answering with Error", verb)
+        answer, outcome = filter_error(f"migslice extender internal error: {error}"), "error"
+    return _finish(context, verb, answer, outcome, started)
+
+
 def _finish(context: Context, verb: str, answer: Any, outcome: str, started: float) -> Response:
     try:
         body = orjson.dumps(answer)
     except orjson.JSONEncodeError as error:  # an echoed Node nests deeper than 254 levels
         message = f"answer cannot be encoded as JSON: {error}"
-        body = orjson.dumps(filter_error(message) if verb == "filter" else {"Error": message})
+        body = orjson.dumps({"Error": message} if verb == "prioritize" else filter_error(message))
         outcome = "error"
     context.metrics.requests.labels(verb, outcome).inc()
     context.metrics.duration.labels(verb).observe(time.perf_counter() - started)
@@ -202,7 +217,9 @@ def _prepared_from_raw(context: Context, name: str, raw: RawNode) -> PreparedNod
     return context.state.index.derive_for(node_facts_from_raw(raw))
 
 
-def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterResult, str]:
+def _filter(
+    context: Context, args: Mapping[str, Any], *, best_fit: bool
+) -> tuple[ExtenderFilterResult, str]:
     demand = demand_of(args["Pod"])
     names = _names(args)
     by_name: dict[str, RawNode] | None = None
@@ -215,14 +232,15 @@ def _filter(context: Context, args: Mapping[str, Any]) -> tuple[ExtenderFilterRe
         # fails, retried by kube-scheduler, never unresolvable.
         return _all_failed(context, names, by_name, problems), "blind"
     if by_name is None:
-        result = context.state.decisions.filter(demand, names)
+        decisions = context.state.decisions
+        result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
     else:
-        result = filter_nodes(demand, candidates)
+        result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
     metrics = context.metrics.filtered
     metrics.labels("fits").inc(len(result.fits))
     metrics.labels("failed").inc(len(result.failed))
     metrics.labels("unresolvable").inc(len(result.unresolvable))
-    _log_decision("filter", demand, len(names), len(result.fits))
+    _log_decision("filter-best-fit" if best_fit else "filter", demand, len(names), len(result.fits))
     answer: ExtenderFilterResult = {
         "Nodes": None,
         "NodeNames": None,

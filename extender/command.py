@@ -17,6 +17,9 @@ from migslice import console, names
 from migslice.repartition import CARVE_MIN_PENDING_S
 from migslice.serving import add_server_arguments, options_from_args
 
+VERBS = ("/filter", "/filter-best-fit", "/prioritize")
+"""The paths that take ExtenderArgs, under --max-body-mib."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
@@ -37,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-body-mib",
         type=console.count(1, 1024),
         default=ExtenderSettings().max_body_bytes >> 20,
-        help="largest ExtenderArgs accepted on /filter and /prioritize (MiB); full Node "
+        help="largest ExtenderArgs accepted on the filter and prioritize verbs (MiB); full Node "
         "objects (nodeCacheCapable: false) take about 22 KiB per candidate node",
     )
     parser.add_argument(
@@ -184,7 +187,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         ),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,
-        server=options_from_args(args, {"/filter": body, "/prioritize": body}),
+        server=options_from_args(args, dict.fromkeys(VERBS, body)),
         log_level=args.log_level,
     )
 
@@ -199,7 +202,8 @@ COMMAND = console.Command(
     "extender",
     help="run the kube-scheduler extender (filter, prioritize) over HTTPS",
     description=(
-        "Serves POST /filter and /prioritize for kube-scheduler, plus /healthz, /readyz "
+        "Serves POST /filter-best-fit (the shipped filterVerb: only the nodes the pod fits "
+        "best), /filter and /prioritize for kube-scheduler, plus /healthz, /readyz "
         "and /metrics. In a cluster it watches Nodes, Pods and the mig-parted ConfigMap; "
         "with --cluster-file it answers from a fixed YAML stream of Node and Pod objects "
         "(a Pod with spec.nodeName is bound)."

@@ -32,7 +32,8 @@ class ExtenderMetrics:
         )
         self.filtered = Counter(
             "migslice_extender_filter_nodes",
-            "Nodes judged by filter, by result (fits, failed, unresolvable).",
+            "Nodes judged by filter, by result (fits: answered as feasible, on filter-best-fit "
+            "only those of the best score; failed; unresolvable).",
             ("result",),
             registry=self.registry,
         )

@@ -56,6 +56,7 @@ def test_the_default_values_satisfy_the_schema_and_the_schema_rejects_typos() ->
         {**values, "tls": {"mode": "self-signed"}},
         {**values, "scheduler": {**values["scheduler"], "percentageOfNodesToScore": 101}},
         {**values, "scheduler": {**values["scheduler"], "percentageOfNodesToScore": "1%"}},
+        {**values, "scheduler": {**values["scheduler"], "placement": "best-fit"}},
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.Draft7Validator(schema).validate(bad)

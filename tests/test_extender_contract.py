@@ -106,6 +106,30 @@ def test_filter_with_full_nodes_answers_the_same_node_objects(client: FlaskClien
     assert set(answer["FailedAndUnresolvableNodes"]) == {"gpu-a30", "gpu-busy"}
 
 
+@pytest.mark.parametrize("mode", ["names", "nodes"])
+def test_best_fit_filter_answers_only_the_best_scored_fits_and_every_failure(
+    client: FlaskClient, mode: str
+) -> None:
+    pod = scheduled_pod(profile="1g.10gb")
+    nodes = cluster_nodes()
+    body = names_args(pod, ALL) if mode == "names" else nodes_args(pod, nodes)
+    full, _ = post(client, "filter", body)
+    best, _ = post(client, "filter-best-fit", body)
+    scores, _ = post(client, "prioritize", names_args(pod, ALL))
+    assert list(best) == FILTER_KEYS and best["Error"] == ""
+    # gpu-a's GPU is in use, gpu-b's idle: the pod belongs on gpu-a
+    assert {s["Host"]: s["Score"] for s in scores}["gpu-a"] > {
+        s["Host"]: s["Score"] for s in scores
+    }["gpu-b"]
+    if mode == "names":
+        assert full["NodeNames"] == ["gpu-a", "gpu-b"] and best["NodeNames"] == ["gpu-a"]
+        assert best["Nodes"] is None
+    else:
+        assert best["NodeNames"] is None and best["Nodes"]["items"] == [nodes[0]]
+    assert best["FailedNodes"] == full["FailedNodes"]
+    assert best["FailedAndUnresolvableNodes"] == full["FailedAndUnresolvableNodes"]
+
+
 def test_full_node_mode_judges_the_node_as_sent_when_it_is_newer_than_the_cache(
     client: FlaskClient,
 ) -> None:

@@ -61,8 +61,9 @@ def test_the_scheduler_calls_the_extender_over_https_with_names_only() -> None:
     assert extender["tlsConfig"]["caFile"] == "/etc/migslice/extender-ca/ca.crt"
     assert extender["tlsConfig"]["serverName"] == "migslice-extender.migslice-system.svc"
     assert extender["nodeCacheCapable"] is True
-    assert extender["filterVerb"] == "filter" and extender["prioritizeVerb"] == "prioritize"
-    assert extender["weight"] > 0
+    # placement bestFit: the filter alone ranks (e2e runs the weighted render too)
+    assert extender["filterVerb"] == "filter-best-fit"
+    assert "prioritizeVerb" not in extender and "weight" not in extender
     timeout = extender["httpTimeout"]
     assert timeout.endswith("s") and 0 < float(timeout[:-1]) <= 2
 

@@ -15,6 +15,7 @@ from migslice.objects.gpu_layout import AgentGpu, AgentInstance, AgentReport
 from migslice.scheduling import (
     Outcome,
     PreparedNode,
+    best_fit_nodes,
     check_node,
     demand_of,
     filter_nodes,
@@ -363,6 +364,37 @@ def test_filter_partitions_its_input_exactly_and_scores_stay_in_range(
     assert all(isinstance(s, int) and 0 <= s <= 10 for _, s in scored)
     assert all(s == 0 for n, s in scored if n not in fits)
     assert all(s >= 1 for n, s in scored if n in fits and demand.units)
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_the_best_fit_filter_keeps_exactly_the_fits_of_the_highest_score(
+    cluster: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]],
+) -> None:
+    nodes, pods, pod, names = cluster
+    index = index_of(nodes, pods)
+    candidates = [(n, index.get(n)) for n in names]
+    demand = demand_of(pod)
+    full, best = filter_nodes(demand, candidates), best_fit_nodes(demand, candidates)
+    assert (best.failed, best.unresolvable) == (full.failed, full.unresolvable)
+    assert bool(best.fits) == bool(full.fits)
+    scored = dict(score_nodes(demand, candidates))
+    top = max((scored[n] for n in full.fits), default=None)
+    assert best.fits == tuple(n for n in full.fits if scored[n] == top)
+
+
+def test_the_best_fit_filter_sends_only_the_exact_fit_on_a_gpu_in_use() -> None:
+    nodes = [
+        make_node("idle", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb"),
+        make_node("busy", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb"),
+        make_node("twin", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb"),
+        make_node("full", gpu_count=1, mig={"3g.40gb": 2}, config="all-3g.40gb"),
+    ]
+    index = index_of(nodes, [running("a", "busy", "1g.10gb"), running("b", "twin", "1g.10gb")])
+    candidates = [(n, index.get(n)) for n in ("idle", "busy", "twin", "full")]
+    result = best_fit_nodes(demand_of(make_pod("p", profile="1g.10gb")), candidates)
+    assert result.fits == ("busy", "twin")  # equals both kept, for kube-scheduler's own scores
+    assert set(result.unresolvable) == {"full"} and not result.failed
 
 
 @settings(max_examples=100, deadline=None)

@@ -12,7 +12,9 @@ from migslice.inventory.layouts import NodeState
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.scheduling import (
     DecisionCache,
+    FilterResult,
     PreparedNode,
+    best_fit_nodes,
     demand_of,
     filter_nodes,
     prepare_node,
@@ -38,14 +40,19 @@ def cached_index() -> tuple[ClusterIndex[PreparedNode], DecisionCache[tuple[str,
 
 def reference(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], pod: dict[str, Any], names: list[str]
-) -> tuple[Any, list[tuple[str, int]]]:
-    """The answer of the reference path over a fresh index of the same objects."""
+) -> tuple[FilterResult, list[tuple[str, int]], FilterResult]:
+    """The answers of the reference path over a fresh index of the same objects: filter,
+    scores, best-fit filter."""
     index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
     index.replace_nodes(node_facts_from_raw(n) for n in nodes)
     index.replace_pods(p for p in map(pod_facts_from_raw, pods) if p is not None)
     candidates = [(n, index.get(n)) for n in names]
     demand = demand_of(pod)
-    return filter_nodes(demand, candidates), list(score_nodes(demand, candidates))
+    return (
+        filter_nodes(demand, candidates),
+        list(score_nodes(demand, candidates)),
+        best_fit_nodes(demand, candidates),
+    )
 
 
 def single(resource: str) -> dict[str, Any]:
@@ -97,10 +104,11 @@ def test_kept_decisions_equal_the_reference_path_through_any_events(
         elif kind == "relist-pods":
             index.replace_pods(p for p in map(pod_facts_from_raw, pods) if p is not None)
         for ask in asks:
-            expected_filter, expected_scores = reference(nodes, pods, ask, names)
+            expected_filter, expected_scores, expected_best = reference(nodes, pods, ask, names)
             demand = demand_of(ask)
             assert cache.filter(demand, names) == expected_filter
             assert cache.score(demand, names) == expected_scores
+            assert cache.best_fit(demand, names) == expected_best
             assert [n for n, _ in cache.score(demand, names)] == list(dict.fromkeys(names))
 
 

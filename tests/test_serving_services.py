@@ -127,7 +127,7 @@ def test_the_webhook_refuses_an_over_limit_body_with_http_400(
 def test_the_extender_refuses_an_over_limit_body_with_200_and_error(
     extender: ServerProcess, chunked: bool
 ) -> None:
-    for verb in ("filter", "prioritize"):
+    for verb in ("filter", "filter-best-fit", "prioritize"):
         status, answer = post(extender, f"/{verb}", over_limit(), chunked)
         assert status == 200
         assert f"larger than the limit {LIMIT} bytes (--max-body-mib)" in answer["Error"]

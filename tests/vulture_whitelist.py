@@ -71,6 +71,7 @@ POLICY_KIND
 POLICY_SHORT_NAME
 preferredProfiles
 prioritize_route
+best_fit_route
 quotaSummary
 repartition_operations
 sampled_first_failure_pct  # bench/packing.py

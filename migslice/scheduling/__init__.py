@@ -2,13 +2,16 @@
 
 ``prepare_node`` turns an inventory NodeState into the per-node values a request reads
 (free counts, reasons, per-profile fragmentation scores); ``filter_nodes`` and ``score_nodes``
-answer for one pod. The score is defined in :mod:`migslice.scheduling.fragmentation`.
+answer for one pod, and ``best_fit_nodes`` keeps only the nodes it fits best. The score is
+defined in :mod:`migslice.scheduling.fragmentation`.
 """
 
 from migslice.scheduling.decide import (
     FilterResult,
     Outcome,
     Verdict,
+    best_fit_nodes,
+    best_fits,
     check_node,
     filter_nodes,
     score_node,
@@ -30,6 +33,8 @@ __all__ = [
     "PreparedNode",
     "UnitKind",
     "Verdict",
+    "best_fit_nodes",
+    "best_fits",
     "check_node",
     "demand_of",
     "filter_nodes",

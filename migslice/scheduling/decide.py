@@ -161,3 +161,27 @@ def score_nodes(
         if name not in scored:
             scored[name] = score_node(demand, node)
     return tuple(scored.items())
+
+
+def best_fits(fits: Sequence[str], scores: Sequence[int]) -> tuple[str, ...]:
+    """The names of ``fits`` whose score (``scores``, in the same order) is the highest, in
+    input order: the nodes a pod fits best."""
+    if len(fits) <= 1:
+        return tuple(fits)
+    top = max(scores)
+    return tuple([name for name, score in zip(fits, scores, strict=True) if score == top])
+
+
+def best_fit_nodes(
+    demand: PodDemand, candidates: Sequence[tuple[str, PreparedNode | None]]
+) -> FilterResult:
+    """:func:`filter_nodes` with ``fits`` narrowed to the nodes of the highest
+    :func:`score_node`: the best-fit filter, after which scoring by this score cannot change
+    kube-scheduler's choice (every node left has the same), so its own scores pick among
+    equals. Nodes narrowed away are in no part: they fit, only not best."""
+    result = filter_nodes(demand, candidates)
+    if len(result.fits) <= 1:
+        return result
+    nodes = dict(candidates)
+    scores = [score_node(demand, nodes[name]) for name in result.fits]
+    return FilterResult(best_fits(result.fits, scores), result.failed, result.unresolvable)

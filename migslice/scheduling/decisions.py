@@ -26,6 +26,7 @@ from migslice.scheduling.decide import (
     FilterResult,
     Outcome,
     Verdict,
+    best_fits,
     check_node,
     score_node,
 )
@@ -49,18 +50,20 @@ def demand_key(demand: PodDemand) -> DemandKey:
 @dataclass(slots=True)
 class _Table(Generic[R]):
     """One demand's answers: the names that fit, the others with their reasons, the scores
-    (as the cache's owner renders them)."""
+    (as the cache's owner renders them, and as numbers for the best-fit filter)."""
 
     fits: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     scores: dict[str, R] = field(default_factory=dict)
+    points: dict[str, int] = field(default_factory=dict)
 
     def drop(self, name: str) -> None:
         self.fits.discard(name)
         self.failed.pop(name, None)
         self.unresolvable.pop(name, None)
         self.scores.pop(name, None)
+        self.points.pop(name, None)
 
     def keep(self, name: str, verdict: Verdict) -> None:
         if verdict.outcome is Outcome.FITS:
@@ -120,23 +123,50 @@ class DecisionCache(Generic[R]):
         """``render(name, score)`` for each distinct name in input order, with the scores of
         :func:`score_nodes` over ``(name, lookup(name))``."""
         distinct = dict.fromkeys(names)
+        render = self._render
+        known = self._kept_or_scored(
+            demand, _rendered, distinct, lambda name, node: render(name, score_node(demand, node))
+        )
+        return [known[name] for name in distinct]
+
+    def best_fit(self, demand: PodDemand, names: Iterable[str]) -> FilterResult:
+        """The same answer as :func:`best_fit_nodes` over ``(name, lookup(name))``: the
+        partition of :meth:`filter` with ``fits`` narrowed to the highest score."""
+        result = self.filter(demand, names)
+        if len(result.fits) <= 1:
+            return result
+        known = self._kept_or_scored(
+            demand, _points, dict.fromkeys(result.fits), lambda _, node: score_node(demand, node)
+        )
+        scores = [known[name] for name in result.fits]
+        return FilterResult(best_fits(result.fits, scores), result.failed, result.unresolvable)
+
+    def _kept_or_scored(
+        self,
+        demand: PodDemand,
+        kept_in: Callable[[_Table[R]], dict[str, V]],
+        distinct: dict[str, None],
+        judge: Callable[[str, PreparedNode | None], V],
+    ) -> dict[str, V]:
+        """The values kept in the demand's table (``kept_in`` picks which) for ``distinct``,
+        the missing ones judged now and kept unless a node changed meanwhile."""
         while True:  # one consistent read: no node changed while it was taken
             epoch = self._epoch
-            scores = self._table(demand).scores
-            known = _asked(scores, distinct)
+            kept = kept_in(self._table(demand))
+            known = _asked(kept, distinct)
             if self._epoch == epoch:
                 break
         missing = distinct.keys() - known.keys()
         if missing:
             for name in missing:
                 node = self._lookup(name)
-                known[name] = rendered = self._render(name, score_node(demand, node))
+                known[name] = value = judge(name, node)
                 if node is not None:
-                    scores[name] = rendered
+                    kept[name] = value
             if self._epoch != epoch:  # a node changed meanwhile: keep nothing judged on it
                 for name in missing:
-                    scores.pop(name, None)
-        return [known[name] for name in distinct]
+                    kept.pop(name, None)
+        return known
 
     def _judge(
         self, table: _Table[R], demand: PodDemand, names: Iterable[str], epoch: int
@@ -172,6 +202,14 @@ class DecisionCache(Generic[R]):
 # names or the table (each walk a C-level comprehension over a consistent copy or over the
 # names, one lookup each): a call of 100 names on a 5,000-node table costs 100 lookups, not a
 # copy of 5,000 entries, and a call of 3,000 names on a table of a few failures copies those.
+
+
+def _rendered(table: _Table[R]) -> dict[str, R]:
+    return table.scores
+
+
+def _points(table: _Table[R]) -> dict[str, int]:
+    return table.points
 
 
 def _asked_set(kept: set[str], asked: dict[str, None]) -> set[str]:
