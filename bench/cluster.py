@@ -86,6 +86,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="more percentageOfNodesToScore values (comma-separated) to run with and without "
         "the extender after the shipped configuration, e.g. 100,0",
     )
+    parser.add_argument(
+        "--weighted",
+        action="store_true",
+        help="also run the chart's other placement, scheduler.placement=weighted (filter + "
+        "prioritize), after the shipped configuration, in the same cluster",
+    )
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
     try:
@@ -231,6 +237,9 @@ class Bench:
             "config": {
                 "percentageOfNodesToScore": shipped.get("percentageOfNodesToScore"),
                 "clientConnection": {k: v for k, v in connection.items() if k != "kubeconfig"},
+                "filterVerb": next(
+                    (e.get("filterVerb") for e in shipped.get("extenders", [])), None
+                ),
                 "prioritize": any("prioritizeVerb" in e for e in shipped.get("extenders", [])),
             }
         }
@@ -247,6 +256,18 @@ class Bench:
         for other in ("no_extender", "stock"):
             ratio = rate["extender"] / rate[other] if rate[other] else None
             results[f"ratio_vs_{other}"] = None if ratio is None else round(ratio, 2)
+        if self.args.weighted:  # the chart's other placement, against the same bare run
+            extender = self.servers["extender"]
+            weighted = scheduler_configuration(
+                extender.bundle, extender.url, ["scheduler.placement=weighted"]
+            )
+            run = results["extender_weighted"] = self.run_scheduler(
+                "extender_weighted", weighted, "migslice-scheduler"
+            )
+            bare = rate["no_extender"]
+            ratio = (run.get("pods_per_s") or 0.0) / bare if bare else None
+            results["weighted_ratio_vs_no_extender"] = None if ratio is None else round(ratio, 2)
+            self.save()
         # The same pair at other percentageOfNodesToScore values: what the setting costs.
         for percentage in self.args.percentages:
             at = dict(shipped, percentageOfNodesToScore=percentage)

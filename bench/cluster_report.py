@@ -10,6 +10,7 @@ RUN_NAMES = {
     "extender": "migslice-scheduler (shipped configuration, with the extender)",
     "no_extender": "same configuration without the extender",
     "stock": "stock default kube-scheduler configuration",
+    "extender_weighted": "placement weighted (filter + prioritize), with the extender",
 }
 
 
@@ -133,7 +134,12 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         "",
         f"With the extender / without: **{_fmt(throughput.get('ratio_vs_no_extender'))}x**; "
         f"/ stock: {_fmt(throughput.get('ratio_vs_stock'))}x. Configuration: "
-        f"`{json.dumps(throughput.get('config', {}))}`.",
+        f"`{json.dumps(throughput.get('config', {}))}`."
+        + (
+            f" Placement weighted / without: {_fmt(throughput['weighted_ratio_vs_no_extender'])}x."
+            if throughput.get("weighted_ratio_vs_no_extender") is not None
+            else ""
+        ),
         "",
     ]
     lines += _render_percentages(throughput.get("percentages", {}))

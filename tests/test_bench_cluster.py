@@ -110,3 +110,13 @@ def test_runs_at_other_percentages_are_tabled_and_their_over_binds_counted() -> 
     assert goal_values(measured)[6] == 1.0
     text = render({"after": measured})
     assert "| 0 | 30.0 | 33.0 | 0.91x | 12.0 / 10.0 | - | 1 |" in text
+
+
+def test_the_weighted_placement_run_is_tabled_with_its_ratio_and_over_binds_counted() -> None:
+    measured = report(0.7, 6.0)
+    measured["throughput"]["extender_weighted"] = {"pods_per_s": 21.0, "over_bound_nodes": 2}
+    measured["throughput"]["weighted_ratio_vs_no_extender"] = 0.7
+    assert goal_values(measured)[6] == 2.0
+    text = render({"after": measured})
+    assert "| placement weighted (filter + prioritize), with the extender | 21.0 |" in text
+    assert "Placement weighted / without: 0.70x." in text
