@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from migslice.kube import Backoff, Informer, KubernetesTransport, ResourceRef
-from migslice.kube.informer import continue_token_of
+from migslice.kube.informer import collection_paused, continue_token_of
 from tests.local_api import local_api
 
 
@@ -426,3 +427,52 @@ def test_the_continue_token_is_read_from_the_head_only_as_kube_apiserver_writes_
     head: bytes, token: str
 ) -> None:
     assert continue_token_of(head) == token
+
+
+def test_pages_are_decoded_and_projected_with_the_cyclic_collector_held_off(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    recorded, transport = api
+    recorded.lists = [
+        (200, node_list([node("n1", "5"), node("n2", "6")], "", token="page-2")),
+        (200, node_list([node("n3", "7")], "100")),
+    ]
+    seen: list[bool] = []
+
+    def project(raw: dict[str, Any]) -> int | None:
+        seen.append(gc.isenabled())
+        return gpus_or_none(raw)
+
+    informer = paged_informer(transport, PageRecordingSink())
+    informer.project = project
+    assert gc.isenabled()
+    informer.list_once()
+    assert seen == [False, False, False]
+    assert gc.isenabled()  # on again once the list is taken
+
+
+def test_collection_pauses_nest_across_threads_and_keep_a_collector_that_was_off_off() -> None:
+    inner = threading.Event()
+    release = threading.Event()
+
+    def other_thread() -> None:
+        with collection_paused():
+            inner.set()
+            release.wait(5)
+
+    assert gc.isenabled()
+    with collection_paused():
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        inner.wait(5)
+    assert not gc.isenabled()  # the other thread's pause still holds
+    release.set()
+    thread.join(5)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()
