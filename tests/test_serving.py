@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import ssl
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from migslice.serving import ServerOptions
 from migslice.serving.certs import make_ca, write_tls_bundle
+from migslice.serving.worker import freeze_what_is_loaded
 
 SERVICE, NAMESPACE = "migslice-webhook", "migslice-system"
 SERVER_NAME = f"{SERVICE}.{NAMESPACE}.svc"
@@ -124,3 +127,22 @@ def test_server_options_without_usable_tls_say_how_to_fix_it(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         options.check()
+
+
+def test_a_worker_moves_what_it_loaded_to_the_permanent_generation_and_still_collects() -> None:
+    gc.unfreeze()
+    try:
+        frozen = freeze_what_is_loaded()
+        assert frozen > 10_000 and gc.get_freeze_count() == frozen  # modules and their code
+        node = _Node()  # a reference cycle made after the freeze
+        probe = weakref.ref(node)
+        del node
+        gc.collect()
+        assert probe() is None  # is collected as before
+    finally:
+        gc.unfreeze()
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self

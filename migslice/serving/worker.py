@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -89,6 +90,16 @@ def keep_large_buffers_out_of_the_heap() -> None:
     mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
+def freeze_what_is_loaded() -> int:
+    """Move every object the worker holds before its app is built (the interpreter, the
+    modules, their code: about 60 MiB) to the collector's permanent generation, and answer
+    how many objects that is. They live as long as the process, so every full collection
+    walked them for nothing: the caches' lists trigger many (bench/sync_memory.py: sync
+    6.0-6.6 -> 5.6-5.8 s, extender). Frozen objects are still freed by reference counting."""
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 class EventLoopWorker(Worker):  # type: ignore[misc]
     """gunicorn worker class; ``self.app`` is the ``_GunicornApp`` holding ``ServerOptions``."""
 
@@ -123,6 +134,8 @@ class EventLoopWorker(Worker):  # type: ignore[misc]
         """Build the app (and load the certificate) here, in the worker, or report why not."""
         options = self.app.options
         keep_large_buffers_out_of_the_heap()
+        frozen = freeze_what_is_loaded()
+        log.debug("worker pid=%d froze %d objects before building its app", os.getpid(), frozen)
         try:
             self.wsgi = self.app.wsgi()
             if not options.insecure_http:
