@@ -91,6 +91,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "and write packing_sampling_<nodes>.json/.md instead of the full report",
     )
     parser.add_argument(
+        "--partitioned-ahead",
+        action="store_true",
+        help="with --percentage-of-nodes-to-score: start every GPU partitioned (B4's stock "
+        "configs) instead of unpartitioned, and write packing_sampling_<nodes>_partitioned",
+    )
+    parser.add_argument(
         "--add",
         action="store_true",
         help="run only the given policies and add them to the existing packing.json",
@@ -130,6 +136,8 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
         policy = make_policy(name, GPU_MODEL, pods.pods, gpus=gpus)
         if pct and isinstance(policy, Migslice):
             policy = replace(policy, percentage_of_nodes_to_score=int(pct))
+        if CONTEXT.get("partitioned_ahead") and isinstance(policy, Migslice):
+            policy = replace(policy, partitioned_ahead=True)
         result = run_saturation(pods, policy, seed, config=config)
         if result.sampling is not None:
             out["sampling"] = asdict(result.sampling)
@@ -275,7 +283,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_only:
         write(json.loads((args.out / "packing.json").read_text()), args.out)
         return 0
-    CONTEXT.update(data_dir=args.data_dir, nodes=args.nodes)
+    if args.partitioned_ahead and not args.percentage_of_nodes_to_score:
+        print(
+            "bench.packing: --partitioned-ahead needs --percentage-of-nodes-to-score "
+            "(e.g. --percentage-of-nodes-to-score 100,1)",
+            file=sys.stderr,
+        )
+        return 2
+    CONTEXT.update(
+        data_dir=args.data_dir, nodes=args.nodes, partitioned_ahead=args.partitioned_ahead
+    )
     if args.percentage_of_nodes_to_score:
         try:
             settings = parse_percentages(args.percentage_of_nodes_to_score)
@@ -345,6 +362,7 @@ def write_sampling(
             "nodes": args.nodes,
             "seeds": list(range(args.seeds)),
             "settings": args.percentage_of_nodes_to_score,
+            "partitioned_ahead": args.partitioned_ahead,
             "wall_s": time.monotonic() - started,
         },
         "workloads": {
@@ -354,6 +372,8 @@ def write_sampling(
     }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"packing_sampling_{args.nodes}"
+    if args.partitioned_ahead:
+        stem = stem.with_name(stem.name + "_partitioned")
     report = compact(report)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     stem.with_suffix(".md").write_text(sampling_markdown(report))
@@ -384,9 +404,16 @@ def sampling_row(
 def sampling_markdown(report: dict[str, Any]) -> str:
     config = report["config"]
     lines = [
-        f"# Packing under kube-scheduler's node sampling ({config['nodes']} nodes)",
+        f"# Packing under kube-scheduler's node sampling ({config['nodes']} nodes"
+        + (", GPUs partitioned ahead)" if config.get("partitioned_ahead") else ")"),
         "",
-        f"migslice in mode A (bench.packing's saturation run), seeds "
+        (
+            "Every GPU starts partitioned with B4's geometry (node n: mig-parted stock config "
+            "n mod 7); the planner re-shapes idle GPUs from there. "
+            if config.get("partitioned_ahead")
+            else ""
+        )
+        + f"migslice in mode A (bench.packing's saturation run), seeds "
         f"{config['seeds'][0]}-{config['seeds'][-1]} ({len(config['seeds'])}); "
         "kube-scheduler's percentageOfNodesToScore modelled by migslice.sim.sampling. "
         "Slice allocation in %, mean ± 95 % interval over seeds; Δ: paired per seed against "
@@ -398,7 +425,8 @@ def sampling_markdown(report: dict[str, Any]) -> str:
         f"Run: {config['wall_s'] / 60:.1f} min wall on a shared 2-core machine.",
         f"Produced by `python -m bench.packing --percentage-of-nodes-to-score "
         f"{config['settings']} --nodes {config['nodes']} --seeds {len(config['seeds'])} "
-        f"--workloads {','.join(report['workloads'])}`.",
+        f"--workloads {','.join(report['workloads'])}"
+        + (" --partitioned-ahead`." if config.get("partitioned_ahead") else "`."),
         "",
         "| workload | setting | most names per call | names per call | processed per cycle | "
         "at 100 % | Δ pp | at 130 % | Δ pp | left pending / placed |",

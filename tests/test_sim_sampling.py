@@ -14,6 +14,7 @@ from migslice.sim.cluster import SimCluster
 from migslice.sim.ours import Migslice, MigslicePlacer, extender_choice
 from migslice.sim.placement import static_layout
 from migslice.sim.sampling import best_in_window, num_feasible_nodes_to_find, search, span
+from migslice.sim.static import stock_mixed_layouts
 from migslice.sim.trace import GPU_MODEL, SimPod
 
 
@@ -99,3 +100,19 @@ def test_bench_packing_refuses_a_bad_setting_in_one_line(
         "bench.packing: --percentage-of-nodes-to-score: 'abc' is not a whole number 0..100 "
         "(e.g. 100,0,30)"
     )
+
+
+def test_partitioned_ahead_starts_every_gpu_with_b4s_stock_geometry() -> None:
+    assert Migslice().initial_layouts(GPU_MODEL) == ((),)  # unpartitioned: carved on demand
+    ahead = Migslice(partitioned_ahead=True).initial_layouts(GPU_MODEL)
+    assert ahead == stock_mixed_layouts(GPU_MODEL)
+    assert all(layout for layout in ahead)  # every GPU has instances from the start
+
+
+def test_bench_packing_takes_partitioned_ahead_only_with_settings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.packing import main
+
+    assert main(["--data-dir", ".", "--partitioned-ahead"]) == 2
+    assert "--partitioned-ahead needs --percentage-of-nodes-to-score" in capsys.readouterr().err

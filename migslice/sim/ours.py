@@ -63,6 +63,7 @@ from migslice.sim.sampling import (
     search,
     span,
 )
+from migslice.sim.static import stock_mixed_layouts
 from migslice.sim.trace import SimPod
 
 PLAN_SETTINGS = PlanSettings(min_pending_s=0.0, cooldown_s=0.0, max_nodes_in_flight=1)
@@ -388,13 +389,17 @@ class Migslice:
     mode: str = MODE_MIG_MANAGER
     percentage_of_nodes_to_score: int = 100
     """kube-scheduler's setting (:mod:`migslice.sim.sampling`); 100: every feasible node."""
+    partitioned_ahead: bool = False
+    """Start every GPU partitioned as B4 does (node n: mig-parted stock config ``n mod 7``)
+    instead of unpartitioned: free instances of most profiles on most nodes from the start,
+    so kube-scheduler's sample is full on nearly every pod."""
 
     @property
     def carves(self) -> bool:
         return self.mode == MODE_CARVE
 
     def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
-        return ((),)
+        return stock_mixed_layouts(model) if self.partitioned_ahead else ((),)
 
     def start(self, cluster: SimCluster, seed: int) -> Placer:
         cluster.agent_reports = self.carves
