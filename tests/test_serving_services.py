@@ -255,3 +255,25 @@ def test_the_webhook_runs_with_a_read_only_root_and_home_and_only_tmp_writable(
         server.stop()
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_the_harness_client_asks_again_when_the_server_closed_its_idle_connection(
+    tmp_path: Path,
+) -> None:
+    service = "migslice-extender"
+    bundle = write_tls_bundle(tmp_path / service, service, NAMESPACE)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([]))
+    server = ServerProcess(
+        "extender",
+        ["--cluster-file", str(cluster), "--workers", "1", "--keepalive-timeout-s", "0.5"],
+        bundle,
+        tmp_path / "extender.log",
+        f"{service}.{NAMESPACE}.svc",
+    ).start(timeout_s=60)
+    try:
+        assert server.request("GET", "/healthz")[0] == 200
+        time.sleep(1.5)  # past the keep-alive timeout: the server has closed the connection
+        assert server.request("GET", "/healthz")[0] == 200
+    finally:
+        server.stop()

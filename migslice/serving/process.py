@@ -37,6 +37,14 @@ class ServerStartError(ServingError, RuntimeError):
     """The server exited or did not become ready; the message carries its log's tail."""
 
 
+_CLOSED_BEFORE_ANSWER = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+"""How a request fails on a connection the server closed while it was idle."""
+
+
+class _StaleConnectionError(OSError):
+    """The connection was closed before any answer (see :meth:`ServerProcess.request`)."""
+
+
 @dataclass
 class ServerProcess:
     """``migslice <command> --host 127.0.0.1 --port P --tls-cert ... <args>``; restartable."""
@@ -101,7 +109,20 @@ class ServerProcess:
             time.sleep(0.2)
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """One HTTPS request on a kept-alive connection (our CA, SNI = ``server_name``)."""
+        """One HTTPS request on a kept-alive connection (our CA, SNI = ``server_name``).
+
+        A kept-alive connection the server has closed meanwhile (its keep-alive timeout, 60 s
+        by default, ends idle connections) fails before any answer: the request is sent once
+        more on a new connection, as HTTP clients do; a new connection is never retried."""
+        reused = self._connection is not None
+        try:
+            return self._request_once(method, path, body)
+        except _StaleConnectionError:
+            if not reused:
+                raise
+            return self._request_once(method, path, body)
+
+    def _request_once(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         if self._connection is None:
             connection = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=10)
             connection.sock = self.context().wrap_socket(
@@ -118,7 +139,10 @@ class ServerProcess:
         except (OSError, http.client.HTTPException) as error:
             self._connection.close()
             self._connection = None
-            raise OSError(f"migslice {self.command} {method} {path} failed: {error}") from None
+            message = f"migslice {self.command} {method} {path} failed: {error}"
+            if isinstance(error, _CLOSED_BEFORE_ANSWER):
+                raise _StaleConnectionError(message) from None
+            raise OSError(message) from None
         try:
             return response.status, json.loads(payload) if payload else None
         except ValueError:
