@@ -32,6 +32,7 @@ SERVER_NAME = f"{SERVICE}.{NAMESPACE}.svc"
 MAX_CONNECTIONS = 24
 ECHO_LIMIT = 4096
 LARGE_BODY = 2048
+WHERE_LIMIT = 256 * 1024
 
 PROBE = f"""
 import sys, time
@@ -53,17 +54,29 @@ def make_app():
         time.sleep(float(request.args.get("s", "1")))
         return jsonify(slept=True)
 
+    @app.post("/where")
+    @app.post("/where-pooled")
+    def where():
+        import threading
+        return jsonify(thread=threading.current_thread().name, length=len(request.get_data()))
+
+    @app.post("/boom")
+    def boom():
+        raise RuntimeError("the handler failed")
+
     app.add_url_rule("/healthz", "healthz", lambda: "ok")
     return app
 
 limits = ServingLimits(
     tls_handshake_timeout_s=1.0, request_timeout_s=1.5, keepalive_timeout_s=1.5,
     max_connections={MAX_CONNECTIONS}, max_requests_per_connection=3,
-    body_limits=(("/echo", {ECHO_LIMIT}),), default_body_bytes=1024,
+    body_limits=(("/echo", {ECHO_LIMIT}), ("/where", {WHERE_LIMIT}), ("/where-pooled", 1024)),
+    default_body_bytes=1024,
     large_body_bytes={LARGE_BODY},
 )
 serve(make_app, ServerOptions(host="127.0.0.1", port=int(sys.argv[1]), tls_cert=sys.argv[2],
-      tls_key=sys.argv[3], threads=2, workers=int(sys.argv[4]), limits=limits))
+      tls_key=sys.argv[3], threads=2, workers=int(sys.argv[4]), limits=limits,
+      inline_paths=frozenset({{"/where", "/boom"}})))
 """
 
 
@@ -242,6 +255,39 @@ def test_a_body_over_its_paths_limit_is_refused_unread_and_the_connection_closed
     assert answer["content_length"] > ECHO_LIMIT
     assert reply.getheader("Connection") == "close"
     connection.close()
+
+
+def post(connection: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[int, bytes]:
+    connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    reply = connection.getresponse()
+    return reply.status, reply.read()
+
+
+def test_inline_paths_answer_small_requests_on_the_loop_and_large_ones_in_the_pool(
+    probe: Probe,
+) -> None:
+    connection = probe.connection()
+    status, answer = post(connection, "/where", b"x" * 100)
+    assert status == 200 and json.loads(answer) == {"thread": "MainThread", "length": 100}
+    status, answer = post(connection, "/where-pooled", b"x" * 100)
+    assert status == 200 and json.loads(answer)["thread"].startswith("wsgi")
+    large = 64 * 1024 + 1  # over INLINE_BODY_BYTES: the loop must not compute on it
+    status, answer = post(connection, "/where", b"x" * large)
+    assert status == 200 and json.loads(answer)["thread"].startswith("wsgi")
+    assert json.loads(answer)["length"] == large
+    connection.close()
+
+
+def test_an_inline_handler_that_fails_answers_500_and_the_connection_goes_on(
+    probe: Probe,
+) -> None:
+    connection = probe.connection()
+    status, _ = post(connection, "/boom", b"{}")
+    assert status == 500
+    status, answer = post(connection, "/where", b"{}")
+    assert status == 200 and json.loads(answer)["thread"] == "MainThread"
+    connection.close()
+    assert probe.get("/healthz") == (200, b"ok")
 
 
 def test_a_body_within_the_limit_arrives_whole_whether_chunked_or_not(probe: Probe) -> None:

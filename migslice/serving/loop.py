@@ -3,8 +3,9 @@
 The worker's event loop accepts connections itself, so it can stop accepting while every
 connection is busy (new ones wait in the kernel's backlog) and shed the connection that has
 waited longest when the table is full. A sweep every :data:`SWEEP_S` closes connections past
-their deadline. The app runs in a pool of ``threads`` threads; bodies over
-``large_body_bytes`` take turns through one :class:`LargeSlot`.
+their deadline. The app runs in a pool of ``threads`` threads (a small request to one of
+``inline_paths`` runs on the loop itself); bodies over ``large_body_bytes`` take turns through
+one :class:`LargeSlot`.
 """
 
 from __future__ import annotations
@@ -89,10 +90,12 @@ class Site:
         threads: int,
         tls: ReloadingSSLContext | None,
         multiprocess: bool,
+        inline_paths: frozenset[str] = frozenset(),
     ) -> None:
         self.loop = loop
         self.app = app
         self.limits = limits
+        self.inline_paths = inline_paths
         self.tls = tls
         self.scheme = "https" if tls is not None else "http"
         self.multiprocess = multiprocess

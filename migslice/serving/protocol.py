@@ -5,8 +5,11 @@ sends something, the handshake is a phase of our own with its own deadline, and 
 connection gets the serving certificate as it is on disk now. HTTP/1.1 framing is h11's. A
 request is read whole under one deadline (headers and body together: trickling bytes does not
 extend it) and only then handed to the app in the worker's thread pool, so no thread ever waits
-on a client. A body over its path's limit is refused without being read, whether it is
-announced by Content-Length or arrives chunked; the connection closes after the answer.
+on a client. A request to one of the site's inline paths with a body of at most
+:data:`INLINE_BODY_BYTES` is answered by the event loop itself, without the two thread hops
+(for handlers that only compute, briefly: the extender's verbs). A body over its path's limit
+is refused without being read, whether it is announced by Content-Length or arrives chunked;
+the connection closes after the answer.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ LINGER_S = 2.0
 LINGER_BYTES = 64 * 1024 * 1024
 TRICKLE_BYTES = 16 * 1024
 WRITE_HIGH_WATER_BYTES = 256 * 1024
+#: The largest body an inline path is answered inline for (a Pod and about 700 node names);
+#: a larger one goes to the pool like any other request.
+INLINE_BODY_BYTES = 64 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
 
 
@@ -62,6 +68,7 @@ class HttpConnection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._body_limit = 0
+        self._inline = False
         self._too_large = False
         self._sent_continue = False
         self._holds_slot = False
@@ -333,6 +340,7 @@ class HttpConnection(asyncio.Protocol):
         self._request = request
         path = unquote(request.target.partition(b"?")[0].decode("latin-1"))
         self._body_limit = self.site.limits.body_limit(path)
+        self._inline = path in self.site.inline_paths
         declared = _content_length(request)
         if declared is not None and declared > self._body_limit:
             self._refuse_body(declared)
@@ -384,7 +392,6 @@ class HttpConnection(asyncio.Protocol):
         assert self._request is not None and self.transport is not None
         self.phase = Phase.BUSY
         self.site.table.hold(self)
-        self.transport.pause_reading()
         request = self._request
         body = b"".join(self._body)
         self._body = []
@@ -400,23 +407,37 @@ class HttpConnection(asyncio.Protocol):
         )
         environ = environ_for(incoming, self._endpoint)
         self._app_runs = True
+        if self._inline and not self._too_large and len(body) <= INLINE_BODY_BYTES:
+            try:
+                outgoing = call_app(self.site.app, environ)
+            except Exception:
+                outgoing = self._failed()
+            self._answer(outgoing)  # nothing was read meanwhile: the loop was here
+            return
+        self.transport.pause_reading()
         future = self.site.loop.run_in_executor(
             self.site.executor, call_app, self.site.app, environ
         )
-        future.add_done_callback(self._answer)
+        future.add_done_callback(self._answer_from)
 
-    def _answer(self, future: asyncio.Future[Outgoing]) -> None:
+    def _answer_from(self, future: asyncio.Future[Outgoing]) -> None:
+        try:
+            outgoing = future.result()
+        except Exception:
+            outgoing = self._failed()
+        self._answer(outgoing)
+
+    def _failed(self) -> Outgoing:
+        log.exception("the app failed answering path=%s; answering 500", self._path())
+        return internal_error()
+
+    def _answer(self, outgoing: Outgoing) -> None:
         self._app_runs = False
         if self._holds_slot:
             self._holds_slot = False
             self.site.large_slot.release(self)
         if self.phase is not Phase.BUSY:
             return  # shed or lost while the app ran
-        try:
-            outgoing = future.result()
-        except Exception:
-            log.exception("the app failed answering path=%s; answering 500", self._path())
-            outgoing = internal_error()
         self._answered += 1
         keep_alive = (
             not self._too_large

@@ -16,7 +16,7 @@ import argparse
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,9 @@ class ServerOptions:
     threads: int = 8
     graceful_timeout_s: int = 10
     limits: ServingLimits = field(default_factory=ServingLimits)
+    #: Paths whose small requests the event loop answers itself, not the thread pool: for
+    #: handlers that only compute, briefly (no I/O, no waiting on a lock held for long).
+    inline_paths: frozenset[str] = frozenset()
 
     def check(self) -> None:
         """Raise ValueError with a fix when the options do not make sense."""
@@ -125,9 +128,12 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> 
 
 
 def options_from_args(
-    args: argparse.Namespace, body_limits: Mapping[str, int] | None = None
+    args: argparse.Namespace,
+    body_limits: Mapping[str, int] | None = None,
+    inline_paths: Iterable[str] = (),
 ) -> ServerOptions:
-    """Options from the flags; ``body_limits``: the largest body per path, in bytes."""
+    """Options from the flags; ``body_limits``: the largest body per path, in bytes;
+    ``inline_paths``: see :attr:`ServerOptions.inline_paths`."""
     limits = replace(
         ServingLimits(),
         request_timeout_s=args.request_timeout_s,
@@ -145,6 +151,7 @@ def options_from_args(
         workers=args.workers,
         threads=args.threads,
         limits=limits,
+        inline_paths=frozenset(inline_paths),
     )
 
 

@@ -164,6 +164,7 @@ class EventLoopWorker(Worker):  # type: ignore[misc]
             options.threads,
             self._tls,
             multiprocess=options.workers > 1,
+            inline_paths=options.inline_paths,
         )
         site.listen([getattr(listener, "sock", listener) for listener in self.sockets])
         limits = options.limits
