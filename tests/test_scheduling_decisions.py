@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from hypothesis import given, settings
@@ -157,3 +158,48 @@ def test_start_up_derives_each_node_once_whatever_order_the_lists_arrive_in() ->
     assert index.get("n2") is not None
     assert index.get("n1") is not None
     assert sorted(derived) == ["n0", "n1", "n2", "n2", "n3"]
+
+
+def test_deriving_every_node_does_not_hold_the_lock_while_it_computes() -> None:
+    """A watch writer (or a request needing a node derived) gets through while the start-up
+    derivation runs; before, it waited for every node to be derived."""
+    writer_finished: list[bool] = []
+    late = node_facts_from_raw(make_node("late", gpu_count=1, mig={"1g.10gb": 7}))
+
+    def deriving(state: NodeState) -> PreparedNode:
+        if not writer_finished:
+            writer = threading.Thread(target=index.upsert_node, args=(late,))
+            writer.start()
+            writer.join(timeout=5)
+            writer_finished.append(not writer.is_alive())
+        return prepare_node(state)
+
+    index: ClusterIndex[PreparedNode] = ClusterIndex(deriving)
+    index.replace_nodes(
+        node_facts_from_raw(make_node(f"n{i}", gpu_count=1, mig={"1g.10gb": 7})) for i in range(3)
+    )
+    assert index.derive_pending() == 3
+    assert writer_finished == [True]
+    assert index.get("late") is not None
+
+
+def test_a_node_that_changes_while_it_is_derived_keeps_no_stale_value() -> None:
+    nodes = [make_node(f"n{i}", gpu_count=1, mig={"1g.10gb": 7}) for i in range(3)]
+    bound = pod_facts_from_raw(make_pod("late", profile="1g.10gb", node_name="n1"))
+    assert bound is not None
+    changed: list[str] = []
+
+    def deriving(state: NodeState) -> PreparedNode:
+        if state.facts.name == "n1" and not changed:
+            changed.append("n1")
+            index.upsert_pod(bound)  # the watch reports a bind while n1 is being derived
+        return prepare_node(state)
+
+    index: ClusterIndex[PreparedNode] = ClusterIndex(deriving)
+    index.replace_nodes(node_facts_from_raw(n) for n in nodes)
+    index.derive_pending()
+    fresh: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    fresh.replace_nodes(node_facts_from_raw(n) for n in nodes)
+    fresh.upsert_pod(bound)
+    assert index.get("n1") == fresh.get("n1")
+    assert index.get("n1") != fresh.get("n0")

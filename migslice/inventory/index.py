@@ -30,6 +30,8 @@ from migslice.objects.nodes import NodeFacts
 from migslice.objects.pods import PodFacts
 
 V = TypeVar("V")
+#: Nodes whose inputs :meth:`ClusterIndex.derive_pending` copies per hold of the lock.
+DERIVE_BATCH = 64
 MigConfigs = Mapping[str, tuple[MigPartedEntry, ...]]
 
 
@@ -88,12 +90,38 @@ class ClusterIndex(Generic[V]):
     # -- writes -----------------------------------------------------------------------------
 
     def derive_pending(self) -> int:
-        """Derive every node whose value is missing; returns how many were derived."""
+        """Derive every node whose value is missing; returns how many were derived.
+
+        The work runs outside the lock, :data:`DERIVE_BATCH` nodes at a time (5,000 nodes take
+        seconds): the lock is held only to copy a batch's inputs and to store its values, so the
+        watches' writers and a request that needs a node derived never wait for the whole of
+        it. A value whose node changed meanwhile is not stored (it is derived on first use)."""
         with self._lock:
             missing = [name for name in self._nodes if name not in self._derived]
-            for name in missing:
-                self._derive_missing(name)
-            return len(missing)
+        derived = 0
+        for start in range(0, len(missing), DERIVE_BATCH):
+            with self._lock:
+                configs = self._mig_configs
+                inputs = [
+                    (name, facts, self._pods_on(name))
+                    for name in missing[start : start + DERIVE_BATCH]
+                    if name not in self._derived and (facts := self._nodes.get(name)) is not None
+                ]
+            values = [
+                (name, facts, pods, self._derive(self._resolve_with(facts, pods, configs)))
+                for name, facts, pods in inputs
+            ]
+            with self._lock:
+                for name, facts, pods, value in values:
+                    unchanged = (
+                        self._nodes.get(name) is facts
+                        and self._mig_configs is configs
+                        and self._pods_on(name) == pods
+                    )
+                    if unchanged and name not in self._derived:
+                        self._derived[name] = value
+                        derived += 1
+        return derived
 
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         with self._lock:
@@ -159,9 +187,17 @@ class ClusterIndex(Generic[V]):
                 del self._pods_by_node[pod.holding_node]
         return pod.holding_node
 
+    def _pods_on(self, name: str) -> tuple[PodFacts, ...]:
+        return tuple(self._pods_by_node.get(name, {}).values())
+
     def _resolve(self, facts: NodeFacts) -> NodeState:
         pods = self._pods_by_node.get(facts.name, {}).values()
         return resolve_node(facts, pods, self._mig_configs, catalog=self._catalog)
+
+    def _resolve_with(
+        self, facts: NodeFacts, pods: Iterable[PodFacts], configs: MigConfigs
+    ) -> NodeState:
+        return resolve_node(facts, pods, configs, catalog=self._catalog)
 
     def _derive_missing(self, name: str) -> V | None:
         """The node's derived value, derived now if missing (the caller holds the lock)."""
