@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from migslice.inventory.picking import Occupancy, best_free_instance
+from migslice.inventory.picking import Occupancy, best_free_instance, held_slices
 from migslice.mig import (
     CATALOG,
     MIG_RESOURCE_PREFIX,
@@ -244,12 +244,15 @@ def _from_mig_parted(
         return None
     gpus: list[GpuState] = []
     total: Counter[str] = Counter()
+    fits: dict[tuple[str, ...], FitResult] = {}  # GPUs of a node mostly share one layout
     for index, (enabled, counts) in enumerate(per_gpu):
-        wanted = [profile for profile, count in sorted(counts.items()) for _ in range(count)]
+        wanted = tuple(profile for profile, count in sorted(counts.items()) for _ in range(count))
         if not all(model.has_profile(p) for p in wanted):
             notes.append(f"mig-parted config {name!r} names a profile {model.key} lacks")
             return None
-        result = _fit_empty(model, tuple(wanted))
+        result = fits.get(wanted)
+        if result is None:
+            result = fits[wanted] = _fit_empty(model, wanted)
         if not result.feasible:
             notes.append(f"mig-parted config {name!r} GPU {index}: {result.reason}")
             return None
@@ -279,21 +282,22 @@ def _assign_held(
     allocated: Mapping[str, int],
 ) -> tuple[GpuState, ...]:
     held = [list(flags) for flags in busy]
-    names = resource_names(model)
-    for profile_name, resource in sorted(names.items()):
-        already = sum(
-            1
-            for g, gpu in enumerate(gpus)
-            for k, placed in enumerate(gpu.instances)
-            if placed.profile == profile_name and held[g][k]
-        )
-        need = allocated.get(resource, 0) - already
-        occupancy = [Occupancy(gpu.index, gpu.instances, held[g]) for g, gpu in enumerate(gpus)]
+    already = Counter(
+        placed.profile
+        for g, gpu in enumerate(gpus)
+        for k, placed in enumerate(gpu.instances)
+        if held[g][k]
+    )
+    occupancy = [Occupancy(gpu.index, gpu.instances, held[g]) for g, gpu in enumerate(gpus)]
+    used = held_slices(occupancy, model.memory_slices)  # kept up to date pick by pick
+    for profile_name, resource in sorted(resource_names(model).items()):
+        need = allocated.get(resource, 0) - already[profile_name]
         while need > 0:
-            pick = best_free_instance(occupancy, profile_name, model.memory_slices)
+            pick = best_free_instance(occupancy, profile_name, model.memory_slices, used)
             if pick is None:
                 break
             held[pick.gpu][pick.instance] = True
+            used[pick.gpu] += gpus[pick.gpu].instances[pick.instance].size
             need -= 1
     whole_need = allocated.get(WHOLE_GPU_RESOURCE, 0)
     result: list[GpuState] = []

@@ -49,16 +49,28 @@ class Pick:
     score: int
 
 
-def best_free_instance(gpus: Sequence[Occupancy], profile: str, memory_slices: int) -> Pick | None:
-    """The free instance of ``profile`` the ranking picks, or None if the node has none.
-
-    ``memory_slices``: the GPU model's memory slices (the capacity of a GPU with no instances,
-    and what a whole-GPU holder occupies)."""
-    used = [
+def held_slices(gpus: Sequence[Occupancy], memory_slices: int) -> list[int]:
+    """The memory slices held on each GPU (a whole-GPU holder holds ``memory_slices``)."""
+    return [
         sum(p.size for p, h in zip(gpu.instances, gpu.held, strict=True) if h)
         + (memory_slices if gpu.whole_held else 0)
         for gpu in gpus
     ]
+
+
+def best_free_instance(
+    gpus: Sequence[Occupancy],
+    profile: str,
+    memory_slices: int,
+    used: Sequence[int] | None = None,
+) -> Pick | None:
+    """The free instance of ``profile`` the ranking picks, or None if the node has none.
+
+    ``memory_slices``: the GPU model's memory slices (the capacity of a GPU with no instances,
+    and what a whole-GPU holder occupies); ``used``: :func:`held_slices` of ``gpus`` when the
+    caller keeps it (picking several instances in a row), else computed here."""
+    if used is None:
+        used = held_slices(gpus, memory_slices)
     node_in_use = any(used)
     best: tuple[tuple[int, int, int], Pick] | None = None
     for g, gpu in enumerate(gpus):
