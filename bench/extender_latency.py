@@ -203,6 +203,7 @@ def bound_pods(nodes: int, pods_per_node: int, seed: int) -> Iterator[dict[str, 
 
 def serve_main(args: argparse.Namespace) -> None:
     from extender.app import create_app
+    from extender.command import VERBS
     from extender.settings import ExtenderSettings
     from extender.state import ExtenderState, StaticCache, new_index
     from migslice.objects import node_facts_from_raw, pod_facts_from_raw
@@ -226,7 +227,8 @@ def serve_main(args: argparse.Namespace) -> None:
         insecure_http=args.tls_cert is None,
         workers=1,
         threads=args.threads,
-        limits=ServingLimits().with_body_limits({"/filter": limit, "/prioritize": limit}),
+        limits=ServingLimits().with_body_limits(dict.fromkeys(VERBS, limit)),
+        inline_paths=frozenset(VERBS),  # as the extender command serves them
     )
     serve(factory, options)
 

@@ -187,7 +187,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         ),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,
-        server=options_from_args(args, dict.fromkeys(VERBS, body)),
+        server=options_from_args(args, dict.fromkeys(VERBS, body), inline_paths=VERBS),
         log_level=args.log_level,
     )
 
