@@ -314,3 +314,20 @@ def test_two_apps_keep_separate_metrics() -> None:
     post(first, "filter", b"nope")
     text: Mapping[str, str] = {"second": second.get("/metrics").get_data(as_text=True)}
     assert 'outcome="error"' not in text["second"]
+
+
+@pytest.mark.parametrize("verb", ["filter", "filter-best-fit", "prioritize"])
+def test_the_verbs_answer_the_same_through_the_thin_layer_as_through_flask(verb: str) -> None:
+    objects = ClusterObjects(nodes=tuple(cluster_nodes()), pods=tuple(cluster_pods()))
+    app = create_app(ExtenderSettings(), state_from_objects(objects, ExtenderSettings()))
+    body = names_args(scheduled_pod(profile="1g.10gb"), ALL)
+    response = app.test_client().post(f"/{verb}", data=body, content_type="application/json")
+    assert response.status_code == 200 and response.mimetype == "application/json"
+    assert response.headers["Content-Length"] == str(len(response.data))
+    with app.test_request_context(
+        f"/{verb}", method="POST", data=body, content_type="application/json"
+    ):
+        through_flask = app.full_dispatch_request()
+    assert through_flask.status_code == 200 and through_flask.get_data() == response.data
+    refused = app.test_client().get(f"/{verb}")
+    assert refused.status_code == 405 and refused.headers["Allow"].startswith("POST")
