@@ -192,7 +192,7 @@ class ClusterIndex(Generic[V]):
 
     def _resolve(self, facts: NodeFacts) -> NodeState:
         pods = self._pods_by_node.get(facts.name, {}).values()
-        return resolve_node(facts, pods, self._mig_configs, catalog=self._catalog)
+        return self._resolve_with(facts, pods, self._mig_configs)
 
     def _resolve_with(
         self, facts: NodeFacts, pods: Iterable[PodFacts], configs: MigConfigs
