@@ -15,7 +15,13 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   the shipped migslice-scheduler configuration (the extender), the same configuration without
   the extender, and the stock default configuration, one run after the other, with CPU
   seconds per pod of the scheduler and of the extender's worker and kube-scheduler's own
-  algorithm timings (``bench/cluster_runs.py``);
+  algorithm timings (``bench/cluster_runs.py``); the pair with and without the extender runs
+  ``--repeats`` rounds (default 3) and the goal reads the median ratio;
+* in each round, the same configuration against two null extenders that answer without
+  deciding (``bench/cluster_floor.py``; ``--no-floor`` skips them): Go's ``net/http``, the
+  protocol's floor, and migslice's own server, our serving stack's; with the extender's own
+  time per call from its ``/metrics``, they split what the extender adds to kube-scheduler's
+  cycle into the protocol, our server and our decision;
 * the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
 
 Results are kept in ``bench/reports/cluster.json`` under ``--label`` (so a run before a change
@@ -37,6 +43,8 @@ from typing import Any
 
 from bench.cluster_api import Api
 from bench.cluster_churn import CHURN_NAMESPACE, Churn, Prober
+from bench.cluster_floor import KINDS as FLOOR_KINDS
+from bench.cluster_floor import Floor, pointed_at
 from bench.cluster_load import ensure_namespace, load_cluster
 from bench.cluster_objects import ClusterPlan, ClusterShape
 from bench.cluster_procs import cpu_s, memory_mib, server_processes, snapshot
@@ -46,7 +54,10 @@ from bench.cluster_runs import (
     BindWatch,
     create_run_pods,
     delete_run_pods,
+    extender_calls,
+    median_ratios,
     over_bound,
+    round_ratios,
     scheduler_metrics,
     summarise_run,
     watch_binds,
@@ -92,8 +103,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also run the chart's other placement, scheduler.placement=weighted (filter + "
         "prioritize), after the shipped configuration, in the same cluster",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="rounds of the runs with and without the extender (and the floors), one after "
+        "the other; the ratios' median is the goal's figure (the runs are seconds long, and a "
+        "shared machine's spread between runs is wide)",
+    )
+    parser.add_argument(
+        "--floor",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="in each round, also run the shipped configuration against two null extenders "
+        "(bench/cluster_floor.py: Go's net/http, and migslice's own server) that answer "
+        "without deciding: what the extender protocol and our server cost by themselves",
+    )
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: at least 1")
     try:
         args.percentages = [int(p) for p in args.percentages.split(",") if p.strip()]
     except ValueError:
@@ -168,9 +197,10 @@ class Bench:
         )
         watch = BindWatch(self.args.run_pods)
         cpu: dict[str, list[float]] = {}
-        pids: dict[str, int] = {}
-        if key.startswith("extender"):
-            pids["extender_worker"] = self.worker_pid("extender")
+        # The extender's worker in every run: in a run without it, its watch alone.
+        pids: dict[str, int] = {"extender_worker": self.worker_pid("extender")}
+        extender = self.servers["extender"]
+        calls_before = extender_calls(extender.url, extender.bundle.ca_cert)
 
         def sample() -> None:  # the scheduler is known from its spawn, before its /readyz
             running = self.cp.schedulers.get(scheduler)
@@ -203,6 +233,15 @@ class Bench:
         result = summarise_run(watch, spans, metrics)
         result["over_bound_nodes"] = over_bound(self.plan, watch)
         result["scheduler_memory_mib"] = memory
+        calls, seconds = (
+            after - before
+            for after, before in zip(
+                extender_calls(extender.url, extender.bundle.ca_cert), calls_before, strict=True
+            )
+        )
+        if calls:
+            result["extender_calls"] = int(calls)
+            result["extender_app_ms_per_call"] = round(1000 * seconds / calls, 3)
         delete_run_pods(self.api, threads=self.args.threads)
         print(f"  {key}: {result}", flush=True)
         return result
@@ -244,18 +283,37 @@ class Bench:
             }
         }
         self.report["throughput"] = results
-        runs = {
-            "extender": (shipped, "migslice-scheduler"),
-            "no_extender": (without_extenders(shipped, "bench-no-extender"), "bench-no-extender"),
-            "stock": (default_scheduler_config("bench-stock"), "bench-stock"),
+        bare = without_extenders(shipped, "bench-no-extender")
+        floors = self.start_floors() if self.args.floor else {}
+        try:
+            for number in range(self.args.repeats):
+                runs = {
+                    "extender": (shipped, "migslice-scheduler"),
+                    "no_extender": (bare, "bench-no-extender"),
+                }
+                for kind, floor in floors.items():
+                    runs[f"floor_{kind}"] = (pointed_at(shipped, floor.url), "migslice-scheduler")
+                if number == 0:
+                    runs["stock"] = (default_scheduler_config("bench-stock"), "bench-stock")
+                one: dict[str, Any] = {}
+                results.setdefault("rounds", []).append(one)
+                for key, (config, name) in runs.items():
+                    one[key] = self.run_scheduler(key, config, name)
+                    if number == 0:
+                        results[key] = one[key]
+                    self.save()
+                one.update(round_ratios(one))
+                self.save()
+        finally:
+            for floor in floors.values():
+                floor.stop()
+        rate = {
+            k: results[k].get("pods_per_s") or 0.0 for k in ("extender", "no_extender", "stock")
         }
-        for key, (config, name) in runs.items():
-            results[key] = self.run_scheduler(key, config, name)
-            self.save()
-        rate = {k: results[k].get("pods_per_s") or 0.0 for k in runs}
         for other in ("no_extender", "stock"):
             ratio = rate["extender"] / rate[other] if rate[other] else None
             results[f"ratio_vs_{other}"] = None if ratio is None else round(ratio, 2)
+        results.update(median_ratios(results["rounds"]))
         if self.args.weighted:  # the chart's other placement, against the same bare run
             extender = self.servers["extender"]
             weighted = scheduler_configuration(
@@ -285,6 +343,27 @@ class Bench:
             bare_rate = pair["no_extender"].get("pods_per_s") or 0.0
             pair["ratio_vs_no_extender"] = round(with_rate / bare_rate, 2) if bare_rate else None
             self.save()
+
+    def start_floors(self) -> dict[str, Floor]:
+        """The null extenders, with the extender's certificate (its CA is in the config)."""
+        bundle = self.servers["extender"].bundle
+        floors: dict[str, Floor] = {}
+        try:
+            for kind in FLOOR_KINDS:
+                floors[kind] = Floor(
+                    kind,
+                    cert=bundle.cert,
+                    key=bundle.key,
+                    ca=bundle.ca_cert,
+                    workdir=self.cp.workdir,
+                )
+                floors[kind].wait_ready()
+                print(f"{kind} floor (null extender) at {floors[kind].url}", flush=True)
+        except BaseException:
+            for floor in floors.values():
+                floor.stop()
+            raise
+        return floors
 
     def save(self) -> None:
         """Write what is measured so far (a run cut short still leaves its figures)."""

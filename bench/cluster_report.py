@@ -41,10 +41,13 @@ def goal_values(report: dict[str, Any]) -> list[float | None]:
     throughput = report.get("throughput", {})
     sync = report.get("sync_s", {})
     runs = [throughput.get(k) for k in RUN_NAMES if throughput.get(k)]
+    for later in throughput.get("rounds", [])[1:]:  # the first round's runs are those above
+        runs += [later[k] for k in ("extender", "no_extender") if later.get(k)]
     for pair in throughput.get("percentages", {}).values():
         runs += [pair[k] for k in ("extender", "no_extender") if pair.get(k)]
+    ratio = throughput.get("ratio_median", throughput.get("ratio_vs_no_extender"))
     return [
-        throughput.get("ratio_vs_no_extender"),
+        ratio,
         throughput.get("extender", {}).get("extender_worker_cpu_ms_per_pod"),
         _worker_rss(report, "webhook"),
         _worker_rss(report, "extender"),
@@ -142,6 +145,7 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         ),
         "",
     ]
+    lines += _render_rounds(throughput)
     lines += _render_percentages(throughput.get("percentages", {}))
     lines += _render_churn(report.get("churn"))
     lines += render_goals(report)
@@ -183,6 +187,51 @@ def _render_churn(churn: dict[str, Any] | None) -> list[str]:
             f"lag): p50 {_fmt(floor['p50_ms'])} ms, max of 50 {_fmt(floor['max_ms'])} ms."
         )
     lines.append("")
+    return lines
+
+
+FLOORS = (("floor_go", "Go null extender"), ("floor_python", "Python null extender"))
+
+
+def _render_rounds(throughput: dict[str, Any]) -> list[str]:
+    """Each round of runs (``--repeats``, ``--floor``): ratios to the round's run without the
+    extender, and what each extender added to kube-scheduler's algorithm mean."""
+    rounds = throughput.get("rounds", [])
+    if len(rounds) < 2 and not any(key in r for r in rounds for key, _ in FLOORS):
+        return []
+    floors = [(k, n) for k, n in FLOORS if any(k in r for r in rounds)]
+    head = "| round | without pods/s | algorithm mean ms without | with the extender pods/s "
+    head += "| ratio | added ms | extender app ms/call |"
+    rule = "|---|---|---|---|---|---|---|"
+    for _, name in floors:
+        head += f" {name} pods/s | ratio | added ms |"
+        rule += "---|---|---|"
+    lines = [
+        "Rounds, one after the other (ratio: pods/s over the same round's run without an "
+        "extender; added ms: kube-scheduler's algorithm mean over that run's; the null "
+        "extenders answer without deciding, `bench/cluster_floor.py`):",
+        "",
+        head,
+        rule,
+    ]
+    for number, one in enumerate(rounds, start=1):
+        bare, ours = one.get("no_extender", {}), one.get("extender", {})
+        added = one.get("added_algorithm_ms", {})
+        row = (
+            f"| {number} | {_fmt(bare.get('pods_per_s'))} | {_fmt(bare.get('algorithm_mean_ms'))} "
+            f"| {_fmt(ours.get('pods_per_s'))} | {_fmt(one.get('ratio'))}x "
+            f"| {_fmt(added.get('extender'))} | {_fmt(ours.get('extender_app_ms_per_call'))} |"
+        )
+        for key, _ in floors:
+            run = one.get(key, {})
+            row += (
+                f" {_fmt(run.get('pods_per_s'))} | {_fmt(one.get(f'{key}_ratio'))}x "
+                f"| {_fmt(added.get(key))} |"
+            )
+        lines.append(row)
+    medians = [f"extender {_fmt(throughput.get('ratio_median'))}x"]
+    medians += [f"{name} {_fmt(throughput.get(f'{k}_ratio_median'))}x" for k, name in floors]
+    lines += ["", "Median ratios: " + ", ".join(medians) + ".", ""]
     return lines
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import copy
 import re
 import ssl
+import statistics
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,56 @@ def scheduler_metrics(port: int, *, cert: Path, key: Path) -> dict[str, float]:
                 key = f"{point.group(1)}_{name.rsplit('_', 1)[1]}"
                 wanted[key] = wanted.get(key, 0.0) + value
     return wanted
+
+
+def extender_calls(url: str, ca: Path) -> tuple[float, float]:
+    """The extender's verb calls so far and the seconds its app spent in them (body read to
+    body written: its ``migslice_extender_request_duration_seconds`` histogram)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=10) as reply:
+        return request_totals(reply.read().decode())
+
+
+def request_totals(text: str) -> tuple[float, float]:
+    """Calls and seconds summed over every verb, from the extender's ``/metrics`` text."""
+    count = total = 0.0
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith("migslice_extender_request_duration_seconds_count{"):
+            count += float(value)
+        elif name.startswith("migslice_extender_request_duration_seconds_sum{"):
+            total += float(value)
+    return count, total
+
+
+def round_ratios(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A round's throughput of each extender run over the run without one, and the time each
+    added to kube-scheduler's scheduling algorithm (its mean, with minus without)."""
+    bare = runs.get("no_extender", {})
+    rate, algorithm = bare.get("pods_per_s"), bare.get("algorithm_mean_ms")
+    found: dict[str, Any] = {}
+    for key, run in runs.items():
+        if key in ("no_extender", "stock") or not isinstance(run, Mapping):
+            continue
+        name = "ratio" if key == "extender" else f"{key}_ratio"
+        if rate and run.get("pods_per_s"):
+            found[name] = round(run["pods_per_s"] / rate, 2)
+        if algorithm is not None and run.get("algorithm_mean_ms") is not None:
+            found.setdefault("added_algorithm_ms", {})[key] = round(
+                run["algorithm_mean_ms"] - algorithm, 2
+            )
+    return found
+
+
+def median_ratios(rounds: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The median over rounds of each ratio :func:`round_ratios` found."""
+    names = sorted({k for r in rounds for k in r if k == "ratio" or k.endswith("_ratio")})
+    found: dict[str, float] = {}
+    for name in names:
+        values = [r[name] for r in rounds if r.get(name) is not None]
+        if values:
+            found[f"{name}_median"] = round(statistics.median(values), 2)
+    return found
 
 
 def summarise_run(

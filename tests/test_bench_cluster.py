@@ -9,11 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import generate_latest
+from werkzeug.test import Client
+
+from bench.cluster_floor import null_app, pointed_at
 from bench.cluster_nodes import node_body
 from bench.cluster_objects import ClusterPlan, ClusterShape, resource
 from bench.cluster_pods import pod_body, running_status
 from bench.cluster_report import GOALS, goal_values, render
-from bench.cluster_runs import BindWatch, over_bound, run_profile
+from bench.cluster_runs import (
+    BindWatch,
+    median_ratios,
+    over_bound,
+    request_totals,
+    round_ratios,
+    run_profile,
+)
+from extender.metrics import ExtenderMetrics
+from extender.state import ExtenderState, StaticCache, new_index
 from migslice.objects.nodes import node_facts_from_raw
 from migslice.objects.pods import pod_facts_from_raw
 
@@ -120,3 +133,73 @@ def test_the_weighted_placement_run_is_tabled_with_its_ratio_and_over_binds_coun
     text = render({"after": measured})
     assert "| placement weighted (filter + prioritize), with the extender | 21.0 |" in text
     assert "Placement weighted / without: 0.70x." in text
+
+
+def test_each_round_is_tabled_and_the_goal_reads_the_median_ratio() -> None:
+    measured = report(0.7, 6.0)
+    rounds = []
+    for bare, ours, go in ((100.0, 60.0, 95.0), (120.0, 90.0, 110.0), (110.0, 55.0, 100.0)):
+        one: dict[str, Any] = {
+            "no_extender": {"pods_per_s": bare, "algorithm_mean_ms": 4.0},
+            "extender": {
+                "pods_per_s": ours,
+                "algorithm_mean_ms": 7.5,
+                "extender_app_ms_per_call": 0.4,
+                "over_bound_nodes": 0,
+            },
+            # A null extender ignores MIG geometry: its binds are not the extender's.
+            "floor_go": {"pods_per_s": go, "algorithm_mean_ms": 4.5, "over_bound_nodes": 3},
+        }
+        one.update(round_ratios(one))
+        rounds.append(one)
+    assert rounds[0]["ratio"] == 0.6
+    assert rounds[0]["floor_go_ratio"] == 0.95
+    assert rounds[0]["added_algorithm_ms"] == {"extender": 3.5, "floor_go": 0.5}
+    rounds[2]["extender"]["over_bound_nodes"] = 2
+    measured["throughput"]["rounds"] = rounds
+    measured["throughput"].update(median_ratios(rounds))
+    assert measured["throughput"]["ratio_median"] == 0.6  # of 0.6, 0.75, 0.5
+    assert measured["throughput"]["floor_go_ratio_median"] == 0.92  # of 0.95, 0.92, 0.91
+    values = goal_values(measured)
+    assert values[0] == 0.6
+    assert values[6] == 2.0  # round 2's and 3's extender runs count, the null's never
+    text = render({"after": measured})
+    assert "| 1 | 100.0 | 4.00 | 60.0 | 0.60x | 3.50 | 0.40 | 95.0 | 0.95x | 0.50 |" in text
+    assert "Median ratios: extender 0.60x, Go null extender 0.92x." in text
+
+
+def test_request_totals_sum_every_verb_of_the_extenders_own_metrics() -> None:
+    metrics = ExtenderMetrics(ExtenderState(new_index(), (StaticCache("bench"),)))
+    for verb, seconds in (
+        ("filter-best-fit", 0.002),
+        ("filter-best-fit", 0.004),
+        ("prioritize", 0.01),
+    ):
+        metrics.duration.labels(verb).observe(seconds)
+    calls, total = request_totals(generate_latest(metrics.registry).decode())
+    assert calls == 3
+    assert abs(total - 0.016) < 1e-9
+
+
+def test_the_python_null_extender_answers_the_first_name_and_fails_none() -> None:
+    client = Client(null_app)
+    args = {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "b", "c"], "Nodes": None}
+    answer = client.post("/filter-best-fit", json=args)
+    assert answer.status_code == 200
+    assert answer.json == {"NodeNames": ["a"], "FailedNodes": {}, "Error": ""}
+    scores = client.post("/prioritize", json=args).json
+    assert scores == [{"Host": n, "Score": 0} for n in ("a", "b", "c")]
+    assert client.get("/filter").status_code == 404
+
+
+def test_a_floor_run_changes_only_where_the_extenders_are_called() -> None:
+    shipped = {
+        "percentageOfNodesToScore": 1,
+        "extenders": [{"urlPrefix": "https://127.0.0.1:1", "tlsConfig": {"caData": "x"}}],
+    }
+    moved = pointed_at(shipped, "https://127.0.0.1:2")
+    assert moved["extenders"] == [
+        {"urlPrefix": "https://127.0.0.1:2", "tlsConfig": {"caData": "x"}}
+    ]
+    assert moved["percentageOfNodesToScore"] == 1
+    assert shipped["extenders"][0]["urlPrefix"] == "https://127.0.0.1:1"
