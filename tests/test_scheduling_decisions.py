@@ -203,3 +203,20 @@ def test_a_node_that_changes_while_it_is_derived_keeps_no_stale_value() -> None:
     fresh.upsert_pod(bound)
     assert index.get("n1") == fresh.get("n1")
     assert index.get("n1") != fresh.get("n0")
+
+
+def test_a_write_names_the_nodes_it_left_to_derive_again() -> None:
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    index.replace_nodes(
+        node_facts_from_raw(make_node(f"n{i}", gpu_count=1, mig={"1g.10gb": 7})) for i in range(2)
+    )
+    bound = pod_facts_from_raw(make_pod("p", profile="1g.10gb", node_name="n0"))
+    moved = pod_facts_from_raw(make_pod("p", profile="1g.10gb", node_name="n1"))
+    assert bound is not None and moved is not None
+    assert index.upsert_pod(bound) == ("n0",)
+    assert index.upsert_pod(bound) == ()  # unchanged: nothing dropped
+    assert sorted(index.upsert_pod(moved)) == ["n0", "n1"]
+    assert index.delete_pod(moved.key) == ("n1",)
+    assert index.delete_pod(moved.key) == ()
+    assert index.upsert_node(node_facts_from_raw(make_node("n2", gpu_count=1))) == ("n2",)
+    assert index.delete_node("n2") == ()

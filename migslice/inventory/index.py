@@ -98,6 +98,14 @@ class ClusterIndex(Generic[V]):
         it. A value whose node changed meanwhile is not stored (it is derived on first use)."""
         with self._lock:
             missing = [name for name in self._nodes if name not in self._derived]
+        return self.derive(missing)
+
+    def derive(self, names: Iterable[str]) -> int:
+        """Derive those of ``names`` whose value is missing, as :meth:`derive_pending` does;
+        returns how many were derived. A watch's writer calls it with the names a change
+        touched (what :meth:`upsert_pod` and the other writes return), so the work is done
+        on its thread when the event arrives, not by the next request that reads the node."""
+        missing = [name for name in names if name not in self._derived]
         derived = 0
         for start in range(0, len(missing), DERIVE_BATCH):
             with self._lock:
@@ -128,15 +136,19 @@ class ClusterIndex(Generic[V]):
             self._nodes = {facts.name: facts for facts in nodes}
             self._drop_all()
 
-    def upsert_node(self, facts: NodeFacts) -> None:
+    def upsert_node(self, facts: NodeFacts) -> tuple[str, ...]:
+        """Keep ``facts``; the names of the nodes to derive again (its own)."""
         with self._lock:
             self._nodes[facts.name] = facts
             self._drop(facts.name)
+            return (facts.name,)
 
-    def delete_node(self, name: str) -> None:
+    def delete_node(self, name: str) -> tuple[str, ...]:
+        """Forget the node; nothing is left to derive again."""
         with self._lock:
             self._nodes.pop(name, None)
             self._drop(name)
+            return ()
 
     def replace_pods(self, pods: Iterable[PodFacts]) -> None:
         with self._lock:
@@ -146,24 +158,30 @@ class ClusterIndex(Generic[V]):
                 self._link(pod)
             self._drop_all()
 
-    def upsert_pod(self, pod: PodFacts) -> None:
+    def upsert_pod(self, pod: PodFacts) -> tuple[str, ...]:
+        """Keep ``pod``; the names of the nodes to derive again (none when the pod is
+        unchanged; else the node it left and the one it holds resources on)."""
         with self._lock:
             old = self._pods.get(pod.key)
             if old == pod:
-                return
-            touched = self._unlink(old)
+                return ()
+            left = self._unlink(old)
             self._pods[pod.key] = pod
             self._link(pod)
-            for name in {touched, pod.holding_node} - {None}:
-                assert name is not None
+            touched = tuple(name for name in {left, pod.holding_node} if name is not None)
+            for name in touched:
                 self._drop(name)
+            return touched
 
-    def delete_pod(self, key: str) -> None:
+    def delete_pod(self, key: str) -> tuple[str, ...]:
+        """Forget the pod; the name of the node to derive again, if it held resources."""
         with self._lock:
             old = self._pods.pop(key, None)
             touched = self._unlink(old)
-            if touched is not None:
-                self._drop(touched)
+            if touched is None:
+                return ()
+            self._drop(touched)
+            return (touched,)
 
     def set_mig_configs(self, configs: MigConfigs) -> None:
         with self._lock:

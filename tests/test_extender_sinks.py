@@ -1,0 +1,45 @@
+"""The extender's informer sinks: what a list and a watch event do to the index."""
+
+from __future__ import annotations
+
+from extender.state import NodeSink, PodSink, Warmup
+from migslice.inventory import ClusterIndex
+from migslice.inventory.layouts import NodeState
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+from migslice.scheduling import PreparedNode, prepare_node
+from tests.builders import make_node, make_pod
+
+
+def test_a_watch_event_derives_its_node_at_once_after_the_warm_up_and_never_before() -> None:
+    """A bind's node is derived on the watch's thread, so the next extender call that names
+    it reads a value instead of deriving it inside kube-scheduler's scheduling cycle."""
+    derived: list[str] = []
+
+    def counting(state: NodeState) -> PreparedNode:
+        derived.append(state.facts.name)
+        return prepare_node(state)
+
+    index: ClusterIndex[PreparedNode] = ClusterIndex(counting)
+    warmup = Warmup(index, ("nodes", "pods"))
+    nodes, pods = NodeSink(index, warmup), PodSink(index, warmup)
+    node = node_facts_from_raw(make_node("n0", gpu_count=1, mig={"1g.10gb": 7}))
+    nodes.replace({"n0": node})
+    early = pod_facts_from_raw(make_pod("early", profile="1g.10gb", node_name="n0"))
+    assert early is not None
+    pods.upsert(early.key, early)  # before the pod list: the warm-up will derive n0
+    assert derived == []
+    pods.replace({early.key: early})
+    assert derived == ["n0"]
+    late = pod_facts_from_raw(make_pod("late", profile="1g.10gb", node_name="n0"))
+    assert late is not None
+    pods.upsert(late.key, late)
+    assert derived == ["n0", "n0"]  # at the event, not at the next read
+    value = index.get("n0")
+    assert derived == ["n0", "n0"]
+    fresh: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    fresh.replace_nodes([node])
+    fresh.replace_pods([early, late])
+    assert value == fresh.get("n0")
+    pods.delete(late.key)
+    nodes.upsert("n0", node_facts_from_raw(make_node("n0", gpu_count=1, mig={"1g.10gb": 7})))
+    assert derived == ["n0", "n0", "n0", "n0"]
