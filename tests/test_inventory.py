@@ -316,3 +316,36 @@ def test_incremental_updates_give_the_same_state_as_a_rebuild() -> None:
         assert summary(incremental.get(name)) == summary(rebuilt.get(name))
     assert incremental.get("n0") is not None
     assert summary(incremental.get("n0"))[0][0] == ("nvidia.com/mig-1g.10gb", 0)  # type: ignore[index]
+
+
+def test_the_index_keeps_a_nodes_layout_while_only_its_pods_change() -> None:
+    """A bind re-derives its node from the layout kept for the same facts and configs (the
+    agent report is not read again); new facts or new configs read it afresh."""
+    index: ClusterIndex[NodeState] = ClusterIndex(lambda state: state)
+    raw = make_node(
+        "n1", gpu_count=1, mig=BALANCED, layout_annotation=render_layout_annotation(report())
+    )
+    index.replace_nodes([node_facts_from_raw(raw)])
+    before = index.get("n1")
+    assert before is not None and before.source is LayoutSource.AGENT
+    bound = pod_facts_from_raw(make_pod("p", profile="1g.10gb", node_name="n1"))
+    assert bound is not None
+    index.upsert_pod(bound)
+    after = index.get("n1")
+    assert after is not None
+    assert after.gpus[0].instances is before.gpus[0].instances  # the kept layout
+    assert after == resolve_node(after.facts, [bound])  # and the same state as from scratch
+    assert after.allocated_of("nvidia.com/mig-1g.10gb") == 1
+    index.upsert_node(node_facts_from_raw(raw))  # new facts, equal content: read afresh
+    fresh = index.get("n1")
+    assert fresh is not None and fresh.gpus[0].instances is not before.gpus[0].instances
+    assert fresh == after
+    disagreeing = make_node(
+        "n1", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb",
+        layout_annotation=render_layout_annotation(report()),
+    )  # fmt: skip
+    index.upsert_node(node_facts_from_raw(disagreeing))
+    changed = index.get("n1")
+    assert changed is not None and changed.source is LayoutSource.MIG_PARTED
+    index.set_mig_configs(parse_mig_parted(MIG_PARTED))
+    assert index.get("n1") == resolve_node(changed.facts, [bound], parse_mig_parted(MIG_PARTED))

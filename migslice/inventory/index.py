@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
-from migslice.inventory.layouts import NodeState, resolve_node
+from migslice.inventory.layouts import NodeLayout, NodeState, node_layout, resolve_node
 from migslice.mig import CATALOG, Catalog
 from migslice.mig.migparted import MigPartedEntry
 from migslice.objects.nodes import NodeFacts
@@ -46,6 +46,9 @@ class ClusterIndex(Generic[V]):
         self._pods: dict[str, PodFacts] = {}
         self._pods_by_node: dict[str, dict[str, PodFacts]] = {}
         self._derived: dict[str, V] = {}
+        # Per node, the layout its facts and the configs give, kept while only its pods change
+        # (a bind re-derives the node without reading its agent report or config again).
+        self._layouts: dict[str, tuple[NodeFacts, MigConfigs, NodeLayout]] = {}
         self._mig_configs: MigConfigs = {}
         self._listeners: list[Callable[[str | None], None]] = []
 
@@ -134,6 +137,7 @@ class ClusterIndex(Generic[V]):
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         with self._lock:
             self._nodes = {facts.name: facts for facts in nodes}
+            self._layouts = {}
             self._drop_all()
 
     def upsert_node(self, facts: NodeFacts) -> tuple[str, ...]:
@@ -147,6 +151,7 @@ class ClusterIndex(Generic[V]):
         """Forget the node; nothing is left to derive again."""
         with self._lock:
             self._nodes.pop(name, None)
+            self._layouts.pop(name, None)
             self._drop(name)
             return ()
 
@@ -186,6 +191,7 @@ class ClusterIndex(Generic[V]):
     def set_mig_configs(self, configs: MigConfigs) -> None:
         with self._lock:
             self._mig_configs = dict(configs)
+            self._layouts = {}
             self._drop_all()
 
     # -- internals ----------------------------------------------------------------------------
@@ -215,7 +221,14 @@ class ClusterIndex(Generic[V]):
     def _resolve_with(
         self, facts: NodeFacts, pods: Iterable[PodFacts], configs: MigConfigs
     ) -> NodeState:
-        return resolve_node(facts, pods, configs, catalog=self._catalog)
+        kept = self._layouts.get(facts.name)  # checked by identity: no lock needed
+        if kept is not None and kept[0] is facts and kept[1] is configs:
+            layout = kept[2]
+        else:
+            layout = node_layout(facts, configs, catalog=self._catalog)
+            if self._nodes.get(facts.name) is facts:  # not a node given from outside
+                self._layouts[facts.name] = (facts, configs, layout)
+        return resolve_node(facts, pods, configs, catalog=self._catalog, layout=layout)
 
     def _derive_missing(self, name: str) -> V | None:
         """The node's derived value, derived now if missing (the caller holds the lock)."""

@@ -147,22 +147,27 @@ def model_of(facts: NodeFacts, catalog: Catalog = CATALOG) -> GpuModel | None:
     return None
 
 
-def resolve_node(
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """What a node's facts (and the mig-parted configs) say of its GPUs, before any pod: the
+    model, each GPU's instances and agent-reported busy flags, and which source answered.
+    ``gpus`` is None when no source gave a layout (``source`` is then ``counts``)."""
+
+    model: GpuModel | None
+    source: LayoutSource
+    gpus: tuple[GpuState, ...] | None
+    busy: tuple[tuple[bool, ...], ...]
+    notes: tuple[str, ...]
+
+
+def node_layout(
     facts: NodeFacts,
-    pods: Iterable[PodFacts],
     mig_configs: Mapping[str, tuple[MigPartedEntry, ...]] | None = None,
     *,
     catalog: Catalog = CATALOG,
-) -> NodeState:
-    """Build a node's :class:`NodeState` from its facts and the pods that hold resources on it."""
-    allocated_counter: Counter[str] = Counter()
-    for pod in pods:
-        for resource, count in pod.requests:
-            allocated_counter[resource] += count
-    allocated = tuple(sorted(allocated_counter.items()))
-    free = tuple(
-        (name, max(0, count - allocated_counter.get(name, 0))) for name, count in facts.allocatable
-    )
+) -> NodeLayout:
+    """The node's :class:`NodeLayout`: a pure function of its facts and the configs, so a
+    caller may keep it while only the node's pods change."""
     model = model_of(facts, catalog)
     notes: list[str] = list(facts.problems)
     gpus: tuple[GpuState, ...] | None = None
@@ -180,9 +185,35 @@ def resolve_node(
             source = LayoutSource.MIG_PARTED
             busy = tuple(tuple(False for _ in gpu.instances) for gpu in gpus)
     if gpus is None or model is None:
-        return NodeState(facts, model, LayoutSource.COUNTS, (), allocated, free, tuple(notes))
-    held = _assign_held(model, gpus, busy, allocated_counter)
-    return NodeState(facts, model, source, held, allocated, free, tuple(notes))
+        return NodeLayout(model, LayoutSource.COUNTS, None, (), tuple(notes))
+    return NodeLayout(model, source, gpus, busy, tuple(notes))
+
+
+def resolve_node(
+    facts: NodeFacts,
+    pods: Iterable[PodFacts],
+    mig_configs: Mapping[str, tuple[MigPartedEntry, ...]] | None = None,
+    *,
+    catalog: Catalog = CATALOG,
+    layout: NodeLayout | None = None,
+) -> NodeState:
+    """Build a node's :class:`NodeState` from its facts and the pods that hold resources on it
+    (``layout``: the node's :func:`node_layout` of the same facts and configs, if kept)."""
+    if layout is None:
+        layout = node_layout(facts, mig_configs, catalog=catalog)
+    allocated_counter: Counter[str] = Counter()
+    for pod in pods:
+        for resource, count in pod.requests:
+            allocated_counter[resource] += count
+    allocated = tuple(sorted(allocated_counter.items()))
+    free = tuple(
+        (name, max(0, count - allocated_counter.get(name, 0))) for name, count in facts.allocatable
+    )
+    model, gpus = layout.model, layout.gpus
+    if gpus is None or model is None:
+        return NodeState(facts, model, LayoutSource.COUNTS, (), allocated, free, layout.notes)
+    held = _assign_held(model, gpus, layout.busy, allocated_counter)
+    return NodeState(facts, model, layout.source, held, allocated, free, layout.notes)
 
 
 def _mig_counts_from_allocatable(facts: NodeFacts, model: GpuModel) -> Counter[str]:
