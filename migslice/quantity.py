@@ -15,6 +15,7 @@ resources, annotations) goes through :func:`parse_count`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -55,6 +56,15 @@ def parse_quantity(text: object) -> Fraction:
         return Fraction(text)
     if not isinstance(text, str):
         raise QuantityError(f"{text!r} is not a quantity (expected a string such as 20Gi)")
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction:
+    """:func:`parse_quantity` of a string, remembered: a cluster's pods repeat a handful of
+    quantities (``1``, ``8Gi``), and each pod read on a hot path (an extender call, an
+    admission) parses every GPU quantity of its containers. Fractions are immutable, and an
+    error is raised again each time (lru_cache keeps only values)."""
     match = _QUANTITY_RE.fullmatch(text.strip()) if len(text) <= _MAX_LENGTH else None
     if match is None:
         raise QuantityError(
