@@ -3,11 +3,14 @@
 :class:`ClusterIndex` holds the projected Nodes and Pods of a cluster and, per node, a value
 derived from its :class:`NodeState` by a caller-given function (the extender derives the
 per-profile free counts and scores it answers from; the webhook can keep the state itself).
-A node's value is derived once per change and only when something reads it: a change drops
-the values of the nodes it touches (a whole list drops them all), and :meth:`get` derives a
-missing one on first use; :meth:`derive_pending` derives every missing one at once (the
-extender calls it when its lists are all in, so start-up derives each node once, not once
-per list). A watch event thus costs one node's work, and a request reads derived values.
+A node's value is derived once per change: a change drops the values of the nodes it touches
+(a whole list drops them all) and names the nodes to derive again; :meth:`derive` derives
+those (the extender's watches call it as each event arrives, so a request reads a derived
+value), :meth:`derive_pending` every missing one at once (the extender calls it when its
+lists are all in, so start-up derives each node once, not once per list), and :meth:`get`
+derives a missing one on first use. A node's layout (:func:`node_layout`, from its facts and
+the mig-parted configs) is kept while only its pods change. A watch event thus costs one
+node's work.
 Listeners (:meth:`subscribe`) hear the name of every node whose value was dropped (None: all
 of them), after the drop, so caches built on derived values stay exact.
 
