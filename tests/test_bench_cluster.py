@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from prometheus_client import generate_latest
 from werkzeug.test import Client
 
+from bench.call_floor import bodies
+from bench.call_floor import render as render_call_floor
 from bench.cluster_floor import null_app, pointed_at
 from bench.cluster_nodes import node_body
 from bench.cluster_objects import ClusterPlan, ClusterShape, resource
@@ -29,6 +32,7 @@ from extender.metrics import ExtenderMetrics
 from extender.state import ExtenderState, StaticCache, new_index
 from migslice.objects.nodes import node_facts_from_raw
 from migslice.objects.pods import pod_facts_from_raw
+from migslice.scheduling import demand_of
 
 PLAN = ClusterPlan(ClusterShape(nodes=40, pods_per_node=8))
 
@@ -203,3 +207,21 @@ def test_a_floor_run_changes_only_where_the_extenders_are_called() -> None:
     ]
     assert moved["percentageOfNodesToScore"] == 1
     assert shipped["extenders"][0]["urlPrefix"] == "https://127.0.0.1:1"
+
+
+def test_the_isolated_call_bench_sends_what_kube_scheduler_sends_and_tables_each_server() -> None:
+    calls = bodies(500, 3)
+    args = orjson.loads(calls[0])
+    assert set(args) == {"Pod", "Nodes", "NodeNames"}
+    assert args["Nodes"] is None and len(set(args["NodeNames"])) == 100
+    assert "managedFields" not in args["Pod"]["metadata"]  # kube-scheduler drops them
+    assert demand_of(args["Pod"]).units  # a GPU pod the extender decides on
+    figures = {"calls": 10, "server_cpu_ms_per_call": 0.4, "p50_ms": 0.5, "p99_ms": 2.0}
+    results = {
+        "nodes": 500,
+        "body_bytes_mean": 8821,
+        "servers": {"go": figures, "python": figures, "extender": figures},
+    }
+    text = render_call_floor(results)
+    assert "| Go null extender (net/http) | 0.4 | 0.5 | 2.0 | 10 |" in text
+    assert "| migslice extender | 0.4 |" in text
