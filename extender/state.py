@@ -161,8 +161,16 @@ class _EagerSink:
         self._warmup = warmup
 
     def _derive(self, touched: tuple[str, ...]) -> None:
-        if touched and (self._warmup is None or self._warmup.done):
+        if touched and self._warm:
             self._index.derive(touched)
+
+    def _derive_all(self) -> None:
+        if self._warm:
+            self._index.derive_pending()
+
+    @property
+    def _warm(self) -> bool:
+        return self._warmup is None or self._warmup.done
 
 
 class NodeSink(_EagerSink):
@@ -195,12 +203,10 @@ class PodSink(_EagerSink):
         self._derive(self._index.delete_pod(key))
 
 
-class MigConfigSink:
-    """Informer sink for the one ConfigMap that holds the mig-parted config."""
-
-    def __init__(self, index: ClusterIndex[PreparedNode], warmup: Warmup | None = None) -> None:
-        self._index = index
-        self._warmup = warmup
+class MigConfigSink(_EagerSink):
+    """Informer sink for the one ConfigMap that holds the mig-parted config. A change re-reads
+    every node's layout: after the warm-up, the watch's thread derives them all at once, so
+    calls do not each derive the names they send."""
 
     def replace(self, items: Mapping[str, MigConfigs]) -> None:
         merged: dict[str, Any] = {}
@@ -212,6 +218,8 @@ class MigConfigSink:
 
     def upsert(self, key: str, item: MigConfigs) -> None:
         self._index.set_mig_configs(item)
+        self._derive_all()
 
     def delete(self, key: str) -> None:
         self._index.set_mig_configs({})
+        self._derive_all()

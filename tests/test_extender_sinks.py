@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from extender.state import NodeSink, PodSink, Warmup
+from extender.state import MigConfigSink, NodeSink, PodSink, Warmup
 from migslice.inventory import ClusterIndex
 from migslice.inventory.layouts import NodeState
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
@@ -43,3 +43,27 @@ def test_a_watch_event_derives_its_node_at_once_after_the_warm_up_and_never_befo
     pods.delete(late.key)
     nodes.upsert("n0", node_facts_from_raw(make_node("n0", gpu_count=1, mig={"1g.10gb": 7})))
     assert derived == ["n0", "n0", "n0", "n0"]
+
+
+def test_a_mig_config_change_after_the_warm_up_derives_every_node_on_the_watchs_thread() -> None:
+    derived: list[str] = []
+
+    def counting(state: NodeState) -> PreparedNode:
+        derived.append(state.facts.name)
+        return prepare_node(state)
+
+    index: ClusterIndex[PreparedNode] = ClusterIndex(counting)
+    warmup = Warmup(index, ("mig-config", "nodes"))
+    configs = MigConfigSink(index, warmup)
+    configs.upsert("early", {})  # before the warm-up: nothing derived
+    assert derived == []
+    NodeSink(index, warmup).replace(
+        {f"n{i}": node_facts_from_raw(make_node(f"n{i}", gpu_count=1)) for i in range(3)}
+    )
+    assert derived == []
+    configs.replace({"cm": {}})
+    assert sorted(derived) == ["n0", "n1", "n2"]
+    configs.upsert("cm", {})
+    assert sorted(derived) == ["n0", "n0", "n1", "n1", "n2", "n2"]
+    configs.delete("cm")
+    assert len(derived) == 9
