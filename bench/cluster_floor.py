@@ -33,9 +33,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from extender.command import VERBS
+
 REPO = Path(__file__).resolve().parent.parent
 GO_SOURCE = Path(__file__).resolve().parent / "floor" / "main.go"
-VERBS = ("filter", "filter-best-fit", "prioritize")
 KINDS = ("go", "python")
 
 
@@ -128,14 +129,13 @@ def null_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     if path == "/readyz":
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
         return [b"ok"]
-    verb = path.strip("/")
-    if verb not in VERBS or environ.get("REQUEST_METHOD") != "POST":
+    if path not in VERBS or environ.get("REQUEST_METHOD") != "POST":
         start_response("404 Not Found", [("Content-Length", "0")])
         return []
     length = int(environ.get("CONTENT_LENGTH") or 0)
     args = orjson.loads(environ["wsgi.input"].read(length))
     names = args.get("NodeNames") or []
-    if verb == "prioritize":
+    if path == "/prioritize":
         answer: Any = [{"Host": name, "Score": 0} for name in names]
     else:
         answer = {"NodeNames": names[:1], "FailedNodes": {}, "Error": ""}
@@ -146,21 +146,10 @@ def null_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
 
 
 def serve_main(args: argparse.Namespace) -> None:
-    from extender.command import VERBS as EXTENDER_VERBS
-    from extender.settings import ExtenderSettings
-    from migslice.serving import ServerOptions, ServingLimits, serve
+    from bench.extender_latency import served_as_the_extender
+    from migslice.serving import serve
 
-    limit = ExtenderSettings().max_body_bytes
-    options = ServerOptions(
-        host="127.0.0.1",
-        port=args.port,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        workers=1,
-        limits=ServingLimits().with_body_limits(dict.fromkeys(EXTENDER_VERBS, limit)),
-        inline_paths=frozenset(EXTENDER_VERBS),  # as the extender command serves its verbs
-    )
-    serve(lambda: null_app, options)
+    serve(lambda: null_app, served_as_the_extender(args.port, args.tls_cert, args.tls_key))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,11 +203,10 @@ def bound_pods(nodes: int, pods_per_node: int, seed: int) -> Iterator[dict[str, 
 
 def serve_main(args: argparse.Namespace) -> None:
     from extender.app import create_app
-    from extender.command import VERBS
     from extender.settings import ExtenderSettings
     from extender.state import ExtenderState, StaticCache, new_index
     from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-    from migslice.serving import ServerOptions, ServingLimits, serve
+    from migslice.serving import serve
 
     def factory() -> Any:
         index = new_index()
@@ -218,19 +217,30 @@ def serve_main(args: argparse.Namespace) -> None:
         state = ExtenderState(index, (StaticCache("bench"),))
         return create_app(ExtenderSettings(), state)
 
+    serve(factory, served_as_the_extender(args.port, args.tls_cert, args.tls_key, args.threads))
+
+
+def served_as_the_extender(
+    port: int, tls_cert: str | None, tls_key: str | None, threads: int = 8
+) -> Any:
+    """Server options on 127.0.0.1 as the extender command serves its verbs: one worker, the
+    verbs inline on the event loop with the extender's body limit (plain HTTP without TLS)."""
+    from extender.command import VERBS
+    from extender.settings import ExtenderSettings
+    from migslice.serving import ServerOptions, ServingLimits
+
     limit = ExtenderSettings().max_body_bytes
-    options = ServerOptions(
+    return ServerOptions(
         host="127.0.0.1",
-        port=args.port,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        insecure_http=args.tls_cert is None,
+        port=port,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        insecure_http=tls_cert is None,
         workers=1,
-        threads=args.threads,
+        threads=threads,
         limits=ServingLimits().with_body_limits(dict.fromkeys(VERBS, limit)),
-        inline_paths=frozenset(VERBS),  # as the extender command serves them
+        inline_paths=frozenset(VERBS),
     )
-    serve(factory, options)
 
 
 # -- the client ---------------------------------------------------------------------------
