@@ -10,16 +10,21 @@ from migslice.scheduling import PreparedNode, prepare_node
 from tests.builders import make_node, make_pod
 
 
-def test_a_watch_event_derives_its_node_at_once_after_the_warm_up_and_never_before() -> None:
-    """A bind's node is derived on the watch's thread, so the next extender call that names
-    it reads a value instead of deriving it inside kube-scheduler's scheduling cycle."""
+def counting_index() -> tuple[ClusterIndex[PreparedNode], list[str]]:
+    """An extender index, and the names of the nodes it derives, in order."""
     derived: list[str] = []
 
     def counting(state: NodeState) -> PreparedNode:
         derived.append(state.facts.name)
         return prepare_node(state)
 
-    index: ClusterIndex[PreparedNode] = ClusterIndex(counting)
+    return ClusterIndex(counting), derived
+
+
+def test_a_watch_event_derives_its_node_at_once_after_the_warm_up_and_never_before() -> None:
+    """A bind's node is derived on the watch's thread, so the next extender call that names
+    it reads a value instead of deriving it inside kube-scheduler's scheduling cycle."""
+    index, derived = counting_index()
     warmup = Warmup(index, ("nodes", "pods"))
     nodes, pods = NodeSink(index, warmup), PodSink(index, warmup)
     node = node_facts_from_raw(make_node("n0", gpu_count=1, mig={"1g.10gb": 7}))
@@ -46,13 +51,7 @@ def test_a_watch_event_derives_its_node_at_once_after_the_warm_up_and_never_befo
 
 
 def test_a_mig_config_change_after_the_warm_up_derives_every_node_on_the_watchs_thread() -> None:
-    derived: list[str] = []
-
-    def counting(state: NodeState) -> PreparedNode:
-        derived.append(state.facts.name)
-        return prepare_node(state)
-
-    index: ClusterIndex[PreparedNode] = ClusterIndex(counting)
+    index, derived = counting_index()
     warmup = Warmup(index, ("mig-config", "nodes"))
     configs = MigConfigSink(index, warmup)
     configs.upsert("early", {})  # before the warm-up: nothing derived
