@@ -29,7 +29,6 @@ import random
 import socket
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from typing import Any
 import orjson
 
 from bench import extender_latency
-from bench.cluster_floor import Floor
+from bench.cluster_floor import Floor, stop_process
 from bench.cluster_pods import pod_body
 from bench.cluster_procs import cpu_s, server_processes
 
@@ -122,7 +121,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 extender_latency.wait_ready(
                     lambda at=port: extender_latency.Client(at, context), process, 300
                 )
-                floor = None
             else:
                 floor = Floor(
                     server, cert=bundle.cert, key=bundle.key, ca=bundle.ca_cert,
@@ -134,14 +132,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 pid = process.pid if server == "go" else server_processes(process.pid)["worker"]
                 figures = measure(Connection(port, context), pid, calls, args.rounds)
             finally:
-                if floor is not None:
-                    floor.stop()
-                else:
-                    process.terminate()
-                    try:
-                        process.wait(10)
-                    except subprocess.TimeoutExpired:
-                        process.kill()
+                stop_process(process)
             results["servers"][server] = figures
             print(f"{server}: {json.dumps(figures)}", flush=True)
     return results

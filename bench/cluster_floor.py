@@ -102,12 +102,17 @@ class Floor:
         raise RuntimeError(f"the {self.kind} floor did not answer /readyz in {timeout_s:.0f}s")
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a gunicorn master stops its worker), then SIGKILL after 10 s."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def pointed_at(config: Mapping[str, Any], url: str) -> dict[str, Any]:
