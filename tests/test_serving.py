@@ -94,6 +94,18 @@ def test_a_client_that_trusts_our_ca_and_sends_the_service_name_gets_through(
     assert SERVER_NAME in names.get_values_for_type(x509.DNSName)
 
 
+def test_a_small_answer_comes_whole_in_one_tls_record(server: tuple[int, Path]) -> None:
+    """The head, then the body in a record of its own, made the client read (and kube-scheduler's
+    Go client wake) twice for every extender answer."""
+    port, directory = server
+    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
+            tls.sendall(f"GET /healthz HTTP/1.1\r\nHost: {SERVER_NAME}\r\n\r\n".encode())
+            first = tls.recv(65536)  # OpenSSL returns one record's plaintext at most
+    assert first.startswith(b"HTTP/1.1 200") and first.endswith(b"\r\n\r\nok"), first
+
+
 def test_a_client_that_trusts_another_ca_is_refused(server: tuple[int, Path]) -> None:
     port, _ = server
     other_ca, _ = make_ca("someone-else")

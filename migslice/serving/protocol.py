@@ -46,6 +46,8 @@ WRITE_HIGH_WATER_BYTES = 256 * 1024
 #: The largest body an inline path is answered inline for (a Pod and about 700 node names);
 #: a larger one goes to the pool like any other request.
 INLINE_BODY_BYTES = 64 * 1024
+#: An answer whose body is at most this long goes out as one write (head, body and end joined).
+ONE_WRITE_BYTES = 64 * 1024
 _NO_BODY_STATUS = frozenset({204, 304})
 
 
@@ -463,15 +465,21 @@ class HttpConnection(asyncio.Protocol):
             headers.append((b"content-length", str(len(outgoing.body)).encode()))
         if not keep_alive:
             headers.append((b"connection", b"close"))
-        self._write(
-            self._http.send(
-                h11.Response(status_code=outgoing.status, headers=headers, reason=outgoing.reason)
-            )
+        head = self._http.send(
+            h11.Response(status_code=outgoing.status, headers=headers, reason=outgoing.reason)
         )
-        if has_body and outgoing.body and self._request.method != b"HEAD":
-            for piece in self._http.send_with_data_passthrough(h11.Data(data=outgoing.body)) or ():
-                self._write(piece)  # the body itself, not a copy of it
-        self._write(self._http.send(h11.EndOfMessage()))
+        body = outgoing.body if has_body and self._request.method != b"HEAD" else b""
+        pieces = [head]
+        if body:
+            pieces.extend(self._http.send_with_data_passthrough(h11.Data(data=body)) or ())
+        pieces.append(self._http.send(h11.EndOfMessage()))
+        if len(body) <= ONE_WRITE_BYTES:
+            # One write: the client reads the answer in one TLS record and one segment, not the
+            # head, then (after waking again) the body.
+            self._write(b"".join(piece for piece in pieces if piece))
+            return
+        for piece in pieces:
+            self._write(piece)  # a large body itself, not a copy of it
 
     def _next_cycle(self) -> None:
         assert self.transport is not None
