@@ -277,11 +277,15 @@ def _filter(
     metrics.labels("failed").inc(len(result.failed))
     metrics.labels("unresolvable").inc(len(result.unresolvable))
     _log_decision("filter-best-fit" if best_fit else "filter", demand, len(names), len(result.fits))
+    # kube-scheduler reads the failures only when no node is left (its FitError and
+    # preemption); while one fits, their reasons would be encoded here and decoded, a status
+    # each, inside its serial scheduling cycle for nothing.
+    leave_out = bool(result.fits)
     answer: ExtenderFilterResult = {
         "Nodes": None,
         "NodeNames": None,
-        "FailedNodes": _as_dict(result.failed),
-        "FailedAndUnresolvableNodes": _as_dict(result.unresolvable),
+        "FailedNodes": {} if leave_out else _as_dict(result.failed),
+        "FailedAndUnresolvableNodes": {} if leave_out else _as_dict(result.unresolvable),
         "Error": "",
     }
     if by_name is None:

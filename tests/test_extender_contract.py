@@ -87,12 +87,29 @@ def test_filter_with_node_names_answers_names_with_exact_keys(client: FlaskClien
     assert list(answer) == FILTER_KEYS
     assert answer["Nodes"] is None
     assert answer["NodeNames"] == ["gpu-a", "gpu-b"]
+    # kube-scheduler reads failures only when no node is left: none are sent while one fits
+    assert answer["FailedNodes"] == {} and answer["FailedAndUnresolvableNodes"] == {}
+    assert answer["Error"] == ""
+
+
+@pytest.mark.parametrize("verb", ["filter", "filter-best-fit"])
+def test_when_no_node_fits_every_node_comes_back_with_its_reason(
+    client: FlaskClient, verb: str
+) -> None:
+    names = ["gpu-full", "gpu-a30", "gpu-busy"]
+    answer, _ = post(client, verb, names_args(scheduled_pod(profile="3g.40gb"), names))
+    assert list(answer) == FILTER_KEYS and answer["Error"] == ""
+    assert answer["NodeNames"] == []
     assert answer["FailedNodes"] == {"gpu-full": "all 3g.40gb MIG instances in use"}
     assert answer["FailedAndUnresolvableNodes"] == {
         "gpu-a30": "A30-24GB has no MIG profile 3g.40gb",
         "gpu-busy": "node being re-partitioned (nvidia.com/mig.config.state=pending)",
     }
-    assert answer["Error"] == ""
+    nodes = [node for node in cluster_nodes() if node["metadata"]["name"] in names]
+    answer, _ = post(client, verb, nodes_args(scheduled_pod(profile="3g.40gb"), nodes))
+    assert answer["Nodes"]["items"] == []
+    assert set(answer["FailedNodes"]) == {"gpu-full"}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"gpu-a30", "gpu-busy"}
 
 
 def test_filter_with_full_nodes_answers_the_same_node_objects(client: FlaskClient) -> None:
@@ -102,14 +119,11 @@ def test_filter_with_full_nodes_answers_the_same_node_objects(client: FlaskClien
     assert answer["NodeNames"] is None
     assert answer["Nodes"]["metadata"] == {}
     assert answer["Nodes"]["items"] == [nodes[0], nodes[1]]
-    assert set(answer["FailedNodes"]) == {"gpu-full"}
-    assert set(answer["FailedAndUnresolvableNodes"]) == {"gpu-a30", "gpu-busy"}
+    assert answer["FailedNodes"] == {} and answer["FailedAndUnresolvableNodes"] == {}
 
 
 @pytest.mark.parametrize("mode", ["names", "nodes"])
-def test_best_fit_filter_answers_only_the_best_scored_fits_and_every_failure(
-    client: FlaskClient, mode: str
-) -> None:
+def test_best_fit_filter_answers_only_the_best_scored_fits(client: FlaskClient, mode: str) -> None:
     pod = scheduled_pod(profile="1g.10gb")
     nodes = cluster_nodes()
     body = names_args(pod, ALL) if mode == "names" else nodes_args(pod, nodes)
@@ -126,8 +140,8 @@ def test_best_fit_filter_answers_only_the_best_scored_fits_and_every_failure(
         assert best["Nodes"] is None
     else:
         assert best["NodeNames"] is None and best["Nodes"]["items"] == [nodes[0]]
-    assert best["FailedNodes"] == full["FailedNodes"]
-    assert best["FailedAndUnresolvableNodes"] == full["FailedAndUnresolvableNodes"]
+    assert best["FailedNodes"] == full["FailedNodes"] == {}
+    assert best["FailedAndUnresolvableNodes"] == full["FailedAndUnresolvableNodes"] == {}
 
 
 def test_full_node_mode_judges_the_node_as_sent_when_it_is_newer_than_the_cache(
