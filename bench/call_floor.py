@@ -1,7 +1,9 @@
 """Benchmark: one extender call on three servers, in isolation (a report, not a test).
 
-One client on one kept-alive TLS connection (``TCP_NODELAY``, as kube-scheduler's Go client)
-sends the same ``/filter-best-fit`` calls, one after the other, to:
+A caller shaped like kube-scheduler's HTTPExtender (``bench/caller/main.go``: Go's net/http on
+one kept-alive TLS connection, the ExtenderArgs marshalled and the answer decoded with
+encoding/json, each failed node turned into a status) sends the same ``/filter-best-fit``
+calls, one after the other, to:
 
 * ``go``: the Go null extender of ``bench/cluster_floor.py`` (the protocol, the least a
   server adds);
@@ -13,8 +15,9 @@ sends the same ``/filter-best-fit`` calls, one after the other, to:
 
 Each call carries the pod ``bench.cluster`` creates (as kube-scheduler sends it: no
 managedFields) and 100 names of the extender's nodes. Reported per server: the CPU its
-serving process spent per call (``/proc``: the Go process, the Python worker) and the round
-trip's p50 and p99. ``bench.cluster --floor`` runs the same three inside a cluster, where
+serving process spent per call (``/proc``: the Go process, the Python worker), the caller's
+CPU per call (what the answer costs kube-scheduler), the round trip's p50 and p99, and the
+answer's size. ``bench.cluster --floor`` runs the same three inside a cluster, where
 they share the cores with kube-scheduler, kube-apiserver and etcd.
 
     python -m bench.call_floor                     # writes bench/reports/call_floor.{json,md}
@@ -23,12 +26,11 @@ they share the cores with kube-scheduler, kube-apiserver and etcd.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import random
-import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,34 +40,24 @@ from typing import Any
 import orjson
 
 from bench import extender_latency
-from bench.cluster_floor import Floor, stop_process
+from bench.cluster_floor import REPO, Floor, go_binary, stop_process
 from bench.cluster_pods import pod_body
 from bench.cluster_procs import cpu_s, server_processes
 
 REPORTS = Path(__file__).parent / "reports"
 SERVERS = ("go", "python", "extender")
 MIX = ("1g.10gb", "2g.20gb", "3g.40gb")
+CALLER_SOURCE = Path(__file__).resolve().parent / "caller" / "main.go"
 
 
-class Connection(http.client.HTTPSConnection):
-    """A kept-alive TLS connection with Nagle's algorithm off, opened again (as Go's client
-    does) when the server closes it after its requests per connection."""
-
-    def __init__(self, port: int, context: ssl.SSLContext) -> None:
-        super().__init__("127.0.0.1", port, timeout=30, context=context)
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def call(self, body: bytes) -> bytes:
-        headers = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"}
-        self.request("POST", "/filter-best-fit", body=body, headers=headers)
-        reply = self.getresponse()
-        data = reply.read()
-        if reply.status != 200:
-            raise RuntimeError(f"/filter-best-fit answered HTTP {reply.status}: {data[:200]!r}")
-        return data
+def build_caller(out: Path) -> Path:
+    """``bench/caller/main.go`` built into ``out`` with the e2e's Go toolchain."""
+    binary = out / "migslice-bench-caller"
+    command = [go_binary(), "build", "-o", str(binary), str(CALLER_SOURCE)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building {CALLER_SOURCE.name} failed: {done.stderr.strip()[:2000]}")
+    return binary
 
 
 def bodies(nodes: int, count: int) -> list[bytes]:
@@ -78,25 +70,35 @@ def bodies(nodes: int, count: int) -> list[bytes]:
     return found
 
 
-def measure(connection: Connection, pid: int, calls: list[bytes], rounds: int) -> dict[str, float]:
-    for body in calls[:50]:  # warm: the extender's kept decisions, the connection
-        connection.call(body)
-    times = []
-    began = cpu_s(pid)
-    for _ in range(rounds):
-        for body in calls:
-            started = time.perf_counter()
-            answer = orjson.loads(connection.call(body))
-            times.append(time.perf_counter() - started)
-            if answer.get("Error"):
-                raise RuntimeError(f"the server answered Error: {answer['Error']}")
-    spent = cpu_s(pid) - began
-    times.sort()
+def measure(caller: Path, url: str, ca: Path, calls: Path, pid: int, rounds: int) -> dict[str, Any]:
+    """Send ``calls`` ``rounds`` times through the Go caller, after a warm-up of 50 (the
+    extender's kept decisions, the connection); the server's CPU is read around the rest."""
+    command = [
+        str(caller), "-url", url, "-ca", str(ca), "-bodies", str(calls),
+        "-rounds", str(rounds), "-warm", "50", "-hold",
+    ]  # fmt: skip
+    pipe = subprocess.PIPE
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as process:
+        assert process.stdin is not None and process.stdout is not None
+        warm = process.stdout.readline()
+        if not warm.startswith('{"warm"'):
+            raise RuntimeError(f"the caller stopped in its warm-up: {warm!r}")
+        began = cpu_s(pid)
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        answer = process.stdout.readline()
+        spent = cpu_s(pid) - began
+        process.stdin.close()
+        if process.wait(60) != 0 or not answer:
+            raise RuntimeError(f"the caller failed (exit {process.returncode}); see its stderr")
+    figures = json.loads(answer)
     return {
-        "calls": len(times),
-        "server_cpu_ms_per_call": round(1000 * spent / len(times), 3),
-        "p50_ms": round(1000 * statistics.median(times), 3),
-        "p99_ms": round(1000 * times[int(0.99 * (len(times) - 1))], 3),
+        "calls": int(figures["calls"]),
+        "server_cpu_ms_per_call": round(1000 * spent / figures["calls"], 3),
+        "caller_cpu_ms_per_call": round(figures["caller_cpu_ms_per_call"], 3),
+        "p50_ms": round(figures["p50_ms"], 3),
+        "p99_ms": round(figures["p99_ms"], 3),
+        "answer_bytes_mean": round(figures["answer_bytes_mean"]),
     }
 
 
@@ -111,6 +113,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             scratch, "migslice-extender", "migslice-system", (), ["127.0.0.1"]
         )
         context = ssl.create_default_context(cafile=str(bundle.ca_cert))
+        caller = build_caller(Path(scratch))
+        calls_path = Path(scratch) / "calls.jsonl"
+        calls_path.write_bytes(b"\n".join(calls) + b"\n")
         for server in SERVERS:
             process: Any
             if server == "extender":
@@ -130,7 +135,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 process, port = floor.process, floor.port
             try:
                 pid = process.pid if server == "go" else server_processes(process.pid)["worker"]
-                figures = measure(Connection(port, context), pid, calls, args.rounds)
+                url = f"https://127.0.0.1:{port}/filter-best-fit"
+                figures = measure(caller, url, bundle.ca_cert, calls_path, pid, args.rounds)
             finally:
                 stop_process(process)
             results["servers"][server] = figures
@@ -146,8 +152,9 @@ def render(results: dict[str, Any]) -> str:
         f"({results['body_bytes_mean']} bytes a call), one kept-alive TLS connection, "
         f"{results['nodes']} nodes behind the extender. Written {results.get('when', '')}.",
         "",
-        "| server | CPU per call ms | round trip p50 ms | p99 ms | calls |",
-        "|---|---|---|---|---|",
+        "| server | server CPU per call ms | caller CPU per call ms | round trip p50 ms "
+        "| p99 ms | answer bytes | calls |",
+        "|---|---|---|---|---|---|---|",
     ]
     names = {
         "go": "Go null extender (net/http)",
@@ -156,8 +163,10 @@ def render(results: dict[str, Any]) -> str:
     }
     for server, figures in results["servers"].items():
         lines.append(
-            f"| {names[server]} | {figures['server_cpu_ms_per_call']} | {figures['p50_ms']} "
-            f"| {figures['p99_ms']} | {figures['calls']} |"
+            f"| {names[server]} | {figures['server_cpu_ms_per_call']} "
+            f"| {figures.get('caller_cpu_ms_per_call', '-')} | {figures['p50_ms']} "
+            f"| {figures['p99_ms']} | {figures.get('answer_bytes_mean', '-')} "
+            f"| {figures['calls']} |"
         )
     return "\n".join(lines) + "\n"
 

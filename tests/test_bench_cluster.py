@@ -7,18 +7,22 @@ cluster other than the one it reports.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from prometheus_client import generate_latest
 from werkzeug.test import Client
 
-from bench.call_floor import bodies
+from bench.call_floor import bodies, build_caller, measure
 from bench.call_floor import render as render_call_floor
-from bench.cluster_floor import null_app, pointed_at
+from bench.cluster_floor import Floor, go_binary, null_app, pointed_at
 from bench.cluster_nodes import node_body
 from bench.cluster_objects import ClusterPlan, ClusterShape, resource
 from bench.cluster_pods import pod_body, running_status
+from bench.cluster_procs import server_processes
 from bench.cluster_report import GOALS, goal_values, render
 from bench.cluster_runs import (
     BindWatch,
@@ -216,12 +220,44 @@ def test_the_isolated_call_bench_sends_what_kube_scheduler_sends_and_tables_each
     assert args["Nodes"] is None and len(set(args["NodeNames"])) == 100
     assert "managedFields" not in args["Pod"]["metadata"]  # kube-scheduler drops them
     assert demand_of(args["Pod"]).units  # a GPU pod the extender decides on
-    figures = {"calls": 10, "server_cpu_ms_per_call": 0.4, "p50_ms": 0.5, "p99_ms": 2.0}
+    figures = {
+        "calls": 10,
+        "server_cpu_ms_per_call": 0.4,
+        "caller_cpu_ms_per_call": 0.3,
+        "p50_ms": 0.5,
+        "p99_ms": 2.0,
+        "answer_bytes_mean": 120,
+    }
     results = {
         "nodes": 500,
         "body_bytes_mean": 8821,
         "servers": {"go": figures, "python": figures, "extender": figures},
     }
     text = render_call_floor(results)
-    assert "| Go null extender (net/http) | 0.4 | 0.5 | 2.0 | 10 |" in text
+    assert "| Go null extender (net/http) | 0.4 | 0.3 | 0.5 | 2.0 | 120 | 10 |" in text
     assert "| migslice extender | 0.4 |" in text
+
+
+@pytest.mark.skipif(not Path(go_binary()).exists() and not shutil.which("go"), reason="no Go")
+def test_the_go_caller_speaks_the_protocol_our_server_answers(tmp_path: Path) -> None:
+    """``bench/caller`` marshals ExtenderArgs and decodes the answers as kube-scheduler does;
+    against the Python null extender (migslice's real server) it counts every call."""
+    from migslice.serving.certs import write_tls_bundle
+
+    bundle = write_tls_bundle(tmp_path, "migslice-extender", "migslice-system", (), ["127.0.0.1"])
+    caller = build_caller(tmp_path)
+    calls = tmp_path / "calls.jsonl"
+    calls.write_bytes(b"\n".join(bodies(500, 4)) + b"\n")
+    floor = Floor("python", cert=bundle.cert, key=bundle.key, ca=bundle.ca_cert, workdir=tmp_path)
+    try:
+        floor.wait_ready()
+        pid = server_processes(floor.process.pid)["worker"]
+        url = f"{floor.url}/filter-best-fit"
+        figures = measure(caller, url, bundle.ca_cert, calls, pid, rounds=2)
+    finally:
+        floor.stop()
+    assert figures["calls"] == 8
+    assert figures["caller_cpu_ms_per_call"] > 0 and figures["server_cpu_ms_per_call"] >= 0
+    assert 0 < figures["p50_ms"] <= figures["p99_ms"]
+    # {"NodeNames":[<first name>],"FailedNodes":{},"Error":""}
+    assert 60 < figures["answer_bytes_mean"] < 120
