@@ -96,6 +96,7 @@ def measure(caller: Path, url: str, ca: Path, calls: Path, pid: int, rounds: int
         "calls": int(figures["calls"]),
         "server_cpu_ms_per_call": round(1000 * spent / figures["calls"], 3),
         "caller_cpu_ms_per_call": round(figures["caller_cpu_ms_per_call"], 3),
+        "mean_ms": round(figures["mean_ms"], 3),
         "p50_ms": round(figures["p50_ms"], 3),
         "p99_ms": round(figures["p99_ms"], 3),
         "answer_bytes_mean": round(figures["answer_bytes_mean"]),

@@ -12,7 +12,7 @@
 //
 // With -hold it prints {"warm": N} after the warm-up and waits for a line on stdin (so the
 // runner can read the server's CPU from there). It then prints one JSON object: calls, the caller's CPU per call (user + system, from
-// getrusage), the round trip's p50 and p99, and the answer's mean size.
+// getrusage), the round trip's mean, p50 and p99, and the answer's mean size.
 package main
 
 import (
@@ -218,11 +218,16 @@ func main() {
 		}
 	}
 	spent := cpuSeconds() - began
+	total := 0.0
+	for _, t := range times {
+		total += t
+	}
 	sort.Float64s(times)
 	n := len(times)
 	out, _ := json.Marshal(map[string]float64{
 		"calls":                  float64(n),
 		"caller_cpu_ms_per_call": 1000 * spent / float64(n),
+		"mean_ms":                1000 * total / float64(n),
 		"p50_ms":                 1000 * times[n/2],
 		"p99_ms":                 1000 * times[(99*(n-1))/100],
 		"answer_bytes_mean":      float64(answered) / float64(n),
