@@ -215,9 +215,73 @@ def serve_main(args: argparse.Namespace) -> None:
         index.replace_pods(p for p in pods if p is not None)
         index.derive_pending()  # as the informers' warm-up does once every list is in
         state = ExtenderState(index, (StaticCache("bench"),))
+        if args.watch_events_per_s > 0:
+            apply_watch_events(index, watch_events(args.nodes), args.watch_events_per_s)
         return create_app(ExtenderSettings(), state)
 
     serve(factory, served_as_the_extender(args.port, args.tls_cert, args.tls_key, args.threads))
+
+
+WATCH_BURST = 4
+"""Events applied back to back: a watch's read returns the lines that arrived together."""
+
+
+def watch_events(nodes: int, count: int = 200) -> list[bytes]:
+    """Pod watch events as kube-apiserver streams binds: ``count`` real-shaped bound pods
+    (``bench.cluster_pods``: a Job's pod, three containers and an init container, running),
+    one per node in turn and of a profile the node has, each a MODIFIED line."""
+    import orjson
+
+    from bench.cluster_pods import pod_body, running_status
+
+    lines = []
+    for k in range(count):
+        offered = sorted(node_allocatable(node_config(k % nodes)))  # a profile the node has
+        profile = offered[k % len(offered)].removeprefix("nvidia.com/mig-")
+        pod = pod_body(f"watched-{k:04d}", "bench-watch", profile, node=node_name(k % nodes))
+        pod["metadata"]["resourceVersion"] = str(100_000 + k)
+        pod["status"] = running_status(pod, k)
+        lines.append(orjson.dumps({"type": "MODIFIED", "object": pod}))
+    return lines
+
+
+def apply_watch_events(index: Any, lines: list[bytes], per_s: float) -> threading.Thread:
+    """A thread that applies ``per_s`` of ``lines`` a second to ``index``, ``WATCH_BURST`` at
+    a time (see :func:`apply_events`)."""
+    from extender.state import PodSink
+
+    sink = PodSink(index)
+
+    def run() -> None:
+        applied = 0
+        while True:
+            applied = apply_events(sink, lines, applied, WATCH_BURST)
+            time.sleep(WATCH_BURST / per_s)
+
+    thread = threading.Thread(target=run, name="bench-watch-events", daemon=True)
+    thread.start()
+    return thread
+
+
+def apply_events(sink: Any, lines: list[bytes], applied: int, count: int) -> int:
+    """Apply ``count`` events from ``lines`` (cyclic, from the ``applied``-th) as the
+    extender's pod informer does: decode the line, project the pod, the sink's upsert (which
+    derives the node on this thread). Every other pass over ``lines`` deletes the pods
+    instead, so the cluster keeps its size. Returns the events applied so far."""
+    import orjson
+
+    from migslice.objects import pod_facts_from_raw
+
+    for _ in range(count):
+        raw = orjson.loads(lines[applied % len(lines)])["object"]
+        facts = pod_facts_from_raw(raw)
+        key = f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"
+        if facts is not None and (applied // len(lines)) % 2 == 0:
+            sink.upsert(key, facts)
+        else:
+            sink.delete(key)
+        applied += 1
+    return applied
 
 
 def served_as_the_extender(
@@ -398,6 +462,7 @@ def start_server(
         sys.executable, "-m", "bench.extender_latency", "--serve", "--port", str(port),
         "--nodes", str(nodes), "--pods-per-node", str(args.pods_per_node),
         "--threads", str(args.threads),
+        "--watch-events-per-s", str(getattr(args, "watch_events_per_s", 0.0)),
     ]  # fmt: skip
     if tls:
         command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
@@ -504,6 +569,13 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--tls-cert", help=argparse.SUPPRESS)
     parser.add_argument("--tls-key", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--watch-events-per-s",
+        type=float,
+        default=0.0,
+        help="pod watch events a second the server applies while it answers (as the "
+        "extender's informer does on its own thread; default none)",
+    )
     args = parser.parse_args()
     if args.serve:
         serve_main(args)

@@ -224,6 +224,7 @@ def test_the_isolated_call_bench_sends_what_kube_scheduler_sends_and_tables_each
         "calls": 10,
         "server_cpu_ms_per_call": 0.4,
         "caller_cpu_ms_per_call": 0.3,
+        "mean_ms": 0.6,
         "p50_ms": 0.5,
         "p99_ms": 2.0,
         "answer_bytes_mean": 120,
@@ -234,7 +235,7 @@ def test_the_isolated_call_bench_sends_what_kube_scheduler_sends_and_tables_each
         "servers": {"go": figures, "python": figures, "extender": figures},
     }
     text = render_call_floor(results)
-    assert "| Go null extender (net/http) | 0.4 | 0.3 | 0.5 | 2.0 | 120 | 10 |" in text
+    assert "| Go null extender (net/http) | 0.4 | 0.3 | 0.6 | 0.5 | 2.0 | 120 | 10 |" in text
     assert "| migslice extender | 0.4 |" in text
 
 
@@ -258,6 +259,27 @@ def test_the_go_caller_speaks_the_protocol_our_server_answers(tmp_path: Path) ->
         floor.stop()
     assert figures["calls"] == 8
     assert figures["caller_cpu_ms_per_call"] > 0 and figures["server_cpu_ms_per_call"] >= 0
-    assert 0 < figures["p50_ms"] <= figures["p99_ms"]
+    assert 0 < figures["p50_ms"] <= figures["p99_ms"] and figures["mean_ms"] > 0
     # {"NodeNames":[<first name>],"FailedNodes":{},"Error":""}
     assert 60 < figures["answer_bytes_mean"] < 120
+
+
+def test_the_latency_server_applies_watch_events_as_the_pod_informer_does() -> None:
+    """``bench.extender_latency --watch-events-per-s``: a pass of the events binds its pods
+    (each node derived again at once, on the applying thread), the next pass deletes them."""
+    from bench.extender_latency import apply_events, raw_node, watch_events
+    from extender.state import PodSink
+
+    index = new_index()
+    index.replace_nodes(node_facts_from_raw(raw_node(i)) for i in range(4))
+    index.derive_pending()
+    before = {name: index.get(name) for name in index.node_names()}
+    lines = watch_events(4, count=4)
+    sink = PodSink(index)
+    assert apply_events(sink, lines, 0, 4) == 4
+    assert index.pod_count == 4
+    bound = {name: index.get(name) for name in index.node_names()}
+    assert all(bound[name] != before[name] for name in before)  # derived as they arrived
+    assert apply_events(sink, lines, 4, 4) == 8
+    assert index.pod_count == 0
+    assert {name: index.get(name) for name in index.node_names()} == before
