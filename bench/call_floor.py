@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from bench import extender_latency
-from bench.cluster_floor import REPO, Floor, go_binary, stop_process
+from bench.cluster_floor import Floor, build_go, stop_process
 from bench.cluster_pods import pod_body
 from bench.cluster_procs import cpu_s, server_processes
 
@@ -52,12 +52,7 @@ CALLER_SOURCE = Path(__file__).resolve().parent / "caller" / "main.go"
 
 def build_caller(out: Path) -> Path:
     """``bench/caller/main.go`` built into ``out`` with the e2e's Go toolchain."""
-    binary = out / "migslice-bench-caller"
-    command = [go_binary(), "build", "-o", str(binary), str(CALLER_SOURCE)]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"building {CALLER_SOURCE.name} failed: {done.stderr.strip()[:2000]}")
-    return binary
+    return build_go(out, CALLER_SOURCE, "migslice-bench-caller")
 
 
 def bodies(nodes: int, count: int) -> list[bytes]:

@@ -48,14 +48,16 @@ def go_binary() -> str:
     return shutil.which("go") or "/usr/local/go/bin/go"
 
 
-def build_go(out: Path) -> Path:
-    """``bench/floor/main.go`` built into ``out`` (Go's build cache makes a rebuild quick)."""
+def build_go(out: Path, source: Path = GO_SOURCE, name: str = "migslice-bench-floor") -> Path:
+    """``source``, a one-file Go command (default ``bench/floor/main.go``), built into
+    ``out/name`` (Go's build cache makes a rebuild quick)."""
     out.mkdir(parents=True, exist_ok=True)
-    binary = out / "migslice-bench-floor"
-    command = [go_binary(), "build", "-o", str(binary), str(GO_SOURCE)]
+    binary = out / name
+    command = [go_binary(), "build", "-o", str(binary), str(source)]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"building {GO_SOURCE.name} failed: {done.stderr.strip()[:2000]}")
+        relative = source.relative_to(REPO)
+        raise RuntimeError(f"building {relative} failed: {done.stderr.strip()[:2000]}")
     return binary
 
 
