@@ -47,7 +47,14 @@ from bench.cluster_floor import KINDS as FLOOR_KINDS
 from bench.cluster_floor import Floor, pointed_at
 from bench.cluster_load import ensure_namespace, load_cluster
 from bench.cluster_objects import ClusterPlan, ClusterShape
-from bench.cluster_procs import cpu_s, memory_mib, server_processes, snapshot
+from bench.cluster_procs import (
+    cpu_s,
+    machine_s,
+    memory_mib,
+    sched_s,
+    server_processes,
+    snapshot,
+)
 from bench.cluster_report import write_reports
 from bench.cluster_runs import (
     RUN_NAMESPACE,
@@ -60,6 +67,7 @@ from bench.cluster_runs import (
     round_ratios,
     scheduler_metrics,
     summarise_run,
+    summarise_waits,
     watch_binds,
     without_extenders,
 )
@@ -191,14 +199,22 @@ class Bench:
     def worker_pid(self, command: str) -> int:
         return server_processes(self.servers[command].process.pid)["worker"]
 
-    def run_scheduler(self, key: str, config: dict[str, Any], scheduler: str) -> dict[str, Any]:
+    def run_scheduler(
+        self, key: str, config: dict[str, Any], scheduler: str, *, server: Floor | None = None
+    ) -> dict[str, Any]:
+        """One run; ``server``: the null extender the configuration calls, if not ours."""
         version = create_run_pods(
             self.api, scheduler, self.args.run_pods, threads=self.args.threads
         )
         watch = BindWatch(self.args.run_pods)
         cpu: dict[str, list[float]] = {}
+        sched: dict[str, list[tuple[float, float]]] = {}
+        machine: list[dict[str, float]] = []
         # The extender's worker in every run: in a run without it, its watch alone.
         pids: dict[str, int] = {"extender_worker": self.worker_pid("extender")}
+        # Where the call is answered: the thread running the event loop of a Python server (a
+        # gunicorn worker's main thread), every thread of the Go null.
+        threads = self.answering_threads(server)
         extender = self.servers["extender"]
         calls_before = extender_calls(extender.url, extender.bundle.ca_cert)
 
@@ -206,8 +222,12 @@ class Bench:
             running = self.cp.schedulers.get(scheduler)
             if running is not None:
                 pids["scheduler"] = running.process.pid
+                threads["scheduler"] = (running.process.pid, None)
             for name, pid in pids.items():
                 cpu.setdefault(name, []).append(cpu_s(pid))
+            for name, (pid, tid) in threads.items():
+                sched.setdefault(name, []).append(sched_s(pid, tid))
+            machine.append(machine_s())
 
         watch.on_first = watch.on_last = sample
         watcher = threading.Thread(
@@ -231,6 +251,8 @@ class Bench:
         self.cp.stop_scheduler(scheduler)
         spans = {name: (values[0], values[-1]) for name, values in cpu.items() if len(values) == 2}
         result = summarise_run(watch, spans, metrics)
+        waits = {name: (v[0], v[-1]) for name, v in sched.items() if len(v) == 2}
+        result.update(summarise_waits(watch, waits, machine))
         result["over_bound_nodes"] = over_bound(self.plan, watch)
         result["scheduler_memory_mib"] = memory
         calls, seconds = (
@@ -245,6 +267,17 @@ class Bench:
         delete_run_pods(self.api, threads=self.args.threads)
         print(f"  {key}: {result}", flush=True)
         return result
+
+    def answering_threads(self, server: Floor | None) -> dict[str, tuple[int, int | None]]:
+        """``{"server": (pid, tid)}``: the thread that answers the run's extender calls (the
+        event loop's, the worker's main thread, for Python; tid None: every thread)."""
+        if server is None:
+            worker = self.worker_pid("extender")
+            return {"server": (worker, worker)}
+        if server.kind == "go":
+            return {"server": (server.process.pid, None)}
+        worker = server_processes(server.process.pid).get("worker", server.process.pid)
+        return {"server": (worker, worker)}
 
     def start_profilers(self, key: str, port: int) -> list[subprocess.Popen[bytes]]:
         """kube-scheduler's CPU profile (pprof) and, with the extender, py-spy on its worker."""
@@ -298,7 +331,10 @@ class Bench:
                 one: dict[str, Any] = {}
                 results.setdefault("rounds", []).append(one)
                 for key, (config, name) in runs.items():
-                    one[key] = self.run_scheduler(key, config, name)
+                    floor = (
+                        floors.get(key.removeprefix("floor_")) if key.startswith("floor_") else None
+                    )
+                    one[key] = self.run_scheduler(key, config, name, server=floor)
                     if number == 0:
                         results[key] = one[key]
                     self.save()

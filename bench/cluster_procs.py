@@ -1,4 +1,5 @@
-"""Process figures for ``bench.cluster``: resident memory and CPU seconds from ``/proc``."""
+"""Process figures for ``bench.cluster``: resident memory, CPU seconds and the scheduler's
+run and run-queue times from ``/proc``."""
 
 from __future__ import annotations
 
@@ -59,6 +60,43 @@ def cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def sched_s(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """(seconds on a core, seconds runnable but waiting for a core) so far: of thread ``tid`` of
+    ``pid``, or summed over the threads ``pid`` has now (the kernel's per-task ``schedstat``;
+    a thread that ended meanwhile drops out of the sum). (0, 0) when it is gone."""
+    tasks = [str(tid)] if tid is not None else _tasks(pid)
+    on_core = waiting = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
+                run_ns, wait_ns, _ = handle.read().split()
+        except (OSError, ValueError):
+            continue
+        on_core += int(run_ns)
+        waiting += int(wait_ns)
+    return on_core / 1e9, waiting / 1e9
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+def machine_s() -> dict[str, float]:
+    """Seconds every CPU of the machine spent so far busy, idle (with I/O wait) and stolen by
+    the hypervisor (``/proc/stat``'s first line)."""
+    with open("/proc/stat") as handle:
+        fields = [int(f) for f in handle.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return {
+        "busy": (user + nice + system + irq + softirq) / TICKS,
+        "idle": (idle + iowait) / TICKS,
+        "steal": steal / TICKS,
+    }
 
 
 def server_processes(pid: int) -> dict[str, int]:

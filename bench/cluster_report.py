@@ -146,6 +146,7 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         "",
     ]
     lines += _render_rounds(throughput)
+    lines += _render_waits(throughput)
     lines += _render_percentages(throughput.get("percentages", {}))
     lines += _render_churn(report.get("churn"))
     lines += render_goals(report)
@@ -233,6 +234,42 @@ def _render_rounds(throughput: dict[str, Any]) -> list[str]:
     medians += [f"{name} {_fmt(throughput.get(f'{k}_ratio_median'))}x" for k, name in floors]
     lines += ["", "Median ratios: " + ", ".join(medians) + ".", ""]
     return lines
+
+
+WAIT_RUNS = (("no_extender", "without"), ("extender", "with the extender"), *FLOORS)
+
+
+def _render_waits(throughput: dict[str, Any]) -> list[str]:
+    """Where each run's time went: kube-scheduler's and the answering thread's time on a core
+    and waiting for one, per pod (schedstat), and the machine's idle and stolen share."""
+    rounds = throughput.get("rounds", [])
+    if not any("scheduler_wait_ms_per_pod" in run for r in rounds for run in r.values()
+               if isinstance(run, dict)):  # fmt: skip
+        return []
+    lines = [
+        "On a core and waiting for one, per pod, between the first and the last bind "
+        "(the kernel's schedstat; answering thread: the event loop's of a Python server, "
+        "every thread of the Go null; idle and stolen: the machine's CPU time):",
+        "",
+        "| round | run | pods/s | kube-scheduler on core ms | kube-scheduler waiting ms "
+        "| answering thread on core ms | answering thread waiting ms | idle % | stolen % |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for number, one in enumerate(rounds, start=1):
+        for key, name in WAIT_RUNS:
+            run = one.get(key)
+            if not isinstance(run, dict):
+                continue
+            answering = key != "no_extender"
+            lines.append(
+                f"| {number} | {name} | {_fmt(run.get('pods_per_s'))} "
+                f"| {_fmt(run.get('scheduler_on_core_ms_per_pod'))} "
+                f"| {_fmt(run.get('scheduler_wait_ms_per_pod'))} "
+                f"| {_fmt(run.get('server_on_core_ms_per_pod') if answering else None)} "
+                f"| {_fmt(run.get('server_wait_ms_per_pod') if answering else None)} "
+                f"| {_fmt(run.get('machine_idle_pct'))} | {_fmt(run.get('machine_steal_pct'))} |"
+            )
+    return [*lines, ""]
 
 
 def _render_percentages(pairs: dict[str, Any]) -> list[str]:

@@ -5,7 +5,9 @@ webhook leaves alone, all naming the run's scheduler), then starts that kube-sch
 watches the pods get bound. Throughput is ``(n - 1) / (last bind - first bind)``, so the
 scheduler's own start-up (listing every Node and Pod) is not counted. CPU seconds of the
 scheduler (and of the extender's worker) are read from ``/proc`` at the first and the last
-bind. kube-scheduler's own metrics give the scheduling algorithm's mean duration.
+bind, with the time kube-scheduler and the thread answering the extender's calls spent on a
+core and waiting for one (the kernel's schedstat). kube-scheduler's own metrics give the
+scheduling algorithm's mean duration.
 """
 
 from __future__ import annotations
@@ -215,6 +217,29 @@ def summarise_run(
         if total:
             result[f"{point.lower()}_mean_ms"] = round(1000 * metrics[f"{point}_sum"] / total, 3)
     return result
+
+
+def summarise_waits(
+    watch: BindWatch,
+    waits: Mapping[str, tuple[tuple[float, float], tuple[float, float]]],
+    machine: Sequence[Mapping[str, float]],
+) -> dict[str, Any]:
+    """Per pod bound between the first and the last bind: each thread's (or process's) time on
+    a core and time runnable but waiting for one (``cluster_procs.sched_s`` at both binds), and
+    the share of the machine's CPU time idle and stolen by the hypervisor over the same span."""
+    pods = max(1, len(watch.bound) - 1)
+    found: dict[str, Any] = {}
+    for name, ((core_a, wait_a), (core_b, wait_b)) in waits.items():
+        found[f"{name}_on_core_ms_per_pod"] = round(1000 * (core_b - core_a) / pods, 3)
+        found[f"{name}_wait_ms_per_pod"] = round(1000 * (wait_b - wait_a) / pods, 3)
+    if len(machine) >= 2:
+        first, last = machine[0], machine[-1]
+        spent = {k: last[k] - first[k] for k in ("busy", "idle", "steal")}
+        total = sum(spent.values())
+        if total > 0:
+            found["machine_idle_pct"] = round(100 * spent["idle"] / total, 1)
+            found["machine_steal_pct"] = round(100 * spent["steal"] / total, 1)
+    return found
 
 
 def without_extenders(config: Mapping[str, Any], scheduler: str) -> dict[str, Any]:

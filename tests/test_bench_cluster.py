@@ -22,7 +22,7 @@ from bench.cluster_floor import Floor, go_binary, null_app, pointed_at
 from bench.cluster_nodes import node_body
 from bench.cluster_objects import ClusterPlan, ClusterShape, resource
 from bench.cluster_pods import pod_body, running_status
-from bench.cluster_procs import server_processes
+from bench.cluster_procs import machine_s, sched_s, server_processes
 from bench.cluster_report import GOALS, goal_values, render
 from bench.cluster_runs import (
     BindWatch,
@@ -31,6 +31,7 @@ from bench.cluster_runs import (
     request_totals,
     round_ratios,
     run_profile,
+    summarise_waits,
 )
 from extender.metrics import ExtenderMetrics
 from extender.state import ExtenderState, StaticCache, new_index
@@ -174,6 +175,56 @@ def test_each_round_is_tabled_and_the_goal_reads_the_median_ratio() -> None:
     text = render({"after": measured})
     assert "| 1 | 100.0 | 4.00 | 60.0 | 0.60x | 3.50 | 0.40 | 95.0 | 0.95x | 0.50 |" in text
     assert "Median ratios: extender 0.60x, Go null extender 0.92x." in text
+
+
+def test_schedstat_reads_a_threads_time_on_a_core_and_the_process_sums_its_threads() -> None:
+    import os
+    import threading
+
+    pid, tid = os.getpid(), threading.get_native_id()
+    before_thread, before_process = sched_s(pid, tid), sched_s(pid)
+    machine_before = machine_s()
+    sum(i * i for i in range(300_000))  # some CPU on this thread
+    after_thread, after_process = sched_s(pid, tid), sched_s(pid)
+    on_core = after_thread[0] - before_thread[0]
+    assert on_core > 0
+    assert after_thread[1] >= before_thread[1]  # waiting only grows
+    assert after_process[0] - before_process[0] >= on_core
+    assert after_process[0] >= after_thread[0]
+    assert machine_s()["busy"] >= machine_before["busy"]
+    assert sched_s(2**22 + 12345) == (0.0, 0.0)  # no such process
+
+
+def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_shares() -> None:
+    watch = BindWatch(5)
+    for number in range(5):
+        watch.see(f"run-{number}", "node-0")
+    found = summarise_waits(
+        watch,
+        {"scheduler": ((1.0, 0.5), (1.02, 0.508)), "server": ((3.0, 1.0), (3.004, 1.012))},
+        [
+            {"busy": 10.0, "idle": 5.0, "steal": 1.0},
+            {"busy": 11.5, "idle": 5.4, "steal": 1.1},
+        ],
+    )
+    assert found == {
+        "scheduler_on_core_ms_per_pod": 5.0,  # 20 ms over the 4 pods after the first
+        "scheduler_wait_ms_per_pod": 2.0,
+        "server_on_core_ms_per_pod": 1.0,
+        "server_wait_ms_per_pod": 3.0,
+        "machine_idle_pct": 20.0,  # 0.4 of 2.0 s
+        "machine_steal_pct": 5.0,
+    }
+    measured = report(0.7, 6.0)
+    measured["throughput"]["rounds"] = [
+        {
+            "no_extender": {"pods_per_s": 200.0, **found, "server_on_core_ms_per_pod": 0.01},
+            "extender": {"pods_per_s": 120.0, **found},
+        }
+    ]
+    text = render({"after": measured})
+    assert "| 1 | without | 200.0 | 5.00 | 2.00 | - | - | 20.0 | 5.00 |" in text
+    assert "| 1 | with the extender | 120.0 | 5.00 | 2.00 | 1.00 | 3.00 | 20.0 | 5.00 |" in text
 
 
 def test_request_totals_sum_every_verb_of_the_extenders_own_metrics() -> None:
