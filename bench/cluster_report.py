@@ -249,11 +249,13 @@ def _render_waits(throughput: dict[str, Any]) -> list[str]:
     lines = [
         "On a core and waiting for one, per pod, between the first and the last bind "
         "(the kernel's schedstat; answering thread: the event loop's of a Python server, "
-        "every thread of the Go null; idle and stolen: the machine's CPU time):",
+        "every thread of the Go null; machine: the CPU time of every process on every core, "
+        "and its idle and stolen shares):",
         "",
         "| round | run | pods/s | kube-scheduler on core ms | kube-scheduler waiting ms "
-        "| answering thread on core ms | answering thread waiting ms | idle % | stolen % |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| answering thread on core ms | answering thread waiting ms | machine busy ms "
+        "| idle % | stolen % |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for number, one in enumerate(rounds, start=1):
         for key, name in WAIT_RUNS:
@@ -267,6 +269,7 @@ def _render_waits(throughput: dict[str, Any]) -> list[str]:
                 f"| {_fmt(run.get('scheduler_wait_ms_per_pod'))} "
                 f"| {_fmt(run.get('server_on_core_ms_per_pod') if answering else None)} "
                 f"| {_fmt(run.get('server_wait_ms_per_pod') if answering else None)} "
+                f"| {_fmt(run.get('machine_busy_ms_per_pod'))} "
                 f"| {_fmt(run.get('machine_idle_pct'))} | {_fmt(run.get('machine_steal_pct'))} |"
             )
     return [*lines, ""]

@@ -225,8 +225,9 @@ def summarise_waits(
     machine: Sequence[Mapping[str, float]],
 ) -> dict[str, Any]:
     """Per pod bound between the first and the last bind: each thread's (or process's) time on
-    a core and time runnable but waiting for one (``cluster_procs.sched_s`` at both binds), and
-    the share of the machine's CPU time idle and stolen by the hypervisor over the same span."""
+    a core and time runnable but waiting for one (``cluster_procs.sched_s`` at both binds), the
+    machine's busy CPU time (every process, every core), and the share of its CPU time idle and
+    stolen by the hypervisor over the same span."""
     pods = max(1, len(watch.bound) - 1)
     found: dict[str, Any] = {}
     for name, ((core_a, wait_a), (core_b, wait_b)) in waits.items():
@@ -236,6 +237,7 @@ def summarise_waits(
         first, last = machine[0], machine[-1]
         spent = {k: last[k] - first[k] for k in ("busy", "idle", "steal")}
         total = sum(spent.values())
+        found["machine_busy_ms_per_pod"] = round(1000 * spent["busy"] / pods, 2)
         if total > 0:
             found["machine_idle_pct"] = round(100 * spent["idle"] / total, 1)
             found["machine_steal_pct"] = round(100 * spent["steal"] / total, 1)

@@ -212,6 +212,7 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
         "scheduler_wait_ms_per_pod": 2.0,
         "server_on_core_ms_per_pod": 1.0,
         "server_wait_ms_per_pod": 3.0,
+        "machine_busy_ms_per_pod": 375.0,  # 1.5 s over 4 pods
         "machine_idle_pct": 20.0,  # 0.4 of 2.0 s
         "machine_steal_pct": 5.0,
     }
@@ -223,8 +224,11 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
         }
     ]
     text = render({"after": measured})
-    assert "| 1 | without | 200.0 | 5.00 | 2.00 | - | - | 20.0 | 5.00 |" in text
-    assert "| 1 | with the extender | 120.0 | 5.00 | 2.00 | 1.00 | 3.00 | 20.0 | 5.00 |" in text
+    assert "| 1 | without | 200.0 | 5.00 | 2.00 | - | - | 375.0 | 20.0 | 5.00 |" in text
+    assert (
+        "| 1 | with the extender | 120.0 | 5.00 | 2.00 | 1.00 | 3.00 | 375.0 | 20.0 | 5.00 |"
+        in text
+    )
 
 
 def test_request_totals_sum_every_verb_of_the_extenders_own_metrics() -> None:
