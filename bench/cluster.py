@@ -22,6 +22,9 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   protocol's floor, and migslice's own server, our serving stack's; with the extender's own
   time per call from its ``/metrics``, they split what the extender adds to kube-scheduler's
   cycle into the protocol, our server and our decision;
+* in every run, the time kube-scheduler and the thread answering the calls spent on a core and
+  waiting for one per pod (the kernel's schedstat), and the machine's busy CPU time per pod
+  and idle share, so a run on a saturated machine says where its time went;
 * the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
 
 Results are kept in ``bench/reports/cluster.json`` under ``--label`` (so a run before a change
