@@ -16,8 +16,10 @@ calls, one after the other, to:
 Each call carries the pod ``bench.cluster`` creates (as kube-scheduler sends it: no
 managedFields) and 100 names of the extender's nodes. Reported per server: the CPU its
 serving process spent per call (``/proc``: the Go process, the Python worker), the caller's
-CPU per call (what the answer costs kube-scheduler), the round trip's p50 and p99, and the
-answer's size. ``bench.cluster --floor`` runs the same three inside a cluster, where
+CPU per call (what the answer costs kube-scheduler), the round trip's p50 and p99, the
+answer's size, and the answering thread's time on a core and waiting for one and its
+timeslices per call (the kernel's schedstat; the event loop's thread of a Python server, every
+thread of the Go null). ``bench.cluster --floor`` runs the same three inside a cluster, where
 they share the cores with kube-scheduler, kube-apiserver and etcd.
 
     python -m bench.call_floor                     # writes bench/reports/call_floor.{json,md}
@@ -42,7 +44,7 @@ import orjson
 from bench import extender_latency
 from bench.cluster_floor import Floor, build_go, stop_process
 from bench.cluster_pods import pod_body
-from bench.cluster_procs import cpu_s, server_processes
+from bench.cluster_procs import cpu_s, sched_s, server_processes
 
 REPORTS = Path(__file__).parent / "reports"
 SERVERS = ("go", "python", "extender")
@@ -65,9 +67,12 @@ def bodies(nodes: int, count: int) -> list[bytes]:
     return found
 
 
-def measure(caller: Path, url: str, ca: Path, calls: Path, pid: int, rounds: int) -> dict[str, Any]:
+def measure(
+    caller: Path, url: str, ca: Path, calls: Path, pid: int, rounds: int, *, thread: int | None
+) -> dict[str, Any]:
     """Send ``calls`` ``rounds`` times through the Go caller, after a warm-up of 50 (the
-    extender's kept decisions, the connection); the server's CPU is read around the rest."""
+    extender's kept decisions, the connection); the server's CPU is read around the rest, and
+    the schedstat of its answering thread ``thread`` (None: every thread of ``pid``)."""
     command = [
         str(caller), "-url", url, "-ca", str(ca), "-bodies", str(calls),
         "-rounds", str(rounds), "-warm", "50", "-hold",
@@ -78,18 +83,28 @@ def measure(caller: Path, url: str, ca: Path, calls: Path, pid: int, rounds: int
         warm = process.stdout.readline()
         if not warm.startswith('{"warm"'):
             raise RuntimeError(f"the caller stopped in its warm-up: {warm!r}")
-        began = cpu_s(pid)
+        began, sched_began = cpu_s(pid), sched_s(pid, thread)
         process.stdin.write("go\n")
         process.stdin.flush()
         answer = process.stdout.readline()
-        spent = cpu_s(pid) - began
+        spent, sched = cpu_s(pid) - began, sched_s(pid, thread)
         process.stdin.close()
         if process.wait(60) != 0 or not answer:
             raise RuntimeError(f"the caller failed (exit {process.returncode}); see its stderr")
     figures = json.loads(answer)
+    count = int(figures["calls"])
     return {
-        "calls": int(figures["calls"]),
-        "server_cpu_ms_per_call": round(1000 * spent / figures["calls"], 3),
+        "calls": count,
+        "server_cpu_ms_per_call": round(1000 * spent / count, 3),
+        "answering_on_core_ms_per_call": round(
+            1000 * (sched.on_core_s - sched_began.on_core_s) / count, 3
+        ),
+        "answering_waiting_ms_per_call": round(
+            1000 * (sched.waiting_s - sched_began.waiting_s) / count, 3
+        ),
+        "answering_timeslices_per_call": round(
+            (sched.timeslices - sched_began.timeslices) / count, 2
+        ),
         "caller_cpu_ms_per_call": round(figures["caller_cpu_ms_per_call"], 3),
         "mean_ms": round(figures["mean_ms"], 3),
         "p50_ms": round(figures["p50_ms"], 3),
@@ -139,7 +154,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 pid = process.pid if server == "go" else server_processes(process.pid)["worker"]
                 url = f"https://127.0.0.1:{port}/filter-best-fit"
-                figures = measure(caller, url, bundle.ca_cert, calls_path, pid, args.rounds)
+                # The event loop's thread (the worker's main thread) answers in Python.
+                thread = None if server == "go" else pid
+                figures = measure(
+                    caller, url, bundle.ca_cert, calls_path, pid, args.rounds, thread=thread
+                )
             finally:
                 stop_process(process)
             results["servers"][server] = figures
@@ -159,8 +178,9 @@ def render(results: dict[str, Any]) -> str:
         + f". Written {results.get('when', '')}.",
         "",
         "| server | server CPU per call ms | caller CPU per call ms | round trip mean ms "
-        "| p50 ms | p99 ms | answer bytes | calls |",
-        "|---|---|---|---|---|---|---|---|",
+        "| p50 ms | p99 ms | answer bytes | calls | answering thread on a core / waiting ms "
+        "| timeslices |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     names = {
         "go": "Go null extender (net/http)",
@@ -172,7 +192,10 @@ def render(results: dict[str, Any]) -> str:
             f"| {names[server]} | {figures['server_cpu_ms_per_call']} "
             f"| {figures.get('caller_cpu_ms_per_call', '-')} | {figures.get('mean_ms', '-')} "
             f"| {figures['p50_ms']} | {figures['p99_ms']} "
-            f"| {figures.get('answer_bytes_mean', '-')} | {figures['calls']} |"
+            f"| {figures.get('answer_bytes_mean', '-')} | {figures['calls']} "
+            f"| {figures.get('answering_on_core_ms_per_call', '-')} / "
+            f"{figures.get('answering_waiting_ms_per_call', '-')} "
+            f"| {figures.get('answering_timeslices_per_call', '-')} |"
         )
     return "\n".join(lines) + "\n"
 

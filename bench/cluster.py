@@ -51,6 +51,7 @@ from bench.cluster_floor import Floor, pointed_at
 from bench.cluster_load import ensure_namespace, load_cluster
 from bench.cluster_objects import ClusterPlan, ClusterShape
 from bench.cluster_procs import (
+    Sched,
     cpu_s,
     machine_s,
     memory_mib,
@@ -211,7 +212,7 @@ class Bench:
         )
         watch = BindWatch(self.args.run_pods)
         cpu: dict[str, list[float]] = {}
-        sched: dict[str, list[tuple[float, float]]] = {}
+        sched: dict[str, list[Sched]] = {}
         machine: list[dict[str, float]] = []
         # The extender's worker in every run: in a run without it, its watch alone.
         pids: dict[str, int] = {"extender_worker": self.worker_pid("extender")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import NamedTuple
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -62,21 +63,33 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def sched_s(pid: int, tid: int | None = None) -> tuple[float, float]:
-    """(seconds on a core, seconds runnable but waiting for a core) so far: of thread ``tid`` of
-    ``pid``, or summed over the threads ``pid`` has now (the kernel's per-task ``schedstat``;
-    a thread that ended meanwhile drops out of the sum). (0, 0) when it is gone."""
+class Sched(NamedTuple):
+    """A thread's (or a process's threads') scheduling so far, from the kernel's schedstat."""
+
+    on_core_s: float
+    """Seconds running on a core."""
+    waiting_s: float
+    """Seconds runnable but waiting for a core."""
+    timeslices: int
+    """Times it was put on a core (about one per wake-up)."""
+
+
+def sched_s(pid: int, tid: int | None = None) -> Sched:
+    """:class:`Sched` of thread ``tid`` of ``pid``, or summed over the threads ``pid`` has now
+    (``/proc/<pid>/task/<tid>/schedstat``; a thread that ended meanwhile drops out of the sum).
+    Zeros when it is gone."""
     tasks = [str(tid)] if tid is not None else _tasks(pid)
-    on_core = waiting = 0
+    on_core = waiting = slices = 0
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
-                run_ns, wait_ns, _ = handle.read().split()
+                run_ns, wait_ns, count = handle.read().split()
         except (OSError, ValueError):
             continue
         on_core += int(run_ns)
         waiting += int(wait_ns)
-    return on_core / 1e9, waiting / 1e9
+        slices += int(count)
+    return Sched(on_core / 1e9, waiting / 1e9, slices)
 
 
 def _tasks(pid: int) -> list[str]:

@@ -27,6 +27,7 @@ from typing import Any
 from bench.cluster_api import Api, in_parallel
 from bench.cluster_objects import ClusterPlan, resource
 from bench.cluster_pods import pod_body
+from bench.cluster_procs import Sched
 
 RUN_NAMESPACE = "bench-runs"
 MIX = (("1g.10gb", 0.6), ("2g.20gb", 0.25), ("3g.40gb", 0.15))
@@ -221,18 +222,24 @@ def summarise_run(
 
 def summarise_waits(
     watch: BindWatch,
-    waits: Mapping[str, tuple[tuple[float, float], tuple[float, float]]],
+    waits: Mapping[str, tuple[Sched, Sched]],
     machine: Sequence[Mapping[str, float]],
 ) -> dict[str, Any]:
     """Per pod bound between the first and the last bind: each thread's (or process's) time on
-    a core and time runnable but waiting for one (``cluster_procs.sched_s`` at both binds), the
+    a core, time runnable but waiting for one, and times put on a core
+    (``cluster_procs.sched_s`` at both binds), the
     machine's busy CPU time (every process, every core), and the share of its CPU time idle and
     stolen by the hypervisor over the same span."""
     pods = max(1, len(watch.bound) - 1)
     found: dict[str, Any] = {}
-    for name, ((core_a, wait_a), (core_b, wait_b)) in waits.items():
-        found[f"{name}_on_core_ms_per_pod"] = round(1000 * (core_b - core_a) / pods, 3)
-        found[f"{name}_wait_ms_per_pod"] = round(1000 * (wait_b - wait_a) / pods, 3)
+    for name, (first, last) in waits.items():
+        found[f"{name}_on_core_ms_per_pod"] = round(
+            1000 * (last.on_core_s - first.on_core_s) / pods, 3
+        )
+        found[f"{name}_wait_ms_per_pod"] = round(
+            1000 * (last.waiting_s - first.waiting_s) / pods, 3
+        )
+        found[f"{name}_timeslices_per_pod"] = round((last.timeslices - first.timeslices) / pods, 2)
     if len(machine) >= 2:
         first, last = machine[0], machine[-1]
         spent = {k: last[k] - first[k] for k in ("busy", "idle", "steal")}

@@ -22,7 +22,7 @@ from bench.cluster_floor import Floor, go_binary, null_app, pointed_at
 from bench.cluster_nodes import node_body
 from bench.cluster_objects import ClusterPlan, ClusterShape, resource
 from bench.cluster_pods import pod_body, running_status
-from bench.cluster_procs import machine_s, sched_s, server_processes
+from bench.cluster_procs import Sched, machine_s, sched_s, server_processes
 from bench.cluster_report import GOALS, goal_values, render
 from bench.cluster_runs import (
     BindWatch,
@@ -186,13 +186,14 @@ def test_schedstat_reads_a_threads_time_on_a_core_and_the_process_sums_its_threa
     machine_before = machine_s()
     sum(i * i for i in range(300_000))  # some CPU on this thread
     after_thread, after_process = sched_s(pid, tid), sched_s(pid)
-    on_core = after_thread[0] - before_thread[0]
+    on_core = after_thread.on_core_s - before_thread.on_core_s
     assert on_core > 0
-    assert after_thread[1] >= before_thread[1]  # waiting only grows
-    assert after_process[0] - before_process[0] >= on_core
-    assert after_process[0] >= after_thread[0]
+    assert after_thread.waiting_s >= before_thread.waiting_s  # waiting only grows
+    assert after_thread.timeslices >= before_thread.timeslices >= 1
+    assert after_process.on_core_s - before_process.on_core_s >= on_core
+    assert after_process.on_core_s >= after_thread.on_core_s
     assert machine_s()["busy"] >= machine_before["busy"]
-    assert sched_s(2**22 + 12345) == (0.0, 0.0)  # no such process
+    assert sched_s(2**22 + 12345) == Sched(0.0, 0.0, 0)  # no such process
 
 
 def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_shares() -> None:
@@ -201,7 +202,10 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
         watch.see(f"run-{number}", "node-0")
     found = summarise_waits(
         watch,
-        {"scheduler": ((1.0, 0.5), (1.02, 0.508)), "server": ((3.0, 1.0), (3.004, 1.012))},
+        {
+            "scheduler": (Sched(1.0, 0.5, 10), Sched(1.02, 0.508, 30)),
+            "server": (Sched(3.0, 1.0, 100), Sched(3.004, 1.012, 105)),
+        },
         [
             {"busy": 10.0, "idle": 5.0, "steal": 1.0},
             {"busy": 11.5, "idle": 5.4, "steal": 1.1},
@@ -210,8 +214,10 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
     assert found == {
         "scheduler_on_core_ms_per_pod": 5.0,  # 20 ms over the 4 pods after the first
         "scheduler_wait_ms_per_pod": 2.0,
+        "scheduler_timeslices_per_pod": 5.0,
         "server_on_core_ms_per_pod": 1.0,
         "server_wait_ms_per_pod": 3.0,
+        "server_timeslices_per_pod": 1.25,
         "machine_busy_ms_per_pod": 375.0,  # 1.5 s over 4 pods
         "machine_idle_pct": 20.0,  # 0.4 of 2.0 s
         "machine_steal_pct": 5.0,
@@ -283,6 +289,9 @@ def test_the_isolated_call_bench_sends_what_kube_scheduler_sends_and_tables_each
         "p50_ms": 0.5,
         "p99_ms": 2.0,
         "answer_bytes_mean": 120,
+        "answering_on_core_ms_per_call": 0.35,
+        "answering_waiting_ms_per_call": 0.01,
+        "answering_timeslices_per_call": 1.1,
     }
     results = {
         "nodes": 500,
@@ -290,7 +299,9 @@ def test_the_isolated_call_bench_sends_what_kube_scheduler_sends_and_tables_each
         "servers": {"go": figures, "python": figures, "extender": figures},
     }
     text = render_call_floor(results)
-    assert "| Go null extender (net/http) | 0.4 | 0.3 | 0.6 | 0.5 | 2.0 | 120 | 10 |" in text
+    row = "| Go null extender (net/http) | 0.4 | 0.3 | 0.6 | 0.5 | 2.0 | 120 | 10 "
+    row += "| 0.35 / 0.01 | 1.1 |"
+    assert row in text
     assert "| migslice extender | 0.4 |" in text
 
 
@@ -309,7 +320,7 @@ def test_the_go_caller_speaks_the_protocol_our_server_answers(tmp_path: Path) ->
         floor.wait_ready()
         pid = server_processes(floor.process.pid)["worker"]
         url = f"{floor.url}/filter-best-fit"
-        figures = measure(caller, url, bundle.ca_cert, calls, pid, rounds=2)
+        figures = measure(caller, url, bundle.ca_cert, calls, pid, rounds=2, thread=pid)
     finally:
         floor.stop()
     assert figures["calls"] == 8
@@ -317,6 +328,9 @@ def test_the_go_caller_speaks_the_protocol_our_server_answers(tmp_path: Path) ->
     assert 0 < figures["p50_ms"] <= figures["p99_ms"] and figures["mean_ms"] > 0
     # {"NodeNames":[<first name>],"FailedNodes":{},"Error":""}
     assert 60 < figures["answer_bytes_mean"] < 120
+    # the event loop's thread answered: it ran, and was woken at least once a call
+    assert figures["answering_on_core_ms_per_call"] > 0
+    assert figures["answering_timeslices_per_call"] >= 1
 
 
 def test_the_latency_server_applies_watch_events_as_the_pod_informer_does() -> None:
