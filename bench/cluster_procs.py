@@ -13,11 +13,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def children(pid: int) -> list[int]:
     """Every descendant of ``pid`` (depth first)."""
     found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
+    for task in _tasks(pid):
         try:
             with open(f"/proc/{pid}/task/{task}/children") as handle:
                 kids = [int(k) for k in handle.read().split()]
