@@ -68,24 +68,42 @@ class Sched(NamedTuple):
     """Seconds runnable but waiting for a core."""
     timeslices: int
     """Times it was put on a core (about one per wake-up)."""
+    slept: int = 0
+    """Times it gave up its core to wait (for I/O, a lock, Python's GIL): voluntary switches."""
+    preempted: int = 0
+    """Times the kernel took its core while it could still run: involuntary switches."""
 
 
 def sched_s(pid: int, tid: int | None = None) -> Sched:
     """:class:`Sched` of thread ``tid`` of ``pid``, or summed over the threads ``pid`` has now
-    (``/proc/<pid>/task/<tid>/schedstat``; a thread that ended meanwhile drops out of the sum).
-    Zeros when it is gone."""
+    (``/proc/<pid>/task/<tid>/schedstat`` and the switch counts of its ``status``; a thread
+    that ended meanwhile drops out of the sum). Zeros when it is gone."""
     tasks = [str(tid)] if tid is not None else _tasks(pid)
-    on_core = waiting = slices = 0
+    on_core = waiting = slices = slept = preempted = 0
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
                 run_ns, wait_ns, count = handle.read().split()
+            with open(f"/proc/{pid}/task/{task}/status") as handle:
+                switches = _switches(handle.read())
         except (OSError, ValueError):
             continue
         on_core += int(run_ns)
         waiting += int(wait_ns)
         slices += int(count)
-    return Sched(on_core / 1e9, waiting / 1e9, slices)
+        slept += switches[0]
+        preempted += switches[1]
+    return Sched(on_core / 1e9, waiting / 1e9, slices, slept, preempted)
+
+
+def _switches(status: str) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches from a ``/proc/.../status`` text."""
+    found = dict.fromkeys(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"), 0)
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in found:
+            found[key] = int(value)
+    return found["voluntary_ctxt_switches"], found["nonvoluntary_ctxt_switches"]
 
 
 def _tasks(pid: int) -> list[str]:

@@ -249,13 +249,15 @@ def _render_waits(throughput: dict[str, Any]) -> list[str]:
     lines = [
         "On a core and waiting for one, per pod, between the first and the last bind "
         "(the kernel's schedstat; answering thread: the event loop's of a Python server, "
-        "every thread of the Go null; machine: the CPU time of every process on every core, "
-        "and its idle and stolen shares):",
+        "every thread of the Go null; slept / preempted: the times it gave its core up to wait, "
+        "for the socket, a lock or Python's GIL, and the times the kernel took its core from "
+        "it; machine: the CPU time of every process on every core, and its idle and stolen "
+        "shares):",
         "",
         "| round | run | pods/s | kube-scheduler on core ms | kube-scheduler waiting ms "
-        "| answering thread on core ms | answering thread waiting ms | machine busy ms "
-        "| idle % | stolen % |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| answering thread on core ms | answering thread waiting ms "
+        "| answering thread slept / preempted | machine busy ms | idle % | stolen % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for number, one in enumerate(rounds, start=1):
         for key, name in WAIT_RUNS:
@@ -269,10 +271,18 @@ def _render_waits(throughput: dict[str, Any]) -> list[str]:
                 f"| {_fmt(run.get('scheduler_wait_ms_per_pod'))} "
                 f"| {_fmt(run.get('server_on_core_ms_per_pod') if answering else None)} "
                 f"| {_fmt(run.get('server_wait_ms_per_pod') if answering else None)} "
+                f"| {_switches(run) if answering else '-'} "
                 f"| {_fmt(run.get('machine_busy_ms_per_pod'))} "
                 f"| {_fmt(run.get('machine_idle_pct'))} | {_fmt(run.get('machine_steal_pct'))} |"
             )
     return [*lines, ""]
+
+
+def _switches(run: dict[str, Any]) -> str:
+    slept, preempted = run.get("server_slept_per_pod"), run.get("server_preempted_per_pod")
+    if slept is None or preempted is None:
+        return "-"
+    return f"{_fmt(slept)} / {_fmt(preempted)}"
 
 
 def _render_percentages(pairs: dict[str, Any]) -> list[str]:

@@ -226,8 +226,8 @@ def summarise_waits(
     machine: Sequence[Mapping[str, float]],
 ) -> dict[str, Any]:
     """Per pod bound between the first and the last bind: each thread's (or process's) time on
-    a core, time runnable but waiting for one, and times put on a core
-    (``cluster_procs.sched_s`` at both binds), the
+    a core, time runnable but waiting for one, times put on a core, times it gave its core up
+    to wait and times the kernel took it (``cluster_procs.sched_s`` at both binds), the
     machine's busy CPU time (every process, every core), and the share of its CPU time idle and
     stolen by the hypervisor over the same span."""
     pods = max(1, len(watch.bound) - 1)
@@ -240,6 +240,8 @@ def summarise_waits(
             1000 * (last.waiting_s - first.waiting_s) / pods, 3
         )
         found[f"{name}_timeslices_per_pod"] = round((last.timeslices - first.timeslices) / pods, 2)
+        found[f"{name}_slept_per_pod"] = round((last.slept - first.slept) / pods, 2)
+        found[f"{name}_preempted_per_pod"] = round((last.preempted - first.preempted) / pods, 2)
     if len(machine) >= 2:
         first, last = machine[0], machine[-1]
         spent = {k: last[k] - first[k] for k in ("busy", "idle", "steal")}

@@ -193,7 +193,9 @@ def test_schedstat_reads_a_threads_time_on_a_core_and_the_process_sums_its_threa
     assert after_process.on_core_s - before_process.on_core_s >= on_core
     assert after_process.on_core_s >= after_thread.on_core_s
     assert machine_s()["busy"] >= machine_before["busy"]
-    assert sched_s(2**22 + 12345) == Sched(0.0, 0.0, 0)  # no such process
+    assert after_thread.slept + after_thread.preempted >= 1  # it was switched out at least once
+    assert after_process.slept >= after_thread.slept
+    assert sched_s(2**22 + 12345) == Sched(0.0, 0.0, 0, 0, 0)  # no such process
 
 
 def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_shares() -> None:
@@ -203,8 +205,8 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
     found = summarise_waits(
         watch,
         {
-            "scheduler": (Sched(1.0, 0.5, 10), Sched(1.02, 0.508, 30)),
-            "server": (Sched(3.0, 1.0, 100), Sched(3.004, 1.012, 105)),
+            "scheduler": (Sched(1.0, 0.5, 10, 4, 6), Sched(1.02, 0.508, 30, 16, 14)),
+            "server": (Sched(3.0, 1.0, 100, 90, 10), Sched(3.004, 1.012, 105, 94, 11)),
         },
         [
             {"busy": 10.0, "idle": 5.0, "steal": 1.0},
@@ -215,9 +217,13 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
         "scheduler_on_core_ms_per_pod": 5.0,  # 20 ms over the 4 pods after the first
         "scheduler_wait_ms_per_pod": 2.0,
         "scheduler_timeslices_per_pod": 5.0,
+        "scheduler_slept_per_pod": 3.0,
+        "scheduler_preempted_per_pod": 2.0,
         "server_on_core_ms_per_pod": 1.0,
         "server_wait_ms_per_pod": 3.0,
         "server_timeslices_per_pod": 1.25,
+        "server_slept_per_pod": 1.0,
+        "server_preempted_per_pod": 0.25,
         "machine_busy_ms_per_pod": 375.0,  # 1.5 s over 4 pods
         "machine_idle_pct": 20.0,  # 0.4 of 2.0 s
         "machine_steal_pct": 5.0,
@@ -230,10 +236,10 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
         }
     ]
     text = render({"after": measured})
-    assert "| 1 | without | 200.0 | 5.00 | 2.00 | - | - | 375.0 | 20.0 | 5.00 |" in text
+    assert "| 1 | without | 200.0 | 5.00 | 2.00 | - | - | - | 375.0 | 20.0 | 5.00 |" in text
     assert (
-        "| 1 | with the extender | 120.0 | 5.00 | 2.00 | 1.00 | 3.00 | 375.0 | 20.0 | 5.00 |"
-        in text
+        "| 1 | with the extender | 120.0 | 5.00 | 2.00 | 1.00 | 3.00 | 1.00 / 0.25 | 375.0 "
+        "| 20.0 | 5.00 |" in text
     )
 
 
