@@ -17,7 +17,7 @@ free instance of its profile (lowest start).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from migslice.mig import Placed
 
@@ -32,12 +32,17 @@ def gpu_unit_score(held_after: int, memory_slices: int, *, in_use: bool, node_in
 @dataclass(frozen=True, slots=True)
 class Occupancy:
     """One GPU as the ranking sees it: its index, instances, which are held, and whether a pod
-    holds it whole (MIG off)."""
+    holds it whole (MIG off). ``capacity``: the memory slices of its instances, summed once
+    (a node's picks in a row read it for every GPU)."""
 
     index: int
     instances: Sequence[Placed]
     held: Sequence[bool]
     whole_held: bool = False
+    capacity: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity", sum(p.size for p in self.instances))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +82,7 @@ def best_free_instance(
         for k, placed in enumerate(gpu.instances):
             if placed.profile != profile or gpu.held[k]:
                 continue
-            capacity = sum(p.size for p in gpu.instances) or memory_slices
+            capacity = gpu.capacity or memory_slices
             after = used[g] + placed.size
             score = gpu_unit_score(after, capacity, in_use=used[g] > 0, node_in_use=node_in_use)
             rank = (-score, -after, gpu.index)
