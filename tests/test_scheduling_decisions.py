@@ -110,6 +110,7 @@ def test_kept_decisions_equal_the_reference_path_through_any_events(
             assert cache.filter(demand, names) == expected_filter
             assert cache.score(demand, names) == expected_scores
             assert cache.best_fit(demand, names) == expected_best
+            assert cache.best_fit(demand, names) == expected_best  # from what it kept
             assert [n for n, _ in cache.score(demand, names)] == list(dict.fromkeys(names))
 
 

@@ -42,6 +42,10 @@ each up to a verdict and a score per node (about 1.5 MB at 5,000 nodes); the old
 first."""
 
 
+NO_FIT = -1
+"""``points`` of a name kept as failed or unresolvable (a score is 0 or more)."""
+
+
 def demand_key(demand: PodDemand) -> DemandKey:
     """What a verdict or score depends on besides the node: not the pod's name."""
     return (demand.units, demand.products, demand.error)
@@ -50,7 +54,9 @@ def demand_key(demand: PodDemand) -> DemandKey:
 @dataclass(slots=True)
 class _Table(Generic[R]):
     """One demand's answers: the names that fit, the others with their reasons, the scores
-    (as the cache's owner renders them, and as numbers for the best-fit filter)."""
+    (as the cache's owner renders them, and as numbers for the best-fit filter). ``points``
+    also marks every name that does not fit (:data:`NO_FIT`), so that a best-fit call whose
+    names are all known reads one table once."""
 
     fits: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)
@@ -68,10 +74,12 @@ class _Table(Generic[R]):
     def keep(self, name: str, verdict: Verdict) -> None:
         if verdict.outcome is Outcome.FITS:
             self.fits.add(name)
-        elif verdict.outcome is Outcome.FAILED:
+            return
+        if verdict.outcome is Outcome.FAILED:
             self.failed[name] = verdict.reason
         else:
             self.unresolvable[name] = verdict.reason
+        self.points[name] = NO_FIT
 
 
 class DecisionCache(Generic[R]):
@@ -132,7 +140,11 @@ class DecisionCache(Generic[R]):
     def best_fit(self, demand: PodDemand, names: Iterable[str]) -> FilterResult:
         """The same answer as :func:`best_fit_nodes` over ``(name, lookup(name))``: the
         partition of :meth:`filter` with ``fits`` narrowed to the highest score."""
-        result = self.filter(demand, names)
+        distinct = dict.fromkeys(names)
+        answered = self._best_fit_known(demand, distinct)
+        if answered is not None:
+            return answered
+        result = self.filter(demand, distinct)
         if len(result.fits) <= 1:
             return result
         known = self._kept_or_scored(
@@ -140,6 +152,29 @@ class DecisionCache(Generic[R]):
         )
         scores = [known[name] for name in result.fits]
         return FilterResult(best_fits(result.fits, scores), result.failed, result.unresolvable)
+
+    def _best_fit_known(self, demand: PodDemand, distinct: dict[str, None]) -> FilterResult | None:
+        """The best-fit answer from one read of the kept points when every name is kept there
+        (scored if it fits, :data:`NO_FIT` if not); else None."""
+        if not distinct:
+            return None
+        while True:  # one consistent read: no node changed while it was taken
+            epoch = self._epoch
+            table = self._table(demand)
+            known = _asked(table.points, distinct)
+            if len(known) < len(distinct):
+                return None
+            top = max(known.values())
+            failed: dict[str, str] = {}
+            unresolvable: dict[str, str] = {}
+            if top < 0 or min(known.values()) < 0:
+                missed = {name: None for name, points in known.items() if points < 0}
+                failed = _asked(table.failed, missed)
+                unresolvable = _asked(table.unresolvable, missed)
+            if self._epoch == epoch:
+                break
+        best = tuple([name for name in distinct if known[name] == top]) if top >= 0 else ()
+        return FilterResult(best, failed, unresolvable)
 
     def _kept_or_scored(
         self,
