@@ -166,8 +166,7 @@ def _finish(context: Context, verb: str, answer: Any, outcome: str, started: flo
         message = f"answer cannot be encoded as JSON: {error}"
         body = orjson.dumps({"Error": message} if verb == "prioritize" else filter_error(message))
         outcome = "error"
-    context.metrics.requests.labels(verb, outcome).inc()
-    context.metrics.duration.labels(verb).observe(time.perf_counter() - started)
+    context.metrics.answered(verb, outcome, time.perf_counter() - started)
     return body
 
 
@@ -272,10 +271,10 @@ def _filter(
         result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
     else:
         result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
-    metrics = context.metrics.filtered
-    metrics.labels("fits").inc(len(result.fits))
-    metrics.labels("failed").inc(len(result.failed))
-    metrics.labels("unresolvable").inc(len(result.unresolvable))
+    metrics = context.metrics
+    metrics.nodes_fit.inc(len(result.fits))
+    metrics.nodes_failed.inc(len(result.failed))
+    metrics.nodes_unresolvable.inc(len(result.unresolvable))
     _log_decision("filter-best-fit" if best_fit else "filter", demand, len(names), len(result.fits))
     # kube-scheduler reads the failures only when no node is left (its FitError and
     # preemption); while one fits, their reasons would be encoded here and decoded, a status
@@ -306,7 +305,7 @@ def _all_failed(
     problems: Sequence[str],
 ) -> ExtenderFilterResult:
     reason = f"node state unknown: migslice {problems[0]}"
-    context.metrics.filtered.labels("failed").inc(len(names))
+    context.metrics.nodes_failed.inc(len(names))
     log.warning("filter fails every node: %s", "; ".join(problems))
     return {
         "Nodes": None if by_name is None else {"metadata": {}, "items": []},
