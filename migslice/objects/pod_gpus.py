@@ -137,9 +137,8 @@ def read_pod_gpu(raw_pod: RawPod) -> PodGpu:
             malformed.append(f"spec.{field} must be a list")
             continue
         for index, container in enumerate(listed):
-            where = f"spec.{field}[{index}]"
-            if not isinstance(container, Mapping):
-                malformed.append(f"{where} must be an object")
+            if type(container) is not dict and not isinstance(container, Mapping):
+                malformed.append(f"spec.{field}[{index}] must be an object")
                 continue
             name = container.get("name")
             name = name if isinstance(name, str) else f"#{index}"
@@ -162,12 +161,14 @@ def _container_entries(
     kind: ContainerKind,
     malformed: list[str],
 ) -> list[ContainerGpu]:
-    where = f"spec.{field}[{index}]"
     resources = container.get("resources")
     if resources is None:
         return []
-    if not isinstance(resources, Mapping):
+    where = f"spec.{field}[{index}]"
+    if type(resources) is not dict and not isinstance(resources, Mapping):
         malformed.append(f"{where}.resources must be an object")
+        return []
+    if not _names_a_gpu_resource(resources):
         return []
     sections: dict[str, dict[str, Quantity]] = {}
     for section in ("requests", "limits"):
@@ -197,6 +198,25 @@ def _container_entries(
             )
         )
     return entries
+
+
+def _names_a_gpu_resource(resources: Mapping[str, object]) -> bool:
+    """Whether ``requests`` or ``limits`` may name a GPU resource (or is malformed), for the
+    full reading to decide: most containers of a GPU pod name none (every GPU resource is an
+    ``nvidia.com/`` one)."""
+    for section in ("requests", "limits"):
+        values = resources.get(section)
+        if values is None:
+            continue
+        if type(values) is not dict and not isinstance(values, Mapping):
+            return True
+        for resource in values:
+            if type(resource) is not str or resource.startswith(_NVIDIA):
+                return True
+    return False
+
+
+_NVIDIA = "nvidia.com/"
 
 
 def _quantity(path: str, raw: object) -> Quantity:
