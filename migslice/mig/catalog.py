@@ -81,9 +81,15 @@ class GpuModel:
     aliases: tuple[str, ...] = ()
     memory_mib: int | None = None
     _by_name: Mapping[str, Profile] = field(default_factory=dict, compare=False, repr=False)
+    _by_resource: Mapping[str, Profile] = field(default_factory=dict, compare=False, repr=False)
+    mig_resources: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """The mixed-strategy resource names of its profiles (``nvidia.com/mig-1g.10gb``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {p.name: p for p in self.profiles})
+        first = {p.resource_name: p for p in reversed(self.profiles)}  # the first one wins
+        object.__setattr__(self, "_by_resource", first)
+        object.__setattr__(self, "mig_resources", frozenset(first))
 
     @property
     def profile_names(self) -> tuple[str, ...]:
@@ -103,10 +109,7 @@ class GpuModel:
             ) from None
 
     def profile_by_resource(self, resource: str) -> Profile | None:
-        for profile in self.profiles:
-            if profile.resource_name == resource:
-                return profile
-        return None
+        return self._by_resource.get(resource)
 
     @property
     def pci_filters(self) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 from migslice.inventory import NodeState, mig_resource
 from migslice.inventory.picking import Occupancy, best_free_instance
-from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel
+from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel, Profile
 
 MAX_SCORE = 10
 MIN_SCORE = 0
@@ -69,15 +69,14 @@ def score_units(state: NodeState, units: Sequence[tuple[str, int]]) -> int:
 
 
 def _gpu_score(state: NodeState, model: GpuModel, units: Sequence[tuple[str, int]]) -> int:
-    by_resource = {mig_resource(p.name): p for p in model.profiles}
-    wanted: list[str] = []
+    wanted: list[Profile] = []
     for resource, count in units:
-        found = by_resource.get(resource)
+        found = model.profile_by_resource(resource)
         if found is None:
             return MIN_SCORE
-        wanted.extend([found.name] * count)
-    sizes = {p.name: p.memory_slices for p in model.profiles}
-    wanted.sort(key=lambda name: (-sizes[name], name))
+        wanted.extend([found] * count)
+    if len(wanted) > 1:
+        wanted.sort(key=lambda profile: (-profile.memory_slices, profile.name))
     held = [list(gpu.held) for gpu in state.gpus]
     gpus = [
         Occupancy(gpu.index, gpu.instances, held[g], gpu.whole_held)
@@ -85,7 +84,7 @@ def _gpu_score(state: NodeState, model: GpuModel, units: Sequence[tuple[str, int
     ]
     worst = MAX_SCORE
     for profile in wanted:
-        pick = best_free_instance(gpus, profile, model.memory_slices)
+        pick = best_free_instance(gpus, profile.name, model.memory_slices)
         if pick is None:
             return MIN_SCORE
         held[pick.gpu][pick.instance] = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from migslice.inventory import NodeState, mig_resource
+from migslice.inventory import NodeState
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
 from migslice.names import MIG_TRANSITION_STATES
 from migslice.scheduling import reasons
@@ -46,7 +46,7 @@ def prepare_node(state: NodeState) -> PreparedNode:
     elif facts.is_carving:
         blocked = reasons.CARVING
     model = state.model
-    offered = None if model is None else frozenset(mig_resource(p.name) for p in model.profiles)
+    offered = None if model is None else model.mig_resources
     unit_scores = {
         resource: score_units(state, ((resource, 1),))
         for resource, count in free.items()
