@@ -358,3 +358,14 @@ def test_the_latency_server_applies_watch_events_as_the_pod_informer_does() -> N
     assert apply_events(sink, lines, 4, 4) == 8
     assert index.pod_count == 0
     assert {name: index.get(name) for name in index.node_names()} == before
+
+
+def test_call_cpu_answers_every_call_through_the_extenders_app_and_reports_its_parts() -> None:
+    from bench.call_cpu import measure as measure_call_cpu
+    from bench.call_cpu import render as render_call_cpu
+
+    results = measure_call_cpu(nodes=120, calls=30, rounds=1)
+    assert results["calls"] == 30 and results["nodes"] == 120
+    for part in ("call_us", "decode_us", "demand_us", "best_fit_us"):
+        assert results[part] > 0
+    assert f"| {results['call_us']} | {results['decode_us']} |" in render_call_cpu(results)

@@ -1,0 +1,145 @@
+"""Benchmark: one ``/filter-best-fit`` call's own Python, in process (a report, not a test).
+
+Builds ``bench.extender_latency``'s extender state (``--nodes`` 8-GPU nodes with 8 bound pods
+each, every node derived once as the informers' warm-up does) and answers
+``bench.call_floor``'s calls (the pod ``bench.cluster`` creates and 100 names each) through
+the extender's WSGI app, as the event loop answers a verb inline: no sockets, TLS or HTTP
+parsing (``bench.call_floor`` adds those). After one warm-up pass, which keeps every
+decision, each of ``--rounds`` passes times all calls; the report gives the best pass's mean
+per call, for the whole call and for its parts (the body's decode, the pod's demand, the
+best-fit decision). The best pass is the one the machine disturbed least.
+
+    python -m bench.call_cpu                     # writes bench/reports/call_cpu.{json,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import call_floor, extender_latency
+
+REPORTS = Path(__file__).parent / "reports"
+
+
+def build_app(nodes: int) -> tuple[Any, Any]:
+    """The extender's app over a warmed state of ``nodes`` nodes, and that state."""
+    from extender.app import create_app
+    from extender.settings import ExtenderSettings
+    from extender.state import ExtenderState, StaticCache, new_index
+    from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+
+    index = new_index()
+    index.replace_nodes(node_facts_from_raw(extender_latency.raw_node(i)) for i in range(nodes))
+    pods = (pod_facts_from_raw(p) for p in extender_latency.bound_pods(nodes, 8, 1))
+    index.replace_pods(p for p in pods if p is not None)
+    index.derive_pending()
+    state = ExtenderState(index, (StaticCache("bench"),))
+    return create_app(ExtenderSettings(), state), state
+
+
+def best_us(run: Callable[[], int], rounds: int) -> float:
+    """The lowest mean microseconds per item over ``rounds`` passes of ``run`` (which returns
+    how many items it handled)."""
+    found = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        items = run()
+        found.append((time.perf_counter() - started) / items * 1e6)
+    return round(min(found), 1)
+
+
+def measure(nodes: int, calls: int, rounds: int) -> dict[str, Any]:
+    from migslice.scheduling import demand_of
+
+    app, state = build_app(nodes)
+    bodies = call_floor.bodies(nodes, calls)
+
+    def call(body: bytes) -> list[bytes]:
+        environ = {
+            "PATH_INFO": "/filter-best-fit",
+            "REQUEST_METHOD": "POST",
+            "CONTENT_LENGTH": str(len(body)),
+            "wsgi.input": io.BytesIO(body),
+        }
+        return list(app.wsgi_app(environ, lambda status, headers: None))
+
+    def calls_pass() -> int:
+        for body in bodies:
+            call(body)
+        return len(bodies)
+
+    def decode_pass() -> int:
+        for body in bodies:
+            orjson.loads(body)
+        return len(bodies)
+
+    args = [orjson.loads(body) for body in bodies]
+    demands = [demand_of(a["Pod"]) for a in args]
+
+    def demand_pass() -> int:
+        for a in args:
+            demand_of(a["Pod"])
+        return len(args)
+
+    def best_fit_pass() -> int:
+        for a, demand in zip(args, demands, strict=True):
+            state.decisions.best_fit(demand, a["NodeNames"])
+        return len(args)
+
+    for body in bodies:  # the warm-up: every decision kept, every answer checked
+        answer = orjson.loads(b"".join(call(body)))
+        if answer.get("Error") or not answer.get("NodeNames"):
+            raise RuntimeError(f"the extender did not place the bench's pod: {answer}")
+    return {
+        "nodes": nodes,
+        "calls": calls,
+        "rounds": rounds,
+        "body_bytes_mean": round(sum(map(len, bodies)) / len(bodies)),
+        "call_us": best_us(calls_pass, rounds),
+        "decode_us": best_us(decode_pass, rounds),
+        "demand_us": best_us(demand_pass, rounds),
+        "best_fit_us": best_us(best_fit_pass, rounds),
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    return (
+        "# One `/filter-best-fit` call's own Python, in process (`bench/call_cpu.py`)\n\n"
+        f"{results['nodes']} nodes, {results['calls']} calls of 100 names "
+        f"({results['body_bytes_mean']} bytes each), best of {results['rounds']} passes, "
+        f"written {results['when']}. Microseconds per call.\n\n"
+        "| whole call (WSGI) | body decode | pod demand | best-fit decision |\n"
+        "|---|---|---|---|\n"
+        f"| {results['call_us']} | {results['decode_us']} | {results['demand_us']} "
+        f"| {results['best_fit_us']} |\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--name", default="call_cpu", help="report file name")
+    args = parser.parse_args(argv)
+    results = measure(args.nodes, args.calls, args.rounds)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    text = render(results)
+    (args.out / f"{args.name}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
