@@ -82,7 +82,9 @@ class GpuModel:
     memory_mib: int | None = None
     _by_name: Mapping[str, Profile] = field(default_factory=dict, compare=False, repr=False)
     _by_resource: Mapping[str, Profile] = field(default_factory=dict, compare=False, repr=False)
-    mig_resources: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    mig_resources: frozenset[str] = field(
+        default=frozenset(), init=False, compare=False, repr=False
+    )
     """The mixed-strategy resource names of its profiles (``nvidia.com/mig-1g.10gb``)."""
 
     def __post_init__(self) -> None:

@@ -203,7 +203,7 @@ def _container_entries(
 def _names_a_gpu_resource(resources: Mapping[str, object]) -> bool:
     """Whether ``requests`` or ``limits`` may name a GPU resource (or is malformed), for the
     full reading to decide: most containers of a GPU pod name none (every GPU resource is an
-    ``nvidia.com/`` one)."""
+    ``nvidia.com/`` one, ``names.GPU_RESOURCE_PREFIX``)."""
     for section in ("requests", "limits"):
         values = resources.get(section)
         if values is None:
@@ -211,12 +211,9 @@ def _names_a_gpu_resource(resources: Mapping[str, object]) -> bool:
         if type(values) is not dict and not isinstance(values, Mapping):
             return True
         for resource in values:
-            if type(resource) is not str or resource.startswith(_NVIDIA):
+            if type(resource) is not str or resource.startswith(names.GPU_RESOURCE_PREFIX):
                 return True
     return False
-
-
-_NVIDIA = "nvidia.com/"
 
 
 def _quantity(path: str, raw: object) -> Quantity:

@@ -167,7 +167,7 @@ class DecisionCache(Generic[R]):
             top = max(known.values())
             failed: dict[str, str] = {}
             unresolvable: dict[str, str] = {}
-            if top < 0 or min(known.values()) < 0:
+            if min(known.values()) < 0:  # some do not fit: their reasons
                 missed = {name: None for name, points in known.items() if points < 0}
                 failed = _asked(table.failed, missed)
                 unresolvable = _asked(table.unresolvable, missed)
