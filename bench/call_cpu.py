@@ -33,15 +33,8 @@ def build_app(nodes: int) -> tuple[Any, Any]:
     """The extender's app over a warmed state of ``nodes`` nodes, and that state."""
     from extender.app import create_app
     from extender.settings import ExtenderSettings
-    from extender.state import ExtenderState, StaticCache, new_index
-    from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 
-    index = new_index()
-    index.replace_nodes(node_facts_from_raw(extender_latency.raw_node(i)) for i in range(nodes))
-    pods = (pod_facts_from_raw(p) for p in extender_latency.bound_pods(nodes, 8, 1))
-    index.replace_pods(p for p in pods if p is not None)
-    index.derive_pending()
-    state = ExtenderState(index, (StaticCache("bench"),))
+    state = extender_latency.warm_state(nodes, 8)
     return create_app(ExtenderSettings(), state), state
 
 

@@ -68,9 +68,9 @@ class Sched(NamedTuple):
     """Seconds runnable but waiting for a core."""
     timeslices: int
     """Times it was put on a core (about one per wake-up)."""
-    slept: int = 0
+    slept: int
     """Times it gave up its core to wait (for I/O, a lock, Python's GIL): voluntary switches."""
-    preempted: int = 0
+    preempted: int
     """Times the kernel took its core while it could still run: involuntary switches."""
 
 

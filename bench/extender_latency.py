@@ -201,22 +201,29 @@ def bound_pods(nodes: int, pods_per_node: int, seed: int) -> Iterator[dict[str, 
 # -- the server (child process) ------------------------------------------------------------
 
 
+def warm_state(nodes: int, pods_per_node: int) -> Any:
+    """The extender's state over ``nodes`` nodes with their bound pods, every node derived
+    once, as the informers' warm-up leaves it when every list is in."""
+    from extender.state import ExtenderState, StaticCache, new_index
+    from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+
+    index = new_index()
+    index.replace_nodes(node_facts_from_raw(raw_node(i)) for i in range(nodes))
+    pods = (pod_facts_from_raw(p) for p in bound_pods(nodes, pods_per_node, 1))
+    index.replace_pods(p for p in pods if p is not None)
+    index.derive_pending()
+    return ExtenderState(index, (StaticCache("bench"),))
+
+
 def serve_main(args: argparse.Namespace) -> None:
     from extender.app import create_app
     from extender.settings import ExtenderSettings
-    from extender.state import ExtenderState, StaticCache, new_index
-    from migslice.objects import node_facts_from_raw, pod_facts_from_raw
     from migslice.serving import serve
 
     def factory() -> Any:
-        index = new_index()
-        index.replace_nodes(node_facts_from_raw(raw_node(i)) for i in range(args.nodes))
-        pods = (pod_facts_from_raw(p) for p in bound_pods(args.nodes, args.pods_per_node, 1))
-        index.replace_pods(p for p in pods if p is not None)
-        index.derive_pending()  # as the informers' warm-up does once every list is in
-        state = ExtenderState(index, (StaticCache("bench"),))
+        state = warm_state(args.nodes, args.pods_per_node)
         if args.watch_events_per_s > 0:
-            apply_watch_events(index, watch_events(args.nodes), args.watch_events_per_s)
+            apply_watch_events(state.index, watch_events(args.nodes), args.watch_events_per_s)
         return create_app(ExtenderSettings(), state)
 
     serve(factory, served_as_the_extender(args.port, args.tls_cert, args.tls_key, args.threads))
