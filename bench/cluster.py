@@ -63,6 +63,7 @@ from bench.cluster_report import write_reports
 from bench.cluster_runs import (
     RUN_NAMESPACE,
     BindWatch,
+    cpu_by_process,
     create_run_pods,
     delete_run_pods,
     extender_calls,
@@ -101,7 +102,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=6, help="loader threads")
     parser.add_argument("--label", default="latest", help="key of this run in cluster.json")
     parser.add_argument(
-        "--profile", action="store_true", help="py-spy the extender worker, pprof kube-scheduler"
+        "--profile",
+        action="store_true",
+        help="py-spy the extender worker, pprof kube-scheduler and kube-apiserver",
     )
     parser.add_argument(
         "--percentages",
@@ -216,9 +219,15 @@ class Bench:
         machine: list[dict[str, float]] = []
         # The extender's worker in every run: in a run without it, its watch alone.
         pids: dict[str, int] = {"extender_worker": self.worker_pid("extender")}
+        # Every process of ours on the machine, by name (the running scheduler is added when it
+        # starts): where the machine's CPU goes during the run.
+        processes = dict(self.processes()) | {"bench": os.getpid()}
+        by_process: dict[str, list[float]] = {}
         # Where the call is answered: the thread running the event loop of a Python server (a
         # gunicorn worker's main thread), every thread of the Go null.
         threads = self.answering_threads(server)
+        if server is not None:
+            processes["null extender"] = threads["server"][0]
         extender = self.servers["extender"]
         calls_before = extender_calls(extender.url, extender.bundle.ca_cert)
 
@@ -227,8 +236,11 @@ class Bench:
             if running is not None:
                 pids["scheduler"] = running.process.pid
                 threads["scheduler"] = (running.process.pid, None)
+                processes["kube-scheduler"] = running.process.pid
             for name, pid in pids.items():
                 cpu.setdefault(name, []).append(cpu_s(pid))
+            for name, pid in processes.items():
+                by_process.setdefault(name, []).append(cpu_s(pid))
             for name, (pid, tid) in threads.items():
                 sched.setdefault(name, []).append(sched_s(pid, tid))
             machine.append(machine_s())
@@ -257,6 +269,7 @@ class Bench:
         result = summarise_run(watch, spans, metrics)
         waits = {name: (v[0], v[-1]) for name, v in sched.items() if len(v) == 2}
         result.update(summarise_waits(watch, waits, machine))
+        result["cpu_ms_per_pod_by_process"] = cpu_by_process(watch, by_process, machine)
         result["over_bound_nodes"] = over_bound(self.plan, watch)
         result["scheduler_memory_mib"] = memory
         calls, seconds = (
@@ -284,13 +297,18 @@ class Bench:
         return {"server": (worker, worker)}
 
     def start_profilers(self, key: str, port: int) -> list[subprocess.Popen[bytes]]:
-        """kube-scheduler's CPU profile (pprof) and, with the extender, py-spy on its worker."""
+        """kube-scheduler's and kube-apiserver's CPU profiles (pprof) and, with the extender,
+        py-spy on its worker."""
         out = self.args.out / "profiles"
         out.mkdir(parents=True, exist_ok=True)
         pki, seconds = self.cp.pki, "20"
         url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
         pprof = ["curl", "-sk", "--cert", str(pki.admin_cert), "--key", str(pki.admin_key)]
         procs = [subprocess.Popen([*pprof, "-o", str(out / f"kube-scheduler-{key}.pprof"), url])]
+        apiserver = f"{self.cp.server}/debug/pprof/profile?seconds={seconds}"
+        procs.append(
+            subprocess.Popen([*pprof, "-o", str(out / f"kube-apiserver-{key}.pprof"), apiserver])
+        )
         spy = Path(sys.executable).parent / "py-spy"
         if key.startswith("extender") and spy.exists():
             pid = str(self.worker_pid("extender"))
@@ -427,7 +445,9 @@ class Bench:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = E2E_DIR / ".run" / f"bench-cluster-{time.strftime('%Y%m%d-%H%M%S')}"
-    with ControlPlane(workdir, verbosity=1, start_timeout=180) as cp:
+    # kube-apiserver's pprof endpoints only for a profiling run (the control plane turns them off).
+    profiling = ["--profiling=true"] if args.profile else []
+    with ControlPlane(workdir, verbosity=1, start_timeout=180, apiserver_args=profiling) as cp:
         bench = Bench(args, cp)
         bench.load()
         bench.save()

@@ -147,6 +147,7 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
     ]
     lines += _render_rounds(throughput)
     lines += _render_waits(throughput)
+    lines += _render_processes(throughput)
     lines += _render_percentages(throughput.get("percentages", {}))
     lines += _render_churn(report.get("churn"))
     lines += render_goals(report)
@@ -275,6 +276,45 @@ def _render_waits(throughput: dict[str, Any]) -> list[str]:
                 f"| {_fmt(run.get('machine_busy_ms_per_pod'))} "
                 f"| {_fmt(run.get('machine_idle_pct'))} | {_fmt(run.get('machine_steal_pct'))} |"
             )
+    return [*lines, ""]
+
+
+PROCESS_ORDER = (
+    "kube-apiserver",
+    "etcd",
+    "kube-scheduler",
+    "extender worker",
+    "null extender",
+    "webhook worker",
+    "bench",
+)
+
+
+def _render_processes(throughput: dict[str, Any]) -> list[str]:
+    """CPU per pod of each process of the machine in each run (``cpu_ms_per_pod_by_process``)."""
+    rounds = throughput.get("rounds", [])
+    runs = [
+        (number, name, one[key])
+        for number, one in enumerate(rounds, start=1)
+        for key, name in WAIT_RUNS
+        if isinstance(one.get(key), dict) and one[key].get("cpu_ms_per_pod_by_process")
+    ]
+    if not runs:
+        return []
+    seen = {process for *_, run in runs for process in run["cpu_ms_per_pod_by_process"]}
+    columns = [process for process in PROCESS_ORDER if process in seen]
+    columns += [*sorted(seen - set(columns) - {"other"}), "other"]
+    lines = [
+        "CPU ms per pod by process, between the first and the last bind (every process the "
+        "benchmark runs; other: the rest of the machine's busy time):",
+        "",
+        "| round | run | pods/s | " + " | ".join(columns) + " |",
+        "|---|---|---|" + "---|" * len(columns),
+    ]
+    for number, name, run in runs:
+        figures = run["cpu_ms_per_pod_by_process"]
+        cells = " | ".join(_fmt(figures.get(column)) for column in columns)
+        lines.append(f"| {number} | {name} | {_fmt(run.get('pods_per_s'))} | {cells} |")
     return [*lines, ""]
 
 

@@ -253,6 +253,26 @@ def summarise_waits(
     return found
 
 
+def cpu_by_process(
+    watch: BindWatch,
+    readings: Mapping[str, Sequence[float]],
+    machine: Sequence[Mapping[str, float]],
+) -> dict[str, float]:
+    """CPU ms per pod bound between the first and the last bind, for each named process (its
+    CPU seconds read at both binds), and ``other`` for the rest of the machine's busy time
+    (processes not named, the kernel's own work)."""
+    pods = max(1, len(watch.bound) - 1)
+    found = {
+        name: round(1000 * (values[-1] - values[0]) / pods, 2)
+        for name, values in readings.items()
+        if len(values) >= 2
+    }
+    if len(machine) >= 2:
+        busy = 1000 * (machine[-1]["busy"] - machine[0]["busy"]) / pods
+        found["other"] = round(max(0.0, busy - sum(found.values())), 2)
+    return found
+
+
 def without_extenders(config: Mapping[str, Any], scheduler: str) -> dict[str, Any]:
     """The same KubeSchedulerConfiguration without its extenders, under another name."""
     bare = copy.deepcopy(dict(config))

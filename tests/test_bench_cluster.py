@@ -26,6 +26,7 @@ from bench.cluster_procs import Sched, machine_s, sched_s, server_processes
 from bench.cluster_report import GOALS, goal_values, render
 from bench.cluster_runs import (
     BindWatch,
+    cpu_by_process,
     median_ratios,
     over_bound,
     request_totals,
@@ -241,6 +242,34 @@ def test_waits_are_per_pod_between_the_first_and_last_bind_with_the_machines_sha
         "| 1 | with the extender | 120.0 | 5.00 | 2.00 | 1.00 | 3.00 | 1.00 / 0.25 | 375.0 "
         "| 20.0 | 5.00 |" in text
     )
+
+
+def test_cpu_by_process_is_per_pod_and_the_machines_rest_is_other() -> None:
+    watch = BindWatch(5)
+    for number in range(5):
+        watch.see(f"run-{number}", "node-0")
+    found = cpu_by_process(
+        watch,
+        {"kube-apiserver": [10.0, 10.02], "extender worker": [2.0, 2.008], "gone": [1.0]},
+        [{"busy": 10.0, "idle": 5.0, "steal": 0.0}, {"busy": 10.04, "idle": 5.0, "steal": 0.0}],
+    )
+    # 20 ms and 8 ms over the 4 pods after the first; 40 ms busy, 12 of it elsewhere
+    assert found == {"kube-apiserver": 5.0, "extender worker": 2.0, "other": 3.0}
+    measured = report(0.7, 6.0)
+    measured["throughput"]["rounds"] = [
+        {
+            "no_extender": {"pods_per_s": 200.0, "cpu_ms_per_pod_by_process": found},
+            "extender": {
+                "pods_per_s": 120.0,
+                "cpu_ms_per_pod_by_process": found | {"kube-scheduler": 4.5, "bench": 0.25},
+            },
+        }
+    ]
+    text = render({"after": measured})
+    head = "| round | run | pods/s | kube-apiserver | kube-scheduler | extender worker | bench "
+    assert head + "| other |" in text
+    assert "| 1 | without | 200.0 | 5.00 | - | 2.00 | - | 3.00 |" in text
+    assert "| 1 | with the extender | 120.0 | 5.00 | 4.50 | 2.00 | 0.25 | 3.00 |" in text
 
 
 def test_request_totals_sum_every_verb_of_the_extenders_own_metrics() -> None:
