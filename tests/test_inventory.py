@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from migslice.inventory import ClusterIndex, LayoutSource, NodeState, resolve_node
+from migslice.inventory.picking import (
+    Occupancy,
+    Pick,
+    best_free_instance,
+    gpu_unit_score,
+    held_slices,
+)
+from migslice.mig import Placed
 from migslice.mig.migparted import parse_mig_parted
 from migslice.objects import (
     AgentGpu,
@@ -349,3 +359,48 @@ def test_the_index_keeps_a_nodes_layout_while_only_its_pods_change() -> None:
     assert changed is not None and changed.source is LayoutSource.MIG_PARTED
     index.set_mig_configs(parse_mig_parted(MIG_PARTED))
     assert index.get("n1") == resolve_node(changed.facts, [bound], parse_mig_parted(MIG_PARTED))
+
+
+# -- the pick: one ranking, checked against every candidate --------------------------------
+
+
+@st.composite
+def occupancies(draw: st.DrawFn) -> tuple[list[Occupancy], str]:
+    """A node's GPUs, each with instances of a few profiles packed from slice 0, some held."""
+    gpus: list[Occupancy] = []
+    for index in range(draw(st.integers(0, 6))):
+        instances: list[Placed] = []
+        start = 0
+        for profile, size in draw(st.lists(st.sampled_from(SIZES), max_size=8)):
+            if start + size > 8:
+                break
+            instances.append(Placed(start, profile, size))
+            start += size
+        held = draw(st.lists(st.booleans(), min_size=len(instances), max_size=len(instances)))
+        gpus.append(Occupancy(index * 2, tuple(instances), held, draw(st.booleans())))
+    return gpus, draw(st.sampled_from([profile for profile, _ in SIZES]))
+
+
+# 1g three times as often: GPUs of many small instances tie on the score at different fills.
+SIZES = (("1g", 1), ("1g", 1), ("1g", 1), ("2g", 2), ("3g", 4), ("7g", 8))
+
+
+@settings(max_examples=500, deadline=None)
+@given(occupancies())
+def test_the_pick_is_the_best_ranked_first_free_instance_of_each_gpu(
+    drawn: tuple[list[Occupancy], str],
+) -> None:
+    gpus, profile = drawn
+    used = held_slices(gpus, 8)
+    candidates = []
+    for g, gpu in enumerate(gpus):
+        free = [k for k, p in enumerate(gpu.instances) if p.profile == profile and not gpu.held[k]]
+        if not free:
+            continue
+        k = free[0]  # the lowest start on that GPU
+        after = used[g] + gpu.instances[k].size
+        score = gpu_unit_score(after, gpu.capacity or 8, in_use=used[g] > 0, node_in_use=any(used))
+        candidates.append(((score, after, -gpu.index), Pick(g, k, score)))
+    expected = max(candidates, key=lambda c: c[0])[1] if candidates else None
+    assert best_free_instance(gpus, profile, 8) == expected
+    assert best_free_instance(gpus, profile, 8, used) == expected

@@ -21,6 +21,7 @@ from migslice.scheduling import (
     filter_nodes,
     prepare_node,
     score_nodes,
+    score_units,
 )
 from tests.builders import make_node, make_pod
 
@@ -459,3 +460,22 @@ def test_the_single_unit_fast_path_agrees_with_the_full_check(
             assert result.failed[name] == verdict.reason
         else:
             assert result.unresolvable[name] == verdict.reason
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_a_prepared_nodes_unit_scores_are_the_score_of_taking_one_unit(
+    cluster: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]],
+) -> None:
+    nodes, pods, _, _ = cluster
+    index = index_of(nodes, pods)
+    for raw in nodes:
+        node = index.get(raw["metadata"]["name"])
+        assert node is not None
+        scored = {
+            resource: score_units(node.state, ((resource, 1),))
+            for resource, count in node.free.items()
+            if count > 0
+            and (resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-"))
+        }
+        assert node.unit_scores == scored

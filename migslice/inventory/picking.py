@@ -79,14 +79,17 @@ def best_free_instance(
     node_in_use = any(used)
     best: tuple[tuple[int, int, int], Pick] | None = None
     for g, gpu in enumerate(gpus):
+        held = gpu.held
         for k, placed in enumerate(gpu.instances):
-            if placed.profile != profile or gpu.held[k]:
-                continue
-            capacity = gpu.capacity or memory_slices
-            after = used[g] + placed.size
-            score = gpu_unit_score(after, capacity, in_use=used[g] > 0, node_in_use=node_in_use)
-            rank = (-score, -after, gpu.index)
-            if best is None or rank < best[0]:
-                best = (rank, Pick(g, k, score))
-            break
+            if placed.profile == profile and not held[k]:
+                break  # the GPU's first free instance of the profile
+        else:
+            continue
+        after = used[g] + placed.size
+        score = gpu_unit_score(
+            after, gpu.capacity or memory_slices, in_use=used[g] > 0, node_in_use=node_in_use
+        )
+        rank = (-score, -after, gpu.index)
+        if best is None or rank < best[0]:
+            best = (rank, Pick(g, k, score))
     return None if best is None else best[1]

@@ -35,10 +35,10 @@ MIG memory slices) and ``U`` the node's total. Equal inputs always give equal sc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from migslice.inventory import NodeState, mig_resource
-from migslice.inventory.picking import Occupancy, best_free_instance
+from migslice.inventory.picking import Occupancy, best_free_instance, held_slices
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel, Profile
 
 MAX_SCORE = 10
@@ -66,6 +66,30 @@ def score_units(state: NodeState, units: Sequence[tuple[str, int]]) -> int:
         else:
             scores.append(_gpu_score(state, model, mig_units))
     return min(scores) if scores else MIN_SCORE
+
+
+def unit_scores(state: NodeState, resources: Iterable[str]) -> dict[str, int]:
+    """``score_units(state, ((resource, 1),))`` for each of ``resources``, the node's GPUs
+    read once for all of them instead of once each (a node's derive scores every resource it
+    has free)."""
+    model = state.model
+    if model is None or not state.gpus:
+        return {resource: score_units(state, ((resource, 1),)) for resource in resources}
+    gpus = [Occupancy(gpu.index, gpu.instances, gpu.held, gpu.whole_held) for gpu in state.gpus]
+    used = held_slices(gpus, model.memory_slices)
+    scores: dict[str, int] = {}
+    for resource in resources:
+        if resource == WHOLE_GPU_RESOURCE:
+            scores[resource] = score_units(state, ((resource, 1),))
+            continue
+        profile = model.profile_by_resource(resource)
+        pick = (
+            None
+            if profile is None
+            else best_free_instance(gpus, profile.name, model.memory_slices, used)
+        )
+        scores[resource] = MIN_SCORE if pick is None else pick.score
+    return scores
 
 
 def _gpu_score(state: NodeState, model: GpuModel, units: Sequence[tuple[str, int]]) -> int:

@@ -9,7 +9,7 @@ from migslice.inventory import NodeState
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
 from migslice.names import MIG_TRANSITION_STATES
 from migslice.scheduling import reasons
-from migslice.scheduling.fragmentation import score_units
+from migslice.scheduling.fragmentation import unit_scores
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +47,15 @@ def prepare_node(state: NodeState) -> PreparedNode:
         blocked = reasons.CARVING
     model = state.model
     offered = None if model is None else model.mig_resources
-    unit_scores = {
-        resource: score_units(state, ((resource, 1),))
-        for resource, count in free.items()
-        if count > 0
-        and (resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX))
-    }
+    scored = unit_scores(
+        state,
+        (
+            resource
+            for resource, count in free.items()
+            if count > 0
+            and (resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX))
+        ),
+    )
     return PreparedNode(
         name=facts.name,
         resource_version=facts.resource_version,
@@ -63,7 +66,7 @@ def prepare_node(state: NodeState) -> PreparedNode:
         offered=offered,
         allocatable=allocatable,
         free=free,
-        unit_scores=unit_scores,
+        unit_scores=scored,
         state=state,
     )
 
