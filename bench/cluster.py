@@ -23,8 +23,10 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   time per call from its ``/metrics``, they split what the extender adds to kube-scheduler's
   cycle into the protocol, our server and our decision;
 * in every run, the time kube-scheduler and the thread answering the calls spent on a core and
-  waiting for one per pod (the kernel's schedstat), and the machine's busy CPU time per pod
-  and idle share, so a run on a saturated machine says where its time went;
+  waiting for one per pod (the kernel's schedstat), the machine's busy CPU time per pod and
+  idle share, and the CPU per pod of every process it runs (kube-apiserver, etcd,
+  kube-scheduler, our workers, the null extender, itself), so a run on a saturated machine
+  says where its time went;
 * the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
 
 Results are kept in ``bench/reports/cluster.json`` under ``--label`` (so a run before a change
@@ -96,7 +98,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods-per-node", type=int, default=8)
-    parser.add_argument("--run-pods", type=int, default=1000)
+    parser.add_argument(
+        "--run-pods",
+        type=int,
+        default=1000,
+        help="new GPU pods per throughput run; the shipped client QPS (200, burst 400) caps a "
+        "run at 400 + 200 binds a second, so a run of 3,000 is capped near 230 pods/s",
+    )
     parser.add_argument("--churn-s", type=float, default=60.0)
     parser.add_argument("--churn-per-minute", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=6, help="loader threads")
