@@ -76,6 +76,7 @@ from bench.cluster_runs import (
     summarise_run,
     summarise_waits,
     watch_binds,
+    with_client_qps,
     without_extenders,
 )
 from e2e.controlplane import E2E_DIR, ControlPlane, default_scheduler_config
@@ -99,11 +100,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods-per-node", type=int, default=8)
     parser.add_argument(
+        "--client-qps",
+        type=float,
+        default=0.0,
+        help="for the benchmark only: kube-scheduler's client QPS (burst twice that) in the "
+        "shipped configuration and every configuration derived from it, so that longer runs "
+        "are not capped (default: as shipped)",
+    )
+    parser.add_argument(
         "--run-pods",
         type=int,
         default=1000,
         help="new GPU pods per throughput run; the shipped client QPS (200, burst 400) caps a "
-        "run at 400 + 200 binds a second, so a run of 3,000 is capped near 230 pods/s",
+        "run at 400 + 200 binds a second, so a run of 3,000 is capped near 230 pods/s "
+        "(see --client-qps)",
     )
     parser.add_argument("--churn-s", type=float, default=60.0)
     parser.add_argument("--churn-per-minute", type=int, default=1000)
@@ -334,6 +344,8 @@ class Bench:
         shipped = scheduler_configuration(
             self.servers["extender"].bundle, self.servers["extender"].url
         )
+        if self.args.client_qps:
+            shipped = with_client_qps(shipped, self.args.client_qps)
         connection = shipped.get("clientConnection", {})
         results: dict[str, Any] = {
             "config": {

@@ -273,6 +273,16 @@ def cpu_by_process(
     return found
 
 
+def with_client_qps(config: Mapping[str, Any], qps: float) -> dict[str, Any]:
+    """``config`` with kube-scheduler's client QPS set to ``qps`` and its burst to twice that:
+    its rate limiter lets it bind at most ``burst + qps * t`` pods in ``t`` seconds."""
+    raised = copy.deepcopy(dict(config))
+    connection = raised.setdefault("clientConnection", {})
+    connection["qps"] = qps
+    connection["burst"] = int(2 * qps)
+    return raised
+
+
 def without_extenders(config: Mapping[str, Any], scheduler: str) -> dict[str, Any]:
     """The same KubeSchedulerConfiguration without its extenders, under another name."""
     bare = copy.deepcopy(dict(config))

@@ -33,6 +33,8 @@ from bench.cluster_runs import (
     round_ratios,
     run_profile,
     summarise_waits,
+    with_client_qps,
+    without_extenders,
 )
 from extender.metrics import ExtenderMetrics
 from extender.state import ExtenderState, StaticCache, new_index
@@ -270,6 +272,19 @@ def test_cpu_by_process_is_per_pod_and_the_machines_rest_is_other() -> None:
     assert head + "| other |" in text
     assert "| 1 | without | 200.0 | 5.00 | - | 2.00 | - | 3.00 |" in text
     assert "| 1 | with the extender | 120.0 | 5.00 | 4.50 | 2.00 | 0.25 | 3.00 |" in text
+
+
+def test_a_raised_client_qps_reaches_the_configuration_without_the_extender_too() -> None:
+    shipped = {
+        "clientConnection": {"kubeconfig": "/k", "qps": 200, "burst": 400},
+        "extenders": [{"urlPrefix": "https://x", "filterVerb": "filter-best-fit"}],
+        "profiles": [{"schedulerName": "migslice-scheduler"}],
+    }
+    raised = with_client_qps(shipped, 1000)
+    assert raised["clientConnection"] == {"kubeconfig": "/k", "qps": 1000, "burst": 2000}
+    assert shipped["clientConnection"]["qps"] == 200  # the shipped one is left alone
+    bare = without_extenders(raised, "bench-no-extender")
+    assert bare["clientConnection"]["qps"] == 1000 and "extenders" not in bare
 
 
 def test_request_totals_sum_every_verb_of_the_extenders_own_metrics() -> None:
