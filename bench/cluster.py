@@ -29,6 +29,10 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   says where its time went;
 * the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
 
+With ``--cpu-weights`` (root, a writable cgroup ``cpu`` controller) every process runs in a CPU
+cgroup weighted by its pod's request, as the kubelet would weight it on a node
+(``bench/cpu_weights.py``); without it, all share one cgroup.
+
 Results are kept in ``bench/reports/cluster.json`` under ``--label`` (so a run before a change
 and one after sit side by side) and rendered to ``bench/reports/cluster.md``.
 """
@@ -54,6 +58,7 @@ from bench.cluster_load import ensure_namespace, load_cluster
 from bench.cluster_objects import ClusterPlan, ClusterShape
 from bench.cluster_procs import (
     Sched,
+    children,
     cpu_s,
     machine_s,
     memory_mib,
@@ -79,6 +84,7 @@ from bench.cluster_runs import (
     with_client_qps,
     without_extenders,
 )
+from bench.cpu_weights import CpuGroups, CpuWeightsError, shipped_shares
 from e2e.controlplane import E2E_DIR, ControlPlane, default_scheduler_config
 from e2e.image import build_image
 from e2e.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
@@ -152,6 +158,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(bench/cluster_floor.py: Go's net/http, and migslice's own server) that answer "
         "without deciding: what the extender protocol and our server cost by themselves",
     )
+    parser.add_argument(
+        "--cpu-weights",
+        action="store_true",
+        help="run each process in a CPU cgroup weighted by its pod's CPU request, as the "
+        "kubelet would (kubeadm's for the control plane, the chart's for ours); needs root "
+        "and a writable cgroup cpu controller (bench/cpu_weights.py)",
+    )
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -166,9 +179,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, cp: ControlPlane) -> None:
+    def __init__(
+        self, args: argparse.Namespace, cp: ControlPlane, groups: CpuGroups | None = None
+    ) -> None:
         self.args = args
         self.cp = cp
+        self.groups = groups
         self.api = Api(cp.server, ca=cp.pki.ca_cert, cert=cp.pki.admin_cert, key=cp.pki.admin_key)
         self.plan = ClusterPlan(ClusterShape(nodes=args.nodes, pods_per_node=args.pods_per_node))
         self.report: dict[str, Any] = {
@@ -208,6 +224,7 @@ class Bench:
             server.start(timeout_s=900)
             sync[command] = round(time.monotonic() - began, 1)
             self.servers[command] = server
+            self.weigh(command, server.process.pid)
             print(f"{command} ready (caches synced) in {sync[command]}s", flush=True)
         self.cp.apply(
             webhook_configurations(self.servers["webhook"].bundle, self.servers["webhook"].url)
@@ -220,6 +237,13 @@ class Bench:
             for role, pid in server_processes(server.process.pid).items():
                 found.append((f"{command} {role}", pid))
         return found
+
+    def weigh(self, group: str, pid: int) -> None:
+        """With ``--cpu-weights``: ``pid`` and its children into ``group``'s cgroup."""
+        if self.groups is None:
+            return
+        for process in (pid, *children(pid)):
+            self.groups.place(group, process)
 
     def worker_pid(self, command: str) -> int:
         return server_processes(self.servers[command].process.pid)["worker"]
@@ -436,6 +460,7 @@ class Bench:
                     workdir=self.cp.workdir,
                 )
                 floors[kind].wait_ready()
+                self.weigh("null-extender", floors[kind].process.pid)
                 print(f"{kind} floor (null extender) at {floors[kind].url}", flush=True)
         except BaseException:
             for floor in floors.values():
@@ -448,6 +473,8 @@ class Bench:
         self.report["wall_s"] = round(time.monotonic() - self.began)
         self.report["when"] = time.strftime("%Y-%m-%d %H:%M")
         self.report["load_average"] = round(os.getloadavg()[0], 1)
+        if self.groups is not None:
+            self.report["cpu_weights"] = self.groups.placed()
         write_reports(self.args.out, self.args.label, self.report)
 
     def churn(self) -> None:
@@ -462,13 +489,39 @@ class Bench:
         print(f"churn: {result}", flush=True)
 
 
+def control_plane_group(name: str) -> str:
+    """The CPU group of a process the control plane spawns (every scheduler is one binary)."""
+    return name if name in ("etcd", "kube-apiserver") else "kube-scheduler"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    groups: CpuGroups | None = None
+    if args.cpu_weights:
+        try:
+            groups = CpuGroups.open(shipped_shares())
+        except CpuWeightsError as error:
+            print(error, file=sys.stderr)
+            return 2
+    try:
+        return measure(args, groups)
+    finally:
+        if groups is not None:
+            groups.close()
+
+
+def measure(args: argparse.Namespace, groups: CpuGroups | None) -> int:
     workdir = E2E_DIR / ".run" / f"bench-cluster-{time.strftime('%Y%m%d-%H%M%S')}"
     # kube-apiserver's pprof endpoints only for a profiling run (the control plane turns them off).
     profiling = ["--profiling=true"] if args.profile else []
-    with ControlPlane(workdir, verbosity=1, start_timeout=180, apiserver_args=profiling) as cp:
-        bench = Bench(args, cp)
+    on_spawn = None
+    if groups is not None:
+        groups.place("bench", os.getpid())
+        on_spawn = lambda name, pid: groups.place(control_plane_group(name), pid)  # noqa: E731
+    with ControlPlane(
+        workdir, verbosity=1, start_timeout=180, apiserver_args=profiling, on_spawn=on_spawn
+    ) as cp:
+        bench = Bench(args, cp, groups)
         bench.load()
         bench.save()
         bench.start_servers()

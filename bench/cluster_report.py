@@ -116,6 +116,7 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         "Cache sync (server start to `/readyz` 200): "
         + ", ".join(f"{k} {v} s" for k, v in report.get("sync_s", {}).items()),
         "",
+        *_render_weights(report.get("cpu_weights")),
         "| run | pods/s | span s | algorithm mean ms | scheduler CPU ms/pod "
         "| extender worker CPU ms/pod | kube-scheduler RSS MiB | nodes used | over-bound nodes |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -161,6 +162,17 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         )
     lines.append("")
     return lines
+
+
+def _render_weights(weights: dict[str, Any] | None) -> list[str]:
+    """The CPU cgroups of a ``--cpu-weights`` run, one line."""
+    if not weights:
+        return ["Every process in one CPU cgroup.", ""]
+    groups = ", ".join(
+        f"{group} {entry['cpu_shares']} ({len(entry['pids'])} processes)"
+        for group, entry in sorted(weights.items())
+    )
+    return [f"CPU cgroups weighted by the pods' requests (cpu.shares): {groups}.", ""]
 
 
 def _render_churn(churn: dict[str, Any] | None) -> list[str]:

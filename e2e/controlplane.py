@@ -479,8 +479,12 @@ class ControlPlane:
         apiserver_args: Sequence[str] = (),
         verbosity: int = 2,
         start_timeout: float = 90.0,
+        on_spawn: Callable[[str, int], None] | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        self.on_spawn = on_spawn
+        """Called with each process's name and pid as soon as it is spawned (etcd,
+        kube-apiserver, each scheduler), before it serves: the benchmark weights it."""
         self.bin_dir = Path(bin_dir).resolve()
         self.apiserver_args = list(apiserver_args)
         self.verbosity = verbosity
@@ -575,7 +579,14 @@ class ControlPlane:
         return procs + [s.process for s in self.schedulers.values()]
 
     def _spawn(self, name: str, argv: Sequence[str]) -> Process:
-        return Process(name, argv, self.workdir / f"{name}.log", self.workdir)
+        process = Process(name, argv, self.workdir / f"{name}.log", self.workdir)
+        if self.on_spawn is not None:
+            try:
+                self.on_spawn(name, process.pid)
+            except BaseException:
+                process.stop()
+                raise
+        return process
 
     def _start_etcd(self, attempts: int = 3, ports: tuple[int, int] | None = None) -> None:
         for attempt in range(attempts):
