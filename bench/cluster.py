@@ -84,7 +84,7 @@ from bench.cluster_runs import (
     with_client_qps,
     without_extenders,
 )
-from bench.cpu_weights import CpuGroups, CpuWeightsError, shipped_shares
+from bench.cpu_weights import CpuGroups, CpuWeightsError, parse_requests, shipped_shares
 from e2e.controlplane import E2E_DIR, ControlPlane, default_scheduler_config
 from e2e.image import build_image
 from e2e.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
@@ -165,8 +165,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "kubelet would (kubeadm's for the control plane, the chart's for ours); needs root "
         "and a writable cgroup cpu controller (bench/cpu_weights.py)",
     )
+    parser.add_argument(
+        "--cpu-request",
+        action="append",
+        default=[],
+        metavar="GROUP=QUANTITY",
+        help="with --cpu-weights, weight GROUP (etcd, kube-apiserver, kube-scheduler, extender, "
+        "webhook, null-extender) by this request instead of the shipped one (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
+    if args.cpu_request and not args.cpu_weights:
+        parser.error("--cpu-request needs --cpu-weights")
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: at least 1")
     try:
@@ -499,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     groups: CpuGroups | None = None
     if args.cpu_weights:
         try:
-            groups = CpuGroups.open(shipped_shares())
+            groups = CpuGroups.open(shipped_shares(overrides=parse_requests(args.cpu_request)))
         except CpuWeightsError as error:
             print(error, file=sys.stderr)
             return 2

@@ -74,8 +74,27 @@ def chart_requests_m(values_path: Path = CHART_VALUES) -> dict[str, int]:
     return found
 
 
-def shipped_shares(values_path: Path = CHART_VALUES) -> dict[str, int]:
-    """Each group's cpu.shares: the control plane, our services, the null and the bench."""
+def parse_requests(texts: list[str]) -> dict[str, int]:
+    """``--cpu-request GROUP=QUANTITY`` values as millicores by group (what-if runs)."""
+    found: dict[str, int] = {}
+    for text in texts:
+        group, sep, quantity = text.partition("=")
+        if not sep or not group:
+            raise CpuWeightsError(
+                f"--cpu-request {text!r}: write GROUP=QUANTITY, e.g. kube-scheduler=1"
+            )
+        try:
+            found[group.strip()] = int(parse_quantity(quantity.strip()) * 1000)
+        except QuantityError as error:
+            raise CpuWeightsError(f"--cpu-request {text!r}: {error}") from error
+    return found
+
+
+def shipped_shares(
+    values_path: Path = CHART_VALUES, overrides: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Each group's cpu.shares: the control plane, our services, the null and the bench;
+    ``overrides``: millicores by group instead of the shipped request."""
     chart = chart_requests_m(values_path)
     requests = {
         **KUBEADM_REQUESTS_M,
@@ -85,6 +104,12 @@ def shipped_shares(values_path: Path = CHART_VALUES) -> dict[str, int]:
         "webhook": chart["webhook"],
         "null-extender": chart["extender"],
     }
+    unknown = set(overrides or {}) - set(requests)
+    if unknown:
+        raise CpuWeightsError(
+            f"--cpu-request: no group {', '.join(sorted(unknown))}; groups: {', '.join(requests)}"
+        )
+    requests.update(overrides or {})
     return {group: shares_for(m) for group, m in requests.items()} | {"bench": BENCH_SHARES}
 
 

@@ -22,6 +22,7 @@ from bench.cpu_weights import (
     CpuGroups,
     CpuWeightsError,
     chart_requests_m,
+    parse_requests,
     shares_for,
     shipped_shares,
     weight_for,
@@ -186,3 +187,17 @@ def test_a_real_process_moves_into_its_group_and_back() -> None:
         child.kill()
         child.wait()
     assert not groups.base.exists()
+
+
+def test_a_what_if_request_replaces_the_shipped_one(tmp_path: Path) -> None:
+    values = write_values(tmp_path / "values.yaml", extender="500m", webhook="200m", scheduler=0.1)
+    overrides = parse_requests(["kube-scheduler=1", "webhook = 50m"])
+    assert overrides == {"kube-scheduler": 1000, "webhook": 50}
+    shares = shipped_shares(values, overrides)
+    assert (shares["kube-scheduler"], shares["webhook"], shares["extender"]) == (1024, 51, 512)
+    with pytest.raises(CpuWeightsError, match="no group kube-controller-manager"):
+        shipped_shares(values, {"kube-controller-manager": 200})
+    with pytest.raises(CpuWeightsError, match="GROUP=QUANTITY"):
+        parse_requests(["kube-scheduler"])
+    with pytest.raises(CpuWeightsError, match="'extender=lots'"):
+        parse_requests(["extender=lots"])
