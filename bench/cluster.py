@@ -29,9 +29,9 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   says where its time went;
 * the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
 
-With ``--cpu-weights`` (root, a writable cgroup ``cpu`` controller) every process runs in a CPU
-cgroup weighted by its pod's request, as the kubelet would weight it on a node
-(``bench/cpu_weights.py``); without it, all share one cgroup.
+Where the machine allows it (root, a writable cgroup ``cpu`` controller) every process runs in
+a CPU cgroup weighted by its pod's request, as the kubelet would weight it on a node
+(``bench/cpu_weights.py``); elsewhere, or with ``--no-cpu-weights``, all share one cgroup.
 
 Results are kept in ``bench/reports/cluster.json`` under ``--label`` (so a run before a change
 and one after sit side by side) and rendered to ``bench/reports/cluster.md``.
@@ -160,10 +160,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--cpu-weights",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="run each process in a CPU cgroup weighted by its pod's CPU request, as the "
         "kubelet would (kubeadm's for the control plane, the chart's for ours); needs root "
-        "and a writable cgroup cpu controller (bench/cpu_weights.py)",
+        "and a writable cgroup cpu controller (bench/cpu_weights.py). Default: weighted where "
+        "the machine allows it, else every process in one cgroup (the report says which)",
     )
     parser.add_argument(
         "--cpu-request",
@@ -175,8 +177,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=REPORTS)
     args = parser.parse_args(argv)
-    if args.cpu_request and not args.cpu_weights:
-        parser.error("--cpu-request needs --cpu-weights")
+    if args.cpu_request and args.cpu_weights is False:
+        parser.error("--cpu-request needs the CPU weights (drop --no-cpu-weights)")
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: at least 1")
     try:
@@ -507,12 +509,14 @@ def control_plane_group(name: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     groups: CpuGroups | None = None
-    if args.cpu_weights:
+    if args.cpu_weights is not False:
         try:
             groups = CpuGroups.open(shipped_shares(overrides=parse_requests(args.cpu_request)))
         except CpuWeightsError as error:
-            print(error, file=sys.stderr)
-            return 2
+            if args.cpu_weights or args.cpu_request:  # asked for: no silent fallback
+                print(error, file=sys.stderr)
+                return 2
+            print(f"every process in one CPU cgroup: {error}", flush=True)
     try:
         return measure(args, groups)
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cluster import control_plane_group
+from bench.cluster import control_plane_group, parse_args
 from bench.cluster_report import _render_weights
 from bench.cpu_weights import (
     CGROUP_ROOT,
@@ -201,3 +201,14 @@ def test_a_what_if_request_replaces_the_shipped_one(tmp_path: Path) -> None:
         parse_requests(["kube-scheduler"])
     with pytest.raises(CpuWeightsError, match="'extender=lots'"):
         parse_requests(["extender=lots"])
+
+
+def test_weights_are_the_default_and_a_what_if_needs_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse_args([]).cpu_weights is None  # weighted where the machine allows it
+    assert parse_args(["--no-cpu-weights"]).cpu_weights is False
+    assert parse_args(["--cpu-request", "kube-scheduler=1"]).cpu_request == ["kube-scheduler=1"]
+    with pytest.raises(SystemExit):
+        parse_args(["--no-cpu-weights", "--cpu-request", "kube-scheduler=1"])
+    assert "needs the CPU weights" in capsys.readouterr().err
