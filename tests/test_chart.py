@@ -153,3 +153,47 @@ def test_the_examples_in_manifests_are_the_charts() -> None:
     for source in sorted((CHART / "files" / "examples").glob("*.yaml")):
         copy = ROOT / "manifests" / "examples" / source.name
         assert yaml.safe_load(copy.read_text()) == yaml.safe_load(source.read_text())
+
+
+def _mib(quantity: str) -> float:
+    from migslice.quantity import parse_quantity
+
+    return float(parse_quantity(quantity)) / 2**20
+
+
+def _peaks_at_5000_nodes() -> dict[str, float]:
+    """The highest resident memory `make bench-cluster` recorded at 5,000 nodes, per container:
+    kube-scheduler alone, and each service's gunicorn master and worker together."""
+    runs = json.loads((ROOT / "bench" / "reports" / "cluster.json").read_text())
+    peaks = {"scheduler": 0.0, "extender": 0.0, "webhook": 0.0}
+    for report in runs.values():
+        if report["shape"]["nodes"] != 5000:
+            continue
+        for run in report.get("throughput", {}).values():
+            if isinstance(run, dict):
+                memory = run.get("scheduler_memory_mib", {})
+                peaks["scheduler"] = max(peaks["scheduler"], memory.get("peak_mib", 0.0))
+        for service in ("extender", "webhook"):
+            snapshot = report.get("memory_end", {})
+            together = sum(
+                snapshot.get(f"{service} {role}", {}).get("peak_mib", 0.0)
+                for role in ("master", "worker")
+            )
+            peaks[service] = max(peaks[service], together)
+    return peaks
+
+
+def test_each_memory_limit_holds_what_its_container_used_at_5000_nodes() -> None:
+    # The scheduler's limit was 512Mi: kube-scheduler held 2.4-3.4 GiB there, and would have
+    # been killed above a few hundred nodes.
+    peaks = _peaks_at_5000_nodes()
+    assert all(peaks.values()), peaks  # the bench's report has them
+    names = {
+        "scheduler": "migslice-scheduler",
+        "extender": "migslice-extender",
+        "webhook": "migslice-webhook",
+    }
+    for component, name in names.items():
+        (container,) = workload("Deployment", name)["spec"]["template"]["spec"]["containers"]
+        limit = _mib(container["resources"]["limits"]["memory"])
+        assert limit >= 1.1 * peaks[component], (component, limit, peaks[component])
