@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -139,8 +140,10 @@ def test_the_report_says_how_processes_were_weighted() -> None:
 
 def test_the_control_plane_hands_each_spawned_process_over(tmp_path: Path) -> None:
     seen: list[tuple[str, int]] = []
+    # A command line no other process on the machine has.
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)", f"sleeper-{uuid.uuid4().hex}"]
     plane = ControlPlane(tmp_path, on_spawn=lambda name, pid: seen.append((name, pid)))
-    process = plane._spawn("sleeper", ["sleep", "30"])
+    process = plane._spawn("sleeper", sleeper)
     try:
         assert seen == [("sleeper", process.pid)]
     finally:
@@ -150,14 +153,12 @@ def test_the_control_plane_hands_each_spawned_process_over(tmp_path: Path) -> No
         raise CpuWeightsError("refused")
 
     refusing = ControlPlane(tmp_path, on_spawn=refuse)
-    before = set(os.listdir("/proc"))
+    sleeper[-1] = f"sleeper-{uuid.uuid4().hex}"
     with pytest.raises(CpuWeightsError):
-        refusing._spawn("sleeper", ["sleep", "30"])
+        refusing._spawn("sleeper", sleeper)
     # The process it could not place is not left running.
     leftover = [
-        pid
-        for pid in set(os.listdir("/proc")) - before
-        if pid.isdigit() and _cmdline(int(pid)) == "sleep 30"
+        pid for pid in os.listdir("/proc") if pid.isdigit() and sleeper[-1] in _cmdline(int(pid))
     ]
     assert leftover == []
 
