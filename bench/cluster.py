@@ -251,7 +251,7 @@ class Bench:
         return found
 
     def weigh(self, group: str, pid: int) -> None:
-        """With ``--cpu-weights``: ``pid`` and its children into ``group``'s cgroup."""
+        """Where processes are weighted: ``pid`` and its children into ``group``'s cgroup."""
         if self.groups is None:
             return
         for process in (pid, *children(pid)):
