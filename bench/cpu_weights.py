@@ -6,10 +6,10 @@ is converted from the shares as runc does), so under contention each pod's proce
 share their request asks for. Without this the benchmark runs every process in one cgroup, each
 thread weighing the same, which is not how any of them would run in a cluster.
 
-The requests are the shipped ones: kubeadm's static pods for etcd (100m), kube-apiserver (250m)
-and kube-scheduler (100m; the bench's schedulers, with the extender and without, are all one
-kube-scheduler binary), and the chart's ``values.yaml`` for the extender, the webhook and the
-migslice-scheduler. A null extender stands in for the extender, so it gets the extender's
+The requests are the shipped ones: kubeadm's static pods for etcd (100m) and kube-apiserver
+(250m), and the chart's ``values.yaml`` for the extender, the webhook and the migslice-scheduler
+(the bench's schedulers, with the extender, without it and stock, are all that one binary, so
+all get its request). A null extender stands in for the extender, so it gets the extender's
 request in a cgroup of its own. The bench's own process is a client that would not run on the
 node; it gets one CPU's weight (1024 shares) so that its watch of the binds is not starved.
 
@@ -34,7 +34,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 # kubeadm's static pods (cmd/kubeadm/app/phases/controlplane/manifests.go and
 # phases/etcd/local.go): requests only, no CPU limits.
-KUBEADM_REQUESTS_M = {"etcd": 100, "kube-apiserver": 250, "kube-scheduler": 100}
+KUBEADM_REQUESTS_M = {"etcd": 100, "kube-apiserver": 250}
 BENCH_SHARES = 1024
 # The chart's workloads whose requests weight their processes (values.yaml keys).
 CHART_COMPONENTS = ("extender", "webhook", "scheduler")
@@ -98,7 +98,7 @@ def shipped_shares(
     chart = chart_requests_m(values_path)
     requests = {
         **KUBEADM_REQUESTS_M,
-        # Our own scheduler is the chart's; the bench's others run the same binary alike.
+        # Every scheduler the bench runs is one binary, weighted by the chart's request.
         "kube-scheduler": chart["scheduler"],
         "extender": chart["extender"],
         "webhook": chart["webhook"],
