@@ -42,10 +42,10 @@ from extender.wire import (
 from migslice.errors import InvalidInputError
 from migslice.objects import node_facts_from_raw
 from migslice.scheduling import (
+    DemandReader,
     PodDemand,
     PreparedNode,
     best_fit_nodes,
-    demand_of,
     filter_nodes,
     score_nodes,
 )
@@ -68,6 +68,7 @@ class Context:
         self.settings = settings
         self.state = state
         self.metrics = ExtenderMetrics(state)
+        self.demands = DemandReader()
 
 
 def create_app(
@@ -255,7 +256,7 @@ def _prepared_from_raw(context: Context, name: str, raw: RawNode) -> PreparedNod
 def _filter(
     context: Context, args: Mapping[str, Any], *, best_fit: bool
 ) -> tuple[ExtenderFilterResult, str]:
-    demand = demand_of(args["Pod"])
+    demand = context.demands.read(args["Pod"])
     names = _names(args)
     by_name: dict[str, RawNode] | None = None
     if names is None:
@@ -317,7 +318,7 @@ def _all_failed(
 
 
 def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:
-    demand = demand_of(args["Pod"])
+    demand = context.demands.read(args["Pod"])
     names = _names(args)
     if names is None:
         candidates, _ = _candidates(args, context)

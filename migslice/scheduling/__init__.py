@@ -18,7 +18,7 @@ from migslice.scheduling.decide import (
     score_nodes,
 )
 from migslice.scheduling.decisions import DecisionCache
-from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind, demand_of
+from migslice.scheduling.demand import DemandReader, DemandUnit, PodDemand, UnitKind, demand_of
 from migslice.scheduling.fragmentation import MAX_SCORE, MIN_SCORE, score_units
 from migslice.scheduling.prepared import PreparedNode, prepare_node
 
@@ -26,6 +26,7 @@ __all__ = [
     "MAX_SCORE",
     "MIN_SCORE",
     "DecisionCache",
+    "DemandReader",
     "DemandUnit",
     "FilterResult",
     "Outcome",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import orjson
+
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, profile_from_resource
 from migslice.objects.json import JsonObject
 from migslice.objects.pod_gpus import read_pod_gpu
@@ -61,3 +63,69 @@ def demand_of(raw_pod: JsonObject) -> PodDemand:
                 DemandUnit(resource, count, UnitKind.MIG, None if parsed is None else str(parsed))
             )
     return PodDemand(key, tuple(units), product_constraint(raw_pod))
+
+
+MAX_SHAPES = 1024
+"""Pod shapes a :class:`DemandReader` remembers (a cluster's workloads repeat a few dozen);
+past it, it starts over."""
+
+
+class DemandReader:
+    """:func:`demand_of`, remembered per pod shape: what the demand is read from (each
+    container's name, restart policy and resources, in order, init containers too; the node
+    selector; the affinity). Pods of one workload share their shape, so an extender call reads
+    its pod's demand with one small encoding and a lookup instead of walking every container's
+    resources again. Equal by construction: a shape is the whole of what :func:`demand_of`
+    reads besides the pod's name, and a pod whose shape cannot be taken (a spec that is not an
+    object, a container that is not one) is read by :func:`demand_of` itself."""
+
+    def __init__(self, capacity: int = MAX_SHAPES) -> None:
+        self._capacity = capacity
+        self._known: dict[bytes, PodDemand] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def read(self, raw_pod: JsonObject) -> PodDemand:
+        shape = _shape(raw_pod)
+        if shape is None:
+            return demand_of(raw_pod)
+        known = self._known.get(shape)
+        if known is None:
+            known = demand_of(raw_pod)
+            if len(self._known) >= self._capacity:
+                self._known = {}
+            self._known[shape] = known
+            return known
+        return PodDemand(pod_key(raw_pod), known.units, known.products, known.error)
+
+
+def _shape(raw_pod: JsonObject) -> bytes | None:
+    spec = raw_pod.get("spec")
+    if type(spec) is not dict:
+        return None
+    try:
+        return orjson.dumps(
+            (
+                _containers_shape(spec.get("containers")),
+                _containers_shape(spec.get("initContainers")),
+                spec.get("nodeSelector"),
+                spec.get("affinity"),
+            )
+        )
+    except (TypeError, AttributeError):  # not a list of objects, or not JSON (orjson's error)
+        return None
+
+
+def _containers_shape(listed: object) -> list[tuple[object, object, object]] | None:
+    if listed is None:
+        return None
+    if type(listed) is not list:
+        raise TypeError("not a list of containers")
+    return [_container_shape(container) for container in listed]
+
+
+def _container_shape(container: object) -> tuple[object, object, object]:
+    if type(container) is not dict:
+        raise TypeError("not a container object")
+    return (container.get("name"), container.get("restartPolicy"), container.get("resources"))
