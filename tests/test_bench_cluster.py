@@ -411,6 +411,6 @@ def test_call_cpu_answers_every_call_through_the_extenders_app_and_reports_its_p
 
     results = measure_call_cpu(nodes=120, calls=30, rounds=1)
     assert results["calls"] == 30 and results["nodes"] == 120
-    for part in ("call_us", "decode_us", "demand_us", "best_fit_us"):
+    for part in ("call_us", "decode_us", "demand_us", "demand_known_shape_us", "best_fit_us"):
         assert results[part] > 0
     assert f"| {results['call_us']} | {results['decode_us']} |" in render_call_cpu(results)
