@@ -113,7 +113,7 @@ def _shape(raw_pod: JsonObject) -> bytes | None:
                 spec.get("affinity"),
             )
         )
-    except (TypeError, AttributeError):  # not a list of objects, or not JSON (orjson's error)
+    except TypeError:  # not a list of container objects, or not JSON (orjson's error is one)
         return None
 
 
