@@ -185,20 +185,45 @@ def test_schedstat_reads_a_threads_time_on_a_core_and_the_process_sums_its_threa
     import threading
 
     pid, tid = os.getpid(), threading.get_native_id()
-    before_thread, before_process = sched_s(pid, tid), sched_s(pid)
-    machine_before = machine_s()
-    sum(i * i for i in range(300_000))  # some CPU on this thread
-    after_thread, after_process = sched_s(pid, tid), sched_s(pid)
+    # A second thread of our own that burns some CPU, then waits (alive, so its time stays in
+    # the process's sum and no longer grows).
+    started, done = threading.Event(), threading.Event()
+    worker_tid: list[int] = []
+
+    def burn() -> None:
+        worker_tid.append(threading.get_native_id())
+        sum(i * i for i in range(300_000))
+        started.set()
+        done.wait(30)
+
+    worker = threading.Thread(target=burn, daemon=True)
+    worker.start()
+    try:
+        assert started.wait(30)
+        before_thread = sched_s(pid, tid)
+        machine_before = machine_s()
+        sum(i * i for i in range(300_000))  # some CPU on this thread
+        after_thread = sched_s(pid, tid)
+        other = sched_s(pid, worker_tid[0])
+        # Read last: each thread's time only grows and the process sums the threads it has now,
+        # so it holds at least these two readings. (A difference of two process sums is no such
+        # bound: the kernel credits a running thread's time at ticks, and other threads of the
+        # process may end between the readings.)
+        after_process = sched_s(pid)
+    finally:
+        done.set()
+        worker.join(30)
     on_core = after_thread.on_core_s - before_thread.on_core_s
     assert on_core > 0
+    assert other.on_core_s > 0
     assert after_thread.waiting_s >= before_thread.waiting_s  # waiting only grows
     assert after_thread.timeslices >= before_thread.timeslices >= 1
     # The process sums its threads' nanoseconds as seconds: equal sums may differ in the last bit.
-    assert after_process.on_core_s - before_process.on_core_s >= on_core - 1e-9
-    assert after_process.on_core_s >= after_thread.on_core_s
+    assert after_process.on_core_s >= after_thread.on_core_s + other.on_core_s - 1e-9
+    assert after_process.timeslices >= after_thread.timeslices + other.timeslices
     assert machine_s()["busy"] >= machine_before["busy"]
     assert after_thread.slept + after_thread.preempted >= 1  # it was switched out at least once
-    assert after_process.slept >= after_thread.slept
+    assert after_process.slept >= after_thread.slept + other.slept
     assert sched_s(2**22 + 12345) == Sched(0.0, 0.0, 0, 0, 0)  # no such process
 
 
