@@ -26,7 +26,8 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   waiting for one per pod (the kernel's schedstat), the machine's busy CPU time per pod and
   idle share, and the CPU per pod of every process it runs (kube-apiserver, etcd,
   kube-scheduler, our workers, the null extender, itself), so a run on a saturated machine
-  says where its time went;
+  says where its time went, and the garbage collections of kube-apiserver, etcd and
+  kube-scheduler (the Go runtime's own trace, ``GODEBUG=gctrace=1``);
 * the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
 
 Where the machine allows it (root, a writable cgroup ``cpu`` controller) every process runs in
@@ -43,10 +44,12 @@ import argparse
 import functools
 import json
 import os
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,8 @@ from bench.cluster_procs import (
     Sched,
     children,
     cpu_s,
+    go_gc,
+    log_size,
     machine_s,
     memory_mib,
     sched_s,
@@ -159,6 +164,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "without deciding: what the extender protocol and our server cost by themselves",
     )
     parser.add_argument(
+        "--gc-before-runs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="before each run's binds, have kube-apiserver collect its garbage (as Go's own "
+        "benchmarks do before each one), so a collection of its heap (gigabytes at 40,000 "
+        "pods) that the runs before made due does not land in this one's binds",
+    )
+    parser.add_argument(
         "--cpu-weights",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -205,6 +218,7 @@ class Bench:
         self.servers: dict[str, Any] = {}
         self.began = time.monotonic()
         self.report["code"] = git_head()
+        self.report["gc_before_runs"] = args.gc_before_runs
         self.image = (
             None if os.environ.get("MIGSLICE_E2E_SERVERS", "venv") == "venv" else build_image()
         )
@@ -267,6 +281,7 @@ class Bench:
         version = create_run_pods(
             self.api, scheduler, self.args.run_pods, threads=self.args.threads
         )
+        collected_s = self.collect_garbage() if self.args.gc_before_runs else None
         watch = BindWatch(self.args.run_pods)
         cpu: dict[str, list[float]] = {}
         sched: dict[str, list[Sched]] = {}
@@ -284,6 +299,14 @@ class Bench:
             processes["null extender"] = threads["server"][0]
         extender = self.servers["extender"]
         calls_before = extender_calls(extender.url, extender.bundle.ca_cert)
+        # Where each Go process of the control plane logs its garbage collections (gctrace),
+        # and how far each log reached at both binds.
+        logs = {
+            name: process.log_path
+            for name, process in (("kube-apiserver", self.cp.apiserver), ("etcd", self.cp.etcd))
+            if process is not None
+        }
+        log_sizes: dict[str, list[int]] = {}
 
         def sample() -> None:  # the scheduler is known from its spawn, before its /readyz
             running = self.cp.schedulers.get(scheduler)
@@ -291,6 +314,7 @@ class Bench:
                 pids["scheduler"] = running.process.pid
                 threads["scheduler"] = (running.process.pid, None)
                 processes["kube-scheduler"] = running.process.pid
+                logs["kube-scheduler"] = running.process.log_path
             for name, pid in pids.items():
                 cpu.setdefault(name, []).append(cpu_s(pid))
             for name, pid in processes.items():
@@ -298,6 +322,8 @@ class Bench:
             for name, (pid, tid) in threads.items():
                 sched.setdefault(name, []).append(sched_s(pid, tid))
             machine.append(machine_s())
+            for name, path in logs.items():
+                log_sizes.setdefault(name, []).append(log_size(path))
 
         watch.on_first = watch.on_last = sample
         watcher = threading.Thread(
@@ -325,6 +351,9 @@ class Bench:
         result.update(summarise_waits(watch, waits, machine))
         result["cpu_ms_per_pod_by_process"] = cpu_by_process(watch, by_process, machine)
         result["over_bound_nodes"] = over_bound(self.plan, watch)
+        result["go_gc"] = go_gc_per_pod(watch, logs, log_sizes)
+        if collected_s is not None:
+            result["apiserver_gc_before_s"] = round(collected_s, 2)
         result["scheduler_memory_mib"] = memory
         calls, seconds = (
             after - before
@@ -338,6 +367,19 @@ class Bench:
         delete_run_pods(self.api, threads=self.args.threads)
         print(f"  {key}: {result}", flush=True)
         return result
+
+    def collect_garbage(self) -> float:
+        """kube-apiserver runs a whole garbage collection now (Go's ``runtime.GC()``, through
+        its pprof heap endpoint's ``gc=1``), as Go's own benchmarks do before each one: the
+        collection the runs before made due lands here, not in the next run's binds. Seconds
+        it took."""
+        context = ssl.create_default_context(cafile=str(self.cp.pki.ca_cert))
+        context.load_cert_chain(str(self.cp.pki.admin_cert), str(self.cp.pki.admin_key))
+        started = time.monotonic()
+        url = f"{self.cp.server}/debug/pprof/heap?gc=1"
+        with urllib.request.urlopen(url, context=context, timeout=300) as response:
+            response.read()
+        return time.monotonic() - started
 
     def answering_threads(self, server: Floor | None) -> dict[str, tuple[int, int | None]]:
         """``{"server": (pid, tid)}``: the thread that answers the run's extender calls (the
@@ -501,6 +543,21 @@ class Bench:
         print(f"churn: {result}", flush=True)
 
 
+def go_gc_per_pod(
+    watch: BindWatch, logs: dict[str, Path], sizes: dict[str, list[int]]
+) -> dict[str, dict[str, float]]:
+    """Each Go process's garbage collections between the first and the last bind: cycles, and
+    their CPU ms per pod by the runtime's own account (GODEBUG=gctrace=1, set by
+    :func:`measure`)."""
+    pods = max(1, len(watch.bound) - 1)
+    found: dict[str, dict[str, float]] = {}
+    for name, reached in sizes.items():
+        if len(reached) >= 2:
+            cycles, cpu_ms = go_gc(logs[name], reached[0], reached[-1])
+            found[name] = {"cycles": cycles, "cpu_ms_per_pod": round(cpu_ms / pods, 2)}
+    return found
+
+
 def control_plane_group(name: str) -> str:
     """The CPU group of a process the control plane spawns (every scheduler is one binary)."""
     return name if name in ("etcd", "kube-apiserver") else "kube-scheduler"
@@ -526,8 +583,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace, groups: CpuGroups | None) -> int:
     workdir = E2E_DIR / ".run" / f"bench-cluster-{time.strftime('%Y%m%d-%H%M%S')}"
-    # kube-apiserver's pprof endpoints only for a profiling run (the control plane turns them off).
-    profiling = ["--profiling=true"] if args.profile else []
+    # kube-apiserver's pprof endpoints for a profiling run, or to collect its garbage before
+    # each run (the control plane turns them off).
+    profiling = ["--profiling=true"] if args.profile or args.gc_before_runs else []
+    # Every Go process it spawns traces its garbage collections to its log (one line each), so
+    # a run says how much of kube-apiserver's CPU went to its collector (go_gc_per_pod).
+    os.environ["GODEBUG"] = ",".join(filter(None, (os.environ.get("GODEBUG"), "gctrace=1")))
     on_spawn = None
     if groups is not None:
         groups.place("bench", os.getpid())

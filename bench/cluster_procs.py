@@ -3,8 +3,11 @@ run and run-queue times from ``/proc``."""
 
 from __future__ import annotations
 
+import bisect
 import os
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import NamedTuple
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -145,3 +148,70 @@ def server_processes(pid: int) -> dict[str, int]:
 
 def snapshot(processes: Iterable[tuple[str, int]]) -> dict[str, dict[str, float]]:
     return {name: memory_mib(pid) | {"cpu_s": cpu_s(pid)} for name, pid in processes}
+
+
+# One garbage collection of a Go process run with GODEBUG=gctrace=1 (Go's runtime package
+# documentation): "gc 12 @3.456s 2%: 0.1+20+0.05 ms clock, 0.4+10/40/80+0.2 ms cpu, ...",
+# the CPU field being sweep termination + assist/background/idle marking + mark termination.
+GC_TRACE = re.compile(rb"gc (\d+) @[\d.]+s \d+%: [\d.+]+ ms clock, ([\d.+/]+) ms cpu")
+# The runtime writes a trace line in pieces, so a line the process logs meanwhile (klog's, or
+# etcd's JSON) can land inside one; each of those is one write, dropped whole to rejoin it.
+LOGGED_LINE = re.compile(rb"(?:[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6}|\{\"level\":)[^\n]*\n")
+
+
+LINE_MAX = 65536
+"""How far back before a stretch :func:`go_gc` reads for the start of a trace line it cuts."""
+
+
+class GoGC(NamedTuple):
+    """Garbage collections a Go process logged (``GODEBUG=gctrace=1``) in a stretch of its log."""
+
+    cycles: int
+    """Collections that ended in the stretch."""
+    cpu_ms: float
+    """The CPU they took by the runtime's own account, idle-time marking included."""
+
+
+def log_size(path: Path) -> int:
+    """Bytes in ``path`` so far (0 when it is not there): where a stretch of a log begins."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def go_gc(path: Path, start: int, end: int) -> GoGC:
+    """The collections the Go process logging to ``path`` traced between byte offsets ``start``
+    and ``end`` (:func:`log_size` at both ends of a run). A collection counts in the stretch
+    where its trace line ends, so stretches that meet count each collection once, however the
+    offsets cut the lines and whatever lines landed inside them."""
+    if end <= start:
+        return GoGC(0, 0.0)
+    begin = max(0, start - LINE_MAX)
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(begin)
+            text = handle.read(end - begin)
+    except OSError:
+        return GoGC(0, 0.0)
+    # The text without the lines logged inside trace lines, and where each kept piece was.
+    pieces, kept_at, was_at = [], [], []
+    at = kept = 0
+    for logged in [*LOGGED_LINE.finditer(text), None]:
+        until = len(text) if logged is None else logged.start()
+        pieces.append(text[at:until])
+        kept_at.append(kept)
+        was_at.append(at)
+        kept += until - at
+        at = until if logged is None else logged.end()
+    joined = b"".join(pieces)
+    cycles, cpu_ms = 0, 0.0
+    for found in GC_TRACE.finditer(joined):
+        newline = joined.find(b"\n", found.end())
+        if newline < 0:  # still being written: it ends in the next stretch
+            break
+        piece = bisect.bisect_right(kept_at, newline) - 1
+        if start <= begin + was_at[piece] + newline - kept_at[piece]:
+            cycles += 1
+            cpu_ms += sum(float(part) for part in re.split(rb"[+/]", found.group(2)))
+    return GoGC(cycles, round(cpu_ms, 3))

@@ -113,6 +113,15 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         f"whole benchmark {report.get('wall_s', 0) / 60:.1f} min; load average at the end "
         f"{report.get('load_average', 0):.1f} (2 shared cores).",
         "",
+        *(
+            [
+                "kube-apiserver collected its garbage before each run's binds "
+                "(`--gc-before-runs`).",
+                "",
+            ]
+            if report.get("gc_before_runs")
+            else []
+        ),
         "Cache sync (server start to `/readyz` 200): "
         + ", ".join(f"{k} {v} s" for k, v in report.get("sync_s", {}).items()),
         "",
@@ -149,6 +158,7 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
     lines += _render_rounds(throughput)
     lines += _render_waits(throughput)
     lines += _render_processes(throughput)
+    lines += _render_go_gc(throughput)
     lines += _render_percentages(throughput.get("percentages", {}))
     lines += _render_churn(report.get("churn"))
     lines += render_goals(report)
@@ -327,6 +337,38 @@ def _render_processes(throughput: dict[str, Any]) -> list[str]:
         figures = run["cpu_ms_per_pod_by_process"]
         cells = " | ".join(_fmt(figures.get(column)) for column in columns)
         lines.append(f"| {number} | {name} | {_fmt(run.get('pods_per_s'))} | {cells} |")
+    return [*lines, ""]
+
+
+GO_PROCESSES = ("kube-apiserver", "kube-scheduler", "etcd")
+
+
+def _render_go_gc(throughput: dict[str, Any]) -> list[str]:
+    """Each Go process's garbage collections in each run (``go_gc``): cycles and CPU ms per pod."""
+    runs = [
+        (number, name, one[key])
+        for number, one in enumerate(throughput.get("rounds", []), start=1)
+        for key, name in WAIT_RUNS
+        if isinstance(one.get(key), dict) and one[key].get("go_gc")
+    ]
+    if not runs:
+        return []
+    lines = [
+        "Garbage collections of the control plane's Go processes between the first and the last "
+        "bind (GODEBUG=gctrace=1): cycles, and their CPU ms per pod by the Go runtime's own "
+        "account (idle-time marking included):",
+        "",
+        "| round | run | pods/s | " + " | ".join(GO_PROCESSES) + " |",
+        "|---|---|---|" + "---|" * len(GO_PROCESSES),
+    ]
+    for number, name, run in runs:
+        cells = []
+        for process in GO_PROCESSES:
+            found = run["go_gc"].get(process)
+            cells.append(
+                "-" if found is None else f"{found['cycles']}: {_fmt(found['cpu_ms_per_pod'])}"
+            )
+        lines.append(f"| {number} | {name} | {_fmt(run.get('pods_per_s'))} | {' | '.join(cells)} |")
     return [*lines, ""]
 
 

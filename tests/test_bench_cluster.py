@@ -18,11 +18,12 @@ from werkzeug.test import Client
 
 from bench.call_floor import bodies, build_caller, measure
 from bench.call_floor import render as render_call_floor
-from bench.cluster_floor import Floor, go_binary, null_app, pointed_at
+from bench.cluster import go_gc_per_pod
+from bench.cluster_floor import Floor, build_go, go_binary, null_app, pointed_at
 from bench.cluster_nodes import node_body
 from bench.cluster_objects import ClusterPlan, ClusterShape, resource
 from bench.cluster_pods import pod_body, running_status
-from bench.cluster_procs import Sched, machine_s, sched_s, server_processes
+from bench.cluster_procs import GoGC, Sched, go_gc, log_size, machine_s, sched_s, server_processes
 from bench.cluster_report import GOALS, goal_values, render
 from bench.cluster_runs import (
     BindWatch,
@@ -298,6 +299,108 @@ def test_cpu_by_process_is_per_pod_and_the_machines_rest_is_other() -> None:
     assert head + "| other |" in text
     assert "| 1 | without | 200.0 | 5.00 | - | 2.00 | - | 3.00 |" in text
     assert "| 1 | with the extender | 120.0 | 5.00 | 4.50 | 2.00 | 0.25 | 3.00 |" in text
+
+
+GC_PROGRAM = """package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+)
+
+func main() {
+	for i := 0; i < 8; i++ {
+		runtime.GC()
+		// A line logged as klog logs it, in one write, while the runtime writes its trace.
+		fmt.Fprintf(os.Stderr, "I1201 20:05:07.172250   12345 main.go:12] after %d\\n", i)
+	}
+	time.Sleep(500 * time.Millisecond) // the last trace line is still being written
+}
+"""
+
+
+def test_go_gc_reads_a_real_go_runtimes_gctrace_and_counts_each_collection_once(
+    tmp_path: Path,
+) -> None:
+    """A Go program forces 8 collections and logs a klog line after each, traced as the
+    benchmark's control plane is (GODEBUG=gctrace=1). The runtime writes a trace line in
+    pieces, so the klog lines land inside some; every collection is still read, and stretches of
+    the log that meet, however cut, count each one once with the CPU the runtime gave it."""
+    import os
+    import subprocess
+
+    source = tmp_path / "gc" / "main.go"
+    source.parent.mkdir()
+    source.write_text(GC_PROGRAM)
+    binary = build_go(tmp_path / "bin", source, "gc")
+    log = tmp_path / "gc.log"
+    log.write_bytes(b"### 20:05:07 gc\n")  # as the control plane's Process heads a log
+    with log.open("ab") as out:
+        env = dict(os.environ, GODEBUG="gctrace=1")
+        subprocess.run([str(binary)], stdout=out, stderr=subprocess.STDOUT, env=env, check=True)
+    text = log.read_bytes()
+    size = log_size(log)
+    assert size == len(text) and log_size(tmp_path / "none.log") == 0
+    whole = go_gc(log, 0, size)
+    assert text.count(b"(forced)") == 8
+    assert whole.cycles == 8  # a heap this small gives the runtime no cause for its own
+    assert whole.cpu_ms > 0
+    # Cut anywhere: at each line's end, and inside each line.
+    cuts = {at + 1 for at in range(size) if text[at : at + 1] == b"\n"}
+    cuts |= {at - 7 for at in cuts if at > 7}
+    for cut in sorted(cuts):
+        early, late = go_gc(log, 0, cut), go_gc(log, cut, size)
+        assert early.cycles + late.cycles == whole.cycles, cut
+        assert abs(early.cpu_ms + late.cpu_ms - whole.cpu_ms) < 1e-6, cut
+    assert go_gc(log, size, size) == GoGC(0, 0.0)
+    assert go_gc(tmp_path / "none.log", 0, 100) == GoGC(0, 0.0)
+
+
+def test_a_gctrace_lines_cpu_is_the_sum_of_its_phases_and_the_report_tables_it(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "kube-apiserver.log"
+    log.write_bytes(
+        b"I1201 20:05:07.172250 some klog line\n"
+        b"gc 41 @120.5s 3%: 0.10+250+0.05 ms clock, 0.40+12/480/3.5+0.20 ms cpu, "
+        b"7900->8100->4000 MB, 8000 MB goal, 1 MB stacks, 0 MB globals, 4 P\n"
+        b"gc 42 @130.0s 3%: 0.10+250+0.05 ms clock, 0.5+0/500/0+0.5 ms cpu, "
+        b"7900->8100->4000 MB, 8000 MB goal, 1 MB stacks, 0 MB globals, 4 P (forced)\n"
+    )
+    found = go_gc(log, 0, log_size(log))
+    assert found.cycles == 2
+    assert found.cpu_ms == pytest.approx(0.4 + 12 + 480 + 3.5 + 0.2 + 0.5 + 500 + 0.5)
+    # Per pod between the first and the last bind: 4 pods after the first.
+    watch = BindWatch(5)
+    for number in range(5):
+        watch.see(f"run-{number}", "node-0")
+    logs = {"kube-apiserver": log, "etcd": tmp_path / "etcd.log"}
+    per_pod = go_gc_per_pod(watch, logs, {"kube-apiserver": [0, log_size(log)], "etcd": [0]})
+    assert per_pod == {"kube-apiserver": {"cycles": 2, "cpu_ms_per_pod": 249.28}}
+    measured = report(0.7, 6.0)
+    measured["throughput"]["rounds"] = [
+        {
+            "no_extender": {"pods_per_s": 200.0, "go_gc": {}},
+            "extender": {
+                "pods_per_s": 120.0,
+                "go_gc": {
+                    "kube-apiserver": {"cycles": 2, "cpu_ms_per_pod": 0.5},
+                    "etcd": {"cycles": 0, "cpu_ms_per_pod": 0.0},
+                },
+            },
+        }
+    ]
+    text = render({"after": measured})
+    assert "collected its garbage before each run" not in text
+    assert "| round | run | pods/s | kube-apiserver | kube-scheduler | etcd |" in text
+    assert "| 1 | with the extender | 120.0 | 2: 0.50 | - | 0: 0.00 |" in text
+    assert "| 1 | without |" not in text  # a run without the trace is not tabled
+    measured["gc_before_runs"] = True
+    assert "kube-apiserver collected its garbage before each run's binds" in render(
+        {"after": measured}
+    )
 
 
 def test_a_raised_client_qps_reaches_the_configuration_without_the_extender_too() -> None:
