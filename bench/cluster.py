@@ -60,10 +60,10 @@ from bench.cluster_floor import Floor, pointed_at
 from bench.cluster_load import ensure_namespace, load_cluster
 from bench.cluster_objects import ClusterPlan, ClusterShape
 from bench.cluster_procs import (
+    GoLog,
     Sched,
     children,
     cpu_s,
-    go_gc,
     log_size,
     machine_s,
     memory_mib,
@@ -299,14 +299,16 @@ class Bench:
             processes["null extender"] = threads["server"][0]
         extender = self.servers["extender"]
         calls_before = extender_calls(extender.url, extender.bundle.ca_cert)
-        # Where each Go process of the control plane logs its garbage collections (gctrace),
-        # and how far each log reached at both binds.
-        logs = {
-            name: process.log_path
+        # Each Go process of the control plane traces its garbage collections to its log
+        # (GODEBUG=gctrace=1, set by measure): the log, where it stood before this run, the pid.
+        go_logs = {
+            name: GoLog(process.log_path, log_size(process.log_path), process.pid)
             for name, process in (("kube-apiserver", self.cp.apiserver), ("etcd", self.cp.etcd))
             if process is not None
         }
-        log_sizes: dict[str, list[int]] = {}
+        scheduler_log = self.cp.workdir / f"{scheduler}.log"
+        scheduler_offset = log_size(scheduler_log)
+        moments: list[float] = []
 
         def sample() -> None:  # the scheduler is known from its spawn, before its /readyz
             running = self.cp.schedulers.get(scheduler)
@@ -314,7 +316,9 @@ class Bench:
                 pids["scheduler"] = running.process.pid
                 threads["scheduler"] = (running.process.pid, None)
                 processes["kube-scheduler"] = running.process.pid
-                logs["kube-scheduler"] = running.process.log_path
+                go_logs["kube-scheduler"] = GoLog(
+                    scheduler_log, scheduler_offset, running.process.pid
+                )
             for name, pid in pids.items():
                 cpu.setdefault(name, []).append(cpu_s(pid))
             for name, pid in processes.items():
@@ -322,8 +326,9 @@ class Bench:
             for name, (pid, tid) in threads.items():
                 sched.setdefault(name, []).append(sched_s(pid, tid))
             machine.append(machine_s())
-            for name, path in logs.items():
-                log_sizes.setdefault(name, []).append(log_size(path))
+            moments.append(time.monotonic())
+            for log in go_logs.values():
+                log.note_start()
 
         watch.on_first = watch.on_last = sample
         watcher = threading.Thread(
@@ -351,7 +356,11 @@ class Bench:
         result.update(summarise_waits(watch, waits, machine))
         result["cpu_ms_per_pod_by_process"] = cpu_by_process(watch, by_process, machine)
         result["over_bound_nodes"] = over_bound(self.plan, watch)
-        result["go_gc"] = go_gc_per_pod(watch, logs, log_sizes)
+        if len(moments) >= 2:
+            pods = max(1, len(watch.bound) - 1)
+            result["go_gc"] = {
+                name: log.per_pod(moments[0], moments[-1], pods) for name, log in go_logs.items()
+            }
         if collected_s is not None:
             result["apiserver_gc_before_s"] = round(collected_s, 2)
         result["scheduler_memory_mib"] = memory
@@ -543,21 +552,6 @@ class Bench:
         print(f"churn: {result}", flush=True)
 
 
-def go_gc_per_pod(
-    watch: BindWatch, logs: dict[str, Path], sizes: dict[str, list[int]]
-) -> dict[str, dict[str, float]]:
-    """Each Go process's garbage collections between the first and the last bind: cycles, and
-    their CPU ms per pod by the runtime's own account (GODEBUG=gctrace=1, set by
-    :func:`measure`)."""
-    pods = max(1, len(watch.bound) - 1)
-    found: dict[str, dict[str, float]] = {}
-    for name, reached in sizes.items():
-        if len(reached) >= 2:
-            cycles, cpu_ms = go_gc(logs[name], reached[0], reached[-1])
-            found[name] = {"cycles": cycles, "cpu_ms_per_pod": round(cpu_ms / pods, 2)}
-    return found
-
-
 def control_plane_group(name: str) -> str:
     """The CPU group of a process the control plane spawns (every scheduler is one binary)."""
     return name if name in ("etcd", "kube-apiserver") else "kube-scheduler"
@@ -587,7 +581,7 @@ def measure(args: argparse.Namespace, groups: CpuGroups | None) -> int:
     # each run (the control plane turns them off).
     profiling = ["--profiling=true"] if args.profile or args.gc_before_runs else []
     # Every Go process it spawns traces its garbage collections to its log (one line each), so
-    # a run says how much of kube-apiserver's CPU went to its collector (go_gc_per_pod).
+    # a run says how much of kube-apiserver's CPU went to its collector (GoLog).
     os.environ["GODEBUG"] = ",".join(filter(None, (os.environ.get("GODEBUG"), "gctrace=1")))
     on_spawn = None
     if groups is not None:

@@ -3,7 +3,6 @@ run and run-queue times from ``/proc``."""
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
 from collections.abc import Iterable
@@ -151,25 +150,24 @@ def snapshot(processes: Iterable[tuple[str, int]]) -> dict[str, dict[str, float]
 
 
 # One garbage collection of a Go process run with GODEBUG=gctrace=1 (Go's runtime package
-# documentation): "gc 12 @3.456s 2%: 0.1+20+0.05 ms clock, 0.4+10/40/80+0.2 ms cpu, ...",
-# the CPU field being sweep termination + assist/background/idle marking + mark termination.
-GC_TRACE = re.compile(rb"gc (\d+) @[\d.]+s \d+%: [\d.+]+ ms clock, ([\d.+/]+) ms cpu")
+# documentation), printed when it ends: "gc 12 @3.456s 2%: 0.1+20+0.05 ms clock,
+# 0.4+10/40/80+0.2 ms cpu, ...": when it began (seconds since the process started), its phases'
+# wall time, and their CPU (sweep termination + assist/background/idle marking + mark
+# termination).
+GC_TRACE = re.compile(rb"gc (\d+) @([\d.]+)s \d+%: ([\d.+]+) ms clock, ([\d.+/]+) ms cpu")
 # The runtime writes a trace line in pieces, so a line the process logs meanwhile (klog's, or
 # etcd's JSON) can land inside one; each of those is one write, dropped whole to rejoin it.
 LOGGED_LINE = re.compile(rb"(?:[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6}|\{\"level\":)[^\n]*\n")
 
 
-LINE_MAX = 65536
-"""How far back before a stretch :func:`go_gc` reads for the start of a trace line it cuts."""
-
-
 class GoGC(NamedTuple):
-    """Garbage collections a Go process logged (``GODEBUG=gctrace=1``) in a stretch of its log."""
+    """Garbage collections of a Go process (``GODEBUG=gctrace=1``) during a stretch of time."""
 
     cycles: int
-    """Collections that ended in the stretch."""
+    """Collections that ran, at least in part, in the stretch."""
     cpu_ms: float
-    """The CPU they took by the runtime's own account, idle-time marking included."""
+    """Their CPU by the runtime's own account (idle-time marking included), each counted for the
+    share of its wall time that fell in the stretch."""
 
 
 def log_size(path: Path) -> int:
@@ -180,38 +178,64 @@ def log_size(path: Path) -> int:
         return 0
 
 
-def go_gc(path: Path, start: int, end: int) -> GoGC:
-    """The collections the Go process logging to ``path`` traced between byte offsets ``start``
-    and ``end`` (:func:`log_size` at both ends of a run). A collection counts in the stretch
-    where its trace line ends, so stretches that meet count each collection once, however the
-    offsets cut the lines and whatever lines landed inside them."""
-    if end <= start:
-        return GoGC(0, 0.0)
-    begin = max(0, start - LINE_MAX)
+def started_s(pid: int) -> float | None:
+    """When ``pid`` started, in seconds of the clock ``time.monotonic()`` reads (both count from
+    the machine's boot), to a clock tick; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return int(fields[19]) / TICKS
+
+
+def gc_traces(text: bytes) -> list[tuple[float, float, float]]:
+    """``(began_s, wall_s, cpu_ms)`` of each collection traced in ``text`` (a Go process's log
+    with GODEBUG=gctrace=1), whatever lines landed inside the trace lines; ``began_s`` counts
+    from the process's start."""
+    found = []
+    for trace in GC_TRACE.finditer(LOGGED_LINE.sub(b"", text)):
+        wall_ms = sum(float(part) for part in trace.group(3).split(b"+"))
+        cpu_ms = sum(float(part) for part in re.split(rb"[+/]", trace.group(4)))
+        found.append((float(trace.group(2)), wall_ms / 1000, cpu_ms))
+    return found
+
+
+def go_gc(path: Path, offset: int, started: float, since: float, until: float) -> GoGC:
+    """The collections of the Go process that started at ``started`` (:func:`started_s`) and
+    logs to ``path`` from byte ``offset`` on, that ran between ``since`` and ``until`` (the
+    clock of ``time.monotonic()``), each counted for the share of its wall time inside."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(begin)
-            text = handle.read(end - begin)
+            handle.seek(offset)
+            text = handle.read()
     except OSError:
         return GoGC(0, 0.0)
-    # The text without the lines logged inside trace lines, and where each kept piece was.
-    pieces, kept_at, was_at = [], [], []
-    at = kept = 0
-    for logged in [*LOGGED_LINE.finditer(text), None]:
-        until = len(text) if logged is None else logged.start()
-        pieces.append(text[at:until])
-        kept_at.append(kept)
-        was_at.append(at)
-        kept += until - at
-        at = until if logged is None else logged.end()
-    joined = b"".join(pieces)
     cycles, cpu_ms = 0, 0.0
-    for found in GC_TRACE.finditer(joined):
-        newline = joined.find(b"\n", found.end())
-        if newline < 0:  # still being written: it ends in the next stretch
-            break
-        piece = bisect.bisect_right(kept_at, newline) - 1
-        if start <= begin + was_at[piece] + newline - kept_at[piece]:
+    for began, wall, cpu in gc_traces(text):
+        begin, end = started + began, started + began + wall
+        inside = min(end, until) - max(begin, since)
+        if inside > 0 or (wall == 0 and since <= begin <= until):
             cycles += 1
-            cpu_ms += sum(float(part) for part in re.split(rb"[+/]", found.group(2)))
+            cpu_ms += cpu * (inside / wall if wall > 0 else 1.0)
     return GoGC(cycles, round(cpu_ms, 3))
+
+
+class GoLog:
+    """A Go process of the control plane, whose collections a run reads from its log."""
+
+    def __init__(self, path: Path, offset: int, pid: int) -> None:
+        self.path, self.offset, self.pid = path, offset, pid
+        self.started: float | None = None
+
+    def note_start(self) -> None:
+        """Reads when the process started, while it runs (kube-scheduler stops after a run)."""
+        if self.started is None:
+            self.started = started_s(self.pid)
+
+    def per_pod(self, since: float, until: float, pods: int) -> dict[str, float]:
+        """Collections between ``since`` and ``until``, and their CPU ms per pod of ``pods``."""
+        if self.started is None:
+            return {"cycles": 0, "cpu_ms_per_pod": 0.0}
+        cycles, cpu_ms = go_gc(self.path, self.offset, self.started, since, until)
+        return {"cycles": cycles, "cpu_ms_per_pod": round(cpu_ms / max(1, pods), 2)}

@@ -354,9 +354,10 @@ def _render_go_gc(throughput: dict[str, Any]) -> list[str]:
     if not runs:
         return []
     lines = [
-        "Garbage collections of the control plane's Go processes between the first and the last "
-        "bind (GODEBUG=gctrace=1): cycles, and their CPU ms per pod by the Go runtime's own "
-        "account (idle-time marking included):",
+        "Garbage collections of the control plane's Go processes that ran between the first "
+        "and the last bind (GODEBUG=gctrace=1): cycles, and their CPU ms per pod by the Go "
+        "runtime's own account (idle-time marking included), each counted for the share of its "
+        "wall time between the binds:",
         "",
         "| round | run | pods/s | " + " | ".join(GO_PROCESSES) + " |",
         "|---|---|---|" + "---|" * len(GO_PROCESSES),

@@ -18,12 +18,21 @@ from werkzeug.test import Client
 
 from bench.call_floor import bodies, build_caller, measure
 from bench.call_floor import render as render_call_floor
-from bench.cluster import go_gc_per_pod
 from bench.cluster_floor import Floor, build_go, go_binary, null_app, pointed_at
 from bench.cluster_nodes import node_body
 from bench.cluster_objects import ClusterPlan, ClusterShape, resource
 from bench.cluster_pods import pod_body, running_status
-from bench.cluster_procs import GoGC, Sched, go_gc, log_size, machine_s, sched_s, server_processes
+from bench.cluster_procs import (
+    GoGC,
+    Sched,
+    gc_traces,
+    go_gc,
+    log_size,
+    machine_s,
+    sched_s,
+    server_processes,
+    started_s,
+)
 from bench.cluster_report import GOALS, goal_values, render
 from bench.cluster_runs import (
     BindWatch,
@@ -312,6 +321,9 @@ import (
 
 func main() {
 	for i := 0; i < 8; i++ {
+		if i == 3 {
+			time.Sleep(600 * time.Millisecond)
+		}
 		runtime.GC()
 		// A line logged as klog logs it, in one write, while the runtime writes its trace.
 		fmt.Fprintf(os.Stderr, "I1201 20:05:07.172250   12345 main.go:12] after %d\\n", i)
@@ -321,15 +333,16 @@ func main() {
 """
 
 
-def test_go_gc_reads_a_real_go_runtimes_gctrace_and_counts_each_collection_once(
+def test_go_gc_reads_a_real_go_runtimes_gctrace_by_when_each_collection_ran(
     tmp_path: Path,
 ) -> None:
-    """A Go program forces 8 collections and logs a klog line after each, traced as the
-    benchmark's control plane is (GODEBUG=gctrace=1). The runtime writes a trace line in
-    pieces, so the klog lines land inside some; every collection is still read, and stretches of
-    the log that meet, however cut, count each one once with the CPU the runtime gave it."""
+    """A Go program forces 3 collections, sleeps, forces 5 more, and logs a klog line after
+    each, traced as the benchmark's control plane is (GODEBUG=gctrace=1). The runtime writes a
+    trace line in pieces, so the klog lines land inside some; every collection is still read,
+    and placed in time from the process's start."""
     import os
     import subprocess
+    import time
 
     source = tmp_path / "gc" / "main.go"
     source.parent.mkdir()
@@ -337,52 +350,69 @@ def test_go_gc_reads_a_real_go_runtimes_gctrace_and_counts_each_collection_once(
     binary = build_go(tmp_path / "bin", source, "gc")
     log = tmp_path / "gc.log"
     log.write_bytes(b"### 20:05:07 gc\n")  # as the control plane's Process heads a log
+    offset = log_size(log)
     with log.open("ab") as out:
         env = dict(os.environ, GODEBUG="gctrace=1")
-        subprocess.run([str(binary)], stdout=out, stderr=subprocess.STDOUT, env=env, check=True)
-    text = log.read_bytes()
-    size = log_size(log)
-    assert size == len(text) and log_size(tmp_path / "none.log") == 0
-    whole = go_gc(log, 0, size)
-    assert text.count(b"(forced)") == 8
-    assert whole.cycles == 8  # a heap this small gives the runtime no cause for its own
-    assert whole.cpu_ms > 0
-    # Cut anywhere: at each line's end, and inside each line.
-    cuts = {at + 1 for at in range(size) if text[at : at + 1] == b"\n"}
-    cuts |= {at - 7 for at in cuts if at > 7}
-    for cut in sorted(cuts):
-        early, late = go_gc(log, 0, cut), go_gc(log, cut, size)
-        assert early.cycles + late.cycles == whole.cycles, cut
-        assert abs(early.cpu_ms + late.cpu_ms - whole.cpu_ms) < 1e-6, cut
-    assert go_gc(log, size, size) == GoGC(0, 0.0)
-    assert go_gc(tmp_path / "none.log", 0, 100) == GoGC(0, 0.0)
+        process = subprocess.Popen([str(binary)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        started = started_s(process.pid)
+        assert process.wait(30) == 0
+    finished = time.monotonic()
+    assert started is not None and started <= finished
+    assert log_size(log) == len(log.read_bytes()) and log_size(tmp_path / "none.log") == 0
+    assert started_s(process.pid) is None  # gone
+    traces = gc_traces(log.read_bytes())
+    assert len(traces) == 8  # a heap this small gives the runtime no cause for its own
+    assert all(0 <= began < 5 and 0 <= wall < 1 and cpu > 0 for began, wall, cpu in traces)
+    # The sleep parts the first three from the last five.
+    assert max(t[0] for t in traces[:3]) + 0.4 < min(t[0] for t in traces[3:])
+    whole = go_gc(log, offset, started, started, finished)
+    assert whole.cycles == 8
+    assert whole.cpu_ms == pytest.approx(sum(cpu for *_, cpu in traces), abs=1e-3)
+    middle = started + (traces[2][0] + traces[3][0]) / 2
+    early, late = (
+        go_gc(log, offset, started, started, middle),
+        go_gc(log, offset, started, middle, finished),
+    )
+    assert (early.cycles, late.cycles) == (3, 5)
+    assert early.cpu_ms + late.cpu_ms == pytest.approx(whole.cpu_ms, abs=1e-3)
+    assert go_gc(log, offset, started, finished + 1, finished + 2) == GoGC(0, 0.0)
+    assert go_gc(tmp_path / "none.log", 0, started, started, finished) == GoGC(0, 0.0)
 
 
-def test_a_gctrace_lines_cpu_is_the_sum_of_its_phases_and_the_report_tables_it(
+def test_a_collection_counts_for_the_share_of_its_wall_time_in_the_run_and_is_tabled(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "kube-apiserver.log"
     log.write_bytes(
         b"I1201 20:05:07.172250 some klog line\n"
-        b"gc 41 @120.5s 3%: 0.10+250+0.05 ms clock, 0.40+12/480/3.5+0.20 ms cpu, "
+        # began 120.5 s after the process, 250 ms of wall time, 496.1 ms of CPU
+        b"gc 41 @120.5s 3%: 0.10+249.85+0.05 ms clock, 0.40+12/480/3.5+0.20 ms cpu, "
         b"7900->8100->4000 MB, 8000 MB goal, 1 MB stacks, 0 MB globals, 4 P\n"
-        b"gc 42 @130.0s 3%: 0.10+250+0.05 ms clock, 0.5+0/500/0+0.5 ms cpu, "
+        # began 130.0 s after, 1 s of wall time, 501 ms of CPU
+        b"gc 42 @130.0s 3%: 0.5+999+0.5 ms clock, 0.5+0/500/0+0.5 ms cpu, "
         b"7900->8100->4000 MB, 8000 MB goal, 1 MB stacks, 0 MB globals, 4 P (forced)\n"
     )
-    found = go_gc(log, 0, log_size(log))
+    assert gc_traces(log.read_bytes()) == [
+        (120.5, pytest.approx(0.25), pytest.approx(496.1)),
+        (130.0, pytest.approx(1.0), pytest.approx(501.0)),
+    ]
+    started = 1000.0
+    # Half of the first, all of the second.
+    found = go_gc(log, 0, started, started + 120.625, started + 140)
     assert found.cycles == 2
-    assert found.cpu_ms == pytest.approx(0.4 + 12 + 480 + 3.5 + 0.2 + 0.5 + 500 + 0.5)
-    # Per pod between the first and the last bind: 4 pods after the first.
-    watch = BindWatch(5)
-    for number in range(5):
-        watch.see(f"run-{number}", "node-0")
-    logs = {"kube-apiserver": log, "etcd": tmp_path / "etcd.log"}
-    per_pod = go_gc_per_pod(watch, logs, {"kube-apiserver": [0, log_size(log)], "etcd": [0]})
-    assert per_pod == {"kube-apiserver": {"cycles": 2, "cpu_ms_per_pod": 249.28}}
+    assert found.cpu_ms == pytest.approx(496.1 / 2 + 501.0, abs=1e-3)
+    # Between the two: none; a quarter of the second.
+    assert go_gc(log, 0, started, started + 121, started + 129) == GoGC(0, 0.0)
+    assert go_gc(log, 0, started, started + 130.75, started + 200).cpu_ms == pytest.approx(
+        501.0 / 4, abs=1e-3
+    )
+    # A log read from an offset past the first trace does not see it.
+    second = log.read_bytes().index(b"gc 42")
+    assert go_gc(log, second, started, started, started + 200).cycles == 1
     measured = report(0.7, 6.0)
     measured["throughput"]["rounds"] = [
         {
-            "no_extender": {"pods_per_s": 200.0, "go_gc": {}},
+            "no_extender": {"pods_per_s": 200.0},
             "extender": {
                 "pods_per_s": 120.0,
                 "go_gc": {
