@@ -28,6 +28,10 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   kube-scheduler, our workers, the null extender, itself), so a run on a saturated machine
   says where its time went, and the garbage collections of kube-apiserver, etcd and
   kube-scheduler (the Go runtime's own trace, ``GODEBUG=gctrace=1``);
+* with each round's ratios as measured, its steady ratios: the same with the control plane's
+  CPU per pod (kube-apiserver, etcd) evened out across the runs (``steady_ratios``), since on
+  this saturated machine pods/s is the cores over the busy CPU per pod and kube-apiserver's
+  collections of a heap of gigabytes land in some runs and not others;
 * the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
 
 Where the machine allows it (root, a writable cgroup ``cpu`` controller) every process runs in
@@ -83,6 +87,7 @@ from bench.cluster_runs import (
     over_bound,
     round_ratios,
     scheduler_metrics,
+    steady_ratios,
     summarise_run,
     summarise_waits,
     watch_binds,
@@ -166,10 +171,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--gc-before-runs",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help="before each run's binds, have kube-apiserver collect its garbage (as Go's own "
-        "benchmarks do before each one), so a collection of its heap (gigabytes at 40,000 "
-        "pods) that the runs before made due does not land in this one's binds",
+        "benchmarks do before each one). At 40,000 pods this does not keep its collections "
+        "out of the runs: the next came 21-29 s later, so the longer runs still met one "
+        "(docs/benchmarks.md); the steady ratios take the control plane's swings out instead",
     )
     parser.add_argument(
         "--cpu-weights",
@@ -478,6 +484,7 @@ class Bench:
         for other in ("no_extender", "stock"):
             ratio = rate["extender"] / rate[other] if rate[other] else None
             results[f"ratio_vs_{other}"] = None if ratio is None else round(ratio, 2)
+        results["control_plane_ms_per_pod_median"] = steady_ratios(results["rounds"])
         results.update(median_ratios(results["rounds"]))
         if self.args.weighted:  # the chart's other placement, against the same bare run
             extender = self.servers["extender"]

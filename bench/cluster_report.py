@@ -219,17 +219,19 @@ FLOORS = (("floor_go", "Go null extender"), ("floor_python", "Python null extend
 
 def _render_rounds(throughput: dict[str, Any]) -> list[str]:
     """Each round of runs (``--repeats``, ``--floor``): ratios to the round's run without the
-    extender, and what each extender added to kube-scheduler's algorithm mean."""
+    extender (as measured, and steady: the control plane's CPU per pod evened out), and what
+    each extender added to kube-scheduler's algorithm mean."""
     rounds = throughput.get("rounds", [])
     if len(rounds) < 2 and not any(key in r for r in rounds for key, _ in FLOORS):
         return []
     floors = [(k, n) for k, n in FLOORS if any(k in r for r in rounds)]
+    steady = any("steady_ratio" in r for r in rounds)
     head = "| round | without pods/s | algorithm mean ms without | with the extender pods/s "
-    head += "| ratio | added ms | extender app ms/call |"
-    rule = "|---|---|---|---|---|---|---|"
+    head += "| ratio |" + (" steady |" if steady else "") + " added ms | extender app ms/call |"
+    rule = "|---|---|---|---|---|" + ("---|" if steady else "") + "---|---|"
     for _, name in floors:
-        head += f" {name} pods/s | ratio | added ms |"
-        rule += "---|---|---|"
+        head += f" {name} pods/s | ratio |" + (" steady |" if steady else "") + " added ms |"
+        rule += "---|---|" + ("---|" if steady else "") + "---|"
     lines = [
         "Rounds, one after the other (ratio: pods/s over the same round's run without an "
         "extender; added ms: kube-scheduler's algorithm mean over that run's; the null "
@@ -238,25 +240,44 @@ def _render_rounds(throughput: dict[str, Any]) -> list[str]:
         head,
         rule,
     ]
+
+    def ratios(one: dict[str, Any], prefix: str) -> str:
+        cells = f"{_fmt(one.get(f'{prefix}ratio'))}x |"
+        if steady:
+            cells += f" {_fmt(one.get(f'{prefix}steady_ratio'))}x |"
+        return cells
+
     for number, one in enumerate(rounds, start=1):
         bare, ours = one.get("no_extender", {}), one.get("extender", {})
         added = one.get("added_algorithm_ms", {})
         row = (
             f"| {number} | {_fmt(bare.get('pods_per_s'))} | {_fmt(bare.get('algorithm_mean_ms'))} "
-            f"| {_fmt(ours.get('pods_per_s'))} | {_fmt(one.get('ratio'))}x "
-            f"| {_fmt(added.get('extender'))} | {_fmt(ours.get('extender_app_ms_per_call'))} |"
+            f"| {_fmt(ours.get('pods_per_s'))} | {ratios(one, '')}"
+            f" {_fmt(added.get('extender'))} | {_fmt(ours.get('extender_app_ms_per_call'))} |"
         )
         for key, _ in floors:
             run = one.get(key, {})
             row += (
-                f" {_fmt(run.get('pods_per_s'))} | {_fmt(one.get(f'{key}_ratio'))}x "
-                f"| {_fmt(added.get(key))} |"
+                f" {_fmt(run.get('pods_per_s'))} | {ratios(one, f'{key}_')}"
+                f" {_fmt(added.get(key))} |"
             )
         lines.append(row)
     medians = [f"extender {_fmt(throughput.get('ratio_median'))}x"]
     medians += [f"{name} {_fmt(throughput.get(f'{k}_ratio_median'))}x" for k, name in floors]
-    lines += ["", "Median ratios: " + ", ".join(medians) + ".", ""]
-    return lines
+    lines += ["", "Median ratios: " + ", ".join(medians) + "."]
+    if steady:
+        found = [f"extender {_fmt(throughput.get('steady_ratio_median'))}x"]
+        found += [
+            f"{name} {_fmt(throughput.get(f'{k}_steady_ratio_median'))}x" for k, name in floors
+        ]
+        lines += [
+            "",
+            "Steady ratios (each run's kube-apiserver + etcd CPU per pod replaced by their "
+            f"median over the rounds, {_fmt(throughput.get('control_plane_ms_per_pod_median'))}"
+            " ms; on a saturated machine pods/s is the cores over the busy CPU per pod), "
+            "medians: " + ", ".join(found) + ".",
+        ]
+    return [*lines, ""]
 
 
 WAIT_RUNS = (("no_extender", "without"), ("extender", "with the extender"), *FLOORS)

@@ -19,7 +19,7 @@ import statistics
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,6 +193,54 @@ def median_ratios(rounds: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         if values:
             found[f"{name}_median"] = round(statistics.median(values), 2)
     return found
+
+
+CONTROL_PLANE = ("kube-apiserver", "etcd")
+"""The processes every run shares whatever the scheduler calls: their cost per pod is the same
+work in every run, but it swings by run (kube-apiserver's collector and sweeps of a heap of
+gigabytes land in some runs and not others)."""
+
+
+def control_plane_ms(run: Mapping[str, Any]) -> float | None:
+    """CPU ms per pod of the control plane (:data:`CONTROL_PLANE`) in a run, if measured."""
+    figures = run.get("cpu_ms_per_pod_by_process")
+    if not isinstance(figures, Mapping) or run.get("machine_busy_ms_per_pod") is None:
+        return None
+    return float(sum(figures.get(name, 0.0) for name in CONTROL_PLANE))
+
+
+def steady_ratios(rounds: Sequence[MutableMapping[str, Any]]) -> float | None:
+    """Adds to each round the ratios its runs would have had with the control plane's CPU per
+    pod the same in every run: each run's median over the benchmark's rounds, in place of its
+    own. On a saturated machine a run's pods/s is its cores over its busy CPU per pod, so a
+    ratio is the run without an extender's busy ms per pod over this run's (the measured ratios
+    match that to a hundredth); this one takes the control plane's swings out of both. Returns
+    the median used, None where the runs did not measure it."""
+    runs = [
+        run
+        for one in rounds
+        for key, run in one.items()
+        if key != "stock" and isinstance(run, Mapping) and control_plane_ms(run) is not None
+    ]
+    if not runs:
+        return None
+    shared = statistics.median(control_plane_ms(run) or 0.0 for run in runs)
+
+    def busy(run: Mapping[str, Any]) -> float | None:
+        own = control_plane_ms(run)
+        return None if own is None else run["machine_busy_ms_per_pod"] - own + shared
+
+    for one in rounds:
+        bare = one.get("no_extender")
+        base = busy(bare) if isinstance(bare, Mapping) else None
+        for key, run in list(one.items()):
+            if key in ("no_extender", "stock") or not isinstance(run, Mapping):
+                continue
+            mine = busy(run)
+            if base and mine:
+                name = "steady_ratio" if key == "extender" else f"{key}_steady_ratio"
+                one[name] = round(base / mine, 2)
+    return round(shared, 2)
 
 
 def summarise_run(

@@ -42,6 +42,7 @@ from bench.cluster_runs import (
     request_totals,
     round_ratios,
     run_profile,
+    steady_ratios,
     summarise_waits,
     with_client_qps,
     without_extenders,
@@ -188,6 +189,58 @@ def test_each_round_is_tabled_and_the_goal_reads_the_median_ratio() -> None:
     text = render({"after": measured})
     assert "| 1 | 100.0 | 4.00 | 60.0 | 0.60x | 3.50 | 0.40 | 95.0 | 0.95x | 0.50 |" in text
     assert "Median ratios: extender 0.60x, Go null extender 0.92x." in text
+
+
+def test_steady_ratios_even_out_the_control_planes_cpu_per_pod_across_runs() -> None:
+    """Busy ms per pod and the control plane's share of it, per run; the shared figure is the
+    median of the control plane's over every run but the stock one."""
+
+    def run(pods_per_s: float, busy: float, apiserver: float, etcd: float) -> dict[str, Any]:
+        by_process = {"kube-apiserver": apiserver, "etcd": etcd, "kube-scheduler": 3.0}
+        return {
+            "pods_per_s": pods_per_s,
+            "machine_busy_ms_per_pod": busy,
+            "cpu_ms_per_pod_by_process": by_process,
+        }
+
+    rounds: list[dict[str, Any]] = [
+        # The extender's run took a collection of kube-apiserver's (5.5 ms a pod, not 2.5).
+        {
+            "no_extender": run(250.0, 8.0, 2.0, 0.5),
+            "extender": run(160.0, 12.5, 5.0, 0.5),
+            "floor_go": run(220.0, 9.0, 2.0, 0.5),
+            "stock": run(50.0, 40.0, 30.0, 1.0),  # not one of the rounds' figures
+        },
+        # Here the run without an extender took it.
+        {"no_extender": run(180.0, 11.0, 5.0, 0.5), "extender": run(200.0, 10.0, 2.5, 0.5)},
+        # And a run that did not measure its processes is left as it is.
+        {"no_extender": run(250.0, 8.0, 2.0, 0.5), "extender": {"pods_per_s": 200.0}},
+    ]
+    for one in rounds:
+        one.update(round_ratios(one))
+    shared = steady_ratios(rounds)
+    # control plane per run: 2.5, 5.5, 2.5, 5.5, 3.0, 2.5 -> median 2.75
+    assert shared == 2.75
+    # round 1: without 8.0 - 2.5 + 2.75 = 8.25; with 12.5 - 5.5 + 2.75 = 9.75; Go 9.25
+    assert rounds[0]["ratio"] == 0.64 and rounds[0]["steady_ratio"] == round(8.25 / 9.75, 2)
+    assert rounds[0]["floor_go_steady_ratio"] == round(8.25 / 9.25, 2)
+    assert "stock_steady_ratio" not in rounds[0]
+    # round 2: without 11.0 - 5.5 + 2.75 = 8.25; with 10.0 - 3.0 + 2.75 = 9.75
+    assert rounds[1]["ratio"] == 1.11 and rounds[1]["steady_ratio"] == round(8.25 / 9.75, 2)
+    assert "steady_ratio" not in rounds[2]
+    medians = median_ratios(rounds)
+    assert (
+        medians["steady_ratio_median"] == 0.85 and medians["floor_go_steady_ratio_median"] == 0.89
+    )
+    measured = report(0.7, 6.0)
+    measured["throughput"]["rounds"] = rounds
+    measured["throughput"]["control_plane_ms_per_pod_median"] = shared
+    measured["throughput"].update(medians)
+    text = render({"after": measured})
+    assert "| 1 | 250.0 | - | 160.0 | 0.64x | 0.85x | - | - | 220.0 | 0.88x | 0.89x | - |" in text
+    assert "median over the rounds, 2.75 ms" in text
+    assert "medians: extender 0.85x, Go null extender 0.89x." in text
+    assert steady_ratios([{"no_extender": {"pods_per_s": 1.0}}]) is None
 
 
 def test_schedstat_reads_a_threads_time_on_a_core_and_the_process_sums_its_threads() -> None:
