@@ -274,8 +274,15 @@ def _render_rounds(throughput: dict[str, Any]) -> list[str]:
             "",
             "Steady ratios (each run's kube-apiserver + etcd CPU per pod replaced by their "
             f"median over the rounds, {_fmt(throughput.get('control_plane_ms_per_pod_median'))}"
-            " ms; on a saturated machine pods/s is the cores over the busy CPU per pod), "
-            "medians: " + ", ".join(found) + ".",
+            " ms; on a saturated machine pods/s is the cores over the busy CPU per pod"
+            + (
+                "; computed afterwards from the figures this run recorded"
+                if throughput.get("steady_ratios_afterwards")
+                else ""
+            )
+            + "), medians: "
+            + ", ".join(found)
+            + ".",
         ]
     return [*lines, ""]
 
