@@ -340,15 +340,19 @@ PROCESS_ORDER = (
 )
 
 
+def _runs_with(throughput: dict[str, Any], figure: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """``(round number, run name, run)`` of every run of the rounds that recorded ``figure``."""
+    return [
+        (number, name, one[key])
+        for number, one in enumerate(throughput.get("rounds", []), start=1)
+        for key, name in WAIT_RUNS
+        if isinstance(one.get(key), dict) and one[key].get(figure)
+    ]
+
+
 def _render_processes(throughput: dict[str, Any]) -> list[str]:
     """CPU per pod of each process of the machine in each run (``cpu_ms_per_pod_by_process``)."""
-    rounds = throughput.get("rounds", [])
-    runs = [
-        (number, name, one[key])
-        for number, one in enumerate(rounds, start=1)
-        for key, name in WAIT_RUNS
-        if isinstance(one.get(key), dict) and one[key].get("cpu_ms_per_pod_by_process")
-    ]
+    runs = _runs_with(throughput, "cpu_ms_per_pod_by_process")
     if not runs:
         return []
     seen = {process for *_, run in runs for process in run["cpu_ms_per_pod_by_process"]}
@@ -373,12 +377,7 @@ GO_PROCESSES = ("kube-apiserver", "kube-scheduler", "etcd")
 
 def _render_go_gc(throughput: dict[str, Any]) -> list[str]:
     """Each Go process's garbage collections in each run (``go_gc``): cycles and CPU ms per pod."""
-    runs = [
-        (number, name, one[key])
-        for number, one in enumerate(throughput.get("rounds", []), start=1)
-        for key, name in WAIT_RUNS
-        if isinstance(one.get(key), dict) and one[key].get("go_gc")
-    ]
+    runs = _runs_with(throughput, "go_gc")
     if not runs:
         return []
     lines = [
