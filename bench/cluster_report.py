@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -350,6 +351,26 @@ def _runs_with(throughput: dict[str, Any], figure: str) -> list[tuple[int, str, 
     ]
 
 
+def _run_table(
+    intro: str,
+    runs: list[tuple[int, str, dict[str, Any]]],
+    columns: Sequence[str],
+    cell: Callable[[dict[str, Any], str], str],
+) -> list[str]:
+    """A table of ``runs`` (:func:`_runs_with`): round, run, pods/s, then ``cell(run, column)``
+    for each of ``columns``."""
+    lines = [
+        intro,
+        "",
+        "| round | run | pods/s | " + " | ".join(columns) + " |",
+        "|---|---|---|" + "---|" * len(columns),
+    ]
+    for number, name, run in runs:
+        cells = " | ".join(cell(run, column) for column in columns)
+        lines.append(f"| {number} | {name} | {_fmt(run.get('pods_per_s'))} | {cells} |")
+    return [*lines, ""]
+
+
 def _render_processes(throughput: dict[str, Any]) -> list[str]:
     """CPU per pod of each process of the machine in each run (``cpu_ms_per_pod_by_process``)."""
     runs = _runs_with(throughput, "cpu_ms_per_pod_by_process")
@@ -358,18 +379,13 @@ def _render_processes(throughput: dict[str, Any]) -> list[str]:
     seen = {process for *_, run in runs for process in run["cpu_ms_per_pod_by_process"]}
     columns = [process for process in PROCESS_ORDER if process in seen]
     columns += [*sorted(seen - set(columns) - {"other"}), "other"]
-    lines = [
+    return _run_table(
         "CPU ms per pod by process, between the first and the last bind (every process the "
         "benchmark runs; other: the rest of the machine's busy time):",
-        "",
-        "| round | run | pods/s | " + " | ".join(columns) + " |",
-        "|---|---|---|" + "---|" * len(columns),
-    ]
-    for number, name, run in runs:
-        figures = run["cpu_ms_per_pod_by_process"]
-        cells = " | ".join(_fmt(figures.get(column)) for column in columns)
-        lines.append(f"| {number} | {name} | {_fmt(run.get('pods_per_s'))} | {cells} |")
-    return [*lines, ""]
+        runs,
+        columns,
+        lambda run, column: _fmt(run["cpu_ms_per_pod_by_process"].get(column)),
+    )
 
 
 GO_PROCESSES = ("kube-apiserver", "kube-scheduler", "etcd")
@@ -380,24 +396,20 @@ def _render_go_gc(throughput: dict[str, Any]) -> list[str]:
     runs = _runs_with(throughput, "go_gc")
     if not runs:
         return []
-    lines = [
+
+    def cell(run: dict[str, Any], process: str) -> str:
+        found = run["go_gc"].get(process)
+        return "-" if found is None else f"{found['cycles']}: {_fmt(found['cpu_ms_per_pod'])}"
+
+    return _run_table(
         "Garbage collections of the control plane's Go processes that ran between the first "
         "and the last bind (GODEBUG=gctrace=1): cycles, and their CPU ms per pod by the Go "
         "runtime's own account (idle-time marking included), each counted for the share of its "
         "wall time between the binds:",
-        "",
-        "| round | run | pods/s | " + " | ".join(GO_PROCESSES) + " |",
-        "|---|---|---|" + "---|" * len(GO_PROCESSES),
-    ]
-    for number, name, run in runs:
-        cells = []
-        for process in GO_PROCESSES:
-            found = run["go_gc"].get(process)
-            cells.append(
-                "-" if found is None else f"{found['cycles']}: {_fmt(found['cpu_ms_per_pod'])}"
-            )
-        lines.append(f"| {number} | {name} | {_fmt(run.get('pods_per_s'))} | {' | '.join(cells)} |")
-    return [*lines, ""]
+        runs,
+        GO_PROCESSES,
+        cell,
+    )
 
 
 def _switches(run: dict[str, Any]) -> str:
