@@ -35,6 +35,9 @@ RESERVATION = "migslice.io/reservation"
 """The admission request uid that admitted the pod (written by the webhook; the charge of
 that admission is released once the pod itself is counted)."""
 OUTPUT_ANNOTATIONS = (TENANT, PROFILE, POLICY, RESERVATION)
+LEDGER_STATUS_KEY = "quotaLedger"
+"""The key of a TenantPolicy's status where the webhook records its quota ledger's epoch
+(``migslice.kube.ledger``); the status writer leaves it alone."""
 
 # -- annotations of the node agent and the repartition controller ---------------------------------
 

@@ -29,6 +29,7 @@ class Request:
     query: dict[str, str]
     content_type: str | None
     body: Any
+    user_agent: str | None = None
 
 
 Answer = Callable[[Request], tuple[int, Any]]
@@ -61,6 +62,7 @@ def local_api_url(answer: Answer) -> Iterator[str]:
                 dict(urllib.parse.parse_qsl(url.query)),
                 self.headers.get("Content-Type"),
                 body,
+                self.headers.get("User-Agent"),
             )
             status, reply = answer(request)
             if isinstance(reply, list):
@@ -76,7 +78,7 @@ def local_api_url(answer: Answer) -> Iterator[str]:
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up waiting (a timeout test)
 
-        do_GET = do_PUT = do_POST = do_PATCH = _serve  # noqa: N815
+        do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = _serve  # noqa: N815
 
         def log_message(self, *args: Any) -> None:
             pass

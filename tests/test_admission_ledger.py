@@ -81,10 +81,12 @@ def test_overdue_charges_are_released_only_when_a_fresh_list_lacks_their_pod() -
 
 
 def test_the_text_round_trips_with_microsecond_times() -> None:
-    book = Ledger("team-a", (Charge("u-1", "team-a", TWO, NOW + 0.25),), "")
+    book = Ledger("team-a", (Charge("u-1", "team-a", TWO, NOW + 0.25),), "", epoch="e1", seq=4)
     text = render_ledger(book)
     assert '"at":"2025-05-01T11:46:40.250000Z"' in text
-    assert parse_ledger("team-a", text, "12") == Ledger("team-a", book.charges, "12")
+    assert parse_ledger("team-a", text, "12") == Ledger(
+        "team-a", book.charges, "12", epoch="e1", seq=4
+    )
     assert parse_ledger("team-a", None, "3") == Ledger("team-a", (), "3")
 
 
@@ -92,7 +94,7 @@ def test_the_text_round_trips_with_microsecond_times() -> None:
     ("text", "where"),
     [
         ("{", "is not JSON"),
-        ('{"version": "v0", "charges": []}', "version v1"),
+        ('{"version": "v0", "charges": []}', "version v2"),
         ('{"version": "v1", "charges": {}}', "charges must be a list"),
         ('{"version": "v1", "charges": [{"uid": "", "namespace": "n"}]}', "charges[0]"),
         (
@@ -144,7 +146,8 @@ def test_charging_never_hides_an_unseen_charge_and_always_adds_the_new_one(
         return seen.get(uid)
 
     new = Charge("e", "ns-1", usage, NOW)
-    after = book.with_charge(new, seen_for=seen_for, settle_after_s=15.0)
+    after = book.with_charge(new, seen_for=seen_for, settle_after_s=15.0).with_epoch("e1")
     assert after.pending(seen_for) == book.pending(seen_for) + usage
+    assert after.seq == book.seq + 1
     text = render_ledger(after)
     assert render_ledger(parse_ledger("team-a", text, "7")) == text

@@ -45,6 +45,19 @@ def test_a_bad_flag_is_refused_at_parse_time_in_one_line(
     assert text in error, error
 
 
+def test_a_webhook_over_a_cluster_file_with_two_workers_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each worker kept a quota ledger of its own: 8 of 50 were admitted against a quota of 4."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("")
+    code = main(["webhook", "--cluster-file", str(cluster), "--workers", "2"])
+    assert code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert "--workers 2: each worker would keep a quota ledger of its own" in lines[0]
+
+
 def bad_files(tmp: Path) -> list[tuple[str, Path, str]]:
     (tmp / "adir").mkdir()
     os.mkfifo(tmp / "fifo")

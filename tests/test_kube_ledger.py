@@ -3,62 +3,22 @@ create, replace guarded by resourceVersion (409 Conflict), and a paged list of p
 
 from __future__ import annotations
 
-import copy
-import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from builders import make_pod
 
 from migslice import names
-from migslice.admission.ledger import Charge, Ledger, LedgerConflictError
+from migslice.admission.ledger import Charge, Ledger, LedgerConflictError, LedgerError
 from migslice.admission.usage import SliceUsage
-from migslice.kube.ledger import DATA_KEY, ConfigMapLedgers, ledger_name
-from tests.local_api import Request, local_api
+from migslice.kube.ledger import DATA_KEY, ConfigMapLedgers, ForeignWriteError, ledger_name
+from tests.ledger_api import LedgerApi
+from tests.local_api import local_api
 
-PATH = "/api/v1/namespaces/migslice-system/configmaps"
 ONE = SliceUsage(1, 1, 1, (("1g.10gb", 1),))
 
 
-class ConfigMapApi:
-    """ConfigMaps kept as kube-apiserver keeps them: resourceVersion bumps on every write."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.version = 100
-        self.lock = threading.Lock()
-        self.pods: list[list[dict[str, Any]]] = []
-        self.requests: list[Request] = []
-
-    def answer(self, request: Request) -> tuple[int, Any]:
-        self.requests.append(request)
-        if request.path.endswith("/pods"):
-            page = int(request.query.get("continue") or 0)
-            token = str(page + 1) if page + 1 < len(self.pods) else ""
-            return 200, {"metadata": {"continue": token}, "items": self.pods[page]}
-        with self.lock:
-            return self._configmap(request)
-
-    def _configmap(self, request: Request) -> tuple[int, Any]:
-        name = request.path.removeprefix(PATH).strip("/")
-        if request.method == "GET":
-            found = self.objects.get(name)
-            return (200, found) if found else (404, {"kind": "Status", "code": 404})
-        body = copy.deepcopy(request.body)
-        name = name or body["metadata"]["name"]
-        current = self.objects.get(name)
-        if request.method == "POST" and current is not None:
-            return 409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"}
-        if request.method == "PUT":
-            if current is None:
-                return 404, {"kind": "Status", "code": 404}
-            if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
-                return 409, {"kind": "Status", "code": 409, "reason": "Conflict"}
-        self.version += 1
-        body["metadata"]["resourceVersion"] = str(self.version)
-        self.objects[name] = body
-        return (201 if request.method == "POST" else 200), body
+ConfigMapApi = LedgerApi
 
 
 @pytest.fixture
@@ -74,7 +34,7 @@ def test_a_ledger_is_created_then_replaced_only_at_the_version_it_was_read(
     fake, ledgers = api
     empty = ledgers.read("team-a")
     assert empty == Ledger("team-a")
-    first = ledgers.write(Ledger("team-a", (Charge("u-1", "team-a", ONE, 1.0e9),)))
+    first = ledgers.write(Ledger("team-a", (Charge("u-1", "team-a", ONE, 1.0e9),), epoch="e1"))
     assert first.version == "101"
     stored = fake.objects[ledger_name("team-a")]
     assert stored["metadata"]["labels"]["migslice.io/ledger"] == "quota"
@@ -82,9 +42,11 @@ def test_a_ledger_is_created_then_replaced_only_at_the_version_it_was_read(
     assert '"uid":"u-1"' in stored["data"][DATA_KEY]
     assert ledgers.read("team-a") == first
     with pytest.raises(LedgerConflictError):
-        ledgers.write(Ledger("team-a"))  # a create, but another replica created it first
+        ledgers.write(
+            Ledger("team-a", epoch="e1")
+        )  # a create, but another replica created it first
     with pytest.raises(LedgerConflictError):
-        ledgers.write(Ledger("team-a", (), "100"))  # read before someone else's write
+        ledgers.write(Ledger("team-a", (), "100", epoch="e1"))  # read before someone else's write
     second = ledgers.write(first.without({"u-1"}))
     assert second.version == "102" and ledgers.read("team-a").charges == ()
     put = [r for r in fake.requests if r.method == "PUT"][-1]
@@ -96,7 +58,7 @@ def test_a_ledger_deleted_meanwhile_is_a_conflict_and_reads_as_empty(
     api: tuple[ConfigMapApi, ConfigMapLedgers],
 ) -> None:
     fake, ledgers = api
-    stored = ledgers.write(Ledger("team-a", (Charge("u-1", "team-a", ONE, 1.0e9),)))
+    stored = ledgers.write(Ledger("team-a", (Charge("u-1", "team-a", ONE, 1.0e9),), epoch="e1"))
     fake.objects.clear()
     with pytest.raises(LedgerConflictError):
         ledgers.write(stored.without({"u-1"}))
@@ -125,3 +87,66 @@ def test_a_tenant_name_too_long_for_a_configmap_gets_a_hashed_name() -> None:
     long = "t" * 250
     name = ledger_name(long)
     assert len(name) == 253 and name != ledger_name("t" * 249 + "u")
+
+
+def test_writes_name_the_webhook_as_field_manager_and_a_hand_edit_is_a_foreign_write(
+    api: tuple[ConfigMapApi, ConfigMapLedgers],
+) -> None:
+    fake, ledgers = api
+    first = ledgers.write(Ledger("team-a", (Charge("u-1", "team-a", ONE, 1.0e9),), epoch="e1"))
+    writes = [r for r in fake.requests if r.method in ("POST", "PUT")]
+    assert {r.query.get("fieldManager") for r in writes} == {"migslice-webhook"}
+    assert ledgers.read("team-a") == first
+    fake.edit(
+        ledger_name("team-a"),
+        {DATA_KEY: '{"version":"v2","tenant":"team-a","epoch":"e1","seq":9,"charges":[]}'},
+    )
+    with pytest.raises(ForeignWriteError, match="written by kubectl-edit") as error:
+        ledgers.read("team-a")
+    assert "migslice-system/migslice-quota-team-a" in str(error.value)
+    assert error.value.version == fake.objects[ledger_name("team-a")]["metadata"]["resourceVersion"]
+
+
+def test_a_v1_ledger_of_an_earlier_release_is_read_and_a_v2_one_by_its_client_is_not(
+    api: tuple[ConfigMapApi, ConfigMapLedgers],
+) -> None:
+    """Releases before field managers wrote v1 ledgers as python-urllib3 (urllib3's
+    User-Agent): such a ledger still reads; the same client writing v2 is someone else."""
+    fake, ledgers = api
+    ledgers.write(Ledger("team-a", epoch="e1"))
+    v1 = '{"version":"v1","tenant":"team-a","charges":[]}'
+    fake.edit(ledger_name("team-a"), {DATA_KEY: v1}, manager="python-urllib3")
+    assert ledgers.read("team-a").epoch == ""
+    v2 = '{"version":"v2","tenant":"team-a","epoch":"e2","seq":1,"charges":[]}'
+    fake.edit(ledger_name("team-a"), {DATA_KEY: v2}, manager="python-urllib3")
+    with pytest.raises(ForeignWriteError):
+        ledgers.read("team-a")
+
+
+def test_an_unreadable_ledger_names_its_configmap_and_carries_its_version(
+    api: tuple[ConfigMapApi, ConfigMapLedgers],
+) -> None:
+    fake, ledgers = api
+    ledgers.write(Ledger("team-a", epoch="e1"))
+    fake.edit(ledger_name("team-a"), {DATA_KEY: "{oops"}, manager="migslice-webhook")
+    with pytest.raises(LedgerError, match="not JSON") as error:
+        ledgers.read("team-a")
+    assert "ConfigMap migslice-system/migslice-quota-team-a" in str(error.value)
+    assert error.value.version != ""
+
+
+def test_the_mark_is_kept_in_the_tenant_policy_status_and_read_back_from_the_server(
+    api: tuple[ConfigMapApi, ConfigMapLedgers],
+) -> None:
+    fake, ledgers = api
+    assert ledgers.marked("team-a") == ""
+    ledgers.mark("team-a", "e7")
+    assert ledgers.marked("team-a") == "e7"
+    patch = [r for r in fake.requests if r.method == "PATCH"][-1]
+    assert patch.path == "/apis/migslice.io/v1alpha1/tenantpolicies/team-a/status"
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.body == {
+        "status": {
+            "quotaLedger": {"epoch": "e7", "configMap": "migslice-system/migslice-quota-team-a"}
+        }
+    }

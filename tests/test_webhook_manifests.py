@@ -41,7 +41,7 @@ def test_the_mutating_webhook_fails_closed_fast_and_spares_system_namespaces() -
     assert hook["matchConditions"][0]["name"] == "asks-for-a-gpu"
 
 
-def test_the_webhook_writes_tenantpolicy_status_and_its_ledgers_and_nothing_else() -> None:
+def test_the_webhook_writes_tenantpolicy_status_its_ledgers_and_events_and_nothing_else() -> None:
     documents = list(yaml.safe_load_all((BASE / "webhook" / "rbac.yaml").read_text()))
     writes = {
         (document["kind"], group, resource, verb)
@@ -57,6 +57,9 @@ def test_the_webhook_writes_tenantpolicy_status_and_its_ledgers_and_nothing_else
         ("ClusterRole", "migslice.io", "tenantpolicies/status", "patch"),
         ("Role", "", "configmaps", "create"),
         ("Role", "", "configmaps", "update"),
+        ("Role", "", "events", "create"),
     }
-    role = next(d for d in documents if d["kind"] == "Role")
-    assert role["metadata"]["namespace"] == "migslice-system"
+    roles = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Role"}
+    assert roles["migslice-webhook-ledgers"]["metadata"]["namespace"] == "migslice-system"
+    # The Events of cluster-scoped objects (a TenantPolicy whose ledger was rebuilt) live there.
+    assert roles["migslice-webhook-events"]["metadata"]["namespace"] == "default"

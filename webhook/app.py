@@ -69,6 +69,9 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     registry = Metrics()
     registry.pending_charges.set_function(state.pending_charges)
+    quota.fence_listeners.append(
+        lambda fence: registry.ledger_fences.labels(fence.damage.name.lower()).inc()
+    )
     app.extensions[EXTENSION] = _Ports(settings, state, quota, registry)
 
     app.add_url_rule("/mutate", "mutate", mutate, methods=["POST"])

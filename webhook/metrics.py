@@ -8,8 +8,8 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 
 
 class Metrics:
-    """Requests by endpoint and outcome, denials by reason, latency by endpoint, and the
-    quota charges of pods admitted but not yet seen."""
+    """Requests by endpoint and outcome, denials by reason, latency by endpoint, the quota
+    charges of pods admitted but not yet seen, and ledgers fenced."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -34,6 +34,14 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.ledger_fences = Counter(
+            "migslice_webhook_ledger_fences",
+            "Quota ledgers this replica found lost or changed and fenced, by what happened "
+            "(lost, corrupt, foreign, stale, replaced); the tenant's GPU pods are refused for "
+            "the hold (docs/policy.md).",
+            ("damage",),
+            registry=self.registry,
+        )
         self.pending_charges = Gauge(
             "migslice_webhook_quota_pending_charges",
             "Quota ledger charges of admitted pods this replica's pod cache has not seen yet.",

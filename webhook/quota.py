@@ -19,6 +19,13 @@ every few seconds).
 unreadable, too many conflicts): the webhook answers 503 with ``Retry-After``, which
 kube-apiserver retries within the webhook's timeout and otherwise reports (failurePolicy).
 
+A ledger found deleted, unreadable, written by another client or older than one this replica
+has seen is **fenced** (:meth:`migslice.admission.ledger.Ledger.fenced`): the keeper writes a new
+ledger that refuses the tenant's GPU pods for the hold, with a denial that says why and until
+when (not a 503: the user sees it at once), tells its listeners (a Warning Event on the
+TenantPolicy, a metric), and admits again once every pod the lost charges admitted is stored,
+counted from the pod caches, or never will be. Nothing is to be repaired by hand.
+
 Ports: :class:`LedgerStore` (``migslice.kube.ledger.ConfigMapLedgers`` in a cluster,
 :class:`MemoryLedgers` for a cluster file and tests).
 """
@@ -28,20 +35,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from migslice.admission import AdmissionDecision, AdmissionSettings, PodAdmission, decide
 from migslice.admission.ledger import (
     Charge,
+    Damage,
     Ledger,
     LedgerConflictError,
     LedgerError,
     failed_charges,
 )
 from migslice.errors import MigsliceError
-from migslice.kube.ledger import LedgerStore
+from migslice.kube.ledger import ForeignWriteError, LedgerStore
+from migslice.objects.times import format_micro_time
 from webhook.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -54,8 +64,25 @@ CLUSTER_FREE = frozenset({"no-gpu", "bad-resource"})
 """Decisions that read nothing of the cluster: made even while the caches are blind."""
 
 
+FENCED = "ledger-fenced"
+"""The reason of a denial while the tenant's ledger is fenced."""
+
+
 class UnavailableError(MigsliceError):
     """The webhook cannot decide now; the message says why (answered 503, retried)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A fence this replica wrote: which tenant, what happened to its ledger, the message."""
+
+    tenant: str
+    damage: Damage
+    message: str
+
+
+def _new_epoch() -> str:
+    return uuid.uuid4().hex
 
 
 class MemoryLedgers:
@@ -66,6 +93,7 @@ class MemoryLedgers:
         self._state = state
         self._lock = threading.Lock()
         self._ledgers: dict[str, Ledger] = {}
+        self._marks: dict[str, str] = {}
         self.writes = 0
 
     def read(self, tenant: str) -> Ledger:
@@ -84,6 +112,17 @@ class MemoryLedgers:
 
     def reservations_in(self, namespace: str) -> frozenset[str]:
         return self._state.reservations_in(namespace)
+
+    def marked(self, tenant: str) -> str:
+        with self._lock:
+            return self._marks.get(tenant, "")
+
+    def mark(self, tenant: str, epoch: str) -> None:
+        with self._lock:
+            self._marks[tenant] = epoch
+
+    def where(self, tenant: str) -> str:
+        return "in the webhook's memory"
 
 
 class _TenantLocks:
@@ -112,6 +151,7 @@ class QuotaKeeper:
         max_blind_s: float = 5.0,
         attempts: int = 20,
         wall_clock: Callable[[], float] = time.time,
+        new_epoch: Callable[[], str] = _new_epoch,
     ) -> None:
         self.state = state
         self.store = store
@@ -123,6 +163,10 @@ class QuotaKeeper:
         # A replica decides only while its caches lag by at most max_blind_s: a charge whose
         # pod this cache has held twice that long (and 5 s more) is counted everywhere.
         self.settle_s = 2 * max_blind_s + 5.0
+        self.new_epoch = new_epoch
+        self.fence_listeners: list[Callable[[Fence], None]] = []
+        """Called (outside any lock that admissions wait on) for every fence this replica
+        writes: the service records an Event, the app counts it."""
         self._locks = _TenantLocks()
 
     def require_sight(self) -> None:
@@ -161,6 +205,8 @@ class QuotaKeeper:
         for _ in range(self.attempts):
             if ledger is None:
                 ledger, fresh = self._read(tenant), True
+            if ledger.is_fenced(self.wall_clock()):
+                return self._fenced_denial(ledger)
             decision = decided or self._decide(admission)[0]
             decided = None
             if not decision.allowed and decision.reason == "quota":
@@ -182,9 +228,13 @@ class QuotaKeeper:
         )
 
     def settle(self, tenant: str) -> None:
-        """Release the tenant's charges whose pods were never created (a reconciler's round)."""
+        """Release the tenant's charges whose pods were never created (a reconciler's round).
+        A ledger that holds charges is read again first, so that one deleted or changed
+        behind the webhook's back is fenced before the next admission, not at it."""
         with self._locks.held(tenant):
             ledger = self.state.ledger(tenant)
+            if ledger is not None and ledger.charges:
+                ledger = self._read(tenant)
             if ledger is not None:
                 self._settle(ledger)
 
@@ -219,6 +269,9 @@ class QuotaKeeper:
                 f"admissions of the last {self.hold_s:.0f}s (limit {MAX_CHARGES}); retry"
             )
         try:
+            if not wanted.epoch:  # the tenant's first ledger, or a v1 one: record it first
+                wanted = wanted.with_epoch(self.new_epoch())
+                self.store.mark(ledger.tenant, wanted.epoch)
             stored = self.store.write(wanted)
         except LedgerConflictError:
             return False
@@ -228,17 +281,90 @@ class QuotaKeeper:
         return True
 
     def _read(self, tenant: str) -> Ledger:
+        """The stored ledger, or the fence that replaces it when it was lost or changed."""
+        for _ in range(3):
+            known = self.state.ledger(tenant)
+            try:
+                ledger = self.store.read(tenant)
+            except LedgerError as error:
+                damage = Damage.FOREIGN if isinstance(error, ForeignWriteError) else Damage.CORRUPT
+                fence = self._fence(tenant, damage, str(error), error.version)
+            except MigsliceError as error:
+                raise UnavailableError(f"quota ledger of tenant {tenant!r}: {error}") from None
+            else:
+                damage_found = self._damage(ledger, known)
+                if damage_found is None:
+                    self.state.set_ledger(ledger)
+                    return ledger
+                detail = (
+                    f"quota ledger of tenant {tenant!r} ({self.store.where(tenant)}) was "
+                    + damage_found.value
+                )
+                fence = self._fence(tenant, damage_found, detail, ledger.version)
+            if fence is not None:
+                return fence
+        raise UnavailableError(
+            f"quota ledger of tenant {tenant!r} ({self.store.where(tenant)}) keeps changing "
+            "under the webhook; retry"
+        )
+
+    def _damage(self, ledger: Ledger, known: Ledger | None) -> Damage | None:
+        """What a ledger read says happened, against what this replica knew."""
+        if ledger.stored:
+            return ledger.damage_against(known)
+        if known is not None and known.stored:
+            return Damage.LOST
         try:
-            ledger = self.store.read(tenant)
-        except LedgerError as error:
-            raise UnavailableError(
-                f"{error}; fix or delete the ledger object (its pods are counted again as "
-                "they show up)"
-            ) from None
+            marked = self.store.marked(ledger.tenant)
         except MigsliceError as error:
-            raise UnavailableError(f"quota ledger of tenant {tenant!r}: {error}") from None
-        self.state.set_ledger(ledger)
-        return ledger
+            raise UnavailableError(
+                f"quota ledger of tenant {ledger.tenant!r} is missing and its TenantPolicy "
+                f"cannot be read to tell whether it ever existed: {error}"
+            ) from None
+        return Damage.LOST if marked else None
+
+    def _fence(self, tenant: str, damage: Damage, detail: str, version: str) -> Ledger | None:
+        """Write the fence that replaces a lost or changed ledger (None: someone else wrote
+        first; read again)."""
+        now = self.wall_clock()
+        fence = Ledger(tenant, (), version).fenced(
+            epoch=self.new_epoch(), now_s=now, hold_s=self.hold_s, reason=detail
+        )
+        try:
+            self.store.mark(tenant, fence.epoch)
+            stored = self.store.write(fence)
+        except LedgerConflictError:
+            return None
+        except MigsliceError as error:
+            raise UnavailableError(f"{detail}; it cannot be rebuilt now ({error}); retry") from None
+        self.state.set_ledger(stored)
+        message = self._fence_message(stored)
+        log.warning("Fenced tenant=%s ledger=%s: %s", tenant, damage.name.lower(), message)
+        for listener in self.fence_listeners:
+            try:
+                listener(Fence(tenant, damage, message))
+            except Exception:  # a listener must never fail an admission
+                log.exception("A fence listener failed tenant=%s", tenant)
+        return stored
+
+    def _fence_message(self, ledger: Ledger) -> str:
+        until = ledger.fenced_until_s or 0.0
+        return (
+            f"GPU pods of tenant {ledger.tenant!r} are refused until "
+            f"{format_micro_time(until)[:19]}Z ({self.hold_s:.0f}s after it was found): "
+            f"{ledger.fence_reason}, so pods it admitted may still be stored; the webhook "
+            "rebuilt the ledger and counts those pods once they show up. Nothing to repair: "
+            "create the pod again after that time"
+        )
+
+    def _fenced_denial(self, ledger: Ledger) -> AdmissionDecision:
+        return AdmissionDecision(
+            allowed=False,
+            reason=FENCED,
+            message=self._fence_message(ledger),
+            code=403,
+            tenant=ledger.tenant,
+        )
 
     def _settle(self, ledger: Ledger) -> Ledger:
         """The ledger without the overdue charges a fresh list shows were never created."""

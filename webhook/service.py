@@ -8,17 +8,21 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flask import Flask
 
-from migslice import console
+from migslice import console, names
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.serving import ServeError, serve
 from migslice.serving.reload import ReloadingApp
 from webhook.app import create_app
-from webhook.quota import QuotaKeeper
+from webhook.quota import Fence, QuotaKeeper
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
+
+if TYPE_CHECKING:
+    from migslice.kube import KubernetesTransport
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +95,7 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
         hold_s=settings.quota_hold_s,
         max_blind_s=settings.max_blind_s,
     )
+    quota.fence_listeners.append(lambda fence: _fence_event(transport, fence))
     settler = threading.Thread(
         target=quota.settle_every,
         args=(SETTLE_INTERVAL_S, threading.Event()),
@@ -114,3 +119,19 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
         settings.ledger_namespace,
     )
     return create_app(settings, state, quota)
+
+
+def _fence_event(transport: KubernetesTransport, fence: Fence) -> None:
+    """A Warning Event on the tenant's TenantPolicy: its ledger was lost or changed."""
+    from migslice.kube.events import record_event
+
+    involved = {"apiVersion": f"{names.GROUP}/{names.VERSION}", "kind": "TenantPolicy",
+                "name": fence.tenant}  # fmt: skip
+    record_event(
+        transport,
+        involved,
+        "QuotaLedgerRebuilt",
+        message=fence.message,
+        component="migslice-webhook",
+        warning=True,
+    )

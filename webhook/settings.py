@@ -57,3 +57,10 @@ class WebhookSettings:
                 raise CommandError(f"{flag} {value}: must be a finite number >= 0")
         if self.cluster_file is not None and self.kubeconfig is not None:
             raise CommandError("--cluster-file and --kubeconfig exclude each other")
+        if self.cluster_file is not None and self.server.workers > 1:
+            raise CommandError(
+                f"--cluster-file with --workers {self.server.workers}: each worker would keep a "
+                "quota ledger of its own and admit up to the quota by itself; serve a cluster "
+                "file with --workers 1, or a cluster (--kubeconfig), whose ledgers every worker "
+                "shares"
+            )

@@ -292,7 +292,11 @@ class ClusterState:
 
     def upsert_policy(self, raw_policy: Mapping[str, object]) -> None:
         status = raw_policy.get("status")
-        observed = status if isinstance(status, Mapping) else {}
+        observed = (
+            {k: v for k, v in status.items() if k != names.LEDGER_STATUS_KEY}
+            if isinstance(status, Mapping)
+            else {}
+        )
         try:
             policy = parse_tenant_policy(raw_policy)
         except PolicyError as error:

@@ -19,17 +19,30 @@ decided here and written by the next compare-and-swap:
   is longer than kube-apiserver takes to answer a create (34 s when etcd does not answer), so
   such a pod cannot be stored any more. A timer alone never releases a charge.
 
-Pure: time, the pod cache's view (``seen_for``) and the list's answer are inputs. The text is JSON
-in a ConfigMap's data (``migslice.kube.ledger``)::
+A ledger can be lost or changed behind the webhook's back (deleted, edited, replaced by an old
+copy). Charges lost that way are admissions whose pods may still be stored, so a replica that
+finds its ledger gone, unreadable, written by someone else or older than one it has seen
+**fences** the tenant (:meth:`Ledger.fenced`): a new ledger (a new ``epoch``, no charges) that
+refuses the tenant's GPU pods for ``hold_s``, after which every pod those charges admitted is
+stored or never will be, and counted from the pod caches like any other (docs/policy.md, "When
+the ledger is lost or changed"). ``seq`` counts the writes of one epoch, so a copy older than one
+already seen is told apart.
 
-    {"version": "v1", "tenant": "team-a",
+Pure: time, the pod cache's view (``seen_for``), epochs and the list's answer are inputs. The
+text is JSON in a ConfigMap's data (``migslice.kube.ledger``)::
+
+    {"version": "v2", "tenant": "team-a", "epoch": "4c0d…", "seq": 12,
      "charges": [{"uid": "7f1c…", "namespace": "team-a", "at": "2025-05-01T12:00:00.250000Z",
                   "instances": 1, "computeSlices": 2, "memorySlices": 2,
                   "profiles": {"2g.20gb": 1}}]}
+
+with ``"fencedUntil"`` and ``"fenceReason"`` in a fencing ledger. Version ``v1`` (no epoch, no
+sequence) is still read; the next write stores ``v2``.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
@@ -38,7 +51,8 @@ from migslice.admission.usage import SliceUsage
 from migslice.errors import InvalidInputError, MigsliceError
 from migslice.objects.times import format_micro_time, parse_micro_epoch_s
 
-LEDGER_VERSION = "v1"
+LEDGER_VERSION = "v2"
+LEGACY_VERSIONS = frozenset({"v1"})
 
 SeenFor = Callable[[str, str], float | None]
 """``seen_for(uid, namespace)``: how long the pod cache has held (or, once it is gone, held) the
@@ -46,11 +60,26 @@ pod that admission ``uid`` let into ``namespace``, in seconds; None when it neve
 
 
 class LedgerError(InvalidInputError):
-    """A ledger text that cannot be read; the message says where."""
+    """A ledger text that cannot be read; the message says where. ``version``: the stored
+    object's resourceVersion, where one was read (a fence replaces it at that version)."""
+
+    def __init__(self, message: str, version: str = "") -> None:
+        super().__init__(message)
+        self.version = version
 
 
 class LedgerConflictError(MigsliceError):
     """The stored ledger is not the version a write expected: someone wrote first."""
+
+
+class Damage(enum.Enum):
+    """How a ledger was found lost or changed behind the webhook's back."""
+
+    LOST = "deleted"
+    CORRUPT = "unreadable"
+    FOREIGN = "written by another client"
+    STALE = "older than a copy already seen"
+    REPLACED = "replaced by a ledger of another epoch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +101,46 @@ class Ledger:
     tenant: str
     charges: tuple[Charge, ...] = ()
     version: str = ""
+    epoch: str = ""
+    """Which incarnation of the ledger this is ("" for a v1 ledger or none stored yet)."""
+    seq: int = 0
+    """Writes of this epoch so far: a copy with a lower one is older than one already seen."""
+    fenced_until_s: float | None = None
+    fence_reason: str = ""
+
+    @property
+    def stored(self) -> bool:
+        return bool(self.version)
+
+    def is_fenced(self, now_s: float) -> bool:
+        """True while the ledger refuses the tenant's GPU pods (see :meth:`fenced`)."""
+        return self.fenced_until_s is not None and now_s < self.fenced_until_s
+
+    def fenced(self, *, epoch: str, now_s: float, hold_s: float, reason: str) -> Ledger:
+        """The ledger that replaces this one after it was lost or changed: no charges, a new
+        ``epoch``, refusing the tenant's GPU pods until ``hold_s`` from now. Every admission
+        whose charge was lost was answered before now; by then its pod is stored (and in the
+        pod caches) or never will be. ``version`` stays: the write replaces what is stored."""
+        return Ledger(
+            self.tenant,
+            (),
+            self.version,
+            epoch=epoch,
+            seq=0,
+            fenced_until_s=now_s + hold_s,
+            fence_reason=reason,
+        )
+
+    def damage_against(self, known: Ledger | None) -> Damage | None:
+        """What this stored ledger says happened, against ``known``: the same tenant's ledger
+        this replica last read or wrote (None: it knows of none). A ledger of the epoch known
+        with fewer writes is a stale copy; one of another epoch that is not a fence is a
+        replacement (a fence is how replicas start a new epoch)."""
+        if known is None or not known.stored or not known.epoch or not self.stored:
+            return None
+        if self.epoch == known.epoch:
+            return Damage.STALE if self.seq < known.seq else None
+        return None if self.fenced_until_s is not None else Damage.REPLACED
 
     def pending(self, seen_for: SeenFor, exclude: str | None = None) -> SliceUsage:
         """What the charges whose pods the cache has not seen add to the tenant's usage
@@ -99,10 +168,15 @@ class Ledger:
             for c in self.charges
             if c.uid != charge.uid and (seen_for(c.uid, c.namespace) or 0.0) < settle_after_s
         )
-        return replace(self, charges=(*kept, charge))
+        return replace(self, charges=(*kept, charge), seq=self.seq + 1)
 
     def without(self, uids: Collection[str]) -> Ledger:
-        return replace(self, charges=tuple(c for c in self.charges if c.uid not in uids))
+        kept = tuple(c for c in self.charges if c.uid not in uids)
+        return replace(self, charges=kept, seq=self.seq + 1)
+
+    def with_epoch(self, epoch: str) -> Ledger:
+        """A ledger read without an epoch (v1, or none stored) given one for its next write."""
+        return self if self.epoch else replace(self, epoch=epoch)
 
     def overdue(self, seen_for: SeenFor, *, now_s: float, hold_s: float) -> tuple[Charge, ...]:
         """Charges older than ``hold_s`` whose pod the cache has not seen: created late, or
@@ -128,11 +202,19 @@ def failed_charges(
 
 
 def render_ledger(ledger: Ledger) -> str:
-    document = {
+    """The ledger's text; it must have an epoch (:meth:`Ledger.with_epoch`)."""
+    if not ledger.epoch:
+        raise ValueError(f"quota ledger of tenant {ledger.tenant!r} has no epoch to store")
+    document: dict[str, object] = {
         "version": LEDGER_VERSION,
         "tenant": ledger.tenant,
-        "charges": [_charge_json(c) for c in ledger.charges],
+        "epoch": ledger.epoch,
+        "seq": ledger.seq,
     }
+    if ledger.fenced_until_s is not None:
+        document["fencedUntil"] = format_micro_time(ledger.fenced_until_s)
+        document["fenceReason"] = ledger.fence_reason
+    document["charges"] = [_charge_json(c) for c in ledger.charges]
     return json.dumps(document, separators=(",", ":"))
 
 
@@ -144,15 +226,43 @@ def parse_ledger(tenant: str, text: str | None, version: str = "") -> Ledger:
         document = json.loads(text)
     except ValueError as error:
         raise LedgerError(f"quota ledger of tenant {tenant!r} is not JSON: {error}") from None
-    if not isinstance(document, dict) or document.get("version") != LEDGER_VERSION:
+    if not isinstance(document, dict) or (
+        document.get("version") != LEDGER_VERSION and document.get("version") not in LEGACY_VERSIONS
+    ):
         raise LedgerError(
             f"quota ledger of tenant {tenant!r}: expected an object with version {LEDGER_VERSION}"
+        )
+    if document.get("tenant", tenant) != tenant:
+        raise LedgerError(
+            f"quota ledger of tenant {tenant!r} names tenant {document.get('tenant')!r}"
         )
     raw_charges = document.get("charges")
     if not isinstance(raw_charges, list):
         raise LedgerError(f"quota ledger of tenant {tenant!r}: charges must be a list")
     charges = tuple(_charge_from(raw, f"charges[{i}]", tenant) for i, raw in enumerate(raw_charges))
-    return Ledger(tenant, charges, version)
+    if document["version"] in LEGACY_VERSIONS:
+        return Ledger(tenant, charges, version)
+    return _v2_ledger(document, tenant, charges, version)
+
+
+def _v2_ledger(
+    document: Mapping[str, object], tenant: str, charges: tuple[Charge, ...], version: str
+) -> Ledger:
+    """A v2 ledger: the charges with their epoch, sequence and fence."""
+    prefix = f"quota ledger of tenant {tenant!r}"
+    epoch, seq = document.get("epoch"), document.get("seq")
+    if not isinstance(epoch, str) or not epoch:
+        raise LedgerError(f"{prefix}: epoch must be a non-empty string")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise LedgerError(f"{prefix}: seq must be a count")
+    ledger = Ledger(tenant, charges, version, epoch=epoch, seq=seq)
+    if "fencedUntil" not in document:
+        return ledger
+    until = parse_micro_epoch_s(document.get("fencedUntil"))
+    reason = document.get("fenceReason", "")
+    if until is None or not isinstance(reason, str):
+        raise LedgerError(f"{prefix}: fencedUntil must be a time, fenceReason a string")
+    return replace(ledger, fenced_until_s=until, fence_reason=reason)
 
 
 def _charge_json(charge: Charge) -> dict[str, object]:

@@ -12,6 +12,13 @@ watcher on each admission, and the status writer patches that status too), it ne
 of its own, and the RBAC stays a Role on one namespace (``get``, ``create``, ``update`` on
 configmaps). :meth:`ConfigMapLedgers.reservations_in` lists a namespace's pods, which the
 webhook may read anyway, to tell a pod never created from one not yet cached.
+
+Every write names the field manager ``migslice-webhook``, so the API server's
+``metadata.managedFields`` tell whether anyone else has written the charges since: a read that
+finds ``data`` owned by another manager (``kubectl-edit``, ``kubectl-client-side-apply``, ...)
+raises :class:`ForeignWriteError`. Before a tenant's first ledger is created, its TenantPolicy's
+``status.quotaLedger`` records the ledger's epoch (:meth:`ConfigMapLedgers.mark`), so that a
+replica that never saw the ledger still knows it existed once it is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +30,14 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from migslice import names
-from migslice.admission.ledger import Ledger, LedgerConflictError, parse_ledger, render_ledger
+from migslice.admission.ledger import (
+    Ledger,
+    LedgerConflictError,
+    LedgerError,
+    parse_ledger,
+    render_ledger,
+)
+from migslice.kube.status import status_path
 from migslice.kube.transport import ApiError, RawObject
 from migslice.objects.pod_gpus import gpu_requests
 from migslice.objects.pods import annotations_of
@@ -34,6 +48,14 @@ TENANT_ANNOTATION = "migslice.io/tenant"
 PREFIX = "migslice-quota-"
 MAX_NAME = 253
 LIST_TIMEOUT_S = 10.0
+FIELD_MANAGER = "migslice-webhook"
+LEGACY_MANAGERS = frozenset({"python-urllib3"})
+"""Who wrote v1 ledgers: releases before field managers sent urllib3's User-Agent."""
+MARK_KEY = names.LEDGER_STATUS_KEY
+
+
+class ForeignWriteError(LedgerError):
+    """The stored charges were last written by a client other than the webhook."""
 
 
 class LedgerStore(Protocol):
@@ -53,6 +75,19 @@ class LedgerStore(Protocol):
         authoritative answer, not a cache's)."""
         ...
 
+    def marked(self, tenant: str) -> str:
+        """The epoch the tenant's policy records for its ledger, read from the API server
+        ("" when it records none: the tenant never had a ledger)."""
+        ...
+
+    def mark(self, tenant: str, epoch: str) -> None:
+        """Record ``epoch`` as the tenant's ledger before that ledger is first written."""
+        ...
+
+    def where(self, tenant: str) -> str:
+        """Where the tenant's ledger is kept, for messages (``namespace/name``)."""
+        ...
+
 
 class Api(Protocol):
     def get_json(
@@ -60,11 +95,25 @@ class Api(Protocol):
     ) -> RawObject: ...
 
     def put_json(
-        self, path: str, body: Mapping[str, Any], *, timeout_s: float = ...
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        timeout_s: float = ...,
+        query: Mapping[str, str] = ...,
     ) -> RawObject: ...
 
     def post_json(
-        self, path: str, body: Mapping[str, Any], *, timeout_s: float = ...
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        timeout_s: float = ...,
+        query: Mapping[str, str] = ...,
+    ) -> RawObject: ...
+
+    def patch_json(
+        self, path: str, patch: Mapping[str, Any], content_type: str = ...
     ) -> RawObject: ...
 
 
@@ -96,18 +145,34 @@ class ConfigMapLedgers:
                 return Ledger(tenant)
             raise
         data = stored.get("data") or {}
-        return parse_ledger(tenant, data.get(DATA_KEY), _version_of(stored))
+        version = _version_of(stored)
+        try:
+            ledger = parse_ledger(tenant, data.get(DATA_KEY), version)
+        except LedgerError as error:
+            raise LedgerError(f"{error} (ConfigMap {self._where(tenant)})", version) from None
+        allowed = {FIELD_MANAGER} | (LEGACY_MANAGERS if not ledger.epoch else set())
+        writers = sorted(set(data_writers(stored)) - allowed)
+        if writers:
+            raise ForeignWriteError(
+                f"quota ledger of tenant {tenant!r} (ConfigMap {self._where(tenant)}) was "
+                f"written by {', '.join(writers)}",
+                version,
+            )
+        return ledger
 
     def write(self, ledger: Ledger) -> Ledger:
         body = self._object(ledger)
+        query = {"fieldManager": FIELD_MANAGER}
         try:
             if ledger.version:
                 body["metadata"]["resourceVersion"] = ledger.version
                 stored = self._api.put_json(
-                    self._path(ledger.tenant), body, timeout_s=self._timeout_s
+                    self._path(ledger.tenant), body, timeout_s=self._timeout_s, query=query
                 )
             else:
-                stored = self._api.post_json(self._collection, body, timeout_s=self._timeout_s)
+                stored = self._api.post_json(
+                    self._collection, body, timeout_s=self._timeout_s, query=query
+                )
         except ApiError as error:
             if error.status in (404, 409):
                 raise LedgerConflictError(
@@ -131,6 +196,28 @@ class ConfigMapLedgers:
             if not token:
                 return frozenset(found)
 
+    def marked(self, tenant: str) -> str:
+        path = status_path(tenant).removesuffix("/status")
+        try:
+            policy = self._api.get_json(path, {}, timeout_s=self._timeout_s)
+        except ApiError as error:
+            if error.status == 404:
+                return ""
+            raise
+        mark = (policy.get("status") or {}).get(MARK_KEY) or {}
+        epoch = mark.get("epoch") if isinstance(mark, Mapping) else None
+        return epoch if isinstance(epoch, str) else ""
+
+    def mark(self, tenant: str, epoch: str) -> None:
+        patch = {"status": {MARK_KEY: {"epoch": epoch, "configMap": self._where(tenant)}}}
+        self._api.patch_json(status_path(tenant), patch, "application/merge-patch+json")
+
+    def where(self, tenant: str) -> str:
+        return f"ConfigMap {self._where(tenant)}"
+
+    def _where(self, tenant: str) -> str:
+        return f"{self._namespace}/{ledger_name(tenant)}"
+
     def _path(self, tenant: str) -> str:
         return f"{self._collection}/{urllib.parse.quote(ledger_name(tenant), safe='')}"
 
@@ -149,6 +236,18 @@ class ConfigMapLedgers:
             },
             "data": {DATA_KEY: render_ledger(ledger)},
         }
+
+
+def data_writers(raw: RawObject) -> tuple[str, ...]:
+    """The managers ``metadata.managedFields`` names as owning a key of ``data``."""
+    found: list[str] = []
+    for entry in (raw.get("metadata") or {}).get("managedFields") or ():
+        if not isinstance(entry, Mapping):
+            continue
+        data = (entry.get("fieldsV1") or {}).get("f:data")
+        if isinstance(data, Mapping) and any(key.startswith("f:") for key in data):
+            found.append(str(entry.get("manager") or "?"))
+    return tuple(found)
 
 
 def _version_of(raw: RawObject) -> str:

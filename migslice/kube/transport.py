@@ -17,10 +17,13 @@ import orjson
 import urllib3
 from kubernetes import client, config
 
+from migslice import __version__
 from migslice.errors import MigsliceError
 
 RawObject = dict[str, Any]
 POOL_CONNECTIONS = 32
+USER_AGENT = f"migslice/{__version__}"
+"""Also the field manager kube-apiserver records for a write that names none."""
 
 
 class KubeError(MigsliceError):
@@ -113,7 +116,7 @@ class KubernetesTransport:
         content_type: str = "",
     ) -> urllib3.BaseHTTPResponse:
         configuration = self._api.configuration
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if content_type:
             headers["Content-Type"] = content_type
         for setting in configuration.auth_settings().values():
@@ -177,13 +180,20 @@ class KubernetesTransport:
         )
         return self._read_json("PATCH", path, response)
 
-    def put_json(self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0) -> RawObject:
+    def put_json(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        timeout_s: float = 30.0,
+        query: Mapping[str, str] | None = None,
+    ) -> RawObject:
         """PUT ``body`` to ``path`` (replace; with ``metadata.resourceVersion`` the API server
         answers 409 Conflict when the object changed since it was read); the stored object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
             path,
-            {},
+            query or {},
             read_timeout_s=timeout_s,
             method="PUT",
             body=data,
@@ -192,13 +202,18 @@ class KubernetesTransport:
         return self._read_json("PUT", path, response)
 
     def post_json(
-        self, path: str, body: Mapping[str, Any], *, timeout_s: float = 30.0
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        timeout_s: float = 30.0,
+        query: Mapping[str, str] | None = None,
     ) -> RawObject:
         """POST ``body`` to ``path`` (create); the created object."""
         data = json.dumps(body, separators=(",", ":")).encode()
         response = self._request(
             path,
-            {},
+            query or {},
             read_timeout_s=timeout_s,
             method="POST",
             body=data,

@@ -1,0 +1,207 @@
+"""A quota ledger deleted, corrupted, hand-edited or replaced by an old copy mid-traffic never
+admits over quota: the replica that finds it fences the tenant for the hold, with a denial the
+user sees at once, a Warning for the admins, and admissions again once every pod the lost
+charges admitted is stored or never will be.
+
+Replicas are separate states and apps sharing one ledger store over a real HTTP server kept as
+kube-apiserver keeps ConfigMaps (``tests.ledger_api``), as replicas share the API server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonpatch
+import pytest
+from builders import make_created_pod, make_node, make_policy, make_review
+from flask.testing import FlaskClient
+
+from migslice.admission.ledger import Damage
+from migslice.kube.ledger import DATA_KEY, ConfigMapLedgers, ledger_name
+from tests.ledger_api import LedgerApi
+from tests.local_api import local_api
+from webhook.app import create_app
+from webhook.quota import Fence, QuotaKeeper
+from webhook.settings import WebhookSettings
+from webhook.state import ClusterState
+
+LEDGER = ledger_name("team-a")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1_746_100_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class Replica:
+    """One webhook replica: its own caches, app and keeper, the shared ledger store."""
+
+    def __init__(self, store: ConfigMapLedgers, clock: Clock, quota: int = 4) -> None:
+        self.state = ClusterState()
+        self.state.upsert_policy(make_policy(quota={"instances": quota}))
+        self.state.upsert_node(make_node("gpu-1"))
+        self.keeper = QuotaKeeper(self.state, store, wall_clock=clock)
+        self.fences: list[Fence] = []
+        self.keeper.fence_listeners.append(self.fences.append)
+        self.client: FlaskClient = create_app(
+            WebhookSettings(), self.state, self.keeper
+        ).test_client()
+
+    def admit(self, uid: str) -> dict[str, Any]:
+        """The AdmissionReview answer to a sized pod's CREATE; its patched pod on ``pod``."""
+        pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+        reply = self.client.post("/mutate", json=make_review(pod, uid=uid))
+        assert reply.status_code == 200, reply.get_data(as_text=True)
+        answer: dict[str, Any] = reply.get_json()["response"]
+        if answer["allowed"]:
+            answer["pod"] = jsonpatch.apply_patch(
+                pod, json.loads(base64.b64decode(answer["patch"]))
+            )
+            answer["pod"]["metadata"]["name"] = f"train-{uid}"
+        return answer
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[LedgerApi, ConfigMapLedgers, Clock]]:
+    api = LedgerApi()
+    with local_api(api.answer) as transport:
+        yield api, ConfigMapLedgers(transport, "migslice-system"), Clock()
+
+
+def store_pods(replicas: list[Replica], *answers: dict[str, Any]) -> None:
+    """kube-apiserver stores the admitted pods; every replica's pod cache sees them."""
+    for answer in answers:
+        for replica in replicas:
+            replica.state.upsert_pod(answer["pod"])
+
+
+def test_a_ledger_deleted_while_creates_are_held_never_admits_over_quota(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    """Measured before: with the ledger deleted while 2 creates were held between admission
+    and storage, 6 pods were admitted against a quota of 4."""
+    api, store, clock = cluster
+    one, two = Replica(store, clock), Replica(store, clock)
+    stored = [one.admit("a-1"), two.admit("a-2")]
+    held = [one.admit("h-1"), two.admit("h-2")]
+    assert all(a["allowed"] for a in stored + held)
+    store_pods([one, two], *stored)
+    api.delete(LEDGER)
+    clock.now_s += 1
+    later = [one.admit("b-1"), two.admit("b-2"), one.admit("b-3")]
+    assert not any(a["allowed"] for a in later)
+    message = later[0]["status"]["message"]
+    assert "quota ledger of tenant 'team-a' (ConfigMap migslice-system/" in message
+    assert "was deleted" in message and "refused until 2025-05-01T11:47:26Z" in message
+    assert "Nothing to repair" in message
+    assert later[0]["status"]["code"] == 403
+    assert [f.damage for f in one.fences + two.fences] == [Damage.LOST]
+    store_pods([one, two], *held)  # the held creates land during the fence
+    clock.now_s += 46
+    after = [one.admit("c-1"), two.admit("c-2")]
+    assert not any(a["allowed"] for a in after)
+    assert "spec.quota.instances" in after[0]["status"]["message"]
+    admitted = sum(a["allowed"] for a in stored + held + later + after)
+    assert admitted == 4
+
+
+def test_a_replica_that_never_saw_the_ledger_finds_its_mark_and_fences_too(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    one = Replica(store, clock, quota=2)
+    held = one.admit("h-1")
+    assert held["allowed"]
+    assert api.policies["team-a"]["status"]["quotaLedger"]["epoch"]
+    api.delete(LEDGER)
+    fresh = Replica(store, clock, quota=2)  # started after the deletion: knows nothing
+    assert not fresh.admit("n-1")["allowed"]
+    assert [f.damage for f in fresh.fences] == [Damage.LOST]
+    assert not one.admit("n-2")["allowed"]  # the fence is in the ledger: one obeys it too
+    assert one.fences == []
+
+
+def test_a_tenants_first_ledger_is_marked_before_it_is_created_and_not_fenced(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    one = Replica(store, clock)
+    assert one.admit("u-1")["allowed"]
+    kinds = [(r.method, r.path.rsplit("/", 1)[-1]) for r in api.requests]
+    assert kinds.index(("PATCH", "status")) < kinds.index(("POST", "configmaps"))
+    ledger = store.read("team-a")
+    assert ledger.epoch == api.policies["team-a"]["status"]["quotaLedger"]["epoch"]
+    assert ledger.fenced_until_s is None and one.fences == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "manager", "said", "damage"),
+    [
+        ({DATA_KEY: "{not json"}, "migslice-webhook", "is not JSON", Damage.CORRUPT),
+        ({"other": "x"}, "kubectl-edit", "written by kubectl-edit", Damage.FOREIGN),
+        (
+            {DATA_KEY: '{"version":"v2","tenant":"team-a","epoch":"x","seq":0,"charges":[]}'},
+            "kubectl-client-side-apply",
+            "written by kubectl-client-side-apply",
+            Damage.FOREIGN,
+        ),
+    ],
+    ids=["not-json", "charges-removed", "charges-emptied"],
+)
+def test_a_ledger_changed_by_hand_is_denied_at_once_with_the_object_and_the_time(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+    edit: dict[str, str],
+    manager: str,
+    said: str,
+    damage: Damage,
+) -> None:
+    """Before: a corrupt ledger answered 503, retried by kube-apiserver until its timeout, so
+    each create took 5-10 s and ended in "context deadline exceeded"."""
+    api, store, clock = cluster
+    one = Replica(store, clock, quota=2)
+    assert one.admit("h-1")["allowed"]  # held: its pod is never stored
+    api.edit(LEDGER, edit, manager=manager)
+    answer = one.admit("u-2")
+    assert not answer["allowed"] and answer["status"]["code"] == 403
+    assert said in answer["status"]["message"]
+    assert "ConfigMap migslice-system/migslice-quota-team-a" in answer["status"]["message"]
+    assert [f.damage for f in one.fences] == [damage]
+    metrics = one.client.get("/metrics").get_data(as_text=True)
+    assert f'migslice_webhook_ledger_fences_total{{damage="{damage.name.lower()}"}} 1.0' in metrics
+    clock.now_s += 46  # h-1's create failed long ago: its pod will never be stored
+    assert [one.admit(uid)["allowed"] for uid in ("u-3", "u-4", "u-5")] == [True, True, False]
+
+
+def test_an_old_copy_put_back_is_stale_against_what_a_replica_has_seen(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    one = Replica(store, clock, quota=3)
+    assert one.admit("u-1")["allowed"]
+    backup = dict(api.objects[LEDGER]["data"])
+    assert one.admit("u-2")["allowed"]
+    api.edit(LEDGER, backup, manager="migslice-webhook")  # restored as if by the webhook
+    answer = one.admit("u-3")
+    assert not answer["allowed"]
+    assert "older than a copy already seen" in answer["status"]["message"]
+    assert [f.damage for f in one.fences] == [Damage.STALE]
+
+
+def test_dry_run_is_refused_while_fenced(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    one = Replica(store, clock)
+    assert one.admit("u-1")["allowed"]
+    api.delete(LEDGER)
+    assert not one.admit("u-2")["allowed"]
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    reply = one.client.post("/mutate", json=make_review(pod, uid="d-1", dry_run=True))
+    answer = reply.get_json()["response"]
+    assert not answer["allowed"] and "refused until" in answer["status"]["message"]
