@@ -44,7 +44,6 @@ from migslice.repartition.carve_decide import (
     CarveWrite,
     recheck_carve,
 )
-from migslice.repartition.carve_record import ActiveCarve, CarveStep
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -68,7 +67,9 @@ from migslice.repartition.record import (
     SUCCESS,
     SUPERSEDED,
     TIMEOUT,
+    ActiveCarve,
     ActivePlan,
+    CarveStep,
     NodeOutcome,
     NodeStep,
     Quarantined,

@@ -32,7 +32,6 @@ from migslice.objects.times import format_time
 from migslice.repartition.actions import NodeEvent
 from migslice.repartition.carve import CarvePlan, CarveSettings, plan_carve
 from migslice.repartition.carve_gpu import carved_gpus
-from migslice.repartition.carve_record import ActiveCarve, CarveStep
 from migslice.repartition.modes import mode_of
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.record import (
@@ -41,6 +40,8 @@ from migslice.repartition.record import (
     OPEN,
     SUCCESS,
     TIMEOUT,
+    ActiveCarve,
+    CarveStep,
     NodeOutcome,
     RepartitionRecord,
 )

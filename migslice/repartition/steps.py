@@ -11,9 +11,8 @@ from migslice.mig.migparted import MigPartedEntry
 from migslice.repartition.actions import NodeEvent, QuarantineMark, SetLabel
 from migslice.repartition.carve import CarvePlan, CarveSettings
 from migslice.repartition.carve_decide import CarveWrite
-from migslice.repartition.carve_record import CarveStep
 from migslice.repartition.planner import PlanSettings, RepartitionPlan
-from migslice.repartition.record import NodeStep, RepartitionRecord
+from migslice.repartition.record import CarveStep, NodeStep, RepartitionRecord
 
 
 class PlanResult(enum.StrEnum):
