@@ -26,24 +26,14 @@ from migslice.names import RECORD_ANNOTATION
 from migslice.repartition.actions import (
     REASON_FAILED,
     REASON_STARTED,
+    CarveWrite,
     NodeEvent,
     QuarantineMark,
     SetLabel,
 )
 from migslice.repartition.applying import recheck
-from migslice.repartition.carve import (
-    CARVE_MIN_PENDING_S,
-    CarvePlan,
-    CarveSettings,
-    NodeCarve,
-    plan_carve,
-)
-from migslice.repartition.carve_decide import (
-    REASON_CARVE,
-    REASON_CARVE_FAILED,
-    CarveWrite,
-    recheck_carve,
-)
+from migslice.repartition.carve import plan_carve
+from migslice.repartition.carve_decide import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -52,14 +42,8 @@ from migslice.repartition.configmap import (
 )
 from migslice.repartition.decide import decide
 from migslice.repartition.pending import PendingPod, pending_pods, unschedulable_since
-from migslice.repartition.planner import (
-    GpuChange,
-    NodeChange,
-    PlanSettings,
-    RepartitionPlan,
-    config_name,
-    plan,
-)
+from migslice.repartition.planner import config_name, plan
+from migslice.repartition.plans import CarvePlan, GpuChange, NodeCarve, NodeChange, RepartitionPlan
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -78,9 +62,15 @@ from migslice.repartition.record import (
     parse_record,
     render_record,
 )
+from migslice.repartition.settings import (
+    CARVE_MIN_PENDING_S,
+    CarveSettings,
+    ControllerSettings,
+    PlanSettings,
+)
 from migslice.repartition.shapes import LayoutCache
 from migslice.repartition.snapshot import Snapshot, node_states, snapshot_from_objects
-from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
+from migslice.repartition.steps import PlanResult, Step, StepKind
 
 __all__ = [
     "ABORTED",

@@ -22,7 +22,8 @@ from migslice.repartition.record import (
     NodeStep,
     RepartitionRecord,
 )
-from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
+from migslice.repartition.settings import ControllerSettings
+from migslice.repartition.steps import PlanResult, Step, StepKind
 from migslice.whynot import WhyNot
 
 

@@ -27,13 +27,14 @@ from dataclasses import dataclass, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE
-from migslice.objects.carve import CarvePhase, CarveRequest
+from migslice.objects.carve import CarvePhase
 from migslice.objects.times import format_time
-from migslice.repartition.actions import NodeEvent
-from migslice.repartition.carve import CarvePlan, CarveSettings, plan_carve
+from migslice.repartition.actions import CarveWrite, NodeEvent
+from migslice.repartition.carve import plan_carve
 from migslice.repartition.carve_gpu import carved_gpus
 from migslice.repartition.modes import mode_of
 from migslice.repartition.pending import PendingPod
+from migslice.repartition.plans import CarvePlan
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -45,18 +46,11 @@ from migslice.repartition.record import (
     NodeOutcome,
     RepartitionRecord,
 )
+from migslice.repartition.settings import CarveSettings
 from migslice.whynot import WhyNot
 
 REASON_CARVE = "MigCarve"
 REASON_CARVE_FAILED = "MigCarveFailed"
-
-
-@dataclass(frozen=True, slots=True)
-class CarveWrite:
-    """Set (``request``) or remove (None) the node's ``migslice.io/carve`` annotation."""
-
-    node: str
-    request: CarveRequest | None
 
 
 @dataclass(frozen=True, slots=True)

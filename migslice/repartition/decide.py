@@ -47,8 +47,9 @@ from migslice.repartition.pending import PendingPod
 from migslice.repartition.planner import plan
 from migslice.repartition.quarantine import held_reasons, review
 from migslice.repartition.record import ActivePlan, NodeStep, RepartitionRecord
+from migslice.repartition.settings import ControllerSettings
 from migslice.repartition.shapes import LayoutCache
-from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
+from migslice.repartition.steps import PlanResult, Step, StepKind
 
 DEFAULT_SETTINGS = ControllerSettings()
 

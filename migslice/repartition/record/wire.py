@@ -49,4 +49,4 @@ def parse_outcome(item: Mapping[str, object], where: str) -> NodeOutcome:
     outcome = item.get("outcome", OPEN)
     if outcome not in OUTCOMES:
         raise RecordError(f"{where}.outcome: {outcome!r} is not one of {sorted(OUTCOMES)}")
-    return NodeOutcome(outcome)
+    return NodeOutcome(str(outcome))
