@@ -27,7 +27,7 @@ from migslice.repartition import (
     decide,
     snapshot_from_objects,
 )
-from migslice.repartition.carve_decide import describe
+from migslice.repartition.carve.branch import describe
 
 DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 

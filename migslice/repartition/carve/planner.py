@@ -11,7 +11,7 @@ Rules, in the order they are applied:
    with the node agent's exact layout (``migslice.io/gpu-layout`` agreeing with allocatable),
    not carving now, not held back (backoff, another plan), not changed less than
    ``cooldown_s`` ago, and not being worked on by MIG Manager.
-3. Pinned instances (busy, or maybe held: :mod:`migslice.repartition.carve_gpu`) are never
+3. Pinned instances (busy, or maybe held: :mod:`migslice.repartition.carve.gpu`) are never
    destroyed; idle ones are destroyed only where a new instance needs them gone.
 4. Pods are served largest profile first. Each instance a pod needs goes where it costs the
    cluster the least room (:mod:`migslice.mig.room`): reusing an idle instance or creating one
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.room import RoomLoss, add_losses
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
-from migslice.repartition.carve_gpu import CarvedGpu, best_option, carved_gpus
+from migslice.repartition.carve.gpu import CarvedGpu, best_option, carved_gpus
 from migslice.repartition.modes import mode_of
 from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
 from migslice.repartition.plans import CarvePlan, GpuCarve, NodeCarve

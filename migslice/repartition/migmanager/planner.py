@@ -8,7 +8,8 @@ Rules, in the order they are applied:
 
 1. Only pods whose demand has waited ``min_pending_s`` count (no thrashing on a burst), only
    their MIG units (a whole-GPU request needs MIG disabled: a mode change is out of scope), and
-   only pods that no free instance in the cluster could serve already.
+   only pods that no free instance in the cluster could serve already
+   (:func:`migslice.repartition.pending.eligible_demand`, which the carve planner shares).
 2. Only **idle** GPUs change: MIG enabled, no instance held by a pod, none busy per the node
    agent. mig-parted wipes every instance of a GPU whose config changes and fails on busy ones.
    A node whose layout is known only by counts is used only when nothing on it is held.
@@ -32,9 +33,10 @@ Rules, in the order they are applied:
    already matches untouched), so the config the node label names describes the whole node.
 7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once in each node pool (the
    GPU product; with ``budget_per_pool`` off, in the whole cluster), counting those MIG Manager
-   is already working on except quarantined ones (``migslice.repartition.quarantine``: MIG
-   Manager left them ``pending`` past the deadline); the rest of the demand waits for the next
-   round. A stuck node thus holds back only its own pool, and only until its deadline.
+   is already working on except quarantined ones
+   (``migslice.repartition.migmanager.quarantine``: MIG Manager left them ``pending`` past
+   the deadline); the rest of the demand waits for the next round. A stuck node thus holds
+   back only its own pool, and only until its deadline.
 """
 
 from __future__ import annotations
