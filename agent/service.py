@@ -1,8 +1,8 @@
 """The node agent's passes: publish the layout (always), and carve when asked (``--carve``).
 
 The carve gate reads the Node and looks only at its carve annotations; the carve code path
-(:mod:`agent.carve`, :mod:`agent.nvml_carve`, :mod:`migslice.kube.carve`) is imported the
-first time a carve is wanted here, so an agent on a node that is never asked (any node not
+(the package :mod:`agent.carve`, and :mod:`migslice.kube.carve_node`) is imported the first
+time a carve is wanted here, so an agent on a node that is never asked (any node not
 in carve mode: the controller asks carve-mode nodes only) runs read-only code alone. A
 request on a node labelled ``migslice.io/repartition-mode=mig-manager`` is ignored (logged
 once): MIG Manager owns that node. A carve the agent itself journalled as under way is
@@ -69,10 +69,10 @@ class AgentService:
 
     def _load(self) -> Any:
         if self._carver is None:
-            from agent.carve import Carver
+            from agent.carve.carver import Carver
+            from agent.carve.nvml_writes import NvmlMig
             from agent.nvml import nvml_session
-            from agent.nvml_carve import NvmlMig
-            from migslice.kube.carve import KubeCarveNode
+            from migslice.kube.carve_node import KubeCarveNode
 
             settings = self.settings
             self._carver = Carver(

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from migslice.inventory import NodeState
 from migslice.mig import place
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarvePhase,
     CarveStatus,
     render_carve_request,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from migslice import names
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarveAnnotationError,
     CarveRequest,
     CarveStatus,

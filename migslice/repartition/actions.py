@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from migslice.objects.carve import CarveRequest
+from migslice.objects.carve_handshake import CarveRequest
 
 REASON_STARTED = "MigRepartition"
 REASON_FAILED = "MigRepartitionFailed"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from migslice.mig import Layout
 from migslice.mig.migparted import MigPartedEntry
 from migslice.mig.room import NO_LOSS, RoomLoss
-from migslice.objects.carve import CarveGpu
+from migslice.objects.carve_handshake import CarveGpu
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE
-from migslice.objects.carve import CarvePhase
+from migslice.objects.carve_handshake import CarvePhase
 from migslice.objects.times import format_time
 from migslice.repartition.actions import CarveWrite, NodeEvent
 from migslice.repartition.carve.gpu import carved_gpus

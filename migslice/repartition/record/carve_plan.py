@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarveAnnotationError,
     CarveGpu,
     CarveRequest,
