@@ -5,20 +5,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import logging
-import signal
 import sys
-import threading
-import time
-from typing import Any
 
 from agent.readings import GpuReading
 from agent.settings import AgentSettings
 from migslice import console, names
 from migslice.console import CommandError, format_table
 from migslice.objects.times import format_time
-
-log = logging.getLogger(__name__)
 
 
 def add_agent_arguments(agent: argparse.ArgumentParser) -> None:
@@ -130,6 +123,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    from agent.service import serve_agent
+
     return serve_agent(
         AgentSettings(
             node_name=args.node_name,
@@ -145,89 +140,6 @@ def run_agent(args: argparse.Namespace) -> int:
             device_plugin_timeout_s=args.device_plugin_timeout_s,
         )
     )
-
-
-def serve_agent(settings: AgentSettings) -> int:
-    """Publish the node's MIG state every ``interval_s`` until SIGTERM (or once); with
-    ``--carve``, look for a carve request every ``carve_interval_s`` too."""
-    from agent.nvml import nvml_session, read_gpus
-    from agent.publisher import Publisher
-    from agent.service import AgentService
-    from migslice.kube.nodes import KubeNodeStore
-    from migslice.kube.transport import KubernetesTransport
-
-    console.setup_logging(settings.log_level)
-    try:
-        transport = KubernetesTransport.from_environment(settings.kubeconfig)
-    except Exception as error:  # the kubernetes client raises several config errors
-        raise CommandError(f"cannot configure access to the API server: {error}") from None
-
-    def read() -> tuple[GpuReading, ...]:
-        with nvml_session():
-            return read_gpus()
-
-    publisher = Publisher(
-        node_name=settings.node_name,
-        store=KubeNodeStore(transport),
-        read=read,
-        now=_now,
-        heartbeat_s=settings.heartbeat_s,
-    )
-    service = AgentService(settings, transport, publisher, _now)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    delay, due = settings.interval_s, 0.0
-    while True:
-        if time.monotonic() >= due:
-            delay = _publish(settings, publisher, delay)
-            due = time.monotonic() + delay
-        if settings.carve:
-            _carve(settings, service)
-        if settings.once:
-            return 0
-        wait = min(due - time.monotonic(), settings.carve_interval_s) if settings.carve else delay
-        if stop.wait(max(wait, 0.1)):
-            return 0
-
-
-def _publish(settings: AgentSettings, publisher: Any, delay: float) -> float:
-    """One publish pass; the delay until the next one (longer after API errors)."""
-    from agent.nvml import NvmlUnavailableError
-    from migslice.kube.transport import ApiError
-
-    try:
-        written, _ = publisher.publish_once()
-        log.debug("agent pass node=%s written=%s", settings.node_name, written)
-        return settings.interval_s
-    except NvmlUnavailableError as error:
-        if settings.once:
-            raise CommandError(str(error)) from None
-        log.error(
-            "NVML unavailable node=%s: %s; retrying in %.0fs", settings.node_name, error, delay
-        )
-        return delay
-    except ApiError as error:
-        if settings.once:
-            raise CommandError(f"cannot publish on node {settings.node_name}: {error}") from None
-        delay = min(delay * 2, 300.0)
-        log.error("publish failed node=%s: %s; retrying in %.0fs", settings.node_name, error, delay)
-        return delay
-
-
-def _carve(settings: AgentSettings, service: Any) -> None:
-    """One carve pass; a failure is logged and the journal on the Node resumes it later."""
-    try:
-        service.carve_pass()
-    except Exception as error:  # the loop outlives any one pass; the journal knows the rest
-        if settings.once:
-            raise CommandError(f"carve pass on node {settings.node_name}: {error}") from None
-        log.error(
-            "carve pass failed node=%s: %s; retrying in %.0fs",
-            settings.node_name,
-            error,
-            settings.carve_interval_s,
-            exc_info=True,
-        )
 
 
 AGENT = console.Command(

@@ -1,4 +1,5 @@
-"""Read a node's real MIG state through NVML (nvidia-ml-py). The only module importing pynvml.
+"""Read a node's real MIG state through NVML (nvidia-ml-py). With :mod:`agent.carve.nvml_writes`
+(the carve path's writes) the only two modules importing pynvml.
 
 Reads, never changes: per GPU its name, PCI device id, UUID, MIG mode, NVML's own GPU-instance
 profile table with legal placements, the existing GPU instances with their placements, and the

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from extender.carving import CARVE_MARK, shows, write_carve_requests
+from extender.carve_requests import CARVE_MARK, shows, write_carve_requests
 from extender.mig_manager import MigManagerGuard
 from extender.settings import ExtenderSettings, controller_settings
 from extender.state import RepartitionStats

@@ -20,9 +20,7 @@ from extender.settings import ExtenderSettings
 from extender.state import ExtenderState, RepartitionStats, new_index, state_from_objects
 from migslice import console
 from migslice.inventory import ClusterIndex
-from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
-from migslice.serving import ServeError, serve
-from migslice.serving.reload import ReloadingApp
+from migslice.serving import load_cluster_file, serve_app
 
 log = logging.getLogger(__name__)
 
@@ -30,40 +28,17 @@ log = logging.getLogger(__name__)
 def serve_extender(settings: ExtenderSettings) -> int:
     """Serve until a signal stops the server; the exit status."""
     console.setup_logging(settings.log_level)
-    try:
-        settings.server.check()
-    except ValueError as error:
-        raise console.CommandError(str(error)) from None
-    path = settings.cluster_file
-    if path is not None:
-        objects = _load(path)
-        log.info(
-            "serving cluster file=%s nodes=%d pods=%d", path, len(objects.nodes), len(objects.pods)
-        )
-        del objects
-        # Rebuilt from the file whenever it changes (see migslice.serving.reload).
-        factory: Callable[[], object] = lambda: ReloadingApp(  # noqa: E731
-            path, lambda p: standalone_app(settings, p)
-        )
-    else:
-        factory = lambda: in_cluster_app(settings)  # noqa: E731
-    try:
-        serve(factory, settings.server)
-    except ServeError as error:
-        raise console.CommandError(str(error)) from None
-    return 0
-
-
-def _load(path: Path) -> ClusterObjects:
-    text = console.read_text_file(path, flag="--cluster-file")
-    try:
-        return load_cluster_text(text)
-    except ClusterFileError as error:
-        raise console.CommandError(f"--cluster-file {path}: {error}") from None
+    return serve_app(
+        settings.server,
+        cluster_file=settings.cluster_file,
+        standalone=lambda path: standalone_app(settings, path),
+        in_cluster=lambda: in_cluster_app(settings),
+    )
 
 
 def standalone_app(settings: ExtenderSettings, path: Path) -> Flask:
-    objects = _load(path)
+    """The app over a cluster file."""
+    objects = load_cluster_file(path)
     return create_app(settings, state_from_objects(objects, settings))
 
 

@@ -1,6 +1,6 @@
 """The carving agent's surroundings for tests: a Node kept in memory (annotations, pods bound
 there, the device plugin that re-advertises what the fake driver has when its pod is
-restarted) and a :class:`agent.carve.Carver` wired to the real NVML code over the fake
+restarted) and a :class:`agent.carve.carver.Carver` wired to the real NVML code over the fake
 ``libnvidia-ml``."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from agent.carve import Carver
+from agent.carve.carver import Carver
+from agent.carve.nvml_writes import NvmlMig
 from agent.nvml import nvml_session, read_gpus
-from agent.nvml_carve import NvmlMig
 from agent.publisher import Publisher
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarveGpu,
     CarveRequest,
     CarveStatus,

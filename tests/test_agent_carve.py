@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from agent.carve_checks import MigWriteError
+from agent.carve.checks import MigWriteError
+from agent.carve.nvml_writes import NvmlMig
 from agent.nvml import nvml_session
-from agent.nvml_carve import NvmlMig
 from agent.service import wants_carving
 from migslice.names import LAYOUT_ANNOTATION
 from migslice.objects import node_facts_from_raw, parse_layout_annotation
-from migslice.objects.carve import CarvePhase, Slot
+from migslice.objects.carve_handshake import CarvePhase, Slot
 from tests.carve_agent_harness import (
     MemoryNode,
     balanced,
@@ -200,7 +200,7 @@ manager = {{"metadata": {{"name": "gpu-a",
 for node in (plain, manager):
     service = AgentService(AgentSettings("gpu-a", carve=True), Transport(node), None, None)
     assert service.carve_pass() is None
-loaded = [m for m in ("agent.carve", "agent.nvml_carve", "migslice.kube.carve") if m in sys.modules]
+loaded = [m for m in ("agent.carve", "migslice.kube.carve_node") if m in sys.modules]
 assert not loaded, loaded
 """
     subprocess.run([sys.executable, "-c", script], check=True, cwd=".")

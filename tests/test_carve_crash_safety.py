@@ -16,9 +16,16 @@ from migslice.inventory import resolve_node
 from migslice.mig import CATALOG
 from migslice.names import REPARTITION_MODE_LABEL
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
-from migslice.objects.carve import CarveGpu, CarvePhase, CarveRequest, CarveStatus, Doomed, Slot
+from migslice.objects.carve_handshake import (
+    CarveGpu,
+    CarvePhase,
+    CarveRequest,
+    CarveStatus,
+    Doomed,
+    Slot,
+)
 from migslice.repartition import plan_carve
-from migslice.repartition.carve_record import CarveStep
+from migslice.repartition.record import CarveStep
 from tests import mig_oracle
 from tests.carve_agent_harness import MemoryNode, advertised, carver
 from tests.carve_builders import waiting

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from migslice.inventory import NodeState
 from migslice.mig import place
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarvePhase,
     CarveStatus,
     render_carve_request,
@@ -26,7 +26,7 @@ from migslice.repartition import (
     parse_record,
     render_record,
 )
-from migslice.repartition.carve_record import CarveStep
+from migslice.repartition.record import CarveStep
 from tests.carve_builders import MODEL, carve_node, gpu, waiting
 
 NOW = 1_750_000_000.0

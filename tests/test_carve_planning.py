@@ -14,8 +14,8 @@ from migslice.inventory import NodeState
 from migslice.mig import Placed, is_legal, place
 from migslice.mig.room import room, room_loss
 from migslice.repartition import CarveSettings, plan_carve
-from migslice.repartition.carve import carve_mode_nodes
-from migslice.repartition.carve_gpu import carved_gpus
+from migslice.repartition.carve.gpu import carved_gpus
+from migslice.repartition.carve.planner import carve_mode_nodes
 from tests import carve_oracle, mig_oracle
 from tests.carve_builders import MODEL, carve_node, gpu, waiting
 

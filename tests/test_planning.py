@@ -18,7 +18,7 @@ from migslice.objects import (
     pod_facts_from_raw,
     render_layout_annotation,
 )
-from migslice.repartition.planner import (
+from migslice.repartition import (
     PendingPod,
     PlanSettings,
     RepartitionPlan,

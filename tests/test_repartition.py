@@ -29,6 +29,8 @@ from migslice.repartition import (
     SUPERSEDED,
     TIMEOUT,
     ControllerSettings,
+    PendingPod,
+    PlanSettings,
     RepartitionRecord,
     StepKind,
     decide,
@@ -37,7 +39,6 @@ from migslice.repartition import (
     pending_pods,
     render_record,
 )
-from migslice.repartition.planner import PendingPod, PlanSettings
 from migslice.scheduling.demand import demand_of
 from tests.builders import make_node, make_pod
 

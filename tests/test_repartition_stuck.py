@@ -15,6 +15,8 @@ from migslice.objects import node_facts_from_raw
 from migslice.repartition import (
     TIMEOUT,
     ControllerSettings,
+    PendingPod,
+    PlanSettings,
     RepartitionRecord,
     Step,
     StepKind,
@@ -22,7 +24,6 @@ from migslice.repartition import (
     parse_record,
     render_record,
 )
-from migslice.repartition.planner import PendingPod, PlanSettings
 from migslice.scheduling.demand import demand_of
 from tests.builders import make_node, make_pod
 from tests.test_repartition import ALL_1G, FILE_CONFIGS

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from migslice.mig import place
-from migslice.objects.carve import CarveGpu, CarveRequest, Doomed, Slot
+from migslice.objects.carve_handshake import CarveGpu, CarveRequest, Doomed, Slot
 from migslice.sim import (
     GPU_MODEL,
     Arrival,

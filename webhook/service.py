@@ -6,16 +6,13 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flask import Flask
 
 from migslice import console, names
-from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
-from migslice.serving import ServeError, serve
-from migslice.serving.reload import ReloadingApp
+from migslice.serving import load_cluster_file, serve_app
 from webhook.app import create_app
 from webhook.quota import Fence, QuotaKeeper
 from webhook.settings import WebhookSettings
@@ -32,37 +29,17 @@ SETTLE_INTERVAL_S = 5.0
 def serve_webhook(settings: WebhookSettings) -> int:
     """Serve until a signal stops the server; the exit status."""
     console.setup_logging(settings.log_level)
-    try:
-        settings.server.check()
-    except ValueError as error:
-        raise console.CommandError(str(error)) from None
-    path = settings.cluster_file
-    if path is not None:
-        _load(path)  # a bad file is one line here, before any worker starts
-        # Rebuilt from the file whenever it changes (see migslice.serving.reload).
-        factory: Callable[[], object] = lambda: ReloadingApp(  # noqa: E731
-            path, lambda p: standalone_app(settings, p)
-        )
-    else:
-        factory = lambda: in_cluster_app(settings)  # noqa: E731
-    try:
-        serve(factory, settings.server)
-    except ServeError as error:
-        raise console.CommandError(str(error)) from None
-    return 0
-
-
-def _load(path: Path) -> ClusterObjects:
-    text = console.read_text_file(path, flag="--cluster-file")
-    try:
-        return load_cluster_text(text)
-    except ClusterFileError as error:
-        raise console.CommandError(f"--cluster-file {path}: {error}") from None
+    return serve_app(
+        settings.server,
+        cluster_file=settings.cluster_file,
+        standalone=lambda path: standalone_app(settings, path),
+        in_cluster=lambda: in_cluster_app(settings),
+    )
 
 
 def standalone_app(settings: WebhookSettings, path: Path) -> Flask:
     """The app over a cluster file; the raw objects are dropped once the state is filled."""
-    objects = _load(path)
+    objects = load_cluster_file(path)
     state = ClusterState()
     state.load(objects)
     log.info(

@@ -14,7 +14,7 @@ from migslice.mig import CATALOG
 from migslice.mig.migparted import render_mig_parted
 from migslice.mig.render import render_bar
 from migslice.objects import ClusterFileError, load_cluster_text
-from migslice.objects.carve import gpus_json
+from migslice.objects.carve_handshake import gpus_json
 from migslice.repartition import (
     CarvePlan,
     CarveSettings,
@@ -27,7 +27,7 @@ from migslice.repartition import (
     decide,
     snapshot_from_objects,
 )
-from migslice.repartition.carve_decide import describe
+from migslice.repartition.carve.branch import describe
 
 DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 

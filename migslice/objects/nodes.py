@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from migslice import names
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarveAnnotationError,
     CarveRequest,
     CarveStatus,
@@ -37,7 +37,7 @@ class NodeFacts:
     parsed ``migslice.io/gpu-layout`` annotation, ``agent_error`` why it could not be parsed.
     ``problems`` lists labels or quantities that were present but unreadable.
     ``quarantine_label`` and ``quarantine_note``: the repartition quarantine's label value and
-    annotation (``migslice.repartition.quarantine``).
+    annotation (``migslice.repartition.migmanager.quarantine``).
     """
 
     name: str

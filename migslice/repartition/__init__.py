@@ -1,21 +1,20 @@
-"""The repartition wing: one decision for the controller, ``migslice plan``, the demo and the
-simulator.
+"""Re-partitioning: one decision for the controller, ``migslice plan``, the demo and the
+simulator, in three parts that import downwards only (an import-linter contract holds it).
 
-* :mod:`~migslice.repartition.planner` (with :mod:`~migslice.repartition.shapes`): pending
-  demand + node states -> new layouts for idle GPUs;
-* :mod:`~migslice.repartition.carve` (with :mod:`~migslice.repartition.carve_gpu`): carve
-  mode, per GPU the instances to destroy and create around running ones, with its branch of
-  the state machine in :mod:`~migslice.repartition.carve_decide`;
-* :mod:`~migslice.repartition.decide`: the controller's state machine, record + snapshot +
-  time -> the next step (plan, apply, observe, finish, abort; the step values in
-  :mod:`~migslice.repartition.steps`), with :mod:`~migslice.repartition.applying` (a written
-  plan applied and observed), :mod:`~migslice.repartition.closing` (how a node's step ends),
-  :mod:`~migslice.repartition.quarantine` (nodes MIG Manager left stuck) and
-  :mod:`~migslice.repartition.actions` (what the shell does besides writing the record);
-* :mod:`~migslice.repartition.record`: the durable plan record;
-* :mod:`~migslice.repartition.pending`: which pods wait for a geometry;
-* :mod:`~migslice.repartition.snapshot` and :mod:`~migslice.repartition.configmap`: what the
-  decision reads, and how a step changes the mig-parted ConfigMap.
+* the entry, :func:`~migslice.repartition.decide.decide`: record + snapshot + time -> the next
+  step; the carve branch decides first, then the MIG Manager path;
+* two wings that never import each other: :mod:`~migslice.repartition.migmanager` (whole idle
+  GPUs through MIG Manager: planner, applying, closing, quarantine, messages) and
+  :mod:`~migslice.repartition.carve` (the free part of GPUs in use through the node agent:
+  planner, gpu, branch);
+* the shared base: the plan record (:mod:`~migslice.repartition.record`), the step values
+  (:mod:`~migslice.repartition.steps`) and what steps ask of the shell
+  (:mod:`~migslice.repartition.actions`), the two planners' answers
+  (:mod:`~migslice.repartition.plans`) and settings (:mod:`~migslice.repartition.settings`),
+  pending demand (:mod:`~migslice.repartition.pending`), layout shapes
+  (:mod:`~migslice.repartition.shapes`), each node's mode (:mod:`~migslice.repartition.modes`),
+  and what the decision reads: :mod:`~migslice.repartition.snapshot` and the mig-parted
+  ConfigMap that holds the record (:mod:`~migslice.repartition.configmap`).
 
 Pure: the time, the cluster and the record are inputs; the shells (``extender/controller.py``,
 ``migslice plan``, the demo, the simulator) persist the record and perform the steps.
@@ -26,25 +25,13 @@ from migslice.names import RECORD_ANNOTATION
 from migslice.repartition.actions import (
     REASON_FAILED,
     REASON_STARTED,
+    CarveWrite,
     NodeEvent,
     QuarantineMark,
     SetLabel,
 )
-from migslice.repartition.applying import recheck
-from migslice.repartition.carve import (
-    CARVE_MIN_PENDING_S,
-    CarvePlan,
-    CarveSettings,
-    NodeCarve,
-    plan_carve,
-)
-from migslice.repartition.carve_decide import (
-    REASON_CARVE,
-    REASON_CARVE_FAILED,
-    CarveWrite,
-    recheck_carve,
-)
-from migslice.repartition.carve_record import ActiveCarve, CarveStep
+from migslice.repartition.carve.branch import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
+from migslice.repartition.carve.planner import plan_carve
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -52,15 +39,10 @@ from migslice.repartition.configmap import (
     read_config_map,
 )
 from migslice.repartition.decide import decide
+from migslice.repartition.migmanager.applying import recheck
+from migslice.repartition.migmanager.planner import config_name, plan
 from migslice.repartition.pending import PendingPod, pending_pods, unschedulable_since
-from migslice.repartition.planner import (
-    GpuChange,
-    NodeChange,
-    PlanSettings,
-    RepartitionPlan,
-    config_name,
-    plan,
-)
+from migslice.repartition.plans import CarvePlan, GpuChange, NodeCarve, NodeChange, RepartitionPlan
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -68,7 +50,9 @@ from migslice.repartition.record import (
     SUCCESS,
     SUPERSEDED,
     TIMEOUT,
+    ActiveCarve,
     ActivePlan,
+    CarveStep,
     NodeOutcome,
     NodeStep,
     Quarantined,
@@ -77,9 +61,15 @@ from migslice.repartition.record import (
     parse_record,
     render_record,
 )
+from migslice.repartition.settings import (
+    CARVE_MIN_PENDING_S,
+    CarveSettings,
+    ControllerSettings,
+    PlanSettings,
+)
 from migslice.repartition.shapes import LayoutCache
 from migslice.repartition.snapshot import Snapshot, node_states, snapshot_from_objects
-from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
+from migslice.repartition.steps import PlanResult, Step, StepKind
 
 __all__ = [
     "ABORTED",

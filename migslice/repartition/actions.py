@@ -1,9 +1,12 @@
 """What a repartition step asks its shell to do on the cluster, besides writing the record:
-node labels, Events and quarantine marks (values; ``extender/controller.py`` performs them)."""
+node labels, Events, quarantine marks and carve requests (values; ``extender/controller.py``
+performs them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from migslice.objects.carve_handshake import CarveRequest
 
 REASON_STARTED = "MigRepartition"
 REASON_FAILED = "MigRepartitionFailed"
@@ -32,3 +35,11 @@ class QuarantineMark:
 
     node: str
     note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CarveWrite:
+    """Set (``request``) or remove (None) the node's ``migslice.io/carve`` annotation."""
+
+    node: str
+    request: CarveRequest | None

@@ -22,13 +22,14 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   nodes only wait, more nodes may **join** the plan (``START``: written, then applied as in
   *planned*, each with its own deadline) for demand the plan does not serve, within the
   in-flight budget of their pool, so one slow node does not stop the others.
-* a timeout also **quarantines** the node (``migslice.repartition.quarantine``): out of the
-  budget, left alone until MIG Manager reports ``success`` or an admin removes the label;
-  releasing it (or writing its label again) is a step of its own (``QUARANTINE``), first.
+* a timeout also **quarantines** the node (``migslice.repartition.migmanager.quarantine``):
+  out of the budget, left alone until MIG Manager reports ``success`` or an admin removes the
+  label; releasing it (or writing its label again) is a step of its own (``QUARANTINE``),
+  first.
 
 The step types are in :mod:`migslice.repartition.steps`, applying and observing a written
-plan in :mod:`migslice.repartition.applying`. Carve-mode nodes are decided first, by the
-carve branch (:mod:`migslice.repartition.carve_decide`, its own plan in ``record.carve``);
+plan in :mod:`migslice.repartition.migmanager.applying`. Carve-mode nodes are decided first, by the
+carve branch (:mod:`migslice.repartition.carve.branch`, its own plan in ``record.carve``);
 this path leaves them alone and never labels them.
 """
 
@@ -40,15 +41,16 @@ from dataclasses import replace
 
 from migslice.inventory import NodeState
 from migslice.objects.times import format_time
-from migslice.repartition.applying import apply_plan, observe_plan
-from migslice.repartition.carve import carve_mode_nodes
-from migslice.repartition.carve_decide import CarveDecision, decide_carve
+from migslice.repartition.carve.branch import CarveDecision, decide_carve
+from migslice.repartition.carve.planner import carve_mode_nodes
+from migslice.repartition.migmanager.applying import apply_plan, observe_plan
+from migslice.repartition.migmanager.planner import plan
+from migslice.repartition.migmanager.quarantine import held_reasons, review
 from migslice.repartition.pending import PendingPod
-from migslice.repartition.planner import plan
-from migslice.repartition.quarantine import held_reasons, review
 from migslice.repartition.record import ActivePlan, NodeStep, RepartitionRecord
+from migslice.repartition.settings import ControllerSettings
 from migslice.repartition.shapes import LayoutCache
-from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
+from migslice.repartition.steps import PlanResult, Step, StepKind
 
 DEFAULT_SETTINGS = ControllerSettings()
 

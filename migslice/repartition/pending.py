@@ -1,12 +1,14 @@
-"""Which pods are waiting for a geometry, and since when (from raw Pods; the time is an input)."""
+"""Which pods are waiting for a geometry, and since when (from raw Pods; the time is an input);
+which of them a re-partition should serve, in the order both planners serve them."""
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from migslice.names import SCHEDULER_NAME
+from migslice.inventory import NodeState
+from migslice.names import MIG_TRANSITION_STATES, SCHEDULER_NAME
 from migslice.objects.json import JsonObject
 from migslice.objects.pods import bound_node_of, metadata_of, phase_of, scheduler_name_of
 from migslice.objects.times import parse_time
@@ -55,3 +57,43 @@ def pending_pods(
             continue
         found.append(PendingPod(demand, max(0.0, (now - since).total_seconds())))
     return found
+
+
+def eligible_demand(
+    pending: Sequence[PendingPod], nodes: Sequence[NodeState], min_pending_s: float
+) -> tuple[list[PodDemand], list[tuple[str, str]]]:
+    """The pods a re-partition should serve, and why the others wait (both modes): pods
+    pending ``min_pending_s``, only MIG units, only pods no free instance could serve now."""
+    unserved: list[tuple[str, str]] = []
+    waiting: list[PodDemand] = []
+    for item in pending:
+        pod = item.demand
+        if pod.error or not pod.units:
+            continue
+        if item.pending_s < min_pending_s:
+            unserved.append((pod.key, f"pending {item.pending_s:.0f}s < {min_pending_s:.0f}s"))
+        elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
+            unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
+        elif _can_serve_now(pod, nodes):
+            unserved.append((pod.key, "a free instance exists; left to the scheduler"))
+        else:
+            waiting.append(pod)
+    return waiting, unserved
+
+
+def serving_order(pod: PodDemand) -> tuple[int, str]:
+    """Largest profile first (its compute slices), then the pod's key: both planners serve
+    pods in this order."""
+    size = max((int(u.profile.split("g.")[0]) if u.profile else 0) for u in pod.units)
+    return (-size, pod.key)
+
+
+def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
+    for node in nodes:
+        if node.facts.mig_config_state in MIG_TRANSITION_STATES or node.facts.is_carving:
+            continue
+        if pod.products is not None and (node.facts.product or "") not in pod.products:
+            continue
+        if all(node.free_of(u.resource) >= u.count for u in pod.units):
+            return True
+    return False

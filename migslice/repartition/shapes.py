@@ -1,5 +1,5 @@
 """Which maximal layout a re-planned GPU gets: the one whose instances beyond the planned ones
-serve the expected demand best (rule 5 of :mod:`migslice.repartition.planner`)."""
+serve the expected demand best (rule 5 of :mod:`migslice.repartition.migmanager.planner`)."""
 
 from __future__ import annotations
 

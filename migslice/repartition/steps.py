@@ -8,12 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from migslice.mig.migparted import MigPartedEntry
-from migslice.repartition.actions import NodeEvent, QuarantineMark, SetLabel
-from migslice.repartition.carve import CarvePlan, CarveSettings
-from migslice.repartition.carve_decide import CarveWrite
-from migslice.repartition.carve_record import CarveStep
-from migslice.repartition.planner import PlanSettings, RepartitionPlan
-from migslice.repartition.record import NodeStep, RepartitionRecord
+from migslice.repartition.actions import CarveWrite, NodeEvent, QuarantineMark, SetLabel
+from migslice.repartition.plans import CarvePlan, RepartitionPlan
+from migslice.repartition.record import CarveStep, NodeStep, RepartitionRecord
 
 
 class PlanResult(enum.StrEnum):
@@ -32,17 +29,6 @@ class StepKind(enum.StrEnum):
     OBSERVE = "observe"
     FINISH = "finish"
     QUARANTINE = "quarantine"
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerSettings:
-    """``deadline_s``: how long a node may take to reach ``success``; ``backoff_s``: how long
-    a node that failed is left alone. Rate limits and hysteresis are the planner's."""
-
-    plan: PlanSettings = field(default_factory=PlanSettings)
-    deadline_s: float = 600.0
-    backoff_s: float = 1800.0
-    carve: CarveSettings = field(default_factory=CarveSettings)
 
 
 @dataclass(frozen=True, slots=True)

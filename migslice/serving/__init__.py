@@ -3,6 +3,7 @@
 A shell package (I/O, clocks): the pure core never imports it.
 """
 
+from migslice.serving.apps import load_cluster_file, serve_app
 from migslice.serving.limits import ServingLimits
 from migslice.serving.server import ServerOptions, add_server_arguments, options_from_args, serve
 from migslice.serving.worker import ServeError
@@ -15,6 +16,8 @@ __all__ = [
     "ServerOptions",
     "ServingLimits",
     "add_server_arguments",
+    "load_cluster_file",
     "options_from_args",
     "serve",
+    "serve_app",
 ]

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from migslice.mig import Placed
 from migslice.names import MODE_CARVE
-from migslice.objects.carve import CarveRequest
+from migslice.objects.carve_handshake import CarveRequest
 from migslice.repartition import CarveSettings, ControllerSettings, PendingPod, plan_carve
 from migslice.scheduling import PodDemand
 from migslice.sim.cluster import SimCluster, SimNode

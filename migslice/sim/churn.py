@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from migslice.mig import GpuModel
 from migslice.names import MIG_STATE_PENDING, MIG_STATE_SUCCESS
-from migslice.objects.carve import CarvePhase, CarveRequest, CarveStatus
+from migslice.objects.carve_handshake import CarvePhase, CarveRequest, CarveStatus
 from migslice.sim.batching import NosBatching
 from migslice.sim.carving import carve_node, carving_settings
 from migslice.sim.churn_model import (

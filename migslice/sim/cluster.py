@@ -32,7 +32,7 @@ from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
 from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.names import MIG_STATE_SUCCESS, MIG_TRANSITION_STATES
 from migslice.objects import NodeFacts
-from migslice.objects.carve import CarveRequest, CarveStatus
+from migslice.objects.carve_handshake import CarveRequest, CarveStatus
 from migslice.objects.gpu_layout import AgentGpu, AgentInstance, AgentReport
 from migslice.scheduling import PreparedNode, prepare_node
 

@@ -1,7 +1,6 @@
 """``migslice simulate``: one policy, one workload, mode A saturation, a metrics table.
 
-Also the place where the simulator's traces are read from disk (the core parses text):
-``bench/packing.py`` uses :func:`load_workload` too.
+The workload comes from :mod:`migslice.sim.trace_files` (the trace read from disk).
 """
 
 from __future__ import annotations
@@ -12,54 +11,19 @@ import time
 from pathlib import Path
 
 from migslice import console
-from migslice.console import CommandError, format_table
+from migslice.console import format_table
 from migslice.sim import (
     GPU_MODEL,
     POLICY_IDS,
     TRACE_FOLDER,
     LoadPoint,
-    MappingKind,
     RunResult,
     SaturationConfig,
-    TraceError,
-    Workload,
     limit_curve,
     make_policy,
-    map_trace,
-    parse_pod_list,
     run_saturation,
-    synthetic_workload,
 )
-
-DEFAULT_DATA_DIR = Path("../shared/data")
-MAPPINGS = ("M1", "M2", "M3", "M4", "synthetic")
-
-
-def load_workload(data_dir: Path, trace: str, mapping: str) -> Workload:
-    """The pods to sample: ``synthetic``, or ``openb_pod_list_<trace>.csv`` mapped by M1/M2."""
-    if mapping == "synthetic":
-        return synthetic_workload()
-    try:
-        kind = MappingKind(mapping)
-    except ValueError:
-        raise CommandError(f"unknown mapping {mapping!r}; choose {', '.join(MAPPINGS)}") from None
-    if not data_dir.is_dir():
-        raise CommandError(
-            f"data directory {data_dir} not found (resolved {data_dir.resolve()}); the traces "
-            f"live in ../shared/data beside the repository: run from the repository root or "
-            f"pass --data-dir"
-        )
-    path = data_dir / TRACE_FOLDER / f"openb_pod_list_{trace}.csv"
-    if not path.is_file():
-        raise CommandError(
-            f"trace file {path} not found; --trace names openb_pod_list_<trace>.csv in "
-            f"{data_dir / TRACE_FOLDER} (e.g. default, gpushare100)"
-        )
-    try:
-        pods = parse_pod_list(path.read_text(encoding="utf-8"))
-    except TraceError as error:
-        raise CommandError(f"{path}: {error}") from None
-    return map_trace(trace, pods, kind)
+from migslice.sim.trace_files import DEFAULT_DATA_DIR, MAPPINGS, load_workload
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:

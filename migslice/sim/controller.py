@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from migslice.objects.carve import CarveRequest
+from migslice.objects.carve_handshake import CarveRequest
 from migslice.repartition import (
     ControllerSettings,
     NodeChange,

@@ -165,9 +165,9 @@ class PlannerLayouts(dict[tuple[str, frozenset[str]], list[Layout]]):
 
 
 class DemandMix:
-    """The planner's demand mix (rule 5 of :mod:`migslice.repartition.planner`) kept per node
-    and summed on demand: compute slices pods hold per resource, and free compute slices per
-    resource on GPUs a pod uses."""
+    """The planner's demand mix (rule 5 of :mod:`migslice.repartition.migmanager.planner`)
+    kept per node and summed on demand: compute slices pods hold per resource, and free
+    compute slices per resource on GPUs a pod uses."""
 
     def __init__(self, cluster: SimCluster) -> None:
         self._cluster = cluster

@@ -16,7 +16,7 @@ from migslice.names import CARVE_STATE_ANNOTATION, DEVICE_PLUGIN_SELECTOR, GPU_O
 
 
 class KubeCarveNode:
-    """One node seen by its agent (the ``CarveNode`` port of :mod:`agent.carve`)."""
+    """One node seen by its agent (the ``CarveNode`` port of :mod:`agent.carve.carver`)."""
 
     def __init__(
         self,

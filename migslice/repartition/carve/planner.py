@@ -4,14 +4,14 @@ create, on GPUs in use too, never touching an instance a pod may hold. Pure: the
 
 Rules, in the order they are applied:
 
-1. Demand is what the MIG Manager planner serves (rule 1 of
-   :mod:`migslice.repartition.planner`): pods unschedulable for ``min_pending_s``, only MIG
-   units, only pods no free instance could serve now.
+1. Demand is what the MIG Manager planner serves
+   (:func:`migslice.repartition.pending.eligible_demand`): pods unschedulable for
+   ``min_pending_s``, only MIG units, only pods no free instance could serve now.
 2. Only nodes in carve mode (label ``migslice.io/repartition-mode=carve``, or the default),
    with the node agent's exact layout (``migslice.io/gpu-layout`` agreeing with allocatable),
    not carving now, not held back (backoff, another plan), not changed less than
    ``cooldown_s`` ago, and not being worked on by MIG Manager.
-3. Pinned instances (busy, or maybe held: :mod:`migslice.repartition.carve_gpu`) are never
+3. Pinned instances (busy, or maybe held: :mod:`migslice.repartition.carve.gpu`) are never
    destroyed; idle ones are destroyed only where a new instance needs them gone.
 4. Pods are served largest profile first. Each instance a pod needs goes where it costs the
    cluster the least room (:mod:`migslice.mig.room`): reusing an idle instance or creating one
@@ -28,63 +28,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from migslice.inventory import LayoutSource, NodeState
-from migslice.mig import Layout
-from migslice.mig.room import NO_LOSS, RoomLoss, add_losses
+from migslice.mig.room import RoomLoss, add_losses
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
-from migslice.objects.carve import CarveGpu
-from migslice.repartition.carve_gpu import CarvedGpu, best_option, carved_gpus
+from migslice.repartition.carve.gpu import CarvedGpu, best_option, carved_gpus
 from migslice.repartition.modes import mode_of
-from migslice.repartition.pending import PendingPod
-from migslice.repartition.planner import eligible_demand
+from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
+from migslice.repartition.plans import CarvePlan, GpuCarve, NodeCarve
+from migslice.repartition.settings import CarveSettings
 from migslice.scheduling.demand import PodDemand
 from migslice.whynot import WhyNot
 
-CARVE_MIN_PENDING_S = 10.0
-"""Carve mode's own wait before a pod counts: a carve never disturbs a running instance, so
-the guard only has to outlast kube-scheduler's own retry of a pod it just failed (its
-backoff tops out at 10 s), not the MIG Manager path's 30 s (that path re-configures whole
-GPUs and restarts the device plugin). Chosen by ``bench/carve.py`` (docs/benchmarks.md)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CarveSettings:
-    """``min_pending_s``: a pod must be unschedulable this long before a carve counts it;
-    ``cooldown_s``: a node carved this recently is left alone; ``max_nodes_in_flight``:
-    nodes carving at once; ``default_mode``: the mode of nodes without the mode label."""
-
-    min_pending_s: float = CARVE_MIN_PENDING_S
-    cooldown_s: float = 60.0
-    max_nodes_in_flight: int = 4
-    default_mode: str = MODE_MIG_MANAGER
-
-
-@dataclass(frozen=True, slots=True)
-class GpuCarve:
-    """One GPU's change: its layout before and after, and the step the agent is asked for."""
-
-    index: int
-    old: Layout
-    new: Layout
-    step: CarveGpu
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCarve:
-    node: str
-    gpus: tuple[GpuCarve, ...]
-    serves: tuple[str, ...]
-    loss: RoomLoss = NO_LOSS
-
-
-@dataclass(frozen=True, slots=True)
-class CarvePlan:
-    changes: tuple[NodeCarve, ...] = ()
-    unserved: tuple[tuple[str, str], ...] = ()
-    skipped_nodes: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.changes
+DEFAULT_CARVE_SETTINGS = CarveSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +68,7 @@ def plan_carve(
     pending: Iterable[PendingPod],
     *,
     cooldowns: Mapping[str, float] | None = None,
-    settings: CarveSettings = CarveSettings(),
+    settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
     held: Mapping[str, str] | None = None,
 ) -> CarvePlan:
     """Plan carves for waiting pods (see the module docstring). ``cooldowns``: node -> seconds
@@ -133,7 +87,7 @@ def plan_carve(
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
     losses: dict[str, list[RoomLoss]] = {}
-    waiting.sort(key=lambda pod: (-_size(pod), pod.key))
+    waiting.sort(key=serving_order)
     for pod in waiting:
         chosen = _choose(pod, candidates, states, served=served, budget=budget)
         if isinstance(chosen, str):
@@ -244,7 +198,3 @@ def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu]) -> _Trial |
         spent.append(option.loss)
         destroyed += len(option.destroy)
     return _Trial(add_losses(spent), destroyed, trial)
-
-
-def _size(pod: PodDemand) -> int:
-    return max((int(u.profile.split("g.")[0]) if u.profile else 0) for u in pod.units)

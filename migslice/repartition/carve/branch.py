@@ -2,7 +2,7 @@
 the next carve step, or None when carve mode has nothing to do now (the MIG Manager path
 then decides).
 
-* **idle** (no carve plan): :func:`migslice.repartition.carve.plan_carve` over carve-mode
+* **idle** (no carve plan): :func:`migslice.repartition.carve.planner.plan_carve` over carve-mode
   nodes; nothing -> None; else ``START``: the plan is written to the record (``appliedAt``
   null). Nothing on the cluster changes yet.
 * **planned**: each node is re-checked against its state now (still carve mode, the agent's
@@ -27,35 +27,30 @@ from dataclasses import dataclass, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE
-from migslice.objects.carve import CarvePhase, CarveRequest
+from migslice.objects.carve_handshake import CarvePhase
 from migslice.objects.times import format_time
-from migslice.repartition.actions import NodeEvent
-from migslice.repartition.carve import CarvePlan, CarveSettings, plan_carve
-from migslice.repartition.carve_gpu import carved_gpus
-from migslice.repartition.carve_record import ActiveCarve, CarveStep
+from migslice.repartition.actions import CarveWrite, NodeEvent
+from migslice.repartition.carve.gpu import carved_gpus
+from migslice.repartition.carve.planner import plan_carve
 from migslice.repartition.modes import mode_of
 from migslice.repartition.pending import PendingPod
+from migslice.repartition.plans import CarvePlan
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
     OPEN,
     SUCCESS,
     TIMEOUT,
+    ActiveCarve,
+    CarveStep,
     NodeOutcome,
     RepartitionRecord,
 )
+from migslice.repartition.settings import CarveSettings
 from migslice.whynot import WhyNot
 
 REASON_CARVE = "MigCarve"
 REASON_CARVE_FAILED = "MigCarveFailed"
-
-
-@dataclass(frozen=True, slots=True)
-class CarveWrite:
-    """Set (``request``) or remove (None) the node's ``migslice.io/carve`` annotation."""
-
-    node: str
-    request: CarveRequest | None
 
 
 @dataclass(frozen=True, slots=True)

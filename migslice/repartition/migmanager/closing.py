@@ -2,8 +2,9 @@
 
 ``success`` on the plan's config starts the node's cooldown; ``failed`` restores the previous
 config's label and backs the node off; not ``success`` within the deadline (``timeout``)
-restores the label too and quarantines the node (``migslice.repartition.quarantine``): the
-record keeps it, the Node gets its label and annotation, a Warning Event says so.
+restores the label too and quarantines the node
+(``migslice.repartition.migmanager.quarantine``): the record keeps it, the Node gets its label
+and annotation, a Warning Event says so.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from migslice.repartition.actions import (
     QuarantineMark,
     SetLabel,
 )
-from migslice.repartition.messages import applied_message
-from migslice.repartition.quarantine import (
+from migslice.repartition.migmanager.messages import applied_message
+from migslice.repartition.migmanager.quarantine import (
     REASON_QUARANTINED,
     quarantine_message,
     quarantine_note,

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from migslice.names import CARVE_ANNOTATION, MIG_STATE_SUCCESS
 from migslice.objects import NodeFacts
-from migslice.objects.carve import CarvePhase, render_carve_request
+from migslice.objects.carve_handshake import CarvePhase, render_carve_request
 from migslice.repartition import CarveWrite
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The carve plan in the repartition controller's record (key ``carve`` of the record JSON).
+"""The carve part of the plan record: the carve plan in progress (key ``carve``).
 
 It sits beside the MIG Manager plan, in the same annotation of the same ConfigMap, so both
 paths share one durable record, one write and one set of cooldowns and backoffs::
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarveAnnotationError,
     CarveGpu,
     CarveRequest,
@@ -26,7 +26,13 @@ from migslice.objects.carve import (
     parse_gpus,
 )
 from migslice.objects.times import format_time
-from migslice.repartition.record import OPEN, OUTCOMES, NodeOutcome, RecordError, parse_time
+from migslice.repartition.record.wire import (
+    OPEN,
+    NodeOutcome,
+    RecordError,
+    parse_outcome,
+    parse_time,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +103,7 @@ def parse_carve(raw: object) -> ActiveCarve | None:
         where = f"carve.nodes[{position}]"
         if not isinstance(item, Mapping) or not isinstance(item.get("node"), str):
             raise RecordError(f"{where}: expected an object with a node name")
-        outcome = item.get("outcome", OPEN)
-        if outcome not in OUTCOMES:
-            raise RecordError(f"{where}.outcome: {outcome!r} is not one of {sorted(OUTCOMES)}")
+        outcome = parse_outcome(item, where)
         serves = item.get("serves") or []
         if not isinstance(serves, list) or not all(isinstance(s, str) for s in serves):
             raise RecordError(f"{where}.serves: expected pod keys")
@@ -108,7 +112,7 @@ def parse_carve(raw: object) -> ActiveCarve | None:
                 node=str(item["node"]),
                 gpus=_parse_gpus(item.get("gpus") or [], where),
                 serves=tuple(serves),
-                outcome=NodeOutcome(outcome),
+                outcome=outcome,
                 detail=str(item.get("detail") or ""),
             )
         )

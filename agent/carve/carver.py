@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
-from agent.carve_checks import (
+from agent.carve.checks import (
     CarveAbortError,
     MigWriteError,
     held_counts,
@@ -44,7 +44,7 @@ from agent.carve_checks import (
 )
 from agent.readings import GpuReading
 from migslice.names import MIG_TRANSITION_STATES, MODE_MIG_MANAGER
-from migslice.objects.carve import (
+from migslice.objects.carve_handshake import (
     CarvePhase,
     CarveStatus,
     Doomed,
@@ -61,7 +61,7 @@ REASON_FAILED = "MigCarveFailed"
 
 
 class MigDriver(Protocol):
-    """The node's GPUs (:class:`agent.nvml_carve.NvmlMig` over NVML)."""
+    """The node's GPUs (:class:`agent.carve.nvml_writes.NvmlMig` over NVML)."""
 
     def read(self) -> tuple[GpuReading, ...]: ...
 
@@ -71,7 +71,7 @@ class MigDriver(Protocol):
 
 
 class CarveNode(Protocol):
-    """This node in the API server (:class:`migslice.kube.carve.KubeCarveNode`)."""
+    """This node in the API server (:class:`migslice.kube.carve_node.KubeCarveNode`)."""
 
     def read_node(self) -> JsonObject: ...
 

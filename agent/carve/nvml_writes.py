@@ -1,6 +1,7 @@
 """Change a GPU's MIG layout through NVML at exact placements (nvidia-ml-py). With
-:mod:`agent.nvml` the only modules importing pynvml; this one is imported only when the node
-agent carves (``--carve`` on a node asked to carve), never on the read-only path.
+:mod:`agent.nvml` (the read path) the only two modules importing pynvml; this one is imported
+only when the node agent carves (``--carve`` on a node asked to carve), never on the
+read-only path.
 
 * create: ``nvmlDeviceCreateGpuInstanceWithPlacement`` (profile id from NVML's own profile
   table, placement start and size), then the GPU instance's full compute instance
@@ -25,10 +26,10 @@ from typing import Any
 
 import pynvml
 
-from agent.carve_checks import MigWriteError
+from agent.carve.checks import MigWriteError
 from agent.nvml import read_gpus
 from agent.readings import GpuReading
-from migslice.objects.carve import Slot
+from migslice.objects.carve_handshake import Slot
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from agent.readings import GpuReading, InstanceReading
 from migslice.console import CommandError
 from migslice.inventory import mig_resource
 from migslice.mig import MIG_RESOURCE_PREFIX
-from migslice.objects.carve import CarveGpu, Slot
+from migslice.objects.carve_handshake import CarveGpu, Slot
 from migslice.objects.json import JsonObject
 from migslice.objects.nodes import NodeFacts
 from migslice.objects.pods import pod_facts_from_raw

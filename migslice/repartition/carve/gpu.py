@@ -25,7 +25,7 @@ from itertools import combinations
 from migslice.inventory import NodeState, mig_resource
 from migslice.mig import GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.objects.carve import CarveGpu, Doomed, Slot
+from migslice.objects.carve_handshake import CarveGpu, Doomed, Slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ Rules, in the order they are applied:
 
 1. Only pods whose demand has waited ``min_pending_s`` count (no thrashing on a burst), only
    their MIG units (a whole-GPU request needs MIG disabled: a mode change is out of scope), and
-   only pods that no free instance in the cluster could serve already.
+   only pods that no free instance in the cluster could serve already
+   (:func:`migslice.repartition.pending.eligible_demand`, which the carve planner shares).
 2. Only **idle** GPUs change: MIG enabled, no instance held by a pod, none busy per the node
    agent. mig-parted wipes every instance of a GPU whose config changes and fails on busy ones.
    A node whose layout is known only by counts is used only when nothing on it is held.
@@ -32,9 +33,10 @@ Rules, in the order they are applied:
    already matches untouched), so the config the node label names describes the whole node.
 7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once in each node pool (the
    GPU product; with ``budget_per_pool`` off, in the whole cluster), counting those MIG Manager
-   is already working on except quarantined ones (``migslice.repartition.quarantine``: MIG
-   Manager left them ``pending`` past the deadline); the rest of the demand waits for the next
-   round. A stuck node thus holds back only its own pool, and only until its deadline.
+   is already working on except quarantined ones
+   (``migslice.repartition.migmanager.quarantine``: MIG Manager left them ``pending`` past
+   the deadline); the rest of the demand waits for the next round. A stuck node thus holds
+   back only its own pool, and only until its deadline.
 """
 
 from __future__ import annotations
@@ -51,58 +53,16 @@ from migslice.mig import (
     Placed,
     make_layout,
 )
-from migslice.mig.migparted import MigPartedEntry, mig_parted_entries, profile_counts
+from migslice.mig.migparted import mig_parted_entries, profile_counts
 from migslice.names import MIG_TRANSITION_STATES
-from migslice.repartition.pending import PendingPod
+from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
+from migslice.repartition.plans import GpuChange, NodeChange, RepartitionPlan
+from migslice.repartition.settings import PlanSettings
 from migslice.repartition.shapes import LayoutCache, Layouts, demand_mix
-from migslice.scheduling.demand import PodDemand, UnitKind
+from migslice.scheduling.demand import PodDemand
 from migslice.whynot import WhyNot
 
-
-@dataclass(frozen=True, slots=True)
-class PlanSettings:
-    """``expected_mix``: resource name -> weight of expected demand (empty: observed demand)."""
-
-    min_pending_s: float = 30.0
-    cooldown_s: float = 600.0
-    max_nodes_in_flight: int = 1
-    expected_mix: tuple[tuple[str, float], ...] = ()
-    budget_per_pool: bool = True
-    """``max_nodes_in_flight`` per GPU product (True) or for the whole cluster (False)."""
-
-    def pool_of(self, node: NodeState) -> str:
-        return (node.facts.product or "") if self.budget_per_pool else ""
-
-
-@dataclass(frozen=True, slots=True)
-class GpuChange:
-    index: int
-    old: Layout
-    new: Layout
-
-
-@dataclass(frozen=True, slots=True)
-class NodeChange:
-    """New layouts for some GPUs of one node, as a named mig-parted config."""
-
-    node: str
-    model_key: str
-    config_name: str
-    previous_config: str | None
-    gpus: tuple[GpuChange, ...]
-    serves: tuple[str, ...]
-    entries: tuple[MigPartedEntry, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RepartitionPlan:
-    changes: tuple[NodeChange, ...] = ()
-    unserved: tuple[tuple[str, str], ...] = ()
-    skipped_nodes: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.changes
+DEFAULT_PLAN_SETTINGS = PlanSettings()
 
 
 @dataclass
@@ -162,27 +122,12 @@ def _profiles_for(unit_resource: str, model: GpuModel) -> str | None:
     return profile.name if profile is not None else None
 
 
-def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
-    for node in nodes:
-        if node.facts.mig_config_state in MIG_TRANSITION_STATES or node.facts.is_carving:
-            continue
-        if pod.products is not None and (node.facts.product or "") not in pod.products:
-            continue
-        if all(node.free_of(u.resource) >= u.count for u in pod.units):
-            return True
-    return False
-
-
-def _size(pod: PodDemand) -> int:
-    return max((int(u.profile.split("g.")[0]) if u.profile else 0) for u in pod.units)
-
-
 def plan(
     nodes: Sequence[NodeState],
     pending: Iterable[PendingPod],
     *,
     cooldowns: Mapping[str, float] | None = None,
-    settings: PlanSettings = PlanSettings(),
+    settings: PlanSettings = DEFAULT_PLAN_SETTINGS,
     held: Mapping[str, str] | None = None,
     quarantined: Mapping[str, str] | None = None,
     layout_cache: LayoutCache | None = None,
@@ -217,7 +162,7 @@ def plan(
     served: dict[str, list[str]] = {}
 
     layouts = Layouts(demand_mix(nodes, pending_pods, settings.expected_mix), layout_cache)
-    waiting.sort(key=lambda p: (-_size(p), p.key))
+    waiting.sort(key=serving_order)
     for pod in waiting:
         placed, held_back = _place(pod, gpus, budget, idle_per_node, layouts)
         if placed is None:
@@ -232,27 +177,6 @@ def plan(
         if (change := _node_change(name, gpus, tuple(served[name]))) is not None
     ]
     return RepartitionPlan(tuple(changes), tuple(unserved), tuple(skipped))
-
-
-def eligible_demand(
-    pending: Sequence[PendingPod], nodes: Sequence[NodeState], min_pending_s: float
-) -> tuple[list[PodDemand], list[tuple[str, str]]]:
-    """The pods a re-partition should serve (rule 1), and why the others wait (both modes)."""
-    unserved: list[tuple[str, str]] = []
-    waiting: list[PodDemand] = []
-    for item in pending:
-        pod = item.demand
-        if pod.error or not pod.units:
-            continue
-        if item.pending_s < min_pending_s:
-            unserved.append((pod.key, f"pending {item.pending_s:.0f}s < {min_pending_s:.0f}s"))
-        elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
-            unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
-        elif _can_serve_now(pod, nodes):
-            unserved.append((pod.key, "a free instance exists; left to the scheduler"))
-        else:
-            waiting.append(pod)
-    return waiting, unserved
 
 
 def _node_change(

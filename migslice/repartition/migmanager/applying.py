@@ -11,8 +11,8 @@ from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.migparted import MigPartedEntry
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, REPARTITION_MODE_LABEL
 from migslice.repartition.actions import REASON_STARTED, NodeEvent, SetLabel
-from migslice.repartition.closing import Closing, close_node, outcome_of
-from migslice.repartition.messages import applying_message, referenced_configs
+from migslice.repartition.migmanager.closing import Closing, close_node, outcome_of
+from migslice.repartition.migmanager.messages import applying_message, referenced_configs
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -22,7 +22,8 @@ from migslice.repartition.record import (
     NodeStep,
     RepartitionRecord,
 )
-from migslice.repartition.steps import ControllerSettings, PlanResult, Step, StepKind
+from migslice.repartition.settings import ControllerSettings
+from migslice.repartition.steps import PlanResult, Step, StepKind
 from migslice.whynot import WhyNot
 
 

@@ -1,0 +1,42 @@
+"""The repartition controller's durable plan record: one document
+(:mod:`~migslice.repartition.record.document`) composed of the MIG Manager part
+(:mod:`~migslice.repartition.record.plan`) and the carve part
+(:mod:`~migslice.repartition.record.carve_plan`), which share outcomes, times and errors
+(:mod:`~migslice.repartition.record.wire`)."""
+
+from migslice.repartition.record.carve_plan import ActiveCarve, CarveStep
+from migslice.repartition.record.document import (
+    RepartitionRecord,
+    parse_record,
+    render_record,
+)
+from migslice.repartition.record.plan import ActivePlan, NodeStep, Quarantined
+from migslice.repartition.record.wire import (
+    ABORTED,
+    FAILED,
+    OPEN,
+    SUCCESS,
+    SUPERSEDED,
+    TIMEOUT,
+    NodeOutcome,
+    RecordError,
+)
+
+__all__ = [
+    "ABORTED",
+    "FAILED",
+    "OPEN",
+    "SUCCESS",
+    "SUPERSEDED",
+    "TIMEOUT",
+    "ActiveCarve",
+    "ActivePlan",
+    "CarveStep",
+    "NodeOutcome",
+    "NodeStep",
+    "Quarantined",
+    "RecordError",
+    "RepartitionRecord",
+    "parse_record",
+    "render_record",
+]

@@ -1,0 +1,96 @@
+"""The repartition controller's durable record as one document: the MIG Manager plan and the
+quarantine (:mod:`~migslice.repartition.record.plan`), the carve plan
+(:mod:`~migslice.repartition.record.carve_plan`), and the cooldowns and backoffs both share.
+
+The record is JSON in the annotation ``migslice.io/repartition`` of the mig-parted ConfigMap,
+so that a plan's configs and the record that says they are being applied change in one
+write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in values.
+
+    {"version": "v1",
+     "plan": {…},
+     "finished": {"gpu-b": "2025-05-01T09:50:00Z"},
+     "backoff": {"gpu-c": "2025-05-01T10:30:00Z"},
+     "quarantine": {…},
+     "carve": {…}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from migslice.names import RECORD_ANNOTATION
+from migslice.objects.times import format_time
+from migslice.repartition.record.carve_plan import ActiveCarve, carve_json, parse_carve
+from migslice.repartition.record.plan import (
+    ActivePlan,
+    Quarantined,
+    parse_plan,
+    parse_quarantine,
+    plan_json,
+    quarantine_json,
+)
+from migslice.repartition.record.wire import RecordError, parse_time
+
+RECORD_VERSION = "v1"
+
+
+@dataclass(frozen=True, slots=True)
+class RepartitionRecord:
+    """``finished``: node -> when its last re-partition succeeded (cooldown);
+    ``backoff``: node -> until when it is left alone after a failure; ``quarantine``: nodes
+    left alone until MIG Manager reports success or an admin releases them; ``carve``: the
+    carve plan in progress, beside the MIG Manager one."""
+
+    plan: ActivePlan | None = None
+    finished: tuple[tuple[str, float], ...] = ()
+    backoff: tuple[tuple[str, float], ...] = ()
+    quarantine: tuple[Quarantined, ...] = ()
+    carve: ActiveCarve | None = None
+
+    def with_plan(self, plan: ActivePlan | None) -> RepartitionRecord:
+        return replace(self, plan=plan)
+
+
+def render_record(record: RepartitionRecord) -> str:
+    document: dict[str, Any] = {
+        "version": RECORD_VERSION,
+        "plan": None if record.plan is None else plan_json(record.plan),
+        "finished": {node: format_time(at) for node, at in record.finished},
+        "backoff": {node: format_time(until) for node, until in record.backoff},
+        "quarantine": quarantine_json(record.quarantine),
+    }
+    if record.carve is not None:
+        document["carve"] = carve_json(record.carve)
+    return json.dumps(document, separators=(",", ":"), sort_keys=False)
+
+
+def parse_record(text: str | None) -> RepartitionRecord:
+    """The record in an annotation's text; an absent annotation is an empty record."""
+    if not text:
+        return RepartitionRecord()
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise RecordError(f"annotation {RECORD_ANNOTATION} is not JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
+        raise RecordError(
+            f"annotation {RECORD_ANNOTATION}: expected an object with version {RECORD_VERSION}"
+        )
+    return RepartitionRecord(
+        plan=parse_plan(document.get("plan")),
+        finished=_times(document.get("finished"), "finished"),
+        backoff=_times(document.get("backoff"), "backoff"),
+        quarantine=parse_quarantine(document.get("quarantine")),
+        carve=parse_carve(document.get("carve")),
+    )
+
+
+def _times(raw: object, where: str) -> tuple[tuple[str, float], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise RecordError(f"{where}: expected a map of node to time")
+    return tuple(sorted((str(k), parse_time(v, f"{where}.{k}")) for k, v in raw.items()))
