@@ -72,7 +72,8 @@ class Framing:
 
 def framing(version: bytes, headers: tuple[tuple[bytes, bytes], ...]) -> Framing:
     """How the body is framed, whether the connection stays open, whether 100-continue is
-    expected; refuses Host, Content-Length and Transfer-Encoding as the module says."""
+    expected; refuses Host, Content-Length and Transfer-Encoding by the rules that
+    :mod:`migslice.serving.http1` lists."""
     hosts = 0
     lengths: list[bytes] = []
     codings: list[bytes] = []
