@@ -6,7 +6,9 @@ arrive whole within ``request_timeout_s`` of its first byte; a connection waits 
 ``keepalive_timeout_s`` for the first byte of a request (its first, or its next one when kept
 alive). A silent connection costs memory only, and the connection table sheds the one that has
 waited longest when it is full. A request body larger than its path's limit is refused
-without being read.
+without being read. A request head is at most ``max_header_bytes`` long with at most
+``max_header_count`` fields (431 beyond either) and a request line of at most
+``max_request_line_bytes`` (414); trailers are held to the same two limits as the head.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class ServingLimits:
     max_connections: int = 1024
     max_requests_per_connection: int = 1000
     max_header_bytes: int = 32 * KIB
+    max_header_count: int = 100
+    max_request_line_bytes: int = 8 * KIB
     body_limits: tuple[tuple[str, int], ...] = ()
     default_body_bytes: int = 64 * KIB
     large_body_bytes: int = MIB
@@ -64,6 +68,18 @@ class ServingLimits:
         ):
             if count < 1:
                 raise ValueError(f"{flag} {count}: must be at least 1")
+        for name, count in (  # fixed in the services: no flags
+            ("max_header_bytes", self.max_header_bytes),
+            ("max_header_count", self.max_header_count),
+            ("max_request_line_bytes", self.max_request_line_bytes),
+        ):
+            if count < 1:
+                raise ValueError(f"ServingLimits.{name} {count}: must be at least 1")
+        if self.max_request_line_bytes > self.max_header_bytes:
+            raise ValueError(
+                f"ServingLimits.max_request_line_bytes {self.max_request_line_bytes}: must be "
+                f"at most max_header_bytes {self.max_header_bytes} (the line is part of the head)"
+            )
         for path, limit in self.body_limits:
             if limit < 1:
                 raise ValueError(f"body limit of {path} is {limit} bytes: must be at least 1")

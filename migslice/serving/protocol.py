@@ -2,14 +2,16 @@
 
 TLS runs over memory BIOs (``ssl.SSLObject``), so a connection costs a few kilobytes until it
 sends something, the handshake is a phase of our own with its own deadline, and every new
-connection gets the serving certificate as it is on disk now. HTTP/1.1 framing is h11's. A
-request is read whole under one deadline (headers and body together: trickling bytes does not
-extend it) and only then handed to the app in the worker's thread pool, so no thread ever waits
-on a client. A request to one of the site's inline paths with a body of at most
-:data:`INLINE_BODY_BYTES` is answered by the event loop itself, without the two thread hops
-(for handlers that only compute, briefly: the extender's verbs). A body over its path's limit
-is refused without being read, whether it is announced by Content-Length or arrives chunked;
-the connection closes after the answer.
+connection gets the serving certificate as it is on disk now. HTTP/1.1 is read by our strict
+parser (``http1.py``): a request it will not read is answered 400, 414, 431, 501 or 505, and
+the connection closes after the answer, nothing behind it answered. A request is read whole
+under one deadline (headers and body together: trickling bytes does not extend it) and only
+then handed to the app in the worker's thread pool, so no thread ever waits on a client. A
+request to one of the site's inline paths with a body of at most :data:`INLINE_BODY_BYTES` is
+answered by the event loop itself, without the two thread hops (for handlers that only
+compute, briefly: the extender's verbs). A body over its path's limit is refused without being
+read, whether it is announced by Content-Length or arrives chunked; the connection closes after
+the answer.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import ssl
 from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote
 
-import h11
-
 from migslice.serving.connections import Phase
+from migslice.serving.http1 import RequestHead, RequestParser, Signal
+from migslice.serving.http1_syntax import CONTINUE, ParseError, error_response, response_head
 from migslice.serving.tls_session import Hello, TlsSession
 from migslice.serving.wsgi import (
     Endpoint,
@@ -62,11 +64,15 @@ class HttpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._endpoint = Endpoint(site.scheme, ("", 0), ("", 0), site.multiprocess)
         self._tls = TlsSession()
-        self._http = h11.Connection(
-            h11.SERVER, max_incomplete_event_size=site.limits.max_header_bytes
+        limits = site.limits
+        self._http = RequestParser(
+            max_head_bytes=limits.max_header_bytes,
+            max_header_count=limits.max_header_count,
+            max_request_line_bytes=limits.max_request_line_bytes,
         )
         self._answered = 0
-        self._request: h11.Request | None = None
+        self._request: RequestHead | None = None
+        self._keep_alive = True
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._body_limit = 0
@@ -292,7 +298,7 @@ class HttpConnection(asyncio.Protocol):
             self._began, self._request_bytes = self.site.now(), 0
             self.deadline = self._began + self.site.limits.request_timeout_s
         self._request_bytes += len(data)
-        self._http.receive_data(data)
+        self._http.feed(data)
         if self.phase is Phase.READING and not self._waits_for_slot:
             self._advance()
         if self.phase is Phase.READING:
@@ -314,36 +320,33 @@ class HttpConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _advance(self) -> None:
+        http = self._http
         while self.phase is Phase.READING and not self._waits_for_slot:
             try:
-                event = self._http.next_event()
-            except h11.RemoteProtocolError as error:
+                event = http.next_event()
+            except ParseError as error:
                 self._refuse_malformed(error)
                 return
-            if event is h11.NEED_DATA:
-                if self._http.they_are_waiting_for_100_continue and not self._sent_continue:
+            if isinstance(event, bytes):
+                self._take(event)
+            elif event is Signal.NEED_DATA:
+                if http.waits_for_continue and not self._sent_continue:
                     self._sent_continue = True
-                    self._write(
-                        self._http.send(h11.InformationalResponse(status_code=100, headers=[]))
-                    )
+                    self._write(CONTINUE)
                 return
-            if isinstance(event, h11.Request):
-                self._begin(event)
-            elif isinstance(event, h11.Data):
-                self._take(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
+            elif event is Signal.END_OF_MESSAGE:
                 self._dispatch()
-            elif isinstance(event, h11.ConnectionClosed):
-                self.close()
-            else:  # PAUSED: h11 waits for the next cycle
+            elif isinstance(event, RequestHead):
+                self._begin(event)
+            else:  # PAUSED: the next request waits for this one's answer
                 return
 
-    def _begin(self, request: h11.Request) -> None:
+    def _begin(self, request: RequestHead) -> None:
         self._request = request
         path = unquote(request.target.partition(b"?")[0].decode("latin-1"))
         self._body_limit = self.site.limits.body_limit(path)
         self._inline = path in self.site.inline_paths
-        declared = _content_length(request)
+        declared = request.content_length  # None: chunked
         if declared is not None and declared > self._body_limit:
             self._refuse_body(declared)
         elif declared is not None and declared > self.site.limits.large_body_bytes:
@@ -373,22 +376,25 @@ class HttpConnection(asyncio.Protocol):
         self._body, self._body_bytes = [], known_bytes
         self._dispatch()
 
-    def _refuse_malformed(self, error: h11.RemoteProtocolError) -> None:
+    def _refuse_malformed(self, error: ParseError) -> None:
+        """Answer what was wrong and close: nothing behind it on this connection is read.
+        The close lingers like a refused body's, so that bytes the client is still sending
+        (the rest of the request, a pipelined one) cannot reset the connection under our
+        answer."""
         self.site.count("malformed")
-        status = error.error_status_hint
-        body = f"{error}\n".encode("utf-8", "replace")
-        try:
-            headers = [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ]
-            self._write(self._http.send(h11.Response(status_code=status, headers=headers)))
-            self._write(self._http.send(h11.Data(data=body)))
-            self._write(self._http.send(h11.EndOfMessage()))
-        except h11.LocalProtocolError:
-            pass
-        self.close()
+        log.debug(
+            "malformed request from peer=%s: %s; answering %d and closing",
+            self._endpoint.peer[0], error.message, error.status,
+        )  # fmt: skip
+        if self._holds_slot:
+            self._holds_slot = False
+            self.site.large_slot.release(self)
+        self._body, self._request = [], None
+        self._write(error_response(error))
+        if self._peer_done:
+            self.close()
+        else:
+            self._linger()
 
     def _dispatch(self) -> None:
         assert self._request is not None and self.transport is not None
@@ -401,7 +407,7 @@ class HttpConnection(asyncio.Protocol):
             method=request.method,
             target=request.target,
             http_version=request.http_version,
-            headers=list(request.headers),
+            headers=request.headers,
             body=body,
             content_length=self._body_bytes if self._too_large else len(body),
             body_limit=self._body_limit,
@@ -442,14 +448,17 @@ class HttpConnection(asyncio.Protocol):
             return  # shed or lost while the app ran
         self._answered += 1
         keep_alive = (
-            not self._too_large
+            self._request is not None
+            and self._request.keep_alive
+            and not self._too_large
             and not self._peer_done
             and self.site.accepting
             and self._answered < self.site.limits.max_requests_per_connection
         )
+        self._keep_alive = keep_alive
         try:
             self._send(outgoing, keep_alive)
-        except h11.LocalProtocolError as error:
+        except ValueError as error:
             log.error(
                 "answer to path=%s not sent (%s); closing the connection", self._path(), error
             )
@@ -465,21 +474,17 @@ class HttpConnection(asyncio.Protocol):
             headers.append((b"content-length", str(len(outgoing.body)).encode()))
         if not keep_alive:
             headers.append((b"connection", b"close"))
-        head = self._http.send(
-            h11.Response(status_code=outgoing.status, headers=headers, reason=outgoing.reason)
-        )
+        if outgoing.status < 200:
+            raise ValueError(f"status {outgoing.status} is not a final answer")
+        head = response_head(outgoing.status, outgoing.reason, headers)
         body = outgoing.body if has_body and self._request.method != b"HEAD" else b""
-        pieces = [head]
-        if body:
-            pieces.extend(self._http.send_with_data_passthrough(h11.Data(data=body)) or ())
-        pieces.append(self._http.send(h11.EndOfMessage()))
         if len(body) <= ONE_WRITE_BYTES:
             # One write: the client reads the answer in one TLS record and one segment, not the
             # head, then (after waking again) the body.
-            self._write(b"".join(piece for piece in pieces if piece))
+            self._write(head + body)
             return
-        for piece in pieces:
-            self._write(piece)  # a large body itself, not a copy of it
+        self._write(head)
+        self._write(body)  # a large body itself, not a copy of it
 
     def _next_cycle(self) -> None:
         assert self.transport is not None
@@ -489,10 +494,10 @@ class HttpConnection(asyncio.Protocol):
             False,
             False,
         )
-        if self._http.their_state is h11.SEND_BODY and not self._peer_done:
+        if self._http.in_body and not self._peer_done:
             self._linger()
             return
-        if self._http.our_state is not h11.DONE or self._http.their_state is not h11.DONE:
+        if not self._keep_alive or self._http.in_body:
             self.close()
             return
         self._http.start_next_cycle()
@@ -500,7 +505,7 @@ class HttpConnection(asyncio.Protocol):
         self.phase, self.deadline = Phase.WAITING, self.site.now() + limits.keepalive_timeout_s
         self.site.table.wait(self)
         self.transport.resume_reading()
-        if self._http.trailing_data[0]:  # a pipelined request is already here
+        if self._http.has_buffered:  # a pipelined request is already here
             self.phase, self.deadline = Phase.READING, self.site.now() + limits.request_timeout_s
             self._advance()
 
@@ -525,10 +530,3 @@ class HttpConnection(asyncio.Protocol):
 
     def _path(self) -> str:
         return self._request.target.decode("latin-1") if self._request is not None else "?"
-
-
-def _content_length(request: h11.Request) -> int | None:
-    for name, value in request.headers:
-        if name == b"content-length":
-            return int(value)
-    return None
