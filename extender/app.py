@@ -49,6 +49,7 @@ from migslice.scheduling import (
     filter_nodes,
     score_nodes,
 )
+from migslice.serving.clients import ClientPolicy
 from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,8 @@ def create_app(
             return Response(answer(request.environ), status=200, mimetype=JSON)
 
         app.add_url_rule(path, path.strip("/"), route, methods=["POST"])
-    app.wsgi_app = Verbs(app.wsgi_app, verbs)  # type: ignore[method-assign]
+    clients = ClientPolicy.of(context.settings.server)
+    app.wsgi_app = Verbs(app.wsgi_app, verbs, clients)  # type: ignore[method-assign]
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -114,15 +116,18 @@ def create_app(
 
 class Verbs:
     """WSGI: ``POST`` to a verb's path answered by its function (the body in, JSON out, 200),
-    anything else by ``fallback`` (Flask)."""
+    anything else by ``fallback`` (Flask). A caller ``clients`` refuses gets 403 and no
+    answer (it is not migslice-scheduler)."""
 
     def __init__(
         self,
         fallback: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]],
         verbs: Mapping[str, Callable[[dict[str, Any]], bytes]],
+        clients: ClientPolicy | None = None,
     ) -> None:
         self._fallback = fallback
         self._verbs = dict(verbs)
+        self._clients = clients or ClientPolicy()
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -130,6 +135,19 @@ class Verbs:
         answer = self._verbs.get(environ.get("PATH_INFO", ""))
         if answer is None or environ.get("REQUEST_METHOD") != "POST":
             return self._fallback(environ, start_response)
+        refusal = self._clients.refusal(environ)
+        if refusal is not None:
+            log.warning(
+                "Refusing %s from peer=%s: %s",
+                environ.get("PATH_INFO"),
+                environ.get("REMOTE_ADDR"),
+                refusal,
+            )
+            refused = orjson.dumps({"Error": refusal})
+            start_response(
+                "403 Forbidden", [("Content-Type", JSON), ("Content-Length", str(len(refused)))]
+            )
+            return [refused]
         body = answer(environ)
         start_response("200 OK", [("Content-Type", JSON), ("Content-Length", str(len(body)))])
         return [body]

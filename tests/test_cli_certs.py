@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from cryptography import x509
 
 from migslice.cli import main
 from migslice.kube import KubernetesTransport
@@ -234,6 +235,30 @@ def test_the_extender_follow_up_names_the_secret_and_the_scheduler_ca(
     assert "webhookconfiguration" not in text
     assert "create secret generic migslice-extender-tls --type=kubernetes.io/tls" in text
     assert "tlsConfig.caData" in text and "--print-ca-bundle" in text
+
+
+def test_a_client_certificate_for_kube_apiserver_comes_with_its_admission_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "webhook"
+    args = ["certs", "--service", "migslice-webhook", "--namespace", "migslice-system"]
+    assert main([*args, "--out", str(out), "--client", "kube-apiserver"]) == 0
+    text = capsys.readouterr().out
+    cert = x509.load_pem_x509_certificate((out / "kube-apiserver.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    assert cert.subject.rfc4514_string() == "CN=kube-apiserver"
+    assert f"--client-ca-file {out / 'ca.crt'} --client-name kube-apiserver" in text
+    assert "kind: WebhookAdmissionConfiguration" in text
+    assert "users: [{name: migslice-webhook.migslice-system.svc, user:" in text
+
+
+def test_client_certificates_are_files_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path)]
+    assert main([*args, "--secret", "s-tls", "--client", "kube-apiserver"]) == 1
+    assert "--client writes files" in capsys.readouterr().err
 
 
 def test_webhook_configuration_without_secret_is_one_line(

@@ -25,6 +25,7 @@ from migslice.policy import (
     check_against_catalog,
     parse_tenant_policy,
 )
+from migslice.serving.clients import ClientPolicy
 from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 from webhook import review
 from webhook.metrics import Metrics
@@ -47,6 +48,7 @@ class _Ports:
         self.state = state
         self.quota = quota
         self.metrics = metrics
+        self.clients = ClientPolicy.of(settings.server)
 
 
 def create_app(
@@ -93,6 +95,9 @@ def _ports() -> _Ports:
 def mutate() -> Response:
     ports = _ports()
     started = time.perf_counter()
+    refusal = ports.clients.refusal(request.environ)
+    if refusal is not None:
+        return _refused("mutate", refusal, started)
     try:
         parsed = review.parse_review(_body(ports.settings))
         if parsed.operation != "CREATE":
@@ -131,6 +136,9 @@ def _decide_pod(ports: _Ports, parsed: Review) -> AdmissionDecision:
 def validate() -> Response:
     ports = _ports()
     started = time.perf_counter()
+    refusal = ports.clients.refusal(request.environ)
+    if refusal is not None:
+        return _refused("validate", refusal, started)
     try:
         parsed = review.parse_review(_body(ports.settings))
         if parsed.operation not in ("CREATE", "UPDATE"):
@@ -211,6 +219,20 @@ def _malformed(endpoint: str, message: str, started: float) -> Response:
     ports.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
     response = jsonify({"error": message})
     response.status_code = 400
+    return response
+
+
+def _refused(endpoint: str, message: str, started: float) -> Response:
+    """403 to a caller that is not kube-apiserver (``--client-ca-file``): it decides nothing
+    and charges no quota."""
+    ports = _ports()
+    ports.metrics.requests.labels(endpoint, "unauthenticated").inc()
+    ports.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    log.warning(
+        "Refusing %s from peer=%s: %s", endpoint, request.environ.get("REMOTE_ADDR"), message
+    )
+    response = jsonify({"error": message})
+    response.status_code = 403
     return response
 
 

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from migslice import console
 from migslice.console import CommandError
-from migslice.serving.certs import TlsBundle, service_dns_names, write_tls_bundle
+from migslice.serving.certs import (
+    TlsBundle,
+    service_dns_names,
+    write_client_cert,
+    write_tls_bundle,
+)
 
 if TYPE_CHECKING:
     from migslice.kube import KubernetesTransport
@@ -75,6 +80,16 @@ def register(commands: Any) -> None:
         help="which server the Service is, for the printed follow-up (default: from the name)",
     )
     certs.add_argument(
+        "--client",
+        metavar="NAME",
+        action="append",
+        default=[],
+        type=console.dns_subdomain,
+        help="also issue a client certificate NAME.crt/NAME.key from the CA, for the caller the "
+        "server will accept with --client-ca-file ca.crt --client-name NAME (kube-apiserver for "
+        "the webhook, migslice-scheduler for the extender); repeatable",
+    )
+    certs.add_argument(
         "--print-ca-bundle",
         action="store_true",
         help="print the base64 caBundle of the CA in --out and exit (writes nothing)",
@@ -114,6 +129,11 @@ def run_certs(args: argparse.Namespace) -> int:
         return 0
     if args.webhook_configuration and not args.secret:
         raise CommandError("--webhook-configuration needs --secret (the CA comes from it)")
+    if args.client and args.secret:
+        raise CommandError(
+            "--client writes files: run it without --secret (the chart's Jobs keep the "
+            "scheduler's client certificate themselves)"
+        )
     if args.secret:
         return _in_cluster(args)
     bundle = _write_files(args)
@@ -122,6 +142,16 @@ def run_certs(args: argparse.Namespace) -> int:
     server = args.server or ("extender" if "extender" in args.service else "webhook")
     for line in follow_up(server, args.service, args.namespace, args.out, bundle):
         print(line)
+    for client in args.client:
+        try:
+            cert, key = write_client_cert(bundle, client, args.days)
+        except (OSError, ValueError) as error:
+            raise CommandError(f"cannot write the client certificate {client}: {error}") from None
+        print(f"wrote client certificate {cert} and key {key} (name {client})")
+        for line in client_follow_up(
+            server, client, bundle, cert, key, args.service, args.namespace
+        ):
+            print(line)
     return 0
 
 
@@ -165,6 +195,40 @@ def follow_up(server: str, service: str, namespace: str, out: str, bundle: TlsBu
             f'"value":"\'$({print_ca})\'"}}]\''
         )
     return lines
+
+
+def client_follow_up(
+    server: str, client: str, bundle: TlsBundle, cert: Path, key: Path, service: str = "",
+    namespace: str = "",
+) -> list[str]:  # fmt: skip
+    """How the client presents its certificate, and how the server is told to ask for it."""
+    flags = f"--client-ca-file {bundle.ca_cert} --client-name {client}"
+    if server == "extender":
+        return [
+            f"run the extender with {flags}; in the KubeSchedulerConfiguration's extender "
+            f"tlsConfig set certFile: {cert} and keyFile: {key} (or certData/keyData)",
+        ]
+    plugin = (
+        "    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: "
+        "WebhookAdmissionConfiguration, kubeConfigFile: /etc/kubernetes/migslice-webhook.yaml}"
+    )
+    return [
+        f"run the webhook with {flags}; kube-apiserver presents the certificate when its "
+        "--admission-control-config-file says so (docs/policy.md, 'Who may call the webhook'):",
+        "  apiVersion: apiserver.config.k8s.io/v1",
+        "  kind: AdmissionConfiguration",
+        "  plugins:",
+        "  - name: MutatingAdmissionWebhook",
+        plugin,
+        "  - name: ValidatingAdmissionWebhook",
+        plugin,
+        "and in /etc/kubernetes/migslice-webhook.yaml (a kubeconfig: its user is looked up by "
+        "<service>.<namespace>.svc:<port>, or without :<port> when the Service port is 443):",
+        "  apiVersion: v1",
+        "  kind: Config",
+        f"  users: [{{name: {service}.{namespace}.svc, user: {{client-certificate: {cert}, "
+        f"client-key: {key}}}}}]",
+    ]
 
 
 def _in_cluster(args: argparse.Namespace) -> int:

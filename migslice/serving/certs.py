@@ -1,7 +1,10 @@
-"""A small CA and serving certificates for the webhook and the extender (``migslice certs``).
+"""A small CA, serving certificates for the webhook and the extender, and client certificates
+for their callers (``migslice certs``).
 
 kube-apiserver calls a webhook at ``https://<service>.<namespace>.svc`` and checks the serving
-certificate against the configuration's ``caBundle``, by its DNS SANs (never the CN).
+certificate against the configuration's ``caBundle``, by its DNS SANs (never the CN). A client
+certificate signed by the same CA (``--client kube-apiserver``) lets the webhook tell
+kube-apiserver from any other caller (``--client-ca-file``, ``migslice.serving.clients``).
 """
 
 from __future__ import annotations
@@ -115,6 +118,55 @@ def make_serving_cert(
         .sign(ca_key, hashes.SHA256())
     )
     return certificate.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def make_client_cert(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    common_name: str,
+    days: int = 365,
+    now: datetime.datetime | None = None,
+) -> tuple[bytes, bytes]:
+    """A client certificate signed by the CA, named ``common_name`` (subject CN and DNS SAN),
+    for TLS client authentication only: (cert PEM, key PEM)."""
+    if not common_name:
+        raise ValueError("a client certificate needs a name")
+    now = now or _now()
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError("the CA key must be an EC private key made by `migslice certs`")
+    key = ec.generate_private_key(ec.SECP256R1())
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(common_name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def write_client_cert(bundle: TlsBundle, common_name: str, days: int = 365) -> tuple[Path, Path]:
+    """Issue a client certificate from the bundle's CA into ``<name>.crt`` and ``<name>.key``
+    beside it (key mode 0600); their paths."""
+    cert, key = make_client_cert(
+        bundle.ca_cert.read_bytes(), bundle.ca_key.read_bytes(), common_name, days
+    )
+    cert_path = bundle.ca_cert.with_name(f"{common_name}.crt")
+    key_path = bundle.ca_cert.with_name(f"{common_name}.key")
+    _write(key_path, key, 0o600)
+    _write(cert_path, cert, 0o644)
+    return cert_path, key_path
 
 
 @dataclass(frozen=True, slots=True)

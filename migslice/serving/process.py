@@ -56,6 +56,8 @@ class ServerProcess:
     server_name: str
     port: int = field(default_factory=free_port)
     cwd: Path | None = None
+    client_cert: tuple[Path, Path] | None = None
+    """A client certificate and key to present (a server run with ``--client-ca-file``)."""
     process: subprocess.Popen[bytes] | None = None
     _connection: http.client.HTTPSConnection | None = field(default=None, repr=False)
 
@@ -64,7 +66,10 @@ class ServerProcess:
         return f"https://127.0.0.1:{self.port}"
 
     def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.bundle.ca_cert))
+        context = ssl.create_default_context(cafile=str(self.bundle.ca_cert))
+        if self.client_cert is not None:
+            context.load_cert_chain(str(self.client_cert[0]), str(self.client_cert[1]))
+        return context
 
     def command_line(self) -> list[str]:
         """The process to start: this interpreter's ``migslice`` (a subclass may wrap it)."""

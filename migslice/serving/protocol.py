@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote
 
@@ -255,6 +256,9 @@ class HttpConnection(asyncio.Protocol):
         self._flush()
         if not done:
             return False
+        names = self._tls.peer_names()
+        if names:
+            self._endpoint = replace(self._endpoint, client_names=names)
         self.phase, self.deadline = (
             Phase.WAITING,
             self.site.now() + self.site.limits.keepalive_timeout_s,

@@ -50,6 +50,11 @@ class ServerOptions:
     #: Paths whose small requests the event loop answers itself, not the thread pool: for
     #: handlers that only compute, briefly (no I/O, no waiting on a lock held for long).
     inline_paths: frozenset[str] = frozenset()
+    #: Verify client certificates against this CA; the app then refuses its callers' verbs
+    #: without one (``migslice.serving.clients``). Probes and scrapers need none.
+    client_ca: str | None = None
+    #: With ``client_ca``: the certificate must name one of these (common name or DNS SAN).
+    client_names: frozenset[str] = frozenset()
 
     def check(self) -> None:
         """Raise ValueError with a fix when the options do not make sense."""
@@ -58,16 +63,26 @@ class ServerOptions:
                 f"--workers {self.workers} --threads {self.threads}: each must be at least 1"
             )
         self.limits.check()
+        if self.client_names and not self.client_ca:
+            raise ValueError(
+                "--client-name needs --client-ca-file: names are read from certificates "
+                "that CA signed"
+            )
         if self.insecure_http:
-            if self.tls_cert or self.tls_key:
-                raise ValueError("--insecure-http and --tls-cert/--tls-key exclude each other")
+            if self.tls_cert or self.tls_key or self.client_ca:
+                raise ValueError(
+                    "--insecure-http and --tls-cert/--tls-key/--client-ca-file exclude each other"
+                )
             return
         if not self.tls_cert or not self.tls_key:
             raise ValueError(
                 "TLS needs both --tls-cert and --tls-key (make them with `migslice certs`), "
                 "or pass --insecure-http for a local test"
             )
-        for flag, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
+        files = [("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)]
+        if self.client_ca:
+            files.append(("--client-ca-file", self.client_ca))
+        for flag, path in files:
             if not Path(path).is_file():
                 raise ValueError(f"{flag} {path}: no such file")
 
@@ -89,6 +104,21 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> 
     group.add_argument("--tls-key", metavar="FILE", help="PEM private key of the certificate")
     group.add_argument(
         "--insecure-http", action="store_true", help="serve plain HTTP (local tests only)"
+    )
+    group.add_argument(
+        "--client-ca-file",
+        metavar="FILE",
+        help="PEM CA: verify client certificates it signed, and answer the service's calls "
+        "(admission reviews, extender verbs) only to a client that presents one; health, "
+        "readiness and metrics stay open",
+    )
+    group.add_argument(
+        "--client-name",
+        metavar="NAME[,NAME...]",
+        type=_names,
+        default=frozenset(),
+        help="with --client-ca-file: the client certificate must carry one of these names "
+        "(subject common name or DNS subject alternative name)",
     )
     group.add_argument("--workers", type=count(1, 64), default=1, help="gunicorn worker processes")
     group.add_argument("--threads", type=count(1, 256), default=8, help="app threads per worker")
@@ -152,7 +182,16 @@ def options_from_args(
         threads=args.threads,
         limits=limits,
         inline_paths=frozenset(inline_paths),
+        client_ca=args.client_ca_file,
+        client_names=args.client_name,
     )
+
+
+def _names(text: str) -> frozenset[str]:
+    names = frozenset(part.strip() for part in text.split(","))
+    if not names or "" in names:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME[,NAME...], none empty")
+    return names
 
 
 def _heartbeat_dir() -> str | None:
@@ -226,7 +265,7 @@ def serve(app_factory: Callable[[], Any], options: ServerOptions) -> None:
     options.check()
     if not options.insecure_http:
         try:
-            ReloadingSSLContext(options.tls_cert, options.tls_key).get()
+            ReloadingSSLContext(options.tls_cert, options.tls_key, options.client_ca).get()
         except ValueError as error:
             raise ServeError(str(error)) from None
     log.debug("starting %d worker(s) for %s://%s", options.workers, options.scheme, options.address)

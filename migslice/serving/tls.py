@@ -1,4 +1,6 @@
-"""The serving certificate, re-read when its files change (see ``server.py``)."""
+"""The serving certificate, re-read when its files change (see ``server.py``); with a client CA,
+clients may present a certificate signed by it, which the handshake verifies (see
+``migslice.serving.clients`` for who must)."""
 
 from __future__ import annotations
 
@@ -13,16 +15,25 @@ log = logging.getLogger(__name__)
 class ReloadingSSLContext:
     """Builds a server SSL context from cert and key files; rebuilds when either changes."""
 
-    def __init__(self, cert_path: str | None, key_path: str | None) -> None:
+    def __init__(
+        self, cert_path: str | None, key_path: str | None, client_ca_path: str | None = None
+    ) -> None:
         self._cert_path = cert_path or ""
         self._key_path = key_path or ""
+        self._client_ca_path = client_ca_path or ""
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         self._context: ssl.SSLContext | None = None
 
-    def _current_stamp(self) -> tuple[int, int, int, int]:
-        cert, key = os.stat(self._cert_path), os.stat(self._key_path)
-        return (cert.st_mtime_ns, cert.st_size, key.st_mtime_ns, key.st_size)
+    def _current_stamp(self) -> tuple[int, ...]:
+        paths = [self._cert_path, self._key_path]
+        if self._client_ca_path:
+            paths.append(self._client_ca_path)
+        stamp: list[int] = []
+        for path in paths:
+            found = os.stat(path)
+            stamp += (found.st_mtime_ns, found.st_size)
+        return tuple(stamp)
 
     def get(self) -> ssl.SSLContext:
         """The context for a new connection. The first load raises ValueError naming the
@@ -40,6 +51,11 @@ class ReloadingSSLContext:
                 context.set_alpn_protocols(["http/1.1"])
                 try:
                     context.load_cert_chain(self._cert_path, self._key_path)
+                    if self._client_ca_path:
+                        # Optional at the handshake: probes and scrapers present none; the
+                        # app refuses an admission or extender call without one.
+                        context.verify_mode = ssl.CERT_OPTIONAL
+                        context.load_verify_locations(cafile=self._client_ca_path)
                 except (ssl.SSLError, OSError) as error:
                     if self._context is None:
                         raise self._unusable(error) from None
@@ -65,7 +81,7 @@ class ReloadingSSLContext:
             reason = error.strerror
         else:
             reason = str(error)
-        return ValueError(
-            f"--tls-cert {self._cert_path} --tls-key {self._key_path}: "
-            f"cannot load the serving certificate ({reason})"
-        )
+        files = f"--tls-cert {self._cert_path} --tls-key {self._key_path}"
+        if self._client_ca_path:
+            files += f" --client-ca-file {self._client_ca_path}"
+        return ValueError(f"{files}: cannot load the serving certificate ({reason})")

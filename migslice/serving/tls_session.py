@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import ssl
 from collections.abc import Iterator
+from typing import Any
 
 TLS_READ_BYTES = 64 * 1024
 TLS_RECORD_HEADER_BYTES = 5
@@ -78,6 +79,22 @@ class TlsSession:
             self.answered = self.answered or bool(self._out.pending)
             return False
         return True
+
+    def peer_names(self) -> tuple[str, ...]:
+        """The names a verified client certificate carries (subject common name, then DNS
+        subject alternative names); empty when the client presented none."""
+        if self._tls is None:
+            return ()
+        certificate = self._tls.getpeercert()
+        if not certificate:
+            return ()
+        names: list[str] = []
+        subject: Any = certificate.get("subject", ())
+        for rdn in subject:
+            names += [str(value) for key, value in rdn if key == "commonName"]
+        alternatives: Any = certificate.get("subjectAltName", ())
+        names += [str(value) for kind, value in alternatives if kind == "DNS"]
+        return tuple(str(name) for name in names)
 
     def decrypt(self) -> bytes:
         """Every plaintext byte that has arrived; raises ``ssl.SSLError`` on a broken record."""

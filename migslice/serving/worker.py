@@ -139,7 +139,9 @@ class EventLoopWorker(Worker):  # type: ignore[misc]
         try:
             self.wsgi = self.app.wsgi()
             if not options.insecure_http:
-                self._tls = ReloadingSSLContext(options.tls_cert, options.tls_key)
+                self._tls = ReloadingSSLContext(
+                    options.tls_cert, options.tls_key, options.client_ca
+                )
                 self._tls.get()
         except Exception as error:
             log.debug("worker pid=%d could not build its app", os.getpid(), exc_info=True)

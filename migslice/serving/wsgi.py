@@ -25,6 +25,8 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 BODY_TOO_LARGE = "migslice.body_too_large"
 #: environ key: the body limit (bytes) that applied to this request.
 BODY_LIMIT = "migslice.body_limit"
+CLIENT_NAMES = "migslice.client_names"
+"""The environ key of the names in the client's verified certificate (a tuple, maybe empty)."""
 
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade"}
@@ -61,6 +63,8 @@ class Endpoint:
     server: tuple[str, int]
     peer: tuple[str, int]
     multiprocess: bool
+    client_names: tuple[str, ...] = ()
+    """The names of the client's verified certificate (none: it presented none)."""
 
 
 def buffered_body(environ: Mapping[str, Any]) -> bytes | None:
@@ -95,6 +99,7 @@ def environ_for(request: Incoming, endpoint: Endpoint) -> dict[str, Any]:
         "wsgi.run_once": False,
         BODY_LIMIT: request.body_limit,
         BODY_TOO_LARGE: request.body_too_large,
+        CLIENT_NAMES: endpoint.client_names,
     }
     for raw_name, raw_value in request.headers:
         name = raw_name.decode("latin-1")
