@@ -62,6 +62,22 @@ def count(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+MAX_GPU_INDEX = 63
+"""The largest GPU index a flag accepts: NVML numbers a machine's GPUs from 0, and no server
+holds more than 64 (the largest have 8 or 16); ``nvidia-smi -i`` and mig-parted's ``devices``
+take the same index."""
+
+
+def gpu_index(text: str) -> int:
+    """An NVML GPU index, 0 to :data:`MAX_GPU_INDEX`."""
+    value = int(_number(text, int, "a GPU index"))
+    if not 0 <= value <= MAX_GPU_INDEX:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a GPU index (0 to {MAX_GPU_INDEX}, migslice.console.MAX_GPU_INDEX)"
+        )
+    return value
+
+
 def seconds(minimum: float = 0.0, *, allow_zero: bool = True) -> Callable[[str], float]:
     """A finite number of seconds, at least ``minimum`` (more than 0 without ``allow_zero``)."""
 

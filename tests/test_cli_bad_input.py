@@ -31,6 +31,12 @@ FLAG_ERRORS = [
     (["certs", "--service", "s", "--namespace", "a", "--out", "o", "--ip", "x"], "not an IP"),
     (["simulate", "--nodes", "0"], "out of range"),
     (["plan", "--cluster-file", "f", "--max-nodes-in-flight", "0"], "out of range"),
+    (["fit", "--gpu", "A100-80GB", "1g.10gb", "--gpu-index", "-1"], "-1 is not a GPU index"),
+    (["fit", "--gpu", "A100-80GB", "1g.10gb", "--gpu-index", "64"], "(0 to 63"),
+    (
+        ["fit", "--gpu", "A100-80GB", "1g.10gb", "--gpu-index", "99999999999999999999"],
+        "is not a GPU index",
+    ),
 ]
 
 

@@ -7,7 +7,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from migslice.console import CommandError, format_table, print_json
+from migslice.console import (
+    MAX_GPU_INDEX,
+    CommandError,
+    format_table,
+    gpu_index,
+    print_json,
+)
 from migslice.mig import (
     CATALOG,
     GpuModel,
@@ -55,7 +61,13 @@ def register(commands: Any) -> None:
         metavar="JSON",
         help='existing instances: [{"profile": "1g.10gb", "start": 6, "size": 1}, ...]',
     )
-    fitting.add_argument("--gpu-index", type=int, default=0, help="GPU index for rendered output")
+    fitting.add_argument(
+        "--gpu-index",
+        type=gpu_index,
+        default=0,
+        metavar="N",
+        help=f"GPU index for rendered output (0 to {MAX_GPU_INDEX}; default 0)",
+    )
     _add_driver(fitting)
     fitting.add_argument(
         "-o", "--output", choices=("table", "json", "mig-parted", "nvidia-smi"), default="table"
