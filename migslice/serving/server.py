@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gunicorn import sock
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
@@ -212,9 +213,30 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
 
     def run(self) -> None:
         try:
-            _Arbiter(self).run()
+            arbiter = _Arbiter(self)
+            arbiter.LISTENERS = self._listen(arbiter)
+            arbiter.run()
         finally:
             self.boot_failures.close()
+
+    def _listen(self, arbiter: Arbiter) -> list[Any]:
+        """The listening socket, bound once here: gunicorn's own binding
+        (``sock.create_sockets``) retries a failed bind five times a second apart, logging
+        each, and then exits; a host that does not resolve or a port in use is one
+        :class:`ServeError` line at once instead. Sockets handed over by systemd or a
+        re-exec (``LISTEN_FDS``, ``GUNICORN_FD``) are left to gunicorn."""
+        if "LISTEN_FDS" in os.environ or "GUNICORN_FD" in os.environ:
+            return []
+        listeners = []
+        for address in self.cfg.address:
+            try:
+                listeners.append(sock._sock_type(address)(address, self.cfg, arbiter.log))
+            except OSError as error:
+                sock.close_sockets(listeners, unlink=False)
+                raise ServeError(
+                    f"cannot listen on {self.options.address}: {error.strerror or error}"
+                ) from None
+        return listeners
 
 
 def serve(app_factory: Callable[[], Any], options: ServerOptions) -> None:
