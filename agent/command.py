@@ -125,6 +125,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 def run_agent(args: argparse.Namespace) -> int:
     from agent.service import serve_agent
 
+    console.check_kubeconfig(args.kubeconfig)
     return serve_agent(
         AgentSettings(
             node_name=args.node_name,

@@ -195,6 +195,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
 def run(args: argparse.Namespace) -> int:
     from extender.service import serve_extender
 
+    console.check_kubeconfig(args.kubeconfig)
     return serve_extender(settings_from_args(args))
 
 

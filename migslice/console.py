@@ -211,6 +211,69 @@ class Command:
 # -- input files ---------------------------------------------------------------------------------
 
 MAX_INPUT_BYTES = 256 << 20
+MAX_KUBECONFIG_BYTES = 16 << 20
+KUBECONFIG_LISTS = ("clusters", "contexts", "users")
+
+
+def kubeconfig_problem(path: Path) -> str:
+    """What keeps ``path`` from being a kubeconfig the kubernetes client can read, or "":
+    a regular UTF-8 file of one YAML mapping whose ``clusters``, ``contexts`` and ``users``
+    are lists of named entries (the client fails on anything else with a type error that
+    names nothing, such as "'str' object does not support item assignment")."""
+    from migslice.objects.clusterfile import ClusterFileError, load_yaml_documents
+
+    if not path.exists():
+        return "no such file"
+    try:
+        text = read_text_file(path, flag="kubeconfig", limit_bytes=MAX_KUBECONFIG_BYTES)
+    except CommandError as error:
+        return str(error).removeprefix(f"cannot read kubeconfig {path}: ")
+    try:
+        documents = [d for d in load_yaml_documents(text, "it") if d is not None]
+    except ClusterFileError as error:
+        return str(error)
+    if not documents:
+        return "it is empty; a kubeconfig is a YAML mapping of clusters, contexts and users"
+    if len(documents) > 1:
+        return f"it holds {len(documents)} YAML documents; a kubeconfig is one"
+    config = documents[0]
+    if not isinstance(config, dict):
+        return (
+            f"it is a YAML {_yaml_kind(config)}, not a mapping; a kubeconfig is a YAML mapping "
+            "of clusters, contexts and users"
+        )
+    for key in KUBECONFIG_LISTS:
+        entries = config.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            return f"{key} is a YAML {_yaml_kind(entries)}; it must be a list of named entries"
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                return f"{key}[{index}] must be a mapping with a string name"
+    return ""
+
+
+def check_kubeconfig(path: str | None) -> None:
+    """CommandError, one line naming ``--kubeconfig``, when ``path`` is given and is no
+    kubeconfig (:func:`kubeconfig_problem`)."""
+    if path is None:
+        return
+    problem = kubeconfig_problem(Path(path))
+    if problem:
+        raise CommandError(f"--kubeconfig {path}: {problem}")
+
+
+def _yaml_kind(value: object) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
 
 
 def read_text_file(path: Path, *, flag: str, limit_bytes: int = MAX_INPUT_BYTES) -> str:

@@ -113,6 +113,7 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
 def run(args: argparse.Namespace) -> int:
     from webhook.service import serve_webhook
 
+    console.check_kubeconfig(args.kubeconfig)
     return serve_webhook(settings_from_args(args))
 
 

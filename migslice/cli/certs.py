@@ -171,6 +171,7 @@ def _in_cluster(args: argparse.Namespace) -> int:
     from migslice.kube import KubernetesTransport
     from migslice.kube.certs import CertsError, inject_ca_bundle
 
+    console.check_kubeconfig(args.kubeconfig)
     try:
         api = KubernetesTransport.from_environment(args.kubeconfig)
     except Exception as error:  # the kubernetes client raises several kinds here
