@@ -124,3 +124,56 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly() -> None:
         _, err = producer.communicate(timeout=60)
         assert b"Traceback" not in err, err.decode()
         assert producer.returncode in (0, 141), err.decode()
+
+
+POD_SHAPES = [
+    ("spec: oops", "spec must be an object"),
+    ("spec: {containers: oops}", "spec.containers must be a non-empty list"),
+    ("spec: {containers: [oops]}", "spec.containers[0] must be an object"),
+    ("spec: {containers: [{name: a, resources: oops}]}", "spec.containers[0].resources must"),
+    (
+        "spec: {containers: [{name: a, resources: {limits: oops}}]}",
+        "spec.containers[0].resources.limits must be a map",
+    ),
+    (
+        "spec: {containers: [{name: a, resources: {limits: {nvidia.com/mig-1g.10gb: abc}}}]}",
+        "spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]: 'abc' is not a",
+    ),
+    (
+        "spec: {initContainers: [{name: i, resources: {requests: {cpu: [1]}}}], "
+        "containers: [{name: a}]}",
+        "spec.initContainers[0].resources.requests[cpu]: [1] is not a quantity",
+    ),
+    ("spec: {nodeName: 5, containers: [{name: a}]}", "spec.nodeName=5 must be a string"),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "text"),
+    POD_SHAPES,
+    ids=[
+        "spec",
+        "containers",
+        "container",
+        "resources",
+        "limits",
+        "gpu-quantity",
+        "cpu-quantity",
+        "node-name",
+    ],
+)
+def test_a_cluster_file_pod_not_shaped_as_a_pod_is_refused_naming_the_pod_and_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, text: str
+) -> None:
+    """``spec: oops`` was accepted by plan and by the webhook over the file."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "kind: Node\nmetadata: {name: n}\n---\n"
+        f"kind: Pod\nmetadata: {{name: p, namespace: team-a}}\n{spec}\n"
+    )
+    serving = ["--insecure-http", "--port", "0"]
+    for argv in (["plan"], ["webhook", *serving], ["extender", *serving]):
+        assert main([*argv, "--cluster-file", str(path)]) == 1, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert "document 2 (Pod team-a/p): " in err and text in err, err
