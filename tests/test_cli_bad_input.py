@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from migslice.cli import main
+from migslice.cli import build_parser, main
 
 FLAG_ERRORS = [
     (["webhook", "--port", "70000"], "70000 is not a port"),
@@ -177,3 +178,23 @@ def test_a_cluster_file_pod_not_shaped_as_a_pod_is_refused_naming_the_pod_and_th
         err = capsys.readouterr().err
         assert err.count("\n") == 1, err
         assert "document 2 (Pod team-a/p): " in err and text in err, err
+
+
+def every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [("migslice", parser), *commands.choices.items()]
+
+
+PARSERS = every_parser()
+
+
+@pytest.mark.parametrize(("name", "parser"), PARSERS, ids=[name for name, _ in PARSERS])
+def test_every_help_text_renders_without_argparse_escapes_showing(
+    name: str, parser: argparse.ArgumentParser
+) -> None:
+    """``simulate --help`` printed "130%%": a description is printed as written, a help
+    string through %-formatting, and the two were escaped alike."""
+    text = parser.format_help()
+    assert "%%" not in text, f"{name}: {text[text.index('%%') - 60 : text.index('%%') + 10]}"
+    assert "%(" not in text, name

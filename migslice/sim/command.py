@@ -125,7 +125,7 @@ COMMAND = console.Command(
     help="simulate one placement policy on a workload trace (packing, mode A)",
     description=(
         "Samples pods (with replacement, seeded) from a workload until arrived demand is "
-        "130%% of the cluster's compute slices, places each with the policy (no "
+        "130% of the cluster's compute slices, places each with the policy (no "
         "departures), and prints slice allocation per arrived load. GPU side only. "
         "Policies: B0 whole-GPU, B1 all-1g, B2 all-balanced first-fit, B3 oracle-static, "
         "B4 best-fit on mig-parted's stock configs, B5 nos's partitioner (and its variants), "
