@@ -235,7 +235,7 @@ def test_inspect_shows_each_gpu_as_a_bar(capsys: pytest.CaptureFixture[str]) -> 
     with installed(library):
         assert main(["inspect"]) == 0
     out = capsys.readouterr().out
-    assert "|2g.20gb          |1g.10gb |1g.10gb |3g.40gb" in out
+    assert "|2g.20gb              |1g.10gb   |1g.10gb   |3g.40gb" in out
     assert "1g.10gb@3,3g.40gb@4" in out
     assert "disabled" in out
     assert library.initialised == 0, "nvmlShutdown must follow nvmlInit"
