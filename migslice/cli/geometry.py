@@ -281,7 +281,7 @@ def run_fit(args: argparse.Namespace) -> int:
     elif args.output == "nvidia-smi":
         print("\n".join(commands))
     else:
-        print(f"{model.key}: {' + '.join(wanted)} fits")
+        print(f"{model.key}: {' + '.join(wanted)} {'fits' if len(wanted) == 1 else 'fit'}")
         print(f"  before  {render_bar(model, existing)}")
         print(f"  after   {render_bar(model, result.placement)}")
         print("\nnvidia-smi (largest first, so the driver's default placement succeeds):")
@@ -291,6 +291,7 @@ def run_fit(args: argparse.Namespace) -> int:
         print("  " + mig_parted.rstrip().replace("\n", "\n  "))
     if not result.feasible:
         if args.output != "json":
-            raise CommandError(f"{' + '.join(wanted)} does not fit: {result.reason}")
+            verb = "does not fit" if len(wanted) == 1 else "do not fit"
+            raise CommandError(f"{' + '.join(wanted)} {verb}: {result.reason}")
         return 1
     return 0
