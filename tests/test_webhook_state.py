@@ -118,8 +118,6 @@ def test_pending_pods_are_priced_on_the_models_the_cluster_has_now() -> None:
     assert used(state)["memorySlices"] == 1
 
 
-
-
 def statuses(state: ClusterState) -> dict[str, Any]:
     return {u.name: (u.observed, u.desired) for u in state.policy_statuses(NOW)}
 
