@@ -174,7 +174,7 @@ def run_profiles(args: argparse.Namespace) -> int:
     rows = [
         (
             p.name,
-            p.gi_profile_id,
+            p.gi_profile_id if p.gi_profile_id is not None else "?",
             p.max_count,
             p.memory_mib if p.memory_mib is not None else "?",
             p.sm_count if p.sm_count is not None else "?",

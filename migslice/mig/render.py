@@ -27,11 +27,20 @@ def creation_order(layout: Sequence[Placed], model: GpuModel) -> list[Placed]:
 
 
 def nvidia_smi_create(gpu_index: int, model: GpuModel, new: Sequence[Placed]) -> list[str]:
-    """``nvidia-smi mig`` commands that create ``new`` instances (and their compute instances)."""
+    """``nvidia-smi mig`` commands that create ``new`` instances (and their compute instances).
+
+    Profiles go by GPU-instance profile id, or by name where the catalog has no id for the
+    model: ``-cgi`` takes either (MIG User Guide, "Creating GPU Instances": ``-cgi 9,3g.20gb``).
+    """
     if not new:
         return []
-    ids = ",".join(str(model.profile(p.profile).gi_profile_id) for p in creation_order(new, model))
+    ids = ",".join(_cgi_profile(model, p.profile) for p in creation_order(new, model))
     return [f"nvidia-smi mig -i {gpu_index} -cgi {ids} -C"]
+
+
+def _cgi_profile(model: GpuModel, name: str) -> str:
+    profile_id = model.profile(name).gi_profile_id
+    return name if profile_id is None else str(profile_id)
 
 
 def render_bar(model: GpuModel, layout: Sequence[Placed], cell: int = 8) -> str:

@@ -151,6 +151,9 @@ PRODUCT_PCI_IDS: Mapping[str, tuple[int, ...]] = {
     "NVIDIA-RTX-PRO-6000-BLACKWELL-SERVER-EDITION": (0x2BB5,),
     "NVIDIA-RTX-PRO-6000-BLACKWELL-WORKSTATION-EDITION": (0x2BB1,),
     "NVIDIA-RTX-PRO-6000-BLACKWELL-MAX-Q-WORKSTATION-EDITION": (0x2BB4,),
+    # NVIDIA/open-gpu-kernel-modules@df1c9a3d README.md:962-969 (the 72GB card, subsystem 227A,
+    # shares the device id and is not in the catalog; see docs/catalog.md)
+    "NVIDIA-RTX-PRO-5000-BLACKWELL": (0x2BB3,),
 }
 
 
