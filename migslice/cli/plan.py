@@ -47,7 +47,7 @@ def register(commands: Any) -> None:
             "labels MIG Manager would act on, and why the remaining pods stay pending."
         ),
     )
-    parser.add_argument("--cluster-file", required=True, metavar="FILE", type=Path)
+    parser.add_argument("--cluster-file", required=True, metavar="FILE", type=console.file_path)
     parser.add_argument(
         "--mig-config-map",
         default=DEFAULT_CONFIG_MAP,
@@ -55,7 +55,9 @@ def register(commands: Any) -> None:
         metavar="NAMESPACE/NAME",
         help=f"the mig-parted ConfigMap (key {names.MIG_CONFIG_KEY}; default %(default)s)",
     )
-    parser.add_argument("--scheduler-name", default=names.SCHEDULER_NAME)
+    parser.add_argument(
+        "--scheduler-name", default=names.SCHEDULER_NAME, type=console.dns_subdomain
+    )
     defaults = PlanSettings()
     parser.add_argument(
         "--min-pending-s",
@@ -65,7 +67,9 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--cooldown-s", type=console.seconds(), default=defaults.cooldown_s)
     parser.add_argument(
-        "--max-nodes-in-flight", type=console.count(1), default=defaults.max_nodes_in_flight
+        "--max-nodes-in-flight",
+        type=console.count(1, 100_000),
+        default=defaults.max_nodes_in_flight,
     )
     parser.add_argument(
         "--mode-default",

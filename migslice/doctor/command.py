@@ -32,7 +32,10 @@ building the command line imports no check)."""
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube)"
+        "--kubeconfig",
+        metavar="FILE",
+        type=console.path_name,
+        help="kubeconfig (default: in-cluster, then ~/.kube)",
     )
     parser.add_argument(
         "-n",

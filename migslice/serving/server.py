@@ -26,7 +26,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 
-from migslice.console import count, port, seconds
+from migslice.console import count, host, path_name, port, seconds
 from migslice.serving.limits import ServingLimits
 from migslice.serving.tls import ReloadingSSLContext
 from migslice.serving.worker import BootFailures, EventLoopWorker, ServeError
@@ -84,10 +84,16 @@ class ServerOptions:
 
 def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> None:
     group = parser.add_argument_group("serving")
-    group.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    group.add_argument(
+        "--host", type=host, default="0.0.0.0", help="address (IP or host name) to listen on"
+    )
     group.add_argument("--port", type=port, default=default_port, help="port to listen on")
-    group.add_argument("--tls-cert", metavar="FILE", help="PEM serving certificate (chain)")
-    group.add_argument("--tls-key", metavar="FILE", help="PEM private key of the certificate")
+    group.add_argument(
+        "--tls-cert", metavar="FILE", type=path_name, help="PEM serving certificate (chain)"
+    )
+    group.add_argument(
+        "--tls-key", metavar="FILE", type=path_name, help="PEM private key of the certificate"
+    )
     group.add_argument(
         "--insecure-http", action="store_true", help="serve plain HTTP (local tests only)"
     )
@@ -122,7 +128,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> 
     )
     group.add_argument(
         "--max-requests-per-connection",
-        type=count(1),
+        type=count(1, 1_000_000),
         default=defaults.max_requests_per_connection,
         help="a kept-alive connection is closed after this many requests",
     )
