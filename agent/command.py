@@ -21,7 +21,12 @@ def add_agent_arguments(agent: argparse.ArgumentParser) -> None:
         type=console.dns_subdomain,
         help="this node (the downward API's spec.nodeName)",
     )
-    agent.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, then ~/.kube")
+    agent.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=console.path_name,
+        help="default: in-cluster, then ~/.kube",
+    )
     agent.add_argument(
         "--interval-s",
         type=console.seconds(allow_zero=False),
@@ -51,12 +56,13 @@ def add_agent_arguments(agent: argparse.ArgumentParser) -> None:
     carve.add_argument(
         "--device-plugin-namespace",
         default=names.GPU_OPERATOR_NAMESPACE,
-        type=console.dns_subdomain,
+        type=console.dns_label,
         help="namespace of the NVIDIA device plugin pods, restarted after a carve",
     )
     carve.add_argument(
         "--device-plugin-selector",
         default=names.DEVICE_PLUGIN_SELECTOR,
+        type=console.label_selector,
         help="label selector of the device plugin pods (the GPU Operator's by default)",
     )
     carve.add_argument(
@@ -125,6 +131,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 def run_agent(args: argparse.Namespace) -> int:
     from agent.service import serve_agent
 
+    console.check_kubeconfig(args.kubeconfig)
     return serve_agent(
         AgentSettings(
             node_name=args.node_name,

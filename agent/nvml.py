@@ -33,16 +33,40 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def unavailable_message(error: Exception) -> str:
+    """Why NVML cannot be used on this machine, and what that means, from nvmlInit's error."""
+    if isinstance(error, pynvml.NVMLError_LibraryNotFound):
+        return (
+            f"NVML could not be loaded on this machine ({error}): libnvidia-ml.so.1, which the "
+            "NVIDIA driver installs, is not here, so this machine has no NVIDIA driver (in a "
+            "pod, the NVIDIA container runtime mounts it)"
+        )
+    if isinstance(error, pynvml.NVMLError_DriverNotLoaded):
+        return (
+            f"NVML could not be initialised on this machine ({error}): the NVIDIA kernel "
+            "driver is not loaded (no NVIDIA GPU here, or its kernel module is not loaded)"
+        )
+    if isinstance(error, pynvml.NVMLError_NoPermission):
+        return (
+            f"NVML could not be initialised on this machine ({error}): this user may not "
+            "open the NVIDIA devices (/dev/nvidiactl, /dev/nvidia*)"
+        )
+    if isinstance(error, pynvml.NVMLError_LibRmVersionMismatch):
+        return (
+            f"NVML could not be initialised on this machine ({error}): libnvidia-ml.so.1 and "
+            "the loaded NVIDIA kernel driver are of different versions (reboot, or reload the "
+            "driver, after a driver update)"
+        )
+    return f"NVML could not be initialised on this machine ({error})"
+
+
 @contextmanager
 def nvml_session() -> Iterator[None]:
     """nvmlInit and nvmlShutdown around a block; NvmlUnavailableError says why NVML fails."""
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as error:
-        raise NvmlUnavailableError(
-            f"NVML cannot be initialised ({error}); the agent needs the NVIDIA driver and "
-            "libnvidia-ml.so.1 (run it on a GPU node with the NVIDIA container runtime)"
-        ) from None
+        raise NvmlUnavailableError(unavailable_message(error)) from None
     try:
         yield
     finally:

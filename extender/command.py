@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from extender.settings import (
     BUDGET_SCOPES,
@@ -17,6 +16,8 @@ from migslice import console, names
 from migslice.repartition import CARVE_MIN_PENDING_S
 from migslice.serving import add_server_arguments, options_from_args
 
+MAX_NODES_IN_FLIGHT = 100_000
+"""The most nodes a budget lets change at once (no cluster is larger)."""
 VERBS = ("/filter", "/filter-best-fit", "/prioritize")
 """The paths that take ExtenderArgs, under --max-body-mib."""
 
@@ -24,10 +25,16 @@ VERBS = ("/filter", "/filter-best-fit", "/prioritize")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
-        "--cluster-file", metavar="FILE", type=Path, help="serve this cluster, not a live one"
+        "--cluster-file",
+        metavar="FILE",
+        type=console.file_path,
+        help="serve this cluster, not a live one",
     )
     source.add_argument(
-        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube)"
+        "--kubeconfig",
+        metavar="FILE",
+        type=console.path_name,
+        help="kubeconfig (default: in-cluster, then ~/.kube)",
     )
     parser.add_argument(
         "--mig-config-map",
@@ -83,7 +90,7 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--repartition-max-nodes-in-flight",
-        type=console.count(1),
+        type=console.count(1, MAX_NODES_IN_FLIGHT),
         default=1,
         help="nodes MIG Manager may re-partition at once, per budget scope (default 1)",
     )
@@ -116,6 +123,7 @@ def _add_leader_and_mode_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--repartition-scheduler-name",
         default=names.SCHEDULER_NAME,
+        type=console.dns_subdomain,
         help="only pods of this scheduler count as pending demand",
     )
     group.add_argument(
@@ -155,7 +163,7 @@ def _add_leader_and_mode_arguments(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--repartition-carve-max-nodes-in-flight",
-        type=console.count(1),
+        type=console.count(1, MAX_NODES_IN_FLIGHT),
         default=4,
         help="nodes carving at once",
     )
@@ -195,6 +203,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
 def run(args: argparse.Namespace) -> int:
     from extender.service import serve_extender
 
+    console.check_kubeconfig(args.kubeconfig)
     return serve_extender(settings_from_args(args))
 
 

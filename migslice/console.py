@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import math
+import os
 import re
 import stat
 import sys
@@ -62,8 +63,33 @@ def count(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def seconds(minimum: float = 0.0, *, allow_zero: bool = True) -> Callable[[str], float]:
-    """A finite number of seconds, at least ``minimum`` (more than 0 without ``allow_zero``)."""
+MAX_GPU_INDEX = 63
+"""The largest GPU index a flag accepts: NVML numbers a machine's GPUs from 0, and no server
+holds more than 64 (the largest have 8 or 16); ``nvidia-smi -i`` and mig-parted's ``devices``
+take the same index."""
+
+
+def gpu_index(text: str) -> int:
+    """An NVML GPU index, 0 to :data:`MAX_GPU_INDEX`."""
+    value = int(_number(text, int, "a GPU index"))
+    if not 0 <= value <= MAX_GPU_INDEX:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a GPU index (0 to {MAX_GPU_INDEX}, migslice.console.MAX_GPU_INDEX)"
+        )
+    return value
+
+
+MAX_SECONDS = 366 * 86400
+"""The longest duration a flag takes, a year: every wait and interval of migslice is far
+shorter, and a timeout past the platform's (``threading.TIMEOUT_MAX``, ``time_t``) would fail
+with a traceback when first waited on."""
+
+
+def seconds(
+    minimum: float = 0.0, *, allow_zero: bool = True, maximum: float = MAX_SECONDS
+) -> Callable[[str], float]:
+    """A finite number of seconds, at least ``minimum`` (more than 0 without ``allow_zero``),
+    at most ``maximum`` (a year, :data:`MAX_SECONDS`)."""
 
     def parse(text: str) -> float:
         value = float(_number(text, float, "a number of seconds"))
@@ -72,6 +98,11 @@ def seconds(minimum: float = 0.0, *, allow_zero: bool = True) -> Callable[[str],
         if value < minimum or (not allow_zero and value <= 0):
             bound = f"more than {minimum:g}" if not allow_zero else f"at least {minimum:g}"
             raise argparse.ArgumentTypeError(f"{value:g} is out of range; expected {bound}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(
+                f"{value:g} is out of range; expected at most {maximum:.0f} "
+                "(a year, migslice.console.MAX_SECONDS)"
+            )
         return value
 
     parse.__name__ = "seconds"
@@ -97,6 +128,98 @@ def dns_subdomain(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a DNS name (dot-separated DNS labels, at most 253 characters)"
         )
+    return text
+
+
+def dns_subdomain_or_empty(text: str) -> str:
+    """A DNS subdomain, or '' (a name a flag may leave unset, e.g. a scheduler name)."""
+    return text if text == "" else dns_subdomain(text)
+
+
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
+
+
+def host(text: str) -> str:
+    """An address to listen on: an IPv4 or IPv6 address, or a host name (RFC 1123 labels,
+    either case, at most 253 characters). Whether it resolves is known only on binding."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    name = text.removesuffix(".")
+    if not name or len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an IP address nor a host name (dot-separated labels of "
+            "letters, digits and '-', at most 253 characters)"
+        )
+    return text
+
+
+MAX_PATH_BYTES = 4096
+"""Linux's PATH_MAX: the longest path a system call takes."""
+
+
+def path_name(text: str) -> str:
+    """A file or folder path as given: not empty, no NUL byte, at most PATH_MAX bytes. Whether
+    it exists, and what it holds, is said when it is read (one line naming the flag)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL byte; no path can")
+    if len(os.fsencode(text)) > MAX_PATH_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"a path of {len(os.fsencode(text))} bytes; the limit is {MAX_PATH_BYTES} (PATH_MAX)"
+        )
+    return text
+
+
+def file_path(text: str) -> Path:
+    """:func:`path_name` as a :class:`~pathlib.Path`."""
+    return Path(path_name(text))
+
+
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_SET_REQUIREMENT = re.compile(r"^(\S+)\s+(in|notin)\s+\((.*)\)$")
+
+
+def label_selector(text: str) -> str:
+    """A Kubernetes label selector as ``kubectl -l`` takes it: comma-separated requirements
+    ``key``, ``!key``, ``key=value``, ``key==value``, ``key!=value``, ``key in (a,b)``,
+    ``key notin (a,b)``; keys and values as the API server validates them."""
+
+    def fail(reason: str) -> argparse.ArgumentTypeError:
+        return argparse.ArgumentTypeError(f"{text!r} is not a label selector: {reason}")
+
+    def key(name: str) -> None:
+        if len(name.rpartition("/")[0]) > 253 or not _LABEL_KEY.match(name):
+            raise fail(f"{name!r} is not a label key")
+
+    def value(raw: str) -> None:
+        if not _LABEL_VALUE.match(raw):
+            raise fail(f"{raw!r} is not a label value")
+
+    if not text.strip():
+        raise fail("it is empty")
+    for part in re.split(r",(?![^(]*\))", text):
+        part = part.strip()
+        found = _SET_REQUIREMENT.match(part)
+        if found:
+            key(found[1])
+            for item in found[3].split(","):
+                value(item.strip())
+            continue
+        for operator in ("!=", "==", "="):
+            name, sign, raw = part.partition(operator)
+            if sign:
+                key(name.strip())
+                value(raw.strip())
+                break
+        else:
+            key(part.removeprefix("!").strip())
     return text
 
 
@@ -195,6 +318,69 @@ class Command:
 # -- input files ---------------------------------------------------------------------------------
 
 MAX_INPUT_BYTES = 256 << 20
+MAX_KUBECONFIG_BYTES = 16 << 20
+KUBECONFIG_LISTS = ("clusters", "contexts", "users")
+
+
+def kubeconfig_problem(path: Path) -> str:
+    """What keeps ``path`` from being a kubeconfig the kubernetes client can read, or "":
+    a regular UTF-8 file of one YAML mapping whose ``clusters``, ``contexts`` and ``users``
+    are lists of named entries (the client fails on anything else with a type error that
+    names nothing, such as "'str' object does not support item assignment")."""
+    from migslice.objects.clusterfile import ClusterFileError, load_yaml_documents
+
+    if not path.exists():
+        return "no such file"
+    try:
+        text = read_text_file(path, flag="kubeconfig", limit_bytes=MAX_KUBECONFIG_BYTES)
+    except CommandError as error:
+        return str(error).removeprefix(f"cannot read kubeconfig {path}: ")
+    try:
+        documents = [d for d in load_yaml_documents(text, "it") if d is not None]
+    except ClusterFileError as error:
+        return str(error)
+    if not documents:
+        return "it is empty; a kubeconfig is a YAML mapping of clusters, contexts and users"
+    if len(documents) > 1:
+        return f"it holds {len(documents)} YAML documents; a kubeconfig is one"
+    config = documents[0]
+    if not isinstance(config, dict):
+        return (
+            f"it is a YAML {_yaml_kind(config)}, not a mapping; a kubeconfig is a YAML mapping "
+            "of clusters, contexts and users"
+        )
+    for key in KUBECONFIG_LISTS:
+        entries = config.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            return f"{key} is a YAML {_yaml_kind(entries)}; it must be a list of named entries"
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                return f"{key}[{index}] must be a mapping with a string name"
+    return ""
+
+
+def check_kubeconfig(path: str | None) -> None:
+    """CommandError, one line naming ``--kubeconfig``, when ``path`` is given and is no
+    kubeconfig (:func:`kubeconfig_problem`)."""
+    if path is None:
+        return
+    problem = kubeconfig_problem(Path(path))
+    if problem:
+        raise CommandError(f"--kubeconfig {path}: {problem}")
+
+
+def _yaml_kind(value: object) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
 
 
 def read_text_file(path: Path, *, flag: str, limit_bytes: int = MAX_INPUT_BYTES) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
+import pynvml
 import pytest
 
 from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
@@ -159,6 +160,41 @@ def test_without_a_driver_nvml_is_reported_unavailable() -> None:
             assert "NVIDIA driver" in str(error)
 
 
+class FailingNvml:
+    """A libnvidia-ml.so.1 whose nvmlInit answers ``code`` (NVML's return codes)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def nvmlInitWithFlags(self, flags: object) -> int:  # noqa: N802 (the C symbol)
+        return self.code
+
+    def nvmlInit_v2(self) -> int:  # noqa: N802 (the C symbol)
+        return self.code
+
+
+@pytest.mark.parametrize(
+    ("code", "meaning"),
+    [
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "the NVIDIA kernel driver is not loaded"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "this user may not open the NVIDIA devices"),
+        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "of different versions"),
+        (pynvml.NVML_ERROR_UNKNOWN, "NVML could not be initialised on this machine (Unknown"),
+    ],
+    ids=["driver-not-loaded", "no-permission", "version-mismatch", "unknown"],
+)
+def test_inspect_says_why_nvml_fails_on_this_machine_without_naming_the_agent(
+    code: int, meaning: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inspect without a driver blamed "the agent"."""
+    with installed(FailingNvml(code)):  # type: ignore[arg-type]
+        assert main(["inspect"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("migslice: error: NVML could not be "), err
+    assert meaning in err and err.count("\n") == 1, err
+    assert "agent" not in err
+
+
 class MemoryNodeStore:
     """A NodeStore kept in memory (satisfies agent.publisher.NodeStore)."""
 
@@ -235,7 +271,7 @@ def test_inspect_shows_each_gpu_as_a_bar(capsys: pytest.CaptureFixture[str]) -> 
     with installed(library):
         assert main(["inspect"]) == 0
     out = capsys.readouterr().out
-    assert "|2g.20gb          |1g.10gb |1g.10gb |3g.40gb" in out
+    assert "|2g.20gb              |1g.10gb   |1g.10gb   |3g.40gb" in out
     assert "1g.10gb@3,3g.40gb@4" in out
     assert "disabled" in out
     assert library.initialised == 0, "nvmlShutdown must follow nvmlInit"
@@ -248,5 +284,6 @@ def test_inspect_without_a_driver_is_one_clear_line(capsys: pytest.CaptureFixtur
         pytest.skip("this machine has a real libnvidia-ml")
     err = capsys.readouterr().err
     assert code == 1
-    assert err.startswith("migslice: error: NVML cannot be initialised")
+    assert err.startswith("migslice: error: NVML could not be loaded on this machine")
+    assert "so this machine has no NVIDIA driver" in err and "agent" not in err
     assert err.count("\n") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from migslice.cli import main
+from migslice.cli import build_parser, main
 
 FLAG_ERRORS = [
     (["webhook", "--port", "70000"], "70000 is not a port"),
@@ -31,13 +32,72 @@ FLAG_ERRORS = [
     (["certs", "--service", "s", "--namespace", "a", "--out", "o", "--ip", "x"], "not an IP"),
     (["simulate", "--nodes", "0"], "out of range"),
     (["plan", "--cluster-file", "f", "--max-nodes-in-flight", "0"], "out of range"),
+    (["fit", "--gpu", "A100-80GB", "1g.10gb", "--gpu-index", "-1"], "-1 is not a GPU index"),
+    (["fit", "--gpu", "A100-80GB", "1g.10gb", "--gpu-index", "64"], "(0 to 63"),
+    (
+        ["fit", "--gpu", "A100-80GB", "1g.10gb", "--gpu-index", "99999999999999999999"],
+        "is not a GPU index",
+    ),
+    (["webhook", "--host", "a b"], "is neither an IP address nor a host name"),
+    (["extender", "--host", "http://x"], "is neither an IP address nor a host name"),
+    (["webhook", "--tls-cert", ""], "an empty path names no file"),
+    (["extender", "--tls-key", "k\0ey"], "holds a NUL byte"),
+    (["webhook", "--kubeconfig", "x" * 5000], "the limit is 4096"),
+    (["webhook", "--cluster-file", ""], "an empty path names no file"),
+    (["webhook", "--scheduler-name", "Bad Name"], "is not a DNS name"),
+    (["webhook", "--max-requests-per-connection", "1000000000"], "out of range"),
+    (["webhook", "--request-timeout-s", "1e308"], "expected at most 31622400"),
+    (["extender", "--repartition-interval-s", "1e12"], "(a year, migslice.console.MAX_SECONDS)"),
+    (["extender", "--repartition-max-nodes-in-flight", "99999999999"], "out of range"),
+    (["extender", "--repartition-carve-max-nodes-in-flight", "0"], "out of range"),
+    (["extender", "--repartition-scheduler-name", "UPPER"], "is not a DNS name"),
+    (["extender", "--kubeconfig", ""], "an empty path names no file"),
+    (["agent", "--node-name", "n1", "--heartbeat-s", "1e300"], "expected at most"),
+    (["agent", "--node-name", "n1", "--device-plugin-namespace", "a.b"], "not a DNS label"),
+    (["agent", "--node-name", "n1", "--device-plugin-selector", "app=a b"], "not a label"),
+    (["agent", "--node-name", "n1", "--device-plugin-selector", ""], "it is empty"),
+    (["agent", "--node-name", "n1", "--kubeconfig", ""], "an empty path names no file"),
+    (["certs", "--service", "s", "--namespace", "a", "--out", ""], "an empty path names no file"),
+    (["certs", "--service", "s", "--namespace", "a", "--out", "o", "--secret", "A"], "DNS name"),
+    (
+        [
+            "certs",
+            "--service",
+            "s",
+            "--namespace",
+            "a",
+            "--out",
+            "o",
+            "--webhook-configuration",
+            "_",
+        ],
+        "is not a DNS name",
+    ),
+    (["certs", "--service", "s", "--namespace", "a", "--out", "o", "--kubeconfig", ""], "empty"),
+    (["plan", "--cluster-file", ""], "an empty path names no file"),
+    (["plan", "--cluster-file", "f", "--scheduler-name", "x y"], "is not a DNS name"),
+    (["plan", "--cluster-file", "f", "--max-nodes-in-flight", "100001"], "out of range"),
+    (["plan", "--cluster-file", "f", "--cooldown-s", "1e40"], "expected at most"),
+    (["demo", "--workdir", ""], "an empty path names no file"),
+    (["demo", "--pause-s", "1e30"], "expected at most"),
+    (["simulate", "--trace", "../../etc/passwd"], "is not a trace name"),
+    (["simulate", "--data-dir", ""], "an empty path names no file"),
+    (["simulate", "--seed", str(2**64)], "out of range"),
+    (["doctor", "--timeout-s", "1e20"], "expected at most"),
+    (["doctor", "--pending-bound-s", "inf"], "not a finite number"),
+    (["doctor", "--kubeconfig", ""], "an empty path names no file"),
 ]
 
 
 @pytest.mark.parametrize(("argv", "text"), FLAG_ERRORS, ids=[" ".join(a) for a, _ in FLAG_ERRORS])
 def test_a_bad_flag_is_refused_at_parse_time_in_one_line(
-    argv: list[str], text: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    text: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a flag that slipped through writes nothing into the checkout
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2
@@ -118,3 +178,76 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly() -> None:
         _, err = producer.communicate(timeout=60)
         assert b"Traceback" not in err, err.decode()
         assert producer.returncode in (0, 141), err.decode()
+
+
+POD_SHAPES = [
+    ("spec: oops", "spec must be an object"),
+    ("spec: {containers: oops}", "spec.containers must be a non-empty list"),
+    ("spec: {containers: [oops]}", "spec.containers[0] must be an object"),
+    ("spec: {containers: [{name: a, resources: oops}]}", "spec.containers[0].resources must"),
+    (
+        "spec: {containers: [{name: a, resources: {limits: oops}}]}",
+        "spec.containers[0].resources.limits must be a map",
+    ),
+    (
+        "spec: {containers: [{name: a, resources: {limits: {nvidia.com/mig-1g.10gb: abc}}}]}",
+        "spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]: 'abc' is not a",
+    ),
+    (
+        "spec: {initContainers: [{name: i, resources: {requests: {cpu: [1]}}}], "
+        "containers: [{name: a}]}",
+        "spec.initContainers[0].resources.requests[cpu]: [1] is not a quantity",
+    ),
+    ("spec: {nodeName: 5, containers: [{name: a}]}", "spec.nodeName=5 must be a string"),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "text"),
+    POD_SHAPES,
+    ids=[
+        "spec",
+        "containers",
+        "container",
+        "resources",
+        "limits",
+        "gpu-quantity",
+        "cpu-quantity",
+        "node-name",
+    ],
+)
+def test_a_cluster_file_pod_not_shaped_as_a_pod_is_refused_naming_the_pod_and_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, text: str
+) -> None:
+    """``spec: oops`` was accepted by plan and by the webhook over the file."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "kind: Node\nmetadata: {name: n}\n---\n"
+        f"kind: Pod\nmetadata: {{name: p, namespace: team-a}}\n{spec}\n"
+    )
+    serving = ["--insecure-http", "--port", "0"]
+    for argv in (["plan"], ["webhook", *serving], ["extender", *serving]):
+        assert main([*argv, "--cluster-file", str(path)]) == 1, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert "document 2 (Pod team-a/p): " in err and text in err, err
+
+
+def every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [("migslice", parser), *commands.choices.items()]
+
+
+PARSERS = every_parser()
+
+
+@pytest.mark.parametrize(("name", "parser"), PARSERS, ids=[name for name, _ in PARSERS])
+def test_every_help_text_renders_without_argparse_escapes_showing(
+    name: str, parser: argparse.ArgumentParser
+) -> None:
+    """``simulate --help`` printed "130%%": a description is printed as written, a help
+    string through %-formatting, and the two were escaped alike."""
+    text = parser.format_help()
+    assert "%%" not in text, f"{name}: {text[text.index('%%') - 60 : text.index('%%') + 10]}"
+    assert "%(" not in text, name

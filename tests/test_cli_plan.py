@@ -82,3 +82,45 @@ def test_a_missing_cluster_file_is_one_clear_line(
     err = capsys.readouterr().err
     assert err.startswith("migslice: error: cannot read --cluster-file")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("objects", "text"),
+    [
+        ((), "it holds no Kubernetes objects"),
+        (({"apiVersion": "v1", "kind": "Pod", **make_pod("p")},), "it holds no Node"),
+        (
+            ({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-1"}},),
+            "its one Node lacks an NVIDIA GPU",
+        ),
+        (
+            tuple(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"cpu-{i}"}}
+                for i in range(3)
+            ),
+            "none of its 3 Nodes has an NVIDIA GPU",
+        ),
+    ],
+    ids=["empty", "no-node", "one-cpu-node", "cpu-nodes"],
+)
+def test_a_cluster_file_without_a_gpu_node_says_so_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], objects: tuple[dict, ...], text: str
+) -> None:
+    """An empty file answered 0 with "mig-parted ConfigMap missing or unreadable"."""
+    path = write_cluster(tmp_path, *objects) if objects else tmp_path / "cluster.yaml"
+    if not objects:
+        path.write_text("")
+    assert main(["plan", "--cluster-file", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"migslice: error: --cluster-file {path}: {text}"), err
+    assert err.count("\n") == 1
+    assert "ConfigMap missing" not in err
+
+
+def test_a_gpu_cluster_without_the_mig_parted_config_map_still_says_that(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("gpu-a", mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success")
+    path = write_cluster(tmp_path, {"apiVersion": "v1", "kind": "Node", **node})
+    assert main(["plan", "--cluster-file", str(path)]) == 0
+    assert "mig-parted ConfigMap missing or unreadable" in capsys.readouterr().out

@@ -152,6 +152,49 @@ def test_a_missing_kubeconfig_is_one_line(
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("foo: [\n", "it is not valid YAML"),
+        ('"hello"\n', "it is a YAML string, not a mapping"),
+        ("- a\n", "it is a YAML list, not a mapping"),
+        ("users: 5\n", "users is a YAML number; it must be a list of named entries"),
+        ("contexts: [oops]\n", "contexts[0] must be a mapping with a string name"),
+        ("", "it is empty"),
+    ],
+    ids=["not-yaml", "a-string", "a-list", "users-not-a-list", "context-not-a-mapping", "empty"],
+)
+def test_a_kubeconfig_that_is_no_kubeconfig_is_one_line_naming_the_file_and_the_fault(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problem: str
+) -> None:
+    """It said "no access to a cluster ('str' object does not support item assignment)"."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    for command in (["doctor"], ["agent", "--node-name", "n1"], ["webhook"], ["extender"]):
+        assert main([*command, "--kubeconfig", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"migslice: error: --kubeconfig {path}: {problem}"), err
+        assert err.count("\n") == 1, err
+
+
+def test_a_default_kubeconfig_that_is_no_kubeconfig_is_named_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+
+    from migslice.kube.transport import KubeconfigError, KubernetesTransport
+
+    if KUBE_CONFIG_DEFAULT_LOCATION != "~/.kube/config":
+        pytest.skip("$KUBECONFIG was set when the kubernetes client was imported")
+    path = tmp_path / ".kube" / "config"
+    path.parent.mkdir()
+    path.write_text('"hello"\n')
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(KubeconfigError, match=f"kubeconfig {path}: it is a YAML string"):
+        KubernetesTransport.from_environment()
+
+
 # -- in the cluster: the server's own certificate, on the connection ---------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,6 +91,20 @@ def test_filter_with_node_names_answers_names_with_exact_keys(client: FlaskClien
     # kube-scheduler reads failures only when no node is left: none are sent while one fits
     assert answer["FailedNodes"] == {} and answer["FailedAndUnresolvableNodes"] == {}
     assert answer["Error"] == ""
+
+
+def test_the_scheduling_doc_says_an_answer_partitions_its_input_only_when_no_node_fits(
+    client: FlaskClient,
+) -> None:
+    """docs/scheduling.md said "the three parts always partition the input", while the
+    answer leaves the failures out as soon as one node fits."""
+    answer, _ = post(client, "filter", names_args(scheduled_pod(profile="3g.40gb"), ALL))
+    parts = [*answer["NodeNames"], *answer["FailedNodes"], *answer["FailedAndUnresolvableNodes"]]
+    assert answer["NodeNames"] and sorted(parts) != sorted(ALL)
+    page = (Path(__file__).parents[1] / "docs" / "scheduling.md").read_text()
+    text = " ".join(page.split())
+    assert "always partition the input" not in text
+    assert "the answer carries all three only when no node fits" in text
 
 
 @pytest.mark.parametrize("verb", ["filter", "filter-best-fit"])

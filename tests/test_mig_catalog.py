@@ -77,6 +77,9 @@ def test_the_catalog_covers_every_required_model() -> None:
         "B300",
         "GB300",
         "RTX-PRO-6000",
+        "RTX-PRO-5000",
+        "NVIDIA-RTX-PRO-5000-Blackwell",
+        "0x2BB3",
     ]
     for name in required:
         assert CATALOG.find(name) is not None, name
@@ -90,7 +93,8 @@ def test_catalog_data_is_consistent(model: object) -> None:
     assert model.source
     names = model.profile_names
     assert len(set(names)) == len(names)
-    assert len({p.gi_profile_id for p in model.profiles}) == len(names)
+    known = [p.gi_profile_id for p in model.profiles if p.gi_profile_id is not None]
+    assert len(set(known)) == len(known)
     for profile in model.profiles:
         parsed = parse_profile_name(profile.name)
         assert parsed.compute_slices == profile.compute_slices
@@ -173,3 +177,27 @@ def test_a_model_built_from_nvml_data_matches_the_catalog() -> None:
 def test_nvml_data_with_no_profiles_is_an_error() -> None:
     with pytest.raises(ValueError, match="no MIG profiles"):
         model_from_nvml("NVIDIA-Future", 0x9999, [])
+
+
+def test_the_rtx_pro_5000_has_the_user_guides_profiles_and_the_only_legal_placements() -> None:
+    """MIG User Guide, RTX PRO 5000 Blackwell: 1g = 1/2 of memory and SMs (max 2, +me and
+    +me.all max 1), 2g = all (max 1); at most 2 instances; PCI 0x2BB3. Two memory slices: a 1g
+    starts at 0 or 1, a 2g at 0. No GI profile id is published, so none is made up."""
+    model = CATALOG.get("NVIDIA-RTX-PRO-5000-Blackwell")
+    assert (model.key, model.pci_device_ids) == ("RTX-PRO-5000", (0x2BB3,))
+    assert (model.memory_slices, model.compute_slices) == (2, 2)
+    table = {
+        p.name: (p.compute_slices, p.memory_slices, p.max_count, p.placements)
+        for p in model.profiles
+    }
+    assert table == {
+        "1g.24gb": (1, 1, 2, (0, 1)),
+        "1g.24gb+me": (1, 1, 1, (0, 1)),
+        "1g.24gb+gfx": (1, 1, 2, (0, 1)),
+        "1g.24gb+me.all": (1, 1, 1, (0, 1)),
+        "1g.24gb-me": (1, 1, 2, (0, 1)),
+        "2g.48gb": (2, 2, 1, (0,)),
+        "2g.48gb+gfx": (2, 2, 1, (0,)),
+    }
+    assert {p.gi_profile_id for p in model.profiles} == {None}
+    assert max(len(layout) for layout in enumerate_maximal_layouts(model)) == 2

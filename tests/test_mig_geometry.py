@@ -108,6 +108,36 @@ def test_fit_reports_capacity_reasons_with_numbers() -> None:
     )
 
 
+def test_a_capacity_reason_agrees_with_its_subject_in_number() -> None:
+    """It said "7g.80gb need 7 compute slices"."""
+    model = CATALOG.get("A100-80GB")
+    one = [place(model, "1g.10gb", 0)]
+    assert fit(model, ["7g.80gb"], existing=one).reason == (
+        "7g.80gb needs 7 compute slices; A100-80GB has 6 free of 7"
+    )
+    beside = [place(model, "4g.40gb", 0)]
+    assert fit(model, ["4g.40gb"], existing=beside).reason.startswith("2 x 4g.40gb exceed")
+    full = [place(model, "3g.40gb", 0), place(model, "1g.10gb", 4)]
+    assert fit(model, ["2g.20gb", "2g.20gb"], existing=full).reason == (
+        "2 x 2g.20gb need 4 compute slices; A100-80GB has 3 free of 7"
+    )
+    fuller = [place(model, "4g.40gb", 0), place(model, "2g.20gb", 4)]
+    assert fit(model, ["3g.40gb"], existing=fuller).reason == (
+        "3g.40gb needs 3 compute slices; A100-80GB has 1 free of 7"
+    )
+
+
+def test_fit_and_its_command_line_agree_with_their_subject_in_number(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from migslice.cli import main
+
+    assert main(["fit", "--gpu", "A100-80GB", "7g.80gb", "7g.80gb"]) == 1
+    assert "7g.80gb + 7g.80gb do not fit: 2 x 7g.80gb exceed" in capsys.readouterr().err
+    assert main(["fit", "--gpu", "A100-80GB", "3g.40gb", "3g.40gb"]) == 0
+    assert "A100-80GB: 3g.40gb + 3g.40gb fit\n" in capsys.readouterr().out
+
+
 def test_fit_explains_a_fragmented_gpu() -> None:
     model = CATALOG.get("A100-80GB")
     existing = [place(model, "1g.10gb", 1), place(model, "1g.10gb", 5)]

@@ -5,6 +5,7 @@ Fixtures under tests/fixtures/mig-parted/ are NVIDIA's files, vendored with thei
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from migslice.mig.migparted import (
     MigPartedEntry,
     MigPartedError,
     Outcome,
+    applied_instances,
     builtin_counts,
+    creation_orders,
     gpu_instances,
     gpu_pci_ids,
     parse_device_id,
@@ -330,8 +333,21 @@ GENERATED_ONLY = [
 ]
 
 
+# Where the shipped default config sets a GPU with more than it holds: it has no RTX PRO 5000
+# block, and its `devices: all` entries for the RTX PRO 6000 ask for 4 x 1g / 2 x 2g, so MIG
+# Manager fails on a 5000 (at most 2 instances) where the generated names give its maximum.
+SHIPPED_TOO_MANY = [
+    ("RTX-PRO-5000", 0x2BB3, "all-1g.24gb"),
+    ("RTX-PRO-5000", 0x2BB3, "all-1g.24gb-me"),
+    ("RTX-PRO-5000", 0x2BB3, "all-1g.24gb.gfx"),
+    ("RTX-PRO-5000", 0x2BB3, "all-2g.48gb"),
+    ("RTX-PRO-5000", 0x2BB3, "all-2g.48gb.gfx"),
+]
+
+
 def test_generated_names_agree_with_the_shipped_default_config_where_it_sets_the_gpu() -> None:
     differences = []
+    too_many = []
     for model in CATALOG.models:
         generated = {"all-disabled", "all-enabled", "all-balanced"}
         generated |= {"all-" + p.name.replace("+", ".") for p in model.profiles}
@@ -348,9 +364,15 @@ def test_generated_names_agree_with_the_shipped_default_config_where_it_sets_the
                     if setting.outcome is Outcome.SET and all(map(model.has_profile, profiles)):
                         shipped = (setting.mig_enabled, dict(setting.mig_devices))
                 if ours != shipped and (ours is not None or isinstance(shipped, tuple)):
+                    if isinstance(shipped, tuple) and isinstance(
+                        applied_instances(model, shipped[1]), str
+                    ):
+                        too_many.append((model.key, pci, name))
+                        continue
                     assert shipped is Outcome.UNTOUCHED, (model.key, name, shipped, ours)
                     differences.append((model.key, pci, name))
     assert differences == GENERATED_ONLY
+    assert too_many == SHIPPED_TOO_MANY
 
 
 def test_generated_all_balanced_takes_the_plain_profile_with_most_instances_per_size() -> None:
@@ -430,6 +452,91 @@ def test_mig_parted_puts_compute_instances_into_the_gpu_instance_it_just_made(
     mig_devices: dict[str, int], expected: list[tuple[str, tuple[str, ...]]]
 ) -> None:
     assert [(i.profile, i.compute) for i in gpu_instances(mig_devices)] == expected
+
+
+def cis(order: tuple[MigDeviceName, ...]) -> str:
+    return ",".join(str(name).split(".")[0] for name in order)
+
+
+def test_mig_parted_tries_each_distinct_order_once_in_its_own_sequence() -> None:
+    """NVIDIA/mig-parted@bd7160f4 pkg/mig/config/config.go:255-293, its permutation walk."""
+    orders = [cis(o) for o in creation_orders({"1c.3g.20gb": 2, "2c.3g.20gb": 2})]
+    assert orders == [
+        "2c,2c,1c,1c",
+        "2c,1c,2c,1c",
+        "2c,1c,1c,2c",
+        "1c,2c,2c,1c",
+        "1c,2c,1c,2c",
+        "1c,1c,2c,2c",
+    ]
+
+
+@pytest.mark.parametrize(
+    "mig_devices",
+    [
+        {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
+        {"1c.3g.20gb": 2, "2c.3g.20gb": 2, "1g.5gb": 1},
+        {"1g.5gb": 7},
+        {"1c.7g.40gb": 3, "2c.7g.40gb": 2},
+    ],
+)
+def test_the_number_of_orders_tried_is_the_multinomial_as_mig_parted_asserts(
+    mig_devices: dict[str, int],
+) -> None:
+    """pkg/mig/config/config_test.go:211-278 (TestIteratePermutationsUntilSuccess)."""
+    orders = list(creation_orders(mig_devices))
+    expected = math.factorial(sum(mig_devices.values()))
+    for count in mig_devices.values():
+        expected //= math.factorial(count)
+    assert len(orders) == len(set(orders)) == expected
+
+
+A100_40GB_APPLIED = [
+    (
+        {"1c.3g.20gb": 2, "2c.3g.20gb": 2},
+        [("3g.20gb", ("2c.3g.20gb", "1c.3g.20gb"))] * 2,  # order 2: 2c,1c,2c,1c
+    ),
+    ({"1c.3g.20gb": 4}, [("3g.20gb", ("1c.3g.20gb",) * 3), ("3g.20gb", ("1c.3g.20gb",))]),
+    ({"2c.3g.20gb": 1, "1c.3g.20gb": 1}, [("3g.20gb", ("2c.3g.20gb", "1c.3g.20gb"))]),
+    (
+        {"1c.2g.10gb": 3, "2g.10gb": 1},
+        [("2g.10gb", ("2g.10gb",)), ("2g.10gb", ("1c.2g.10gb",) * 2), ("2g.10gb", ("1c.2g.10gb",))],
+    ),
+    ({"2c.3g.20gb": 3}, "3 x 3g.20gb exceed the maximum of 2 per GPU on A100-40GB (in the one"),
+    (
+        {"1c.3g.20gb": 2, "2c.3g.20gb": 2, "1g.5gb": 1},
+        "(in the first of the 30 orders mig-parted tries; none fits)",
+    ),
+    ({"1c.3g.20gb": 8}, "need 8 compute slices of 7, so no order mig-parted tries fits"),
+    ({"3c.4g.20gb": 1}, "3-slice compute instance in a 4-slice GPU instance"),
+    ({"1g.6gb": 1}, "A100-40GB has no MIG profile 1g.6gb"),
+]
+
+
+@pytest.mark.parametrize(
+    ("mig_devices", "expected"),
+    A100_40GB_APPLIED,
+    ids=[",".join(f"{n}x{d}" for d, n in devices.items()) for devices, _ in A100_40GB_APPLIED],
+)
+def test_an_entry_applies_when_any_order_mig_parted_tries_fits_the_gpu(
+    mig_devices: dict[str, int], expected: list[tuple[str, tuple[str, ...]]] | str
+) -> None:
+    """{1c.3g.20gb: 2, 2c.3g.20gb: 2} was refused: the first order makes three 3g.20gb."""
+    made = applied_instances(CATALOG.get("A100-40GB"), mig_devices)
+    if isinstance(expected, str):
+        assert isinstance(made, str) and expected in made, made
+    else:
+        assert not isinstance(made, str), made
+        assert [(i.profile, i.compute) for i in made] == expected
+
+
+def test_an_entry_mig_parted_applies_on_its_second_order_is_not_refused_before_the_last() -> None:
+    entries = (
+        entry(mig_enabled=True, mig_devices={"1c.3g.20gb": 2, "2c.3g.20gb": 2}),
+        entry(mig_enabled=True, mig_devices={"3g.20gb": 2}),
+    )
+    result = per_gpu_counts("two", CATALOG.get("A100-40GB"), 1, configs={"two": entries})
+    assert result == [(True, {"3g.20gb": 2})]
 
 
 def test_a_compute_size_the_gpu_instance_lacks_fails() -> None:

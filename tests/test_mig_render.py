@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from migslice.mig import CATALOG, enumerate_maximal_layouts, place
+from migslice.mig import CATALOG, GpuModel, enumerate_maximal_layouts, place
 from migslice.mig.migparted import (
     MigPartedError,
     mig_parted_entries,
@@ -145,4 +145,18 @@ def test_nvidia_smi_commands_create_largest_first_and_tear_down_ci_before_gi() -
 def test_the_bar_shows_each_memory_slice() -> None:
     model = CATALOG.get("A100-80GB")
     layout = [place(model, "3g.40gb", 0), place(model, "2g.20gb", 4), place(model, "1g.10gb", 6)]
-    assert render_bar(model, layout, cell=3) == "|3g.40gb        |2g.20gb|1g.|...|"
+    assert render_bar(model, layout, cell=12) == (
+        "|3g.40gb" + " " * 44 + "|2g.20gb" + " " * 18 + "|1g.10gb     |............|"
+    )
+
+
+@pytest.mark.parametrize("model", CATALOG.models, ids=lambda m: m.key)
+def test_the_bar_never_cuts_a_profile_name_and_keeps_one_width_per_model(model: GpuModel) -> None:
+    """``migslice layouts`` showed ``1g.10gb+me`` as ``1g.10gb+``."""
+    widths = set()
+    for profile in model.profiles:
+        for cell in (1, 3, 8):
+            bar = render_bar(model, [place(model, profile.name, profile.placements[0])], cell=cell)
+            assert f"|{profile.name}" in bar, (profile.name, bar)
+            widths.add(len(render_bar(model, [place(model, profile.name, 0)])))
+    assert len(widths) == 1, widths

@@ -225,3 +225,26 @@ def test_the_record_keeps_quarantine_and_node_apply_times_and_reads_older_record
     del older["quarantine"]
     parsed = parse_record(json.dumps(older))
     assert parsed.plan is not None and parsed.plan.nodes[0].applied_at == T0 + 1
+
+
+def test_decide_and_the_docs_name_the_one_event_a_timeout_writes() -> None:
+    """decide.py said a MIG Manager timeout writes MigRepartitionFailed; it writes only
+    MigRepartitionQuarantined (as docs/repartition.md and the e2e tests say)."""
+    import importlib
+    from pathlib import Path
+
+    from migslice.repartition.actions import REASON_FAILED
+    from migslice.repartition.migmanager.quarantine import REASON_QUARANTINED
+
+    record = stuck_on("gpu-a", [waiting("train")])
+    ours = config_of(record, "gpu-a")
+    timeout = step(record, [node("gpu-a", config=ours, state="pending")], [], T0 + 602)
+    assert [e.reason for e in timeout.events] == [REASON_QUARANTINED]
+    module = importlib.import_module("migslice.repartition.decide")
+    doc = " ".join((module.__doc__ or "").split())
+    said = doc[doc.index("within ``deadline_s``") :].split(";")[0]
+    assert f"``{REASON_QUARANTINED}``" in said, said
+    assert f"a ``{REASON_FAILED}`` Event" not in said, said
+    page = (Path(__file__).parents[1] / "docs" / "repartition.md").read_text()
+    (row,) = [line for line in page.splitlines() if "| deadline passed" in line]
+    assert REASON_QUARANTINED in row and REASON_FAILED not in row

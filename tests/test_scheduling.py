@@ -49,6 +49,56 @@ def verdict(
     return result.outcome, result.reason
 
 
+A100_40GB = "NVIDIA-A100-SXM4-40GB"
+LABELLED_3G = {"nvidia.com/mig-3g.20gb.count": "2"}  # GFD has seen two 3g.20gb instances
+
+
+@pytest.mark.parametrize(
+    ("node", "outcome", "reason"),
+    [
+        (
+            make_node("n", product=A100_40GB, gpu_count=1, extra_labels=LABELLED_3G),
+            Outcome.FAILED,
+            "MIG devices not advertised yet",
+        ),
+        (
+            make_node(
+                "n", product=A100_40GB, gpu_count=1, mig={"1g.5gb": 1}, extra_labels=LABELLED_3G
+            ),
+            Outcome.FAILED,
+            "MIG devices not advertised yet",
+        ),
+        (
+            make_node("n", product=A100_40GB, gpu_count=1, mig={"1g.5gb": 1}),
+            Outcome.UNRESOLVABLE,
+            "no 3g.20gb instance in node's MIG layout",
+        ),
+        (
+            make_node(
+                "n",
+                product=A100_40GB,
+                gpu_count=1,
+                extra_labels={"nvidia.com/mig-3g.20gb.count": "1"},
+            ),
+            Outcome.UNRESOLVABLE,
+            "no 3g.20gb instance in node's MIG layout",
+        ),
+    ],
+    ids=["labelled-only", "labelled-beside-another", "neither", "labelled-too-few"],
+)
+def test_mig_devices_labelled_but_not_yet_advertised_fail_the_node_for_now(
+    node: dict[str, Any], outcome: Outcome, reason: str
+) -> None:
+    """GFD labelled nvidia.com/mig-3g.20gb.count=2 before the device plugin advertised them:
+    the extender answered unresolvable, so kube-scheduler would never try the node again."""
+    pod = make_pod("p", profile="3g.20gb", count=2)
+    assert verdict(node, pod) == (outcome, reason)
+    names = ["n"]
+    result = filter_nodes(demand_of(pod), [("n", index_of([node]).get("n"))])
+    part = result.failed if outcome is Outcome.FAILED else result.unresolvable
+    assert list(part) == names and part["n"] == reason
+
+
 @pytest.mark.parametrize(
     ("node", "pod", "outcome", "reason"),
     [

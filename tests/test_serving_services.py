@@ -205,6 +205,30 @@ def test_a_serving_key_that_cannot_be_loaded_stops_the_server_with_one_line(
     assert f"--tls-key {bundle.key}: cannot load the serving certificate" in lines[0]
 
 
+@pytest.mark.parametrize("service", ["webhook", "extender"])
+@pytest.mark.parametrize("where", ["unresolvable-host", "port-in-use"])
+def test_a_server_that_cannot_bind_says_so_in_one_line_without_retrying(
+    tmp_path: Path, service: str, where: str
+) -> None:
+    """gunicorn retried the bind five times, a second apart, and logged 6-11 lines."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        host, port = ("127.0.0.1", busy.getsockname()[1])
+        if where == "unresolvable-host":
+            host, port = "no.such.host.invalid", 9443
+        result = run_cli(
+            service, "--cluster-file", str(cluster), "--insecure-http", "--host", host,
+            "--port", str(port), "--log-level", "warning",
+        )  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"migslice: error: cannot listen on {host}:{port}: "), lines[0]
+
+
 def can_remount() -> bool:
     probe = ["unshare", "--mount", "--propagation", "private", "mount", "--bind", "/", "/mnt"]
     try:

@@ -62,6 +62,62 @@ def test_a_bound_pod_is_priced_on_its_node_model() -> None:
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
+A100_40GB = "NVIDIA-A100-SXM4-40GB"  # 1g.10gb spans 2 memory slices there, 1 on A100-80GB
+
+
+def eight_1g_pods_on(node: str) -> list[dict[str, Any]]:
+    return [make_pod(f"p{i}", profile="1g.10gb", node_name=node) for i in range(8)]
+
+
+def used(state: ClusterState) -> dict[str, Any]:
+    return dict(statuses(state)["team-a"][1]["used"])
+
+
+def test_pods_seen_before_their_nodes_are_priced_on_their_nodes_model_once_it_is_known() -> None:
+    """The status once read memorySlices 16 for 8 pods of 1g.10gb on an A100-80GB node: the
+    pods were listed before the Nodes, priced at the largest count any model gives 1g.10gb
+    (2, on an A100-40GB), and never priced again."""
+    state = ClusterState()
+    state.upsert_policy(make_policy())
+    for pod in eight_1g_pods_on("new"):
+        state.upsert_pod(pod)
+    state.upsert_node(make_node("old", product=A100_40GB))
+    state.upsert_node(make_node("new"))
+    assert used(state)["memorySlices"] == 8
+    assert used(state)["computeSlices"] == 8
+    assert state.tenant_usage("team-a").memory_slices == 8  # quota counts the same
+
+
+def test_a_node_whose_model_changes_prices_its_pods_again() -> None:
+    state = ClusterState()
+    state.upsert_policy(make_policy())
+    state.upsert_node(make_node("old", product=A100_40GB))
+    state.upsert_node(make_node("gpu"))
+    for pod in eight_1g_pods_on("gpu"):
+        state.upsert_pod(pod)
+    assert used(state)["memorySlices"] == 8
+    state.upsert_node(make_node("gpu", product=A100_40GB))
+    assert used(state)["memorySlices"] == 16
+    state.delete_node("gpu")  # gone: the pods are priced on the cluster's models, A100-40GB
+    assert used(state)["memorySlices"] == 16
+    state.upsert_node(make_node("gpu"))
+    assert used(state)["memorySlices"] == 8
+
+
+def test_pending_pods_are_priced_on_the_models_the_cluster_has_now() -> None:
+    """Before binding, a pod counts the largest memory-slice count among the cluster's models
+    that offer its profile: 2 while an A100-40GB is in the cluster, 1 once only A100-80GB
+    nodes are left (docs/policy.md, "Quota")."""
+    state = ClusterState()
+    state.upsert_policy(make_policy())
+    state.upsert_node(make_node("new"))
+    state.upsert_node(make_node("old", product=A100_40GB))
+    state.upsert_pod(make_pod("waiting", profile="1g.10gb"))
+    assert used(state)["memorySlices"] == 2
+    state.delete_node("old")
+    assert used(state)["memorySlices"] == 1
+
+
 def statuses(state: ClusterState) -> dict[str, Any]:
     return {u.name: (u.observed, u.desired) for u in state.policy_statuses(NOW)}
 

@@ -10,6 +10,7 @@ _.is_sharing
 _.last_error
 _.last_round
 _.lists
+_.LISTENERS
 _.load_config
 _.patches
 _.repartition_share

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from migslice import console, names
 from migslice.admission import AdmissionSettings, Unmatched
@@ -21,11 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--cluster-file",
         metavar="FILE",
-        type=Path,
+        type=console.file_path,
         help="serve this cluster (YAML stream) instead of the API",
     )
     source.add_argument(
-        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube)"
+        "--kubeconfig",
+        metavar="FILE",
+        type=console.path_name,
+        help="kubeconfig (default: in-cluster, then ~/.kube)",
     )
     parser.add_argument(
         "--unmatched-namespaces",
@@ -44,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheduler-name",
         default=names.SCHEDULER_NAME,
+        type=console.dns_subdomain_or_empty,
         help="schedulerName set on GPU pods that use the default scheduler ('' leaves it alone)",
     )
     _add_consistency_arguments(parser)
@@ -113,6 +116,7 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
 def run(args: argparse.Namespace) -> int:
     from webhook.service import serve_webhook
 
+    console.check_kubeconfig(args.kubeconfig)
     return serve_webhook(settings_from_args(args))
 
 

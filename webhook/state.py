@@ -85,6 +85,18 @@ class InvalidPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class _GpuPod:
+    """What a live GPU pod's charge is computed from, kept to price it again when the model
+    it is priced on changes: its node's (a Node seen after the pod, or relabelled), or the
+    cluster's (a model coming or going) while it is not bound to a known node."""
+
+    namespace: str
+    requests: tuple[tuple[str, int], ...]
+    reservation: str | None
+    node: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class _StatusInputs:
     policy: TenantPolicy | None
     invalid: InvalidPolicy | None
@@ -102,6 +114,8 @@ class ClusterState:
         self._tenancy = Tenancy()
         self._usage = UsageBook()
         self._products = NodeProducts()
+        self._gpu_pods: dict[str, _GpuPod] = {}
+        self._pods_on: dict[str, set[str]] = {}  # node -> keys of the GPU pods bound to it
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
         self._desired: dict[str, TenantPolicyStatusWire] = {}
@@ -347,11 +361,15 @@ class ClusterState:
         if name is None:
             return
         with self.admission_lock:
+            before = (self._products.product_of(name), self._products.model_keys)
             self._products.set_node(name, node_product_of(raw_node))
+            self._price_again(name, before)
 
     def delete_node(self, name: str) -> None:
         with self.admission_lock:
+            before = (self._products.product_of(name), self._products.model_keys)
             self._products.forget_node(name)
+            self._price_again(name, before)
 
     def upsert_pod(self, raw_pod: Mapping[str, object]) -> None:
         metadata = metadata_of(raw_pod)
@@ -359,30 +377,73 @@ class ClusterState:
         if not isinstance(namespace, str) or not isinstance(name, str):
             return
         uid = annotations_of(raw_pod).get(names.RESERVATION)
+        requests = () if is_terminal(raw_pod) else gpu_requests(raw_pod)
+        pod = _GpuPod(
+            namespace,
+            requests,
+            uid if isinstance(uid, str) and uid else None,
+            bound_node_of(raw_pod),
+        )
+        key = f"{namespace}/{name}"
         with self.admission_lock:
-            usage = (
-                ZERO
-                if is_terminal(raw_pod)
-                else usage_of(dict(gpu_requests(raw_pod)), self._models_for(raw_pod))
-            )
-            # The annotation is trusted only on a pod that asks for a GPU: every such pod went
-            # through this webhook, which wrote the annotation itself (a tenant's own value is
-            # overwritten); a pod without a GPU never reaches the webhook, so its annotation
-            # may be forged and settles nothing. A charge also needs its own namespace.
-            reservation = uid if isinstance(uid, str) and uid and not usage.is_zero else None
-            key, now = f"{namespace}/{name}", self.clock.monotonic_s()
-            if usage.is_zero:
-                changed = self._usage.forget_pod(key, now_s=now) is not None
-            else:
-                self._tenancy.touch_namespace(namespace)
-                charge = PodCharge(namespace, usage, reservation)
-                changed = self._usage.set_pod(key, charge, now_s=now)
-            if changed:
+            self._keep_gpu_pod(key, pod)
+            if self._charge(key, pod):
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
+
+    def _charge(self, key: str, pod: _GpuPod) -> bool:
+        """Charge ``pod`` as priced now; whether its charge changed."""
+        usage = usage_of(dict(pod.requests), self._models_for(pod.node)) if pod.requests else ZERO
+        # The annotation is trusted only on a pod that asks for a GPU: every such pod went
+        # through this webhook, which wrote the annotation itself (a tenant's own value is
+        # overwritten); a pod without a GPU never reaches the webhook, so its annotation
+        # may be forged and settles nothing. A charge also needs its own namespace.
+        reservation = pod.reservation if not usage.is_zero else None
+        now = self.clock.monotonic_s()
+        if usage.is_zero:
+            return self._usage.forget_pod(key, now_s=now) is not None
+        self._tenancy.touch_namespace(pod.namespace)
+        return self._usage.set_pod(key, PodCharge(pod.namespace, usage, reservation), now_s=now)
+
+    def _keep_gpu_pod(self, key: str, pod: _GpuPod | None) -> None:
+        """Remember (or, with None or no GPU request, forget) what ``key`` is priced from."""
+        old = self._gpu_pods.pop(key, None)
+        if old is not None and old.node is not None:
+            keys = self._pods_on.get(old.node)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._pods_on[old.node]
+        if pod is None or not pod.requests:
+            return
+        self._gpu_pods[key] = pod
+        if pod.node is not None:
+            self._pods_on.setdefault(pod.node, set()).add(key)
+
+    def _price_again(self, node: str, before: tuple[str | None, tuple[str, ...]]) -> None:
+        """After ``node`` changed: price again the pods bound to it when its product changed,
+        and every pod priced on the cluster's models when the cluster's models changed."""
+        product, model_keys = before
+        keys: set[str] = set()
+        if self._products.product_of(node) != product:
+            keys |= self._pods_on.get(node, set())
+        if self._products.model_keys != model_keys:
+            keys |= {
+                key
+                for key, pod in self._gpu_pods.items()
+                if pod.node is None or self._products.product_of(pod.node) is None
+            }
+        touched: set[str] = set()
+        for key in sorted(keys):
+            pod = self._gpu_pods[key]
+            if self._charge(key, pod):
+                touched.update(p.name for p in self._tenancy.selecting(pod.namespace))
+        if touched:
+            self._changed(*sorted(touched))
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self.admission_lock:
             now = self.clock.monotonic_s()
+            self._keep_gpu_pod(f"{namespace}/{name}", None)
             if self._usage.forget_pod(f"{namespace}/{name}", now_s=now) is not None:
                 self._usage.forget_seen_before(now - SEEN_KEEP_S)
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
@@ -401,9 +462,9 @@ class ClusterState:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _models_for(self, raw_pod: Mapping[str, object]) -> tuple[str, ...]:
-        """The GPU model keys a pod's slices are priced on: its node's, else the cluster's."""
-        node = bound_node_of(raw_pod)
+    def _models_for(self, node: str | None) -> tuple[str, ...]:
+        """The GPU model keys a pod's slices are priced on: those of its node (``node``,
+        where it is bound) when the node is known, else the cluster's."""
         product = self._products.product_of(node) if node is not None else None
         if product is not None:
             model = CATALOG.by_product(product)

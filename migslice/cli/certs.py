@@ -56,7 +56,13 @@ def register(commands: Any) -> None:
         type=console.dns_label,
         help="Service namespace, e.g. migslice-system",
     )
-    certs.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
+    certs.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        type=console.path_name,
+        help="directory to write into",
+    )
     certs.add_argument(
         "--dns-name",
         action="append",
@@ -105,16 +111,21 @@ def _add_cluster_arguments(certs: argparse.ArgumentParser) -> None:
     cluster.add_argument(
         "--secret",
         metavar="NAME",
+        type=console.dns_subdomain,
         help="TLS Secret in --namespace that holds tls.crt, tls.key and ca.crt",
     )
     cluster.add_argument(
         "--webhook-configuration",
         metavar="NAME",
+        type=console.dns_subdomain,
         help="put ca.crt into caBundle of the webhooks calling the Service in the Mutating- and "
         "ValidatingWebhookConfiguration NAME (needs --secret)",
     )
     cluster.add_argument(
-        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube)"
+        "--kubeconfig",
+        metavar="FILE",
+        type=console.path_name,
+        help="kubeconfig (default: in-cluster, then ~/.kube)",
     )
 
 
@@ -235,6 +246,7 @@ def _in_cluster(args: argparse.Namespace) -> int:
     from migslice.kube import KubernetesTransport
     from migslice.kube.certs import CertsError, inject_ca_bundle
 
+    console.check_kubeconfig(args.kubeconfig)
     try:
         api = KubernetesTransport.from_environment(args.kubeconfig)
     except Exception as error:  # the kubernetes client raises several kinds here

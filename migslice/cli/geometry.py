@@ -7,7 +7,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from migslice.console import CommandError, format_table, print_json
+from migslice.console import (
+    MAX_GPU_INDEX,
+    CommandError,
+    format_table,
+    gpu_index,
+    print_json,
+)
 from migslice.mig import (
     CATALOG,
     GpuModel,
@@ -55,7 +61,13 @@ def register(commands: Any) -> None:
         metavar="JSON",
         help='existing instances: [{"profile": "1g.10gb", "start": 6, "size": 1}, ...]',
     )
-    fitting.add_argument("--gpu-index", type=int, default=0, help="GPU index for rendered output")
+    fitting.add_argument(
+        "--gpu-index",
+        type=gpu_index,
+        default=0,
+        metavar="N",
+        help=f"GPU index for rendered output (0 to {MAX_GPU_INDEX}; default 0)",
+    )
     _add_driver(fitting)
     fitting.add_argument(
         "-o", "--output", choices=("table", "json", "mig-parted", "nvidia-smi"), default="table"
@@ -162,7 +174,7 @@ def run_profiles(args: argparse.Namespace) -> int:
     rows = [
         (
             p.name,
-            p.gi_profile_id,
+            p.gi_profile_id if p.gi_profile_id is not None else "?",
             p.max_count,
             p.memory_mib if p.memory_mib is not None else "?",
             p.sm_count if p.sm_count is not None else "?",
@@ -269,7 +281,7 @@ def run_fit(args: argparse.Namespace) -> int:
     elif args.output == "nvidia-smi":
         print("\n".join(commands))
     else:
-        print(f"{model.key}: {' + '.join(wanted)} fits")
+        print(f"{model.key}: {' + '.join(wanted)} {'fits' if len(wanted) == 1 else 'fit'}")
         print(f"  before  {render_bar(model, existing)}")
         print(f"  after   {render_bar(model, result.placement)}")
         print("\nnvidia-smi (largest first, so the driver's default placement succeeds):")
@@ -279,6 +291,7 @@ def run_fit(args: argparse.Namespace) -> int:
         print("  " + mig_parted.rstrip().replace("\n", "\n  "))
     if not result.feasible:
         if args.output != "json":
-            raise CommandError(f"{' + '.join(wanted)} does not fit: {result.reason}")
+            verb = "does not fit" if len(wanted) == 1 else "do not fit"
+            raise CommandError(f"{' + '.join(wanted)} {verb}: {result.reason}")
         return 1
     return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from migslice.inventory import NodeState
 from migslice.mig import CATALOG
 from migslice.mig.migparted import render_mig_parted
 from migslice.mig.render import render_bar
-from migslice.objects import ClusterFileError, load_cluster_text
+from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.objects.carve_handshake import gpus_json
 from migslice.repartition import (
     CarvePlan,
@@ -45,7 +47,7 @@ def register(commands: Any) -> None:
             "labels MIG Manager would act on, and why the remaining pods stay pending."
         ),
     )
-    parser.add_argument("--cluster-file", required=True, metavar="FILE", type=Path)
+    parser.add_argument("--cluster-file", required=True, metavar="FILE", type=console.file_path)
     parser.add_argument(
         "--mig-config-map",
         default=DEFAULT_CONFIG_MAP,
@@ -53,7 +55,9 @@ def register(commands: Any) -> None:
         metavar="NAMESPACE/NAME",
         help=f"the mig-parted ConfigMap (key {names.MIG_CONFIG_KEY}; default %(default)s)",
     )
-    parser.add_argument("--scheduler-name", default=names.SCHEDULER_NAME)
+    parser.add_argument(
+        "--scheduler-name", default=names.SCHEDULER_NAME, type=console.dns_subdomain
+    )
     defaults = PlanSettings()
     parser.add_argument(
         "--min-pending-s",
@@ -63,7 +67,9 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--cooldown-s", type=console.seconds(), default=defaults.cooldown_s)
     parser.add_argument(
-        "--max-nodes-in-flight", type=console.count(1), default=defaults.max_nodes_in_flight
+        "--max-nodes-in-flight",
+        type=console.count(1, 100_000),
+        default=defaults.max_nodes_in_flight,
     )
     parser.add_argument(
         "--mode-default",
@@ -91,6 +97,7 @@ def run_plan(args: argparse.Namespace) -> int:
         now_s=now,
         scheduler_name=args.scheduler_name,
     )
+    _check_has_gpu_nodes(path, objects, snapshot.nodes)
     record = snapshot.file.record
     if record is None:
         raise CommandError(
@@ -118,6 +125,26 @@ def run_plan(args: argparse.Namespace) -> int:
     return print_step(
         step, list(snapshot.nodes), output=args.output, config_map=args.mig_config_map
     )
+
+
+def _check_has_gpu_nodes(path: Path, objects: ClusterObjects, nodes: Sequence[NodeState]) -> None:
+    """CommandError when the file holds no GPU node, so nothing could be re-partitioned: said
+    as it is, before any word on the mig-parted ConfigMap (which such a file lacks too)."""
+    if not any(dataclasses.astuple(objects)):
+        raise CommandError(
+            f"--cluster-file {path}: it holds no Kubernetes objects; plan reads a cluster's "
+            "Nodes, Pods and the mig-parted ConfigMap"
+        )
+    if not nodes:
+        raise CommandError(
+            f"--cluster-file {path}: it holds no Node; there is no GPU to re-partition"
+        )
+    if not any(n.model is not None or n.facts.product or n.facts.allocatable for n in nodes):
+        which = "its one Node lacks" if len(nodes) == 1 else f"none of its {len(nodes)} Nodes has"
+        raise CommandError(
+            f"--cluster-file {path}: {which} an NVIDIA GPU (label {names.PRODUCT_LABEL} or "
+            "nvidia.com/* allocatable); there is no GPU to re-partition"
+        )
 
 
 def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: str) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from migslice import console
 from migslice.console import CommandError
@@ -12,7 +11,7 @@ from migslice.console import CommandError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--workdir", type=Path, help="keep certificates, cluster file and logs here"
+        "--workdir", type=console.file_path, help="keep certificates, cluster file and logs here"
     )
     parser.add_argument(
         "--pause-s", type=console.seconds(), default=0.0, help="pause between steps"

@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
 from migslice import console, names
 from migslice.console import CommandError
@@ -33,7 +32,10 @@ building the command line imports no check)."""
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube)"
+        "--kubeconfig",
+        metavar="FILE",
+        type=console.path_name,
+        help="kubeconfig (default: in-cluster, then ~/.kube)",
     )
     parser.add_argument(
         "-n",
@@ -85,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     console.setup_logging(args.log_level)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
-    if args.kubeconfig is not None and not Path(args.kubeconfig).is_file():
-        raise CommandError(f"--kubeconfig {args.kubeconfig}: no such file")
+    console.check_kubeconfig(args.kubeconfig)
     try:
         # A read may run a little past its check's time: the check's own timeout says so first.
         transport = KubernetesTransport.from_environment(

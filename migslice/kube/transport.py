@@ -9,15 +9,19 @@ included, and the JSON stays raw (no model classes).
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 import urllib3
 from kubernetes import client, config
+from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
 from migslice import __version__
+from migslice.console import kubeconfig_problem
 from migslice.errors import MigsliceError
 
 RawObject = dict[str, Any]
@@ -28,6 +32,10 @@ USER_AGENT = f"migslice/{__version__}"
 
 class KubeError(MigsliceError):
     """Root of the errors of the Kubernetes API layer."""
+
+
+class KubeconfigError(KubeError):
+    """A kubeconfig file the kubernetes client cannot read; the message names the file."""
 
 
 class ApiError(KubeError):
@@ -84,6 +92,7 @@ class KubernetesTransport:
         ``timeout_s`` bounds connecting and each read (default 10 s and 60 s)."""
         configuration = client.Configuration()
         in_cluster = False
+        _check_kubeconfig_files(kubeconfig)
         if kubeconfig is None:
             try:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -265,3 +274,20 @@ def _status_message(body: str) -> str:
     if isinstance(status, dict) and isinstance(status.get("message"), str):
         return str(status["message"])
     return body[:200]
+
+
+def _check_kubeconfig_files(kubeconfig: str | None) -> None:
+    """KubeconfigError when the kubeconfig to be loaded (``kubeconfig``, else the client's
+    default, ``$KUBECONFIG`` or ``~/.kube/config``) exists and is no kubeconfig: the client
+    would fail with a type error that names neither the file nor what is wrong."""
+    if kubeconfig is not None:
+        paths = [kubeconfig]
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return  # in a pod the service account is read first; a file only if that fails
+    else:
+        paths = [os.path.expanduser(p) for p in KUBE_CONFIG_DEFAULT_LOCATION.split(os.pathsep)]
+    for path in paths:
+        if path and (kubeconfig is not None or os.path.exists(path)):
+            problem = kubeconfig_problem(Path(path))
+            if problem:
+                raise KubeconfigError(f"kubeconfig {path}: {problem}")

@@ -29,10 +29,12 @@ class Profile:
 
     ``placements`` are the legal start indices in memory-slice units; every placement of the
     profile occupies ``memory_slices`` consecutive memory slices from its start.
+    ``gi_profile_id`` is None where NVIDIA publishes no id for the model (the node agent
+    reports NVML's own; nvidia-smi takes the profile name instead).
     """
 
     name: str
-    gi_profile_id: int
+    gi_profile_id: int | None
     compute_slices: int
     memory_slices: int
     max_count: int

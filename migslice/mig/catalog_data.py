@@ -8,6 +8,8 @@ Sources (see docs/catalog.md for the evidence behind each row):
   are taken to be the same.
 * 4-memory-slice GPUs (A30, RTX PRO 6000 Blackwell): A30 ``-lgipp``; RTX PRO 6000 shares the
   profile ids and is taken to share the placement shape.
+* RTX PRO 5000 Blackwell (2 memory slices): profiles, fractions and counts from the MIG User
+  Guide; placements derived from them, GI profile ids unpublished (``None``).
 * Profile memory (MiB = GiB x 1024 from ``nvidia-smi mig -lgip``) and SM counts where a public
   ``-lgip`` output shows them; ``None`` where none was seen.
 * Product labels follow GPU Feature Discovery (NVML name, spaces to ``-``); PCI ids from the
@@ -54,11 +56,27 @@ _RTX_PRO_KINDS: dict[str, tuple[int, int, int, int, tuple[int, ...]]] = {
     "4g+gfx": (32, 4, 4, 1, (0,)),
 }
 
+# RTX PRO 5000 Blackwell 48GB: no GI profile id and no -lgipp placement is published (see
+# docs/catalog.md, "RTX PRO 5000 Blackwell"). Memory fractions 1/2 and Full and the counts are
+# the MIG User Guide's; on a GPU of two memory slices the starts follow: two 1g fit (max 2), so
+# a 1g starts at 0 and at 1; a 2g fills the GPU, so it starts at 0 only.
+_RTX_PRO_5000_KINDS: dict[str, tuple[int | None, int, int, int, tuple[int, ...]]] = {
+    "1g": (None, 1, 1, 2, (0, 1)),
+    "1g+me": (None, 1, 1, 1, (0, 1)),
+    "1g+gfx": (None, 1, 1, 2, (0, 1)),
+    "1g+me.all": (None, 1, 1, 1, (0, 1)),
+    "1g-me": (None, 1, 1, 2, (0, 1)),
+    "2g": (None, 2, 2, 1, (0,)),
+    "2g+gfx": (None, 2, 2, 1, (0,)),
+}
+
 Row = tuple[str, str, int | None, int | None]  # kind, profile name, memory MiB, SM count
 
 
 def _profiles(
-    kinds: dict[str, tuple[int, int, int, int, tuple[int, ...]]], rows: list[Row]
+    kinds: dict[str, tuple[int, int, int, int, tuple[int, ...]]]
+    | dict[str, tuple[int | None, int, int, int, tuple[int, ...]]],
+    rows: list[Row],
 ) -> tuple[Profile, ...]:
     built = []
     for kind, name, memory_mib, sm_count in rows:
@@ -312,6 +330,34 @@ MODELS: tuple[GpuModel, ...] = (
         ),
         aliases=("RTX-PRO-6000-Blackwell", "RTXPRO6000"),
         memory_mib=98304,
+    ),
+    GpuModel(
+        key="RTX-PRO-5000",
+        description="NVIDIA RTX PRO 5000 Blackwell 48GB",
+        product_names=("NVIDIA-RTX-PRO-5000-Blackwell",),
+        pci_device_ids=(0x2BB3,),
+        memory_slices=2,
+        compute_slices=2,
+        profiles=_profiles(
+            _RTX_PRO_5000_KINDS,
+            [
+                ("1g", "1g.24gb", None, None),
+                ("1g+me", "1g.24gb+me", None, None),
+                ("1g+gfx", "1g.24gb+gfx", None, None),
+                ("1g+me.all", "1g.24gb+me.all", None, None),
+                ("1g-me", "1g.24gb-me", None, None),
+                ("2g", "2g.48gb", None, None),
+                ("2g+gfx", "2g.48gb+gfx", None, None),
+            ],
+        ),
+        source=(
+            "profiles, memory fractions and max counts: MIG User Guide RTX PRO 5000 table; max 2 "
+            "instances: MIG User Guide supported GPUs; PCI id 0x2BB3 and NVML name: NVIDIA "
+            "open-gpu-kernel-modules README; placements derived (2 memory slices), GI profile "
+            "ids unpublished"
+        ),
+        aliases=("RTX-PRO-5000-Blackwell", "RTXPRO5000"),
+        memory_mib=49152,
     ),
 )
 

@@ -92,6 +92,11 @@ def _describe(profiles: Sequence[Profile]) -> str:
     return " + ".join(f"{counts[p]} x {p.name}" if counts[p] > 1 else p.name for p in ordered)
 
 
+def _need(profiles: Sequence[Profile]) -> str:
+    """The verb after :func:`_describe`: ``7g.80gb needs``, ``2 x 3g.40gb need``."""
+    return "needs" if len(profiles) == 1 else "need"
+
+
 def _capacity_reason(
     model: GpuModel, wanted: Sequence[Profile], existing: Sequence[Placed], rules: Rules
 ) -> str:
@@ -108,14 +113,14 @@ def _capacity_reason(
     need_compute = sum(p.compute_slices for p in wanted)
     if used_compute + need_compute > model.compute_slices:
         return (
-            f"{_describe(wanted)} need {need_compute} compute slices; {model.key} has "
+            f"{_describe(wanted)} {_need(wanted)} {need_compute} compute slices; {model.key} has "
             f"{model.compute_slices - used_compute} free of {model.compute_slices}"
         )
     used_memory = sum(p.memory_slices for p in existing_profiles)
     need_memory = sum(p.memory_slices for p in wanted)
     if used_memory + need_memory > model.memory_slices:
         return (
-            f"{_describe(wanted)} need {need_memory} memory slices; {model.key} has "
+            f"{_describe(wanted)} {_need(wanted)} {need_memory} memory slices; {model.key} has "
             f"{model.memory_slices - used_memory} free of {model.memory_slices}"
         )
     everything = [*existing_profiles, *wanted]

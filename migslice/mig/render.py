@@ -27,18 +27,30 @@ def creation_order(layout: Sequence[Placed], model: GpuModel) -> list[Placed]:
 
 
 def nvidia_smi_create(gpu_index: int, model: GpuModel, new: Sequence[Placed]) -> list[str]:
-    """``nvidia-smi mig`` commands that create ``new`` instances (and their compute instances)."""
+    """``nvidia-smi mig`` commands that create ``new`` instances (and their compute instances).
+
+    Profiles go by GPU-instance profile id, or by name where the catalog has no id for the
+    model: ``-cgi`` takes either (MIG User Guide, "Creating GPU Instances": ``-cgi 9,3g.20gb``).
+    """
     if not new:
         return []
-    ids = ",".join(str(model.profile(p.profile).gi_profile_id) for p in creation_order(new, model))
+    ids = ",".join(_cgi_profile(model, p.profile) for p in creation_order(new, model))
     return [f"nvidia-smi mig -i {gpu_index} -cgi {ids} -C"]
+
+
+def _cgi_profile(model: GpuModel, name: str) -> str:
+    profile_id = model.profile(name).gi_profile_id
+    return name if profile_id is None else str(profile_id)
 
 
 def render_bar(model: GpuModel, layout: Sequence[Placed], cell: int = 8) -> str:
     """The GPU's memory slices as a bar: ``|3g.40gb                    |2g.20gb  |1g.10gb|..|``.
 
-    Each memory slice is ``cell`` characters wide; free slices show as ``.``.
+    Each memory slice is ``cell`` characters wide, or wider where a profile name of the model
+    (or of ``layout``) needs it: names are never cut (``1g.10gb+me`` is 10 characters), and
+    every bar of one model has the same width; free slices show as ``.``.
     """
+    cell = max(cell, bar_cell(model, layout))
     by_start = {p.start: p for p in layout}
     parts: list[str] = []
     index = 0
@@ -49,6 +61,14 @@ def render_bar(model: GpuModel, layout: Sequence[Placed], cell: int = 8) -> str:
             index += 1
             continue
         width = placed.size * cell + placed.size - 1
-        parts.append(placed.profile[:width].ljust(width))
+        parts.append(placed.profile.ljust(width))
         index += placed.size
     return "|" + "|".join(parts) + "|"
+
+
+def bar_cell(model: GpuModel, layout: Sequence[Placed] = ()) -> int:
+    """The narrowest memory-slice cell that holds every profile name of ``model`` and
+    ``layout`` whole (a name spanning N slices has N cells and N - 1 separators)."""
+    sized = [(p.name, p.memory_slices) for p in model.profiles]
+    sized += [(p.profile, p.size) for p in layout]
+    return max((-(-(len(name) - size + 1) // max(size, 1)) for name, size in sized), default=1)

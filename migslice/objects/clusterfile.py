@@ -1,7 +1,10 @@
 """Cluster files: a YAML stream of Kubernetes objects (Node, Pod, TenantPolicy, ConfigMap).
 
 Used by the standalone servers (``--cluster-file``), the demo, ``migslice plan``, tests and
-benchmarks in place of a live API server. A Pod with ``spec.nodeName`` is bound.
+benchmarks in place of a live API server. A Pod with ``spec.nodeName`` is bound. A Pod not
+shaped as the API server would store it (``spec`` not a mapping, containers not a list of
+mappings, resources not a mapping, a request or limit that is no quantity) is refused with
+its document, name and field paths (``pod_gpus.shape_problems``), as kube-apiserver refuses it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from migslice.errors import InvalidInputError
+from migslice.objects.pod_gpus import shape_problems
 
 RawObject = dict[str, object]
 
@@ -66,6 +70,14 @@ def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
         metadata = raw.get("metadata")
         if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
             raise ClusterFileError(f"document {index + 1} ({raw['kind']}) has no metadata.name")
+        if raw["kind"] == "Pod":
+            problems = shape_problems(raw)
+            if problems:
+                namespace = metadata.get("namespace") or "default"
+                raise ClusterFileError(
+                    f"document {index + 1} (Pod {namespace}/{metadata['name']}): "
+                    + "; ".join(problems)
+                )
         buckets[_KINDS.get(raw["kind"], "others")].append(raw)
 
     for index, document in enumerate(documents):

@@ -27,6 +27,9 @@ from migslice.objects.json import JsonObject
 from migslice.quantity import QuantityError, parse_count
 
 RawNode = JsonObject
+GFD_COUNT_SUFFIX = ".count"
+"""GPU Feature Discovery labels ``nvidia.com/mig-<profile>.count`` (k8s-device-plugin
+``internal/lm/resource.go``, ``baseLabeler``: ``<resource>.count``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,10 @@ class NodeFacts:
     carve_status: CarveStatus | None = None
     quarantine_label: str | None = None
     quarantine_note: str | None = None
+    labelled_mig: tuple[tuple[str, int], ...] = ()
+    """MIG devices GPU Feature Discovery counts (labels ``nvidia.com/mig-<profile>.count``,
+    keyed by the resource the device plugin advertises them as), sorted by name: right after
+    a re-partition they are labelled before the device plugin advertises them."""
 
     def allocatable_of(self, resource: str) -> int:
         for name, count in self.allocatable:
@@ -100,6 +107,7 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
             gpu_count = parse_count(count_text, f"label {names.GPU_COUNT_LABEL}")
         except QuantityError as error:
             problems.append(str(error))
+    labelled_mig = _labelled_mig(labels, problems)
     capable_text = _label(labels, names.MIG_CAPABLE_LABEL)
     agent: AgentReport | None = None
     agent_error = ""
@@ -129,7 +137,29 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
         carve_status=status,
         quarantine_label=_label(labels, names.QUARANTINE_LABEL),
         quarantine_note=_label(annotations, names.QUARANTINE_ANNOTATION),
+        labelled_mig=labelled_mig,
     )
+
+
+def _labelled_mig(labels: JsonObject, problems: list[str]) -> tuple[tuple[str, int], ...]:
+    """GFD's ``nvidia.com/mig-<profile>.count`` labels as (resource, count), sorted."""
+    found: list[tuple[str, int]] = []
+    for key, value in labels.items():
+        if not (
+            isinstance(key, str)
+            and key.startswith(names.MIG_RESOURCE_PREFIX)
+            and key.endswith(GFD_COUNT_SUFFIX)
+            and isinstance(value, str)
+        ):
+            continue
+        try:
+            count = parse_count(value, f"label {key}")
+        except QuantityError as error:
+            problems.append(str(error))
+            continue
+        if count:
+            found.append((sys.intern(key.removesuffix(GFD_COUNT_SUFFIX)), count))
+    return tuple(sorted(found))
 
 
 def _carve(

@@ -153,6 +153,34 @@ def read_pod_gpu(raw_pod: RawPod) -> PodGpu:
     return PodGpu(tuple(entries), tuple(app_names), tuple(malformed))
 
 
+def shape_problems(raw_pod: RawPod) -> tuple[str, ...]:
+    """Every part of the pod that is not shaped as the API server stores a Pod, each with its
+    field path: what :func:`read_pod_gpu` reports malformed, a ``spec.nodeName`` that is not a
+    string, and a ``requests`` or ``limits`` entry of any resource that is no quantity. The API
+    server refuses such a pod; a cluster file is checked with this instead."""
+    found = list(read_pod_gpu(raw_pod).malformed)
+    spec = raw_pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return tuple(found)
+    if "nodeName" in spec and not isinstance(spec["nodeName"], str):
+        found.append(f"spec.nodeName={spec['nodeName']!r} must be a string")
+    for field in ("containers", "initContainers"):
+        listed = spec.get(field)
+        for index, container in enumerate(listed if isinstance(listed, list) else ()):
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            for section in ("requests", "limits"):
+                values = resources.get(section) if isinstance(resources, Mapping) else None
+                for resource, raw in values.items() if isinstance(values, Mapping) else ():
+                    if isinstance(resource, str) and is_gpu_resource(resource):
+                        continue  # read_pod_gpu has judged it
+                    path = f"spec.{field}[{index}].resources.{section}[{resource}]"
+                    try:
+                        parse_quantity(raw)
+                    except QuantityError as error:
+                        found.append(f"{path}: {error}")
+    return tuple(found)
+
+
 def _container_entries(
     container: JsonObject,
     field: str,

@@ -13,16 +13,18 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   no stale ``success`` is read as ours and the scheduler keeps off the node), and record a
   ``MigRepartition`` Event. If every node aborts: ``ABORT``, back to idle.
 * **applying** (``appliedAt`` set): per open node, ``success`` on our config -> outcome
-  success (cooldown starts); ``failed``, or not ``success`` within ``deadline_s`` -> failed
-  or timeout: a ``MigRepartitionFailed`` Event, the previous config label restored when the
-  file still has that config, the node backed off for ``backoff_s``; a label someone else
+  success (cooldown starts); ``failed`` -> outcome failed: a ``MigRepartitionFailed`` Event,
+  the previous config label restored when the file still has that config, the node backed off
+  for ``backoff_s``; not ``success`` within ``deadline_s`` -> outcome timeout: the label
+  restored the same way and the node quarantined (below), with a ``MigRepartitionQuarantined``
+  Event and no ``MigRepartitionFailed`` one, and no backoff; a label someone else
   changed -> superseded (left alone); a label still at the previous config (a restart between
   the file write and the label) -> labelled now, after the same re-check. ``OBSERVE`` when
   an outcome changed; when no node is open the plan is dropped (``FINISH``). While the open
   nodes only wait, more nodes may **join** the plan (``START``: written, then applied as in
   *planned*, each with its own deadline) for demand the plan does not serve, within the
   in-flight budget of their pool, so one slow node does not stop the others.
-* a timeout also **quarantines** the node (``migslice.repartition.migmanager.quarantine``):
+* a timeout **quarantines** the node (``migslice.repartition.migmanager.quarantine``):
   out of the budget, left alone until MIG Manager reports ``success`` or an admin removes the
   label; releasing it (or writing its label again) is a step of its own (``QUARANTINE``),
   first.

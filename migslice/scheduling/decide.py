@@ -83,6 +83,8 @@ def _check_unit(unit: DemandUnit, node: PreparedNode) -> Verdict:
         model = node.model_key or node.product or "GPU"
         return Verdict(Outcome.UNRESOLVABLE, reasons.profile_not_offered(model, unit.profile))
     total = node.allocatable.get(resource, 0)
+    if total < count and node.labelled.get(resource, 0) >= count:
+        return Verdict(Outcome.FAILED, reasons.NOT_ADVERTISED)
     if total == 0:
         return Verdict(Outcome.UNRESOLVABLE, reasons.not_in_layout(unit.profile))
     if total < count:

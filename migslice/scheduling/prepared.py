@@ -21,6 +21,8 @@ class PreparedNode:
     ``offered``: the MIG resources the node's GPU model has (None: model unknown, trust
     allocatable). ``unit_scores``: the fragmentation score of taking one unit of a resource
     (see :mod:`migslice.scheduling.fragmentation`), for every resource with a free unit.
+    ``labelled``: the MIG devices GPU Feature Discovery counts on the node, which may run
+    ahead of allocatable (:data:`reasons.NOT_ADVERTISED`).
     """
 
     name: str
@@ -34,6 +36,7 @@ class PreparedNode:
     free: Mapping[str, int]
     unit_scores: Mapping[str, int]
     state: NodeState = field(repr=False, compare=False)
+    labelled: Mapping[str, int] = field(default_factory=dict)
 
 
 def prepare_node(state: NodeState) -> PreparedNode:
@@ -68,6 +71,7 @@ def prepare_node(state: NodeState) -> PreparedNode:
         free=free,
         unit_scores=scored,
         state=state,
+        labelled=dict(facts.labelled_mig),
     )
 
 
@@ -81,6 +85,8 @@ def _mig_reason(state: NodeState, allocatable: Mapping[str, int]) -> str | None:
         return reasons.unknown_product(facts.product or "")
     if facts.mig_capable is False:
         return reasons.mig_unsupported(facts.product or state.model.key)
+    if facts.labelled_mig:
+        return None  # labelled, not yet advertised: each unit says so (reasons.NOT_ADVERTISED)
     if facts.mig_strategy == "single":
         return reasons.wrong_strategy("single")
     if facts.mig_config == "all-disabled" or facts.mig_strategy in (None, "none"):

@@ -55,6 +55,11 @@ def all_in_use(profile: str) -> str:
     return f"all {profile} MIG instances in use"
 
 
+NOT_ADVERTISED = "MIG devices not advertised yet"
+"""GPU Feature Discovery labels the node's MIG devices (``nvidia.com/mig-<profile>.count``),
+the device plugin has not advertised them (allocatable): a node that has just been
+re-partitioned, so failed (kube-scheduler tries it again), not unresolvable."""
+
 NO_WHOLE_GPU = "no whole GPU on node (MIG enabled on every GPU)"
 ALL_WHOLE_GPUS_IN_USE = "all whole GPUs in use"
 

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gunicorn import sock
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 
-from migslice.console import count, port, seconds
+from migslice.console import count, host, path_name, port, seconds
 from migslice.serving.limits import ServingLimits
 from migslice.serving.tls import ReloadingSSLContext
 from migslice.serving.worker import BootFailures, EventLoopWorker, ServeError
@@ -98,10 +99,16 @@ class ServerOptions:
 
 def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> None:
     group = parser.add_argument_group("serving")
-    group.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    group.add_argument(
+        "--host", type=host, default="0.0.0.0", help="address (IP or host name) to listen on"
+    )
     group.add_argument("--port", type=port, default=default_port, help="port to listen on")
-    group.add_argument("--tls-cert", metavar="FILE", help="PEM serving certificate (chain)")
-    group.add_argument("--tls-key", metavar="FILE", help="PEM private key of the certificate")
+    group.add_argument(
+        "--tls-cert", metavar="FILE", type=path_name, help="PEM serving certificate (chain)"
+    )
+    group.add_argument(
+        "--tls-key", metavar="FILE", type=path_name, help="PEM private key of the certificate"
+    )
     group.add_argument(
         "--insecure-http", action="store_true", help="serve plain HTTP (local tests only)"
     )
@@ -151,7 +158,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> 
     )
     group.add_argument(
         "--max-requests-per-connection",
-        type=count(1),
+        type=count(1, 1_000_000),
         default=defaults.max_requests_per_connection,
         help="a kept-alive connection is closed after this many requests",
     )
@@ -251,9 +258,30 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
 
     def run(self) -> None:
         try:
-            _Arbiter(self).run()
+            arbiter = _Arbiter(self)
+            arbiter.LISTENERS = self._listen(arbiter)
+            arbiter.run()
         finally:
             self.boot_failures.close()
+
+    def _listen(self, arbiter: Arbiter) -> list[Any]:
+        """The listening socket, bound once here: gunicorn's own binding
+        (``sock.create_sockets``) retries a failed bind five times a second apart, logging
+        each, and then exits; a host that does not resolve or a port in use is one
+        :class:`ServeError` line at once instead. Sockets handed over by systemd or a
+        re-exec (``LISTEN_FDS``, ``GUNICORN_FD``) are left to gunicorn."""
+        if "LISTEN_FDS" in os.environ or "GUNICORN_FD" in os.environ:
+            return []
+        listeners = []
+        for address in self.cfg.address:
+            try:
+                listeners.append(sock._sock_type(address)(address, self.cfg, arbiter.log))
+            except OSError as error:
+                sock.close_sockets(listeners, unlink=False)
+                raise ServeError(
+                    f"cannot listen on {self.options.address}: {error.strerror or error}"
+                ) from None
+        return listeners
 
 
 def serve(app_factory: Callable[[], Any], options: ServerOptions) -> None:

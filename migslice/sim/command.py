@@ -6,9 +6,9 @@ The workload comes from :mod:`migslice.sim.trace_files` (the trace read from dis
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
-from pathlib import Path
 
 from migslice import console
 from migslice.console import format_table
@@ -25,17 +25,30 @@ from migslice.sim import (
 )
 from migslice.sim.trace_files import DEFAULT_DATA_DIR, MAPPINGS, load_workload
 
+_TRACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def trace_name(text: str) -> str:
+    """The ``<TRACE>`` of ``openb_pod_list_<TRACE>.csv``: a file-name part, no folder."""
+    if not _TRACE_NAME.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a trace name (letters, digits, '_', '.' and '-', at most 100, "
+            "no '/': it names openb_pod_list_<TRACE>.csv in the data folder)"
+        )
+    return text
+
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
-        type=Path,
+        type=console.file_path,
         default=DEFAULT_DATA_DIR,
         help=f"folder holding {TRACE_FOLDER}/ (default: %(default)s)",
     )
     parser.add_argument(
         "--trace",
         default="default",
+        type=trace_name,
         help="pod list openb_pod_list_<TRACE>.csv (default: %(default)s)",
     )
 
@@ -46,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nodes", type=console.count(1, 100_000), default=64, help="8-GPU A100-80GB nodes"
     )
-    parser.add_argument("--seed", type=console.count(0), default=0)
+    parser.add_argument("--seed", type=console.count(0, 2**64 - 1), default=0)
     add_workload_arguments(parser)
 
 
@@ -125,7 +138,7 @@ COMMAND = console.Command(
     help="simulate one placement policy on a workload trace (packing, mode A)",
     description=(
         "Samples pods (with replacement, seeded) from a workload until arrived demand is "
-        "130%% of the cluster's compute slices, places each with the policy (no "
+        "130% of the cluster's compute slices, places each with the policy (no "
         "departures), and prints slice allocation per arrived load. GPU side only. "
         "Policies: B0 whole-GPU, B1 all-1g, B2 all-balanced first-fit, B3 oracle-static, "
         "B4 best-fit on mig-parted's stock configs, B5 nos's partitioner (and its variants), "

@@ -28,13 +28,19 @@ NVIDIA/k8s-device-plugin @1b826ac (docs/mig-parted.md says what that means in pr
 
 from migslice.mig.migparted.apply import (
     Outcome,
+    applied_instances,
     builtin_counts,
     gpu_pci_ids,
     per_gpu_counts,
     resolve_gpus,
 )
 from migslice.mig.migparted.common import OWN_PREFIX, MigPartedError
-from migslice.mig.migparted.names import MigDeviceName, gpu_instances, parse_mig_device_name
+from migslice.mig.migparted.names import (
+    MigDeviceName,
+    creation_orders,
+    gpu_instances,
+    parse_mig_device_name,
+)
 from migslice.mig.migparted.spec import (
     DeviceId,
     MigPartedEntry,
@@ -56,7 +62,9 @@ __all__ = [
     "MigPartedEntry",
     "MigPartedError",
     "Outcome",
+    "applied_instances",
     "builtin_counts",
+    "creation_orders",
     "entry_json",
     "gpu_instances",
     "gpu_pci_ids",

@@ -4,14 +4,22 @@ id), the resulting GPU instances, and the names MIG Manager generates."""
 from __future__ import annotations
 
 import enum
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from migslice.mig.catalog import GpuModel, strip_product_suffix
-from migslice.mig.fitting import fit
+from migslice.mig.fitting import FitResult, fit
 from migslice.mig.migparted.common import BALANCED_FORMULA, MigPartedError
-from migslice.mig.migparted.names import gpu_instances, parse_mig_device_name
+from migslice.mig.migparted.names import (
+    GpuInstance,
+    MigDeviceName,
+    creation_orders,
+    gpu_instances,
+    instances_in_order,
+    parse_mig_device_name,
+)
 from migslice.mig.migparted.spec import DeviceId, MigPartedEntry
 from migslice.whynot import WhyNot
 
@@ -143,6 +151,9 @@ PRODUCT_PCI_IDS: Mapping[str, tuple[int, ...]] = {
     "NVIDIA-RTX-PRO-6000-BLACKWELL-SERVER-EDITION": (0x2BB5,),
     "NVIDIA-RTX-PRO-6000-BLACKWELL-WORKSTATION-EDITION": (0x2BB1,),
     "NVIDIA-RTX-PRO-6000-BLACKWELL-MAX-Q-WORKSTATION-EDITION": (0x2BB4,),
+    # NVIDIA/open-gpu-kernel-modules@df1c9a3d README.md:962-969 (the 72GB card, subsystem 227A,
+    # shares the device id and is not in the catalog; see docs/catalog.md)
+    "NVIDIA-RTX-PRO-5000-BLACKWELL": (0x2BB3,),
 }
 
 
@@ -195,7 +206,7 @@ def per_gpu_counts(
                     "apply-fails",
                     f"mig-parted config {name!r} entry {position}, GPU {setting.index}: {problem}",
                 )
-        problem = _device_plugin_problem(setting.mig_devices)
+        problem = _device_plugin_problem(model, setting.mig_devices)
         if problem:
             return WhyNot(
                 "no-device-plugin-resource",
@@ -208,28 +219,74 @@ def per_gpu_counts(
     return result
 
 
-def _apply_problem(model: GpuModel, mig_devices: Sequence[tuple[str, int]]) -> str:
+def applied_instances(
+    model: GpuModel, mig_devices: Mapping[str, int]
+) -> tuple[GpuInstance, ...] | str:
+    """The GPU instances mig-parted ends with on a GPU of ``model`` for ``mig-devices``, or
+    why it cannot apply them: the first creation order (:func:`creation_orders`, in the order
+    ``iteratePermutationsUntilSuccess`` tries them; NVIDIA/mig-parted@bd7160f4
+    pkg/mig/config/config.go:255-293) whose GPU instances fit the GPU, as the geometry engine
+    judges them. ``{1c.3g.20gb: 2, 2c.3g.20gb: 2}`` on an A100-40GB fails in the first order
+    (2c, 2c, 1c, 1c makes three 3g.20gb, the last 1c finding the newest one full) and applies
+    in the second (2c, 1c, 2c, 1c: two 3g.20gb, each 2c + 1c). When no order fits, the reason
+    is the first order's, as mig-parted logs it first."""
+    orders = creation_orders(mig_devices)
     try:
-        made = gpu_instances(dict(mig_devices))
+        first = instances_in_order(next(orders, ()))
     except MigPartedError as error:
-        return str(error)
-    wanted = [instance.profile for instance in made]
-    missing = sorted({p for p in wanted if not model.has_profile(p)})
+        return str(error)  # a compute size no GPU instance offers: every order fails on it
+    missing = sorted({i.profile for i in first if not model.has_profile(i.profile)})
     if missing:
         return f"{model.key} has no MIG profile {', '.join(missing)}"
-    result = fit(model, wanted)
+    reason = _fit_reason(model, first)
+    if not reason:
+        return first
+    compute = sum(n.compute_slices * c for n, c in _parsed_counts(mig_devices))
+    if compute > model.compute_slices:  # no order can fit: skip the multinomial of them
+        return (
+            f"{reason}; its compute instances need {compute} compute slices of "
+            f"{model.compute_slices}, so no order mig-parted tries fits"
+        )
+    tried = 1
+    for order in orders:
+        tried += 1
+        made = instances_in_order(order)
+        if not _fit_reason(model, made):
+            return made
+    if tried == 1:
+        return f"{reason} (in the one order mig-parted can try)"
+    return f"{reason} (in the first of the {tried} orders mig-parted tries; none fits)"
+
+
+def _parsed_counts(mig_devices: Mapping[str, int]) -> list[tuple[MigDeviceName, int]]:
+    return [(parse_mig_device_name(text), count) for text, count in mig_devices.items()]
+
+
+def _fit_reason(model: GpuModel, made: Sequence[GpuInstance]) -> str:
+    result = _fit_gpu_instances(model, tuple(sorted(i.profile for i in made)))
     return "" if result.feasible else result.reason
 
 
-def _device_plugin_problem(mig_devices: Sequence[tuple[str, int]]) -> str:
+@functools.lru_cache(maxsize=1024)
+def _fit_gpu_instances(model: GpuModel, profiles: tuple[str, ...]) -> FitResult:
+    return fit(model, profiles)
+
+
+def _apply_problem(model: GpuModel, mig_devices: Sequence[tuple[str, int]]) -> str:
+    made = applied_instances(model, dict(mig_devices))
+    return made if isinstance(made, str) else ""
+
+
+def _device_plugin_problem(model: GpuModel, mig_devices: Sequence[tuple[str, int]]) -> str:
     """Why the device plugin's mixed strategy cannot serve a GPU with these devices, or ""."""
     partial = [d for d, n in mig_devices if n and parse_mig_device_name(d).is_compute_instance]
     if not partial:
         return ""
     try:
+        applied = applied_instances(model, dict(mig_devices))
         made = "; ".join(
             f"{i.profile} holding {', '.join(i.compute)}"
-            for i in gpu_instances(dict(mig_devices))
+            for i in (gpu_instances(dict(mig_devices)) if isinstance(applied, str) else applied)
             if any(parse_mig_device_name(c).is_compute_instance for c in i.compute)
         )
     except MigPartedError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from migslice.mig.migparted.common import CI_SIZES, RESOURCE_PREFIX, MigPartedError
@@ -125,22 +125,61 @@ class GpuInstance:
 
 
 def gpu_instances(mig_devices: Mapping[str, int]) -> tuple[GpuInstance, ...]:
-    """The instances ``SetMigConfig`` creates for ``mig-devices`` (first creation order tried).
-
-    mig-parted flattens the counts (largest G first, then largest C, then attributes) and creates
-    each device in turn; a device whose GPU-instance profile is the one just created is put into
-    that GPU instance as a further compute instance when it fits, else into a new GPU instance.
+    """The instances ``SetMigConfig`` creates for ``mig-devices`` in the first creation order
+    it tries (:func:`creation_orders`; :func:`instances_in_order` says how an order is walked).
     So ``{"1c.3g.20gb": 4}`` is two 3g.20gb GPU instances, with 3 and 1 compute instances. When
-    this order does not fit the GPU, mig-parted tries others. MigPartedError for a compute size
-    the GPU instance does not offer.
+    this order does not fit the GPU, mig-parted tries the others
+    (``migslice.mig.migparted.apply.applied_instances``). MigPartedError for a compute size the
+    GPU instance does not offer."""
+    return instances_in_order(next(creation_orders(mig_devices), ()))
+
+
+def creation_orders(mig_devices: Mapping[str, int]) -> Iterator[tuple[MigDeviceName, ...]]:
+    """Every order in which mig-parted creates ``mig-devices``, first tried first.
+
+    NVIDIA/mig-parted@bd7160f4: ``MigConfig.Flatten`` (pkg/types/mig_config.go:101-133)
+    repeats each entry ``count`` times (one ``*MigProfile`` per key) and sorts by G, then C,
+    descending, then by attributes descending; that is the first order. When creating it fails,
+    ``iteratePermutationsUntilSuccess`` (pkg/mig/config/config.go:255-293) walks the swap
+    permutations of that list depth first, and ``shouldSwap`` (:256-263) skips a swap that
+    would bring an equal pointer (the same key) to a position already tried, so each distinct
+    order is tried once: multinomial(n; counts) of them (the count its test asserts,
+    pkg/mig/config/config_test.go:211-278). Each try starts from a cleared GPU (:126-149).
     """
-    flat: list[MigDeviceName] = []
+    flat: list[tuple[str, MigDeviceName]] = []
     for text, count in sorted(mig_devices.items()):
-        flat.extend([parse_mig_device_name(text)] * max(count, 0))
-    flat.sort(key=lambda n: ",".join(n.attributes), reverse=True)
-    flat.sort(key=lambda n: (-n.gpu_slices, -n.compute_slices))
+        flat.extend([(text, parse_mig_device_name(text))] * max(count, 0))
+    flat.sort(key=lambda item: ",".join(item[1].attributes), reverse=True)
+    flat.sort(key=lambda item: (-item[1].gpu_slices, -item[1].compute_slices))
+
+    def orders(i: int) -> Iterator[tuple[MigDeviceName, ...]]:
+        if i >= len(flat):
+            yield tuple(name for _, name in flat)
+            return
+        for j in range(i, len(flat)):
+            if any(flat[k][0] == flat[j][0] for k in range(i, j)):
+                continue  # shouldSwap: this key was already at position i
+            flat[i], flat[j] = flat[j], flat[i]
+            yield from orders(i + 1)
+            flat[i], flat[j] = flat[j], flat[i]
+
+    return orders(0)
+
+
+def instances_in_order(order: Sequence[MigDeviceName]) -> tuple[GpuInstance, ...]:
+    """The GPU instances one creation order makes, each holding its compute instances.
+
+    NVIDIA/mig-parted@bd7160f4 pkg/mig/config/config.go:152-205: each device is one compute
+    instance; it goes into the most recently created GPU instance when that one has the same
+    GPU-instance profile (``reuseGI``, :162) and room for it, else into a new GPU instance
+    (a failed reuse falls back to a new one, :173-201; a GPU instance that cannot be created
+    ends the try, :166-170). An earlier GPU instance is never revisited.
+    Room is counted in compute slices: a G-slice GPU instance holds compute instances whose
+    C add up to at most G. MigPartedError for a compute size the GPU instance does not offer
+    (every order fails on it).
+    """
     made: list[tuple[str, int, list[str]]] = []  # (GPU instance, compute slices used, CIs)
-    for name in flat:
+    for name in order:
         full = name.compute_slices == name.gpu_slices
         if not full and name.compute_slices not in CI_SIZES.get(name.gpu_slices, ()):
             raise MigPartedError(
