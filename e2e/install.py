@@ -19,9 +19,10 @@ namespace, from the objects as stored in the API server:
   Service's DNS name.
 * ServiceAccount controller: every namespace gets its ``default`` ServiceAccount (without it,
   admission refuses every pod there), e.g. after the README's ``kubectl create namespace``.
-* Endpoints controller + kubelet, for the API server's service proxy (what ``migslice doctor``
-  calls from outside the cluster): a Pod object stands for each server process, Running at
-  this machine's own address, and the Service's Endpoints name it. kube-apiserver refuses
+* Endpoints and EndpointSlice controllers + kubelet, for the API server's service proxy (what
+  ``migslice doctor`` calls from outside the cluster): a Pod object stands for each server
+  process, Running at this machine's own address, and the Service's Endpoints and
+  EndpointSlice name it. kube-apiserver refuses
   loopback endpoints, so the servers also listen there (``--host=0.0.0.0``); a machine
   without a global address gets no Endpoints (``ClusterActors.pod_address`` is None). The
   webhook's Service gets the port its configurations call on request
@@ -89,6 +90,7 @@ class ClusterActors:
         self.workdir.mkdir(parents=True, exist_ok=True)
         api = control_plane.api_client()
         self.core = k8s.CoreV1Api(api)
+        self.discovery = k8s.DiscoveryV1Api(api)
         self.apps = k8s.AppsV1Api(api)
         self.batch = k8s.BatchV1Api(api)
         self.admission = k8s.AdmissionregistrationV1Api(api)
@@ -488,6 +490,30 @@ class ClusterActors:
                         "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
                     }
                 ],
+            },
+        )
+        # kube-apiserver's service proxy reads EndpointSlices from 1.37 (Endpoints before):
+        # the one the EndpointSlice controller would write for that Pod.
+        self.discovery.create_namespaced_endpoint_slice(
+            self.namespace,
+            {
+                "metadata": {
+                    "name": f"{name}-e2e",
+                    "labels": {
+                        "kubernetes.io/service-name": name,
+                        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                    },
+                },
+                "addressType": "IPv6" if ":" in self.pod_address else "IPv4",
+                "endpoints": [
+                    {
+                        "addresses": [self.pod_address],
+                        "conditions": {"ready": True, "serving": True, "terminating": False},
+                        "nodeName": node,
+                        "targetRef": {**target, "uid": pod.metadata.uid},
+                    }
+                ],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
             },
         )
 
