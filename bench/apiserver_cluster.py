@@ -18,7 +18,9 @@ from typing import Any
 import jsonpatch
 from kubernetes import client as k8s
 
-from e2e.controlplane import DEFAULT_BIN_DIR, ControlPlane, build, ensure_namespace
+from harness.api import ensure_namespace
+from harness.binaries import DEFAULT_BIN_DIR, build
+from harness.controlplane import ControlPlane
 
 CRD = Path(__file__).resolve().parent.parent / "manifests" / "base" / "crd" / "tenantpolicies.yaml"
 GROUP, VERSION, PLURAL = "migslice.io", "v1alpha1", "tenantpolicies"

@@ -95,9 +95,11 @@ from bench.cluster_runs import (
     without_extenders,
 )
 from bench.cpu_weights import CpuGroups, CpuWeightsError, parse_requests, shipped_shares
-from e2e.controlplane import E2E_DIR, ControlPlane, default_scheduler_config
-from e2e.image import build_image
-from e2e.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
+from harness.controlplane import ControlPlane
+from harness.image import build_image
+from harness.paths import E2E_DIR
+from harness.scheduler import default_scheduler_config
+from harness.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
 
 REPORTS = Path(__file__).parent / "reports"
 REPO = Path(__file__).resolve().parent.parent

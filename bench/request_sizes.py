@@ -291,7 +291,7 @@ def fill_to(target: int, many: bool) -> bytes:
 
 
 def admission_sizes(workdir: Path) -> list[dict[str, Any]]:
-    from e2e.controlplane import ControlPlane
+    from harness.controlplane import ControlPlane
     from migslice.serving.certs import write_tls_bundle
 
     bundle = write_tls_bundle(workdir / "recorder", "recorder", "default", (), ["127.0.0.1"])

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ensure_namespace, wait_for
-from e2e.stack import MANIFESTS, Server, load_manifests
+from harness.api import ensure_namespace, wait_for
+from harness.stack import MANIFESTS, Server, load_manifests
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, Scheduler, wait_for
+from harness.api import wait_for
+from harness.controlplane import ControlPlane
+from harness.scheduler import Scheduler
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@ each broken piece named by its own check (and only by it).
 One fresh control plane for the module: the GPU Operator's ClusterPolicy CRD and its sample
 ClusterPolicy (vendored, ``e2e/fixtures/gpu-operator/``, named ``cluster-policy`` as the
 GPU Operator's chart names it), an A100 node, then the README's Helm commands as written
-(:class:`e2e.install.ClusterActors` runs what the install created). doctor runs as the admin
+(:class:`harness.actors.ClusterActors` runs what the install created). doctor runs as the admin
 would, from outside the cluster with the admin kubeconfig: it reaches the webhook and the
 extender through the API server's service proxy. Each scenario breaks one thing, runs
 doctor, and puts the thing back.
@@ -27,8 +27,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, wait_for
-from e2e.install import FIXTURES, REPO, Cluster, fresh_workdir, readme_commands
+from harness.api import wait_for
+from harness.controlplane import ControlPlane
+from harness.install import FIXTURES, Cluster, fresh_workdir, readme_commands
+from harness.paths import REPO
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 from migslice.objects.times import format_time
 from migslice.serving.certs import write_tls_bundle

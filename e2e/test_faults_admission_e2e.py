@@ -28,8 +28,11 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, ensure_namespace, register_gpu_node, wait_for
-from e2e.faults import (
+from e2e.test_admission_e2e import gpu_pod, policy
+from e2e.test_install_e2e import fresh_workdir
+from harness.api import ensure_namespace, register_gpu_node, wait_for
+from harness.controlplane import ControlPlane
+from harness.faults import (
     Balancer,
     Outcome,
     create_pod,
@@ -37,10 +40,8 @@ from e2e.faults import (
     slow_validator,
     validating_configuration,
 )
-from e2e.image import Image
-from e2e.stack import BASE, Server, migslice_server, tls_bundle, webhook_configurations
-from e2e.test_admission_e2e import gpu_pod, policy
-from e2e.test_install_e2e import fresh_workdir
+from harness.image import Image
+from harness.stack import BASE, Server, migslice_server, tls_bundle, webhook_configurations
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ kustomize`` equal to ``helm template`` object for object.
 
 Installing: the README's commands, run as written with the helm, kubectl and kustomize built
 here, each on a fresh control plane with the GPU Operator's namespace and ClusterPolicy CRD
-and an A100 node. :class:`e2e.install.ClusterActors` plays the Job and Deployment controllers,
+and an A100 node. :class:`harness.actors.ClusterActors` plays the Job and Deployment controllers,
 the kubelet and kube-proxy (see there for what it substitutes); the webhook, the extender and
 kube-scheduler run with the command and args of the Deployments the install created.
 """
@@ -24,8 +24,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, ensure_namespace
-from e2e.install import REPO, Cluster, fresh_workdir, readme_commands, render_chart
+from harness.api import ensure_namespace
+from harness.controlplane import ControlPlane
+from harness.install import Cluster, fresh_workdir, readme_commands, render_chart
+from harness.paths import REPO
 from manifests import render
 
 pytestmark = pytest.mark.e2e

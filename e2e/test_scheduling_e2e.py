@@ -19,9 +19,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import Scheduler, ensure_namespace, wait_for
-from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import Server, scheduler_configuration
+from harness.api import ensure_namespace, wait_for
+from harness.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
+from harness.scheduler import Scheduler
+from harness.stack import Server, scheduler_configuration
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 

@@ -28,7 +28,7 @@ from bench.cpu_weights import (
     shipped_shares,
     weight_for,
 )
-from e2e.controlplane import ControlPlane
+from harness.controlplane import ControlPlane
 
 
 def test_shares_follow_the_kubelets_conversion() -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from e2e.controlplane import ensure_namespace, set_node_resources
+from harness.api import ensure_namespace, set_node_resources
 from migslice.mig import MIG_RESOURCE_PREFIX
 from tests.fake_nvml import FakeNvmlLibrary
 

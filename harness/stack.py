@@ -23,13 +23,14 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, ensure_namespace
-from e2e.image import Image, ImageServerProcess, ServiceAccount
+from harness.api import ensure_namespace
+from harness.controlplane import ControlPlane
+from harness.image import Image, ImageServerProcess, ServiceAccount
+from harness.paths import REPO
 from manifests import render
 from migslice.serving.certs import TlsBundle, write_tls_bundle
 from migslice.serving.process import ServerProcess
 
-REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
 NAMESPACE = "migslice-system"
 BASE = MANIFESTS / "base"

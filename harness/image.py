@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.paths import REPO
 from migslice.serving.process import ServerProcess
 
-REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "image" / "build.sh"
 DEFAULT_OUT = REPO / "image" / ".build"
 

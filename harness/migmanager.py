@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from e2e.controlplane import set_node_resources
+from harness.api import set_node_resources
 from migslice.mig import CATALOG, MIG_RESOURCE_PREFIX, fit
 from migslice.mig.migparted import (
     MigPartedError,
