@@ -43,7 +43,7 @@ import orjson
 
 from bench import extender_latency
 from bench.cluster_floor import Floor, build_go, stop_process
-from bench.cluster_pods import pod_body
+from bench.cluster_objects import pod_body
 from bench.cluster_procs import cpu_s, sched_s, server_processes
 
 REPORTS = Path(__file__).parent / "reports"

@@ -29,8 +29,7 @@ from typing import Any
 import orjson
 
 from bench.cluster_api import Api
-from bench.cluster_objects import ClusterPlan, NodePlan
-from bench.cluster_pods import pod_body
+from bench.cluster_objects import ClusterPlan, NodePlan, pod_body
 
 CHURN_NAMESPACE = "bench-churn"
 TIMEOUT_S = 10.0

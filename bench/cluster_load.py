@@ -14,9 +14,8 @@ from typing import Any
 import orjson
 
 from bench.cluster_api import Api, in_parallel
-from bench.cluster_nodes import node_body
-from bench.cluster_objects import ClusterPlan, NodePlan, tenant_policy
-from bench.cluster_pods import pod_body, running_status
+from bench.cluster_objects import ClusterPlan, NodePlan, node_body, pod_body, tenant_policy
+from harness.builders import running_status
 
 POLICIES = "/apis/migslice.io/v1alpha1/tenantpolicies"
 

@@ -1,9 +1,9 @@
 """A GPU cluster laid out for ``bench.cluster`` (and offline profiling), and its TenantPolicies.
 
-The objects are shaped like a real cluster's: Nodes in ``bench/cluster_nodes.py`` (the
-kubelet's, Node Feature Discovery's, GPU Feature Discovery's and MIG Manager's labels, the node
-agent's annotation, conditions, ``nodeInfo``, images), Pods in ``bench/cluster_pods.py`` (a
-training Job's: owner references, three containers and an init container, a running status).
+The objects are shaped like a real cluster's (``harness.builders`` with ``real=True``): Nodes
+with the kubelet's, Node Feature Discovery's, GPU Feature Discovery's and MIG Manager's labels,
+the node agent's annotation, conditions, ``nodeInfo`` and images; Pods of a training Job, with
+owner references, three containers and an init container, and a running status.
 
 The cluster is described by :class:`ClusterShape` and laid out deterministically: node ``i``
 gets one of four MIG layouts (8 A100-80GB GPUs each) and ``pods_per_node`` bound pods, each on
@@ -12,10 +12,13 @@ a free instance, so every count is known here (:meth:`NodePlan.free`).
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.builders import make_node, make_pod, make_policy
 
 GPUS_PER_NODE = 8
 PRODUCT = "NVIDIA-A100-SXM4-80GB"
@@ -143,25 +146,92 @@ class ClusterPlan:
                 number += 1
 
 
+# -- Objects -------------------------------------------------------------------------------------
+
+
+def agent_annotation(plan: NodePlan) -> str:
+    """The node agent's ``migslice.io/gpu-layout`` for ``plan``: its instances, busy or idle."""
+    gpus = []
+    for g, instances in enumerate(plan.instances):
+        gpus.append(
+            {
+                "index": g,
+                "uuid": f"GPU-{plan.index:08x}-{g:04x}-4000-8000-000000000000",
+                "migEnabled": True,
+                "instances": [
+                    {
+                        "profile": profile,
+                        "start": start,
+                        "size": size,
+                        "uuid": f"MIG-{plan.index:08x}-{g:02x}{k:02x}-4000-8000-000000000000",
+                        "busy": plan.held[g][k],
+                    }
+                    for k, (profile, start, size) in enumerate(instances)
+                ],
+            }
+        )
+    document = {
+        "version": "v1",
+        "product": PRODUCT,
+        "pciDeviceId": "0x20B2",
+        "observedAt": STAMP,
+        "gpus": gpus,
+    }
+    return json.dumps(document, separators=(",", ":"))
+
+
+def node_body(plan: NodePlan) -> dict[str, Any]:
+    """The Node to POST, real-shaped (status included: a Node's status may be set on create)."""
+    counts = {k.removeprefix("nvidia.com/mig-"): v for k, v in plan.allocatable().items()}
+    return make_node(
+        plan.name,
+        product=PRODUCT,
+        gpu_count=GPUS_PER_NODE,
+        mig=counts,
+        config=plan.config,
+        config_state="success",
+        layout_annotation=agent_annotation(plan),
+        real=True,
+        index=plan.index,
+        with_type_meta=True,
+    )
+
+
+def pod_body(
+    name: str,
+    namespace: str,
+    profile: str,
+    *,
+    node: str | None,
+    scheduler: str = SCHEDULER,
+    tenant: str = "",
+) -> dict[str, Any]:
+    """A training pod (a Job's) asking for one ``profile`` instance; bound when ``node``."""
+    return make_pod(
+        name,
+        namespace=namespace,
+        profile=profile,
+        limits={"cpu": "4", "memory": "32Gi"},
+        node_name=node,
+        scheduler_name=scheduler,
+        tenant=tenant or None,
+        affinity_products=[PRODUCT],
+        real=True,
+        stored=False,
+        with_type_meta=True,
+    )
+
+
 # -- Tenancy ---------------------------------------------------------------------------------------
 
 
 def tenant_policy(tenant: int, namespaces: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "migslice.io/v1alpha1",
-        "kind": "TenantPolicy",
-        "metadata": {"name": f"team-{tenant:02d}"},
-        "spec": {
-            "namespaces": namespaces,
-            "isolation": "hardware",
-            "tiers": ["mig"],
-            "sizes": {
-                "small": {"memory": "10Gi", "computeSlices": 1},
-                "medium": {"memory": "20Gi", "computeSlices": 2},
-                "large": {"memory": "40Gi", "computeSlices": 3},
-            },
-            "defaultSize": "small",
-            "allowedProducts": [PRODUCT],
-            "quota": {"instances": 100_000, "computeSlices": 400_000},
-        },
-    }
+    return make_policy(
+        f"team-{tenant:02d}",
+        namespaces=namespaces,
+        isolation="hardware",
+        tiers=["mig"],
+        defaultSize="small",
+        allowedProducts=[PRODUCT],
+        quota={"instances": 100_000, "computeSlices": 400_000},
+    )

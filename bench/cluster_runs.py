@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster_api import Api, in_parallel
-from bench.cluster_objects import ClusterPlan, resource
-from bench.cluster_pods import pod_body
+from bench.cluster_objects import ClusterPlan, pod_body, resource
 from bench.cluster_procs import Sched
 
 RUN_NAMESPACE = "bench-runs"

@@ -32,10 +32,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.builders import A100_80GB, make_node, make_pod, running_status
+
 REPORTS = Path(__file__).parent / "reports"
 CONFIGS = (("all-balanced", 0.4), ("all-1g.10gb", 0.3), ("all-3g.40gb", 0.2), ("all-2g.20gb", 0.1))
 GPUS_PER_NODE = 8
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+RESOURCES = {"cpu": "96", "memory": "1Ti", "pods": "110", "ephemeral-storage": "1Ti"}
 
 
 # -- the synthetic cluster -----------------------------------------------------------------
@@ -67,125 +71,78 @@ def node_allocatable(config: str) -> dict[str, int]:
 
 
 def raw_node(index: int, heavy: bool = False) -> dict[str, Any]:
-    """A Node as the API serves it; ``heavy`` adds the bulk real Nodes carry."""
-    name = node_name(index)
+    """A Node as the API serves it; ``heavy``: with the bulk a real GPU node carries and its
+    ``managedFields`` (``harness.builders``, ``real=True``)."""
     config = node_config(index)
-    allocatable = {"cpu": "96", "memory": "1Ti", "pods": "110", "ephemeral-storage": "1Ti"}
-    allocatable.update({k: str(v) for k, v in node_allocatable(config).items()})
-    labels = {
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "node.kubernetes.io/instance-type": "p4de.24xlarge",
-        "topology.kubernetes.io/zone": f"zone-{index % 3}",
-        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
-        "nvidia.com/gpu.count": str(GPUS_PER_NODE),
-        "nvidia.com/mig.capable": "true",
-        "nvidia.com/mig.strategy": "mixed",
-        "nvidia.com/mig.config": config,
-        "nvidia.com/mig.config.state": "success",
-    }
-    node: dict[str, Any] = {
-        "metadata": {
-            "name": name,
-            "uid": f"00000000-0000-0000-0000-{index:012d}",
-            "resourceVersion": str(1000 + index),
-            "creationTimestamp": "2025-05-01T00:00:00Z",
-            "labels": labels,
+    mig = {k.removeprefix("nvidia.com/mig-"): v for k, v in node_allocatable(config).items()}
+    return make_node(
+        node_name(index),
+        gpu_count=GPUS_PER_NODE,
+        mig=mig,
+        config=config,
+        config_state="success",
+        uid=f"00000000-0000-0000-0000-{index:012d}",
+        resource_version=str(1000 + index),
+        extra_labels={
+            "kubernetes.io/os": "linux",
+            "node.kubernetes.io/instance-type": "p4de.24xlarge",
+            "topology.kubernetes.io/zone": f"zone-{index % 3}",
         },
-        "spec": {"providerID": f"aws:///zone/i-{index:017x}"},
-        "status": {"capacity": dict(allocatable), "allocatable": allocatable},
-    }
-    if heavy:
-        node["metadata"]["managedFields"] = [
-            {
-                "manager": manager,
-                "operation": "Update",
-                "apiVersion": "v1",
-                "time": "2025-05-01T00:00:00Z",
-                "fieldsType": "FieldsV1",
-                "fieldsV1": {"f:metadata": {"f:labels": {f"f:{k}": {} for k in labels}}},
-            }
-            for manager in ("kubelet", "gpu-feature-discovery", "nvidia-mig-manager")
-        ]
-        node["status"]["conditions"] = [
-            {
-                "type": kind,
-                "status": "False" if kind != "Ready" else "True",
-                "lastHeartbeatTime": "2025-05-01T00:00:00Z",
-                "lastTransitionTime": "2025-05-01T00:00:00Z",
-                "reason": f"Kubelet{kind}",
-                "message": f"kubelet reports {kind}",
-            }
-            for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
-        ]
-        node["status"]["images"] = [
-            {"names": [f"team/image-{i}@sha256:{'0' * 64}"], "sizeBytes": 10**9} for i in range(12)
-        ]
-        node["status"]["addresses"] = [{"type": "InternalIP", "address": "10.0.0.1"}]
-        node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
-        node["status"]["nodeInfo"] = {
-            "machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "6.1",
-            "osImage": "Ubuntu 22.04", "containerRuntimeVersion": "containerd://1.7",
-            "kubeletVersion": "v1.34.0", "kubeProxyVersion": "", "operatingSystem": "linux",
-            "architecture": "amd64",
-        }  # fmt: skip
-    return node
+        resources=None if heavy else RESOURCES,
+        spec={"providerID": f"aws:///zone/i-{index:017x}"},
+        kubelet=False,
+        real=heavy,
+        index=index,
+        managed_fields=heavy,
+    )
 
 
 def raw_pod(name: str, profile: str, bound_to: str | None, count: int = 1) -> dict[str, Any]:
-    resource = "nvidia.com/mig-" + profile.replace("+", ".")
-    pod: dict[str, Any] = {
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "uid": f"uid-{name}",
-            "creationTimestamp": "2025-05-01T00:00:00Z",
-            "labels": {"app": "train", "job": name.rsplit("-", 1)[0]},
-            "annotations": {"migslice.io/tenant": "team-a", "migslice.io/profile": profile},
+    """A GPU pod as kube-scheduler sends it: one MIG instance (``count``), an affinity to the
+    A100 and the GPU toleration; Running when ``bound_to`` a node."""
+    return make_pod(
+        name,
+        profile=profile,
+        count=count,
+        limits={"cpu": "4", "memory": "32Gi"},
+        also_requests=True,
+        node_name=bound_to,
+        phase="Running" if bound_to else "Pending",
+        labels={"app": "train", "job": name.rsplit("-", 1)[0]},
+        command=["python", "train.py"],
+        affinity_products=[A100_80GB],
+        spec={
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         },
-        "spec": {
-            "schedulerName": "migslice-scheduler",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "train:1",
-                    "command": ["python", "train.py"],
-                    "resources": {
-                        "limits": {"cpu": "4", "memory": "32Gi", resource: str(count)},
-                        "requests": {"cpu": "4", "memory": "32Gi", resource: str(count)},
-                    },
-                }
-            ],
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": "nvidia.com/gpu.product",
-                                        "operator": "In",
-                                        "values": ["NVIDIA-A100-SXM4-80GB"],
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                }
-            },
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-            ],
-        },
-        "status": {"phase": "Running" if bound_to else "Pending"},
-    }
-    if bound_to:
-        pod["spec"]["nodeName"] = bound_to
+        uid=f"uid-{name}",
+        restart_policy=None,
+    )
+
+
+def real_pod(name: str, profile: str, node: str, number: int) -> dict[str, Any]:
+    """A bound, running pod of a training Job as kube-apiserver serves it (``real=True``)."""
+    pod = make_pod(
+        name,
+        profile=profile,
+        limits={"cpu": "4", "memory": "32Gi"},
+        node_name=node,
+        affinity_products=[A100_80GB],
+        uid=f"uid-{name}",
+        resource_version=str(200_000 + number),
+        real=True,
+        managed_fields=True,
+    )
+    pod.update(running_status(pod, number))
     return pod
 
 
-def bound_pods(nodes: int, pods_per_node: int, seed: int) -> Iterator[dict[str, Any]]:
+def bound_pods(
+    nodes: int, pods_per_node: int, seed: int, *, real: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Up to ``pods_per_node`` pods bound to each node, each on a free instance;
+    ``real``: real-shaped (:func:`real_pod`)."""
     rng = random.Random(seed)
+    number = 0
     for index in range(nodes):
         free = dict(node_allocatable(node_config(index)))
         for k in range(pods_per_node):
@@ -195,7 +152,9 @@ def bound_pods(nodes: int, pods_per_node: int, seed: int) -> Iterator[dict[str, 
             resource = rng.choice(offered)
             free[resource] -= 1
             profile = resource.removeprefix("nvidia.com/mig-")
-            yield raw_pod(f"job{index}-{k}", profile, node_name(index))
+            name, node = f"job{index}-{k}", node_name(index)
+            yield real_pod(name, profile, node, number) if real else raw_pod(name, profile, node)
+            number += 1
 
 
 # -- the server (child process) ------------------------------------------------------------
@@ -235,11 +194,11 @@ WATCH_BURST = 4
 
 def watch_events(nodes: int, count: int = 200) -> list[bytes]:
     """Pod watch events as kube-apiserver streams binds: ``count`` real-shaped bound pods
-    (``bench.cluster_pods``: a Job's pod, three containers and an init container, running),
-    one per node in turn and of a profile the node has, each a MODIFIED line."""
+    (``harness.builders``, ``real=True``: a Job's pod, three containers and an init container,
+    running), one per node in turn and of a profile the node has, each a MODIFIED line."""
     import orjson
 
-    from bench.cluster_pods import pod_body, running_status
+    from bench.cluster_objects import pod_body
 
     lines = []
     for k in range(count):

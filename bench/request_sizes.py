@@ -34,13 +34,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bench.extender_latency import raw_node
+from harness.builders import make_pod
+
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "bench" / "reports"
 MIB = 1 << 20
 APISERVER_BODY_LIMIT = 3 * MIB  # kube-apiserver's MaxRequestBodyBytes
 ETCD_OBJECT_LIMIT = int(1.5 * MIB)  # etcd --max-request-bytes
-GFD_LABELS = 36  # labels GPU Feature Discovery and MIG Manager put on a GPU node
-NODE_IMAGES = 50  # kubelet --node-status-max-images default
 
 
 def node_name(index: int) -> str:
@@ -50,159 +51,35 @@ def node_name(index: int) -> str:
 
 def real_node(index: int) -> dict[str, Any]:
     """A GPU Node as the API serves it to kube-scheduler (Nodes keep their managedFields)."""
-    name = node_name(index)
-    labels = {
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/instance-type": "p4de.24xlarge",
-        "topology.kubernetes.io/region": "us-west-2",
-        "topology.kubernetes.io/zone": "us-west-2a",
-        "eks.amazonaws.com/nodegroup": "gpu-a100",
-        "eks.amazonaws.com/capacityType": "ON_DEMAND",
-    }
-    labels.update({f"nvidia.com/gfd.feature-{k:02d}": f"value-{k}" for k in range(GFD_LABELS - 8)})
-    labels.update(
-        {
-            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
-            "nvidia.com/gpu.count": "8",
-            "nvidia.com/mig.capable": "true",
-            "nvidia.com/mig.strategy": "mixed",
-            "nvidia.com/mig.config": "all-balanced",
-            "nvidia.com/mig.config.state": "success",
-        }
-    )
-    allocatable = {
-        "cpu": "95690m",
-        "memory": "1176333156Ki",
-        "pods": "250",
-        "ephemeral-storage": "956757878Ki",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "nvidia.com/mig-1g.10gb": "16",
-        "nvidia.com/mig-2g.20gb": "8",
-        "nvidia.com/mig-3g.40gb": "8",
-    }
-    stamp = "2025-05-01T00:00:00Z"
-    return {
-        "metadata": {
-            "name": name,
-            "uid": f"4c3f6a9e-0000-4000-8000-{index:012d}",
-            "resourceVersion": str(81_000_000 + index),
-            "creationTimestamp": stamp,
-            "labels": labels,
-            "annotations": {
-                "alpha.kubernetes.io/provided-node-ip": "10.0.12.34",
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                "nfd.node.kubernetes.io/feature-labels": ",".join(sorted(labels)[:20]),
-            },
-            "managedFields": [
-                {
-                    "manager": manager,
-                    "operation": "Update",
-                    "apiVersion": "v1",
-                    "time": stamp,
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": {"f:metadata": {"f:labels": {f"f:{k}": {} for k in labels}}},
-                    **({"subresource": "status"} if manager == "kubelet" else {}),
-                }
-                for manager in (
-                    "kubelet",
-                    "gpu-feature-discovery",
-                    "nvidia-mig-manager",
-                    "kube-controller-manager",
-                )
-            ],
-        },
-        "spec": {"providerID": f"aws:///us-west-2a/i-{index:017x}"},
-        "status": {
-            "capacity": dict(allocatable),
-            "allocatable": allocatable,
-            "conditions": [
-                {
-                    "type": kind,
-                    "status": "True" if kind == "Ready" else "False",
-                    "lastHeartbeatTime": stamp,
-                    "lastTransitionTime": stamp,
-                    "reason": f"Kubelet{kind}",
-                    "message": f"kubelet has {kind}",
-                }
-                for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": "10.0.12.34"},
-                {"type": "InternalDNS", "address": name},
-                {"type": "Hostname", "address": name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": "ec2" + "0" * 29,
-                "systemUUID": "ec2" + "0" * 33,
-                "bootID": "0" * 36,
-                "kernelVersion": "5.10.220-209.869.amzn2.x86_64",
-                "osImage": "Amazon Linux 2",
-                "containerRuntimeVersion": "containerd://1.7.11",
-                "kubeletVersion": "v1.34.0",
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-            "images": [
-                {
-                    "names": [
-                        f"123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/train-{i}@sha256:{i:064x}",
-                        f"123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/train-{i}:v1.{i}.0",
-                    ],
-                    "sizeBytes": 9_000_000_000 + i,
-                }
-                for i in range(NODE_IMAGES)
-            ],
-        },
-    }
+    return raw_node(index, heavy=True)
 
 
 def scheduled_pod(containers: int = 1, env: int = 5, annotation_bytes: int = 0) -> dict[str, Any]:
-    """A pending pod as kube-scheduler holds it (no managedFields)."""
-    pod: dict[str, Any] = {
-        "metadata": {
-            "name": "train-7f9c4",
-            "namespace": "team-a",
-            "uid": "0f0e3bd4-4b6c-4c58-9b43-6f1a3d3c2a10",
-            "resourceVersion": "91234567",
-            "creationTimestamp": "2025-05-01T00:00:00Z",
-            "labels": {"app": "train", "team": "team-a"},
-            "annotations": {
-                "migslice.io/tenant": "team-a",
-                "migslice.io/profile": "2g.20gb",
-                "migslice.io/policy": "team-a@3",
-            },
-        },
-        "spec": {
-            "schedulerName": "migslice-scheduler",
-            "containers": [
-                {
-                    "name": f"c{c}",
-                    "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/train:v1.2.3",
-                    "command": ["python", "-m", "train", "--config", "/etc/train/config.yaml"],
-                    "env": [
-                        {"name": f"SETTING_{e:04d}", "value": f"value-{e}"} for e in range(env)
-                    ],
-                    "resources": {
-                        "limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/mig-2g.20gb": "1"},
-                        "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/mig-2g.20gb": "1"},
-                    },
-                    "volumeMounts": [{"name": "config", "mountPath": "/etc/train"}],
-                }
-                for c in range(containers)
-            ],
+    """A pending pod as kube-scheduler holds it (no managedFields): ``containers`` alike, each
+    with ``env`` variables, and an annotation of ``annotation_bytes``."""
+    pod = make_pod(
+        "train-7f9c4",
+        profile="2g.20gb",
+        limits={"cpu": "8", "memory": "64Gi"},
+        also_requests=True,
+        labels={"app": "train", "team": "team-a"},
+        annotations={"migslice.io/policy": "team-a@3"},
+        image="123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/train:v1.2.3",
+        command=["python", "-m", "train", "--config", "/etc/train/config.yaml"],
+        restart_policy=None,
+        uid="0f0e3bd4-4b6c-4c58-9b43-6f1a3d3c2a10",
+        resource_version="91234567",
+        spec={
             "volumes": [{"name": "config", "configMap": {"name": "train-config"}}],
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
         },
-        "status": {"phase": "Pending"},
-    }
+    )
+    (main,) = pod["spec"]["containers"]
+    main["env"] = [{"name": f"SETTING_{e:04d}", "value": f"value-{e}"} for e in range(env)]
+    main["volumeMounts"] = [{"name": "config", "mountPath": "/etc/train"}]
+    pod["spec"]["containers"] = [{**main, "name": f"c{c}"} for c in range(containers)]
     if annotation_bytes:
         pod["metadata"]["annotations"]["workflows.argoproj.io/template"] = "t" * annotation_bytes
     return pod
@@ -271,12 +148,21 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
 
 def created_pod(env: list[dict[str, str]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "big-", "namespace": "default"},
-        "spec": {"containers": [{"name": "main", "image": "busybox", "env": env}]},
-    }
+    """A pod as a client POSTs it, its one container carrying ``env``."""
+    pod = make_pod(
+        None,
+        generate_name="big-",
+        namespace="default",
+        stored=False,
+        tenant=None,
+        limits={},
+        image="busybox",
+        restart_policy=None,
+        scheduler_name=None,
+        with_type_meta=True,
+    )
+    pod["spec"]["containers"][0]["env"] = env
+    return pod
 
 
 def fill_to(target: int, many: bool) -> bytes:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import extender_latency, request_sizes
+from harness.builders import make_created_pod, make_review
 from migslice.serving.process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,50 +78,27 @@ def largest_review(limit: int) -> bytes:
 
 
 def webhook_latency_pod(env: list[dict[str, str]], fields: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {
-            "generateName": "big-",
-            "namespace": "tenant-0",
-            "annotations": {"migslice.io/gpu-size": "small"},
-            "managedFields": [
-                {
-                    "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1",
-                    "time": "2025-05-01T00:00:00Z", "fieldsType": "FieldsV1",
-                    "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"main"}': {
-                        ".": {}, "f:env": fields, "f:image": {}, "f:name": {}}}}},
-                }
-            ],
-        },
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "registry.example/train:1", "env": env, "resources": {}}
-            ],
-            "restartPolicy": "Always",
-            "schedulerName": "default-scheduler",
-        },
-        "status": {},
-    }  # fmt: skip
+    """A pod CREATE as kube-apiserver reviews it, its container carrying ``env`` and its
+    managedFields entry naming ``fields``."""
+    pod = make_created_pod(
+        namespace="tenant-0",
+        generate_name="big-",
+        annotations={"migslice.io/gpu-size": "small"},
+    )
+    pod["metadata"]["managedFields"][0]["fieldsV1"] = {
+        "f:spec": {
+            "f:containers": {
+                'k:{"name":"main"}': {".": {}, "f:env": fields, "f:image": {}, "f:name": {}}
+            }
+        }
+    }
+    main = pod["spec"]["containers"][0]
+    main.update({"image": "registry.example/train:1", "env": env})
+    return pod
 
 
 def pod_review(pod: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "bench-largest",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "tenant-0",
-            "operation": "CREATE",
-            "userInfo": {"username": "bench"},
-            "object": pod,
-            "oldObject": None,
-            "dryRun": True,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    }
+    return make_review(pod, uid="bench-largest", namespace="tenant-0", dry_run=True)
 
 
 def largest_full_nodes(limit: int) -> bytes:

@@ -2,12 +2,13 @@
 
 Serves realistic lists from a real HTTP server shaped like kube-apiserver (paged with
 ``limit``/``continue``, ``metadata.resourceVersion``, watches that stay open with nothing to
-say): GPU Nodes with a full GPU Feature Discovery label set, conditions, nodeInfo, images and
-managedFields; bound Pods with owner references, an init container and two app containers
-with env and volume mounts, volumes, tolerations and managedFields. For each service, a fresh
-child process starts that service's own informers (the webhook's four, the extender's three
-with its warm-up) against the server, waits until every one has synced, and reports its
-resident memory (now and peak) and the seconds to sync.
+say): real-shaped GPU Nodes and bound training pods of ``harness.builders`` (``real=True``:
+the labels of the kubelet, Node Feature Discovery, GPU Feature Discovery and MIG Manager,
+conditions, nodeInfo, images; owner references, an init container, three containers with env,
+probes and mounts, volumes, tolerations, a running status), with managedFields. For each
+service, a fresh child process starts that service's own informers (the webhook's four, the
+extender's three with its warm-up) against the server, waits until every one has synced, and
+reports its resident memory (now and peak) and the seconds to sync.
 
     python -m bench.sync_memory                     # 5,000 nodes, 40,000 pods
     python -m bench.sync_memory --nodes 500 --pods-per-node 8
@@ -33,102 +34,6 @@ from bench.extender_latency import bound_pods, raw_node
 
 REPORTS = Path(__file__).parent / "reports"
 RESOURCE_VERSION = "100000"
-GFD_LABELS = 48  # on top of raw_node's own: ~60 labels in all, as GPU Feature Discovery sets
-
-
-def realistic_node(index: int) -> dict[str, Any]:
-    node = raw_node(index, heavy=True)
-    labels = node["metadata"]["labels"]
-    for k in range(GFD_LABELS):
-        labels[f"feature.node.kubernetes.io/cpu-cpuid.FEATURE{k:02d}"] = "true"
-    labels.update(
-        {
-            "nvidia.com/cuda.driver.major": "550",
-            "nvidia.com/cuda.runtime.major": "12",
-            "nvidia.com/gpu.memory": "81920",
-            "nvidia.com/gpu.family": "ampere",
-        }
-    )
-    node["metadata"]["annotations"] = {
-        "node.alpha.kubernetes.io/ttl": "0",
-        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-        "nfd.node.kubernetes.io/feature-labels": ",".join(labels)[:2000],
-    }
-    return node
-
-
-def realistic_pod(raw: dict[str, Any], index: int) -> dict[str, Any]:
-    """A bound GPU pod as a Job controller and the kubelet leave it."""
-    metadata = raw["metadata"]
-    metadata["ownerReferences"] = [
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": metadata["labels"]["job"],
-            "uid": f"00000000-0000-4000-8000-{index:012d}",
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
-    metadata["resourceVersion"] = str(200000 + index)
-    metadata["managedFields"] = [
-        {
-            "manager": manager,
-            "operation": "Update",
-            "apiVersion": "v1",
-            "time": "2025-05-01T00:00:00Z",
-            "fieldsType": "FieldsV1",
-            "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"main"}': {".": {}}}}},
-        }
-        for manager in ("kube-controller-manager", "kubelet", "migslice-scheduler")
-    ]
-    spec = raw["spec"]
-    main = spec["containers"][0]
-    main["env"] = [{"name": f"VAR_{k}", "value": f"value-{k}-{index}"} for k in range(12)]
-    main["volumeMounts"] = [
-        {"name": "data", "mountPath": "/data"},
-        {"name": "kube-api-access", "mountPath": "/var/run/secrets", "readOnly": True},
-    ]
-    spec["containers"].append(
-        {
-            "name": "log-shipper",
-            "image": "team/log-shipper:3",
-            "args": ["--source=/var/log/app", "--sink=stdout"],
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-            "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-        }
-    )
-    spec["initContainers"] = [
-        {"name": "fetch", "image": "team/fetch:1", "command": ["fetch", "s3://bucket/data"]}
-    ]
-    spec["volumes"] = [
-        {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{index}"}},
-        {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {}}]}},
-    ]
-    raw["status"].update(
-        {
-            "podIP": f"10.1.{index // 256 % 256}.{index % 256}",
-            "hostIP": "10.0.0.1",
-            "startTime": "2025-05-01T00:00:00Z",
-            "conditions": [
-                {"type": kind, "status": "True", "lastTransitionTime": "2025-05-01T00:00:00Z"}
-                for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-            ],
-            "containerStatuses": [
-                {
-                    "name": name,
-                    "ready": True,
-                    "restartCount": 0,
-                    "image": f"team/{name}:1",
-                    "imageID": f"team/{name}@sha256:{'0' * 64}",
-                    "containerID": f"containerd://{index:064x}",
-                    "state": {"running": {"startedAt": "2025-05-01T00:00:00Z"}},
-                }
-                for name in ("main", "log-shipper")
-            ],
-        }
-    )
-    return raw
 
 
 class Lists:
@@ -136,10 +41,9 @@ class Lists:
 
     def __init__(self, nodes: int, pods_per_node: int) -> None:
         self.items: dict[str, list[bytes]] = {
-            "/api/v1/nodes": [json.dumps(realistic_node(i)).encode() for i in range(nodes)],
+            "/api/v1/nodes": [json.dumps(raw_node(i, heavy=True)).encode() for i in range(nodes)],
             "/api/v1/pods": [
-                json.dumps(realistic_pod(raw, i)).encode()
-                for i, raw in enumerate(bound_pods(nodes, pods_per_node, 1))
+                json.dumps(pod).encode() for pod in bound_pods(nodes, pods_per_node, 1, real=True)
             ],
             "/api/v1/namespaces": [
                 json.dumps({"metadata": {"name": name, "labels": {"team": name}}}).encode()

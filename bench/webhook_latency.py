@@ -38,6 +38,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.builders import (  # noqa: E402
+    make_created_pod,
+    make_node,
+    make_pod,
+    make_policy,
+    make_review,
+)
 from migslice.serving.certs import write_tls_bundle  # noqa: E402
 
 SERVICE, NAMESPACE = "migslice-webhook", "migslice-system"
@@ -49,120 +56,66 @@ REQUEST_UIDS = itertools.count()
 
 
 def cluster_documents(nodes: int, pods: int, tenants: int) -> list[dict[str, Any]]:
+    """``tenants`` TenantPolicies (two namespaces each), ``nodes`` GPU nodes of four products
+    and ``pods`` bound pods of random tenants (80 % of them with one MIG instance)."""
     rng = random.Random(7)
     documents: list[dict[str, Any]] = []
     for t in range(tenants):
         documents.append(
-            {
-                "apiVersion": "migslice.io/v1alpha1",
-                "kind": "TenantPolicy",
-                "metadata": {"name": f"tenant-{t}", "generation": 1},
-                "spec": {
-                    "namespaces": [f"tenant-{t}", f"tenant-{t}-batch"],
-                    "sizes": {
-                        "small": {"memory": "10Gi"},
-                        "medium": {"memory": "20Gi", "computeSlices": 2},
-                        "large": {"memory": "40Gi", "computeSlices": 3},
-                    },
-                    "quota": {"computeSlices": 100000, "memorySlices": 100000},
-                    "maxSlicesPerPod": 4,
+            make_policy(
+                f"tenant-{t}",
+                namespaces=[f"tenant-{t}", f"tenant-{t}-batch"],
+                sizes={
+                    "small": {"memory": "10Gi"},
+                    "medium": {"memory": "20Gi", "computeSlices": 2},
+                    "large": {"memory": "40Gi", "computeSlices": 3},
                 },
-            }
+                quota={"computeSlices": 100000, "memorySlices": 100000},
+                maxSlicesPerPod=4,
+            )
         )
     for n in range(nodes):
-        product = PRODUCTS[n % len(PRODUCTS)]
         documents.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": f"gpu-{n:05d}",
-                    "labels": {
-                        "kubernetes.io/hostname": f"gpu-{n:05d}",
-                        "nvidia.com/gpu.product": product,
-                        "nvidia.com/gpu.count": "8",
-                        "nvidia.com/mig.strategy": "mixed",
-                    },
-                },
-                "status": {
-                    "allocatable": {
-                        "cpu": "128",
-                        "memory": "1Ti",
-                        "nvidia.com/mig-1g.10gb": "14",
-                        "nvidia.com/mig-2g.20gb": "6",
-                        "nvidia.com/mig-3g.40gb": "4",
-                    }
-                },
-            }
+            make_node(
+                f"gpu-{n:05d}",
+                product=PRODUCTS[n % len(PRODUCTS)],
+                mig_capable=None,
+                mig={"1g.10gb": 14, "2g.20gb": 6, "3g.40gb": 4},
+                resources={"cpu": "128", "memory": "1Ti"},
+                kubelet=False,
+                with_type_meta=True,
+            )
         )
     for p in range(pods):
         tenant = rng.randrange(tenants)
         gpu = rng.random() < 0.8
-        limits = {"cpu": "4", "memory": "16Gi"}
-        if gpu:
-            limits[f"nvidia.com/mig-{rng.choice(PROFILES)}"] = "1"
         documents.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"pod-{p:06d}",
-                    "namespace": f"tenant-{tenant}",
-                    "annotations": {"migslice.io/tenant": f"tenant-{tenant}"},
-                },
-                "spec": {
-                    "nodeName": f"gpu-{rng.randrange(nodes):05d}",
-                    "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
-                },
-                "status": {"phase": "Running"},
-            }
+            make_pod(
+                f"pod-{p:06d}",
+                namespace=f"tenant-{tenant}",
+                tenant=f"tenant-{tenant}",
+                limits={"cpu": "4", "memory": "16Gi"},
+                profile=rng.choice(PROFILES) if gpu else None,
+                node_name=f"gpu-{rng.randrange(nodes):05d}",
+                phase="Running",
+                image="x",
+                scheduler_name=None,
+                restart_policy=None,
+                with_type_meta=True,
+            )
         )
     return documents
 
 
 def review_body(i: int, tenants: int) -> bytes:
-    tenant = i % tenants
-    pod = {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {
-            "generateName": "train-",
-            "namespace": f"tenant-{tenant}",
-            "annotations": {"migslice.io/gpu-size": SIZES[i % len(SIZES)]},
-            "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1"}],
-        },
-        "spec": {
-            "containers": [{"name": "main", "image": "train:1", "resources": {}}],
-            "restartPolicy": "Always",
-            "schedulerName": "default-scheduler",
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                }
-            ],
-        },
-        "status": {},
-    }
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": f"bench-{next(REQUEST_UIDS)}",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": f"tenant-{tenant}",
-            "operation": "CREATE",
-            "userInfo": {"username": "bench"},
-            "object": pod,
-            "oldObject": None,
-            "dryRun": False,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    }
-    return json.dumps(review).encode()
+    """A pod CREATE review of a sized pod of tenant ``i % tenants``, as kube-apiserver sends it."""
+    tenant = f"tenant-{i % tenants}"
+    pod = make_created_pod(
+        namespace=tenant, annotations={"migslice.io/gpu-size": SIZES[i % len(SIZES)]}
+    )
+    return json.dumps(
+        make_review(pod, uid=f"bench-{next(REQUEST_UIDS)}", namespace=tenant)
+    ).encode()
 
 
 class _LoopbackConnection(http.client.HTTPSConnection):

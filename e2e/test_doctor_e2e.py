@@ -28,6 +28,7 @@ import yaml
 from kubernetes import client as k8s
 
 from harness.api import wait_for
+from harness.builders import make_policy
 from harness.controlplane import ControlPlane
 from harness.install import FIXTURES, Cluster, fresh_workdir, readme_commands
 from harness.paths import REPO
@@ -259,15 +260,12 @@ def test_an_unknown_gpu_product_is_named(installed: Installed) -> None:
 def test_an_overlapping_tenant_policy_is_named(installed: Installed) -> None:
     # The validating webhook refuses a policy that overlaps when it is written; a namespace
     # labelled afterwards makes two policies select it all the same.
-    overlapping = {
-        "apiVersion": "migslice.io/v1alpha1",
-        "kind": "TenantPolicy",
-        "metadata": {"name": "ml-platform"},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"team": "ml"}},
-            "sizes": {"small": {"memory": "10Gi", "computeSlices": 1}},
-        },
-    }
+    overlapping = make_policy(
+        "ml-platform",
+        namespaces=None,
+        namespaceSelector={"matchLabels": {"team": "ml"}},
+        sizes={"small": {"memory": "10Gi", "computeSlices": 1}},
+    )
     installed.custom.create_cluster_custom_object(
         "migslice.io", "v1alpha1", "tenantpolicies", overlapping
     )

@@ -25,6 +25,7 @@ import yaml
 from kubernetes import client as k8s
 
 from harness.api import ensure_namespace
+from harness.builders import make_pod
 from harness.controlplane import ControlPlane
 from harness.install import Cluster, fresh_workdir, readme_commands, render_chart
 from harness.paths import REPO
@@ -211,20 +212,19 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
 
 
 def gpu_operator_pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "nvidia-cuda-validator-"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "cuda-validation",
-                    "image": "cuda-validator:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
-            ]
-        },
-    }
+    return make_pod(
+        None,
+        generate_name="nvidia-cuda-validator-",
+        namespace=None,
+        stored=False,
+        tenant=None,
+        limits={"nvidia.com/gpu": "1"},
+        container="cuda-validation",
+        image="cuda-validator:1",
+        restart_policy=None,
+        scheduler_name=None,
+        with_type_meta=True,
+    )
 
 
 def test_the_readme_kustomize_install_serves_from_its_rendered_args(

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
+from harness.builders import make_node
 from harness.process import ControlPlaneError
 
 # Default GFD-style labels of a fake A100 node (NVIDIA GPU Feature Discovery / MIG Manager names).
@@ -133,17 +134,23 @@ def register_gpu_node(
     (no kubelet, no node controller) changes it afterwards.
     """
     core = k8s.CoreV1Api(api)
-    all_labels = {
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        **gfd_labels,
-        **(labels or {}),
-    }
-    body: dict[str, Any] = {
-        "metadata": {"name": name, "labels": all_labels},
-        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
-    }
+    body = make_node(
+        name,
+        product=None,
+        gpu_count=None,
+        strategy=None,
+        mig_capable=None,
+        extra_labels={
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            **gfd_labels,
+            **(labels or {}),
+        },
+        resources={"cpu": cpu, "memory": memory, "pods": pods},
+        spec={"taints": [dict(t) for t in taints]} if taints else None,
+        kubelet=False,
+        with_type_meta=True,
+    )
     core.create_node(body)
     node = core.read_node(name)
     if node.spec.taints and not taints:

@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from harness.api import ensure_namespace, set_node_resources
+from harness.builders import make_pod
 from migslice.mig import MIG_RESOURCE_PREFIX
 from tests.fake_nvml import FakeNvmlLibrary
 
@@ -99,16 +100,19 @@ class FakeDevicePlugin:
 
     def _start_pod(self, core: k8s.CoreV1Api) -> None:
         self._generation += 1
-        body = {
-            "metadata": {
-                "name": f"nvidia-device-plugin-{self.node}-{self._generation}",
-                "labels": LABELS,
-            },
-            "spec": {
-                "nodeName": self.node,
-                "containers": [{"name": "plugin", "image": "device-plugin:1"}],
-            },
-        }
+        body = make_pod(
+            f"nvidia-device-plugin-{self.node}-{self._generation}",
+            namespace=None,
+            stored=False,
+            tenant=None,
+            labels=LABELS,
+            limits={},
+            container="plugin",
+            image="device-plugin:1",
+            restart_policy=None,
+            scheduler_name=None,
+            node_name=self.node,
+        )
         try:
             core.create_namespaced_pod(NAMESPACE, body)
         except ApiException as error:

@@ -19,9 +19,7 @@ from werkzeug.test import Client
 from bench.call_floor import bodies, build_caller, measure
 from bench.call_floor import render as render_call_floor
 from bench.cluster_floor import Floor, build_go, go_binary, null_app, pointed_at
-from bench.cluster_nodes import node_body
-from bench.cluster_objects import ClusterPlan, ClusterShape, resource
-from bench.cluster_pods import pod_body, running_status
+from bench.cluster_objects import ClusterPlan, ClusterShape, node_body, pod_body, resource
 from bench.cluster_procs import (
     GoGC,
     Sched,
@@ -49,6 +47,7 @@ from bench.cluster_runs import (
 )
 from extender.metrics import ExtenderMetrics
 from extender.state import ExtenderState, StaticCache, new_index
+from harness.builders import running_status
 from migslice.objects.nodes import node_facts_from_raw
 from migslice.objects.pods import pod_facts_from_raw
 from migslice.scheduling import demand_of

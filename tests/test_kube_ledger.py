@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from builders import make_pod
 
+from harness.builders import make_pod
 from migslice import names
 from migslice.admission.ledger import Charge, Ledger, LedgerConflictError
 from migslice.admission.usage import SliceUsage

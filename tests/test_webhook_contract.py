@@ -11,11 +11,11 @@ from typing import Any
 import jsonpatch
 import kubernetes_validate
 import pytest
-from builders import make_created_pod, make_namespace, make_node, make_policy, make_review
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_created_pod, make_namespace, make_node, make_policy, make_review
 from webhook.app import create_app
 from webhook.quota import MemoryLedgers, QuotaKeeper
 from webhook.settings import WebhookSettings

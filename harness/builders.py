@@ -1,15 +1,54 @@
-"""Builders for Kubernetes objects shaped as the API server and kube-scheduler send them."""
+"""Builders of Kubernetes objects for tests, e2e and bench: Nodes, Pods, TenantPolicies,
+Namespaces, ConfigMaps and AdmissionReviews, shaped as kube-apiserver and kube-scheduler send
+them.
+
+The defaults are the small objects unit tests want; the options cover every other caller: a
+Node or Pod as a client creates it (``stored=False``), with a real cluster's bulk
+(``real=True``: :mod:`harness.shapes`), with the ``managedFields`` kube-apiserver serves, or
+with any label, annotation, spec or status field added.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness import shapes
+from harness.shapes import STAMP, running_status
+
 A100_80GB = "NVIDIA-A100-SXM4-80GB"
+BASE_RESOURCES = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+LABEL_MANAGERS = ("kubelet", "gpu-feature-discovery", "nvidia-mig-manager")
+POD_MANAGERS = ("kube-controller-manager", "kubelet", "migslice-scheduler")
+
+__all__ = [
+    "A100_80GB",
+    "STAMP",
+    "make_created_pod",
+    "make_mig_config_map",
+    "make_namespace",
+    "make_node",
+    "make_pod",
+    "make_policy",
+    "make_review",
+    "mig_resource",
+    "running_status",
+    "unschedulable",
+]
 
 
 def mig_resource(profile: str) -> str:
     return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
+def _merged(base: dict[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``base`` updated with ``extra``; a value of None removes the key."""
+    for key, value in (extra or {}).items():
+        if value is None:
+            base.pop(key, None)
+        else:
+            base[key] = value
+    return base
 
 
 def make_node(
@@ -25,11 +64,30 @@ def make_node(
     config_state: str | None = None,
     layout_annotation: str | None = None,
     resource_version: str = "",
+    uid: str | None = None,
     extra_labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    resources: Mapping[str, str] | None = None,
+    spec: Mapping[str, Any] | None = None,
+    status: Mapping[str, Any] | None = None,
+    kubelet: bool = True,
+    real: bool = False,
+    index: int = 0,
+    managed_fields: bool = False,
     with_type_meta: bool = False,
 ) -> dict[str, Any]:
-    """A GPU Node with GFD labels and ``nvidia.com/*`` allocatable (mixed strategy)."""
+    """A GPU Node with GFD labels and ``nvidia.com/*`` allocatable (mixed strategy).
+
+    ``resources``: the node's cpu, memory, pods and so on (default :data:`BASE_RESOURCES`),
+    beside ``mig`` (instances by profile) and ``whole_gpus``. ``kubelet``: the kubelet's
+    endpoint and ``nodeInfo`` in the status. ``real``: everything else a real GPU node carries
+    (:mod:`harness.shapes`, deterministic in ``index``). ``managed_fields``: the
+    ``managedFields`` kube-apiserver serves for the labels' managers. ``spec`` and ``status``
+    are merged over what the other options build (None removes a key).
+    """
     labels: dict[str, str] = {"kubernetes.io/hostname": name}
+    if real:
+        labels = shapes.node_labels(name, index, product or A100_80GB, mig or {})
     if product is not None:
         labels["nvidia.com/gpu.product"] = product
     if gpu_count is not None:
@@ -43,41 +101,52 @@ def make_node(
     if config_state is not None:
         labels["nvidia.com/mig.config.state"] = config_state
     labels.update(extra_labels or {})
-    allocatable: dict[str, str] = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    base = dict(
+        shapes.NODE_RESOURCES if real and resources is None else resources or BASE_RESOURCES
+    )
+    allocatable: dict[str, str] = base
     for profile, count in (mig or {}).items():
         allocatable[mig_resource(profile)] = str(count)
     if whole_gpus:
         allocatable["nvidia.com/gpu"] = str(whole_gpus)
     metadata: dict[str, Any] = {
         "name": name,
-        "uid": f"uid-{name}",
-        "creationTimestamp": "2025-05-01T00:00:00Z",
+        "uid": uid or f"uid-{name}",
+        "creationTimestamp": STAMP,
         "labels": labels,
     }
     if resource_version:
         metadata["resourceVersion"] = resource_version
+    notes: dict[str, str] = shapes.node_annotations(labels, index) if real else {}
+    notes.update(annotations or {})
     if layout_annotation is not None:
-        metadata["annotations"] = {"migslice.io/gpu-layout": layout_annotation}
+        notes["migslice.io/gpu-layout"] = layout_annotation
+    if notes:
+        metadata["annotations"] = notes
+    if managed_fields:
+        fields = {"f:metadata": {"f:labels": {f"f:{k}": {} for k in labels}}}
+        metadata["managedFields"] = shapes.managed_fields(LABEL_MANAGERS, fields)
+    built_status: dict[str, Any] = {"capacity": dict(allocatable), "allocatable": allocatable}
+    if kubelet:
+        built_status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
+        built_status["nodeInfo"] = {
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+            "kernelVersion": "",
+            "osImage": "",
+            "containerRuntimeVersion": "",
+            "kubeletVersion": "v1.34.0",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        }
+    if real:
+        built_status.update(shapes.node_status(name, index))
     node: dict[str, Any] = {
         "metadata": metadata,
-        "spec": {},
-        "status": {
-            "capacity": dict(allocatable),
-            "allocatable": allocatable,
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-                "kernelVersion": "",
-                "osImage": "",
-                "containerRuntimeVersion": "",
-                "kubeletVersion": "v1.34.0",
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        },
+        "spec": _merged(shapes.node_spec(index) if real else {}, spec),
+        "status": _merged(built_status, status),
     }
     if with_type_meta:
         node = {"apiVersion": "v1", "kind": "Node", **node}
@@ -85,9 +154,9 @@ def make_node(
 
 
 def make_pod(
-    name: str,
+    name: str | None,
     *,
-    namespace: str = "team-a",
+    namespace: str | None = "team-a",
     requests: Mapping[str, Any] | None = None,
     profile: str | None = None,
     count: int = 1,
@@ -96,34 +165,71 @@ def make_pod(
     phase: str = "Pending",
     node_selector: Mapping[str, str] | None = None,
     affinity_products: Sequence[str] | None = None,
+    scheduler_name: str | None = "migslice-scheduler",
+    tenant: str | None = "team-a",
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    limits: Mapping[str, str] | None = None,
+    also_requests: bool = False,
+    container: str = "main",
+    image: str = "train:1",
+    command: Sequence[str] | None = None,
+    restart_policy: str | None = "Always",
+    spec: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    generate_name: str | None = None,
+    uid: str | None = None,
+    resource_version: str = "",
+    stored: bool = True,
+    real: bool = False,
+    managed_fields: bool = False,
     with_type_meta: bool = False,
 ) -> dict[str, Any]:
     """A Pod as kube-scheduler sends it (no managedFields, no apiVersion/kind by default).
 
-    ``profile``/``count`` request ``nvidia.com/mig-<profile>`` in limits; ``requests`` puts
-    arbitrary quantities in limits instead.
+    ``profile``/``count`` request ``nvidia.com/mig-<profile>`` in limits (and in requests with
+    ``also_requests``), beside ``limits`` (default cpu 1, memory 1Gi); ``requests`` puts
+    arbitrary quantities in limits too. ``tenant`` (and ``profile``) are the annotations the
+    webhook writes; None leaves them out. ``stored=False``: as a client creates it (no uid,
+    creation time or status; ``generate_name`` for a ``generateName``). ``real``: a training
+    Job's pod (:mod:`harness.shapes`: owner references, an init container, the trainer and two
+    sidecars, volumes, the GPU toleration and an affinity to ``affinity_products``' first).
+    ``managed_fields``: the ``managedFields`` kube-apiserver serves for a bound Job's pod.
+    ``spec`` and ``metadata`` are merged over what the other options build (None removes).
     """
-    limits: dict[str, Any] = {"cpu": "1", "memory": "1Gi"}
+    wanted: dict[str, Any] = dict({"cpu": "1", "memory": "1Gi"} if limits is None else limits)
     if profile is not None:
-        limits[mig_resource(profile)] = str(count)
-    limits.update(requests or {})
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "main",
-                "image": "train:1",
-                "resources": {"limits": limits},
-            }
-        ],
-        "schedulerName": "migslice-scheduler",
-        "restartPolicy": "Always",
-    }
+        wanted[mig_resource(profile)] = str(count)
+    wanted.update(requests or {})
+    if real:
+        products = affinity_products or (A100_80GB,)
+        built_spec: dict[str, Any] = shapes.job_spec(name or "pod", wanted, products[0])
+        built_meta: dict[str, Any] = shapes.job_metadata(name or "pod", namespace or "default")
+    else:
+        resources: dict[str, Any] = {}
+        if wanted:
+            resources = (
+                {"limits": wanted, "requests": dict(wanted)}
+                if also_requests
+                else {"limits": wanted}
+            )
+        main: dict[str, Any] = {"name": container, "image": image}
+        if command is not None:
+            main["command"] = list(command)
+        if resources:
+            main["resources"] = resources
+        built_spec = {"containers": [main]}
+        built_meta = {"annotations": {}}
+        if restart_policy is not None:
+            built_spec["restartPolicy"] = restart_policy
+    if scheduler_name is not None:
+        built_spec = {"schedulerName": scheduler_name, **built_spec}
     if node_name is not None:
-        spec["nodeName"] = node_name
+        built_spec["nodeName"] = node_name
     if node_selector is not None:
-        spec["nodeSelector"] = dict(node_selector)
-    if affinity_products is not None:
-        spec["affinity"] = {
+        built_spec["nodeSelector"] = dict(node_selector)
+    if affinity_products is not None and not real:
+        built_spec["affinity"] = {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
@@ -140,23 +246,45 @@ def make_pod(
                 }
             }
         }
-    status: dict[str, Any] = {"phase": phase}
-    if nominated_node_name is not None:
-        status["nominatedNodeName"] = nominated_node_name
-    annotations = {"migslice.io/tenant": "team-a"}
-    if profile is not None:
-        annotations["migslice.io/profile"] = profile
+    notes: dict[str, str] = built_meta["annotations"]
+    if tenant is not None:
+        notes["migslice.io/tenant"] = tenant
+        if profile is not None:
+            notes["migslice.io/profile"] = profile
+        if real:
+            notes["migslice.io/policy"] = f"{tenant}@1"
+    notes.update(annotations or {})
+    meta: dict[str, Any] = {}
+    if name is not None:
+        meta["name"] = name
+    if generate_name is not None:
+        meta["generateName"] = generate_name
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if stored:
+        meta["uid"] = uid or f"uid-{namespace}-{name}"
+        meta["creationTimestamp"] = STAMP
+    if labels or "labels" in built_meta:
+        meta["labels"] = {**built_meta.get("labels", {}), **(labels or {})}
+    if notes:
+        meta["annotations"] = notes
+    if "ownerReferences" in built_meta:
+        meta["ownerReferences"] = built_meta["ownerReferences"]
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    if managed_fields:
+        first = "trainer" if real else container
+        fields = {"f:spec": {"f:containers": {f'k:{{"name":"{first}"}}': {".": {}}}}}
+        meta["managedFields"] = shapes.managed_fields(POD_MANAGERS, fields)
     pod: dict[str, Any] = {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": f"uid-{namespace}-{name}",
-            "creationTimestamp": "2025-05-01T00:00:00Z",
-            "annotations": annotations,
-        },
-        "spec": spec,
-        "status": status,
+        "metadata": _merged(meta, metadata),
+        "spec": _merged(built_spec, spec),
     }
+    if stored:
+        status: dict[str, Any] = {"phase": phase}
+        if nominated_node_name is not None:
+            status["nominatedNodeName"] = nominated_node_name
+        pod["status"] = status
     if with_type_meta:
         pod = {"apiVersion": "v1", "kind": "Pod", **pod}
     return pod
