@@ -180,7 +180,8 @@ def test_an_over_size_body_is_http_400(state: ClusterState) -> None:
 
 
 def test_the_default_limit_takes_the_largest_review_kube_apiserver_sends() -> None:
-    # bench/request_sizes.py: a 3 MiB pod CREATE of many small fields arrives as 8,268,112 B.
+    # bench/serving/request_sizes.py: a 3 MiB pod CREATE of many small fields arrives as
+    # 8,268,112 B.
     assert WebhookSettings().max_body_bytes > 8_268_112
 
 

@@ -1,24 +1,23 @@
 """Benchmark: one ``/filter-best-fit`` call's own Python, in process (a report, not a test).
 
-Builds ``bench.extender_latency``'s extender state (``--nodes`` 8-GPU nodes with 8 bound pods
-each, every node derived once as the informers' warm-up does) and answers
-``bench.call_floor``'s calls (the pod ``bench.cluster`` creates and 100 names each) through
-the extender's WSGI app, as the event loop answers a verb inline: no sockets, TLS or HTTP
-parsing (``bench.call_floor`` adds those). After one warm-up pass, which keeps every
-decision, each of ``--rounds`` passes times all calls; the report gives the best pass's mean
-per call, for the whole call and for its parts (the body's decode, the pod's demand read
+Builds ``bench.latency.extender_latency``'s extender state (``--nodes`` 8-GPU nodes with 8
+bound pods each, every node derived once as the informers' warm-up does) and answers
+``bench.latency.call_floor``'s calls (the pod ``bench.plane.cluster`` creates and 100 names
+each) through the extender's WSGI app, as the event loop answers a verb inline: no sockets, TLS
+or HTTP parsing (``bench.latency.call_floor`` adds those). After one warm-up pass, which keeps
+every decision, each of ``--rounds`` passes times all calls; the report gives the best pass's
+mean per call, for the whole call and for its parts (the body's decode, the pod's demand read
 anew and read by the extender's ``DemandReader`` for a pod shape it has seen, the best-fit
-decision). The body is handed over as migslice's server buffers it. The best pass is the
-one the machine disturbed least.
+decision). The body is handed over as migslice's server buffers it. The best pass is the one
+the machine disturbed least.
 
-    python -m bench.call_cpu                     # writes bench/reports/call_cpu.{json,md}
+    python -m bench.latency.call_cpu     # the section call_cpu of bench/latency/report.json
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,15 +25,13 @@ from typing import Any
 
 import orjson
 
-from bench import call_floor, extender_latency
-
-REPORTS = Path(__file__).parent / "reports"
+from bench.latency import call_floor, extender_latency
+from bench.latency.suite import SUITE
 
 
 def build_app(nodes: int) -> tuple[Any, Any]:
     """The extender's app over a warmed state of ``nodes`` nodes, and that state."""
-    from extender.app import create_app
-    from extender.settings import ExtenderSettings
+    from extender import ExtenderSettings, create_app
 
     state = extender_latency.warm_state(nodes, 8)
     return create_app(ExtenderSettings(), state), state
@@ -120,7 +117,7 @@ def measure(nodes: int, calls: int, rounds: int) -> dict[str, Any]:
 
 def render(results: dict[str, Any]) -> str:
     return (
-        "# One `/filter-best-fit` call's own Python, in process (`bench/call_cpu.py`)\n\n"
+        "# One `/filter-best-fit` call's own Python, in process (`bench/latency/call_cpu.py`)\n\n"
         f"{results['nodes']} nodes, {results['calls']} calls of 100 names "
         f"({results['body_bytes_mean']} bytes each), best of {results['rounds']} passes, "
         f"written {results['when']}. Microseconds per call.\n\n"
@@ -137,15 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=REPORTS)
-    parser.add_argument("--name", default="call_cpu", help="report file name")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/latency)")
     args = parser.parse_args(argv)
     results = measure(args.nodes, args.calls, args.rounds)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
-    text = render(results)
-    (args.out / f"{args.name}.md").write_text(text)
-    print(text)
+    SUITE.write("call_cpu", results, args.out)
+    print(render(results))
     return 0
 
 

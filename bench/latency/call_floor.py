@@ -1,28 +1,28 @@
 """Benchmark: one extender call on three servers, in isolation (a report, not a test).
 
-A caller shaped like kube-scheduler's HTTPExtender (``bench/caller/main.go``: Go's net/http on
+A caller shaped like kube-scheduler's HTTPExtender (``bench/plane/caller/main.go``: Go's net/http on
 one kept-alive TLS connection, the ExtenderArgs marshalled and the answer decoded with
 encoding/json, each failed node turned into a status) sends the same ``/filter-best-fit``
 calls, one after the other, to:
 
-* ``go``: the Go null extender of ``bench/cluster_floor.py`` (the protocol, the least a
+* ``go``: the Go null extender of ``bench/plane/nulls.py`` (the protocol, the least a
   server adds);
 * ``python``: the Python null extender there (migslice's serving stack: TLS, asyncio, h11, the
   WSGI app inline, the ExtenderArgs decoded; no decision);
 * ``extender``: migslice's extender on ``--nodes`` 8-GPU nodes with 8 bound pods each
-  (``bench.extender_latency``'s server, the verbs inline as the extender command serves
+  (``bench.latency.extender_latency``'s server, the verbs inline as the extender command serves
   them).
 
-Each call carries the pod ``bench.cluster`` creates (as kube-scheduler sends it: no
+Each call carries the pod ``bench.plane.cluster`` creates (as kube-scheduler sends it: no
 managedFields) and 100 names of the extender's nodes. Reported per server: the CPU its
 serving process spent per call (``/proc``: the Go process, the Python worker), the caller's
 CPU per call (what the answer costs kube-scheduler), the round trip's p50 and p99, the
 answer's size, and the answering thread's time on a core and waiting for one and its
 timeslices per call (the kernel's schedstat; the event loop's thread of a Python server, every
-thread of the Go null). ``bench.cluster --floor`` runs the same three inside a cluster, where
+thread of the Go null). ``bench.plane.cluster --floor`` runs the same three inside a cluster, where
 they share the cores with kube-scheduler, kube-apiserver and etcd.
 
-    python -m bench.call_floor                     # writes bench/reports/call_floor.{json,md}
+    python -m bench.latency.call_floor   # the section call_floor of bench/latency/report.json
 """
 
 from __future__ import annotations
@@ -41,19 +41,20 @@ from typing import Any
 
 import orjson
 
-from bench import extender_latency
-from bench.cluster_floor import Floor, build_go, stop_process
-from bench.cluster_objects import pod_body
-from bench.cluster_procs import cpu_s, sched_s, server_processes
+from bench.latency import extender_latency
+from bench.latency.suite import SUITE
+from bench.plane.nulls import Floor, build_go, stop_process
+from bench.plane.objects import pod_body
+from bench.plane.procs import cpu_s, sched_s, server_processes
+from harness.paths import REPO
 
-REPORTS = Path(__file__).parent / "reports"
 SERVERS = ("go", "python", "extender")
 MIX = ("1g.10gb", "2g.20gb", "3g.40gb")
-CALLER_SOURCE = Path(__file__).resolve().parent / "caller" / "main.go"
+CALLER_SOURCE = REPO / "bench" / "plane" / "caller" / "main.go"
 
 
 def build_caller(out: Path) -> Path:
-    """``bench/caller/main.go`` built into ``out`` with the e2e's Go toolchain."""
+    """``bench/plane/caller/main.go`` built into ``out`` with the e2e's Go toolchain."""
     return build_go(out, CALLER_SOURCE, "migslice-bench-caller")
 
 
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def render(results: dict[str, Any]) -> str:
     watch = results.get("watch_events_per_s") or 0
     lines = [
-        "# One extender call on three servers, in isolation (`bench/call_floor.py`)",
+        "# One extender call on three servers, in isolation (`bench/latency/call_floor.py`)",
         "",
         f"`/filter-best-fit` with the cluster benchmark's pod and 100 names "
         f"({results['body_bytes_mean']} bytes a call), one kept-alive TLS connection, "
@@ -215,13 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--servers", nargs="+", choices=SERVERS, default=list(SERVERS), help="servers to call"
     )
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/latency)")
     args = parser.parse_args(argv)
     results = run(args)
     results["when"] = time.strftime("%Y-%m-%d %H:%M")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "call_floor.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "call_floor.md").write_text(render(results))
+    SUITE.write("call_floor", results, args.out)
     print(render(results))
     return 0
 

@@ -1,19 +1,20 @@
 """Benchmark: the extender's CPU per pod at cluster scale, in process (a report, not a test).
 
-Builds the extender's state the way the informers do (node list, pod list, then the warm-up
-that derives every node), then plays kube-scheduler for ``--pods`` pods: for each, one
+Builds the extender's state over the cluster's objects (``extender.state_from_objects``, what
+a cluster file's extender serves: every node derived once), then plays kube-scheduler for
+``--pods`` pods: for each, one
 ``/filter`` and one ``/prioritize`` through the WSGI app with ``--candidates`` node names
 (``nodeCacheCapable: true``), then binds the pod to its best-scored node as the pod watch
 would report it (churn: the next pod sees that node changed). CPU is this thread's CPU time
 (``time.thread_time``) per call: parse, decide, encode; no sockets, TLS or HTTP parsing (see
-``bench.extender_latency`` for those). Node names look like cloud node names; pods ask for a
+``bench.latency.extender_latency`` for those). Node names look like cloud node names; pods ask for a
 mix of profiles, some for two units.
 
-    python -m bench.extender_cpu                          # 5,000 nodes, 40,000 pods
-    python -m bench.extender_cpu --nodes 500 --pods 100   # quick
-    python -m bench.extender_cpu --profile 25             # and the top functions by CPU
+    python -m bench.latency.extender_cpu                          # 5,000 nodes, 40,000 pods
+    python -m bench.latency.extender_cpu --nodes 500 --pods 100   # quick
+    python -m bench.latency.extender_cpu --profile 25             # and the top functions by CPU
 
-Writes ``bench/reports/extender_cpu.json`` and ``.md``.
+Writes the section ``extender_cpu`` of ``bench/latency/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.extender_latency import bound_pods, node_name, raw_node, raw_pod
+from bench.latency.extender_latency import bound_pods, node_name, raw_node, raw_pod
+from bench.latency.suite import SUITE
 
-REPORTS = Path(__file__).parent / "reports"
 MIX = (("1g.10gb", 1, 0.45), ("2g.20gb", 1, 0.25), ("3g.40gb", 1, 0.2), ("1g.10gb", 2, 0.1))
 
 
@@ -46,51 +47,23 @@ def pick_ask(rng: random.Random) -> tuple[str, int]:
 
 
 def build_state(nodes: int, pods_per_node: int) -> tuple[Any, dict[str, float]]:
-    """The extender's state fed as its informers feed it; the seconds each step took."""
-    from extender.state import (
-        ExtenderState,
-        MigConfigSink,
-        NodeSink,
-        PodSink,
-        StaticCache,
-        new_index,
-    )
-    from migslice.kube.informer import object_key
-    from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+    """The extender's state over the cluster (``extender.state_from_objects``: every node
+    projected, the pods projected and held, every node derived once); the CPU seconds of
+    making the objects and of building the state from them."""
+    from extender import ExtenderSettings, state_from_objects
+    from migslice.objects import ClusterObjects
 
-    index = new_index()
-    warmup = None
-    try:
-        from extender.state import Warmup
-
-        warmup = Warmup(index, ("mig-config", "nodes", "pods"))
-    except ImportError:  # a tree from before the warm-up
-        pass
-    sinks = [sink(index, warmup) if warmup else sink(index) for sink in (NodeSink, PodSink)]
-    config_sink = MigConfigSink(index, warmup) if warmup else MigConfigSink(index)
-    times: dict[str, float] = {}
     started = time.process_time()
-    config_sink.replace({})
-    node_items = {}
-    for i in range(nodes):
-        raw = raw_node(i)
-        node_items[object_key(raw)] = node_facts_from_raw(raw)
-    times["project_nodes_s"] = time.process_time() - started
+    objects = ClusterObjects(
+        nodes=tuple(raw_node(i) for i in range(nodes)),
+        pods=tuple(bound_pods(nodes, pods_per_node, 1)),
+    )
+    times = {"objects_s": time.process_time() - started}
     mark = time.process_time()
-    sinks[0].replace(node_items)
-    times["nodes_into_index_s"] = time.process_time() - mark
-    mark = time.process_time()
-    pod_items = {}
-    for raw in bound_pods(nodes, pods_per_node, 1):
-        facts = pod_facts_from_raw(raw)
-        if facts is not None:
-            pod_items[object_key(raw)] = facts
-    times["project_pods_s"] = time.process_time() - mark
-    mark = time.process_time()
-    sinks[1].replace(pod_items)
-    times["pods_into_index_s"] = time.process_time() - mark
+    state = state_from_objects(objects, ExtenderSettings())
+    times["state_s"] = time.process_time() - mark
     times["startup_cpu_s"] = time.process_time() - started
-    return ExtenderState(index, (StaticCache("bench"),)), times
+    return state, times
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -108,8 +81,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def play(state: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from extender.app import create_app
-    from extender.settings import ExtenderSettings
+    from extender import ExtenderSettings, create_app
     from migslice.objects import pod_facts_from_raw
 
     client = create_app(ExtenderSettings(), state).test_client()
@@ -151,6 +123,8 @@ def markdown(report: dict[str, Any]) -> str:
     s, r = report["settings"], report["result"]
     start = report["startup"]
     lines = [
+        "# The extender's CPU per call, in process (`bench/latency/extender_cpu.py`)",
+        "",
         f"{s['nodes']} nodes, {s['nodes'] * s['pods_per_node']} bound pods, {s['pods']} pods "
         f"played with {s['candidates']} names each, churn {s['churn']}; CPU ms "
         "(this thread's CPU time per call; shared machine, noisy).",
@@ -174,8 +148,7 @@ def main() -> int:
     parser.add_argument("--candidates", type=int, default=3000)
     parser.add_argument("--no-churn", dest="churn", action="store_false")
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
-    parser.add_argument("--out", type=Path, default=REPORTS)
-    parser.add_argument("--name", default="extender_cpu", help="report file name")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/latency)")
     args = parser.parse_args()
     state, startup = build_state(args.nodes, args.pods_per_node)
     print(json.dumps({k: round(v, 2) for k, v in startup.items()}), flush=True)
@@ -202,9 +175,7 @@ def main() -> int:
         "startup": {k: round(v, 2) for k, v in startup.items()},
         "result": result,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(report))
+    SUITE.write("extender_cpu", report, args.out)
     print(markdown(report))
     return 0
 

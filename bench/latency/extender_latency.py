@@ -6,10 +6,10 @@ synthetic cluster of 8-GPU A100-80GB nodes, then plays kube-scheduler: for each 
 node names (``nodeCacheCapable: true``) or full Node objects (``false``). Reports pair latency
 percentiles, calls per second, and the worker's resident memory.
 
-    python -m bench.extender_latency                       # 5,000 nodes, 40,000 pods, 3,000 names
-    python -m bench.extender_latency --nodes 500 --pods-per-node 8 --duration-s 5   # quick
+    python -m bench.latency.extender_latency      # 5,000 nodes, 40,000 pods, 3,000 names
+    python -m bench.latency.extender_latency --nodes 500 --pods-per-node 8 --duration-s 5   # quick
 
-Writes ``bench/reports/extender_latency.json`` and ``.md``.
+Writes the section ``extender_latency`` of ``bench/latency/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.latency.suite import SUITE
 from harness.builders import A100_80GB, make_node, make_pod, running_status
+from harness.paths import REPO
 
-REPORTS = Path(__file__).parent / "reports"
 CONFIGS = (("all-balanced", 0.4), ("all-1g.10gb", 0.3), ("all-3g.40gb", 0.2), ("all-2g.20gb", 0.1))
 GPUS_PER_NODE = 8
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
@@ -163,20 +164,18 @@ def bound_pods(
 def warm_state(nodes: int, pods_per_node: int) -> Any:
     """The extender's state over ``nodes`` nodes with their bound pods, every node derived
     once, as the informers' warm-up leaves it when every list is in."""
-    from extender.state import ExtenderState, StaticCache, new_index
-    from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+    from extender import ExtenderSettings, state_from_objects
+    from migslice.objects import ClusterObjects
 
-    index = new_index()
-    index.replace_nodes(node_facts_from_raw(raw_node(i)) for i in range(nodes))
-    pods = (pod_facts_from_raw(p) for p in bound_pods(nodes, pods_per_node, 1))
-    index.replace_pods(p for p in pods if p is not None)
-    index.derive_pending()
-    return ExtenderState(index, (StaticCache("bench"),))
+    objects = ClusterObjects(
+        nodes=tuple(raw_node(i) for i in range(nodes)),
+        pods=tuple(bound_pods(nodes, pods_per_node, 1)),
+    )
+    return state_from_objects(objects, ExtenderSettings())
 
 
 def serve_main(args: argparse.Namespace) -> None:
-    from extender.app import create_app
-    from extender.settings import ExtenderSettings
+    from extender import ExtenderSettings, create_app
     from migslice.serving import serve
 
     def factory() -> Any:
@@ -198,7 +197,7 @@ def watch_events(nodes: int, count: int = 200) -> list[bytes]:
     running), one per node in turn and of a profile the node has, each a MODIFIED line."""
     import orjson
 
-    from bench.cluster_objects import pod_body
+    from bench.plane.objects import pod_body
 
     lines = []
     for k in range(count):
@@ -214,14 +213,11 @@ def watch_events(nodes: int, count: int = 200) -> list[bytes]:
 def apply_watch_events(index: Any, lines: list[bytes], per_s: float) -> threading.Thread:
     """A thread that applies ``per_s`` of ``lines`` a second to ``index``, ``WATCH_BURST`` at
     a time (see :func:`apply_events`)."""
-    from extender.state import PodSink
-
-    sink = PodSink(index)
 
     def run() -> None:
         applied = 0
         while True:
-            applied = apply_events(sink, lines, applied, WATCH_BURST)
+            applied = apply_events(index, lines, applied, WATCH_BURST)
             time.sleep(WATCH_BURST / per_s)
 
     thread = threading.Thread(target=run, name="bench-watch-events", daemon=True)
@@ -229,11 +225,11 @@ def apply_watch_events(index: Any, lines: list[bytes], per_s: float) -> threadin
     return thread
 
 
-def apply_events(sink: Any, lines: list[bytes], applied: int, count: int) -> int:
-    """Apply ``count`` events from ``lines`` (cyclic, from the ``applied``-th) as the
-    extender's pod informer does: decode the line, project the pod, the sink's upsert (which
-    derives the node on this thread). Every other pass over ``lines`` deletes the pods
-    instead, so the cluster keeps its size. Returns the events applied so far."""
+def apply_events(index: Any, lines: list[bytes], applied: int, count: int) -> int:
+    """Apply ``count`` events from ``lines`` (cyclic, from the ``applied``-th) to the
+    extender's cluster ``index`` as its pod informer does: decode the line, project the pod,
+    upsert it and derive the node it touched on this thread. Every other pass over ``lines``
+    deletes the pods instead, so the cluster keeps its size. Returns the events applied."""
     import orjson
 
     from migslice.objects import pod_facts_from_raw
@@ -243,9 +239,11 @@ def apply_events(sink: Any, lines: list[bytes], applied: int, count: int) -> int
         facts = pod_facts_from_raw(raw)
         key = f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"
         if facts is not None and (applied // len(lines)) % 2 == 0:
-            sink.upsert(key, facts)
+            touched = index.upsert_pod(facts)
         else:
-            sink.delete(key)
+            touched = index.delete_pod(key)
+        if touched:
+            index.derive(touched)
         applied += 1
     return applied
 
@@ -255,8 +253,7 @@ def served_as_the_extender(
 ) -> Any:
     """Server options on 127.0.0.1 as the extender command serves its verbs: one worker, the
     verbs inline on the event loop with the extender's body limit (plain HTTP without TLS)."""
-    from extender.command import VERBS
-    from extender.settings import ExtenderSettings
+    from extender import VERBS, ExtenderSettings
     from migslice.serving import ServerOptions, ServingLimits
 
     limit = ExtenderSettings().max_body_bytes
@@ -425,14 +422,14 @@ def start_server(
 ) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     command = [
-        sys.executable, "-m", "bench.extender_latency", "--serve", "--port", str(port),
+        sys.executable, "-m", "bench.latency.extender_latency", "--serve", "--port", str(port),
         "--nodes", str(nodes), "--pods-per-node", str(args.pods_per_node),
         "--threads", str(args.threads),
         "--watch-events-per-s", str(getattr(args, "watch_events_per_s", 0.0)),
     ]  # fmt: skip
     if tls:
         command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
-    root = Path(__file__).resolve().parent.parent
+    root = REPO
     process = subprocess.Popen(
         command, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -500,6 +497,8 @@ def run_case(
 def markdown(report: dict[str, Any]) -> str:
     clients = report["settings"]["clients"]
     lines = [
+        "# Extender filter + prioritize over HTTPS (`bench/latency/extender_latency.py`)",
+        "",
         "| nodes | pods | candidates | nodeCacheCapable | request KiB | pair p50 ms | pair p99 ms "
         "| filter p50/p99 ms | prioritize p50/p99 ms | worker CPU ms/call "
         f"| calls/s (1 client) | calls/s ({clients} clients) | p99 ms ({clients} clients) "
@@ -530,7 +529,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--insecure-http", action="store_true", help="plain HTTP, not TLS")
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/latency)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--tls-cert", help=argparse.SUPPRESS)
@@ -573,9 +572,7 @@ def main() -> int:
         },
         "cases": cases,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "extender_latency.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "extender_latency.md").write_text(markdown(report))
+    SUITE.write("extender_latency", report, args.out)
     print(markdown(report))
     return 0
 

@@ -2,8 +2,8 @@
 policies.
 
 For each count of TenantPolicies (default 10, 100, 500 and 1,000; each selecting two
-namespaces of its own, as in ``bench/webhook_latency.py``), it fills the webhook's state with
-that many policies, ``--nodes`` GPU nodes and ``--pods`` pods, then measures in one process:
+namespaces of its own, as in ``bench/latency/webhook_latency.py``), it fills the webhook's state
+with that many policies, ``--nodes`` GPU nodes and ``--pods`` pods, then measures in one process:
 
 * admission: ``POST /mutate`` through the webhook's Flask app (decision, quota charge in the
   in-process ledger, JSON Patch; no TLS or sockets, which ``webhook_latency.py`` measures), p50
@@ -15,28 +15,27 @@ that many policies, ``--nodes`` GPU nodes and ``--pods`` pods, then measures in 
 The former status writer compared every policy with every other across every namespace: one
 computation took 33 ms at 25 policies, 1.3 s at 100 and 9.9 s at 200, under the admission lock.
 
-    .venv/bin/python -m bench.policy_scale
-    .venv/bin/python -m bench.policy_scale --policies 10 100 --requests 500     # quick
+    .venv/bin/python -m bench.latency.policy_scale
+    .venv/bin/python -m bench.latency.policy_scale --policies 10 100 --requests 500     # quick
 
-Writes ``bench/reports/policy_scale.json`` and ``.md``. Timing on a shared machine is noisy.
+Writes the section ``policy_scale`` of ``bench/latency/report.json`` (and ``report.md``).
+Timing on a shared machine is noisy.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.webhook_latency import cluster_documents, review_body
+from bench.latency.suite import SUITE
+from bench.latency.webhook_latency import cluster_documents, review_body
 from migslice.objects.clusterfile import parse_cluster_objects
-from webhook.app import create_app
-from webhook.state import ClusterState
+from webhook import ClusterState, create_app
 
-REPORTS = Path(__file__).parent / "reports"
 ROUNDS = 5
 
 
@@ -107,10 +106,10 @@ def measure(policies: int, *, nodes: int, pods: int, requests: int) -> dict[str,
     }
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict[str, Any]) -> str:
     rows = [
+        "# Admission against the number of TenantPolicies (`bench/latency/policy_scale.py`)",
+        "",
         f"{report['nodes']} nodes, {report['pods']} pods; {report['requests']} admissions per "
         f"count (after 200 to warm up); status rounds: median of {ROUNDS}. One process, no "
         "TLS; shared machine, times noisy.",
@@ -125,8 +124,7 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
             f"{row['status_whole_round_ms']} ({row['status_whole_round_max_ms']}) | "
             f"{row['status_one_change_ms']} |"
         )
-    path.with_suffix(".md").write_text("\n".join(rows) + "\n")
-    print("\n".join(rows))
+    return "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=8000)
     parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--report", type=Path, default=REPORTS / "policy_scale")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/latency)")
     args = parser.parse_args(argv)
     runs = []
     for count in args.policies:
@@ -145,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         print(run, flush=True)
         runs.append(run)
     report = {"nodes": args.nodes, "pods": args.pods, "requests": args.requests, "runs": runs}
-    write_report(args.report, report)
+    SUITE.write("policy_scale", report, args.out)
+    print(markdown(report))
     return 0
 
 

@@ -6,14 +6,15 @@ say): real-shaped GPU Nodes and bound training pods of ``harness.builders`` (``r
 the labels of the kubelet, Node Feature Discovery, GPU Feature Discovery and MIG Manager,
 conditions, nodeInfo, images; owner references, an init container, three containers with env,
 probes and mounts, volumes, tolerations, a running status), with managedFields. For each
-service, a fresh child process starts that service's own informers (the webhook's four, the
-extender's three with its warm-up) against the server, waits until every one has synced, and
-reports its resident memory (now and peak) and the seconds to sync.
+service, a fresh child process builds the service's app as a worker does in a cluster
+(``in_cluster_app``: its informers, with the webhook's quota settler), waits until ``/readyz``
+says every cache has synced, and reports its resident memory (now and peak) and the seconds to
+sync.
 
-    python -m bench.sync_memory                     # 5,000 nodes, 40,000 pods
-    python -m bench.sync_memory --nodes 500 --pods-per-node 8
+    python -m bench.latency.sync_memory                     # 5,000 nodes, 40,000 pods
+    python -m bench.latency.sync_memory --nodes 500 --pods-per-node 8
 
-Writes ``bench/reports/sync_memory.json`` and ``.md``.
+Writes the section ``sync_memory`` of ``bench/latency/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.extender_latency import bound_pods, raw_node
+from bench.latency.extender_latency import bound_pods, raw_node
+from bench.latency.suite import SUITE
+from harness.paths import REPO
 
-REPORTS = Path(__file__).parent / "reports"
 RESOURCE_VERSION = "100000"
 
 
@@ -114,35 +116,38 @@ def rss_mib() -> tuple[float, float]:
 
 
 def child(service: str, url: str) -> None:
-    from kubernetes import client
+    """In a fresh process: the service's app as a worker builds it in a cluster
+    (``in_cluster_app``, through a kubeconfig naming ``url``), until ``/readyz`` says its caches
+    are synced; prints the seconds that took and the memory."""
+    import tempfile
 
-    from migslice.kube import KubernetesTransport
+    import yaml
 
-    configuration = client.Configuration()
-    configuration.host = url
-    transport = KubernetesTransport(client.ApiClient(configuration))
     if service == "webhook":
-        import webhook.app  # noqa: F401  (what a worker imports: its baseline)
+        import webhook as package  # what a worker imports: its baseline
     else:
-        import extender.app  # noqa: F401
+        import extender as package  # type: ignore[no-redef]
     baseline, _ = rss_mib()
+    kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "bench", "cluster": {"server": url}}],
+                "users": [{"name": "bench", "user": {}}],
+                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+                "current-context": "bench",
+            }
+        )
+    )
     started = time.perf_counter()
     if service == "webhook":
-        from migslice.kube.policies import admission_informers
-        from webhook.state import ClusterState
-
-        state = ClusterState()
-        informers: Any = admission_informers(state, transport)
-        for informer in informers:
-            informer.start()
+        settings: Any = package.WebhookSettings(kubeconfig=str(kubeconfig), status_interval_s=0)
     else:
-        from extender.settings import ExtenderSettings
-        from extender.sources import start_caches
-        from extender.state import new_index
-
-        index = new_index()
-        informers = start_caches(transport, ExtenderSettings(), index)
-    while not all(informer.synced for informer in informers):
+        settings = package.ExtenderSettings(kubeconfig=str(kubeconfig))
+    client = package.in_cluster_app(settings).test_client()
+    while client.get("/readyz").status_code != 200:
         time.sleep(0.05)
     sync_s = time.perf_counter() - started
     rss, peak = rss_mib()
@@ -158,9 +163,9 @@ def child(service: str, url: str) -> None:
 
 
 def measure(service: str, url: str) -> dict[str, Any]:
-    root = Path(__file__).resolve().parent.parent
+    root = REPO
     output = subprocess.run(
-        [sys.executable, "-m", "bench.sync_memory", "--child", service, "--url", url],
+        [sys.executable, "-m", "bench.latency.sync_memory", "--child", service, "--url", url],
         cwd=root,
         capture_output=True,
         text=True,
@@ -175,6 +180,8 @@ def measure(service: str, url: str) -> dict[str, Any]:
 def markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
     lines = [
+        "# Worker memory and cache sync on a large cluster (`bench/latency/sync_memory.py`)",
+        "",
         f"{s['nodes']} Nodes ({s['node_list_mib']} MiB as JSON), {s['pods']} Pods "
         f"({s['pod_list_mib']} MiB as JSON), pages of 500; one fresh process per service; "
         "shared machine, times noisy.",
@@ -195,8 +202,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods-per-node", type=int, default=8)
     parser.add_argument("--services", nargs="*", default=["webhook", "extender"])
-    parser.add_argument("--out", type=Path, default=REPORTS)
-    parser.add_argument("--name", default="sync_memory", help="report file name")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/latency)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -222,9 +228,7 @@ def main() -> int:
         },
         "services": services,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(report))
+    SUITE.write("sync_memory", report, args.out)
     print(markdown(report))
     return 0
 

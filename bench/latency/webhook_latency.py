@@ -9,9 +9,9 @@ With ``--api`` the same cluster is put into a real kube-apiserver and etcd (the 
 and the webhook runs in-cluster against it: every admission also writes its tenant's quota
 ledger (a ConfigMap, compare-and-swap), which is what this mode measures.
 
-    .venv/bin/python bench/webhook_latency.py                # full size
-    .venv/bin/python bench/webhook_latency.py --nodes 200 --pods 800 --requests 200   # quick
-    .venv/bin/python bench/webhook_latency.py --api --nodes 200 --pods 2000   # ledger writes
+    python -m bench.latency.webhook_latency                          # full size
+    python -m bench.latency.webhook_latency --nodes 200 --pods 800 --requests 200   # quick
+    python -m bench.latency.webhook_latency --api --nodes 200 --pods 2000   # ledger writes
 """
 
 from __future__ import annotations
@@ -35,17 +35,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from harness.builders import (  # noqa: E402
+from bench.latency.suite import SUITE
+from harness.builders import (
     make_created_pod,
     make_node,
     make_pod,
     make_policy,
     make_review,
 )
-from migslice.serving.certs import write_tls_bundle  # noqa: E402
+from harness.paths import REPO
+from migslice.serving.certs import write_tls_bundle
 
 SERVICE, NAMESPACE = "migslice-webhook", "migslice-system"
 SERVER_NAME = f"{SERVICE}.{NAMESPACE}.svc"
@@ -218,11 +217,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Write ``<path>.json`` and a Markdown table ``<path>.md``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict[str, Any]) -> str:
+    """The run's table (and, in-cluster, kube-apiserver's own round trips)."""
+    api = report.get("source", "").startswith("kube-apiserver")
+    title = (
+        "# Webhook latency with the quota ledger write, against kube-apiserver (`--api`)"
+        if api
+        else "# Webhook latency over HTTPS, from a cluster file "
+        "(`bench/latency/webhook_latency.py`)"
+    )
     rows = [
+        title,
+        "",
         "| nodes | pods | concurrency | p50 ms | p99 ms | mean ms | req/s | worker RSS MiB |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -241,8 +247,7 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
             f"p99 {trips['put_p99_ms']} ms; GET p50 {trips['get_p50_ms']} ms, "
             f"p99 {trips['get_p99_ms']} ms"
         )
-    path.with_suffix(".md").write_text("\n".join(rows) + "\n")
-    print(f"report: {path.with_suffix('.json')}, {path.with_suffix('.md')}")
+    return "\n".join(rows) + "\n"
 
 
 def main() -> int:
@@ -260,14 +265,13 @@ def main() -> int:
         help="serve in-cluster against a real kube-apiserver (quota ledger writes included)",
     )
     parser.add_argument(
-        "--report",
+        "--out",
         type=Path,
-        help="report path without suffix: writes .json and .md "
-        "(default bench/reports/webhook_latency, with --api webhook_latency_api)",
+        help="folder of report.json (default bench/latency); the section is webhook_latency, "
+        "with --api webhook_latency_api",
     )
     args = parser.parse_args()
-    name = "webhook_latency_api" if args.api else "webhook_latency"
-    args.report = args.report or ROOT / "bench" / "reports" / name
+    args.section = "webhook_latency_api" if args.api else "webhook_latency"
     report: dict[str, Any] = {
         "nodes": args.nodes,
         "pods": args.pods,
@@ -282,7 +286,7 @@ def main() -> int:
         documents = cluster_documents(args.nodes, args.pods, args.tenants)
         admitted: Admitted | None = None
         if args.api:
-            from bench.apiserver_cluster import PodStore, api_cluster, round_trips
+            from bench.plane.apiserver_cluster import PodStore, api_cluster, round_trips
 
             plane = stack.enter_context(api_cluster(directory / "control-plane", documents))
             source = ["--kubeconfig", str(plane.kubeconfig), "--status-interval-s", "0"]
@@ -332,7 +336,7 @@ def measure(
         "warning",
     ]
     started = time.monotonic()
-    server = subprocess.Popen(command, cwd=ROOT)
+    server = subprocess.Popen(command, cwd=REPO)
     context = ssl.create_default_context(cafile=str(bundle.ca_cert))
     try:
         while not is_ready(port, context):
@@ -375,7 +379,7 @@ def measure(
             "master": round(rss_mib(server.pid)),
             "workers": [round(rss_mib(pid)) for pid in workers],
         }
-        write_report(args.report, report)
+        SUITE.write(args.section, report, args.out)
         print(
             f"rss: master {rss_mib(server.pid):.0f} MiB; "
             + ", ".join(f"worker {pid} {rss_mib(pid):.0f} MiB" for pid in workers)

@@ -14,17 +14,16 @@ Goals (the carve issue): p99 wait of the pods a carve was planned for <= carve t
 acceptance by pods and by demanded slices >= B5 and >= B3; 0 disrupted pods (the agent's
 stand-in raises on destroying an instance a pod holds, so a finished run destroyed none).
 
-    python -m bench.carve                          # 5 seeds (about 20 min here)
-    python -m bench.carve --nodes 16 --seeds 2 --lifetimes 6 --carve-times 5   # quick
-    python -m bench.carve --carve-times 2 --min-pending 5,10 --baselines= --add  # more rows
+    python -m bench.packing.carve                          # 5 seeds (about 20 min here)
+    python -m bench.packing.carve --nodes 16 --seeds 2 --lifetimes 6 --carve-times 5   # quick
+    python -m bench.packing.carve --carve-times 2 --min-pending 5,10 --baselines= --add  # more rows
 
-Writes ``bench/reports/carve.json`` and ``carve.md``.
+Writes the section ``carve`` of ``bench/packing/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -32,8 +31,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.churn import aggregate, summary, workload_of
-from bench.stats import ci, fmt, run_pool
+from bench.common.stats import ci, fmt, run_pool
+from bench.packing.churn import aggregate, summary, workload_of
+from bench.packing.suite import SUITE
 from migslice.console import CommandError
 from migslice.repartition import CarveSettings
 from migslice.sim import GPU_MODEL, make_policy, mix_counts
@@ -41,7 +41,6 @@ from migslice.sim.churn import run_churn
 from migslice.sim.churn_model import ChurnConfig
 from migslice.sim.command import DEFAULT_DATA_DIR
 
-REPORTS = Path(__file__).parent / "reports"
 WORKLOADS = ("default/M1", "default/M2", "synthetic")
 CARVE_TIMES = (2.0, 5.0, 10.0, 30.0)
 BASELINES = ("migslice", "B5", "B3")
@@ -79,7 +78,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="merge the new points into the existing report (same points replaced)",
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/packing)")
     parser.add_argument("--report-only", action="store_true")
     return parser.parse_args(argv)
 
@@ -150,7 +149,8 @@ def markdown(report: dict[str, Any]) -> str:
         "seed (every policy sees the same arrivals).",
         "",
         f"Run: {c['wall_s'] / 60:.1f} min wall, {c['cpu_s'] / 60:.1f} min CPU on a 2-core "
-        "machine shared with other work (timings are noisy). Produced by `python -m bench.carve`.",
+        "machine shared with other work (timings are noisy). Produced by "
+        "`python -m bench.packing.carve`.",
         "",
     ]
     for spec in report["workloads"]:
@@ -224,8 +224,7 @@ def floats(text: str) -> list[float]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report_only:
-        report = json.loads((args.out / "carve.json").read_text())
-        (args.out / "carve.md").write_text(markdown(report))
+        SUITE.render_files(SUITE.load(args.out), args.out or SUITE.folder)
         return 0
     config = ChurnConfig(nodes=args.nodes, duration_lifetimes=args.lifetimes)
     CONTEXT.update(data_dir=args.data_dir, config=config)
@@ -233,13 +232,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         mixes = {s: mix_counts(workload_of(args.data_dir, s).pods) for s in specs}
     except CommandError as error:
-        print(f"bench.carve: {error}", file=sys.stderr)
+        print(f"bench.packing.carve: {error}", file=sys.stderr)
         return 1
     try:
         times = floats(args.carve_times)
         pendings, intervals = floats(args.min_pending), floats(args.intervals)
     except ValueError as error:
-        print(f"bench.carve: --carve-times/--min-pending/--intervals: {error}", file=sys.stderr)
+        print(
+            f"bench.packing.carve: --carve-times/--min-pending/--intervals: {error}",
+            file=sys.stderr,
+        )
         return 1
     variants = [("M-carve", t, mp, iv) for t in times for mp in pendings for iv in intervals]
     baselines = [(b, 0.0, 0.0, 0.0) for b in args.baselines.split(",") if b]
@@ -266,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.update({k: first[k] for k in ("t_carve", "min_pending", "interval")})
     wall_s, cpu_s = time.monotonic() - started, sum(r["cpu_s"] for r in results)
     if args.add:
-        old = json.loads((args.out / "carve.json").read_text())
+        old = SUITE.read("carve", args.out)
         new = {(p["workload"], p["policy"]) for p in points}
         kept = [p for p in old["points"] if (p["workload"], p["policy"]) not in new]
         points = sorted([*kept, *points], key=lambda p: (p["workload"], p["policy"]))
@@ -290,10 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workloads": specs,
         "points": points,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "carve.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "carve.md").write_text(markdown(report))
-    print(f"wrote {args.out / 'carve.json'} and {args.out / 'carve.md'}")
+    SUITE.write("carve", report, args.out)
     return 0
 
 

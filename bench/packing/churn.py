@@ -10,16 +10,15 @@ either way the node takes no pod until the MIG Manager stand-in reports success 
 T_reconf (``migslice/sim/churn.py``). Two sweeps around the base point (95 % load, T_reconf
 60 s): offered load 70-110 % and T_reconf 15 s-10 min.
 
-    python -m bench.churn                         # both sweeps, 5 seeds (about 20 min here)
-    python -m bench.churn --nodes 16 --seeds 2 --lifetimes 6 --loads 95 --t-reconf 60  # quick
+    python -m bench.packing.churn      # both sweeps, 5 seeds (about 20 min here)
+    python -m bench.packing.churn --nodes 16 --seeds 2 --lifetimes 6 --loads 95 --t-reconf 60
 
-Writes ``bench/reports/churn.json``, ``churn.md`` and ``churn.png``.
+Writes the section ``churn`` of ``bench/packing/report.json`` (``report.md``, ``report.png``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -27,15 +26,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.churn_report import markdown, plot
-from bench.stats import ci, run_pool
+from bench.common.stats import ci, run_pool
+from bench.packing.suite import SUITE
 from migslice.console import CommandError
 from migslice.sim import GPU_MODEL, Workload, make_policy, mix_counts
 from migslice.sim.churn import run_churn
 from migslice.sim.churn_model import ChurnConfig, ChurnResult
 from migslice.sim.command import DEFAULT_DATA_DIR, load_workload
 
-REPORTS = Path(__file__).parent / "reports"
 WORKLOADS = ("default/M1", "synthetic")
 RESHAPING = ("migslice", "B5")
 STATIC = ("B3", "B4")
@@ -57,13 +55,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS))
     parser.add_argument("--t-reconf", default=",".join(f"{x:g}" for x in T_RECONF))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/packing)")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--policies", default=",".join((*RESHAPING, *STATIC)))
     parser.add_argument(
         "--add",
         action="store_true",
-        help="run only the given policies and put their points into the existing churn.json",
+        help="run only the given policies and put their points into the section churn",
     )
     return parser.parse_args(argv)
 
@@ -210,9 +208,7 @@ def aggregate(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report_only:
-        report = json.loads((args.out / "churn.json").read_text())
-        (args.out / "churn.md").write_text(markdown(report))
-        print(plot(report, args.out / "churn.png"))
+        SUITE.render_files(SUITE.load(args.out), args.out or SUITE.folder)
         return 0
     config = ChurnConfig(
         nodes=args.nodes, duration_lifetimes=args.lifetimes, warmup_lifetimes=args.warmup
@@ -222,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         mixes = {s: mix_counts(workload_of(args.data_dir, s).pods) for s in specs}
     except CommandError as error:
-        print(f"bench.churn: {error}", file=sys.stderr)
+        print(f"bench.packing.churn: {error}", file=sys.stderr)
         return 1
     todo = [
         (spec, policy, load, t, seed)
@@ -250,12 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "points": aggregate(results),
     }
     if args.add:
-        report = add_points(args.out / "churn.json", report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "churn.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "churn.md").write_text(markdown(report))
-    print(plot(report, args.out / "churn.png"))
-    print(f"wrote {args.out / 'churn.json'} and {args.out / 'churn.md'}")
+        report = add_points(SUITE.read("churn", args.out), report)
+    SUITE.write("churn", report, args.out)
     print(f"total {report['config']['wall_s']:.0f}s wall, {report['config']['cpu_s']:.0f}s CPU")
     return 0
 
@@ -286,12 +278,11 @@ def run_config(
     }
 
 
-def add_points(path: Path, new: dict[str, Any]) -> dict[str, Any]:
-    """The existing report with ``new``'s points put in (same workload, policy, load and
+def add_points(report: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The existing ``report`` with ``new``'s points put in (same workload, policy, load and
     T_reconf replaced); its CPU time added."""
-    report: dict[str, Any] = json.loads(path.read_text())
     if report["config"]["seeds"] != new["config"]["seeds"]:
-        raise SystemExit("bench.churn --add: the seeds must be those of the report")
+        raise SystemExit("bench.packing.churn --add: the seeds must be those of the report")
     key = ("workload", "policy", "load", "t_reconf")
     fresh = {tuple(p[k] for k in key): p for p in new["points"]}
     kept = [p for p in report["points"] if tuple(p[k] for k in key) not in fresh]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.stats import ci, fmt
+from bench.common.stats import ci, fmt
 
 ORDER = ("migslice", "B5", "B3", "B4")
 
@@ -44,7 +44,7 @@ def markdown(report: dict[str, Any]) -> str:
         "seeds. Acceptance by pods, and by compute slices (a 8 x 7g pod weighs 56 times a 1g).",
         "",
         f"Run: {meta['wall_s'] / 60:.1f} min wall, {meta['cpu_s'] / 60:.1f} min CPU on a 2-core "
-        "machine shared with other work. Produced by `python -m bench.churn`.",
+        "machine shared with other work. Produced by `python -m bench.packing.churn`.",
         "",
     ]
     if meta.get("note"):

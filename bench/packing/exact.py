@@ -23,16 +23,15 @@ drawn (seeded) until 130 % of their compute slices arrived; the gap at 100 % and
 arrived is ``(OPT - policy) / OPT`` in compute slices, OPT solved for the pods that had
 arrived by then.
 
-    python -m bench.exact                      # 100 instances per workload (about 10 min)
-    python -m bench.exact --instances 10       # quick
+    python -m bench.packing.exact                      # 100 instances per workload (about 10 min)
+    python -m bench.packing.exact --instances 10       # quick
 
-Writes ``bench/reports/exact.json`` and ``exact.md``.
+Writes the section ``exact`` of ``bench/packing/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -45,13 +44,13 @@ from typing import Any
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from bench.stats import run_pool
+from bench.common.stats import run_pool
+from bench.packing.suite import SUITE
 from migslice.sim import GPU_MODEL, SaturationConfig, SimPod, make_policy, run_sequence
 from migslice.sim.command import DEFAULT_DATA_DIR, load_workload
 from migslice.sim.limits import count_geometries
 from migslice.sim.saturation import sample_arrivals
 
-REPORTS = Path(__file__).parent / "reports"
 WORKLOADS = ("default/M1", "default/M2", "synthetic")
 POLICIES = ("migslice", "B3", "B5", "B6")
 GPUS_PER_NODE = 8
@@ -182,7 +181,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{meta['solved']} instance pairs not proven optimal, their bound used, which only "
         "widens the gap). Gap = (OPT - placed) / OPT in compute slices; §5.7 goal: median "
         f"≤ 2 %, worst ≤ 5 %. {meta['wall_s'] / 60:.1f} min wall, ILP solving "
-        f"{meta['solve_s']:.0f} s CPU. Produced by `python -m bench.exact`.",
+        f"{meta['solve_s']:.0f} s CPU. Produced by `python -m bench.packing.exact`.",
         "",
         "| workload | policy | gap @100 %: median / p90 / worst | @130 %: median / p90 / worst "
         "| goal (median ≤ 2 %, worst ≤ 5 %) |",
@@ -217,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/packing)")
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     CONTEXT.update(data_dir=args.data_dir, policies=policies)
@@ -256,10 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "instances": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "exact.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "exact.md").write_text(markdown(report))
-    print(f"wrote {args.out / 'exact.json'} and {args.out / 'exact.md'}")
+    SUITE.write("exact", report, args.out)
     return 0
 
 

@@ -8,21 +8,20 @@ x 8 A100-80GB GPUs (6,208 GPUs); 10 seeds; pods drawn until 130 % of the cluster
 slices have arrived, none departing. The LP limit (§5.6) is solved for the pods each seed
 actually drew. Values are means over seeds with 95 % confidence intervals (Student's t).
 
-    python -m bench.packing                          # the full matrix (about 30 min here)
-    python -m bench.packing --nodes 64 --seeds 3 --workloads default/M1,synthetic   # quick
-    python -m bench.packing --report-only            # rewrite packing.md/.png from .json
-    python -m bench.packing --percentage-of-nodes-to-score 100,0,30,10 --nodes 5000
-        # migslice only, under kube-scheduler's node sampling: packing_sampling_<nodes>.md
+    python -m bench.packing.packing                          # the full matrix (about 30 min here)
+    python -m bench.packing.packing --nodes 64 --seeds 3 --workloads default/M1,synthetic   # quick
+    python -m bench.packing.packing --report-only            # render report.md/.png again
+    python -m bench.packing.packing --percentage-of-nodes-to-score 100,0,30,10 --nodes 5000
+        # migslice only, under kube-scheduler's node sampling: the section sampling
 
 The ``cpu*`` and ``gpuspec*`` traces carry the same GPU pods as ``default`` (checked at
-start) and are not run twice. Writes ``bench/reports/packing.json``, ``packing.md`` and
-``packing.png`` (needs matplotlib, the ``bench`` extra).
+start) and are not run twice. Writes the section ``packing`` of ``bench/packing/report.json``,
+rendered into ``report.md`` and ``report.png`` (the plot needs matplotlib, the ``bench`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import sys
@@ -33,8 +32,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.packing_report import markdown, plot
-from bench.stats import ci, run_pool
+from bench.common.stats import ci, run_pool
+from bench.packing.suite import SUITE
 from migslice.console import CommandError
 from migslice.sim import (
     GPU_MODEL,
@@ -53,7 +52,6 @@ from migslice.sim.ours import Migslice
 from migslice.sim.sampling import num_feasible_nodes_to_find
 from migslice.sim.trace import TRACE_FOLDER
 
-REPORTS = Path(__file__).parent / "reports"
 TABLE_LOADS = (50, 80, 90, 100, 110, 130)
 WORKLOADS = (
     "default/M1",
@@ -82,24 +80,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--sensitivity", default=",".join(SENSITIVITY))
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/packing)")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument(
         "--percentage-of-nodes-to-score",
         default="",
         help="comma-separated kube-scheduler settings (0 = adaptive): run migslice under each "
-        "and write packing_sampling_<nodes>.json/.md instead of the full report",
+        "and write the report's section sampling instead of its section packing",
     )
     parser.add_argument(
         "--partitioned-ahead",
         action="store_true",
         help="with --percentage-of-nodes-to-score: start every GPU partitioned (B4's stock "
-        "configs) instead of unpartitioned, and write packing_sampling_<nodes>_partitioned",
+        "configs) instead of unpartitioned",
     )
     parser.add_argument(
         "--add",
         action="store_true",
-        help="run only the given policies and add them to the existing packing.json",
+        help="run only the given policies and add them to the report's section packing",
     )
     return parser.parse_args(argv)
 
@@ -269,23 +267,18 @@ def compact(value: Any) -> Any:
     return value
 
 
-def write(report: dict[str, Any], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    report = compact(report)
-    (out / "packing.json").write_text(json.dumps(report, separators=(",", ":")) + "\n")
-    (out / "packing.md").write_text(markdown(report))
-    print(plot(report, out / "packing.png"))
-    print(f"wrote {out / 'packing.json'} and {out / 'packing.md'}")
+def write(report: dict[str, Any], out: Path | None) -> None:
+    SUITE.write("packing", compact(report), out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report_only:
-        write(json.loads((args.out / "packing.json").read_text()), args.out)
+        SUITE.render_files(SUITE.load(args.out), args.out or SUITE.folder)
         return 0
     if args.partitioned_ahead and not args.percentage_of_nodes_to_score:
         print(
-            "bench.packing: --partitioned-ahead needs --percentage-of-nodes-to-score "
+            "bench.packing.packing: --partitioned-ahead needs --percentage-of-nodes-to-score "
             "(e.g. --percentage-of-nodes-to-score 100,1)",
             file=sys.stderr,
         )
@@ -297,7 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             settings = parse_percentages(args.percentage_of_nodes_to_score)
         except ValueError as error:
-            print(f"bench.packing: --percentage-of-nodes-to-score: {error}", file=sys.stderr)
+            print(
+                f"bench.packing.packing: --percentage-of-nodes-to-score: {error}", file=sys.stderr
+            )
             return 2
         args.policies = ",".join(f"migslice@{p}" for p in settings)
         args.sensitivity, args.add = "", True
@@ -308,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workload(spec)
         same = same_gpu_pods(args.data_dir)
     except CommandError as error:
-        print(f"bench.packing: {error}", file=sys.stderr)
+        print(f"bench.packing.packing: {error}", file=sys.stderr)
         return 1
     todo = tasks(args)
     results: list[dict[str, Any]] = []
@@ -370,14 +365,7 @@ def write_sampling(
             for spec, runs in blocks.items()
         },
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"packing_sampling_{args.nodes}"
-    if args.partitioned_ahead:
-        stem = stem.with_name(stem.name + "_partitioned")
-    report = compact(report)
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(sampling_markdown(report))
-    print(f"wrote {stem}.json and {stem}.md")
+    SUITE.write("sampling", compact(report), args.out)
 
 
 def sampling_row(
@@ -413,7 +401,7 @@ def sampling_markdown(report: dict[str, Any]) -> str:
             if config.get("partitioned_ahead")
             else ""
         )
-        + f"migslice in mode A (bench.packing's saturation run), seeds "
+        + f"migslice in mode A (bench.packing.packing's saturation run), seeds "
         f"{config['seeds'][0]}-{config['seeds'][-1]} ({len(config['seeds'])}); "
         "kube-scheduler's percentageOfNodesToScore modelled by migslice.sim.sampling. "
         "Slice allocation in %, mean ± 95 % interval over seeds; Δ: paired per seed against "
@@ -423,7 +411,7 @@ def sampling_markdown(report: dict[str, Any]) -> str:
         "pods whose sample held no node the extender accepts while another node could take "
         "them (all seeds together). "
         f"Run: {config['wall_s'] / 60:.1f} min wall on a shared 2-core machine.",
-        f"Produced by `python -m bench.packing --percentage-of-nodes-to-score "
+        f"Produced by `python -m bench.packing.packing --percentage-of-nodes-to-score "
         f"{config['settings']} --nodes {config['nodes']} --seeds {len(config['seeds'])} "
         f"--workloads {','.join(report['workloads'])}"
         + (" --partitioned-ahead`." if config.get("partitioned_ahead") else "`."),
@@ -452,9 +440,9 @@ def sampling_markdown(report: dict[str, Any]) -> str:
 
 def add_runs(args: argparse.Namespace, results: list[dict[str, Any]]) -> dict[str, Any]:
     """The existing report with these runs' policies added (or replaced) per workload."""
-    report: dict[str, Any] = json.loads((args.out / "packing.json").read_text())
+    report = SUITE.read("packing", args.out)
     if report["config"]["nodes"] != args.nodes or len(report["config"]["seeds"]) != args.seeds:
-        raise SystemExit("bench.packing --add: nodes and seeds must be those of the report")
+        raise SystemExit("bench.packing.packing --add: nodes and seeds must be those of the report")
     for block in report["workloads"]:
         runs: dict[str, list[dict[str, Any]]] = {}
         for r in sorted(results, key=lambda r: r["seed"]):

@@ -6,16 +6,15 @@ memory is its own (``ru_maxrss``). CPU time is the process's; wall time is noisy
 machine. Before the placement indexes the migslice policy took 1.3 s, 20.6 s and 194 s at
 these sizes (quadratic); near-linear cost per pod means about 12 x from 512 to 6,208 GPUs.
 
-    python -m bench.scale                  # about 5 min here
-    python -m bench.scale --nodes 64,256   # quick
+    python -m bench.packing.scale                  # about 5 min here
+    python -m bench.packing.scale --nodes 64,256   # quick
 
-Writes ``bench/reports/scale.json`` and ``scale.md``.
+Writes the section ``scale`` of ``bench/packing/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import resource
 import sys
@@ -24,10 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.packing.suite import SUITE
 from migslice.sim import GPU_MODEL, SaturationConfig, make_policy, run_saturation
 from migslice.sim.command import DEFAULT_DATA_DIR, load_workload
 
-REPORTS = Path(__file__).parent / "reports"
 SIZES = (64, 256, 776)
 POLICIES = ("migslice", "B5", "B6", "B3", "B4", "B0")
 WORKLOADS = ("default/M1", "synthetic")
@@ -75,7 +74,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "CPU seconds per run (peak resident MiB of the process) for 130 % arrived; each run in "
         "a fresh process. Measured on a 2-core machine shared with other work: CPU time is the "
-        "run's own, wall time varied by up to 3x. Produced by `python -m bench.scale`.",
+        "run's own, wall time varied by up to 3x. Produced by `python -m bench.packing.scale`.",
         "",
         "| workload | policy | "
         + " | ".join(f"{8 * n:,} GPUs" for n in sizes)
@@ -115,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", default=",".join(str(n) for n in SIZES))
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/packing)")
     args = parser.parse_args(argv)
     runs = []
     for spec in args.workloads.split(","):
@@ -129,10 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
     report = {"runs": runs, "before_s": BEFORE_S}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scale.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "scale.md").write_text(markdown(report))
-    print(f"wrote {args.out / 'scale.json'} and {args.out / 'scale.md'}")
+    SUITE.write("scale", report, args.out)
     return 0
 
 

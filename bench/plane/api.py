@@ -1,4 +1,4 @@
-"""A small, fast HTTPS client of the e2e kube-apiserver for ``bench.cluster``.
+"""A small, fast HTTPS client of the e2e kube-apiserver for ``bench.plane.cluster``.
 
 One kept-alive connection per thread with the admin client certificate; bodies are encoded
 with orjson. Loading tens of thousands of objects through the kubernetes client's models

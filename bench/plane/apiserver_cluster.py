@@ -21,8 +21,9 @@ from kubernetes import client as k8s
 from harness.api import ensure_namespace
 from harness.binaries import DEFAULT_BIN_DIR, build
 from harness.controlplane import ControlPlane
+from harness.paths import REPO
 
-CRD = Path(__file__).resolve().parent.parent / "manifests" / "base" / "crd" / "tenantpolicies.yaml"
+CRD = REPO / "manifests" / "base" / "crd" / "tenantpolicies.yaml"
 GROUP, VERSION, PLURAL = "migslice.io", "v1alpha1", "tenantpolicies"
 
 

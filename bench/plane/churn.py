@@ -1,4 +1,4 @@
-"""The extender's cache lag under node and pod churn, for ``bench.cluster``.
+"""The extender's cache lag under node and pod churn, for ``bench.plane.cluster``.
 
 Two kinds of change run side by side, each at ``per_minute`` changes a minute, every change
 on a node no other change touches at that moment:
@@ -28,8 +28,8 @@ from typing import Any
 
 import orjson
 
-from bench.cluster_api import Api
-from bench.cluster_objects import ClusterPlan, NodePlan, pod_body
+from bench.plane.api import Api
+from bench.plane.objects import ClusterPlan, NodePlan, pod_body
 
 CHURN_NAMESPACE = "bench-churn"
 TIMEOUT_S = 10.0

@@ -1,11 +1,11 @@
 """Benchmark: migslice at cluster scale on the e2e's real control plane (a report, not a test).
 
-    make bench-cluster                                   # 5,000 nodes, 40,000 pods
-    .venv/bin/python -m bench.cluster --nodes 500 --run-pods 200 --churn-s 20   # quick
+    make bench-plane                                     # 5,000 nodes, 40,000 pods
+    .venv/bin/python -m bench.plane.cluster --nodes 500 --run-pods 200 --churn-s 20   # quick
 
 Loads ``--nodes`` fake GPU nodes and ``--pods-per-node`` bound pods each, shaped like real ones
-(``bench/cluster_objects.py``), into the e2e's kube-apiserver (``e2e/build.sh``), starts
-``migslice extender`` and ``migslice webhook`` in-cluster as the e2e does (``e2e/stack.py``:
+(``bench/plane/objects.py``), into the e2e's kube-apiserver (``e2e/build.sh``), starts
+``migslice extender`` and ``migslice webhook`` in-cluster as the e2e does (``harness/stack.py``:
 gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` unless
 ``MIGSLICE_E2E_SERVERS=image``) and reports:
 
@@ -15,10 +15,10 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   the shipped migslice-scheduler configuration (the extender), the same configuration without
   the extender, and the stock default configuration, one run after the other, with CPU
   seconds per pod of the scheduler and of the extender's worker and kube-scheduler's own
-  algorithm timings (``bench/cluster_runs.py``); the pair with and without the extender runs
-  ``--repeats`` rounds (default 3) and the goal reads the median ratio;
+  algorithm timings (``bench/plane/runs.py``), in ``--repeats`` rounds (default 3); the goals
+  (``bench/plane/goals.py``) read the median over the rounds;
 * in each round, the same configuration against two null extenders that answer without
-  deciding (``bench/cluster_floor.py``; ``--no-floor`` skips them): Go's ``net/http``, the
+  deciding (``bench/plane/nulls.py``; ``--no-floor`` skips them): Go's ``net/http``, the
   protocol's floor, and migslice's own server, our serving stack's; with the extender's own
   time per call from its ``/metrics``, they split what the extender adds to kube-scheduler's
   cycle into the protocol, our server and our decision;
@@ -32,14 +32,14 @@ gunicorn, TLS, each as its ServiceAccount with the shipped RBAC; from ``.venv`` 
   CPU per pod (kube-apiserver, etcd) evened out across the runs (``steady_ratios``), since on
   this saturated machine pods/s is the cores over the busy CPU per pod and kube-apiserver's
   collections of a heap of gigabytes land in some runs and not others;
-* the extender's cache lag under node and pod churn (``bench/cluster_churn.py``).
+* the extender's cache lag under node and pod churn (``bench/plane/churn.py``).
 
 Where the machine allows it (root, a writable cgroup ``cpu`` controller) every process runs in
 a CPU cgroup weighted by its pod's request, as the kubelet would weight it on a node
-(``bench/cpu_weights.py``); elsewhere, or with ``--no-cpu-weights``, all share one cgroup.
+(``bench/plane/cpu_weights.py``); elsewhere, or with ``--no-cpu-weights``, all share one cgroup.
 
-Results are kept in ``bench/reports/cluster.json`` under ``--label`` (so a run before a change
-and one after sit side by side) and rendered to ``bench/reports/cluster.md``.
+Results are kept in the section ``cluster`` of ``bench/plane/report.json`` under ``--label`` (so
+a run before a change and one after sit side by side) and rendered to ``report.md``.
 """
 
 from __future__ import annotations
@@ -57,13 +57,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.cluster_api import Api
-from bench.cluster_churn import CHURN_NAMESPACE, Churn, Prober
-from bench.cluster_floor import KINDS as FLOOR_KINDS
-from bench.cluster_floor import Floor, pointed_at
-from bench.cluster_load import ensure_namespace, load_cluster
-from bench.cluster_objects import ClusterPlan, ClusterShape
-from bench.cluster_procs import (
+from bench.plane.api import Api
+from bench.plane.churn import CHURN_NAMESPACE, Churn, Prober
+from bench.plane.cpu_weights import CpuGroups, CpuWeightsError, parse_requests, shipped_shares
+from bench.plane.load import ensure_namespace, load_cluster
+from bench.plane.nulls import KINDS as FLOOR_KINDS
+from bench.plane.nulls import Floor, pointed_at
+from bench.plane.objects import ClusterPlan, ClusterShape
+from bench.plane.procs import (
     GoLog,
     Sched,
     children,
@@ -75,8 +76,8 @@ from bench.cluster_procs import (
     server_processes,
     snapshot,
 )
-from bench.cluster_report import write_reports
-from bench.cluster_runs import (
+from bench.plane.report import write_reports
+from bench.plane.runs import (
     RUN_NAMESPACE,
     BindWatch,
     cpu_by_process,
@@ -94,15 +95,11 @@ from bench.cluster_runs import (
     with_client_qps,
     without_extenders,
 )
-from bench.cpu_weights import CpuGroups, CpuWeightsError, parse_requests, shipped_shares
 from harness.controlplane import ControlPlane
 from harness.image import build_image
-from harness.paths import E2E_DIR
+from harness.paths import E2E_DIR, REPO
 from harness.scheduler import default_scheduler_config
 from harness.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
-
-REPORTS = Path(__file__).parent / "reports"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def git_head() -> str:
@@ -136,7 +133,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--churn-s", type=float, default=60.0)
     parser.add_argument("--churn-per-minute", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=6, help="loader threads")
-    parser.add_argument("--label", default="latest", help="key of this run in cluster.json")
+    parser.add_argument("--label", default="latest", help="key of this run in report.json")
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -167,7 +164,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="in each round, also run the shipped configuration against two null extenders "
-        "(bench/cluster_floor.py: Go's net/http, and migslice's own server) that answer "
+        "(bench/plane/nulls.py: Go's net/http, and migslice's own server) that answer "
         "without deciding: what the extender protocol and our server cost by themselves",
     )
     parser.add_argument(
@@ -185,8 +182,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="run each process in a CPU cgroup weighted by its pod's CPU request, as the "
         "kubelet would (kubeadm's for the control plane, the chart's for ours); needs root "
-        "and a writable cgroup cpu controller (bench/cpu_weights.py). Default: weighted where "
-        "the machine allows it, else every process in one cgroup (the report says which)",
+        "and a writable cgroup cpu controller (bench/plane/cpu_weights.py). Default: weighted "
+        "where the machine allows it, else every process in one cgroup (the report says which)",
     )
     parser.add_argument(
         "--cpu-request",
@@ -196,7 +193,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="with --cpu-weights, weight GROUP (etcd, kube-apiserver, kube-scheduler, extender, "
         "webhook, null-extender) by this request instead of the shipped one (repeatable)",
     )
-    parser.add_argument("--out", type=Path, default=REPORTS)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/plane)")
     args = parser.parse_args(argv)
     if args.cpu_request and args.cpu_weights is False:
         parser.error("--cpu-request needs the CPU weights (drop --no-cpu-weights)")
@@ -463,8 +460,8 @@ class Bench:
                 }
                 for kind, floor in floors.items():
                     runs[f"floor_{kind}"] = (pointed_at(shipped, floor.url), "migslice-scheduler")
-                if number == 0:
-                    runs["stock"] = (default_scheduler_config("bench-stock"), "bench-stock")
+                # The stock configuration in every round: a goal reads its ratio per round.
+                runs["stock"] = (default_scheduler_config("bench-stock"), "bench-stock")
                 one: dict[str, Any] = {}
                 results.setdefault("rounds", []).append(one)
                 for key, (config, name) in runs.items():

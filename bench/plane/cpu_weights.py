@@ -1,4 +1,5 @@
-"""``bench.cluster --cpu-weights``: each process in a CPU cgroup weighted by its pod's request.
+"""``bench.plane.cluster --cpu-weights``: each process in a CPU cgroup weighted by its pod's
+request.
 
 On a node, the kubelet puts every Burstable pod in a cgroup whose CPU weight follows the pod's
 CPU request (``cpu.shares`` = millicores x 1024 / 1000 on cgroup v1; cgroup v2's ``cpu.weight``
@@ -27,9 +28,10 @@ from pathlib import Path
 
 import yaml
 
+from harness.paths import REPO
 from migslice.quantity import QuantityError, parse_quantity
 
-CHART_VALUES = Path(__file__).resolve().parent.parent / "charts" / "migslice" / "values.yaml"
+CHART_VALUES = REPO / "charts" / "migslice" / "values.yaml"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 # kubeadm's static pods (cmd/kubeadm/app/phases/controlplane/manifests.go and

@@ -1,4 +1,4 @@
-"""Loading a :class:`~bench.cluster_objects.ClusterPlan` into kube-apiserver, fast.
+"""Loading a :class:`~bench.plane.objects.ClusterPlan` into kube-apiserver, fast.
 
 Direct POSTs from a few threads: namespaces (with their ``default`` ServiceAccount, which no
 controller creates here), TenantPolicies, Nodes (status included in the POST), then every
@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from bench.cluster_api import Api, in_parallel
-from bench.cluster_objects import ClusterPlan, NodePlan, node_body, pod_body, tenant_policy
+from bench.plane.api import Api, in_parallel
+from bench.plane.objects import ClusterPlan, NodePlan, node_body, pod_body, tenant_policy
 from harness.builders import running_status
 
 POLICIES = "/apis/migslice.io/v1alpha1/tenantpolicies"

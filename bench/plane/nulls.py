@@ -1,9 +1,9 @@
-"""Null extenders for ``bench.cluster --floor``: what the extender protocol itself costs.
+"""Null extenders for ``bench.plane.cluster --floor``: what the extender protocol itself costs.
 
 Two servers that answer kube-scheduler's extender calls without deciding anything (a filter
 answers the first name it was sent and fails none, as the best-fit filter answers one node):
 
-* ``go``: ``bench/floor/main.go``, Go's ``net/http`` over TLS, built here with the Go
+* ``go``: ``bench/plane/floor/main.go``, Go's ``net/http`` over TLS, built here with the Go
   toolchain the e2e builds with (``GO``, else ``go`` on PATH, else ``/usr/local/go/bin/go``).
   Through it kube-scheduler pays the protocol (the ExtenderArgs with the whole Pod and the
   names marshalled, TLS, HTTP/1.1, the answer read) and a compiled server's least cost: the
@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from extender.command import VERBS
+from extender import VERBS
+from harness.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 GO_SOURCE = Path(__file__).resolve().parent / "floor" / "main.go"
 KINDS = ("go", "python")
 
@@ -49,7 +49,7 @@ def go_binary() -> str:
 
 
 def build_go(out: Path, source: Path = GO_SOURCE, name: str = "migslice-bench-floor") -> Path:
-    """``source``, a one-file Go command (default ``bench/floor/main.go``), built into
+    """``source``, a one-file Go command (default ``bench/plane/floor/main.go``), built into
     ``out/name`` (Go's build cache makes a rebuild quick)."""
     out.mkdir(parents=True, exist_ok=True)
     binary = out / name
@@ -79,7 +79,7 @@ class Floor:
             command = [str(binary), "-listen", address, "-cert", str(cert), "-key", str(key)]
         else:
             command = [
-                sys.executable, "-m", "bench.cluster_floor", "--serve", "--port", str(self.port),
+                sys.executable, "-m", "bench.plane.nulls", "--serve", "--port", str(self.port),
                 "--tls-cert", str(cert), "--tls-key", str(key),
             ]  # fmt: skip
         with self.log_path.open("wb") as log:
@@ -153,7 +153,7 @@ def null_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
 
 
 def serve_main(args: argparse.Namespace) -> None:
-    from bench.extender_latency import served_as_the_extender
+    from bench.latency.extender_latency import served_as_the_extender
     from migslice.serving import serve
 
     serve(lambda: null_app, served_as_the_extender(args.port, args.tls_cert, args.tls_key))

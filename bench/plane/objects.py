@@ -1,4 +1,5 @@
-"""A GPU cluster laid out for ``bench.cluster`` (and offline profiling), and its TenantPolicies.
+"""A GPU cluster laid out for ``bench.plane.cluster`` (and offline profiling), and its
+TenantPolicies.
 
 The objects are shaped like a real cluster's (``harness.builders`` with ``real=True``): Nodes
 with the kubelet's, Node Feature Discovery's, GPU Feature Discovery's and MIG Manager's labels,

@@ -1,4 +1,4 @@
-"""Process figures for ``bench.cluster``: resident memory, CPU seconds and the scheduler's
+"""Process figures for ``bench.plane.cluster``: resident memory, CPU seconds and the scheduler's
 run and run-queue times from ``/proc``."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``bench/reports/cluster.json`` (every labelled run) and ``cluster.md`` (rendered from it)."""
+"""The section ``cluster`` of ``bench/plane/report.json`` (every labelled run) and its part of
+``report.md``: a summary of the goals over the runs, then each run's tables."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.plane.goals import render_goals, render_summary
+from bench.plane.suite import SUITE
 
 RUN_NAMES = {
     "extender": "migslice-scheduler (shipped configuration, with the extender)",
@@ -15,71 +19,11 @@ RUN_NAMES = {
 }
 
 
-# (goal, bound, unit, larger is better)
-GOALS = (
-    ("throughput with the extender / same configuration without", 0.8, "x", True),
-    ("extender worker CPU per pod (its calls and its watch)", 5.0, "ms", False),
-    ("webhook worker RSS (300 MB)", 286.1, "MiB", False),
-    ("extender worker RSS (300 MB)", 286.1, "MiB", False),
-    ("webhook cache sync", 30.0, "s", False),
-    ("extender cache sync", 30.0, "s", False),
-    ("over-bound nodes (all runs)", 0.0, "", False),
-)
-
-
-def _worker_rss(report: dict[str, Any], command: str) -> float | None:
-    """The larger of the worker's RSS after sync and at the end."""
-    figures = [
-        report.get(when, {}).get(f"{command} worker", {}).get("rss_mib")
-        for when in ("memory_after_sync", "memory_end")
-    ]
-    known = [f for f in figures if f is not None]
-    return max(known) if known else None
-
-
-def goal_values(report: dict[str, Any]) -> list[float | None]:
-    """The measured value of each of :data:`GOALS`, in order (None: not measured)."""
-    throughput = report.get("throughput", {})
-    sync = report.get("sync_s", {})
-    runs = [throughput.get(k) for k in RUN_NAMES if throughput.get(k)]
-    for later in throughput.get("rounds", [])[1:]:  # the first round's runs are those above
-        runs += [later[k] for k in ("extender", "no_extender") if later.get(k)]
-    for pair in throughput.get("percentages", {}).values():
-        runs += [pair[k] for k in ("extender", "no_extender") if pair.get(k)]
-    ratio = throughput.get("ratio_median", throughput.get("ratio_vs_no_extender"))
-    return [
-        ratio,
-        throughput.get("extender", {}).get("extender_worker_cpu_ms_per_pod"),
-        _worker_rss(report, "webhook"),
-        _worker_rss(report, "extender"),
-        sync.get("webhook"),
-        sync.get("extender"),
-        float(sum(r.get("over_bound_nodes", 0) for r in runs)) if runs else None,
-    ]
-
-
-def render_goals(report: dict[str, Any]) -> list[str]:
-    lines = ["| goal | bound | measured | met |", "|---|---|---|---|"]
-    for (name, bound, unit, larger), value in zip(GOALS, goal_values(report), strict=True):
-        if value is None:
-            verdict = "not measured"
-        elif (value >= bound) if larger else (value <= bound):
-            verdict = "met"
-        else:
-            verdict = f"missed by {abs(value - bound):.2f} {unit}".rstrip()
-        sign = ">=" if larger else "<="
-        shown = "-" if value is None else f"{_fmt(value)} {unit}".rstrip()
-        lines.append(f"| {name} | {sign} {bound:g} {unit}".rstrip() + f" | {shown} | {verdict} |")
-    return [*lines, ""]
-
-
-def write_reports(out: Path, label: str, report: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "cluster.json"
-    runs: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+def write_reports(out: Path | None, label: str, report: dict[str, Any]) -> None:
+    """Put this run under ``label`` in the section ``cluster`` of the suite's report."""
+    runs = dict(SUITE.load(out).get("cluster", {}))
     runs[label] = report
-    path.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
-    (out / "cluster.md").write_text(render(runs))
+    SUITE.write("cluster", runs, out)
 
 
 def _fmt(value: Any) -> str:
@@ -96,8 +40,13 @@ def render(runs: dict[str, Any]) -> str:
         "",
         "Real kube-apiserver, etcd and kube-scheduler (`e2e/`), fake GPU nodes and bound pods "
         "shaped like real ones, migslice's webhook and extender in-cluster. Produced by "
-        "`python -m bench.cluster`; see docs/benchmarks.md, section Control plane at scale.",
+        "`python -m bench.plane.cluster`; the goals and how to read them: bench/plane/README.md.",
         "",
+        "Goals over the runs (added ms/pod: median over a run's rounds of 1/pods/s with the "
+        "extender minus 1/pods/s without any, with the rounds' least and greatest; met: "
+        "migslice's added latency per pod at most 1.3x the Python null extender's):",
+        "",
+        *render_summary(runs),
     ]
     for label, report in runs.items():
         lines += _render_one(label, report)
@@ -146,8 +95,8 @@ def _render_one(label: str, report: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
-        f"With the extender / without: **{_fmt(throughput.get('ratio_vs_no_extender'))}x**; "
-        f"/ stock: {_fmt(throughput.get('ratio_vs_stock'))}x. Configuration: "
+        f"With the extender / stock: {_fmt(throughput.get('ratio_vs_stock'))}x; "
+        f"/ without: {_fmt(throughput.get('ratio_vs_no_extender'))}x (first round). Configuration: "
         f"`{json.dumps(throughput.get('config', {}))}`."
         + (
             f" Placement weighted / without: {_fmt(throughput['weighted_ratio_vs_no_extender'])}x."
@@ -236,7 +185,7 @@ def _render_rounds(throughput: dict[str, Any]) -> list[str]:
     lines = [
         "Rounds, one after the other (ratio: pods/s over the same round's run without an "
         "extender; added ms: kube-scheduler's algorithm mean over that run's; the null "
-        "extenders answer without deciding, `bench/cluster_floor.py`):",
+        "extenders answer without deciding, `bench/plane/nulls.py`):",
         "",
         head,
         rule,

@@ -1,4 +1,4 @@
-"""Scheduling throughput runs for ``bench.cluster``: one kube-scheduler configuration per run.
+"""Scheduling throughput runs for ``bench.plane.cluster``: one kube-scheduler configuration per run.
 
 A run creates its pending pods first (``pods`` GPU pods of a fixed mix, in a namespace the
 webhook leaves alone, all naming the run's scheduler), then starts that kube-scheduler and
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.cluster_api import Api, in_parallel
-from bench.cluster_objects import ClusterPlan, pod_body, resource
-from bench.cluster_procs import Sched
+from bench.plane.api import Api, in_parallel
+from bench.plane.objects import ClusterPlan, pod_body, resource
+from bench.plane.procs import Sched
 
 RUN_NAMESPACE = "bench-runs"
 MIX = (("1g.10gb", 0.6), ("2g.20gb", 0.25), ("3g.40gb", 0.15))

@@ -14,9 +14,9 @@ The servers' body limits (``--max-body-mib``) are sized from these numbers:
   value and many small fields (managedFields grow with the number of fields), recorded by a
   small HTTPS webhook as kube-apiserver sends it. ``--no-apiserver`` skips this part.
 
-    .venv/bin/python -m bench.request_sizes
+    .venv/bin/python -m bench.serving.request_sizes
 
-Writes ``bench/reports/request_sizes.json`` and ``.md``.
+Writes the section ``request_sizes`` of ``bench/serving/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import base64
 import http.server
 import json
 import ssl
-import sys
 import tempfile
 import threading
 import urllib.error
@@ -34,11 +33,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.extender_latency import raw_node
+from bench.latency.extender_latency import raw_node
+from bench.serving.suite import SUITE
 from harness.builders import make_pod
 
-ROOT = Path(__file__).resolve().parent.parent
-REPORTS = ROOT / "bench" / "reports"
 MIB = 1 << 20
 APISERVER_BODY_LIMIT = 3 * MIB  # kube-apiserver's MaxRequestBodyBytes
 ETCD_OBJECT_LIMIT = int(1.5 * MIB)  # etcd --max-request-bytes
@@ -260,18 +258,25 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--no-apiserver", action="store_true", help="skip the kube-apiserver part")
-    parser.add_argument("--report", type=Path, default=REPORTS / "request_sizes")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/serving)")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     report: dict[str, Any] = {"extender_args": extender_sizes()}
     for row in report["extender_args"]:
         print(f"{row['bytes'] / MIB:8.2f} MiB  {row['request']}")
     if not args.no_apiserver:
         with tempfile.TemporaryDirectory() as tmp:
             report["admission_review"] = admission_sizes(Path(tmp))
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| request | bytes | MiB |", "|---|---|---|"]
+    SUITE.write("request_sizes", report, args.out)
+    return 0
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# The largest legitimate requests (`bench/serving/request_sizes.py`)",
+        "",
+        "| request | bytes | MiB |",
+        "|---|---|---|",
+    ]
     for row in report["extender_args"]:
         lines.append(
             f"| ExtenderArgs: {row['request']} | {row['bytes']} | {row['bytes'] / MIB:.2f} |"
@@ -286,9 +291,7 @@ def main() -> int:
         lines.append(
             f"| AdmissionReview: {row['request']}, pod body {row['pod_body_bytes']} B | {cell} |"
         )
-    args.report.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(f"report: {args.report.with_suffix('.json')}")
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -5,16 +5,16 @@ TLS and one worker process: gunicorn ``gthread`` (8 threads; what migslice used 
 gunicorn ``gevent``, gunicorn's asyncio ``asgi`` worker with the app wrapped by ``a2wsgi``,
 ``uvicorn`` with ``a2wsgi``, and migslice's own event-loop worker. For each: honest requests
 unloaded, then with 1,000 idle and 1,000 slow (1 byte per second) connections held by
-``bench.slow_clients``'s attacker; whether the stalled connections get closed; and the
+``bench.serving.slow_clients``'s attacker; whether the stalled connections get closed; and the
 worker's resident memory with them open. Honest requests time out after 5 s and each phase
 stops after ``--phase-s`` seconds, so a stack that stalls costs a bounded time.
 
 The other stacks are not migslice dependencies; install them in a separate environment:
 
     python3 -m venv /tmp/stacks && /tmp/stacks/bin/pip install gunicorn gevent uvicorn a2wsgi flask
-    .venv/bin/python -m bench.serving_stacks --other-python /tmp/stacks/bin/python
+    .venv/bin/python -m bench.serving.serving_stacks --other-python /tmp/stacks/bin/python
 
-Writes ``bench/reports/serving_stacks.json`` and ``.md``.
+Writes the section ``serving_stacks`` of ``bench/serving/report.json`` (and ``report.md``).
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.serving.slow_clients import Attacker, raise_fd_limit, status_kib
+from bench.serving.suite import SUITE
+from harness.paths import REPO
+from migslice.serving.certs import TlsBundle, write_tls_bundle
 
-from bench.slow_clients import Attacker, raise_fd_limit, status_kib  # noqa: E402
-from migslice.serving.certs import TlsBundle, write_tls_bundle  # noqa: E402
-
-REPORTS = ROOT / "bench" / "reports"
 STACKS = ("gthread", "gevent", "gasgi", "uvicorn", "migslice")
 SERVICE, NAMESPACE = "probe", "migslice-system"
 
@@ -158,7 +156,7 @@ def run_stack(stack: str, python: str, args: argparse.Namespace, tmp: Path) -> d
     target = Target(stack, free_port(), f"{SERVICE}.{NAMESPACE}.svc", bundle)
     process = subprocess.Popen(
         [python, "-c", LAUNCHER, stack, str(target.port), str(bundle.cert), str(bundle.key)],
-        cwd=ROOT,
+        cwd=REPO,
     )
     context = ssl.create_default_context(cafile=str(bundle.ca_cert))
     result: dict[str, Any] = {"stack": stack, "phases": []}
@@ -207,7 +205,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--phase-s", type=float, default=20.0)
     parser.add_argument("--hold-s", type=float, default=15.0)
-    parser.add_argument("--report", type=Path, default=REPORTS / "serving_stacks")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/serving)")
     args = parser.parse_args()
     raise_fd_limit()
     results = []
@@ -217,14 +215,19 @@ def main() -> int:
             results.append(run_stack(stack, python, args, Path(scratch)))
     report = {"connections": args.connections, "requests_per_phase": args.requests,
               "phase_budget_s": args.phase_s, "stacks": results}  # fmt: skip
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    SUITE.write("serving_stacks", report, args.out)
+    return 0
+
+
+def markdown(report: dict[str, Any]) -> str:
     rows = [
+        "# Serving stacks under stalled connections (`bench/serving/serving_stacks.py`)",
+        "",
         "| stack | load | answered | failed | p50 ms | p99 ms | stalled open | "
         "closed by server | stalled lifetime p50 / max s | worker RSS MiB |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for result in results:
+    for result in report["stacks"]:
         for phase in result.get("phases", []):
             attack = phase.get("attack", {})
             final = phase.get("attack_final", {})
@@ -235,9 +238,7 @@ def main() -> int:
                 f"{attack.get('open', '-')} | {final.get('closed_by_server', '-')} | "
                 f"{life.get('p50', '-')} / {life.get('max', '-')} | {phase['worker_rss_mib']} |"
             )
-    args.report.with_suffix(".md").write_text("\n".join(rows) + "\n")
-    print(f"report: {args.report.with_suffix('.json')}")
-    return 0
+    return "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":

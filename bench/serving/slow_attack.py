@@ -1,4 +1,4 @@
-"""The attacker of ``bench.slow_clients``: a child process holding ``--count`` stalled
+"""The attacker of ``bench.serving.slow_clients``: a child process holding ``--count`` stalled
 connections (idle after TLS, a request at 1 byte per second, or a ClientHello at 1 byte per
 second), reconnecting when closed, and reporting how many it holds and how long each lived."""
 
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.paths import REPO
 from migslice.serving.process import ServerProcess
 
-ROOT = Path(__file__).resolve().parent.parent
 FD_LIMIT = 8192
 
 
@@ -122,18 +122,19 @@ def attacker_main(args: argparse.Namespace) -> int:
 
 
 class Attacker:
-    """``bench.slow_clients --attacker``: holds ``count`` stalled connections until stopped."""
+    """``bench.serving.slow_clients --attacker``: holds ``count`` stalled connections until
+    stopped."""
 
     def __init__(self, mode: str, server: ServerProcess, path: str, count: int, tmp: Path):
         self.status = tmp / f"attack-{mode}-{server.command}.json"
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "bench.slow_clients", "--attacker", mode,
+                sys.executable, "-m", "bench.serving.slow_clients", "--attacker", mode,
                 "--port", str(server.port), "--count", str(count), "--path", path,
                 "--server-name", server.server_name, "--cafile", str(server.bundle.ca_cert),
                 "--status", str(self.status), "--ramp-s", "4",
             ],
-            cwd=ROOT,
+            cwd=REPO,
         )  # fmt: skip
 
     def read(self) -> dict[str, Any]:

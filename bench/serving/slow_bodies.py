@@ -1,5 +1,6 @@
-"""What ``bench.slow_clients`` sends and serves: honest filter bodies, the largest legitimate
-AdmissionReview and ExtenderArgs just below each body limit, and the extender it starts."""
+"""What ``bench.serving.slow_clients`` sends and serves: honest filter bodies, the largest
+legitimate AdmissionReview and ExtenderArgs just below each body limit, and the extender it
+starts."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import extender_latency, request_sizes
+from bench.latency import extender_latency
+from bench.serving import request_sizes
 from harness.builders import make_created_pod, make_review
+from harness.paths import REPO
 from migslice.serving.process import ServerProcess
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_stream(path: Path, documents: Iterator[dict[str, Any]]) -> None:
@@ -28,16 +29,16 @@ def write_stream(path: Path, documents: Iterator[dict[str, Any]]) -> None:
 
 
 def start_extender(server: ServerProcess, nodes: int, pods_per_node: int) -> None:
-    """``bench.extender_latency --serve`` (one worker, 8 threads, TLS), ready on /readyz."""
+    """``bench.latency.extender_latency --serve`` (one worker, 8 threads, TLS), ready on /readyz."""
     with server.log_path.open("ab") as log:
         server.process = subprocess.Popen(
             [
-                sys.executable, "-m", "bench.extender_latency", "--serve",
+                sys.executable, "-m", "bench.latency.extender_latency", "--serve",
                 "--port", str(server.port), "--tls-cert", str(server.bundle.cert),
                 "--tls-key", str(server.bundle.key), "--nodes", str(nodes),
                 "--pods-per-node", str(pods_per_node), "--threads", "8",
             ],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and server.process.poll() is None:

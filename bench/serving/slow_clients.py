@@ -16,10 +16,11 @@ resident memory in steady state and its peak (``VmHWM`` after ``clear_refs``) un
 just below each body limit: an AdmissionReview shaped like kube-apiserver's largest (a pod of
 many small fields, managedFields included) and ExtenderArgs with full real-shaped Nodes.
 
-    .venv/bin/python -m bench.slow_clients                  # full size (a few minutes)
-    .venv/bin/python -m bench.slow_clients --quick          # small clusters, fewer requests
+    .venv/bin/python -m bench.serving.slow_clients                  # full size (a few minutes)
+    .venv/bin/python -m bench.serving.slow_clients --quick          # small clusters, fewer requests
 
-Writes ``bench/reports/slow_clients.json`` and ``.md``. Timing on a shared machine is noisy.
+Writes the section ``slow_clients`` of ``bench/serving/report.json`` (and ``report.md``).
+Timing on a shared machine is noisy.
 """
 
 from __future__ import annotations
@@ -31,30 +32,26 @@ import os
 import socket
 import ssl
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import webhook_latency  # noqa: E402
-from bench.slow_attack import Attacker, attacker_main, raise_fd_limit  # noqa: E402
-from bench.slow_bodies import (  # noqa: E402
+from bench.latency import webhook_latency
+from bench.serving.slow_attack import Attacker, attacker_main, raise_fd_limit
+from bench.serving.slow_bodies import (
     filter_bodies,
     largest_full_nodes,
     largest_review,
     start_extender,
     write_stream,
 )
-from bench.slow_report import write_report  # noqa: E402
-from migslice.serving.certs import TlsBundle, write_tls_bundle  # noqa: E402
-from migslice.serving.process import ServerProcess  # noqa: E402
+from bench.serving.suite import SUITE
+from harness.paths import REPO
+from migslice.serving.certs import TlsBundle, write_tls_bundle
+from migslice.serving.process import ServerProcess
 
-REPORTS = ROOT / "bench" / "reports"
 NAMESPACE = "migslice-system"
 MODES = ("idle", "slow", "handshake")
 MIB = 1 << 20
@@ -320,7 +317,7 @@ def main() -> int:
     parser.add_argument(
         "--only", nargs="*", choices=("webhook", "extender"), help="measure only these"
     )
-    parser.add_argument("--report", type=Path, default=REPORTS / "slow_clients")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/serving)")
     args = parser.parse_args()
     if args.attacker:
         args.mode = args.attacker
@@ -340,17 +337,19 @@ def main() -> int:
         "new_connection_every": FRESH_EVERY,
         "webhook_cluster": {"nodes": webhook_nodes, "pods": webhook_pods, "tenants": tenants},
         "extender_cluster": {"nodes": extender_nodes, "pods": extender_nodes * pods_per_node},
-        "extender_started_as": "bench.extender_latency --serve (caches built as the informers do)",
+        "extender_started_as": (
+            "bench.latency.extender_latency --serve (caches built as the informers do)"
+        ),
         "server": "one worker, 8 threads, TLS, default limits",
         "machine": f"{os.cpu_count()} CPUs shared with other work; load average "
         + " ".join(Path("/proc/loadavg").read_text().split()[:3]),
     }
-    if args.only and args.report.with_suffix(".json").exists():  # refresh one service's part
-        report = {**json.loads(args.report.with_suffix(".json").read_text()), **report}
+    if args.only and "slow_clients" in SUITE.load(args.out):  # refresh one service's part
+        report = {**SUITE.read("slow_clients", args.out), **report}
     with tempfile.TemporaryDirectory() as scratch:
         for command in args.only or ("webhook", "extender"):
             report[command] = measure_service(command, args, Path(scratch))
-    write_report(args.report, report)
+    SUITE.write("slow_clients", report, args.out)
     return 0
 
 
@@ -361,7 +360,7 @@ def measure_service(command: str, args: argparse.Namespace, tmp: Path) -> dict[s
     service = f"migslice-{command}"
     bundle: TlsBundle = write_tls_bundle(tmp / service, service, NAMESPACE)
     server = ServerProcess(
-        command, [], bundle, tmp / f"{command}.log", f"{service}.{NAMESPACE}.svc", cwd=ROOT
+        command, [], bundle, tmp / f"{command}.log", f"{service}.{NAMESPACE}.svc", cwd=REPO
     )
     started = time.monotonic()
     if command == "webhook":
@@ -373,22 +372,23 @@ def measure_service(command: str, args: argparse.Namespace, tmp: Path) -> dict[s
         server.start(timeout_s=900)
     else:
         # The extender app with caches built through the informers' projections, as
-        # bench/extender_latency.py serves it: the memory of the in-cluster mode, not
+        # bench/latency/extender_latency.py serves it: the memory of the in-cluster mode, not
         # of the YAML parse that `--cluster-file` mode keeps.
         start_extender(server, extender_nodes, pods_per_node)
     print(f"{command}: ready after {time.monotonic() - started:.0f}s", flush=True)
     try:
         if command == "webhook":
-            from webhook.settings import MAX_BODY_BYTES
+            from webhook import WebhookSettings
 
             path, check = "/mutate", webhook_check
             bodies = [webhook_latency.review_body(i, tenants) for i in range(args.requests)]
             largest = [
-                ("largest AdmissionReview", "/mutate", largest_review(MAX_BODY_BYTES),
+                ("largest AdmissionReview", "/mutate",
+                 largest_review(WebhookSettings().max_body_bytes),
                  expect_refusal_or_answer(b'"uid":"bench-largest"')),
             ]  # fmt: skip
         else:
-            from extender.settings import ExtenderSettings
+            from extender import ExtenderSettings
 
             limit = ExtenderSettings().max_body_bytes
             path, check = "/filter", extender_check

@@ -1,16 +1,15 @@
-"""``bench/reports/slow_clients.json`` and ``.md`` for ``bench.slow_clients``."""
+"""The section ``slow_clients`` of ``bench/serving/report.md``, for
+``bench.serving.slow_clients``."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict[str, Any]) -> str:
     rows = [
+        "# Slow clients against the shipped servers (`bench/serving/slow_clients.py`)",
+        "",
         "| server | load | kept-alive p50 ms | kept-alive p99 ms | fresh conn p50 ms "
         "| fresh conn p99 ms | p99 / unloaded p99 (kept-alive, fresh) | stalled conns open "
         "| stalled lifetime p50 / max s | worker RSS MiB | worker CPU % |",
@@ -53,5 +52,4 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
                 f"| {command} | {row['request']} | {row['body_mib']} | {row['steady_rss_mib']} "
                 f"| {row['peak_rss_mib']} | {row['peak_over_steady']} |"
             )
-    path.with_suffix(".md").write_text("\n".join(rows) + "\n")
-    print(f"report: {path.with_suffix('.json')}, {path.with_suffix('.md')}")
+    return "\n".join(rows) + "\n"

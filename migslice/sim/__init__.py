@@ -3,7 +3,7 @@
 It places pods with the same core the extender and the repartition controller use
 (:mod:`migslice.scheduling`, :mod:`migslice.repartition.planner`) on a simulated cluster of MIG GPUs
 (GPU side only), against the baselines of benchmarks.md §5.5. Pure and deterministic: the
-seed is an input. ``bench/packing.py`` and ``migslice simulate`` are its shells.
+seed is an input. ``bench/packing/packing.py`` and ``migslice simulate`` are its shells.
 """
 
 from migslice.sim.churn import run_arrivals, run_churn

@@ -1,7 +1,7 @@
 """``migslice simulate``: one policy, one workload, mode A saturation, a metrics table.
 
 Also the place where the simulator's traces are read from disk (the core parses text):
-``bench/packing.py`` uses :func:`load_workload` too.
+``bench/packing/packing.py`` uses :func:`load_workload` too.
 """
 
 from __future__ import annotations

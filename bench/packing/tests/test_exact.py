@@ -1,4 +1,4 @@
-"""B7, the exact ILP of ``bench/exact.py``, against answers known by hand (needs scipy, the
+"""B7, the exact ILP of ``bench/packing/exact.py``, against answers known by hand (needs scipy, the
 ``bench`` extra; skipped without it)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from migslice.sim.limits import count_geometries
 
 pytest.importorskip("scipy")
 
-from bench.exact import optimum
+from bench.packing.exact import optimum
 
 
 def pods(*profiles: str) -> list[SimPod]:

@@ -1,4 +1,5 @@
-"""``bench.cluster --cpu-weights``: each process in a CPU cgroup weighted as the kubelet would.
+"""``bench.plane.cluster --cpu-weights``: each process in a CPU cgroup weighted as the kubelet
+would.
 
 The weights follow the kubelet's and runc's conversions; the groups are written as cgroupfs
 reads them (on a directory shaped like it, and, where this runs as root with a writable cpu
@@ -15,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cluster import control_plane_group, parse_args
-from bench.cluster_report import _render_weights
-from bench.cpu_weights import (
+from bench.plane.cluster import control_plane_group, parse_args
+from bench.plane.cpu_weights import (
     CGROUP_ROOT,
     CHART_VALUES,
     CpuGroups,
@@ -28,6 +28,7 @@ from bench.cpu_weights import (
     shipped_shares,
     weight_for,
 )
+from bench.plane.report import _render_weights
 from harness.controlplane import ControlPlane
 
 
