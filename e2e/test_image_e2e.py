@@ -1,6 +1,6 @@
 """The container image, run as the shipped Deployments run it, through the real control plane.
 
-The session's webhook and extender run from the image's root filesystem (``e2e/image.py``):
+The session's webhook and extender run from the image's root filesystem (``harness/image.py``):
 these scenarios check that they really do - uid and gid 65532, a read-only root, a writable
 tmpfs ``/tmp``, nothing of the host's environment, the image's entrypoint - and that a sized
 pod is admitted by that webhook and bound with that extender.

@@ -37,7 +37,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{meta['jobs']} processes on a 2-core machine shared with other work; largest worker "
         f"{meta['max_worker_rss_mib']:.0f} MiB resident. Traces with the GPU pods of `default` "
         f"(not run again): {', '.join(meta['same_gpu_pods_as_default']) or 'none checked'}.",
-        "Produced by `python -m bench.packing.packing`; see docs/benchmarks.md, section Packing.",
+        "Produced by `python -m bench.packing.packing`; see bench/packing/README.md.",
         "",
     ]
     if meta.get("note"):

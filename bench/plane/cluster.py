@@ -155,9 +155,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeats",
         type=int,
         default=3,
-        help="rounds of the runs with and without the extender (and the floors), one after "
-        "the other; the ratios' median is the goal's figure (the runs are seconds long, and a "
-        "shared machine's spread between runs is wide)",
+        help="rounds of the runs with and without the extender (the floors and the stock "
+        "configuration), one after the other; the goals read the median over the rounds (the "
+        "runs are seconds long, and a shared machine's spread between runs is wide)",
     )
     parser.add_argument(
         "--floor",
@@ -174,7 +174,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="before each run's binds, have kube-apiserver collect its garbage (as Go's own "
         "benchmarks do before each one). At 40,000 pods this does not keep its collections "
         "out of the runs: the next came 21-29 s later, so the longer runs still met one "
-        "(docs/benchmarks.md); the steady ratios take the control plane's swings out instead",
+        "(bench/plane/README.md); the steady ratios take the control plane's swings out instead",
     )
     parser.add_argument(
         "--cpu-weights",
