@@ -21,18 +21,17 @@ GROUP, VERSION, PLURAL = "migslice.io", "v1alpha1", "tenantpolicies"
 
 
 def policy(name: str, namespaces: list[str], **spec: Any) -> dict[str, Any]:
-    return make_policy(
-        name,
-        namespaces=namespaces,
-        isolation="hardware",
-        tiers=["mig"],
-        sizes={
+    """A hardware-isolated policy with two sizes; ``spec`` keys replace or add to it."""
+    fields: dict[str, Any] = {
+        "isolation": "hardware",
+        "tiers": ["mig"],
+        "sizes": {
             "small": {"memory": "10Gi", "computeSlices": 1},
             "medium": {"memory": "20Gi", "computeSlices": 2},
         },
-        defaultSize="small",
-        **spec,
-    )
+        "defaultSize": "small",
+    }
+    return make_policy(name, namespaces=namespaces, **{**fields, **spec})
 
 
 def gpu_pod(size: str | None = None, **annotations: str) -> dict[str, Any]:
