@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 BENCH_CLUSTER_ARGS ?=
 
-.PHONY: install lint typecheck test image e2e manifests bench bench-install bench-latency \
-	bench-packing bench-churn bench-carve bench-exact bench-scale bench-cluster demo example \
-	verify clean
+.PHONY: install lint typecheck test image e2e manifests bench bench-install bench-test \
+	bench-latency bench-serving bench-packing bench-saturation bench-churn bench-carve bench-exact \
+	bench-scale bench-plane bench-cluster demo example verify clean
 
 install: $(VENV)/.installed
 
@@ -42,45 +42,58 @@ manifests: install
 	e2e/build.sh
 	$(BIN)/python manifests/render.py
 
-# Benchmarks write bench/reports/; the simulator's read the traces in ../shared/data (pass
-# BENCH_ARGS='--data-dir DIR' to read them elsewhere). docs/benchmarks.md says what each takes.
+# The lab: bench/<suite>/, each with a README and one current report (report.md, .json, .png);
+# docs/benchmarks.md is the index. The simulator's read the traces in ../shared/data (pass
+# BENCH_ARGS='--data-dir DIR' to read them elsewhere).
 BENCH_ARGS ?=
 
-bench: bench-latency bench-packing bench-churn bench-carve bench-exact bench-scale
-	nice $(BIN)/python -m bench.slow_clients
+# Every suite's quick-enough parts (not bench-plane: 5,000 nodes, not in CI).
+bench: bench-latency bench-packing bench-serving
 
 bench-install: install
 	$(BIN)/pip install --quiet -e '.[bench]'
 
-bench-latency: bench-install
-	nice $(BIN)/python -m bench.extender_latency
-	nice $(BIN)/python -m bench.extender_cpu
-	nice $(BIN)/python -m bench.sync_memory
-	nice $(BIN)/python -m bench.policy_scale
-	nice $(BIN)/python bench/webhook_latency.py
-	e2e/build.sh
-	nice $(BIN)/python bench/webhook_latency.py --api --nodes 200 --pods 2000
+# The suites' own tests (bench/*/tests), apart from `make test`.
+bench-test: install
+	$(BIN)/pytest bench -p no:cacheprovider $(PYTEST_ARGS)
 
-bench-packing: bench-install
-	nice $(BIN)/python -m bench.packing $(BENCH_ARGS)
+bench-latency: bench-install
+	nice $(BIN)/python -m bench.latency.extender_latency
+	nice $(BIN)/python -m bench.latency.extender_cpu
+	nice $(BIN)/python -m bench.latency.sync_memory
+	nice $(BIN)/python -m bench.latency.policy_scale
+	nice $(BIN)/python -m bench.latency.webhook_latency
+	e2e/build.sh
+	nice $(BIN)/python -m bench.latency.webhook_latency --api --nodes 200 --pods 2000
+
+bench-serving: bench-install
+	nice $(BIN)/python -m bench.serving.slow_clients
+
+# The packing suite: saturation, churn, carve mode, the exact optimum, the simulator's scale.
+bench-packing: bench-saturation bench-churn bench-carve bench-exact bench-scale
+
+bench-saturation: bench-install
+	nice $(BIN)/python -m bench.packing.packing $(BENCH_ARGS)
 
 bench-churn: bench-install
-	nice $(BIN)/python -m bench.churn $(BENCH_ARGS)
+	nice $(BIN)/python -m bench.packing.churn $(BENCH_ARGS)
 
 bench-carve: bench-install
-	nice $(BIN)/python -m bench.carve $(BENCH_ARGS)
+	nice $(BIN)/python -m bench.packing.carve $(BENCH_ARGS)
 
 bench-exact: bench-install
-	nice $(BIN)/python -m bench.exact $(BENCH_ARGS)
+	nice $(BIN)/python -m bench.packing.exact $(BENCH_ARGS)
 
 bench-scale: bench-install
-	nice $(BIN)/python -m bench.scale $(BENCH_ARGS)
+	nice $(BIN)/python -m bench.packing.scale $(BENCH_ARGS)
 
-# Not in CI: 5,000 nodes and 40,000 pods on the e2e control plane (docs/benchmarks.md, "Control
-# plane at scale"); e.g. BENCH_CLUSTER_ARGS='--nodes 500 --run-pods 200 --label try'.
-bench-cluster: bench-install
+# Not in CI: 5,000 nodes and 40,000 pods on the e2e control plane (bench/plane/README.md);
+# e.g. BENCH_CLUSTER_ARGS='--nodes 500 --run-pods 200 --label try'.
+bench-plane: bench-install
 	e2e/build.sh
-	$(BIN)/python -m bench.cluster $(BENCH_CLUSTER_ARGS)
+	$(BIN)/python -m bench.plane.cluster $(BENCH_CLUSTER_ARGS)
+
+bench-cluster: bench-plane
 
 demo: install
 	$(BIN)/migslice demo

@@ -30,19 +30,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import (
-    DEFAULT_BIN_DIR,
-    E2E_DIR,
-    ControlPlane,
-    Scheduler,
-    build,
-    default_scheduler_config,
-    ensure_namespace,
-    missing_binaries,
-    register_gpu_node,
-)
-from e2e.image import Image, ImageUnavailableError, build_image
-from e2e.stack import (
+from harness.api import ensure_namespace, register_gpu_node
+from harness.binaries import DEFAULT_BIN_DIR, build, missing_binaries
+from harness.controlplane import ControlPlane
+from harness.image import Image, ImageUnavailableError, build_image
+from harness.paths import E2E_DIR
+from harness.scheduler import Scheduler, default_scheduler_config
+from harness.stack import (
     BASE,
     Server,
     migslice_server,

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ensure_namespace, wait_for
-from e2e.stack import MANIFESTS, Server, load_manifests
+from harness.api import ensure_namespace, wait_for
+from harness.builders import make_pod, make_policy
+from harness.stack import MANIFESTS, Server, load_manifests
 
 pytestmark = pytest.mark.e2e
 
@@ -20,38 +21,36 @@ GROUP, VERSION, PLURAL = "migslice.io", "v1alpha1", "tenantpolicies"
 
 
 def policy(name: str, namespaces: list[str], **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TenantPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaces": namespaces,
-            "isolation": "hardware",
-            "tiers": ["mig"],
-            "sizes": {
-                "small": {"memory": "10Gi", "computeSlices": 1},
-                "medium": {"memory": "20Gi", "computeSlices": 2},
-            },
-            "defaultSize": "small",
+    """A hardware-isolated policy with two sizes; ``spec`` keys replace or add to it."""
+    fields: dict[str, Any] = {
+        "isolation": "hardware",
+        "tiers": ["mig"],
+        "sizes": {
+            "small": {"memory": "10Gi", "computeSlices": 1},
+            "medium": {"memory": "20Gi", "computeSlices": 2},
         },
+        "defaultSize": "small",
     }
-    body["spec"].update(spec)
-    return body
+    return make_policy(name, namespaces=namespaces, **{**fields, **spec})
 
 
 def gpu_pod(size: str | None = None, **annotations: str) -> dict[str, Any]:
+    """A pod as a team writes it: a size annotation, no GPU resource, no scheduler."""
     notes = dict(annotations)
     if size:
         notes["migslice.io/gpu-size"] = size
-    metadata: dict[str, Any] = {"generateName": "train-"}
-    if notes:
-        metadata["annotations"] = notes
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": [{"name": "main", "image": "train:1"}]},
-    }
+    return make_pod(
+        None,
+        generate_name="train-",
+        namespace=None,
+        stored=False,
+        tenant=None,
+        annotations=notes,
+        limits={},
+        scheduler_name=None,
+        restart_policy=None,
+        with_type_meta=True,
+    )
 
 
 def api_message(error: k8s.ApiException) -> str:

@@ -10,7 +10,8 @@ from kubernetes import client as k8s
 
 from agent.nvml import nvml_session, read_gpus
 from agent.publisher import Publisher
-from e2e.controlplane import ControlPlane, wait_for
+from harness.api import wait_for
+from harness.controlplane import ControlPlane
 from migslice.kube.nodes import KubeNodeStore
 from migslice.kube.transport import KubernetesTransport
 from migslice.names import LAYOUT_ANNOTATION

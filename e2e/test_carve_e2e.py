@@ -26,24 +26,21 @@ from agent.nvml import nvml_session, read_gpus
 from agent.publisher import Publisher
 from agent.service import AgentService
 from agent.settings import AgentSettings
-from e2e.controlplane import (
-    DEFAULT_BIN_DIR,
-    ControlPlane,
-    Scheduler,
-    ensure_namespace,
-    wait_for,
-)
-from e2e.deviceplugin import FakeDevicePlugin
-from e2e.image import Image
-from e2e.install import render_chart
-from e2e.stack import (
+from e2e.test_scheduling_e2e import mig_pod
+from harness.api import ensure_namespace, wait_for
+from harness.binaries import DEFAULT_BIN_DIR
+from harness.controlplane import ControlPlane
+from harness.deviceplugin import FakeDevicePlugin
+from harness.image import Image
+from harness.install import render_chart
+from harness.scheduler import Scheduler
+from harness.stack import (
     BASE,
     Server,
     migslice_server,
     service_account_kubeconfig,
     service_account_token,
 )
-from e2e.test_scheduling_e2e import mig_pod
 from migslice.kube.nodes import KubeNodeStore
 from migslice.kube.transport import KubernetesTransport
 from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, Scheduler, wait_for
+from harness.api import wait_for
+from harness.builders import make_pod
+from harness.controlplane import ControlPlane
+from harness.scheduler import Scheduler
 
 pytestmark = pytest.mark.e2e
 
@@ -19,20 +22,19 @@ MIG_1G = "nvidia.com/mig-1g.10gb"
 
 
 def mig_pod(amount: int, *, scheduler_name: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "cuda",
-                "image": "cuda:12.4.1-base-ubuntu22.04",
-                "command": ["nvidia-smi", "-L"],
-                "resources": {"limits": {MIG_1G: str(amount)}},
-            }
-        ],
-        "restartPolicy": "Never",
-    }
-    if scheduler_name:
-        spec["schedulerName"] = scheduler_name
-    return {"metadata": {"generateName": "mig-smoke-"}, "spec": spec}
+    return make_pod(
+        None,
+        generate_name="mig-smoke-",
+        namespace=None,
+        stored=False,
+        tenant=None,
+        limits={MIG_1G: str(amount)},
+        container="cuda",
+        image="cuda:12.4.1-base-ubuntu22.04",
+        command=["nvidia-smi", "-L"],
+        restart_policy="Never",
+        scheduler_name=scheduler_name or None,
+    )
 
 
 def test_apiserver_serves_and_node_is_schedulable(

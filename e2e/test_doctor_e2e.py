@@ -4,7 +4,7 @@ each broken piece named by its own check (and only by it).
 One fresh control plane for the module: the GPU Operator's ClusterPolicy CRD and its sample
 ClusterPolicy (vendored, ``e2e/fixtures/gpu-operator/``, named ``cluster-policy`` as the
 GPU Operator's chart names it), an A100 node, then the README's Helm commands as written
-(:class:`e2e.install.ClusterActors` runs what the install created). doctor runs as the admin
+(:class:`harness.actors.ClusterActors` runs what the install created). doctor runs as the admin
 would, from outside the cluster with the admin kubeconfig: it reaches the webhook and the
 extender through the API server's service proxy. Each scenario breaks one thing, runs
 doctor, and puts the thing back.
@@ -27,8 +27,11 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, wait_for
-from e2e.install import FIXTURES, REPO, Cluster, fresh_workdir, readme_commands
+from harness.api import wait_for
+from harness.builders import make_policy
+from harness.controlplane import ControlPlane
+from harness.install import FIXTURES, Cluster, fresh_workdir, readme_commands
+from harness.paths import REPO
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 from migslice.objects.times import format_time
 from migslice.serving.certs import write_tls_bundle
@@ -257,15 +260,12 @@ def test_an_unknown_gpu_product_is_named(installed: Installed) -> None:
 def test_an_overlapping_tenant_policy_is_named(installed: Installed) -> None:
     # The validating webhook refuses a policy that overlaps when it is written; a namespace
     # labelled afterwards makes two policies select it all the same.
-    overlapping = {
-        "apiVersion": "migslice.io/v1alpha1",
-        "kind": "TenantPolicy",
-        "metadata": {"name": "ml-platform"},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"team": "ml"}},
-            "sizes": {"small": {"memory": "10Gi", "computeSlices": 1}},
-        },
-    }
+    overlapping = make_policy(
+        "ml-platform",
+        namespaces=None,
+        namespaceSelector={"matchLabels": {"team": "ml"}},
+        sizes={"small": {"memory": "10Gi", "computeSlices": 1}},
+    )
     installed.custom.create_cluster_custom_object(
         "migslice.io", "v1alpha1", "tenantpolicies", overlapping
     )

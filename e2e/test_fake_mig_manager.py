@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ensure_namespace, wait_for
-from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
+from harness.api import ensure_namespace, wait_for
+from harness.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 

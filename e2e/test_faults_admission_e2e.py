@@ -28,8 +28,12 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, ensure_namespace, register_gpu_node, wait_for
-from e2e.faults import (
+from e2e.test_admission_e2e import gpu_pod, policy
+from e2e.test_install_e2e import fresh_workdir
+from harness.api import ensure_namespace, register_gpu_node, wait_for
+from harness.builders import make_pod
+from harness.controlplane import ControlPlane
+from harness.faults import (
     Balancer,
     Outcome,
     create_pod,
@@ -37,10 +41,8 @@ from e2e.faults import (
     slow_validator,
     validating_configuration,
 )
-from e2e.image import Image
-from e2e.stack import BASE, Server, migslice_server, tls_bundle, webhook_configurations
-from e2e.test_admission_e2e import gpu_pod, policy
-from e2e.test_install_e2e import fresh_workdir
+from harness.image import Image
+from harness.stack import BASE, Server, migslice_server, tls_bundle, webhook_configurations
 
 pytestmark = pytest.mark.e2e
 
@@ -208,8 +210,18 @@ def test_a_webhook_restarted_beside_3000_pods_answers_nothing_wrong_before_it_ha
 ) -> None:
     filler = f"filler-{uuid.uuid4().hex[:6]}"
     ensure_namespace(core, filler, {"migslice.io/admission": "disabled"})
-    pause = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "idle-"}}
-    pause["spec"] = {"containers": [{"name": "main", "image": "registry.invalid/idle:1"}]}
+    pause = make_pod(
+        None,
+        generate_name="idle-",
+        namespace=None,
+        stored=False,
+        tenant=None,
+        limits={},
+        image="registry.invalid/idle:1",
+        restart_policy=None,
+        scheduler_name=None,
+        with_type_meta=True,
+    )
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda _: core.create_namespaced_pod(filler, pause), range(3000)))
     (server,) = webhooks(plane, migslice_image, [[]])

@@ -28,22 +28,23 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, ensure_namespace, register_gpu_node, wait_for
-from e2e.faults import create_pod
-from e2e.image import Image
-from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import (
+from e2e.test_admission_e2e import gpu_pod, policy
+from e2e.test_faults_admission_e2e import record_times
+from e2e.test_install_e2e import fresh_workdir
+from e2e.test_repartition_e2e import CM_NAME, CM_NAMESPACE, node_events
+from e2e.test_scheduling_e2e import mig_pod
+from harness.api import ensure_namespace, register_gpu_node, wait_for
+from harness.controlplane import ControlPlane
+from harness.faults import create_pod
+from harness.image import Image
+from harness.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
+from harness.stack import (
     BASE,
     Server,
     migslice_server,
     scheduler_configuration,
     webhook_configurations,
 )
-from e2e.test_admission_e2e import gpu_pod, policy
-from e2e.test_faults_admission_e2e import record_times
-from e2e.test_install_e2e import fresh_workdir
-from e2e.test_repartition_e2e import CM_NAME, CM_NAMESPACE, node_events
-from e2e.test_scheduling_e2e import mig_pod
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 

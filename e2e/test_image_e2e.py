@@ -1,6 +1,6 @@
 """The container image, run as the shipped Deployments run it, through the real control plane.
 
-The session's webhook and extender run from the image's root filesystem (``e2e/image.py``):
+The session's webhook and extender run from the image's root filesystem (``harness/image.py``):
 these scenarios check that they really do - uid and gid 65532, a read-only root, a writable
 tmpfs ``/tmp``, nothing of the host's environment, the image's entrypoint - and that a sized
 pod is admitted by that webhook and bound with that extender.
@@ -17,9 +17,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import wait_for
-from e2e.image import REPO, Image
-from e2e.stack import Server
 from e2e.test_admission_e2e import (
     GROUP,
     PLURAL,
@@ -28,6 +25,10 @@ from e2e.test_admission_e2e import (
     gpu_pod,
     policy,
 )
+from harness.api import wait_for
+from harness.image import Image
+from harness.paths import REPO
+from harness.stack import Server
 from migslice import __version__
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,7 @@ kustomize`` equal to ``helm template`` object for object.
 
 Installing: the README's commands, run as written with the helm, kubectl and kustomize built
 here, each on a fresh control plane with the GPU Operator's namespace and ClusterPolicy CRD
-and an A100 node. :class:`e2e.install.ClusterActors` plays the Job and Deployment controllers,
+and an A100 node. :class:`harness.actors.ClusterActors` plays the Job and Deployment controllers,
 the kubelet and kube-proxy (see there for what it substitutes); the webhook, the extender and
 kube-scheduler run with the command and args of the Deployments the install created.
 """
@@ -24,8 +24,11 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, ensure_namespace
-from e2e.install import REPO, Cluster, fresh_workdir, readme_commands, render_chart
+from harness.api import ensure_namespace
+from harness.builders import make_pod
+from harness.controlplane import ControlPlane
+from harness.install import Cluster, fresh_workdir, readme_commands, render_chart
+from harness.paths import REPO
 from manifests import render
 
 pytestmark = pytest.mark.e2e
@@ -209,20 +212,19 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
 
 
 def gpu_operator_pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "nvidia-cuda-validator-"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "cuda-validation",
-                    "image": "cuda-validator:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
-            ]
-        },
-    }
+    return make_pod(
+        None,
+        generate_name="nvidia-cuda-validator-",
+        namespace=None,
+        stored=False,
+        tenant=None,
+        limits={"nvidia.com/gpu": "1"},
+        container="cuda-validation",
+        image="cuda-validator:1",
+        restart_policy=None,
+        scheduler_name=None,
+        with_type_meta=True,
+    )
 
 
 def test_the_readme_kustomize_install_serves_from_its_rendered_args(

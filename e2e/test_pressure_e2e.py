@@ -11,9 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import wait_for
-from e2e.flood import Flood
-from e2e.stack import Server
 from e2e.test_admission_e2e import (  # noqa: F401 - fixtures used by name
     api_message,
     create_pod_when_webhook_knows,
@@ -21,6 +18,9 @@ from e2e.test_admission_e2e import (  # noqa: F401 - fixtures used by name
     gpu_pod,
     tenant,
 )
+from harness.api import wait_for
+from harness.flood import Flood
+from harness.stack import Server
 
 pytestmark = pytest.mark.e2e
 

@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane import ControlPlane, Scheduler, ensure_namespace, wait_for
-from e2e.image import Image
-from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import BASE, Server, migslice_server
 from e2e.test_scheduling_e2e import mig_pod
+from harness.api import ensure_namespace, wait_for
+from harness.controlplane import ControlPlane
+from harness.image import Image
+from harness.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
+from harness.scheduler import Scheduler
+from harness.stack import BASE, Server, migslice_server
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 

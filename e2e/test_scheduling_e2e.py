@@ -19,9 +19,11 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from e2e.controlplane import Scheduler, ensure_namespace, wait_for
-from e2e.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
-from e2e.stack import Server, scheduler_configuration
+from harness.api import ensure_namespace, wait_for
+from harness.builders import make_pod
+from harness.migmanager import CONFIG_LABEL, STATE_LABEL, FakeMigManager
+from harness.scheduler import Scheduler
+from harness.stack import Server, scheduler_configuration
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 
@@ -30,21 +32,19 @@ pytestmark = pytest.mark.e2e
 
 def mig_pod(profile: str, count: int = 1) -> dict[str, Any]:
     """A pod as the webhook leaves it: a concrete MIG resource, our scheduler."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "infer-"},
-        "spec": {
-            "schedulerName": "migslice-scheduler",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "infer:1",
-                    "resources": {"limits": {f"nvidia.com/mig-{profile}": str(count)}},
-                }
-            ],
-        },
-    }
+    return make_pod(
+        None,
+        generate_name="infer-",
+        namespace=None,
+        stored=False,
+        tenant=None,
+        limits={},
+        profile=profile,
+        count=count,
+        image="infer:1",
+        restart_policy=None,
+        with_type_meta=True,
+    )
 
 
 def scheduled_condition(core_v1: k8s.CoreV1Api, namespace: str, name: str) -> Any:

@@ -116,7 +116,7 @@ class ExtenderSettings:
     """``max_body_bytes``: larger requests get an ``Error``. NodeNames for 5,000 nodes with a pod
     at etcd's 1.5 MiB limit are 1.7 MiB; full Nodes (``nodeCacheCapable: false``) are about
     22 KB each when real-shaped, 10.7 MiB for the 500 candidates kube-scheduler sends from a
-    5,000-node cluster (``bench/request_sizes.py``). ``max_blind_s``: a cache that has not
+    5,000-node cluster (``bench/serving/request_sizes.py``). ``max_blind_s``: a cache that has not
     followed the API server for longer (``migslice.kube.health``) fails every node in filter
     and fails readiness. ``mig_config_map``: ``namespace/name`` of the ConfigMap holding the
     mig-parted config under ``mig_config_key``.

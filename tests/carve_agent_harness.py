@@ -15,6 +15,7 @@ from agent.carve.carver import Carver
 from agent.carve.nvml_writes import NvmlMig
 from agent.nvml import nvml_session, read_gpus
 from agent.publisher import Publisher
+from harness.builders import make_node, make_pod
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION
 from migslice.objects.carve_handshake import (
     CarveGpu,
@@ -25,7 +26,6 @@ from migslice.objects.carve_handshake import (
     parse_carve_status,
     render_carve_request,
 )
-from tests.builders import make_node, make_pod
 from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary
 
 A100 = "NVIDIA A100-SXM4-80GB"

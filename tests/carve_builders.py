@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.builders import make_node, make_pod
 from migslice.inventory import NodeState, resolve_node
 from migslice.mig import CATALOG, Placed, place
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION, REPARTITION_MODE_LABEL
@@ -20,7 +21,6 @@ from migslice.objects import (
 )
 from migslice.repartition import PendingPod
 from migslice.scheduling.demand import demand_of
-from tests.builders import make_node, make_pod
 
 MODEL = CATALOG.get("A100-80GB")
 PRODUCT = "NVIDIA-A100-SXM4-80GB"

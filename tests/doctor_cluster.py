@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
+from harness.builders import make_namespace, make_node
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 from migslice.objects.times import format_micro_time, format_time
 from migslice.serving.certs import TlsBundle, write_tls_bundle
-from tests.builders import make_namespace, make_node
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "manifests" / "base"

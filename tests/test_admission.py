@@ -9,10 +9,10 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from builders import make_created_pod, make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_created_pod, make_policy
 from migslice.admission import (
     AdmissionDecision,
     AdmissionSettings,

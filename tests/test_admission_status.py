@@ -10,8 +10,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from builders import make_policy
 
+from harness.builders import make_policy
 from migslice.admission import SliceUsage
 from migslice.admission.status import (
     format_time,

@@ -17,12 +17,12 @@ from extender.controller import RepartitionController
 from extender.metrics import _RepartitionCollector
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import ExtenderState, new_index
+from harness.builders import make_mig_config_map, make_pod, unschedulable
 from migslice.cli import main
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION, RECORD_ANNOTATION
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.carve_handshake import CarvePhase, CarveStatus, render_carve_status
 from migslice.repartition import StepKind
-from tests.builders import make_mig_config_map, make_pod, unschedulable
 from tests.carve_builders import carve_node_raw, gpu
 
 NOW = 1_750_000_000.0

@@ -164,7 +164,7 @@ def _mib(quantity: str) -> float:
 def _peaks_at_5000_nodes() -> dict[str, float]:
     """The highest resident memory `make bench-cluster` recorded at 5,000 nodes, per container:
     kube-scheduler alone, and each service's gunicorn master and worker together."""
-    runs = json.loads((ROOT / "bench" / "reports" / "cluster.json").read_text())
+    runs = json.loads((ROOT / "bench" / "plane" / "report.json").read_text())["cluster"]
     peaks = {"scheduler": 0.0, "extender": 0.0, "webhook": 0.0}
     for report in runs.values():
         if report["shape"]["nodes"] != 5000:

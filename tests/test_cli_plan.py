@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
 from migslice.cli import main
-from tests.builders import make_mig_config_map, make_node, make_pod, unschedulable
 
 
 def write_cluster(tmp_path: Path, *objects: dict) -> Path:

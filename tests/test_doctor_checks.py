@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.builders import make_namespace, make_node, make_policy
 from migslice.doctor.checks.nodes import (
     TROUBLES,
     NodesFacts,
@@ -23,7 +24,6 @@ from migslice.doctor.checks.nodes import (
 from migslice.doctor.facts import Settings
 from migslice.doctor.findings import Verdict
 from migslice.doctor.registry import CHECKS
-from tests.builders import make_namespace, make_node, make_policy
 from tests.doctor_cluster import (
     ADMISSION,
     APPS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.install import ClusterActors
+from harness.actors import ClusterActors
 
 
 @pytest.mark.parametrize("root", ["/srv/checkout/run", "/tmp/checkout/run"])

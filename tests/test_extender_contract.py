@@ -13,10 +13,10 @@ from flask.testing import FlaskClient
 
 from extender import ExtenderSettings, ExtenderState, create_app
 from extender.state import new_index, state_from_objects
+from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import PreparedNode
-from tests.builders import make_node, make_pod
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]

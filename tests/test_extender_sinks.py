@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from extender.state import MigConfigSink, NodeSink, PodSink, Warmup
+from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex
 from migslice.inventory.layouts import NodeState
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.scheduling import PreparedNode, prepare_node
-from tests.builders import make_node, make_pod
 
 
 def counting_index() -> tuple[ClusterIndex[PreparedNode], list[str]]:

@@ -15,8 +15,8 @@ import pytest
 import requests
 import yaml
 
+from harness.builders import make_node, make_pod
 from migslice.serving.certs import write_tls_bundle
-from tests.builders import make_node, make_pod
 
 
 def free_port() -> int:

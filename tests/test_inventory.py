@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex, LayoutSource, NodeState, resolve_node
 from migslice.inventory.picking import (
     Occupancy,
@@ -29,7 +30,6 @@ from migslice.objects import (
     render_layout_annotation,
 )
 from migslice.quantity import QuantityError, parse_count
-from tests.builders import make_node, make_pod
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from builders import make_pod
 
+from harness.builders import make_pod
 from migslice import names
 from migslice.admission.ledger import Charge, Ledger, LedgerConflictError, LedgerError
 from migslice.admission.usage import SliceUsage

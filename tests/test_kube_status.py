@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from builders import make_node, make_pod, make_policy
 from kubernetes import client
 
+from harness.builders import make_node, make_pod, make_policy
 from migslice.admission.status import StatusUpdate
 from migslice.kube import Backoff, KubernetesTransport
 from migslice.kube.status import StatusWriter, merge_patch, status_path

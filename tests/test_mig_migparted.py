@@ -14,6 +14,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.builders import make_node
 from migslice.inventory import LayoutSource, resolve_node
 from migslice.mig import CATALOG, goyaml
 from migslice.mig.migparted import (
@@ -36,7 +37,6 @@ from migslice.mig.migparted import (
 )
 from migslice.objects import node_facts_from_raw
 from migslice.whynot import WhyNot
-from tests.builders import make_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mig-parted"
 

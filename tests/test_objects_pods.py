@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_node, make_pod, make_policy
 from migslice import names
 from migslice.admission import usage_of
 from migslice.inventory import ClusterIndex, NodeState
@@ -20,7 +21,6 @@ from migslice.objects.pods import (
     pod_key,
     slim_pod,
 )
-from tests.builders import make_node, make_pod, make_policy
 from webhook.state import ClusterState
 
 RESOURCES = ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"]

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_node, make_pod
 from migslice.inventory import NodeState, resolve_node
 from migslice.mig import CATALOG, Placed, enumerate_maximal_layouts, is_legal, place
 from migslice.objects import (
@@ -26,7 +27,6 @@ from migslice.repartition import (
     plan,
 )
 from migslice.scheduling.demand import demand_of
-from tests.builders import make_node, make_pod
 
 MODEL = CATALOG.get("A100-80GB")
 PRODUCT = "NVIDIA-A100-SXM4-80GB"

@@ -9,8 +9,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from builders import make_policy
 
+from harness.builders import make_policy
 from migslice.mig import CATALOG
 from migslice.policy import (
     Isolation,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from builders import make_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_policy
 from migslice.policy import FieldError, TenantPolicy, parse_tenant_policy
 from migslice.policy.tenancy import Tenancy, default_labels
 

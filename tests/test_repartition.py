@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_node, make_pod
 from migslice.inventory import NodeState, resolve_node
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import (
@@ -40,7 +41,6 @@ from migslice.repartition import (
     render_record,
 )
 from migslice.scheduling.demand import demand_of
-from tests.builders import make_node, make_pod
 
 MODEL = CATALOG.get("A100-80GB")
 ALL_1G = "all-1g.10gb"

@@ -10,12 +10,12 @@ from typing import Any
 from extender.controller import RepartitionController
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import new_index
+from harness.builders import make_node, make_pod
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL
 from migslice.objects import node_facts_from_raw
 from migslice.repartition import RECORD_ANNOTATION, StepKind
-from tests.builders import make_node, make_pod
 
 MODEL = CATALOG.get("A100-80GB")
 NOW = 1_750_000_000.0

@@ -15,6 +15,7 @@ import yaml
 from extender.controller import RepartitionController
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import mig_configs_from, new_index
+from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
 from migslice.cli import main
 from migslice.demo.controller import decide_on_cluster_file
 from migslice.mig import CATALOG, place
@@ -30,7 +31,6 @@ from migslice.repartition import (
 )
 from migslice.scheduling import demand_of
 from migslice.sim.policies import planned_reshape
-from tests.builders import make_mig_config_map, make_node, make_pod, unschedulable
 
 MODEL = CATALOG.get("A100-80GB")
 NOW = 1_750_000_000.0

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from harness.builders import make_node, make_pod
 from migslice.inventory import NodeState, resolve_node
 from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL
 from migslice.objects import node_facts_from_raw
@@ -25,7 +26,6 @@ from migslice.repartition import (
     render_record,
 )
 from migslice.scheduling.demand import demand_of
-from tests.builders import make_node, make_pod
 from tests.test_repartition import ALL_1G, FILE_CONFIGS
 
 T0 = 1_750_000_000.0

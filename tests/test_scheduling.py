@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw, render_layout_annotation
 from migslice.objects.gpu_layout import AgentGpu, AgentInstance, AgentReport
@@ -23,7 +24,6 @@ from migslice.scheduling import (
     score_nodes,
     score_units,
 )
-from tests.builders import make_node, make_pod
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 

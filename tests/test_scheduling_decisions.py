@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex
 from migslice.inventory.layouts import NodeState
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
@@ -22,7 +23,6 @@ from migslice.scheduling import (
     reasons,
     score_nodes,
 )
-from tests.builders import make_node, make_pod
 from tests.test_scheduling import PROFILES, clusters
 
 Cluster = tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_pod
 from migslice.scheduling import DemandReader, demand_of
-from tests.builders import make_pod
 
 ODD = st.sampled_from([None, [], {}, "", 0, False, "x", ["x"], [None], [{}], {"x": 1}, 2**64])
 QUANTITY = st.sampled_from(["1", "2", 1, 2, "0", "1.5", "500m", "-1", "1k", "x", None, [], 2**64])

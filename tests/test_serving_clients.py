@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from builders import make_created_pod, make_node, make_policy, make_review
 
+from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.serving.certs import TlsBundle, write_client_cert, write_tls_bundle
 from migslice.serving.process import ServerProcess
 

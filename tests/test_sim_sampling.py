@@ -89,30 +89,8 @@ def test_every_node_scored_at_100_is_the_extender_scan() -> None:
         assert (placed.node if placed else None) == (expected.name if expected else None)
 
 
-def test_bench_packing_refuses_a_bad_setting_in_one_line(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from bench.packing import main
-
-    assert main(["--data-dir", ".", "--percentage-of-nodes-to-score", "100,abc"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (
-        "bench.packing: --percentage-of-nodes-to-score: 'abc' is not a whole number 0..100 "
-        "(e.g. 100,0,30)"
-    )
-
-
 def test_partitioned_ahead_starts_every_gpu_with_b4s_stock_geometry() -> None:
     assert Migslice().initial_layouts(GPU_MODEL) == ((),)  # unpartitioned: carved on demand
     ahead = Migslice(partitioned_ahead=True).initial_layouts(GPU_MODEL)
     assert ahead == stock_mixed_layouts(GPU_MODEL)
     assert all(layout for layout in ahead)  # every GPU has instances from the start
-
-
-def test_bench_packing_takes_partitioned_ahead_only_with_settings(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from bench.packing import main
-
-    assert main(["--data-dir", ".", "--partitioned-ahead"]) == 2
-    assert "--partitioned-ahead needs --percentage-of-nodes-to-score" in capsys.readouterr().err

@@ -11,11 +11,11 @@ from typing import Any
 import jsonpatch
 import kubernetes_validate
 import pytest
-from builders import make_created_pod, make_namespace, make_node, make_policy, make_review
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.builders import make_created_pod, make_namespace, make_node, make_policy, make_review
 from webhook.app import create_app
 from webhook.quota import MemoryLedgers, QuotaKeeper
 from webhook.settings import WebhookSettings
@@ -180,7 +180,8 @@ def test_an_over_size_body_is_http_400(state: ClusterState) -> None:
 
 
 def test_the_default_limit_takes_the_largest_review_kube_apiserver_sends() -> None:
-    # bench/request_sizes.py: a 3 MiB pod CREATE of many small fields arrives as 8,268,112 B.
+    # bench/serving/request_sizes.py: a 3 MiB pod CREATE of many small fields arrives as
+    # 8,268,112 B.
     assert WebhookSettings().max_body_bytes > 8_268_112
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from builders import make_created_pod, make_node, make_policy, make_review
 from flask.testing import FlaskClient
 
+from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.cli import main
 from migslice.console import name_list
 from webhook.app import create_app

@@ -13,9 +13,9 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from builders import make_created_pod, make_node, make_pod, make_policy, make_review
 from flask.testing import FlaskClient
 
+from harness.builders import make_created_pod, make_node, make_pod, make_policy, make_review
 from migslice import names
 from webhook.app import create_app
 from webhook.settings import WebhookSettings

@@ -16,9 +16,9 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from builders import make_created_pod, make_node, make_policy, make_review
 from flask.testing import FlaskClient
 
+from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.admission.ledger import Damage
 from migslice.kube.ledger import DATA_KEY, ConfigMapLedgers, ledger_name
 from tests.ledger_api import LedgerApi

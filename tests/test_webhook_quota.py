@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from builders import make_created_pod, make_node, make_policy, make_review
 from flask.testing import FlaskClient
 
+from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.admission import SliceUsage
 from migslice.admission.ledger import Charge, Ledger
 from migslice.kube.transport import ApiError

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from builders import make_node, make_pod, make_policy
-
+from harness.builders import make_node, make_pod, make_policy
 from migslice.admission import SliceUsage
 from migslice.admission.ledger import Charge, Ledger
 from migslice.kube.policies import NODES, PODS, _FeedSink

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import make_created_pod, make_node, make_policy, make_review
 
+from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.serving.certs import make_ca, write_tls_bundle
 
 SERVICE, NAMESPACE = "migslice-webhook", "migslice-system"

@@ -20,7 +20,13 @@ from typing import Any
 import jsonpatch
 import kubernetes_validate
 import pytest
-from builders import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extender.app import create_app as create_extender
+from extender.settings import ExtenderSettings
+from extender.state import state_from_objects
+from harness.builders import (
     make_created_pod,
     make_namespace,
     make_node,
@@ -28,12 +34,6 @@ from builders import (
     make_policy,
     make_review,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from extender.app import create_app as create_extender
-from extender.settings import ExtenderSettings
-from extender.state import state_from_objects
 from migslice.objects import parse_cluster_objects
 from webhook.app import create_app as create_webhook
 from webhook.settings import WebhookSettings

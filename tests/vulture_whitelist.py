@@ -75,9 +75,9 @@ prioritize_route
 best_fit_route
 quotaSummary
 repartition_operations
-sampled_first_failure_pct  # bench/packing.py
-sampled_limit  # bench/packing.py
-repartition_leads  # bench/churn.py, bench/carve.py
+sampled_first_failure_pct  # bench/packing/packing.py
+sampled_limit  # bench/packing/packing.py
+repartition_leads  # bench/packing/churn.py, bench/packing/carve.py
 Score
 smCount
 syncs
@@ -97,7 +97,7 @@ _.resume_writing
 exc
 writes
 connected
-_.cycles  # SampleTally, serialised whole by bench.packing
+_.cycles  # SampleTally, serialised whole by bench.packing.packing
 _.calls
 _.left_pending
 _.next_start  # sampling.Window, read by tests

@@ -13,7 +13,7 @@ from migslice.serving import ServerOptions
 
 # The largest AdmissionReview kube-apiserver sends: a pod CREATE at its 3 MiB request limit made
 # of many small fields arrives as 7.9 MiB (managedFields repeat every field name; measured by
-# bench/request_sizes.py against a real kube-apiserver).
+# bench/serving/request_sizes.py against a real kube-apiserver).
 MAX_BODY_BYTES = 10 << 20
 DEFAULT_PORT = 9443
 # Namespaces whose pods are admitted unchanged, whatever the webhook configuration sends: the

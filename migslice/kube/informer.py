@@ -192,8 +192,8 @@ def collection_paused() -> Iterator[None]:
 
     A list page decodes into about 100,000 dicts and lists that the collector would otherwise
     walk, together with everything the process holds, every few hundred allocations: 40 % of
-    the decode's CPU in ``bench/sync_memory.py``. JSON makes no reference cycles, so the page
-    is freed by reference counting alike; what other threads leave in cycles meanwhile waits
+    the decode's CPU in ``bench/latency/sync_memory.py``. JSON makes no reference cycles, so the
+    page is freed by reference counting alike; what other threads leave in cycles meanwhile waits
     for the next collection."""
     global _pauses, _was_enabled
     with _pause_lock:

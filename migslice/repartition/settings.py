@@ -29,7 +29,8 @@ CARVE_MIN_PENDING_S = 10.0
 """Carve mode's own wait before a pod counts: a carve never disturbs a running instance, so
 the guard only has to outlast kube-scheduler's own retry of a pod it just failed (its
 backoff tops out at 10 s), not the MIG Manager path's 30 s (that path re-configures whole
-GPUs and restarts the device plugin). Chosen by ``bench/carve.py`` (docs/benchmarks.md)."""
+GPUs and restarts the device plugin). Chosen by ``bench/packing/carve.py``
+(bench/packing/README.md)."""
 
 
 @dataclass(frozen=True, slots=True)

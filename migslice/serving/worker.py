@@ -94,7 +94,7 @@ def freeze_what_is_loaded() -> int:
     """Move every object the worker holds before its app is built (the interpreter, the
     modules, their code: about 60 MiB) to the collector's permanent generation, and answer
     how many objects that is. They live as long as the process, so every full collection
-    walked them for nothing: the caches' lists trigger many (bench/sync_memory.py: sync
+    walked them for nothing: the caches' lists trigger many (bench/latency/sync_memory.py: sync
     6.0-6.6 -> 5.6-5.8 s, extender). Frozen objects are still freed by reference counting."""
     gc.freeze()
     return gc.get_freeze_count()

@@ -3,8 +3,8 @@
 It places pods with the same core the extender and the repartition controller use
 (:mod:`migslice.scheduling`, :mod:`migslice.repartition.migmanager.planner`) on a simulated
 cluster of MIG GPUs (GPU side only), against the baselines of benchmarks.md §5.5. Pure and
-deterministic: the seed is an input. ``bench/packing.py`` and ``migslice simulate`` are its
-shells.
+deterministic: the seed is an input. ``bench/packing/packing.py`` and ``migslice simulate``
+are its shells.
 """
 
 from migslice.sim.churn import run_arrivals, run_churn

@@ -1,6 +1,7 @@
 """``migslice simulate``: one policy, one workload, mode A saturation, a metrics table.
 
-The workload comes from :mod:`migslice.sim.trace_files` (the trace read from disk).
+The workload comes from :mod:`migslice.sim.trace_files` (the trace read from disk; the packing
+suite, ``bench/packing/``, reads it there too).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The policies the simulator compares: migslice and the baselines B0-B6 of benchmarks.md §5.5
-(B7, the exact optimum, is an ILP in ``bench/exact.py``), by id.
+(B7, the exact optimum, is an ILP in ``bench/packing/exact.py``), by id.
 
 * ``B0``-``B4`` never change a layout (:mod:`migslice.sim.static`);
 * ``B5`` is nos's partitioner (:mod:`migslice.sim.nos`), with the sensitivity variants

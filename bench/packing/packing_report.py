@@ -1,0 +1,287 @@
+"""The packing benchmark's report: markdown tables with 95 % intervals, the §5.7 goals each
+result meets or misses (by how much), where migslice loses, and the plot with bands."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common.stats import ci, fmt
+
+HEADLINE = ("migslice", "B3", "B5", "B6", "B4", "B0")
+
+
+def paired(mine: Sequence[float], other: Sequence[float]) -> dict[str, float]:
+    """Per-seed differences (same seeds, same pods), with their interval."""
+    return ci([a - b for a, b in zip(mine, other, strict=True)])
+
+
+def pp(summary: dict[str, float]) -> str:
+    return fmt(summary, 100.0, 1) + " pp"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    meta = report["config"]
+    lines = [
+        "# Packing benchmark (mode A, FGD-style saturation)",
+        "",
+        f"{meta['nodes']} nodes x 8 {meta['gpu_model']} GPUs = {meta['gpus']} GPUs, GPU side "
+        f"only; seeds {meta['seeds'][0]}-{meta['seeds'][-1]} ({len(meta['seeds'])}); pods drawn "
+        "with replacement until arrived demand (compute slices of the mapped profiles) reaches "
+        "130 % of the cluster's; none depart. Values: mean ± 95 % interval over seeds "
+        "(Student's t); differences are paired per seed (same pods). LP limit: §5.6 for the "
+        "pods each seed drew.",
+        "",
+        f"Run: {meta['wall_s'] / 60:.1f} min wall, {meta['cpu_s'] / 60:.1f} min CPU in "
+        f"{meta['jobs']} processes on a 2-core machine shared with other work; largest worker "
+        f"{meta['max_worker_rss_mib']:.0f} MiB resident. Traces with the GPU pods of `default` "
+        f"(not run again): {', '.join(meta['same_gpu_pods_as_default']) or 'none checked'}.",
+        "Produced by `python -m bench.packing.packing`; see bench/packing/README.md.",
+        "",
+    ]
+    if meta.get("note"):
+        lines += [meta["note"], ""]
+    blocks = report["workloads"]
+    for load in ("100", "130"):
+        lines += headline_table(blocks, load)
+    lines += ["## §5.7 goals, migslice", ""]
+    for block in blocks:
+        lines.append(goal_line(block))
+    lines += [
+        "",
+        "## Where migslice loses (paired difference < 0 at 100 % or 130 %; B0 left out: "
+        "its whole GPUs count 7 slices whatever the pod asked)",
+        "",
+    ]
+    lines += losses(blocks) or ["- nowhere"]
+    lines += ["", *sensitivity(blocks)]
+    for block in blocks:
+        lines += details(block)
+    return "\n".join(lines) + "\n"
+
+
+def headline_table(blocks: list[dict[str, Any]], load: str) -> list[str]:
+    names = {p: n["name"] for b in blocks for p, n in b["policies"].items()}
+    shown = [p for p in HEADLINE if p in names]
+    lines = [
+        f"## Slice allocation at {load} % arrived (%)",
+        "",
+        "| workload | LP limit | " + " | ".join(names[p] for p in shown) + " |",
+        "|---|---|" + "---|" * len(shown),
+    ]
+    for block in blocks:
+        cells = [fmt(block["limit"]["at"][load])]
+        for policy_id in shown:
+            policy = block["policies"].get(policy_id)
+            cells.append(fmt(policy["at"][load]["slice_allocation"]) if policy else "—")
+        lines.append(f"| {block['workload']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if "B0" in shown:
+        lines.append(
+            "B0 holds whole GPUs: its slice allocation counts 7 per GPU whatever the pod asked; "
+            "the demand it placed is in the detail tables."
+        )
+        lines.append("")
+    return lines
+
+
+def goal_line(block: dict[str, Any]) -> str:
+    policies, limit = block["policies"], block["limit"]
+    mine = policies.get("migslice")
+    if mine is None:
+        return f"- {block['workload']}: migslice not run"
+    checks = []
+
+    def versus(other: str, load: str) -> dict[str, float]:
+        return paired(mine["per_seed"][load], policies[other]["per_seed"][load])
+
+    if "B5" in policies:
+        d = [versus("B5", x) for x in ("100", "130")]
+        ok = all(x["mean"] >= 0 for x in d)
+        checks.append(f"≥ B5: {'met' if ok else 'MISSED'} ({pp(d[0])} / {pp(d[1])})")
+    if "B4" in policies:
+        d4 = versus("B4", "100")
+        checks.append(f"≥ B4 + 2 pp: {'met' if d4['mean'] >= 0.02 else 'MISSED'} ({pp(d4)})")
+        cut = unallocated_cut(mine, policies["B4"])
+        checks.append(
+            f"≥ 30 % fewer unallocated than B4 at 130 %: {verdict(cut, 30)} ({cut:.0f} %)"
+        )
+    gaps = [paired(limit["per_seed"][x], mine["per_seed"][x]) for x in ("100", "130")]
+    worst = max(g["mean"] for g in gaps)
+    checks.append(
+        f"≤ 3 pp below the limit: {'met' if worst <= 0.03 else 'MISSED'} "
+        f"({pp(gaps[0])} / {pp(gaps[1])}; stretch ≤ 1.5 pp: "
+        f"{'met' if worst <= 0.015 else 'missed'})"
+    )
+    ratio = ci(
+        [
+            100 * a / b if b else 100.0
+            for a, b in zip(
+                mine["first_failure_per_seed"], limit["first_failure_per_seed"], strict=True
+            )
+        ]
+    )
+    checks.append(
+        f"first failure ≥ 95 % of the limit's: {verdict(ratio['mean'], 95)} "
+        f"({fmt(ratio, 1.0, 1)} %)"
+    )
+    if "B6" in policies:
+        cut6 = unallocated_cut(mine, policies["B6"])
+        checks.append(f"stretch ≥ 5 % fewer unallocated than B6: {verdict(cut6, 5)} ({cut6:.0f} %)")
+    checks.append(f"0 pods disrupted: {'met' if mine['disrupted_pods'] == 0 else 'MISSED'}")
+    return f"- **{block['workload']}**: " + "; ".join(checks) + "."
+
+
+def unallocated_cut(mine: dict[str, Any], other: dict[str, Any]) -> float:
+    theirs = 1 - other["at"]["130"]["slice_allocation"]["mean"]
+    ours = 1 - mine["at"]["130"]["slice_allocation"]["mean"]
+    return 100 * (1 - ours / theirs) if theirs > 0 else 0.0
+
+
+def verdict(value: float, goal: float) -> str:
+    return "met" if value >= goal else "MISSED"
+
+
+def losses(blocks: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for block in blocks:
+        mine = block["policies"].get("migslice")
+        if mine is None:
+            continue
+        for policy_id, other in block["policies"].items():
+            if policy_id in ("migslice", "B0"):  # B0's whole GPUs count 7 slices each
+                continue
+            for load in ("100", "130"):
+                d = paired(mine["per_seed"][load], other["per_seed"][load])
+                if d["mean"] < 0:
+                    sure = "" if d["mean"] + d["ci"] < 0 else " (within the interval)"
+                    out.append(
+                        f"- {block['workload']} at {load} %: {other['name']} leads by "
+                        f"{fmt({'mean': -d['mean'], 'ci': d['ci']}, 100.0, 2)} pp{sure}"
+                    )
+    return out
+
+
+def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
+    variants = ("B5", "B5-table", "B5-most", "B5-fewest", "B5-random-node", "B5-catalog")
+    rows = []
+    for block in blocks:
+        shown = [v for v in variants if v in block["policies"]]
+        if len(shown) < 2:
+            continue
+        for v in shown:
+            policy = block["policies"][v]
+            rows.append(
+                f"| {block['workload']} | {policy['name']} | "
+                f"{fmt(policy['at']['100']['slice_allocation'])} | "
+                f"{fmt(policy['at']['130']['slice_allocation'])} | "
+                f"{fmt(policy['gpus_repartitioned_per_1k_pods'], 1.0)} |"
+            )
+    if not rows:
+        return []
+    return [
+        "## B5 sensitivity: nos's tie-break, kube-scheduler's placement, nos's geometry table",
+        "",
+        "| workload | variant | slice alloc. @100 % | @130 % | GPUs re-partitioned / 1k pods |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def details(block: dict[str, Any]) -> list[str]:
+    limit = block["limit"]
+    lines = [
+        f"## {block['workload']}",
+        "",
+        f"GPU pods sampled from: {block['gpu_pods']} (mix by pod: "
+        + ", ".join(f"{p} {n}" for p, n in block["mix"].items())
+        + f"; {block['skipped_cpu_only']} CPU-only pods skipped). LP limit of the drawn pods: "
+        f"{fmt(limit['at']['100'])} % at 100 %, {fmt(limit['at']['130'])} % at 130 %, every "
+        f"drawn pod placeable up to {fmt(limit['first_failure_pct'], 1.0)} % arrived.",
+        "",
+        "| policy | slice alloc. @100 % | @130 % | memory @130 % | demand placed @130 % "
+        "| unalloc. GPU-eq. @130 % | first failure (% arrived) | GPUs re-partitioned / 1k pods "
+        "| pods disrupted | CPU s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for policy in block["policies"].values():
+        at100, at130 = policy["at"]["100"], policy["at"]["130"]
+        lines.append(
+            f"| {policy['name']} | {fmt(at100['slice_allocation'])} "
+            f"| {fmt(at130['slice_allocation'])} | {fmt(at130['memory_allocation'])} "
+            f"| {fmt(at130['demand_allocation'])} | {fmt(at130['unallocated_gpus'], 1.0)} "
+            f"| {fmt(policy['first_failure_pct'], 1.0)} "
+            f"| {fmt(policy['gpus_repartitioned_per_1k_pods'], 1.0)} "
+            f"| {policy['disrupted_pods']} | {fmt(policy['cpu_s'], 1.0)} |"
+        )
+    return [*lines, ""]
+
+
+def plot(report: dict[str, Any], path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[bench]'); plot skipped"
+    blocks = report["workloads"]
+    columns = min(4, len(blocks))
+    rows = -(-len(blocks) // columns)
+    height = 3.6 * rows + 1.4
+    figure, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, height), squeeze=False)
+    for axis in axes.flat[len(blocks) :]:
+        axis.set_visible(False)
+    for axis, block in zip(axes.flat, blocks, strict=False):
+        curve = block["limit"]["expected_curve"]
+        loads = list(range(1, len(curve) + 1))
+        axis.plot(loads, [100 * v for v in curve], "k--", linewidth=1.0, label="LP limit")
+        for n, policy_id in enumerate(p for p in HEADLINE if p in block["policies"]):
+            policy = block["policies"][policy_id]
+            if policy_id == "B0":  # whole GPUs count 7 slices each: draw the demand placed
+                demand = [100 * v for v in policy["demand_curve"]]
+                axis.plot(
+                    loads[: len(demand)],
+                    demand,
+                    color=f"C{n}",
+                    linewidth=1.0,
+                    linestyle=":",
+                    label=policy["name"] + " (demand placed)",
+                )
+                continue
+            mean = [100 * v for v in policy["curve"]["mean"]]
+            half = [100 * v for v in policy["curve"]["ci"]]
+            xs = loads[: len(mean)]
+            axis.plot(
+                xs,
+                mean,
+                color=f"C{n}",
+                linewidth=2.2 if policy_id == "migslice" else 1.2,
+                label=policy["name"],
+            )
+            axis.fill_between(
+                xs,
+                [m - h for m, h in zip(mean, half, strict=True)],
+                [m + h for m, h in zip(mean, half, strict=True)],
+                color=f"C{n}",
+                alpha=0.25,
+                linewidth=0,
+            )
+        axis.set_title(block["workload"], fontsize=10)
+        axis.set_xlim(60, 130)
+        axis.set_ylim(50, 101)
+        axis.grid(alpha=0.3)
+        axis.set_xlabel("arrived (% of compute slices)", fontsize=8)
+        axis.set_ylabel("slice allocation (%)", fontsize=8)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    figure.suptitle(
+        f"Mode A packing, {report['config']['gpus']} GPUs, mean and 95 % band over "
+        f"{len(report['config']['seeds'])} seeds"
+    )
+    figure.tight_layout(rect=(0, 1.0 / height, 1, 1 - 0.45 / height))
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return f"wrote {path}"

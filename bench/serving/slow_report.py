@@ -1,0 +1,55 @@
+"""The section ``slow_clients`` of ``bench/serving/report.md``, for
+``bench.serving.slow_clients``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def markdown(report: dict[str, Any]) -> str:
+    rows = [
+        "# Slow clients against the shipped servers (`bench/serving/slow_clients.py`)",
+        "",
+        "| server | load | kept-alive p50 ms | kept-alive p99 ms | fresh conn p50 ms "
+        "| fresh conn p99 ms | p99 / unloaded p99 (kept-alive, fresh) | stalled conns open "
+        "| stalled lifetime p50 / max s | worker RSS MiB | worker CPU % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for command in [c for c in ("webhook", "extender") if c in report]:
+        for phase in report[command]["phases"]:
+            attack = phase.get("attack_at_end", {})
+            lifetime = phase.get("attack_final", {}).get("lifetime_s", {})
+            ratio = phase.get("p99_over_unloaded")
+            ratio_text = f"{ratio['keepalive']}, {ratio['fresh_connection']}" if ratio else "-"
+            rows.append(
+                f"| {command} | {phase['load']} | {phase['keepalive']['p50_ms']} | "
+                f"{phase['keepalive']['p99_ms']} | {phase['fresh_connection']['p50_ms']} | "
+                f"{phase['fresh_connection']['p99_ms']} | {ratio_text} | "
+                f"{attack.get('open', '-')} | "
+                f"{lifetime.get('p50', '-')} / {lifetime.get('max', '-')} | "
+                f"{phase['worker_rss_mib']} | {phase['worker_cpu_percent']} |"
+            )
+    rows += [
+        "",
+        "| server | stalled connections | median over rounds of p99 / unloaded p99: kept-alive "
+        "| fresh connection |",
+        "|---|---|---|---|",
+    ]
+    for command in [c for c in ("webhook", "extender") if c in report]:
+        for mode, ratio in report[command].get("median_p99_over_unloaded", {}).items():
+            rows.append(
+                f"| {command} | {report['connections']} {mode} | {ratio['keepalive']} "
+                f"| {ratio['fresh_connection']} |"
+            )
+    rows += [
+        "",
+        "| server | request | body MiB | steady RSS MiB | peak RSS MiB | peak / steady |",
+        "|---|---|---|---|---|---|",
+    ]
+    for command in [c for c in ("webhook", "extender") if c in report]:
+        for row in report[command]["largest"]:
+            rows.append(
+                f"| {command} | {row['request']} | {row['body_mib']} | {row['steady_rss_mib']} "
+                f"| {row['peak_rss_mib']} | {row['peak_over_steady']} |"
+            )
+    return "\n".join(rows) + "\n"
