@@ -20,7 +20,7 @@ controller's decision for new layouts.
   (fewest idle GPUs that suffice, then name), one node at a time, with the cluster-wide demand
   mix (kept incrementally by :class:`DemandMix`, the planner's rule 5 formula) as
   ``expected_mix``: the first node the planner accepts is the node it would have chosen from
-  all of them. ``tests/test_sim_policies.py`` checks this against the plain call over every
+  all of them. ``tests/sim/test_sim_policies.py`` checks this against the plain call over every
   node. Mode B drives the controller itself (:mod:`migslice.sim.controller`).
 """
 

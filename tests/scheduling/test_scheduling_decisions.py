@@ -23,7 +23,7 @@ from migslice.scheduling import (
     reasons,
     score_nodes,
 )
-from tests.test_scheduling import PROFILES, clusters
+from tests.scheduling.test_scheduling import PROFILES, clusters
 
 Cluster = tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]]
 

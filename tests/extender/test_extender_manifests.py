@@ -3,7 +3,6 @@ objects and the config the issue asks for."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -11,8 +10,9 @@ import pytest
 import yaml
 
 from migslice.mig import CATALOG
+from tests import paths
 
-BASE = Path(__file__).resolve().parent.parent / "manifests" / "base"
+BASE = paths.ROOT / "manifests" / "base"
 
 
 def documents() -> list[dict[str, Any]]:

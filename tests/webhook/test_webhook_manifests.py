@@ -9,7 +9,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import paths
+
+ROOT = paths.ROOT
 BASE = ROOT / "manifests" / "base"
 FILES = [BASE / "crd" / "tenantpolicies.yaml", *sorted((BASE / "webhook").glob("*.yaml"))]
 VERSIONS = ["1.30", "1.34"]

@@ -4,7 +4,6 @@ transition times kept while a status holds, and every result valid for the CRD's
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -20,8 +19,9 @@ from migslice.admission.status import (
     quota_summary,
 )
 from migslice.policy import FieldError, parse_tenant_policy
+from tests import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=5)
 MEDIUM = SliceUsage(1, 2, 2, (("2g.20gb", 1),))

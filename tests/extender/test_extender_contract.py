@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import PreparedNode
+from tests import paths
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
@@ -101,7 +101,7 @@ def test_the_scheduling_doc_says_an_answer_partitions_its_input_only_when_no_nod
     answer, _ = post(client, "filter", names_args(scheduled_pod(profile="3g.40gb"), ALL))
     parts = [*answer["NodeNames"], *answer["FailedNodes"], *answer["FailedAndUnresolvableNodes"]]
     assert answer["NodeNames"] and sorted(parts) != sorted(ALL)
-    page = (Path(__file__).parents[1] / "docs" / "scheduling.md").read_text()
+    page = (paths.DOCS / "scheduling.md").read_text()
     text = " ".join(page.split())
     assert "always partition the input" not in text
     assert "the answer carries all three only when no node fits" in text

@@ -6,7 +6,6 @@ Fixtures under tests/fixtures/mig-parted/ are NVIDIA's files, vendored with thei
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,8 +36,9 @@ from migslice.mig.migparted import (
 )
 from migslice.objects import node_facts_from_raw
 from migslice.whynot import WhyNot
+from tests import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "mig-parted"
+FIXTURES = paths.FIXTURES / "mig-parted"
 
 
 def fixture(name: str) -> str:

@@ -20,8 +20,9 @@ from migslice.sim import (
     profile_for,
     synthetic_workload,
 )
+from tests import paths
 
-BESIDE_THE_REPOSITORY = Path(__file__).resolve().parents[1].parent / "shared/data"
+BESIDE_THE_REPOSITORY = paths.SHARED_DATA
 DATA_DIR = Path(os.environ.get("MIGSLICE_DATA_DIR") or BESIDE_THE_REPOSITORY)
 DEFAULT_TRACE = DATA_DIR / "alibaba-cluster-trace-gpu-v2023" / "openb_pod_list_default.csv"
 needs_trace = pytest.mark.skipif(

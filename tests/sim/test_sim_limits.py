@@ -28,10 +28,11 @@ from migslice.sim.limits import (
     sampled_limit,
 )
 from migslice.sim.trace import SimPod, synthetic_workload
+from tests import paths
 
 GEOMETRIES = count_geometries(GPU_MODEL)
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
-BESIDE_THE_REPOSITORY = Path(__file__).resolve().parents[1].parent / "shared/data"
+BESIDE_THE_REPOSITORY = paths.SHARED_DATA
 DATA_DIR = Path(os.environ.get("MIGSLICE_DATA_DIR") or BESIDE_THE_REPOSITORY)
 DEFAULT_TRACE = DATA_DIR / "alibaba-cluster-trace-gpu-v2023/openb_pod_list_default.csv"
 

@@ -26,7 +26,8 @@ from migslice.repartition import (
     render_record,
 )
 from migslice.scheduling.demand import demand_of
-from tests.test_repartition import ALL_1G, FILE_CONFIGS
+from tests import paths
+from tests.repartition.test_repartition import ALL_1G, FILE_CONFIGS
 
 T0 = 1_750_000_000.0
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -231,7 +232,6 @@ def test_decide_and_the_docs_name_the_one_event_a_timeout_writes() -> None:
     """decide.py said a MIG Manager timeout writes MigRepartitionFailed; it writes only
     MigRepartitionQuarantined (as docs/repartition.md and the e2e tests say)."""
     import importlib
-    from pathlib import Path
 
     from migslice.repartition.actions import REASON_FAILED
     from migslice.repartition.migmanager.quarantine import REASON_QUARANTINED
@@ -245,6 +245,6 @@ def test_decide_and_the_docs_name_the_one_event_a_timeout_writes() -> None:
     said = doc[doc.index("within ``deadline_s``") :].split(";")[0]
     assert f"``{REASON_QUARANTINED}``" in said, said
     assert f"a ``{REASON_FAILED}`` Event" not in said, said
-    page = (Path(__file__).parents[1] / "docs" / "repartition.md").read_text()
+    page = (paths.DOCS / "repartition.md").read_text()
     (row,) = [line for line in page.splitlines() if "| deadline passed" in line]
     assert REASON_QUARANTINED in row and REASON_FAILED not in row

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -13,9 +12,10 @@ import yaml
 
 import migslice
 from migslice.mig.migparted import parse_mig_parted
+from tests import paths
 from webhook.settings import DEFAULT_EXCLUDED_NAMESPACES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 CHART = ROOT / "charts" / "migslice"
 BASE = ROOT / "manifests" / "base"
 

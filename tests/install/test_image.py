@@ -7,9 +7,10 @@ import ast
 import json
 import re
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import paths
+
+ROOT = paths.ROOT
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 

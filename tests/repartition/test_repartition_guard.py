@@ -21,7 +21,7 @@ from migslice.kube.gpu_operator import GpuOperatorUnreadableError, KubeClusterPo
 from migslice.objects.cluster_policy import active_cluster_policy, cluster_policy_facts
 from tests.doctor_cluster import patched_cluster_policy, sample_cluster_policy
 from tests.local_api import Request, local_api
-from tests.test_repartition_controller import NOW, Elector, FakeApi
+from tests.repartition.test_repartition_controller import NOW, Elector, FakeApi
 
 CONFIG_MAP = "gpu-operator/migslice-mig-config"
 

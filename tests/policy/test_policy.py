@@ -25,8 +25,9 @@ from migslice.policy import (
     resolve_profile,
 )
 from migslice.whynot import WhyNot
+from tests import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("tenantpolicy-*.yaml"))
 A100 = Offer("NVIDIA-A100-SXM4-80GB", CATALOG.get("A100-80GB"))
 H100_94 = Offer("NVIDIA-H100-NVL", CATALOG.get("H100-94GB"))
