@@ -113,6 +113,12 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 
+
+def mig_resource_name(profile: str) -> str:
+    """The mixed-strategy resource of a profile: ``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
 # -- Kubernetes Dynamic Resource Allocation (resource.k8s.io/v1) and NVIDIA's DRA driver --------
 
 DRA_API = "/apis/resource.k8s.io/v1"
