@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from migslice.inventory import ClusterIndex, LayoutSource, NodeState
-from migslice.inventory.first_fit import PoolUse, Wanted, first_fit
+from migslice.inventory.first_fit import PoolUse, Wanted, first_fit, first_solution
 from migslice.mig import Placed, is_legal
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.dra_pool import DraMode, PoolState, read_pool
@@ -244,11 +244,18 @@ def test_first_fit_takes_every_device_the_real_allocator_took(case: dict[str, An
     for step, (profile, device) in enumerate(case["claims"]):
         state = _state(raw, claims=claims)
         assert state.dra is not None and state.dra.use is not None
-        wanted = Wanted.whole() if profile == "gpu" else Wanted.mig(profile)
-        choice = first_fit(state.dra.pool, wanted, state.dra.use)
-        assert (None if choice is None else choice.name) == device, f"claim {step}: {profile}"
+        requests = [
+            (Wanted.whole() if p == "gpu" else Wanted.mig(p), 1) for p in profile.split("&")
+        ]
+        if len(requests) == 1:
+            choice = first_fit(state.dra.pool, requests[0][0], state.dra.use)
+            found = None if choice is None else choice.name
+        else:
+            solution = first_solution(state.dra.pool, requests, state.dra.use)
+            found = None if solution is None else "&".join(c.name for c in solution)
+        assert found == device, f"claim {step}: {profile}"
         if device is not None:
-            claims.append(_allocated(f"c{step}", node, device))
+            claims.append(_allocated(f"c{step}", node, *device.split("&")))
 
 
 def test_twenty_small_then_a_4g_and_a_7g_on_eight_a100s() -> None:

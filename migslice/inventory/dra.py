@@ -12,8 +12,8 @@
 
 Held also counts what is **assumed**: a claim not yet allocated (in migslice's cache) of a pod
 bound or nominated to the node, and the extended resources of such a pod whose
-extended-resource claim is not seen, placed where the allocator's first fit puts them
-(:mod:`migslice.inventory.first_fit`), one after the other in pod order.
+extended-resource claim is not seen, placed where the allocator would put them
+(:func:`migslice.inventory.first_fit.first_solution`), pod after pod in name order.
 
 What a node offers (:attr:`DraView.allocatable`, read as the device plugin's allocatable is
 on other nodes): per profile, the static instances published, or the most a DynamicMIG GPU
@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from migslice.inventory.first_fit import PoolUse, Wanted, first_fit, free_count, wanted_of
+from migslice.inventory.first_fit import PoolUse, Wanted, first_solution, free_count, wanted_of
 from migslice.inventory.state import DraView, GpuState
 from migslice.mig import WHOLE_GPU_RESOURCE, Placed
 from migslice.names import mig_resource_name
@@ -91,7 +91,7 @@ def _assume(
     model = pool.model
     assumed: set[str] = set()
     for pod in sorted(pods, key=lambda p: p.key):
-        wanted: list[tuple[Wanted, str]] = []
+        wanted: list[tuple[Wanted, int]] = []
         extended_seen = False
         for key in pod.claims:
             claim = dra.claims.get(key)
@@ -108,20 +108,22 @@ def _assume(
                 if found is None:
                     notes.append(f"pod {pod.key}: {claim.key} selects by attributes not kept")
                     continue
-                wanted.extend([(found, claim.key)] * ask.count)
+                wanted.append((found, ask.count))
         if not extended_seen and model is not None:
             for resource, count in pod.requests:
                 if resource == WHOLE_GPU_RESOURCE:
-                    wanted.extend([(Wanted.whole(), resource)] * count)
+                    wanted.append((Wanted.whole(), count))
                     continue
                 profile = model.profile_by_resource(resource)
                 if profile is not None:
-                    wanted.extend([(Wanted.mig(profile.name), resource)] * count)
-        for item, source in wanted:
-            choice = first_fit(pool, item, use)
-            if choice is None:
-                notes.append(f"pod {pod.key}: no free device for {source}")
-                continue
+                    wanted.append((Wanted.mig(profile.name), count))
+        if not wanted:
+            continue
+        solution = first_solution(pool, wanted, use)
+        if solution is None:
+            notes.append(f"pod {pod.key}: no free devices for what it holds")
+            continue
+        for choice in solution:
             use.take(choice.gpu, choice.device)
             assumed.add(choice.name)
     return assumed

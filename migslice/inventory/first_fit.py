@@ -20,15 +20,14 @@ name: GPUs in PCI bus id order) and each GPU's devices as published:
 a pool (their devices, memory slices and counters), which the inventory fills from the
 claims' allocations and its predictions. ``tainted`` names devices the allocator must skip
 besides those the slices taint: the place for a ``DeviceTaintRule`` that steers the
-allocator past a placement. Only single requests are predicted as they come; a claim with
-several requests is allocated request by request, as the allocator's first full solution is
-when each request's first fit leaves room for the next.
+allocator past a placement. :func:`first_solution` is the same for a pod's several requests
+together, with the allocator's backtracking.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from migslice.names import DRA_DRIVER, DRA_PCI_BUS_ID
@@ -205,6 +204,17 @@ class PoolUse:
             for key, value in item.counters:
                 use.counters[key] = use.counters.get(key, 0) + value
 
+    def release(self, gpu: int, device: int) -> None:
+        """Undo :meth:`take` of that device."""
+        use = self._gpus[gpu]
+        use.held.discard(device)
+        found = self.pool.gpus[gpu]
+        if found.mode is DraMode.DYNAMIC:
+            item = found.devices[device]
+            use.mask &= ~found.mask_of(item)
+            for key, value in item.counters:
+                use.counters[key] -= value
+
 
 def first_fit(
     pool: DraPool, wanted: Wanted, use: PoolUse, *, tainted: Iterable[str] = ()
@@ -221,6 +231,59 @@ def first_fit(
                 continue
             return Choice(g, k, name)
     return None
+
+
+SEARCH_LIMIT = 100_000
+"""Devices a :func:`first_solution` tries at most (the allocator itself gives up after 10 s)."""
+
+
+def first_solution(
+    pool: DraPool,
+    requests: Sequence[tuple[Wanted, int]],
+    use: PoolUse,
+    *,
+    tainted: Iterable[str] = (),
+) -> tuple[Choice, ...] | None:
+    """The devices the allocator gives a pod's requests ((wanted, count) each, in the order it
+    takes them: claims in order, requests in order), or None when they do not all fit.
+
+    As the allocator does, each request takes its devices in pool order, the next after the
+    one before (combinations, not permutations); when a later request finds none, the search
+    backtracks and the first full solution wins (``allocator_incubating.go``, ``allocateOne``).
+    ``use`` is not changed. More than :data:`SEARCH_LIMIT` tries count as no solution."""
+    skip = pool.tainted | frozenset(tainted) if tainted else pool.tainted
+    flat = [(g, k) for g, gpu in enumerate(pool.gpus) for k in range(len(gpu.devices))]
+    trial = use.copy()
+    chosen: list[Choice] = []
+    budget = [SEARCH_LIMIT]
+
+    def place(request: int, taken: int, start: int) -> bool:
+        if request == len(requests):
+            return True
+        wanted, count = requests[request]
+        if taken == count:
+            return place(request + 1, 0, 0)
+        for position in range(start, len(flat)):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+            g, k = flat[position]
+            gpu = pool.gpus[g]
+            device = gpu.devices[k]
+            if not wanted.matches(gpu, device) or not trial.fits(g, k):
+                continue
+            name = device.name(gpu.minor)
+            if name in skip:
+                continue
+            trial.take(g, k)
+            chosen.append(Choice(g, k, name))
+            if place(request, taken + 1, position + 1):
+                return True
+            chosen.pop()
+            trial.release(g, k)
+        return False
+
+    return tuple(chosen) if place(0, 0, 0) else None
 
 
 def free_count(pool: DraPool, gpu: int, wanted: Wanted, use: PoolUse) -> int:
