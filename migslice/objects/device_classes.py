@@ -19,14 +19,11 @@ from migslice.objects.json import JsonObject, items, mapping, text
 
 @dataclass(frozen=True, slots=True)
 class DeviceClassFacts:
-    """A class's name, the selection of its selectors, the extended resource it serves and
-    whether it carries opaque configuration (``spec.config``: a driver's settings, such as a
-    sharing strategy, applied to every device it allocates)."""
+    """A class's name, the selection of its selectors and the extended resource it serves."""
 
     name: str
     selection: DeviceSelection
     extended_resource: str | None = None
-    has_config: bool = False
 
 
 def device_class_facts_from_raw(raw_class: JsonObject) -> DeviceClassFacts | None:
@@ -43,5 +40,4 @@ def device_class_facts_from_raw(raw_class: JsonObject) -> DeviceClassFacts | Non
         sys.intern(name),
         read_selectors(expressions),
         sys.intern(extended) if extended else None,
-        bool(items(spec.get("config"))),
     )

@@ -84,10 +84,6 @@ class DraGpu:
             return (1 << self.model.memory_slices) - 1
         return ((1 << self.size_of(device)) - 1) << device.start
 
-    @property
-    def has_mig(self) -> bool:
-        return self.mode is DraMode.DYNAMIC or any(d.kind is DeviceKind.MIG for d in self.devices)
-
 
 @dataclass(frozen=True, slots=True)
 class DraPool:

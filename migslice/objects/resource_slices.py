@@ -98,10 +98,6 @@ class SliceFacts:
     monitor): the allocator gives them to no claim that does not tolerate it."""
     problem: str = ""
 
-    @property
-    def device_count(self) -> int:
-        return sum(len(gpu.devices) for gpu in self.gpus)
-
 
 class _UnknownShapeError(Exception):
     """What the reader does not know, as the one line it reports."""
