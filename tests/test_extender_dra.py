@@ -189,11 +189,20 @@ def test_extended_resources_held_through_kube_schedulers_claim_are_counted_once(
     assert answer["FailedNodes"] == {STATIC: "all 1g.10gb MIG instances in use"}
 
 
-def test_a_pod_without_gpu_demand_passes_every_node_at_once_even_blind() -> None:
-    from tests.test_extender_contract import FakeCache
+class BlindCache:
+    name = "resourceclaims"
+    synced = True
 
+    def blind_s(self) -> float | None:
+        return 30.0
+
+    def staleness_s(self) -> float | None:
+        return 30.0
+
+
+def test_a_pod_without_gpu_demand_passes_every_node_at_once_even_blind() -> None:
     state = state_from_objects(cluster(), ExtenderSettings())
-    state.caches = (FakeCache(True, 30.0),)
+    state.caches = (BlindCache(),)
     client = create_app(ExtenderSettings(), state).test_client()
     pod = make_pod("web", requests={"cpu": "1"})
     answer = post(client, "filter-best-fit", names_args(pod, [*ALL, "unknown-node", DYNAMIC]))
@@ -201,6 +210,12 @@ def test_a_pod_without_gpu_demand_passes_every_node_at_once_even_blind() -> None
     assert answer["FailedNodes"] == {} and answer["FailedAndUnresolvableNodes"] == {}
     scores = post(client, "prioritize", names_args(pod, ALL))
     assert scores == [{"Host": n, "Score": 0} for n in ALL]
+    gpu_pod = make_pod("train", profile="1g.10gb")
+    answer = post(client, "filter", names_args(gpu_pod, [DYNAMIC]))
+    assert answer["FailedNodes"] == {
+        DYNAMIC: "node state unknown: migslice cache resourceclaims lost the API server 30s ago "
+        "(limit 5s)"
+    }
 
 
 def test_a_claim_not_seen_yet_fails_every_node_to_be_retried() -> None:

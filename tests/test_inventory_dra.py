@@ -17,7 +17,9 @@ from migslice.inventory import ClusterIndex, LayoutSource, NodeState
 from migslice.inventory.first_fit import PoolUse, Wanted, first_fit, first_solution
 from migslice.mig import Placed, is_legal
 from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.device_classes import device_class_facts_from_raw
 from migslice.objects.dra_pool import DraMode, PoolState, read_pool
+from migslice.objects.resource_claims import claim_facts_from_raw
 from migslice.objects.resource_slices import DeviceKind, slice_facts_from_raw
 from tests.builders import make_node
 from tests.dra_objects import (
@@ -364,3 +366,57 @@ def test_free_geometry_after_any_first_fit_allocations_equals_a_brute_force_reco
     assert dict(state.free) == free_total
     assert sum(n for _, n in state.allocated) == len(taken)
     assert state.dra is not None and state.dra.pool.mode is DraMode.DYNAMIC
+
+
+# -- the index, one event at a time ---------------------------------------------------------------
+
+
+def _free(index: ClusterIndex[NodeState], node: str, resource: str) -> int:
+    state = index.get(node)
+    assert state is not None
+    return dict(state.free).get(resource, 0)
+
+
+def test_claim_slice_and_class_events_touch_exactly_the_nodes_they_change() -> None:
+    raw = fixture_slices("a100-80gb-dynamicmig-1gpu-resourceslices.json")
+    index: ClusterIndex[NodeState] = ClusterIndex(lambda state: state)
+    other = make_node("gpu-plugin", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb")
+    pod = make_claim_pod("p", {"gpu": "pending"}, node_name=A100_ONE)
+    index.load_objects(
+        ClusterObjects(
+            nodes=(make_dra_node(A100_ONE), other),
+            pods=(pod,),
+            resource_slices=tuple(raw[:1]),
+            device_classes=tuple(migslice_classes()),
+        )
+    )
+    seven = "nvidia.com/mig-7g.80gb"
+    assert index.get(A100_ONE) is not None and _free(index, A100_ONE, seven) == 0  # incomplete
+    second = slice_facts_from_raw(raw[1])
+    assert second is not None
+    assert index.upsert_slice(second) == (A100_ONE,)
+    assert _free(index, A100_ONE, seven) == 1
+    claim = claim_facts_from_raw(make_claim("pending", profile="2g.20gb"))
+    assert claim is not None
+    assert index.upsert_claim(claim) == (A100_ONE,)  # the node of the pod that uses it
+    assert _free(index, A100_ONE, seven) == 0  # assumed where first fit puts it
+    allocated = claim_facts_from_raw(
+        _allocated("pending", A100_ONE, "gpu-0-mig-2g20gb-14-4", profile="2g.20gb")
+    )
+    assert allocated is not None
+    assert index.upsert_claim(allocated) == (A100_ONE,)
+    state = index.get(A100_ONE)
+    assert state is not None and state.dra is not None
+    assert state.dra.held == {"gpu-0-mig-2g20gb-14-4"} and state.dra.assumed == frozenset()
+    assert index.upsert_claim(allocated) == ()  # unchanged
+    assert index.delete_claim("team-a/pending") == (A100_ONE,)
+    assert index.upsert_class(_class_facts("migslice-mig-3g.40gb")) == ()  # unchanged
+    assert index.delete_class("migslice-mig-3g.40gb") == (A100_ONE,)  # every DRA node
+    assert index.delete_slice(raw[1]["metadata"]["name"]) == (A100_ONE,)
+    index.replace_pods([])
+    assert index.delete_claim("team-a/pending") == ()  # no pod uses it any more
+
+
+def _class_facts(name: str) -> Any:
+    found = next(c for c in migslice_classes() if c["metadata"]["name"] == name)
+    return device_class_facts_from_raw(found)

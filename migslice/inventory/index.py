@@ -187,6 +187,7 @@ class ClusterIndex(Generic[V]):
         with self._lock:
             self._pods = {pod.key: pod for pod in pods}
             self._pods_by_node = {}
+            self._pods_by_claim = {}
             for pod in self._pods.values():
                 self._link(pod)
             self._drop_all()
