@@ -22,19 +22,20 @@ can hold of it; whole GPUs, their devices. Its free counts are those the claims 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from migslice.inventory.first_fit import PoolUse, Wanted, first_solution, free_count, wanted_of
 from migslice.inventory.state import DraView, GpuState
-from migslice.mig import WHOLE_GPU_RESOURCE, Placed
+from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Placed
 from migslice.names import mig_resource_name
 from migslice.objects.device_classes import DeviceClassFacts
-from migslice.objects.dra_pool import DraMode, DraPool, PoolState
+from migslice.objects.dra_pool import DraGpu, DraMode, DraPool, PoolState
 from migslice.objects.pods import PodFacts
 from migslice.objects.resource_claims import ClaimFacts, gpu_asks
-from migslice.objects.resource_slices import DeviceKind
+from migslice.objects.resource_slices import Counters, DeviceKind, SliceDevice
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,21 +161,46 @@ def _gpus(pool: DraPool, use: PoolUse) -> tuple[tuple[GpuState, ...], tuple[tupl
 def _counts(
     pool: DraPool, use: PoolUse
 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-    """(offered, free) per resource: MIG profiles and whole GPUs."""
-    model = pool.model
-    if model is None:
-        return (), ()
-    empty = PoolUse(pool)
+    """(offered, free) per resource: MIG profiles and whole GPUs. A GPU's offer depends on its
+    devices alone (kept per distinct GPU); one with nothing held has it all free."""
     offered: Counter[str] = Counter()
     free: Counter[str] = Counter()
-    wanted = [(mig_resource_name(p.name), Wanted.mig(p.name)) for p in model.profiles]
-    wanted.append((WHOLE_GPU_RESOURCE, Wanted.whole()))
     for g, gpu in enumerate(pool.gpus):
-        published = {(d.kind, d.profile) for d in gpu.devices}
-        for resource, item in wanted:
-            if (item.kind, item.profile or "") not in published:
-                continue
-            offered[resource] += free_count(pool, g, item, empty)
-            free[resource] += free_count(pool, g, item, use)
+        offer = _offer(gpu.model, gpu.mode, gpu.devices, gpu.capacity)
+        offered.update(dict(offer))
+        if not use.held(g):
+            free.update(dict(offer))
+            continue
+        for resource, _ in offer:
+            free[resource] += free_count(pool, g, _wanted(resource, gpu.model), use)
     kept = sorted(r for r, n in offered.items() if n)
     return tuple((r, offered[r]) for r in kept), tuple((r, free[r]) for r in kept)
+
+
+@functools.lru_cache(maxsize=256)
+def _offer(
+    model: GpuModel, mode: DraMode, devices: tuple[SliceDevice, ...], capacity: Counters
+) -> tuple[tuple[str, int], ...]:
+    """What an idle GPU of these devices offers per resource (the same for every GPU and node
+    that publishes them: a bounded memo of a pure function)."""
+    gpu = DraGpu(0, model, mode, "", "", "", devices, capacity)
+    alone = DraPool("", PoolState.READY, gpus=(gpu,))
+    empty = PoolUse(alone)
+    published = {(d.kind, d.profile) for d in devices}
+    found: list[tuple[str, int]] = []
+    for resource in [*(mig_resource_name(p.name) for p in model.profiles), WHOLE_GPU_RESOURCE]:
+        wanted = _wanted(resource, model)
+        if (wanted.kind, wanted.profile or "") not in published:
+            continue
+        count = free_count(alone, 0, wanted, empty)
+        if count:
+            found.append((resource, count))
+    return tuple(found)
+
+
+def _wanted(resource: str, model: GpuModel) -> Wanted:
+    if resource == WHOLE_GPU_RESOURCE:
+        return Wanted.whole()
+    profile = model.profile_by_resource(resource)
+    assert profile is not None
+    return Wanted.mig(profile.name)
