@@ -49,6 +49,7 @@ from migslice.scheduling import (
     filter_nodes,
     score_nodes,
 )
+from migslice.scheduling.demand import with_claims
 from migslice.serving.clients import ClientPolicy
 from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 
@@ -271,15 +272,31 @@ def _prepared_from_raw(context: Context, name: str, raw: RawNode) -> PreparedNod
     return context.state.index.derive_for(node_facts_from_raw(raw))
 
 
+def _demand(context: Context, raw_pod: dict[str, Any]) -> PodDemand:
+    """The pod's GPU demand: its extended resources, and its ResourceClaims' requests of
+    NVIDIA's DRA devices as the claim cache shows them."""
+    index = context.state.index
+    return with_claims(context.demands.read(raw_pod), raw_pod, index.claim, index.classes)
+
+
+def _asks_nothing(demand: PodDemand) -> bool:
+    """A pod with no GPU demand migslice reads: every node passes, whatever the caches say
+    (kube-scheduler calls the extender for every pod of its profile; the webhook sends only
+    GPU pods there)."""
+    return not demand.units and not demand.error and not demand.wait
+
+
 def _filter(
     context: Context, args: Mapping[str, Any], *, best_fit: bool
 ) -> tuple[ExtenderFilterResult, str]:
-    demand = context.demands.read(args["Pod"])
+    demand = _demand(context, args["Pod"])
     names = _names(args)
     by_name: dict[str, RawNode] | None = None
     if names is None:
         candidates, by_name = _candidates(args, context)
         names = [name for name, _ in candidates]
+    if _asks_nothing(demand):
+        return _all_pass(context, names, by_name), "ok"
     ready, problems = context.state.readiness(context.settings.max_blind_s)
     if not ready:
         # Blind caches cannot vouch for any node (a re-partition may have begun): every node
@@ -317,6 +334,22 @@ def _as_dict(mapping: Mapping[str, str]) -> dict[str, str]:
     return mapping if isinstance(mapping, dict) else dict(mapping)
 
 
+def _all_pass(
+    context: Context, names: Sequence[str], by_name: Mapping[str, RawNode] | None
+) -> ExtenderFilterResult:
+    distinct = list(dict.fromkeys(names))
+    context.metrics.nodes_fit.inc(len(distinct))
+    return {
+        "Nodes": None
+        if by_name is None
+        else {"metadata": {}, "items": [by_name[n] for n in distinct]},
+        "NodeNames": distinct if by_name is None else None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+
+
 def _all_failed(
     context: Context,
     names: Sequence[str],
@@ -336,11 +369,13 @@ def _all_failed(
 
 
 def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:
-    demand = context.demands.read(args["Pod"])
+    demand = _demand(context, args["Pod"])
     names = _names(args)
     if names is None:
         candidates, _ = _candidates(args, context)
         answer = [host_priority(name, score) for name, score in score_nodes(demand, candidates)]
+    elif _asks_nothing(demand):
+        answer = [host_priority(name, 0) for name in dict.fromkeys(names)]
     else:
         answer = context.state.decisions.score(demand, names)
     _log_decision("prioritize", demand, len(answer), len(answer))

@@ -95,6 +95,15 @@ class _CacheCollector(Collector):
             "List/watch errors (each backed off).",
             labels=("cache",),
         )
+        dra = GaugeMetricFamily(
+            "migslice_extender_dra_nodes",
+            "Nodes whose GPUs NVIDIA's DRA driver publishes, by the state of their pool (ready; "
+            "incomplete: slices still being published; unknown: a shape migslice does not "
+            "read, the node's Warning Event says which).",
+            labels=("state",),
+        )
+        for state, count in sorted(self._state.dra_nodes().items()):
+            dra.add_metric((state,), count)
         for cache in self._state.caches:
             synced.add_metric((cache.name,), 1.0 if cache.synced else 0.0)
             age = cache.staleness_s()
@@ -105,7 +114,7 @@ class _CacheCollector(Collector):
             if stats is not None:
                 relists.add_metric((cache.name,), stats.relists_gone)
                 errors.add_metric((cache.name,), stats.errors)
-        yield from (nodes, pods, synced, staleness, blind, relists, errors)
+        yield from (nodes, pods, synced, staleness, blind, relists, errors, dra)
 
 
 class _RepartitionCollector(Collector):

@@ -15,10 +15,11 @@ from flask import Flask
 
 from extender.app import create_app
 from extender.controller import RepartitionController
+from extender.dra_warnings import DraWarningLoop, DraWarnings
 from extender.mig_manager import MigManagerGuard
 from extender.settings import ExtenderSettings
 from extender.state import ExtenderState, RepartitionStats, new_index, state_from_objects
-from migslice import console
+from migslice import console, names
 from migslice.inventory import ClusterIndex
 from migslice.serving import load_cluster_file, serve_app
 
@@ -48,6 +49,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     from extender.sources import start_caches
     from migslice.kube import KubernetesTransport
     from migslice.kube.health import blindness
+    from migslice.kube.nodes import KubeNodeStore
 
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
     index = new_index()
@@ -64,14 +66,26 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
         )
         atexit.register(controller.stop)
 
+    stats = None if controller is None else controller.stats
+    state = ExtenderState(index, caches, lambda: None, stats)
+    warnings = DraWarningLoop(
+        DraWarnings(
+            KubeNodeStore(transport, component=names.EXTENDER_SERVICE),
+            may_record=(lambda: True) if stats is None else (lambda: stats.is_leader),
+        ),
+        state.dra_problems,
+    )
+    warnings.start()
+
     def stop() -> None:
+        warnings.stop()
         if controller is not None:
             controller.stop()
         for cache in caches:
             cache.stop()
 
-    stats = None if controller is None else controller.stats
-    return create_app(settings, ExtenderState(index, caches, stop, stats))
+    state.stop = stop
+    return create_app(settings, state)
 
 
 def start_repartition(

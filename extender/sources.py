@@ -1,18 +1,38 @@
-"""The live cluster view: informers on Nodes, GPU Pods and the mig-parted ConfigMap."""
+"""The live cluster view: informers on Nodes, GPU Pods and the mig-parted ConfigMap and, where
+the API server serves ``resource.k8s.io/v1``, on ResourceSlices, ResourceClaims and
+DeviceClasses (DRA nodes; see docs/dra.md)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from extender.settings import ExtenderSettings
-from extender.state import MigConfigSink, NodeSink, PodSink, Warmup, mig_configs_from
+from extender.state import (
+    ClaimSink,
+    DeviceClassSink,
+    MigConfigSink,
+    NodeSink,
+    PodSink,
+    SliceSink,
+    Warmup,
+    mig_configs_from,
+)
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube import Informer, ResourceRef, Transport
+from migslice.kube.transport import ApiError, KubeError
+from migslice.names import DRA_API
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+from migslice.objects.device_classes import device_class_facts_from_raw
+from migslice.objects.resource_claims import claim_facts_from_raw
+from migslice.objects.resource_slices import slice_facts_from_raw
 from migslice.scheduling import PreparedNode
+
+log = logging.getLogger(__name__)
 
 # Terminal pods hold nothing; the API server leaves them out of the list and the watch.
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+DRA_LISTS = ("resourceslices", "resourceclaims", "deviceclasses")
 
 
 def start_caches(
@@ -25,7 +45,8 @@ def start_caches(
         return mig_configs_from(raw, key)
 
     namespace = settings.mig_config_namespace or "default"
-    warmup = Warmup(index, ("mig-config", "nodes", "pods"))
+    dra = serves_dra(transport)
+    warmup = Warmup(index, ("mig-config", "nodes", "pods", *(DRA_LISTS if dra else ())))
     informers: list[Informer[Any]] = [
         Informer(
             name="mig-config",
@@ -52,6 +73,45 @@ def start_caches(
             sink=PodSink(index, warmup),
         ),
     ]
+    if dra:
+        informers += [
+            Informer(
+                name="resourceslices",
+                transport=transport,
+                resource=ResourceRef(f"{DRA_API}/resourceslices"),
+                project=slice_facts_from_raw,
+                sink=SliceSink(index, warmup),
+            ),
+            Informer(
+                name="resourceclaims",
+                transport=transport,
+                resource=ResourceRef(f"{DRA_API}/resourceclaims"),
+                project=claim_facts_from_raw,
+                sink=ClaimSink(index, warmup),
+            ),
+            Informer(
+                name="deviceclasses",
+                transport=transport,
+                resource=ResourceRef(f"{DRA_API}/deviceclasses"),
+                project=device_class_facts_from_raw,
+                sink=DeviceClassSink(index, warmup),
+            ),
+        ]
     for informer in informers:
         informer.start()
     return tuple(informers)
+
+
+def serves_dra(transport: Transport) -> bool:
+    """Whether the API server serves ``resource.k8s.io/v1`` (Kubernetes 1.34 and later). Only
+    a definite 404 says no: any other failure leaves the DRA caches on, to retry and sync."""
+    try:
+        transport.get_json(DRA_API, {})
+    except ApiError as error:
+        if error.status == 404:
+            log.info("%s not served; DRA nodes are not read (no ResourceSlice caches)", DRA_API)
+            return False
+        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
+    except KubeError as error:
+        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
+    return True

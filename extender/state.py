@@ -16,8 +16,12 @@ from extender.wire import HostPriority, host_priority
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube.health import CacheHealth, blindness
 from migslice.mig.migparted import MigPartedError, parse_mig_parted
-from migslice.objects import NodeFacts, PodFacts, node_facts_from_raw, pod_facts_from_raw
+from migslice.objects import NodeFacts, PodFacts
 from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.device_classes import DeviceClassFacts
+from migslice.objects.dra_pool import PoolState
+from migslice.objects.resource_claims import ClaimFacts
+from migslice.objects.resource_slices import SliceFacts
 from migslice.scheduling import DecisionCache, PreparedNode, prepare_node
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,26 @@ class ExtenderState:
         self.decisions = DecisionCache(self.index.get, host_priority)
         self.index.subscribe(self.decisions.forget)
 
+    def dra_nodes(self) -> dict[str, int]:
+        """How many DRA nodes are in each pool state (ready, incomplete, unknown)."""
+        counts = {str(state): 0 for state in PoolState}
+        for name in self.index.node_names():
+            node = self.index.get(name)
+            dra = None if node is None else node.state.dra
+            if dra is not None:
+                counts[str(dra.pool.state)] += 1
+        return counts
+
+    def dra_problems(self) -> dict[str, tuple[str, str]]:
+        """Node -> (pool state, reason) of each DRA node whose pool is not ready."""
+        found: dict[str, tuple[str, str]] = {}
+        for name in self.index.node_names():
+            node = self.index.get(name)
+            dra = None if node is None else node.state.dra
+            if dra is not None and not dra.is_ready:
+                found[name] = (str(dra.pool.state), dra.pool.reason)
+        return found
+
     def readiness(self, max_blind_s: float) -> tuple[bool, list[str]]:
         """(ready, problems): every cache synced and none blind for longer than
         ``max_blind_s`` (``migslice.kube.health``). A quiet, healthy cluster is ready."""
@@ -110,22 +134,15 @@ def mig_configs_from(config_map: Mapping[str, Any] | None, key: str) -> MigConfi
 
 
 def state_from_objects(objects: ClusterObjects, settings: ExtenderSettings) -> ExtenderState:
-    """A fixed cluster view from a cluster file's objects (a Pod with spec.nodeName is bound)."""
+    """A fixed cluster view from a cluster file's objects (a Pod with spec.nodeName is bound;
+    ResourceSlices, ResourceClaims and DeviceClasses are read as the watches read them)."""
     index = new_index()
     config_map = objects.config_map(settings.mig_config_namespace, settings.mig_config_name)
     if config_map is not None:
         index.set_mig_configs(mig_configs_from(config_map, settings.mig_config_key))
-    index.replace_nodes(node_facts_from_raw(raw) for raw in objects.nodes)
-    index.replace_pods(_projected_pods(objects.pods))
+    index.load_objects(objects)
     index.derive_pending()
     return ExtenderState(index, (StaticCache("cluster-file"),))
-
-
-def _projected_pods(raw_pods: Iterable[Mapping[str, Any]]) -> Iterable[PodFacts]:
-    for raw in raw_pods:
-        pod = pod_facts_from_raw(raw)
-        if pod is not None:
-            yield pod
 
 
 class Warmup:
@@ -201,6 +218,51 @@ class PodSink(_EagerSink):
 
     def delete(self, key: str) -> None:
         self._derive(self._index.delete_pod(key))
+
+
+class SliceSink(_EagerSink):
+    """Informer sink that keeps the index's ``gpu.nvidia.com`` ResourceSlices."""
+
+    def replace(self, items: Mapping[str, SliceFacts]) -> None:
+        self._index.replace_slices(items.values())
+        if self._warmup is not None:
+            self._warmup.arrived("resourceslices")
+
+    def upsert(self, key: str, item: SliceFacts) -> None:
+        self._derive(self._index.upsert_slice(item))
+
+    def delete(self, key: str) -> None:
+        self._derive(self._index.delete_slice(key))
+
+
+class ClaimSink(_EagerSink):
+    """Informer sink that keeps the index's ResourceClaims."""
+
+    def replace(self, items: Mapping[str, ClaimFacts]) -> None:
+        self._index.replace_claims(items.values())
+        if self._warmup is not None:
+            self._warmup.arrived("resourceclaims")
+
+    def upsert(self, key: str, item: ClaimFacts) -> None:
+        self._derive(self._index.upsert_claim(item))
+
+    def delete(self, key: str) -> None:
+        self._derive(self._index.delete_claim(key))
+
+
+class DeviceClassSink(_EagerSink):
+    """Informer sink that keeps the index's DeviceClasses."""
+
+    def replace(self, items: Mapping[str, DeviceClassFacts]) -> None:
+        self._index.replace_classes(items.values())
+        if self._warmup is not None:
+            self._warmup.arrived("deviceclasses")
+
+    def upsert(self, key: str, item: DeviceClassFacts) -> None:
+        self._derive(self._index.upsert_class(item))
+
+    def delete(self, key: str) -> None:
+        self._derive(self._index.delete_class(key))
 
 
 class MigConfigSink(_EagerSink):

@@ -113,6 +113,54 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 
+
+def mig_resource_name(profile: str) -> str:
+    """The mixed-strategy resource of a profile: ``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+# -- Kubernetes Dynamic Resource Allocation (resource.k8s.io/v1) and NVIDIA's DRA driver --------
+
+DRA_API = "/apis/resource.k8s.io/v1"
+DRA_DRIVER = "gpu.nvidia.com"
+"""The driver name of NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu): the driver of
+its ResourceSlices and of the devices it allocates, and the domain of its device attributes."""
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+"""NVIDIA's DeviceClass of MIG devices (``type == 'mig'``; no profile, no extendedResourceName)."""
+GPU_DEVICE_CLASS = "gpu.nvidia.com"
+"""NVIDIA's DeviceClass of whole GPUs (``type == 'gpu'``; extendedResourceName nvidia.com/gpu)."""
+DRA_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+"""The standard device attribute of a device's PCI bus id (the parent GPU's, for MIG devices)."""
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+"""On the ResourceClaim kube-scheduler creates for a pod's extended resources served by DRA
+(KEP-5004), value ``"true"``."""
+MIG_DEVICE_CLASS_PREFIX = "migslice-mig-"
+"""migslice's own DeviceClasses, one per MIG profile (:func:`mig_device_class`)."""
+
+
+def mig_device_class(profile: str) -> str:
+    """migslice's DeviceClass of one MIG profile: ``1g.10gb`` -> ``migslice-mig-1g.10gb``,
+    ``1g.10gb+me`` -> ``migslice-mig-1g.10gb.me``, ``1g.24gb-me`` -> ``migslice-mig-1g.24gb-me``.
+
+    The profile is written as in the device plugin's resource name (``+`` -> ``.``), so the
+    class of ``nvidia.com/mig-<x>`` is ``migslice-mig-<x>`` and carries that resource as its
+    ``extendedResourceName``. It is a valid DeviceClass name (a DNS subdomain: dots are
+    allowed, ``+`` is not); writing dots and ``+`` alike as ``-`` would give ``1g.24gb+me``
+    and ``1g.24gb-me`` (both RTX PRO 6000 profiles) the same name."""
+    return MIG_DEVICE_CLASS_PREFIX + profile.replace("+", ".")
+
+
+def profile_of_device_class(name: str) -> str | None:
+    """The MIG profile of a :func:`mig_device_class` name, else None."""
+    if not name.startswith(MIG_DEVICE_CLASS_PREFIX):
+        return None
+    profile = name[len(MIG_DEVICE_CLASS_PREFIX) :]
+    for attribute in (".me.all", ".me", ".gfx"):
+        if profile.endswith(attribute):
+            return profile[: -len(attribute)] + "+" + attribute[1:]
+    return profile or None
+
+
 # -- the NVIDIA device plugin as the GPU Operator deploys it ------------------------------------
 
 DEVICE_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"

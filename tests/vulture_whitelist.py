@@ -101,3 +101,8 @@ _.cycles  # SampleTally, serialised whole by bench.packing.packing
 _.calls
 _.left_pending
 _.next_start  # sampling.Window, read by tests
+MIG_DEVICE_CLASS  # names.py: NVIDIA's DeviceClasses, stable names (docs/dra.md)
+GPU_DEVICE_CLASS
+mig_device_class  # names.py: migslice's per-profile DeviceClass scheme, for the webhook
+profile_of_device_class
+_.reserved_for  # ResourceClaim status.reservedFor, read by tests and docs/dra.md

@@ -1,6 +1,7 @@
 """A cluster inventory that is kept up to date one event at a time.
 
-:class:`ClusterIndex` holds the projected Nodes and Pods of a cluster and, per node, a value
+:class:`ClusterIndex` holds the projected Nodes and Pods of a cluster (and, for DRA nodes, the
+``gpu.nvidia.com`` ResourceSlices, the ResourceClaims and the DeviceClasses) and, per node, a value
 derived from its :class:`NodeState` by a caller-given function (the extender derives the
 per-profile free counts and scores it answers from; the webhook can keep the state itself).
 A node's value is derived once per change: a change drops the values of the nodes it touches
@@ -9,8 +10,10 @@ those (the extender's watches call it as each event arrives, so a request reads 
 value), :meth:`derive_pending` every missing one at once (the extender calls it when its
 lists are all in, so start-up derives each node once, not once per list), and :meth:`get`
 derives a missing one on first use. A node's layout (:func:`node_layout`, from its facts and
-the mig-parted configs) is kept while only its pods change. A watch event thus costs one
-node's work.
+the mig-parted configs) is kept while only its pods change, a DRA node's pool
+(:func:`migslice.objects.dra_pool.read_pool`) while only its claims and pods do. A watch event
+thus costs one node's work: a slice touches its node, a claim the nodes its allocation names
+and those of the pods that use it; a DeviceClass touches every DRA node.
 Listeners (:meth:`subscribe`) hear the name of every node whose value was dropped (None: all
 of them), after the drop, so caches built on derived values stay exact.
 
@@ -26,11 +29,17 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
+from migslice.inventory.dra import DraInputs
 from migslice.inventory.layouts import NodeLayout, NodeState, node_layout, resolve_node
 from migslice.mig import CATALOG, Catalog
 from migslice.mig.migparted import MigPartedEntry
-from migslice.objects.nodes import NodeFacts
-from migslice.objects.pods import PodFacts
+from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.device_classes import DeviceClassFacts, device_class_facts_from_raw
+from migslice.objects.dra_pool import DraPool, read_pool
+from migslice.objects.nodes import NodeFacts, node_facts_from_raw
+from migslice.objects.pods import PodFacts, pod_facts_from_raw
+from migslice.objects.resource_claims import ClaimFacts, claim_facts_from_raw
+from migslice.objects.resource_slices import SliceFacts, slice_facts_from_raw
 
 V = TypeVar("V")
 #: Nodes whose inputs :meth:`ClusterIndex.derive_pending` copies per hold of the lock.
@@ -54,6 +63,15 @@ class ClusterIndex(Generic[V]):
         self._layouts: dict[str, tuple[NodeFacts, MigConfigs, NodeLayout]] = {}
         self._mig_configs: MigConfigs = {}
         self._listeners: list[Callable[[str | None], None]] = []
+        # DRA: slices by node, the pool read from them (kept until they change), claims by key
+        # and by the pools their allocations name, the pods that use each claim, the classes.
+        self._slices: dict[str, dict[str, SliceFacts]] = {}
+        self._slice_nodes: dict[str, str] = {}
+        self._pools: dict[str, DraPool] = {}
+        self._claims: dict[str, ClaimFacts] = {}
+        self._claims_by_pool: dict[str, dict[str, ClaimFacts]] = {}
+        self._pods_by_claim: dict[str, set[str]] = {}
+        self._classes: dict[str, DeviceClassFacts] = {}
 
     def subscribe(self, listener: Callable[[str | None], None]) -> None:
         """Call ``listener(name)`` after a node's derived value is dropped, ``None`` for all."""
@@ -117,20 +135,27 @@ class ClusterIndex(Generic[V]):
             with self._lock:
                 configs = self._mig_configs
                 inputs = [
-                    (name, facts, self._pods_on(name))
+                    (name, facts, self._pods_on(name), self._dra_inputs(name))
                     for name in missing[start : start + DERIVE_BATCH]
                     if name not in self._derived and (facts := self._nodes.get(name)) is not None
                 ]
             values = [
-                (name, facts, pods, self._derive(self._resolve_with(facts, pods, configs)))
-                for name, facts, pods in inputs
+                (
+                    name,
+                    facts,
+                    pods,
+                    dra,
+                    self._derive(self._resolve_with(facts, pods, configs, dra)),
+                )
+                for name, facts, pods, dra in inputs
             ]
             with self._lock:
-                for name, facts, pods, value in values:
+                for name, facts, pods, dra, value in values:
                     unchanged = (
                         self._nodes.get(name) is facts
                         and self._mig_configs is configs
                         and self._pods_on(name) == pods
+                        and self._dra_inputs(name) == dra
                     )
                     if unchanged and name not in self._derived:
                         self._derived[name] = value
@@ -162,6 +187,7 @@ class ClusterIndex(Generic[V]):
         with self._lock:
             self._pods = {pod.key: pod for pod in pods}
             self._pods_by_node = {}
+            self._pods_by_claim = {}
             for pod in self._pods.values():
                 self._link(pod)
             self._drop_all()
@@ -197,12 +223,113 @@ class ClusterIndex(Generic[V]):
             self._layouts = {}
             self._drop_all()
 
+    def load_objects(self, objects: ClusterObjects) -> None:
+        """Fill the index from a cluster file's objects: Nodes, Pods (one with
+        ``spec.nodeName`` is bound) and the DRA objects."""
+        self.replace_nodes(node_facts_from_raw(raw) for raw in objects.nodes)
+        self.replace_pods(p for p in map(pod_facts_from_raw, objects.pods) if p is not None)
+        self.load_dra(objects)
+
+    def load_dra(self, objects: ClusterObjects) -> None:
+        """Take a cluster file's ResourceSlices, ResourceClaims and DeviceClasses."""
+        self.replace_slices(s for s in map(slice_facts_from_raw, objects.resource_slices) if s)
+        self.replace_claims(c for c in map(claim_facts_from_raw, objects.resource_claims) if c)
+        found = map(device_class_facts_from_raw, objects.device_classes)
+        self.replace_classes(c for c in found if c is not None)
+
+    def replace_slices(self, slices: Iterable[SliceFacts]) -> None:
+        with self._lock:
+            self._slices, self._slice_nodes, self._pools = {}, {}, {}
+            for facts in slices:
+                self._slices.setdefault(facts.node_name, {})[facts.name] = facts
+                self._slice_nodes[facts.name] = facts.node_name
+            self._drop_all()
+
+    def upsert_slice(self, facts: SliceFacts) -> tuple[str, ...]:
+        """Keep ``facts``; the names of the nodes to derive again (the slice's)."""
+        with self._lock:
+            touched = {facts.node_name, *self._forget_slice(facts.name)}
+            self._slices.setdefault(facts.node_name, {})[facts.name] = facts
+            self._slice_nodes[facts.name] = facts.node_name
+            for name in touched:
+                self._pools.pop(name, None)
+                self._drop(name)
+            return tuple(sorted(touched))
+
+    def delete_slice(self, name: str) -> tuple[str, ...]:
+        with self._lock:
+            touched = self._forget_slice(name)
+            for node in touched:
+                self._pools.pop(node, None)
+                self._drop(node)
+            return touched
+
+    def replace_claims(self, claims: Iterable[ClaimFacts]) -> None:
+        with self._lock:
+            self._claims = {claim.key: claim for claim in claims}
+            self._claims_by_pool = {}
+            for claim in self._claims.values():
+                for pool, _ in claim.devices:
+                    self._claims_by_pool.setdefault(pool, {})[claim.key] = claim
+            self._drop_all()
+
+    def upsert_claim(self, claim: ClaimFacts) -> tuple[str, ...]:
+        """Keep ``claim``; the nodes to derive again: those its old and new allocations name
+        and those of the pods that use it."""
+        with self._lock:
+            old = self._claims.get(claim.key)
+            if old == claim:
+                return ()
+            touched = self._unlink_claim(old)
+            self._claims[claim.key] = claim
+            for pool, _ in claim.devices:
+                self._claims_by_pool.setdefault(pool, {})[claim.key] = claim
+                touched.add(pool)
+            touched |= self._claim_users(claim.key)
+            return self._drop_nodes(touched)
+
+    def delete_claim(self, key: str) -> tuple[str, ...]:
+        with self._lock:
+            touched = self._unlink_claim(self._claims.pop(key, None))
+            touched |= self._claim_users(key)
+            return self._drop_nodes(touched)
+
+    def replace_classes(self, classes: Iterable[DeviceClassFacts]) -> None:
+        with self._lock:
+            self._classes = {found.name: found for found in classes}
+            self._drop_all()
+
+    def upsert_class(self, found: DeviceClassFacts) -> tuple[str, ...]:
+        """Keep the class; every DRA node is derived again (what claims ask may change)."""
+        with self._lock:
+            if self._classes.get(found.name) == found:
+                return ()
+            self._classes = {**self._classes, found.name: found}
+            return self._drop_nodes(set(self._slices))
+
+    def delete_class(self, name: str) -> tuple[str, ...]:
+        with self._lock:
+            if name not in self._classes:
+                return ()
+            self._classes = {k: v for k, v in self._classes.items() if k != name}
+            return self._drop_nodes(set(self._slices))
+
+    @property
+    def classes(self) -> Mapping[str, DeviceClassFacts]:
+        """The DeviceClasses by name (a value replaced, never changed, on each change)."""
+        return self._classes
+
+    def claim(self, key: str) -> ClaimFacts | None:
+        return self._claims.get(key)
+
     # -- internals ----------------------------------------------------------------------------
 
     def _link(self, pod: PodFacts) -> None:
         node = pod.holding_node
         if node is not None:
             self._pods_by_node.setdefault(node, {})[pod.key] = pod
+            for claim in pod.claims:
+                self._pods_by_claim.setdefault(claim, set()).add(pod.key)
 
     def _unlink(self, pod: PodFacts | None) -> str | None:
         if pod is None or pod.holding_node is None:
@@ -212,17 +339,86 @@ class ClusterIndex(Generic[V]):
             on_node.pop(pod.key, None)
             if not on_node:
                 del self._pods_by_node[pod.holding_node]
+        for claim in pod.claims:
+            users = self._pods_by_claim.get(claim)
+            if users is not None:
+                users.discard(pod.key)
+                if not users:
+                    del self._pods_by_claim[claim]
         return pod.holding_node
+
+    def _forget_slice(self, name: str) -> tuple[str, ...]:
+        node = self._slice_nodes.pop(name, None)
+        if node is None:
+            return ()
+        on_node = self._slices.get(node)
+        if on_node is not None:
+            on_node.pop(name, None)
+            if not on_node:
+                del self._slices[node]
+        return (node,)
+
+    def _unlink_claim(self, claim: ClaimFacts | None) -> set[str]:
+        touched: set[str] = set()
+        if claim is None:
+            return touched
+        for pool, _ in claim.devices:
+            in_pool = self._claims_by_pool.get(pool)
+            if in_pool is not None:
+                in_pool.pop(claim.key, None)
+                if not in_pool:
+                    del self._claims_by_pool[pool]
+            touched.add(pool)
+        return touched
+
+    def _claim_users(self, key: str) -> set[str]:
+        """The nodes of the pods that use claim ``key``."""
+        nodes: set[str] = set()
+        for pod_key in self._pods_by_claim.get(key, ()):
+            pod = self._pods.get(pod_key)
+            if pod is not None and pod.holding_node is not None:
+                nodes.add(pod.holding_node)
+        return nodes
+
+    def _drop_nodes(self, names: set[str]) -> tuple[str, ...]:
+        touched = tuple(sorted(name for name in names if name))
+        for name in touched:
+            self._drop(name)
+        return touched
+
+    def _dra_inputs(self, name: str) -> DraInputs | None:
+        """The DRA inputs of node ``name`` (the caller holds the lock), None when no
+        ``gpu.nvidia.com`` slice names it."""
+        slices = self._slices.get(name)
+        if not slices:
+            return None
+        pool = self._pools.get(name)
+        if pool is None:
+            pool = self._pools[name] = read_pool(name, slices.values(), self._catalog)
+        allocated = tuple(self._claims_by_pool.get(name, {}).values())
+        used = {
+            key: claim
+            for pod in self._pods_by_node.get(name, {}).values()
+            for key in pod.claims
+            if (claim := self._claims.get(key)) is not None
+        }
+        return DraInputs(pool, allocated, used, self._classes)
 
     def _pods_on(self, name: str) -> tuple[PodFacts, ...]:
         return tuple(self._pods_by_node.get(name, {}).values())
 
     def _resolve(self, facts: NodeFacts) -> NodeState:
-        pods = self._pods_by_node.get(facts.name, {}).values()
-        return self._resolve_with(facts, pods, self._mig_configs)
+        with self._lock:
+            pods = tuple(self._pods_by_node.get(facts.name, {}).values())
+            dra = self._dra_inputs(facts.name)
+        return self._resolve_with(facts, pods, self._mig_configs, dra)
 
     def _resolve_with(
-        self, facts: NodeFacts, pods: Iterable[PodFacts], configs: MigConfigs
+        self,
+        facts: NodeFacts,
+        pods: Iterable[PodFacts],
+        configs: MigConfigs,
+        dra: DraInputs | None = None,
     ) -> NodeState:
         kept = self._layouts.get(facts.name)  # checked by identity: no lock needed
         if kept is not None and kept[0] is facts and kept[1] is configs:
@@ -231,7 +427,7 @@ class ClusterIndex(Generic[V]):
             layout = node_layout(facts, configs, catalog=self._catalog)
             if self._nodes.get(facts.name) is facts:  # not a node given from outside
                 self._layouts[facts.name] = (facts, configs, layout)
-        return resolve_node(facts, pods, configs, catalog=self._catalog, layout=layout)
+        return resolve_node(facts, pods, configs, catalog=self._catalog, layout=layout, dra=dra)
 
     def _derive_missing(self, name: str) -> V | None:
         """The node's derived value, derived now if missing (the caller holds the lock)."""

@@ -28,13 +28,14 @@ inventory assumes what the extender steers pods towards.
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from migslice.inventory.dra import DraInputs, resolve_dra
 from migslice.inventory.picking import Occupancy, best_free_instance, held_slices
+from migslice.inventory.state import GpuState, LayoutSource, NodeState, mig_resource
 from migslice.mig import (
     CATALOG,
     MIG_RESOURCE_PREFIX,
@@ -48,75 +49,15 @@ from migslice.mig import (
     violations,
 )
 from migslice.mig.migparted import MigPartedEntry, gpu_pci_ids, per_gpu_counts
+from migslice.objects.dra_pool import DraMode
 from migslice.objects.nodes import NodeFacts
+from migslice.objects.pod_gpus import is_gpu_resource
 from migslice.objects.pods import PodFacts
 from migslice.whynot import WhyNot
 
+__all__ = ["GpuState", "LayoutSource", "NodeState", "mig_resource"]
+
 MIG_OK_STATES = frozenset({"success"})
-
-
-class LayoutSource(enum.StrEnum):
-    AGENT = "agent"
-    MIG_PARTED = "mig-parted"
-    COUNTS = "counts"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuState:
-    """One GPU: MIG on or off, its instances, and which of them pods hold.
-
-    ``held`` runs parallel to ``instances``. A GPU with MIG off has no instances; ``whole_held``
-    says whether a pod holds it as ``nvidia.com/gpu``.
-    """
-
-    index: int
-    mig_enabled: bool
-    instances: tuple[Placed, ...] = ()
-    held: tuple[bool, ...] = ()
-    whole_held: bool = False
-
-    @property
-    def held_slices(self) -> int:
-        return sum(p.size for p, h in zip(self.instances, self.held, strict=True) if h)
-
-    @property
-    def is_idle(self) -> bool:
-        """No pod holds any part of it: the GPU could be re-partitioned."""
-        return not self.whole_held and not any(self.held)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeState:
-    """A node as placement sees it: facts, model, per-GPU layouts and free counts."""
-
-    facts: NodeFacts
-    model: GpuModel | None
-    source: LayoutSource
-    gpus: tuple[GpuState, ...]
-    allocated: tuple[tuple[str, int], ...]
-    free: tuple[tuple[str, int], ...]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return self.facts.name
-
-    def free_of(self, resource: str) -> int:
-        for name, count in self.free:
-            if name == resource:
-                return count
-        return 0
-
-    def allocated_of(self, resource: str) -> int:
-        for name, count in self.allocated:
-            if name == resource:
-                return count
-        return 0
-
-
-def mig_resource(profile_name: str) -> str:
-    """Mixed-strategy resource of a profile (``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``)."""
-    return MIG_RESOURCE_PREFIX + profile_name.replace("+", ".")
 
 
 def resource_names(model: GpuModel) -> dict[str, str]:
@@ -196,11 +137,17 @@ def resolve_node(
     *,
     catalog: Catalog = CATALOG,
     layout: NodeLayout | None = None,
+    dra: DraInputs | None = None,
 ) -> NodeState:
     """Build a node's :class:`NodeState` from its facts and the pods that hold resources on it
-    (``layout``: the node's :func:`node_layout` of the same facts and configs, if kept)."""
+    (``layout``: the node's :func:`node_layout` of the same facts and configs, if kept;
+    ``dra``: its ``gpu.nvidia.com`` pool and claims when NVIDIA's DRA driver publishes it)."""
+    if dra is not None and not serves_through_device_plugin(facts):
+        return _dra_state(facts, pods, dra)
     if layout is None:
         layout = node_layout(facts, mig_configs, catalog=catalog)
+    if dra is not None:
+        layout = _with_note(layout, DEVICE_PLUGIN_WINS)
     allocated_counter: Counter[str] = Counter()
     for pod in pods:
         for resource, count in pod.requests:
@@ -214,6 +161,44 @@ def resolve_node(
         return NodeState(facts, model, LayoutSource.COUNTS, (), allocated, free, layout.notes)
     held = _assign_held(model, gpus, layout.busy, allocated_counter)
     return NodeState(facts, model, layout.source, held, allocated, free, layout.notes)
+
+
+DEVICE_PLUGIN_WINS = (
+    "DRA ResourceSlices of gpu.nvidia.com not used: the node's allocatable has NVIDIA "
+    "device-plugin GPU resources, which kube-scheduler serves from the device plugin (KEP-5004), "
+    "and both on one node would hand out the same GPUs"
+)
+
+
+def serves_through_device_plugin(facts: NodeFacts) -> bool:
+    """Whether the node's allocatable has NVIDIA device-plugin GPU resources (whole, shared or
+    MIG). kube-scheduler serves an extended resource from the device plugin on a node whose
+    allocatable has it, and from DRA only where it does not (KEP-5004,
+    ``extendeddynamicresources.go``); migslice reads such a node as a device-plugin node even
+    when the DRA driver publishes slices for it too."""
+    return any(count > 0 and is_gpu_resource(resource) for resource, count in facts.allocatable)
+
+
+def _dra_state(facts: NodeFacts, pods: Iterable[PodFacts], dra: DraInputs) -> NodeState:
+    resolved = resolve_dra(pods, dra)
+    pool = dra.pool
+    source = LayoutSource.DRA_DYNAMIC if pool.mode is DraMode.DYNAMIC else LayoutSource.DRA_STATIC
+    notes = (*facts.problems, *resolved.notes)
+    return NodeState(
+        facts,
+        pool.model,
+        source,
+        resolved.gpus,
+        resolved.allocated,
+        resolved.free,
+        notes,
+        resolved.view,
+    )
+
+
+def _with_note(layout: NodeLayout, note: str) -> NodeLayout:
+    notes = (*layout.notes, note)
+    return NodeLayout(layout.model, layout.source, layout.gpus, layout.busy, notes)
 
 
 def _mig_counts_from_allocatable(facts: NodeFacts, model: GpuModel) -> Counter[str]:

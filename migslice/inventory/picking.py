@@ -21,12 +21,24 @@ from dataclasses import dataclass, field
 
 from migslice.mig import Placed
 
+MAX_SCORE = 10
+MIN_SCORE = 0
+"""Scores run from 0 (the node cannot take the pod) to 10."""
+
 
 def gpu_unit_score(held_after: int, memory_slices: int, *, in_use: bool, node_in_use: bool) -> int:
     """The score of one unit placed on a GPU (see the module docstring)."""
     if in_use:
         return 6 + (4 * held_after) // memory_slices
     return 1 + (3 * held_after) // memory_slices + (1 if node_in_use else 0)
+
+
+def node_level_score(held_after: int, total: int) -> int:
+    """The score of a node known only by counts, or of whole GPUs: ``1 + floor(9 u' / U)``
+    with ``u'`` what pods hold after the placement and ``U`` the node's total."""
+    if total <= 0:
+        return MIN_SCORE
+    return min(MAX_SCORE, 1 + (9 * min(held_after, total)) // total)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ device id. A model the catalog does not know can be built from NVML-reported pro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -158,6 +159,19 @@ class Catalog:
     def by_product(self, product_label: str) -> GpuModel | None:
         """Model for a ``nvidia.com/gpu.product`` label value (``-SHARED``/``-MIG-..`` dropped)."""
         return self.find(strip_product_suffix(product_label))
+
+
+def product_label_of(nvml_name: str) -> str:
+    """The GPU Feature Discovery product label of an NVML device name: ``NVIDIA A100-SXM4-80GB``
+    -> ``NVIDIA-A100-SXM4-80GB``, ``NVIDIA H100 80GB HBM3`` -> ``NVIDIA-H100-80GB-HBM3``.
+
+    GFD splits the name at whitespace, removes every character outside ``[A-Za-z0-9-_.]`` from
+    each part and joins the parts with ``-`` (NVIDIA/k8s-device-plugin ``internal/lm/
+    resource.go``, ``getProductName`` and ``sanitise``). NVIDIA's DRA driver publishes the NVML
+    name itself as the ``productName`` attribute (``cmd/gpu-kubelet-plugin/nvlib.go``), so a
+    DRA device finds its model by the same key as a device-plugin node's label."""
+    parts = (re.sub(r"[^A-Za-z0-9_.-]", "", part) for part in nvml_name.split())
+    return "-".join(part for part in parts if part)
 
 
 def strip_product_suffix(product_label: str) -> str:

@@ -1,4 +1,5 @@
-"""Cluster files: a YAML stream of Kubernetes objects (Node, Pod, TenantPolicy, ConfigMap).
+"""Cluster files: a YAML stream of Kubernetes objects (Node, Pod, TenantPolicy, ConfigMap, and
+the DRA objects ResourceSlice, ResourceClaim, DeviceClass).
 
 Used by the standalone servers (``--cluster-file``), the demo, ``migslice plan``, tests and
 benchmarks in place of a live API server. A Pod with ``spec.nodeName`` is bound. A Pod not
@@ -32,6 +33,9 @@ class ClusterObjects:
     pods: tuple[RawObject, ...] = ()
     tenant_policies: tuple[RawObject, ...] = ()
     config_maps: tuple[RawObject, ...] = ()
+    resource_slices: tuple[RawObject, ...] = ()
+    resource_claims: tuple[RawObject, ...] = ()
+    device_classes: tuple[RawObject, ...] = ()
     others: tuple[RawObject, ...] = field(default=())
 
     def config_map(self, namespace: str, name: str) -> RawObject | None:
@@ -50,6 +54,9 @@ _KINDS = {
     "Pod": "pods",
     "TenantPolicy": "tenant_policies",
     "ConfigMap": "config_maps",
+    "ResourceSlice": "resource_slices",
+    "ResourceClaim": "resource_claims",
+    "DeviceClass": "device_classes",
 }
 
 

@@ -107,6 +107,55 @@ def _product_values(term: JsonObject) -> set[str] | None:
     return values
 
 
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    """The ResourceClaims a pod uses, by ``namespace/name``: those its ``spec.resourceClaims``
+    name (``resourceClaimName``, or for a ``resourceClaimTemplateName`` the claim the
+    resourceclaim controller made, from ``status.resourceClaimStatuses``) and the one
+    kube-scheduler made for its extended resources served by DRA
+    (``status.extendedResourceClaimStatus``). ``waiting``: the pod's claim names whose claim
+    does not exist yet (the controller has not made it)."""
+
+    keys: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+
+
+def pod_claims(raw_pod: RawPod) -> PodClaims:
+    spec = mapping(raw_pod.get("spec"))
+    status = mapping(raw_pod.get("status"))
+    namespace = mapping(raw_pod.get("metadata")).get("namespace") or "default"
+    made: dict[str, str | None] = {}
+    for raw in items(status.get("resourceClaimStatuses")):
+        entry = mapping(raw)
+        name = entry.get("name")
+        if isinstance(name, str):
+            claim = entry.get("resourceClaimName")
+            made[name] = claim if isinstance(claim, str) and claim else None
+    keys: list[str] = []
+    waiting: list[str] = []
+    for raw in items(spec.get("resourceClaims")):
+        entry = mapping(raw)
+        name = entry.get("name")
+        claim = entry.get("resourceClaimName")
+        if isinstance(claim, str) and claim:
+            keys.append(f"{namespace}/{claim}")
+        elif isinstance(name, str) and entry.get("resourceClaimTemplateName"):
+            if name not in made:
+                waiting.append(name)
+            elif (made_name := made[name]) is not None:
+                keys.append(f"{namespace}/{made_name}")
+    extended = mapping(status.get("extendedResourceClaimStatus")).get("resourceClaimName")
+    if isinstance(extended, str) and extended:
+        keys.append(f"{namespace}/{extended}")
+    return PodClaims(tuple(dict.fromkeys(keys)), tuple(waiting))
+
+
+def has_resource_claims(raw_pod: RawPod) -> bool:
+    """Whether the pod names ResourceClaims (its spec, not yet what became of them)."""
+    spec = raw_pod.get("spec")
+    return isinstance(spec, Mapping) and bool(items(spec.get("resourceClaims")))
+
+
 # -- the projection the placement caches keep --------------------------------------------------
 
 
@@ -124,6 +173,8 @@ class PodFacts:
     node_name: str | None
     nominated_node_name: str | None
     requests: Requests
+    claims: tuple[str, ...] = ()
+    """The ``namespace/name`` of the ResourceClaims it uses (:func:`pod_claims`)."""
 
     @property
     def holding_node(self) -> str | None:
@@ -136,20 +187,23 @@ class PodFacts:
 
 
 def pod_facts_from_raw(raw_pod: RawPod) -> PodFacts | None:
-    """Project a raw Pod for the cache; None when it holds no GPU resource anywhere."""
+    """Project a raw Pod for the cache; None when it holds no GPU resource and no
+    ResourceClaim anywhere."""
     if is_terminal(raw_pod):
         return None
     node_name, nominated = bound_node_of(raw_pod), nominated_node_of(raw_pod)
     if node_name is None and nominated is None:
         return None
     requests = gpu_requests(raw_pod)
-    if not requests:
+    claims = pod_claims(raw_pod).keys if has_resource_claims(raw_pod) or requests else ()
+    if not requests and not claims:
         return None
     return PodFacts(
         key=pod_key(raw_pod),
         node_name=None if node_name is None else sys.intern(node_name),
         nominated_node_name=None if nominated is None else sys.intern(nominated),
         requests=requests,
+        claims=claims,
     )
 
 

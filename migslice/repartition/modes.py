@@ -1,17 +1,32 @@
 """Which path re-shapes a node's GPUs: MIG Manager (idle GPUs, whole-GPU configs) or carve
-mode (the node agent creates and destroys single instances next to running ones).
+mode (the node agent creates and destroys single instances next to running ones), or none.
 
 A node's mode is its label ``migslice.io/repartition-mode`` (``carve`` or ``mig-manager``),
 else the controller's default. The two paths never act on one node: the MIG Manager planner
 leaves carve-mode nodes alone (and never labels them ``nvidia.com/mig.config``), the carve
 planner leaves MIG Manager nodes alone (and never writes ``migslice.io/carve`` on them).
+
+Neither path touches a node whose GPUs NVIDIA's DRA driver publishes (:func:`dra_exclusion`,
+whatever its mode label says).
 """
 
 from __future__ import annotations
 
+from migslice.inventory import NodeState
 from migslice.names import MODE_MIG_MANAGER, REPARTITION_MODE_LABEL, REPARTITION_MODES
+from migslice.objects.dra_pool import DraMode, PoolState
 from migslice.objects.nodes import NodeFacts
 from migslice.whynot import WhyNot
+
+DRA_DYNAMIC = (
+    "a DRA DynamicMIG node: NVIDIA's DRA driver creates each MIG instance when a claim is "
+    "prepared, so there is no layout to change"
+)
+DRA_STATIC = (
+    "a DRA static-MIG node: NVIDIA's DRA driver reads the MIG layout only when it starts, so a "
+    "MIG Manager or carve change would leave its ResourceSlices stale until its kubelet plugin "
+    "restarts, which migslice does not do"
+)
 
 
 def mode_of(facts: NodeFacts, default: str = MODE_MIG_MANAGER) -> str | WhyNot:
@@ -26,3 +41,19 @@ def mode_of(facts: NodeFacts, default: str = MODE_MIG_MANAGER) -> str | WhyNot:
         f"label {REPARTITION_MODE_LABEL}={label!r}; expected one of "
         f"{', '.join(REPARTITION_MODES)} (or no label for the controller's default)",
     )
+
+
+def dra_exclusion(node: NodeState) -> WhyNot | None:
+    """Why neither path may re-shape the node's GPUs because NVIDIA's DRA driver owns them
+    (its pool read, whatever its state); None for a device-plugin node."""
+    dra = node.dra
+    if dra is None:
+        return None
+    if dra.pool.state is not PoolState.READY:
+        return WhyNot(
+            "dra",
+            f"a DRA node (ResourceSlices {dra.pool.state}); migslice does not re-partition it",
+        )
+    if dra.mode is DraMode.DYNAMIC:
+        return WhyNot("dra-dynamic", DRA_DYNAMIC)
+    return WhyNot("dra-static", DRA_STATIC)

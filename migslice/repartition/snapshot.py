@@ -31,12 +31,17 @@ def node_states(
     raw_nodes: Iterable[JsonObject],
     raw_pods: Iterable[JsonObject],
     configs: MigConfigs,
+    *,
+    dra: ClusterObjects | None = None,
 ) -> tuple[NodeState, ...]:
-    """Every node's state, as the extender's index resolves it, sorted by name."""
+    """Every node's state, as the extender's index resolves it, sorted by name (``dra``: a
+    cluster file's ResourceSlices, ResourceClaims and DeviceClasses)."""
     index: ClusterIndex[NodeState] = ClusterIndex(lambda state: state, CATALOG)
     index.set_mig_configs(configs)
     index.replace_nodes(node_facts_from_raw(raw) for raw in raw_nodes)
     index.replace_pods(p for p in (pod_facts_from_raw(raw) for raw in raw_pods) if p)
+    if dra is not None:
+        index.load_dra(dra)
     states = (index.get(name) for name in sorted(index.node_names()))
     return tuple(state for state in states if state is not None)
 
@@ -53,7 +58,7 @@ def snapshot_from_objects(
     file = read_config_map(objects.config_map(*config_map), key)
     now = datetime.datetime.fromtimestamp(now_s, datetime.UTC)
     return Snapshot(
-        nodes=node_states(objects.nodes, objects.pods, file.configs),
+        nodes=node_states(objects.nodes, objects.pods, file.configs, dra=objects),
         pending=tuple(pending_pods(objects.pods, now, scheduler_name)),
         file=file,
     )

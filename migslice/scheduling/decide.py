@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from migslice.scheduling import reasons
 from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind
+from migslice.scheduling.dra_placement import dra_demand_score, dra_units_fit
 from migslice.scheduling.fragmentation import MIN_SCORE, score_units
 from migslice.scheduling.prepared import PreparedNode
 
@@ -47,10 +48,14 @@ def check_node(demand: PodDemand, node: PreparedNode | None) -> Verdict:
         return UNKNOWN
     if demand.error:
         return Verdict(Outcome.UNRESOLVABLE, reasons.bad_pod(demand.error))
+    if demand.wait:
+        return Verdict(Outcome.FAILED, demand.wait)
     if not demand.units:
         return FITS
     if node.blocked is not None:
         return Verdict(Outcome.UNRESOLVABLE, node.blocked)
+    if node.not_ready is not None:
+        return Verdict(Outcome.FAILED, node.not_ready)
     if demand.products is not None and node.product not in demand.products:
         return Verdict(Outcome.UNRESOLVABLE, reasons.product_excluded(node.product or "none"))
     failed: Verdict | None = None
@@ -60,11 +65,25 @@ def check_node(demand: PodDemand, node: PreparedNode | None) -> Verdict:
             return verdict
         if verdict.outcome is Outcome.FAILED and failed is None:
             failed = verdict
+    if failed is None and node.state.dra is not None and not demand.is_single_unit:
+        # Counts are per resource; on a DRA node the units must also fit together, one after
+        # the other where the allocator's first fit puts each (a DynamicMIG GPU's placements
+        # overlap).
+        if not dra_units_fit(node.state, demand.units):
+            first = demand.units[0]
+            reason = (
+                reasons.ALL_WHOLE_GPUS_IN_USE
+                if first.profile is None
+                else reasons.all_in_use(first.profile)
+            )
+            return Verdict(Outcome.FAILED, reason)
     return failed or FITS
 
 
 def _check_unit(unit: DemandUnit, node: PreparedNode) -> Verdict:
     resource, count = unit.resource, unit.count
+    if unit.claim and node.claim_reason is not None:
+        return Verdict(Outcome.UNRESOLVABLE, node.claim_reason)
     if unit.kind is UnitKind.WHOLE_GPU:
         total = node.allocatable.get(resource, 0)
         if total == 0:
@@ -100,6 +119,8 @@ def _one_unit_fits(unit: DemandUnit, demand: PodDemand, node: PreparedNode) -> b
     MIG is off has no free MIG unit). A property test holds the two equal."""
     return (
         node.blocked is None
+        and node.not_ready is None
+        and (not unit.claim or node.claim_reason is None)
         and (demand.products is None or node.product in demand.products)
         and (
             unit.kind is not UnitKind.MIG
@@ -122,7 +143,7 @@ def filter_nodes(
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     seen: set[str] = set()
-    unit = demand.units[0] if demand.is_single_unit and not demand.error else None
+    unit = demand.units[0] if demand.is_single_unit and not (demand.error or demand.wait) else None
     for name, node in candidates:
         if name in seen:
             continue
@@ -142,7 +163,7 @@ def filter_nodes(
 
 def score_node(demand: PodDemand, node: PreparedNode | None) -> int:
     """The pod's fragmentation score on ``node``, 0..10 (0: the node cannot take it)."""
-    if node is None or not demand.units or demand.error:
+    if node is None or not demand.units or demand.error or demand.wait:
         return MIN_SCORE
     if demand.is_single_unit:
         unit = demand.units[0]
@@ -151,6 +172,8 @@ def score_node(demand: PodDemand, node: PreparedNode | None) -> int:
         return node.unit_scores.get(unit.resource, MIN_SCORE)
     if check_node(demand, node).outcome is not Outcome.FITS:
         return MIN_SCORE
+    if node.state.dra is not None:
+        return dra_demand_score(node.state, demand.units)
     return score_units(node.state, tuple((u.resource, u.count) for u in demand.units))
 
 

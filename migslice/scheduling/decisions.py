@@ -35,7 +35,7 @@ from migslice.scheduling.prepared import PreparedNode
 
 R = TypeVar("R")
 V = TypeVar("V")
-DemandKey = tuple[tuple[DemandUnit, ...], frozenset[str] | None, str]
+DemandKey = tuple[tuple[DemandUnit, ...], frozenset[str] | None, str, str]
 MAX_DEMANDS = 64
 """Distinct demands kept (GPU units x product constraints; a cluster has a few dozen at most),
 each up to a verdict and a score per node (about 1.5 MB at 5,000 nodes); the oldest goes
@@ -48,7 +48,7 @@ NO_FIT = -1
 
 def demand_key(demand: PodDemand) -> DemandKey:
     """What a verdict or score depends on besides the node: not the pod's name."""
-    return (demand.units, demand.products, demand.error)
+    return (demand.units, demand.products, demand.error, demand.wait)
 
 
 @dataclass(slots=True)

@@ -1,16 +1,26 @@
-"""What a pod asks of the GPU side of a node."""
+"""What a pod asks of the GPU side of a node: its extended resources (``nvidia.com/mig-*``,
+``nvidia.com/gpu``) and, through :func:`with_claims`, its ResourceClaims' requests of NVIDIA's
+DRA devices."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import orjson
 
+from migslice.inventory.first_fit import Wanted, wanted_of
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, profile_from_resource
+from migslice.mig.catalog import product_label_of
+from migslice.names import mig_resource_name
+from migslice.objects.device_classes import DeviceClassFacts
 from migslice.objects.json import JsonObject
 from migslice.objects.pod_gpus import read_pod_gpu
-from migslice.objects.pods import pod_key, product_constraint
+from migslice.objects.pods import has_resource_claims, pod_claims, pod_key, product_constraint
+from migslice.objects.resource_claims import ClaimFacts, gpu_asks
+from migslice.objects.resource_slices import DeviceKind
+from migslice.scheduling import reasons
 
 
 class UnitKind(enum.Enum):
@@ -20,12 +30,20 @@ class UnitKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class DemandUnit:
-    """``count`` of one resource: a MIG profile (``profile`` set) or whole GPUs."""
+    """``count`` of one resource: a MIG profile (``profile`` set) or whole GPUs.
+
+    ``claim``: asked through a ResourceClaim, so only a DRA node can serve it (an extended
+    resource is served by the device plugin or, where allocatable lacks it, by DRA).
+    ``select``: the device a claim's selectors pin beyond the profile (a GPU by UUID or PCI
+    bus id, static memory slices), else None. The unit's resource is the profile's
+    ``nvidia.com/mig-*`` name either way, so counts and scores are read alike."""
 
     resource: str
     count: int
     kind: UnitKind
     profile: str | None
+    claim: bool = False
+    select: Wanted | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +59,12 @@ class PodDemand:
     units: tuple[DemandUnit, ...] = ()
     products: frozenset[str] | None = None
     error: str = ""
+    wait: str = ""
+    """Why no node can be judged yet (a claim the pod names is not seen yet): every node fails."""
 
     @property
     def is_single_unit(self) -> bool:
-        return len(self.units) == 1 and self.units[0].count == 1
+        return len(self.units) == 1 and self.units[0].count == 1 and self.units[0].select is None
 
 
 def demand_of(raw_pod: JsonObject) -> PodDemand:
@@ -63,6 +83,67 @@ def demand_of(raw_pod: JsonObject) -> PodDemand:
                 DemandUnit(resource, count, UnitKind.MIG, None if parsed is None else str(parsed))
             )
     return PodDemand(key, tuple(units), product_constraint(raw_pod))
+
+
+def with_claims(
+    demand: PodDemand,
+    raw_pod: JsonObject,
+    claim_of: Callable[[str], ClaimFacts | None],
+    classes: Mapping[str, DeviceClassFacts],
+) -> PodDemand:
+    """``demand`` with the pod's ResourceClaims' requests of NVIDIA's GPUs added.
+
+    An allocated claim adds nothing (its devices are held, and kube-scheduler keeps the pod on
+    the allocation's node); nor does the claim kube-scheduler made for the pod's extended
+    resources (its units are the pod's requests). A claim not seen yet makes every node wait.
+    A claim migslice cannot read (:func:`migslice.objects.resource_claims.gpu_asks`) leaves
+    the claims out: kube-scheduler's own DRA filter, which runs before the extender, decides
+    them. A request's ``productName`` selector narrows the products as a node selector on
+    ``nvidia.com/gpu.product`` does."""
+    if not has_resource_claims(raw_pod):
+        return demand
+    found = pod_claims(raw_pod)
+    if found.waiting:
+        return replace(demand, wait=reasons.CLAIM_NOT_SEEN)
+    units: dict[tuple[str, Wanted | None], DemandUnit] = {}
+    products = demand.products
+    for key in found.keys:
+        claim = claim_of(key)
+        if claim is None:
+            return replace(demand, wait=reasons.CLAIM_NOT_SEEN)
+        if claim.allocated or claim.extended_resource:
+            continue
+        asks = gpu_asks(claim, classes)
+        if asks.unread:
+            return demand
+        for ask in asks.asks:
+            wanted = wanted_of(ask)
+            if wanted is None:
+                return demand
+            if wanted.product is not None:
+                label = frozenset({product_label_of(wanted.product)})
+                products = label if products is None else products & label
+            pinned = wanted.gpu_uuid or wanted.pci_bus_id or wanted.slices
+            select = Wanted(ask.kind, ask.profile, None, *_pins(wanted)) if pinned else None
+            if ask.kind is DeviceKind.GPU:
+                unit = DemandUnit(
+                    WHOLE_GPU_RESOURCE, ask.count, UnitKind.WHOLE_GPU, None, True, select
+                )
+            else:
+                resource = mig_resource_name(ask.profile or "")
+                unit = DemandUnit(resource, ask.count, UnitKind.MIG, ask.profile, True, select)
+            kept = units.get((unit.resource, select))
+            units[(unit.resource, select)] = (
+                unit if kept is None else replace(kept, count=kept.count + unit.count)
+            )
+    if not units and products is demand.products:
+        return demand
+    merged = sorted((*demand.units, *units.values()), key=lambda u: (u.resource, u.claim))
+    return replace(demand, units=tuple(merged), products=products)
+
+
+def _pins(wanted: Wanted) -> tuple[str | None, str | None, int]:
+    return wanted.gpu_uuid, wanted.pci_bus_id, wanted.slices
 
 
 MAX_SHAPES = 1024

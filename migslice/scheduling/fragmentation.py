@@ -31,6 +31,9 @@ GPU left, and scores the worst of its units. Whole-GPU requests (``nvidia.com/gp
 known only by counts (no per-GPU layout, see ``migslice.inventory.layouts``) use the node-level
 best fit ``1 + floor(9 u' / U)``, where ``u'`` is what pods hold after the placement (GPUs, or
 MIG memory slices) and ``U`` the node's total. Equal inputs always give equal scores.
+
+On a DRA node the allocator, not migslice, picks the device: a node scores the GPU its first fit
+lands on (:mod:`migslice.scheduling.dra_placement`).
 """
 
 from __future__ import annotations
@@ -38,17 +41,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from migslice.inventory import NodeState, mig_resource
-from migslice.inventory.picking import Occupancy, best_free_instance, held_slices
+from migslice.inventory.picking import (
+    MAX_SCORE,
+    MIN_SCORE,
+    Occupancy,
+    best_free_instance,
+    held_slices,
+    node_level_score,
+)
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel, Profile
+from migslice.scheduling.dra_placement import dra_mig_score, dra_unit_scores
 
-MAX_SCORE = 10
-MIN_SCORE = 0
-
-
-def node_level_score(held_after: int, total: int) -> int:
-    if total <= 0:
-        return MIN_SCORE
-    return min(MAX_SCORE, 1 + (9 * min(held_after, total)) // total)
+__all__ = ["MAX_SCORE", "MIN_SCORE", "node_level_score", "score_units", "unit_scores"]
 
 
 def score_units(state: NodeState, units: Sequence[tuple[str, int]]) -> int:
@@ -58,10 +62,12 @@ def score_units(state: NodeState, units: Sequence[tuple[str, int]]) -> int:
     whole = sum(c for r, c in units if r == WHOLE_GPU_RESOURCE)
     scores: list[int] = []
     if whole:
-        total = state.facts.allocatable_of(WHOLE_GPU_RESOURCE)
+        total = state.allocatable_of(WHOLE_GPU_RESOURCE)
         scores.append(node_level_score(state.allocated_of(WHOLE_GPU_RESOURCE) + whole, total))
     if mig_units:
-        if model is None or not state.gpus:
+        if state.dra is not None:
+            scores.append(dra_mig_score(state, [(r, c, None) for r, c in mig_units]))
+        elif model is None or not state.gpus:
             scores.append(_counts_score(state, model, mig_units))
         else:
             scores.append(_gpu_score(state, model, mig_units))
@@ -73,6 +79,12 @@ def unit_scores(state: NodeState, resources: Iterable[str]) -> dict[str, int]:
     read once for all of them instead of once each (a node's derive scores every resource it
     has free)."""
     model = state.model
+    if state.dra is not None:
+        wanted = list(resources)
+        found = dra_unit_scores(state, (r for r in wanted if r != WHOLE_GPU_RESOURCE))
+        if WHOLE_GPU_RESOURCE in wanted:
+            found[WHOLE_GPU_RESOURCE] = score_units(state, ((WHOLE_GPU_RESOURCE, 1),))
+        return found
     if model is None or not state.gpus:
         return {resource: score_units(state, ((resource, 1),)) for resource in resources}
     gpus = [Occupancy(gpu.index, gpu.instances, gpu.held, gpu.whole_held) for gpu in state.gpus]
@@ -133,8 +145,6 @@ def _counts_score(
         total = state.facts.gpu_count * slices
     else:
         total = sum(
-            sizes.get(r, 1) * c
-            for r, c in state.facts.allocatable
-            if r.startswith(MIG_RESOURCE_PREFIX)
+            sizes.get(r, 1) * c for r, c in state.allocatable if r.startswith(MIG_RESOURCE_PREFIX)
         )
     return node_level_score(held + adding, total)

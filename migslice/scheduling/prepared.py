@@ -6,8 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from migslice.inventory import NodeState
+from migslice.inventory.layouts import serves_through_device_plugin
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from migslice.mig.catalog import product_label_of
 from migslice.names import MIG_TRANSITION_STATES
+from migslice.objects.dra_pool import PoolState
 from migslice.scheduling import reasons
 from migslice.scheduling.fragmentation import unit_scores
 
@@ -16,8 +19,12 @@ from migslice.scheduling.fragmentation import unit_scores
 class PreparedNode:
     """What the filter and the scorer read about one node.
 
-    ``blocked``: why no GPU pod may use the node now (re-partitioning), else None.
+    ``blocked``: why no GPU pod may use the node now (re-partitioning, DRA devices not
+    understood), else None; ``not_ready``: why none may yet, a passing state (its DRA slices
+    being published), else None.
     ``mig_reason``: why no MIG profile can be served here (no GPU, MIG off, ...), else None.
+    ``claim_reason``: why a ResourceClaim's GPU request cannot be served here (not a DRA
+    node), else None.
     ``offered``: the MIG resources the node's GPU model has (None: model unknown, trust
     allocatable). ``unit_scores``: the fragmentation score of taking one unit of a resource
     (see :mod:`migslice.scheduling.fragmentation`), for every resource with a free unit.
@@ -37,17 +44,25 @@ class PreparedNode:
     unit_scores: Mapping[str, int]
     state: NodeState = field(repr=False, compare=False)
     labelled: Mapping[str, int] = field(default_factory=dict)
+    not_ready: str | None = None
+    claim_reason: str | None = None
 
 
 def prepare_node(state: NodeState) -> PreparedNode:
     facts = state.facts
-    allocatable = dict(facts.allocatable)
+    allocatable = dict(state.allocatable)
     free = dict(state.free)
     blocked = None
+    not_ready = None
+    dra = state.dra
     if facts.mig_config_state in MIG_TRANSITION_STATES:
         blocked = reasons.repartitioning(facts.mig_config_state or "")
     elif facts.is_carving:
         blocked = reasons.CARVING
+    elif dra is not None and dra.pool.state is PoolState.UNKNOWN:
+        blocked = reasons.DRA_UNKNOWN
+    elif dra is not None and dra.pool.state is PoolState.INCOMPLETE:
+        not_ready = reasons.DRA_INCOMPLETE
     model = state.model
     offered = None if model is None else model.mig_resources
     scored = unit_scores(
@@ -59,10 +74,19 @@ def prepare_node(state: NodeState) -> PreparedNode:
             and (resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX))
         ),
     )
+    product = facts.product
+    if product is None and dra is not None and dra.pool.gpus:
+        product = product_label_of(dra.pool.gpus[0].product)
+    if dra is not None:
+        claim_reason = None
+    elif serves_through_device_plugin(facts):
+        claim_reason = reasons.DEVICE_PLUGIN_NODE
+    else:
+        claim_reason = reasons.NO_DRA
     return PreparedNode(
         name=facts.name,
         resource_version=facts.resource_version,
-        product=facts.product,
+        product=product,
         model_key=None if model is None else model.key,
         blocked=blocked,
         mig_reason=_mig_reason(state, allocatable),
@@ -72,6 +96,8 @@ def prepare_node(state: NodeState) -> PreparedNode:
         unit_scores=scored,
         state=state,
         labelled=dict(facts.labelled_mig),
+        not_ready=not_ready,
+        claim_reason=claim_reason,
     )
 
 

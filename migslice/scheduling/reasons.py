@@ -70,3 +70,14 @@ def too_few_whole_gpus(count: int) -> str:
 
 def bad_pod(detail: str) -> str:
     return f"pod's GPU request is invalid: {detail}"
+
+
+DRA_UNKNOWN = "node's DRA devices (gpu.nvidia.com) not understood by migslice"
+"""Unresolvable: its ResourceSlices are of a shape migslice does not know (the Node's Warning
+Event and the extender's notes say which)."""
+DRA_INCOMPLETE = "node's DRA ResourceSlices (gpu.nvidia.com) not all published yet"
+"""Failed: the driver is publishing a new generation of the node's slices."""
+NO_DRA = "node publishes no DRA GPU devices (gpu.nvidia.com)"
+DEVICE_PLUGIN_NODE = "node serves NVIDIA GPUs through the device plugin, not DRA"
+CLAIM_NOT_SEEN = "pod's ResourceClaim not seen by migslice extender yet"
+"""Failed, every node: the claim the pod names is not in the extender's cache yet."""

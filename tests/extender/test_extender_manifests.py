@@ -9,7 +9,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from migslice.mig import CATALOG
 from tests import paths
 
 BASE = paths.ROOT / "manifests" / "base"
@@ -68,12 +67,24 @@ def test_the_scheduler_calls_the_extender_over_https_with_names_only() -> None:
     assert timeout.endswith("s") and 0 < float(timeout[:-1]) <= 2
 
 
-def test_managed_resources_are_every_mig_resource_of_the_catalog() -> None:
+def test_the_extender_is_called_for_every_pod_not_only_those_naming_mig_resources() -> None:
+    """kube-scheduler asks an extender with managedResources only about pods whose containers
+    request one of them, never about a pod whose GPU comes through a ResourceClaim."""
     (extender,) = scheduler_config()["extenders"]
-    names = [r["name"] for r in extender["managedResources"]]
-    catalog = {p.resource_name for m in CATALOG.models for p in m.profiles}
-    assert sorted(names) == sorted(catalog) == names
-    assert not any(r["ignoredByScheduler"] for r in extender["managedResources"])
+    assert "managedResources" not in extender
+    assert extender["ignorable"] is False
+
+
+def test_the_extender_reads_dra_objects_and_writes_none() -> None:
+    role = by_kind("ClusterRole", "migslice-extender")
+    dra = [r for r in role["rules"] if "resource.k8s.io" in r["apiGroups"]]
+    assert dra == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices", "resourceclaims", "deviceclasses"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
 
 
 def test_the_scheduler_runs_with_the_config_and_the_extender_service_reaches_its_pods() -> None:

@@ -8,6 +8,7 @@ Rules, in the order they are applied:
    (:func:`migslice.repartition.pending.eligible_demand`): pods unschedulable for
    ``min_pending_s``, only MIG units, only pods no free instance could serve now.
 2. Only nodes in carve mode (label ``migslice.io/repartition-mode=carve``, or the default),
+   not DRA nodes (:func:`migslice.repartition.modes.dra_exclusion`),
    with the node agent's exact layout (``migslice.io/gpu-layout`` agreeing with allocatable),
    not carving now, not held back (backoff, another plan), not changed less than
    ``cooldown_s`` ago, and not being worked on by MIG Manager.
@@ -31,7 +32,7 @@ from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.room import RoomLoss, add_losses
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
 from migslice.repartition.carve.gpu import CarvedGpu, best_option, carved_gpus
-from migslice.repartition.modes import mode_of
+from migslice.repartition.modes import dra_exclusion, mode_of
 from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
 from migslice.repartition.plans import CarvePlan, GpuCarve, NodeCarve
 from migslice.repartition.settings import CarveSettings
@@ -49,12 +50,15 @@ class _Trial:
 
 
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
-    """Nodes the MIG Manager path must leave alone, with the reason: carve mode, a bad mode
-    label, or a carve under way."""
+    """Nodes the MIG Manager path must leave alone, with the reason: a DRA node, carve mode,
+    a bad mode label, or a carve under way."""
     found: dict[str, str] = {}
     for node in nodes:
         mode = mode_of(node.facts, default_mode)
-        if isinstance(mode, WhyNot):
+        dra = dra_exclusion(node)
+        if dra is not None:
+            found[node.name] = dra.message
+        elif isinstance(mode, WhyNot):
             found[node.name] = mode.message
         elif mode == MODE_CARVE:
             found[node.name] = "in carve mode"
@@ -150,6 +154,9 @@ def _why_not(
 ) -> WhyNot | bool:
     """Why the node may not be carved (rule 2); False for a node of the other mode."""
     mode = mode_of(node.facts, settings.default_mode)
+    dra = dra_exclusion(node)
+    if dra is not None:
+        return dra if mode == MODE_CARVE else False
     if isinstance(mode, WhyNot):
         return mode
     if mode == MODE_MIG_MANAGER:

@@ -1,0 +1,121 @@
+"""The inventory's values: a node as placement sees it (:class:`NodeState`), its GPUs
+(:class:`GpuState`), where its layouts came from (:class:`LayoutSource`) and, on a DRA node,
+its pool and the devices claims hold (:class:`DraView`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from migslice.inventory.first_fit import PoolUse
+from migslice.mig import GpuModel, Placed
+from migslice.names import mig_resource_name
+from migslice.objects.dra_pool import DraMode, DraPool, PoolState
+from migslice.objects.nodes import NodeFacts
+
+
+class LayoutSource(enum.StrEnum):
+    AGENT = "agent"
+    MIG_PARTED = "mig-parted"
+    COUNTS = "counts"
+    DRA_STATIC = "dra-static"
+    """NVIDIA's DRA driver publishes the node's MIG instances (static MIG)."""
+    DRA_DYNAMIC = "dra-dynamic"
+    """NVIDIA's DRA driver publishes every placement and carves on demand (DynamicMIG)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU: MIG on or off, its instances, and which of them pods hold.
+
+    ``held`` runs parallel to ``instances``. A GPU with MIG off has no instances; ``whole_held``
+    says whether a pod holds it as ``nvidia.com/gpu``. On a DynamicMIG node the instances are
+    the partitions claims hold (all held); free geometry is around them
+    (:mod:`migslice.inventory.dra`).
+    """
+
+    index: int
+    mig_enabled: bool
+    instances: tuple[Placed, ...] = ()
+    held: tuple[bool, ...] = ()
+    whole_held: bool = False
+
+    @property
+    def held_slices(self) -> int:
+        return sum(p.size for p, h in zip(self.instances, self.held, strict=True) if h)
+
+    @property
+    def is_idle(self) -> bool:
+        """No pod holds any part of it: the GPU could be re-partitioned."""
+        return not self.whole_held and not any(self.held)
+
+
+@dataclass(frozen=True, slots=True)
+class DraView:
+    """The DRA part of a node's state: its pool, the devices held (allocated, or assumed for
+    claims and extended resources no allocation shows yet), those of them assumed, what the
+    node offers per resource, and the pool's use (read only: copy it to try a placement)."""
+
+    pool: DraPool
+    held: frozenset[str] = frozenset()
+    assumed: frozenset[str] = frozenset()
+    allocatable: tuple[tuple[str, int], ...] = ()
+    use: PoolUse | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.pool.state is PoolState.READY
+
+    @property
+    def mode(self) -> DraMode:
+        return self.pool.mode
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node as placement sees it: facts, model, per-GPU layouts and free counts.
+
+    ``dra``: set on a node whose GPUs NVIDIA's DRA driver publishes (its pool read, whatever
+    its state); :attr:`allocatable` is then what the pool offers, as the device plugin's
+    allocatable is on other nodes."""
+
+    facts: NodeFacts
+    model: GpuModel | None
+    source: LayoutSource
+    gpus: tuple[GpuState, ...]
+    allocated: tuple[tuple[str, int], ...]
+    free: tuple[tuple[str, int], ...]
+    notes: tuple[str, ...] = ()
+    dra: DraView | None = None
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    @property
+    def allocatable(self) -> tuple[tuple[str, int], ...]:
+        """What the node offers per ``nvidia.com/*`` resource, sorted by name."""
+        return self.dra.allocatable if self.dra is not None else self.facts.allocatable
+
+    def allocatable_of(self, resource: str) -> int:
+        for name, count in self.allocatable:
+            if name == resource:
+                return count
+        return 0
+
+    def free_of(self, resource: str) -> int:
+        for name, count in self.free:
+            if name == resource:
+                return count
+        return 0
+
+    def allocated_of(self, resource: str) -> int:
+        for name, count in self.allocated:
+            if name == resource:
+                return count
+        return 0
+
+
+def mig_resource(profile_name: str) -> str:
+    """Mixed-strategy resource of a profile (``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``)."""
+    return mig_resource_name(profile_name)

@@ -1,0 +1,187 @@
+"""ResourceClaims (``resource.k8s.io/v1``): what a claim asks for, and what it was given.
+
+:func:`claim_facts_from_raw` keeps a claim's requests (``exactly``: ``deviceClassName``,
+selectors, ``count``), its allocation (``status.allocation.devices.results[]``: request,
+driver, pool, device; only ``gpu.nvidia.com`` devices are kept), who it is reserved for
+(``status.reservedFor``), its controlling Pod and whether kube-scheduler made it for a pod's
+extended resources (KEP-5004: annotation ``resource.kubernetes.io/extended-resource-claim:
+"true"``, named ``<pod>-extended-resources-<random>``).
+
+:func:`gpu_asks` reads, with the DeviceClasses, what a claim's requests ask of NVIDIA's GPUs:
+a MIG profile or whole GPUs, how many, and the selection that narrows which (see
+:mod:`migslice.objects.dra_selectors`). A request of another driver asks nothing of them; one
+migslice cannot read (``firstAvailable``, ``allocationMode: All``, ``adminAccess``, a
+capacity request, a selector it does not read, a MIG request without a profile) is named in
+the answer's ``unread``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from migslice.names import DRA_DRIVER, EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from migslice.objects.device_classes import DeviceClassFacts
+from migslice.objects.dra_selectors import DeviceSelection, read_selectors
+from migslice.objects.json import JsonObject, items, mapping, text
+from migslice.objects.resource_slices import DeviceKind
+
+RawClaim = JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One ``exactly`` request; ``unread``: why migslice cannot read it ("" when it can)."""
+
+    name: str
+    device_class: str
+    selection: DeviceSelection
+    count: int = 1
+    unread: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFacts:
+    """The decision-relevant part of a ResourceClaim.
+
+    ``devices``: (pool, device) of every ``gpu.nvidia.com`` device of its allocation;
+    ``reserved_for``: the ``namespace/name`` of the pods it is reserved for; ``owner``: that of
+    the Pod that controls it (template and extended-resource claims), else None."""
+
+    key: str
+    requests: tuple[ClaimRequest, ...] = ()
+    allocated: bool = False
+    devices: tuple[tuple[str, str], ...] = ()
+    reserved_for: tuple[str, ...] = ()
+    owner: str | None = None
+    extended_resource: bool = False
+
+    def devices_in(self, pool: str) -> tuple[str, ...]:
+        return tuple(device for name, device in self.devices if name == pool)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAsk:
+    """``count`` devices of ``kind`` (a MIG ``profile``, or whole GPUs) matching ``selection``
+    (the class's and the request's selectors together)."""
+
+    request: str
+    kind: DeviceKind
+    profile: str | None
+    count: int
+    selection: DeviceSelection
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAsks:
+    asks: tuple[GpuAsk, ...] = ()
+    unread: tuple[str, ...] = ()
+    """One line per request migslice cannot read."""
+
+
+def claim_facts_from_raw(raw_claim: RawClaim) -> ClaimFacts | None:
+    metadata = mapping(raw_claim.get("metadata"))
+    name = text(metadata.get("name"))
+    if not name:
+        return None
+    namespace = text(metadata.get("namespace")) or "default"
+    spec = mapping(mapping(raw_claim.get("spec")).get("devices"))
+    status = mapping(raw_claim.get("status"))
+    allocation = status.get("allocation")
+    results = items(mapping(mapping(allocation).get("devices")).get("results"))
+    devices = tuple(
+        (sys.intern(text(result.get("pool")) or ""), sys.intern(text(result.get("device")) or ""))
+        for result in (mapping(raw) for raw in results)
+        if result.get("driver") == DRA_DRIVER
+    )
+    reserved = tuple(
+        f"{namespace}/{text(ref.get('name'))}"
+        for ref in (mapping(raw) for raw in items(status.get("reservedFor")))
+        if ref.get("resource") == "pods" and text(ref.get("name"))
+    )
+    owner = None
+    for ref in (mapping(raw) for raw in items(metadata.get("ownerReferences"))):
+        if ref.get("kind") == "Pod" and ref.get("controller") is True and text(ref.get("name")):
+            owner = f"{namespace}/{text(ref.get('name'))}"
+    annotations = mapping(metadata.get("annotations"))
+    return ClaimFacts(
+        key=f"{namespace}/{name}",
+        requests=tuple(
+            _request(mapping(raw), i) for i, raw in enumerate(items(spec.get("requests")))
+        ),
+        allocated=isinstance(allocation, Mapping),
+        devices=devices,
+        reserved_for=reserved,
+        owner=owner,
+        extended_resource=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
+    )
+
+
+def _request(raw: JsonObject, index: int) -> ClaimRequest:
+    name = text(raw.get("name")) or f"#{index}"
+    if raw.get("firstAvailable") is not None:
+        return ClaimRequest(name, "", DeviceSelection(), unread="firstAvailable sub-requests")
+    exactly = mapping(raw.get("exactly"))
+    device_class = text(exactly.get("deviceClassName")) or ""
+    expressions = [
+        text(mapping(mapping(selector).get("cel")).get("expression")) or "<not a CEL selector>"
+        for selector in items(exactly.get("selectors"))
+    ]
+    selection = read_selectors(expressions)
+    count = exactly.get("count", 1)
+    unread = ""
+    if exactly.get("allocationMode", "ExactCount") != "ExactCount":
+        unread = f"allocationMode {exactly.get('allocationMode')}"
+    elif not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        unread = f"count {count!r}"
+    elif exactly.get("adminAccess") is True:
+        unread = "adminAccess"
+    elif exactly.get("capacity") is not None:
+        unread = "a capacity request"
+    return ClaimRequest(
+        sys.intern(name),
+        sys.intern(device_class),
+        selection,
+        count if isinstance(count, int) and not isinstance(count, bool) else 1,
+        unread,
+    )
+
+
+def gpu_asks(claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]) -> GpuAsks:
+    """What the claim's requests ask of NVIDIA's GPUs (see the module docstring)."""
+    asks: list[GpuAsk] = []
+    unread: list[str] = []
+    for request in claim.requests:
+        where = f"ResourceClaim {claim.key} request {request.name}"
+        if request.unread:
+            unread.append(f"{where}: {request.unread}")
+            continue
+        found = classes.get(request.device_class)
+        if found is None:
+            unread.append(f"{where}: DeviceClass {request.device_class!r} not known")
+            continue
+        selection = found.selection.both(request.selection)
+        if not _is_nvidia_gpu(selection):
+            continue
+        if selection.unread or selection.conflict:
+            what = selection.unread[0] if selection.unread else "selectors that contradict"
+            unread.append(f"{where}: {what}")
+            continue
+        kind = selection.device_type
+        if kind == DeviceKind.MIG and selection.profile:
+            asks.append(
+                GpuAsk(request.name, DeviceKind.MIG, selection.profile, request.count, selection)
+            )
+        elif kind == DeviceKind.GPU and not selection.profile:
+            asks.append(GpuAsk(request.name, DeviceKind.GPU, None, request.count, selection))
+        else:
+            shown = "any" if kind is None else kind
+            unread.append(f"{where}: device type {shown} without one MIG profile")
+    return GpuAsks(tuple(asks), tuple(unread))
+
+
+def _is_nvidia_gpu(selection: DeviceSelection) -> bool:
+    if selection.driver is not None:
+        return selection.driver == DRA_DRIVER
+    return any(key.startswith(DRA_DRIVER + "/") for key, _ in selection.equal)

@@ -1,0 +1,109 @@
+"""The fragmentation score on a DRA node: that of the placement kube-scheduler's allocator will
+take, since migslice does not pick the device there.
+
+On a device-plugin node the score assumes the best free instance (the one the device plugin's
+packing and the agent's reports converge on). On a DRA node kube-scheduler's DynamicResources
+plugin allocates (in its Filter, per node, kept for Reserve), first fit in the pool's order
+(:func:`migslice.inventory.first_fit.first_fit`), and the extender only chooses the node. So a
+node scores the GPU its first fit lands on, with the same formula
+(:func:`migslice.inventory.picking.gpu_unit_score`): ``M`` is the memory slices the GPU can
+serve (a DynamicMIG GPU: all of them, since any placement can be made; a static one: its
+published instances), ``h'`` those held there after the placement. A pod of several units is
+placed as the allocator's first full solution places them
+(:func:`migslice.inventory.first_fit.first_solution`) and scores its worst unit; whole GPUs
+use the node-level score, as on other nodes. A later step that taints placements
+(``DeviceTaintRule``) to steer the allocator passes their names as ``tainted`` to the same
+first fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from migslice.inventory import NodeState
+from migslice.inventory.first_fit import Choice, PoolUse, Wanted, first_fit, first_solution
+from migslice.inventory.picking import MAX_SCORE, MIN_SCORE, gpu_unit_score, node_level_score
+from migslice.mig import WHOLE_GPU_RESOURCE
+from migslice.objects.dra_pool import DraMode
+from migslice.scheduling.demand import DemandUnit
+
+
+def dra_unit_scores(state: NodeState, resources: Iterable[str]) -> dict[str, int]:
+    """The score of one unit of each MIG resource of ``resources`` on the DRA node (0: none
+    fits)."""
+    return {resource: dra_mig_score(state, ((resource, 1, None),)) for resource in resources}
+
+
+def dra_mig_score(state: NodeState, units: Iterable[tuple[str, int, Wanted | None]]) -> int:
+    """Score taking MIG ``units`` (resource, count, the device pinned or None) as the
+    allocator's first full solution places them, the worst of them; 0 if they do not all
+    fit."""
+    view = state.dra
+    if view is None or view.use is None:
+        return MIN_SCORE
+    requests: list[tuple[Wanted, int]] = []
+    for resource, count, select in units:
+        wanted = select or _wanted(state, resource)
+        if wanted is None:
+            return MIN_SCORE
+        requests.append((wanted, count))
+    if len(requests) == 1 and requests[0][1] == 1:
+        choice = first_fit(view.pool, requests[0][0], view.use)
+        return MIN_SCORE if choice is None else _score(view.use, choice)
+    solution = first_solution(view.pool, requests, view.use)
+    if solution is None:
+        return MIN_SCORE
+    use = view.use.copy()
+    worst = MAX_SCORE
+    for choice in solution:
+        worst = min(worst, _score(use, choice))
+        use.take(choice.gpu, choice.device)
+    return worst
+
+
+def dra_demand_score(state: NodeState, units: Sequence[DemandUnit]) -> int:
+    """The score of a pod's units on the DRA node: its MIG units placed by first fit, each
+    where its pin (if any) allows, the worst of them; whole GPUs by the node-level score."""
+    mig = [(u.resource, u.count, u.select) for u in units if u.resource != WHOLE_GPU_RESOURCE]
+    whole = sum(u.count for u in units if u.resource == WHOLE_GPU_RESOURCE)
+    scores = []
+    if mig:
+        scores.append(dra_mig_score(state, mig))
+    if whole:
+        total = state.allocatable_of(WHOLE_GPU_RESOURCE)
+        scores.append(node_level_score(state.allocated_of(WHOLE_GPU_RESOURCE) + whole, total))
+    return min(scores) if scores else MIN_SCORE
+
+
+def dra_units_fit(state: NodeState, units: Sequence[DemandUnit]) -> bool:
+    """Whether the allocator finds devices for all of ``units`` on the node now."""
+    view = state.dra
+    if view is None or view.use is None:
+        return False
+    requests: list[tuple[Wanted, int]] = []
+    for unit in units:
+        wanted = unit.select or _wanted(state, unit.resource)
+        if wanted is None:
+            return False
+        requests.append((wanted, unit.count))
+    return first_solution(view.pool, requests, view.use) is not None
+
+
+def _wanted(state: NodeState, resource: str) -> Wanted | None:
+    if resource == WHOLE_GPU_RESOURCE:
+        return Wanted.whole()
+    profile = None if state.model is None else state.model.profile_by_resource(resource)
+    return None if profile is None else Wanted.mig(profile.name)
+
+
+def _score(use: PoolUse, choice: Choice) -> int:
+    pool = use.pool
+    gpu = pool.gpus[choice.gpu]
+    held = use.held_slices(choice.gpu)
+    if gpu.mode is DraMode.DYNAMIC:
+        capacity = gpu.model.memory_slices
+    else:
+        capacity = sum(gpu.size_of(device) for device in gpu.devices)
+    after = held + gpu.size_of(gpu.devices[choice.device])
+    node_in_use = any(use.held_slices(g) for g in range(len(pool.gpus)))
+    return gpu_unit_score(after, capacity, in_use=held > 0, node_in_use=node_in_use)

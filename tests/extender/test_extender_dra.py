@@ -1,0 +1,327 @@
+"""The extender's contract for DRA: pods asking through ResourceClaims or extended resources,
+on DRA nodes (static and DynamicMIG), device-plugin nodes and both in one cluster, with
+ExtenderArgs exactly as kube-scheduler sends them; the Warning Events on unknown DRA nodes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from extender import ExtenderSettings, create_app
+from extender.dra_warnings import EVENT_REASON, DraWarnings
+from extender.sources import serves_dra
+from extender.state import state_from_objects
+from harness.builders import make_node, make_pod
+from migslice.kube.transport import ApiError
+from migslice.objects.clusterfile import ClusterObjects
+from migslice.scheduling import reasons
+from tests.dra_objects import (
+    fixture,
+    fixture_slices,
+    make_claim,
+    make_claim_pod,
+    make_dra_node,
+    migslice_classes,
+)
+
+DYNAMIC = "gpu-node-a100-8"  # DynamicMIG, 8 A100s
+STATIC = "gpu-node-h100-s"  # static MIG 3g@4 2g@0 1g@2 1g@3
+UNKNOWN = "gpu-node-a100-0"  # slices of a device type migslice does not know
+PLUGIN = "gpu-plugin"  # NVIDIA's device plugin, all-1g.10gb
+MIXED = "gpu-node-h100-0"  # device-plugin allocatable and DRA slices
+ALL = [DYNAMIC, STATIC, UNKNOWN, PLUGIN, MIXED]
+
+
+def cluster(
+    claims: list[dict[str, Any]] | None = None, pods: list[dict[str, Any]] | None = None
+) -> ClusterObjects:
+    unknown = fixture_slices("a100-80gb-dynamicmig-1gpu-resourceslices.json")
+    unknown[1]["spec"]["devices"][3]["attributes"]["type"] = {"string": "vfio"}
+    slices = (
+        fixture_slices("a100-80gb-dynamicmig-8gpu-resourceslices.json")
+        + fixture_slices("h100-80gb-staticmig-3g2g1g1g-resourceslices.json")
+        + unknown
+        + fixture_slices("h100-80gb-dynamicmig-1gpu-resourceslices.json")
+    )
+    nodes = [
+        make_dra_node(DYNAMIC, resource_version="21"),
+        make_dra_node(STATIC),
+        make_dra_node(UNKNOWN),
+        make_node(PLUGIN, gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb"),
+        make_node(
+            MIXED,
+            product="NVIDIA-H100-80GB-HBM3",
+            gpu_count=1,
+            mig={"3g.40gb": 2},
+            config="all-3g.40gb",
+        ),
+    ]
+    base = [
+        make_claim("dyn-0", allocated=[(DYNAMIC, "gpu-0-mig-3g40gb-9-4")], reserved_for=["a"]),
+        make_claim("st-0", allocated=[(STATIC, "gpu-0-mig-1g10gb-19-2")], reserved_for=["b"]),
+    ]
+    running = [
+        make_claim_pod("a", {"gpu": "dyn-0"}, node_name=DYNAMIC, phase="Running"),
+        make_claim_pod("b", {"gpu": "st-0"}, node_name=STATIC, phase="Running"),
+    ]
+    return ClusterObjects(
+        nodes=tuple(nodes),
+        pods=tuple(running + (pods or [])),
+        resource_slices=tuple(slices),
+        resource_claims=tuple(base + (claims or [])),
+        device_classes=tuple(migslice_classes()),
+    )
+
+
+def client_of(objects: ClusterObjects) -> FlaskClient:
+    state = state_from_objects(objects, ExtenderSettings())
+    return create_app(ExtenderSettings(), state).test_client()
+
+
+def names_args(pod: dict[str, Any], names: list[str]) -> str:
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}, separators=(",", ":"))
+
+
+def post(client: FlaskClient, verb: str, body: str) -> Any:
+    response = client.post(f"/{verb}", data=body, content_type="application/json")
+    assert response.status_code == 200
+    return json.loads(response.data)
+
+
+def claim_pod(
+    profile: str | None, *, class_name: str = "mig.nvidia.com", name: str = "train-0"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pending pod whose template claim the resourceclaim controller has made."""
+    claim = make_claim(f"{name}-gpu-x7k2p", profile=profile, device_class=class_name, owner=name)
+    pod = make_claim_pod(name, {}, templates={"gpu": f"{name}-gpu-x7k2p"})
+    return pod, claim
+
+
+def test_a_claim_pod_is_kept_off_device_plugin_nodes_and_sent_to_the_best_dra_fit() -> None:
+    pod, claim = claim_pod("1g.10gb")
+    client = client_of(cluster([claim]))
+    best = post(client, "filter-best-fit", names_args(pod, ALL))
+    # DYNAMIC's first fit is 1g@0 of GPU 0 beside its held 3g@4 (6 + 4*5/8 = 8); STATIC's is
+    # 1g@3 beside its held 1g@2 (6 + 4*2/8 = 7).
+    assert best["NodeNames"] == [DYNAMIC] and best["Error"] == ""
+    scores = {s["Host"]: s["Score"] for s in post(client, "prioritize", names_args(pod, ALL))}
+    assert scores == {DYNAMIC: 8, STATIC: 7, UNKNOWN: 0, PLUGIN: 0, MIXED: 0}
+    answer = post(client, "filter", names_args(pod, [UNKNOWN, PLUGIN, MIXED]))
+    assert answer["NodeNames"] == [] and answer["FailedNodes"] == {}
+    assert answer["FailedAndUnresolvableNodes"] == {
+        UNKNOWN: reasons.DRA_UNKNOWN,
+        PLUGIN: reasons.DEVICE_PLUGIN_NODE,
+        MIXED: reasons.DEVICE_PLUGIN_NODE,
+    }
+
+
+@pytest.mark.parametrize(
+    ("profile", "class_name"),
+    [("3g.40gb", "mig.nvidia.com"), (None, "migslice-mig-3g.40gb")],
+    ids=["nvidia-class-with-selector", "migslice-class"],
+)
+def test_a_claim_through_either_class_is_read_as_its_profile(
+    profile: str | None, class_name: str
+) -> None:
+    pod, claim = claim_pod(profile, class_name=class_name)
+    client = client_of(cluster([claim]))
+    answer = post(client, "filter", names_args(pod, [DYNAMIC, STATIC, PLUGIN]))
+    assert answer["NodeNames"] == [DYNAMIC, STATIC]
+    # DYNAMIC's first fit, 3g@0 beside the held 3g@4, fills GPU 0 (10); STATIC's 3g@4, 8.
+    answer = post(client, "filter-best-fit", names_args(pod, [DYNAMIC, STATIC]))
+    assert answer["NodeNames"] == [DYNAMIC]
+
+
+def test_a_full_static_node_fails_a_claim_and_an_absent_profile_is_unresolvable() -> None:
+    taken = make_claim("st-1", allocated=[(STATIC, "gpu-0-mig-1g10gb-19-3")])
+    pod, claim = claim_pod("1g.10gb")
+    client = client_of(cluster([claim, taken]))
+    answer = post(client, "filter", names_args(pod, [STATIC]))
+    assert answer["FailedNodes"] == {STATIC: "all 1g.10gb MIG instances in use"}
+    pod, claim = claim_pod("7g.80gb", name="big")
+    answer = post(client_of(cluster([claim])), "filter", names_args(pod, [STATIC]))
+    assert answer["FailedAndUnresolvableNodes"] == {
+        STATIC: "no 7g.80gb instance in node's MIG layout"
+    }
+
+
+def test_an_extended_resource_pod_is_served_by_the_device_plugin_or_by_dra() -> None:
+    client = client_of(cluster())
+    pod = make_pod("infer-0", profile="1g.10gb")
+    answer = post(client, "filter", names_args(pod, ALL))
+    assert answer["NodeNames"] == [DYNAMIC, STATIC, PLUGIN]
+    best = post(client, "filter-best-fit", names_args(pod, ALL))
+    assert best["NodeNames"] == [DYNAMIC]  # a GPU in use (8) beats STATIC's (7), the idle one
+
+
+def test_extended_resources_held_through_kube_schedulers_claim_are_counted_once() -> None:
+    special = make_claim(
+        "infer-0-extended-resources-p2x9s",
+        requests=[
+            {
+                "name": "container-0-request-0",
+                "exactly": {
+                    "deviceClassName": "migslice-mig-1g.10gb",
+                    "allocationMode": "ExactCount",
+                    "count": 1,
+                },
+            }
+        ],
+        allocated=[(STATIC, "gpu-0-mig-1g10gb-19-3")],
+        extended_resource=True,
+        owner="infer-0",
+    )
+    served = make_claim_pod(
+        "infer-0",
+        {},
+        node_name=STATIC,
+        phase="Running",
+        mig={"1g.10gb": 1},
+        extended_claim="infer-0-extended-resources-p2x9s",
+    )
+    client = client_of(cluster([special], [served]))
+    answer = post(client, "filter", names_args(make_pod("next", profile="2g.20gb"), [STATIC]))
+    assert answer["NodeNames"] == [STATIC]  # the 2g.20gb is still free
+    answer = post(client, "filter", names_args(make_pod("more", profile="1g.10gb"), [STATIC]))
+    assert answer["FailedNodes"] == {STATIC: "all 1g.10gb MIG instances in use"}
+
+
+class BlindCache:
+    name = "resourceclaims"
+    synced = True
+
+    def blind_s(self) -> float | None:
+        return 30.0
+
+    def staleness_s(self) -> float | None:
+        return 30.0
+
+
+def test_a_pod_without_gpu_demand_passes_every_node_at_once_even_blind() -> None:
+    state = state_from_objects(cluster(), ExtenderSettings())
+    state.caches = (BlindCache(),)
+    client = create_app(ExtenderSettings(), state).test_client()
+    pod = make_pod("web", requests={"cpu": "1"})
+    answer = post(client, "filter-best-fit", names_args(pod, [*ALL, "unknown-node", DYNAMIC]))
+    assert answer["NodeNames"] == [*ALL, "unknown-node"]
+    assert answer["FailedNodes"] == {} and answer["FailedAndUnresolvableNodes"] == {}
+    scores = post(client, "prioritize", names_args(pod, ALL))
+    assert scores == [{"Host": n, "Score": 0} for n in ALL]
+    gpu_pod = make_pod("train", profile="1g.10gb")
+    answer = post(client, "filter", names_args(gpu_pod, [DYNAMIC]))
+    assert answer["FailedNodes"] == {
+        DYNAMIC: "node state unknown: migslice cache resourceclaims lost the API server 30s ago "
+        "(limit 5s)"
+    }
+
+
+def test_a_claim_not_seen_yet_fails_every_node_to_be_retried() -> None:
+    client = client_of(cluster())
+    pod = make_claim_pod("p", {}, templates={"gpu": "p-gpu-later"})
+    answer = post(client, "filter", names_args(pod, [DYNAMIC, PLUGIN]))
+    assert answer["FailedNodes"] == dict.fromkeys([DYNAMIC, PLUGIN], reasons.CLAIM_NOT_SEEN)
+    assert answer["FailedAndUnresolvableNodes"] == {}
+
+
+def test_full_node_objects_of_a_dra_node_are_judged_with_its_cached_pool() -> None:
+    pod, claim = claim_pod("7g.80gb")
+    client = client_of(cluster([claim]))
+    node = make_dra_node(DYNAMIC, resource_version="99")
+    body = json.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": [node]}, "NodeNames": None})
+    answer = post(client, "filter", body)
+    assert answer["Nodes"]["items"] == [node] and answer["NodeNames"] is None
+
+
+def test_metrics_count_dra_nodes_by_the_state_of_their_pool() -> None:
+    partial = fixture_slices("h100-80gb-dynamicmig-8gpu-resourceslices.json")[:2]
+    objects = cluster()
+    objects = ClusterObjects(
+        nodes=(*objects.nodes, make_dra_node("gpu-node-h100-8")),
+        pods=objects.pods,
+        resource_slices=objects.resource_slices + tuple(partial),
+        resource_claims=objects.resource_claims,
+        device_classes=objects.device_classes,
+    )
+    text = client_of(objects).get("/metrics").get_data(as_text=True)
+    assert 'migslice_extender_dra_nodes{state="ready"} 2.0' in text
+    assert 'migslice_extender_dra_nodes{state="unknown"} 1.0' in text
+    assert 'migslice_extender_dra_nodes{state="incomplete"} 1.0' in text
+
+
+def test_the_example_claim_pod_of_the_fixtures_reads_as_one_1g() -> None:
+    """The template pod, its allocated claim and its class exactly as the API stores them."""
+    pod = fixture("pod-with-resourceclaim-template.yaml")
+    claim = fixture("resourceclaim-allocated-dynamicmig-a100.yaml")
+    objects = ClusterObjects(
+        nodes=(make_dra_node("gpu-node-a100-0"),),
+        pods=(pod,),
+        resource_slices=tuple(fixture_slices("a100-80gb-dynamicmig-1gpu-resourceslices.json")),
+        resource_claims=(claim,),
+        device_classes=tuple(migslice_classes()),
+    )
+    state = state_from_objects(objects, ExtenderSettings())
+    node = state.index.get("gpu-node-a100-0")
+    assert node is not None and node.free["nvidia.com/mig-1g.10gb"] == 6
+    assert node.free["nvidia.com/mig-7g.80gb"] == 0 and node.free["nvidia.com/mig-4g.40gb"] == 0
+
+
+# -- Warning Events on unknown DRA nodes -------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def record_warning(self, node: str, reason: str, message: str) -> None:
+        self.events.append((node, reason, message))
+
+
+def test_an_unknown_dra_node_gets_one_warning_event_per_change_of_reason() -> None:
+    state = state_from_objects(cluster(), ExtenderSettings())
+    problems = state.dra_problems()
+    assert set(problems) == {UNKNOWN}
+    recorder = Recorder()
+    warnings = DraWarnings(recorder)
+    assert warnings.review(problems) == [UNKNOWN]
+    assert warnings.review(problems) == []  # the same reason: no new Event
+    ((node, reason, message),) = recorder.events
+    assert (node, reason) == (UNKNOWN, EVENT_REASON)
+    assert "has device type 'vfio'" in message and "\n" not in message
+    changed = {UNKNOWN: ("unknown", "another reason")}
+    assert warnings.review(changed) == [UNKNOWN]
+    assert warnings.review({}) == [] and warnings.review(changed) == [UNKNOWN]  # back again
+    assert warnings.review({"n": ("incomplete", "2 of 9 slices")}) == []
+
+
+def test_only_the_lease_holder_records_warnings() -> None:
+    recorder = Recorder()
+    leader = [False]
+    warnings = DraWarnings(recorder, may_record=lambda: leader[0])
+    problems = {UNKNOWN: ("unknown", "why")}
+    assert warnings.review(problems) == []
+    leader[0] = True
+    assert warnings.review(problems) == [UNKNOWN] and len(recorder.events) == 1
+
+
+class Discovery:
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+
+    def get_json(self, path: str, query: Any) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
+        return {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1"}
+
+
+@pytest.mark.parametrize(
+    ("error", "served"),
+    [(None, True), (ApiError(404, "not found"), False), (ApiError(503, "unavailable"), True)],
+    ids=["served", "not-served", "unsure"],
+)
+def test_the_dra_caches_start_unless_the_api_server_does_not_serve_resource_k8s_io(
+    error: Exception | None, served: bool
+) -> None:
+    assert serves_dra(Discovery(error)) is served  # type: ignore[arg-type]
