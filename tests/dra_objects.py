@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from tests import paths
 from harness.dra_slices import DRIVER
+from tests import paths
 
 FIXTURES = paths.FIXTURES / "dra"
 SLICE_FIXTURES = tuple(sorted(p.name for p in FIXTURES.glob("*-resourceslices.json")))

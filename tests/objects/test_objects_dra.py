@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from harness import dra_slices as gen
+from harness.dra_slices import DRIVER
 from migslice.mig import CATALOG
 from migslice.mig.catalog import product_label_of
 from migslice.objects.device_classes import device_class_facts_from_raw
@@ -16,7 +18,6 @@ from migslice.objects.dra_pool import DraMode, PoolState, read_pool
 from migslice.objects.pods import pod_claims, pod_facts_from_raw
 from migslice.objects.resource_claims import GpuAsks, claim_facts_from_raw, gpu_asks
 from migslice.objects.resource_slices import DeviceKind, slice_facts_from_raw
-from harness import dra_slices as gen
 from tests.dra_objects import (
     SLICE_FIXTURES,
     fixture,
@@ -25,7 +26,6 @@ from tests.dra_objects import (
     make_claim_pod,
     migslice_classes,
 )
-from harness.dra_slices import DRIVER
 
 # -- the generator is the driver's formulas: it writes every fixture again ----------------------
 

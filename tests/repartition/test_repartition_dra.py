@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness import dra_slices as gen
 from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
 from migslice.cli import main
 from migslice.names import MODE_CARVE
@@ -29,7 +30,6 @@ from migslice.repartition import (
 )
 from migslice.repartition.modes import DRA_DYNAMIC, DRA_STATIC
 from migslice.repartition.snapshot import node_states
-from harness import dra_slices as gen
 from tests.dra_objects import make_claim, make_dra_node, migslice_classes
 
 

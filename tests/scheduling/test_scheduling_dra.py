@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness import dra_slices as gen
 from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex
 from migslice.inventory.first_fit import Wanted, first_fit
@@ -28,7 +29,6 @@ from migslice.scheduling import (
 )
 from migslice.scheduling.demand import PodDemand, with_claims
 from migslice.scheduling.fragmentation import score_units
-from harness import dra_slices as gen
 from tests.dra_objects import (
     fixture_slices,
     make_claim,
