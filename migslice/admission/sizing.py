@@ -141,14 +141,16 @@ def _plan_tier(
             sorted(
                 o.product
                 for o in usable_offers(policy, offers)
-                if _gpu_memory_mib(o.model) >= need.memory_mib
+                if o.is_whole and _gpu_memory_mib(o.model) >= need.memory_mib
             )
         )
         if not products:
             return Denial(
                 "no-model",
-                f'{need.describe()}: no whole GPU that policy "{policy.name}" allows in the '
-                "cluster has that much memory (spec.allowedProducts)",
+                f'{need.describe()}: no whole, unshared GPU that policy "{policy.name}" allows '
+                "in the cluster has that much memory (spec.allowedProducts; nodes whose "
+                "nvidia.com/gpu.product ends in -SHARED or -MIG-<profile> serve replicas or "
+                "slices, never a whole GPU)",
             )
         return GpuPlan(
             profile="gpu",
@@ -226,7 +228,7 @@ def _direct_request(
     if request.resource == WHOLE_GPU_RESOURCE:
         if not policy.allows_tier(Tier.DEDICATED):
             return _tier_denial(policy, Tier.DEDICATED, where)
-        return {o.product for o in usable}, "gpu", ()
+        return {o.product for o in usable if o.is_whole}, "gpu", ()
     if request.resource == SHARED_GPU_RESOURCE:
         tiers = tuple(t for t in (Tier.SHARED, Tier.MPS) if policy.allows_tier(t))
         if not tiers:
@@ -261,9 +263,10 @@ def _shared_requirements(
     requirements: list[tuple[str, tuple[str, ...]]] = [
         (names.SHARING_STRATEGY_LABEL, tuple(sorted(_SHARING[t] for t in tiers)))
     ]
-    if policy.allowed_products:
-        products = tuple(sorted({o.product for o in usable_offers(policy, offers)}))
-        requirements.append((names.PRODUCT_LABEL, products or ("none",)))
+    # Replicas of whole GPUs only: under GFD's single strategy a shared nvidia.com/gpu is a
+    # time-sliced MIG slice, which a shared tier never promised.
+    products = tuple(sorted({o.product for o in usable_offers(policy, offers) if not o.is_sliced}))
+    requirements.append((names.PRODUCT_LABEL, products or ("none",)))
     return tuple(requirements)
 
 

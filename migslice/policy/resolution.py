@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from migslice.mig import CATALOG, GpuModel, Profile
+from migslice.mig.catalog import strip_product_suffix
 from migslice.policy.types import SizeClass, TenantPolicy
 from migslice.quantity import format_mib
 from migslice.whynot import WhyNot
@@ -32,6 +33,19 @@ class Offer:
 
     product: str
     model: GpuModel
+
+    @property
+    def is_whole(self) -> bool:
+        """The label names whole, unshared GPUs: no ``-MIG-<profile>`` (GFD's single strategy:
+        ``nvidia.com/gpu`` is a MIG slice there; ``-MIG-INVALID``: MIG on without a strategy)
+        and no ``-SHARED`` (time-sliced or MPS replicas) suffix (NVIDIA/k8s-device-plugin
+        ``internal/lm/resource.go`` getProductName, at 1b826acc)."""
+        return self.product == strip_product_suffix(self.product)
+
+    @property
+    def is_sliced(self) -> bool:
+        """The label says ``nvidia.com/gpu`` is a MIG slice (``-MIG-...``, single strategy)."""
+        return "-MIG-" in self.product
 
 
 @dataclass(frozen=True, slots=True)

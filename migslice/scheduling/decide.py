@@ -6,6 +6,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from migslice.mig.catalog import strip_product_suffix
 from migslice.scheduling import reasons
 from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind
 from migslice.scheduling.dra_placement import dra_demand_score, dra_units_fit
@@ -85,6 +86,10 @@ def _check_unit(unit: DemandUnit, node: PreparedNode) -> Verdict:
     if unit.claim and node.claim_reason is not None:
         return Verdict(Outcome.UNRESOLVABLE, node.claim_reason)
     if unit.kind is UnitKind.WHOLE_GPU:
+        if node.product is not None and node.product != strip_product_suffix(node.product):
+            # GFD's single strategy (nvidia.com/gpu is a MIG slice), MIG without a strategy,
+            # or time-sliced/MPS replicas: whatever nvidia.com/gpu is there, it is no whole GPU.
+            return Verdict(Outcome.UNRESOLVABLE, reasons.not_whole(node.product))
         total = node.allocatable.get(resource, 0)
         if total == 0:
             reason = reasons.NO_WHOLE_GPU if node.model_key else reasons.NO_GPU

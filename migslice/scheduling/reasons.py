@@ -64,6 +64,15 @@ NO_WHOLE_GPU = "no whole GPU on node (MIG enabled on every GPU)"
 ALL_WHOLE_GPUS_IN_USE = "all whole GPUs in use"
 
 
+SLICED_GPUS = "node's nvidia.com/gpu are MIG slices, not whole GPUs"
+SHARED_GPUS = "node's nvidia.com/gpu are shared replicas, not whole GPUs"
+
+
+def not_whole(product: str) -> str:
+    """Why a node whose product label is ``-MIG-...`` or ``-SHARED`` serves no whole GPU."""
+    return SHARED_GPUS if product.endswith("-SHARED") else SLICED_GPUS
+
+
 def too_few_whole_gpus(count: int) -> str:
     return f"node has fewer than {count} whole GPUs"
 
