@@ -65,6 +65,8 @@ class WaitingPod:
         if self.error:
             return self.error
         head = f"{len(self.fits)}/{self.node_count} nodes"
+        if self.waiting_s is None:
+            head = f"not marked Unschedulable by kube-scheduler yet; {head}"
         if not self.classes:
             return head + (" fit" if self.fits else "")
         parts = ", ".join(f"{len(c.nodes)} {c.reason}" for c in self.classes)

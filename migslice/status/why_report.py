@@ -63,7 +63,7 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
         if waiting.fits:
             shown = ", ".join(waiting.fits[:EXAMPLES])
             say(
-                f"{len(waiting.fits)} nodes fit now ({shown}): kube-scheduler places it on "
+                f"{_nodes(len(waiting.fits))} fit now ({shown}): kube-scheduler places it on "
                 "its next try",
                 "   ",
             )
@@ -71,7 +71,7 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
             shown = ", ".join(node_class.nodes[:EXAMPLES])
             more = ", ..." if len(node_class.nodes) > EXAMPLES else ""
             say(
-                f"{len(node_class.nodes)} nodes: {node_class.reason} [{node_class.outcome}] "
+                f"{_nodes(len(node_class.nodes))}: {node_class.reason} [{node_class.outcome}] "
                 f"({shown}{more})",
                 "   ",
             )
@@ -116,6 +116,10 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
                 say(f"{held.node}: {held.why} for {left} more", "   ")
         say(f"(record: {report.record_where})", "   ")
     return "\n".join(lines)
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
 
 
 def why_document(report: WhyReport) -> dict[str, Any]:
