@@ -80,7 +80,6 @@ RECORD = {
 
 def representative_cluster() -> list[dict[str, Any]]:
     """The objects (see the module docstring), as a cluster file holds them."""
-    a100 = "NVIDIA-A100-SXM4-80GB"
     objects: list[dict[str, Any]] = [
         make_mig_config_map(
             MIG_CONFIGS, annotations={"migslice.io/repartition": json.dumps(RECORD)}

@@ -146,6 +146,10 @@ class ClusterState:
         """The watch caches that feed this state, for :meth:`blindness`."""
         self._caches = tuple(caches)
 
+    @property
+    def caches(self) -> tuple[CacheHealth, ...]:
+        return self._caches
+
     def blindness(self, max_blind_s: float) -> list[str]:
         """Why decisions on this state would be blind (empty: they would not): a source that
         has not listed once, or a cache that has not followed the API server for longer than
