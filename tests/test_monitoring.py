@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from extender.app import create_app as extender_app
-from extender.settings import ExtenderSettings
 from extender.metrics import ExtenderMetrics
+from extender.settings import ExtenderSettings
 from extender.state import RepartitionStats, StaticCache, state_from_objects
 from migslice.objects import parse_cluster_objects
 from tests.promql import exposition_labels, reads

@@ -312,3 +312,27 @@ def test_the_plugin_is_installed_as_kubectl_migslice() -> None:
     root = Path(__file__).resolve().parents[1]
     scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["kubectl-migslice"] == "migslice.cli.kubectl:main"
+
+
+def test_json_logs_carry_the_pod_namespace_tenant_and_node_as_fields() -> None:
+    import logging
+
+    from migslice.console import JsonFormatter
+
+    record = logging.LogRecord(
+        "extender.controller",
+        logging.WARNING,
+        __file__,
+        1,
+        "re-check failed node=%s pod=%s tenant=%s; retrying",
+        ("gpu-a", "team-a/train-0", "team-a"),
+        None,
+    )
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["node"], line["pod"], line["namespace"], line["tenant"]) == (
+        "gpu-a",
+        "train-0",
+        "team-a",
+        "team-a",
+    )
+    assert line["level"] == "warning" and line["message"].startswith("re-check failed")
