@@ -152,6 +152,7 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
 
     gpu_pods: dict[str, GpuPod] = {}
     holding: list[PodFacts] = []
+    priced: dict[str | None, tuple[str, ...]] = {}  # product -> the models it prices on
     for raw in objects.pods:
         if is_terminal(raw):
             continue
@@ -162,7 +163,10 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         namespace = key.partition("/")[0]
         node, nominated = bound_node_of(raw), nominated_node_of(raw)
         tenancy.touch_namespace(namespace)
-        priced_on = pricing_models(products.get(node) if node else None, cluster_models)
+        product = products.get(node) if node else None
+        priced_on = priced.get(product)
+        if priced_on is None:
+            priced_on = priced[product] = pricing_models(product, cluster_models)
         usage = usage_of(dict(requests), priced_on)
         gpu_pods[key] = GpuPod(key, namespace, raw, requests, node, nominated, usage)
         if node is not None or nominated is not None:
