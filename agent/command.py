@@ -140,6 +140,7 @@ def run_agent(args: argparse.Namespace) -> int:
             heartbeat_s=args.heartbeat_s,
             once=args.once,
             log_level=args.log_level,
+            log_format=args.log_format,
             carve=args.carve,
             carve_interval_s=args.carve_interval_s,
             device_plugin_namespace=args.device_plugin_namespace,

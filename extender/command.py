@@ -197,6 +197,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         kubeconfig=args.kubeconfig,
         server=options_from_args(args, dict.fromkeys(VERBS, body), inline_paths=VERBS),
         log_level=args.log_level,
+        log_format=args.log_format,
     )
 
 

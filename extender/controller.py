@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from extender.carve_requests import CARVE_MARK, shows, write_carve_requests
 from extender.mig_manager import MigManagerGuard
+from extender.pending_stats import open_ages, pending_by_profile
 from extender.settings import ExtenderSettings, controller_settings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
@@ -156,7 +157,9 @@ class RepartitionController:
         """One round; the steps performed (or, in dry-run mode, the one that would be)."""
         leader = self._elector.try_acquire_or_renew()
         self.stats.is_leader = leader
+        self.stats.deadline_s = self._settings.deadline_s
         if not leader:
+            self.stats.pending, self.stats.open_ages = {}, {}
             return []
         blind = self._blindness()
         if blind:
@@ -175,6 +178,7 @@ class RepartitionController:
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
         pending = pending_pods(raw_pods, when, self._settings.scheduler_name)
+        self.stats.pending = pending_by_profile(pending)
         performed: list[Step] = []
         for _ in range(MAX_STEPS_PER_ROUND):
             record = file.record
@@ -189,6 +193,7 @@ class RepartitionController:
                 settings=self._decide_settings,
             )
             self._count_in_flight(step.record, nodes)
+            self.stats.open_ages = open_ages(step.record, now)
             if step.kind == StepKind.WAIT:
                 self._mark(step)
                 self._say(step.reason, level=logging.DEBUG)

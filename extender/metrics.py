@@ -10,12 +10,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.state import ExtenderState
+from migslice.scheduling.fragmentation import NO_FREE_SPACE, FreeSpace, node_free_space
+from migslice.serving.certificate_metric import CertificateExpiry
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
 class ExtenderMetrics:
     def __init__(self, state: ExtenderState) -> None:
+        self._state = state
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "migslice_extender_requests",
@@ -40,6 +43,7 @@ class ExtenderMetrics:
         )
         self.registry.register(_CacheCollector(state))
         self.registry.register(_RepartitionCollector(state))
+        self.registry.register(_PoolCollector(state))
         # The labelled children the verbs count into, kept: labels() takes a lock and builds
         # its key on every call, a tenth of a best-fit call's own time.
         self.nodes_fit = self.filtered.labels("fits")
@@ -47,6 +51,11 @@ class ExtenderMetrics:
         self.nodes_unresolvable = self.filtered.labels("unresolvable")
         self._calls: dict[tuple[str, str], Any] = {}
         self._durations: dict[str, Any] = {}
+
+    def follow(self, *, max_blind_s: float, tls_cert: str | None) -> None:
+        """Also export readiness (as /readyz judges it) and the serving certificate's expiry."""
+        self.registry.register(_ReadyCollector(self._state, max_blind_s))
+        self.registry.register(CertificateExpiry(tls_cert))
 
     def answered(self, verb: str, outcome: str, seconds: float) -> None:
         """Count one call of ``verb`` with its ``outcome`` and observe how long it took."""
@@ -166,12 +175,94 @@ class _RepartitionCollector(Collector):
             stats.nodes_quarantined,
         )
         yield _counter("errors", "Failed rounds and failed label writes.", stats.errors)
+        pending = GaugeMetricFamily(
+            "migslice_extender_pending_pods",
+            "GPU pods of migslice-scheduler kube-scheduler marked Unschedulable, per MIG "
+            "profile (exported by the repartition leader only, from its last round).",
+            labels=("profile",),
+        )
+        oldest = GaugeMetricFamily(
+            "migslice_extender_pending_max_age_seconds",
+            "The longest such pod has been Unschedulable, per MIG profile (leader only).",
+            labels=("profile",),
+        )
+        for profile, (count, age) in sorted(stats.pending.items()):
+            pending.add_metric((profile,), count)
+            oldest.add_metric((profile,), age)
+        yield from (pending, oldest)
+        ages = GaugeMetricFamily(
+            _REPARTITION + "open_step_age_seconds",
+            "Seconds since the oldest node still open of the plan (mig-manager) or the carve "
+            "(carve) was labelled or asked; the controller closes it at the deadline.",
+            labels=("mode",),
+        )
+        for mode, age in sorted(stats.open_ages.items()):
+            ages.add_metric((mode,), age)
+        yield ages
+        yield _gauge("deadline_seconds", "--repartition-deadline-s.", stats.deadline_s)
         yield _gauge(
             "mig_manager_config_mismatch",
             "1 while the GPU Operator's MIG Manager reads another mig-parted ConfigMap than the "
             "controller writes (ClusterPolicy spec.migManager.config.name); nothing is planned.",
             stats.mig_manager_config_mismatch,
         )
+
+
+class _ReadyCollector(Collector):
+    def __init__(self, state: ExtenderState, max_blind_s: float) -> None:
+        self._state = state
+        self._max_blind_s = max_blind_s
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        ready, _ = self._state.readiness(self._max_blind_s)
+        yield GaugeMetricFamily(
+            "migslice_extender_ready",
+            "1 while every cache has listed and follows the API server (/readyz answers 200).",
+            value=1.0 if ready else 0.0,
+        )
+
+
+class _PoolCollector(Collector):
+    """Per pool (GPU product): free memory slices, all of them, and the fragmentation index
+    (``migslice.scheduling.fragmentation.FreeSpace``, as ``migslice status`` shows it)."""
+
+    def __init__(self, state: ExtenderState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        index = self._state.index
+        pools: dict[str, FreeSpace] = {}
+        for name in index.node_names():
+            prepared = index.get(name)
+            model = None if prepared is None else prepared.state.model
+            if prepared is None or model is None:
+                continue
+            state = prepared.state
+            pool = state.facts.product or model.key
+            pools[pool] = pools.get(pool, NO_FREE_SPACE) + node_free_space(state)
+        families = (
+            GaugeMetricFamily(
+                "migslice_extender_pool_fragmentation",
+                "1 - (largest free region per GPU, summed) / free memory slices, per GPU "
+                "product (docs/status.md); 0: free space in one piece per GPU.",
+                labels=("pool",),
+            ),
+            GaugeMetricFamily(
+                "migslice_extender_pool_free_slices",
+                "Memory slices no pod holds, per GPU product (GPUs with a known layout).",
+                labels=("pool",),
+            ),
+            GaugeMetricFamily(
+                "migslice_extender_pool_slices",
+                "Memory slices of the GPUs with a known layout, per GPU product.",
+                labels=("pool",),
+            ),
+        )
+        for pool, space in sorted(pools.items()):
+            families[0].add_metric((pool,), space.index)
+            families[1].add_metric((pool,), space.free_slices)
+            families[2].add_metric((pool,), space.total_slices)
+        yield from families
 
 
 _REPARTITION = "migslice_repartition_"

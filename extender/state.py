@@ -68,6 +68,11 @@ class RepartitionStats:
     last_round: str = ""
     mig_manager_config_mismatch: bool = False
     """MIG Manager reads another ConfigMap than the controller's: no planning (the guard)."""
+    pending: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """The leader's last round: per MIG profile, pods waiting for it and the longest wait."""
+    open_ages: dict[str, float] = field(default_factory=dict)
+    """Per mode, how long the oldest applied, unanswered node of the record has waited."""
+    deadline_s: float = 0.0
 
 
 @dataclass

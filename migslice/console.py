@@ -249,12 +249,58 @@ def namespaced_name(text: str) -> str:
 # -- logging and output --------------------------------------------------------------------------
 
 
+LOG_FORMATS = ("text", "json")
+LOG_FIELDS = ("pod", "namespace", "tenant", "node")
+"""The identifiers a JSON log line carries as fields of their own when its sentence names
+them (``node=gpu-a``) or the call passes them (``extra={"node": "gpu-a"}``)."""
+_FIELD = re.compile(r"\b(" + "|".join(LOG_FIELDS) + r")=([^\s,;:()]+)")
+
+
 def add_log_level(parser: argparse.ArgumentParser, default: str = "info") -> None:
     parser.add_argument("--log-level", default=default, choices=LOG_LEVELS)
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text: sentences with key=value; json: one object a line, with the pod, "
+        "namespace, tenant and node it is about as fields",
+    )
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, and the fields of
+    :data:`LOG_FIELDS` (a ``namespace/name`` pod is split into both), plus the traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        line: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": message,
+        }
+        for key, value in _FIELD.findall(message):
+            line.setdefault(key, value)
+        for key in LOG_FIELDS:
+            value = getattr(record, key, None)
+            if isinstance(value, str) and value:
+                line[key] = value
+        pod = line.get("pod")
+        if isinstance(pod, str) and "/" in pod:
+            namespace, _, name = pod.partition("/")
+            line.setdefault("namespace", namespace)
+            line["pod"] = name
+        if record.exc_info:
+            line["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def setup_logging(level: str, log_format: str = "text") -> None:
+    """The root logger for a command: ``text`` (:data:`LOG_FORMAT`) or ``json``
+    (:class:`JsonFormatter`), the same for every service."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def print_json(value: Any) -> None:

@@ -71,6 +71,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     registry = Metrics()
     registry.pending_charges.set_function(state.pending_charges)
+    registry.follow(state, max_blind_s=settings.max_blind_s, tls_cert=settings.server.tls_cert)
     quota.fence_listeners.append(
         lambda fence: registry.ledger_fences.labels(fence.damage.name.lower()).inc()
     )

@@ -110,6 +110,7 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
         kubeconfig=args.kubeconfig,
         server=options_from_args(args, {"/mutate": body, "/validate": body}),
         log_level=args.log_level,
+        log_format=args.log_format,
     )
 
 

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from migslice.admission.status import quota_dimensions
+from migslice.serving.certificate_metric import CertificateExpiry
+
+if TYPE_CHECKING:
+    from webhook.state import ClusterState
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class Metrics:
     """Requests by endpoint and outcome, denials by reason, latency by endpoint, the quota
-    charges of pods admitted but not yet seen, and ledgers fenced."""
+    charges of pods admitted but not yet seen, and ledgers fenced; with :meth:`follow`, also
+    readiness, the caches' blindness, every tenant's usage and quota, and the serving
+    certificate's expiry."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -48,5 +61,51 @@ class Metrics:
             registry=self.registry,
         )
 
+    def follow(self, state: ClusterState, *, max_blind_s: float, tls_cert: str | None) -> None:
+        """Export what ``state`` says at each scrape (see the class docstring)."""
+        self.registry.register(_StateCollector(state, max_blind_s))
+        self.registry.register(CertificateExpiry(tls_cert))
+
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+class _StateCollector(Collector):
+    """Readiness, blindness and tenants' usage against quota, read at each scrape."""
+
+    def __init__(self, state: ClusterState, max_blind_s: float) -> None:
+        self._state = state
+        self._max_blind_s = max_blind_s
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._state
+        ready = GaugeMetricFamily(
+            "migslice_webhook_ready",
+            "1 while every cache has listed and follows the API server (/readyz answers 200).",
+        )
+        ready.add_metric((), 0.0 if state.blindness(self._max_blind_s) else 1.0)
+        blind = GaugeMetricFamily(
+            "migslice_webhook_cache_blind_seconds",
+            "Seconds a cache has not followed the API server (0: connected; -1: never listed).",
+            labels=("cache",),
+        )
+        for cache in state.caches:
+            blind_s = cache.blind_s()
+            blind.add_metric((cache.name,), -1.0 if blind_s is None else blind_s)
+        usage = GaugeMetricFamily(
+            "migslice_webhook_tenant_usage",
+            "What a tenant's pods and admitted charges hold, by quota dimension (instances, "
+            "computeSlices, memorySlices, profiles.<profile>), as quota counts it.",
+            labels=("tenant", "dimension"),
+        )
+        quota = GaugeMetricFamily(
+            "migslice_webhook_tenant_quota",
+            "A tenant's limit per quota dimension (spec.quota; only dimensions it limits).",
+            labels=("tenant", "dimension"),
+        )
+        for policy in state.policies():
+            for dimension in quota_dimensions(policy, state.tenant_usage(policy.name)):
+                usage.add_metric((policy.name, dimension.dimension), dimension.used)
+                if dimension.limit is not None:
+                    quota.add_metric((policy.name, dimension.dimension), dimension.limit)
+        yield from (ready, blind, usage, quota)

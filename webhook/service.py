@@ -28,7 +28,7 @@ SETTLE_INTERVAL_S = 5.0
 
 def serve_webhook(settings: WebhookSettings) -> int:
     """Serve until a signal stops the server; the exit status."""
-    console.setup_logging(settings.log_level)
+    console.setup_logging(settings.log_level, settings.log_format)
     return serve_app(
         settings.server,
         cluster_file=settings.cluster_file,

@@ -44,6 +44,7 @@ class WebhookSettings:
     kubeconfig: str | None = None
     server: ServerOptions = field(default_factory=lambda: ServerOptions(port=DEFAULT_PORT))
     log_level: str = "info"
+    log_format: str = "text"
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:

@@ -35,7 +35,7 @@ from migslice import names
 from migslice.admission import SliceUsage, usage_of
 from migslice.admission.ledger import Ledger
 from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
-from migslice.admission.usage import ZERO
+from migslice.admission.usage import ZERO, pricing_models
 from migslice.kube.health import CacheHealth, blindness
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects
@@ -145,6 +145,10 @@ class ClusterState:
     def follow(self, caches: Sequence[CacheHealth]) -> None:
         """The watch caches that feed this state, for :meth:`blindness`."""
         self._caches = tuple(caches)
+
+    @property
+    def caches(self) -> tuple[CacheHealth, ...]:
+        return self._caches
 
     def blindness(self, max_blind_s: float) -> list[str]:
         """Why decisions on this state would be blind (empty: they would not): a source that
@@ -466,11 +470,7 @@ class ClusterState:
         """The GPU model keys a pod's slices are priced on: those of its node (``node``,
         where it is bound) when the node is known, else the cluster's."""
         product = self._products.product_of(node) if node is not None else None
-        if product is not None:
-            model = CATALOG.by_product(product)
-            if model is not None:
-                return (model.key,)
-        return self._products.model_keys
+        return pricing_models(product, self._products.model_keys)
 
 
 def _generation(raw_policy: Mapping[str, object]) -> int:

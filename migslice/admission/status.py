@@ -204,6 +204,56 @@ def _quota_condition(name: str, limits: Sequence[_Limit], generation: int) -> Co
     )
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaDimension:
+    """One dimension of a tenant's usage against its quota: ``dimension`` names the field
+    under ``spec.quota`` (``instances``, ``computeSlices``, ``memorySlices``,
+    ``profiles.<profile>``); ``limit`` None where the policy sets none."""
+
+    dimension: str
+    label: str
+    used: int
+    limit: int | None
+
+    @property
+    def field(self) -> str:
+        return f"spec.quota.{self.dimension}"
+
+    @property
+    def is_reached(self) -> bool:
+        """A limit reached or passed (a limit of 0 forbids rather than fills: never)."""
+        return self.limit is not None and self.limit > 0 and self.used >= self.limit
+
+
+def quota_dimensions(policy: TenantPolicy, usage: SliceUsage) -> tuple[QuotaDimension, ...]:
+    """The usage in every dimension of quota: instances, compute and memory slices (limited
+    or not), then each profile the policy limits, or the tenant uses."""
+    quota = policy.quota
+    found = [
+        QuotaDimension("instances", "instances", usage.instances, quota.instances),
+        QuotaDimension(
+            "computeSlices", "compute slices", usage.compute_slices, quota.compute_slices
+        ),
+        QuotaDimension("memorySlices", "memory slices", usage.memory_slices, quota.memory_slices),
+    ]
+    limited = dict(quota.profiles)
+    for profile in sorted(set(limited) | {p for p, c in usage.profiles if c > 0}):
+        found.append(
+            QuotaDimension(
+                f"profiles.{profile}",
+                f"x {profile}",
+                usage.of_profile(profile),
+                limited.get(profile),
+            )
+        )
+    return tuple(found)
+
+
+def usage_wire(usage: SliceUsage) -> UsageWire:
+    """``status.used`` of a TenantPolicy for ``usage``."""
+    return _usage_wire(usage)
+
+
 def _usage_wire(usage: SliceUsage) -> UsageWire:
     return {
         "instances": usage.instances,

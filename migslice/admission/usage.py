@@ -112,6 +112,17 @@ def charge(resource: str, count: int, model_keys: tuple[str, ...] = ()) -> Slice
     )
 
 
+def pricing_models(node_product: str | None, cluster_models: tuple[str, ...]) -> tuple[str, ...]:
+    """The GPU model keys a pod's slices are priced on: the model of its node's product
+    (``node_product``: the node it is bound to, when that node is known) when the catalog knows
+    it, else the cluster's models (``cluster_models``)."""
+    if node_product is not None:
+        model = CATALOG.by_product(node_product)
+        if model is not None:
+            return (model.key,)
+    return cluster_models
+
+
 def usage_of(requests: Mapping[str, int], model_keys: tuple[str, ...] = ()) -> SliceUsage:
     result = ZERO
     for resource, count in sorted(requests.items()):

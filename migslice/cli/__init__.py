@@ -2,7 +2,8 @@
 
 The geometry engine's commands (``models``, ``profiles``, ``layouts``, ``fit``), ``certs``
 and ``plan`` live here; the services define their own (``webhook``, ``extender``,
-``agent``/``inspect``, ``demo``, ``simulate``, ``doctor``) with their flags and settings.
+``agent``/``inspect``, ``demo``, ``simulate``, ``doctor``, ``status``/``why``) with their
+flags and settings.
 Nothing imports this package.
 """
 
@@ -23,6 +24,7 @@ from migslice.demo.command import COMMANDS as DEMO_COMMANDS
 from migslice.doctor.command import COMMANDS as DOCTOR_COMMANDS
 from migslice.errors import MigsliceError
 from migslice.sim.command import COMMANDS as SIM_COMMANDS
+from migslice.status.command import COMMANDS as STATUS_COMMANDS
 from webhook.command import COMMANDS as WEBHOOK_COMMANDS
 
 SERVICE_COMMANDS = (
@@ -32,6 +34,7 @@ SERVICE_COMMANDS = (
     *DEMO_COMMANDS,
     *SIM_COMMANDS,
     *DOCTOR_COMMANDS,
+    *STATUS_COMMANDS,
 )
 
 

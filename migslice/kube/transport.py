@@ -86,14 +86,23 @@ class KubernetesTransport:
 
     @classmethod
     def from_environment(
-        cls, kubeconfig: str | None = None, timeout_s: float | None = None
+        cls,
+        kubeconfig: str | None = None,
+        timeout_s: float | None = None,
+        context: str | None = None,
     ) -> KubernetesTransport:
-        """In-cluster service account if present, else ``kubeconfig`` (or the default one).
+        """In-cluster service account if present, else ``kubeconfig`` (or the default one:
+        ``$KUBECONFIG``, its files merged, else ``~/.kube/config``). ``context``: the
+        kubeconfig context to use (then the kubeconfig, never the service account).
         ``timeout_s`` bounds connecting and each read (default 10 s and 60 s)."""
         configuration = client.Configuration()
         in_cluster = False
         _check_kubeconfig_files(kubeconfig)
-        if kubeconfig is None:
+        if context is not None:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+        elif kubeconfig is None:
             try:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
                 in_cluster = True

@@ -51,19 +51,34 @@ def render_bar(model: GpuModel, layout: Sequence[Placed], cell: int = 8) -> str:
     every bar of one model has the same width; free slices show as ``.``.
     """
     cell = max(cell, bar_cell(model, layout))
-    by_start = {p.start: p for p in layout}
+    return render_slots(model.memory_slices, [(p.start, p.size, p.profile) for p in layout], cell)
+
+
+def render_slots(memory_slices: int, spans: Sequence[tuple[int, int, str]], cell: int) -> str:
+    """The bar of :func:`render_bar` with the caller's text in each instance: ``spans`` are
+    (start, size, text), each memory slice ``cell`` characters wide (text longer than its
+    span is cut; :func:`slots_cell` gives the cell that keeps every text whole); free slices
+    show as ``.``."""
+    by_start = {start: (size, label) for start, size, label in spans}
     parts: list[str] = []
     index = 0
-    while index < model.memory_slices:
-        placed = by_start.get(index)
-        if placed is None:
+    while index < memory_slices:
+        found = by_start.get(index)
+        if found is None:
             parts.append("." * cell)
             index += 1
             continue
-        width = placed.size * cell + placed.size - 1
-        parts.append(placed.profile.ljust(width))
-        index += placed.size
+        size, label = found
+        width = size * cell + size - 1
+        parts.append(label[:width].ljust(width))
+        index += size
     return "|" + "|".join(parts) + "|"
+
+
+def slots_cell(spans: Sequence[tuple[int, int, str]], cell: int = 1) -> int:
+    """The narrowest cell, at least ``cell``, that holds each span's text whole."""
+    needed = (-(-(len(label) - size + 1) // max(size, 1)) for _, size, label in spans)
+    return max(cell, *needed) if spans else cell
 
 
 def bar_cell(model: GpuModel, layout: Sequence[Placed] = ()) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import orjson
 import yaml
 
 from migslice.errors import InvalidInputError
@@ -93,6 +94,13 @@ def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
 
 
 def load_cluster_text(text: str) -> ClusterObjects:
+    """The objects of a cluster file: a YAML stream, or one JSON object (``kubectl get ... -o
+    json``'s ``List``), which is read as JSON: tens of megabytes in a second, not a minute."""
+    if text.lstrip().startswith("{"):
+        try:
+            return parse_cluster_objects([orjson.loads(text)])
+        except orjson.JSONDecodeError:
+            pass  # not one JSON document: YAML says what is wrong
     return parse_cluster_objects(load_yaml_documents(text, "cluster file"))
 
 

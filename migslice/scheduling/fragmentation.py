@@ -39,8 +39,9 @@ lands on (:mod:`migslice.scheduling.dra_placement`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
-from migslice.inventory import NodeState, mig_resource
+from migslice.inventory import GpuState, NodeState, mig_resource
 from migslice.inventory.picking import (
     MAX_SCORE,
     MIN_SCORE,
@@ -148,3 +149,76 @@ def _counts_score(
             sizes.get(r, 1) * c for r, c in state.allocatable if r.startswith(MIG_RESOURCE_PREFIX)
         )
     return node_level_score(held + adding, total)
+
+
+# -- the fragmentation index of a pool (``migslice status``, the extender's metric) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class FreeSpace:
+    """The free memory slices of some GPUs, and how much of it lies in one piece per GPU.
+
+    Per GPU, in this module's notions: an **idle** GPU (no pod holds any part of it) is one
+    free region of all its memory slices, since the repartition controller can give it any
+    layout; a GPU **in use** keeps its layout, so its free space is its free instances (a pod
+    takes an existing instance of exactly its profile) and the slices outside any instance
+    (free, but serving no pod until the GPU is re-partitioned), and its largest free region is
+    its largest free instance. A GPU with MIG off is one region when no pod holds it.
+
+    ``index`` = 1 - largest / free: 0 when every GPU's free space is one piece (idle GPUs, or
+    one free instance each), towards 1 as it is cut into pieces no large pod can use; 0 when
+    nothing is free. ``unknown_gpus``: GPUs of nodes known only by counts (no per-GPU layout),
+    left out.
+    """
+
+    free_slices: int = 0
+    largest_slices: int = 0
+    total_slices: int = 0
+    gpus: int = 0
+    idle_gpus: int = 0
+    unknown_gpus: int = 0
+
+    @property
+    def index(self) -> float:
+        if self.free_slices <= 0:
+            return 0.0
+        return 1.0 - self.largest_slices / self.free_slices
+
+    def __add__(self, other: FreeSpace) -> FreeSpace:
+        return FreeSpace(
+            self.free_slices + other.free_slices,
+            self.largest_slices + other.largest_slices,
+            self.total_slices + other.total_slices,
+            self.gpus + other.gpus,
+            self.idle_gpus + other.idle_gpus,
+            self.unknown_gpus + other.unknown_gpus,
+        )
+
+
+NO_FREE_SPACE = FreeSpace()
+
+
+def gpu_free_space(gpu: GpuState, memory_slices: int) -> FreeSpace:
+    """One GPU's :class:`FreeSpace` (``memory_slices``: its model's)."""
+    if not gpu.mig_enabled:
+        free = 0 if gpu.whole_held else memory_slices
+        return FreeSpace(free, free, memory_slices, 1, 0 if gpu.whole_held else 1)
+    if gpu.is_idle:
+        return FreeSpace(memory_slices, memory_slices, memory_slices, 1, 1)
+    held = gpu.held_slices
+    largest = max(
+        (p.size for p, h in zip(gpu.instances, gpu.held, strict=True) if not h), default=0
+    )
+    return FreeSpace(memory_slices - held, largest, memory_slices, 1, 0)
+
+
+def node_free_space(state: NodeState) -> FreeSpace:
+    """The :class:`FreeSpace` of a node's GPUs; a node known only by counts adds its GPUs
+    (``nvidia.com/gpu.count``) to ``unknown_gpus``."""
+    model = state.model
+    if model is None or not state.gpus:
+        return FreeSpace(unknown_gpus=state.facts.gpu_count or 0) if model else NO_FREE_SPACE
+    total = NO_FREE_SPACE
+    for gpu in state.gpus:
+        total = total + gpu_free_space(gpu, model.memory_slices)
+    return total

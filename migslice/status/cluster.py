@@ -1,0 +1,221 @@
+"""The cluster as status and why read it, derived once from its objects (pure).
+
+One pass over the objects: every Node projected and resolved once into the extender's
+:class:`~migslice.scheduling.PreparedNode` (its inventory :class:`NodeState` inside), every
+Pod read once (its GPU requests, where it holds them, its charge in slice units as the
+webhook prices it, whether it waits), the TenantPolicies into the webhook's
+:class:`~migslice.policy.tenancy.Tenancy`, and the mig-parted ConfigMap with the repartition
+controller's record. The views (tenants, pools, waiting pods, why) only read this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from migslice import names
+from migslice.admission.usage import ZERO, SliceUsage, pricing_models, usage_of
+from migslice.inventory import ClusterIndex, NodeState
+from migslice.mig import CATALOG
+from migslice.objects import ClusterObjects, PodFacts, node_facts_from_raw
+from migslice.objects.json import JsonObject, mapping
+from migslice.objects.pod_gpus import gpu_requests
+from migslice.objects.pods import (
+    bound_node_of,
+    is_terminal,
+    metadata_of,
+    nominated_node_of,
+    pod_key,
+)
+from migslice.policy import PolicyError, TenantPolicy, parse_tenant_policy
+from migslice.policy.tenancy import Tenancy
+from migslice.repartition import MigConfigFile, read_config_map
+from migslice.scheduling import PreparedNode, prepare_node
+
+NO_POOL = "(no GPU product)"
+"""The pool of nodes without the pool label (no GPU, or the label missing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSettings:
+    """What a status or why run reads the cluster with. ``pool_label``: the node label whose
+    value names a node's pool; None for the GPU product (``nvidia.com/gpu.product``, else
+    the model the inventory found)."""
+
+    now_s: float
+    pool_label: str | None = None
+    mig_config_map: tuple[str, str] = (names.GPU_OPERATOR_NAMESPACE, names.MIG_CONFIG_MAP)
+    scheduler_name: str = names.SCHEDULER_NAME
+
+    @property
+    def pool_key(self) -> str:
+        return self.pool_label or names.PRODUCT_LABEL
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPod:
+    """A live pod that asks for a GPU resource: where it is, what it holds, its charge."""
+
+    key: str
+    namespace: str
+    raw: JsonObject = field(repr=False)
+    requests: tuple[tuple[str, int], ...]
+    node: str | None
+    nominated: str | None
+    usage: SliceUsage
+
+    @property
+    def is_waiting(self) -> bool:
+        return self.node is None
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidPolicy:
+    name: str
+    message: str
+
+
+@dataclass
+class Cluster:
+    """Everything status and why read, derived once (see the module docstring)."""
+
+    settings: StatusSettings
+    nodes: dict[str, PreparedNode]
+    node_labels: dict[str, Mapping[str, object]]
+    raw_nodes: Mapping[str, JsonObject]
+    pools: dict[str, str]
+    tenancy: Tenancy
+    policies: dict[str, TenantPolicy]
+    invalid_policies: dict[str, InvalidPolicy]
+    policy_status: dict[str, Mapping[str, object]]
+    gpu_pods: dict[str, GpuPod]
+    holders: dict[str, tuple[PodFacts, ...]]
+    mig_file: MigConfigFile
+    cluster_models: tuple[str, ...]
+
+    def states(self) -> list[NodeState]:
+        return [node.state for node in self.nodes.values()]
+
+    def tenant_of(self, namespace: str) -> str | None:
+        """The one TenantPolicy that selects ``namespace`` (None: none, or a conflict)."""
+        selecting = self.tenancy.selecting(namespace)
+        return selecting[0].name if len(selecting) == 1 else None
+
+    def pods_of(self, tenant: str) -> list[GpuPod]:
+        namespaces = self.tenancy.namespaces_of(tenant)
+        return [pod for pod in self.gpu_pods.values() if pod.namespace in namespaces]
+
+    def usage_of(self, tenant: str) -> SliceUsage:
+        total = ZERO
+        for pod in self.pods_of(tenant):
+            total = total + pod.usage
+        return total
+
+
+def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
+    """:class:`Cluster` of ``objects`` (see the module docstring)."""
+    mig_file = read_config_map(objects.config_map(*settings.mig_config_map), names.MIG_CONFIG_KEY)
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node, CATALOG)
+    index.set_mig_configs(mig_file.configs)
+    facts = [node_facts_from_raw(raw) for raw in objects.nodes]
+    index.replace_nodes(facts)
+    raw_nodes = {f.name: raw for f, raw in zip(facts, objects.nodes, strict=True) if f.name}
+    node_labels = {name: mapping(metadata_of(raw).get("labels")) for name, raw in raw_nodes.items()}
+    products = {f.name: f.product for f in facts if f.product}
+    models = sorted({m.key for p in products.values() if (m := CATALOG.by_product(p)) is not None})
+    cluster_models = tuple(models)
+
+    tenancy = Tenancy()
+    for raw in objects.others:
+        if raw.get("kind") == "Namespace":
+            meta = metadata_of(raw)
+            labels = mapping(meta.get("labels"))
+            if isinstance(meta.get("name"), str):
+                tenancy.put_namespace(
+                    str(meta["name"]), {str(k): str(v) for k, v in labels.items()}
+                )
+    policies: dict[str, TenantPolicy] = {}
+    invalid: dict[str, InvalidPolicy] = {}
+    statuses: dict[str, Mapping[str, object]] = {}
+    for raw in objects.tenant_policies:
+        name = metadata_of(raw).get("name")
+        status = raw.get("status")
+        if isinstance(name, str) and isinstance(status, Mapping):
+            statuses[name] = status
+        try:
+            policy = parse_tenant_policy(raw)
+        except PolicyError as error:
+            invalid[error.name] = InvalidPolicy(error.name, str(error))
+            continue
+        policies[policy.name] = policy
+        tenancy.put_policy(policy)
+
+    gpu_pods: dict[str, GpuPod] = {}
+    holding: list[PodFacts] = []
+    priced: dict[str | None, tuple[str, ...]] = {}  # product -> the models it prices on
+    for raw in objects.pods:
+        if is_terminal(raw):
+            continue
+        requests = gpu_requests(raw)
+        if not requests:
+            continue
+        key = pod_key(raw)
+        namespace = key.partition("/")[0]
+        node, nominated = bound_node_of(raw), nominated_node_of(raw)
+        tenancy.touch_namespace(namespace)
+        product = products.get(node) if node else None
+        priced_on = priced.get(product)
+        if priced_on is None:
+            priced_on = priced[product] = pricing_models(product, cluster_models)
+        usage = usage_of(dict(requests), priced_on)
+        gpu_pods[key] = GpuPod(key, namespace, raw, requests, node, nominated, usage)
+        if node is not None or nominated is not None:
+            holding.append(PodFacts(key, node, nominated, requests))
+    index.replace_pods(holding)
+    index.derive_pending()
+    nodes: dict[str, PreparedNode] = {}
+    for name in sorted(index.node_names()):
+        prepared = index.get(name)
+        if prepared is not None:
+            nodes[name] = prepared
+    holders: dict[str, list[PodFacts]] = {}
+    for pod in holding:
+        node_name = pod.holding_node
+        if node_name is not None:
+            holders.setdefault(node_name, []).append(pod)
+    pools = {
+        name: pool_of(node.state, node_labels.get(name, {}), settings)
+        for name, node in nodes.items()
+    }
+    return Cluster(
+        settings=settings,
+        nodes=nodes,
+        node_labels=node_labels,
+        raw_nodes=raw_nodes,
+        pools=pools,
+        tenancy=tenancy,
+        policies=policies,
+        invalid_policies=invalid,
+        policy_status=statuses,
+        gpu_pods=gpu_pods,
+        holders={n: tuple(sorted(p, key=lambda f: f.key)) for n, p in holders.items()},
+        mig_file=mig_file,
+        cluster_models=cluster_models,
+    )
+
+
+def pool_of(state: NodeState, labels: Mapping[str, object], settings: StatusSettings) -> str:
+    """A node's pool: its ``pool_label`` value; without one, its GPU product (the label, else
+    the model the inventory found: a node whose GPUs a DRA driver publishes may lack GFD's
+    label); :data:`NO_POOL` when neither says."""
+    value = labels.get(settings.pool_key)
+    if isinstance(value, str) and value:
+        return value
+    if settings.pool_label is None and state.model is not None:
+        return state.facts.product or state.model.key
+    return NO_POOL
+
+
+def waiting_pods(cluster: Cluster) -> Sequence[GpuPod]:
+    """The live GPU pods not bound to a node, by key."""
+    return [pod for key, pod in sorted(cluster.gpu_pods.items()) if pod.is_waiting]

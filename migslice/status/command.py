@@ -1,0 +1,225 @@
+"""``migslice status`` and ``migslice why``: their flags and run functions (also run as the
+kubectl plugin ``kubectl migslice``, :mod:`migslice.cli.kubectl`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+import yaml
+
+from migslice import console, names
+from migslice.console import CommandError
+from migslice.objects.clusterfile import ClusterObjects
+
+OUTPUTS = ("table", "wide", "json", "yaml")
+DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
+
+
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=console.path_name,
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
+    )
+    where.add_argument(
+        "--cluster-file",
+        metavar="FILE",
+        type=console.file_path,
+        help="read a cluster file (the YAML stream migslice plan reads, or `kubectl get -o "
+        "json` output) instead of a cluster",
+    )
+    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
+    parser.add_argument(
+        "--mig-config-map",
+        default=DEFAULT_CONFIG_MAP,
+        type=console.namespaced_name,
+        metavar="NAMESPACE/NAME",
+        help="the mig-parted ConfigMap that holds the repartition record (default %(default)s)",
+    )
+    parser.add_argument(
+        "--scheduler-name", default=names.SCHEDULER_NAME, type=console.dns_subdomain
+    )
+    parser.add_argument(
+        "--cooldown-s",
+        type=console.seconds(),
+        default=600.0,
+        help="the controller's --repartition-cooldown-s (default 600)",
+    )
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+    parser.add_argument(
+        "--timeout-s",
+        type=console.seconds(allow_zero=False),
+        default=30.0,
+        help="time each API read may take (default 30)",
+    )
+    console.add_log_level(parser, default="warning")
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    _source_arguments(parser)
+    parser.add_argument(
+        "--pool-label",
+        metavar="LABEL",
+        help=f"group nodes into pools by this node label (default: {names.PRODUCT_LABEL})",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        type=console.dns_label,
+        help="show only this namespace's tenant and waiting pods (the pools stay whole)",
+    )
+
+
+def add_why_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pod", metavar="POD", type=console.dns_subdomain, help="the pod's name")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        type=console.dns_label,
+        help="the pod's namespace (default: the kubeconfig context's, else default)",
+    )
+    _source_arguments(parser)
+    parser.add_argument(
+        "--min-pending-s",
+        type=console.seconds(),
+        default=30.0,
+        help="the controller's --repartition-min-pending-s (default 30)",
+    )
+    parser.add_argument(
+        "--carve-min-pending-s",
+        type=console.seconds(),
+        default=10.0,
+        help="the controller's --repartition-carve-min-pending-s (default 10)",
+    )
+    parser.add_argument("--max-nodes-in-flight", type=console.count(1, 100_000), default=1)
+    parser.add_argument(
+        "--mode-default", choices=names.REPARTITION_MODES, default=names.MODE_MIG_MANAGER
+    )
+
+
+def _objects(args: argparse.Namespace) -> ClusterObjects:
+    from migslice.status.gather import connect, read_cluster, read_cluster_file
+
+    if args.cluster_file is not None:
+        return read_cluster_file(args.cluster_file)
+    transport = connect(args.kubeconfig, args.context, args.timeout_s)
+    namespace, _, name = args.mig_config_map.partition("/")
+    return read_cluster(transport, (namespace, name))
+
+
+def _print(document: object, output: str) -> None:
+    if output == "json":
+        console.print_json(document)
+    else:
+        print(yaml.safe_dump(document, sort_keys=False, width=1000), end="")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from migslice.status.cluster import StatusSettings, build_cluster
+    from migslice.status.report import build_status, render_text, scoped, status_document
+
+    console.setup_logging(args.log_level)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    objects = _objects(args)
+    namespace, _, name = args.mig_config_map.partition("/")
+    settings = StatusSettings(
+        now_s=time.time(),
+        pool_label=args.pool_label,
+        mig_config_map=(namespace, name),
+        scheduler_name=args.scheduler_name,
+    )
+    cluster = build_cluster(objects, settings)
+    report = build_status(cluster, cooldown_s=args.cooldown_s)
+    if args.namespace:
+        report = scoped(report, cluster, args.namespace)
+    if args.output in ("json", "yaml"):
+        _print(status_document(report), args.output)
+    else:
+        print(render_text(report, wide=args.output == "wide"))
+    sys.stdout.flush()
+    return 0
+
+
+def run_why(args: argparse.Namespace) -> int:
+    from migslice.objects.pods import pod_key
+    from migslice.repartition import CarveSettings, ControllerSettings, PlanSettings
+    from migslice.status.cluster import StatusSettings, build_cluster
+    from migslice.status.gather import context_namespace
+    from migslice.status.why import explain
+    from migslice.status.why_report import render_why, why_document
+
+    console.setup_logging(args.log_level)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    namespace = args.namespace
+    if namespace is None:
+        namespace = (
+            "default"
+            if args.cluster_file is not None
+            else context_namespace(args.kubeconfig, args.context)
+        )
+    objects = _objects(args)
+    key = f"{namespace}/{args.pod}"
+    raw_pod = next((p for p in objects.pods if pod_key(p) == key), None)
+    if raw_pod is None:
+        raise CommandError(
+            f"pod {key} not found (among live pods); a pod its controller could not create "
+            f"was refused at admission: kubectl get events -n {namespace} "
+            "--field-selector reason=FailedCreate"
+        )
+    cm_namespace, _, cm_name = args.mig_config_map.partition("/")
+    now = time.time()
+    settings = StatusSettings(
+        now_s=now,
+        mig_config_map=(cm_namespace, cm_name),
+        scheduler_name=args.scheduler_name,
+    )
+    cluster = build_cluster(objects, settings)
+    controller = ControllerSettings(
+        plan=PlanSettings(
+            min_pending_s=args.min_pending_s,
+            cooldown_s=args.cooldown_s,
+            max_nodes_in_flight=args.max_nodes_in_flight,
+        ),
+        carve=CarveSettings(min_pending_s=args.carve_min_pending_s, default_mode=args.mode_default),
+    )
+    report = explain(cluster, raw_pod, settings=controller)
+    if args.output in ("json", "yaml"):
+        _print(why_document(report), args.output)
+    else:
+        print(render_why(report, now, wide=args.output == "wide"))
+    sys.stdout.flush()
+    return 0
+
+
+STATUS = console.Command(
+    "status",
+    help="show the whole cluster: tenants against quota, GPU maps per pool, waiting pods",
+    description=(
+        "Reads the cluster (kubeconfig, in-cluster, or --cluster-file), read-only, and shows "
+        "per tenant its slices against its quota, per node pool every GPU's layout with who "
+        "holds each instance and the pool's fragmentation index, every waiting GPU pod with "
+        "the extender's reasons, and the repartition controller's plan in progress and the "
+        "nodes it holds back. docs/status.md says what each number means."
+    ),
+    add_arguments=add_status_arguments,
+    run=run_status,
+)
+WHY = console.Command(
+    "why",
+    help="say every reason a pod waits: admission, placement, re-partition, held nodes",
+    description=(
+        "Reads the cluster as status does and explains one pod: its TenantPolicy, size, "
+        "profile and quota; the extender's filter verdict per class of node; what the "
+        "repartition controller would do for it (its own decide()) and the state of a plan "
+        "in progress; quarantined, cooling or backed-off nodes that could serve it. A pod "
+        "that does not wait says where it is."
+    ),
+    add_arguments=add_why_arguments,
+    run=run_why,
+)
+COMMANDS = (STATUS, WHY)

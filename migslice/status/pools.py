@@ -1,0 +1,219 @@
+"""Per node pool: every GPU's layout, each instance used or free and who holds it, and the
+pool's fragmentation index (:class:`migslice.scheduling.fragmentation.FreeSpace`).
+
+Built only on inventory values (:class:`NodeState`, :class:`GpuState`), whichever source gave
+them (the node agent, a mig-parted config, a DRA driver's devices): nothing here reads a
+device plugin's resources. Who holds an instance: the inventory knows per node and profile
+how many instances pods hold and which ones it assumes (the extender's own pick, busy ones
+first); the pods holding a profile on a node are laid on those instances in name order, so
+where a node has several instances of one profile, which pod sits on which is that
+assumption (``SlotView.assumed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from migslice import names
+from migslice.inventory import NodeState, mig_resource
+from migslice.objects import PodFacts
+from migslice.scheduling import PreparedNode
+from migslice.scheduling.fragmentation import NO_FREE_SPACE, FreeSpace, gpu_free_space
+from migslice.status.cluster import Cluster
+
+WHOLE_GPU = "whole GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """One instance (or a GPU with MIG off, profile :data:`WHOLE_GPU`): where it is, and the
+    pod that holds it (None: free). ``busy``: the node agent sees processes on an instance no
+    pod is known to hold. ``assumed``: other instances of the profile on the node could be
+    this pod's (see the module docstring)."""
+
+    profile: str
+    start: int
+    size: int
+    pod: str | None = None
+    tenant: str | None = None
+    busy: bool = False
+    assumed: bool = False
+
+    @property
+    def is_used(self) -> bool:
+        return self.pod is not None or self.busy
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    index: int
+    mig_enabled: bool
+    memory_slices: int
+    slots: tuple[SlotView, ...]
+    free: FreeSpace
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """A pod on a node known only by counts: what it holds there."""
+
+    pod: str
+    tenant: str | None
+    resource: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node of a pool: its model, which source gave its layout, whether it takes pods now
+    (``condition``), its GPUs (empty for a node known only by counts, whose ``holdings``
+    say what pods hold), and the inventory's notes."""
+
+    name: str
+    pool: str
+    model: str | None
+    source: str
+    condition: str
+    gpus: tuple[GpuView, ...]
+    free: FreeSpace
+    counts: tuple[tuple[str, int, int], ...] = ()
+    holdings: tuple[Holding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    name: str
+    nodes: tuple[NodeView, ...]
+    free: FreeSpace
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes) + self.free.unknown_gpus
+
+
+def pool_views(cluster: Cluster) -> list[PoolView]:
+    """Every pool of GPU nodes, by name; nodes without any GPU are left out."""
+    by_pool: dict[str, list[NodeView]] = {}
+    for prepared in cluster.nodes.values():
+        state = prepared.state
+        if state.model is None and not state.facts.product and not state.facts.allocatable:
+            continue
+        view = node_view(cluster, prepared)
+        by_pool.setdefault(view.pool, []).append(view)
+    pools = []
+    for pool, nodes in sorted(by_pool.items()):
+        free = NO_FREE_SPACE
+        for node in nodes:
+            free = free + node.free
+        pools.append(PoolView(pool, tuple(nodes), free))
+    return pools
+
+
+def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
+    state = prepared.state
+    holders = cluster.holders.get(state.name, ())
+    tenant_of = cluster.tenant_of
+    condition = _condition(prepared)
+    if state.model is None or not state.gpus:
+        counts = tuple(
+            (resource, state.allocated_of(resource), total)
+            for resource, total in state.facts.allocatable
+            if total
+        )
+        holdings = tuple(
+            Holding(pod.key, tenant_of(pod.key.partition("/")[0]), resource, count)
+            for pod in holders
+            for resource, count in pod.requests
+        )
+        unknown = FreeSpace(unknown_gpus=state.facts.gpu_count or 0)
+        return NodeView(
+            state.name,
+            cluster.pools[state.name],
+            state.model.key if state.model else None,
+            str(state.source),
+            condition,
+            (),
+            unknown,
+            counts,
+            holdings,
+            state.notes,
+        )
+    gpus = _gpu_views(state, holders, tenant_of)
+    free = NO_FREE_SPACE
+    for gpu in gpus:
+        free = free + gpu.free
+    return NodeView(
+        state.name,
+        cluster.pools[state.name],
+        state.model.key,
+        str(state.source),
+        condition,
+        gpus,
+        free,
+        notes=state.notes,
+    )
+
+
+def _gpu_views(
+    state: NodeState, holders: Sequence[PodFacts], tenant_of: Callable[[str], str | None]
+) -> tuple[GpuView, ...]:
+    model = state.model
+    assert model is not None
+    queues: dict[str, list[str]] = {}
+    for holder in holders:
+        for resource, count in holder.requests:
+            queues.setdefault(resource, []).extend([holder.key] * count)
+    offered: dict[str, int] = {}
+    for gpu in state.gpus:
+        for placed in gpu.instances:
+            offered[placed.profile] = offered.get(placed.profile, 0) + 1
+    views: list[GpuView] = []
+    lookup = tenant_of
+    for gpu in state.gpus:
+        slots: list[SlotView] = []
+        if not gpu.mig_enabled:
+            pod = _take(queues, names.WHOLE_GPU_RESOURCE) if gpu.whole_held else None
+            tenant = lookup(pod.partition("/")[0]) if pod else None
+            slots.append(SlotView(WHOLE_GPU, 0, model.memory_slices, pod, tenant))
+        for placed, held in zip(gpu.instances, gpu.held, strict=True):
+            pod = _take(queues, mig_resource(placed.profile)) if held else None
+            slots.append(
+                SlotView(
+                    placed.profile,
+                    placed.start,
+                    placed.size,
+                    pod,
+                    lookup(pod.partition("/")[0]) if pod else None,
+                    busy=held and pod is None,
+                    assumed=pod is not None and offered.get(placed.profile, 0) > 1,
+                )
+            )
+        views.append(
+            GpuView(
+                gpu.index,
+                gpu.mig_enabled,
+                model.memory_slices,
+                tuple(slots),
+                gpu_free_space(gpu, model.memory_slices),
+            )
+        )
+    return tuple(views)
+
+
+def _take(queues: dict[str, list[str]], resource: str) -> str | None:
+    queue = queues.get(resource)
+    return queue.pop(0) if queue else None
+
+
+def _condition(prepared: PreparedNode) -> str:
+    """Whether the node takes GPU pods now, in the extender's words where it does not."""
+    facts = prepared.state.facts
+    if facts.quarantine_label:
+        return f"quarantined ({names.QUARANTINE_LABEL}={facts.quarantine_label})"
+    if prepared.blocked is not None:
+        return prepared.blocked
+    if prepared.mig_reason is not None:
+        return prepared.mig_reason
+    return "ready"

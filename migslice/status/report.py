@@ -1,0 +1,379 @@
+"""``migslice status`` as text (the default 80-column table and ``wide``) and as a document
+(``json``, ``yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from migslice import names
+from migslice.objects.times import format_time
+from migslice.status.cluster import Cluster
+from migslice.status.pools import NodeView, PoolView, SlotView, pool_views
+from migslice.status.record import RecordView, record_view
+from migslice.status.tenants import TenantView, tenant_views
+from migslice.status.text import (
+    WIDTH,
+    bar_cells,
+    columns,
+    duration,
+    gpu_bar,
+    wrapped,
+)
+from migslice.status.waiting import WaitingPod, resources_text, waiting_views
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    at_s: float
+    pool_label: str
+    pool_by: str
+    tenants: tuple[TenantView, ...]
+    pools: tuple[PoolView, ...]
+    waiting: tuple[WaitingPod, ...]
+    record: RecordView
+
+    @property
+    def node_count(self) -> int:
+        return sum(len(p.nodes) for p in self.pools)
+
+
+def build_status(cluster: Cluster, *, cooldown_s: float) -> StatusReport:
+    settings = cluster.settings
+    by = (
+        f"label {settings.pool_label}"
+        if settings.pool_label
+        else f"GPU product ({names.PRODUCT_LABEL})"
+    )
+    return StatusReport(
+        at_s=settings.now_s,
+        pool_label=settings.pool_key,
+        pool_by=by,
+        tenants=tuple(tenant_views(cluster)),
+        pools=tuple(pool_views(cluster)),
+        waiting=tuple(waiting_views(cluster)),
+        record=record_view(cluster, cooldown_s),
+    )
+
+
+def scoped(report: StatusReport, cluster: Cluster, namespace: str) -> StatusReport:
+    """The report of one namespace: its tenant and its waiting pods (pools stay whole)."""
+    tenant = cluster.tenant_of(namespace)
+    return replace(
+        report,
+        tenants=tuple(t for t in report.tenants if t.name == tenant),
+        waiting=tuple(w for w in report.waiting if w.key.partition("/")[0] == namespace),
+    )
+
+
+# -- text --------------------------------------------------------------------------------------
+
+
+def render_text(report: StatusReport, *, wide: bool = False) -> str:
+    width = None if wide else WIDTH
+    gpus = sum(p.gpu_count for p in report.pools)
+    lines = [
+        f"{report.node_count} GPU nodes, {gpus} GPUs in {len(report.pools)} pools; "
+        f"{len(report.tenants)} tenants; {len(report.waiting)} GPU pods waiting",
+        "",
+    ]
+    lines += _tenants(report.tenants, width)
+    lines += ["", *_pool_table(report, width)]
+    for pool in report.pools:
+        lines += ["", *_pool_map(pool, width, wide=wide)]
+    lines += ["", *_waiting(report.waiting, width)]
+    lines += ["", *_record(report.record, report.at_s, width)]
+    return "\n".join(lines)
+
+
+def _tenants(tenants: tuple[TenantView, ...], width: int | None) -> list[str]:
+    if not tenants:
+        return ["TENANTS: no TenantPolicy"]
+    rows = []
+    for tenant in tenants:
+        cells = [tenant.name, str(tenant.bound_pods), str(tenant.waiting_pods)]
+        for dimension in ("instances", "computeSlices", "memorySlices"):
+            found = tenant.dimension(dimension)
+            cells.append("-" if found is None else _used(found.used, found.limit))
+        rows.append(cells)
+    table = columns(("tenant", "pods", "waiting", "instances", "compute", "memory"), rows)
+    lines = [
+        "TENANTS (slices in use from pods, as the webhook counts them; used/limit where "
+        "spec.quota limits)"
+    ]
+    lines = [line for text in lines for line in wrapped(text, "", width)]
+    lines.append(table[0])
+    for tenant, row in zip(tenants, table[1:], strict=True):
+        lines.append(row)
+        profiles = [
+            f"{d.dimension.removeprefix('profiles.')} {_used(d.used, d.limit)}"
+            for d in tenant.dimensions
+            if d.dimension.startswith("profiles.")
+        ]
+        if profiles:
+            lines += wrapped("profiles: " + ", ".join(profiles), "  ", width)
+        if tenant.at_limit:
+            reached = ", ".join(f"{d.label} ({d.field})" for d in tenant.at_limit)
+            lines += wrapped(f"at quota: {reached}; pods that need more are denied", "  ", width)
+        if tenant.status_used is not None:
+            lines += wrapped(f"TenantPolicy status.used says: {_used_text(tenant)}", "  ", width)
+        if tenant.problem:
+            lines += wrapped(f"problem: {tenant.problem}", "  ", width)
+    return lines
+
+
+def _used(used: int, limit: int | None) -> str:
+    return str(used) if limit is None else f"{used}/{limit}"
+
+
+def _used_text(tenant: TenantView) -> str:
+    used = tenant.status_used or {}
+    parts = [f"{k} {used.get(k)}" for k in ("instances", "computeSlices", "memorySlices")]
+    profiles = used.get("profiles")
+    if isinstance(profiles, dict) and profiles:
+        parts.append(", ".join(f"{p} {c}" for p, c in sorted(profiles.items())))
+    return ", ".join(parts) + " (it may lag behind the pods)"
+
+
+def _pool_table(report: StatusReport, width: int | None) -> list[str]:
+    head = wrapped(
+        f"POOLS by {report.pool_by}; --pool-label groups by another node label. "
+        "Fragmentation: 1 - largest free region / free memory slices (docs/status.md)",
+        "",
+        width,
+    )
+    if not report.pools:
+        return [*head, "no GPU nodes"]
+    rows = [
+        [
+            pool.name,
+            str(len(pool.nodes)),
+            str(pool.gpu_count),
+            str(pool.free.idle_gpus),
+            f"{pool.free.free_slices}/{pool.free.total_slices}",
+            f"{pool.free.index:.2f}",
+        ]
+        for pool in report.pools
+    ]
+    return [*head, *columns(("pool", "nodes", "gpus", "idle", "free", "frag"), rows)]
+
+
+def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
+    n = len(pool.nodes)
+    lines = [
+        f"{pool.name}: {n} node{'' if n == 1 else 's'} (* held by a pod, . not in an instance)"
+    ]
+    gpus = [gpu for node in pool.nodes for gpu in node.gpus]
+    budget = (width or 10_000) - 7
+    cell, short = bar_cells(gpus, budget) if gpus else (3, False)
+    for node in pool.nodes:
+        head = f"{node.name}  {node.model or '?'}  layout from {node.source}"
+        if node.condition != "ready" or wide:
+            head += f"  {node.condition}"
+        lines += wrapped(head, "  ", width)
+        for gpu in node.gpus:
+            lines.append(f"    {gpu.index:<2} {gpu_bar(gpu, cell, short=short)}")
+            held = [_holder(s, wide=wide) for s in gpu.slots if s.is_used]
+            if held:
+                lines += wrapped(", ".join(held), "       ", width)
+        if not node.gpus:
+            counts = ", ".join(
+                f"{r.removeprefix('nvidia.com/')} {h}/{t} held" for r, h, t in node.counts
+            )
+            lines += wrapped(f"no per-GPU layout; {counts or 'no GPU resources'}", "    ", width)
+            for holding in node.holdings:
+                text = f"{holding.tenant or '-'}/{holding.pod}: {holding.count} x " + (
+                    holding.resource.removeprefix("nvidia.com/")
+                )
+                lines += wrapped(text, "      ", width)
+        if wide:
+            for note in node.notes:
+                lines += wrapped(f"note: {note}", "    ", width)
+    return lines
+
+
+def _holder(slot: SlotView, *, wide: bool) -> str:
+    where = f"{slot.profile}@{slot.start}" if wide else slot.profile
+    if slot.pod is None:
+        return f"{where} busy (no pod known)"
+    mark = "~" if slot.assumed and wide else ""
+    return f"{where} {mark}{slot.tenant or '-'}/{slot.pod}"
+
+
+def _waiting(waiting: tuple[WaitingPod, ...], width: int | None) -> list[str]:
+    if not waiting:
+        return ["WAITING GPU PODS: none"]
+    rows = [
+        [pod.key, pod.tenant or "-", resources_text(pod.resources), duration(pod.waiting_s)]
+        for pod in waiting
+    ]
+    table = columns(("pod", "tenant", "asks", "unschedulable"), rows)
+    lines = ["WAITING GPU PODS (the extender's reasons, from the same filter)", table[0]]
+    for pod, row in zip(waiting, table[1:], strict=True):
+        lines.append(row)
+        lines += wrapped(pod.summary, "  ", width)
+    return lines
+
+
+def _record(record: RecordView, now_s: float, width: int | None) -> list[str]:
+    lines = wrapped(f"REPARTITION (record: {record.where})", "", width)
+    if record.problem:
+        lines += wrapped(f"record: {record.problem}", "  ", width)
+    if not record.steps and not record.held:
+        lines.append("  no plan in progress, no node held back")
+    for step in record.steps:
+        text = (
+            f"{step.node}: {step.mode} plan {step.plan_id} {step.state} for "
+            f"{duration(now_s - step.since_s)}"
+        )
+        if step.config:
+            text += f", config {step.config}"
+        if step.serves:
+            text += f", serves {', '.join(step.serves)}"
+        if step.detail:
+            text += f" ({step.detail})"
+        lines += wrapped(text, "  ", width)
+    for held in record.held:
+        if held.why == "quarantined":
+            text = f"{held.node}: quarantined for {duration(now_s - (held.since_s or now_s))}"
+            text += f" ({held.detail}); release: kubectl label node {held.node} "
+            text += f"{names.QUARANTINE_LABEL}-"
+        else:
+            text = f"{held.node}: {held.why} for {duration((held.until_s or now_s) - now_s)} more"
+        lines += wrapped(text, "  ", width)
+    return lines
+
+
+# -- documents ---------------------------------------------------------------------------------
+
+
+def status_document(report: StatusReport) -> dict[str, Any]:
+    """The report as JSON/YAML: every value of the text, unabridged."""
+    return {
+        "at": format_time(report.at_s),
+        "poolLabel": report.pool_label,
+        "tenants": [_tenant_json(t) for t in report.tenants],
+        "pools": [_pool_json(p) for p in report.pools],
+        "waiting": [_waiting_json(w) for w in report.waiting],
+        "repartition": _record_json(report.record),
+    }
+
+
+def _tenant_json(tenant: TenantView) -> dict[str, Any]:
+    return {
+        "name": tenant.name,
+        "namespaces": list(tenant.namespaces),
+        "boundPods": tenant.bound_pods,
+        "waitingPods": tenant.waiting_pods,
+        "usage": [
+            {"dimension": d.dimension, "used": d.used, "limit": d.limit, "field": d.field}
+            for d in tenant.dimensions
+        ],
+        "atLimit": [d.dimension for d in tenant.at_limit],
+        "statusUsed": tenant.status_used,
+        "problem": tenant.problem or None,
+    }
+
+
+def _pool_json(pool: PoolView) -> dict[str, Any]:
+    return {
+        "name": pool.name,
+        "fragmentation": round(pool.free.index, 4),
+        "freeSlices": pool.free.free_slices,
+        "largestFreeSlices": pool.free.largest_slices,
+        "totalSlices": pool.free.total_slices,
+        "gpus": pool.gpu_count,
+        "idleGpus": pool.free.idle_gpus,
+        "gpusWithoutLayout": pool.free.unknown_gpus,
+        "nodes": [_node_json(n) for n in pool.nodes],
+    }
+
+
+def _node_json(node: NodeView) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "model": node.model,
+        "layoutSource": node.source,
+        "condition": node.condition,
+        "gpus": [
+            {
+                "index": gpu.index,
+                "migEnabled": gpu.mig_enabled,
+                "memorySlices": gpu.memory_slices,
+                "freeSlices": gpu.free.free_slices,
+                "largestFreeSlices": gpu.free.largest_slices,
+                "instances": [_slot_json(s) for s in gpu.slots],
+            }
+            for gpu in node.gpus
+        ],
+        "counts": [{"resource": r, "held": h, "allocatable": t} for r, h, t in node.counts],
+        "holdings": [
+            {"pod": h.pod, "tenant": h.tenant, "resource": h.resource, "count": h.count}
+            for h in node.holdings
+        ],
+        "notes": list(node.notes),
+    }
+
+
+def _slot_json(slot: SlotView) -> dict[str, Any]:
+    return {
+        "profile": slot.profile,
+        "start": slot.start,
+        "size": slot.size,
+        "used": slot.is_used,
+        "pod": slot.pod,
+        "tenant": slot.tenant,
+        "busyWithoutPod": slot.busy,
+        "holderAssumed": slot.assumed,
+    }
+
+
+def _waiting_json(pod: WaitingPod) -> dict[str, Any]:
+    return {
+        "pod": pod.key,
+        "tenant": pod.tenant,
+        "requests": {r: c for r, c in pod.resources},
+        "scheduler": pod.scheduler,
+        "unschedulableSeconds": pod.waiting_s,
+        "summary": pod.summary,
+        "fits": list(pod.fits),
+        "nodes": [
+            {
+                "reason": c.reason,
+                "outcome": c.outcome,
+                "count": len(c.nodes),
+                "names": list(c.nodes),
+            }
+            for c in pod.classes
+        ],
+    }
+
+
+def _record_json(record: RecordView) -> dict[str, Any]:
+    return {
+        "where": record.where,
+        "problem": record.problem or None,
+        "steps": [
+            {
+                "mode": s.mode,
+                "plan": s.plan_id,
+                "node": s.node,
+                "state": s.state,
+                "since": format_time(s.since_s),
+                "config": s.config or None,
+                "serves": list(s.serves),
+                "detail": s.detail or None,
+            }
+            for s in record.steps
+        ],
+        "held": [
+            {
+                "node": h.node,
+                "why": h.why,
+                "since": None if h.since_s is None else format_time(h.since_s),
+                "until": None if h.until_s is None else format_time(h.until_s),
+                "detail": h.detail or None,
+            }
+            for h in record.held
+        ],
+    }

@@ -1,0 +1,158 @@
+"""GPU pods that wait for a node, and the extender's reasons for every node.
+
+Each waiting pod is judged as the extender judges it (:func:`migslice.scheduling.filter_nodes`
+on the inventory's prepared nodes, so the reasons are the filter's own words), over the nodes
+kube-scheduler's own filters would send it (:mod:`migslice.status.selection`); the nodes are
+then grouped by reason, largest group first, as kube-scheduler's ``FailedScheduling`` event
+counts them. Pods that ask for the same thing from the same nodes share one judgement, so a
+cluster of thousands of waiting pods of a few workloads costs a few filter passes.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from migslice.objects.json import JsonObject, mapping
+from migslice.objects.pods import scheduler_name_of
+from migslice.repartition import unschedulable_since
+from migslice.scheduling import PodDemand, demand_of, filter_nodes
+from migslice.scheduling.decisions import demand_key
+from migslice.status.cluster import Cluster, GpuPod, waiting_pods
+from migslice.status.selection import scheduler_verdict
+
+FAILED = "failed"
+UNRESOLVABLE = "unresolvable"
+SCHEDULER = "kube-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """Nodes that fail a pod for one reason: ``outcome`` is the extender's (``failed``: full
+    for now, ``unresolvable``: never, whatever is evicted) or ``kube-scheduler`` (dropped by
+    its own filters before the extender is asked)."""
+
+    reason: str
+    outcome: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingPod:
+    """A GPU pod without a node. ``waiting_s``: since kube-scheduler marked it
+    ``Unschedulable`` (None: not marked, not tried yet or not by migslice-scheduler);
+    ``fits``: nodes that could take it now; ``classes``: the other nodes by reason."""
+
+    key: str
+    tenant: str | None
+    resources: tuple[tuple[str, int], ...]
+    scheduler: str
+    waiting_s: float | None
+    fits: tuple[str, ...]
+    classes: tuple[NodeClass, ...]
+    error: str = ""
+
+    @property
+    def node_count(self) -> int:
+        return len(self.fits) + sum(len(c.nodes) for c in self.classes)
+
+    @property
+    def summary(self) -> str:
+        """``0/40 nodes: 12 all 1g.10gb MIG instances in use, 28 MIG disabled on node``."""
+        if self.error:
+            return self.error
+        head = f"{len(self.fits)}/{self.node_count} nodes"
+        if self.waiting_s is None:
+            head = f"not marked Unschedulable by kube-scheduler yet; {head}"
+        if not self.classes:
+            return head + (" fit" if self.fits else "")
+        parts = ", ".join(f"{len(c.nodes)} {c.reason}" for c in self.classes)
+        return f"{head}: {parts}"
+
+
+def waiting_views(cluster: Cluster) -> list[WaitingPod]:
+    """Every waiting GPU pod (by key) with its reasons."""
+    now = datetime.datetime.fromtimestamp(cluster.settings.now_s, datetime.UTC)
+    judged: dict[tuple[bytes, object], tuple[tuple[str, ...], tuple[NodeClass, ...]]] = {}
+    views = []
+    for pod in waiting_pods(cluster):
+        views.append(waiting_view(cluster, pod, now, judged))
+    return views
+
+
+def waiting_view(
+    cluster: Cluster,
+    pod: GpuPod,
+    now: datetime.datetime,
+    judged: dict[tuple[bytes, object], tuple[tuple[str, ...], tuple[NodeClass, ...]]] | None = None,
+) -> WaitingPod:
+    """One waiting pod's reasons (``judged``: judgements shared between pods)."""
+    raw = pod.raw
+    scheduler = scheduler_name_of(raw) or "default-scheduler"
+    since = unschedulable_since(raw)
+    waited = None if since is None else max(0.0, (now - since).total_seconds())
+    demand = demand_of(raw)
+    tenant = cluster.tenant_of(pod.namespace)
+    if scheduler != cluster.settings.scheduler_name:
+        error = f"scheduled by {scheduler}, not {cluster.settings.scheduler_name}: not migslice's"
+        return WaitingPod(pod.key, tenant, pod.requests, scheduler, waited, (), (), error)
+    key = (_selection_shape(raw), demand_key(demand))
+    found = judged.get(key) if judged is not None else None
+    if found is None:
+        found = judge(cluster, raw, demand)
+        if judged is not None:
+            judged[key] = found
+    fits, classes = found
+    return WaitingPod(pod.key, tenant, pod.requests, scheduler, waited, fits, classes)
+
+
+def judge(
+    cluster: Cluster, raw_pod: JsonObject, demand: PodDemand
+) -> tuple[tuple[str, ...], tuple[NodeClass, ...]]:
+    """The nodes that fit the pod now, and the others by reason (largest group first)."""
+    dropped: dict[str, list[str]] = {}
+    candidates = []
+    for name, prepared in cluster.nodes.items():
+        verdict = scheduler_verdict(raw_pod, cluster.raw_nodes[name])
+        if verdict is not None:
+            dropped.setdefault(verdict, []).append(name)
+        else:
+            candidates.append((name, prepared))
+    result = filter_nodes(demand, candidates)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, reason in result.failed.items():
+        groups.setdefault((reason, FAILED), []).append(name)
+    for name, reason in result.unresolvable.items():
+        groups.setdefault((reason, UNRESOLVABLE), []).append(name)
+    for reason, nodes in dropped.items():
+        groups[(reason, SCHEDULER)] = nodes
+    classes = [
+        NodeClass(reason, outcome, tuple(sorted(nodes)))
+        for (reason, outcome), nodes in groups.items()
+    ]
+    classes.sort(key=lambda c: (-len(c.nodes), c.reason))
+    return result.fits, tuple(classes)
+
+
+def _selection_shape(raw_pod: JsonObject) -> bytes:
+    """What kube-scheduler's filters of :mod:`migslice.status.selection` read of a pod."""
+    spec = mapping(raw_pod.get("spec"))
+    try:
+        return orjson.dumps(
+            (spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")),
+            option=orjson.OPT_SORT_KEYS,
+        )
+    except TypeError:
+        return repr(spec).encode()
+
+
+def resources_text(resources: Sequence[tuple[str, int]]) -> str:
+    """``3g.40gb`` / ``2 x 1g.10gb`` / ``gpu`` for a pod's GPU requests."""
+    parts = []
+    for resource, count in resources:
+        name = resource.removeprefix("nvidia.com/mig-").removeprefix("nvidia.com/")
+        parts.append(name if count == 1 else f"{count} x {name}")
+    return ", ".join(parts)

@@ -1,0 +1,250 @@
+"""Why one pod waits, every reason in the order the pod meets them (pure).
+
+1. **Admission**: the TenantPolicy that selects its namespace, the size it asked for and the
+   profile the webhook resolved it to (its output annotations), and the tenant's quota in
+   every dimension, used/limit with the field (from pods, as the webhook counts them).
+2. **Placement**: the extender's filter over every node kube-scheduler would send it, nodes
+   grouped by reason (:mod:`migslice.status.waiting`).
+3. **Re-partition**: what the repartition controller would do for it: the same
+   :func:`migslice.repartition.decide` on the same inventory (as ``migslice plan``), and the
+   state of any plan in the durable record that serves it (planned, applying, ...).
+4. **Nodes held back**: quarantine, cooldowns and backoffs of the nodes that could serve it.
+
+A pod that does not wait says where it is: its node and the instances it holds there.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+from migslice import names
+from migslice.admission.status import QuotaDimension, quota_dimensions
+from migslice.mig import GpuModel, Layout
+from migslice.objects.json import JsonObject
+from migslice.objects.pods import annotations_of, bound_node_of, phase_of
+from migslice.repartition import ControllerSettings, decide, pending_pods
+from migslice.scheduling import demand_of
+from migslice.status.cluster import Cluster, GpuPod
+from migslice.status.pools import SlotView, node_view
+from migslice.status.record import HeldNode, RecordView, StepView, record_view
+from migslice.status.waiting import SCHEDULER, UNRESOLVABLE, WaitingPod, waiting_view
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """``tenant`` None: no policy selects the namespace (``problem`` says so, or names two);
+    ``asked``: the migslice annotations the pod set; ``profile``, ``policy``: what the
+    webhook wrote; ``dimensions``: the tenant's usage against its quota."""
+
+    tenant: str | None
+    problem: str
+    asked: tuple[tuple[str, str], ...]
+    profile: str | None
+    policy_ref: str | None
+    dimensions: tuple[QuotaDimension, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPlanView:
+    """One GPU a plan would re-shape (before and after)."""
+
+    node: str
+    index: int
+    model_key: str
+    before: Layout
+    after: Layout
+
+
+@dataclass(frozen=True, slots=True)
+class Repartition:
+    """What the controller would do now (``decision``: its step and reason; ``serving``:
+    the GPUs a new plan would re-shape for this pod, ``mode`` which path), why it would not
+    (``unserved``), and the steps of the record that already serve the pod."""
+
+    decision: str
+    mode: str
+    serving: tuple[GpuPlanView, ...]
+    unserved: str
+    in_record: tuple[StepView, ...]
+    problem: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WhyReport:
+    pod: str
+    phase: str
+    node: str | None
+    holds: tuple[tuple[int, SlotView], ...]
+    admission: Admission | None
+    waiting: WaitingPod | None
+    repartition: Repartition | None
+    held: tuple[HeldNode, ...]
+    record_where: str
+    note: str = ""
+
+
+def explain(
+    cluster: Cluster,
+    raw_pod: JsonObject,
+    *,
+    settings: ControllerSettings,
+) -> WhyReport:
+    """Why ``raw_pod`` waits (see the module docstring)."""
+    demand = demand_of(raw_pod)
+    key = demand.key
+    phase = phase_of(raw_pod) or "Pending"
+    record = record_view(cluster, settings.plan.cooldown_s)
+    gpu = cluster.gpu_pods.get(key)
+    node = bound_node_of(raw_pod)
+    if gpu is None:
+        note = (
+            f"pod {key} is {phase}"
+            if phase in names.TERMINAL_PHASES
+            else f"pod {key} asks for no GPU (no nvidia.com/* request): migslice does not place it"
+        )
+        return WhyReport(key, phase, node, (), None, None, None, (), record.where, note)
+    admission = _admission(cluster, gpu, raw_pod)
+    if node is not None:
+        holds = _holds(cluster, node, key)
+        note = f"not waiting: bound to {node}"
+        return WhyReport(key, phase, node, holds, admission, None, None, (), record.where, note)
+    now = datetime.datetime.fromtimestamp(cluster.settings.now_s, datetime.UTC)
+    waiting = waiting_view(cluster, gpu, now)
+    repartition = _repartition(cluster, key, record, settings)
+    held = _held_candidates(cluster, waiting, record)
+    return WhyReport(key, phase, None, (), admission, waiting, repartition, held, record.where)
+
+
+def _admission(cluster: Cluster, pod: GpuPod, raw_pod: JsonObject) -> Admission:
+    annotations = annotations_of(raw_pod)
+    asked = tuple((k, str(annotations[k])) for k in names.INPUT_ANNOTATIONS if k in annotations)
+    profile = annotations.get(names.PROFILE)
+    policy_ref = annotations.get(names.POLICY)
+    selecting = cluster.tenancy.selecting(pod.namespace)
+    tenant = selecting[0] if len(selecting) == 1 else None
+    if not selecting:
+        problem = (
+            f'namespace "{pod.namespace}" belongs to no TenantPolicy: the webhook denies its '
+            "GPU pods (or lets them pass with --unmatched-namespaces allow)"
+        )
+    elif len(selecting) > 1:
+        listed = " and ".join(f'"{p.name}"' for p in selecting)
+        problem = f'namespace "{pod.namespace}" is selected by TenantPolicies {listed}'
+    else:
+        problem = ""
+    dimensions = () if tenant is None else quota_dimensions(tenant, cluster.usage_of(tenant.name))
+    return Admission(
+        tenant=None if tenant is None else tenant.name,
+        problem=problem,
+        asked=asked,
+        profile=profile if isinstance(profile, str) else None,
+        policy_ref=policy_ref if isinstance(policy_ref, str) else None,
+        dimensions=dimensions,
+    )
+
+
+def _holds(cluster: Cluster, node: str, key: str) -> tuple[tuple[int, SlotView], ...]:
+    prepared = cluster.nodes.get(node)
+    if prepared is None:
+        return ()
+    view = node_view(cluster, prepared)
+    return tuple((gpu.index, slot) for gpu in view.gpus for slot in gpu.slots if slot.pod == key)
+
+
+def _repartition(
+    cluster: Cluster, key: str, record: RecordView, settings: ControllerSettings
+) -> Repartition:
+    in_record = record.steps_serving(key)
+    stored = cluster.mig_file.record
+    if stored is None:
+        problem = f"the record is unreadable ({cluster.mig_file.problem}); the controller stops"
+        return Repartition("none", "", (), "", in_record, problem)
+    now = datetime.datetime.fromtimestamp(cluster.settings.now_s, datetime.UTC)
+    raws = [p.raw for p in cluster.gpu_pods.values() if p.is_waiting]
+    pending = pending_pods(raws, now, cluster.settings.scheduler_name)
+    states = cluster.states()
+    step = decide(
+        stored,
+        states,
+        pending,
+        file_configs=cluster.mig_file.names,
+        now=cluster.settings.now_s,
+        settings=settings,
+    )
+    decision = f"{step.kind}: {step.reason}"
+    models = {s.name: s.model for s in states}
+    if step.carve_plan is not None:
+        serving = tuple(
+            GpuPlanView(c.node, g.index, _model_key(models, c.node), g.old, g.new)
+            for c in step.carve_plan.changes
+            if key in c.serves
+            for g in c.gpus
+        )
+        unserved = dict(step.carve_plan.unserved).get(key, "")
+        return Repartition(decision, names.MODE_CARVE, serving, unserved, in_record)
+    plan = step.plan
+    serving = ()
+    unserved = ""
+    if plan is not None:
+        serving = tuple(
+            GpuPlanView(c.node, g.index, c.model_key, g.old, g.new)
+            for c in plan.changes
+            if key in c.serves
+            for g in c.gpus
+        )
+        unserved = dict(plan.unserved).get(key, "")
+    if not serving and not unserved and not in_record and step.kind.value != "start":
+        if any(key == p.demand.key for p in pending):
+            unserved = "no plan serves it (the planner found no idle GPU to re-shape for it)"
+        else:
+            unserved = (
+                "not yet demand: kube-scheduler has not marked it Unschedulable "
+                f"(or it is not {cluster.settings.scheduler_name}'s)"
+            )
+    return Repartition(decision, names.MODE_MIG_MANAGER, serving, unserved, in_record)
+
+
+def _model_key(models: dict[str, GpuModel | None], node: str) -> str:
+    model = models.get(node)
+    return "?" if model is None else model.key
+
+
+def _held_candidates(
+    cluster: Cluster, waiting: WaitingPod, record: RecordView
+) -> tuple[HeldNode, ...]:
+    """Quarantine, cooldowns and backoffs of the nodes that could serve the pod some day:
+    those the filter does not rule out for good (kube-scheduler's filters pass them, the
+    model has the profile, the product is allowed) and whose GPUs are in a pool the pod
+    could use."""
+    ruled_out = {
+        name
+        for c in waiting.classes
+        if c.outcome == SCHEDULER or (c.outcome == UNRESOLVABLE and _for_good(c.reason))
+        for name in c.nodes
+    }
+    found: list[HeldNode] = []
+    for name, prepared in cluster.nodes.items():
+        if name in ruled_out:
+            continue
+        found += record.held_of(name)
+        label = prepared.state.facts.quarantine_label
+        if label and not any(h.why == "quarantined" for h in record.held_of(name)):
+            found.append(HeldNode(name, "quarantined", None, None, f"label {label}"))
+    return tuple(found)
+
+
+_FOR_GOOD = (
+    "has no MIG profile",
+    "not allowed for pod",
+    "no NVIDIA GPU",
+    "not in migslice catalog",
+    "does not support MIG",
+    "is not a MIG profile resource",
+    "request is invalid",
+)
+"""Parts of the extender's unresolvable reasons that no re-partition changes."""
+
+
+def _for_good(reason: str) -> bool:
+    return any(part in reason for part in _FOR_GOOD)

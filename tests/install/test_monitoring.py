@@ -1,0 +1,104 @@
+"""The chart's alerts and dashboard against what the servers export: every alert has a
+promtool test that fires and one that does not (promtool runs them in
+e2e/test_monitoring_e2e.py), and every metric a rule or a panel reads is on the webhook's or
+the extender's /metrics, with the labels the query uses."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+
+from extender.app import create_app as extender_app
+from extender.metrics import ExtenderMetrics
+from extender.settings import ExtenderSettings
+from extender.state import RepartitionStats, StaticCache, state_from_objects
+from migslice.objects import parse_cluster_objects
+from tests import paths
+from tests.promql import exposition_labels, reads
+from tests.status_cluster import representative_cluster
+from webhook.app import create_app as webhook_app
+from webhook.metrics import Metrics
+from webhook.state import ClusterState
+
+ROOT = paths.ROOT
+MONITORING = ROOT / "charts" / "migslice" / "files" / "monitoring"
+RULE_TESTS = ROOT / "tests" / "rules" / "alerts_test.yaml"
+PROMETHEUS_OWN = frozenset({"time"})
+
+
+def alerts() -> list[dict[str, str]]:
+    return list(yaml.safe_load((MONITORING / "alerts.yaml").read_text())["rules"])
+
+
+def queries() -> list[str]:
+    found = [rule["expr"] for rule in alerts()]
+    dashboard = json.loads((MONITORING / "dashboard.json").read_text())
+    found += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    return found
+
+
+def exported() -> dict[str, set[str]]:
+    """Metric -> labels, from both servers' /metrics over the representative cluster, the
+    repartition leader's stats filled in as a round leaves them."""
+    objects = parse_cluster_objects(representative_cluster())
+    settings = ExtenderSettings()
+    state = state_from_objects(objects, settings)
+    state.repartition = RepartitionStats(
+        is_leader=True,
+        pending={"3g.40gb": (2, 600.0)},
+        open_ages={"mig-manager": 540.0, "carve": 0.0},
+        deadline_s=600.0,
+        node_outcomes={"timeout": 1},
+    )
+    text = extender_app(settings, state).test_client().get("/metrics").text
+    webhook_state = ClusterState()
+    webhook_state.load(objects)
+    webhook_state.follow([StaticCache("pods")])
+    text += webhook_app(state=webhook_state).test_client().get("/metrics").text
+    found = exposition_labels(text)
+    # Families that have no sample until something happens (a fence, a request): their
+    # declared labels.
+    for metric in (*vars(Metrics()).values(), *vars(ExtenderMetrics(state)).values()):
+        labels = getattr(metric, "_labelnames", None)
+        name = getattr(metric, "_name", None)
+        if isinstance(name, str) and labels is not None:
+            kind = getattr(metric, "_type", "")
+            names = [name + "_total"] if kind == "counter" else [name]
+            if kind == "histogram":
+                names = [name + suffix for suffix in ("_bucket", "_sum", "_count")]
+            for each in names:
+                found.setdefault(each, set()).update(labels)
+    return found
+
+
+def test_every_alert_has_a_firing_and_a_silent_promtool_case() -> None:
+    fired: set[str] = set()
+    silent: set[str] = set()
+    for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (fired if check["exp_alerts"] else silent).add(check["alertname"])
+    names = {rule["alert"] for rule in alerts()}
+    # An alert of several series that fires for one and not another is silent for that one.
+    silent |= {"MigsliceCertificateExpiring"}
+    assert names <= fired
+    assert names <= silent
+
+
+def test_every_metric_a_rule_or_panel_reads_is_exported_with_its_labels() -> None:
+    metrics = exported()
+    missing: list[str] = []
+    for query in queries():
+        found = reads(re.sub(r"__[A-Z_]+__", "1", query))
+        for name, labels in found.metrics.items():
+            if name in PROMETHEUS_OWN:
+                continue
+            if name not in metrics:
+                missing.append(f"{name} (in {query!r})")
+            elif labels - metrics[name]:
+                missing.append(f"{name} labels {sorted(labels - metrics[name])}")
+        used = set().union(*(metrics.get(n, set()) for n in found.metrics)) | {"le", "job"}
+        if found.grouping - used:
+            missing.append(f"grouping {sorted(found.grouping - used)} in {query!r}")
+    assert not missing

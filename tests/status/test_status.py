@@ -1,0 +1,339 @@
+"""``migslice status`` and ``migslice why`` on a representative cluster file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.builders import make_node, make_pod
+from migslice.cli import main
+from migslice.inventory import GpuState
+from migslice.mig import Placed
+from migslice.objects import parse_cluster_objects
+from migslice.repartition import ControllerSettings
+from migslice.scheduling.fragmentation import FreeSpace, gpu_free_space
+from migslice.status.cluster import StatusSettings, build_cluster
+from migslice.status.report import build_status, render_text, status_document
+from migslice.status.selection import SELECTOR, TAINT, scheduler_verdict
+from migslice.status.why import explain
+from migslice.status.why_report import render_why, why_document
+from tests import paths
+from tests.status_cluster import NOW_S, representative_cluster
+
+DEMO = paths.ROOT / "migslice" / "demo" / "cluster.yaml"
+
+
+def _cluster(**settings: Any) -> Any:
+    objects = parse_cluster_objects(representative_cluster())
+    return build_cluster(objects, StatusSettings(now_s=NOW_S, **settings))
+
+
+@pytest.fixture
+def cluster_file(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(representative_cluster()))
+    return path
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def test_no_line_of_the_default_output_exceeds_80_columns(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for path in (cluster_file, DEMO):
+        out = _run(capsys, "status", "--cluster-file", str(path))
+        too_wide = [line for line in out.splitlines() if len(line) > 80]
+        assert not too_wide
+        out = _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(cluster_file))
+        assert not [line for line in out.splitlines() if len(line) > 80]
+
+
+def test_a_tenant_at_quota_is_counted_from_its_pods_and_says_which_limit() -> None:
+    report = build_status(_cluster(), cooldown_s=600)
+    team_a = next(t for t in report.tenants if t.name == "team-a")
+    compute = team_a.dimension("computeSlices")
+    assert compute is not None and (compute.used, compute.limit) == (9, 9)
+    assert [d.field for d in team_a.at_limit] == ["spec.quota.computeSlices"]
+    assert (team_a.bound_pods, team_a.waiting_pods) == (2, 1)
+    # Its TenantPolicy's status.used (6) lags behind the pods: shown, as it differs.
+    assert team_a.status_used is not None and team_a.status_used["computeSlices"] == 6
+    team_b = next(t for t in report.tenants if t.name == "team-b")
+    assert team_b.status_used is None
+    one_g = team_b.dimension("profiles.1g.10gb")
+    assert one_g is not None and (one_g.used, one_g.limit) == (6, 8)
+
+
+def test_every_gpu_is_drawn_with_who_holds_each_instance() -> None:
+    report = build_status(_cluster(), cooldown_s=600)
+    pool = next(p for p in report.pools if p.name == "NVIDIA-A100-SXM4-80GB")
+    a100 = next(n for n in pool.nodes if n.name == "a100-0")
+    holders = [s.pod for s in a100.gpus[0].slots]
+    assert holders == ["team-a/train-0", "team-a/train-1"]
+    assert {s.tenant for s in a100.gpus[0].slots} == {"team-a"}
+    text = render_text(report)
+    assert "|3g.40gb*" in text and "team-a/team-a/train-0" in text
+    # Nodes known only by counts say so, and why they take no pod now.
+    a100_q = next(n for n in pool.nodes if n.name == "a100-q")
+    assert a100_q.gpus == () and a100_q.condition.startswith("quarantined")
+
+
+def test_pools_default_to_the_gpu_product_or_follow_a_label() -> None:
+    by_product = build_status(_cluster(), cooldown_s=600)
+    assert [p.name for p in by_product.pools] == [
+        "NVIDIA-A100-SXM4-80GB",
+        "NVIDIA-A30",
+        "NVIDIA-H100-80GB-HBM3",
+    ]
+    by_label = build_status(_cluster(pool_label="pool"), cooldown_s=600)
+    assert [p.name for p in by_label.pools] == ["(no GPU product)", "reserved"]
+    assert "label pool" in render_text(by_label)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "free", "largest"),
+    [
+        (
+            GpuState(0, True, (Placed(0, "3g.40gb", 4), Placed(4, "3g.40gb", 4)), (False, False)),
+            8,
+            8,
+        ),
+        (
+            GpuState(0, True, (Placed(0, "3g.40gb", 4), Placed(4, "3g.40gb", 4)), (True, False)),
+            4,
+            4,
+        ),
+        (
+            GpuState(
+                0,
+                True,
+                tuple(Placed(i, "1g.10gb", 1) for i in range(7)),
+                (True, False, True, False, True, False, False),
+            ),
+            5,
+            1,
+        ),
+        (GpuState(0, False, whole_held=True), 0, 0),
+        (GpuState(0, False), 8, 8),
+    ],
+    ids=["idle", "half-used", "small-holes", "whole-held", "whole-free"],
+)
+def test_a_gpus_free_space_is_its_free_instances_or_all_of_it_when_idle(
+    gpu: GpuState, free: int, largest: int
+) -> None:
+    space = gpu_free_space(gpu, 8)
+    assert (space.free_slices, space.largest_slices) == (free, largest)
+
+
+def test_the_fragmentation_index_is_one_minus_largest_over_free() -> None:
+    assert FreeSpace().index == 0.0
+    assert FreeSpace(free_slices=5, largest_slices=1).index == pytest.approx(0.8)
+    assert (FreeSpace(8, 8) + FreeSpace(5, 1)).index == pytest.approx(1 - 9 / 13)
+
+
+def test_waiting_pods_get_the_extenders_reasons_grouped_by_node_class() -> None:
+    report = build_status(_cluster(), cooldown_s=600)
+    train = next(w for w in report.waiting if w.key == "team-a/train-2")
+    reasons = {c.reason: (c.outcome, c.nodes) for c in train.classes}
+    assert reasons["all 3g.40gb MIG instances in use"] == ("failed", ("a100-0",))
+    assert reasons["A30-24GB has no MIG profile 3g.40gb"] == ("unresolvable", ("a30-0",))
+    assert reasons["node being re-partitioned (nvidia.com/mig.config.state=pending)"] == (
+        "unresolvable",
+        ("a100-2", "a100-q"),
+    )
+    assert reasons[TAINT] == ("kube-scheduler", ("h100-0",))
+    assert train.fits == () and train.summary.startswith("0/7 nodes: 2 node being")
+    assert train.waiting_s == pytest.approx(600.0)
+    big = next(w for w in report.waiting if w.key == "team-c/big")
+    assert big.classes[0].reason == SELECTOR and len(big.classes[0].nodes) == 6
+
+
+def test_the_record_shows_the_plan_in_flight_and_the_quarantine() -> None:
+    report = build_status(_cluster(), cooldown_s=600)
+    (step,) = report.record.steps
+    assert (step.node, step.state, step.serves) == ("a100-2", "applying", ("team-b/wait-plan",))
+    held = {(h.node, h.why) for h in report.record.held}
+    assert held == {("a100-q", "quarantined"), ("a100-1", "cooldown")}
+
+
+def test_status_as_json_and_yaml_carries_every_value(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    assert document["poolLabel"] == "nvidia.com/gpu.product"
+    assert {t["name"] for t in document["tenants"]} == {"team-a", "team-b", "team-c"}
+    assert document["repartition"]["steps"][0]["state"] == "applying"
+    again = yaml.safe_load(
+        _run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "yaml")
+    )
+    assert again["tenants"] == document["tenants"]
+    assert "gpu-operator" in document["repartition"]["where"]
+    wide = _run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "wide")
+    assert "3g.40gb@0" in wide
+
+
+def test_status_of_one_namespace_keeps_its_tenant_and_waiting_pods(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(
+        _run(capsys, "status", "--cluster-file", str(cluster_file), "-n", "team-b", "-o", "json")
+    )
+    assert [t["name"] for t in document["tenants"]] == ["team-b"]
+    assert {w["pod"] for w in document["waiting"]} == {"team-b/wait-plan", "team-b/fresh"}
+
+
+def test_status_document_matches_the_text() -> None:
+    report = build_status(_cluster(), cooldown_s=600)
+    document = status_document(report)
+    assert [p["name"] for p in document["pools"]] == [p.name for p in report.pools]
+
+
+# -- why ---------------------------------------------------------------------------------------
+
+
+def _why(key: str) -> Any:
+    cluster = _cluster()
+    objects = parse_cluster_objects(representative_cluster())
+    raw = next(
+        p for p in objects.pods if f"{p['metadata']['namespace']}/{p['metadata']['name']}" == key
+    )
+    return explain(cluster, raw, settings=ControllerSettings())
+
+
+def test_why_says_admission_then_placement_then_repartition_then_held_nodes() -> None:
+    report = _why("team-a/train-2")
+    assert report.admission.tenant == "team-a"
+    assert report.admission.profile == "3g.40gb"
+    reached = [d for d in report.admission.dimensions if d.is_reached]
+    assert [(d.used, d.limit, d.field) for d in reached] == [(9, 9, "spec.quota.computeSlices")]
+    text = render_why(report, NOW_S)
+    order = [text.index(f"{n}. ") for n in (1, 2, 3, 4)]
+    assert order == sorted(order)
+    assert "1 node: all 3g.40gb MIG instances in use [failed] (a100-0)" in text
+    assert "a100-q: quarantined" in text
+
+
+def test_why_names_the_plan_in_flight_that_serves_the_pod() -> None:
+    report = _why("team-b/wait-plan")
+    (step,) = report.repartition.in_record
+    assert (step.node, step.state) == ("a100-2", "applying")
+    assert "plan 9c1e0f4a2b7d on a100-2 is applying" in render_why(report, NOW_S)
+
+
+def test_why_of_a_bound_pod_says_where_it_is() -> None:
+    report = _why("team-a/train-1")
+    assert report.node == "a100-0" and report.waiting is None
+    ((index, slot),) = report.holds
+    assert (index, slot.profile, slot.start) == (0, "3g.40gb", 4)
+    assert "not waiting: bound to a100-0" in render_why(report, NOW_S)
+
+
+def test_why_of_a_pod_without_gpu_and_of_a_missing_pod(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run(capsys, "why", "-n", "team-c", "web", "--cluster-file", str(cluster_file))
+    assert "asks for no GPU" in out
+    assert main(["why", "-n", "team-c", "nope", "--cluster-file", str(cluster_file)]) == 1
+    assert "pod team-c/nope not found" in capsys.readouterr().err
+
+
+def test_why_as_json(cluster_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = json.loads(
+        _run(
+            capsys,
+            "why",
+            "-n",
+            "team-a",
+            "train-2",
+            "--cluster-file",
+            str(cluster_file),
+            "-o",
+            "json",
+        )
+    )
+    assert document["admission"]["tenant"] == "team-a"
+    assert document["placement"]["fits"] == []
+    assert why_document(_why("team-a/train-2"))["pod"] == "team-a/train-2"
+
+
+# -- kube-scheduler's own filters --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pod", "node", "verdict"),
+    [
+        (make_pod("p"), make_node("n"), None),
+        (make_pod("p", node_selector={"pool": "x"}), make_node("n"), SELECTOR),
+        (make_pod("p", affinity_products=["NVIDIA-H100-80GB-HBM3"]), make_node("n"), SELECTOR),
+        (make_pod("p", affinity_products=["NVIDIA-A100-SXM4-80GB"]), make_node("n"), None),
+    ],
+    ids=["plain", "node-selector", "affinity-excludes", "affinity-includes"],
+)
+def test_kube_schedulers_node_selection_is_judged_first(
+    pod: dict[str, Any], node: dict[str, Any], verdict: str | None
+) -> None:
+    assert scheduler_verdict(pod, node) == verdict
+
+
+# -- the kubectl plugin ------------------------------------------------------------------------
+
+
+def test_the_kubectl_plugin_takes_kubectls_flags_before_or_after_the_command(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from migslice.cli.kubectl import command_first
+    from migslice.cli.kubectl import main as plugin
+
+    assert command_first(["--context", "c", "-n", "x", "why", "p"]) == [
+        "why",
+        "--context",
+        "c",
+        "-n",
+        "x",
+        "p",
+    ]
+    assert plugin(["--cluster-file", str(cluster_file), "status", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["poolLabel"] == "nvidia.com/gpu.product"
+    assert plugin(["-n", "team-a", "why", "train-2", "--cluster-file", str(cluster_file)]) == 0
+    assert "tenant team-a" in capsys.readouterr().out
+
+
+def test_the_plugin_is_installed_as_kubectl_migslice() -> None:
+    import tomllib
+
+    root = paths.ROOT
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["kubectl-migslice"] == "migslice.cli.kubectl:main"
+
+
+def test_json_logs_carry_the_pod_namespace_tenant_and_node_as_fields() -> None:
+    import logging
+
+    from migslice.console import JsonFormatter
+
+    record = logging.LogRecord(
+        "extender.controller",
+        logging.WARNING,
+        __file__,
+        1,
+        "re-check failed node=%s pod=%s tenant=%s; retrying",
+        ("gpu-a", "team-a/train-0", "team-a"),
+        None,
+    )
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["node"], line["pod"], line["namespace"], line["tenant"]) == (
+        "gpu-a",
+        "train-0",
+        "team-a",
+        "team-a",
+    )
+    assert line["level"] == "warning" and line["message"].startswith("re-check failed")
