@@ -43,6 +43,12 @@ MODES = {
     "repartition-off": ("repartition.mode=off",),
     "examples-no-agent": ("examplePolicies.enabled=true", "agent.enabled=false"),
     "pinned-scheduler-one-webhook": ("scheduler.image.tag=v1.31.4", "webhook.replicas=1"),
+    "webhook-client-auth": ("webhook.clientAuth.enabled=true",),
+    "cert-manager-client-certificates": (
+        "tls.mode=cert-manager",
+        "webhook.clientAuth.issueCertificate=true",
+    ),
+    "extender-without-client-auth": ("extender.clientAuth.enabled=false",),
 }
 
 

@@ -28,12 +28,14 @@ from harness.controlplane import ControlPlane
 from harness.image import Image, ImageServerProcess, ServiceAccount
 from harness.paths import REPO
 from manifests import render
-from migslice.serving.certs import TlsBundle, write_tls_bundle
+from migslice.serving.certs import TlsBundle, write_client_cert, write_tls_bundle
 from migslice.serving.process import ServerProcess
 
 MANIFESTS = REPO / "manifests"
 NAMESPACE = "migslice-system"
 BASE = MANIFESTS / "base"
+SCHEDULER_CLIENT = "migslice-scheduler"
+"""The name migslice-scheduler's client certificate carries (the extender's --client-name)."""
 
 
 def load_manifests(path: Path) -> list[dict[str, Any]]:
@@ -54,6 +56,7 @@ def migslice_server(
     image: Image | None = None,
     bundle: TlsBundle | None = None,
     replica: str = "",
+    client_names: Sequence[str] = (),
 ) -> ServerProcess:
     """``migslice <command>`` as it runs in migslice-system, as ServiceAccount ``account`` with
     the RBAC of ``rbac_manifest``: from ``image`` when given, else from this interpreter.
@@ -61,7 +64,9 @@ def migslice_server(
     Its serving certificate names the Service (``service``, default ``migslice-<command>``),
     which is also the SNI its readiness check sends; its log is ``<workdir>/<service>.log``.
     Replicas of one Service share ``bundle`` and each has a ``replica`` name (its log and pod
-    volumes in ``<workdir>/<replica>/``).
+    volumes in ``<workdir>/<replica>/``). With ``client_names`` it answers its verbs only to a
+    client certificate from the bundle's CA naming one of them (``--client-ca-file``,
+    ``--client-name``), as the chart runs the extender.
     """
     service = service or f"migslice-{command}"
     bundle = bundle or tls_bundle(control_plane, service)
@@ -73,13 +78,27 @@ def migslice_server(
     if image is None:
         kubeconfig = service_account_kubeconfig(control_plane, account, token)
         return ServerProcess(
-            command, [*args, "--kubeconfig", str(kubeconfig)], bundle, log_path, name, cwd=REPO
+            command,
+            [*args, "--kubeconfig", str(kubeconfig)],
+            bundle,
+            log_path,
+            name,
+            cwd=REPO,
+            client_names=tuple(client_names),
         )
     credentials = ServiceAccount(
         account, NAMESPACE, token, control_plane.pki.ca_cert, control_plane.server
     )
     return ImageServerProcess(
-        command, args, bundle, log_path, name, cwd=REPO, image=image, account=credentials
+        command,
+        args,
+        bundle,
+        log_path,
+        name,
+        cwd=REPO,
+        client_names=tuple(client_names),
+        image=image,
+        account=credentials,
     )
 
 
@@ -108,7 +127,9 @@ def scheduler_configuration(
     bundle: TlsBundle, base_url: str, values: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The shipped KubeSchedulerConfiguration, calling the extender at ``base_url``; with
-    ``values`` (``--set`` strings), the chart's scheduler ConfigMap rendered with them."""
+    ``values`` (``--set`` strings), the chart's scheduler ConfigMap rendered with them. Where
+    it presents a client certificate (``certFile``), that is one named migslice-scheduler
+    issued from ``bundle``'s CA, as the chart's certificate Job issues it."""
     if values:
         text = render.helm_template(
             render.default_helm(),
@@ -131,9 +152,16 @@ def scheduler_configuration(
         ca = base64.b64encode(bundle.ca_cert.read_bytes()).decode()
         for extender in config.get("extenders", []):
             extender["urlPrefix"] = base_url
-            extender.setdefault("tlsConfig", {})["caData"] = ca
-            extender["tlsConfig"].pop("insecure", None)
-            extender["tlsConfig"].pop("caFile", None)  # the Secret mounted in the pod
+            tls = extender.setdefault("tlsConfig", {})
+            tls["caData"] = ca
+            tls.pop("insecure", None)
+            tls.pop("caFile", None)  # the Secret mounted in the pod
+            if "certFile" in tls:  # the chart's migslice-extender-client, issued here
+                cert, key = write_client_cert(bundle, SCHEDULER_CLIENT)
+                tls.pop("certFile")
+                tls.pop("keyFile", None)
+                tls["certData"] = base64.b64encode(cert.read_bytes()).decode()
+                tls["keyData"] = base64.b64encode(key.read_bytes()).decode()
         return dict(config)
     raise LookupError("no KubeSchedulerConfiguration in the scheduler ConfigMap")
 

@@ -143,10 +143,42 @@ def test_the_certificate_jobs_fill_in_what_the_manifests_leave_empty() -> None:
         if "secret" in v
     ]
     assert sorted(volumes) == [
+        "migslice-extender-client",
         "migslice-extender-tls",
         "migslice-extender-tls",
         "migslice-webhook-tls",
     ]
+
+
+def test_migslice_scheduler_presents_the_client_certificate_the_extender_requires() -> None:
+    (certs,) = [
+        c
+        for c in workload("Job", "migslice-certs")["spec"]["template"]["spec"]["containers"]
+        if "--service=migslice-extender" in c["args"]
+    ]
+    assert ["--client=migslice-scheduler", "--client-secret=migslice-extender-client"] == [
+        a for a in certs["args"] if a.startswith("--client")
+    ]
+    (extender,) = workload("Deployment", "migslice-extender")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--client-ca-file=/etc/migslice/tls/ca.crt" in extender["args"]
+    assert "--client-name=migslice-scheduler" in extender["args"]
+    (webhook,) = workload("Deployment", "migslice-webhook")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert not [a for a in webhook["args"] if a.startswith("--client")]  # off by default
+    spec = workload("Deployment", "migslice-scheduler")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    (client,) = [v for v in spec["volumes"] if v["name"] == "extender-client"]
+    assert client["secret"]["secretName"] == "migslice-extender-client"
+    config = yaml.safe_load(
+        workload("ConfigMap", "migslice-scheduler-config")["data"]["config.yaml"]
+    )
+    (entry,) = config["extenders"]
+    tls = entry["tlsConfig"]
+    assert tls["certFile"] == f"{mounts['extender-client']}/tls.crt"
+    assert tls["keyFile"] == f"{mounts['extender-client']}/tls.key"
 
 
 def test_the_examples_in_manifests_are_the_charts() -> None:
