@@ -43,16 +43,20 @@ MODES = {
     "repartition-off": ("repartition.mode=off",),
     "examples-no-agent": ("examplePolicies.enabled=true", "agent.enabled=false"),
     "pinned-scheduler-one-webhook": ("scheduler.image.tag=v1.31.4", "webhook.replicas=1"),
-    "webhook-client-auth-network-policy": (
+    "webhook-client-auth-network-policy-carve": (
         "webhook.clientAuth.enabled=true",
         "networkPolicy.enabled=true",
         "networkPolicy.webhook.from[0].ipBlock.cidr=10.0.0.0/28",
+        "agent.carve=true",
     ),
     "cert-manager-client-certificates": (
         "tls.mode=cert-manager",
         "webhook.clientAuth.issueCertificate=true",
     ),
-    "extender-without-client-auth": ("extender.clientAuth.enabled=false",),
+    "no-extender-client-auth-no-policies": (
+        "extender.clientAuth.enabled=false",
+        "admissionPolicies.enabled=false",
+    ),
 }
 
 

@@ -34,6 +34,8 @@ from migslice.serving.process import ServerProcess
 MANIFESTS = REPO / "manifests"
 NAMESPACE = "migslice-system"
 BASE = MANIFESTS / "base"
+ADMISSION_POLICY = "admission-policy.yaml"
+"""The ValidatingAdmissionPolicies of a component, beside its rbac.yaml in manifests/base."""
 SCHEDULER_CLIENT = "migslice-scheduler"
 """The name migslice-scheduler's client certificate carries (the extender's --client-name)."""
 
@@ -167,23 +169,63 @@ def scheduler_configuration(
 
 
 def service_account_token(
-    control_plane: ControlPlane, rbac_manifest: Path, namespace: str, account: str
+    control_plane: ControlPlane,
+    rbac_manifest: Path,
+    namespace: str,
+    account: str,
+    *,
+    node: str = "",
 ) -> str:
-    """A token for ``account``, with only the RBAC the shipped manifest grants it.
+    """A token for ``account``, with only the RBAC the shipped manifest grants it, under the
+    admission policies shipped beside it (``admission-policy.yaml`` of the same folder).
 
-    The manifest is applied as shipped (its namespaces created first); the token comes from the
-    TokenRequest API, as a projected service-account token would in a pod.
+    The manifests are applied as shipped (their namespaces created first); the token comes from
+    the TokenRequest API, as a projected service-account token would in a pod. With ``node``
+    it is bound to a Pod object on that node, as the kubelet's are: kube-apiserver then puts
+    the node's name into it (``authentication.kubernetes.io/node-name``), which the agent's
+    policy reads. The Pod (``<account>-on-<node>``, never run) must outlive the token's use.
     """
     core = k8s.CoreV1Api(control_plane.api_client())
-    for document in load_manifests(rbac_manifest):
-        target = document["metadata"].get("namespace")
-        if target:
-            ensure_namespace(core, target)
-    control_plane.apply(rbac_manifest)
-    request = core.create_namespaced_service_account_token(
-        account, namespace, {"spec": {"expirationSeconds": 7200}}
-    )
+    manifests = [rbac_manifest]
+    policy = rbac_manifest.with_name(ADMISSION_POLICY)
+    if policy.is_file():
+        manifests.append(policy)
+    for manifest in manifests:
+        for document in load_manifests(manifest):
+            target = document["metadata"].get("namespace")
+            if target:
+                ensure_namespace(core, target)
+        control_plane.apply(manifest)
+    spec: dict[str, Any] = {"expirationSeconds": 7200}
+    if node:
+        pod = _pod_on(core, namespace, account, node)
+        spec["boundObjectRef"] = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": pod.metadata.name,
+            "uid": pod.metadata.uid,
+        }
+    request = core.create_namespaced_service_account_token(account, namespace, {"spec": spec})
     return str(request.status.token)
+
+
+def _pod_on(core: k8s.CoreV1Api, namespace: str, account: str, node: str) -> Any:
+    """A Pod object of ``account`` bound to ``node`` (kept if it exists)."""
+    name = f"{account}-on-{node}"[:63].rstrip("-")
+    body = {
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "migslice"}},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "containers": [{"name": "main", "image": "migslice:e2e"}],
+        },
+    }
+    try:
+        return core.create_namespaced_pod(namespace, body)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+    return core.read_namespaced_pod(name, namespace)
 
 
 def service_account_kubeconfig(control_plane: ControlPlane, account: str, token: str) -> Path:

@@ -151,3 +151,15 @@ with fromYamlArray.
 {{- end -}}
 {{- toYaml $found -}}
 {{- end }}
+
+{{/*
+agent.devicePluginLabels as a label selector (key=value,...), the carving agent's
+--device-plugin-selector.
+*/}}
+{{- define "migslice.devicePluginSelector" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := .Values.agent.devicePluginLabels -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end }}
