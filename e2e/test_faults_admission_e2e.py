@@ -145,7 +145,7 @@ def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
             with ThreadPoolExecutor(2) as pool:
                 held = [pool.submit(_create_once, core, name) for _ in range(2)]
                 time.sleep(2.0)  # both admitted by migslice, held by the validator
-                assert len(_charges(core, name)) == 2
+                assert len(ledger_charges(core, name)) == 2
                 plane.kill_etcd()
                 killed = time.monotonic()
                 failures = [f.result() for f in held]
@@ -156,7 +156,7 @@ def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
             time.sleep(max(0.0, 45.0 - (time.monotonic() - killed)))
             plane.restart_etcd()
             back = time.monotonic()
-            wait_for("the held charges released", lambda: _charges(core, name) == [], 90, 0.5)
+            wait_for("the held charges released", lambda: ledger_charges(core, name) == [], 90, 0.5)
             freed_after = time.monotonic() - back
             admission.delete_validating_webhook_configuration("hold")
         time.sleep(2)  # kube-apiserver drops the validator
@@ -184,7 +184,7 @@ def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
     )
 
 
-def _charges(core: k8s.CoreV1Api, tenant_name: str) -> list[Any]:
+def ledger_charges(core: k8s.CoreV1Api, tenant_name: str) -> list[Any]:
     """The charges in the tenant's ledger (what replicas count for pods not yet seen)."""
     try:
         ledger = core.read_namespaced_config_map(f"migslice-quota-{tenant_name}", "migslice-system")
