@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from harness.api import ensure_namespace
+from harness.api import ensure_namespace, while_recovering
 from harness.controlplane import ControlPlane
 from harness.image import Image, ImageServerProcess, ServiceAccount
 from harness.paths import REPO
@@ -194,7 +195,7 @@ def service_account_token(
         for document in load_manifests(manifest):
             target = document["metadata"].get("namespace")
             if target:
-                ensure_namespace(core, target)
+                while_recovering(functools.partial(ensure_namespace, core, target))
         control_plane.apply(manifest)
     spec: dict[str, Any] = {"expirationSeconds": 7200}
     if node:
@@ -205,7 +206,10 @@ def service_account_token(
             "name": pod.metadata.name,
             "uid": pod.metadata.uid,
         }
-    request = core.create_namespaced_service_account_token(account, namespace, {"spec": spec})
+    request = while_recovering(
+        lambda: core.create_namespaced_service_account_token(account, namespace, {"spec": spec})
+    )
+    assert request is not None
     return str(request.status.token)
 
 
