@@ -302,3 +302,31 @@ def test_the_webhook_writes_only_its_quota_ledgers(
     finally:
         core_v1.delete_namespaced_config_map(other, NAMESPACE)
         core_v1.delete_namespaced_config_map(ledger, NAMESPACE)
+
+
+def test_the_certificate_jobs_write_only_the_four_certificates(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    token = service_account_token(
+        control_plane, BASE / "certs" / "rbac.yaml", NAMESPACE, "migslice-certs"
+    )
+    certs = as_account(control_plane, "migslice-certs", token)
+
+    def secret(name: str = "", generate: str = "") -> k8s.V1Secret:
+        return k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name=name or None, generate_name=generate or None),
+            string_data={"x": "y"},
+        )
+
+    said = enforced(
+        lambda: certs.create_namespaced_secret(NAMESPACE, secret(generate="e2e-not-a-cert-"))
+    )
+    assert "migslice-certs may write only the certificates of migslice-webhook" in said
+    name = "migslice-extender-client"
+    try:
+        certs.create_namespaced_secret(NAMESPACE, secret(name))
+        certs.replace_namespaced_secret(
+            name, NAMESPACE, certs.read_namespaced_secret(name, NAMESPACE)
+        )
+    finally:
+        core_v1.delete_namespaced_secret(name, NAMESPACE)

@@ -332,7 +332,7 @@ def _ensure_secret(api: KubernetesTransport, args: argparse.Namespace) -> PemBun
             client, why = stale[0]
             problem = (
                 f"the client certificate in Secret {client.secret} must be issued ({why}), "
-                "and only a new CA can issue it"
+                "by the CA in --out (the Secret keeps no CA key)"
             )
         files = _write_files(args)
         bundle = PemBundle(
@@ -356,7 +356,7 @@ def _ensure_secret(api: KubernetesTransport, args: argparse.Namespace) -> PemBun
             print(
                 f"Secret {args.namespace}/{client.secret}: "
                 f"{'created' if client.raw is None else 'renewed'}, client certificate "
-                f"{client.name} issued by the new CA"
+                f"{client.name} issued by the CA of {where}"
             )
         return bundle
     raise CertsError(f"{where}: changed by someone else three times in a row; run again")

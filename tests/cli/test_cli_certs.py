@@ -346,7 +346,7 @@ def test_a_lost_client_secret_renews_the_ca_the_serving_and_every_client_certifi
     capsys.readouterr()
     assert run_extender_job(kubeconfig, tmp_path / "second") == 0
     said = capsys.readouterr().out
-    assert "must be issued (it does not exist), and only a new CA can issue it" in said
+    assert "must be issued (it does not exist), by the CA in --out" in said
     serving, client = (
         stored(store, "migslice-extender-tls"),
         stored(store, "migslice-scheduler-client"),

@@ -205,6 +205,7 @@ def test_every_admission_policy_is_bound_to_deny_and_matches_one_of_the_charts_a
     assert sorted(policies()) == [
         "migslice-agent-own-node",
         "migslice-agent-own-node-events",
+        "migslice-certs-secrets",
         "migslice-extender-node-keys",
         "migslice-extender-pod-keys",
         "migslice-webhook-ledgers",
@@ -243,14 +244,19 @@ def test_the_ledger_policy_allows_the_names_the_webhook_gives_its_ledgers() -> N
     assert validation["expression"] == f"request.name.startsWith('{PREFIX}')"
 
 
-def test_only_the_certificate_jobs_write_secrets_and_only_the_charts() -> None:
+def test_only_the_certificate_jobs_may_write_secrets_and_only_the_four_certificates() -> None:
     writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    named: set[str] = set()
     for document in rendered():
         if document["kind"] not in ("Role", "ClusterRole"):
             continue
         for rule in document.get("rules") or ():
             if "secrets" in rule["resources"] and writes & set(rule["verbs"]):
                 assert document["metadata"]["name"] == "migslice-certs", document["metadata"]
+                named |= set(rule.get("resourceNames") or ())
+    (validation,) = policies()["migslice-certs-secrets"]["spec"]["validations"]
+    allowed = json.loads(validation["expression"].removeprefix("request.name in "))
+    assert sorted(allowed) == sorted(named)
 
 
 def test_the_examples_in_manifests_are_the_charts() -> None:
