@@ -38,6 +38,7 @@ from harness.paths import E2E_DIR
 from harness.scheduler import Scheduler, default_scheduler_config
 from harness.stack import (
     BASE,
+    SCHEDULER_CLIENT,
     Server,
     migslice_server,
     scheduler_configuration,
@@ -234,7 +235,8 @@ def webhook(
 def extender(
     control_plane: ControlPlane, core_v1: k8s.CoreV1Api, migslice_image: Image | None
 ) -> Iterator[Server]:
-    """``migslice extender`` in-cluster mode over TLS."""
+    """``migslice extender`` in-cluster mode over TLS, answering its verbs only to
+    migslice-scheduler's client certificate (as the chart runs it)."""
     ensure_namespace(core_v1, "migslice-system")
     server = migslice_server(
         control_plane,
@@ -243,6 +245,7 @@ def extender(
         rbac_manifest=BASE / "extender" / "rbac.yaml",
         account="migslice-extender",
         image=migslice_image,
+        client_names=[SCHEDULER_CLIENT],
     ).start()
     yield server
     server.stop()

@@ -106,7 +106,11 @@ def fake_gpu() -> FakeNvmlLibrary:
     )
 
 
-CARVE_RBAC = {"migslice-agent-carve", "migslice-agent-device-plugin"}
+CARVE_RBAC = {
+    "migslice-agent-carve",
+    "migslice-agent-device-plugin",
+    "migslice-agent-own-node-device-plugin",
+}
 
 
 class Agent:
@@ -114,10 +118,17 @@ class Agent:
     it, over the fake driver and as the ``migslice-agent`` ServiceAccount."""
 
     def __init__(self, control_plane: ControlPlane, node: str, library: FakeNvmlLibrary) -> None:
+        # The agent's token is bound to a pod on its node, as the kubelet's: its admission
+        # policies let it write to that node only.
         token = service_account_token(
-            control_plane, BASE / "agent" / "rbac.yaml", "migslice-system", "migslice-agent"
+            control_plane,
+            BASE / "agent" / "rbac.yaml",
+            "migslice-system",
+            "migslice-agent",
+            node=node,
         )
-        # The carve RBAC as the chart renders it with agent.carve on (off by default).
+        # The carve RBAC and policy as the chart renders them with agent.carve on (off by
+        # default).
         carve_rbac = [
             document
             for document in render_chart(DEFAULT_BIN_DIR / "helm", "agent.carve=true")
@@ -128,6 +139,8 @@ class Agent:
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
         control_plane.apply(carve_rbac)
         kubeconfig = service_account_kubeconfig(control_plane, "migslice-agent", token)

@@ -30,7 +30,7 @@ from kubernetes import client as k8s
 
 from e2e.test_admission_e2e import gpu_pod, policy
 from e2e.test_install_e2e import fresh_workdir
-from harness.api import ensure_namespace, register_gpu_node, wait_for
+from harness.api import ensure_namespace, register_gpu_node, wait_for, while_recovering
 from harness.builders import make_pod
 from harness.controlplane import ControlPlane
 from harness.faults import (
@@ -109,9 +109,12 @@ def tenant(
     """A namespace and a TenantPolicy (``small`` = 1g.10gb) with ``quota`` instances, once
     the webhook has seen it (it wrote the policy's status)."""
     name = f"t-{uuid.uuid4().hex[:6]}"
-    ensure_namespace(core, name)
-    custom.create_cluster_custom_object(
-        GROUP, VERSION, PLURAL, policy(name, [name], quota={"instances": quota})
+    while_recovering(lambda: ensure_namespace(core, name))
+    while_recovering(
+        lambda: custom.create_cluster_custom_object(
+            GROUP, VERSION, PLURAL, policy(name, [name], quota={"instances": quota})
+        ),
+        done=(409,),
     )
     wait_for(
         f"the webhook to write the status of TenantPolicy {name}",
@@ -124,7 +127,9 @@ def tenant(
 
 
 def admitted_in(core: k8s.CoreV1Api, namespace: str) -> int:
-    return len(core.list_namespaced_pod(namespace).items)
+    listed = while_recovering(lambda: core.list_namespaced_pod(namespace))
+    assert listed is not None
+    return len(listed.items)
 
 
 def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
@@ -145,7 +150,7 @@ def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
             with ThreadPoolExecutor(2) as pool:
                 held = [pool.submit(_create_once, core, name) for _ in range(2)]
                 time.sleep(2.0)  # both admitted by migslice, held by the validator
-                assert len(_charges(core, name)) == 2
+                assert len(ledger_charges(core, name)) == 2
                 plane.kill_etcd()
                 killed = time.monotonic()
                 failures = [f.result() for f in held]
@@ -156,9 +161,12 @@ def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
             time.sleep(max(0.0, 45.0 - (time.monotonic() - killed)))
             plane.restart_etcd()
             back = time.monotonic()
-            wait_for("the held charges released", lambda: _charges(core, name) == [], 90, 0.5)
+            wait_for("the held charges released", lambda: ledger_charges(core, name) == [], 90, 0.5)
             freed_after = time.monotonic() - back
-            admission.delete_validating_webhook_configuration("hold")
+            # etcd is back, but kube-apiserver may still answer 504 (or reset) for a while.
+            while_recovering(
+                lambda: admission.delete_validating_webhook_configuration("hold"), done=(404,)
+            )
         time.sleep(2)  # kube-apiserver drops the validator
         # kube-apiserver's own admission may still fail a moment after etcd's return
         # (LimitRanger's live lookup): the first create is retried until it is stored.
@@ -184,7 +192,7 @@ def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
     )
 
 
-def _charges(core: k8s.CoreV1Api, tenant_name: str) -> list[Any]:
+def ledger_charges(core: k8s.CoreV1Api, tenant_name: str) -> list[Any]:
     """The charges in the tenant's ledger (what replicas count for pods not yet seen)."""
     try:
         ledger = core.read_namespaced_config_map(f"migslice-quota-{tenant_name}", "migslice-system")
@@ -209,7 +217,7 @@ def test_a_webhook_restarted_beside_3000_pods_answers_nothing_wrong_before_it_ha
     migslice_image: Image | None,
 ) -> None:
     filler = f"filler-{uuid.uuid4().hex[:6]}"
-    ensure_namespace(core, filler, {"migslice.io/admission": "disabled"})
+    while_recovering(lambda: ensure_namespace(core, filler, {"migslice.io/admission": "disabled"}))
     pause = make_pod(
         None,
         generate_name="idle-",
@@ -223,7 +231,12 @@ def test_a_webhook_restarted_beside_3000_pods_answers_nothing_wrong_before_it_ha
         with_type_meta=True,
     )
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: core.create_namespaced_pod(filler, pause), range(3000)))
+        list(
+            pool.map(
+                lambda _: while_recovering(lambda: core.create_namespaced_pod(filler, pause)),
+                range(3000),
+            )
+        )
     (server,) = webhooks(plane, migslice_image, [[]])
     try:
         plane.apply(webhook_configurations(server.bundle, server.url))

@@ -43,6 +43,20 @@ MODES = {
     "repartition-off": ("repartition.mode=off",),
     "examples-no-agent": ("examplePolicies.enabled=true", "agent.enabled=false"),
     "pinned-scheduler-one-webhook": ("scheduler.image.tag=v1.31.4", "webhook.replicas=1"),
+    "webhook-client-auth-network-policy-carve": (
+        "webhook.clientAuth.enabled=true",
+        "networkPolicy.enabled=true",
+        "networkPolicy.webhook.from[0].ipBlock.cidr=10.0.0.0/28",
+        "agent.carve=true",
+    ),
+    "cert-manager-client-certificates": (
+        "tls.mode=cert-manager",
+        "webhook.clientAuth.issueCertificate=true",
+    ),
+    "no-extender-client-auth-no-policies": (
+        "extender.clientAuth.enabled=false",
+        "admissionPolicies.enabled=false",
+    ),
 }
 
 
@@ -99,6 +113,39 @@ def test_bad_values_are_refused_naming_the_field(
     done = run([str(tools["helm"]), "template", "migslice", "charts/migslice", "--set", value])
     assert done.returncode != 0
     assert message in done.stderr
+
+
+def test_network_policies_admit_the_scheduler_the_control_plane_and_the_scrapers(
+    tools: dict[str, Path],
+) -> None:
+    scrapers = "networkPolicy.metrics.from[0].namespaceSelector.matchLabels.team=monitoring"
+    assert not [d for d in render_chart(tools["helm"]) if d["kind"] == "NetworkPolicy"]
+    documents = render_chart(tools["helm"], "networkPolicy.enabled=true", scrapers)
+    deployments = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Deployment"}
+    found = {d["metadata"]["name"]: d["spec"] for d in documents if d["kind"] == "NetworkPolicy"}
+    assert sorted(found) == ["migslice-extender", "migslice-webhook"]
+    scraper = {"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}
+    for name, spec in found.items():
+        labels = deployments[name]["spec"]["template"]["metadata"]["labels"]
+        assert spec["podSelector"]["matchLabels"].items() <= labels.items()
+        assert spec["policyTypes"] == ["Ingress"]
+        (rule,) = spec["ingress"]
+        assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
+    scheduler = deployments["migslice-scheduler"]["spec"]["template"]["metadata"]["labels"]
+    (caller, scraping) = found["migslice-extender"]["ingress"][0]["from"]
+    assert caller["podSelector"]["matchLabels"].items() <= scheduler.items()
+    assert scraping == scraper
+    assert "from" not in found["migslice-webhook"]["ingress"][0]  # every source by default
+    narrowed = render_chart(
+        tools["helm"],
+        "networkPolicy.enabled=true",
+        "networkPolicy.webhook.from[0].ipBlock.cidr=10.0.0.0/28",
+        scrapers,
+    )
+    (webhook,) = [
+        d for d in narrowed if d["kind"] == "NetworkPolicy" and "webhook" in d["metadata"]["name"]
+    ]
+    assert webhook["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/28"}}, scraper]
 
 
 def test_the_committed_kustomize_tree_is_the_chart_rendered(tools: dict[str, Path]) -> None:

@@ -527,8 +527,9 @@ class ClusterActors:
         for entry in config.get("extenders") or ():
             entry["urlPrefix"] = extender.url  # no Service routing here
             tls = entry.get("tlsConfig") or {}
-            if "caFile" in tls:
-                (tls["caFile"],) = self.substitute([tls["caFile"]], mounts)
+            for key in ("caFile", "certFile", "keyFile"):
+                if key in tls:
+                    (tls[key],) = self.substitute([tls[key]], mounts)
         self.schedulers["migslice-scheduler"] = self.control_plane.start_scheduler(
             config,
             name="migslice-scheduler",

@@ -6,15 +6,18 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import urllib3
 import yaml
 from kubernetes import client as k8s
 
 from harness.builders import make_node
 from harness.process import ControlPlaneError
+
+T = TypeVar("T")
 
 # Default GFD-style labels of a fake A100 node (NVIDIA GPU Feature Discovery / MIG Manager names).
 A100_LABELS: dict[str, str] = {
@@ -55,30 +58,62 @@ def server_side_apply(
         if res.namespaced:
             kwargs["namespace"] = ns or "default"
         apply_one = functools.partial(dyn.server_side_apply, res, body=doc, **kwargs)
-        results.append(_retrying_5xx(apply_one))
+        # kube-apiserver answers 504 when etcd is slow to commit (right after a fault
+        # scenario restarted etcd, or thousands of pods were written): a server-side apply is
+        # idempotent, so it is tried again rather than failing a scenario on its setup.
+        results.append(while_recovering(apply_one, deadline_s=60))
         if doc["kind"] == "CustomResourceDefinition":
             wait_crd_established(api, doc["metadata"]["name"])
             dyn.resources.invalidate_cache()
     return results
 
 
-def _retrying_5xx(call: Callable[[], Any], attempts: int = 4) -> Any:
-    """``call()``, again after 2, 4, 8 s while kube-apiserver answers 500, 503 or 504.
+RECOVERING_STATUSES = frozenset({500, 503, 504})
+"""What kube-apiserver answers while etcd is slow or coming back: 504 (a write etcd did not
+commit in time; it may still land), 503, and 500 with etcd's own error."""
+RECOVERING_500 = ("etcdserver", "deadline exceeded", "request timed out", "Unavailable")
 
-    kube-apiserver answers 504 when etcd is slow to commit (right after a fault scenario has
-    restarted etcd and thousands of pods were written, its own Lease updates time out too); a
-    server-side apply is idempotent, so the harness tries again rather than failing a scenario
-    on its setup."""
-    from kubernetes.dynamic.exceptions import DynamicApiError
 
-    for attempt in range(1, attempts + 1):
+def is_recovering(error: BaseException) -> bool:
+    """Whether ``error`` is kube-apiserver refusing a call while etcd recovers (or the
+    connection dropping under it), not an answer about the call itself."""
+    if isinstance(error, (ConnectionError, urllib3.exceptions.HTTPError)):
+        return True
+    status = getattr(error, "status", None)
+    if status not in RECOVERING_STATUSES:
+        return False
+    if status != 500:
+        return True
+    body = str(getattr(error, "body", "") or getattr(error, "summary", lambda: "")() or error)
+    return any(word in body for word in RECOVERING_500)
+
+
+def while_recovering(
+    call: Callable[[], T],
+    *,
+    deadline_s: float = 90.0,
+    done: Collection[int] = (),
+    first_pause_s: float = 1.0,
+) -> T | None:
+    """``call()``, again (after 1, 2, 4, ... s, at most 8 s apart) while kube-apiserver refuses
+    it as it does while etcd recovers (:func:`is_recovering`), for at most ``deadline_s``.
+
+    For the harness's setup and cleanup calls, which are safe to repeat: a retried write may
+    find its first try landed after all, so an error whose status is in ``done`` (404 for a
+    delete, 409 for a create) ends it with None. A scenario's own creates, whose 5xx is the
+    answer under test, are not made through this."""
+    deadline = time.monotonic() + deadline_s
+    pause = first_pause_s
+    while True:
         try:
             return call()
-        except DynamicApiError as error:
-            if error.status not in (500, 503, 504) or attempt == attempts:
+        except Exception as error:
+            if getattr(error, "status", None) in done:
+                return None
+            if not is_recovering(error) or time.monotonic() + pause > deadline:
                 raise
-            time.sleep(2.0**attempt)
-    raise AssertionError("unreachable")
+        time.sleep(pause)
+        pause = min(2 * pause, 8.0)
 
 
 def ensure_namespace(

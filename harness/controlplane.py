@@ -56,8 +56,16 @@ class ControlPlane:
         verbosity: int = 2,
         start_timeout: float = 90.0,
         on_spawn: Callable[[str, int], None] | None = None,
+        webhook_client: tuple[Path, Path] | None = None,
+        webhook_client_users: Sequence[str] = ("*",),
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        self.webhook_client = webhook_client
+        """A client certificate and key kube-apiserver presents to admission webhooks: its
+        ``--admission-control-config-file`` names a kubeconfig whose users
+        ``webhook_client_users`` (the lookup keys: ``<service>.<namespace>.svc[:port]``, a URL
+        webhook's ``host:port``, or ``*`` for every webhook) hold it."""
+        self.webhook_client_users = tuple(webhook_client_users)
         self.on_spawn = on_spawn
         """Called with each process's name and pid as soon as it is spawned (etcd,
         kube-apiserver, each scheduler), before it serves: the benchmark weights it."""
@@ -196,7 +204,7 @@ class ControlPlane:
                 etcd_url=self.etcd_url,
                 port=chosen,
                 verbosity=self.verbosity,
-                extra=self.apiserver_args,
+                extra=[*self._admission_args(), *self.apiserver_args],
             )
             self.apiserver = self._spawn("kube-apiserver", argv)
             ctx = self.pki.admin_ssl_context()
@@ -213,6 +221,38 @@ class ControlPlane:
                 tail = self.apiserver.log_tail(80)
                 if attempt + 1 == attempts or "address already in use" not in tail:
                     raise
+
+    def _admission_args(self) -> list[str]:
+        """``--admission-control-config-file`` for :attr:`webhook_client`, its files written."""
+        if self.webhook_client is None:
+            return []
+        folder = self.workdir / "admission"
+        folder.mkdir(parents=True, exist_ok=True)
+        cert, key = (str(Path(p).resolve()) for p in self.webhook_client)
+        kubeconfig = folder / "webhook-kubeconfig.yaml"
+        users = [
+            {"name": name, "user": {"client-certificate": cert, "client-key": key}}
+            for name in self.webhook_client_users
+        ]
+        kubeconfig.write_text(
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "users": users}, sort_keys=False)
+        )
+        plugin = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(kubeconfig),
+        }
+        config = folder / "admission-configuration.yaml"
+        document = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [
+                {"name": name, "configuration": plugin}
+                for name in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
+            ],
+        }
+        config.write_text(yaml.safe_dump(document, sort_keys=False))
+        return [f"--admission-control-config-file={config}"]
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(

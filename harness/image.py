@@ -7,7 +7,8 @@ way a pod with the shipped security context runs it, without a container runtime
 * a private mount namespace (``unshare --mount``) in which the root filesystem is bind-mounted
   read-only (``readOnlyRootFilesystem: true``), with a tmpfs at ``/tmp`` (the emptyDir), a tmpfs
   ``/dev`` holding only null, zero, full, random and urandom, and ``/proc``;
-* the serving certificate at ``/etc/migslice/tls`` (the Deployments' ``mountPath``) and a
+* the serving certificate and its CA at ``/etc/migslice/tls`` (the Deployments' ``mountPath``,
+  as the TLS Secret's keys) and a
   projected service-account volume at ``/var/run/secrets/kubernetes.io/serviceaccount`` (token,
   ``ca.crt``, namespace), both read-only, with ``KUBERNETES_SERVICE_HOST``/``_PORT`` naming the
   e2e kube-apiserver: the in-cluster configuration path, no kubeconfig;
@@ -159,6 +160,7 @@ class ImageServerProcess(ServerProcess):
         files = {
             tls / "tls.crt": self.bundle.cert.read_bytes(),
             tls / "tls.key": self.bundle.key.read_bytes(),
+            tls / "ca.crt": self.bundle.ca_cert.read_bytes(),
             projected / "token": account.token.encode(),
             projected / "ca.crt": account.ca_cert.read_bytes(),
             projected / "namespace": account.namespace.encode(),
@@ -191,6 +193,7 @@ class ImageServerProcess(ServerProcess):
             str(self.port),
             f"--tls-cert={TLS_DIR}/tls.crt",
             f"--tls-key={TLS_DIR}/tls.key",
+            *self.client_arguments(f"{TLS_DIR}/ca.crt"),
             *self.args,
         ]
         return [

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,17 +24,21 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from harness.api import ensure_namespace
+from harness.api import ensure_namespace, while_recovering
 from harness.controlplane import ControlPlane
 from harness.image import Image, ImageServerProcess, ServiceAccount
 from harness.paths import REPO
 from manifests import render
-from migslice.serving.certs import TlsBundle, write_tls_bundle
+from migslice.serving.certs import TlsBundle, write_client_cert, write_tls_bundle
 from migslice.serving.process import ServerProcess
 
 MANIFESTS = REPO / "manifests"
 NAMESPACE = "migslice-system"
 BASE = MANIFESTS / "base"
+ADMISSION_POLICY = "admission-policy.yaml"
+"""The ValidatingAdmissionPolicies of a component, beside its rbac.yaml in manifests/base."""
+SCHEDULER_CLIENT = "migslice-scheduler"
+"""The name migslice-scheduler's client certificate carries (the extender's --client-name)."""
 
 
 def load_manifests(path: Path) -> list[dict[str, Any]]:
@@ -54,6 +59,7 @@ def migslice_server(
     image: Image | None = None,
     bundle: TlsBundle | None = None,
     replica: str = "",
+    client_names: Sequence[str] = (),
 ) -> ServerProcess:
     """``migslice <command>`` as it runs in migslice-system, as ServiceAccount ``account`` with
     the RBAC of ``rbac_manifest``: from ``image`` when given, else from this interpreter.
@@ -61,7 +67,9 @@ def migslice_server(
     Its serving certificate names the Service (``service``, default ``migslice-<command>``),
     which is also the SNI its readiness check sends; its log is ``<workdir>/<service>.log``.
     Replicas of one Service share ``bundle`` and each has a ``replica`` name (its log and pod
-    volumes in ``<workdir>/<replica>/``).
+    volumes in ``<workdir>/<replica>/``). With ``client_names`` it answers its verbs only to a
+    client certificate from the bundle's CA naming one of them (``--client-ca-file``,
+    ``--client-name``), as the chart runs the extender.
     """
     service = service or f"migslice-{command}"
     bundle = bundle or tls_bundle(control_plane, service)
@@ -73,13 +81,27 @@ def migslice_server(
     if image is None:
         kubeconfig = service_account_kubeconfig(control_plane, account, token)
         return ServerProcess(
-            command, [*args, "--kubeconfig", str(kubeconfig)], bundle, log_path, name, cwd=REPO
+            command,
+            [*args, "--kubeconfig", str(kubeconfig)],
+            bundle,
+            log_path,
+            name,
+            cwd=REPO,
+            client_names=tuple(client_names),
         )
     credentials = ServiceAccount(
         account, NAMESPACE, token, control_plane.pki.ca_cert, control_plane.server
     )
     return ImageServerProcess(
-        command, args, bundle, log_path, name, cwd=REPO, image=image, account=credentials
+        command,
+        args,
+        bundle,
+        log_path,
+        name,
+        cwd=REPO,
+        client_names=tuple(client_names),
+        image=image,
+        account=credentials,
     )
 
 
@@ -108,7 +130,9 @@ def scheduler_configuration(
     bundle: TlsBundle, base_url: str, values: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The shipped KubeSchedulerConfiguration, calling the extender at ``base_url``; with
-    ``values`` (``--set`` strings), the chart's scheduler ConfigMap rendered with them."""
+    ``values`` (``--set`` strings), the chart's scheduler ConfigMap rendered with them. Where
+    it presents a client certificate (``certFile``), that is one named migslice-scheduler
+    issued from ``bundle``'s CA, as the chart's certificate Job issues it."""
     if values:
         text = render.helm_template(
             render.default_helm(),
@@ -131,31 +155,81 @@ def scheduler_configuration(
         ca = base64.b64encode(bundle.ca_cert.read_bytes()).decode()
         for extender in config.get("extenders", []):
             extender["urlPrefix"] = base_url
-            extender.setdefault("tlsConfig", {})["caData"] = ca
-            extender["tlsConfig"].pop("insecure", None)
-            extender["tlsConfig"].pop("caFile", None)  # the Secret mounted in the pod
+            tls = extender.setdefault("tlsConfig", {})
+            tls["caData"] = ca
+            tls.pop("insecure", None)
+            tls.pop("caFile", None)  # the Secret mounted in the pod
+            if "certFile" in tls:  # the chart's migslice-extender-client, issued here
+                cert, key = write_client_cert(bundle, SCHEDULER_CLIENT)
+                tls.pop("certFile")
+                tls.pop("keyFile", None)
+                tls["certData"] = base64.b64encode(cert.read_bytes()).decode()
+                tls["keyData"] = base64.b64encode(key.read_bytes()).decode()
         return dict(config)
     raise LookupError("no KubeSchedulerConfiguration in the scheduler ConfigMap")
 
 
 def service_account_token(
-    control_plane: ControlPlane, rbac_manifest: Path, namespace: str, account: str
+    control_plane: ControlPlane,
+    rbac_manifest: Path,
+    namespace: str,
+    account: str,
+    *,
+    node: str = "",
 ) -> str:
-    """A token for ``account``, with only the RBAC the shipped manifest grants it.
+    """A token for ``account``, with only the RBAC the shipped manifest grants it, under the
+    admission policies shipped beside it (``admission-policy.yaml`` of the same folder).
 
-    The manifest is applied as shipped (its namespaces created first); the token comes from the
-    TokenRequest API, as a projected service-account token would in a pod.
+    The manifests are applied as shipped (their namespaces created first); the token comes from
+    the TokenRequest API, as a projected service-account token would in a pod. With ``node``
+    it is bound to a Pod object on that node, as the kubelet's are: kube-apiserver then puts
+    the node's name into it (``authentication.kubernetes.io/node-name``), which the agent's
+    policy reads. The Pod (``<account>-on-<node>``, never run) must outlive the token's use.
     """
     core = k8s.CoreV1Api(control_plane.api_client())
-    for document in load_manifests(rbac_manifest):
-        target = document["metadata"].get("namespace")
-        if target:
-            ensure_namespace(core, target)
-    control_plane.apply(rbac_manifest)
-    request = core.create_namespaced_service_account_token(
-        account, namespace, {"spec": {"expirationSeconds": 7200}}
+    manifests = [rbac_manifest]
+    policy = rbac_manifest.with_name(ADMISSION_POLICY)
+    if policy.is_file():
+        manifests.append(policy)
+    for manifest in manifests:
+        for document in load_manifests(manifest):
+            target = document["metadata"].get("namespace")
+            if target:
+                while_recovering(functools.partial(ensure_namespace, core, target))
+        control_plane.apply(manifest)
+    spec: dict[str, Any] = {"expirationSeconds": 7200}
+    if node:
+        pod = _pod_on(core, namespace, account, node)
+        spec["boundObjectRef"] = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": pod.metadata.name,
+            "uid": pod.metadata.uid,
+        }
+    request = while_recovering(
+        lambda: core.create_namespaced_service_account_token(account, namespace, {"spec": spec})
     )
+    assert request is not None
     return str(request.status.token)
+
+
+def _pod_on(core: k8s.CoreV1Api, namespace: str, account: str, node: str) -> Any:
+    """A Pod object of ``account`` bound to ``node`` (kept if it exists)."""
+    name = f"{account}-on-{node}"[:63].rstrip("-")
+    body = {
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "migslice"}},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "containers": [{"name": "main", "image": "migslice:e2e"}],
+        },
+    }
+    try:
+        return core.create_namespaced_pod(namespace, body)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+    return core.read_namespaced_pod(name, namespace)
 
 
 def service_account_kubeconfig(control_plane: ControlPlane, account: str, token: str) -> Path:

@@ -22,7 +22,7 @@ import yaml
 from harness.builders import make_namespace, make_node
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 from migslice.objects.times import format_micro_time, format_time
-from migslice.serving.certs import TlsBundle, write_tls_bundle
+from migslice.serving.certs import TlsBundle, write_client_cert, write_tls_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "manifests" / "base"
@@ -179,6 +179,14 @@ class DoctorCluster:
             f"{CORE}/secrets/migslice-extender-tls",
             tls_secret("migslice-extender-tls", self.extender_tls),
         )
+        scheduler_client = write_client_cert(self.extender_tls, "migslice-scheduler")
+        self._put(
+            f"{CORE}/secrets/migslice-extender-client",
+            tls_secret(
+                "migslice-extender-client",
+                TlsBundle(self.extender_tls.ca_cert, self.extender_tls.ca_key, *scheduler_client),
+            ),
+        )
         self._put(
             f"{CORE}/configmaps/migslice-scheduler-config",
             rendered_one("scheduler/configmap.yaml", "ConfigMap"),
@@ -220,6 +228,49 @@ class DoctorCluster:
                 200,
                 {"status": "ok"},
             )
+        self._put(f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies", [])
+
+    def harden(self) -> None:
+        """What the chart adds with webhook.clientAuth.enabled and networkPolicy.enabled: the
+        webhook's client authentication, kube-apiserver's certificate in its Secret, and a
+        NetworkPolicy on each server."""
+        path = f"{APPS}/deployments/migslice-webhook"
+        (container,) = self.objects[path]["spec"]["template"]["spec"]["containers"]
+        container["args"] += [
+            "--client-ca-file=/etc/migslice/tls/ca.crt",
+            "--client-name=kube-apiserver",
+        ]
+        cert, key = write_client_cert(self.webhook_tls, "kube-apiserver")
+        self._put(
+            f"{CORE}/secrets/migslice-webhook-client",
+            tls_secret(
+                "migslice-webhook-client",
+                TlsBundle(self.webhook_tls.ca_cert, self.webhook_tls.ca_key, cert, key),
+            ),
+        )
+        self._put(
+            f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies",
+            [network_policy("webhook"), network_policy("extender")],
+        )
+
+
+def network_policy(component: str) -> Obj:
+    """The chart's NetworkPolicy of a server (its ingress rule aside)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"migslice-{component}", "namespace": NAMESPACE},
+        "spec": {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "migslice",
+                    "app.kubernetes.io/component": component,
+                }
+            },
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": [{"port": "https", "protocol": "TCP"}]}],
+        },
+    }
 
 
 CORE = f"/api/v1/namespaces/{NAMESPACE}"

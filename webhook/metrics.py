@@ -29,7 +29,7 @@ class Metrics:
         self.requests = Counter(
             "migslice_webhook_requests",
             "Admission requests handled, by endpoint and outcome "
-            "(allowed, patched, denied, unavailable, malformed, error).",
+            "(allowed, patched, denied, unavailable, malformed, error, unauthenticated).",
             ("endpoint", "outcome"),
             registry=self.registry,
         )

@@ -5,7 +5,9 @@ webhook, the TLS Secret and a caBundle patch of both webhook configurations; for
 extender, the TLS Secret (kube-scheduler trusts its ``ca.crt``) and the ``caData`` of a
 scheduler configuration. With ``--secret`` it does the same in the cluster (the Helm chart's
 certificate Jobs): keeps or makes the Secret and, with ``--webhook-configuration``, injects
-the CA.
+the CA; with ``--client NAME --client-secret SECRET`` it also keeps a client certificate of
+that name, issued from the same CA, in that Secret (the scheduler's for the extender,
+kube-apiserver's for the webhook).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +23,7 @@ from migslice import console
 from migslice.console import CommandError
 from migslice.serving.certs import (
     TlsBundle,
+    make_client_cert,
     service_dns_names,
     write_client_cert,
     write_tls_bundle,
@@ -91,9 +95,10 @@ def register(commands: Any) -> None:
         action="append",
         default=[],
         type=console.dns_subdomain,
-        help="also issue a client certificate NAME.crt/NAME.key from the CA, for the caller the "
-        "server will accept with --client-ca-file ca.crt --client-name NAME (kube-apiserver for "
-        "the webhook, migslice-scheduler for the extender); repeatable",
+        help="also issue a client certificate NAME.crt/NAME.key from the CA (with --secret: "
+        "into the --client-secret at the same position), for the caller the server will accept "
+        "with --client-ca-file ca.crt --client-name NAME (kube-apiserver for the webhook, "
+        "migslice-scheduler for the extender); repeatable",
     )
     certs.add_argument(
         "--print-ca-bundle",
@@ -113,6 +118,17 @@ def _add_cluster_arguments(certs: argparse.ArgumentParser) -> None:
         metavar="NAME",
         type=console.dns_subdomain,
         help="TLS Secret in --namespace that holds tls.crt, tls.key and ca.crt",
+    )
+    cluster.add_argument(
+        "--client-secret",
+        metavar="NAME",
+        action="append",
+        default=[],
+        type=console.dns_subdomain,
+        help="with --secret: keep the client certificate of the --client at the same position "
+        "in this TLS Secret of --namespace (tls.crt, tls.key, and ca.crt: the server's CA), "
+        "issued from the serving Secret's CA; kept while that CA issued it for long enough, "
+        "and made anew with a new CA (so with the serving certificate) otherwise; repeatable",
     )
     cluster.add_argument(
         "--webhook-configuration",
@@ -140,10 +156,12 @@ def run_certs(args: argparse.Namespace) -> int:
         return 0
     if args.webhook_configuration and not args.secret:
         raise CommandError("--webhook-configuration needs --secret (the CA comes from it)")
-    if args.client and args.secret:
+    if args.client_secret and not args.secret:
+        raise CommandError("--client-secret needs --secret (the client's CA is the Secret's)")
+    if args.secret and len(args.client) != len(args.client_secret):
         raise CommandError(
-            "--client writes files: run it without --secret (the chart's Jobs keep the "
-            "scheduler's client certificate themselves)"
+            f"with --secret, each --client needs its --client-secret (got {len(args.client)} "
+            f"--client and {len(args.client_secret)} --client-secret)"
         )
     if args.secret:
         return _in_cluster(args)
@@ -266,9 +284,11 @@ def _in_cluster(args: argparse.Namespace) -> int:
 
 
 def _ensure_secret(api: KubernetesTransport, args: argparse.Namespace) -> PemBundle:
-    """The Secret's certificate if it still serves the Service's names for long enough, else a
-    new one written there (compare-and-swap on the Secret: a concurrent Job's write is judged
-    instead of overwritten)."""
+    """The Secret's certificate if it still serves the Service's names for long enough and
+    every client Secret holds a certificate its CA issued, else new ones written there
+    (compare-and-swap on each Secret: a concurrent Job's write is judged instead of
+    overwritten). The CA's key lives only in ``--out``, so a client certificate is issued
+    only together with a new CA and serving certificate."""
     from migslice.kube.certs import (
         CertsError,
         PemBundle,
@@ -292,22 +312,82 @@ def _ensure_secret(api: KubernetesTransport, args: argparse.Namespace) -> PemBun
             problem = "it lacks tls.crt, tls.key or ca.crt"
         else:
             problem = bundle_problem(current, names, args.ip, now)
+        clients = [
+            _ClientSecret(name, secret, read_tls_secret(api, args.namespace, secret))
+            for name, secret in zip(args.client, args.client_secret, strict=True)
+        ]
         if current is not None and not problem:
-            print(f"{where}: kept, valid until {valid_until(current):%Y-%m-%d}")
-            return current
+            stale = [(c, c.problem(current.ca_cert, now)) for c in clients]
+            stale = [(c, why) for c, why in stale if why]
+            if not stale:
+                print(f"{where}: kept, valid until {valid_until(current):%Y-%m-%d}")
+                for client in clients:
+                    kept = client.bundle()
+                    assert kept is not None
+                    print(
+                        f"Secret {args.namespace}/{client.secret}: kept, client certificate "
+                        f"{client.name} valid until {valid_until(kept):%Y-%m-%d}"
+                    )
+                return current
+            client, why = stale[0]
+            problem = (
+                f"the client certificate in Secret {client.secret} must be issued ({why}), "
+                "by the CA in --out (the Secret keeps no CA key)"
+            )
         files = _write_files(args)
         bundle = PemBundle(
             files.ca_cert.read_bytes(), files.cert.read_bytes(), files.key.read_bytes()
         )
+        writes = [(args.secret, bundle, existing)]
+        writes += [(c.secret, c.issue(files, args.days), c.raw) for c in clients]
         try:
-            write_tls_secret(api, args.namespace, args.secret, bundle, existing)
+            for secret, made, read in writes:
+                written = secret
+                write_tls_secret(api, args.namespace, secret, made, read)
         except ApiError as error:
             if error.status == 409:  # written meanwhile (another Job): judge that one
                 continue
-            raise CertsError(f"{where}: {error}") from None
+            raise CertsError(f"Secret {args.namespace}/{written}: {error}") from None
         print(
             f"{where}: {'created' if existing is None else 'renewed'} ({problem}), valid "
             f"until {valid_until(bundle):%Y-%m-%d}"
         )
+        for client in clients:
+            print(
+                f"Secret {args.namespace}/{client.secret}: "
+                f"{'created' if client.raw is None else 'renewed'}, client certificate "
+                f"{client.name} issued by the CA of {where}"
+            )
         return bundle
     raise CertsError(f"{where}: changed by someone else three times in a row; run again")
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientSecret:
+    """A client certificate's Secret as read (``raw``: None when it does not exist)."""
+
+    name: str
+    secret: str
+    raw: Any
+
+    def bundle(self) -> PemBundle | None:
+        from migslice.kube.certs import bundle_of
+
+        return bundle_of(self.raw) if self.raw is not None else None
+
+    def problem(self, server_ca: bytes, now: datetime.datetime) -> str:
+        from migslice.kube.certs import client_problem
+
+        if self.raw is None:
+            return "it does not exist"
+        found = self.bundle()
+        if found is None:
+            return "it lacks tls.crt, tls.key or ca.crt"
+        return client_problem(found, server_ca, self.name, now)
+
+    def issue(self, files: TlsBundle, days: int) -> PemBundle:
+        from migslice.kube.certs import PemBundle
+
+        ca_cert = files.ca_cert.read_bytes()
+        cert, key = make_client_cert(ca_cert, files.ca_key.read_bytes(), self.name, days)
+        return PemBundle(ca_cert, cert, key)

@@ -22,8 +22,21 @@ from migslice.doctor.checks.scheduler import (
     parse_scheduler_config,
 )
 from migslice.doctor.checks.serving import url_host
+from migslice.doctor.checks.trust import (
+    WEBHOOK_CLIENT_SECRET,
+    ClientAuthFacts,
+    NetworkPolicyFacts,
+    client_names,
+)
 from migslice.doctor.facts import Pem, Probe, Settings
-from migslice.doctor.podspec import FileSource, container_with_flag, file_source, pod_spec
+from migslice.doctor.podspec import (
+    FileSource,
+    command_line,
+    container_with_flag,
+    file_source,
+    flag_value,
+    pod_spec,
+)
 from migslice.doctor.reading import ClusterReader
 from migslice.kube.gpu_operator import CLUSTER_POLICIES_PATH
 from migslice.kube.transport import ApiError, RawObject
@@ -219,6 +232,94 @@ def _trusted_ca(reader: ClusterReader, settings: Settings, entry: JsonObject | N
         )
     pem = read_file(reader, settings.namespace, source)
     return Pem(f"tlsConfig.caFile ({pem.source})", pem.data, pem.problem)
+
+
+# -- who may call the servers ------------------------------------------------------------------
+
+
+def _client_ca(
+    reader: ClusterReader, settings: Settings, deployment: str
+) -> tuple[RawObject | None, Pem | None, tuple[str, ...]]:
+    """A server's Deployment, the CA behind its ``--client-ca-file`` (None: no such flag) and
+    its ``--client-name`` names."""
+    raw = _deployment(reader, settings, deployment)
+    spec = pod_spec(raw)
+    found = container_with_flag(spec, "--client-ca-file")
+    if raw is None or found is None:
+        return raw, None, ()
+    container, path = found
+    allowed = client_names(flag_value(command_line(container), "--client-name"))
+    source = file_source(spec, container, path)
+    if source is None:
+        problem = f"--client-ca-file {path} is on no Secret or ConfigMap volume: not checked"
+        return raw, Pem(f"--client-ca-file {path}", problem=problem), allowed
+    pem = read_file(reader, settings.namespace, source)
+    return raw, Pem(f"--client-ca-file ({pem.source})", pem.data, pem.problem), allowed
+
+
+def gather_webhook_client_auth(reader: ClusterReader, settings: Settings) -> ClientAuthFacts:
+    """The webhook's client CA, and the certificate the chart keeps for kube-apiserver (Secret
+    migslice-webhook-client), if there is one."""
+    raw, ca, allowed = _client_ca(reader, settings, names.WEBHOOK_SERVICE)
+    client: Pem | None = None
+    if ca is not None:
+        path = f"/api/v1/namespaces/{settings.namespace}/secrets/{WEBHOOK_CLIENT_SECRET}"
+        try:
+            found = reader.get(path) is not None
+        except ApiError as error:
+            found = True
+            client = Pem(f"Secret {WEBHOOK_CLIENT_SECRET}", problem=f"cannot read it ({error})")
+        if found and client is None:
+            source = FileSource("Secret", WEBHOOK_CLIENT_SECRET, "tls.crt")
+            client = read_file(reader, settings.namespace, source)
+    return ClientAuthFacts(raw, ca, allowed, client)
+
+
+def gather_extender_client_auth(reader: ClusterReader, settings: Settings) -> ClientAuthFacts:
+    """The extender's client CA, and the certificate migslice-scheduler presents to it (its
+    extender entry's ``tlsConfig.certData``, or ``certFile`` followed to its volume)."""
+    raw, ca, allowed = _client_ca(reader, settings, names.EXTENDER_SERVICE)
+    if ca is None:
+        return ClientAuthFacts(raw, ca, allowed, None)
+    config = scheduler_config(reader, settings)
+    entry = migslice_extender(config) if config.document is not None else None
+    tls = mapping(mapping(entry).get("tlsConfig"))
+    cert_data, cert_file = text(tls.get("certData")), text(tls.get("certFile"))
+    client: Pem | None = None
+    if cert_data:
+        try:
+            client = Pem("tlsConfig.certData", base64.b64decode(cert_data, validate=True))
+        except (binascii.Error, ValueError):
+            client = Pem("tlsConfig.certData", problem="tlsConfig.certData is not base64")
+    elif cert_file:
+        spec = pod_spec(_deployment(reader, settings, names.SCHEDULER_DEPLOYMENT))
+        found = container_with_flag(spec, "--config")
+        source = file_source(spec, found[0], cert_file) if found is not None else None
+        if source is None:
+            client = Pem(
+                f"tlsConfig.certFile {cert_file}",
+                problem=f"tlsConfig.certFile {cert_file} is on no Secret or ConfigMap volume "
+                "of the scheduler's pods",
+            )
+        else:
+            pem = read_file(reader, settings.namespace, source)
+            client = Pem(f"tlsConfig.certFile ({pem.source})", pem.data, pem.problem)
+    return ClientAuthFacts(raw, ca, allowed, client)
+
+
+def gather_network_policies(reader: ClusterReader, settings: Settings) -> NetworkPolicyFacts:
+    policies = reader.list(
+        f"/apis/networking.k8s.io/v1/namespaces/{settings.namespace}/networkpolicies"
+    )
+    labels: dict[str, dict[str, str] | None] = {}
+    for server in (names.WEBHOOK_SERVICE, names.EXTENDER_SERVICE):
+        raw = _deployment(reader, settings, server)
+        template = mapping(mapping(mapping(raw).get("spec")).get("template"))
+        found = mapping(mapping(template.get("metadata")).get("labels"))
+        labels[server.removeprefix("migslice-")] = (
+            None if raw is None else {k: v for k, v in found.items() if isinstance(v, str)}
+        )
+    return NetworkPolicyFacts(policies, labels)
 
 
 # -- the GPU Operator, the nodes, the policies ----------------------------------------------------

@@ -9,7 +9,15 @@ from typing import Any
 
 from migslice import names
 from migslice.doctor import gather
-from migslice.doctor.checks import gpu_operator, install, nodes, policies, scheduler, serving
+from migslice.doctor.checks import (
+    gpu_operator,
+    install,
+    nodes,
+    policies,
+    scheduler,
+    serving,
+    trust,
+)
 from migslice.doctor.facts import Probe, Settings
 from migslice.doctor.findings import Finding
 from migslice.doctor.reading import ClusterReader
@@ -54,6 +62,13 @@ CHECKS: tuple[Check, ...] = (
         install.judge_webhook_trust,
     ),
     Check(
+        trust.WEBHOOK_CLIENT_AUTH,
+        "the webhook Deployment's --client-ca-file (followed to its Secret) and --client-name; "
+        "Secret migslice-webhook-client (kube-apiserver's certificate), if there is one",
+        gather.gather_webhook_client_auth,
+        trust.judge_webhook_client_auth,
+    ),
+    Check(
         scheduler.SCHEDULER_CHECK,
         "Deployment migslice-scheduler; its KubeSchedulerConfiguration (--config); its "
         "leader-election Lease",
@@ -72,6 +87,20 @@ CHECKS: tuple[Check, ...] = (
         "certificate the extender serves",
         gather.gather_extender_trust,
         scheduler.judge_extender_trust,
+    ),
+    Check(
+        trust.EXTENDER_CLIENT_AUTH,
+        "the extender Deployment's --client-ca-file and --client-name; the client certificate "
+        "migslice-scheduler presents (tlsConfig certData, or certFile's Secret)",
+        gather.gather_extender_client_auth,
+        trust.judge_extender_client_auth,
+    ),
+    Check(
+        trust.NETWORK_POLICIES,
+        "the NetworkPolicies of the release namespace; the pod labels of the webhook and "
+        "extender Deployments",
+        gather.gather_network_policies,
+        trust.judge_network_policies,
     ),
     Check(
         gpu_operator.GPU_OPERATOR_CHECK,

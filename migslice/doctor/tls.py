@@ -18,7 +18,7 @@ import ipaddress
 from collections.abc import Sequence
 
 from cryptography import x509
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import (
     Criticality,
     ExtensionPolicy,
@@ -128,3 +128,61 @@ def _short(message: str) -> str:
     message = message.removeprefix("validation failed: ")
     cut = message.find(" (encountered processing")
     return message[:cut] if cut > 0 else message
+
+
+def _clients(_policy: object, _cert: x509.Certificate, value: x509.ExtendedKeyUsage | None) -> None:
+    if value is None:
+        return
+    allowed = {ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE}
+    if not allowed & set(value):
+        raise ValueError("extendedKeyUsage does not allow clientAuth")
+
+
+def names_of(cert: x509.Certificate) -> tuple[str, ...]:
+    """The names a migslice server reads off a client certificate: the subject's common
+    names, then the DNS subject alternative names."""
+    found = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys((*found, *sans.get_values_for_type(x509.DNSName))))
+
+
+def client_problem(
+    chain: Sequence[x509.Certificate],
+    roots: Sequence[x509.Certificate],
+    names: Sequence[str],
+    now: datetime.datetime,
+) -> str:
+    """Why a server with ``--client-ca-file`` (``roots``) and ``--client-name`` (``names``;
+    empty: any) would refuse ``chain`` (leaf first) as a client certificate; "" if not."""
+    if not chain:
+        return "no certificate"
+    if not roots:
+        return "the client CA file holds no certificate"
+    leaf = chain[0]
+    if leaf.not_valid_after_utc < now:
+        return f"the certificate expired on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+    ca_policy = ExtensionPolicy.permit_all().require_present(
+        x509.BasicConstraints, Criticality.AGNOSTIC, _is_ca
+    )
+    ee_policy = ExtensionPolicy.permit_all().may_be_present(
+        x509.ExtendedKeyUsage, Criticality.AGNOSTIC, _clients
+    )
+    verifier = (
+        PolicyBuilder()
+        .store(Store(list(roots)))
+        .time(now)
+        .extension_policies(ca_policy=ca_policy, ee_policy=ee_policy)
+        .build_client_verifier()
+    )
+    try:
+        verifier.verify(leaf, list(chain[1:]))
+    except VerificationError as error:
+        issuer = leaf.issuer.rfc4514_string()
+        return f"it does not verify against the client CA (issuer {issuer}): {_short(str(error))}"
+    carried = names_of(leaf)
+    if names and not set(names) & set(carried):
+        return f"it names {', '.join(carried) or 'nothing'}, not {', '.join(names)} (--client-name)"
+    return ""

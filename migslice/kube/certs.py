@@ -4,6 +4,11 @@ A TLS Secret (``tls.crt``, ``tls.key``, ``ca.crt``) holds a Service's serving ce
 is kept while it still serves the Service's names for long enough, so running the command
 again (every ``helm upgrade``) changes nothing. The CA is put into ``caBundle`` of the webhooks
 that call the Service, in the Mutating- and ValidatingWebhookConfiguration of one name.
+
+A client-certificate Secret (same keys: the client's certificate, its key, and the CA that
+issued it, the server's) holds the certificate a caller presents to a server run with
+``--client-ca-file`` (``--client NAME --client-secret SECRET``): kept while the server's CA
+issued it for that name for long enough (:func:`client_problem`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from migslice.kube.transport import ApiError, RawObject
 
@@ -91,6 +97,55 @@ def bundle_problem(
     if ends - now < renew_before:
         return f"it expires {ends:%Y-%m-%d}, in less than {renew_before.days} days"
     return ""
+
+
+def client_problem(
+    client: PemBundle,
+    server_ca: bytes,
+    name: str,
+    now: datetime.datetime,
+    renew_before: datetime.timedelta = RENEW_BEFORE,
+) -> str:
+    """Why ``client`` (a client-certificate Secret's bundle) should not be presented to a
+    server trusting ``server_ca`` as ``name`` any more; "" when it may."""
+    if client.ca_cert != server_ca:
+        return "its ca.crt is not the server's CA"
+    try:
+        ca = x509.load_pem_x509_certificate(server_ca)
+        cert = x509.load_pem_x509_certificate(client.cert)
+        key = serialization.load_pem_private_key(client.key, password=None)
+    except ValueError as error:
+        return f"unreadable PEM ({error})"
+    try:
+        if cert.issuer != ca.subject or not isinstance(ca.public_key(), ec.EllipticCurvePublicKey):
+            return "the certificate was not issued by the server's CA"
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return "the certificate's signature does not verify against the server's CA"
+    if _public_der(key.public_key()) != _public_der(cert.public_key()):
+        return "tls.key does not belong to tls.crt"
+    if name not in _names_of(cert):
+        return f"the certificate does not name {name}"
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        usages = None
+    if usages is not None and ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+        return "the certificate is not for client authentication"
+    ends = min(cert.not_valid_after_utc, ca.not_valid_after_utc)
+    if ends - now < renew_before:
+        return f"it expires {ends:%Y-%m-%d}, in less than {renew_before.days} days"
+    return ""
+
+
+def _names_of(cert: x509.Certificate) -> set[str]:
+    """The subject common names and DNS SANs (the names the servers compare)."""
+    found = {str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)}
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return found
+    return found | set(sans.get_values_for_type(x509.DNSName))
 
 
 def _public_der(key: Any) -> bytes:

@@ -58,6 +58,9 @@ class ServerProcess:
     cwd: Path | None = None
     client_cert: tuple[Path, Path] | None = None
     """A client certificate and key to present (a server run with ``--client-ca-file``)."""
+    client_names: tuple[str, ...] = ()
+    """Run with ``--client-ca-file`` (the bundle's CA) and ``--client-name`` these: the
+    service's verbs then answer only callers presenting such a certificate."""
     process: subprocess.Popen[bytes] | None = None
     _connection: http.client.HTTPSConnection | None = field(default=None, repr=False)
 
@@ -86,8 +89,15 @@ class ServerProcess:
             str(self.bundle.cert),
             "--tls-key",
             str(self.bundle.key),
+            *self.client_arguments(str(self.bundle.ca_cert)),
             *self.args,
         ]
+
+    def client_arguments(self, ca_path: str) -> list[str]:
+        """``--client-ca-file ca_path --client-name ...`` when :attr:`client_names` is set."""
+        if not self.client_names:
+            return []
+        return [f"--client-ca-file={ca_path}", f"--client-name={','.join(self.client_names)}"]
 
     def start(self, timeout_s: float = 60.0) -> ServerProcess:
         with self.log_path.open("ab") as log:

@@ -60,6 +60,10 @@ FLAG_ERRORS = [
     (["certs", "--service", "s", "--namespace", "a", "--out", ""], "an empty path names no file"),
     (["certs", "--service", "s", "--namespace", "a", "--out", "o", "--secret", "A"], "DNS name"),
     (
+        ["certs", "--service", "s", "--namespace", "a", "--out", "o", "--client-secret", "A_"],
+        "DNS name",
+    ),
+    (
         [
             "certs",
             "--service",

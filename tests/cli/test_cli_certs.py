@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+import yaml
 from cryptography import x509
 
 from migslice.cli import main
@@ -24,12 +25,18 @@ from migslice.kube.certs import (
     PemBundle,
     bundle_of,
     bundle_problem,
+    client_problem,
     inject_ca_bundle,
     read_tls_secret,
     write_tls_secret,
 )
-from migslice.serving.certs import make_ca, make_serving_cert, service_dns_names
-from tests.local_api import Request, local_api
+from migslice.serving.certs import (
+    make_ca,
+    make_client_cert,
+    make_serving_cert,
+    service_dns_names,
+)
+from tests.local_api import Request, local_api, local_api_url
 
 NOW = datetime.datetime.now(datetime.UTC)
 NAMES = service_dns_names("migslice-webhook", "migslice-system")
@@ -253,12 +260,125 @@ def test_a_client_certificate_for_kube_apiserver_comes_with_its_admission_config
     assert "users: [{name: migslice-webhook.migslice-system.svc, user:" in text
 
 
-def test_client_certificates_are_files_only(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--secret", "s-tls", "--client", "kube-apiserver"], "each --client needs its"),
+        (["--client", "a", "--client-secret", "a-client"], "--client-secret needs --secret"),
+        (["--secret", "s-tls", "--client-secret", "a-client"], "(got 0 --client and 1"),
+    ],
+    ids=["client-without-its-secret", "client-secret-without-secret", "secret-without-client"],
+)
+def test_client_secrets_pair_with_clients_and_need_the_serving_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
     args = ["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path)]
-    assert main([*args, "--secret", "s-tls", "--client", "kube-apiserver"]) == 1
-    assert "--client writes files" in capsys.readouterr().err
+    assert main([*args, *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- client Secrets
+
+
+@pytest.fixture
+def kubeconfig(store: Store, tmp_path: Path) -> Iterator[Path]:
+    with local_api_url(store.answer) as url:
+        path = tmp_path / "kubeconfig"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        yield path
+
+
+def run_extender_job(kubeconfig: Path, out: Path) -> int:
+    """The chart's certificate Job for the extender: serving and scheduler client Secrets."""
+    return main(
+        [
+            *("certs", "--service", "migslice-extender", "--namespace", "migslice-system"),
+            *("--out", str(out), "--kubeconfig", str(kubeconfig)),
+            *("--secret", "migslice-extender-tls"),
+            *("--client", "migslice-scheduler", "--client-secret", "migslice-scheduler-client"),
+        ]
+    )
+
+
+def stored(store: Store, name: str) -> PemBundle:
+    found = bundle_of(store.objects[f"{SECRETS}/{name}"])
+    assert found is not None
+    return found
+
+
+def test_the_client_secret_is_issued_by_the_serving_ca_then_kept_with_it(
+    store: Store, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_extender_job(kubeconfig, tmp_path / "first") == 0
+    first = capsys.readouterr().out
+    assert "Secret migslice-system/migslice-scheduler-client: created" in first
+    serving, client = (
+        stored(store, "migslice-extender-tls"),
+        stored(store, "migslice-scheduler-client"),
+    )
+    assert client.ca_cert == serving.ca_cert
+    assert client_problem(client, serving.ca_cert, "migslice-scheduler", NOW) == ""
+    cert = x509.load_pem_x509_certificate(client.cert)
+    assert cert.subject.rfc4514_string() == "CN=migslice-scheduler"
+    writes = len(store.writes)
+    assert run_extender_job(kubeconfig, tmp_path / "second") == 0  # every helm upgrade
+    assert "client certificate migslice-scheduler valid until" in capsys.readouterr().out
+    assert len(store.writes) == writes
+
+
+def test_a_lost_client_secret_renews_the_ca_the_serving_and_every_client_certificate(
+    store: Store, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_extender_job(kubeconfig, tmp_path / "first") == 0
+    before = stored(store, "migslice-extender-tls")
+    del store.objects[f"{SECRETS}/migslice-scheduler-client"]
+    capsys.readouterr()
+    assert run_extender_job(kubeconfig, tmp_path / "second") == 0
+    said = capsys.readouterr().out
+    assert "must be issued (it does not exist), by the CA in --out" in said
+    serving, client = (
+        stored(store, "migslice-extender-tls"),
+        stored(store, "migslice-scheduler-client"),
+    )
+    assert serving.ca_cert != before.ca_cert
+    assert client_problem(client, serving.ca_cert, "migslice-scheduler", NOW) == ""
+
+
+@pytest.mark.parametrize(
+    ("client", "name", "problem"),
+    [
+        ("other-ca", "migslice-scheduler", "its ca.crt is not the server's CA"),
+        ("forged", "migslice-scheduler", "does not verify against the server's CA"),
+        ("good", "kube-apiserver", "does not name kube-apiserver"),
+        ("serving", "migslice-scheduler", "not for client authentication"),
+        ("expiring", "migslice-scheduler", "in less than 30 days"),
+    ],
+)
+def test_a_client_certificate_that_should_not_be_presented_says_why(
+    client: str, name: str, problem: str
+) -> None:
+    ca_cert, ca_key = make_ca()
+    other_cert, other_key = make_ca()
+    bundles = {
+        "good": (ca_cert, make_client_cert(ca_cert, ca_key, "migslice-scheduler")),
+        "other-ca": (other_cert, make_client_cert(other_cert, other_key, "migslice-scheduler")),
+        "forged": (ca_cert, make_client_cert(other_cert, other_key, "migslice-scheduler")),
+        "serving": (ca_cert, make_serving_cert(ca_cert, ca_key, ["migslice-scheduler"])),
+        "expiring": (ca_cert, make_client_cert(ca_cert, ca_key, "migslice-scheduler", days=10)),
+    }
+    ca, (cert, key) = bundles[client]
+    assert problem in client_problem(PemBundle(ca, cert, key), ca_cert, name, NOW)
 
 
 def test_webhook_configuration_without_secret_is_one_line(

@@ -24,11 +24,13 @@ from migslice.doctor.checks.nodes import (
 from migslice.doctor.facts import Settings
 from migslice.doctor.findings import Verdict
 from migslice.doctor.registry import CHECKS
+from migslice.serving.certs import TlsBundle, write_client_cert
 from tests.doctor_cluster import (
     ADMISSION,
     APPS,
     CORE,
     CRDS,
+    NAMESPACE,
     DoctorCluster,
     gpu_node,
     make_bundle,
@@ -61,10 +63,26 @@ def other_ca_bundle(tmp_path: Path, service: str = "migslice-webhook") -> str:
     return base64.b64encode(Path(bundle.ca_cert).read_bytes()).decode()
 
 
+DEFAULT_WARNINGS = ("webhook-client-auth", "network-policies")
+"""What the chart's defaults leave open: kube-apiserver is not authenticated (it must be
+configured first), no NetworkPolicy (the control plane's and scraper's addresses are the
+cluster's)."""
+
+
 @pytest.mark.parametrize("name", [c.name for c in CHECKS])
 def test_the_healthy_cluster_passes_every_check(cluster: DoctorCluster, name: str) -> None:
+    cluster.harden()
     found = judge(cluster, name)
     assert (found.verdict, found.fix) == (Verdict.OK, ""), found.detail
+
+
+@pytest.mark.parametrize("name", [c.name for c in CHECKS])
+def test_the_charts_defaults_pass_every_check_but_two_warnings(
+    cluster: DoctorCluster, name: str
+) -> None:
+    found = judge(cluster, name)
+    expected = Verdict.WARNING if name in DEFAULT_WARNINGS else Verdict.OK
+    assert found.verdict is expected, found.detail
 
 
 # -- the CRD -------------------------------------------------------------------------------------
@@ -324,6 +342,115 @@ def test_the_extender_is_probed_where_the_scheduler_calls_it(cluster: DoctorClus
     found = judge(cluster, "extender-reachable")
     assert found.verdict is Verdict.FAILED
     assert "Service ml/migslice-extender port 8443" in found.detail
+
+
+# -- who may call the servers -------------------------------------------------------------------
+
+
+def test_a_webhook_without_client_authentication_warns_with_the_steps(
+    cluster: DoctorCluster,
+) -> None:
+    found = judge(cluster, "webhook-client-auth")
+    assert found.verdict is Verdict.WARNING
+    assert "Deployment migslice-webhook runs without --client-ca-file" in found.detail
+    assert "a forged AdmissionReview holds a tenant's quota" in found.detail
+    assert "webhook.clientAuth.issueCertificate=true" in found.fix
+    assert found.fix.endswith("then --set webhook.clientAuth.enabled=true (docs/security.md)")
+
+
+def test_the_webhook_requiring_kube_apiservers_certificate_is_ok(cluster: DoctorCluster) -> None:
+    cluster.harden()
+    found = judge(cluster, "webhook-client-auth")
+    assert found.verdict is Verdict.OK
+    assert found.detail.startswith(
+        "Deployment migslice-webhook answers /mutate and /validate only to a client "
+        "certificate from --client-ca-file (Secret migslice-system/migslice-webhook-tls key "
+        "ca.crt) naming kube-apiserver; Secret migslice-system/migslice-webhook-client key "
+        "tls.crt holds one"
+    )
+
+
+def test_a_kube_apiserver_certificate_of_another_ca_is_a_warning(
+    cluster: DoctorCluster, tmp_path: Path
+) -> None:
+    cluster.harden()
+    other = make_bundle("migslice-webhook", str(tmp_path / "other"))
+    cert, key = write_client_cert(other, "kube-apiserver")
+    stale = TlsBundle(other.ca_cert, other.ca_key, cert, key)
+    cluster.objects[f"{CORE}/secrets/migslice-webhook-client"] = tls_secret(
+        "migslice-webhook-client", stale
+    )
+    found = judge(cluster, "webhook-client-auth")
+    assert found.verdict is Verdict.WARNING
+    assert "the certificate for kube-apiserver: it does not verify against the client CA" in (
+        found.detail
+    )
+    assert "copy it to the control plane again" in found.fix
+
+
+def test_an_extender_without_client_authentication_warns(cluster: DoctorCluster) -> None:
+    path = f"{APPS}/deployments/migslice-extender"
+    (container,) = cluster.objects[path]["spec"]["template"]["spec"]["containers"]
+    container["args"] = [a for a in container["args"] if not a.startswith("--client-")]
+    found = judge(cluster, "extender-client-auth")
+    assert found.verdict is Verdict.WARNING
+    assert "filter and prioritize answer any caller" in found.detail
+    assert found.fix.endswith("--set extender.clientAuth.enabled=true")
+
+
+def test_a_scheduler_presenting_no_certificate_to_an_extender_that_requires_one_fails(
+    cluster: DoctorCluster,
+) -> None:
+    assert judge(cluster, "extender-client-auth").verdict is Verdict.OK
+    config = scheduler_config(cluster)
+    for key in ("certFile", "keyFile"):
+        del config["extenders"][0]["tlsConfig"][key]  # type: ignore[index]
+    set_scheduler_config(cluster, config)
+    found = judge(cluster, "extender-client-auth")
+    assert found.verdict is Verdict.FAILED
+    assert "migslice-scheduler presents none" in found.detail
+    assert "no GPU pod is scheduled" in found.detail
+
+
+@pytest.mark.parametrize(
+    ("issuer", "name", "said"),
+    [
+        ("other", "migslice-scheduler", "it does not verify against the client CA"),
+        ("extender", "mallory", "it names mallory, not migslice-scheduler (--client-name)"),
+    ],
+    ids=["another-ca", "another-name"],
+)
+def test_a_scheduler_certificate_the_extender_refuses_fails(
+    cluster: DoctorCluster, tmp_path: Path, issuer: str, name: str, said: str
+) -> None:
+    other = make_bundle("migslice-extender", str(tmp_path / "other"))
+    bundle = other if issuer == "other" else cluster.extender_tls
+    cert, key = write_client_cert(bundle, name)
+    cluster.objects[f"{CORE}/secrets/migslice-extender-client"] = tls_secret(
+        "migslice-extender-client", TlsBundle(bundle.ca_cert, bundle.ca_key, cert, key)
+    )
+    found = judge(cluster, "extender-client-auth")
+    assert found.verdict is Verdict.FAILED
+    assert found.detail.startswith(
+        "migslice-scheduler presents tlsConfig.certFile (Secret migslice-system/"
+        "migslice-extender-client key tls.crt), which the extender refuses: "
+    )
+    assert said in found.detail
+    assert "rollout restart deploy/migslice-scheduler" in found.fix
+
+
+def test_a_server_no_network_policy_selects_is_named(cluster: DoctorCluster) -> None:
+    found = judge(cluster, "network-policies")
+    assert found.verdict is Verdict.WARNING
+    assert "no NetworkPolicy in migslice-system selects the extender's pods" in found.detail
+    assert "networkPolicy.enabled=true" in found.fix
+    cluster.harden()
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies"
+    cluster.objects[policies] = cluster.objects[policies][:1]
+    found = judge(cluster, "network-policies")
+    assert found.verdict is Verdict.WARNING
+    assert "selects the extender's pods" in found.detail
+    assert "NetworkPolicies select the pods of webhook (migslice-webhook)" in found.detail
 
 
 # -- the GPU Operator ---------------------------------------------------------------------------

@@ -143,10 +143,120 @@ def test_the_certificate_jobs_fill_in_what_the_manifests_leave_empty() -> None:
         if "secret" in v
     ]
     assert sorted(volumes) == [
+        "migslice-extender-client",
         "migslice-extender-tls",
         "migslice-extender-tls",
         "migslice-webhook-tls",
     ]
+
+
+def test_migslice_scheduler_presents_the_client_certificate_the_extender_requires() -> None:
+    (certs,) = [
+        c
+        for c in workload("Job", "migslice-certs")["spec"]["template"]["spec"]["containers"]
+        if "--service=migslice-extender" in c["args"]
+    ]
+    assert ["--client=migslice-scheduler", "--client-secret=migslice-extender-client"] == [
+        a for a in certs["args"] if a.startswith("--client")
+    ]
+    (extender,) = workload("Deployment", "migslice-extender")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--client-ca-file=/etc/migslice/tls/ca.crt" in extender["args"]
+    assert "--client-name=migslice-scheduler" in extender["args"]
+    (webhook,) = workload("Deployment", "migslice-webhook")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert not [a for a in webhook["args"] if a.startswith("--client")]  # off by default
+    spec = workload("Deployment", "migslice-scheduler")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    (client,) = [v for v in spec["volumes"] if v["name"] == "extender-client"]
+    assert client["secret"]["secretName"] == "migslice-extender-client"
+    config = yaml.safe_load(
+        workload("ConfigMap", "migslice-scheduler-config")["data"]["config.yaml"]
+    )
+    (entry,) = config["extenders"]
+    tls = entry["tlsConfig"]
+    assert tls["certFile"] == f"{mounts['extender-client']}/tls.crt"
+    assert tls["keyFile"] == f"{mounts['extender-client']}/tls.key"
+
+
+# --------------------------------------------------------------------------- least privilege
+
+
+def policies() -> dict[str, dict[str, Any]]:
+    return {
+        d["metadata"]["name"]: d for d in rendered() if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+
+
+def test_every_admission_policy_is_bound_to_deny_and_matches_one_of_the_charts_accounts() -> None:
+    bindings = {
+        d["spec"]["policyName"]: d
+        for d in rendered()
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    accounts = {
+        f"system:serviceaccount:{d['metadata']['namespace']}:{d['metadata']['name']}"
+        for d in rendered()
+        if d["kind"] == "ServiceAccount"
+    }
+    assert sorted(policies()) == sorted(bindings)
+    assert sorted(policies()) == [
+        "migslice-agent-own-node",
+        "migslice-agent-own-node-events",
+        "migslice-certs-secrets",
+        "migslice-extender-node-keys",
+        "migslice-extender-pod-keys",
+        "migslice-webhook-ledgers",
+    ]
+    for name, policy in policies().items():
+        assert bindings[name]["spec"]["validationActions"] == ["Deny"]
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        (condition,) = policy["spec"]["matchConditions"]
+        account = condition["expression"].split(" == ")[1].strip('"')
+        assert account in accounts, name
+
+
+def _keys(expression: str) -> list[str]:
+    """The key list literal of a key-allowing CEL expression (``k in [...]``)."""
+    return list(json.loads(expression.split(" in ", 1)[1].split("\n", 1)[0].split("]", 1)[0] + "]"))
+
+
+def test_the_extenders_admission_policies_allow_exactly_the_keys_it_writes() -> None:
+    from migslice import names
+
+    node = policies()["migslice-extender-node-keys"]["spec"]["validations"]
+    pod = policies()["migslice-extender-pod-keys"]["spec"]["validations"]
+    assert _keys(node[0]["expression"]) == [
+        names.MIG_CONFIG_LABEL,
+        names.MIG_CONFIG_STATE_LABEL,
+        names.QUARANTINE_LABEL,
+    ]
+    assert _keys(node[1]["expression"]) == [names.CARVE_ANNOTATION, names.QUARANTINE_ANNOTATION]
+    assert _keys(pod[0]["expression"]) == [names.TOUCH_ANNOTATION]
+
+
+def test_the_ledger_policy_allows_the_names_the_webhook_gives_its_ledgers() -> None:
+    from migslice.kube.ledger import PREFIX
+
+    (validation,) = policies()["migslice-webhook-ledgers"]["spec"]["validations"]
+    assert validation["expression"] == f"request.name.startsWith('{PREFIX}')"
+
+
+def test_only_the_certificate_jobs_may_write_secrets_and_only_the_four_certificates() -> None:
+    writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    named: set[str] = set()
+    for document in rendered():
+        if document["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for rule in document.get("rules") or ():
+            if "secrets" in rule["resources"] and writes & set(rule["verbs"]):
+                assert document["metadata"]["name"] == "migslice-certs", document["metadata"]
+                named |= set(rule.get("resourceNames") or ())
+    (validation,) = policies()["migslice-certs-secrets"]["spec"]["validations"]
+    allowed = json.loads(validation["expression"].removeprefix("request.name in "))
+    assert sorted(allowed) == sorted(named)
 
 
 def test_the_examples_in_manifests_are_the_charts() -> None:

@@ -132,3 +132,34 @@ helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
 helm.sh/hook-weight: "-10"
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
+
+{{/*
+The client certificates the certificate Jobs (or cert-manager) keep, per server: a list of
+(dict "name" <the name it carries> "secret" <its Secret>). The extender's is migslice-scheduler's
+(extender.clientAuth); the webhook's kube-apiserver's (webhook.clientAuth.enabled or
+issueCertificate). Call with (dict "ctx" $ "service" "webhook"); renders YAML, read it back
+with fromYamlArray.
+*/}}
+{{- define "migslice.clientCertificates" -}}
+{{- $values := .ctx.Values -}}
+{{- $found := list -}}
+{{- if and (eq .service "extender") $values.extender.clientAuth.enabled -}}
+{{- $found = append $found (dict "name" "migslice-scheduler" "secret" "migslice-extender-client") -}}
+{{- end -}}
+{{- if and (eq .service "webhook") (or $values.webhook.clientAuth.enabled $values.webhook.clientAuth.issueCertificate) -}}
+{{- $found = append $found (dict "name" $values.webhook.clientAuth.clientName "secret" "migslice-webhook-client") -}}
+{{- end -}}
+{{- toYaml $found -}}
+{{- end }}
+
+{{/*
+agent.devicePluginLabels as a label selector (key=value,...), the carving agent's
+--device-plugin-selector.
+*/}}
+{{- define "migslice.devicePluginSelector" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := .Values.agent.devicePluginLabels -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end }}

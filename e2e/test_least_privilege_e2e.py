@@ -1,0 +1,332 @@
+"""Each component's writes held to its scope, on the real API server, as each component runs:
+with its ServiceAccount's token (the agent's bound to a pod on its node, as the kubelet's is),
+under the RBAC and the ValidatingAdmissionPolicies of ``manifests/base`` (the chart's render;
+the carving agent's from the chart with ``agent.carve=true``).
+
+For each component a write inside its scope succeeds and writes outside it are refused, 403
+with the policy's message (or RBAC's, where RBAC is the fence):
+
+* the agent: its own Node's migslice.io/ annotations and labels, Events about that Node, the
+  device plugin's pods on that Node; not another Node, not another key, not the spec, nothing
+  without the node-name claim;
+* the extender: the node labels and annotations and the pod annotation re-partitioning
+  writes; not another key, not a pod's image, not Events outside ``default``;
+* the webhook: its quota ledgers (ConfigMaps ``migslice-quota-<tenant>``); no other ConfigMap.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from harness.api import ensure_namespace, wait_for
+from harness.binaries import DEFAULT_BIN_DIR
+from harness.controlplane import ControlPlane
+from harness.install import render_chart
+from harness.stack import BASE, NAMESPACE, service_account_kubeconfig, service_account_token
+
+pytestmark = pytest.mark.e2e
+
+GPU_OPERATOR = "gpu-operator"
+CARVE_OBJECTS = {
+    "migslice-agent-carve",
+    "migslice-agent-device-plugin",
+    "migslice-agent-own-node-device-plugin",
+}
+
+
+def as_account(control_plane: ControlPlane, account: str, token: str) -> k8s.CoreV1Api:
+    """A CoreV1Api that authenticates with ``token``."""
+    kubeconfig = service_account_kubeconfig(
+        control_plane, f"{account}-{uuid.uuid4().hex[:6]}", token
+    )
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+    return k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+
+def refused(call: Callable[[], Any]) -> str:
+    """The message of the 403 that ``call`` is answered with (fails if it is allowed)."""
+    with pytest.raises(k8s.ApiException) as error:
+        call()
+    assert error.value.status == 403, error.value.body
+    return message(error.value)
+
+
+def message(error: k8s.ApiException) -> str:
+    """The Status message of an API error."""
+    return str(json.loads(error.body)["message"])
+
+
+def enforced(call: Callable[[], Any]) -> str:
+    """:func:`refused`, once kube-apiserver has picked up the policies just applied (``call``
+    must write something new each time: a write that changes nothing passes any policy)."""
+
+    def attempt() -> str | None:
+        try:
+            call()
+        except k8s.ApiException as error:
+            if error.status == 403:
+                return message(error)
+            raise
+        return None
+
+    return str(wait_for("the admission policies to be enforced", attempt, 20, 0.5))
+
+
+def annotate(key: str, value: str | None) -> dict[str, Any]:
+    return {"metadata": {"annotations": {key: value}}}
+
+
+def label(key: str, value: str | None) -> dict[str, Any]:
+    return {"metadata": {"labels": {key: value}}}
+
+
+def event(about: dict[str, str], reason: str = "E2E") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{about['name']}.{uuid.uuid4().hex[:10]}"},
+        "involvedObject": about,
+        "reason": reason,
+        "message": "least-privilege e2e",
+        "type": "Normal",
+        "source": {"component": "e2e"},
+    }
+
+
+def device_plugin_pod(node: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"generateName": "nvidia-device-plugin-", "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "plugin", "image": "plugin:1"}]},
+    }
+
+
+@pytest.fixture
+def nodes(gpu_node: Callable[..., k8s.V1Node]) -> tuple[str, str]:
+    """The agent's node and another one."""
+    return gpu_node().metadata.name, gpu_node().metadata.name
+
+
+@pytest.fixture
+def carve_rbac(control_plane: ControlPlane, core_v1: k8s.CoreV1Api) -> Iterator[None]:
+    ensure_namespace(core_v1, GPU_OPERATOR)
+    documents = [
+        d
+        for d in render_chart(DEFAULT_BIN_DIR / "helm", "agent.carve=true")
+        if d["metadata"]["name"] in CARVE_OBJECTS
+    ]
+    control_plane.apply(documents)
+    yield
+
+
+def test_the_agent_writes_only_migslice_keys_of_its_own_node(
+    control_plane: ControlPlane,
+    core_v1: k8s.CoreV1Api,
+    nodes: tuple[str, str],
+    carve_rbac: None,
+) -> None:
+    own, other = nodes
+    rbac = BASE / "agent" / "rbac.yaml"
+    agent = as_account(
+        control_plane,
+        "migslice-agent",
+        service_account_token(control_plane, rbac, NAMESPACE, "migslice-agent", node=own),
+    )
+    unbound = as_account(
+        control_plane,
+        "migslice-agent",
+        service_account_token(control_plane, rbac, NAMESPACE, "migslice-agent"),
+    )
+    said = enforced(lambda: agent.patch_node(other, annotate("migslice.io/gpu-layout", "{}")))
+    assert f"migslice-agent on node {own} may change only its own Node, not {other}" in said
+    # Inside its scope: its layout annotation, its carve journal, a migslice.io/ label.
+    agent.patch_node(own, annotate("migslice.io/gpu-layout", '{"version": 1}'))
+    agent.patch_node(own, annotate("migslice.io/carve-state", '{"state": "idle"}'))
+    agent.patch_node(own, label("migslice.io/agent", "seen"))
+    stored = core_v1.read_node(own).metadata
+    assert stored.annotations["migslice.io/gpu-layout"] == '{"version": 1}'
+    assert stored.labels["migslice.io/agent"] == "seen"
+    # Outside it: other keys, the spec, and anything without the node-name claim.
+    assert "only migslice.io/ labels" in refused(
+        lambda: agent.patch_node(own, label("nvidia.com/mig.config", "all-7g.80gb"))
+    )
+    assert "only migslice.io/ labels" in refused(
+        lambda: agent.patch_node(own, label("kubernetes.io/os", None))
+    )
+    assert "only migslice.io/ annotations" in refused(
+        lambda: agent.patch_node(own, annotate("node.alpha.kubernetes.io/ttl", "0"))
+    )
+    assert "spec, owners or finalizers" in refused(
+        lambda: agent.patch_node(own, {"spec": {"unschedulable": True}})
+    )
+    assert "token bound to its pod on a node" in refused(
+        lambda: unbound.patch_node(own, annotate("migslice.io/gpu-layout", "{}"))
+    )
+    # Events: about its own Node only.
+    own_ref = {"apiVersion": "v1", "kind": "Node", "name": own, "uid": own}
+    agent.create_namespaced_event("default", event(own_ref))
+    assert "Events only about its own Node" in refused(
+        lambda: agent.create_namespaced_event("default", event({**own_ref, "name": other}))
+    )
+    # Carving: the device plugin's pods on its node, nothing else.
+    labels = {"app": "nvidia-device-plugin-daemonset"}
+    mine = core_v1.create_namespaced_pod(GPU_OPERATOR, device_plugin_pod(own, labels))
+    theirs = core_v1.create_namespaced_pod(GPU_OPERATOR, device_plugin_pod(other, labels))
+    driver = core_v1.create_namespaced_pod(GPU_OPERATOR, device_plugin_pod(own, {"app": "driver"}))
+    try:
+        assert f"may delete only pods on its own node, not {theirs.metadata.name}" in refused(
+            lambda: agent.delete_namespaced_pod(theirs.metadata.name, GPU_OPERATOR)
+        )
+        assert "only the device plugin's pods (app=nvidia-device-plugin-daemonset)" in refused(
+            lambda: agent.delete_namespaced_pod(driver.metadata.name, GPU_OPERATOR)
+        )
+        agent.delete_namespaced_pod(mine.metadata.name, GPU_OPERATOR)
+    finally:
+        core_v1.delete_collection_namespaced_pod(GPU_OPERATOR, grace_period_seconds=0)
+
+
+def test_the_extender_writes_only_what_repartitioning_writes(
+    control_plane: ControlPlane,
+    core_v1: k8s.CoreV1Api,
+    nodes: tuple[str, str],
+    namespace: str,
+) -> None:
+    node, _ = nodes
+    token = service_account_token(
+        control_plane, BASE / "extender" / "rbac.yaml", NAMESPACE, "migslice-extender"
+    )
+    extender = as_account(control_plane, "migslice-extender", token)
+    said = enforced(lambda: extender.patch_node(node, label("team", uuid.uuid4().hex)))
+    assert "may change only the node labels nvidia.com/mig.config" in said
+    # Inside its scope: MIG Manager's label and the pending state, a carve request, a
+    # quarantine mark, the retry annotation on a pod, an Event on a Node.
+    pending = {"nvidia.com/mig.config": "migslice-x", "nvidia.com/mig.config.state": "pending"}
+    extender.patch_node(node, {"metadata": {"labels": pending}})
+    extender.patch_node(node, annotate("migslice.io/carve", '{"plan": "p"}'))
+    extender.patch_node(
+        node,
+        {
+            "metadata": {
+                "labels": {"migslice.io/repartition-quarantine": "timeout"},
+                "annotations": {"migslice.io/repartition-quarantine": "e2e"},
+            }
+        },
+    )
+    assert core_v1.read_node(node).metadata.labels["nvidia.com/mig.config"] == "migslice-x"
+    pod = core_v1.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"generateName": "pending-", "annotations": {"migslice.io/tenant": "t"}},
+            "spec": {"containers": [{"name": "main", "image": "train:1"}]},
+        },
+    )
+    name = pod.metadata.name
+    extender.patch_namespaced_pod(
+        name, namespace, annotate("migslice.io/repartitioned", "migslice-x")
+    )
+    extender.create_namespaced_event(
+        "default", event({"apiVersion": "v1", "kind": "Node", "name": node, "uid": node})
+    )
+    # Outside it: the agent's annotation, the webhook's pod annotations (quota settles on
+    # migslice.io/reservation), a pod's labels or image, Events in another namespace.
+    assert "node annotations migslice.io/carve" in refused(
+        lambda: extender.patch_node(node, annotate("migslice.io/gpu-layout", "{}"))
+    )
+    assert "spec, owners or finalizers" in refused(
+        lambda: extender.patch_node(node, {"spec": {"unschedulable": True}})
+    )
+    assert "only the pod annotation migslice.io/repartitioned" in refused(
+        lambda: extender.patch_namespaced_pod(
+            name, namespace, annotate("migslice.io/reservation", "forged")
+        )
+    )
+    assert "only the pod annotation migslice.io/repartitioned" in refused(
+        lambda: extender.patch_namespaced_pod(name, namespace, annotate("migslice.io/tenant", None))
+    )
+    assert "spec, labels, owners or finalizers" in refused(
+        lambda: extender.patch_namespaced_pod(name, namespace, label("team", "b"))
+    )
+    image = {"spec": {"containers": [{"name": "main", "image": "evil:1"}]}}
+    assert "spec, labels, owners or finalizers" in refused(
+        lambda: extender.patch_namespaced_pod(name, namespace, image)
+    )
+    assert "cannot create resource" in refused(
+        lambda: extender.create_namespaced_event(
+            namespace, event({"apiVersion": "v1", "kind": "Pod", "name": name, "uid": name})
+        )
+    )
+
+
+def test_the_webhook_writes_only_its_quota_ledgers(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    token = service_account_token(
+        control_plane, BASE / "webhook" / "rbac.yaml", NAMESPACE, "migslice-webhook"
+    )
+    webhook = as_account(control_plane, "migslice-webhook", token)
+    said = enforced(
+        lambda: webhook.create_namespaced_config_map(
+            NAMESPACE, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(generate_name="e2e-not-a-ledger-"))
+        )
+    )
+    assert (
+        "migslice-webhook may write only its quota ledgers (ConfigMaps migslice-quota-<tenant>),"
+        f" not ConfigMap {NAMESPACE}/e2e-not-a-ledger-"
+    ) in said
+    other = f"e2e-not-a-ledger-{uuid.uuid4().hex[:6]}"
+    ledger = f"migslice-quota-e2e-{uuid.uuid4().hex[:6]}"
+    created = webhook.create_namespaced_config_map(
+        NAMESPACE, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=ledger))
+    )
+    created.data = {"charges.json": '{"charges": []}'}
+    webhook.replace_namespaced_config_map(ledger, NAMESPACE, created)
+    core_v1.create_namespaced_config_map(
+        NAMESPACE, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=other))
+    )
+    try:
+        existing = webhook.read_namespaced_config_map(other, NAMESPACE)  # reading stays open
+        existing.data = {"config.yaml": "forged"}
+        assert "may write only its quota ledgers" in refused(
+            lambda: webhook.replace_namespaced_config_map(other, NAMESPACE, existing)
+        )
+        assert "cannot create resource" in refused(
+            lambda: webhook.create_namespaced_config_map(
+                "default", k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="migslice-quota-x"))
+            )
+        )
+    finally:
+        core_v1.delete_namespaced_config_map(other, NAMESPACE)
+        core_v1.delete_namespaced_config_map(ledger, NAMESPACE)
+
+
+def test_the_certificate_jobs_write_only_the_four_certificates(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    token = service_account_token(
+        control_plane, BASE / "certs" / "rbac.yaml", NAMESPACE, "migslice-certs"
+    )
+    certs = as_account(control_plane, "migslice-certs", token)
+
+    def secret(name: str = "", generate: str = "") -> k8s.V1Secret:
+        return k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name=name or None, generate_name=generate or None),
+            string_data={"x": "y"},
+        )
+
+    said = enforced(
+        lambda: certs.create_namespaced_secret(NAMESPACE, secret(generate="e2e-not-a-cert-"))
+    )
+    assert "migslice-certs may write only the certificates of migslice-webhook" in said
+    name = "migslice-extender-client"
+    try:
+        certs.create_namespaced_secret(NAMESPACE, secret(name))
+        certs.replace_namespaced_secret(
+            name, NAMESPACE, certs.read_namespaced_secret(name, NAMESPACE)
+        )
+    finally:
+        core_v1.delete_namespaced_secret(name, NAMESPACE)
