@@ -141,17 +141,21 @@ def scheduler_configuration(
 def service_account_token(
     control_plane: ControlPlane, rbac_manifest: Path, namespace: str, account: str
 ) -> str:
-    """A token for ``account``, with only the RBAC the shipped manifest grants it.
+    """A token for ``account``, with only the RBAC the shipped manifests grant it.
 
-    The manifest is applied as shipped (its namespaces created first); the token comes from the
-    TokenRequest API, as a projected service-account token would in a pod.
+    The manifest is applied as shipped (its namespaces created first), with the other RBAC
+    files of its folder (``*-rbac.yaml``: rules of one feature, e.g. the webhook's gate
+    reconciler); the token comes from the TokenRequest API, as a projected service-account
+    token would in a pod.
     """
     core = k8s.CoreV1Api(control_plane.api_client())
-    for document in load_manifests(rbac_manifest):
-        target = document["metadata"].get("namespace")
-        if target:
-            ensure_namespace(core, target)
-    control_plane.apply(rbac_manifest)
+    manifests = [rbac_manifest, *sorted(rbac_manifest.parent.glob("*-rbac.yaml"))]
+    for manifest in manifests:
+        for document in load_manifests(manifest):
+            target = document["metadata"].get("namespace")
+            if target:
+                ensure_namespace(core, target)
+        control_plane.apply(manifest)
     request = core.create_namespaced_service_account_token(
         account, namespace, {"spec": {"expirationSeconds": 7200}}
     )

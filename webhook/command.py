@@ -99,10 +99,11 @@ def _add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     """The gate reconciler: GPU pods fail-open namespaces created while the webhook was down."""
     parser.add_argument(
         "--gate-interval-s",
-        type=console.seconds(allow_zero=False),
+        type=console.seconds(),
         default=2.0,
         help="how often the leader decides the pods behind the admission gate "
-        "(migslice.io/admission; docs/outages.md; default %(default)s)",
+        "(migslice.io/admission; docs/outages.md; 0: no gate reconciler, for clusters "
+        "without fail-open namespaces; default %(default)s)",
     )
     parser.add_argument(
         "--gate-batch",

@@ -99,8 +99,9 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
         settings.ledger_namespace,
     )
     app = create_app(settings, state, quota)
-    gate = start_gate(transport, quota, settings)
-    app.extensions[EXTENSION].metrics.follow_gate(gate.stats)
+    if settings.gate.is_on:
+        gate = start_gate(transport, quota, settings)
+        app.extensions[EXTENSION].metrics.follow_gate(gate.stats)
     return app
 
 

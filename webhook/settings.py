@@ -26,8 +26,9 @@ DEFAULT_EXCLUDED_NAMESPACES = frozenset(
 @dataclass(frozen=True, slots=True)
 class GateSettings:
     """The gate reconciler (``webhook.gate``): ``interval_s``, how often its leader looks at
-    pods behind the admission gate; ``batch``, pods admitted per round at most; ``lease``,
-    ``namespace/name`` of its Lease, held ``lease_s``."""
+    pods behind the admission gate (0: no reconciler, where no namespace is fail-open);
+    ``batch``, pods admitted per round at most; ``lease``, ``namespace/name`` of its Lease,
+    held ``lease_s``."""
 
     interval_s: float = 2.0
     batch: int = 20
@@ -35,18 +36,22 @@ class GateSettings:
     lease_s: float = 15.0
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.interval_s) or self.interval_s <= 0:
-            raise CommandError(f"--gate-interval-s {self.interval_s}: must be a number > 0")
+        if not math.isfinite(self.interval_s) or self.interval_s < 0:
+            raise CommandError(f"--gate-interval-s {self.interval_s}: must be a number >= 0")
         if self.batch < 1:
             raise CommandError(f"--gate-batch {self.batch}: must be at least 1")
         namespace, slash, name = self.lease.partition("/")
         if not (namespace and slash and name) or "/" in name:
             raise CommandError(f"--gate-lease {self.lease!r}: must be NAMESPACE/NAME")
-        if not math.isfinite(self.lease_s) or self.lease_s < 2 * self.interval_s:
+        if not math.isfinite(self.lease_s) or self.lease_s < max(2 * self.interval_s, 1.0):
             raise CommandError(
                 f"--gate-lease-s {self.lease_s:g} must be at least twice --gate-interval-s "
                 f"{self.interval_s:g} (the Lease is renewed once a round)"
             )
+
+    @property
+    def is_on(self) -> bool:
+        return self.interval_s > 0
 
     @property
     def lease_namespace(self) -> str:

@@ -106,9 +106,10 @@ def test_the_webhook_runs_three_replicas_spread_over_nodes_with_a_budget() -> No
 
 def test_excluded_namespaces_are_the_same_in_the_selector_the_flag_and_the_code() -> None:
     config = workload("MutatingWebhookConfiguration", "migslice-webhook")
-    (by_name, opt_out) = config["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    (by_name, opt_out, closed) = config["webhooks"][0]["namespaceSelector"]["matchExpressions"]
     assert by_name["key"] == "kubernetes.io/metadata.name" and by_name["operator"] == "NotIn"
     assert opt_out == {"key": "migslice.io/admission", "operator": "NotIn", "values": ["disabled"]}
+    assert closed == {"key": "migslice.io/outage", "operator": "NotIn", "values": ["open"]}
     container = workload("Deployment", "migslice-webhook")["spec"]["template"]["spec"]
     (flag,) = [a for a in container["containers"][0]["args"] if a.startswith("--exclude-")]
     from_flag = flag.removeprefix("--exclude-namespaces=").split(",")
