@@ -3,6 +3,7 @@ status writer, the app, and the server. Everything here runs inside the server's
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import os
@@ -109,7 +110,8 @@ def start_gate(
     transport: KubernetesTransport, quota: QuotaKeeper, settings: WebhookSettings
 ) -> GateReconciler:
     """The gate reconciler over the API, started: one leader among the replicas (and their
-    workers) admits the pods fail-open namespaces created behind the admission gate."""
+    workers) admits the pods fail-open namespaces created behind the admission gate; its
+    Lease is released when the process exits."""
     from migslice.kube import LeaderElector
     from migslice.kube.pod_gate import KubeGateApi
 
@@ -130,6 +132,7 @@ def start_gate(
         exclude_namespaces=settings.exclude_namespaces,
     )
     gate.start()
+    atexit.register(gate.stop)  # its Lease released: a successor need not wait it out
     log.info(
         "Admission gate reconciler started identity=%s lease=%s interval=%.0fs",
         identity,
