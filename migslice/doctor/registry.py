@@ -9,7 +9,15 @@ from typing import Any
 
 from migslice import names
 from migslice.doctor import gather
-from migslice.doctor.checks import gpu_operator, install, nodes, policies, scheduler, serving
+from migslice.doctor.checks import (
+    gpu_operator,
+    install,
+    nodes,
+    outage,
+    policies,
+    scheduler,
+    serving,
+)
 from migslice.doctor.facts import Probe, Settings
 from migslice.doctor.findings import Finding
 from migslice.doctor.reading import ClusterReader
@@ -109,6 +117,14 @@ CHECKS: tuple[Check, ...] = (
         "every TenantPolicy; every Namespace (for namespaceSelector)",
         gather.gather_policies,
         policies.judge_tenant_policies,
+    ),
+    Check(
+        outage.OUTAGE_CHECK,
+        "the MutatingWebhookConfiguration's pod webhooks; the fail-open admission policies "
+        "and bindings; every TenantPolicy and Namespace (label migslice.io/outage); the "
+        "scheduler's extender entry (ignorable)",
+        gather.gather_outage,
+        outage.judge_outage_modes,
     ),
     Check(
         nodes.TROUBLE_CHECK,
