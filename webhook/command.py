@@ -114,6 +114,8 @@ def _add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gate-lease",
         default=f"{names.SYSTEM_NAMESPACE}/{names.GATE_LEASE_NAME}",
+        type=console.namespaced_name,
+        metavar="NAMESPACE/NAME",
         help="coordination.k8s.io Lease NAMESPACE/NAME of the gate reconciler's leader "
         "(default %(default)s; the chart: its release namespace)",
     )

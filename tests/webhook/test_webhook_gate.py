@@ -16,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonpatch
+import pytest
 
 from harness.builders import make_created_pod, make_gated_pod, make_node, make_policy, make_review
 from migslice.admission.gate import GatedPod, GateNote
+from migslice.console import CommandError
 from webhook.app import create_app
 from webhook.gate import GateReconciler
 from webhook.quota import MemoryLedgers, QuotaKeeper
@@ -313,3 +315,10 @@ def test_a_denied_pod_is_admitted_once_its_policy_allows_it() -> None:
     state.upsert_policy(make_policy(generation=2))
     gate.run_once()
     assert api.admitted() == ["p0"]
+
+
+def test_the_gate_settings_refuse_a_lease_shorter_than_two_rounds() -> None:
+    with pytest.raises(CommandError, match="at least twice --gate-interval-s"):
+        GateSettings(interval_s=5.0, lease_s=8.0)
+    assert not GateSettings(interval_s=0.0).is_on
+    assert GateSettings().lease_namespace == "migslice-system"
