@@ -53,6 +53,7 @@ CHECKS = (
     "gpu-products",
     "agent-layouts",
     "tenant-policies",
+    "outage-modes",
     "nodes-in-trouble",
 )
 

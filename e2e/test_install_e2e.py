@@ -207,7 +207,7 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
         f"migslice certs --service migslice-webhook --namespace {NAMESPACE} --out {out}"
     )
     for line in printed.splitlines():
-        if line.startswith("  kubectl "):
+        if line.startswith(("  kubectl ", "  migslice ")):
             cluster.sh(line.strip())
     cluster.ca_bundles_match_the_secret()
     by_hand = cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE)
