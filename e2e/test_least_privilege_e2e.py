@@ -330,3 +330,57 @@ def test_the_certificate_jobs_write_only_the_four_certificates(
         )
     finally:
         core_v1.delete_namespaced_secret(name, NAMESPACE)
+
+
+def test_the_webhooks_pod_writes_are_an_admission_and_no_more(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    """The gate reconciler patches pods cluster-wide (any namespace may be fail-open): it may
+    remove the gate migslice.io/admission and write migslice.io/ annotations, never labels,
+    images or another gate."""
+    token = service_account_token(
+        control_plane, BASE / "webhook" / "rbac.yaml", NAMESPACE, "migslice-webhook"
+    )
+    webhook = as_account(control_plane, "migslice-webhook", token)
+    namespace = f"e2e-gated-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(core_v1, namespace, {"migslice.io/admission": "disabled"})
+    pod = core_v1.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "gated", "labels": {"app": "train"}},
+            "spec": {
+                "schedulingGates": [{"name": "migslice.io/admission"}, {"name": "other/gate"}],
+                "containers": [{"name": "main", "image": "cuda:12"}],
+            },
+        },
+    )
+    try:
+        assert "may not change a pod's labels" in enforced(
+            lambda: webhook.patch_namespaced_pod(
+                "gated", namespace, label("app", uuid.uuid4().hex[:6])
+            )
+        )
+        assert "may not change a pod's images" in refused(
+            lambda: webhook.patch_namespaced_pod(
+                "gated",
+                namespace,
+                {"spec": {"containers": [{"name": "main", "image": "forged:1"}]}},
+            )
+        )
+        only_other = [{"op": "replace", "path": "/spec/schedulingGates",
+                       "value": [{"name": "migslice.io/admission"}]}]  # fmt: skip
+        assert "may remove only the scheduling gate migslice.io/admission" in refused(
+            lambda: webhook.patch_namespaced_pod("gated", namespace, only_other)
+        )
+        admit = [
+            {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "other/gate"}]},
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {"migslice.io/tenant": "team-a"}},
+        ]  # fmt: skip
+        webhook.patch_namespaced_pod("gated", namespace, admit)  # a list: a JSON Patch
+        stored = core_v1.read_namespaced_pod("gated", namespace)
+        assert [g.name for g in stored.spec.scheduling_gates] == ["other/gate"]
+        assert stored.metadata.annotations["migslice.io/tenant"] == "team-a"
+        assert pod.metadata.uid == stored.metadata.uid
+    finally:
+        core_v1.delete_namespaced_pod("gated", namespace, grace_period_seconds=0)

@@ -25,6 +25,7 @@ __all__ = [
     "A100_80GB",
     "STAMP",
     "make_created_pod",
+    "make_gated_pod",
     "make_mig_config_map",
     "make_namespace",
     "make_node",
@@ -457,6 +458,38 @@ def make_created_pod(
     if affinity is not None:
         spec["affinity"] = dict(affinity)
     return {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": spec, "status": {}}
+
+
+def make_gated_pod(
+    name: str,
+    *,
+    namespace: str = "team-a",
+    created: str = STAMP,
+    resource_version: str = "7",
+    gates: Sequence[str] = ("migslice.io/admission",),
+    scheduler_name: str = "migslice-scheduler",
+    **created_pod: Any,
+) -> dict[str, Any]:
+    """A Pod as kube-apiserver stores it when it was created in a fail-open namespace while
+    the webhook could not be called: :func:`make_created_pod` (``created_pod`` are its
+    options) with a name, uid, resourceVersion and creation time, no ``managedFields`` (as the
+    webhook's pod cache keeps it), ``gates`` in ``spec.schedulingGates`` and the scheduler the
+    MutatingAdmissionPolicy sets."""
+    pod = make_created_pod(namespace=namespace, **created_pod)
+    metadata = pod["metadata"]
+    metadata.pop("managedFields", None)
+    metadata.pop("generateName", None)
+    metadata.update(
+        name=name,
+        uid=f"uid-{namespace}-{name}",
+        resourceVersion=resource_version,
+        creationTimestamp=created,
+    )
+    pod["spec"]["schedulerName"] = scheduler_name
+    if gates:
+        pod["spec"]["schedulingGates"] = [{"name": gate} for gate in gates]
+    pod["status"] = {"phase": "Pending"}
+    return pod
 
 
 def make_review(

@@ -177,17 +177,19 @@ def service_account_token(
     *,
     node: str = "",
 ) -> str:
-    """A token for ``account``, with only the RBAC the shipped manifest grants it, under the
-    admission policies shipped beside it (``admission-policy.yaml`` of the same folder).
+    """A token for ``account``, with only the RBAC the shipped manifests grant it, under the
+    admission policies shipped beside them (``admission-policy.yaml`` of the same folder).
 
-    The manifests are applied as shipped (their namespaces created first); the token comes from
-    the TokenRequest API, as a projected service-account token would in a pod. With ``node``
-    it is bound to a Pod object on that node, as the kubelet's are: kube-apiserver then puts
-    the node's name into it (``authentication.kubernetes.io/node-name``), which the agent's
-    policy reads. The Pod (``<account>-on-<node>``, never run) must outlive the token's use.
+    The manifest is applied as shipped (its namespaces created first), with the other RBAC
+    files of its folder (``*-rbac.yaml``: rules of one feature, e.g. the webhook's gate
+    reconciler); the token comes from the TokenRequest API, as a projected service-account
+    token would in a pod. With ``node`` it is bound to a Pod object on that node, as the
+    kubelet's are: kube-apiserver then puts the node's name into it
+    (``authentication.kubernetes.io/node-name``), which the agent's policy reads. The Pod
+    (``<account>-on-<node>``, never run) must outlive the token's use.
     """
     core = k8s.CoreV1Api(control_plane.api_client())
-    manifests = [rbac_manifest]
+    manifests = [rbac_manifest, *sorted(rbac_manifest.parent.glob("*-rbac.yaml"))]
     policy = rbac_manifest.with_name(ADMISSION_POLICY)
     if policy.is_file():
         manifests.append(policy)

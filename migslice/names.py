@@ -63,6 +63,33 @@ REPARTITION_MODES = (MODE_MIG_MANAGER, MODE_CARVE)
 ADMISSION_LABEL = "migslice.io/admission"
 """On a Namespace: ``disabled`` keeps the webhook configurations from calling migslice."""
 
+# -- outages: fail-open namespaces and the admission gate (docs/outages.md) -----------------------
+
+OUTAGE_LABEL = "migslice.io/outage"
+"""On a Namespace: ``open`` makes it fail-open. While the webhook cannot be called, its GPU
+pods are created behind :data:`ADMISSION_GATE` (a MutatingAdmissionPolicy adds it) and
+admitted later by the webhook's gate reconciler; absent (or any other value): fail-closed."""
+OUTAGE_OPEN = "open"
+ADMISSION_GATE = "migslice.io/admission"
+"""The scheduling gate of a GPU pod migslice has not admitted yet: added to GPU pods of
+fail-open namespaces by the MutatingAdmissionPolicy :data:`GATE_POLICY`, removed by the
+webhook as it admits (in its patch, or later by its gate reconciler), and by nobody else
+(the ValidatingAdmissionPolicy :data:`GATE_OWNER_POLICY`)."""
+GATE_POLICY = "migslice-admission-gate"
+"""MutatingAdmissionPolicy (and its binding): the gate (and migslice-scheduler) on GPU pods of
+fail-open namespaces."""
+UNAVAILABLE_POLICY = "migslice-admission-unavailable"
+"""ValidatingAdmissionPolicy (and its binding): refuses a pod with migslice size annotations
+that reaches validation still gated (the webhook did not answer)."""
+GATE_OWNER_POLICY = "migslice-admission-gate-owner"
+"""ValidatingAdmissionPolicy (and its binding): only the webhook's ServiceAccount removes
+:data:`ADMISSION_GATE`."""
+GATE_LEASE_NAME = "migslice-admission-gate"
+"""The Lease of the webhook replicas' gate reconciler (one leader admits gated pods)."""
+ADMITTED_CONDITION = "migslice.io/Admitted"
+"""The pod condition the gate reconciler sets: False while it waits (reason, numbers), True
+once admitted."""
+
 MIGSLICE_PREFIX = "migslice.io/"
 
 QUARANTINE_LABEL = "migslice.io/repartition-quarantine"

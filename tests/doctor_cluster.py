@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from harness.builders import make_namespace, make_node
+from migslice.doctor.gather import plural
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 from migslice.objects.times import format_micro_time, format_time
 from migslice.serving.certs import TlsBundle, write_client_cert, write_tls_bundle
@@ -165,6 +166,9 @@ class DoctorCluster:
             for hook in configuration["webhooks"]:
                 hook["clientConfig"]["caBundle"] = ca_bundle(self.webhook_tls)
             self._put(f"{ADMISSION}/{resource}s/migslice-webhook", configuration)
+        for document in rendered("webhook/outage-policies.yaml"):
+            kind, name = document["kind"], document["metadata"]["name"]
+            self._put(f"{ADMISSION}/{plural(kind)}/{name}", document)
         for component in ("webhook", "extender", "scheduler"):
             deployment = available(rendered_one(f"{component}/deployment.yaml", "Deployment"))
             self._put(f"{APPS}/deployments/migslice-{component}", deployment)

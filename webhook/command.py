@@ -11,6 +11,7 @@ from webhook.settings import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_PORT,
     MAX_BODY_BYTES,
+    GateSettings,
     WebhookSettings,
 )
 
@@ -50,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="schedulerName set on GPU pods that use the default scheduler ('' leaves it alone)",
     )
     _add_consistency_arguments(parser)
+    _add_gate_arguments(parser)
     parser.add_argument(
         "--status-interval-s",
         type=console.seconds(),
@@ -93,6 +95,39 @@ def _add_consistency_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_gate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gate reconciler: GPU pods fail-open namespaces created while the webhook was down."""
+    parser.add_argument(
+        "--gate-interval-s",
+        type=console.seconds(),
+        default=2.0,
+        help="how often the leader decides the pods behind the admission gate "
+        "(migslice.io/admission; docs/outages.md; 0: no gate reconciler, for clusters "
+        "without fail-open namespaces; default %(default)s)",
+    )
+    parser.add_argument(
+        "--gate-batch",
+        type=console.count(1, 10000),
+        default=20,
+        help="gated pods admitted per round at most (default %(default)s)",
+    )
+    parser.add_argument(
+        "--gate-lease",
+        default=f"{names.SYSTEM_NAMESPACE}/{names.GATE_LEASE_NAME}",
+        type=console.namespaced_name,
+        metavar="NAMESPACE/NAME",
+        help="coordination.k8s.io Lease NAMESPACE/NAME of the gate reconciler's leader "
+        "(default %(default)s; the chart: its release namespace)",
+    )
+    parser.add_argument(
+        "--gate-lease-s",
+        type=console.seconds(allow_zero=False),
+        default=15.0,
+        help="how long the gate's Lease holds without renewal: the time a new leader waits "
+        "after the old one died (default %(default)s)",
+    )
+
+
 def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
     body = args.max_body_mib << 20
     return WebhookSettings(
@@ -105,6 +140,12 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
         max_blind_s=args.max_blind_s,
         ledger_namespace=args.ledger_namespace,
         status_interval_s=args.status_interval_s,
+        gate=GateSettings(
+            interval_s=args.gate_interval_s,
+            batch=args.gate_batch,
+            lease=args.gate_lease,
+            lease_s=args.gate_lease_s,
+        ),
         exclude_namespaces=frozenset(args.exclude_namespaces),
         cluster_file=args.cluster_file,
         kubeconfig=args.kubeconfig,

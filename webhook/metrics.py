@@ -13,6 +13,7 @@ from migslice.admission.status import quota_dimensions
 from migslice.serving.certificate_metric import CertificateExpiry
 
 if TYPE_CHECKING:
+    from webhook.gate import GateStats
     from webhook.state import ClusterState
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -61,6 +62,21 @@ class Metrics:
             registry=self.registry,
         )
 
+    def follow_gate(self, stats: GateStats) -> None:
+        """Export the gate reconciler's leadership and admissions (in-cluster only)."""
+        leader = Gauge(
+            "migslice_webhook_gate_leader",
+            "1 while this process holds the admission gate's Lease (it admits gated pods).",
+            registry=self.registry,
+        )
+        leader.set_function(lambda: 1.0 if stats.is_leader else 0.0)
+        admitted = Gauge(
+            "migslice_webhook_gate_admitted",
+            "Gated pods this process admitted and un-gated since it started.",
+            registry=self.registry,
+        )
+        admitted.set_function(lambda: float(stats.admitted))
+
     def follow(self, state: ClusterState, *, max_blind_s: float, tls_cert: str | None) -> None:
         """Export what ``state`` says at each scrape (see the class docstring)."""
         self.registry.register(_StateCollector(state, max_blind_s))
@@ -108,4 +124,10 @@ class _StateCollector(Collector):
                 usage.add_metric((policy.name, dimension.dimension), dimension.used)
                 if dimension.limit is not None:
                     quota.add_metric((policy.name, dimension.dimension), dimension.limit)
-        yield from (ready, blind, usage, quota)
+        gated = GaugeMetricFamily(
+            "migslice_webhook_gated_pods",
+            "Pods this replica's cache holds behind the admission gate (migslice.io/admission):"
+            " created in fail-open namespaces while the webhook was unavailable, not admitted.",
+        )
+        gated.add_metric((), float(len(state.gated_pods())))
+        yield from (ready, blind, usage, quota, gated)

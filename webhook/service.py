@@ -3,8 +3,11 @@ status writer, the app, and the server. Everything here runs inside the server's
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
+import os
+import socket
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +16,8 @@ from flask import Flask
 
 from migslice import console, names
 from migslice.serving import load_cluster_file, serve_app
-from webhook.app import create_app
+from webhook.app import EXTENSION, create_app
+from webhook.gate import GateReconciler
 from webhook.quota import Fence, QuotaKeeper
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
@@ -95,7 +99,47 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
         "/readyz turns 200 once synced",
         settings.ledger_namespace,
     )
-    return create_app(settings, state, quota)
+    app = create_app(settings, state, quota)
+    if settings.gate.is_on:
+        gate = start_gate(transport, quota, settings)
+        app.extensions[EXTENSION].metrics.follow_gate(gate.stats)
+    return app
+
+
+def start_gate(
+    transport: KubernetesTransport, quota: QuotaKeeper, settings: WebhookSettings
+) -> GateReconciler:
+    """The gate reconciler over the API, started: one leader among the replicas (and their
+    workers) admits the pods fail-open namespaces created behind the admission gate; its
+    Lease is released when the process exits."""
+    from migslice.kube import LeaderElector
+    from migslice.kube.pod_gate import KubeGateApi
+
+    options = settings.gate
+    identity = f"{socket.gethostname()}-{os.getpid()}"
+    elector = LeaderElector(
+        transport,
+        options.lease_namespace,
+        options.lease_name,
+        identity,
+        lease_duration_s=options.lease_s,
+    )
+    gate = GateReconciler(
+        quota,
+        KubeGateApi(transport),
+        elector,
+        options,
+        exclude_namespaces=settings.exclude_namespaces,
+    )
+    gate.start()
+    atexit.register(gate.stop)  # its Lease released: a successor need not wait it out
+    log.info(
+        "Admission gate reconciler started identity=%s lease=%s interval=%.0fs",
+        identity,
+        options.lease,
+        options.interval_s,
+    )
+    return gate
 
 
 def _fence_event(transport: KubernetesTransport, fence: Fence) -> None:

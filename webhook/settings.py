@@ -8,7 +8,7 @@ from pathlib import Path
 
 from migslice.admission import AdmissionSettings
 from migslice.console import CommandError
-from migslice.names import SYSTEM_NAMESPACE
+from migslice.names import GATE_LEASE_NAME, SYSTEM_NAMESPACE
 from migslice.serving import ServerOptions
 
 # The largest AdmissionReview kube-apiserver sends: a pod CREATE at its 3 MiB request limit made
@@ -24,6 +24,45 @@ DEFAULT_EXCLUDED_NAMESPACES = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class GateSettings:
+    """The gate reconciler (``webhook.gate``): ``interval_s``, how often its leader looks at
+    pods behind the admission gate (0: no reconciler, where no namespace is fail-open);
+    ``batch``, pods admitted per round at most; ``lease``, ``namespace/name`` of its Lease,
+    held ``lease_s``."""
+
+    interval_s: float = 2.0
+    batch: int = 20
+    lease: str = f"{SYSTEM_NAMESPACE}/{GATE_LEASE_NAME}"
+    lease_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.interval_s) or self.interval_s < 0:
+            raise CommandError(f"--gate-interval-s {self.interval_s}: must be a number >= 0")
+        if self.batch < 1:
+            raise CommandError(f"--gate-batch {self.batch}: must be at least 1")
+        namespace, slash, name = self.lease.partition("/")
+        if not (namespace and slash and name) or "/" in name:
+            raise CommandError(f"--gate-lease {self.lease!r}: must be NAMESPACE/NAME")
+        if not math.isfinite(self.lease_s) or self.lease_s < max(2 * self.interval_s, 1.0):
+            raise CommandError(
+                f"--gate-lease-s {self.lease_s:g} must be at least twice --gate-interval-s "
+                f"{self.interval_s:g} (the Lease is renewed once a round)"
+            )
+
+    @property
+    def is_on(self) -> bool:
+        return self.interval_s > 0
+
+    @property
+    def lease_namespace(self) -> str:
+        return self.lease.partition("/")[0]
+
+    @property
+    def lease_name(self) -> str:
+        return self.lease.partition("/")[2]
+
+
+@dataclass(frozen=True, slots=True)
 class WebhookSettings:
     """``cluster_file``: serve a fixed cluster (YAML stream) instead of watching the API server
     (through ``kubeconfig``, default in-cluster). ``quota_hold_s``: how long an admission's
@@ -31,7 +70,8 @@ class WebhookSettings:
     than kube-apiserver takes to answer a create: 34 s). ``max_blind_s``: how long a cache may
     not follow the API server before admission answers 503 and readiness fails.
     ``ledger_namespace``: where the quota ledgers (ConfigMaps) live. ``status_interval_s``:
-    how often TenantPolicy.status is refreshed in-cluster (0: never written)."""
+    how often TenantPolicy.status is refreshed in-cluster (0: never written). ``gate``: the
+    gate reconciler, in-cluster only."""
 
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     max_body_bytes: int = MAX_BODY_BYTES
@@ -39,6 +79,7 @@ class WebhookSettings:
     max_blind_s: float = 5.0
     ledger_namespace: str = SYSTEM_NAMESPACE
     status_interval_s: float = 10.0
+    gate: GateSettings = field(default_factory=GateSettings)
     exclude_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
     cluster_file: Path | None = None
     kubeconfig: str | None = None

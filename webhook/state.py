@@ -41,7 +41,13 @@ from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects
 from migslice.objects.nodes import node_name_of, node_product_of
 from migslice.objects.pod_gpus import gpu_requests
-from migslice.objects.pods import annotations_of, bound_node_of, is_terminal, metadata_of
+from migslice.objects.pods import (
+    annotations_of,
+    bound_node_of,
+    is_admission_gated,
+    is_terminal,
+    metadata_of,
+)
 from migslice.policy import (
     FieldError,
     Offer,
@@ -115,6 +121,7 @@ class ClusterState:
         self._usage = UsageBook()
         self._products = NodeProducts()
         self._gpu_pods: dict[str, _GpuPod] = {}
+        self._gated: dict[str, Mapping[str, object]] = {}  # key -> the whole gated pod
         self._pods_on: dict[str, set[str]] = {}  # node -> keys of the GPU pods bound to it
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
@@ -301,6 +308,12 @@ class ClusterState:
         with self.admission_lock:
             return self._usage.reservations_in(namespace)
 
+    def gated_pods(self) -> tuple[Mapping[str, object], ...]:
+        """The cached pods behind the admission gate (whole, as last seen), for the gate
+        reconciler; in no particular order."""
+        with self.admission_lock:
+            return tuple(self._gated.values())
+
     def pending_charges(self) -> int:
         """Ledger charges whose pods the cache has not seen (for tests and metrics)."""
         with self.admission_lock:
@@ -381,7 +394,10 @@ class ClusterState:
         if not isinstance(namespace, str) or not isinstance(name, str):
             return
         uid = annotations_of(raw_pod).get(names.RESERVATION)
-        requests = () if is_terminal(raw_pod) else gpu_requests(raw_pod)
+        # A pod behind the admission gate holds nothing (it cannot be scheduled) and its
+        # annotations are not the webhook's: it counts once the webhook admits it.
+        gated = not is_terminal(raw_pod) and is_admission_gated(raw_pod)
+        requests = () if gated or is_terminal(raw_pod) else gpu_requests(raw_pod)
         pod = _GpuPod(
             namespace,
             requests,
@@ -390,6 +406,10 @@ class ClusterState:
         )
         key = f"{namespace}/{name}"
         with self.admission_lock:
+            if gated:
+                self._gated[key] = raw_pod
+            else:
+                self._gated.pop(key, None)
             self._keep_gpu_pod(key, pod)
             if self._charge(key, pod):
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
@@ -447,6 +467,7 @@ class ClusterState:
     def delete_pod(self, namespace: str, name: str) -> None:
         with self.admission_lock:
             now = self.clock.monotonic_s()
+            self._gated.pop(f"{namespace}/{name}", None)
             self._keep_gpu_pod(f"{namespace}/{name}", None)
             if self._usage.forget_pod(f"{namespace}/{name}", now_s=now) is not None:
                 self._usage.forget_seen_before(now - SEEN_KEEP_S)

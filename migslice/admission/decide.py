@@ -5,7 +5,8 @@ would refuse: denied, naming the field); tenant by namespace (none:
 the documented default, two: a configuration error naming both); the GPU plan under the
 policy; ``spec.maxSlicesPerPod``; quota in slice units; the pod's node selector against the
 policy's. The patch sets the resource (annotated pods), the output annotations, node
-affinity, the policy's node selector and the scheduler name.
+affinity, the policy's node selector and the scheduler name, and removes the admission gate
+(``migslice.io/admission``) when the pod carries it: an allowed pod is admitted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from migslice.admission.decision import (
 from migslice.admission.intent import PodIntent, pod_label, read_intent
 from migslice.admission.patch import (
     PatchOp,
+    remove_scheduling_gate,
     require_node_labels,
     set_annotations,
     set_container_resource,
@@ -60,7 +62,12 @@ def decide(
             "spec.namespaceSelector) of a TenantPolicy"
         )
         if settings.unmatched_namespaces is Unmatched.ALLOW:
-            return AdmissionDecision(allowed=True, reason="no-policy", warnings=(message,))
+            return AdmissionDecision(
+                allowed=True,
+                reason="no-policy",
+                patch=tuple(remove_scheduling_gate(admission.raw_pod, names.ADMISSION_GATE)),
+                warnings=(message,),
+            )
         return AdmissionDecision.deny(Denial("no-policy", message))
     if len(selecting) > 1:
         listed = " and ".join(f'"{p.name}"' for p in sorted(selecting, key=lambda p: p.name))
@@ -213,6 +220,8 @@ def _patch(
     ops += set_node_selector(raw_pod, dict(policy.node_selector))
     if settings.scheduler_name:
         ops += set_scheduler_name(raw_pod, settings.scheduler_name)
+    # Admitted: the gate a fail-open namespace's MutatingAdmissionPolicy put on it comes off.
+    ops += remove_scheduling_gate(raw_pod, names.ADMISSION_GATE)
     return ops
 
 

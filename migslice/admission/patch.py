@@ -92,6 +92,20 @@ def set_scheduler_name(raw_pod: Mapping[str, object], name: str) -> list[PatchOp
     return []
 
 
+def remove_scheduling_gate(raw_pod: Mapping[str, object], name: str) -> list[PatchOp]:
+    """Remove every ``spec.schedulingGates`` entry named ``name`` (highest index first, so
+    each path still points at its entry when it is applied); nothing when there is none."""
+    spec = raw_pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    if not isinstance(gates, list):
+        return []
+    return [
+        PatchOp("remove", f"/spec/schedulingGates/{index}")
+        for index in range(len(gates) - 1, -1, -1)
+        if isinstance(gates[index], Mapping) and gates[index].get("name") == name
+    ]
+
+
 def require_node_labels(
     raw_pod: Mapping[str, object], requirements: Sequence[tuple[str, Sequence[str]]]
 ) -> list[PatchOp]:

@@ -1,7 +1,7 @@
 """``migslice certs``: a CA and a serving certificate for a Service, and what to do with them.
 
 Without ``--secret`` it writes files and prints the follow-up for the Service: for the
-webhook, the TLS Secret and a caBundle patch of both webhook configurations; for the
+webhook, the TLS Secret and the command that puts its CA into both webhook configurations; for the
 extender, the TLS Secret (kube-scheduler trusts its ``ca.crt``) and the ``caData`` of a
 scheduler configuration. With ``--secret`` it does the same in the cluster (the Helm chart's
 certificate Jobs): keeps or makes the Secret and, with ``--webhook-configuration``, injects
@@ -212,18 +212,17 @@ def follow_up(server: str, service: str, namespace: str, out: str, bundle: TlsBu
             "to the output of:",
             f"  {print_ca}",
         ]
-    lines = [
-        "create the Secret the webhook serves from, and put the CA into both webhook "
-        "configurations:",
+    # Every webhook of both configurations that calls the Service (the mutating one has two
+    # where fail-open namespaces are installed), as the chart's Job does: one command, not a
+    # patch per index.
+    return [
+        "create the Secret the webhook serves from, and put its CA into every webhook of both "
+        "webhook configurations (with your kubeconfig):",
         secret,
+        f"  migslice certs --service {service} --namespace {namespace} --out {out} "
+        f"--secret {service}-tls --webhook-configuration {WEBHOOK_CONFIGURATION}",
+        f"(the caBundle alone: {print_ca})",
     ]
-    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-        lines.append(
-            f"  kubectl patch {kind} {WEBHOOK_CONFIGURATION} --type=json -p "
-            f'\'[{{"op":"add","path":"/webhooks/0/clientConfig/caBundle",'
-            f'"value":"\'$({print_ca})\'"}}]\''
-        )
-    return lines
 
 
 def client_follow_up(

@@ -27,6 +27,7 @@ CHECK_NAMES = (
     "gpu-products",
     "agent-layouts",
     "tenant-policies",
+    "outage-modes",
     "nodes-in-trouble",
 )
 """The checks in the order they run (``migslice.doctor.registry.CHECKS``; kept here so that

@@ -12,6 +12,7 @@ from migslice import names
 from migslice.doctor.checks.gpu_operator import GpuOperatorFacts
 from migslice.doctor.checks.install import CrdFacts, WebhookTrustFacts, migslice_hooks
 from migslice.doctor.checks.nodes import AgentFacts, NodesFacts
+from migslice.doctor.checks.outage import FAIL_OPEN_OBJECTS, OutageFacts
 from migslice.doctor.checks.policies import PolicyFacts
 from migslice.doctor.checks.scheduler import (
     ExtenderTrustFacts,
@@ -358,3 +359,42 @@ def gather_policies(reader: ClusterReader, settings: Settings) -> PolicyFacts:
     policies = reader.list(f"/apis/{names.GROUP}/{names.VERSION}/{names.POLICY_PLURAL}")
     namespaces = reader.list("/api/v1/namespaces") if policies else []
     return PolicyFacts(policies, namespaces or [])
+
+
+# -- outages --------------------------------------------------------------------------------------
+
+DEFAULT_EXCLUDED = ("gpu-operator", "kube-system", "kube-public", "kube-node-lease")
+
+
+def _excluded_namespaces(reader: ClusterReader, settings: Settings) -> frozenset[str]:
+    """The webhook Deployment's ``--exclude-namespaces`` (its defaults when it sets none)."""
+    raw = _deployment(reader, settings, names.WEBHOOK_SERVICE)
+    found = container_with_flag(pod_spec(raw), "--exclude-namespaces")
+    if found is None:
+        return frozenset((*DEFAULT_EXCLUDED, settings.namespace))
+    return frozenset(n for n in found[1].split(",") if n)
+
+
+def plural(kind: str) -> str:
+    """The resource of an admission kind: ``MutatingAdmissionPolicy`` ->
+    ``mutatingadmissionpolicies``, ``...Binding`` -> ``...bindings``."""
+    lower = kind.lower()
+    return lower[:-1] + "ies" if lower.endswith("y") else lower + "s"
+
+
+def gather_outage(reader: ClusterReader, settings: Settings) -> OutageFacts:
+    (_, mutating), _ = webhook_configurations(reader)
+    objects = {
+        (kind, name): reader.get(f"{ADMISSION}/{plural(kind)}/{name}")
+        for kind, name in FAIL_OPEN_OBJECTS
+    }
+    policies = reader.list(f"/apis/{names.GROUP}/{names.VERSION}/{names.POLICY_PLURAL}")
+    namespaces = reader.list("/api/v1/namespaces") or []
+    return OutageFacts(
+        mutating,
+        objects,
+        policies or [],
+        namespaces,
+        scheduler_config(reader, settings),
+        _excluded_namespaces(reader, settings),
+    )

@@ -13,6 +13,7 @@ from migslice.doctor.checks import (
     gpu_operator,
     install,
     nodes,
+    outage,
     policies,
     scheduler,
     serving,
@@ -138,6 +139,14 @@ CHECKS: tuple[Check, ...] = (
         "every TenantPolicy; every Namespace (for namespaceSelector)",
         gather.gather_policies,
         policies.judge_tenant_policies,
+    ),
+    Check(
+        outage.OUTAGE_CHECK,
+        "the MutatingWebhookConfiguration's pod webhooks; the fail-open admission policies "
+        "and bindings; every TenantPolicy and Namespace (label migslice.io/outage); the "
+        "scheduler's extender entry (ignorable)",
+        gather.gather_outage,
+        outage.judge_outage_modes,
     ),
     Check(
         nodes.TROUBLE_CHECK,

@@ -1,5 +1,5 @@
 """Events (core/v1 Event) about Nodes and other cluster-scoped objects, in ``default``, where
-the events of cluster-scoped objects live."""
+the events of cluster-scoped objects live, and about namespaced objects (Pods) in theirs."""
 
 from __future__ import annotations
 
@@ -40,12 +40,35 @@ def record_event(
 ) -> None:
     """An Event about the cluster-scoped object ``involved`` (``apiVersion``, ``kind``,
     ``name``, ``uid``); a failure is logged only."""
+    record_namespaced_event(
+        transport,
+        "default",
+        involved,
+        reason,
+        message=message,
+        component=component,
+        warning=warning,
+    )
+
+
+def record_namespaced_event(
+    transport: KubernetesTransport,
+    namespace: str,
+    involved: Mapping[str, str],
+    reason: str,
+    *,
+    message: str,
+    component: str,
+    warning: bool = False,
+) -> None:
+    """An Event in ``namespace`` about ``involved`` (an object of that namespace, such as a
+    Pod, or a cluster-scoped one in ``default``); a failure is logged only."""
     now = format_time(datetime.datetime.now(datetime.UTC))
     name = involved["name"]
     event: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
+        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
         "involvedObject": dict(involved),
         "reason": reason,
         "message": message[:1024],
@@ -57,7 +80,7 @@ def record_event(
         "count": 1,
     }
     try:
-        transport.post_json("/api/v1/namespaces/default/events", event)
+        transport.post_json(f"/api/v1/namespaces/{namespace}/events", event)
     except ApiError as error:
         log.warning(
             "event not recorded %s=%s reason=%s: %s",

@@ -40,7 +40,7 @@ from migslice.admission.ledger import (
 from migslice.kube.status import status_path
 from migslice.kube.transport import ApiError, RawObject
 from migslice.objects.pod_gpus import gpu_requests
-from migslice.objects.pods import annotations_of
+from migslice.objects.pods import annotations_of, is_admission_gated
 
 DATA_KEY = "charges.json"
 LEDGER_LABEL = "migslice.io/ledger"
@@ -72,7 +72,8 @@ class LedgerStore(Protocol):
 
     def reservations_in(self, namespace: str) -> frozenset[str]:
         """The ``migslice.io/reservation`` uids of the GPU pods in ``namespace`` now (an
-        authoritative answer, not a cache's)."""
+        authoritative answer, not a cache's), less those still behind the admission gate
+        (not admitted: what they carry is not the webhook's)."""
         ...
 
     def marked(self, tenant: str) -> str:
@@ -190,7 +191,11 @@ class ConfigMapLedgers:
             page = self._api.get_json(path, query, timeout_s=LIST_TIMEOUT_S)
             for raw_pod in page.get("items") or ():
                 uid = annotations_of(raw_pod).get(names.RESERVATION)
-                if isinstance(uid, str) and gpu_requests(raw_pod):
+                if (
+                    isinstance(uid, str)
+                    and gpu_requests(raw_pod)
+                    and not is_admission_gated(raw_pod)
+                ):
                     found.add(uid)
             token = str((page.get("metadata") or {}).get("continue") or "")
             if not token:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -188,10 +188,11 @@ class KubernetesTransport:
     def patch_json(
         self,
         path: str,
-        patch: Mapping[str, Any],
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         content_type: str = "application/merge-patch+json",
     ) -> RawObject:
-        """PATCH ``path`` with ``patch`` (a JSON merge patch by default); the updated object."""
+        """PATCH ``path`` with ``patch`` (a JSON merge patch by default; a list is a JSON
+        Patch, ``application/json-patch+json``); the updated object."""
         body = json.dumps(patch, separators=(",", ":")).encode()
         response = self._request(
             path, {}, read_timeout_s=30.0, method="PATCH", body=body, content_type=content_type

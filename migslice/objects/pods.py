@@ -60,6 +60,19 @@ def scheduler_name_of(raw_pod: RawPod) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def is_admission_gated(raw_pod: RawPod) -> bool:
+    """Whether the pod carries ``migslice.io/admission`` in ``spec.schedulingGates``: created
+    in a fail-open namespace while the webhook could not be called, and not admitted yet. A
+    gate is only ever removed after creation, never added, and only the webhook removes this
+    one, so such a pod holds nothing and waits for the webhook's gate reconciler."""
+    spec = raw_pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    return any(
+        isinstance(gate, Mapping) and gate.get("name") == names.ADMISSION_GATE
+        for gate in items(gates)
+    )
+
+
 def product_constraint(raw_pod: RawPod) -> frozenset[str] | None:
     """GPU products the pod's node selection allows, or None when it does not restrict them.
 
@@ -217,10 +230,16 @@ def slim_pod(raw_pod: RawPod) -> dict[str, object]:
     node, the containers' names, resources and restart policy), for a watch cache of tens of
     thousands of pods: every reader of this module and of ``pod_gpus`` answers the same on the
     slim pod as on the whole one. Names are interned; anything malformed is kept as sent, so
-    the readers report it as they would."""
+    the readers report it as they would. A pod behind the admission gate is kept whole (less
+    ``managedFields``): the gate reconciler decides it, and writes its patch, on this copy;
+    such pods are few, and only while or after the webhook was unavailable."""
     metadata = raw_pod.get("metadata")
     spec = raw_pod.get("spec")
     status = raw_pod.get("status")
+    if is_admission_gated(raw_pod) and isinstance(metadata, Mapping):
+        whole = dict(raw_pod)
+        whole["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+        return whole
     slim: dict[str, object] = {}
     if isinstance(metadata, Mapping):
         kept = {k: _interned(metadata[k]) for k in ("namespace", "name") if k in metadata}

@@ -215,20 +215,27 @@ def test_no_configuration_to_inject_into_is_an_error_that_says_what_to_apply(
 # --------------------------------------------------------------------------- the command line
 
 
-def test_the_webhook_follow_up_creates_the_secret_and_patches_both_configurations(
+def test_the_webhook_follow_up_creates_the_secret_and_injects_every_webhook(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The mutating configuration has two webhooks with fail-open namespaces: a patch of
+    /webhooks/0 left the second on its old CA."""
     out = tmp_path / "webhook"
     args = ["certs", "--service", "migslice-webhook", "--namespace", "migslice-system"]
     assert main([*args, "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    commands = [shlex.split(line) for line in lines if line.startswith("  kubectl")]
-    assert [c[1:3] for c in commands] == [
-        ["-n", "migslice-system"],
-        ["patch", "mutatingwebhookconfiguration"],
-        ["patch", "validatingwebhookconfiguration"],
+    commands = [shlex.split(line) for line in lines if line.startswith("  ")]
+    assert [c[:3] for c in commands] == [
+        ["kubectl", "-n", "migslice-system"],
+        ["migslice", "certs", "--service"],
     ]
     assert f"--from-file=ca.crt={out / 'ca.crt'}" in commands[0]
+    assert commands[1][-4:] == [
+        "--secret",
+        "migslice-webhook-tls",
+        "--webhook-configuration",
+        "migslice-webhook",
+    ]
     assert "caData" not in "\n".join(lines)
 
 

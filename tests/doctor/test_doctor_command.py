@@ -72,7 +72,7 @@ def test_a_healthy_cluster_prints_one_aligned_ok_line_per_check(
     result, detail = header.index("RESULT"), header.index("DETAIL")
     assert all(line[result : result + 3] == "ok " for line in body)
     assert all(line[detail - 1] == " " and line[detail] != " " for line in body)
-    assert lines[-2:] == ["", "16 checks: 16 ok"]
+    assert lines[-2:] == ["", "17 checks: 17 ok"]
 
 
 def test_a_failed_check_exits_1_with_the_fix_on_its_line(
@@ -90,7 +90,7 @@ def test_a_failed_check_exits_1_with_the_fix_on_its_line(
         "--install migslice charts/migslice -n migslice-system (or kubectl apply "
         "--server-side -k manifests)"
     )
-    assert out.splitlines()[-1] == "16 checks: 13 ok, 2 warning, 1 failed"
+    assert out.splitlines()[-1] == "17 checks: 14 ok, 2 warning, 1 failed"
 
 
 def test_json_names_each_check_what_it_read_and_the_counts(
@@ -238,9 +238,10 @@ def test_in_the_cluster_the_certificate_on_the_connection_is_judged(
             configuration = cluster.objects[
                 f"{ADMISSION}/{resource}webhookconfigurations/migslice-webhook"
             ]
-            client = configuration["webhooks"][0]["clientConfig"]
-            del client["service"]
-            client.update(url=f"https://127.0.0.1:{port}{path}", caBundle=ca_bundle)
+            for hook in configuration["webhooks"]:
+                client = hook["clientConfig"]
+                del client["service"]
+                client.update(url=f"https://127.0.0.1:{port}{path}", caBundle=ca_bundle)
         reachable = judge(cluster, "webhook-reachable", direct=True)
         trust = judge(cluster, "webhook-ca-bundle", direct=True)
     assert reachable.detail == f'GET /healthz https://127.0.0.1:{port}: 200 {{"status":"ok"}}'

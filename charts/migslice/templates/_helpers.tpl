@@ -47,6 +47,58 @@ Operator's, each once, in order.
 {{- end }}
 
 {{/*
+Fail-open namespaces exist (docs/outages.md): outage.failOpen.enabled, on Kubernetes 1.36+
+where MutatingAdmissionPolicy is GA. "true", or "" when not.
+*/}}
+{{- define "migslice.failOpen" -}}
+{{- if and .Values.outage.failOpen.enabled (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+matchExpressions of the namespaces the webhook admits: not excluded, not opted out.
+*/}}
+{{- define "migslice.admittedNamespaces" -}}
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values: {{ include "migslice.excludedNamespaces" . | splitList "," | toJson }}
+- key: migslice.io/admission
+  operator: NotIn
+  values: [disabled]
+{{- end }}
+
+{{/*
+CEL: the pod asks for a GPU (a migslice.io/gpu-* annotation, or an nvidia.com/* resource in a
+container or init container): what the webhook is sent, and what the admission gate is put on.
+Call with the variable that holds the pod: (include "migslice.asksForAGpu" "object").
+*/}}
+{{- define "migslice.asksForAGpu" -}}
+(has({{ . }}.metadata.annotations) &&
+ {{ . }}.metadata.annotations.exists(k, k.startsWith('migslice.io/gpu-'))) ||
+{{ . }}.spec.containers.exists(c, has(c.resources) &&
+  ((has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('nvidia.com/'))) ||
+   (has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith('nvidia.com/'))))) ||
+(has({{ . }}.spec.initContainers) && {{ . }}.spec.initContainers.exists(c, has(c.resources) &&
+  ((has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('nvidia.com/'))) ||
+   (has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith('nvidia.com/'))))))
+{{- end }}
+
+{{/*
+CEL: the annotations a pod asks by size with (migslice/names.py INPUT_ANNOTATIONS), a list.
+*/}}
+{{- define "migslice.inputAnnotations" -}}
+["migslice.io/gpu-size", "migslice.io/gpu-memory", "migslice.io/gpu-compute", "migslice.io/gpu-count", "migslice.io/gpu-container"]
+{{- end }}
+
+{{/*
+CEL: the pod carries the admission gate. Call with the variable: (include "migslice.gated" "object").
+*/}}
+{{- define "migslice.gated" -}}
+has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, g.name == 'migslice.io/admission')
+{{- end }}
+
+{{/*
 The pod and container security contexts of migslice's own containers: non-root 65532,
 read-only root filesystem, no capabilities, RuntimeDefault seccomp.
 */}}

@@ -1,0 +1,72 @@
+"""The gate reconciler's calls on pods (``webhook.gate.GateApi``): the JSON Patch that admits
+a gated pod, its ``migslice.io/Admitted`` condition, and Events in its namespace.
+
+RBAC (the chart's ``templates/webhook/outage-rbac.yaml``): ``patch`` on ``pods`` and
+``pods/status``, ``create`` on ``events``, cluster-wide. Removing the gate is refused to every
+other user by the ValidatingAdmissionPolicy ``migslice-admission-gate-owner``.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from migslice.admission.gate import GatedPod, GateNote
+from migslice.kube.events import record_namespaced_event
+from migslice.kube.transport import ApiError, KubernetesTransport
+
+log = logging.getLogger(__name__)
+
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+COMPONENT = "migslice-webhook"
+CHANGED = frozenset({404, 409, 422})
+"""Answers that mean the pod is not as decided (a failed ``test`` is 422, a gone pod 404)."""
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods/{urllib.parse.quote(name)}"
+
+
+class KubeGateApi:
+    def __init__(self, transport: KubernetesTransport) -> None:
+        self._transport = transport
+
+    def patch_pod(self, namespace: str, name: str, patch: Sequence[Mapping[str, Any]]) -> bool:
+        try:
+            self._transport.patch_json(_pod_path(namespace, name), patch, JSON_PATCH)
+        except ApiError as error:
+            if error.status in CHANGED:
+                log.info("pod=%s/%s not patched: %s", namespace, name, error)
+                return False
+            raise
+        return True
+
+    def set_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
+        body = {"status": {"conditions": [dict(condition)]}}
+        try:
+            self._transport.patch_json(
+                _pod_path(namespace, name) + "/status", body, STRATEGIC_MERGE_PATCH
+            )
+        except ApiError as error:
+            log.warning("condition not set on pod=%s/%s: %s", namespace, name, error)
+
+    def record_event(self, pod: GatedPod, note: GateNote) -> None:
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "uid": pod.uid,
+        }
+        record_namespaced_event(
+            self._transport,
+            pod.namespace,
+            involved,
+            note.reason,
+            message=note.message,
+            component=COMPONENT,
+            warning=note.warning,
+        )

@@ -1,0 +1,149 @@
+"""The chart's objects for outages (docs/outages.md), in its default render (manifests/base):
+fail-closed and fail-open webhooks over disjoint namespaces, the admission gate's policies,
+the gate reconciler's RBAC and flags, the extender's ignorable choice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from migslice import names
+from tests import paths
+
+BASE = paths.ROOT / "manifests" / "base"
+OPEN = {"key": names.OUTAGE_LABEL, "operator": "In", "values": [names.OUTAGE_OPEN]}
+CLOSED = {"key": names.OUTAGE_LABEL, "operator": "NotIn", "values": [names.OUTAGE_OPEN]}
+WEBHOOK_USER = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:migslice-webhook"
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((BASE / "webhook" / name).read_text()) if d]
+
+
+def one(name: str, kind: str, object_name: str) -> dict[str, Any]:
+    (found,) = [
+        d for d in documents(name) if d["kind"] == kind and d["metadata"]["name"] == object_name
+    ]
+    return found
+
+
+def hooks() -> list[dict[str, Any]]:
+    config = one(
+        "mutatingwebhookconfiguration.yaml", "MutatingWebhookConfiguration", "migslice-webhook"
+    )
+    return list(config["webhooks"])
+
+
+def policy(kind: str, name: str) -> dict[str, Any]:
+    return one("outage-policies.yaml", kind, name)
+
+
+def selector(binding: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"])
+
+
+def test_fail_closed_and_fail_open_namespaces_get_one_webhook_each_and_the_same_filter() -> None:
+    closed, opened = hooks()
+    assert closed["failurePolicy"] == "Fail" and opened["failurePolicy"] == "Ignore"
+    assert closed["namespaceSelector"]["matchExpressions"][-1] == CLOSED
+    assert opened["namespaceSelector"]["matchExpressions"][-1] == OPEN
+    admitted = closed["namespaceSelector"]["matchExpressions"][:-1]
+    assert opened["namespaceSelector"]["matchExpressions"][:-1] == admitted
+    assert opened["matchConditions"] == closed["matchConditions"]
+    same = ("clientConfig", "rules", "sideEffects", "reinvocationPolicy", "timeoutSeconds")
+    assert {k: opened[k] for k in same} == {k: closed[k] for k in same}
+
+
+def test_the_gate_policy_gates_every_gpu_pod_of_fail_open_namespaces_before_the_webhook() -> None:
+    gate = policy("MutatingAdmissionPolicy", names.GATE_POLICY)["spec"]
+    assert gate["failurePolicy"] == "Fail"
+    assert gate["reinvocationPolicy"] == "Never"  # never put back after the webhook removed it
+    assert gate["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    assert gate["matchConditions"] == hooks()[0]["matchConditions"]
+    (mutation,) = gate["mutations"]
+    expression = mutation["applyConfiguration"]["expression"]
+    assert f'name: "{names.ADMISSION_GATE}"' in expression
+    assert f'"{names.SCHEDULER_NAME}"' in expression
+    binding = policy("MutatingAdmissionPolicyBinding", names.GATE_POLICY)
+    assert binding["spec"]["policyName"] == names.GATE_POLICY
+    assert selector(binding) == hooks()[1]["namespaceSelector"]["matchExpressions"]
+
+
+def test_a_sized_pod_still_gated_at_validation_is_refused_in_fail_open_namespaces() -> None:
+    unavailable = policy("ValidatingAdmissionPolicy", names.UNAVAILABLE_POLICY)["spec"]
+    sized, gated = unavailable["matchConditions"]
+    listed = sized["expression"].split("[", 1)[1].split("]", 1)[0]
+    assert [a.strip().strip('"') for a in listed.split(",")] == list(names.INPUT_ANNOTATIONS)
+    assert f"g.name == '{names.ADMISSION_GATE}'" in gated["expression"]
+    (validation,) = unavailable["validations"]
+    assert validation["expression"] == "false"
+    assert "migslice is unavailable" in validation["message"]
+    assert "create it again" in validation["messageExpression"]
+    binding = policy("ValidatingAdmissionPolicyBinding", names.UNAVAILABLE_POLICY)
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert selector(binding) == hooks()[1]["namespaceSelector"]["matchExpressions"]
+
+
+def test_only_the_webhooks_service_account_may_remove_the_gate_wherever_the_webhook_admits() -> (
+    None
+):
+    owner = policy("ValidatingAdmissionPolicy", names.GATE_OWNER_POLICY)["spec"]
+    assert owner["matchConstraints"]["resourceRules"][0]["operations"] == ["UPDATE"]
+    conditions = {c["name"]: c["expression"] for c in owner["matchConditions"]}
+    assert "oldObject.spec.schedulingGates" in conditions["was-gated"]
+    assert conditions["gate-removed"].startswith("!(")
+    assert conditions["not-the-webhook"] == f"request.userInfo.username != '{WEBHOOK_USER}'"
+    deployment = one("deployment.yaml", "Deployment", "migslice-webhook")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "migslice-webhook"
+    binding = policy("ValidatingAdmissionPolicyBinding", names.GATE_OWNER_POLICY)
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    # Every namespace the webhook admits, open or not: a namespace relabelled closed keeps
+    # its gated pods gated.
+    assert selector(binding) == hooks()[0]["namespaceSelector"]["matchExpressions"][:-1]
+
+
+def test_the_gate_reconciler_may_patch_pods_record_events_and_hold_its_lease_only() -> None:
+    rules = {
+        (d["kind"], d["metadata"].get("namespace", ""), group, resource, verb)
+        for d in documents("outage-rbac.yaml")
+        if d["kind"] in ("ClusterRole", "Role")
+        for rule in d["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert rules == {
+        ("ClusterRole", "", "", "pods", "patch"),
+        ("ClusterRole", "", "", "pods/status", "patch"),
+        ("ClusterRole", "", "", "events", "create"),
+        ("Role", names.SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "get"),
+        ("Role", names.SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "create"),
+        ("Role", names.SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "update"),
+    }
+    subjects = [
+        subject
+        for d in documents("outage-rbac.yaml")
+        if d["kind"].endswith("Binding")
+        for subject in d["subjects"]
+    ]
+    assert subjects and all(s["name"] == "migslice-webhook" for s in subjects)
+    (container,) = one("deployment.yaml", "Deployment", "migslice-webhook")["spec"]["template"][
+        "spec"
+    ]["containers"]
+    lease = f"--gate-lease={names.SYSTEM_NAMESPACE}/{names.GATE_LEASE_NAME}"
+    assert lease in container["args"]
+
+
+def test_the_extender_is_not_ignorable_by_default() -> None:
+    (config_map,) = [
+        d
+        for d in yaml.safe_load_all((BASE / "scheduler" / "configmap.yaml").read_text())
+        if d and d["kind"] == "ConfigMap"
+    ]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    (extender,) = config["extenders"]
+    assert extender["ignorable"] is False
+    values = yaml.safe_load((paths.ROOT / "charts" / "migslice" / "values.yaml").read_text())
+    assert values["extender"]["ignorable"] is False
+    assert values["outage"]["failOpen"]["enabled"] is True

@@ -1,0 +1,324 @@
+"""The gate reconciler: pods created behind the admission gate while the webhook was down are
+admitted, oldest first, up to the quota and no further, by one leader, exactly beside the
+webhook's own admissions (docs/outages.md).
+
+Replicas are separate states over one ledger store, as in ``test_webhook_quota.py``; the API
+is a small fake that applies JSON Patches as kube-apiserver does (``test`` ops included) and
+feeds every replica's pod cache, as their watches would.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from harness.builders import make_created_pod, make_gated_pod, make_node, make_policy, make_review
+from migslice.admission.gate import GatedPod, GateNote
+from migslice.console import CommandError
+from webhook.app import create_app
+from webhook.gate import GateReconciler
+from webhook.quota import MemoryLedgers, QuotaKeeper
+from webhook.settings import GateSettings, WebhookSettings
+from webhook.state import ClusterState
+
+DIRECT = {"nvidia.com/mig-1g.10gb": "1"}
+GATE = "migslice.io/admission"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1_746_100_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class Api:
+    """The pods as kube-apiserver stores them, the Events and conditions written, and every
+    replica's pod cache fed on each change."""
+
+    def __init__(self, *states: ClusterState) -> None:
+        self.states = states
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str, str]] = []
+        self.conditions: dict[str, Mapping[str, str]] = {}
+        self.refuse_next = 0
+        self.version = 10
+
+    def create(self, pod: dict[str, Any]) -> None:
+        self.version += 1
+        pod["metadata"]["resourceVersion"] = str(self.version)
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        self.pods[key] = pod
+        self._feed(pod)
+
+    def delete(self, key: str) -> None:
+        del self.pods[key]
+        namespace, _, name = key.partition("/")
+        for state in self.states:
+            state.delete_pod(namespace, name)
+
+    def _feed(self, pod: dict[str, Any]) -> None:
+        for state in self.states:
+            state.upsert_pod(copy.deepcopy(pod))
+
+    def patch_pod(self, namespace: str, name: str, patch: Sequence[Mapping[str, Any]]) -> bool:
+        key = f"{namespace}/{name}"
+        if key not in self.pods or self.refuse_next:
+            self.refuse_next = max(0, self.refuse_next - 1)
+            return False
+        try:
+            patched = jsonpatch.apply_patch(self.pods[key], list(patch))
+        except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict):
+            return False  # kube-apiserver: 422
+        self.version += 1
+        patched["metadata"]["resourceVersion"] = str(self.version)
+        self.pods[key] = patched
+        self._feed(patched)
+        return True
+
+    def set_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
+        self.conditions[f"{namespace}/{name}"] = condition
+
+    def record_event(self, pod: GatedPod, note: GateNote) -> None:
+        self.events.append((pod.key, note.reason, note.message))
+
+    def admitted(self, namespace: str = "team-a") -> list[str]:
+        return sorted(
+            pod["metadata"]["name"]
+            for key, pod in self.pods.items()
+            if key.startswith(namespace + "/") and not pod["spec"].get("schedulingGates")
+        )
+
+
+class Elector:
+    def __init__(self, leader: bool = True) -> None:
+        self.leader = leader
+
+    def try_acquire_or_renew(self) -> bool:
+        return self.leader
+
+    def release(self) -> None:
+        self.leader = False
+
+
+def replica_state(quota: int = 2) -> ClusterState:
+    state = ClusterState()
+    state.upsert_policy(make_policy(quota={"instances": quota}))
+    state.upsert_node(make_node("gpu-1"))
+    return state
+
+
+def reconciler(
+    state: ClusterState,
+    store: MemoryLedgers,
+    api: Api,
+    elector: Elector | None = None,
+    clock: Clock | None = None,
+    **settings: Any,
+) -> GateReconciler:
+    keeper = QuotaKeeper(state, store, wall_clock=clock or Clock())
+    return GateReconciler(
+        keeper,
+        api,
+        elector or Elector(),
+        GateSettings(**settings),
+        exclude_namespaces=frozenset({"kube-system"}),
+        clock=clock or Clock(),
+    )
+
+
+def gated(api: Api, count: int, namespace: str = "team-a", **pod: Any) -> None:
+    for i in range(count):
+        created = f"2025-05-01T00:00:{i:02d}Z"
+        api.create(make_gated_pod(f"p{i}", namespace=namespace, created=created, **pod))
+
+
+# -- the cache ------------------------------------------------------------------------------------
+
+
+def test_a_gated_pod_holds_no_quota_and_its_own_reservation_annotation_settles_nothing() -> None:
+    state = replica_state()
+    forged = {"migslice.io/reservation": "uid-of-another-admission"}
+    state.upsert_pod(make_gated_pod("a", limits=DIRECT, annotations=forged))
+    assert state.tenant_usage("team-a").instances == 0
+    assert state.reservations_in("team-a") == frozenset()
+    assert [p["metadata"]["name"] for p in state.gated_pods()] == ["a"]  # type: ignore[index]
+    ungated = make_gated_pod("a", limits=DIRECT, annotations=forged, gates=())
+    state.upsert_pod(ungated)
+    assert state.gated_pods() == ()
+    assert state.tenant_usage("team-a").instances == 1
+
+
+def test_the_webhook_removes_the_gate_as_it_admits_a_pod() -> None:
+    state = replica_state()
+    client = create_app(WebhookSettings(), state).test_client()
+    pod = make_created_pod(limits=DIRECT)
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    response = client.post("/mutate", json=make_review(pod)).get_json()["response"]
+    assert response["allowed"]
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert {"op": "remove", "path": "/spec/schedulingGates/0"} in ops
+
+
+# -- the reconciler -------------------------------------------------------------------------------
+
+
+def test_the_leader_admits_gated_pods_oldest_first_up_to_the_quota_and_tells_the_rest() -> None:
+    state = replica_state(quota=2)
+    api = Api(state)
+    store = MemoryLedgers(state)
+    gate = reconciler(state, store, api)
+    gated(api, 4, limits=DIRECT)
+    notes = gate.run_once()
+    assert api.admitted() == ["p0", "p1"]
+    assert [notes[f"team-a/p{i}"].admitted for i in range(4)] == [True, True, False, False]
+    waiting = [(key, reason) for key, reason, _ in api.events if reason != "Admitted"]
+    assert waiting == [("team-a/p2", "AdmissionWaiting"), ("team-a/p3", "AdmissionWaiting")]
+    message = next(m for key, r, m in api.events if key == "team-a/p2")
+    assert "would use 3 GPU instances (2 in use or admitted + 1 for this pod)" in message
+    assert "spec.quota.instances" in message
+    assert api.conditions["team-a/p2"]["status"] == "False"
+    assert api.conditions["team-a/p0"]["status"] == "True"
+    assert state.tenant_usage("team-a").instances == 2
+    annotations = api.pods["team-a/p0"]["metadata"]["annotations"]
+    assert annotations["migslice.io/reservation"] == "gate-uid-team-a-p0"
+    told = len(api.events)
+    gate.run_once()
+    assert len(api.events) == told  # told once, until the message changes
+    api.delete("team-a/p0")
+    gate.run_once()
+    assert api.admitted() == ["p1", "p2"]
+    assert state.tenant_usage("team-a").instances == 2
+
+
+def test_a_follower_admits_nothing() -> None:
+    state = replica_state()
+    api = Api(state)
+    gate = reconciler(state, MemoryLedgers(state), api, Elector(leader=False))
+    gated(api, 2, limits=DIRECT)
+    assert gate.run_once() == {}
+    assert api.admitted() == [] and api.events == []
+    assert not gate.stats.is_leader
+
+
+def test_gated_pods_and_the_webhooks_own_admissions_share_the_quota_exactly() -> None:
+    state = replica_state(quota=3)
+    api = Api(state)
+    store = MemoryLedgers(state)
+    gated(api, 3, limits=DIRECT)
+    client = create_app(
+        WebhookSettings(), state, QuotaKeeper(state, store, wall_clock=Clock())
+    ).test_client()
+    pod = make_created_pod(limits=DIRECT)
+    response = client.post("/mutate", json=make_review(pod, uid="fresh")).get_json()
+    assert response["response"]["allowed"]  # the gated pods hold nothing yet
+    reconciler(state, store, api).run_once()
+    assert api.admitted() == ["p0", "p1"]  # the fresh admission's charge counts
+
+
+def test_two_overlapping_leaders_on_two_replicas_never_admit_past_the_quota() -> None:
+    """While a Lease changes hands two replicas may both act for a moment: the ledger's
+    compare-and-swap and the pod's one admission uid keep the count exact."""
+    first, second = replica_state(quota=3), replica_state(quota=3)
+    api = Api(first, second)
+    store = MemoryLedgers(first)
+    one, two = reconciler(first, store, api, batch=1), reconciler(second, store, api, batch=1)
+    gated(api, 6, limits=DIRECT)
+    for _ in range(5):
+        one.run_once()
+        two.run_once()
+        assert len(api.admitted()) <= 3
+    assert api.admitted() == ["p0", "p1", "p2"]
+    charged = [c.uid for c in store.read("team-a").charges]
+    assert sorted(charged) == ["gate-uid-team-a-p0", "gate-uid-team-a-p1", "gate-uid-team-a-p2"]
+
+
+def test_a_pod_that_changed_since_it_was_decided_is_decided_again_and_charged_once() -> None:
+    state = replica_state(quota=2)
+    api = Api(state)
+    store = MemoryLedgers(state)
+    gate = reconciler(state, store, api)
+    gated(api, 1, limits=DIRECT)
+    api.refuse_next = 1
+    assert gate.run_once() == {}
+    assert [c.uid for c in store.read("team-a").charges] == ["gate-uid-team-a-p0"]
+    gate.run_once()
+    assert api.admitted() == ["p0"]
+    assert [c.uid for c in store.read("team-a").charges] == ["gate-uid-team-a-p0"]
+    assert state.tenant_usage("team-a").instances == 1
+
+
+def test_nothing_is_decided_while_a_cache_is_blind() -> None:
+    state = replica_state()
+    state.expect("pods")
+    api = Api(state)
+    gate = reconciler(state, MemoryLedgers(state), api)
+    gated(api, 1, limits=DIRECT)
+    assert gate.run_once() == {}
+    state.mark_synced("pods")
+    gate.run_once()
+    assert api.admitted() == ["p0"]
+
+
+def test_a_round_admits_at_most_the_batch() -> None:
+    state = replica_state(quota=10)
+    api = Api(state)
+    gate = reconciler(state, MemoryLedgers(state), api, batch=2)
+    gated(api, 5, limits=DIRECT)
+    gate.run_once()
+    assert api.admitted() == ["p0", "p1"]
+    gate.run_once()
+    gate.run_once()
+    assert len(api.admitted()) == 5
+
+
+def test_namespaces_the_webhook_does_not_admit_are_left_alone() -> None:
+    state = replica_state()
+    state.upsert_namespace(
+        {"metadata": {"name": "opted-out", "labels": {"migslice.io/admission": "disabled"}}}
+    )
+    api = Api(state)
+    gate = reconciler(state, MemoryLedgers(state), api)
+    gated(api, 1, namespace="kube-system", limits=DIRECT)
+    gated(api, 1, namespace="opted-out", limits=DIRECT)
+    assert gate.run_once() == {}
+    assert api.events == []
+
+
+def test_a_sized_pod_stays_gated_and_is_told_to_be_created_again() -> None:
+    state = replica_state()
+    api = Api(state)
+    store = MemoryLedgers(state)
+    gate = reconciler(state, store, api)
+    gated(api, 1, annotations={"migslice.io/gpu-size": "small"})
+    notes = gate.run_once()
+    assert not notes["team-a/p0"].admitted and notes["team-a/p0"].reason == "AdmissionDenied"
+    assert "delete it and create it again" in api.events[0][2]
+    assert store.read("team-a").charges == ()
+
+
+def test_a_denied_pod_is_admitted_once_its_policy_allows_it() -> None:
+    state = ClusterState()
+    state.upsert_policy(make_policy(deniedProfiles=["1g.10gb"]))
+    state.upsert_node(make_node("gpu-1"))
+    api = Api(state)
+    gate = reconciler(state, MemoryLedgers(state), api)
+    gated(api, 1, limits=DIRECT)
+    assert gate.run_once()["team-a/p0"].reason == "AdmissionDenied"
+    state.upsert_policy(make_policy(generation=2))
+    gate.run_once()
+    assert api.admitted() == ["p0"]
+
+
+def test_the_gate_settings_refuse_a_lease_shorter_than_two_rounds() -> None:
+    with pytest.raises(CommandError, match="at least twice --gate-interval-s"):
+        GateSettings(interval_s=5.0, lease_s=8.0)
+    assert not GateSettings(interval_s=0.0).is_on
+    assert GateSettings().lease_namespace == "migslice-system"

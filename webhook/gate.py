@@ -1,0 +1,224 @@
+"""The gate reconciler: a thread in every webhook process, active only as the leader of a
+Lease, that admits the GPU pods fail-open namespaces created behind the admission gate while
+the webhook could not be called (``migslice.admission.gate``, docs/outages.md).
+
+Each round (every ``interval_s``): renew the Lease (followers stop here); while the caches are
+blind, do nothing; then, oldest first, decide each gated pod with the same ``decide()`` and
+charge it through the same :class:`~webhook.quota.QuotaKeeper` as an admission (the ledger's
+compare-and-swap keeps it exact beside every replica's admissions, and beside a second leader
+for the moment two may overlap: a pod's charge has one uid, so deciding it twice replaces
+it), then remove the gate with the webhook's patch, guarded by the resourceVersion decided on.
+A pod the policy refuses stays gated: a Warning Event and the pod condition
+``migslice.io/Admitted=False`` say why, with the numbers, once per change of the message,
+and it is decided again every round. At most ``batch`` pods are admitted per round.
+
+Ports: :class:`GateApi` (``migslice.kube.pod_gate.KubeGateApi`` in a cluster) and
+:class:`Elector` (``migslice.kube.LeaderElector``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from migslice import names
+from migslice.admission import AdmissionDecision, MalformedPodError, decide
+from migslice.admission.gate import (
+    GatedPod,
+    GateNote,
+    admitted_condition,
+    in_place_refusal,
+    note_of,
+    queue,
+    ungate_patch,
+)
+from migslice.admission.patch import JsonValue
+from migslice.objects.times import format_time
+from webhook.quota import QuotaKeeper, UnavailableError
+from webhook.settings import GateSettings
+
+log = logging.getLogger(__name__)
+
+
+class GateApi(Protocol):
+    def patch_pod(
+        self, namespace: str, name: str, patch: Sequence[Mapping[str, JsonValue]]
+    ) -> bool:
+        """Apply a JSON Patch to the pod; False when it changed or is gone (422, 409, 404)."""
+        ...
+
+    def set_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
+        """Merge ``condition`` into the pod's ``status.conditions`` (failures are logged)."""
+        ...
+
+    def record_event(self, pod: GatedPod, note: GateNote) -> None:
+        """An Event about the pod (failures are logged)."""
+        ...
+
+
+class Elector(Protocol):
+    def try_acquire_or_renew(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass
+class GateStats:
+    is_leader: bool = False
+    admitted: int = 0
+    rounds: int = 0
+    errors: int = 0
+    waiting: dict[str, str] = field(default_factory=dict)
+    """Gated pods by key, with why they wait, as of the leader's last round."""
+
+
+class GateReconciler:
+    """Rounds of the gate; :meth:`run_once` is one round (tests call it directly)."""
+
+    def __init__(
+        self,
+        quota: QuotaKeeper,
+        api: GateApi,
+        elector: Elector,
+        settings: GateSettings | None = None,
+        *,
+        exclude_namespaces: frozenset[str] = frozenset(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._quota = quota
+        self._state = quota.state
+        self._api = api
+        self._elector = elector
+        self.settings = settings or GateSettings()
+        self._exclude = exclude_namespaces
+        self._clock = clock
+        self.stats = GateStats()
+        self._said: dict[str, str] = {}  # pod uid -> the message last told
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="admission-gate", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._elector.release()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # the loop must outlive any one failure
+                self.stats.errors += 1
+                log.exception(
+                    "admission gate round failed; retrying in %.0fs", self.settings.interval_s
+                )
+            self._stop.wait(self.settings.interval_s)
+
+    # -- one round ----------------------------------------------------------------------------
+
+    def run_once(self) -> dict[str, GateNote]:
+        """One round; what it concluded per pod key (empty for a follower or a blind cache)."""
+        leader = self._elector.try_acquire_or_renew()
+        self.stats.is_leader = leader
+        if not leader:
+            self._said.clear()  # a new leader tells again
+            self.stats.waiting = {}
+            return {}
+        self.stats.rounds += 1
+        problems = self._state.blindness(self._quota.max_blind_s)
+        if problems:
+            log.info("Admission gate waits for the caches: %s", "; ".join(problems))
+            return {}
+        pods = [pod for pod in queue(self._state.gated_pods()) if self._covers(pod.namespace)]
+        notes: dict[str, GateNote] = {}
+        waiting_tenants: set[str] = set()
+        admitted = 0
+        for pod in pods:
+            if admitted >= self.settings.batch:
+                break
+            try:
+                decision = self._decision(pod, waiting_tenants)
+            except UnavailableError as error:
+                log.warning("Admission gate cannot decide now (%s); next round", error)
+                break
+            except MalformedPodError as error:
+                log.warning("Admission gate skips pod=%s: %s", pod.key, error)
+                continue
+            if decision is None:
+                continue
+            note = note_of(pod, decision)
+            if decision.allowed:
+                if not self._admit(pod, decision, note):
+                    continue
+                admitted += 1
+            else:
+                if decision.reason == "quota" and decision.tenant:
+                    waiting_tenants.add(decision.tenant)
+                self._tell(pod, note)
+            notes[pod.key] = note
+        gated = {pod.uid for pod in pods}
+        self._said = {uid: said for uid, said in self._said.items() if uid in gated}
+        self.stats.waiting = {key: n.message for key, n in notes.items() if not n.admitted}
+        return notes
+
+    def _covers(self, namespace: str) -> bool:
+        """Whether the webhook admits pods of ``namespace`` (its configurations send them)."""
+        if namespace in self._exclude:
+            return False
+        return self._state.namespace_labels(namespace).get(names.ADMISSION_LABEL) != "disabled"
+
+    def _decision(self, pod: GatedPod, waiting_tenants: set[str]) -> AdmissionDecision | None:
+        """The pod's decision, charged in its tenant's ledger when allowed. A tenant that
+        already waits for quota in this round is decided on the caches alone (a smaller pod
+        may still fit; a larger one waits without another read of the ledger)."""
+        refusal = in_place_refusal(pod)
+        if refusal is not None:
+            return AdmissionDecision.deny(refusal)
+        with self._state.admission_lock:
+            first = decide(pod.admission, self._state, self._quota.settings)
+        if not first.allowed and first.reason == "quota" and first.tenant in waiting_tenants:
+            return first
+        return self._quota.admit(pod.admission, dry_run=False)
+
+    def _admit(self, pod: GatedPod, decision: AdmissionDecision, note: GateNote) -> bool:
+        patch = [op.to_json() for op in ungate_patch(pod, decision)]
+        if not self._api.patch_pod(pod.namespace, pod.name, patch):
+            log.info(
+                "Admission gate: pod=%s changed or is gone since it was decided; "
+                "deciding it again next round (its charge is replaced, or released unused)",
+                pod.key,
+            )
+            return False
+        self.stats.admitted += 1
+        log.info(
+            "Admitted gated pod=%s tenant=%s; gate %s removed",
+            pod.key,
+            decision.tenant,
+            names.ADMISSION_GATE,
+        )
+        self._api.set_condition(pod.namespace, pod.name, admitted_condition(note, self._now()))
+        self._api.record_event(pod, note)
+        self._said.pop(pod.uid, None)
+        return True
+
+    def _tell(self, pod: GatedPod, note: GateNote) -> None:
+        if self._said.get(pod.uid) == note.message:
+            return
+        log.info("Gated pod=%s waits: %s", pod.key, note.message)
+        self._api.record_event(pod, note)
+        self._api.set_condition(pod.namespace, pod.name, admitted_condition(note, self._now()))
+        self._said[pod.uid] = note.message
+
+    def _now(self) -> str:
+        return format_time(self._clock())
