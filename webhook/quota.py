@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from migslice.admission import AdmissionDecision, AdmissionSettings, PodAdmission, decide
+from migslice.admission.claims import ClaimAdmission, decide_claim
 from migslice.admission.ledger import (
     Charge,
     Damage,
@@ -61,6 +62,7 @@ MAX_CHARGES = 4000
 """Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
 tenant admitting faster than MAX_CHARGES per hold waits (503, retried)."""
 CLUSTER_FREE = frozenset({"no-gpu", "bad-resource"})
+Admission = PodAdmission | ClaimAdmission
 """Decisions that read nothing of the cluster: made even while the caches are blind."""
 
 
@@ -175,8 +177,9 @@ class QuotaKeeper:
         if problems:
             raise UnavailableError("migslice webhook cannot decide yet: " + "; ".join(problems))
 
-    def admit(self, admission: PodAdmission, *, dry_run: bool) -> AdmissionDecision:
-        """The decision for one pod CREATE, charged in its tenant's ledger when allowed."""
+    def admit(self, admission: Admission, *, dry_run: bool) -> AdmissionDecision:
+        """The decision for one pod or claim CREATE, charged in its tenant's ledger when
+        allowed (a claim template is checked, never charged)."""
         first, seen = self._decide(admission)
         if first.reason in CLUSTER_FREE:
             return first
@@ -192,7 +195,7 @@ class QuotaKeeper:
 
     def _charged(
         self,
-        admission: PodAdmission,
+        admission: Admission,
         tenant: str,
         *,
         dry_run: bool,
@@ -251,10 +254,14 @@ class QuotaKeeper:
                 except Exception:  # the loop must outlive any one failure
                     log.exception("Settling the quota ledger of tenant=%s failed", tenant)
 
-    def _decide(self, admission: PodAdmission) -> tuple[AdmissionDecision, Ledger | None]:
+    def _decide(self, admission: Admission) -> tuple[AdmissionDecision, Ledger | None]:
         """The decision, and the tenant's ledger it was made on (read under the same lock)."""
         with self.state.admission_lock:
-            decision = decide(admission, self.state, self.settings)
+            decision = (
+                decide_claim(admission, self.state, self.settings)
+                if isinstance(admission, ClaimAdmission)
+                else decide(admission, self.state, self.settings)
+            )
             tenant = decision.tenant
             return decision, None if tenant is None else self.state.ledger(tenant)
 

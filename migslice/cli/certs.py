@@ -199,12 +199,17 @@ def follow_up(server: str, service: str, namespace: str, out: str, bundle: TlsBu
         "configurations:",
         secret,
     ]
-    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-        lines.append(
-            f"  kubectl patch {kind} {WEBHOOK_CONFIGURATION} --type=json -p "
-            f'\'[{{"op":"add","path":"/webhooks/0/clientConfig/caBundle",'
-            f'"value":"\'$({print_ca})\'"}}]\''
+    for kind, hooks in (("mutatingwebhookconfiguration", 2), ("validatingwebhookconfiguration", 1)):
+        ops = ",".join(
+            f'{{"op":"add","path":"/webhooks/{i}/clientConfig/caBundle",'
+            f'"value":"\'$({print_ca})\'"}}'
+            for i in range(hooks)
         )
+        lines.append(f"  kubectl patch {kind} {WEBHOOK_CONFIGURATION} --type=json -p '[{ops}]'")
+    lines.append(
+        "  (the mutating configuration has a second webhook, for ResourceClaims, where the "
+        "cluster serves resource.k8s.io/v1; before Kubernetes 1.34 drop its op)"
+    )
     return lines
 
 

@@ -237,9 +237,10 @@ def test_in_the_cluster_the_certificate_on_the_connection_is_judged(
             configuration = cluster.objects[
                 f"{ADMISSION}/{resource}webhookconfigurations/migslice-webhook"
             ]
-            client = configuration["webhooks"][0]["clientConfig"]
-            del client["service"]
-            client.update(url=f"https://127.0.0.1:{port}{path}", caBundle=ca_bundle)
+            for hook in configuration["webhooks"]:
+                client = hook["clientConfig"]
+                del client["service"]
+                client.update(url=f"https://127.0.0.1:{port}{path}", caBundle=ca_bundle)
         reachable = judge(cluster, "webhook-reachable", direct=True)
         trust = judge(cluster, "webhook-ca-bundle", direct=True)
     assert reachable.detail == f'GET /healthz https://127.0.0.1:{port}: 200 {{"status":"ok"}}'
