@@ -134,14 +134,9 @@ DRA_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 """On the ResourceClaim kube-scheduler creates for a pod's extended resources served by DRA
 (KEP-5004), value ``"true"``."""
-POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
-"""On a ResourceClaim the resourceclaim controller made from a pod's template: the pod's name
-for the claim (``spec.resourceClaims[].name``)."""
 POD_CLAIM = "migslice-gpu"
 """The name migslice gives the claim it adds to a sized pod of a ResourceClaim tenant
 (``spec.resourceClaims[].name``; a second device is ``migslice-gpu-1``, and so on)."""
-NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"
-"""The apiVersion of NVIDIA's opaque device configs (``GpuConfig``, ``MigDeviceConfig``)."""
 MIG_DEVICE_CLASS_PREFIX = "migslice-mig-"
 """migslice's own DeviceClasses, one per MIG profile (:func:`mig_device_class`)."""
 
