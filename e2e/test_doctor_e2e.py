@@ -54,6 +54,9 @@ CHECKS = (
     "agent-layouts",
     "tenant-policies",
     "nodes-in-trouble",
+    "dra-api",
+    "dra-nodes",
+    "dra-device-classes",
 )
 
 
@@ -169,7 +172,7 @@ def test_the_installed_stack_is_all_ok(installed: Installed) -> None:
     lines = installed.cluster.sh(command).splitlines()
     assert lines[0].split() == ["CHECK", "RESULT", "DETAIL"]
     assert [line.split()[:2] for line in lines[1:14]] == [[c, "ok"] for c in CHECKS]
-    assert lines[-1] == "13 checks: 13 ok"
+    assert lines[-1] == "16 checks: 16 ok"
 
 
 def test_a_wrong_ca_bundle_is_named(installed: Installed) -> None:

@@ -25,6 +25,9 @@ CHECK_NAMES = (
     "agent-layouts",
     "tenant-policies",
     "nodes-in-trouble",
+    "dra-api",
+    "dra-nodes",
+    "dra-device-classes",
 )
 """The checks in the order they run (``migslice.doctor.registry.CHECKS``; kept here so that
 building the command line imports no check)."""
