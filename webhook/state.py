@@ -651,20 +651,17 @@ class ClusterState:
             self.upsert_node(raw)
         for raw in objects.pods:
             self.upsert_pod(raw)
+        for raw in objects.device_classes:
+            self.upsert_device_class(raw)
+        for raw in objects.resource_claims:
+            self.upsert_claim(raw)
+        for raw in objects.resource_slices:
+            slim = slim_slice(raw)
+            if slim is not None:
+                self.upsert_slice(slim)
         for raw in objects.others:
-            kind = raw.get("kind")
-            if kind == "DeviceClass":
-                self.upsert_device_class(raw)
-        for raw in objects.others:
-            kind = raw.get("kind")
-            if kind == "ResourceClaim":
-                self.upsert_claim(raw)
-            elif kind == "ResourceClaimTemplate":
+            if raw.get("kind") == "ResourceClaimTemplate":
                 self.upsert_template(raw)
-            elif kind == "ResourceSlice":
-                slim = slim_slice(raw)
-                if slim is not None:
-                    self.upsert_slice(slim)
 
     # -- internals -------------------------------------------------------------------------
 
