@@ -38,7 +38,14 @@ from harness.controlplane import ControlPlane
 from harness.dra_driver import FakeDraDriver
 from harness.faults import Balancer, is_webhook_unavailable, kill_tree
 from harness.image import Image
-from harness.stack import BASE, Server, migslice_server, tls_bundle, webhook_configurations
+from harness.stack import (
+    BASE,
+    Server,
+    load_manifests,
+    migslice_server,
+    tls_bundle,
+    webhook_configurations,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -73,8 +80,16 @@ def install_classes(control_plane: ControlPlane) -> None:
 
 
 @pytest.fixture(scope="module")
-def device_classes(control_plane: ControlPlane) -> None:
+def device_classes(control_plane: ControlPlane) -> Iterator[None]:
+    """The classes for this module's scenarios, removed afterwards: with a class naming
+    ``nvidia.com/mig-3g.40gb``, kube-scheduler reports a device-plugin node without that
+    resource as "cannot allocate all claims" rather than "Insufficient ...", which other
+    modules' scenarios read."""
     install_classes(control_plane)
+    yield
+    objects = k8s.CustomObjectsApi(control_plane.api_client())
+    for document in load_manifests(BASE / "dra" / "deviceclasses.yaml"):
+        objects.delete_cluster_custom_object(*DRA, "deviceclasses", document["metadata"]["name"])
 
 
 @pytest.fixture
