@@ -87,6 +87,9 @@ class ClaimReading:
     exclusive: tuple[str, ...] = ()
     """What hardware isolation refuses besides sharing: adminAccess, capacity, All."""
     touches_gpu: bool = False
+    unknown_only: bool = False
+    """It touches NVIDIA's GPUs only through DeviceClasses that do not exist (or are not
+    seen yet): in a namespace no tenant owns it is left alone."""
 
 
 def read_claim(
@@ -105,6 +108,7 @@ def read_claim(
     sharing: list[tuple[str, str]] = []
     exclusive: list[str] = []
     touches = False
+    known = False
     for raw, request in zip(raw_requests, facts.requests, strict=True):
         where = f"request {request.name}"
         entry = mapping(raw)
@@ -118,6 +122,7 @@ def read_claim(
         if not gpu_parts:
             continue
         touches = True
+        known |= any(text(p.get("deviceClassName")) in classes for p in gpu_parts)
         for part in gpu_parts:
             found = classes.get(text(part.get("deviceClassName")) or "")
             if found is not None:
@@ -137,7 +142,9 @@ def read_claim(
     configs = sharing_strategies(mapping(raw_spec.get("devices")).get("config"))
     if touches:
         sharing += [("the claim's config", s) for s in configs]
-    return ClaimReading(tuple(asks), tuple(unread), tuple(sharing), tuple(exclusive), touches)
+    return ClaimReading(
+        tuple(asks), tuple(unread), tuple(sharing), tuple(exclusive), touches, touches and not known
+    )
 
 
 def _touches_gpu(raw_request: JsonObject, classes: Mapping[str, DeviceClassFacts]) -> bool:
@@ -162,6 +169,8 @@ def decide_claim(
     spec = template_claim_spec(raw) if admission.template else mapping(raw.get("spec"))
     reading = read_claim(label, spec, view.device_classes())
     if not reading.touches_gpu:
+        return NO_GPU
+    if reading.unknown_only and not view.tenant_policies(admission.namespace):
         return NO_GPU
     found = tenant_of(admission.namespace, subject, "asks for NVIDIA GPUs", view, settings)
     if isinstance(found, AdmissionDecision):

@@ -345,6 +345,8 @@ def test_a_template_under_migslices_name_must_be_migslices() -> None:
 def test_claims_of_other_drivers_and_other_namespaces_pass_untouched() -> None:
     nic = make_claim("nic", device_class="nic.example.com", profile=None)
     assert run_claim(nic, view())[0].reason == "no-gpu"
+    unknown = make_claim("fpga", namespace="team-z", device_class="fpga.example.com", profile=None)
+    assert run_claim(unknown, view())[0].reason == "no-gpu"  # a class not seen, no tenant
     elsewhere = make_claim("train", namespace="team-z")
     decision, _ = run_claim(elsewhere, view())
     assert (decision.allowed, decision.reason) == (False, "no-policy")
