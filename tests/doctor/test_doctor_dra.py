@@ -92,19 +92,19 @@ def test_dra_nodes_are_listed_with_their_mode_and_unknown_ones_warned() -> None:
     )
 
 
-def test_missing_device_classes_fail_where_dra_nodes_are_and_warn_elsewhere() -> None:
+def test_missing_device_classes_fail_where_dra_nodes_are() -> None:
     every = [migslice_device_class(p) for p in mig_profiles(CATALOG)]
     nvidia = fixture("deviceclass-mig.nvidia.com.yaml")
-    assert judge_dra_classes(facts(classes=[nvidia, *every]), SETTINGS).verdict is Verdict.OK
-    some = facts(classes=every[:3])
-    found = judge_dra_classes(some, SETTINGS)
-    assert found.verdict is Verdict.WARNING
+    dra = {"slices": slices_of("dyn", [dra_slices.a100(0)]), "nodes": [make_dra_node("dyn")]}
+    assert judge_dra_classes(facts(classes=[nvidia, *every], **dra), SETTINGS).verdict is Verdict.OK
+    found = judge_dra_classes(facts(classes=every[:3], **dra), SETTINGS)
+    assert found.verdict is Verdict.FAILED
     assert "DeviceClass mig.nvidia.com is missing" in found.detail
     assert f"{len(every) - 3} of migslice's {len(every)} DeviceClasses missing" in found.detail
     assert "dra.deviceClasses.enabled=true" in found.fix
-    with_nodes = facts(
-        classes=every[:3],
-        slices=slices_of("dyn", [dra_slices.a100(0)]),
-        nodes=[make_dra_node("dyn")],
+    none = judge_dra_classes(facts(classes=every[:3]), SETTINGS)
+    assert none.verdict is Verdict.OK
+    assert none.detail == (
+        f"no DRA nodes, nothing to serve yet (mig.nvidia.com absent; 3 of migslice's "
+        f"{len(every)} DeviceClasses)"
     )
-    assert judge_dra_classes(with_nodes, SETTINGS).verdict is Verdict.FAILED

@@ -167,7 +167,17 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
         return finding(DRA_CLASSES_CHECK, [], "no DRA (resource.k8s.io/v1 not served)")
     pools, _ = dra_pools(facts)
     found = {text(mapping(c.get("metadata")).get("name")): c for c in facts.classes}
-    verdict = Verdict.FAILED if pools else Verdict.WARNING
+    wanted = {names.mig_device_class(p): names.mig_resource_name(p) for p in mig_profiles(CATALOG)}
+    if not pools:
+        present = sum(1 for n in wanted if n in found)
+        nvidia = "present" if names.MIG_DEVICE_CLASS in found else "absent"
+        return finding(
+            DRA_CLASSES_CHECK,
+            [],
+            f"no DRA nodes, nothing to serve yet ({names.MIG_DEVICE_CLASS} {nvidia}; "
+            f"{present} of migslice's {len(wanted)} DeviceClasses)",
+        )
+    verdict = Verdict.FAILED
     problems = []
     if names.MIG_DEVICE_CLASS not in found:
         problems.append(
@@ -178,7 +188,6 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
                 "helm install NVIDIA's dra-driver-nvidia-gpu with resources.gpus.enabled=true",
             )
         )
-    wanted = {names.mig_device_class(p): names.mig_resource_name(p) for p in mig_profiles(CATALOG)}
     missing = sorted(n for n in wanted if n not in found)
     wrong = sorted(
         n
