@@ -43,6 +43,9 @@ from migslice.policy import DeviceApi, Isolation, TenantPolicy
 
 NO_GPU = AdmissionDecision(allowed=True, reason="no-gpu")
 NO_TEMPLATE = TemplateFacts(asks_gpu=False)
+NO_GPU_CLAIM = AdmissionDecision(allowed=True, reason="no-gpu-claim")
+"""A pod naming claims, none of them for NVIDIA GPUs: decided on the claim caches, so not
+made while they are blind (unlike a pod with no GPU intent at all)."""
 DEFAULT_SETTINGS = AdmissionSettings()
 
 
@@ -135,7 +138,7 @@ def _claims_only(
         for ref in intent.claims
     )
     if not gpu:
-        return NO_GPU
+        return NO_GPU_CLAIM
     subject = f"pod {pod_label(namespace, admission.raw_pod)}"
     found = tenant_of(namespace, subject, "uses ResourceClaims for NVIDIA GPUs", view, settings)
     if isinstance(found, AdmissionDecision):

@@ -467,4 +467,4 @@ def test_a_pod_naming_claims_of_other_devices_passes_untouched() -> None:
     pod = claim_pod("p", "nic")
     pod["spec"]["resourceClaims"].append({"name": "t", "resourceClaimTemplateName": "t"})
     decision, _ = run_pod(pod, cluster)
-    assert (decision.reason, decision.patch) == ("no-gpu", ())
+    assert (decision.reason, decision.patch) == ("no-gpu-claim", ())
