@@ -16,14 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from migslice import names
+from migslice.admission.claims import controlling_pod
 from migslice.admission.usage import ClaimAsk, claim_asks
 from migslice.admission.view import TemplateFacts
 from migslice.objects.claim_templates import migslice_template_profile, template_claim_spec
 from migslice.objects.device_classes import DeviceClassFacts
-from migslice.objects.json import JsonObject, items, mapping, text
+from migslice.objects.json import JsonObject, mapping, text
 from migslice.objects.resource_claims import ClaimFacts, claim_facts_from_raw, gpu_asks
-
-Requests = Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +38,7 @@ class ClaimRecord:
 
     @property
     def key(self) -> str:
-        return facts_key(self.facts)
-
-
-def facts_key(facts: ClaimFacts) -> str:
-    return facts.key
+        return self.facts.key
 
 
 def claim_record(raw_claim: JsonObject) -> ClaimRecord | None:
@@ -52,24 +47,18 @@ def claim_record(raw_claim: JsonObject) -> ClaimRecord | None:
         return None
     metadata = mapping(raw_claim.get("metadata"))
     reservation = text(mapping(metadata.get("annotations")).get(names.RESERVATION))
-    owner = None
-    for raw in items(metadata.get("ownerReferences")):
-        ref = mapping(raw)
-        if ref.get("kind") == "Pod" and ref.get("controller") is True:
-            name, uid = text(ref.get("name")), text(ref.get("uid"))
-            if name and uid:
-                owner = (name, uid)
     node = facts.devices[0][0] if facts.devices else None
-    return ClaimRecord(facts.key.partition("/")[0], facts, reservation or None, owner, node)
+    namespace = facts.key.partition("/")[0]
+    return ClaimRecord(namespace, facts, reservation or None, controlling_pod(metadata), node)
 
 
 def template_facts(
     raw_template: JsonObject, classes: Mapping[str, DeviceClassFacts]
 ) -> TemplateFacts:
+    """Whether a template's claims ask for NVIDIA GPUs, and whether it is migslice's."""
     metadata = mapping(raw_template.get("metadata"))
-    key = f"{text(metadata.get('namespace')) or 'default'}/{text(metadata.get('name')) or ''}"
     raw_claim = {
-        "metadata": {"name": key, "namespace": ""},
+        "metadata": {"name": metadata.get("name") or "-", "namespace": metadata.get("namespace")},
         "spec": template_claim_spec(raw_template),
     }
     facts = claim_facts_from_raw(raw_claim)
