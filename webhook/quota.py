@@ -154,6 +154,7 @@ class QuotaKeeper:
         attempts: int = 20,
         wall_clock: Callable[[], float] = time.time,
         new_epoch: Callable[[], str] = _new_epoch,
+        mark_wait_s: float = 1.0,
     ) -> None:
         self.state = state
         self.store = store
@@ -166,6 +167,7 @@ class QuotaKeeper:
         # pod this cache has held twice that long (and 5 s more) is counted everywhere.
         self.settle_s = 2 * max_blind_s + 5.0
         self.new_epoch = new_epoch
+        self.mark_wait_s = mark_wait_s
         self.fence_listeners: list[Callable[[Fence], None]] = []
         """Called (outside any lock that admissions wait on) for every fence this replica
         writes: the service records an Event, the app counts it."""
@@ -288,8 +290,15 @@ class QuotaKeeper:
         return True
 
     def _read(self, tenant: str) -> Ledger:
-        """The stored ledger, or the fence that replaces it when it was lost or changed."""
-        for _ in range(3):
+        """The stored ledger, or the fence that replaces it when it was lost or changed.
+
+        A ledger missing while the policy's mark says it exists, read by a replica that has
+        never seen it, may be one that another replica is creating right now (it marks the
+        epoch first, then creates): it is read again a few times, for ``mark_wait_s`` in all,
+        before it counts as lost (three replicas' first admissions at once fenced a new
+        tenant this way)."""
+        waits = [self.mark_wait_s * (i + 1) / 10 for i in range(4)]
+        for _ in range(3 + len(waits)):
             known = self.state.ledger(tenant)
             try:
                 ledger = self.store.read(tenant)
@@ -303,6 +312,10 @@ class QuotaKeeper:
                 if damage_found is None:
                     self.state.set_ledger(ledger)
                     return ledger
+                unseen = not ledger.stored and (known is None or not known.stored)
+                if damage_found is Damage.LOST and unseen and waits:
+                    time.sleep(waits.pop(0))  # perhaps being created now: look again
+                    continue
                 detail = (
                     f"quota ledger of tenant {tenant!r} ({self.store.where(tenant)}) was "
                     + damage_found.value

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.admission import SliceUsage, usage_of
+from migslice.admission.ledger import Ledger
 from migslice.admission.usage import ZERO
 from migslice.kube.ledger import ConfigMapLedgers
 from migslice.objects.claim_templates import migslice_claim_template
@@ -316,3 +317,35 @@ def test_usage_over_pods_claims_and_extended_resource_claims_is_a_brute_force_co
             state.delete_claim(f"team-a/{value}")
             claims.pop(value, None)
     assert state.tenant_usage("team-a") == brute_usage(pods, claims)
+
+
+class CreatingElsewhere:
+    """A ledger store in which another replica has marked the tenant's epoch and creates its
+    ledger while this replica looks: the first read finds it missing, the next finds it."""
+
+    def __init__(self, store: ConfigMapLedgers, other: ConfigMapLedgers) -> None:
+        self.store, self.other, self.reads = store, other, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def read(self, tenant: str) -> Ledger:
+        self.reads += 1
+        ledger = self.store.read(tenant)
+        if self.reads == 1:  # marked and created just after this replica's read
+            self.other.mark(tenant, "epoch-a")
+            self.other.write(Ledger(tenant, epoch="epoch-a"))
+        return ledger
+
+
+def test_a_ledger_another_replica_is_creating_is_not_taken_for_lost(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    api.policies["team-a"] = {"metadata": {"name": "team-a"}, "status": {}}
+    replica = Replica(store, clock)
+    replica.keeper.mark_wait_s = 0.1
+    replica.keeper.store = CreatingElsewhere(store, store)
+    answer = replica.create(make_claim("c-1"), "uid-1")
+    assert answer["allowed"], answer
+    assert store.read("team-a").epoch == "epoch-a"  # its ledger, not a fence
