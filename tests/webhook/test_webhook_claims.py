@@ -349,3 +349,18 @@ def test_a_ledger_another_replica_is_creating_is_not_taken_for_lost(
     answer = replica.create(make_claim("c-1"), "uid-1")
     assert answer["allowed"], answer
     assert store.read("team-a").epoch == "epoch-a"  # its ledger, not a fence
+
+
+def test_a_second_pod_naming_a_hardware_tenants_claim_is_denied_from_the_caches() -> None:
+    state = tenant_state()
+    state.upsert_claim(make_claim("shared"))
+    first = make_claim_pod("first", {"gpu": "shared"})
+    state.upsert_pod(first)
+    client = create_app(WebhookSettings(), state).test_client()
+    second = make_claim_pod("second", {"gpu": "shared"})
+    del second["status"], second["spec"]["schedulerName"]
+    answer = client.post("/mutate", json=make_review(second)).get_json()["response"]
+    assert not answer["allowed"]
+    assert "which pod team-a/first uses too" in answer["status"]["message"]
+    state.delete_pod("team-a", "first")
+    assert client.post("/mutate", json=make_review(second)).get_json()["response"]["allowed"]
