@@ -58,6 +58,9 @@ CHECKS = (
     "tenant-policies",
     "outage-modes",
     "nodes-in-trouble",
+    "dra-api",
+    "dra-nodes",
+    "dra-device-classes",
 )
 DEFAULT_WARNINGS = ("webhook-client-auth", "network-policies")
 DEFAULTS_SAID = {(name, "warning") for name in DEFAULT_WARNINGS}

@@ -161,6 +161,9 @@ DRA_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 """On the ResourceClaim kube-scheduler creates for a pod's extended resources served by DRA
 (KEP-5004), value ``"true"``."""
+POD_CLAIM = "migslice-gpu"
+"""The name migslice gives the claim it adds to a sized pod of a ResourceClaim tenant
+(``spec.resourceClaims[].name``; a second device is ``migslice-gpu-1``, and so on)."""
 MIG_DEVICE_CLASS_PREFIX = "migslice-mig-"
 """migslice's own DeviceClasses, one per MIG profile (:func:`mig_device_class`)."""
 
@@ -175,6 +178,13 @@ def mig_device_class(profile: str) -> str:
     allowed, ``+`` is not); writing dots and ``+`` alike as ``-`` would give ``1g.24gb+me``
     and ``1g.24gb-me`` (both RTX PRO 6000 profiles) the same name."""
     return MIG_DEVICE_CLASS_PREFIX + profile.replace("+", ".")
+
+
+def mig_claim_template(profile: str) -> str:
+    """migslice's ResourceClaimTemplate of one MIG profile, in each namespace of a tenant whose
+    policy says ``deviceAPI: ResourceClaim``: named as the profile's DeviceClass
+    (``migslice-mig-1g.10gb``), whose one device it asks for."""
+    return mig_device_class(profile)
 
 
 def profile_of_device_class(name: str) -> str | None:

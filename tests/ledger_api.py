@@ -1,5 +1,6 @@
-"""ConfigMaps, a namespace's pods and TenantPolicy status, kept as kube-apiserver keeps them, for
-tests of the quota ledgers over a real HTTP server (``tests.local_api``).
+"""ConfigMaps, a namespace's pods and ResourceClaims and TenantPolicy status, kept as
+kube-apiserver keeps them, for tests of the quota ledgers over a real HTTP server
+(``tests.local_api``).
 
 What the ledgers rely on is kept as kube-apiserver does it: ``resourceVersion`` bumps on every
 write; a PUT naming an old one is 409 Conflict, a POST of an existing name 409 AlreadyExists, a
@@ -28,6 +29,7 @@ class LedgerApi:
         self.version = 100
         self.lock = threading.Lock()
         self.pods: list[list[dict[str, Any]]] = [[]]
+        self.claims: list[dict[str, Any]] = []
         self.requests: list[Request] = []
 
     def answer(self, request: Request) -> tuple[int, Any]:
@@ -37,6 +39,8 @@ class LedgerApi:
                 page = int(request.query.get("continue") or 0)
                 token = str(page + 1) if page + 1 < len(self.pods) else ""
                 return 200, {"metadata": {"continue": token}, "items": self.pods[page]}
+            if request.path.endswith("/resourceclaims"):
+                return 200, {"metadata": {"continue": ""}, "items": list(self.claims)}
             if request.path.startswith(POLICIES):
                 return self._policy(request)
             return self._configmap(request)

@@ -106,3 +106,6 @@ GPU_DEVICE_CLASS
 mig_device_class  # names.py: migslice's per-profile DeviceClass scheme, for the webhook
 profile_of_device_class
 _.reserved_for  # ResourceClaim status.reservedFor, read by tests and docs/dra.md
+mig_profiles  # device_classes.py: the chart's DeviceClasses, checked by tests/install
+migslice_device_class
+deviceAPI  # policy/wire.py: the CRD's field, as TypedDict

@@ -18,6 +18,8 @@ from flask import Flask, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from migslice.admission import AdmissionDecision, MalformedPodError, PodAdmission
+from migslice.admission.claims import ClaimAdmission, decide_claim_update
+from migslice.admission.decision import Denial
 from migslice.mig import CATALOG
 from migslice.policy import (
     FieldError,
@@ -33,6 +35,7 @@ from webhook.quota import MemoryLedgers, QuotaKeeper, UnavailableError
 from webhook.review import Review, ReviewError
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
+from webhook.templates import MemoryTemplates, TemplateKeeper, TemplateUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +43,24 @@ EXTENSION = "migslice_webhook"
 RETRY_AFTER_S = 1
 
 
+DRA_GROUP = "resource.k8s.io"
+CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
+
+
 class _Ports:
     def __init__(
-        self, settings: WebhookSettings, state: ClusterState, quota: QuotaKeeper, metrics: Metrics
+        self,
+        settings: WebhookSettings,
+        state: ClusterState,
+        quota: QuotaKeeper,
+        metrics: Metrics,
+        templates: TemplateKeeper,
     ) -> None:
         self.settings = settings
         self.state = state
         self.quota = quota
         self.metrics = metrics
+        self.templates = templates
         self.clients = ClientPolicy.of(settings.server)
 
 
@@ -55,9 +68,11 @@ def create_app(
     settings: WebhookSettings | None = None,
     state: ClusterState | None = None,
     quota: QuotaKeeper | None = None,
+    templates: TemplateKeeper | None = None,
 ) -> Flask:
     """The app over ``state``; ``quota`` charges admissions (default: ledgers in this
-    process, as for a cluster file)."""
+    process, as for a cluster file); ``templates`` keeps migslice's ResourceClaimTemplates
+    (default: in the state only)."""
     settings = settings or WebhookSettings()
     state = state or ClusterState()
     quota = quota or QuotaKeeper(
@@ -75,7 +90,8 @@ def create_app(
     quota.fence_listeners.append(
         lambda fence: registry.ledger_fences.labels(fence.damage.name.lower()).inc()
     )
-    app.extensions[EXTENSION] = _Ports(settings, state, quota, registry)
+    templates = templates or TemplateKeeper(state, MemoryTemplates())
+    app.extensions[EXTENSION] = _Ports(settings, state, quota, registry, templates)
 
     app.add_url_rule("/mutate", "mutate", mutate, methods=["POST"])
     app.add_url_rule("/validate", "validate", validate, methods=["POST"])
@@ -101,16 +117,23 @@ def mutate() -> Response:
         return _refused("mutate", refusal, started)
     try:
         parsed = review.parse_review(_body(ports.settings))
-        if parsed.operation != "CREATE":
+        claim = parsed.group == DRA_GROUP and parsed.kind in CLAIM_KINDS
+        if parsed.operation == "UPDATE" and claim and parsed.kind == "ResourceClaim":
+            decision = _decide_claim_update(ports, parsed)
+        elif parsed.operation != "CREATE":
             return _answer("mutate", "allowed", review.allow(parsed.uid), started)
-        if (parsed.group, parsed.kind) != ("", "Pod"):
+        elif claim:
+            decision = _decide_claim(ports, parsed)
+        elif (parsed.group, parsed.kind) == ("", "Pod"):
+            decision = _with_templates(ports, _decide_pod(ports, parsed), parsed.dry_run)
+        else:
             raise ReviewError(
-                f"/mutate handles core/v1 Pod, got {parsed.group or 'core'} {parsed.kind}"
+                f"/mutate handles core/v1 Pod and {DRA_GROUP}/v1 ResourceClaim and "
+                f"ResourceClaimTemplate, got {parsed.group or 'core'} {parsed.kind}"
             )
-        decision = _decide_pod(ports, parsed)
     except (ReviewError, MalformedPodError) as error:
         return _malformed("mutate", str(error), started)
-    except UnavailableError as error:
+    except (UnavailableError, TemplateUnavailableError) as error:
         return _unavailable("mutate", str(error), started)
     if not decision.allowed:
         ports.metrics.denials.labels("mutate", decision.reason).inc()
@@ -132,6 +155,39 @@ def _decide_pod(ports: _Ports, parsed: Review) -> AdmissionDecision:
         return AdmissionDecision(allowed=True, reason="excluded-namespace")
     admission = PodAdmission(namespace, parsed.raw_object, parsed.uid)
     return ports.quota.admit(admission, dry_run=parsed.dry_run)
+
+
+def _decide_claim(ports: _Ports, parsed: Review) -> AdmissionDecision:
+    assert parsed.raw_object is not None
+    namespace = parsed.namespace or _namespace_of(parsed.raw_object)
+    if not namespace:
+        raise ReviewError(f"{parsed.kind} CREATE without a namespace (request.namespace is empty)")
+    if namespace in ports.settings.exclude_namespaces:
+        return AdmissionDecision(allowed=True, reason="excluded-namespace")
+    template = parsed.kind == "ResourceClaimTemplate"
+    admission = ClaimAdmission(namespace, parsed.raw_object, parsed.uid, template=template)
+    return ports.quota.admit(admission, dry_run=parsed.dry_run)
+
+
+def _decide_claim_update(ports: _Ports, parsed: Review) -> AdmissionDecision:
+    assert parsed.raw_object is not None
+    namespace = parsed.namespace or _namespace_of(parsed.raw_object)
+    if namespace in ports.settings.exclude_namespaces:
+        return AdmissionDecision(allowed=True, reason="excluded-namespace")
+    old = parsed.raw_old_object or {}
+    with ports.state.admission_lock:
+        return decide_claim_update(namespace, old, parsed.raw_object, ports.state)
+
+
+def _with_templates(ports: _Ports, decision: AdmissionDecision, dry_run: bool) -> AdmissionDecision:
+    """An allowed pod that names migslice's templates, once they exist (none made on dryRun)."""
+    if not decision.allowed or dry_run:
+        return decision
+    for namespace, profile in decision.templates:
+        problem = ports.templates.ensure(namespace, profile)
+        if problem is not None:
+            return AdmissionDecision.deny(Denial("foreign-template", problem), decision.tenant)
+    return decision
 
 
 def validate() -> Response:

@@ -166,9 +166,11 @@ COMMAND = console.Command(
     "webhook",
     help="run the admission webhook (pods: sizes -> MIG resources; TenantPolicy checks)",
     description=(
-        "Serves POST /mutate (pod CREATE) and /validate (TenantPolicy), plus /healthz, "
-        "/readyz and /metrics. In-cluster by default: watch caches of TenantPolicies, "
-        "Namespaces, Nodes and Pods. With --cluster-file, a fixed cluster from a YAML file."
+        "Serves POST /mutate (pod, ResourceClaim and ResourceClaimTemplate CREATE) and "
+        "/validate (TenantPolicy), plus /healthz, /readyz and /metrics. In-cluster by default: "
+        "watch caches of TenantPolicies, Namespaces, Nodes and Pods (and, with DRA, "
+        "ResourceClaims, DeviceClasses, templates and ResourceSlices). With --cluster-file, a "
+        "fixed cluster from a YAML file."
     ),
     add_arguments=add_arguments,
     run=run,

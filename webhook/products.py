@@ -1,4 +1,8 @@
-"""Which GPU products the cluster's nodes have: the offers admission resolves sizes against."""
+"""Which GPU products the cluster's nodes have: the offers admission resolves sizes against.
+
+A node's product is its GPU Feature Discovery label ``nvidia.com/gpu.product``; a DRA node
+without that label has the product its ResourceSlices' devices name (one product: a node of
+several models is left out, as migslice's DRA reader leaves it unknown)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ class NodeProducts:
     Not thread-safe: the webhook's state holds its lock around every call."""
 
     def __init__(self) -> None:
+        self._labelled: dict[str, str] = {}
+        self._dra: dict[str, dict[str, frozenset[str]]] = {}  # node -> slice -> products
         self._nodes: dict[str, str] = {}
         self._counts: Counter[str] = Counter()
         self._offers: tuple[Offer, ...] = ()
@@ -31,20 +37,48 @@ class NodeProducts:
         return self._nodes.get(node)
 
     def set_node(self, node: str, product: str | None) -> None:
-        self.forget_node(node)
-        if product is not None and CATALOG.by_product(product) is not None:
-            self._nodes[node] = product
-            self._counts[product] += 1
-            if self._counts[product] == 1:
-                self._rebuild()
+        """The node's GFD product label (None: it has none)."""
+        if product is None:
+            self._labelled.pop(node, None)
+        else:
+            self._labelled[node] = product
+        self._settle(node)
 
     def forget_node(self, node: str) -> None:
-        product = self._nodes.pop(node, None)
+        self._labelled.pop(node, None)
+        self._settle(node)
+
+    def set_slice(self, node: str, name: str, products: frozenset[str]) -> None:
+        """The products one of the node's ResourceSlices names."""
+        self._dra.setdefault(node, {})[name] = products
+        self._settle(node)
+
+    def forget_slice(self, node: str, name: str) -> None:
+        slices = self._dra.get(node, {})
+        slices.pop(name, None)
+        if not slices:
+            self._dra.pop(node, None)
+        self._settle(node)
+
+    def _settle(self, node: str) -> None:
+        product = self._labelled.get(node)
+        if product is None:
+            named = set().union(*self._dra.get(node, {}).values())
+            product = next(iter(named)) if len(named) == 1 else None
+        if product is not None and CATALOG.by_product(product) is None:
+            product = None
+        before = self._nodes.get(node)
+        if before == product:
+            return
+        if before is not None:
+            self._nodes.pop(node)
+            self._counts[before] -= 1
+            if self._counts[before] <= 0:
+                del self._counts[before]
         if product is not None:
-            self._counts[product] -= 1
-            if self._counts[product] <= 0:
-                del self._counts[product]
-                self._rebuild()
+            self._nodes[node] = product
+            self._counts[product] += 1
+        self._rebuild()
 
     def _rebuild(self) -> None:
         offers = []

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from migslice.admission import AdmissionDecision, AdmissionSettings, PodAdmission, decide
+from migslice.admission.claims import ClaimAdmission, decide_claim
 from migslice.admission.ledger import (
     Charge,
     Damage,
@@ -61,6 +62,7 @@ MAX_CHARGES = 4000
 """Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
 tenant admitting faster than MAX_CHARGES per hold waits (503, retried)."""
 CLUSTER_FREE = frozenset({"no-gpu", "bad-resource"})
+Admission = PodAdmission | ClaimAdmission
 """Decisions that read nothing of the cluster: made even while the caches are blind."""
 
 
@@ -152,6 +154,7 @@ class QuotaKeeper:
         attempts: int = 20,
         wall_clock: Callable[[], float] = time.time,
         new_epoch: Callable[[], str] = _new_epoch,
+        mark_wait_s: float = 1.0,
     ) -> None:
         self.state = state
         self.store = store
@@ -164,6 +167,7 @@ class QuotaKeeper:
         # pod this cache has held twice that long (and 5 s more) is counted everywhere.
         self.settle_s = 2 * max_blind_s + 5.0
         self.new_epoch = new_epoch
+        self.mark_wait_s = mark_wait_s
         self.fence_listeners: list[Callable[[Fence], None]] = []
         """Called (outside any lock that admissions wait on) for every fence this replica
         writes: the service records an Event, the app counts it."""
@@ -175,8 +179,9 @@ class QuotaKeeper:
         if problems:
             raise UnavailableError("migslice webhook cannot decide yet: " + "; ".join(problems))
 
-    def admit(self, admission: PodAdmission, *, dry_run: bool) -> AdmissionDecision:
-        """The decision for one pod CREATE, charged in its tenant's ledger when allowed."""
+    def admit(self, admission: Admission, *, dry_run: bool) -> AdmissionDecision:
+        """The decision for one pod or claim CREATE, charged in its tenant's ledger when
+        allowed (a claim template is checked, never charged)."""
         first, seen = self._decide(admission)
         if first.reason in CLUSTER_FREE:
             return first
@@ -192,7 +197,7 @@ class QuotaKeeper:
 
     def _charged(
         self,
-        admission: PodAdmission,
+        admission: Admission,
         tenant: str,
         *,
         dry_run: bool,
@@ -251,10 +256,14 @@ class QuotaKeeper:
                 except Exception:  # the loop must outlive any one failure
                     log.exception("Settling the quota ledger of tenant=%s failed", tenant)
 
-    def _decide(self, admission: PodAdmission) -> tuple[AdmissionDecision, Ledger | None]:
+    def _decide(self, admission: Admission) -> tuple[AdmissionDecision, Ledger | None]:
         """The decision, and the tenant's ledger it was made on (read under the same lock)."""
         with self.state.admission_lock:
-            decision = decide(admission, self.state, self.settings)
+            decision = (
+                decide_claim(admission, self.state, self.settings)
+                if isinstance(admission, ClaimAdmission)
+                else decide(admission, self.state, self.settings)
+            )
             tenant = decision.tenant
             return decision, None if tenant is None else self.state.ledger(tenant)
 
@@ -281,8 +290,15 @@ class QuotaKeeper:
         return True
 
     def _read(self, tenant: str) -> Ledger:
-        """The stored ledger, or the fence that replaces it when it was lost or changed."""
-        for _ in range(3):
+        """The stored ledger, or the fence that replaces it when it was lost or changed.
+
+        A ledger missing while the policy's mark says it exists, read by a replica that has
+        never seen it, may be one that another replica is creating right now (it marks the
+        epoch first, then creates): it is read again a few times, for ``mark_wait_s`` in all,
+        before it counts as lost (three replicas' first admissions at once fenced a new
+        tenant this way)."""
+        waits = [self.mark_wait_s * (i + 1) / 10 for i in range(4)]
+        for _ in range(3 + len(waits)):
             known = self.state.ledger(tenant)
             try:
                 ledger = self.store.read(tenant)
@@ -296,6 +312,10 @@ class QuotaKeeper:
                 if damage_found is None:
                     self.state.set_ledger(ledger)
                     return ledger
+                unseen = not ledger.stored and (known is None or not known.stored)
+                if damage_found is Damage.LOST and unseen and waits:
+                    time.sleep(waits.pop(0))  # perhaps being created now: look again
+                    continue
                 detail = (
                     f"quota ledger of tenant {tenant!r} ({self.store.where(tenant)}) was "
                     + damage_found.value

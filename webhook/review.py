@@ -80,6 +80,7 @@ class Review:
     namespace: str
     raw_object: Mapping[str, object] | None
     dry_run: bool
+    raw_old_object: Mapping[str, object] | None = None
 
 
 def parse_review(body: bytes) -> Review:
@@ -116,6 +117,9 @@ def parse_review(body: bytes) -> Review:
     if not isinstance(namespace, str):
         raise ReviewError("AdmissionReview request.namespace is not a string")
     dry_run = request.get("dryRun", False)
+    raw_old = request.get("oldObject")
+    if raw_old is not None and not isinstance(raw_old, dict):
+        raise ReviewError("AdmissionReview request.oldObject is not an object")
     return Review(
         uid=uid,
         group=str(gvk.get("group", "")),
@@ -124,6 +128,7 @@ def parse_review(body: bytes) -> Review:
         namespace=namespace,
         raw_object=raw_object,
         dry_run=dry_run is True,
+        raw_old_object=raw_old,
     )
 
 

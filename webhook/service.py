@@ -21,6 +21,7 @@ from webhook.gate import GateReconciler
 from webhook.quota import Fence, QuotaKeeper
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
+from webhook.templates import TemplateKeeper
 
 if TYPE_CHECKING:
     from migslice.kube import KubernetesTransport
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SETTLE_INTERVAL_S = 5.0
+TEMPLATE_INTERVAL_S = 10.0
 
 
 def serve_webhook(settings: WebhookSettings) -> int:
@@ -63,15 +65,17 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
     """The app over watch caches of the API server, with the quota ledgers as ConfigMaps (and
     their settler) and the TenantPolicy status writer."""
     from migslice.kube import KubernetesTransport
+    from migslice.kube.claim_templates import ApiTemplates
     from migslice.kube.ledger import ConfigMapLedgers
-    from migslice.kube.policies import admission_informers
+    from migslice.kube.policies import admission_informers, serves_dra
     from migslice.kube.status import StatusWriter
 
     state = ClusterState()
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
+    dra = serves_dra(transport)
     quota = QuotaKeeper(
         state,
-        ConfigMapLedgers(transport, settings.ledger_namespace),
+        ConfigMapLedgers(transport, settings.ledger_namespace, claims=dra),
         settings=settings.admission,
         hold_s=settings.quota_hold_s,
         max_blind_s=settings.max_blind_s,
@@ -90,16 +94,26 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
         state.add_listener(writer.poke)
         writer.start()
         log.info("Writing TenantPolicy status on changes and every interval_s=%s", interval_s)
-    informers = admission_informers(state, transport)
+    templates = TemplateKeeper(state, ApiTemplates(transport))
+    if dra:
+        keeper = threading.Thread(
+            target=templates.keep_every,
+            args=(TEMPLATE_INTERVAL_S, threading.Event(), settings.max_blind_s),
+            name="claim-templates",
+            daemon=True,
+        )
+        keeper.start()
+    informers = admission_informers(state, transport, dra=dra)
     state.follow(informers)
     for informer in informers:
         informer.start()
     log.info(
-        "Watching TenantPolicies, Namespaces, Nodes and Pods; quota ledgers in namespace=%s; "
+        "Watching TenantPolicies, Namespaces, Nodes and Pods%s; quota ledgers in namespace=%s; "
         "/readyz turns 200 once synced",
+        ", ResourceClaims, DeviceClasses, ResourceClaimTemplates and ResourceSlices" if dra else "",
         settings.ledger_namespace,
     )
-    app = create_app(settings, state, quota)
+    app = create_app(settings, state, quota, templates)
     if settings.gate.is_on:
         gate = start_gate(transport, quota, settings)
         app.extensions[EXTENSION].metrics.follow_gate(gate.stats)

@@ -7,7 +7,12 @@ Only what decisions need is kept, never whole API objects, in three rooms:
 * :class:`~webhook.usage.UsageBook`: per GPU pod its slice usage, per namespace the sum, the
   admissions the pod cache has seen, and the tenants' quota ledgers (the charges of pods
   admitted, by any replica, but not yet seen) as last read or written;
-* :class:`~webhook.products.NodeProducts`: the GPU products of the nodes (the offers).
+* :class:`~webhook.products.NodeProducts`: the GPU products of the nodes (the offers),
+  from their GFD labels or, on DRA nodes, their ResourceSlices;
+* :class:`~webhook.claims.ClaimBook`: DeviceClasses, ResourceClaims (each priced in the
+  usage book as the extended resources its asks amount to, but the claim kube-scheduler made
+  for a pod's extended resources, which that pod pays for), which pods name which claims,
+  and ResourceClaimTemplates.
 
 Besides them: invalid policies (kept out of decisions and reported), every policy's
 ``.status`` as last seen, and the desired statuses, recomputed only for the policies an event
@@ -33,12 +38,18 @@ from typing import Protocol
 
 from migslice import names
 from migslice.admission import SliceUsage, usage_of
+from migslice.admission.claims import covers
 from migslice.admission.ledger import Ledger
 from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
-from migslice.admission.usage import ZERO, pricing_models
+from migslice.admission.usage import ZERO, claim_usage, pricing_models
+from migslice.admission.view import TemplateFacts
 from migslice.kube.health import CacheHealth, blindness
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects
+from migslice.objects.claim_templates import slim_template
+from migslice.objects.device_classes import DeviceClassFacts, device_class_facts_from_raw
+from migslice.objects.dra_products import slim_slice
+from migslice.objects.json import items, mapping, text
 from migslice.objects.nodes import node_name_of, node_product_of
 from migslice.objects.pod_gpus import gpu_requests
 from migslice.objects.pods import (
@@ -58,6 +69,7 @@ from migslice.policy import (
 )
 from migslice.policy.tenancy import Tenancy
 from migslice.policy.wire import TenantPolicyStatusWire
+from webhook.claims import ClaimBook, claim_record
 from webhook.products import NodeProducts
 from webhook.usage import SEEN_KEEP_S, PodCharge, UsageBook
 
@@ -100,6 +112,7 @@ class _GpuPod:
     requests: tuple[tuple[str, int], ...]
     reservation: str | None
     node: str | None
+    uid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +136,9 @@ class ClusterState:
         self._gpu_pods: dict[str, _GpuPod] = {}
         self._gated: dict[str, Mapping[str, object]] = {}  # key -> the whole gated pod
         self._pods_on: dict[str, set[str]] = {}  # node -> keys of the GPU pods bound to it
+        self._dra = ClaimBook()
+        self._claims_on: dict[str, set[str]] = {}  # node -> keys of the claims allocated there
+        self._slice_nodes: dict[str, str] = {}  # ResourceSlice -> its node
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
         self._desired: dict[str, TenantPolicyStatusWire] = {}
@@ -178,6 +194,11 @@ class ClusterState:
     def known_namespaces(self) -> Mapping[str, Mapping[str, str]]:
         return self._tenancy.known_namespaces()
 
+    def tenant_namespaces(self, tenant: str) -> frozenset[str]:
+        """The namespaces the tenant's policy selects, of those the cache knows."""
+        with self.admission_lock:
+            return self._tenancy.namespaces_of(tenant)
+
     def offers(self) -> Sequence[Offer]:
         return self._products.offers
 
@@ -189,6 +210,30 @@ class ClusterState:
             for namespace in self._tenancy.namespaces_of(tenant):
                 total = total + self._usage.namespace_usage(namespace)
             return total + self._usage.pending(tenant, exclude_reservation)
+
+    def device_classes(self) -> Mapping[str, DeviceClassFacts]:
+        return self._dra.classes
+
+    def covering_pod(
+        self, namespace: str, pod: str, pod_uid: str, claim: str
+    ) -> Mapping[str, int] | None:
+        key = f"{namespace}/{pod}"
+        found = self._gpu_pods.get(key)
+        if found is None or found.uid != pod_uid:
+            return None
+        paid = self._paid_claim(key)
+        if paid is not None and paid != f"{namespace}/{claim}":
+            return None
+        return dict(found.requests)
+
+    def claim_users(self, namespace: str, claim: str) -> tuple[str, ...]:
+        return self._dra.users(f"{namespace}/{claim}")
+
+    def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
+        return self._dra.asks_gpu(f"{namespace}/{claim}")
+
+    def template(self, namespace: str, name: str) -> TemplateFacts | None:
+        return self._dra.template(f"{namespace}/{name}")
 
     @property
     def invalid_policies(self) -> Mapping[str, str]:
@@ -394,24 +439,30 @@ class ClusterState:
         if not isinstance(namespace, str) or not isinstance(name, str):
             return
         uid = annotations_of(raw_pod).get(names.RESERVATION)
+        terminal = is_terminal(raw_pod)
         # A pod behind the admission gate holds nothing (it cannot be scheduled) and its
         # annotations are not the webhook's: it counts once the webhook admits it.
-        gated = not is_terminal(raw_pod) and is_admission_gated(raw_pod)
-        requests = () if gated or is_terminal(raw_pod) else gpu_requests(raw_pod)
+        gated = not terminal and is_admission_gated(raw_pod)
+        requests = () if gated or terminal else gpu_requests(raw_pod)
         pod = _GpuPod(
             namespace,
             requests,
             uid if isinstance(uid, str) and uid else None,
             bound_node_of(raw_pod),
+            text(metadata.get("uid")),
         )
         key = f"{namespace}/{name}"
+        named = () if terminal else _named_claims(raw_pod, namespace)
         with self.admission_lock:
             if gated:
                 self._gated[key] = raw_pod
             else:
                 self._gated.pop(key, None)
+            self._dra.set_pod_claims(key, named)
             self._keep_gpu_pod(key, pod)
-            if self._charge(key, pod):
+            changed = self._charge(key, pod)
+            touched = self._price_claims(self._dra.owned_by(key))
+            if changed or touched:
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
 
     def _charge(self, key: str, pod: _GpuPod) -> bool:
@@ -461,17 +512,158 @@ class ClusterState:
             pod = self._gpu_pods[key]
             if self._charge(key, pod):
                 touched.update(p.name for p in self._tenancy.selecting(pod.namespace))
+        claims: set[str] = set()
+        if self._products.product_of(node) != product:
+            claims |= self._claims_on.get(node, set())
+        if self._products.model_keys != model_keys:
+            claims |= {
+                key
+                for key, record in self._dra.claims.items()
+                if record.node is None or self._products.product_of(record.node) is None
+            }
+        for key in sorted(claims):
+            if self._price_claims((key,)):
+                touched.update(
+                    p.name for p in self._tenancy.selecting(self._dra.claims[key].namespace)
+                )
         if touched:
             self._changed(*sorted(touched))
 
     def delete_pod(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
         with self.admission_lock:
             now = self.clock.monotonic_s()
-            self._gated.pop(f"{namespace}/{name}", None)
-            self._keep_gpu_pod(f"{namespace}/{name}", None)
-            if self._usage.forget_pod(f"{namespace}/{name}", now_s=now) is not None:
+            self._gated.pop(key, None)
+            self._dra.set_pod_claims(key, ())
+            self._keep_gpu_pod(key, None)
+            forgot = self._usage.forget_pod(key, now_s=now) is not None
+            touched = self._price_claims(self._dra.owned_by(key))
+            if forgot:
                 self._usage.forget_seen_before(now - SEEN_KEEP_S)
+            if forgot or touched:
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
+
+    # -- DRA objects ---------------------------------------------------------------------------
+
+    def upsert_claim(self, raw_claim: Mapping[str, object]) -> None:
+        record = claim_record(raw_claim)
+        if record is None:
+            return
+        with self.admission_lock:
+            old = self._dra.claims.get(record.key)
+            if old is not None and old.node is not None:
+                self._unindex_claim(old.key, old.node)
+            touched = self._dra.put_claim(record)
+            if record.node is not None:
+                self._claims_on.setdefault(record.node, set()).add(record.key)
+            if self._price_claims(touched):
+                self._changed(*(p.name for p in self._tenancy.selecting(record.namespace)))
+
+    def delete_claim(self, key: str) -> None:
+        with self.admission_lock:
+            old = self._dra.claims.get(key)
+            if old is None:
+                return
+            if old.node is not None:
+                self._unindex_claim(key, old.node)
+            touched = self._dra.forget_claim(key)
+            now = self.clock.monotonic_s()
+            forgot = self._usage.forget_pod(_claim_key(key), now_s=now) is not None
+            if self._price_claims(touched) or forgot:
+                self._changed(*(p.name for p in self._tenancy.selecting(old.namespace)))
+
+    def upsert_device_class(self, raw_class: Mapping[str, object]) -> None:
+        facts = device_class_facts_from_raw(raw_class)
+        if facts is None:
+            return
+        with self.admission_lock:
+            if self._dra.put_class(facts):
+                self._price_every_claim()
+
+    def delete_device_class(self, name: str) -> None:
+        with self.admission_lock:
+            if self._dra.forget_class(name):
+                self._price_every_claim()
+
+    def upsert_slice(self, slim_slice: Mapping[str, object]) -> None:
+        name, node = text(slim_slice.get("name")), text(slim_slice.get("node"))
+        if not name or not node:
+            return
+        products = frozenset(str(p) for p in items(slim_slice.get("products")))
+        with self.admission_lock:
+            old = self._slice_nodes.get(name)
+            if old is not None and old != node:
+                self._set_products(old, lambda: self._products.forget_slice(old, name))
+            self._slice_nodes[name] = node
+            self._set_products(node, lambda: self._products.set_slice(node, name, products))
+
+    def delete_slice(self, name: str) -> None:
+        with self.admission_lock:
+            node = self._slice_nodes.pop(name, None)
+            if node is not None:
+                self._set_products(node, lambda: self._products.forget_slice(node, name))
+
+    def upsert_template(self, raw_template: Mapping[str, object]) -> None:
+        metadata = mapping(raw_template.get("metadata"))
+        namespace, name = text(metadata.get("namespace")), text(metadata.get("name"))
+        if namespace and name:
+            with self.admission_lock:
+                self._dra.put_template(f"{namespace}/{name}", slim_template(raw_template))
+
+    def delete_template(self, key: str) -> None:
+        with self.admission_lock:
+            self._dra.forget_template(key)
+
+    def _set_products(self, node: str, change: Callable[[], None]) -> None:
+        before = (self._products.product_of(node), self._products.model_keys)
+        change()
+        self._price_again(node, before)
+
+    def _unindex_claim(self, key: str, node: str) -> None:
+        keys = self._claims_on.get(node)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._claims_on[node]
+
+    def _paid_claim(self, pod_key: str) -> str | None:
+        """The extended-resource claim the live GPU pod ``pod_key`` pays for, if any: of the
+        claims it controls, the first by name whose asks its requests cover."""
+        pod = self._gpu_pods.get(pod_key)
+        if pod is None:
+            return None
+        for key in self._dra.owned_by(pod_key):
+            record = self._dra.claims[key]
+            if record.owner is not None and record.owner[1] == pod.uid:
+                if covers(dict(pod.requests), self._dra.asks_of(record)):
+                    return key
+        return None
+
+    def _price_claims(self, keys: Sequence[str]) -> bool:
+        """Price the claims ``keys`` again; whether any charge changed."""
+        changed = False
+        for key in keys:
+            record = self._dra.claims.get(key)
+            if record is None:
+                continue
+            asks = self._dra.asks_of(record)
+            owner = f"{record.namespace}/{record.owner[0]}" if record.owner else ""
+            paid = bool(owner) and record.facts.extended_resource and self._paid_claim(owner) == key
+            usage = ZERO if paid else claim_usage(asks, self._models_for(record.node))
+            now = self.clock.monotonic_s()
+            if usage.is_zero:
+                changed |= self._usage.forget_pod(_claim_key(key), now_s=now) is not None
+                continue
+            self._tenancy.touch_namespace(record.namespace)
+            charge = PodCharge(record.namespace, usage, record.reservation)
+            changed |= self._usage.set_pod(_claim_key(key), charge, now_s=now)
+        return changed
+
+    def _price_every_claim(self) -> None:
+        namespaces = {r.namespace for r in self._dra.claims.values()}
+        if self._price_claims(tuple(self._dra.claims)):
+            touched = {p.name for ns in namespaces for p in self._tenancy.selecting(ns)}
+            self._changed(*sorted(touched))
 
     def load(self, objects: ClusterObjects) -> None:
         """Fill the state from a cluster file's objects (standalone mode)."""
@@ -484,6 +676,17 @@ class ClusterState:
             self.upsert_node(raw)
         for raw in objects.pods:
             self.upsert_pod(raw)
+        for raw in objects.device_classes:
+            self.upsert_device_class(raw)
+        for raw in objects.resource_claims:
+            self.upsert_claim(raw)
+        for raw in objects.resource_slices:
+            slim = slim_slice(raw)
+            if slim is not None:
+                self.upsert_slice(slim)
+        for raw in objects.others:
+            if raw.get("kind") == "ResourceClaimTemplate":
+                self.upsert_template(raw)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -492,6 +695,21 @@ class ClusterState:
         where it is bound) when the node is known, else the cluster's."""
         product = self._products.product_of(node) if node is not None else None
         return pricing_models(product, self._products.model_keys)
+
+
+def _claim_key(key: str) -> str:
+    """The usage book's key of claim ``namespace/name`` (pods are keyed ``namespace/name``)."""
+    return f"claim:{key}"
+
+
+def _named_claims(raw_pod: Mapping[str, object], namespace: str) -> tuple[str, ...]:
+    """``namespace/claim`` of every claim the pod names by ``resourceClaimName``."""
+    found = []
+    for raw in items(mapping(raw_pod.get("spec")).get("resourceClaims")):
+        claim = text(mapping(raw).get("resourceClaimName"))
+        if claim:
+            found.append(f"{namespace}/{claim}")
+    return tuple(found)
 
 
 def _generation(raw_policy: Mapping[str, object]) -> int:

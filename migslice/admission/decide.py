@@ -3,15 +3,21 @@
 Order of checks: GPU intent (none: allowed untouched, no patch; GPU resources the apiserver
 would refuse: denied, naming the field); tenant by namespace (none:
 the documented default, two: a configuration error naming both); the GPU plan under the
-policy; ``spec.maxSlicesPerPod``; quota in slice units; the pod's node selector against the
-policy's. The patch sets the resource (annotated pods), the output annotations, node
-affinity, the policy's node selector and the scheduler name, and removes the admission gate
-(``migslice.io/admission``) when the pod carries it: an allowed pod is admitted.
+policy; ``spec.maxSlicesPerPod``; quota in slice units; for a hardware-isolation tenant, a
+claim the pod would share with another; the pod's node selector against the policy's. The
+patch sets the resource (annotated pods; for a ``deviceAPI: ResourceClaim`` tenant, claims
+from migslice's template of the profile instead, not charged: their claims are), the output
+annotations, node affinity, the policy's node selector and the scheduler name, and removes the
+admission gate (``migslice.io/admission``) when the pod carries it: an allowed pod is
+admitted. A pod that asks for no GPU resource but names claims for NVIDIA GPUs is its
+tenant's too (not charged: its claims are). Claims and templates themselves:
+:mod:`migslice.admission.claims`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from migslice import names
 from migslice.admission.decision import (
@@ -19,7 +25,6 @@ from migslice.admission.decision import (
     AdmissionSettings,
     Denial,
     PodAdmission,
-    Unmatched,
 )
 from migslice.admission.intent import PodIntent, pod_label, read_intent
 from migslice.admission.patch import (
@@ -29,14 +34,21 @@ from migslice.admission.patch import (
     set_annotations,
     set_container_resource,
     set_node_selector,
+    set_pod_claims,
     set_scheduler_name,
 )
 from migslice.admission.sizing import GpuPlan, plan_annotated, plan_direct
+from migslice.admission.tenant import tenant_of
 from migslice.admission.usage import SliceUsage
-from migslice.admission.view import ClusterView
-from migslice.policy import TenantPolicy
+from migslice.admission.view import ClusterView, TemplateFacts
+from migslice.mig import profile_from_resource
+from migslice.policy import DeviceApi, Isolation, TenantPolicy
 
 NO_GPU = AdmissionDecision(allowed=True, reason="no-gpu")
+NO_TEMPLATE = TemplateFacts(asks_gpu=False)
+NO_GPU_CLAIM = AdmissionDecision(allowed=True, reason="no-gpu-claim")
+"""A pod naming claims, none of them for NVIDIA GPUs: decided on the claim caches, so not
+made while they are blind (unlike a pod with no GPU intent at all)."""
 DEFAULT_SETTINGS = AdmissionSettings()
 
 
@@ -46,7 +58,7 @@ def decide(
     """The admission decision for one pod CREATE; MalformedPodError if the object is no Pod."""
     intent = read_intent(admission.raw_pod)
     if not intent.has_gpu_intent:
-        return NO_GPU
+        return _claims_only(admission, intent, view, settings) if intent.claims else NO_GPU
     subject = f"pod {pod_label(admission.namespace, admission.raw_pod)}"
     if intent.problems:
         # The apiserver's validation, after admission, would refuse the pod; say why now,
@@ -54,52 +66,123 @@ def decide(
         return AdmissionDecision.deny(
             _prefixed(subject, Denial("bad-resource", "; ".join(intent.problems), 422))
         )
-    selecting = view.tenant_policies(admission.namespace)
-    if not selecting:
-        message = (
-            f'{subject} asks for a GPU, but namespace "{admission.namespace}" belongs to no '
-            "TenantPolicy; ask a cluster admin to add it to spec.namespaces (or "
-            "spec.namespaceSelector) of a TenantPolicy"
-        )
-        if settings.unmatched_namespaces is Unmatched.ALLOW:
-            return AdmissionDecision(
-                allowed=True,
-                reason="no-policy",
-                patch=tuple(remove_scheduling_gate(admission.raw_pod, names.ADMISSION_GATE)),
-                warnings=(message,),
-            )
-        return AdmissionDecision.deny(Denial("no-policy", message))
-    if len(selecting) > 1:
-        listed = " and ".join(f'"{p.name}"' for p in sorted(selecting, key=lambda p: p.name))
-        return AdmissionDecision.deny(
-            Denial(
-                "conflicting-policies",
-                f'namespace "{admission.namespace}" is selected by TenantPolicies {listed}; a '
-                "namespace can have only one tenant; ask a cluster admin to fix spec.namespaces "
-                "or spec.namespaceSelector",
-            )
-        )
-    policy = selecting[0]
+    found = tenant_of(admission.namespace, subject, "asks for a GPU", view, settings)
+    if isinstance(found, AdmissionDecision):
+        if found.allowed:  # unmatched namespaces allowed: admitted untouched, less the gate
+            gate = remove_scheduling_gate(admission.raw_pod, names.ADMISSION_GATE)
+            return replace(found, patch=tuple(gate))
+        return found
+    policy = found
     plan = _plan(policy, intent, view)
     if isinstance(plan, Denial):
         return AdmissionDecision.deny(_prefixed(subject, plan), tenant=policy.name)
+    if policy.device_api is DeviceApi.RESOURCE_CLAIM:
+        plan = _as_claims(plan, intent)
+        if isinstance(plan, Denial):
+            return AdmissionDecision.deny(_prefixed(subject, plan), tenant=policy.name)
     # This very request may hold a charge already: a reinvocation (the pod carries the
     # reservation we wrote) or a retry after an answer that never arrived. It is not counted
     # twice. The request uid is kube-apiserver's, so a tenant cannot name another pod's here.
     limit = _check_limits(policy, plan, view, admission.request_uid)
+    if limit is None:
+        limit = _shared_claim(admission, intent, policy, view)
+    if limit is None:
+        limit = _node_selector_conflict(policy, admission)
     if limit is not None:
         return AdmissionDecision.deny(_prefixed(subject, limit), tenant=policy.name)
-    conflict = _node_selector_conflict(policy, admission)
-    if conflict is not None:
-        return AdmissionDecision.deny(_prefixed(subject, conflict), tenant=policy.name)
+    # A pod that gets claims is not charged: each claim is, when it is created from the
+    # template (docs/policy.md, "Claims and templates").
+    claimed = plan.claim_template is not None
     return AdmissionDecision(
         allowed=True,
         reason="admitted",
         patch=tuple(_patch(admission, policy, plan, settings)),
         tenant=policy.name,
-        charge=plan.charge,
-        reservation=admission.request_uid,
+        charge=None if claimed else plan.charge,
+        reservation=None if claimed else admission.request_uid,
+        templates=((admission.namespace, plan.profile),) if claimed else (),
     )
+
+
+def _as_claims(plan: GpuPlan, intent: PodIntent) -> GpuPlan | Denial:
+    """The plan of a ResourceClaim tenant: a MIG resource becomes claims from migslice's
+    template of the profile (other tiers never reach here: the policy allows only mig)."""
+    target = plan.set_resource
+    if target is None or profile_from_resource(target.resource) is None:
+        return plan
+    template = names.mig_claim_template(plan.profile)
+    for ref in intent.claims:
+        if ref.name in pod_claim_names(target.count) and ref.template != template:
+            return Denial(
+                "mixed-request",
+                f'sets migslice GPU annotations and also names a claim "{ref.name}" in '
+                "spec.resourceClaims, which migslice gives its own claims; rename it",
+                422,
+            )
+    return replace(plan, claim_template=template)
+
+
+def pod_claim_names(count: int) -> tuple[str, ...]:
+    """``migslice-gpu``, ``migslice-gpu-1``, ...: the names of the claims migslice adds."""
+    return tuple(names.POD_CLAIM if i == 0 else f"{names.POD_CLAIM}-{i}" for i in range(count))
+
+
+def _claims_only(
+    admission: PodAdmission, intent: PodIntent, view: ClusterView, settings: AdmissionSettings
+) -> AdmissionDecision:
+    """A pod that asks for no GPU resource but names ResourceClaims: untouched unless a claim
+    asks for NVIDIA GPUs; then its tenant's, pointed at migslice-scheduler, and for a
+    hardware-isolation tenant never sharing a claim with another pod."""
+    namespace = admission.namespace
+    gpu = any(
+        (view.claim_asks_gpu(namespace, ref.claim) if ref.claim else None)
+        or (
+            (view.template(namespace, ref.template) or NO_TEMPLATE).asks_gpu
+            if ref.template
+            else False
+        )
+        for ref in intent.claims
+    )
+    if not gpu:
+        return NO_GPU_CLAIM
+    subject = f"pod {pod_label(namespace, admission.raw_pod)}"
+    found = tenant_of(namespace, subject, "uses ResourceClaims for NVIDIA GPUs", view, settings)
+    if isinstance(found, AdmissionDecision):
+        return found
+    policy = found
+    problem = _shared_claim(admission, intent, policy, view) or _node_selector_conflict(
+        policy, admission
+    )
+    if problem is not None:
+        return AdmissionDecision.deny(_prefixed(subject, problem), tenant=policy.name)
+    raw_pod = admission.raw_pod
+    ops = set_annotations(raw_pod, {names.TENANT: policy.name, names.POLICY: policy.ref})
+    ops += set_node_selector(raw_pod, dict(policy.node_selector))
+    if settings.scheduler_name:
+        ops += set_scheduler_name(raw_pod, settings.scheduler_name)
+    return AdmissionDecision(allowed=True, reason="admitted", patch=tuple(ops), tenant=policy.name)
+
+
+def _shared_claim(
+    admission: PodAdmission, intent: PodIntent, policy: TenantPolicy, view: ClusterView
+) -> Denial | None:
+    """A hardware-isolation tenant's pod naming a claim that another live pod uses."""
+    if policy.isolation is not Isolation.HARDWARE:
+        return None
+    own = pod_label(admission.namespace, admission.raw_pod).partition("/")[2]
+    for ref in intent.claims:
+        if ref.claim is None or not view.claim_asks_gpu(admission.namespace, ref.claim):
+            continue
+        others = [p for p in view.claim_users(admission.namespace, ref.claim) if p != own]
+        if others:
+            return Denial(
+                "isolation",
+                f"uses ResourceClaim {admission.namespace}/{ref.claim} (spec.resourceClaims "
+                f'"{ref.name}"), which pod {admission.namespace}/{others[0]} uses too; policy '
+                f'"{policy.name}" is isolation: hardware (spec.isolation): give each pod its '
+                "own claim (resourceClaimTemplateName)",
+            )
+    return None
 
 
 def _plan(policy: TenantPolicy, intent: PodIntent, view: ClusterView) -> GpuPlan | Denial:
@@ -143,8 +226,11 @@ def _check_limits(
     return quota_denial(policy, used, plan.charge)
 
 
-def quota_denial(policy: TenantPolicy, used: SliceUsage, wanted: SliceUsage) -> Denial | None:
-    """Every quota dimension the charge would exceed, with the numbers and the field."""
+def quota_denial(
+    policy: TenantPolicy, used: SliceUsage, wanted: SliceUsage, subject: str = "pod"
+) -> Denial | None:
+    """Every quota dimension the charge would exceed, with the numbers and the field
+    (``subject``: what asks, ``pod`` or ``claim``)."""
     quota = policy.quota
     checks: list[tuple[str, int, int, int | None, str]] = [
         ("GPU instances", used.instances, wanted.instances, quota.instances, "instances"),
@@ -175,7 +261,7 @@ def quota_denial(policy: TenantPolicy, used: SliceUsage, wanted: SliceUsage) -> 
         )
     problems = [
         f'tenant "{policy.name}" would use {held + asked} {what} ({held} in use or admitted + '
-        f'{asked} for this pod); policy "{policy.name}" allows {limit} (spec.quota.{field})'
+        f'{asked} for this {subject}); policy "{policy.name}" allows {limit} (spec.quota.{field})'
         for what, held, asked, limit, field in checks
         if limit is not None and asked > 0 and held + asked > limit
     ]
@@ -203,20 +289,19 @@ def _patch(
     raw_pod = admission.raw_pod
     ops: list[PatchOp] = []
     target = plan.set_resource
-    if target is not None:
-        ops += set_container_resource(
-            raw_pod, target.field, target.index, resource=target.resource, count=target.count
-        )
-    ops += set_annotations(
-        raw_pod,
-        {
-            names.TENANT: policy.name,
-            names.PROFILE: plan.profile,
-            names.POLICY: policy.ref,
-            names.RESERVATION: admission.request_uid,
-        },
-    )
-    ops += require_node_labels(raw_pod, plan.node_requirements)
+    output = {names.TENANT: policy.name, names.PROFILE: plan.profile, names.POLICY: policy.ref}
+    if target is not None and plan.claim_template is not None:
+        claims = dict.fromkeys(pod_claim_names(target.count), plan.claim_template)
+        ops += set_pod_claims(raw_pod, target.field, target.index, claims)
+    else:
+        output[names.RESERVATION] = admission.request_uid
+        if target is not None:
+            ops += set_container_resource(
+                raw_pod, target.field, target.index, resource=target.resource, count=target.count
+            )
+    ops += set_annotations(raw_pod, output)
+    unlabelled = names.PRODUCT_LABEL if plan.unlabelled else None
+    ops += require_node_labels(raw_pod, plan.node_requirements, or_unlabelled=unlabelled)
     ops += set_node_selector(raw_pod, dict(policy.node_selector))
     if settings.scheduler_name:
         ops += set_scheduler_name(raw_pod, settings.scheduler_name)

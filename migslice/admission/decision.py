@@ -54,6 +54,9 @@ class AdmissionDecision:
     charge: SliceUsage | None = None
     reservation: str | None = None
     warnings: tuple[str, ...] = ()
+    templates: tuple[tuple[str, str], ...] = ()
+    """(namespace, profile) of migslice's ResourceClaimTemplates the patched pod names: the
+    webhook makes sure they exist before it answers."""
 
     @staticmethod
     def deny(denial: Denial, tenant: str | None = None) -> AdmissionDecision:

@@ -45,6 +45,16 @@ class ContainerRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PodClaimRef:
+    """One entry of the pod's ``spec.resourceClaims``: its name and the claim it names
+    (``resourceClaimName``) or the template the claim is made from."""
+
+    name: str
+    claim: str | None = None
+    template: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PodIntent:
     """The pod's GPU intent. Annotation values are raw strings, not yet checked."""
 
@@ -52,6 +62,7 @@ class PodIntent:
     direct: tuple[ContainerRequest, ...]
     containers: tuple[str, ...]
     problems: tuple[str, ...] = ()
+    claims: tuple[PodClaimRef, ...] = ()
 
     def annotation(self, key: str) -> str | None:
         for name, value in self.annotations:
@@ -87,7 +98,27 @@ def read_intent(raw_pod: Mapping[str, object]) -> PodIntent:
         for entry in gpu.entries
         if entry.count is not None and entry.count > 0 and not entry.problem
     ]
-    return PodIntent(tuple(sorted(found)), tuple(direct), gpu.containers, gpu.problems)
+    return PodIntent(
+        tuple(sorted(found)), tuple(direct), gpu.containers, gpu.problems, _claims(raw_pod)
+    )
+
+
+def _claims(raw_pod: Mapping[str, object]) -> tuple[PodClaimRef, ...]:
+    spec = raw_pod.get("spec")
+    listed = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    found: list[PodClaimRef] = []
+    for entry in listed if isinstance(listed, list) else ():
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            continue
+        claim, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        found.append(
+            PodClaimRef(
+                str(entry["name"]),
+                claim if isinstance(claim, str) and claim else None,
+                template if isinstance(template, str) and template else None,
+            )
+        )
+    return tuple(found)
 
 
 def pod_label(namespace: str, raw_pod: Mapping[str, object]) -> str:

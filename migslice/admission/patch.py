@@ -107,15 +107,32 @@ def remove_scheduling_gate(raw_pod: Mapping[str, object], name: str) -> list[Pat
 
 
 def require_node_labels(
-    raw_pod: Mapping[str, object], requirements: Sequence[tuple[str, Sequence[str]]]
+    raw_pod: Mapping[str, object],
+    requirements: Sequence[tuple[str, Sequence[str]]],
+    *,
+    or_unlabelled: str | None = None,
 ) -> list[PatchOp]:
-    """AND each ``key In values`` into the pod's required node affinity (every OR-ed term)."""
+    """AND each ``key In values`` into the pod's required node affinity (every OR-ed term).
+
+    ``or_unlabelled``: a key of ``requirements`` that a node may also lack; each term then
+    has a twin with ``key DoesNotExist`` in place of ``key In values`` (appended as new terms),
+    so a node without that label (a DRA node without GPU Feature Discovery) still matches."""
     if not requirements:
         return []
     wanted: list[JsonValue] = [
         {"key": key, "operator": "In", "values": list(values)} for key, values in requirements
     ]
-    term: dict[str, JsonValue] = {"matchExpressions": wanted}
+    twin: list[JsonValue] = (
+        [
+            {"key": key, "operator": "DoesNotExist"} if key == or_unlabelled else want
+            for (key, _), want in zip(requirements, wanted, strict=True)
+        ]
+        if or_unlabelled is not None and any(key == or_unlabelled for key, _ in requirements)
+        else []
+    )
+    fresh: list[JsonValue] = [{"matchExpressions": wanted}]
+    if twin:
+        fresh.append({"matchExpressions": twin})
     spec = raw_pod.get("spec")
     affinity = spec.get("affinity") if isinstance(spec, Mapping) else None
     if not isinstance(affinity, Mapping):
@@ -126,7 +143,7 @@ def require_node_labels(
                 {
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [term]
+                            "nodeSelectorTerms": fresh
                         }
                     }
                 },
@@ -138,23 +155,36 @@ def require_node_labels(
             PatchOp(
                 "add",
                 "/spec/affinity/nodeAffinity",
-                {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}},
+                {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": fresh}},
             )
         ]
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
     if not isinstance(required, Mapping):
-        return [PatchOp("add", base, {"nodeSelectorTerms": [term]})]
+        return [PatchOp("add", base, {"nodeSelectorTerms": fresh})]
     terms = required.get("nodeSelectorTerms")
     if not isinstance(terms, list) or not terms:
-        return [PatchOp("add", f"{base}/nodeSelectorTerms", [term])]
+        return [PatchOp("add", f"{base}/nodeSelectorTerms", fresh)]
     ops: list[PatchOp] = []
+    twins: list[PatchOp] = []
     for i, existing in enumerate(terms):
         where = f"{base}/nodeSelectorTerms/{i}"
         expressions = existing.get("matchExpressions") if isinstance(existing, Mapping) else None
         if not isinstance(existing, Mapping):
-            ops.append(PatchOp("replace", where, term))
-        elif not isinstance(expressions, list):
+            ops.append(PatchOp("replace", where, {"matchExpressions": wanted}))
+            if twin:
+                twins.append(
+                    PatchOp("add", f"{base}/nodeSelectorTerms/-", {"matchExpressions": twin})
+                )
+            continue
+        present = expressions if isinstance(expressions, list) else []
+        if all(r in present for r in wanted) or (twin and all(r in present for r in twin)):
+            continue
+        if twin:
+            copy = {k: v for k, v in existing.items() if isinstance(k, str)}
+            copy["matchExpressions"] = [*present, *(r for r in twin if r not in present)]
+            twins.append(PatchOp("add", f"{base}/nodeSelectorTerms/-", _json(copy)))
+        if not isinstance(expressions, list):
             ops.append(PatchOp("add", f"{where}/matchExpressions", list(wanted)))
         else:
             ops += [
@@ -162,7 +192,57 @@ def require_node_labels(
                 for requirement in wanted
                 if requirement not in expressions
             ]
-    return ops
+    return ops + twins
+
+
+def set_pod_claims(
+    raw_pod: Mapping[str, object], field: str, index: int, claims: Mapping[str, str]
+) -> list[PatchOp]:
+    """Give the pod the claims ``claims`` (name -> ResourceClaimTemplate) in
+    ``spec.resourceClaims`` and in the container's ``resources.claims``; idempotent."""
+    spec = raw_pod.get("spec")
+    listed = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    have = {
+        entry.get("name")
+        for entry in (listed if isinstance(listed, list) else [])
+        if isinstance(entry, Mapping)
+    }
+    entries: list[JsonValue] = [
+        {"name": name, "resourceClaimTemplateName": template}
+        for name, template in claims.items()
+        if name not in have
+    ]
+    ops: list[PatchOp] = []
+    if not isinstance(listed, list):
+        ops.append(PatchOp("add", "/spec/resourceClaims", entries))
+    else:
+        ops += [PatchOp("add", "/spec/resourceClaims/-", entry) for entry in entries]
+    container = _get(raw_pod, "spec", field, index)
+    base: tuple[str | int, ...] = ("spec", field, index, "resources")
+    resources = container.get("resources") if isinstance(container, Mapping) else None
+    uses: list[JsonValue] = [{"name": name} for name in claims]
+    if not isinstance(resources, Mapping):
+        return [*ops, PatchOp("add", pointer(*base), {"claims": uses})]
+    current = resources.get("claims")
+    if not isinstance(current, list):
+        return [*ops, PatchOp("add", pointer(*base, "claims"), uses)]
+    named = {c.get("name") for c in current if isinstance(c, Mapping)}
+    return ops + [
+        PatchOp("add", pointer(*base, "claims", "-"), {"name": name})
+        for name in claims
+        if name not in named
+    ]
+
+
+def _json(value: object) -> JsonValue:
+    """``value`` (an object as decoded from JSON) typed as a JSON value."""
+    if isinstance(value, Mapping):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
 
 
 def _get(raw: object, *tokens: str | int) -> object:

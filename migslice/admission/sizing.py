@@ -35,6 +35,12 @@ class GpuPlan:
     charge: SliceUsage
     node_requirements: tuple[tuple[str, tuple[str, ...]], ...]
     set_resource: ContainerRequest | None = None
+    unlabelled: bool = False
+    """Nodes without the product label may serve it too (DRA nodes without GPU Feature
+    Discovery): the policy narrows no product, and the resource names what it needs."""
+    claim_template: str | None = None
+    """``deviceAPI: ResourceClaim``: the pod gets ``set_resource``'s count of claims from this
+    template of its namespace instead of the resource."""
 
 
 def plan_annotated(
@@ -135,6 +141,7 @@ def _plan_tier(
             charge=_times(unit, count),
             node_requirements=((names.PRODUCT_LABEL, resolved.products),),
             set_resource=ContainerRequest(field, index, "", resolved.resource, count),
+            unlabelled=not policy.allowed_products,
         )
     if tier is Tier.DEDICATED:
         products = tuple(
@@ -157,6 +164,7 @@ def _plan_tier(
             charge=charge(WHOLE_GPU_RESOURCE, count),
             node_requirements=((names.PRODUCT_LABEL, products),),
             set_resource=ContainerRequest(field, index, "", WHOLE_GPU_RESOURCE, count),
+            unlabelled=not policy.allowed_products,
         )
     return GpuPlan(
         profile=tier.value,
@@ -216,7 +224,8 @@ def plan_direct(
     for resource, count in counts.items():
         total = total + charge(resource, count, priced_on[resource])
     requirements = ((names.PRODUCT_LABEL, tuple(sorted(products or ()))), *sharing)
-    return GpuPlan(",".join(dict.fromkeys(profiles)), total, requirements)
+    unlabelled = not policy.allowed_products and not sharing
+    return GpuPlan(",".join(dict.fromkeys(profiles)), total, requirements, unlabelled=unlabelled)
 
 
 def _direct_request(

@@ -5,6 +5,10 @@ instance, G compute slices and its memory slices on the pod's GPU model (the nod
 a bound pod, else the largest among the cluster's models with the profile); a whole GPU
 (``nvidia.com/gpu``) as one instance of 7 compute and 8 memory slices; a shared or MPS GPU
 (``nvidia.com/gpu.shared``) as one instance and no slices.
+
+A ResourceClaim is charged as the extended resources its asks amount to (:func:`claim_asks`:
+``count`` MIG devices of ``1g.10gb`` as ``nvidia.com/mig-1g.10gb: count``, whole GPUs as
+``nvidia.com/gpu``), each priced on the model its ``productName`` selector names, if any.
 """
 
 from __future__ import annotations
@@ -14,7 +18,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from migslice.mig import CATALOG, profile_from_resource
-from migslice.names import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
+from migslice.mig.catalog import product_label_of
+from migslice.names import DRA_DRIVER, SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE, mig_resource_name
+from migslice.objects.resource_claims import GpuAsk
+from migslice.objects.resource_slices import DeviceKind
+
+PRODUCT_NAME = f"{DRA_DRIVER}/productName"
+ClaimAsk = tuple[str, int, str | None]
+"""What one request of a claim holds: the extended resource it amounts to, how many, and the
+catalog model its ``productName`` selector names (None: any)."""
 
 WHOLE_GPU_COMPUTE_SLICES = 7
 WHOLE_GPU_MEMORY_SLICES = 8
@@ -128,3 +140,42 @@ def usage_of(requests: Mapping[str, int], model_keys: tuple[str, ...] = ()) -> S
     for resource, count in sorted(requests.items()):
         result = result + charge(resource, count, model_keys)
     return result
+
+
+def claim_asks(asks: tuple[GpuAsk, ...]) -> tuple[ClaimAsk, ...]:
+    """A claim's GPU asks as the extended resources they amount to (see the module docstring)."""
+    found: list[ClaimAsk] = []
+    for ask in asks:
+        resource = (
+            mig_resource_name(ask.profile)
+            if ask.kind == DeviceKind.MIG and ask.profile
+            else WHOLE_GPU_RESOURCE
+        )
+        found.append((resource, ask.count, ask_model(ask)))
+    return tuple(found)
+
+
+def ask_model(ask: GpuAsk) -> str | None:
+    """The catalog key of the model the ask's ``productName`` selector names (None: none, or
+    a product the catalog does not know)."""
+    product = ask.selection.value(PRODUCT_NAME)
+    if product is None:
+        return None
+    model = CATALOG.by_product(product_label_of(product))
+    return None if model is None else model.key
+
+
+def claim_usage(asks: tuple[ClaimAsk, ...], model_keys: tuple[str, ...] = ()) -> SliceUsage:
+    """What a claim holds: each ask priced on its own model, else on ``model_keys``."""
+    result = ZERO
+    for resource, count, model in asks:
+        result = result + charge(resource, count, (model,) if model else model_keys)
+    return result
+
+
+def claim_requests(asks: tuple[ClaimAsk, ...]) -> dict[str, int]:
+    """The extended resources a claim's asks amount to, summed per resource."""
+    totals: dict[str, int] = {}
+    for resource, count, _ in asks:
+        totals[resource] = totals.get(resource, 0) + count
+    return totals

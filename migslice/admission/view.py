@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from migslice.admission.usage import ZERO, SliceUsage
+from migslice.objects.device_classes import DeviceClassFacts
 from migslice.policy import Offer, TenantPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateFacts:
+    """A ResourceClaimTemplate as admission needs it: whether its claims ask for NVIDIA GPUs,
+    and the profile when it is exactly migslice's template of its name (else None)."""
+
+    asks_gpu: bool
+    migslice_profile: str | None = None
 
 
 class ClusterView(Protocol):
@@ -23,7 +33,31 @@ class ClusterView(Protocol):
         ...
 
     def tenant_usage(self, tenant: str, exclude_reservation: str | None = None) -> SliceUsage:
-        """Slices the tenant's live pods hold plus its unexpired reservations."""
+        """Slices the tenant's live pods and claims hold plus its unexpired reservations."""
+        ...
+
+    def device_classes(self) -> Mapping[str, DeviceClassFacts]:
+        """The DeviceClasses by name (empty where the cluster serves no DRA)."""
+        ...
+
+    def covering_pod(
+        self, namespace: str, pod: str, pod_uid: str, claim: str
+    ) -> Mapping[str, int] | None:
+        """The GPU requests of the live pod ``pod`` (uid ``pod_uid``) of ``namespace``, when it
+        may pay for the extended-resource claim ``claim`` (it pays for no other); else None."""
+        ...
+
+    def claim_users(self, namespace: str, claim: str) -> tuple[str, ...]:
+        """The live pods of ``namespace`` that use ResourceClaim ``claim`` by name or that it
+        is reserved for."""
+        ...
+
+    def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
+        """Whether ResourceClaim ``claim`` asks for NVIDIA GPUs (None: not seen)."""
+        ...
+
+    def template(self, namespace: str, name: str) -> TemplateFacts | None:
+        """The ResourceClaimTemplate ``name`` of ``namespace`` (None: not seen)."""
         ...
 
 
@@ -35,6 +69,13 @@ class StaticView:
     offer_list: tuple[Offer, ...] = ()
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     usage: Mapping[str, SliceUsage] = field(default_factory=dict)
+    classes: Mapping[str, DeviceClassFacts] = field(default_factory=dict)
+    pods: Mapping[str, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
+    """``namespace/name`` -> (uid, GPU requests) of live pods (extended-resource claims)."""
+    users: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """``namespace/claim`` -> the live pods that use it."""
+    gpu_claims: Mapping[str, bool] = field(default_factory=dict)
+    templates: Mapping[str, TemplateFacts] = field(default_factory=dict)
 
     def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
         labels = self.labels.get(namespace, {"kubernetes.io/metadata.name": namespace})
@@ -45,3 +86,21 @@ class StaticView:
 
     def tenant_usage(self, tenant: str, exclude_reservation: str | None = None) -> SliceUsage:
         return self.usage.get(tenant, ZERO)
+
+    def device_classes(self) -> Mapping[str, DeviceClassFacts]:
+        return self.classes
+
+    def covering_pod(
+        self, namespace: str, pod: str, pod_uid: str, claim: str
+    ) -> Mapping[str, int] | None:
+        found = self.pods.get(f"{namespace}/{pod}")
+        return found[1] if found is not None and found[0] == pod_uid else None
+
+    def claim_users(self, namespace: str, claim: str) -> tuple[str, ...]:
+        return self.users.get(f"{namespace}/{claim}", ())
+
+    def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
+        return self.gpu_claims.get(f"{namespace}/{claim}")
+
+    def template(self, namespace: str, name: str) -> TemplateFacts | None:
+        return self.templates.get(f"{namespace}/{name}")

@@ -30,6 +30,7 @@ from migslice.repartition import (
     snapshot_from_objects,
 )
 from migslice.repartition.carve.branch import describe
+from migslice.repartition.modes import dra_exclusion
 
 DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 
@@ -122,9 +123,25 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     if step.carve_plan is not None:
         return print_carve(step.carve_plan, list(snapshot.nodes), json_output=args.output == "json")
-    return print_step(
+    code = print_step(
         step, list(snapshot.nodes), output=args.output, config_map=args.mig_config_map
     )
+    left = dra_nodes(snapshot.nodes)
+    if left and args.output == "table":
+        print("\nDRA nodes, left to NVIDIA's DRA driver:")
+        for node, reason in left:
+            print(f"  {node}: {reason}")
+    return code
+
+
+def dra_nodes(nodes: Sequence[NodeState]) -> list[tuple[str, str]]:
+    """Every node whose GPUs NVIDIA's DRA driver publishes, and why no plan touches it."""
+    found = []
+    for node in nodes:
+        why = dra_exclusion(node)
+        if why is not None:
+            found.append((node.name, why.message))
+    return found
 
 
 def _check_has_gpu_nodes(path: Path, objects: ClusterObjects, nodes: Sequence[NodeState]) -> None:
@@ -156,7 +173,15 @@ def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: s
             print(render_mig_parted(configs), end="")
         return 0
     if output == "json":
-        print_json({"step": str(step.kind), "reason": step.reason, **plan_json(step.plan)})
+        left = [{"node": n, "reason": r} for n, r in dra_nodes(nodes)]
+        print_json(
+            {
+                "step": str(step.kind),
+                "reason": step.reason,
+                **plan_json(step.plan),
+                "draNodes": left,
+            }
+        )
         return 0
     if step.kind is not StepKind.START and not (step.plan and step.plan.unserved):
         print(f"the controller would {step.kind}: {step.reason}")

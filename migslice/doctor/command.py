@@ -29,6 +29,9 @@ CHECK_NAMES = (
     "tenant-policies",
     "outage-modes",
     "nodes-in-trouble",
+    "dra-api",
+    "dra-nodes",
+    "dra-device-classes",
 )
 """The checks in the order they run (``migslice.doctor.registry.CHECKS``; kept here so that
 building the command line imports no check)."""

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from migslice import names
-from migslice.doctor import gather
+from migslice.doctor import gather, gather_dra
 from migslice.doctor.checks import (
+    dra,
     gpu_operator,
     install,
     nodes,
@@ -153,5 +154,23 @@ CHECKS: tuple[Check, ...] = (
         "every Node's nvidia.com/mig.config.state, and since when (managedFields)",
         gather.gather_nodes,
         nodes.judge_nodes_in_trouble,
+    ),
+    Check(
+        dra.DRA_API_CHECK,
+        "discovery of resource.k8s.io/v1; kube-apiserver's /version",
+        gather_dra.gather_dra,
+        dra.judge_dra_api,
+    ),
+    Check(
+        dra.DRA_NODES_CHECK,
+        "every gpu.nvidia.com ResourceSlice, read as migslice reads it; every Node",
+        gather_dra.gather_dra,
+        dra.judge_dra_nodes,
+    ),
+    Check(
+        dra.DRA_CLASSES_CHECK,
+        "every DeviceClass: mig.nvidia.com and migslice-mig-<profile> of each catalog profile",
+        gather_dra.gather_dra,
+        dra.judge_dra_classes,
     ),
 )

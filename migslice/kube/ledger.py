@@ -132,10 +132,13 @@ class ConfigMapLedgers:
     up after ``timeout_s`` (under the webhook's own timeout, so that an API server that does
     not answer, e.g. while etcd is down, is reported at once rather than holding the tenant)."""
 
-    def __init__(self, api: Api, namespace: str, *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self, api: Api, namespace: str, *, timeout_s: float = 3.0, claims: bool = False
+    ) -> None:
         self._api = api
         self._namespace = namespace
         self._timeout_s = timeout_s
+        self._claims = claims
         self._collection = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps"
 
     def read(self, tenant: str) -> Ledger:
@@ -183,23 +186,34 @@ class ConfigMapLedgers:
         return replace(ledger, version=_version_of(stored))
 
     def reservations_in(self, namespace: str) -> frozenset[str]:
-        path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods"
+        """The reservations of the namespace's GPU pods and, with ``claims``, of its
+        ResourceClaims (a claim's charge is matched to it as a pod's is)."""
+        quoted = urllib.parse.quote(namespace)
+        found = self._reservations(f"/api/v1/namespaces/{quoted}/pods", gpu_only=True)
+        if self._claims:
+            path = f"{names.DRA_API}/namespaces/{quoted}/resourceclaims"
+            found |= self._reservations(path, gpu_only=False)
+        return frozenset(found)
+
+    def _reservations(self, path: str, *, gpu_only: bool) -> set[str]:
         found: set[str] = set()
         token = ""
         while True:
             query = {"limit": "500", **({"continue": token} if token else {})}
             page = self._api.get_json(path, query, timeout_s=LIST_TIMEOUT_S)
-            for raw_pod in page.get("items") or ():
-                uid = annotations_of(raw_pod).get(names.RESERVATION)
+            for raw in page.get("items") or ():
+                uid = annotations_of(raw).get(names.RESERVATION)
+                # A pod behind the admission gate is no admission yet: its annotation is not
+                # the webhook's (docs/outages.md).
                 if (
                     isinstance(uid, str)
-                    and gpu_requests(raw_pod)
-                    and not is_admission_gated(raw_pod)
+                    and (not gpu_only or gpu_requests(raw))
+                    and not is_admission_gated(raw)
                 ):
                     found.add(uid)
             token = str((page.get("metadata") or {}).get("continue") or "")
             if not token:
-                return frozenset(found)
+                return found
 
     def marked(self, tenant: str) -> str:
         path = status_path(tenant).removesuffix("/status")

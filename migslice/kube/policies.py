@@ -1,27 +1,40 @@
-"""Watch caches for the admission webhook: TenantPolicies, Namespaces, Nodes and Pods.
+"""Watch caches for the admission webhook: TenantPolicies, Namespaces, Nodes and Pods, and,
+where the API server serves ``resource.k8s.io/v1``, ResourceClaims, DeviceClasses,
+ResourceClaimTemplates and ResourceSlices (docs/dra.md, "Admission").
 
 The generic list+watch loop is :class:`migslice.kube.informer.Informer`; this module only
-wires four of them to a :class:`ClusterFeed` (the webhook's ``ClusterState``), which keeps
-the few facts decisions need and drops the raw objects at once.
+wires them to a :class:`ClusterFeed` (the webhook's ``ClusterState``), which keeps the few
+facts decisions need and drops the raw objects at once.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from migslice.kube.informer import Informer, ResourceRef
-from migslice.kube.transport import RawObject, Transport
-from migslice.names import GROUP, VERSION
+from migslice.kube.transport import ApiError, KubeError, RawObject, Transport
+from migslice.names import DRA_API, GROUP, VERSION
 from migslice.names import POLICY_PLURAL as PLURAL
+from migslice.objects.claim_templates import slim_template
+from migslice.objects.dra_products import slim_slice
 from migslice.objects.nodes import slim_node
 from migslice.objects.pods import slim_pod
+from migslice.objects.resource_claims import slim_claim
+
+log = logging.getLogger(__name__)
 
 POLICIES = "tenantpolicies"
 NAMESPACES = "namespaces"
 NODES = "nodes"
 PODS = "pods"
+CLAIMS = "resourceclaims"
+CLASSES = "deviceclasses"
+TEMPLATES = "resourceclaimtemplates"
+SLICES = "resourceslices"
 SOURCES = (POLICIES, NAMESPACES, NODES, PODS)
+DRA_SOURCES = (CLAIMS, CLASSES, TEMPLATES, SLICES)
 
 
 class ClusterFeed(Protocol):
@@ -35,6 +48,14 @@ class ClusterFeed(Protocol):
     def delete_node(self, name: str) -> None: ...
     def upsert_pod(self, raw_pod: Mapping[str, object]) -> None: ...
     def delete_pod(self, namespace: str, name: str) -> None: ...
+    def upsert_claim(self, raw_claim: Mapping[str, object]) -> None: ...
+    def delete_claim(self, key: str) -> None: ...
+    def upsert_device_class(self, raw_class: Mapping[str, object]) -> None: ...
+    def delete_device_class(self, name: str) -> None: ...
+    def upsert_template(self, raw_template: Mapping[str, object]) -> None: ...
+    def delete_template(self, key: str) -> None: ...
+    def upsert_slice(self, slim_slice: Mapping[str, object]) -> None: ...
+    def delete_slice(self, name: str) -> None: ...
     def expect(self, *sources: str) -> None: ...
     def mark_synced(self, source: str) -> None: ...
 
@@ -87,13 +108,31 @@ def _keep(raw: RawObject) -> RawObject | None:
     return raw
 
 
-def admission_informers(feed: ClusterFeed, transport: Transport) -> tuple[Informer[RawObject], ...]:
-    """Four informers (not started) that keep ``feed`` up to date; call ``start()`` on each.
+def serves_dra(transport: Transport) -> bool:
+    """Whether the API server serves ``resource.k8s.io/v1`` (Kubernetes 1.34 and later). Only
+    a definite 404 says no: any other failure leaves the DRA caches on, to retry and sync."""
+    try:
+        transport.get_json(DRA_API, {})
+    except ApiError as error:
+        if error.status == 404:
+            log.info("%s not served; no ResourceClaim, DeviceClass or slice caches", DRA_API)
+            return False
+        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
+    except KubeError as error:
+        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
+    return True
+
+
+def admission_informers(
+    feed: ClusterFeed, transport: Transport, *, dra: bool = False
+) -> tuple[Informer[RawObject], ...]:
+    """The informers (not started) that keep ``feed`` up to date; call ``start()`` on each;
+    with ``dra``, also those of ResourceClaims, DeviceClasses, templates and slices.
 
     Lists reach the feed page by page (the sink is a ``PageSink``), and Nodes and Pods are
     slimmed as each page arrives (``slim_node``, ``slim_pod``): neither the raw list of 40,000
     pods nor its slim copies ever sit whole in memory; the feed keeps its own compact charges."""
-    feed.expect(*SOURCES)
+    feed.expect(*SOURCES, *(DRA_SOURCES if dra else ()))
     wiring: tuple[tuple[str, str, Upsert, Callable[[str], None], Project], ...] = (
         (
             POLICIES,
@@ -106,6 +145,31 @@ def admission_informers(feed: ClusterFeed, transport: Transport) -> tuple[Inform
         (NODES, "/api/v1/nodes", feed.upsert_node, feed.delete_node, slim_node),
         (PODS, "/api/v1/pods", feed.upsert_pod, _delete_pod(feed), slim_pod),
     )
+    if dra:
+        wiring += (
+            (CLAIMS, f"{DRA_API}/resourceclaims", feed.upsert_claim, feed.delete_claim, slim_claim),
+            (
+                CLASSES,
+                f"{DRA_API}/deviceclasses",
+                feed.upsert_device_class,
+                feed.delete_device_class,
+                _keep,
+            ),
+            (
+                TEMPLATES,
+                f"{DRA_API}/resourceclaimtemplates",
+                feed.upsert_template,
+                feed.delete_template,
+                slim_template,
+            ),
+            (
+                SLICES,
+                f"{DRA_API}/resourceslices",
+                feed.upsert_slice,
+                feed.delete_slice,
+                slim_slice,
+            ),
+        )
     return tuple(
         Informer(
             name=f"webhook-{source}",

@@ -13,6 +13,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from migslice.mig import Catalog
+from migslice.names import DRA_DRIVER, mig_device_class, mig_resource_name
+from migslice.objects.device_configs import sharing_strategies
 from migslice.objects.dra_selectors import DeviceSelection, read_selectors
 from migslice.objects.json import JsonObject, items, mapping, text
 
@@ -24,6 +27,8 @@ class DeviceClassFacts:
     name: str
     selection: DeviceSelection
     extended_resource: str | None = None
+    sharing: tuple[str, ...] = ()
+    """Sharing strategies its ``spec.config`` asks of NVIDIA's driver (``TimeSlicing``, ``MPS``)."""
 
 
 def device_class_facts_from_raw(raw_class: JsonObject) -> DeviceClassFacts | None:
@@ -40,4 +45,28 @@ def device_class_facts_from_raw(raw_class: JsonObject) -> DeviceClassFacts | Non
         sys.intern(name),
         read_selectors(expressions),
         sys.intern(extended) if extended else None,
+        sharing_strategies(spec.get("config")),
     )
+
+
+def mig_profiles(catalog: Catalog) -> tuple[str, ...]:
+    """Every MIG profile of the catalog's models, each once, in catalog order: the profiles
+    migslice ships a DeviceClass for (``charts/migslice/files/dra/mig-profiles.yaml``)."""
+    return tuple(dict.fromkeys(p.name for m in catalog.models for p in m.profiles))
+
+
+def migslice_device_class(profile: str) -> JsonObject:
+    """migslice's DeviceClass of ``profile`` as the chart renders it (less its labels)."""
+    expression = (
+        f"device.driver == '{DRA_DRIVER}' && device.attributes['{DRA_DRIVER}'].type == 'mig' "
+        f"&& device.attributes['{DRA_DRIVER}'].profile == '{profile}'"
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": mig_device_class(profile)},
+        "spec": {
+            "selectors": [{"cel": {"expression": expression}}],
+            "extendedResourceName": mig_resource_name(profile),
+        },
+    }

@@ -226,13 +226,14 @@ _CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
 
 
 def slim_pod(raw_pod: RawPod) -> dict[str, object]:
-    """The parts of a Pod the webhook's state reads (identity, migslice annotations, phase,
-    node, the containers' names, resources and restart policy), for a watch cache of tens of
-    thousands of pods: every reader of this module and of ``pod_gpus`` answers the same on the
-    slim pod as on the whole one. Names are interned; anything malformed is kept as sent, so
-    the readers report it as they would. A pod behind the admission gate is kept whole (less
-    ``managedFields``): the gate reconciler decides it, and writes its patch, on this copy;
-    such pods are few, and only while or after the webhook was unavailable."""
+    """The parts of a Pod the webhook's state reads (identity and uid, migslice annotations,
+    phase, node, the claims it names, the containers' names, resources and restart policy),
+    for a watch cache of tens of thousands of pods: every reader of this module and of
+    ``pod_gpus`` answers the same on the slim pod as on the whole one. Names are interned;
+    anything malformed is kept as sent, so the readers report it as they would. A pod behind
+    the admission gate is kept whole (less ``managedFields``): the gate reconciler decides it,
+    and writes its patch, on this copy; such pods are few, and only while or after the webhook
+    was unavailable."""
     metadata = raw_pod.get("metadata")
     spec = raw_pod.get("spec")
     status = raw_pod.get("status")
@@ -242,7 +243,7 @@ def slim_pod(raw_pod: RawPod) -> dict[str, object]:
         return whole
     slim: dict[str, object] = {}
     if isinstance(metadata, Mapping):
-        kept = {k: _interned(metadata[k]) for k in ("namespace", "name") if k in metadata}
+        kept = {k: _interned(metadata[k]) for k in ("namespace", "name", "uid") if k in metadata}
         annotations = metadata.get("annotations")
         if isinstance(annotations, Mapping):
             kept["annotations"] = {
@@ -259,6 +260,8 @@ def slim_pod(raw_pod: RawPod) -> dict[str, object]:
         slim_spec: dict[str, object] = {}
         if "nodeName" in spec:
             slim_spec["nodeName"] = _interned(spec["nodeName"])
+        if "resourceClaims" in spec:
+            slim_spec["resourceClaims"] = spec["resourceClaims"]
         for field in ("containers", "initContainers"):
             listed = spec.get(field, _ABSENT)
             if isinstance(listed, list):

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from migslice.names import DRA_DRIVER, EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from migslice.names import DRA_DRIVER, EXTENDED_RESOURCE_CLAIM_ANNOTATION, MIGSLICE_PREFIX
 from migslice.objects.device_classes import DeviceClassFacts
 from migslice.objects.dra_selectors import DeviceSelection, read_selectors
 from migslice.objects.json import JsonObject, items, mapping, text
@@ -162,7 +162,7 @@ def gpu_asks(claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]) -> GpuA
             unread.append(f"{where}: DeviceClass {request.device_class!r} not known")
             continue
         selection = found.selection.both(request.selection)
-        if not _is_nvidia_gpu(selection):
+        if not is_nvidia_gpu(selection):
             continue
         if selection.unread or selection.conflict:
             what = selection.unread[0] if selection.unread else "selectors that contradict"
@@ -181,7 +181,35 @@ def gpu_asks(claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]) -> GpuA
     return GpuAsks(tuple(asks), tuple(unread))
 
 
-def _is_nvidia_gpu(selection: DeviceSelection) -> bool:
+def is_nvidia_gpu(selection: DeviceSelection) -> bool:
+    """Whether a class's and a request's selection, together, are of NVIDIA's driver."""
     if selection.driver is not None:
         return selection.driver == DRA_DRIVER
     return any(key.startswith(DRA_DRIVER + "/") for key, _ in selection.equal)
+
+
+def slim_claim(raw_claim: JsonObject) -> dict[str, object]:
+    """What the webhook reads of a claim (metadata it uses, spec, the allocation's results and
+    reservedFor), for a watch cache."""
+    metadata = mapping(raw_claim.get("metadata"))
+    status = mapping(raw_claim.get("status"))
+    kept: dict[str, object] = {
+        k: metadata[k] for k in ("name", "namespace", "ownerReferences") if k in metadata
+    }
+    annotations = mapping(metadata.get("annotations"))
+    kept["annotations"] = {
+        k: v
+        for k, v in annotations.items()
+        if k.startswith(MIGSLICE_PREFIX) or k == EXTENDED_RESOURCE_CLAIM_ANNOTATION
+    }
+    slim: dict[str, object] = {"metadata": kept, "spec": raw_claim.get("spec")}
+    allocation = status.get("allocation")
+    if isinstance(allocation, Mapping):
+        results = mapping(allocation.get("devices")).get("results")
+        slim["status"] = {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": status.get("reservedFor"),
+        }
+    elif status.get("reservedFor") is not None:
+        slim["status"] = {"reservedFor": status.get("reservedFor")}
+    return slim

@@ -11,6 +11,7 @@ from migslice.policy.resolution import (
 )
 from migslice.policy.types import (
     TIERS_BY_ISOLATION,
+    DeviceApi,
     Isolation,
     LabelSelector,
     Quota,
@@ -23,6 +24,7 @@ from migslice.policy.validation import check_against_catalog, namespace_conflict
 
 __all__ = [
     "TIERS_BY_ISOLATION",
+    "DeviceApi",
     "FieldError",
     "Isolation",
     "LabelSelector",

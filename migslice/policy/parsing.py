@@ -14,7 +14,9 @@ from typing import TypeVar
 from migslice.mig import CATALOG, ProfileNameError, parse_profile_name
 from migslice.policy.errors import FieldError, PolicyError
 from migslice.policy.types import (
+    DRA_TIERS,
     TIERS_BY_ISOLATION,
+    DeviceApi,
     Isolation,
     LabelSelector,
     Quota,
@@ -44,6 +46,7 @@ _SPEC_FIELDS = frozenset(
         "nodeSelector",
         "quota",
         "maxSlicesPerPod",
+        "deviceAPI",
     }
 )
 
@@ -90,6 +93,7 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
     node_selector = _string_map(spec.get("nodeSelector"), "spec.nodeSelector", errors)
     quota = _quota(spec.get("quota"), errors)
     max_slices = _int(spec.get("maxSlicesPerPod"), "spec.maxSlicesPerPod", 1, errors)
+    device_api = _device_api(spec.get("deviceAPI"), tier_values, errors)
 
     if errors.items:
         raise PolicyError(name or "?", tuple(errors.items))
@@ -108,7 +112,26 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
         node_selector=node_selector,
         quota=quota,
         max_slices_per_pod=max_slices,
+        device_api=device_api,
     )
+
+
+def _device_api(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> DeviceApi:
+    """``spec.deviceAPI`` (default ExtendedResource); ResourceClaim only with DRA's tiers."""
+    if value is None:
+        return DeviceApi.EXTENDED_RESOURCE
+    parsed = _enum_value(value, DeviceApi, "spec.deviceAPI", errors)
+    if parsed is None:
+        return DeviceApi.EXTENDED_RESOURCE
+    other = [t.value for t in tiers if t not in DRA_TIERS]
+    if parsed is DeviceApi.RESOURCE_CLAIM and other:
+        errors.add(
+            "spec.deviceAPI",
+            f"ResourceClaim serves only the mig tier (migslice's claim templates ask for one "
+            f"MIG device each); spec.tiers also has {', '.join(other)}: remove them or use "
+            "deviceAPI ExtendedResource",
+        )
+    return parsed
 
 
 def _metadata(metadata: object, errors: _Errors) -> tuple[str, int]:

@@ -29,6 +29,17 @@ class Tier(StrEnum):
     MPS = "mps"  # CUDA MPS, nvidia.com/gpu.shared on an MPS node
 
 
+class DeviceApi(StrEnum):
+    """How the webhook gives a sized pod its GPU (``spec.deviceAPI``)."""
+
+    EXTENDED_RESOURCE = "ExtendedResource"  # nvidia.com/mig-<profile> in the container's limits
+    RESOURCE_CLAIM = "ResourceClaim"  # a ResourceClaim from migslice's template of the profile
+
+
+DRA_TIERS = frozenset({Tier.MIG})
+"""The tiers a ResourceClaim tenant may have: migslice's templates each ask for one MIG device."""
+
+
 TIERS_BY_ISOLATION: Mapping[Isolation, frozenset[Tier]] = {
     Isolation.HARDWARE: frozenset({Tier.MIG, Tier.DEDICATED}),
     Isolation.PROCESS: frozenset({Tier.MIG, Tier.DEDICATED, Tier.SHARED}),
@@ -116,6 +127,7 @@ class TenantPolicy:
     node_selector: tuple[tuple[str, str], ...] = ()
     quota: Quota = Quota()
     max_slices_per_pod: int | None = None
+    device_api: DeviceApi = DeviceApi.EXTENDED_RESOURCE
 
     @property
     def ref(self) -> str:

@@ -47,6 +47,7 @@ class TenantPolicySpecWire(TypedDict, total=False):
     nodeSelector: dict[str, str]
     quota: QuotaWire
     maxSlicesPerPod: int
+    deviceAPI: Literal["ExtendedResource", "ResourceClaim"]
 
 
 class ConditionWire(TypedDict):

@@ -242,7 +242,9 @@ def test_two_policies_selecting_one_namespace_deny_with_both_names() -> None:
     assert 'TenantPolicies "team-a" and "team-b"' in decision.message
 
 
-def test_existing_required_affinity_terms_each_get_the_product_requirement() -> None:
+def test_existing_required_affinity_terms_each_get_the_product_requirement_and_a_twin() -> None:
+    """Each term gets ``product In [...]``; a twin of it with ``product DoesNotExist`` lets a
+    DRA node without GFD labels match too (the policy narrows no product)."""
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -258,7 +260,13 @@ def test_existing_required_affinity_terms_each_get_the_product_requirement() -> 
     terms = patched["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
-    assert [len(t["matchExpressions"]) for t in terms] == [2, 1]
+    assert [len(t["matchExpressions"]) for t in terms] == [2, 1, 2, 1]
+    product = [t["matchExpressions"][-1] for t in terms]
+    assert [p["operator"] for p in product] == ["In", "In", "DoesNotExist", "DoesNotExist"]
+    assert terms[3]["matchFields"] == terms[1]["matchFields"]
+    again = jsonpatch.apply_patch(patched, [])
+    decision, _ = run(again, view(make_policy()))
+    assert not [op for op in decision.patch if "affinity" in op.path]
 
 
 def test_the_policy_node_selector_is_merged_and_a_conflict_is_denied() -> None:

@@ -20,7 +20,10 @@ def test_the_demo_walks_admission_quota_scheduling_and_a_repartition(tmp_path: P
     assert "no 7g.80gb instance in node's MIG layout" in text
     assert "plan: node a100-small -> config migslice-a100-small-" in text
     assert "device plugin now offers 1g.10gb x7, 7g.80gb x1" in text
-    assert text.count("bound to ") == 5
+    assert text.count("bound to ") == 6
+    assert "claim migslice-gpu from ResourceClaimTemplate migslice-mig-1g.10gb" in text
+    assert "charged by the webhook (1g.10gb, reservation" in text
+    assert "allocator (first fit): detect-" in text and "-> gpu-0-mig-1g10gb-19-0" in text
     assert 'namespace "sandbox" belongs to no TenantPolicy' in text
 
     objects = list(yaml.safe_load_all((tmp_path / "cluster.yaml").read_text()))
@@ -30,3 +33,7 @@ def test_the_demo_walks_admission_quota_scheduling_and_a_repartition(tmp_path: P
     assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
     assert node["status"]["allocatable"]["nvidia.com/mig-7g.80gb"] == "1"
     assert not (tmp_path / "cluster.tmp").exists()
+    detect = next(o for o in objects if o["metadata"].get("name", "").startswith("detect-"))
+    assert detect["spec"]["nodeName"] == "a100-dra"
+    (claim,) = [o for o in objects if o["kind"] == "ResourceClaim"]
+    assert claim["metadata"]["annotations"]["migslice.io/tenant"] == "vision"

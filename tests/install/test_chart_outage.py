@@ -44,7 +44,8 @@ def selector(binding: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_fail_closed_and_fail_open_namespaces_get_one_webhook_each_and_the_same_filter() -> None:
-    closed, opened = hooks()
+    closed, opened, claims = hooks()
+    assert claims["name"] == "claims.webhook.migslice.io"
     assert closed["failurePolicy"] == "Fail" and opened["failurePolicy"] == "Ignore"
     assert closed["namespaceSelector"]["matchExpressions"][-1] == CLOSED
     assert opened["namespaceSelector"]["matchExpressions"][-1] == OPEN
@@ -60,7 +61,12 @@ def test_the_gate_policy_gates_every_gpu_pod_of_fail_open_namespaces_before_the_
     assert gate["failurePolicy"] == "Fail"
     assert gate["reinvocationPolicy"] == "Never"  # never put back after the webhook removed it
     assert gate["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
-    assert gate["matchConditions"] == hooks()[0]["matchConditions"]
+    # The webhooks are sent pods that only name ResourceClaims too; the gate is not put on
+    # those: their claims go through the claims webhook, fail-closed, and are what is charged.
+    (webhook_condition,) = hooks()[0]["matchConditions"]
+    (gate_condition,) = gate["matchConditions"]
+    claims = "|| (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)"
+    assert webhook_condition["expression"] == f"{gate_condition['expression']}\n{claims}"
     (mutation,) = gate["mutations"]
     expression = mutation["applyConfiguration"]["expression"]
     assert f'name: "{names.ADMISSION_GATE}"' in expression

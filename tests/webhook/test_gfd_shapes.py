@@ -155,7 +155,11 @@ def matches(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
                 ok = ok and present and value in expression["values"]
             elif expression["operator"] == "NotIn":
                 ok = ok and not (present and value in expression["values"])
-            else:  # Exists / DoesNotExist are not written by the webhook
+            elif expression["operator"] == "DoesNotExist":
+                ok = ok and not present
+            elif expression["operator"] == "Exists":
+                ok = ok and present
+            else:
                 raise AssertionError(expression)
         if ok:
             return True

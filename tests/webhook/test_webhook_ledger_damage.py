@@ -46,7 +46,7 @@ class Replica:
         self.state = ClusterState()
         self.state.upsert_policy(make_policy(quota={"instances": quota}))
         self.state.upsert_node(make_node("gpu-1"))
-        self.keeper = QuotaKeeper(self.state, store, wall_clock=clock)
+        self.keeper = QuotaKeeper(self.state, store, wall_clock=clock, mark_wait_s=0.1)
         self.fences: list[Fence] = []
         self.keeper.fence_listeners.append(self.fences.append)
         self.client: FlaskClient = create_app(

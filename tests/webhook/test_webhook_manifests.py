@@ -49,7 +49,7 @@ def test_the_mutating_webhook_fails_closed_fast_and_spares_system_namespaces() -
     assert hook["matchConditions"][0]["name"] == "asks-for-a-gpu"
 
 
-def test_the_webhook_writes_tenantpolicy_status_its_ledgers_and_events_and_nothing_else() -> None:
+def test_the_webhook_writes_tenantpolicy_status_ledgers_events_and_templates_nothing_else() -> None:
     documents = list(yaml.safe_load_all((BASE / "webhook" / "rbac.yaml").read_text()))
     writes = {
         (document["kind"], group, resource, verb)
@@ -63,6 +63,7 @@ def test_the_webhook_writes_tenantpolicy_status_its_ledgers_and_events_and_nothi
     }
     assert writes == {
         ("ClusterRole", "migslice.io", "tenantpolicies/status", "patch"),
+        ("ClusterRole", "resource.k8s.io", "resourceclaimtemplates", "create"),
         ("Role", "", "configmaps", "create"),
         ("Role", "", "configmaps", "update"),
         ("Role", "", "events", "create"),
@@ -71,3 +72,21 @@ def test_the_webhook_writes_tenantpolicy_status_its_ledgers_and_events_and_nothi
     assert roles["migslice-webhook-ledgers"]["metadata"]["namespace"] == "migslice-system"
     # The Events of cluster-scoped objects (a TenantPolicy whose ledger was rebuilt) live there.
     assert roles["migslice-webhook-events"]["metadata"]["namespace"] == "default"
+
+
+def test_the_claims_webhook_sees_claims_and_templates_of_the_same_namespaces() -> None:
+    config = yaml.safe_load((BASE / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())
+    pods, open_pods, claims = config["webhooks"]
+    assert open_pods["name"] == "pods-fail-open.webhook.migslice.io"
+    assert claims["name"] == "claims.webhook.migslice.io"
+    # Fail-closed in fail-open namespaces too (docs/outages.md): every admitted namespace.
+    assert claims["namespaceSelector"]["matchExpressions"] == [
+        e for e in pods["namespaceSelector"]["matchExpressions"] if e["key"] != "migslice.io/outage"
+    ]
+    assert claims["failurePolicy"] == "Fail" and claims["sideEffects"] == "NoneOnDryRun"
+    assert [(r["operations"], r["resources"]) for r in claims["rules"]] == [
+        (["CREATE", "UPDATE"], ["resourceclaims"]),
+        (["CREATE"], ["resourceclaimtemplates"]),
+    ]
+    assert {r["apiGroups"][0] for r in claims["rules"]} == {"resource.k8s.io"}
+    assert "resourceClaims" in pods["matchConditions"][0]["expression"]

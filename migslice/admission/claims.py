@@ -1,0 +1,427 @@
+"""decide_claim(ResourceClaim or ResourceClaimTemplate CREATE, cluster view) -> AdmissionDecision.
+
+A tenant's own claims and templates meet its TenantPolicy as its pods do (docs/policy.md,
+"Claims and templates"). Order of checks: what the claim asks of NVIDIA's GPUs (nothing:
+allowed untouched); the tenant by namespace (as for pods); a template under one of
+migslice's names that is not migslice's; isolation (a sharing config in the claim or in a
+class it uses, and for ``isolation: hardware`` also ``adminAccess``, capacity requests and
+``allocationMode: All``); requests migslice cannot read exactly (denied, naming the forms
+it reads); then per device asked: the tier, the profile, the product; ``maxSlicesPerPod``;
+and, for a claim, quota in slice units.
+
+A claim is charged (count x the profile's slices, as pods are) with the request uid as its
+reservation, which the patch writes into ``migslice.io/reservation``; its charge settles
+once the webhook's claim cache holds it. A template is checked and never charged: the
+claims the resourceclaim controller makes from it are, each at its CREATE. The claim that
+kube-scheduler makes for a pod's extended resources served by DRA (KEP-5004) is charged
+nothing when that pod, which is charged for them, covers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from migslice import names
+from migslice.admission.decide import quota_denial
+from migslice.admission.decision import AdmissionDecision, AdmissionSettings, Denial
+from migslice.admission.intent import pod_label
+from migslice.admission.patch import PatchOp, set_annotations
+from migslice.admission.tenant import tenant_of
+from migslice.admission.usage import (
+    ClaimAsk,
+    SliceUsage,
+    claim_asks,
+    claim_requests,
+    claim_usage,
+)
+from migslice.admission.view import ClusterView
+from migslice.mig import CATALOG
+from migslice.mig.catalog import product_label_of
+from migslice.objects.claim_templates import migslice_template_profile, template_claim_spec
+from migslice.objects.device_classes import DeviceClassFacts
+from migslice.objects.device_configs import MPS, TIME_SLICING, sharing_strategies
+from migslice.objects.dra_selectors import read_selectors
+from migslice.objects.json import JsonObject, items, mapping, text
+from migslice.objects.resource_claims import (
+    ClaimFacts,
+    GpuAsk,
+    claim_facts_from_raw,
+    gpu_asks,
+    is_nvidia_gpu,
+)
+from migslice.objects.resource_slices import DeviceKind
+from migslice.policy import Isolation, TenantPolicy, Tier
+from migslice.policy.resolution import usable_offers
+
+ACCEPTED = (
+    "migslice reads requests of the form exactly: {deviceClassName: migslice-mig-<profile>, "
+    "mig.nvidia.com with a selector device.attributes['gpu.nvidia.com'].profile == "
+    "'<profile>', or gpu.nvidia.com; allocationMode: ExactCount; count}, with selectors joined "
+    "by && of equalities on profile, productName, parentUUID, uuid or pciBusID"
+)
+NO_GPU = AdmissionDecision(allowed=True, reason="no-gpu")
+EXTENDED_RESOURCE_CLAIM = AdmissionDecision(allowed=True, reason="extended-resource-claim")
+_TIER_OF_SHARING = {TIME_SLICING: Tier.SHARED, MPS: Tier.MPS}
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAdmission:
+    """One ResourceClaim or ResourceClaimTemplate CREATE: the namespace from the request, the
+    object as sent, the request uid."""
+
+    namespace: str
+    raw_object: Mapping[str, object]
+    request_uid: str
+    template: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReading:
+    """What a claim's spec asks of NVIDIA's GPUs (see :func:`read_claim`)."""
+
+    asks: tuple[GpuAsk, ...] = ()
+    unread: tuple[str, ...] = ()
+    sharing: tuple[tuple[str, str], ...] = ()
+    """(where it is set, strategy) of every sharing config that applies to its GPU devices."""
+    exclusive: tuple[str, ...] = ()
+    """What hardware isolation refuses besides sharing: adminAccess, capacity, All."""
+    touches_gpu: bool = False
+    unknown_only: bool = False
+    """It touches NVIDIA's GPUs only through DeviceClasses that do not exist (or are not
+    seen yet): in a namespace no tenant owns it is left alone."""
+
+
+def read_claim(
+    key: str, raw_spec: JsonObject, classes: Mapping[str, DeviceClassFacts]
+) -> ClaimReading:
+    """What the claim spec ``raw_spec`` (a claim's ``spec``, a template's ``spec.spec``) asks
+    of NVIDIA's GPUs, read with the DeviceClasses. A request whose class is unknown counts as
+    touching them (it cannot be told apart)."""
+    namespace, _, name = key.partition("/")
+    raw_claim = {"metadata": {"name": name or "-", "namespace": namespace}, "spec": raw_spec}
+    facts = claim_facts_from_raw(raw_claim)
+    assert facts is not None
+    raw_requests = items(mapping(raw_spec.get("devices")).get("requests"))
+    asks: list[GpuAsk] = []
+    unread: list[str] = []
+    sharing: list[tuple[str, str]] = []
+    exclusive: list[str] = []
+    touches = False
+    known = False
+    for raw, request in zip(raw_requests, facts.requests, strict=True):
+        where = f"request {request.name}"
+        entry = mapping(raw)
+        exactly = mapping(entry.get("exactly"))
+        parts = (
+            [mapping(s) for s in items(entry.get("firstAvailable"))]
+            if entry.get("firstAvailable") is not None
+            else [exactly]
+        )
+        gpu_parts = [p for p in parts if _touches_gpu(p, classes)]
+        if not gpu_parts:
+            continue
+        touches = True
+        known |= any(text(p.get("deviceClassName")) in classes for p in gpu_parts)
+        for part in gpu_parts:
+            found = classes.get(text(part.get("deviceClassName")) or "")
+            if found is not None:
+                sharing += [(f"DeviceClass {found.name}", s) for s in found.sharing]
+            if part.get("adminAccess") is True:
+                exclusive.append(f"{where}: adminAccess (devices that other claims hold)")
+            if part.get("capacity") is not None:
+                exclusive.append(f"{where}: a capacity request (a consumable share of a device)")
+            if part.get("allocationMode", "ExactCount") == "All":
+                exclusive.append(f"{where}: allocationMode All (every matching device)")
+        one = ClaimFacts(key=facts.key, requests=(request,))
+        read = gpu_asks(one, classes)
+        asks += read.asks
+        unread += [line.replace(f"ResourceClaim {facts.key} ", "") for line in read.unread]
+        if not read.asks and not read.unread:
+            unread.append(f"{where}: {request.unread or 'not read as NVIDIA GPU devices'}")
+    configs = sharing_strategies(mapping(raw_spec.get("devices")).get("config"))
+    if touches:
+        sharing += [("the claim's config", s) for s in configs]
+    return ClaimReading(
+        tuple(asks), tuple(unread), tuple(sharing), tuple(exclusive), touches, touches and not known
+    )
+
+
+def _touches_gpu(raw_request: JsonObject, classes: Mapping[str, DeviceClassFacts]) -> bool:
+    found = classes.get(text(raw_request.get("deviceClassName")) or "")
+    if found is None:
+        return True
+    expressions = [
+        text(mapping(mapping(s).get("cel")).get("expression")) or ""
+        for s in items(raw_request.get("selectors"))
+    ]
+    return is_nvidia_gpu(found.selection.both(read_selectors(expressions)))
+
+
+def decide_claim(
+    admission: ClaimAdmission, view: ClusterView, settings: AdmissionSettings
+) -> AdmissionDecision:
+    """The admission decision for one claim or template CREATE (see the module docstring)."""
+    raw = admission.raw_object
+    what = "claim template" if admission.template else "claim"
+    label = pod_label(admission.namespace, raw)
+    subject = f"{what} {label}"
+    spec = template_claim_spec(raw) if admission.template else mapping(raw.get("spec"))
+    reading = read_claim(label, spec, view.device_classes())
+    if not reading.touches_gpu:
+        return NO_GPU
+    if reading.unknown_only and not view.tenant_policies(admission.namespace):
+        return NO_GPU
+    found = tenant_of(admission.namespace, subject, "asks for NVIDIA GPUs", view, settings)
+    if isinstance(found, AdmissionDecision):
+        return found
+    policy = found
+    denial = _refusal(admission, reading, policy, view, subject)
+    if denial is not None:
+        return AdmissionDecision.deny(denial, tenant=policy.name)
+    asks = claim_asks(reading.asks)
+    if admission.template:
+        return AdmissionDecision(allowed=True, reason="admitted", tenant=policy.name)
+    if _is_covered(admission, asks, view):
+        return EXTENDED_RESOURCE_CLAIM
+    models = tuple(sorted({o.model.key for o in view.offers()}))
+    wanted = claim_usage(asks, models)
+    limit = _limits(policy, wanted, view, admission.request_uid, subject)
+    if limit is not None:
+        return AdmissionDecision.deny(limit, tenant=policy.name)
+    profiles = ",".join(dict.fromkeys(a.profile or "gpu" for a in reading.asks))
+    return AdmissionDecision(
+        allowed=True,
+        reason="admitted",
+        patch=tuple(_patch(admission, policy, profiles)),
+        tenant=policy.name,
+        charge=wanted,
+        reservation=admission.request_uid,
+    )
+
+
+def _refusal(
+    admission: ClaimAdmission,
+    reading: ClaimReading,
+    policy: TenantPolicy,
+    view: ClusterView,
+    subject: str,
+) -> Denial | None:
+    if admission.template:
+        reserved = _reserved_name(admission.raw_object, subject)
+        if reserved is not None:
+            return reserved
+    isolation = _isolation(reading, policy, subject)
+    if isolation is not None:
+        return isolation
+    unread = reading.unread  # adminAccess, capacity and All are never read, whatever the tier
+    if unread:
+        return Denial(
+            "unread-claim",
+            f"{subject}: {'; '.join(unread)}; migslice cannot read it exactly, so cannot hold "
+            f'it to policy "{policy.name}"; {ACCEPTED}',
+            422,
+        )
+    for ask in reading.asks:
+        problem = _ask_problem(ask, policy, view, subject)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _reserved_name(raw_template: Mapping[str, object], subject: str) -> Denial | None:
+    name = text(mapping(raw_template.get("metadata")).get("name")) or ""
+    if names.profile_of_device_class(name) is None:
+        return None
+    if migslice_template_profile(raw_template) is not None:
+        return None
+    return Denial(
+        "reserved-name",
+        f"{subject}: names {names.MIG_DEVICE_CLASS_PREFIX}<profile> are migslice's claim "
+        "templates (one MIG device of migslice's class of that profile); choose another name",
+        422,
+    )
+
+
+def _isolation(reading: ClaimReading, policy: TenantPolicy, subject: str) -> Denial | None:
+    for where, strategy in reading.sharing:
+        tier = _TIER_OF_SHARING.get(strategy)
+        if tier is not None and policy.allows_tier(tier):
+            continue
+        tiers = ", ".join(t.value for t in policy.tiers)
+        return Denial(
+            "isolation",
+            f"{subject} asks for sharing strategy {strategy} ({where}); policy "
+            f'"{policy.name}" is isolation: {policy.isolation.value} with tiers {tiers} '
+            "(spec.isolation, spec.tiers)"
+            if policy.isolation is not Isolation.HARDWARE
+            else f"{subject} asks for sharing strategy {strategy} ({where}); policy "
+            f'"{policy.name}" is isolation: hardware (spec.isolation)',
+        )
+    if policy.isolation is Isolation.HARDWARE and reading.exclusive:
+        return Denial(
+            "isolation",
+            f'{subject} asks for {reading.exclusive[0]}; policy "{policy.name}" is '
+            "isolation: hardware (spec.isolation)",
+        )
+    return None
+
+
+def _ask_problem(
+    ask: GpuAsk, policy: TenantPolicy, view: ClusterView, subject: str
+) -> Denial | None:
+    usable = usable_offers(policy, view.offers())
+    if ask.kind == DeviceKind.GPU:
+        if not policy.allows_tier(Tier.DEDICATED):
+            return Denial(
+                "tier-not-allowed",
+                f'{subject} asks for whole GPUs; policy "{policy.name}" allows tiers '
+                f"{', '.join(t.value for t in policy.tiers)} (spec.tiers)",
+            )
+        products = {o.product for o in usable}
+    else:
+        profile = ask.profile or ""
+        if not policy.allows_tier(Tier.MIG):
+            return Denial(
+                "tier-not-allowed",
+                f'{subject} asks for {profile}; policy "{policy.name}" does not allow the mig '
+                "tier (spec.tiers)",
+            )
+        if not policy.allows_profile(profile):
+            return Denial("profile-not-allowed", _profile_message(subject, profile, policy))
+        products = {o.product for o in usable if o.model.has_profile(profile)}
+    shown = ask.profile or "whole GPUs"
+    named = ask.selection.value(f"{names.DRA_DRIVER}/productName")
+    if named is not None:
+        label = product_label_of(named)
+        model = CATALOG.by_product(label)
+        if model is None or not any(CATALOG.by_product(p) == model for p in products):
+            allowed = ", ".join(policy.allowed_products) or "every product"
+            return Denial(
+                "no-model",
+                f'{subject} asks for {shown} of productName "{named}"; policy '
+                f'"{policy.name}" allows {allowed} (spec.allowedProducts), and the cluster\'s '
+                f"products that do and offer {shown}: {', '.join(sorted(products)) or 'none'}",
+            )
+        return None
+    if not products:
+        return Denial(
+            "no-model",
+            f"{subject} asks for {shown}; no GPU product in the cluster that policy "
+            f'"{policy.name}" allows offers it (spec.allowedProducts)',
+        )
+    if policy.allowed_products:
+        return Denial(
+            "no-model",
+            f'{subject} asks for {shown} of any product; policy "{policy.name}" allows only '
+            f"{', '.join(policy.allowed_products)} (spec.allowedProducts): add a selector "
+            f"device.attributes['{names.DRA_DRIVER}'].productName == '<product>' naming one",
+        )
+    return None
+
+
+def _profile_message(subject: str, profile: str, policy: TenantPolicy) -> str:
+    if profile in policy.denied_profiles:
+        return (
+            f'{subject} asks for {profile}; policy "{policy.name}" denies it (spec.deniedProfiles)'
+        )
+    if policy.allowed_profiles:
+        allowed = ", ".join(p for p in policy.allowed_profiles if p not in policy.denied_profiles)
+        return f'{subject} asks for {profile}; policy "{policy.name}" allows {allowed} ' + (
+            "(spec.allowedProfiles)"
+        )
+    return (
+        f'{subject} asks for {profile}; policy "{policy.name}" allows every plain profile, '
+        "and media or graphics variants only when listed (spec.allowedProfiles)"
+    )
+
+
+def _is_covered(admission: ClaimAdmission, asks: tuple[ClaimAsk, ...], view: ClusterView) -> bool:
+    """Whether this is kube-scheduler's claim for a pod's extended resources that the pod,
+    charged for them, pays for (see :func:`covers`)."""
+    metadata = mapping(admission.raw_object.get("metadata"))
+    annotations = mapping(metadata.get("annotations"))
+    if annotations.get(names.EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+        return False
+    owner = controlling_pod(metadata)
+    if owner is None:
+        return False
+    name = text(metadata.get("name")) or text(metadata.get("generateName")) or ""
+    requests = view.covering_pod(admission.namespace, owner[0], owner[1], name)
+    return requests is not None and covers(requests, asks)
+
+
+def controlling_pod(metadata: JsonObject) -> tuple[str, str] | None:
+    """(name, uid) of the Pod that controls the object, from ``metadata.ownerReferences``."""
+    for raw in items(metadata.get("ownerReferences")):
+        ref = mapping(raw)
+        if ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1" and ref.get("controller"):
+            name, uid = text(ref.get("name")), text(ref.get("uid"))
+            if name and uid:
+                return name, uid
+    return None
+
+
+def covers(pod_requests: Mapping[str, int], asks: tuple[ClaimAsk, ...]) -> bool:
+    """Whether a pod's GPU extended resources include every device the claim asks for (the
+    claim kube-scheduler makes asks for at most what the pod requests)."""
+    wanted = claim_requests(asks)
+    return bool(wanted) and all(pod_requests.get(r, 0) >= n for r, n in wanted.items())
+
+
+def _limits(
+    policy: TenantPolicy, wanted: SliceUsage, view: ClusterView, reservation: str, subject: str
+) -> Denial | None:
+    if policy.max_slices_per_pod is not None and wanted.instances > policy.max_slices_per_pod:
+        return Denial(
+            "max-slices",
+            f'{subject} asks for {wanted.instances} GPU slices; policy "{policy.name}" allows '
+            f"{policy.max_slices_per_pod} per pod (spec.maxSlicesPerPod)",
+        )
+    used = view.tenant_usage(policy.name, exclude_reservation=reservation)
+    return quota_denial(policy, used, wanted, subject="claim")
+
+
+def _patch(admission: ClaimAdmission, policy: TenantPolicy, profiles: str) -> list[PatchOp]:
+    return set_annotations(
+        admission.raw_object,
+        {
+            names.TENANT: policy.name,
+            names.PROFILE: profiles,
+            names.POLICY: policy.ref,
+            names.RESERVATION: admission.request_uid,
+        },
+    )
+
+
+def decide_claim_update(
+    namespace: str, raw_old: JsonObject, raw_new: JsonObject, view: ClusterView
+) -> AdmissionDecision:
+    """A ResourceClaim UPDATE in a tenant's namespace may not add what makes a claim paid for
+    by a pod (the extended-resource annotation, a controlling Pod) nor change its reservation:
+    kube-scheduler sets the first two when it creates the claim, the webhook the third."""
+    if not view.tenant_policies(namespace):
+        return AdmissionDecision(allowed=True, reason="no-policy")
+    old, new = mapping(raw_old.get("metadata")), mapping(raw_new.get("metadata"))
+    subject = f"claim {pod_label(namespace, raw_new)}"
+    old_notes, new_notes = mapping(old.get("annotations")), mapping(new.get("annotations"))
+    changed = []
+    key = names.EXTENDED_RESOURCE_CLAIM_ANNOTATION
+    if new_notes.get(key) == "true" and old_notes.get(key) != "true":
+        changed.append(f"annotation {key}")
+    owner = controlling_pod(new)
+    if owner is not None and owner != controlling_pod(old):
+        changed.append("a controlling Pod in metadata.ownerReferences")
+    reservation = new_notes.get(names.RESERVATION)
+    if reservation is not None and reservation != old_notes.get(names.RESERVATION):
+        changed.append(f"annotation {names.RESERVATION}")
+    if not changed:
+        return AdmissionDecision(allowed=True, reason="unchanged")
+    return AdmissionDecision.deny(
+        Denial(
+            "claim-update",
+            f"{subject}: an update may not set {' or '.join(changed)}: they say which pod or "
+            "admission pays for the claim's devices, and are written only when the claim is "
+            "created (by kube-scheduler and the webhook)",
+        )
+    )

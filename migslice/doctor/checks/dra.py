@@ -1,0 +1,223 @@
+"""Checks of Kubernetes DRA (docs/dra.md): the ``resource.k8s.io/v1`` API and KEP-5004's
+extended resources, the DRA nodes (NVIDIA's DRA driver, static or DynamicMIG, and those
+migslice does not understand), and the DeviceClasses (NVIDIA's ``mig.nvidia.com`` and
+migslice's ``migslice-mig-<profile>``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from migslice import names
+from migslice.doctor.checks.install import install_fix
+from migslice.doctor.checks.nodes import listing
+from migslice.doctor.facts import Settings
+from migslice.doctor.findings import Finding, Problem, Verdict, finding
+from migslice.mig import CATALOG
+from migslice.objects import node_facts_from_raw
+from migslice.objects.device_classes import mig_profiles
+from migslice.objects.dra_pool import DraMode, DraPool, PoolState, read_pool
+from migslice.objects.json import JsonObject, items, mapping, text
+from migslice.objects.pod_gpus import is_gpu_resource
+from migslice.objects.resource_slices import SliceFacts, slice_facts_from_raw
+
+DRA_API_CHECK = "dra-api"
+DRA_NODES_CHECK = "dra-nodes"
+DRA_CLASSES_CHECK = "dra-device-classes"
+DRA_RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
+_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class DraFacts:
+    """``discovery``: ``GET /apis/resource.k8s.io/v1`` (None: not served); ``version``:
+    ``GET /version``; ``slices``, ``classes``: every ResourceSlice and DeviceClass (None: not
+    served); ``nodes``: every Node."""
+
+    discovery: JsonObject | None
+    version: JsonObject | None
+    slices: Sequence[JsonObject] | None
+    classes: Sequence[JsonObject] | None
+    nodes: Sequence[JsonObject]
+
+
+def server_minor(version: JsonObject | None) -> tuple[int, int] | None:
+    match = _VERSION.match(text(mapping(version).get("gitVersion")) or "")
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def judge_dra_api(facts: DraFacts, settings: Settings) -> Finding:
+    version = server_minor(facts.version)
+    shown = text(mapping(facts.version).get("gitVersion")) or "unknown"
+    if facts.discovery is None:
+        return finding(
+            DRA_API_CHECK,
+            [],
+            f"kube-apiserver {shown} serves no resource.k8s.io/v1 (DRA needs Kubernetes 1.34): "
+            "GPUs come from NVIDIA's device plugin only",
+        )
+    served = {text(mapping(r).get("name")) for r in items(facts.discovery.get("resources"))}
+    missing = [r for r in DRA_RESOURCES if r not in served]
+    problems = []
+    if missing:
+        problems.append(
+            Problem(
+                Verdict.FAILED,
+                f"resource.k8s.io/v1 does not serve {', '.join(missing)}",
+                "check kube-apiserver's --runtime-config",
+            )
+        )
+    if version is not None and version < (1, 36):
+        problems.append(
+            Problem(
+                Verdict.WARNING,
+                f"kube-apiserver {shown}: DRAExtendedResource is alpha and off, so pods asking "
+                "for nvidia.com/mig-<profile> do not run on DRA nodes",
+                "turn on the feature gate DRAExtendedResource on kube-apiserver, kube-scheduler "
+                "and the kubelets (beta and on from 1.36, GA in 1.37)",
+            )
+        )
+    stage = (
+        "GA"
+        if version is not None and version >= (1, 37)
+        else "beta, on by default"
+        if version is not None and version >= (1, 36)
+        else "alpha"
+    )
+    return finding(
+        DRA_API_CHECK,
+        problems,
+        f"kube-apiserver {shown} serves resource.k8s.io/v1 ({', '.join(DRA_RESOURCES)}); "
+        f"DRAExtendedResource {stage}",
+    )
+
+
+def dra_pools(facts: DraFacts) -> tuple[list[DraPool], list[str]]:
+    """The pools of nodes NVIDIA's DRA driver publishes on, and the nodes that also have
+    device-plugin GPU allocatable (read as device-plugin nodes)."""
+    by_node: dict[str, list[SliceFacts]] = {}
+    for raw in facts.slices or ():
+        read = slice_facts_from_raw(raw)
+        node = text(mapping(raw.get("spec")).get("nodeName"))
+        if read is not None and node:
+            by_node.setdefault(node, []).append(read)
+    plugin = {
+        n.name
+        for n in (node_facts_from_raw(raw) for raw in facts.nodes)
+        if n is not None and any(is_gpu_resource(r) and c > 0 for r, c in n.allocatable)
+    }
+    pools = [
+        read_pool(node, slices) for node, slices in sorted(by_node.items()) if node not in plugin
+    ]
+    return pools, sorted(plugin & set(by_node))
+
+
+def describe_pool(pool: DraPool) -> str:
+    mode = "DynamicMIG" if pool.mode is DraMode.DYNAMIC else "static MIG"
+    model = pool.model.key if pool.model is not None else "?"
+    return f"{pool.node} ({mode}, {len(pool.gpus)} x {model})"
+
+
+def judge_dra_nodes(facts: DraFacts, settings: Settings) -> Finding:
+    if facts.slices is None:
+        return finding(DRA_NODES_CHECK, [], "no DRA (resource.k8s.io/v1 not served)")
+    pools, both = dra_pools(facts)
+    problems = []
+    unknown = [p for p in pools if p.state is PoolState.UNKNOWN]
+    incomplete = [p for p in pools if p.state is PoolState.INCOMPLETE]
+    for pool in unknown:
+        problems.append(
+            Problem(
+                Verdict.WARNING,
+                f"DRA node {pool.node} not understood by migslice ({pool.reason}): no GPU pod "
+                "is placed there by migslice",
+                'docs/dra.md, "How slices are read"',
+            )
+        )
+    if incomplete:
+        problems.append(
+            Problem(
+                Verdict.WARNING,
+                "DRA nodes mid-publish (not used yet): "
+                + listing([f"{p.node} ({p.reason})" for p in incomplete]),
+            )
+        )
+    if both:
+        problems.append(
+            Problem(
+                Verdict.WARNING,
+                "nodes with both device-plugin GPUs and DRA slices, read as device-plugin "
+                f"nodes: {listing(both)}",
+                "run either NVIDIA's device plugin or its DRA driver on a node, not both",
+            )
+        )
+    ready = [describe_pool(p) for p in pools if p.state is PoolState.READY]
+    detail = (
+        f"{len(ready)} DRA node(s): {listing(ready)}; left to NVIDIA's DRA driver (never "
+        "re-partitioned)"
+        if ready
+        else "no DRA nodes (no gpu.nvidia.com ResourceSlices)"
+    )
+    return finding(DRA_NODES_CHECK, problems, detail)
+
+
+def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
+    if facts.classes is None:
+        return finding(DRA_CLASSES_CHECK, [], "no DRA (resource.k8s.io/v1 not served)")
+    pools, _ = dra_pools(facts)
+    found = {text(mapping(c.get("metadata")).get("name")): c for c in facts.classes}
+    wanted = {names.mig_device_class(p): names.mig_resource_name(p) for p in mig_profiles(CATALOG)}
+    if not pools:
+        present = sum(1 for n in wanted if n in found)
+        nvidia = "present" if names.MIG_DEVICE_CLASS in found else "absent"
+        return finding(
+            DRA_CLASSES_CHECK,
+            [],
+            f"no DRA nodes, nothing to serve yet ({names.MIG_DEVICE_CLASS} {nvidia}; "
+            f"{present} of migslice's {len(wanted)} DeviceClasses)",
+        )
+    verdict = Verdict.FAILED
+    problems = []
+    if names.MIG_DEVICE_CLASS not in found:
+        problems.append(
+            Problem(
+                verdict,
+                f"DeviceClass {names.MIG_DEVICE_CLASS} is missing (NVIDIA's DRA driver chart "
+                "ships it)",
+                "helm install NVIDIA's dra-driver-nvidia-gpu with resources.gpus.enabled=true",
+            )
+        )
+    missing = sorted(n for n in wanted if n not in found)
+    wrong = sorted(
+        n
+        for n in wanted
+        if n in found
+        and text(mapping(found[n].get("spec")).get("extendedResourceName")) != wanted[n]
+    )
+    fix = f"{install_fix(settings.namespace)} with dra.deviceClasses.enabled=true"
+    if missing:
+        problems.append(
+            Problem(
+                verdict,
+                f"{len(missing)} of migslice's {len(wanted)} DeviceClasses missing "
+                f"({listing(missing)}): pods asking for those nvidia.com/mig-* resources do not "
+                "run on DRA nodes, and ResourceClaim tenants' claims of those profiles wait",
+                fix,
+            )
+        )
+    if wrong:
+        problems.append(
+            Problem(
+                Verdict.FAILED,
+                "DeviceClasses with another extendedResourceName than migslice's: "
+                + listing(wrong),
+                fix,
+            )
+        )
+    return finding(
+        DRA_CLASSES_CHECK,
+        problems,
+        f"{names.MIG_DEVICE_CLASS} and migslice's {len(wanted)} DeviceClasses "
+        "(extendedResourceName nvidia.com/mig-<profile>) are there",
+    )

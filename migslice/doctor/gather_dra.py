@@ -1,0 +1,21 @@
+"""The DRA checks' facts, read from the cluster (:mod:`migslice.doctor.checks.dra`)."""
+
+from __future__ import annotations
+
+from migslice.doctor.checks.dra import DraFacts
+from migslice.doctor.facts import Settings
+from migslice.doctor.gather import nodes
+from migslice.doctor.reading import ClusterReader
+from migslice.names import DRA_API
+
+
+def gather_dra(reader: ClusterReader, settings: Settings) -> DraFacts:
+    discovery = reader.get(DRA_API)
+    served = discovery is not None
+    return DraFacts(
+        discovery,
+        reader.get("/version"),
+        reader.list(f"{DRA_API}/resourceslices") if served else None,
+        reader.list(f"{DRA_API}/deviceclasses") if served else None,
+        nodes(reader),
+    )

@@ -1,0 +1,110 @@
+"""doctor's DRA checks, judged over facts: the API and KEP-5004's stage by kube-apiserver
+version, DRA nodes with their driver mode and the ones migslice does not understand, and the
+DeviceClasses (NVIDIA's and migslice's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness import dra_slices
+from migslice.doctor.checks.dra import (
+    DRA_RESOURCES,
+    DraFacts,
+    judge_dra_api,
+    judge_dra_classes,
+    judge_dra_nodes,
+)
+from migslice.doctor.facts import Settings
+from migslice.doctor.findings import Verdict
+from migslice.mig import CATALOG
+from migslice.objects.device_classes import mig_profiles, migslice_device_class
+from tests.dra_objects import fixture, make_dra_node
+
+SETTINGS = Settings()
+DISCOVERY = {"resources": [{"name": r} for r in DRA_RESOURCES]}
+
+
+def facts(
+    *,
+    version: str = "v1.37.2",
+    discovery: dict[str, Any] | None = DISCOVERY,
+    slices: list[dict[str, Any]] | None = None,
+    classes: list[dict[str, Any]] | None = None,
+    nodes: list[dict[str, Any]] | None = None,
+) -> DraFacts:
+    return DraFacts(
+        discovery,
+        {"gitVersion": version},
+        [] if slices is None and discovery is not None else slices,
+        [] if classes is None and discovery is not None else classes,
+        nodes or [],
+    )
+
+
+API = [
+    ("1.37: GA", "v1.37.2", DISCOVERY, Verdict.OK, "DRAExtendedResource GA"),
+    ("1.36: beta", "v1.36.3", DISCOVERY, Verdict.OK, "beta, on by default"),
+    ("1.35: alpha", "v1.35.4", DISCOVERY, Verdict.WARNING, "feature gate DRAExtendedResource"),
+    ("not served", "v1.33.1", None, Verdict.OK, "serves no resource.k8s.io/v1"),
+    (
+        "templates not served",
+        "v1.37.2",
+        {"resources": [{"name": "resourceclaims"}]},
+        Verdict.FAILED,
+        "does not serve deviceclasses, resourceclaimtemplates, resourceslices",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("version", "discovery", "verdict", "detail"), [a[1:] for a in API], ids=[a[0] for a in API]
+)
+def test_the_dra_api_and_kep_5004_by_version(
+    version: str, discovery: dict[str, Any] | None, verdict: Verdict, detail: str
+) -> None:
+    found = judge_dra_api(facts(version=version, discovery=discovery), SETTINGS)
+    assert found.verdict is verdict and detail in found.detail + found.fix
+
+
+def slices_of(node: str, gpus: list[dra_slices.Gpu], dynamic: bool = True) -> list[dict[str, Any]]:
+    layouts = [[("3g.40gb", 4), ("1g.10gb", 0)]] if not dynamic else ()
+    return dra_slices.node_slices(node, f"uid-{node}", gpus, dynamic=dynamic, layouts=layouts)
+
+
+def test_dra_nodes_are_listed_with_their_mode_and_unknown_ones_warned() -> None:
+    slices = slices_of("dyn", [dra_slices.a100(0)]) + slices_of(
+        "static", [dra_slices.h100(0)], dynamic=False
+    )
+    odd = slices_of("odd", [dra_slices.a100(0)])
+    odd[1]["spec"]["devices"][0]["attributes"]["type"] = {"string": "vfio"}
+    nodes = [make_dra_node(n) for n in ("dyn", "static", "odd")]
+    found = judge_dra_nodes(facts(slices=slices + odd, nodes=nodes), SETTINGS)
+    assert found.verdict is Verdict.WARNING
+    assert "DRA node odd not understood by migslice" in found.detail
+    assert "dyn (DynamicMIG, 1 x A100-80GB)" in found.detail
+    assert "static (static MIG, 1 x H100-80GB)" in found.detail
+    none = judge_dra_nodes(facts(), SETTINGS)
+    assert (none.verdict, none.detail) == (
+        Verdict.OK,
+        "no DRA nodes (no gpu.nvidia.com ResourceSlices)",
+    )
+
+
+def test_missing_device_classes_fail_where_dra_nodes_are() -> None:
+    every = [migslice_device_class(p) for p in mig_profiles(CATALOG)]
+    nvidia = fixture("deviceclass-mig.nvidia.com.yaml")
+    dra = {"slices": slices_of("dyn", [dra_slices.a100(0)]), "nodes": [make_dra_node("dyn")]}
+    assert judge_dra_classes(facts(classes=[nvidia, *every], **dra), SETTINGS).verdict is Verdict.OK
+    found = judge_dra_classes(facts(classes=every[:3], **dra), SETTINGS)
+    assert found.verdict is Verdict.FAILED
+    assert "DeviceClass mig.nvidia.com is missing" in found.detail
+    assert f"{len(every) - 3} of migslice's {len(every)} DeviceClasses missing" in found.detail
+    assert "dra.deviceClasses.enabled=true" in found.fix
+    none = judge_dra_classes(facts(classes=every[:3]), SETTINGS)
+    assert none.verdict is Verdict.OK
+    assert none.detail == (
+        f"no DRA nodes, nothing to serve yet (mig.nvidia.com absent; 3 of migslice's "
+        f"{len(every)} DeviceClasses)"
+    )

@@ -1,0 +1,76 @@
+"""The chart's DRA objects: one DeviceClass per MIG profile of the catalog (KEP-5004's
+``extendedResourceName``), kept equal to the catalog, and the value that turns them off."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from manifests import render
+from migslice.mig import CATALOG
+from migslice.objects.device_classes import mig_profiles, migslice_device_class
+from migslice.objects.dra_selectors import read_selectors
+from tests import paths
+
+CHART = paths.ROOT / "charts" / "migslice"
+BASE = paths.ROOT / "manifests" / "base"
+HELM = render.default_helm()
+
+
+def rendered_classes() -> list[dict[str, Any]]:
+    path = BASE / "dra" / "deviceclasses.yaml"
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def test_the_profile_list_is_the_catalogs_every_profile_once() -> None:
+    listed = yaml.safe_load((CHART / "files" / "dra" / "mig-profiles.yaml").read_text())
+    expected = list(mig_profiles(CATALOG))
+    assert listed == expected, "files/dra/mig-profiles.yaml should read:\n" + "\n".join(
+        f'- "{p}"' for p in expected
+    )
+
+
+def test_the_chart_renders_one_class_per_catalog_profile_as_migslice_builds_it() -> None:
+    classes = rendered_classes()
+    for found in classes:
+        labels = found["metadata"].pop("labels")
+        assert labels["app.kubernetes.io/component"] == "dra"
+    assert classes == [migslice_device_class(p) for p in mig_profiles(CATALOG)]
+
+
+@pytest.mark.parametrize("profile", ["1g.10gb", "1g.10gb+me", "1g.24gb-me", "2g.48gb+me.all"])
+def test_a_class_is_read_as_its_profile_and_serves_its_resource(profile: str) -> None:
+    (found,) = [
+        c
+        for c in rendered_classes()
+        if c["spec"]["extendedResourceName"] == "nvidia.com/mig-" + profile.replace("+", ".")
+    ]
+    selection = read_selectors(s["cel"]["expression"] for s in found["spec"]["selectors"])
+    assert (selection.driver, selection.device_type, selection.profile) == (
+        "gpu.nvidia.com",
+        "mig",
+        profile,
+    )
+    assert not selection.unread and "config" not in found["spec"]
+
+
+def test_the_classes_validate_against_kubernetes_1_37() -> None:
+    for document in rendered_classes():
+        kubernetes_validate.validate(document, "1.37", strict=True)
+
+
+@pytest.mark.skipif(not Path(HELM).exists(), reason="no helm (e2e/build.sh; MIGSLICE_E2E_BIN)")
+def test_dra_device_classes_enabled_false_renders_no_class() -> None:
+    text = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), "--set", "dra.deviceClasses.enabled=false"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    kinds = {d["kind"] for d in yaml.safe_load_all(text) if d}
+    assert "DeviceClass" not in kinds and "Deployment" in kinds

@@ -1,0 +1,98 @@
+"""The CRD's CEL rules (``x-kubernetes-validations`` on ``spec``), evaluated with a CEL
+interpreter over specs defaulted as kube-apiserver defaults them, against the parser: a spec
+the rules refuse is one ``parse_tenant_policy`` refuses too, naming the same field. (e2e/
+test_dra_admission_e2e.py checks that the real kube-apiserver enforces the deviceAPI rule.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from migslice.policy import DeviceApi, PolicyError, parse_tenant_policy
+from tests import paths
+
+CRD = paths.ROOT / "manifests" / "base" / "crd" / "tenantpolicies.yaml"
+
+
+def spec_schema() -> dict[str, Any]:
+    crd = yaml.safe_load(CRD.read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return dict(schema["properties"]["spec"])
+
+
+def defaulted(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with the schema's top-level defaults filled in, as kube-apiserver does."""
+    properties = spec_schema()["properties"]
+    filled = dict(spec)
+    for key, schema in properties.items():
+        if "default" in schema and key not in filled:
+            filled[key] = schema["default"]
+    return filled
+
+
+def broken_rules(spec: dict[str, Any]) -> list[str]:
+    """The fieldPath (or message) of every rule the defaulted spec breaks."""
+    environment = celpy.Environment()
+    activation = {"self": celpy.json_to_cel(defaulted(spec))}
+    broken = []
+    for rule in spec_schema()["x-kubernetes-validations"]:
+        program = environment.program(environment.compile(rule["rule"]))
+        if not bool(program.evaluate(activation)):
+            broken.append(rule.get("fieldPath", rule["message"]))
+    return broken
+
+
+BASE: dict[str, Any] = {"namespaces": ["team-a"]}
+CASES = [
+    ("the default is ExtendedResource", {}, []),
+    ("ResourceClaim with the default tiers", {"deviceAPI": "ResourceClaim"}, []),
+    ("ResourceClaim with mig", {"deviceAPI": "ResourceClaim", "tiers": ["mig"]}, []),
+    (
+        "ResourceClaim with dedicated",
+        {"deviceAPI": "ResourceClaim", "tiers": ["mig", "dedicated"]},
+        [".deviceAPI"],
+    ),
+    (
+        "ResourceClaim with shared",
+        {"deviceAPI": "ResourceClaim", "isolation": "process", "tiers": ["shared"]},
+        [".deviceAPI"],
+    ),
+    (
+        "ExtendedResource with every tier",
+        {"deviceAPI": "ExtendedResource", "isolation": "none", "tiers": ["mig", "mps"]},
+        [],
+    ),
+    ("hardware with shared", {"tiers": ["shared"]}, [".tiers"]),
+]
+
+
+@pytest.mark.parametrize(("spec", "broken"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_crd_rules_and_the_parser_agree(spec: dict[str, Any], broken: list[str]) -> None:
+    assert broken_rules({**BASE, **spec}) == broken
+    raw = {"metadata": {"name": "team-a"}, "spec": {**BASE, **spec}}
+    if not broken:
+        policy = parse_tenant_policy(raw)
+        assert policy.device_api is DeviceApi(defaulted(spec)["deviceAPI"])
+        return
+    with pytest.raises(PolicyError) as caught:
+        parse_tenant_policy(raw)
+    paths_refused = {e.path for e in caught.value.errors}
+    assert all(any(p.startswith("spec" + f) for p in paths_refused) for f in broken)
+
+
+def test_the_deviceapi_rule_names_the_field_to_change() -> None:
+    (rule,) = [
+        r for r in spec_schema()["x-kubernetes-validations"] if r.get("fieldPath") == ".deviceAPI"
+    ]
+    assert "spec.tiers" in rule["message"] and "ExtendedResource" in rule["message"]
+    assert spec_schema()["properties"]["deviceAPI"]["enum"] == ["ExtendedResource", "ResourceClaim"]
+
+
+def test_an_unknown_device_api_is_refused_with_its_field() -> None:
+    raw = {"metadata": {"name": "t"}, "spec": {**BASE, "deviceAPI": "Claims"}}
+    with pytest.raises(PolicyError) as caught:
+        parse_tenant_policy(raw)
+    assert [e.path for e in caught.value.errors] == ["spec.deviceAPI"]

@@ -1,0 +1,366 @@
+"""ResourceClaims through the webhook: charged in the same quota ledger as pods (compare-and-
+swap over ConfigMaps, exact across replicas, settled when the claim cache sees the claim,
+released when a list shows it was never created), usage counted over pods, claims and
+kube-scheduler's extended-resource claims without counting twice, and migslice's templates."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import jsonpatch
+import pytest
+from flask.testing import FlaskClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.builders import make_created_pod, make_node, make_policy, make_review
+from migslice.admission import SliceUsage, usage_of
+from migslice.admission.ledger import Ledger
+from migslice.admission.usage import ZERO
+from migslice.kube.ledger import ConfigMapLedgers
+from migslice.objects.claim_templates import migslice_claim_template
+from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
+from tests.ledger_api import LedgerApi
+from tests.local_api import local_api
+from webhook.app import create_app
+from webhook.quota import QuotaKeeper
+from webhook.settings import WebhookSettings
+from webhook.state import ClusterState
+from webhook.templates import MemoryTemplates, TemplateKeeper
+
+CLAIM_KIND = ("resource.k8s.io", "v1", "ResourceClaim")
+TEMPLATE_KIND = ("resource.k8s.io", "v1", "ResourceClaimTemplate")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1_746_100_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def tenant_state(**policy: Any) -> ClusterState:
+    state = ClusterState()
+    state.upsert_policy(make_policy(**policy))
+    state.upsert_node(make_node("gpu-1"))
+    for raw in migslice_classes():
+        state.upsert_device_class(raw)
+    return state
+
+
+class Replica:
+    def __init__(self, store: ConfigMapLedgers, clock: Clock, **policy: Any) -> None:
+        self.state = tenant_state(**policy)
+        self.keeper = QuotaKeeper(self.state, store, wall_clock=clock, hold_s=45.0)
+        self.templates = MemoryTemplates()
+        keeper = TemplateKeeper(self.state, self.templates)
+        self.client: FlaskClient = create_app(
+            WebhookSettings(), self.state, self.keeper, keeper
+        ).test_client()
+
+    def create(
+        self, claim: dict[str, Any], uid: str, kind: tuple[str, str, str] = CLAIM_KIND
+    ) -> Any:
+        plural = "resourceclaims" if kind == CLAIM_KIND else "resourceclaimtemplates"
+        reply = self.client.post(
+            "/mutate", json=make_review(claim, uid=uid, kind=kind, resource=plural)
+        )
+        assert reply.status_code == 200, reply.get_data(as_text=True)
+        answer = reply.get_json()["response"]
+        if answer["allowed"] and "patch" in answer:
+            answer["claim"] = jsonpatch.apply_patch(
+                claim, json.loads(base64.b64decode(answer["patch"]))
+            )
+        return answer
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[LedgerApi, ConfigMapLedgers, Clock]]:
+    api = LedgerApi()
+    with local_api(api.answer) as transport:
+        yield api, ConfigMapLedgers(transport, "migslice-system", claims=True), Clock()
+
+
+def test_claims_on_three_replicas_are_admitted_exactly_to_the_quota(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    _, store, clock = cluster
+    replicas = [Replica(store, clock, quota={"computeSlices": 6}) for _ in range(3)]
+    answers: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def send(i: int) -> None:
+        claim = make_claim(f"c-{i}", device_class="migslice-mig-2g.20gb", profile=None)
+        answer = replicas[i % 3].create(claim, f"uid-{i}")
+        with lock:
+            answers.append(answer)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    admitted = [a for a in answers if a["allowed"]]
+    assert len(admitted) == 3  # 3 x 2g.20gb = 6 compute slices
+    denied = [a["status"]["message"] for a in answers if not a["allowed"]]
+    assert all("(spec.quota.computeSlices)" in m and "for this claim" in m for m in denied)
+    assert len(store.read("team-a").charges) == 3
+    # kube-apiserver stores them; every replica's claim cache sees them: counted once, each.
+    for answer in admitted:
+        for replica in replicas:
+            replica.state.upsert_claim(answer["claim"])
+    for replica in replicas:
+        assert replica.state.tenant_usage("team-a") == SliceUsage(3, 6, 6, (("2g.20gb", 3),))
+        assert replica.state.pending_charges() == 0
+    claim = make_claim("late", device_class="migslice-mig-1g.10gb", profile=None)
+    assert not replicas[0].create(claim, "uid-late")["allowed"]
+
+
+def test_a_claim_never_created_releases_its_charge_once_a_list_shows_it_is_not_there(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    replica = Replica(store, clock, quota={"instances": 1})
+    first = replica.create(make_claim("c-1"), "uid-1")
+    assert (
+        first["allowed"]
+        and first["claim"]["metadata"]["annotations"]["migslice.io/reservation"] == "uid-1"
+    )
+    assert not replica.create(make_claim("c-2"), "uid-2")["allowed"]
+    clock.now_s += 46  # the create failed after admission: no claim was ever stored
+    third = replica.create(make_claim("c-3"), "uid-3")
+    assert third["allowed"]
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-3"]
+    api.claims.append(third["claim"])  # stored, but not in this replica's cache yet
+    clock.now_s += 46  # a stored claim's charge is never released by the list
+    assert not replica.create(make_claim("c-5"), "uid-5")["allowed"]
+
+
+def test_kube_schedulers_claim_is_admitted_uncharged_and_counted_once(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    _, store, clock = cluster
+    replica = Replica(store, clock, quota={"instances": 1})
+    pod = make_claim_pod("p1", {}, mig={"1g.10gb": 1})
+    pod["metadata"]["annotations"] = {"migslice.io/reservation": "uid-pod"}
+    replica.state.upsert_pod(pod)
+    special = make_claim(
+        "p1-extended-resources-x7k2q",
+        device_class="migslice-mig-1g.10gb",
+        profile=None,
+        owner="p1",
+        extended_resource=True,
+    )
+    answer = replica.create(special, "uid-special")
+    assert answer["allowed"] and "patch" not in answer
+    replica.state.upsert_claim(special)
+    assert replica.state.tenant_usage("team-a") == SliceUsage(1, 1, 1, (("1g.10gb", 1),))
+    replica.state.delete_pod("team-a", "p1")  # the pod gone, its claim not yet: it counts
+    assert replica.state.tenant_usage("team-a").instances == 1
+
+
+def test_a_resource_claim_tenants_pod_names_a_template_that_exists_before_the_answer(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    _, store, clock = cluster
+    replica = Replica(store, clock, deviceAPI="ResourceClaim")
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    reply = replica.client.post("/mutate", json=make_review(pod, uid="uid-pod"))
+    assert reply.get_json()["response"]["allowed"]
+    assert [t["metadata"]["name"] for t in replica.templates.created] == ["migslice-mig-1g.10gb"]
+    assert replica.state.template("team-a", "migslice-mig-1g.10gb") is not None
+    replica.client.post("/mutate", json=make_review(pod, uid="uid-pod-2"))
+    assert len(replica.templates.created) == 1  # kept in the cache from then on
+    assert store.read("team-a").charges == ()  # the pod is not charged: its claims will be
+
+
+def test_a_foreign_template_under_migslices_name_denies_the_pod_with_what_to_do() -> None:
+    state = tenant_state(deviceAPI="ResourceClaim")
+    forged = migslice_claim_template("team-a", "1g.10gb")
+    forged["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    state.upsert_template(forged)
+    client = create_app(WebhookSettings(), state).test_client()
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    answer = client.post("/mutate", json=make_review(pod)).get_json()["response"]
+    assert not answer["allowed"]
+    assert (
+        "ResourceClaimTemplate team-a/migslice-mig-1g.10gb is not migslice's"
+        in (answer["status"]["message"])
+    )
+
+
+def test_the_template_loop_creates_every_missing_template_of_resource_claim_tenants() -> None:
+    state = tenant_state(deviceAPI="ResourceClaim", allowedProfiles=["1g.10gb", "3g.40gb"])
+    state.upsert_namespace({"metadata": {"name": "team-a"}})
+    state.upsert_policy(make_policy("team-b", namespaces=["team-b"]))
+    state.upsert_namespace({"metadata": {"name": "team-b"}})
+    store = MemoryTemplates()
+    keeper = TemplateKeeper(state, store)
+    assert keeper.keep() == 2
+    assert sorted(t["metadata"]["name"] for t in store.created) == [
+        "migslice-mig-1g.10gb",
+        "migslice-mig-3g.40gb",
+    ]
+    assert keeper.keep() == 0
+
+
+def test_an_unknown_kind_is_a_malformed_review_and_a_claim_update_is_checked() -> None:
+    state = tenant_state()
+    client = create_app(WebhookSettings(), state).test_client()
+    odd = client.post(
+        "/mutate", json=make_review({"metadata": {}}, kind=("apps", "v1", "Deployment"))
+    )
+    assert odd.status_code == 400
+    old, new = make_claim("c"), make_claim("c", owner="p1", extended_resource=True)
+    review = make_review(new, kind=CLAIM_KIND, resource="resourceclaims", operation="UPDATE")
+    review["request"]["oldObject"] = old
+    answer = client.post("/mutate", json=review).get_json()["response"]
+    assert not answer["allowed"] and "may not set" in answer["status"]["message"]
+
+
+# -- usage over any mix, against a brute-force count ------------------------------------------
+
+PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
+MODELS = ("A100-80GB",)
+pod_strategy = st.tuples(
+    st.sampled_from(["p0", "p1", "p2"]),
+    st.sampled_from(["uid-a", "uid-b"]),
+    st.dictionaries(st.sampled_from(PROFILES), st.integers(0, 2), max_size=2),
+)
+claim_strategy = st.tuples(
+    st.sampled_from(["c0", "c1", "c2", "c3"]),
+    st.sampled_from(PROFILES),
+    st.integers(1, 2),
+    st.one_of(
+        st.none(),
+        st.tuples(st.sampled_from(["p0", "p1", "p2"]), st.sampled_from(["uid-a", "uid-b"])),
+    ),
+)
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("pod"), pod_strategy),
+        st.tuples(st.just("claim"), claim_strategy),
+        st.tuples(st.just("delete-pod"), st.sampled_from(["p0", "p1", "p2"])),
+        st.tuples(st.just("delete-claim"), st.sampled_from(["c0", "c1", "c2", "c3"])),
+    ),
+    max_size=25,
+)
+
+
+def _resource(profile: str) -> str:
+    return "nvidia.com/mig-" + profile
+
+
+def brute_usage(
+    pods: dict[str, tuple[str, dict[str, int]]],
+    claims: dict[str, tuple[str, int, tuple[str, str] | None]],
+) -> SliceUsage:
+    total = ZERO
+    for _, requests in pods.values():
+        total = total + usage_of({r: n for r, n in requests.items() if n}, MODELS)
+    paid: dict[str, str] = {}
+    for name in sorted(claims):
+        profile, count, owner = claims[name]
+        if owner is None or owner[0] not in pods or owner[0] in paid:
+            continue
+        uid, requests = pods[owner[0]]
+        if uid == owner[1] and requests.get(_resource(profile), 0) >= count:
+            paid[owner[0]] = name
+    for name, (profile, count, _) in claims.items():
+        if name not in paid.values():
+            total = total + usage_of({_resource(profile): count}, MODELS)
+    return total
+
+
+@settings(max_examples=200, deadline=None)
+@given(events)
+def test_usage_over_pods_claims_and_extended_resource_claims_is_a_brute_force_count(
+    steps: list[tuple[str, Any]],
+) -> None:
+    state = tenant_state()
+    pods: dict[str, tuple[str, dict[str, int]]] = {}
+    claims: dict[str, tuple[str, int, tuple[str, str] | None]] = {}
+    for kind, value in steps:
+        if kind == "pod":
+            name, uid, mig = value
+            raw = make_claim_pod(name, {}, mig={p: n for p, n in mig.items() if n} or None)
+            raw["metadata"]["uid"] = uid
+            state.upsert_pod(raw)
+            requests = {_resource(p): n for p, n in mig.items() if n}
+            if requests:
+                pods[name] = (uid, requests)
+            else:
+                pods.pop(name, None)
+        elif kind == "claim":
+            name, profile, count, owner = value
+            raw = make_claim(
+                name,
+                device_class="migslice-mig-" + profile,
+                profile=None,
+                count=count,
+                owner=owner[0] if owner else None,
+                extended_resource=owner is not None,
+            )
+            if owner is not None:
+                raw["metadata"]["ownerReferences"][0]["uid"] = owner[1]
+            state.upsert_claim(raw)
+            claims[name] = (profile, count, owner)
+        elif kind == "delete-pod":
+            state.delete_pod("team-a", value)
+            pods.pop(value, None)
+        else:
+            state.delete_claim(f"team-a/{value}")
+            claims.pop(value, None)
+    assert state.tenant_usage("team-a") == brute_usage(pods, claims)
+
+
+class CreatingElsewhere:
+    """A ledger store in which another replica has marked the tenant's epoch and creates its
+    ledger while this replica looks: the first read finds it missing, the next finds it."""
+
+    def __init__(self, store: ConfigMapLedgers, other: ConfigMapLedgers) -> None:
+        self.store, self.other, self.reads = store, other, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def read(self, tenant: str) -> Ledger:
+        self.reads += 1
+        ledger = self.store.read(tenant)
+        if self.reads == 1:  # marked and created just after this replica's read
+            self.other.mark(tenant, "epoch-a")
+            self.other.write(Ledger(tenant, epoch="epoch-a"))
+        return ledger
+
+
+def test_a_ledger_another_replica_is_creating_is_not_taken_for_lost(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    api.policies["team-a"] = {"metadata": {"name": "team-a"}, "status": {}}
+    replica = Replica(store, clock)
+    replica.keeper.mark_wait_s = 0.1
+    replica.keeper.store = CreatingElsewhere(store, store)
+    answer = replica.create(make_claim("c-1"), "uid-1")
+    assert answer["allowed"], answer
+    assert store.read("team-a").epoch == "epoch-a"  # its ledger, not a fence
+
+
+def test_a_second_pod_naming_a_hardware_tenants_claim_is_denied_from_the_caches() -> None:
+    state = tenant_state()
+    state.upsert_claim(make_claim("shared"))
+    first = make_claim_pod("first", {"gpu": "shared"})
+    state.upsert_pod(first)
+    client = create_app(WebhookSettings(), state).test_client()
+    second = make_claim_pod("second", {"gpu": "shared"})
+    del second["status"], second["spec"]["schedulerName"]
+    answer = client.post("/mutate", json=make_review(second)).get_json()["response"]
+    assert not answer["allowed"]
+    assert "which pod team-a/first uses too" in answer["status"]["message"]
+    state.delete_pod("team-a", "first")
+    assert client.post("/mutate", json=make_review(second)).get_json()["response"]["allowed"]
