@@ -34,6 +34,8 @@ def wrapped(text: str, indent: str, width: int | None) -> list[str]:
     indented two more."""
     if width is None:
         return [indent + text]
+    if len(indent) + len(text) <= width and text.isprintable() and text.strip(" ") == text:
+        return [indent + text]  # what textwrap gives a line that fits, without its work
     return textwrap.wrap(
         text,
         width=width,
@@ -79,6 +81,19 @@ def bar_cells(gpus: Sequence[GpuView], budget: int) -> tuple[int, bool]:
     raise AssertionError("unreachable")
 
 
-def gpu_bar(gpu: GpuView, cell: int, *, short: bool) -> str:
-    spans = [(s.start, s.size, slot_label(s, short=short)) for s in gpu.slots]
-    return render_slots(gpu.memory_slices, spans, cell)
+def gpu_bar(
+    gpu: GpuView,
+    cell: int,
+    *,
+    short: bool,
+    drawn: dict[tuple[object, ...], str] | None = None,
+) -> str:
+    """The GPU's bar; ``drawn`` remembers bars already drawn (a pool's GPUs share a few)."""
+    spans = tuple((s.start, s.size, slot_label(s, short=short)) for s in gpu.slots)
+    if drawn is None:
+        return render_slots(gpu.memory_slices, spans, cell)
+    key = (gpu.memory_slices, cell, spans)
+    bar = drawn.get(key)
+    if bar is None:
+        bar = drawn[key] = render_slots(gpu.memory_slices, spans, cell)
+    return bar

@@ -21,6 +21,7 @@ from migslice.objects.pods import scheduler_name_of
 from migslice.repartition import unschedulable_since
 from migslice.scheduling import PodDemand, demand_of, filter_nodes
 from migslice.scheduling.decisions import demand_key
+from migslice.scheduling.demand import with_claims
 from migslice.status.cluster import Cluster, GpuPod, waiting_pods
 from migslice.status.selection import scheduler_verdict
 
@@ -94,11 +95,14 @@ def waiting_view(
     scheduler = scheduler_name_of(raw) or "default-scheduler"
     since = unschedulable_since(raw)
     waited = None if since is None else max(0.0, (now - since).total_seconds())
-    demand = demand_of(raw)
+    demand = with_claims(demand_of(raw), raw, cluster.claims.get, cluster.classes)
     tenant = cluster.tenant_of(pod.namespace)
+    # What it asks: its extended resources, else what its ResourceClaims ask (by the same
+    # resource names, nvidia.com/mig-<profile> and nvidia.com/gpu).
+    asks = pod.requests or tuple((u.resource, u.count) for u in demand.units if u.claim)
     if scheduler != cluster.settings.scheduler_name:
         error = f"scheduled by {scheduler}, not {cluster.settings.scheduler_name}: not migslice's"
-        return WaitingPod(pod.key, tenant, pod.requests, scheduler, waited, (), (), error)
+        return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     key = (_selection_shape(raw), demand_key(demand))
     found = judged.get(key) if judged is not None else None
     if found is None:
@@ -106,7 +110,7 @@ def waiting_view(
         if judged is not None:
             judged[key] = found
     fits, classes = found
-    return WaitingPod(pod.key, tenant, pod.requests, scheduler, waited, fits, classes)
+    return WaitingPod(pod.key, tenant, asks, scheduler, waited, fits, classes)
 
 
 def judge(
