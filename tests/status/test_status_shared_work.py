@@ -54,9 +54,7 @@ def shaped_cluster() -> list[dict[str, object]]:
     for index in range(40):
         node = f"n-{(index * 5) % 12:02d}"
         profile = PROFILES[index % 3]
-        objects.append(
-            make_pod(f"p-{index}", profile=profile, node_name=node, with_type_meta=True)
-        )
+        objects.append(make_pod(f"p-{index}", profile=profile, node_name=node, with_type_meta=True))
     objects.append(unschedulable(make_pod("w-0", profile="3g.40gb", with_type_meta=True)))
     return objects
 
