@@ -119,8 +119,12 @@ def judge(
     """The nodes that fit the pod now, and the others by reason (largest group first)."""
     dropped: dict[str, list[str]] = {}
     candidates = []
+    served = {c.extended_resource for c in cluster.classes.values() if c.extended_resource}
+    unserved = sorted({u.resource for u in demand.units if not u.claim} - served)
     for name, prepared in cluster.nodes.items():
         verdict = scheduler_verdict(raw_pod, cluster.raw_nodes[name])
+        if verdict is None and unserved and prepared.state.dra is not None:
+            verdict = dra_resource_verdict(unserved[0])
         if verdict is not None:
             dropped.setdefault(verdict, []).append(name)
         else:
@@ -139,6 +143,15 @@ def judge(
     ]
     classes.sort(key=lambda c: (-len(c.nodes), c.reason))
     return result.fits, tuple(classes)
+
+
+def dra_resource_verdict(resource: str) -> str:
+    """kube-scheduler's NodeResourcesFit on a DRA node for an extended resource that no
+    DeviceClass's ``extendedResourceName`` serves from DRA (KEP-5004): the node has none."""
+    return (
+        f"Insufficient {resource}: no DeviceClass with extendedResourceName {resource} "
+        "serves it from DRA"
+    )
 
 
 def _selection_shape(raw_pod: JsonObject) -> bytes:

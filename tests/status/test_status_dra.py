@@ -108,3 +108,27 @@ def test_a_claim_pod_that_no_free_placement_hosts_waits_with_the_extenders_reaso
     )
     assert why["admission"]["asked"] == {"ResourceClaim": "team-a/d"}
     assert why["placement"]["nodes"] == waiting["nodes"]
+
+
+@pytest.mark.parametrize("with_class", [True, False], ids=["class-maps-it", "no-class"])
+def test_an_extended_resource_reaches_a_dra_node_only_through_a_class_that_maps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], with_class: bool
+) -> None:
+    from harness.builders import make_pod, unschedulable
+
+    objects = [
+        o for o in dra_cluster() if with_class or o["metadata"]["name"] != "migslice-mig-3g.40gb"
+    ]
+    objects.append(
+        {"kind": "Pod", "apiVersion": "v1", **unschedulable(make_pod("big", profile="3g.40gb"))}
+    )
+    path = tmp_path / "dra.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    big = next(w for w in document["waiting"] if w["pod"] == "team-a/big")
+    if with_class:
+        assert big["fits"] == [NODE]
+    else:
+        (dropped,) = big["nodes"]
+        assert (dropped["outcome"], dropped["names"]) == ("kube-scheduler", [NODE])
+        assert dropped["reason"].startswith("Insufficient nvidia.com/mig-3g.40gb")
