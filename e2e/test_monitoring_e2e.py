@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.controlplane import DEFAULT_BIN_DIR
+from harness.binaries import DEFAULT_BIN_DIR
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
