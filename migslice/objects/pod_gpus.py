@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+import orjson
+
 from migslice import names
 from migslice.objects.json import JsonObject
 from migslice.quantity import QuantityError, parse_count, parse_quantity
@@ -198,21 +200,29 @@ class PodGpuMemo:
     """:func:`read_pod_gpu` and :func:`shape_problems` over many pods, each distinct set of
     containers read once: the pods of one controller share their containers, and what both
     say of a pod depends on its ``spec.containers`` and ``spec.initContainers`` alone
-    (besides ``spec.nodeName``'s type, checked per pod). The key is their ``repr``, which
-    tells apart every value a JSON or YAML document holds (``"1"``, ``1``, ``1.0``, ``True``).
-    Values are immutable; a memo lives as long as its caller keeps it (one command's read)."""
+    (besides ``spec.nodeName``'s type, checked per pod); the key is their JSON
+    (:func:`_containers_key`). Values are immutable; a memo lives as long as its caller keeps
+    it (one command's read)."""
 
     def __init__(self) -> None:
-        self._read: dict[str, PodGpu] = {}
-        self._shape: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._read: dict[bytes | str, tuple[PodGpu, Requests]] = {}
+        self._shape: dict[bytes | str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def read(self, raw_pod: RawPod) -> PodGpu:
+        return self._entry(raw_pod)[0]
+
+    def requests(self, raw_pod: RawPod) -> Requests:
+        """``read(raw_pod).requests``, summed once per shape."""
+        return self._entry(raw_pod)[1]
+
+    def _entry(self, raw_pod: RawPod) -> tuple[PodGpu, Requests]:
         key = _containers_key(raw_pod)
-        if key is None:
-            return read_pod_gpu(raw_pod)
-        found = self._read.get(key)
+        found = None if key is None else self._read.get(key)
         if found is None:
-            found = self._read[key] = read_pod_gpu(raw_pod)
+            gpu = read_pod_gpu(raw_pod)
+            found = (gpu, gpu.requests)
+            if key is not None:
+                self._read[key] = found
         return found
 
     def shape_problems(self, raw_pod: RawPod) -> tuple[str, ...]:
@@ -226,11 +236,21 @@ class PodGpuMemo:
         return found[0] + _node_name_problems(spec) + found[1]
 
 
-def _containers_key(raw_pod: RawPod) -> str | None:
+def _containers_key(raw_pod: RawPod) -> bytes | str | None:
+    """The containers' JSON (orjson: fast, and it tells ``"1"``, ``1``, ``1.0`` and ``true``
+    apart); their ``repr`` where JSON would not tell them apart (``null``: orjson writes NaN
+    and infinities so too) or cannot write them (a YAML date, a key that is no string)."""
     spec = raw_pod.get("spec")
     if type(spec) is not dict:
         return None
-    return repr((spec.get("containers"), spec.get("initContainers")))
+    containers, init = spec.get("containers"), spec.get("initContainers")
+    try:
+        key = orjson.dumps(containers)
+        if init is not None:  # absent and null read alike
+            key += b"|" + orjson.dumps(init)
+    except TypeError:  # orjson.JSONEncodeError
+        return repr((containers, init))
+    return repr((containers, init)) if b"null" in key else key
 
 
 def _container_entries(

@@ -174,7 +174,7 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
     for raw in objects.pods:
         if is_terminal(raw):
             continue
-        requests = reader.read(raw).requests
+        requests = reader.requests(raw)
         uses = _gpu_claims(raw, requests, claims, classes)
         if not requests and not uses:
             continue
