@@ -103,6 +103,16 @@ def test_pods_of_one_shape_are_read_once_and_read_the_same() -> None:
     assert len(memo._read) == 4  # three profiles and the bad twins; no spec: read each time
 
 
+@pytest.mark.parametrize("pair", [("1", 1), (1, 1.0), (1, True), (None, float("nan"))])
+def test_values_json_would_blur_are_read_apart(pair: tuple[object, object]) -> None:
+    memo = PodGpuMemo()
+    for value in pair:
+        raw = make_pod("p", profile="1g.10gb")
+        raw["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] = value
+        assert memo.read(raw) == read_pod_gpu(raw)
+        assert memo.shape_problems(raw) == shape_problems(raw)
+
+
 @pytest.mark.parametrize("width", [None, 20, 80])
 @pytest.mark.parametrize(
     "text",
