@@ -510,6 +510,10 @@ def test_every_waiting_pod_has_its_reason_per_node(scenario: Scenario) -> None:
     direct = {c["reason"]: c for c in waiting["ops/direct-3g"]["nodes"]}
     lacks = direct["A30-24GB has no MIG profile 3g.40gb"]
     assert (lacks["outcome"], lacks["names"]) == ("unresolvable", ["a30-0"])
+    # why says the same of each, pod by pod.
+    for key, pod in waiting.items():
+        namespace, name = key.split("/")
+        assert scenario.why(namespace, name)["placement"]["nodes"] == pod["nodes"], key
 
 
 def test_the_record_shows_the_plan_in_flight_and_the_quarantine(scenario: Scenario) -> None:
