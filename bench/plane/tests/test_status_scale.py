@@ -37,6 +37,7 @@ def test_a_small_run_writes_its_section_and_renders(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "report.json").read_text())
     run = report["status_scale"]["tiny"]
     assert len(run["seconds"]) == 2 and run["nodes"] == 4
+    assert len(run["cpu_seconds"]) == 2 and all(s > 0 for s in run["cpu_seconds"])
     assert "| tiny |" in (tmp_path / "report.md").read_text()
 
 
