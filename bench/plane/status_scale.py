@@ -184,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     code = args.code.resolve() if args.code is not None else None
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "cluster.json"
-        path.write_text(json.dumps(build(args.nodes, args.pods, args.waiting, args.tenants)))
+        with path.open("w") as out:
+            out.write(json.dumps(build(args.nodes, args.pods, args.waiting, args.tenants)))
+            out.flush()
+            os.fsync(out.fileno())  # written back before the first run reads it
         size_mb = path.stat().st_size / 1e6
         seconds, cpu = time_runs(path, args.runs, code)
     run = {
