@@ -95,6 +95,7 @@ class AgentService:
                 now=self.now,
                 sleep=self.sleep,
                 advertise_timeout_s=settings.device_plugin_timeout_s,
+                node_name=settings.node_name,
             )
         return self._carver
 

@@ -159,12 +159,14 @@ class Verbs:
 
 def _filter_call(context: Context, environ: dict[str, Any], verb: str, *, best_fit: bool) -> bytes:
     started = time.perf_counter()
+    args: Mapping[str, Any] | None = None
     try:
-        answer, outcome = _filter(context, _read_args(context, environ), best_fit=best_fit)
+        args = _read_args(context, environ)
+        answer, outcome = _filter(context, args, best_fit=best_fit)
     except BadArgsError as error:
         answer, outcome = filter_error(str(error)), "error"
     except Exception as error:  # our own failure: still 200, with Error
-        log.exception("%s failed; answering with Error", verb)
+        log.exception("%s failed pod=%s; answering with Error", verb, _pod_of(args))
         answer, outcome = filter_error(f"migslice extender internal error: {error}"), "error"
     return _finish(context, verb, answer, outcome, started)
 
@@ -172,12 +174,14 @@ def _filter_call(context: Context, environ: dict[str, Any], verb: str, *, best_f
 def _prioritize_call(context: Context, environ: dict[str, Any]) -> bytes:
     started = time.perf_counter()
     answer: list[HostPriority] | PrioritizeError
+    args: Mapping[str, Any] | None = None
     try:
-        answer, outcome = _prioritize(_read_args(context, environ), context), "ok"
+        args = _read_args(context, environ)
+        answer, outcome = _prioritize(args, context), "ok"
     except BadArgsError as error:
         answer, outcome = {"Error": str(error)}, "error"
     except Exception as error:
-        log.exception("prioritize failed; answering with Error")
+        log.exception("prioritize failed pod=%s; answering with Error", _pod_of(args))
         answer, outcome = {"Error": f"migslice extender internal error: {error}"}, "error"
     return _finish(context, "prioritize", answer, outcome, started)
 
@@ -191,6 +195,15 @@ def _finish(context: Context, verb: str, answer: Any, outcome: str, started: flo
         outcome = "error"
     context.metrics.answered(verb, outcome, time.perf_counter() - started)
     return body
+
+
+def _pod_of(args: Mapping[str, Any] | None) -> str:
+    """``namespace/name`` of the call's pod, for the log ("-" before the body was read)."""
+    pod = args.get("Pod") if args is not None else None
+    metadata = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(metadata, dict):
+        return "-"
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '-'}"
 
 
 def _read_args(context: Context, environ: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +317,7 @@ def _filter(
     if not ready:
         # Blind caches cannot vouch for any node (a re-partition may have begun): every node
         # fails, retried by kube-scheduler, never unresolvable.
-        return _all_failed(context, names, by_name, problems), "blind"
+        return _all_failed(context, names, by_name, problems, demand.key), "blind"
     if by_name is None:
         decisions = context.state.decisions
         result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
@@ -358,10 +371,11 @@ def _all_failed(
     names: Sequence[str],
     by_name: Mapping[str, RawNode] | None,
     problems: Sequence[str],
+    pod: str,
 ) -> ExtenderFilterResult:
     reason = f"node state unknown: migslice {problems[0]}"
     context.metrics.nodes_failed.inc(len(names))
-    log.warning("filter fails every node: %s", "; ".join(problems))
+    log.warning("filter fails every node pod=%s: %s", pod, "; ".join(problems))
     return {
         "Nodes": None if by_name is None else {"metadata": {}, "items": []},
         "NodeNames": [] if by_name is None else None,

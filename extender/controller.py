@@ -196,7 +196,7 @@ class RepartitionController:
             self.stats.open_ages = open_ages(step.record, now)
             if step.kind == StepKind.WAIT:
                 self._mark(step)
-                self._say(step.reason, level=logging.DEBUG)
+                self._say(step.reason + about(step), level=logging.DEBUG)
                 break
             if self._settings.dry_run:
                 self._dry_run(step)
@@ -256,7 +256,7 @@ class RepartitionController:
         stored = self._api.update_config_map(mutate)
         if stored is None:
             return None
-        log.info("repartition %s: %s", step.kind, step.reason)
+        log.info("repartition %s: %s%s", step.kind, step.reason, about(step))
         if removed:
             log.info("mig-parted configs no node uses any more removed: %s", ", ".join(removed))
         for label in step.labels:
@@ -360,7 +360,7 @@ class RepartitionController:
 
     def _dry_run(self, step: Step) -> None:
         if step.kind == StepKind.START and step.carve_plan is not None:
-            said = f"dry run: would carve ({step.reason})"
+            said = f"dry run: would carve ({step.reason}){about(step)}"
             if said != self._last_said:
                 self.stats.plans_dry_run += 1
                 log.info("%s", said)
@@ -371,13 +371,13 @@ class RepartitionController:
             labels = ", ".join(
                 f"{c.node} {MIG_CONFIG_LABEL}={c.config_name}" for c in step.plan.changes
             )
-            said = f"dry run: would re-partition ({step.reason}); labels {labels}"
+            said = f"dry run: would re-partition ({step.reason}); labels {labels}{about(step)}"
             if said != self._last_said:
                 self.stats.plans_dry_run += 1
                 log.info("%s; mig-parted:\n%s", said, render_mig_parted(configs))
                 self._last_said = said
             return
-        self._say(f"dry run: would {step.kind}: {step.reason}")
+        self._say(f"dry run: would {step.kind}: {step.reason}{about(step)}")
 
     def _say(self, message: str, level: int = logging.INFO) -> None:
         """Log a round's conclusion once, not every round while it stays the same."""
@@ -385,3 +385,35 @@ class RepartitionController:
         if message != self._last_said:
             log.log(level, "%s", message)
             self._last_said = message
+
+
+def about(step: Step) -> str:
+    """`` (node=... pod=...)``: every node a step changes or waits on and every pod it serves,
+    as a log line names them (docs/operate.md, "Logs"); "" when it is about none."""
+    nodes: list[str] = [label.node for label in step.labels]
+    nodes += [event.node for event in step.events]
+    nodes += [mark.node for mark in step.marks]
+    nodes += [write.node for write in step.carve_writes]
+    pods: list[str] = []
+    changes: list[Any] = [
+        *(step.plan.changes if step.plan else ()),
+        *(step.carve_plan.changes if step.carve_plan else ()),
+    ]
+    for change in changes:
+        nodes.append(change.node)
+        pods += change.serves
+    finished: list[Any] = [*step.outcomes, *step.carve_outcomes]
+    for done in finished:
+        nodes.append(done.node)
+        pods += done.serves
+    if not nodes:  # a step that waits: on the nodes still open
+        record = step.record
+        open_steps: list[Any] = [
+            *(record.plan.open_nodes if record.plan else ()),
+            *(record.carve.open_nodes if record.carve else ()),
+        ]
+        for open_step in open_steps:
+            nodes.append(open_step.node)
+            pods += open_step.serves
+    named = [f"node={n}" for n in dict.fromkeys(nodes)] + [f"pod={p}" for p in dict.fromkeys(pods)]
+    return f" ({' '.join(named)})" if named else ""

@@ -280,7 +280,10 @@ class JsonFormatter(logging.Formatter):
             "message": message,
         }
         for key, value in _FIELD.findall(message):
-            line.setdefault(key, value)
+            if key not in line:
+                line[key] = value
+            elif value not in str(line[key]).split(","):
+                line[key] = f"{line[key]},{value}"  # a line about several: all of them
         for key in LOG_FIELDS:
             value = getattr(record, key, None)
             if isinstance(value, str) and value:

@@ -20,6 +20,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from migslice.admission import AdmissionDecision, MalformedPodError, PodAdmission
 from migslice.admission.claims import ClaimAdmission, decide_claim_update
 from migslice.admission.decision import Denial
+from migslice.admission.intent import pod_label
 from migslice.mig import CATALOG
 from migslice.policy import (
     FieldError,
@@ -115,6 +116,7 @@ def mutate() -> Response:
     refusal = ports.clients.refusal(request.environ)
     if refusal is not None:
         return _refused("mutate", refusal, started)
+    parsed: Review | None = None
     try:
         parsed = review.parse_review(_body(ports.settings))
         claim = parsed.group == DRA_GROUP and parsed.kind in CLAIM_KINDS
@@ -134,7 +136,8 @@ def mutate() -> Response:
     except (ReviewError, MalformedPodError) as error:
         return _malformed("mutate", str(error), started)
     except (UnavailableError, TemplateUnavailableError) as error:
-        return _unavailable("mutate", str(error), started)
+        pod = "-" if parsed is None else pod_label(parsed.namespace, parsed.raw_object or {})
+        return _unavailable("mutate", str(error), started, f"pod={pod}")
     if not decision.allowed:
         ports.metrics.denials.labels("mutate", decision.reason).inc()
         return _answer(
@@ -196,6 +199,7 @@ def validate() -> Response:
     refusal = ports.clients.refusal(request.environ)
     if refusal is not None:
         return _refused("validate", refusal, started)
+    parsed: Review | None = None
     try:
         parsed = review.parse_review(_body(ports.settings))
         if parsed.operation not in ("CREATE", "UPDATE"):
@@ -208,7 +212,8 @@ def validate() -> Response:
     except ReviewError as error:
         return _malformed("validate", str(error), started)
     except UnavailableError as error:
-        return _unavailable("validate", str(error), started)
+        tenant = "-" if parsed is None else _name_of(parsed.raw_object or {})
+        return _unavailable("validate", str(error), started, f"tenant={tenant}")
     assert parsed.raw_object is not None
     errors = _policy_errors(ports.state, parsed.raw_object)
     if errors:
@@ -293,13 +298,13 @@ def _refused(endpoint: str, message: str, started: float) -> Response:
     return response
 
 
-def _unavailable(endpoint: str, message: str, started: float) -> Response:
+def _unavailable(endpoint: str, message: str, started: float, subject: str) -> Response:
     """503 with Retry-After: kube-apiserver's webhook client retries it within the webhook's
     timeout; the Status message reaches the user if it still fails (failurePolicy Fail)."""
     ports = _ports()
     ports.metrics.requests.labels(endpoint, "unavailable").inc()
     ports.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-    log.warning("Answering %s with 503: %s", endpoint, message)
+    log.warning("Answering %s %s with 503: %s", endpoint, subject, message)
     status = {
         "apiVersion": "v1",
         "kind": "Status",

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from migslice.admission.ledger import Damage
 from migslice.admission.status import quota_dimensions
 from migslice.serving.certificate_metric import CertificateExpiry
 
@@ -56,6 +57,10 @@ class Metrics:
             ("damage",),
             registry=self.registry,
         )
+        # Every kind at 0 from the start: a first fence then shows as an increase (an alert's
+        # increase() never sees a series that begins at 1).
+        for damage in Damage:
+            self.ledger_fences.labels(damage.name.lower())
         self.pending_charges = Gauge(
             "migslice_webhook_quota_pending_charges",
             "Quota ledger charges of admitted pods this replica's pod cache has not seen yet.",

@@ -252,7 +252,7 @@ class QuotaKeeper:
                 try:
                     self.settle(tenant)
                 except UnavailableError as error:
-                    log.warning("Settling later: %s", error)
+                    log.warning("Settling tenant=%s later: %s", tenant, error)
                 except Exception:  # the loop must outlive any one failure
                     log.exception("Settling the quota ledger of tenant=%s failed", tenant)
 

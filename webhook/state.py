@@ -382,7 +382,7 @@ class ClusterState:
                     self._invalid[error.name] = InvalidPolicy(_generation(raw_policy), error.errors)
                     self._observed[error.name] = observed
                 self._changed(error.name, *touched)
-            log.warning("Ignoring invalid TenantPolicy name=%s: %s", error.name, error)
+            log.warning("Ignoring invalid TenantPolicy tenant=%s: %s", error.name, error)
             return
         with self.admission_lock:
             self._invalid.pop(policy.name, None)

@@ -97,6 +97,8 @@ class Carver:
     sleep: Callable[[float], None]
     advertise_timeout_s: float = 120.0
     poll_s: float = 2.0
+    node_name: str = "-"
+    """The node's name, for the log (its lines name it, node=)."""
 
     def run_once(self) -> str:
         """One pass; what it did, in words (for the log and tests)."""
@@ -180,7 +182,12 @@ class Carver:
         if not journal.changed:
             self._finish(journal, CarvePhase.FAILED, f"{reason}; nothing was changed")
             return f"refused plan {journal.plan_id}: {reason}; nothing was changed"
-        log.warning("carve plan=%s failed (%s); rolling back", journal.plan_id, reason)
+        log.warning(
+            "node=%s carve plan=%s failed (%s); rolling back",
+            self.node_name,
+            journal.plan_id,
+            reason,
+        )
         rolling = replace(journal, phase=CarvePhase.ROLLING_BACK, detail=reason, at=self._at())
         self.node.write_status(render_carve_status(rolling))
         notes: list[str] = []
@@ -212,7 +219,11 @@ class Carver:
         """Restart the device plugin and wait until allocatable shows NVML's MIG devices;
         what still differs at the timeout ("" when they agree)."""
         restarted = self.node.restart_device_plugin()
-        log.info("device plugin pods restarted: %d; waiting for allocatable", restarted)
+        log.info(
+            "node=%s device plugin pods restarted: %d; waiting for allocatable",
+            self.node_name,
+            restarted,
+        )
         waited = 0.0
         while True:
             problem = unadvertised(node_facts_from_raw(self.node.read_node()), readings)
@@ -238,10 +249,10 @@ class Carver:
         self.node.write_status(render_carve_status(done))
         if phase == CarvePhase.FAILED:
             message = f"carve {journal.plan_id} failed: {detail}"
-            log.warning("%s", message)
+            log.warning("node=%s %s", self.node_name, message)
             self.node.record_warning(REASON_FAILED, message)
         else:
-            log.info("carve plan=%s done", journal.plan_id)
+            log.info("node=%s carve plan=%s done", self.node_name, journal.plan_id)
 
     def _at(self) -> str:
         return format_time(self.now())

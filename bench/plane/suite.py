@@ -1,4 +1,5 @@
-"""The plane suite's report: one section, the cluster benchmark's runs (``bench.common.report``)."""
+"""The plane suite's report (``bench.common.report``): the cluster benchmark's runs, and
+``migslice status`` at the same scale."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ SUITE = Suite(
         "kube-scheduler with thousands of real-shaped GPU nodes and bound pods, migslice's "
         "webhook and extender in-cluster; pods/s with and without the extender, with the "
         "stock default scheduler, with the Go and Python null extenders; memory, sync, cache "
-        "lag under churn. The goals and how to read them: `bench/plane/README.md`."
+        "lag under churn; and `migslice status` on a cluster of that size. The goals and how "
+        "to read them: `bench/plane/README.md`."
     ),
-    sections=(Section("cluster", "bench.plane.report:render"),),
+    sections=(
+        Section("cluster", "bench.plane.report:render"),
+        Section("status_scale", "bench.plane.status_scale:markdown"),
+    ),
 )

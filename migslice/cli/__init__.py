@@ -10,35 +10,54 @@ Nothing imports this package.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
 
-from agent.command import COMMANDS as AGENT_COMMANDS
-from extender.command import COMMANDS as EXTENDER_COMMANDS
 from migslice import __version__
 from migslice.cli import certs, geometry, plan
-from migslice.console import fail
-from migslice.demo.command import COMMANDS as DEMO_COMMANDS
-from migslice.doctor.command import COMMANDS as DOCTOR_COMMANDS
+from migslice.console import Command, fail
 from migslice.errors import MigsliceError
-from migslice.sim.command import COMMANDS as SIM_COMMANDS
-from migslice.status.command import COMMANDS as STATUS_COMMANDS
-from webhook.command import COMMANDS as WEBHOOK_COMMANDS
 
-SERVICE_COMMANDS = (
-    *WEBHOOK_COMMANDS,
-    *EXTENDER_COMMANDS,
-    *AGENT_COMMANDS,
-    *DEMO_COMMANDS,
-    *SIM_COMMANDS,
-    *DOCTOR_COMMANDS,
-    *STATUS_COMMANDS,
+SERVICE_MODULES = (
+    "webhook.command",
+    "extender.command",
+    "agent.command",
+    "migslice.demo.command",
+    "migslice.sim.command",
+    "migslice.doctor.command",
+    "migslice.status.command",
 )
+"""The modules whose ``COMMANDS`` the program runs, in the order ``--help`` lists them."""
+MODULE_OF = {
+    "webhook": "webhook.command",
+    "extender": "extender.command",
+    "agent": "agent.command",
+    "inspect": "agent.command",
+    "demo": "migslice.demo.command",
+    "simulate": "migslice.sim.command",
+    "doctor": "migslice.doctor.command",
+    "status": "migslice.status.command",
+    "why": "migslice.status.command",
+}
+"""Which module defines a command: a run imports only its own command's module (``status``
+does not load the servers' web stack); any other argument list loads them all."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def service_commands(argv: Sequence[str] | None = None) -> tuple[Command, ...]:
+    """The service commands to offer for ``argv``: the named command's module alone when
+    the first argument names one (:data:`MODULE_OF`), else every module's."""
+    first = next((a for a in argv or () if not a.startswith("-")), None)
+    modules = (MODULE_OF[first],) if first in MODULE_OF else SERVICE_MODULES
+    found: list[Command] = []
+    for module in modules:
+        found += importlib.import_module(module).COMMANDS
+    return tuple(found)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="migslice",
         description="Multi-tenant GPU slicing on NVIDIA MIG for Kubernetes.",
@@ -48,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     geometry.register(commands)
     certs.register(commands)
     plan.register(commands)
-    for command in SERVICE_COMMANDS:
+    for command in service_commands(argv):
         sub = commands.add_parser(command.name, help=command.help, description=command.description)
         command.add_arguments(sub)
         sub.set_defaults(handler=command.run)
@@ -56,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)

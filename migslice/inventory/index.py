@@ -10,7 +10,8 @@ those (the extender's watches call it as each event arrives, so a request reads 
 value), :meth:`derive_pending` every missing one at once (the extender calls it when its
 lists are all in, so start-up derives each node once, not once per list), and :meth:`get`
 derives a missing one on first use. A node's layout (:func:`node_layout`, from its facts and
-the mig-parted configs) is kept while only its pods change, a DRA node's pool
+the mig-parted configs) is kept while only its pods change, and derived once for all nodes
+of one shape (:func:`~migslice.inventory.layouts.layout_key`); a DRA node's pool
 (:func:`migslice.objects.dra_pool.read_pool`) while only its claims and pods do. A watch event
 thus costs one node's work: a slice touches its node, a claim the nodes its allocation names
 and those of the pods that use it; a DeviceClass touches every DRA node.
@@ -30,7 +31,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
 from migslice.inventory.dra import DraInputs
-from migslice.inventory.layouts import NodeLayout, NodeState, node_layout, resolve_node
+from migslice.inventory.layouts import (
+    NodeLayout,
+    NodeState,
+    layout_key,
+    node_layout,
+    resolve_node,
+)
 from migslice.mig import CATALOG, Catalog
 from migslice.mig.migparted import MigPartedEntry
 from migslice.objects.clusterfile import ClusterObjects
@@ -45,6 +52,8 @@ V = TypeVar("V")
 #: Nodes whose inputs :meth:`ClusterIndex.derive_pending` copies per hold of the lock.
 DERIVE_BATCH = 64
 MigConfigs = Mapping[str, tuple[MigPartedEntry, ...]]
+#: Distinct node shapes whose layouts are kept (more are derived again: a bound, not a need).
+MAX_SHARED_LAYOUTS = 4096
 
 
 class ClusterIndex(Generic[V]):
@@ -62,6 +71,9 @@ class ClusterIndex(Generic[V]):
         # (a bind re-derives the node without reading its agent report or config again).
         self._layouts: dict[str, tuple[NodeFacts, MigConfigs, NodeLayout]] = {}
         self._mig_configs: MigConfigs = {}
+        # Layouts by :func:`layout_key`, for the configs they were derived with: nodes of one
+        # shape share one derivation (replaced whole when the configs change).
+        self._shared: tuple[MigConfigs, dict[tuple[object, ...], NodeLayout]] = ({}, {})
         self._listeners: list[Callable[[str | None], None]] = []
         # DRA: slices by node, the pool read from them (kept until they change), claims by key
         # and by the pools their allocations name, the pods that use each claim, the classes.
@@ -424,10 +436,25 @@ class ClusterIndex(Generic[V]):
         if kept is not None and kept[0] is facts and kept[1] is configs:
             layout = kept[2]
         else:
-            layout = node_layout(facts, configs, catalog=self._catalog)
+            layout = self._shared_layout(facts, configs)
             if self._nodes.get(facts.name) is facts:  # not a node given from outside
                 self._layouts[facts.name] = (facts, configs, layout)
         return resolve_node(facts, pods, configs, catalog=self._catalog, layout=layout, dra=dra)
+
+    def _shared_layout(self, facts: NodeFacts, configs: MigConfigs) -> NodeLayout:
+        """The node's layout, derived once per shape (:func:`layout_key`) and configs."""
+        key = layout_key(facts)
+        if key is None:
+            return node_layout(facts, configs, catalog=self._catalog)
+        shared = self._shared  # one read: a whole replacement is seen whole
+        if shared[0] is not configs:
+            shared = self._shared = (configs, {})
+        layout = shared[1].get(key)
+        if layout is None:
+            if len(shared[1]) >= MAX_SHARED_LAYOUTS:
+                shared[1].clear()
+            layout = shared[1][key] = node_layout(facts, configs, catalog=self._catalog)
+        return layout
 
     def _derive_missing(self, name: str) -> V | None:
         """The node's derived value, derived now if missing (the caller holds the lock)."""

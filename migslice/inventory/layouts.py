@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from migslice.inventory.dra import DraInputs, resolve_dra
 from migslice.inventory.picking import Occupancy, best_free_instance, held_slices
@@ -58,6 +58,8 @@ from migslice.whynot import WhyNot
 __all__ = ["GpuState", "LayoutSource", "NodeState", "mig_resource"]
 
 MIG_OK_STATES = frozenset({"success"})
+MAX_HELD_KEPT = 256
+"""Counts of held resources whose pick a layout remembers (a bound: more are picked again)."""
 
 
 def resource_names(model: GpuModel) -> dict[str, str]:
@@ -92,13 +94,21 @@ def model_of(facts: NodeFacts, catalog: Catalog = CATALOG) -> GpuModel | None:
 class NodeLayout:
     """What a node's facts (and the mig-parted configs) say of its GPUs, before any pod: the
     model, each GPU's instances and agent-reported busy flags, and which source answered.
-    ``gpus`` is None when no source gave a layout (``source`` is then ``counts``)."""
+    ``gpus`` is None when no source gave a layout (``source`` is then ``counts``).
+
+    ``held`` remembers, per count of resources held, which instances they hold
+    (:func:`resolve_node`'s pick depends on the layout and those counts alone): nodes sharing
+    a layout (:func:`layout_key`) with the same counts share the pick. Not part of the
+    value."""
 
     model: GpuModel | None
     source: LayoutSource
     gpus: tuple[GpuState, ...] | None
     busy: tuple[tuple[bool, ...], ...]
     notes: tuple[str, ...]
+    held: dict[tuple[tuple[str, int], ...], tuple[GpuState, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def node_layout(
@@ -130,6 +140,24 @@ def node_layout(
     return NodeLayout(model, source, gpus, busy, tuple(notes))
 
 
+def layout_key(facts: NodeFacts) -> tuple[object, ...] | None:
+    """Everything of ``facts`` that :func:`node_layout` reads, for nodes to share one
+    derivation: with the same configs and catalog, nodes of equal keys have equal layouts (a
+    cluster's thousands of nodes come in a few shapes). None for a node with an agent report,
+    which is its own."""
+    if facts.agent is not None:
+        return None
+    return (
+        facts.product,
+        facts.gpu_count,
+        facts.mig_config,
+        facts.mig_config_state,
+        facts.allocatable,
+        facts.problems,
+        facts.agent_error,
+    )
+
+
 def resolve_node(
     facts: NodeFacts,
     pods: Iterable[PodFacts],
@@ -159,7 +187,12 @@ def resolve_node(
     model, gpus = layout.model, layout.gpus
     if gpus is None or model is None:
         return NodeState(facts, model, LayoutSource.COUNTS, (), allocated, free, layout.notes)
-    held = _assign_held(model, gpus, layout.busy, allocated_counter)
+    held = layout.held.get(allocated)
+    if held is None:
+        held = _assign_held(model, gpus, layout.busy, allocated_counter)
+        if len(layout.held) >= MAX_HELD_KEPT:
+            layout.held.clear()
+        layout.held[allocated] = held
     return NodeState(facts, model, layout.source, held, allocated, free, layout.notes)
 
 

@@ -13,6 +13,8 @@ from migslice.kube.transport import ApiError, KubernetesTransport
 from migslice.objects.times import format_time
 
 log = logging.getLogger(__name__)
+_SUBJECTS = {"Node": "node", "Pod": "pod", "TenantPolicy": "tenant"}
+"""The log field of an object an Event is about (docs/operate.md, "Logs")."""
 
 
 def record_node_event(
@@ -82,9 +84,10 @@ def record_namespaced_event(
     try:
         transport.post_json(f"/api/v1/namespaces/{namespace}/events", event)
     except ApiError as error:
+        kind = involved.get("kind", "object")
         log.warning(
             "event not recorded %s=%s reason=%s: %s",
-            involved.get("kind", "object").lower(),
+            _SUBJECTS.get(kind, kind.lower()),
             name,
             reason,
             error,

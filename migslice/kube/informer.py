@@ -47,6 +47,8 @@ import orjson
 from migslice.kube.transport import ApiError, KubeError, RawObject, Transport, decode_object
 
 log = logging.getLogger(__name__)
+_SUBJECTS = {"pods": "pod", "nodes": "node", "tenantpolicies": "tenant"}
+"""The log field of an object of a collection (docs/operate.md, "Logs")."""
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -467,7 +469,9 @@ class Informer(Generic[T]):
             key = object_key(raw)
             self.stats.skipped += 1
             self.stats.last_error = f"{key}: {error}"
-            log.warning("informer=%s object=%s skipped: %s", self.name, key, error)
+            kind = self.resource.path.rsplit("/", 1)[-1]
+            field = _SUBJECTS.get(kind, "object")
+            log.warning("informer=%s %s=%s skipped: %s", self.name, field, key, error)
             return None
 
     def _touch(self) -> None:

@@ -202,23 +202,24 @@ class StatusWriter:
             )
         except ApiError as error:
             if error.status == 404:
-                log.info("TenantPolicy name=%s is gone (404); not writing its status", name)
+                log.info("TenantPolicy tenant=%s is gone (404); not writing its status", name)
                 return "gone"
             if error.status == 409:
                 log.info(
-                    "TenantPolicy name=%s status conflict (409); writing it at the next sync", name
+                    "TenantPolicy tenant=%s status conflict (409); writing it at the next sync",
+                    name,
                 )
                 return "conflicts"
             self._failed(error)
-            log.warning("Writing status of TenantPolicy name=%s failed: %s", name, error)
+            log.warning("Writing status of TenantPolicy tenant=%s failed: %s", name, error)
             return "failed"
         except Exception as error:  # our own bug or an unexpected client error
             self._failed(error)
-            log.exception("Writing status of TenantPolicy name=%s failed unexpectedly", name)
+            log.exception("Writing status of TenantPolicy tenant=%s failed unexpectedly", name)
             return "failed"
         self.stats.patches += 1
         log.debug(
-            "Wrote status of TenantPolicy name=%s quotaSummary=%s",
+            "Wrote status of TenantPolicy tenant=%s quotaSummary=%s",
             name,
             desired.get("quotaSummary"),
         )

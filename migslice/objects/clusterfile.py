@@ -17,7 +17,7 @@ import orjson
 import yaml
 
 from migslice.errors import InvalidInputError
-from migslice.objects.pod_gpus import shape_problems
+from migslice.objects.pod_gpus import PodGpuMemo
 
 RawObject = dict[str, object]
 
@@ -64,6 +64,7 @@ _KINDS = {
 def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
     """Sort already-loaded documents by kind; ``List`` objects are flattened."""
     buckets: dict[str, list[RawObject]] = {name: [] for name in (*_KINDS.values(), "others")}
+    pods = PodGpuMemo()  # the pods of one controller are checked once
 
     def take(index: int, document: object) -> None:
         if document is None:
@@ -79,7 +80,7 @@ def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
         if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
             raise ClusterFileError(f"document {index + 1} ({raw['kind']}) has no metadata.name")
         if raw["kind"] == "Pod":
-            problems = shape_problems(raw)
+            problems = pods.shape_problems(raw)
             if problems:
                 namespace = metadata.get("namespace") or "default"
                 raise ClusterFileError(

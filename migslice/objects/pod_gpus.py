@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+import orjson
+
 from migslice import names
 from migslice.objects.json import JsonObject
 from migslice.quantity import QuantityError, parse_count, parse_quantity
@@ -158,12 +160,25 @@ def shape_problems(raw_pod: RawPod) -> tuple[str, ...]:
     field path: what :func:`read_pod_gpu` reports malformed, a ``spec.nodeName`` that is not a
     string, and a ``requests`` or ``limits`` entry of any resource that is no quantity. The API
     server refuses such a pod; a cluster file is checked with this instead."""
-    found = list(read_pod_gpu(raw_pod).malformed)
     spec = raw_pod.get("spec")
     if not isinstance(spec, Mapping):
-        return tuple(found)
+        return read_pod_gpu(raw_pod).malformed
+    malformed, quantities = _container_shape_problems(raw_pod, spec)
+    return malformed + _node_name_problems(spec) + quantities
+
+
+def _node_name_problems(spec: Mapping[str, object]) -> tuple[str, ...]:
     if "nodeName" in spec and not isinstance(spec["nodeName"], str):
-        found.append(f"spec.nodeName={spec['nodeName']!r} must be a string")
+        return (f"spec.nodeName={spec['nodeName']!r} must be a string",)
+    return ()
+
+
+def _container_shape_problems(
+    raw_pod: RawPod, spec: Mapping[str, object]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`shape_problems` of the containers (what the rest of the pod does not change):
+    what :func:`read_pod_gpu` finds malformed, and the other resources' quantities."""
+    found: list[str] = []
     for field in ("containers", "initContainers"):
         listed = spec.get(field)
         for index, container in enumerate(listed if isinstance(listed, list) else ()):
@@ -178,7 +193,64 @@ def shape_problems(raw_pod: RawPod) -> tuple[str, ...]:
                         parse_quantity(raw)
                     except QuantityError as error:
                         found.append(f"{path}: {error}")
-    return tuple(found)
+    return read_pod_gpu(raw_pod).malformed, tuple(found)
+
+
+class PodGpuMemo:
+    """:func:`read_pod_gpu` and :func:`shape_problems` over many pods, each distinct set of
+    containers read once: the pods of one controller share their containers, and what both
+    say of a pod depends on its ``spec.containers`` and ``spec.initContainers`` alone
+    (besides ``spec.nodeName``'s type, checked per pod); the key is their JSON
+    (:func:`_containers_key`). Values are immutable; a memo lives as long as its caller keeps
+    it (one command's read)."""
+
+    def __init__(self) -> None:
+        self._read: dict[bytes | str, tuple[PodGpu, Requests]] = {}
+        self._shape: dict[bytes | str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+    def read(self, raw_pod: RawPod) -> PodGpu:
+        return self._entry(raw_pod)[0]
+
+    def requests(self, raw_pod: RawPod) -> Requests:
+        """``read(raw_pod).requests``, summed once per shape."""
+        return self._entry(raw_pod)[1]
+
+    def _entry(self, raw_pod: RawPod) -> tuple[PodGpu, Requests]:
+        key = _containers_key(raw_pod)
+        found = None if key is None else self._read.get(key)
+        if found is None:
+            gpu = read_pod_gpu(raw_pod)
+            found = (gpu, gpu.requests)
+            if key is not None:
+                self._read[key] = found
+        return found
+
+    def shape_problems(self, raw_pod: RawPod) -> tuple[str, ...]:
+        spec = raw_pod.get("spec")
+        key = _containers_key(raw_pod)
+        if key is None or not isinstance(spec, Mapping):
+            return shape_problems(raw_pod)
+        found = self._shape.get(key)
+        if found is None:
+            found = self._shape[key] = _container_shape_problems(raw_pod, spec)
+        return found[0] + _node_name_problems(spec) + found[1]
+
+
+def _containers_key(raw_pod: RawPod) -> bytes | str | None:
+    """The containers' JSON (orjson: fast, and it tells ``"1"``, ``1``, ``1.0`` and ``true``
+    apart); their ``repr`` where JSON would not tell them apart (``null``: orjson writes NaN
+    and infinities so too) or cannot write them (a YAML date, a key that is no string)."""
+    spec = raw_pod.get("spec")
+    if type(spec) is not dict:
+        return None
+    containers, init = spec.get("containers"), spec.get("initContainers")
+    try:
+        key = orjson.dumps(containers)
+        if init is not None:  # absent and null read alike
+            key += b"|" + orjson.dumps(init)
+    except TypeError:  # orjson.JSONEncodeError
+        return repr((containers, init))
+    return repr((containers, init)) if b"null" in key else key
 
 
 def _container_entries(

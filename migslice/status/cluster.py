@@ -1,9 +1,10 @@
 """The cluster as status and why read it, derived once from its objects (pure).
 
 One pass over the objects: every Node projected and resolved once into the extender's
-:class:`~migslice.scheduling.PreparedNode` (its inventory :class:`NodeState` inside), every
-Pod read once (its GPU requests, where it holds them, its charge in slice units as the
-webhook prices it, whether it waits), the TenantPolicies into the webhook's
+:class:`~migslice.scheduling.PreparedNode` (its inventory :class:`NodeState` inside; a DRA
+node's from NVIDIA's ResourceSlices and the ResourceClaims allocated in it), every Pod read
+once (its GPU requests or GPU ResourceClaims, where it holds them, its charge in slice units
+as the webhook prices it, whether it waits), the TenantPolicies into the webhook's
 :class:`~migslice.policy.tenancy.Tenancy`, and the mig-parted ConfigMap with the repartition
 controller's record. The views (tenants, pools, waiting pods, why) only read this.
 """
@@ -18,15 +19,20 @@ from migslice.admission.usage import ZERO, SliceUsage, pricing_models, usage_of
 from migslice.inventory import ClusterIndex, NodeState
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects, PodFacts, node_facts_from_raw
+from migslice.objects.device_classes import DeviceClassFacts
 from migslice.objects.json import JsonObject, mapping
-from migslice.objects.pod_gpus import gpu_requests
+from migslice.objects.pod_gpus import PodGpuMemo, Requests
 from migslice.objects.pods import (
     bound_node_of,
+    has_resource_claims,
+    is_admission_gated,
     is_terminal,
     metadata_of,
     nominated_node_of,
+    pod_claims,
     pod_key,
 )
+from migslice.objects.resource_claims import ClaimFacts, claim_facts_from_raw, gpu_asks
 from migslice.policy import PolicyError, TenantPolicy, parse_tenant_policy
 from migslice.policy.tenancy import Tenancy
 from migslice.repartition import MigConfigFile, read_config_map
@@ -63,6 +69,12 @@ class GpuPod:
     node: str | None
     nominated: str | None
     usage: SliceUsage
+    claims: tuple[str, ...] = ()
+    """Its ResourceClaims (``namespace/name``), for a pod that asks NVIDIA's DRA driver."""
+    gated: bool = False
+    """Behind the admission gate (created in a fail-open namespace while the webhook was
+    unavailable, docs/outages.md): it waits for admission, holds nothing and is charged nothing
+    until the webhook's gate reconciler admits it."""
 
     @property
     def is_waiting(self) -> bool:
@@ -92,14 +104,20 @@ class Cluster:
     holders: dict[str, tuple[PodFacts, ...]]
     mig_file: MigConfigFile
     cluster_models: tuple[str, ...]
+    claims: Mapping[str, ClaimFacts] = field(default_factory=dict)
+    classes: Mapping[str, DeviceClassFacts] = field(default_factory=dict)
+    _tenants: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     def states(self) -> list[NodeState]:
         return [node.state for node in self.nodes.values()]
 
     def tenant_of(self, namespace: str) -> str | None:
         """The one TenantPolicy that selects ``namespace`` (None: none, or a conflict)."""
+        if namespace in self._tenants:
+            return self._tenants[namespace]
         selecting = self.tenancy.selecting(namespace)
-        return selecting[0].name if len(selecting) == 1 else None
+        tenant = self._tenants[namespace] = selecting[0].name if len(selecting) == 1 else None
+        return tenant
 
     def pods_of(self, tenant: str) -> list[GpuPod]:
         namespaces = self.tenancy.namespaces_of(tenant)
@@ -119,6 +137,9 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
     index.set_mig_configs(mig_file.configs)
     facts = [node_facts_from_raw(raw) for raw in objects.nodes]
     index.replace_nodes(facts)
+    index.load_dra(objects)
+    claims = {c.key: c for raw in objects.resource_claims if (c := claim_facts_from_raw(raw))}
+    classes = index.classes
     raw_nodes = {f.name: raw for f, raw in zip(facts, objects.nodes, strict=True) if f.name}
     node_labels = {name: mapping(metadata_of(raw).get("labels")) for name, raw in raw_nodes.items()}
     products = {f.name: f.product for f in facts if f.product}
@@ -153,24 +174,30 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
     gpu_pods: dict[str, GpuPod] = {}
     holding: list[PodFacts] = []
     priced: dict[str | None, tuple[str, ...]] = {}  # product -> the models it prices on
+    charges: dict[tuple[Requests, str | None], SliceUsage] = {}  # a few shapes, many pods
+    reader = PodGpuMemo()  # the pods of one controller are read once
     for raw in objects.pods:
         if is_terminal(raw):
             continue
-        requests = gpu_requests(raw)
-        if not requests:
+        requests = reader.requests(raw)
+        uses = _gpu_claims(raw, requests, claims, classes)
+        if not requests and not uses:
             continue
         key = pod_key(raw)
         namespace = key.partition("/")[0]
         node, nominated = bound_node_of(raw), nominated_node_of(raw)
         tenancy.touch_namespace(namespace)
+        gated = is_admission_gated(raw)
         product = products.get(node) if node else None
-        priced_on = priced.get(product)
-        if priced_on is None:
-            priced_on = priced[product] = pricing_models(product, cluster_models)
-        usage = usage_of(dict(requests), priced_on)
-        gpu_pods[key] = GpuPod(key, namespace, raw, requests, node, nominated, usage)
+        usage = ZERO if gated else charges.get((requests, product))
+        if usage is None:
+            priced_on = priced.get(product)
+            if priced_on is None:
+                priced_on = priced[product] = pricing_models(product, cluster_models)
+            usage = charges[(requests, product)] = usage_of(dict(requests), priced_on)
+        gpu_pods[key] = GpuPod(key, namespace, raw, requests, node, nominated, usage, uses, gated)
         if node is not None or nominated is not None:
-            holding.append(PodFacts(key, node, nominated, requests))
+            holding.append(PodFacts(key, node, nominated, requests, uses))
     index.replace_pods(holding)
     index.derive_pending()
     nodes: dict[str, PreparedNode] = {}
@@ -201,7 +228,31 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         holders={n: tuple(sorted(p, key=lambda f: f.key)) for n, p in holders.items()},
         mig_file=mig_file,
         cluster_models=cluster_models,
+        claims=claims,
+        classes=classes,
     )
+
+
+def _gpu_claims(
+    raw_pod: JsonObject,
+    requests: Requests,
+    claims: Mapping[str, ClaimFacts],
+    classes: Mapping[str, DeviceClassFacts],
+) -> tuple[str, ...]:
+    """The pod's ResourceClaims, as the inventory keeps them (:func:`pod_facts_from_raw`),
+    when it uses NVIDIA GPUs through them: a request for the driver's devices, or devices of
+    it allocated (a claim not seen yet is counted too); () for a pod without claims."""
+    if not has_resource_claims(raw_pod) and not (
+        requests and "extendedResourceClaimStatus" in mapping(raw_pod.get("status"))
+    ):
+        return ()
+    found = pod_claims(raw_pod)
+    keys = found.keys
+    for key in keys:
+        claim = claims.get(key)
+        if claim is None or claim.devices or gpu_asks(claim, classes).asks:
+            return keys
+    return keys if found.waiting or requests else ()
 
 
 def pool_of(state: NodeState, labels: Mapping[str, object], settings: StatusSettings) -> str:

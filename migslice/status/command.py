@@ -4,15 +4,25 @@ kubectl plugin ``kubectl migslice``, :mod:`migslice.cli.kubectl`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import logging
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from migslice import console, names
 from migslice.console import CommandError
-from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.clusterfile import ClusterFileError, ClusterObjects
+
+if TYPE_CHECKING:
+    from migslice.kube.transport import KubernetesTransport
+    from migslice.status.cluster import Cluster
+    from migslice.status.why import WhyReport
 
 OUTPUTS = ("table", "wide", "json", "yaml")
 DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
@@ -76,7 +86,21 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_why_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pod", metavar="POD", type=console.dns_subdomain, help="the pod's name")
+    parser.add_argument(
+        "pod",
+        metavar="POD",
+        nargs="?",
+        type=console.dns_subdomain,
+        help="the pod's name (with -f: default the manifest's)",
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        metavar="FILE",
+        type=console.file_path,
+        help="the manifest of a pod that is not there (a Pod, or a workload with a pod "
+        "template): say what the webhook would answer for it",
+    )
     parser.add_argument(
         "-n",
         "--namespace",
@@ -103,13 +127,31 @@ def add_why_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _objects(args: argparse.Namespace) -> ClusterObjects:
+    return _read(args)[0]
+
+
+def _read(args: argparse.Namespace) -> tuple[ClusterObjects, KubernetesTransport | None]:
     from migslice.status.gather import connect, read_cluster, read_cluster_file
 
     if args.cluster_file is not None:
-        return read_cluster_file(args.cluster_file)
+        return read_cluster_file(args.cluster_file), None
     transport = connect(args.kubeconfig, args.context, args.timeout_s)
     namespace, _, name = args.mig_config_map.partition("/")
-    return read_cluster(transport, (namespace, name))
+    return read_cluster(transport, (namespace, name)), transport
+
+
+@contextlib.contextmanager
+def _without_cyclic_collector() -> Iterator[None]:
+    """A run reads, derives and prints once: every object it makes lives until it ends, so
+    the cyclic collector would walk them all, again and again as they grow, to free nothing
+    (at 5,000 nodes and 40,000 pods, a third of the run). Off for the run, as it was after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _print(document: object, output: str) -> None:
@@ -120,6 +162,11 @@ def _print(document: object, output: str) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    with _without_cyclic_collector():
+        return _run_status(args)
+
+
+def _run_status(args: argparse.Namespace) -> int:
     from migslice.status.cluster import StatusSettings, build_cluster
     from migslice.status.report import build_status, render_text, scoped, status_document
 
@@ -146,6 +193,11 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_why(args: argparse.Namespace) -> int:
+    with _without_cyclic_collector():
+        return _run_why(args)
+
+
+def _run_why(args: argparse.Namespace) -> int:
     from migslice.objects.pods import pod_key
     from migslice.repartition import CarveSettings, ControllerSettings, PlanSettings
     from migslice.status.cluster import StatusSettings, build_cluster
@@ -162,15 +214,17 @@ def run_why(args: argparse.Namespace) -> int:
             if args.cluster_file is not None
             else context_namespace(args.kubeconfig, args.context)
         )
-    objects = _objects(args)
-    key = f"{namespace}/{args.pod}"
-    raw_pod = next((p for p in objects.pods if pod_key(p) == key), None)
-    if raw_pod is None:
-        raise CommandError(
-            f"pod {key} not found (among live pods); a pod its controller could not create "
-            f"was refused at admission: kubectl get events -n {namespace} "
-            "--field-selector reason=FailedCreate"
+    manifest = None if args.filename is None else _manifest(args.filename)
+    if manifest is not None:
+        namespace = args.namespace or str(
+            (manifest.get("metadata") or {}).get("namespace") or namespace
         )
+    pod = args.pod or (None if manifest is None else _manifest_name(manifest))
+    if pod is None:
+        raise CommandError("name the pod (POD), or give its manifest with -f FILE")
+    objects, transport = _read(args)
+    key = f"{namespace}/{pod}"
+    raw_pod = next((p for p in objects.pods if pod_key(p) == key), None)
     cm_namespace, _, cm_name = args.mig_config_map.partition("/")
     now = time.time()
     settings = StatusSettings(
@@ -187,13 +241,80 @@ def run_why(args: argparse.Namespace) -> int:
         ),
         carve=CarveSettings(min_pending_s=args.carve_min_pending_s, default_mode=args.mode_default),
     )
-    report = explain(cluster, raw_pod, settings=controller)
+    if raw_pod is None:
+        report = _explain_absent(args, cluster, objects, transport, namespace, pod, manifest)
+    else:
+        report = explain(cluster, raw_pod, settings=controller)
     if args.output in ("json", "yaml"):
         _print(why_document(report), args.output)
     else:
         print(render_why(report, now, wide=args.output == "wide"))
     sys.stdout.flush()
     return 0
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    """The first object of ``path`` that is a Pod or has a pod template."""
+    from migslice.objects.clusterfile import load_yaml_documents
+    from migslice.status.absent import WORKLOAD_KINDS
+
+    text = console.read_text_file(path, flag="-f")
+    try:
+        documents = load_yaml_documents(text, f"-f {path}")
+    except ClusterFileError as error:
+        raise CommandError(str(error)) from None
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") in ("Pod", *WORKLOAD_KINDS):
+            return document
+    raise CommandError(
+        f"-f {path}: no Pod, Job, CronJob, ReplicaSet, StatefulSet, DaemonSet or Deployment in it"
+    )
+
+
+def _manifest_name(manifest: dict[str, Any]) -> str | None:
+    metadata = manifest.get("metadata") or {}
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _explain_absent(
+    args: argparse.Namespace,
+    cluster: Cluster,
+    objects: ClusterObjects,
+    transport: KubernetesTransport | None,
+    namespace: str,
+    pod: str,
+    manifest: dict[str, Any] | None,
+) -> WhyReport:
+    """``why`` of a pod that is not among the live pods: the webhook's answer for the pod
+    its manifest or its workload would create (:mod:`migslice.status.absent`)."""
+    from migslice.objects.pods import metadata_of
+    from migslice.status.absent import create_events, explain_absent, find_workload, template_pod
+    from migslice.status.gather import read_absent
+    from migslice.status.why import explain_missing
+
+    key = f"{namespace}/{pod}"
+    events: tuple[Any, ...] = ()
+    if manifest is not None:
+        source = f"file {args.filename}"
+        raw = template_pod(manifest, namespace, name=pod)
+    else:
+        others = objects.others if transport is None else read_absent(transport, namespace)
+        workload = find_workload(others, namespace, pod)
+        if workload is None:
+            raise CommandError(
+                f"pod {key} not found (among live pods), and no Job, CronJob, ReplicaSet, "
+                f"StatefulSet, DaemonSet or Deployment in {namespace} is named after it: a pod "
+                "refused at admission leaves nothing; give its manifest with -f FILE to see "
+                "what the webhook answers"
+            )
+        kind, name = str(workload["kind"]), str(metadata_of(workload).get("name"))
+        source = f"{kind} {namespace}/{name}"
+        raw = template_pod(workload, namespace, name=pod if kind == "StatefulSet" else None)
+        events = create_events(others, namespace, kind, name)
+    if raw is None:
+        raise CommandError(f"{source} has no pod template")
+    return explain_missing(cluster, key, explain_absent(cluster, raw, source=source, events=events))
 
 
 STATUS = console.Command(

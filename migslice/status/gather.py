@@ -1,20 +1,44 @@
 """What status and why read (the shell of the room): a cluster through the API server, read
-only (lists of Nodes, live Pods, TenantPolicies, Namespaces, and a GET of the mig-parted
-ConfigMap), or a cluster file; both into the same :class:`ClusterObjects`."""
+only (lists of Nodes, live Pods, TenantPolicies, Namespaces, NVIDIA's DRA objects where the
+API serves them, and a GET of the mig-parted ConfigMap), or a cluster file; both into the same
+:class:`ClusterObjects`. For ``why`` of a pod that is not there, also the namespace's
+workloads and their ``FailedCreate`` Events (:func:`read_absent`).
+
+The Kubernetes client is imported only to read a cluster (a cluster file needs none of it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from migslice import console, names
 from migslice.console import CommandError
-from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 
+if TYPE_CHECKING:
+    from migslice.kube.transport import KubernetesTransport
+
+RawObject = dict[str, Any]
 LIST_PAGE = "500"
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 POLICIES = f"/apis/{names.GROUP}/{names.VERSION}/{names.POLICY_PLURAL}"
+DRA_LISTS = (
+    ("resource_slices", f"{names.DRA_API}/resourceslices", "ResourceSlice"),
+    ("resource_claims", f"{names.DRA_API}/resourceclaims", "ResourceClaim"),
+    ("device_classes", f"{names.DRA_API}/deviceclasses", "DeviceClass"),
+)
+"""The DRA objects a DRA node's state is read from (none where resource.k8s.io/v1 is not
+served)."""
+WORKLOADS = (
+    ("/apis/batch/v1", "jobs", "Job"),
+    ("/apis/batch/v1", "cronjobs", "CronJob"),
+    ("/apis/apps/v1", "replicasets", "ReplicaSet"),
+    ("/apis/apps/v1", "statefulsets", "StatefulSet"),
+    ("/apis/apps/v1", "daemonsets", "DaemonSet"),
+    ("/apis/apps/v1", "deployments", "Deployment"),
+)
+"""What may have tried to create a pod that is not there (read by ``why`` only then)."""
 
 
 def read_cluster_file(path: Path) -> ClusterObjects:
@@ -31,6 +55,8 @@ def read_cluster_file(path: Path) -> ClusterObjects:
 def connect(kubeconfig: str | None, context: str | None, timeout_s: float) -> KubernetesTransport:
     """A transport to the cluster (in-cluster, else the kubeconfig and context); CommandError
     in one line when there is none or the API server does not answer."""
+    from migslice.kube.transport import ApiError, KubernetesTransport
+
     console.check_kubeconfig(kubeconfig)
     try:
         transport = KubernetesTransport.from_environment(
@@ -76,6 +102,8 @@ def _pod_namespace() -> str | None:
 def read_cluster(transport: KubernetesTransport, mig_config_map: tuple[str, str]) -> ClusterObjects:
     """The objects status reads, from the API server; CommandError when a read is refused
     (naming what could not be read)."""
+    from migslice.kube.transport import ApiError
+
     namespace, name = mig_config_map
     try:
         nodes = _list(transport, "/api/v1/nodes", {}) or []
@@ -83,6 +111,12 @@ def read_cluster(transport: KubernetesTransport, mig_config_map: tuple[str, str]
         policies = _list(transport, POLICIES, {})
         namespaces = _list(transport, "/api/v1/namespaces", {}) or []
         config_map = _get(transport, f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        dra: dict[str, tuple[RawObject, ...]] = {}
+        for field, path, kind in DRA_LISTS:
+            found = _list(transport, path, {}) or []
+            for raw in found:
+                raw.setdefault("kind", kind)
+            dra[field] = tuple(found)
     except ApiError as error:
         raise CommandError(f"cannot read the cluster: {error}") from None
     if policies is None:
@@ -99,10 +133,38 @@ def read_cluster(transport: KubernetesTransport, mig_config_map: tuple[str, str]
         tenant_policies=tuple(policies),
         config_maps=() if config_map is None else (config_map,),
         others=tuple(namespaces),
+        **dra,
     )
 
 
+def read_absent(transport: KubernetesTransport, namespace: str) -> tuple[RawObject, ...]:
+    """The namespace's workloads (:data:`WORKLOADS`) and ``FailedCreate`` Events, for a pod
+    that is not there; a kind the caller may not list, or the API does not serve, is left
+    out."""
+    from migslice.kube.transport import ApiError
+
+    found: list[RawObject] = []
+    reads: list[tuple[str, str, dict[str, str]]] = [
+        (f"{group}/namespaces/{namespace}/{plural}", kind, {}) for group, plural, kind in WORKLOADS
+    ]
+    failed = {"fieldSelector": "reason=FailedCreate"}
+    reads.append((f"/api/v1/namespaces/{namespace}/events", "Event", failed))
+    for path, kind, query in reads:
+        try:
+            listed = _list(transport, path, query) or []
+        except ApiError as error:
+            if error.status in (401, 403):
+                continue
+            raise CommandError(f"cannot read the cluster: {error}") from None
+        for raw in listed:
+            raw.setdefault("kind", kind)
+        found += listed
+    return tuple(found)
+
+
 def _get(transport: KubernetesTransport, path: str) -> RawObject | None:
+    from migslice.kube.transport import ApiError
+
     try:
         return transport.get_json(path, {})
     except ApiError as error:
@@ -115,6 +177,8 @@ def _list(
     transport: KubernetesTransport, path: str, query: dict[str, str]
 ) -> list[RawObject] | None:
     """Every item of a collection (all pages); None when the resource is not served (404)."""
+    from migslice.kube.transport import ApiError
+
     found: list[RawObject] = []
     token = ""
     while True:

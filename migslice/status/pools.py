@@ -7,17 +7,23 @@ device plugin's resources. Who holds an instance: the inventory knows per node a
 how many instances pods hold and which ones it assumes (the extender's own pick, busy ones
 first); the pods holding a profile on a node are laid on those instances in name order, so
 where a node has several instances of one profile, which pod sits on which is that
-assumption (``SlotView.assumed``).
+assumption (``SlotView.assumed``). On a DRA node the holder is known: the ResourceClaim whose
+allocation names the device, and the pod it is reserved for (or that owns it); a device the
+inventory assumes for a pod whose claim no allocation shows yet goes to such pods in name
+order, marked assumed. A DynamicMIG GPU's instances are the partitions claims hold; its free
+slices (``.``) are carved on demand.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from migslice import names
 from migslice.inventory import NodeState, mig_resource
 from migslice.objects import PodFacts
+from migslice.objects.resource_slices import DeviceKind
 from migslice.scheduling import PreparedNode
 from migslice.scheduling.fragmentation import NO_FREE_SPACE, FreeSpace, gpu_free_space
 from migslice.status.cluster import Cluster
@@ -80,6 +86,9 @@ class NodeView:
     counts: tuple[tuple[str, int, int], ...] = ()
     holdings: tuple[Holding, ...] = ()
     notes: tuple[str, ...] = ()
+    placements: tuple[tuple[str, int, int], ...] = ()
+    """On a DRA node: per resource, how many the claims leave free and how many the node
+    offers (the driver's placements, as the inventory counts them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +149,16 @@ def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
             holdings,
             state.notes,
         )
-    gpus = _gpu_views(state, holders, tenant_of)
+    dra = _dra_holders(cluster, state, holders) if state.dra is not None else None
+    gpus = _gpu_views(state, holders, tenant_of, dra)
     free = NO_FREE_SPACE
     for gpu in gpus:
         free = free + gpu.free
+    placements: tuple[tuple[str, int, int], ...] = ()
+    if state.dra is not None:
+        placements = tuple(
+            (resource, state.free_of(resource), offered) for resource, offered in state.allocatable
+        )
     return NodeView(
         state.name,
         cluster.pools[state.name],
@@ -153,11 +168,58 @@ def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
         gpus,
         free,
         notes=state.notes,
+        placements=placements,
     )
 
 
+DraHolders = dict[tuple[int, str, int], tuple[str | None, bool]]
+"""(GPU index, profile or :data:`WHOLE_GPU`, start) -> (the pod holding it, assumed)."""
+
+
+def _dra_holders(cluster: Cluster, state: NodeState, holders: Sequence[PodFacts]) -> DraHolders:
+    """Who holds each device of a DRA node (see the module docstring)."""
+    dra = state.dra
+    assert dra is not None
+    by_device: dict[str, str] = {}
+    for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
+        users = claim.reserved_for or ((claim.owner,) if claim.owner else ())
+        if not users:
+            users = tuple(p.key for p in holders if claim.key in p.claims)
+        for held in claim.devices_in(state.name):
+            by_device.setdefault(held, users[0] if users else "")
+    waiting = [
+        p.key
+        for p in holders
+        if p.requests or any(not _allocated(cluster, key) for key in p.claims)
+    ]
+    found: DraHolders = {}
+    for gpu in dra.pool.gpus:
+        for device in gpu.devices:
+            name = device.name(gpu.minor)
+            if name not in dra.held:
+                continue
+            if device.kind is DeviceKind.GPU:
+                where = (gpu.minor, WHOLE_GPU, 0)
+            else:
+                where = (gpu.minor, device.profile, device.start)
+            pod = by_device.get(name)
+            if pod is not None:
+                found[where] = (pod or None, False)
+            else:
+                found[where] = (waiting.pop(0) if waiting else None, True)
+    return found
+
+
+def _allocated(cluster: Cluster, key: str) -> bool:
+    claim = cluster.claims.get(key)
+    return claim is not None and claim.allocated
+
+
 def _gpu_views(
-    state: NodeState, holders: Sequence[PodFacts], tenant_of: Callable[[str], str | None]
+    state: NodeState,
+    holders: Sequence[PodFacts],
+    tenant_of: Callable[[str], str | None],
+    dra: DraHolders | None = None,
 ) -> tuple[GpuView, ...]:
     model = state.model
     assert model is not None
@@ -174,11 +236,22 @@ def _gpu_views(
     for gpu in state.gpus:
         slots: list[SlotView] = []
         if not gpu.mig_enabled:
-            pod = _take(queues, names.WHOLE_GPU_RESOURCE) if gpu.whole_held else None
+            pod, assumed = None, False
+            if gpu.whole_held and dra is not None:
+                pod, assumed = dra.get((gpu.index, WHOLE_GPU, 0), (None, False))
+            elif gpu.whole_held:
+                pod = _take(queues, names.WHOLE_GPU_RESOURCE)
             tenant = lookup(pod.partition("/")[0]) if pod else None
-            slots.append(SlotView(WHOLE_GPU, 0, model.memory_slices, pod, tenant))
+            slots.append(SlotView(WHOLE_GPU, 0, model.memory_slices, pod, tenant, assumed=assumed))
         for placed, held in zip(gpu.instances, gpu.held, strict=True):
-            pod = _take(queues, mig_resource(placed.profile)) if held else None
+            if not held:
+                slots.append(_free_slot(placed.profile, placed.start, placed.size))
+                continue
+            if dra is not None:
+                pod, assumed = dra.get((gpu.index, placed.profile, placed.start), (None, False))
+            else:
+                pod = _take(queues, mig_resource(placed.profile))
+                assumed = pod is not None and offered.get(placed.profile, 0) > 1
             slots.append(
                 SlotView(
                     placed.profile,
@@ -186,8 +259,8 @@ def _gpu_views(
                     placed.size,
                     pod,
                     lookup(pod.partition("/")[0]) if pod else None,
-                    busy=held and pod is None,
-                    assumed=pod is not None and offered.get(placed.profile, 0) > 1,
+                    busy=pod is None,
+                    assumed=assumed,
                 )
             )
         views.append(
@@ -200,6 +273,13 @@ def _gpu_views(
             )
         )
     return tuple(views)
+
+
+@functools.lru_cache(maxsize=4096)
+def _free_slot(profile: str, start: int, size: int) -> SlotView:
+    """A free instance's view: one value for every free instance of that place (a cluster's
+    GPUs have a few layouts and many free instances)."""
+    return SlotView(profile, start, size)
 
 
 def _take(queues: dict[str, list[str]], resource: str) -> str | None:

@@ -166,16 +166,25 @@ def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
     gpus = [gpu for node in pool.nodes for gpu in node.gpus]
     budget = (width or 10_000) - 7
     cell, short = bar_cells(gpus, budget) if gpus else (3, False)
+    drawn: dict[tuple[object, ...], str] = {}
     for node in pool.nodes:
         head = f"{node.name}  {node.model or '?'}  layout from {node.source}"
+        if node.source == "dra-dynamic":
+            head += " (free slices carved on demand)"
         if node.condition != "ready" or wide:
             head += f"  {node.condition}"
         lines += wrapped(head, "  ", width)
         for gpu in node.gpus:
-            lines.append(f"    {gpu.index:<2} {gpu_bar(gpu, cell, short=short)}")
+            lines.append(f"    {gpu.index:<2} {gpu_bar(gpu, cell, short=short, drawn=drawn)}")
             held = [_holder(s, wide=wide) for s in gpu.slots if s.is_used]
             if held:
                 lines += wrapped(", ".join(held), "       ", width)
+        if node.placements:
+            free = ", ".join(
+                f"{r.removeprefix('nvidia.com/mig-').removeprefix('nvidia.com/')} {f}/{t}"
+                for r, f, t in node.placements
+            )
+            lines += wrapped(f"DRA placements free now: {free}", "    ", width)
         if not node.gpus:
             counts = ", ".join(
                 f"{r.removeprefix('nvidia.com/')} {h}/{t} held" for r, h, t in node.counts
@@ -312,6 +321,7 @@ def _node_json(node: NodeView) -> dict[str, Any]:
             for h in node.holdings
         ],
         "notes": list(node.notes),
+        "draPlacements": [{"resource": r, "free": f, "offered": t} for r, f, t in node.placements],
     }
 
 

@@ -34,6 +34,8 @@ def wrapped(text: str, indent: str, width: int | None) -> list[str]:
     indented two more."""
     if width is None:
         return [indent + text]
+    if len(indent) + len(text) <= width and text.isprintable() and text.strip(" ") == text:
+        return [indent + text]  # what textwrap gives a line that fits, without its work
     return textwrap.wrap(
         text,
         width=width,
@@ -57,21 +59,29 @@ def slot_label(slot: SlotView, *, short: bool) -> str:
     """An instance's text in a bar: its profile (``3g`` and its media suffix when
     ``short``), ``*`` when a pod holds it, ``!`` when the node agent sees it busy without
     a pod."""
-    name = slot.profile
+    return _label(slot.profile, slot.pod is not None, slot.busy, short)
+
+
+def _label(profile: str, held: bool, busy: bool, short: bool) -> str:
+    name = profile
     if short and "." in name:
         head, _, rest = name.partition(".")
         suffix = rest[rest.index("+") :] if "+" in rest else ""
         name = head + suffix
-    if slot.pod is not None:
+    if held:
         return name + "*"
-    return name + "!" if slot.busy else name
+    return name + "!" if busy else name
 
 
 def bar_cells(gpus: Sequence[GpuView], budget: int) -> tuple[int, bool]:
     """One cell width (and whether labels are short) for the bars of ``gpus`` (one model), so
     that they line up and fit in ``budget`` characters."""
+    # The labels of a pool's thousands of instances come in a few kinds: each judged once.
+    kinds = {(s.start, s.size, s.profile, s.pod is not None, s.busy) for g in gpus for s in g.slots}
     for short in (False, True):
-        spans = [(s.start, s.size, slot_label(s, short=short)) for gpu in gpus for s in gpu.slots]
+        spans = [
+            (start, size, _label(p, held, busy, short)) for start, size, p, held, busy in kinds
+        ]
         cell = slots_cell(spans, 3)
         slices = max((g.memory_slices for g in gpus), default=1)
         if slices * cell + slices + 1 <= budget or short:
@@ -79,6 +89,19 @@ def bar_cells(gpus: Sequence[GpuView], budget: int) -> tuple[int, bool]:
     raise AssertionError("unreachable")
 
 
-def gpu_bar(gpu: GpuView, cell: int, *, short: bool) -> str:
-    spans = [(s.start, s.size, slot_label(s, short=short)) for s in gpu.slots]
-    return render_slots(gpu.memory_slices, spans, cell)
+def gpu_bar(
+    gpu: GpuView,
+    cell: int,
+    *,
+    short: bool,
+    drawn: dict[tuple[object, ...], str] | None = None,
+) -> str:
+    """The GPU's bar; ``drawn`` remembers bars already drawn (a pool's GPUs share a few)."""
+    spans = tuple((s.start, s.size, slot_label(s, short=short)) for s in gpu.slots)
+    if drawn is None:
+        return render_slots(gpu.memory_slices, spans, cell)
+    key = (gpu.memory_slices, cell, spans)
+    bar = drawn.get(key)
+    if bar is None:
+        bar = drawn[key] = render_slots(gpu.memory_slices, spans, cell)
+    return bar

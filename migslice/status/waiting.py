@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 import orjson
 
+from migslice import names
 from migslice.objects.json import JsonObject, mapping
 from migslice.objects.pods import scheduler_name_of
 from migslice.repartition import unschedulable_since
 from migslice.scheduling import PodDemand, demand_of, filter_nodes
 from migslice.scheduling.decisions import demand_key
+from migslice.scheduling.demand import with_claims
 from migslice.status.cluster import Cluster, GpuPod, waiting_pods
 from migslice.status.selection import scheduler_verdict
 
@@ -94,11 +96,21 @@ def waiting_view(
     scheduler = scheduler_name_of(raw) or "default-scheduler"
     since = unschedulable_since(raw)
     waited = None if since is None else max(0.0, (now - since).total_seconds())
-    demand = demand_of(raw)
+    demand = with_claims(demand_of(raw), raw, cluster.claims.get, cluster.classes)
     tenant = cluster.tenant_of(pod.namespace)
+    # What it asks: its extended resources, else what its ResourceClaims ask (by the same
+    # resource names, nvidia.com/mig-<profile> and nvidia.com/gpu).
+    asks = pod.requests or tuple((u.resource, u.count) for u in demand.units if u.claim)
+    if pod.gated:
+        error = (
+            f"waiting for admission: created behind the scheduling gate {names.ADMISSION_GATE} "
+            "while the webhook was unavailable; the webhook admits it, up to quota, oldest "
+            "first (docs/outages.md)"
+        )
+        return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     if scheduler != cluster.settings.scheduler_name:
         error = f"scheduled by {scheduler}, not {cluster.settings.scheduler_name}: not migslice's"
-        return WaitingPod(pod.key, tenant, pod.requests, scheduler, waited, (), (), error)
+        return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     key = (_selection_shape(raw), demand_key(demand))
     found = judged.get(key) if judged is not None else None
     if found is None:
@@ -106,7 +118,7 @@ def waiting_view(
         if judged is not None:
             judged[key] = found
     fits, classes = found
-    return WaitingPod(pod.key, tenant, pod.requests, scheduler, waited, fits, classes)
+    return WaitingPod(pod.key, tenant, asks, scheduler, waited, fits, classes)
 
 
 def judge(
@@ -115,8 +127,12 @@ def judge(
     """The nodes that fit the pod now, and the others by reason (largest group first)."""
     dropped: dict[str, list[str]] = {}
     candidates = []
+    served = {c.extended_resource for c in cluster.classes.values() if c.extended_resource}
+    unserved = sorted({u.resource for u in demand.units if not u.claim} - served)
     for name, prepared in cluster.nodes.items():
         verdict = scheduler_verdict(raw_pod, cluster.raw_nodes[name])
+        if verdict is None and unserved and prepared.state.dra is not None:
+            verdict = dra_resource_verdict(unserved[0])
         if verdict is not None:
             dropped.setdefault(verdict, []).append(name)
         else:
@@ -135,6 +151,15 @@ def judge(
     ]
     classes.sort(key=lambda c: (-len(c.nodes), c.reason))
     return result.fits, tuple(classes)
+
+
+def dra_resource_verdict(resource: str) -> str:
+    """kube-scheduler's NodeResourcesFit on a DRA node for an extended resource that no
+    DeviceClass's ``extendedResourceName`` serves from DRA (KEP-5004): the node has none."""
+    return (
+        f"Insufficient {resource}: no DeviceClass with extendedResourceName {resource} "
+        "serves it from DRA"
+    )
 
 
 def _selection_shape(raw_pod: JsonObject) -> bytes:

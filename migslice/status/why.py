@@ -10,7 +10,9 @@
    state of any plan in the durable record that serves it (planned, applying, ...).
 4. **Nodes held back**: quarantine, cooldowns and backoffs of the nodes that could serve it.
 
-A pod that does not wait says where it is: its node and the instances it holds there.
+A pod that does not wait says where it is: its node and the instances it holds there. A pod
+that is not there (the webhook refused it, so it never existed) gets the webhook's answer for
+the pod its manifest or its workload would create (:mod:`migslice.status.absent`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from migslice.objects.json import JsonObject
 from migslice.objects.pods import annotations_of, bound_node_of, phase_of
 from migslice.repartition import ControllerSettings, decide, pending_pods
 from migslice.scheduling import demand_of
+from migslice.status.absent import AbsentPod
 from migslice.status.cluster import Cluster, GpuPod
 from migslice.status.pools import SlotView, node_view
 from migslice.status.record import HeldNode, RecordView, StepView, record_view
@@ -82,6 +85,18 @@ class WhyReport:
     held: tuple[HeldNode, ...]
     record_where: str
     note: str = ""
+    absent: AbsentPod | None = None
+    """For a pod that is not there: what the webhook would answer for it."""
+
+
+NOT_FOUND = "not found"
+
+
+def explain_missing(cluster: Cluster, key: str, absent: AbsentPod) -> WhyReport:
+    """The report of a pod that is not among the live pods (:mod:`migslice.status.absent`)."""
+    where = record_view(cluster, 0.0).where
+    note = f"not among the live pods; its spec from {absent.source}"
+    return WhyReport(key, NOT_FOUND, None, (), None, None, None, (), where, note, absent)
 
 
 def explain(
@@ -119,6 +134,8 @@ def explain(
 def _admission(cluster: Cluster, pod: GpuPod, raw_pod: JsonObject) -> Admission:
     annotations = annotations_of(raw_pod)
     asked = tuple((k, str(annotations[k])) for k in names.INPUT_ANNOTATIONS if k in annotations)
+    if not asked and not pod.requests and pod.claims:
+        asked = tuple(("ResourceClaim", key) for key in pod.claims)
     profile = annotations.get(names.PROFILE)
     policy_ref = annotations.get(names.POLICY)
     selecting = cluster.tenancy.selecting(pod.namespace)

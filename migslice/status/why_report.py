@@ -34,6 +34,26 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
                 "one shown is the inventory's assumption)",
                 "  ",
             )
+    absent = report.absent
+    if absent is not None:
+        lines.append("1. admission (the webhook's decision, made now on this cluster)")
+        if absent.tenant is not None:
+            say(f"tenant {absent.tenant}", "   ")
+        if absent.allowed:
+            profile = f" as {absent.profile}" if absent.profile else ""
+            say(f"the webhook would admit it{profile} ({absent.reason})", "   ")
+        else:
+            say(f"the webhook would deny it ({absent.reason}): {absent.message}", "   ")
+        for warning in absent.warnings:
+            say(f"warning: {warning}", "   ")
+        for d in absent.dimensions:
+            if d.limit is None:
+                continue
+            mark = "  <- at quota" if d.is_reached else ""
+            say(f"quota {d.label}: {d.used}/{d.limit} ({d.field}){mark}", "   ")
+        for event in absent.events[:EXAMPLES]:
+            times = f"{event.count}x, last {event.last}" if event.count > 1 else event.last
+            say(f"FailedCreate ({times}): {event.message}", "   ")
     admission = report.admission
     if admission is not None:
         lines.append("1. admission")
@@ -186,6 +206,25 @@ def why_document(report: WhyReport) -> dict[str, Any]:
                 for s in repartition.in_record
             ],
             "problem": repartition.problem or None,
+        },
+        "absent": None
+        if report.absent is None
+        else {
+            "from": report.absent.source,
+            "allowed": report.absent.allowed,
+            "reason": report.absent.reason,
+            "message": report.absent.message or None,
+            "tenant": report.absent.tenant,
+            "profile": report.absent.profile,
+            "warnings": list(report.absent.warnings),
+            "quota": [
+                {"dimension": d.dimension, "used": d.used, "limit": d.limit, "field": d.field}
+                for d in report.absent.dimensions
+            ],
+            "failedCreate": [
+                {"count": e.count, "last": e.last or None, "message": e.message}
+                for e in report.absent.events
+            ],
         },
         "heldNodes": [
             {

@@ -337,3 +337,28 @@ def test_json_logs_carry_the_pod_namespace_tenant_and_node_as_fields() -> None:
         "team-a",
     )
     assert line["level"] == "warning" and line["message"].startswith("re-check failed")
+
+
+def test_a_pod_behind_the_admission_gate_waits_for_admission_and_holds_nothing() -> None:
+    """A fail-open namespace's pod created while the webhook was down (docs/outages.md) is not
+    the tenant's usage yet: the webhook's gate reconciler admits it, up to quota."""
+    objects = representative_cluster()
+    before = build_status(
+        build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S)),
+        cooldown_s=600,
+    )
+    gated = make_pod("gated-0", namespace="team-b", profile="3g.40gb")
+    gated["spec"]["schedulingGates"] = [{"name": "migslice.io/admission"}]
+    with_gated = [*objects, {"apiVersion": "v1", "kind": "Pod", **gated}]
+    report = build_status(
+        build_cluster(parse_cluster_objects(with_gated), StatusSettings(now_s=NOW_S)),
+        cooldown_s=600,
+    )
+
+    def used(r: Any) -> Any:
+        team_b = next(t for t in r.tenants if t.name == "team-b")
+        return team_b.dimension("computeSlices")
+
+    assert used(report) == used(before)
+    (waiting,) = [w for w in report.waiting if w.key == "team-b/gated-0"]
+    assert waiting.error is not None and waiting.error.startswith("waiting for admission")

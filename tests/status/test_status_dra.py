@@ -1,0 +1,134 @@
+"""``migslice status`` and ``why`` on a DRA node: NVIDIA's DynamicMIG slices of two A100s, two
+claims allocated (one 1g.10gb on GPU 0, one 4g.40gb on GPU 1) and a pod whose 7g.80gb claim no
+free placement can host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness import dra_slices
+from harness.builders import make_namespace, make_policy
+from migslice.cli import main
+from tests.dra_objects import make_claim, make_claim_pod, make_dra_node, migslice_classes
+
+NODE = "dra-0"
+
+
+def dra_cluster() -> list[dict[str, Any]]:
+    node = {"apiVersion": "v1", "kind": "Node", **make_dra_node(NODE)}
+    objects: list[dict[str, Any]] = [node, make_namespace("team-a"), make_policy("team-a")]
+    objects += dra_slices.node_slices(NODE, f"uid-{NODE}", [dra_slices.a100(0), dra_slices.a100(1)])
+    objects += migslice_classes()
+    objects.append(
+        make_claim(
+            "a", profile="1g.10gb", allocated=[(NODE, "gpu-0-mig-1g10gb-19-0")], reserved_for=["a"]
+        )
+    )
+    objects.append(
+        make_claim("c", profile="4g.40gb", allocated=[(NODE, "gpu-1-mig-4g40gb-5-0")], owner="c")
+    )
+    objects.append(make_claim("d", profile="7g.80gb"))
+    for name, node_name in (("a", NODE), ("c", NODE), ("d", None)):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            **make_claim_pod(name, {"gpu": name}, node_name=node_name),
+        }
+        if node_name is None:
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "lastTransitionTime": "2025-06-15T15:00:00Z",
+                }
+            ]
+        objects.append(pod)
+    for raw in objects:
+        raw.setdefault("apiVersion", "v1")
+    return objects
+
+
+@pytest.fixture
+def cluster_file(tmp_path: Path) -> Path:
+    path = tmp_path / "dra.yaml"
+    path.write_text(yaml.safe_dump_all(dra_cluster()))
+    return path
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_the_map_shows_each_claims_partition_and_its_pod(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    (pool,) = document["pools"]
+    (node,) = pool["nodes"]
+    assert node["layoutSource"] == "dra-dynamic"
+    held = {
+        (g["index"], s["profile"], s["start"]): (s["pod"], s["tenant"])
+        for g in node["gpus"]
+        for s in g["instances"]
+    }
+    # Reserved for its pod, or owned by it: the holder is known, not assumed.
+    assert held == {
+        (0, "1g.10gb", 0): ("team-a/a", "team-a"),
+        (1, "4g.40gb", 0): ("team-a/c", "team-a"),
+    }
+    free = {p["resource"]: (p["free"], p["offered"]) for p in node["draPlacements"]}
+    assert free["nvidia.com/mig-7g.80gb"] == (0, 2)
+    assert free["nvidia.com/mig-1g.10gb"] == (9, 14)
+    assert (pool["freeSlices"], pool["totalSlices"]) == (11, 16)
+    text = _run(capsys, "status", "--cluster-file", str(cluster_file))
+    assert "|1g.10gb*|" in text and "1g.10gb team-a/team-a/a" in text
+    assert "4g.40gb team-a/team-a/c" in text
+    assert "free slices carved on demand" in text and "7g.80gb 0/2" in text
+
+
+def test_a_claim_pod_that_no_free_placement_hosts_waits_with_the_extenders_reason(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    (waiting,) = document["waiting"]
+    assert waiting["pod"] == "team-a/d"
+    assert waiting["requests"] == {"nvidia.com/mig-7g.80gb": 1}
+    (reason,) = waiting["nodes"]
+    assert (reason["outcome"], reason["names"]) == ("failed", [NODE])
+    assert "7g.80gb" in reason["reason"]
+    why = json.loads(
+        _run(capsys, "why", "-n", "team-a", "d", "--cluster-file", str(cluster_file), "-o", "json")
+    )
+    assert why["admission"]["asked"] == {"ResourceClaim": "team-a/d"}
+    assert why["placement"]["nodes"] == waiting["nodes"]
+
+
+@pytest.mark.parametrize("with_class", [True, False], ids=["class-maps-it", "no-class"])
+def test_an_extended_resource_reaches_a_dra_node_only_through_a_class_that_maps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], with_class: bool
+) -> None:
+    from harness.builders import make_pod, unschedulable
+
+    objects = [
+        o for o in dra_cluster() if with_class or o["metadata"]["name"] != "migslice-mig-3g.40gb"
+    ]
+    objects.append(
+        {"kind": "Pod", "apiVersion": "v1", **unschedulable(make_pod("big", profile="3g.40gb"))}
+    )
+    path = tmp_path / "dra.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    big = next(w for w in document["waiting"] if w["pod"] == "team-a/big")
+    if with_class:
+        assert big["fits"] == [NODE]
+    else:
+        (dropped,) = big["nodes"]
+        assert (dropped["outcome"], dropped["names"]) == ("kube-scheduler", [NODE])
+        assert dropped["reason"].startswith("Insufficient nvidia.com/mig-3g.40gb")
