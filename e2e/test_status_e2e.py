@@ -16,8 +16,10 @@ waits, all through the real webhook and the real kube-scheduler:
 * ``ops/direct-3g`` asks ``nvidia.com/mig-3g.40gb`` itself (its namespace is out of the
   webhook's reach): the A30 has no such profile;
 * a DRA node (``dra-0``: :class:`harness.dra_driver.FakeDraDriver`, DynamicMIG, two A100s)
-  whose claims ``team-b/a`` (1g.10gb) and ``team-b/c`` (4g.40gb) kube-scheduler allocated,
-  and ``team-b/d`` whose 7g.80gb claim no free placement hosts.
+  whose claims ``team-b/a`` (1g.10gb), ``team-b/b`` and ``team-b/e`` (3g.40gb) and ``team-b/c``
+  (4g.40gb) kube-scheduler allocated, and ``team-b/d`` whose 7g.80gb claim no free placement
+  hosts. The chart's DeviceClasses let the node serve ``nvidia.com/mig-3g.40gb`` too (KEP-5004),
+  so its claims come first and leave no 3g.40gb placement free for the 3g pods above.
 
 Every check compares the commands' output with what the API server holds (read here with the
 admin client): per tenant its pods, the waiting pods, every bound pod on its node's map, the DRA
@@ -62,6 +64,15 @@ A30_LABELS = {
     "nvidia.com/mig.capable": "true",
 }
 MONITORING = REPO / "charts" / "migslice" / "files" / "monitoring"
+DRA_CLAIMS = (
+    ("a", "1g.10gb"),
+    ("b", "3g.40gb"),
+    ("c", "4g.40gb"),
+    ("e", "3g.40gb"),
+    ("d", "7g.80gb"),
+)
+"""team-b's claims on dra-0, in order. First fit: a 1g@0 and b 3g@4 on GPU 0, c 4g@0 (GPU 0's
+only 4g placement is blocked by a) and e 3g@4 on GPU 1; no 7g.80gb placement is left for d."""
 MIG_CLASS = {
     "apiVersion": "resource.k8s.io/v1",
     "kind": "DeviceClass",
@@ -236,6 +247,16 @@ class Scenario:
         self.bound("team-a", "train-0", "train-1")
         self.refuse_bare_pod()
         self.refuse_as_the_job_controller()
+        # The DRA node first: the chart's DeviceClasses let it serve nvidia.com/mig-3g.40gb
+        # too (KEP-5004), so its claims leave no 3g.40gb placement free before the 3g pods come.
+        for name, profile in DRA_CLAIMS:
+            claim, pod = claim_objects(name, "team-b", profile)
+            custom.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", "team-b", "resourceclaims", claim
+            )
+            core.create_namespaced_pod("team-b", pod)
+            if name != "d":
+                self.bound("team-b", name)
         core.create_namespaced_pod("team-b", sized_pod("serve-3g", "team-b", "large"))
         direct = make_pod(
             "direct-3g",
@@ -246,14 +267,6 @@ class Scenario:
             with_type_meta=True,
         )
         core.create_namespaced_pod("ops", direct)
-        for name, profile in (("a", "1g.10gb"), ("c", "4g.40gb"), ("d", "7g.80gb")):
-            claim, pod = claim_objects(name, "team-b", profile)
-            custom.create_namespaced_custom_object(
-                "resource.k8s.io", "v1", "team-b", "resourceclaims", claim
-            )
-            core.create_namespaced_pod("team-b", pod)
-            if name != "d":
-                self.bound("team-b", name)
         for namespace, name in (("team-b", "serve-3g"), ("ops", "direct-3g"), ("team-b", "d")):
             self.unschedulable(namespace, name)
 
@@ -477,12 +490,15 @@ def test_the_dra_node_shows_the_allocations_with_their_pods_and_what_is_free(
         for result in results.get("results") or ():
             match = re.fullmatch(r"gpu-(\d+)-mig-(\w+)-\d+-(\d+)", result["device"])
             assert match, result
-            profile = {"1g10gb": "1g.10gb", "4g40gb": "4g.40gb"}[match.group(2)]
+            profile = {"1g10gb": "1g.10gb", "3g40gb": "3g.40gb", "4g40gb": "4g.40gb"}[
+                match.group(2)
+            ]
             reserved = claim["status"]["reservedFor"][0]["name"]
             expected[(int(match.group(1)), profile, int(match.group(3)))] = (
                 f"{key.split('/')[0]}/{reserved}"
             )
-    assert used == expected and set(expected.values()) == {"team-b/a", "team-b/c"}
+    bound = {f"team-b/{name}" for name, _ in DRA_CLAIMS if name != "d"}
+    assert used == expected and set(expected.values()) == bound
     free = _by_name(node["draPlacements"], "resource")
     assert free["nvidia.com/mig-7g.80gb"]["free"] == 0
     assert free["nvidia.com/mig-1g.10gb"]["free"] > 0
@@ -498,13 +514,12 @@ def test_every_waiting_pod_has_its_reason_per_node(scenario: Scenario) -> None:
     for pod in waiting.values():
         assert len(pod["fits"]) + sum(c["count"] for c in pod["nodes"]) == total, pod
         assert pod["unschedulableSeconds"] is not None
-    # None fits now: kube-scheduler keeps them all waiting (the DRA node serves no extended
-    # resource: no DeviceClass maps nvidia.com/mig-3g.40gb to DRA here).
+    # None fits now: kube-scheduler keeps them all waiting (the DRA node serves
+    # nvidia.com/mig-3g.40gb through the chart's DeviceClass, but its claims hold both
+    # 3g.40gb placements of each GPU or block them).
     assert all(pod["fits"] == [] for pod in waiting.values()), waiting
     reasons = {c["reason"]: (c["outcome"], c["names"]) for c in waiting["team-b/serve-3g"]["nodes"]}
-    insufficient = [r for r in reasons if r.startswith("Insufficient nvidia.com/mig-3g.40gb")]
-    assert [reasons[r] for r in insufficient] == [("kube-scheduler", ["dra-0"])]
-    assert reasons["all 3g.40gb MIG instances in use"] == ("failed", ["a100-3g"])
+    assert reasons["all 3g.40gb MIG instances in use"] == ("failed", ["a100-3g", "dra-0"])
     pending = reasons["node being re-partitioned (nvidia.com/mig.config.state=pending)"]
     assert pending == ("unresolvable", ["a100-q", "a100-rp"])
     direct = {c["reason"]: c for c in waiting["ops/direct-3g"]["nodes"]}
@@ -558,7 +573,7 @@ def test_the_table_says_the_same(scenario: Scenario) -> None:
     text = scenario.migslice("status")
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("team-")}
     assert rows["team-a"][:5] == ["team-a", "2", "0", "2", "6/6"]
-    assert rows["team-b"][:3] == ["team-b", "2", "2"]
+    assert rows["team-b"][:3] == ["team-b", "4", "2"]
     assert "a100-q: quarantined for" in text and f"kubectl label node a100-q {QUARANTINE}-" in text
     assert "a100-rp: mig-manager plan 9c1e0f4a2b7d applying" in text
     assert "1g.10gb team-b/team-b/a" in text and "4g.40gb team-b/team-b/c" in text
