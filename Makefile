@@ -54,7 +54,7 @@ bench-install: install
 	$(BIN)/pip install --quiet -e '.[bench]'
 
 # The suites' own tests (bench/*/tests), apart from `make test`.
-bench-test: install
+bench-test: bench-install
 	$(BIN)/pytest bench -p no:cacheprovider $(PYTEST_ARGS)
 
 bench-latency: bench-install

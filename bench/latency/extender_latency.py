@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.common.plots import bars
 from bench.latency.suite import SUITE
 from harness.builders import A100_80GB, make_node, make_pod, running_status
 from harness.paths import REPO
@@ -579,3 +580,29 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def plot(report: dict[str, Any], path: Path) -> str:
+    """Filter and prioritize p50 and p99 per case and number of clients."""
+    groups: list[str] = []
+    series: dict[str, list[float | None]] = {
+        "filter p50": [],
+        "filter p99": [],
+        "prioritize p50": [],
+        "prioritize p99": [],
+    }
+    for case in report["cases"]:
+        for key, load in case.items():
+            if not (isinstance(load, dict) and "filter_p50_ms" in load):
+                continue
+            groups.append(f"{case['nodes']} nodes, {case['candidates']} candidates\n{key}")
+            for name in series:
+                verb, quantile = name.split()
+                series[name].append(load[f"{verb}_{quantile}_ms"])
+    return bars(
+        path,
+        title="Extender over HTTPS: one filter and one prioritize call",
+        groups=groups,
+        series=series,
+        ylabel="ms per call",
+    )

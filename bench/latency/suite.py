@@ -16,10 +16,22 @@ SUITE = Suite(
         "and its own Python. What each answers and how to read it: `bench/latency/README.md`."
     ),
     sections=(
-        Section("webhook_latency", "bench.latency.webhook_latency:markdown"),
-        Section("webhook_latency_api", "bench.latency.webhook_latency:markdown"),
+        Section(
+            "webhook_latency",
+            "bench.latency.webhook_latency:markdown",
+            "bench.latency.webhook_latency:plot",
+        ),
+        Section(
+            "webhook_latency_api",
+            "bench.latency.webhook_latency:markdown",
+            "bench.latency.webhook_latency:plot",
+        ),
         Section("policy_scale", "bench.latency.policy_scale:markdown"),
-        Section("extender_latency", "bench.latency.extender_latency:markdown"),
+        Section(
+            "extender_latency",
+            "bench.latency.extender_latency:markdown",
+            "bench.latency.extender_latency:plot",
+        ),
         Section("extender_cpu", "bench.latency.extender_cpu:markdown"),
         Section("sync_memory", "bench.latency.sync_memory:markdown"),
         Section("call_floor", "bench.latency.call_floor:render"),

@@ -35,6 +35,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from bench.common.plots import bars
 from bench.latency.suite import SUITE
 from harness.builders import (
     make_created_pod,
@@ -391,3 +392,22 @@ def measure(
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def plot(report: dict[str, Any], path: Path) -> str:
+    """p50 and p99 of one admission per concurrency level."""
+    api = report.get("source", "").startswith("kube-apiserver")
+    levels = report["levels"]
+    return bars(
+        path,
+        title=(
+            f"Webhook {'with the ledger write (kube-apiserver)' if api else 'from a cluster file'}"
+            f" ({report['nodes']} nodes, {report['pods']} pods)"
+        ),
+        groups=[f"concurrency {level['concurrency']}" for level in levels],
+        series={
+            "p50": [level["p50_ms"] for level in levels],
+            "p99": [level["p99_ms"] for level in levels],
+        },
+        ylabel="ms per admission",
+    )

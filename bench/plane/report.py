@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.common.plots import bars
 from bench.plane.goals import render_goals, render_summary
 from bench.plane.suite import SUITE
 
@@ -388,3 +389,33 @@ def _render_percentages(pairs: dict[str, Any]) -> list[str]:
             f"| {_fmt(with_run.get('extender_worker_cpu_ms_per_pod'))} | {over} |"
         )
     return [*lines, ""]
+
+
+CONFIGURATIONS = (
+    ("extender", "migslice extender"),
+    ("no_extender", "no extender"),
+    ("floor_python", "Python null extender"),
+    ("floor_go", "Go null extender"),
+    ("stock", "stock default scheduler"),
+)
+"""The runs of one round, as ``throughput.rounds[]`` keys them, and their names in the plot."""
+
+
+def plot(runs: dict[str, Any], path: Path) -> str:
+    """GPU pods bound per second in every round of every run, one bar per configuration."""
+    groups: list[str] = []
+    series: dict[str, list[float | None]] = {name: [] for _, name in CONFIGURATIONS}
+    for label, report in runs.items():
+        for number, round_ in enumerate(report.get("throughput", {}).get("rounds") or (), 1):
+            short = label if len(label) <= 22 else f"{label[:10]}..{label[-10:]}"
+            groups.append(f"{short}\nround {number}")
+            for key, name in CONFIGURATIONS:
+                found = round_.get(key)
+                series[name].append(found["pods_per_s"] if found else None)
+    return bars(
+        path,
+        title="Binding rate on the real control plane (5,000 nodes), per round",
+        groups=groups,
+        series=series,
+        ylabel="pods/s",
+    )

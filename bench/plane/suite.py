@@ -17,7 +17,7 @@ SUITE = Suite(
         "to read them: `bench/plane/README.md`."
     ),
     sections=(
-        Section("cluster", "bench.plane.report:render"),
+        Section("cluster", "bench.plane.report:render", "bench.plane.report:plot"),
         Section("status_scale", "bench.plane.status_scale:markdown"),
     ),
 )

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from bench.common.plots import bars
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -53,3 +56,25 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {row['peak_rss_mib']} | {row['peak_over_steady']} |"
             )
     return "\n".join(rows) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> str:
+    """Per server and kind of stalled connection, the median over rounds of the attacked p99
+    over the unloaded p99, kept-alive and on new connections, against the 2x goal."""
+    groups: list[str] = []
+    kept: list[float | None] = []
+    fresh: list[float | None] = []
+    for command in [c for c in ("webhook", "extender") if c in report]:
+        for mode, ratio in report[command].get("median_p99_over_unloaded", {}).items():
+            groups.append(f"{command}\n{report['connections']} {mode}")
+            kept.append(ratio["keepalive"])
+            fresh.append(ratio["fresh_connection"])
+    return bars(
+        path,
+        title="Slow clients: honest p99 under stalled connections / unloaded p99 "
+        "(median of rounds)",
+        groups=groups,
+        series={"kept-alive": kept, "new connection": fresh},
+        ylabel="p99 ratio",
+        goal=(2.0, "goal 2x"),
+    )

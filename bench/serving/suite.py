@@ -14,7 +14,9 @@ SUITE = Suite(
         "(`request_sizes`). What each answers and how to read it: `bench/serving/README.md`."
     ),
     sections=(
-        Section("slow_clients", "bench.serving.slow_report:markdown"),
+        Section(
+            "slow_clients", "bench.serving.slow_report:markdown", "bench.serving.slow_report:plot"
+        ),
         Section("serving_stacks", "bench.serving.serving_stacks:markdown"),
         Section("request_sizes", "bench.serving.request_sizes:markdown"),
     ),
