@@ -27,71 +27,14 @@ import pytest
 from extender import ExtenderSettings, create_app
 from extender.state import state_from_objects
 from harness.builders import make_created_pod, make_node, make_policy, make_review
+from harness.gfd_shapes import DEDICATED, SHAPES, SHARED
 from migslice.objects.clusterfile import ClusterObjects
 from tests import paths
 from webhook.app import create_app as create_webhook
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
 
-MODEL = "NVIDIA-A100-SXM4-40GB"
 GFD = paths.FIXTURES / "gfd"
-
-# name -> (GFD expected-output file, labels beyond the product, the product, allocatable)
-SHAPES: dict[str, tuple[str, dict[str, str], str, dict[str, str]]] = {
-    "mixed": (
-        "mig-mixed",
-        {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.sharing-strategy": "none"},
-        MODEL,
-        {"nvidia.com/gpu": "1", "nvidia.com/mig-3g.20gb": "2"},
-    ),
-    "single": (
-        "mig-single",
-        {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.sharing-strategy": "none"},
-        f"{MODEL}-MIG-3g.20gb",
-        {"nvidia.com/gpu": "2"},
-    ),
-    "invalid": (
-        "mig-single",
-        {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.sharing-strategy": ""},
-        f"{MODEL}-MIG-INVALID",
-        {"nvidia.com/gpu": "0"},
-    ),
-    "none": (
-        "mig-none",
-        {"nvidia.com/gpu.sharing-strategy": "none"},
-        MODEL,
-        {"nvidia.com/gpu": "1"},
-    ),
-    "time-sliced": (
-        "mig-none",
-        {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"},
-        f"{MODEL}-SHARED",
-        {"nvidia.com/gpu": "4"},
-    ),
-    "time-sliced-renamed": (
-        "mig-none",
-        {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"},
-        MODEL,
-        {"nvidia.com/gpu.shared": "4"},
-    ),
-    "single-time-sliced": (
-        "mig-single",
-        {
-            "nvidia.com/mig.strategy": "single",
-            "nvidia.com/gpu.sharing-strategy": "time-slicing",
-            "nvidia.com/gpu.replicas": "2",
-        },
-        f"{MODEL}-MIG-3g.20gb",
-        {"nvidia.com/gpu.shared": "4"},
-    ),
-}
-
-DEDICATED = {"tiers": ["dedicated"], "sizes": {"full": {"memory": "40Gi", "tier": "dedicated"}}}
-SHARED = {
-    "isolation": "process",
-    "tiers": ["shared"],
-    "sizes": {"notebook": {"memory": "8Gi", "tier": "shared"}},
-}
 
 
 def node(shape: str) -> dict[str, Any]:
