@@ -78,6 +78,29 @@ def largest_review(limit: int) -> bytes:
     return review(count)
 
 
+APISERVER_BODY_LIMIT = 3 * 1024 * 1024  # kube-apiserver's MaxRequestBodyBytes for a create
+GPU = "nvidia.com/mig-1g.10gb"
+
+
+def most_gpu_containers_review(limit: int = APISERVER_BODY_LIMIT - 128 * 1024) -> bytes:
+    """A pod CREATE review of as many containers as a pod below ``limit`` holds (the pod is
+    what kube-apiserver's body limit bounds), each asking ``nvidia.com/mig-1g.10gb: 1`` and
+    nothing else: the most GPU containers a real create can bring to the webhook."""
+
+    def pod_bytes(count: int) -> tuple[dict[str, Any], int]:
+        pod = make_created_pod(namespace="tenant-0", generate_name="many-")
+        pod["spec"]["containers"] = [
+            {"name": f"c{i:05d}", "image": "x", "resources": {"limits": {GPU: "1"}}}
+            for i in range(count)
+        ]
+        return pod, len(json.dumps(pod, separators=(",", ":")))
+
+    per_container = pod_bytes(1001)[1] - pod_bytes(1)[1]
+    count = (limit - pod_bytes(0)[1]) * 1000 // per_container
+    pod, _ = pod_bytes(count)
+    return json.dumps(pod_review(pod), separators=(",", ":")).encode()
+
+
 def webhook_latency_pod(env: list[dict[str, str]], fields: dict[str, Any]) -> dict[str, Any]:
     """A pod CREATE as kube-apiserver reviews it, its container carrying ``env`` and its
     managedFields entry naming ``fields``."""

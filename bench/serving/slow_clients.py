@@ -8,13 +8,18 @@ kube-scheduler sends them) on a kept-alive connection and on fresh connections:
 * unloaded;
 * with 1,000 *idle* connections (TLS done, nothing sent; reconnecting when closed);
 * with 1,000 *slow* connections (a request sent at 1 byte per second; reconnecting);
-* with 1,000 *handshake* connections (a TLS ClientHello sent at 1 byte per second).
+* with 1,000 *handshake* connections (a TLS ClientHello sent at 1 byte per second);
+* with 3,000 *idle* connections (``--many-idle``): more than a table of 1,024 held, so a server
+  that sheds them faces the holder reopening what it sheds.
 
 The attacker is a separate process (asyncio, one task per connection); it reports how many
 connections it holds open and how long the server let each live. Then it measures the worker's
 resident memory in steady state and its peak (``VmHWM`` after ``clear_refs``) under requests
 just below each body limit: an AdmissionReview shaped like kube-apiserver's largest (a pod of
-many small fields, managedFields included) and ExtenderArgs with full real-shaped Nodes.
+many small fields, managedFields included), one of a pod with as many GPU containers as
+kube-apiserver's 3 MiB request limit lets through (about 36,000 that ask only for a GPU: the
+time it takes shows the webhook's work is linear in the pod) and ExtenderArgs with full
+real-shaped Nodes.
 
     .venv/bin/python -m bench.serving.slow_clients                  # full size (a few minutes)
     .venv/bin/python -m bench.serving.slow_clients --quick          # small clusters, fewer requests
@@ -44,6 +49,7 @@ from bench.serving.slow_bodies import (
     filter_bodies,
     largest_full_nodes,
     largest_review,
+    most_gpu_containers_review,
     start_extender,
     write_stream,
 )
@@ -253,19 +259,22 @@ def run_service(
             f"({row['peak_over_steady']}x)",
             flush=True,
         )
-    for mode in MODES:
+    attacks = [(mode, args.connections) for mode in MODES]
+    attacks += [("idle", args.many_idle)] if args.many_idle else []
+    for mode, connections in attacks:
+        attack = f"{connections} {mode}"
         # Each attack is paired with an unloaded run just before it, and the pair repeated:
         # the machine is shared, and its background load drifts over minutes.
         for round_number in range(1, args.rounds + 1):
-            baseline = measure(f"unloaded (before {mode} {round_number})", {})
-            attacker = Attacker(mode, server, path, args.connections, tmp)
+            baseline = measure(f"unloaded (before {attack} {round_number})", {})
+            attacker = Attacker(mode, server, path, connections, tmp)
             try:
-                before = attacker.wait_open(int(args.connections * 0.95), 60)
+                before = attacker.wait_open(int(connections * 0.95), 60)
                 cpu_before = cpu_s(pid)
                 time.sleep(ATTACK_ONLY_S)
                 attack_cpu = 100 * (cpu_s(pid) - cpu_before) / ATTACK_ONLY_S
                 attacked = measure(
-                    f"{args.connections} {mode} {round_number}",
+                    f"{attack} {round_number}",
                     {"attack_at_start": before, "attack_only_cpu_percent": round(attack_cpu, 1)},
                 )
                 attacked["attack_at_end"] = attacker.read()
@@ -278,12 +287,12 @@ def run_service(
             time.sleep(2)
         ratios = [p["p99_over_unloaded"] for p in result["phases"] if "p99_over_unloaded" in p]
         ratios = ratios[-args.rounds :]
-        result.setdefault("median_p99_over_unloaded", {})[mode] = {
+        result.setdefault("median_p99_over_unloaded", {})[attack] = {
             kind: statistics.median(r[kind] for r in ratios)
             for kind in ("keepalive", "fresh_connection")
         }
-        median = result["median_p99_over_unloaded"][mode]
-        print(f"  {server.command:8} {mode}: median p99 / unloaded p99 {median}", flush=True)
+        median = result["median_p99_over_unloaded"][attack]
+        print(f"  {server.command:8} {attack}: median p99 / unloaded p99 {median}", flush=True)
     return result
 
 
@@ -309,6 +318,12 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1000, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="small clusters, fewer requests")
     parser.add_argument("--connections", type=int, default=1000, help="stalled connections")
+    parser.add_argument(
+        "--many-idle",
+        type=int,
+        default=3000,
+        help="idle connections of the last attack, past a table of 1,024 (0: none)",
+    )
     parser.add_argument("--requests", type=int, default=1000, help="honest requests per phase")
     parser.add_argument(
         "--phase-s", type=float, default=15.0, help="each phase lasts at least this long"
@@ -332,6 +347,7 @@ def main() -> int:
     args.warmup = min(300, args.requests)
     report: dict[str, Any] = {
         "connections": args.connections,
+        "many_idle": args.many_idle,
         "requests_per_phase": args.requests,
         "phase_s": args.phase_s,
         "new_connection_every": FRESH_EVERY,
@@ -385,6 +401,9 @@ def measure_service(command: str, args: argparse.Namespace, tmp: Path) -> dict[s
             largest = [
                 ("largest AdmissionReview", "/mutate",
                  largest_review(WebhookSettings().max_body_bytes),
+                 expect_refusal_or_answer(b'"uid":"bench-largest"')),
+                ("pod of the most GPU containers", "/mutate",
+                 most_gpu_containers_review(),
                  expect_refusal_or_answer(b'"uid":"bench-largest"')),
             ]  # fmt: skip
         else:

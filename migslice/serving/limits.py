@@ -30,7 +30,7 @@ class ServingLimits:
     request_timeout_s: float = 10.0
     keepalive_timeout_s: float = 60.0
     write_timeout_s: float = 10.0
-    max_connections: int = 1024
+    max_connections: int = 4096
     max_requests_per_connection: int = 1000
     max_header_bytes: int = 32 * KIB
     max_header_count: int = 100

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -284,6 +285,24 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
         return listeners
 
 
+FILES_BESIDE_CONNECTIONS = 64
+"""Open files a worker needs besides its connections: the listening socket, the certificate
+files as they are reloaded, logs, the API server's connections, Python's own."""
+
+
+def raise_open_files(wanted: int) -> int:
+    """Raise this process's soft limit of open files (inherited by the workers) to ``wanted``,
+    or to the hard limit if that is lower, as the Go runtime does for its programs: a container
+    often starts with a soft limit of 1,024, which would cap the connections a worker holds
+    below ``--max-connections``. Never lowers it; returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft if soft != resource.RLIM_INFINITY else wanted
+
+
 def serve(app_factory: Callable[[], Any], options: ServerOptions) -> None:
     """Serve the app built by ``app_factory`` (called in each worker) until a signal stops it.
 
@@ -296,5 +315,15 @@ def serve(app_factory: Callable[[], Any], options: ServerOptions) -> None:
             ReloadingSSLContext(options.tls_cert, options.tls_key, options.client_ca).get()
         except ValueError as error:
             raise ServeError(str(error)) from None
+    wanted = options.limits.max_connections + FILES_BESIDE_CONNECTIONS
+    allowed = raise_open_files(wanted)
+    if allowed < wanted:
+        log.warning(
+            "open files limited to %d (RLIMIT_NOFILE hard limit): a worker holds about %d "
+            "connections, not --max-connections %d; raise the container's nofile limit",
+            allowed,
+            max(1, allowed - FILES_BESIDE_CONNECTIONS),
+            options.limits.max_connections,
+        )
     log.debug("starting %d worker(s) for %s://%s", options.workers, options.scheme, options.address)
     _GunicornApp(app_factory, options).run()
