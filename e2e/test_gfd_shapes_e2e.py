@@ -119,6 +119,22 @@ def settle(core_v1: k8s.CoreV1Api, namespace: str, names: list[str]) -> dict[str
     return result
 
 
+def placed_pods(
+    tenant: Callable[[dict[str, Any]], str],
+    core_v1: k8s.CoreV1Api,
+    namespace: str,
+    spec: dict[str, Any],
+    size: str,
+    count: int,
+) -> tuple[dict[str, str], dict[str, str | None]]:
+    """``count`` pods of ``size`` under a policy of ``spec``, each bound or Unschedulable: the
+    first pod's GPU limits as the webhook set them, and pod -> node (None: waiting)."""
+    tenant(spec)
+    names = [create_sized(core_v1, namespace, size) for _ in range(count)]
+    limits = core_v1.read_namespaced_pod(names[0], namespace).spec.containers[0].resources.limits
+    return dict(limits), settle(core_v1, namespace, names)
+
+
 def test_a_dedicated_tenant_lands_only_on_whole_unshared_gpus(
     shapes: dict[str, str],
     tenant: Callable[[dict[str, Any]], str],
@@ -126,11 +142,8 @@ def test_a_dedicated_tenant_lands_only_on_whole_unshared_gpus(
     tenant_namespace: str,
     migslice_scheduler: object,
 ) -> None:
-    tenant(DEDICATED)
-    names = [create_sized(core_v1, tenant_namespace, "full") for _ in range(4)]
-    pod = core_v1.read_namespaced_pod(names[0], tenant_namespace)
-    assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
-    placed = settle(core_v1, tenant_namespace, names)
+    limits, placed = placed_pods(tenant, core_v1, tenant_namespace, DEDICATED, "full", 4)
+    assert limits == {"nvidia.com/gpu": "1"}
     whole = {shapes["mixed"], shapes["none"]}
     mine = set(shapes.values())
     # Both whole GPUs are used, one pod each; nothing lands on a slice or a replica.
@@ -146,13 +159,9 @@ def test_a_shared_tenant_never_lands_on_a_mig_slice(
     tenant_namespace: str,
     migslice_scheduler: object,
 ) -> None:
-    tenant(SHARED)
-    names = [create_sized(core_v1, tenant_namespace, "notebook") for _ in range(6)]
-    pod = core_v1.read_namespaced_pod(names[0], tenant_namespace)
-    assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu.shared": "1"}
-    placed = settle(core_v1, tenant_namespace, names)
-    mine = set(shapes.values())
+    limits, placed = placed_pods(tenant, core_v1, tenant_namespace, SHARED, "notebook", 6)
+    assert limits == {"nvidia.com/gpu.shared": "1"}
     # The renamed time-sliced GPU's four replicas, and never the MIG slice's shared replicas.
-    on_mine = [n for n in placed.values() if n in mine]
+    on_mine = [n for n in placed.values() if n in set(shapes.values())]
     assert on_mine == [shapes["time-sliced-renamed"]] * 4, placed
     assert sum(1 for n in placed.values() if n is None) >= 2, placed
