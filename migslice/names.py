@@ -57,6 +57,9 @@ plan id, ``pending``, ``rolling-back``, ``success`` or ``failed``, and the steps
 REPARTITION_MODE_LABEL = "migslice.io/repartition-mode"
 """On a Node: how its GPUs are re-shaped, ``carve`` (the node agent, around running instances)
 or ``mig-manager`` (NVIDIA MIG Manager, idle GPUs only); absent: the controller's default."""
+DRA_STEER_LABEL = "migslice.io/dra-steer"
+"""On a Node: ``off`` leaves its DynamicMIG devices to kube-scheduler's first fit (no steer rules;
+docs/dra.md); absent or any other value: steered."""
 MODE_CARVE = "carve"
 MODE_MIG_MANAGER = "mig-manager"
 REPARTITION_MODES = (MODE_MIG_MANAGER, MODE_CARVE)
@@ -164,6 +167,13 @@ EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-c
 POD_CLAIM = "migslice-gpu"
 """The name migslice gives the claim it adds to a sized pod of a ResourceClaim tenant
 (``spec.resourceClaims[].name``; a second device is ``migslice-gpu-1``, and so on)."""
+STEER_TAINT_KEY = f"{GROUP}/steer"
+"""The taint key of migslice's steer rules (``DeviceTaintRule``, effect ``NoSchedule``): a device
+the allocator's first fit would take before the placement migslice prefers (docs/dra.md)."""
+STEER_RULE_PREFIX = "migslice-steer-"
+"""The name prefix of migslice's steer rules
+(:func:`migslice.objects.device_taint_rules.steer_rule_name`)."""
+
 MIG_DEVICE_CLASS_PREFIX = "migslice-mig-"
 """migslice's own DeviceClasses, one per MIG profile (:func:`mig_device_class`)."""
 

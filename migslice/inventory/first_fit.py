@@ -18,10 +18,10 @@ name: GPUs in PCI bus id order) and each GPU's devices as published:
 
 :func:`first_fit` is that choice, one pure function; :class:`PoolUse` is what claims hold on
 a pool (their devices, memory slices and counters), which the inventory fills from the
-claims' allocations and its predictions. ``tainted`` names devices the allocator must skip
-besides those the slices taint: the place for a ``DeviceTaintRule`` that steers the
-allocator past a placement. :func:`first_solution` is the same for a pod's several requests
-together, with the allocator's backtracking.
+claims' allocations and its predictions. The allocator skips the devices
+:attr:`DraPool.skipped` names (the slices' taints, DeviceTaintRules', migslice's steer:
+:mod:`migslice.scheduling.dra_steer`); ``tainted`` names more. :func:`first_solution` is the
+same for a pod's several requests together, with the allocator's backtracking.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def first_fit(
 ) -> Choice | None:
     """The device the allocator gives a request for one ``wanted`` device now, or None when
     none is free (see the module docstring). ``tainted``: more device names to skip."""
-    skip = pool.tainted | frozenset(tainted) if tainted else pool.tainted
+    skip = pool.skipped | frozenset(tainted) if tainted else pool.skipped
     for g, gpu in enumerate(pool.gpus):
         for k, device in enumerate(gpu.devices):
             if not wanted.matches(gpu, device) or not use.fits(g, k):
@@ -251,7 +251,7 @@ def first_solution(
     one before (combinations, not permutations); when a later request finds none, the search
     backtracks and the first full solution wins (``allocator_incubating.go``, ``allocateOne``).
     ``use`` is not changed. More than :data:`SEARCH_LIMIT` tries count as no solution."""
-    skip = pool.tainted | frozenset(tainted) if tainted else pool.tainted
+    skip = pool.skipped | frozenset(tainted) if tainted else pool.skipped
     flat = [(g, k) for g, gpu in enumerate(pool.gpus) for k in range(len(gpu.devices))]
     trial = use.copy()
     chosen: list[Choice] = []

@@ -42,6 +42,7 @@ from migslice.mig import CATALOG, Catalog
 from migslice.mig.migparted import MigPartedEntry
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.device_classes import DeviceClassFacts, device_class_facts_from_raw
+from migslice.objects.device_taint_rules import TaintRuleFacts, with_rules
 from migslice.objects.dra_pool import DraPool, read_pool
 from migslice.objects.nodes import NodeFacts, node_facts_from_raw
 from migslice.objects.pods import PodFacts, pod_facts_from_raw
@@ -84,6 +85,9 @@ class ClusterIndex(Generic[V]):
         self._claims_by_pool: dict[str, dict[str, ClaimFacts]] = {}
         self._pods_by_claim: dict[str, set[str]] = {}
         self._classes: dict[str, DeviceClassFacts] = {}
+        # DeviceTaintRules by the pool they select (None: any pool), by name.
+        self._rules: dict[str | None, dict[str, TaintRuleFacts]] = {}
+        self._rule_pools: dict[str, str | None] = {}
 
     def subscribe(self, listener: Callable[[str | None], None]) -> None:
         """Call ``listener(name)`` after a node's derived value is dropped, ``None`` for all."""
@@ -326,6 +330,38 @@ class ClusterIndex(Generic[V]):
             self._classes = {k: v for k, v in self._classes.items() if k != name}
             return self._drop_nodes(set(self._slices))
 
+    def replace_rules(self, rules: Iterable[TaintRuleFacts]) -> None:
+        with self._lock:
+            self._rules, self._rule_pools = {}, {}
+            for rule in rules:
+                self._rules.setdefault(rule.pool, {})[rule.name] = rule
+                self._rule_pools[rule.name] = rule.pool
+            self._pools = {}
+            self._drop_all()
+
+    def upsert_rule(self, rule: TaintRuleFacts) -> tuple[str, ...]:
+        """Keep the DeviceTaintRule; the nodes to derive again: those of the pools its old
+        and new selectors name (every DRA node for a rule of any pool)."""
+        with self._lock:
+            old = self._forget_rule(rule.name)
+            self._rules.setdefault(rule.pool, {})[rule.name] = rule
+            self._rule_pools[rule.name] = rule.pool
+            return self._drop_pools(*old, rule.pool)
+
+    def delete_rule(self, name: str) -> tuple[str, ...]:
+        with self._lock:
+            return self._drop_pools(*self._forget_rule(name))
+
+    def steer_rules(self) -> dict[str, TaintRuleFacts]:
+        """migslice's own steer rules, by name."""
+        with self._lock:
+            return {
+                name: rule
+                for rules in self._rules.values()
+                for name, rule in rules.items()
+                if rule.steer
+            }
+
     @property
     def classes(self) -> Mapping[str, DeviceClassFacts]:
         """The DeviceClasses by name (a value replaced, never changed, on each change)."""
@@ -358,6 +394,26 @@ class ClusterIndex(Generic[V]):
                 if not users:
                     del self._pods_by_claim[claim]
         return pod.holding_node
+
+    def _forget_rule(self, name: str) -> tuple[str | None, ...]:
+        """Forget a rule; the pool it selected, as a 1-tuple (empty: it was not kept)."""
+        if name not in self._rule_pools:
+            return ()
+        pool = self._rule_pools.pop(name)
+        found = self._rules.get(pool)
+        if found is not None:
+            found.pop(name, None)
+            if not found:
+                del self._rules[pool]
+        return (pool,)
+
+    def _drop_pools(self, *pools: str | None) -> tuple[str, ...]:
+        if not pools:
+            return ()
+        touched = set(self._slices) if None in pools else {p for p in pools if p is not None}
+        for node in touched:
+            self._pools.pop(node, None)
+        return self._drop_nodes(touched)
 
     def _forget_slice(self, name: str) -> tuple[str, ...]:
         node = self._slice_nodes.pop(name, None)
@@ -406,7 +462,9 @@ class ClusterIndex(Generic[V]):
             return None
         pool = self._pools.get(name)
         if pool is None:
-            pool = self._pools[name] = read_pool(name, slices.values(), self._catalog)
+            read = read_pool(name, slices.values(), self._catalog)
+            pool = with_rules(read, self._rules.get(name), self._rules.get(None))
+            self._pools[name] = pool
         allocated = tuple(self._claims_by_pool.get(name, {}).values())
         used = {
             key: claim

@@ -95,6 +95,14 @@ class DraPool:
     generation: int = 0
     gpus: tuple[DraGpu, ...] = ()
     tainted: frozenset[str] = frozenset()
+    """Devices the allocator keeps off: the slices' own taints and other DeviceTaintRules'."""
+    steered: frozenset[str] = frozenset()
+    """Devices migslice's own steer rules taint (``migslice.scheduling.dra_steer``)."""
+
+    @property
+    def skipped(self) -> frozenset[str]:
+        """Every device a claim that tolerates no taint cannot get."""
+        return self.tainted | self.steered if self.steered else self.tainted
 
     @property
     def mode(self) -> DraMode:

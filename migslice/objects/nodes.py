@@ -60,6 +60,8 @@ class NodeFacts:
     carve_status: CarveStatus | None = None
     quarantine_label: str | None = None
     quarantine_note: str | None = None
+    steer_off: bool = False
+    """Label ``migslice.io/dra-steer: off``: its DRA devices are not steered."""
     labelled_mig: tuple[tuple[str, int], ...] = ()
     """MIG devices GPU Feature Discovery counts (labels ``nvidia.com/mig-<profile>.count``,
     keyed by the resource the device plugin advertises them as), sorted by name: right after
@@ -137,6 +139,7 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
         carve_status=status,
         quarantine_label=_label(labels, names.QUARANTINE_LABEL),
         quarantine_note=_label(annotations, names.QUARANTINE_ANNOTATION),
+        steer_off=(_label(labels, names.DRA_STEER_LABEL) or "").lower() == "off",
         labelled_mig=labelled_mig,
     )
 

@@ -11,9 +11,9 @@ serve (a DynamicMIG GPU: all of them, since any placement can be made; a static 
 published instances), ``h'`` those held there after the placement. A pod of several units is
 placed as the allocator's first full solution places them
 (:func:`migslice.inventory.first_fit.first_solution`) and scores its worst unit; whole GPUs
-use the node-level score, as on other nodes. A later step that taints placements
-(``DeviceTaintRule``) to steer the allocator passes their names as ``tainted`` to the same
-first fit.
+use the node-level score, as on other nodes. The steer's ``DeviceTaintRule`` taints are in
+the pool (:attr:`DraPool.skipped`), so the score is that of the placement the steer leaves
+to the allocator (:mod:`migslice.scheduling.dra_steer`).
 """
 
 from __future__ import annotations
@@ -78,15 +78,22 @@ def dra_demand_score(state: NodeState, units: Sequence[DemandUnit]) -> int:
 def dra_units_fit(state: NodeState, units: Sequence[DemandUnit]) -> bool:
     """Whether the allocator finds devices for all of ``units`` on the node now."""
     view = state.dra
-    if view is None or view.use is None:
+    requests = dra_requests(state, units)
+    if view is None or view.use is None or requests is None:
         return False
+    return first_solution(view.pool, requests, view.use) is not None
+
+
+def dra_requests(state: NodeState, units: Sequence[DemandUnit]) -> list[tuple[Wanted, int]] | None:
+    """The allocator's requests of ``units`` on the node, (wanted, count) each; None when one
+    is not known there."""
     requests: list[tuple[Wanted, int]] = []
     for unit in units:
         wanted = unit.select or _wanted(state, unit.resource)
         if wanted is None:
-            return False
+            return None
         requests.append((wanted, unit.count))
-    return first_solution(view.pool, requests, view.use) is not None
+    return requests
 
 
 def _wanted(state: NodeState, resource: str) -> Wanted | None:
