@@ -57,6 +57,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a watch cache that has not followed the API server for this long fails every node "
         "in filter (retried by kube-scheduler) and fails /readyz (default %(default)s)",
     )
+    parser.add_argument(
+        "--no-dra-steer",
+        dest="dra_steer",
+        action="store_false",
+        help="do not keep the DeviceTaintRules that steer kube-scheduler's first fit to the "
+        "placement migslice prefers on DynamicMIG nodes (docs/dra.md); on by default where the "
+        "API server serves DeviceTaintRules",
+    )
+    parser.add_argument(
+        "--dra-steer-max-rules",
+        type=console.count(0, 1_000_000),
+        default=ExtenderSettings().dra_steer_max_rules,
+        help="the most steer rules kept at once; past it, nodes in use keep theirs first and "
+        "idle ones are left to first fit (kube-scheduler's work per ResourceSlice grows with the "
+        "rules in the cluster; default %(default)s)",
+    )
     console.add_log_level(parser)
     _add_repartition_arguments(parser)
     add_server_arguments(parser, default_port=DEFAULT_PORT)
@@ -175,6 +191,8 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         max_body_bytes=body,
         max_blind_s=args.max_blind_s,
         mig_config_map=args.mig_config_map,
+        dra_steer=args.dra_steer,
+        dra_steer_max_rules=args.dra_steer_max_rules,
         repartition=RepartitionSettings(
             enabled=args.repartition,
             dry_run=args.repartition_dry_run,

@@ -46,8 +46,10 @@ def standalone_app(settings: ExtenderSettings, path: Path) -> Flask:
 def in_cluster_app(settings: ExtenderSettings) -> Flask:
     """The app over watch caches; with ``--repartition``, this worker's controller thread
     (its Lease is released when the process exits)."""
-    from extender.sources import start_caches
+    from extender.sources import TAINT_RULES, start_caches
+    from extender.steer import SteerLoop
     from migslice.kube import KubernetesTransport
+    from migslice.kube.device_taints import KubeSteerApi
     from migslice.kube.health import blindness
     from migslice.kube.nodes import KubeNodeStore
 
@@ -67,6 +69,16 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
         atexit.register(controller.stop)
 
     stats = None if controller is None else controller.stats
+    steer = None
+    if settings.dra_steer and any(cache.name == TAINT_RULES for cache in caches):
+        steer = SteerLoop(
+            index,
+            KubeSteerApi(transport),
+            may_write=(lambda: True) if stats is None else (lambda: stats.is_leader),
+            blindness=lambda: blindness(caches, max_blind_s=settings.max_blind_s),
+            max_rules=settings.dra_steer_max_rules,
+        )
+        steer.start()
     state = ExtenderState(index, caches, lambda: None, stats)
     warnings = DraWarningLoop(
         DraWarnings(
@@ -79,6 +91,8 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 
     def stop() -> None:
         warnings.stop()
+        if steer is not None:
+            steer.stop()
         if controller is not None:
             controller.stop()
         for cache in caches:

@@ -132,6 +132,10 @@ class ExtenderSettings:
     server: ServerOptions = field(default_factory=lambda: ServerOptions(port=DEFAULT_PORT))
     log_level: str = "info"
     log_format: str = "text"
+    dra_steer: bool = True
+    """Keep DeviceTaintRules that steer kube-scheduler's first fit on DynamicMIG nodes
+    (``extender.steer``; in a cluster serving them only)."""
+    dra_steer_max_rules: int = 4096
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:

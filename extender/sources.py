@@ -15,6 +15,7 @@ from extender.state import (
     NodeSink,
     PodSink,
     SliceSink,
+    TaintRuleSink,
     Warmup,
     mig_configs_from,
 )
@@ -24,6 +25,7 @@ from migslice.kube.transport import ApiError, KubeError
 from migslice.names import DRA_API
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.device_classes import device_class_facts_from_raw
+from migslice.objects.device_taint_rules import taint_rule_facts_from_raw
 from migslice.objects.resource_claims import claim_facts_from_raw
 from migslice.objects.resource_slices import slice_facts_from_raw
 from migslice.scheduling import PreparedNode
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 # Terminal pods hold nothing; the API server leaves them out of the list and the watch.
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 DRA_LISTS = ("resourceslices", "resourceclaims", "deviceclasses")
+TAINT_RULES = "devicetaintrules"
 
 
 def start_caches(
@@ -45,8 +48,11 @@ def start_caches(
         return mig_configs_from(raw, key)
 
     namespace = settings.mig_config_namespace or "default"
-    dra = serves_dra(transport)
-    warmup = Warmup(index, ("mig-config", "nodes", "pods", *(DRA_LISTS if dra else ())))
+    served = dra_resources(transport)
+    dra = served is not None
+    rules = served is not None and TAINT_RULES in served
+    lists = (*(DRA_LISTS if dra else ()), *((TAINT_RULES,) if rules else ()))
+    warmup = Warmup(index, ("mig-config", "nodes", "pods", *lists))
     informers: list[Informer[Any]] = [
         Informer(
             name="mig-config",
@@ -97,21 +103,42 @@ def start_caches(
                 sink=DeviceClassSink(index, warmup),
             ),
         ]
+    if rules:
+        informers.append(
+            Informer(
+                name=TAINT_RULES,
+                transport=transport,
+                resource=ResourceRef(f"{DRA_API}/{TAINT_RULES}"),
+                project=taint_rule_facts_from_raw,
+                sink=TaintRuleSink(index, warmup),
+            )
+        )
     for informer in informers:
         informer.start()
     return tuple(informers)
 
 
 def serves_dra(transport: Transport) -> bool:
-    """Whether the API server serves ``resource.k8s.io/v1`` (Kubernetes 1.34 and later). Only
-    a definite 404 says no: any other failure leaves the DRA caches on, to retry and sync."""
+    """Whether the API server serves ``resource.k8s.io/v1`` (Kubernetes 1.34 and later)."""
+    return dra_resources(transport) is not None
+
+
+def dra_resources(transport: Transport) -> frozenset[str] | None:
+    """The resources ``resource.k8s.io/v1`` serves (DeviceTaintRules from Kubernetes 1.37);
+    None when it is not served. Only a definite 404 says no: any other failure leaves the DRA
+    caches on, to retry and sync, with an empty set (which are served is not known, so the
+    DeviceTaintRule cache, and with it the steer, stays off)."""
     try:
-        transport.get_json(DRA_API, {})
+        found = transport.get_json(DRA_API, {})
     except ApiError as error:
         if error.status == 404:
             log.info("%s not served; DRA nodes are not read (no ResourceSlice caches)", DRA_API)
-            return False
+            return None
         log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
+        return frozenset()
     except KubeError as error:
         log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
-    return True
+        return frozenset()
+    listed = found.get("resources") if isinstance(found, dict) else None
+    names = (r.get("name") for r in listed or () if isinstance(r, dict))
+    return frozenset(n for n in names if isinstance(n, str))

@@ -19,6 +19,7 @@ from migslice.mig.migparted import MigPartedError, parse_mig_parted
 from migslice.objects import NodeFacts, PodFacts
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.device_classes import DeviceClassFacts
+from migslice.objects.device_taint_rules import TaintRuleFacts
 from migslice.objects.dra_pool import PoolState
 from migslice.objects.resource_claims import ClaimFacts
 from migslice.objects.resource_slices import SliceFacts
@@ -268,6 +269,22 @@ class DeviceClassSink(_EagerSink):
 
     def delete(self, key: str) -> None:
         self._derive(self._index.delete_class(key))
+
+
+class TaintRuleSink(_EagerSink):
+    """Informer sink that keeps the index's DeviceTaintRules (those that keep the allocator
+    off ``gpu.nvidia.com`` devices, migslice's steer among them)."""
+
+    def replace(self, items: Mapping[str, TaintRuleFacts]) -> None:
+        self._index.replace_rules(items.values())
+        if self._warmup is not None:
+            self._warmup.arrived("devicetaintrules")
+
+    def upsert(self, key: str, item: TaintRuleFacts) -> None:
+        self._derive(self._index.upsert_rule(item))
+
+    def delete(self, key: str) -> None:
+        self._derive(self._index.delete_rule(key))
 
 
 class MigConfigSink(_EagerSink):

@@ -75,15 +75,21 @@ def test_the_extender_is_called_for_every_pod_not_only_those_naming_mig_resource
     assert extender["ignorable"] is False
 
 
-def test_the_extender_reads_dra_objects_and_writes_none() -> None:
+def test_the_extender_reads_dra_objects_and_writes_only_device_taint_rules() -> None:
+    """Its steer's rules (admission-policy.yaml holds it to its own); no slice, claim or class."""
     role = by_kind("ClusterRole", "migslice-extender")
     dra = [r for r in role["rules"] if "resource.k8s.io" in r["apiGroups"]]
     assert dra == [
         {
             "apiGroups": ["resource.k8s.io"],
-            "resources": ["resourceslices", "resourceclaims", "deviceclasses"],
+            "resources": ["resourceslices", "resourceclaims", "deviceclasses", "devicetaintrules"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["devicetaintrules"],
+            "verbs": ["create", "delete"],
+        },
     ]
 
 

@@ -1,0 +1,275 @@
+"""The steer loop: keeps migslice's DeviceTaintRules equal to the steer of every DynamicMIG node
+(:mod:`migslice.scheduling.dra_steer`), so kube-scheduler's first fit lands on the placement
+migslice prefers. A thread in the extender process.
+
+Each round (``interval_s``, or at once after a change): the nodes whose state changed since the
+last round (all, the first time and every ``resync_s``) get their steer again from the
+extender's index; every ``lift_interval_s`` the pending pods are listed, and a profile whose
+steer keeps a pod of several devices off a node where it would fit is lifted there. Then the
+rules that are no longer wanted are deleted first, and the missing ones created (a window
+between the two has fewer taints, never more). A follower, a blind cache or a failed write
+changes nothing else: a stale steer costs packing, never an allocation (``NoSchedule`` keeps
+only new claims off; claims already allocated keep their devices).
+
+Ports: :class:`SteerApi` (``migslice.kube.device_taints.KubeSteerApi`` in a cluster).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from migslice.inventory import ClusterIndex
+from migslice.kube.transport import KubeError
+from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
+from migslice.objects.dra_pool import DraMode
+from migslice.scheduling import PreparedNode, demand_of
+from migslice.scheduling.demand import with_claims
+from migslice.scheduling.dra_placement import dra_requests
+from migslice.scheduling.dra_steer import lifted, steer_of
+
+log = logging.getLogger(__name__)
+
+RawObject = dict[str, Any]
+
+
+MAX_RULES = 4096
+"""The most steer rules kept at once. kube-scheduler's tracker applies every DeviceTaintRule to
+each ResourceSlice it syncs, so its work per slice grows with the rules in the cluster (at
+20,000 rules and 8,000 slices its first sync after a restart takes minutes; docs/dra.md)."""
+
+
+class SteerApi(Protocol):
+    def create_rule(self, body: Mapping[str, object]) -> bool: ...
+
+    def delete_rule(self, name: str) -> bool: ...
+
+    def list_pending_pods(self) -> list[RawObject]: ...
+
+
+@dataclass(slots=True)
+class SteerStats:
+    """Counters of the steer, for /metrics (written by its thread only)."""
+
+    rules: int = 0
+    created: int = 0
+    deleted: int = 0
+    lifted: int = 0
+    failures: int = 0
+    capped_nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """One rule the steer wants: its pool, device and the profile it steers."""
+
+    pool: str
+    device: str
+    profile: str
+
+
+class SteerLoop:
+    """See the module docstring. ``may_write``: whether this process writes (the leader, or
+    every replica when none is elected: one name per device makes their writes agree);
+    ``blindness``: the caches' problems (none: they follow the API server)."""
+
+    def __init__(
+        self,
+        index: ClusterIndex[PreparedNode],
+        api: SteerApi,
+        *,
+        may_write: Callable[[], bool] = lambda: True,
+        blindness: Callable[[], list[str]] = list,
+        interval_s: float = 0.5,
+        lift_interval_s: float = 10.0,
+        resync_s: float = 60.0,
+        max_rules: int = MAX_RULES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._index = index
+        self._api = api
+        self._may_write = may_write
+        self._blindness = blindness
+        self._interval_s = interval_s
+        self._lift_interval_s = lift_interval_s
+        self._resync_s = resync_s
+        self._max_rules = max_rules
+        self._clock = clock
+        self.stats = SteerStats()
+        self._lock = threading.Lock()
+        self._dirty: set[str] | None = None  # None: every node
+        self._wanted: dict[str, dict[str, Wanted]] = {}
+        self._held: dict[str, int] = {}
+        self._lift: dict[str, frozenset[str]] = {}
+        self._next_lift = 0.0
+        self._next_resync = 0.0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        index.subscribe(self._changed)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="dra-steer", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _changed(self, name: str | None) -> None:
+        with self._lock:
+            if name is None:
+                self._dirty = None
+            elif self._dirty is not None:
+                self._dirty.add(name)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.round()
+            except Exception as error:  # the loop must outlive any one failure
+                self.stats.failures += 1
+                log.warning("DRA steer round failed (%s); again in %.1fs", error, self._interval_s)
+                self._changed(None)
+            self._stop.wait(self._interval_s)
+
+    def round(self) -> tuple[int, int]:
+        """One round (see the module docstring); (rules deleted, rules created)."""
+        if not self._may_write():
+            self._changed(None)  # a new leader starts from every node
+            return (0, 0)
+        problems = self._blindness()
+        if problems:
+            log.info("DRA steer waits: %s", "; ".join(problems))
+            return (0, 0)
+        now = self._clock()
+        if now >= self._next_resync:
+            self._next_resync = now + self._resync_s
+            self._changed(None)
+        if now >= self._next_lift:
+            self._next_lift = now + self._lift_interval_s
+            self._review_lifts()
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+        names = self._index.node_names() if dirty is None else sorted(dirty)
+        if dirty is None:
+            self._wanted, self._held = {}, {}
+        for name in names:
+            self._wanted.pop(name, None)
+            self._held.pop(name, None)
+            found = self._steer(name)
+            if found:
+                self._wanted[name] = found
+        return self._apply()
+
+    def _steer(self, name: str) -> dict[str, Wanted]:
+        state = self._index.state_of(name)
+        view = None if state is None else state.dra
+        if state is None or view is None or view.use is None or view.mode is not DraMode.DYNAMIC:
+            return {}
+        if state.facts.steer_off:
+            return {}
+        self._held[name] = len(view.held)
+        pool = view.pool
+        steer = steer_of(pool, view.use, lift=self._lift.get(name, ()))
+        by_device = {
+            d.name(gpu.minor): d.profile for gpu in pool.gpus for d in gpu.devices if d.profile
+        }
+        return {
+            steer_rule_name(pool.node, device): Wanted(pool.node, device, by_device[device])
+            for device in steer.taints
+        }
+
+    def _apply(self) -> tuple[int, int]:
+        # Nodes in use first (the most held first), then idle ones by name, up to the cap.
+        order = sorted(self._wanted, key=lambda n: (-self._held.get(n, 0), n))
+        wanted: dict[str, Wanted] = {}
+        capped = 0
+        for name in order:
+            rules = self._wanted[name]
+            if len(wanted) + len(rules) > self._max_rules:
+                capped += 1
+                continue
+            wanted.update(rules)
+        if capped != self.stats.capped_nodes and capped:
+            log.warning(
+                "DRA steer: %d nodes left to first fit, over --dra-steer-max-rules %d",
+                capped,
+                self._max_rules,
+            )
+        self.stats.capped_nodes = capped
+        present = self._index.steer_rules()
+        deleted = created = failed = 0
+        last = ""
+        for rule in sorted(set(present) - set(wanted)):
+            try:
+                self._api.delete_rule(rule)
+                deleted += 1
+            except KubeError as error:
+                failed, last = failed + 1, f"delete {rule}: {error}"
+        for rule in sorted(set(wanted) - set(present)):
+            w = wanted[rule]
+            try:
+                self._api.create_rule(steer_rule(w.pool, w.device, w.profile))
+                created += 1
+            except KubeError as error:
+                failed, last = failed + 1, f"create {rule}: {error}"
+        if failed:
+            self.stats.failures += failed
+            log.warning("DRA steer: %d rule writes failed, again next round (%s)", failed, last)
+            self._changed(None)
+        self.stats.rules = len(wanted)
+        self.stats.created += created
+        self.stats.deleted += deleted
+        if deleted or created:
+            log.info(
+                "DRA steer: %d rules deleted, %d created (%d wanted)",
+                deleted,
+                created,
+                len(wanted),
+            )
+        return (deleted, created)
+
+    def _review_lifts(self) -> None:
+        demands = []
+        for raw in self._api.list_pending_pods():
+            if not (raw.get("spec") or {}).get("resourceClaims"):
+                continue
+            demand = with_claims(demand_of(raw), raw, self._index.claim, self._index.classes)
+            if sum(unit.count for unit in demand.units) >= 2:
+                demands.append(demand)
+        lift: dict[str, frozenset[str]] = {}
+        if demands:
+            for name in self._index.node_names():
+                state = self._index.state_of(name)
+                view = None if state is None else state.dra
+                if state is None or view is None or view.use is None:
+                    continue
+                if view.mode is not DraMode.DYNAMIC:
+                    continue
+                requests = [r for d in demands if (r := dra_requests(state, d.units))]
+                steer = steer_of(view.pool, view.use)
+                found = lifted(view.pool, view.use, steer, requests)
+                if found:
+                    lift[name] = found
+        changed = set(lift) ^ set(self._lift) | {n for n in lift if self._lift.get(n) != lift[n]}
+        if changed:
+            names = ", ".join(sorted(changed))
+            log.info("DRA steer lifted on %s for pods of several devices", names)
+            self.stats.lifted += len(changed)
+        self._lift = lift
+        with self._lock:
+            if self._dirty is not None:
+                self._dirty |= changed

@@ -1,0 +1,175 @@
+"""The steer loop keeps the rules equal to each DynamicMIG node's steer: it writes what is
+missing and deletes what is no longer wanted (deletes first), follows claims as they are
+allocated, lifts a steer that keeps a pending pod of several devices off, writes nothing as a
+follower or while a cache is blind, and leaves static-MIG nodes alone."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from extender.steer import SteerLoop
+from migslice.inventory import ClusterIndex
+from migslice.objects import node_facts_from_raw
+from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.device_taint_rules import steer_rule_name, taint_rule_facts_from_raw
+from migslice.objects.resource_claims import claim_facts_from_raw
+from migslice.scheduling import PreparedNode, prepare_node
+from tests.dra_objects import (
+    fixture_slices,
+    make_claim,
+    make_claim_pod,
+    make_dra_node,
+    migslice_classes,
+)
+
+ONE = "gpu-node-a100-0"
+STATIC = "gpu-node-a100-static"
+
+
+class RulesApi:
+    """The API server's side of the steer: rules kept by name, each write seen by the index
+    as its watch would deliver it, and the pending pods a list returns."""
+
+    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
+        self.index = index
+        self.rules: dict[str, Mapping[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.pending: list[dict[str, Any]] = []
+
+    def create_rule(self, body: Mapping[str, Any]) -> bool:
+        name = body["metadata"]["name"]
+        self.writes.append(("create", name))
+        if name in self.rules:
+            return False
+        self.rules[name] = body
+        facts = taint_rule_facts_from_raw(body)
+        assert facts is not None
+        self.index.upsert_rule(facts)
+        return True
+
+    def delete_rule(self, name: str) -> bool:
+        self.writes.append(("delete", name))
+        if self.rules.pop(name, None) is None:
+            return False
+        self.index.delete_rule(name)
+        return True
+
+    def list_pending_pods(self) -> list[dict[str, Any]]:
+        return self.pending
+
+
+def _index(claims: list[dict[str, Any]] | None = None) -> ClusterIndex[PreparedNode]:
+    static = [
+        {
+            **s,
+            "spec": {
+                **s["spec"],
+                "nodeName": STATIC,
+                "pool": {**s["spec"]["pool"], "name": STATIC},
+            },
+        }
+        for s in fixture_slices("a100-80gb-staticmig-4g1g1g1g-resourceslices.json")
+    ]
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    index.load_objects(
+        ClusterObjects(
+            nodes=(make_dra_node(ONE), make_dra_node(STATIC)),
+            resource_slices=(
+                *fixture_slices("a100-80gb-dynamicmig-1gpu-resourceslices.json"),
+                *static,
+            ),
+            resource_claims=tuple(claims or ()),
+            device_classes=tuple(migslice_classes()),
+        )
+    )
+    return index
+
+
+def _loop(index: ClusterIndex[PreparedNode], api: RulesApi, **kwargs: Any) -> SteerLoop:
+    return SteerLoop(index, api, clock=lambda: 0.0, **kwargs)
+
+
+def test_the_loop_writes_the_steer_once_and_follows_allocations() -> None:
+    index = _index()
+    api = RulesApi(index)
+    loop = _loop(index, api)
+    deleted, created = loop.round()
+    assert deleted == 0 and created == len(api.rules) > 0
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+    assert not any(STATIC in name for name in api.rules)
+    assert index.state_of(ONE).dra.pool.steered  # type: ignore[union-attr]
+    api.writes.clear()
+    assert loop.round() == (0, 0) and api.writes == []
+    # The preferred 1g@6 is allocated: 1g@4 and 1g@5 take as much room, and 1g@4 comes first.
+    claim = claim_facts_from_raw(make_claim("a", allocated=[(ONE, "gpu-0-mig-1g10gb-19-6")]))
+    assert claim is not None
+    index.upsert_claim(claim)
+    deleted, created = loop.round()
+    assert api.writes[0][0] == "delete"
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-4") not in api.rules
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-5") not in api.rules
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-3") in api.rules
+
+
+def test_a_pending_pod_of_two_1g_devices_lifts_the_1g_steer() -> None:
+    claims = [make_claim("two", count=2, profile="1g.10gb")]
+    index = _index(claims)
+    api = RulesApi(index)
+    loop = _loop(index, api, lift_interval_s=0.0)
+    loop.round()
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+    api.pending = [make_claim_pod("waits", {"gpu": "two"})]
+    loop.round()
+    assert not any("1g10gb-19" in name for name in api.rules)
+    assert any("2g20gb" in name for name in api.rules)
+    api.pending = []
+    loop.round()
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+
+
+def test_a_follower_or_a_blind_cache_writes_nothing() -> None:
+    index = _index()
+    api = RulesApi(index)
+    assert _loop(index, api, may_write=lambda: False).round() == (0, 0)
+    assert _loop(index, api, blindness=lambda: ["pods: not synced"]).round() == (0, 0)
+    assert api.writes == []
+
+
+def test_rules_of_a_node_that_is_gone_are_deleted() -> None:
+    index = _index()
+    api = RulesApi(index)
+    loop = _loop(index, api)
+    loop.round()
+    assert api.rules
+    index.delete_node(ONE)
+    loop.round()
+    assert api.rules == {}
+
+
+def test_a_node_labelled_dra_steer_off_is_left_to_first_fit() -> None:
+    index = _index()
+    api = RulesApi(index)
+    loop = _loop(index, api)
+    loop.round()
+    assert api.rules
+    index.upsert_node(node_facts_from_raw(make_dra_node(ONE, **{"migslice.io/dra-steer": "off"})))
+    loop.round()
+    assert api.rules == {}
+
+
+def test_past_the_rule_cap_nodes_in_use_keep_their_steer_and_idle_ones_are_left() -> None:
+    index = _index()
+    api = RulesApi(index)
+    _loop(index, api).round()
+    idle = len(api.rules)
+    held = _index([make_claim("a", allocated=[(ONE, "gpu-0-mig-1g10gb-19-6")])])
+    api = RulesApi(held)
+    loop = _loop(held, api, max_rules=idle - 1)
+    loop.round()
+    assert api.rules and all(ONE in name for name in api.rules)
+    assert loop.stats.capped_nodes == 0
+    api = RulesApi(index)
+    loop = _loop(index, api, max_rules=idle - 1)
+    loop.round()
+    assert api.rules == {} and loop.stats.capped_nodes == 1
