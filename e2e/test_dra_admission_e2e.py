@@ -35,7 +35,7 @@ from harness import dra_slices
 from harness.api import ensure_namespace, register_gpu_node, wait_for
 from harness.claim_controller import FakeClaimController
 from harness.controlplane import ControlPlane
-from harness.dra_driver import FakeDraDriver
+from harness.dra_driver import MIG_CLASS, FakeDraDriver, settled, steer_rules
 from harness.faults import Balancer, is_webhook_unavailable, kill_tree
 from harness.image import Image
 from harness.stack import (
@@ -51,21 +51,6 @@ pytestmark = pytest.mark.e2e
 
 GROUP, VERSION, PLURAL = "migslice.io", "v1alpha1", "tenantpolicies"
 DRA = ("resource.k8s.io", "v1")
-MIG_CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": "mig.nvidia.com"},
-    "spec": {
-        "selectors": [
-            {
-                "cel": {
-                    "expression": "device.driver == 'gpu.nvidia.com' && "
-                    "device.attributes['gpu.nvidia.com'].type == 'mig'"
-                }
-            }
-        ]
-    },
-}
 
 
 def install_classes(control_plane: ControlPlane) -> None:
@@ -99,18 +84,28 @@ def custom(k8s_api: k8s.ApiClient) -> k8s.CustomObjectsApi:
 
 @pytest.fixture
 def dra_node(
-    k8s_api: k8s.ApiClient, gpu_node: Callable[..., k8s.V1Node]
+    k8s_api: k8s.ApiClient,
+    core_v1: k8s.CoreV1Api,
+    gpu_node: Callable[..., k8s.V1Node],
+    extender: Server,
 ) -> Iterator[Callable[..., str]]:
     """Factory: a node without GFD labels or GPU allocatable whose fake DRA driver publishes
-    ``gpus`` (DynamicMIG); its slices are withdrawn afterwards."""
+    ``gpus`` (DynamicMIG), once the extender's steer of it is written; its slices are
+    withdrawn afterwards."""
     drivers: list[FakeDraDriver] = []
+    objects = k8s.CustomObjectsApi(k8s_api)
 
     def make(gpus: list[dra_slices.Gpu]) -> str:
-        node = gpu_node({}, name=f"dra-{uuid.uuid4().hex[:6]}", gfd_labels={}).metadata.name
+        node = str(gpu_node({}, name=f"dra-{uuid.uuid4().hex[:6]}", gfd_labels={}).metadata.name)
         driver = FakeDraDriver(k8s_api, node, gpus)
         driver.publish()
         drivers.append(driver)
-        return str(node)
+        wait_for(
+            "the steer of the node",
+            lambda: settled(core_v1, objects, [node]) and steer_rules(objects, [node])[node],
+            60,
+        )
+        return node
 
     yield make
     for driver in drivers:
@@ -227,7 +222,8 @@ def test_a_sized_pod_of_a_claim_tenant_gets_a_claim_from_migslices_template_on_a
     claim_name = made.partition("/")[2]
     assert bound == node
     (result,) = results(custom, tenant_namespace, claim_name)
-    assert (result["pool"], result["device"]) == (node, "gpu-0-mig-2g20gb-14-0")
+    # Steered: first fit would take 2g@0, which ends the GPU's 4g and 7g placements.
+    assert (result["pool"], result["device"]) == (node, "gpu-0-mig-2g20gb-14-4")
     stored = custom.get_namespaced_custom_object(
         *DRA, tenant_namespace, "resourceclaims", claim_name
     )
@@ -272,7 +268,7 @@ def test_an_extended_resource_pod_lands_on_a_dra_node_through_migslices_class_ch
     special = status["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
     assert special.startswith(f"{pod.metadata.name}-extended-resources-")
     (result,) = results(custom, tenant_namespace, special)
-    assert (result["pool"], result["device"]) == (node, "gpu-0-mig-1g10gb-19-0")
+    assert (result["pool"], result["device"]) == (node, "gpu-0-mig-1g10gb-19-6")  # steered
     stored = custom.get_namespaced_custom_object(*DRA, tenant_namespace, "resourceclaims", special)
     assert "migslice.io/reservation" not in (stored["metadata"].get("annotations") or {})
     time.sleep(2)  # the status writer runs every second

@@ -8,33 +8,16 @@ Run: .venv/bin/pytest e2e/test_dra_driver_e2e.py -m e2e -p no:cacheprovider -q
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from harness import dra_slices
 from harness.api import wait_for
-from harness.dra_driver import FakeDraDriver
+from harness.dra_driver import MIG_CLASS, FakeDraDriver, allocated_devices, claim_objects
 from harness.scheduler import Scheduler
 
 pytestmark = pytest.mark.e2e
-
-MIG_CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": "mig.nvidia.com"},
-    "spec": {
-        "selectors": [
-            {
-                "cel": {
-                    "expression": "device.driver == 'gpu.nvidia.com' && "
-                    "device.attributes['gpu.nvidia.com'].type == 'mig'"
-                }
-            }
-        ]
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -48,57 +31,6 @@ def mig_class(k8s_api: k8s.ApiClient) -> Iterator[None]:
     yield
 
 
-def claim_pod(namespace: str, name: str, profile: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A ResourceClaim asking ``profile`` of mig.nvidia.com, and a pod that uses it."""
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "mig",
-                        "exactly": {
-                            "deviceClassName": "mig.nvidia.com",
-                            "selectors": [
-                                {
-                                    "cel": {
-                                        "expression": "device.attributes['gpu.nvidia.com']"
-                                        f".profile == '{profile}'"
-                                    }
-                                }
-                            ],
-                        },
-                    }
-                ]
-            }
-        },
-    }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-            "containers": [
-                {"name": "main", "image": "cuda:12", "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-        },
-    }
-    return claim, pod
-
-
-def allocated_device(objects: k8s.CustomObjectsApi, namespace: str, name: str) -> str | None:
-    claim = objects.get_namespaced_custom_object(
-        "resource.k8s.io", "v1", namespace, "resourceclaims", name
-    )
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-        "results"
-    ) or []
-    return str(results[0]["device"]) if results else None
-
-
 def test_the_real_allocator_takes_the_fake_drivers_devices_first_fit(
     k8s_api: k8s.ApiClient,
     core_v1: k8s.CoreV1Api,
@@ -107,7 +39,8 @@ def test_the_real_allocator_takes_the_fake_drivers_devices_first_fit(
     namespace: str,
     mig_class: None,
 ) -> None:
-    node = gpu_node({}).metadata.name
+    # Left to first fit: the extender, where one runs in this session, does not steer it.
+    node = gpu_node({}, labels={"migslice.io/dra-steer": "off"}).metadata.name
     driver = FakeDraDriver(k8s_api, node, [dra_slices.a100(0), dra_slices.a100(1)])
     stored = driver.publish()
     assert [s["spec"]["pool"]["resourceSliceCount"] for s in stored] == [3, 3, 3]
@@ -116,7 +49,7 @@ def test_the_real_allocator_takes_the_fake_drivers_devices_first_fit(
     try:
         wanted = [("a", "1g.10gb"), ("b", "1g.10gb"), ("c", "4g.40gb"), ("d", "7g.80gb")]
         for name, profile in wanted:
-            claim, pod = claim_pod(namespace, name, profile)
+            claim, pod = claim_objects(name, namespace, profile)
             objects.create_namespaced_custom_object(
                 "resource.k8s.io", "v1", namespace, "resourceclaims", claim
             )
@@ -136,14 +69,14 @@ def test_the_real_allocator_takes_the_fake_drivers_devices_first_fit(
             ],
             timeout=60,
         )
-        devices = {name: allocated_device(objects, namespace, name) for name, _ in wanted}
+        devices = {name: allocated_devices(objects, namespace, name) for name, _ in wanted}
         # First fit: both 1g on GPU 0 from start 0, which also takes GPU 0's only 4g and 7g
         # placements; the 4g goes to GPU 1, and the 7g then fits nowhere on this node,
         # though 12 of its 16 memory slices are free.
-        assert devices["a"] == "gpu-0-mig-1g10gb-19-0"
-        assert devices["b"] == "gpu-0-mig-1g10gb-19-1"
-        assert devices["c"] == "gpu-1-mig-4g40gb-5-0"
-        assert devices["d"] is None
+        assert devices["a"] == ["gpu-0-mig-1g10gb-19-0"]
+        assert devices["b"] == ["gpu-0-mig-1g10gb-19-1"]
+        assert devices["c"] == ["gpu-1-mig-4g40gb-5-0"]
+        assert devices["d"] == []
         assert "claim" in unschedulable[0].message.lower(), unschedulable[0].message
     finally:
         driver.withdraw()

@@ -11,7 +11,9 @@ with the policy's message (or RBAC's, where RBAC is the fence):
   without the node-name claim;
 * the extender: the node labels and annotations and the pod annotation re-partitioning
   writes; not another key, not a pod's image, not Events outside ``default``;
-* the webhook: its quota ledgers (ConfigMaps ``migslice-quota-<tenant>``); no other ConfigMap.
+* the webhook: its quota ledgers (ConfigMaps ``migslice-quota-<tenant>``); no other ConfigMap;
+* the extender's steer: its own DeviceTaintRules (``migslice-steer-*``, key
+  ``migslice.io/steer``, ``NoSchedule``); not another rule, not an evicting one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from harness.binaries import DEFAULT_BIN_DIR
 from harness.controlplane import ControlPlane
 from harness.install import render_chart
 from harness.stack import BASE, NAMESPACE, service_account_kubeconfig, service_account_token
+from migslice.objects.device_taint_rules import steer_rule
 
 pytestmark = pytest.mark.e2e
 
@@ -384,3 +387,60 @@ def test_the_webhooks_pod_writes_are_an_admission_and_no_more(
         assert pod.metadata.uid == stored.metadata.uid
     finally:
         core_v1.delete_namespaced_pod("gated", namespace, grace_period_seconds=0)
+
+
+def test_the_extender_creates_and_deletes_only_its_steer_rules(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    token = service_account_token(
+        control_plane, BASE / "extender" / "rbac.yaml", NAMESPACE, "migslice-extender"
+    )
+    extender = k8s.CustomObjectsApi(
+        as_account(control_plane, "migslice-extender", token).api_client
+    )
+    admin = k8s.CustomObjectsApi(core_v1.api_client)
+    dra = ("resource.k8s.io", "v1", "devicetaintrules")
+    pool = f"node-{uuid.uuid4().hex[:6]}"
+
+    def evicting() -> Any:
+        rule = steer_rule(pool, f"gpu-0-mig-1g10gb-19-{uuid.uuid4().hex[:4]}", "1g.10gb")
+        rule["spec"]["taint"]["effect"] = "NoExecute"
+        return extender.create_cluster_custom_object(*dra, rule)
+
+    said = enforced(evicting)
+    assert "may create and delete only its steer rules" in said
+    # Inside its scope: a steer rule, created and deleted.
+    mine = steer_rule(pool, "gpu-0-mig-1g10gb-19-0", "1g.10gb")
+    extender.create_cluster_custom_object(*dra, mine)
+    try:
+        extender.delete_cluster_custom_object(*dra, mine["metadata"]["name"])
+    except k8s.ApiException as error:
+        # A running extender's steer deletes a rule of a pool no node has, as its own.
+        assert error.status == 404, error.body
+    # Outside it: another name, another key, an admin's rule.
+    renamed = steer_rule(pool, "gpu-0-mig-1g10gb-19-1", "1g.10gb")
+    renamed["metadata"]["name"] = f"health-{pool}"
+    assert "only its steer rules" in refused(
+        lambda: extender.create_cluster_custom_object(*dra, renamed)
+    )
+    rekeyed = steer_rule(pool, "gpu-0-mig-1g10gb-19-2", "1g.10gb")
+    rekeyed["spec"]["taint"]["key"] = "example.com/unhealthy"
+    assert "only its steer rules" in refused(
+        lambda: extender.create_cluster_custom_object(*dra, rekeyed)
+    )
+    admins = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"maintenance-{pool}"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": pool},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }
+    admin.create_cluster_custom_object(*dra, admins)
+    try:
+        assert "only its steer rules" in refused(
+            lambda: extender.delete_cluster_custom_object(*dra, admins["metadata"]["name"])
+        )
+    finally:
+        admin.delete_cluster_custom_object(*dra, admins["metadata"]["name"])

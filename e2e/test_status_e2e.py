@@ -45,7 +45,7 @@ from harness import dra_slices
 from harness.api import ensure_namespace, register_gpu_node, wait_for
 from harness.builders import make_pod, make_policy
 from harness.controlplane import ControlPlane
-from harness.dra_driver import FakeDraDriver
+from harness.dra_driver import MIG_CLASS, FakeDraDriver, claim_objects
 from harness.install import Cluster, fresh_workdir, readme_commands
 from harness.paths import REPO
 
@@ -73,21 +73,6 @@ DRA_CLAIMS = (
 )
 """team-b's claims on dra-0, in order. First fit: a 1g@0 and b 3g@4 on GPU 0, c 4g@0 (GPU 0's
 only 4g placement is blocked by a) and e 3g@4 on GPU 1; no 7g.80gb placement is left for d."""
-MIG_CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": "mig.nvidia.com"},
-    "spec": {
-        "selectors": [
-            {
-                "cel": {
-                    "expression": "device.driver == 'gpu.nvidia.com' && "
-                    "device.attributes['gpu.nvidia.com'].type == 'mig'"
-                }
-            }
-        ]
-    },
-}
 
 
 def sized_pod(name: str, namespace: str, size: str) -> dict[str, Any]:
@@ -102,42 +87,6 @@ def sized_pod(name: str, namespace: str, size: str) -> dict[str, Any]:
         scheduler_name=None,
         with_type_meta=True,
     )
-
-
-def claim_objects(name: str, namespace: str, profile: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A ResourceClaim of ``profile`` from mig.nvidia.com, and a migslice-scheduler pod using it."""
-    selector = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "mig",
-                        "exactly": {
-                            "deviceClassName": "mig.nvidia.com",
-                            "selectors": [{"cel": {"expression": selector}}],
-                        },
-                    }
-                ]
-            }
-        },
-    }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "schedulerName": "migslice-scheduler",
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-            "containers": [
-                {"name": "main", "image": "cuda:12", "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-        },
-    }
-    return claim, pod
 
 
 def the_record(now: float) -> dict[str, Any]:
@@ -250,7 +199,7 @@ class Scenario:
         # The DRA node first: the chart's DeviceClasses let it serve nvidia.com/mig-3g.40gb
         # too (KEP-5004), so its claims leave no 3g.40gb placement free before the 3g pods come.
         for name, profile in DRA_CLAIMS:
-            claim, pod = claim_objects(name, "team-b", profile)
+            claim, pod = claim_objects(name, "team-b", profile, scheduler="migslice-scheduler")
             custom.create_namespaced_custom_object(
                 "resource.k8s.io", "v1", "team-b", "resourceclaims", claim
             )

@@ -20,6 +20,11 @@ from typing import Any
 from kubernetes import client as k8s
 
 from harness import dra_slices
+from migslice.inventory import ClusterIndex
+from migslice.names import STEER_TAINT_KEY
+from migslice.objects.clusterfile import ClusterObjects
+from migslice.scheduling import PreparedNode, prepare_node
+from migslice.scheduling.dra_steer import steer_of
 
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
 
@@ -65,3 +70,115 @@ class FakeDraDriver:
     @property
     def _objects(self) -> k8s.CustomObjectsApi:
         return k8s.CustomObjectsApi(self.api)
+
+
+MIG_CLASS: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "mig.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'mig'"
+                }
+            }
+        ]
+    },
+}
+"""NVIDIA's DeviceClass of MIG devices, as its chart ships it."""
+
+
+def claim_objects(
+    name: str, namespace: str, profile: str, *, scheduler: str | None = None, count: int = 1
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ResourceClaim of ``count`` devices of ``profile`` from mig.nvidia.com, and a pod that
+    uses it (of ``scheduler``; None: the default scheduler)."""
+    selector = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
+    exactly: dict[str, Any] = {
+        "deviceClassName": "mig.nvidia.com",
+        "selectors": [{"cel": {"expression": selector}}],
+    }
+    if count != 1:
+        exactly["count"] = count
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": exactly}]}},
+    }
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+        "containers": [
+            {"name": "main", "image": "cuda:12", "resources": {"claims": [{"name": "gpu"}]}}
+        ],
+    }
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    return claim, pod
+
+
+def allocated_devices(objects: k8s.CustomObjectsApi, namespace: str, name: str) -> list[str]:
+    """The devices a claim's allocation names (none while it is not allocated)."""
+    claim = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", name)
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [str(r["device"]) for r in (allocation.get("devices") or {}).get("results") or ()]
+
+
+def steer_rules(objects: k8s.CustomObjectsApi, nodes: list[str]) -> dict[str, set[str]]:
+    """Per node, the devices migslice's rules taint (as the API server holds them)."""
+    found: dict[str, set[str]] = {node: set() for node in nodes}
+    for rule in objects.list_cluster_custom_object(GROUP, VERSION, "devicetaintrules")["items"]:
+        selector = rule["spec"].get("deviceSelector") or {}
+        if rule["spec"]["taint"]["key"] == STEER_TAINT_KEY and selector.get("pool") in found:
+            found[selector["pool"]].add(selector["device"])
+    return found
+
+
+def read_cluster(
+    core_v1: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, nodes: list[str]
+) -> ClusterIndex[PreparedNode]:
+    """migslice's own view of the nodes, from what the API server holds now."""
+    client = core_v1.api_client
+    raw_nodes = tuple(client.sanitize_for_serialization(core_v1.read_node(n)) for n in nodes)
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    index.load_objects(
+        ClusterObjects(
+            nodes=raw_nodes,
+            resource_slices=tuple(
+                objects.list_cluster_custom_object(GROUP, VERSION, "resourceslices")["items"]
+            ),
+            resource_claims=tuple(
+                objects.list_cluster_custom_object(GROUP, VERSION, "resourceclaims")["items"]
+            ),
+            device_classes=(MIG_CLASS,),
+        )
+    )
+    return index
+
+
+def wanted_steer(index: ClusterIndex[PreparedNode], nodes: list[str]) -> dict[str, set[str]]:
+    """Per node, the devices migslice's steer of those objects taints."""
+    found = {}
+    for node in nodes:
+        state = index.state_of(node)
+        assert state is not None and state.dra is not None and state.dra.use is not None
+        found[node] = set(steer_of(state.dra.pool, state.dra.use).taints)
+    return found
+
+
+def results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return list((allocation.get("devices") or {}).get("results") or ())
+
+
+def settled(core_v1: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, nodes: list[str]) -> bool:
+    index = read_cluster(core_v1, objects, nodes)
+    return steer_rules(objects, nodes) == wanted_steer(index, nodes)
