@@ -83,6 +83,7 @@ def test_dra_nodes_are_listed_with_their_mode_and_unknown_ones_warned() -> None:
     found = judge_dra_nodes(facts(slices=slices + odd, nodes=nodes), SETTINGS)
     assert found.verdict is Verdict.WARNING
     assert "DRA node odd not understood by migslice" in found.detail
+    assert "left to kube-scheduler's first fit" in found.detail  # no DeviceTaintRules here
     assert "dyn (DynamicMIG, 1 x A100-80GB)" in found.detail
     assert "static (static MIG, 1 x H100-80GB)" in found.detail
     none = judge_dra_nodes(facts(), SETTINGS)
@@ -90,6 +91,21 @@ def test_dra_nodes_are_listed_with_their_mode_and_unknown_ones_warned() -> None:
         Verdict.OK,
         "no DRA nodes (no gpu.nvidia.com ResourceSlices)",
     )
+
+
+def test_dynamicmig_nodes_warn_where_device_taint_rules_are_not_served() -> None:
+    dra = {"slices": slices_of("dyn", [dra_slices.a100(0)]), "nodes": [make_dra_node("dyn")]}
+    found = judge_dra_nodes(facts(**dra), SETTINGS)
+    assert found.verdict is Verdict.WARNING
+    assert "DynamicMIG nodes dyn are left to kube-scheduler's first fit" in found.detail
+    assert "Kubernetes 1.37 serves DeviceTaintRules" in found.fix
+    served = {"resources": [*DISCOVERY["resources"], {"name": "devicetaintrules"}]}
+    assert judge_dra_nodes(facts(discovery=served, **dra), SETTINGS).verdict is Verdict.OK
+    static = {
+        "slices": slices_of("static", [dra_slices.h100(0)], dynamic=False),
+        "nodes": [make_dra_node("static")],
+    }
+    assert judge_dra_nodes(facts(**static), SETTINGS).verdict is Verdict.OK
 
 
 def test_missing_device_classes_fail_where_dra_nodes_are() -> None:

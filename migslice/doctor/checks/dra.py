@@ -143,6 +143,21 @@ def judge_dra_nodes(facts: DraFacts, settings: Settings) -> Finding:
                 + listing([f"{p.node} ({p.reason})" for p in incomplete]),
             )
         )
+    dynamic = [p.node for p in pools if p.state is PoolState.READY and p.mode is DraMode.DYNAMIC]
+    served = {
+        text(mapping(r).get("name")) for r in items(mapping(facts.discovery).get("resources"))
+    }
+    if dynamic and "devicetaintrules" not in served:
+        problems.append(
+            Problem(
+                Verdict.WARNING,
+                f"DynamicMIG nodes {listing(dynamic)} are left to kube-scheduler's first fit: "
+                "resource.k8s.io/v1 serves no devicetaintrules, so migslice cannot steer their "
+                "claims off placements that strand larger profiles",
+                "Kubernetes 1.37 serves DeviceTaintRules (gates DRADeviceTaints and "
+                'DRADeviceTaintRules, on by default there); docs/dra.md, "The steer"',
+            )
+        )
     if both:
         problems.append(
             Problem(
