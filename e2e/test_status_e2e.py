@@ -45,7 +45,7 @@ from harness import dra_slices
 from harness.api import ensure_namespace, register_gpu_node, wait_for
 from harness.builders import make_pod, make_policy
 from harness.controlplane import ControlPlane
-from harness.dra_driver import MIG_CLASS, FakeDraDriver, claim_objects
+from harness.dra_driver import MIG_CLASS, FakeDraDriver, claim_objects, settled
 from harness.install import Cluster, fresh_workdir, readme_commands
 from harness.paths import REPO
 
@@ -71,8 +71,8 @@ DRA_CLAIMS = (
     ("e", "3g.40gb"),
     ("d", "7g.80gb"),
 )
-"""team-b's claims on dra-0, in order. First fit: a 1g@0 and b 3g@4 on GPU 0, c 4g@0 (GPU 0's
-only 4g placement is blocked by a) and e 3g@4 on GPU 1; no 7g.80gb placement is left for d."""
+"""team-b's claims on dra-0, in order, each once the extender's steer follows the one before:
+a 1g@6 and b 3g@0 on GPU 0, c 4g@0 and e 3g@4 on GPU 1; no 7g.80gb placement is left for d."""
 
 
 def sized_pod(name: str, namespace: str, size: str) -> dict[str, Any]:
@@ -173,8 +173,6 @@ class Scenario:
             labels={CONFIG: "all-1g.6gb", STATE: "success"},
         )
         register_gpu_node(self.api, "dra-0", {})
-        self.driver = FakeDraDriver(self.api, "dra-0", [dra_slices.a100(0), dra_slices.a100(1)])
-        self.driver.publish()
         custom.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", MIG_CLASS)
         config_map = core.read_namespaced_config_map(CM_NAME, CM_NAMESPACE)
         annotations = {RECORD: json.dumps(the_record(time.time()))}
@@ -196,8 +194,13 @@ class Scenario:
         self.bound("team-a", "train-0", "train-1")
         self.refuse_bare_pod()
         self.refuse_as_the_job_controller()
-        # The DRA node first: the chart's DeviceClasses let it serve nvidia.com/mig-3g.40gb
-        # too (KEP-5004), so its claims leave no 3g.40gb placement free before the 3g pods come.
+        # The DRA node's GPUs only now: the chart's DeviceClasses let it serve
+        # nvidia.com/mig-3g.40gb too (KEP-5004), and it scores as a100-3g does for team-a's
+        # 3g.40gb pods, which must be a100-3g's. Its claims then leave no 3g.40gb placement
+        # free before the 3g pods come.
+        self.driver = FakeDraDriver(self.api, "dra-0", [dra_slices.a100(0), dra_slices.a100(1)])
+        self.driver.publish()
+        self.steered()
         for name, profile in DRA_CLAIMS:
             claim, pod = claim_objects(name, "team-b", profile, scheduler="migslice-scheduler")
             custom.create_namespaced_custom_object(
@@ -206,6 +209,7 @@ class Scenario:
             core.create_namespaced_pod("team-b", pod)
             if name != "d":
                 self.bound("team-b", name)
+                self.steered()
         core.create_namespaced_pod("team-b", sized_pod("serve-3g", "team-b", "large"))
         direct = make_pod(
             "direct-3g",
@@ -218,6 +222,12 @@ class Scenario:
         core.create_namespaced_pod("ops", direct)
         for namespace, name in (("team-b", "serve-3g"), ("ops", "direct-3g"), ("team-b", "d")):
             self.unschedulable(namespace, name)
+
+    def steered(self) -> None:
+        """Wait until the extender's steer of dra-0 matches its allocations (the next claim
+        would otherwise meet the rules of the state before: see docs/dra.md)."""
+        objects = k8s.CustomObjectsApi(self.api)
+        wait_for("the steer of dra-0", lambda: settled(self.core, objects, ["dra-0"]), 60)
 
     def bound(self, namespace: str, *names: str) -> None:
         for name in names:

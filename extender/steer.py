@@ -2,8 +2,8 @@
 (:mod:`migslice.scheduling.dra_steer`), so kube-scheduler's first fit lands on the placement
 migslice prefers. A thread in the extender process.
 
-Each round (``interval_s``, or at once after a change): the nodes whose state changed since the
-last round (all, the first time and every ``resync_s``) get their steer again from the
+Each round (every ``interval_s``, and 20 ms after any change): the nodes whose state changed
+since the last round (all, the first time and every ``resync_s``) get their steer again from the
 extender's index; every ``lift_interval_s`` the pending pods are listed, and a profile whose
 steer keeps a pod of several devices off a node where it would fit is lifted there. Then the
 rules that are no longer wanted are deleted first, and the missing ones created (a window
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 RawObject = dict[str, Any]
 
 
+SETTLE_S = 0.02
+"""How long a woken steer loop waits for the rest of one change's events."""
 MAX_RULES = 4096
 """The most steer rules kept at once. kube-scheduler's tracker applies every DeviceTaintRule to
 each ResourceSlice it syncs, so its work per slice grows with the rules in the cluster (at
@@ -134,6 +136,10 @@ class SteerLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self._interval_s)
+            # A change wakes the loop at once: the next claim on the node may come within
+            # milliseconds, and until the rules follow it sees the steer of the state before.
+            # A short settle gathers the events of one allocation into one round.
+            self._stop.wait(SETTLE_S)
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -143,7 +149,7 @@ class SteerLoop:
                 self.stats.failures += 1
                 log.warning("DRA steer round failed (%s); again in %.1fs", error, self._interval_s)
                 self._changed(None)
-            self._stop.wait(self._interval_s)
+                self._stop.wait(self._interval_s)
 
     def round(self) -> tuple[int, int]:
         """One round (see the module docstring); (rules deleted, rules created)."""
