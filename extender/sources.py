@@ -21,6 +21,7 @@ from extender.state import (
 )
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube import Informer, ResourceRef, Transport
+from migslice.kube.informer import SLICE_PAGE_SIZE
 from migslice.kube.transport import ApiError, KubeError
 from migslice.names import DRA_API
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
@@ -87,6 +88,7 @@ def start_caches(
                 resource=ResourceRef(f"{DRA_API}/resourceslices"),
                 project=slice_facts_from_raw,
                 sink=SliceSink(index, warmup),
+                page_size=SLICE_PAGE_SIZE,
             ),
             Informer(
                 name="resourceclaims",

@@ -219,6 +219,12 @@ def object_key(raw: Mapping[str, Any]) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+SLICE_PAGE_SIZE = 50
+"""List page size for ResourceSlices: a DynamicMIG slice of NVIDIA's driver is about 27 KB of
+JSON (25 devices with their counters), so 500 of them decode into some 130 MB of objects at
+once; 50 keeps a page near the size of 500 Nodes (bench/dra/memory.py)."""
+
+
 @dataclass
 class Informer(Generic[T]):
     """List+watch one resource into a :class:`Sink` (see the module docstring)."""

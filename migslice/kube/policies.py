@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from migslice.kube.informer import Informer, ResourceRef
+from migslice.kube.informer import SLICE_PAGE_SIZE, Informer, ResourceRef
 from migslice.kube.transport import ApiError, KubeError, RawObject, Transport
 from migslice.names import DRA_API, GROUP, VERSION
 from migslice.names import POLICY_PLURAL as PLURAL
@@ -177,6 +177,7 @@ def admission_informers(
             resource=ResourceRef(path),
             project=project,
             sink=_FeedSink(source, feed, upsert, delete),
+            page_size=SLICE_PAGE_SIZE if source == SLICES else 500,
         )
         for source, path, upsert, delete, project in wiring
     )
