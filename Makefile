@@ -7,7 +7,7 @@ BENCH_CLUSTER_ARGS ?=
 
 .PHONY: install lint typecheck test image e2e manifests bench bench-install bench-test \
 	bench-latency bench-serving bench-packing bench-saturation bench-churn bench-carve bench-exact \
-	bench-scale bench-plane bench-cluster demo example verify clean
+	bench-scale bench-plane bench-cluster bench-dra demo example verify clean
 
 install: $(VENV)/.installed
 
@@ -92,6 +92,13 @@ bench-scale: bench-install
 bench-plane: bench-install
 	e2e/build.sh
 	$(BIN)/python -m bench.plane.cluster $(BENCH_CLUSTER_ARGS)
+
+# The DRA suite: first fit against migslice on a real control plane (about 20 minutes here),
+# and the workers' memory at 1,000 DynamicMIG nodes (not in CI).
+bench-dra: bench-install
+	e2e/build.sh
+	nice $(BIN)/python -m bench.dra.replay $(BENCH_ARGS)
+	nice $(BIN)/python -m bench.dra.memory
 
 bench-cluster: bench-plane
 

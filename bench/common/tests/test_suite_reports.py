@@ -11,7 +11,7 @@ import pytest
 
 from bench.common.report import BENCH, Suite
 
-SUITES = ("latency", "packing", "plane", "serving")
+SUITES = ("dra", "latency", "packing", "plane", "serving")
 
 
 def suite(name: str) -> Suite:

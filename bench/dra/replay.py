@@ -1,0 +1,548 @@
+"""Benchmark: the same MIG claims, allocated by kube-scheduler alone (first fit) and with
+migslice (its extender's node score and its steer), on a real control plane (a report).
+
+A real etcd, kube-apiserver and kube-scheduler (``e2e/.bin``) and DynamicMIG A100 nodes that
+the fake DRA driver (``harness.dra_driver``) publishes exactly as NVIDIA's driver does. The
+arrivals are pods of the Alibaba GPU trace (``../shared/data``, mapped to MIG profiles as the
+packing suite maps them), drawn with a seed until their memory slices reach ``--load`` times
+the cluster's; each asks its profile through a ResourceClaim of NVIDIA's ``mig.nvidia.com``.
+Each policy gets a fresh control plane and the same arrivals:
+
+* ``first-fit``: the stock ``default-scheduler``, no extender, no steer: what a cluster with
+  NVIDIA's DRA driver does today;
+* ``migslice``: ``migslice-scheduler`` with the shipped configuration and the extender
+  (in-cluster, its steer on).
+
+Pods that find no room wait, as in any cluster, and kube-scheduler retries them as devices
+free up; at the end of a run it is given up to 2 minutes to place every waiting pod a node
+can serve.
+
+**Sequential**: one pod at a time, the next once the last is bound or reported unschedulable
+(and, for migslice, once its steer matches the allocations: arrivals spaced as a real
+cluster's are). Arrivals first fill the cluster to ``--load`` times its memory slices; then
+each of ``--churn`` more arrivals comes after the oldest running pod leaves (its pod and
+claim deleted, the claim's finalizer removed as kube-controller-manager's claim controller
+does: its devices are free again), so holes open where first fit leaves them.
+
+**Burst**: the fill's pods at once, timed from the first create until every pod is
+bound or unschedulable (scheduling throughput; the steer cannot follow a burst, so its
+packing there is mostly the node score's).
+
+Reported per run: pods and memory slices accepted, per profile; the memory slices left free
+on GPUs in use (**stranded**: no later arrival could use them) and on idle GPUs; devices or
+memory slices given twice (must be 0); pods left unschedulable that a node could still serve
+(must be 0).
+
+    python -m bench.dra.replay                   # 8 nodes x 8 A100, load 1.0 + 300 churn
+    python -m bench.dra.replay --quick           # 2 nodes x 8 A100, sequential only
+
+Writes the section ``replay`` of ``bench/dra/report.json`` (and ``report.md``, ``report.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from bench.dra.suite import SUITE
+from harness import dra_slices
+from harness.api import ensure_namespace, register_gpu_node
+from harness.binaries import DEFAULT_BIN_DIR
+from harness.controlplane import ControlPlane
+from harness.dra_driver import (
+    MIG_CLASS,
+    FakeDraDriver,
+    claim_objects,
+    read_cluster,
+    results,
+    settled,
+)
+from harness.scheduler import default_scheduler_config
+from harness.stack import BASE, SCHEDULER_CLIENT, migslice_server, scheduler_configuration
+from migslice.inventory.first_fit import Wanted, first_solution
+from migslice.sim import SimPod
+from migslice.sim.trace_files import DEFAULT_DATA_DIR, load_workload
+
+DRA = ("resource.k8s.io", "v1")
+NAMESPACE = "replay"
+POLICIES = ("first-fit", "migslice")
+A100_SLICES = 8
+"""Memory slices of an A100-80GB (the nodes' GPUs)."""
+LARGE = ("4g.40gb", "7g.80gb")
+
+
+def arrivals(
+    data_dir: Path, trace: str, mapping: str, seed: int, slices: int, more: int = 0
+) -> list[SimPod]:
+    """Pods of the trace, drawn with ``seed`` until their memory slices reach ``slices``, and
+    ``more`` after them."""
+    workload = load_workload(data_dir, trace, mapping)
+    rng = random.Random(seed)
+    drawn: list[SimPod] = []
+    demand = 0
+    while demand < slices:
+        pod = rng.choice(workload.pods)
+        drawn.append(pod)
+        demand += pod.memory_slices
+    drawn += [rng.choice(workload.pods) for _ in range(more)]
+    return drawn
+
+
+def decided(pod: k8s.V1Pod) -> str | None:
+    """``bound``, ``unschedulable`` or None (not yet)."""
+    if pod.spec.node_name:
+        return "bound"
+    for condition in pod.status.conditions or ():
+        if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+            return "unschedulable"
+    return None
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def run(
+    policy: str,
+    pods: Sequence[SimPod],
+    *,
+    nodes: int,
+    gpus: int,
+    burst: bool,
+    bin_dir: Path,
+    progress: Callable[[str], None],
+    churn: int = 0,
+) -> dict[str, Any]:
+    """One policy over ``pods`` on a fresh control plane; the last ``churn`` of them each after
+    the oldest running pod leaves."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-dra-{policy}-"))
+    with ControlPlane(workdir, bin_dir) as plane:
+        api = plane.api_client()
+        core = k8s.CoreV1Api(api)
+        objects = k8s.CustomObjectsApi(api)
+        objects.create_cluster_custom_object(*DRA, "deviceclasses", MIG_CLASS)
+        names = [f"dra-{n:03d}" for n in range(nodes)]
+        for name in names:
+            register_gpu_node(api, name, {}, gfd_labels={})
+            FakeDraDriver(api, name, [dra_slices.a100(g) for g in range(gpus)]).publish()
+        extender = None
+        scheduler = None
+        if policy == "migslice":
+            ensure_namespace(core, "migslice-system")
+            extender = migslice_server(
+                plane,
+                "extender",
+                [],
+                rbac_manifest=BASE / "extender" / "rbac.yaml",
+                account="migslice-extender",
+                client_names=[SCHEDULER_CLIENT],
+            ).start()
+            config = scheduler_configuration(extender.bundle, extender.url)
+            plane.start_scheduler(config, name="migslice-scheduler")
+            scheduler = "migslice-scheduler"
+            wait("the steer of the idle nodes", lambda: settled(core, objects, names), 120)
+        else:
+            plane.start_scheduler(default_scheduler_config(), name="default-scheduler")
+        ensure_namespace(core, NAMESPACE)
+        pod_names = [f"p{i:04d}" for i in range(len(pods))]
+
+        def create(i: int) -> None:
+            pod = pods[i]
+            claim, raw = claim_objects(
+                pod_names[i], NAMESPACE, pod.profile, scheduler=scheduler, count=pod.count
+            )
+            objects.create_namespaced_custom_object(*DRA, NAMESPACE, "resourceclaims", claim)
+            core.create_namespaced_pod(NAMESPACE, raw)
+
+        started = time.monotonic()
+        steer_waits = 0
+        on_arrival: dict[str, bool] = {}
+        stranded_when_turned_away: list[int] = []
+        if burst:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(create, range(len(pods))))
+
+            def all_decided() -> bool:
+                listed = core.list_namespaced_pod(NAMESPACE).items
+                return len(listed) == len(pods) and all(decided(p) for p in listed)
+
+            wait("every pod decided", all_decided, 900)
+        else:
+            for i in range(len(pods)):
+                if i >= len(pods) - churn:
+                    listed = core.list_namespaced_pod(NAMESPACE).items
+                    running = sorted(p.metadata.name for p in listed if p.spec.node_name)
+                    if running:
+                        depart(core, objects, running[0])
+                create(i)
+                name = pod_names[i]
+                verdict = wait(
+                    f"pod {name} decided",
+                    lambda name=name: decided(core.read_namespaced_pod(name, NAMESPACE)),
+                    60,
+                )
+                on_arrival[name] = verdict == "bound"
+                if verdict != "bound":
+                    stranded_when_turned_away.append(stranded_now(core, objects, names))
+                if policy == "migslice":
+                    try:
+                        wait("the steer", lambda: settled(core, objects, names), 10)
+                    except TimeoutError:
+                        steer_waits += 1
+                if (i + 1) % 50 == 0:
+                    progress(f"{policy}: {i + 1}/{len(pods)} pods")
+        seconds = time.monotonic() - started
+        # Pods that wait are retried by kube-scheduler as departures free devices: give it
+        # time to place every one a node can serve.
+        deadline = time.monotonic() + 120
+        outcome = tally(core, objects, names, pods, pod_names)
+        while outcome["servable_waiting"] and time.monotonic() < deadline:
+            time.sleep(2)
+            outcome = tally(core, objects, names, pods, pod_names)
+        placed: Counter[str] = Counter()
+        for i, name in enumerate(pod_names):
+            placed[profile_key(pods[i])] += on_arrival.get(name, False)
+        turned_away = stranded_when_turned_away
+        outcome.update(
+            seconds=round(seconds, 1),
+            steer_timeouts=steer_waits,
+            placed_on_arrival=dict(sorted(placed.items())) if on_arrival else {},
+            turned_away=len(turned_away),
+            stranded_when_turned_away=(
+                round(sum(turned_away) / len(turned_away), 1) if turned_away else 0.0
+            ),
+        )
+        if extender is not None:
+            extender.stop()
+    return outcome
+
+
+def depart(core: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, name: str) -> None:
+    """The pod leaves: it and its claim are deleted, and the claim's finalizer removed (what
+    kube-controller-manager's claim controller does once no pod holds it)."""
+    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    objects.delete_namespaced_custom_object(*DRA, NAMESPACE, "resourceclaims", name)
+    try:
+        objects.patch_namespaced_custom_object(
+            *DRA, NAMESPACE, "resourceclaims", name, {"metadata": {"finalizers": None}}
+        )
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+
+    def gone() -> bool:
+        try:
+            objects.get_namespaced_custom_object(*DRA, NAMESPACE, "resourceclaims", name)
+        except k8s.ApiException as error:
+            return error.status == 404
+        return False
+
+    wait(f"claim {name} gone", gone, 30)
+
+
+def profile_key(pod: SimPod) -> str:
+    return pod.profile if pod.count == 1 else f"{pod.count}x{pod.profile}"
+
+
+def stranded_now(core: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, nodes: list[str]) -> int:
+    """Memory slices free on GPUs in use now."""
+    index = read_cluster(core, objects, nodes)
+    found = 0
+    for node in nodes:
+        state = index.state_of(node)
+        if state is None or state.model is None:
+            continue
+        for gpu in state.gpus:
+            held = sum(p.size for p in gpu.instances)
+            if held:
+                found += state.model.memory_slices - held
+    return found
+
+
+def tally(
+    core: k8s.CoreV1Api,
+    objects: k8s.CustomObjectsApi,
+    nodes: list[str],
+    pods: Sequence[SimPod],
+    pod_names: Sequence[str],
+) -> dict[str, Any]:
+    """What the run ended with, read from the API server by migslice's own readers."""
+    listed = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE).items}
+    bound = {name for name, p in listed.items() if p.spec.node_name}
+    accepted_names = bound | {name for name in pod_names if name not in listed}
+    claims = objects.list_namespaced_custom_object(*DRA, NAMESPACE, "resourceclaims")["items"]
+    given = Counter((r["pool"], r["device"]) for c in claims for r in results(c))
+    index = read_cluster(core, objects, nodes)
+    capacity = allocated = stranded = idle_free = overlaps = 0
+    for node in nodes:
+        state = index.state_of(node)
+        assert state is not None and state.dra is not None and state.model is not None
+        size = state.model.memory_slices
+        for gpu in state.gpus:
+            taken = 0
+            for placed in gpu.instances:
+                overlaps += bool(taken & placed.mask)
+                taken |= placed.mask
+            held = bin(taken).count("1")
+            capacity += size
+            allocated += held
+            if held:
+                stranded += size - held
+            else:
+                idle_free += size
+    servable = 0
+    examples: list[str] = []
+    claim_by_name = {c["metadata"]["name"]: c for c in claims}
+    for i, name in enumerate(pod_names):
+        if name in accepted_names:
+            continue
+        wanted = [(Wanted.mig(pods[i].profile), pods[i].count)]
+        for node in nodes:
+            state = index.state_of(node)
+            assert state is not None and state.dra is not None and state.dra.use is not None
+            bare = dataclasses.replace(state.dra.pool, steered=frozenset())
+            if first_solution(bare, wanted, state.dra.use) is not None:
+                servable += 1
+                if len(examples) < 5:
+                    pod = listed[name]
+                    said = [c.message for c in pod.status.conditions or () if c.message]
+                    allocation = (claim_by_name.get(name, {}).get("status") or {}).get("allocation")
+                    examples.append(
+                        f"{name} ({pods[i].count}x{pods[i].profile}) fits {node}; "
+                        f"allocated: {bool(allocation)}; says: {said[-1:] or '-'}"
+                    )
+                break
+    arrived: Counter[str] = Counter()
+    accepted: Counter[str] = Counter()
+    for i, name in enumerate(pod_names):
+        key = profile_key(pods[i])
+        arrived[key] += 1
+        accepted[key] += name in accepted_names
+    return {
+        "pods": len(pod_names),
+        "bound": len(accepted_names),
+        "running": len(bound),
+        "capacity_slices": capacity,
+        "allocated_slices": allocated,
+        "stranded_slices": stranded,
+        "idle_free_slices": idle_free,
+        "double_devices": sum(1 for n in given.values() if n > 1),
+        "overlapping_slices": overlaps,
+        "servable_waiting": servable,
+        "servable_examples": examples,
+        "arrived": dict(sorted(arrived.items())),
+        "accepted": dict(sorted(accepted.items())),
+    }
+
+
+def large_acceptance(outcome: dict[str, Any], key: str = "accepted") -> float | None:
+    """4g/7g pods ``key`` (accepted in the end, or placed on arrival), % of those arrived."""
+    arrived = sum(n for k, n in outcome["arrived"].items() if k in LARGE)
+    accepted = sum(n for k, n in (outcome.get(key) or {}).items() if k in LARGE)
+    return None if not arrived or key not in outcome else round(100 * accepted / arrived, 1)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s = report["settings"]
+    lines = [
+        "# First fit against migslice on the same claims (`bench/dra/replay.py`)",
+        "",
+        f"{s['nodes']} DynamicMIG nodes x {s['gpus']} A100-80GB ({s['capacity_slices']} memory "
+        f"slices), {s['pods']} pods of trace {s['trace']}/{s['mapping']} (seed {s['seed']}): "
+        f"a fill to load {s['load']}, then {s.get('churn', 0)} arrivals each after the oldest "
+        f"running pod leaves (sequential mode; the burst creates the fill's pods at once); "
+        f"kube-scheduler {s['kubernetes']}, a fresh control plane per run. Placed on arrival: "
+        "bound when first scheduled (the others wait, and kube-scheduler places them as room "
+        "frees); turned away: arrivals not placed on arrival, and the memory slices free on "
+        "GPUs in use at those moments (**stranded**: room a waiting pod could not use); 4g/7g: "
+        "4g.40gb and 7g.80gb pods placed on arrival, of those that arrived; bound in the end: "
+        "departed pods included; at the end, the slices free on GPUs in use and on idle GPUs; "
+        "pods bound/s: the burst's, from the first create until every pod is bound or "
+        "unschedulable.",
+        "",
+        "| mode | policy | placed on arrival | turned away | stranded when turned away (mean "
+        "slices) | 4g/7g placed on arrival % | bound in the end | free on GPUs in use / idle "
+        "at the end | devices given twice | slices given twice | waiting but servable | "
+        "seconds | pods bound/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, runs in report["runs"].items():
+        for policy, o in runs.items():
+            rate = round(o["bound"] / o["seconds"], 1) if mode == "burst" and o["seconds"] else "-"
+            placed = sum((o.get("placed_on_arrival") or {}).values())
+            arrival = f"{placed}/{o['pods']}" if o.get("placed_on_arrival") else "-"
+            away = o.get("turned_away", "-") if o.get("placed_on_arrival") else "-"
+            stranded = o.get("stranded_when_turned_away", "-") if away not in ("-", 0) else "-"
+            lines.append(
+                f"| {mode} | {policy} | {arrival} | {away} | {stranded} | "
+                f"{large_acceptance(o, 'placed_on_arrival') or '-'} | {o['bound']}/{o['pods']} | "
+                f"{o['stranded_slices']} / {o['idle_free_slices']} | {o['double_devices']} | "
+                f"{o['overlapping_slices']} | {o['servable_waiting']} | {o['seconds']} | {rate} |"
+            )
+    lines += [
+        "",
+        "Placed on arrival, per profile (bound in the end for the burst):",
+        "",
+        "| mode | policy | " + " | ".join(report["profiles"]) + " |",
+    ]
+    lines.append("|---|---|" + "---|" * len(report["profiles"]))
+    for mode, runs in report["runs"].items():
+        for policy, o in runs.items():
+            counts = o.get("placed_on_arrival") or o["accepted"]
+            cells = [f"{counts.get(p, 0)}/{o['arrived'].get(p, 0)}" for p in report["profiles"]]
+            lines.append(f"| {mode} | {policy} | " + " | ".join(cells) + " |")
+    goals = report.get("goals")
+    if goals:
+        lines += ["", "| goal | first fit | migslice | met |", "|---|---|---|---|"]
+        for goal in goals:
+            lines.append(
+                f"| {goal['goal']} | {goal['first-fit']} | {goal['migslice']} | "
+                f"{'yes' if goal['met'] else 'no'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def goals_of(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's goals on the sequential run."""
+    ff, ms = runs["first-fit"], runs["migslice"]
+    key = "stranded_when_turned_away"
+    fewer = None if not ff.get(key) else round(100 * (1 - ms.get(key, 0) / ff[key]), 1)
+    large_ff = large_acceptance(ff, "placed_on_arrival")
+    large_ms = large_acceptance(ms, "placed_on_arrival")
+    return [
+        {
+            "goal": "stranded slices (when a pod is turned away) at least 50 % fewer than first "
+            "fit's",
+            "first-fit": ff.get(key),
+            "migslice": f"{ms.get(key)} ({fewer} % fewer)",
+            "met": fewer is not None and fewer >= 50,
+        },
+        {
+            "goal": "4g/7g placed on arrival at least first fit's + 10 pp",
+            "first-fit": large_ff,
+            "migslice": large_ms,
+            "met": large_ff is not None and large_ms is not None and large_ms >= large_ff + 10,
+        },
+        {
+            "goal": "0 devices or memory slices given twice, 0 servable pods left waiting",
+            "first-fit": ff["double_devices"] + ff["overlapping_slices"] + ff["servable_waiting"],
+            "migslice": ms["double_devices"] + ms["overlapping_slices"] + ms["servable_waiting"],
+            "met": not any(
+                o[k]
+                for o in (ff, ms)
+                for k in ("double_devices", "overlapping_slices", "servable_waiting")
+            ),
+        },
+    ]
+
+
+def plot(report: dict[str, Any], path: Path) -> str:
+    from bench.common.plots import bars
+
+    runs = report["runs"].get("sequential") or next(iter(report["runs"].values()))
+    groups = ["turned away", "stranded when turned away", "4g/7g placed on arrival %"]
+    series = {
+        policy: [
+            float(o.get("turned_away", 0)),
+            float(o.get("stranded_when_turned_away", 0)),
+            float(large_acceptance(o, "placed_on_arrival") or 0),
+        ]
+        for policy, o in runs.items()
+    }
+    return bars(
+        path,
+        title="The same claims: first fit against migslice (sequential arrivals)",
+        groups=groups,
+        series=series,
+        ylabel="pods / mean free slices / %",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--gpus", type=int, default=8, help="A100s per node (at most 8)")
+    parser.add_argument("--load", type=float, default=1.0, help="memory slices asked / held")
+    parser.add_argument(
+        "--churn", type=int, default=300, help="arrivals after the fill, each after a departure"
+    )
+    parser.add_argument("--trace", default="gpushare100")
+    parser.add_argument("--mapping", default="M2")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--modes", nargs="+", default=["sequential", "burst"])
+    parser.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN_DIR)
+    parser.add_argument("--quick", action="store_true", help="2 nodes, sequential only")
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/dra)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.nodes, args.modes, args.churn = 2, ["sequential"], 30
+    capacity = args.nodes * args.gpus * A100_SLICES
+    pods = arrivals(
+        args.data_dir, args.trace, args.mapping, args.seed, int(args.load * capacity), args.churn
+    )
+    runs: dict[str, dict[str, Any]] = {}
+    for mode in args.modes:
+        runs[mode] = {}
+        for policy in POLICIES:
+            print(f"{mode} {policy}: {len(pods)} pods on {args.nodes} nodes", flush=True)
+            runs[mode][policy] = run(
+                policy,
+                pods if mode != "burst" else pods[: len(pods) - args.churn],
+                nodes=args.nodes,
+                gpus=args.gpus,
+                burst=mode == "burst",
+                churn=0 if mode == "burst" else args.churn,
+                bin_dir=args.bin_dir,
+                progress=lambda line: print(line, flush=True),
+            )
+            print(runs[mode][policy], flush=True)
+    profiles = sorted({k for m in runs.values() for o in m.values() for k in o["arrived"]})
+    version = subprocess.run(
+        [str(args.bin_dir / "kube-scheduler"), "--version"], capture_output=True, text=True
+    ).stdout.split()[-1:]
+    report = {
+        "benchmark": "replay",
+        "settings": {
+            "nodes": args.nodes,
+            "gpus": args.gpus,
+            "capacity_slices": capacity,
+            "pods": len(pods),
+            "demand_slices": sum(p.memory_slices for p in pods),
+            "load": args.load,
+            "trace": args.trace,
+            "mapping": args.mapping,
+            "seed": args.seed,
+            "kubernetes": version[0] if version else "",
+            "churn": args.churn,
+        },
+        "profiles": profiles,
+        "runs": runs,
+    }
+    if "sequential" in runs:
+        report["goals"] = goals_of(runs["sequential"])
+    SUITE.write("replay", report, args.out)
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

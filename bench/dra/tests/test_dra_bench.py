@@ -1,0 +1,115 @@
+"""The DRA suite's parts that need no control plane: the arrivals, the goals, the report, and
+the lists the memory benchmark serves (read back by migslice's own readers)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bench.dra.memory import DraLists
+from bench.dra.replay import arrivals, goals_of, large_acceptance, markdown
+from migslice.inventory import ClusterIndex
+from migslice.names import DRA_API
+from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.dra_pool import PoolState
+from migslice.scheduling import PreparedNode, prepare_node
+from migslice.sim.trace_files import DEFAULT_DATA_DIR
+
+TRACE = DEFAULT_DATA_DIR / "alibaba-cluster-trace-gpu-v2023" / "openb_pod_list_gpushare100.csv"
+
+
+def outcome(stranded: float, large: tuple[int, int], **extra: int) -> dict[str, Any]:
+    return {
+        "pods": 10,
+        "bound": 8,
+        "capacity_slices": 64,
+        "allocated_slices": 60,
+        "stranded_slices": stranded,
+        "idle_free_slices": 0,
+        "double_devices": extra.get("double", 0),
+        "overlapping_slices": 0,
+        "servable_waiting": 0,
+        "arrived": {"1g.10gb": 4, "7g.80gb": large[1]},
+        "accepted": {"1g.10gb": 4, "7g.80gb": large[0]},
+        "seconds": 4.0,
+        "steer_timeouts": 0,
+        "placed_on_arrival": {"1g.10gb": 4, "7g.80gb": large[0]},
+        "turned_away": 10 - 4 - large[0],
+        "stranded_when_turned_away": stranded,
+    }
+
+
+@pytest.mark.skipif(not TRACE.is_file(), reason=f"no trace at {TRACE}")
+def test_the_arrivals_are_the_same_for_a_seed_and_reach_the_load() -> None:
+    first = arrivals(DEFAULT_DATA_DIR, "gpushare100", "M2", 1, 128)
+    assert first == arrivals(DEFAULT_DATA_DIR, "gpushare100", "M2", 1, 128)
+    assert first != arrivals(DEFAULT_DATA_DIR, "gpushare100", "M2", 2, 128)
+    total = sum(p.memory_slices for p in first)
+    assert total >= 128 and total - first[-1].memory_slices < 128
+
+
+def test_the_goals_say_met_only_with_the_numbers() -> None:
+    runs = {"first-fit": outcome(20, (2, 10)), "migslice": outcome(8, (4, 10))}
+    met = {g["goal"]: g["met"] for g in goals_of(runs)}
+    assert list(met.values()) == [True, True, True]
+    runs["migslice"] = outcome(11.0, (2, 10), double=1)
+    assert [g["met"] for g in goals_of(runs)] == [False, False, False]
+    assert large_acceptance(runs["first-fit"]) == 20.0
+
+
+def test_the_report_renders_every_run_and_goal() -> None:
+    runs = {"first-fit": outcome(20, (2, 10)), "migslice": outcome(8, (4, 10))}
+    report = {
+        "settings": {
+            "nodes": 1,
+            "gpus": 8,
+            "capacity_slices": 64,
+            "pods": 10,
+            "demand_slices": 80,
+            "load": 1.3,
+            "trace": "gpushare100",
+            "mapping": "M2",
+            "seed": 1,
+            "kubernetes": "v1.37.2",
+        },
+        "profiles": ["1g.10gb", "7g.80gb"],
+        "runs": {"sequential": runs},
+        "goals": goals_of(runs),
+    }
+    text = markdown(report)
+    assert (
+        "| sequential | migslice | 8/10 | 2 | 8 | 40.0 | 8/10 | 8 / 0 | 0 | 0 | 0 | 4.0 | - |"
+        in (text)
+    )
+    assert "| sequential | first-fit | 4/4 | 2/10 |" in text
+    assert "(60.0 % fewer) | yes |" in text
+
+
+def test_the_memory_lists_are_dra_nodes_read_as_migslice_reads_them() -> None:
+    lists = DraLists(2, 8, 2)
+    discovery = json.loads(lists.page(DRA_API, {}))
+    assert {r["name"] for r in discovery["resources"]} == {
+        "resourceslices",
+        "resourceclaims",
+        "deviceclasses",
+    }
+
+    def listed(path: str) -> tuple[dict[str, Any], ...]:
+        return tuple(json.loads(lists.page(path, {}))["items"])
+
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    index.load_objects(
+        ClusterObjects(
+            nodes=listed("/api/v1/nodes"),
+            resource_slices=listed(f"{DRA_API}/resourceslices"),
+            resource_claims=listed(f"{DRA_API}/resourceclaims"),
+            device_classes=listed(f"{DRA_API}/deviceclasses"),
+        )
+    )
+    for name in ("dra-00000", "dra-00001"):
+        state = index.state_of(name)
+        assert state is not None and state.dra is not None
+        assert state.dra.pool.state is PoolState.READY and len(state.dra.pool.gpus) == 8
+        assert len(state.dra.held) == 16  # two 1g.10gb on each GPU
