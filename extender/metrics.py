@@ -44,6 +44,7 @@ class ExtenderMetrics:
         self.registry.register(_CacheCollector(state))
         self.registry.register(_RepartitionCollector(state))
         self.registry.register(_PoolCollector(state))
+        self.registry.register(_SteerCollector(state))
         # The labelled children the verbs count into, kept: labels() takes a lock and builds
         # its key on every call, a tenth of a best-fit call's own time.
         self.nodes_fit = self.filtered.labels("fits")
@@ -263,6 +264,46 @@ class _PoolCollector(Collector):
             families[1].add_metric((pool,), space.free_slices)
             families[2].add_metric((pool,), space.total_slices)
         yield from families
+
+
+class _SteerCollector(Collector):
+    """The DRA steer's rules and writes (docs/dra.md, "The steer"); nothing without a steer."""
+
+    def __init__(self, state: ExtenderState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._state.steer
+        if stats is None:
+            return
+        yield GaugeMetricFamily(
+            "migslice_dra_steer_rules",
+            "DeviceTaintRules the steer keeps (one per steered device of a DynamicMIG node).",
+            value=stats.rules,
+        )
+        writes = CounterMetricFamily(
+            "migslice_dra_steer_writes",
+            "DeviceTaintRules the steer created and deleted.",
+            labels=("op",),
+        )
+        writes.add_metric(("create",), stats.created)
+        writes.add_metric(("delete",), stats.deleted)
+        yield writes
+        yield CounterMetricFamily(
+            "migslice_dra_steer_failures",
+            "Steer rule writes and rounds that failed (retried in the next round).",
+            value=stats.failures,
+        )
+        yield CounterMetricFamily(
+            "migslice_dra_steer_lifts",
+            "Times the steer of a node was lifted for a pending pod of several devices.",
+            value=stats.lifted,
+        )
+        yield GaugeMetricFamily(
+            "migslice_dra_steer_capped_nodes",
+            "DynamicMIG nodes left to first fit because the rules reached --dra-steer-max-rules.",
+            value=stats.capped_nodes,
+        )
 
 
 _REPARTITION = "migslice_repartition_"

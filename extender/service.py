@@ -79,7 +79,8 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
             max_rules=settings.dra_steer_max_rules,
         )
         steer.start()
-    state = ExtenderState(index, caches, lambda: None, stats)
+    steered = None if steer is None else steer.stats
+    state = ExtenderState(index, caches, lambda: None, stats, steered)
     warnings = DraWarningLoop(
         DraWarnings(
             KubeNodeStore(transport, component=names.EXTENDER_SERVICE),

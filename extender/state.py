@@ -53,6 +53,19 @@ class StaticCache:
 
 
 @dataclass(slots=True)
+class SteerStats:
+    """Counters of the DRA steer (``extender.steer``), for /metrics (written by its thread
+    only)."""
+
+    rules: int = 0
+    created: int = 0
+    deleted: int = 0
+    lifted: int = 0
+    failures: int = 0
+    capped_nodes: int = 0
+
+
+@dataclass(slots=True)
 class RepartitionStats:
     """Counters of the repartition controller, for /metrics (written by its thread only)."""
 
@@ -86,6 +99,7 @@ class ExtenderState:
     caches: Sequence[CacheStatus] = ()
     stop: Callable[[], None] = field(default=lambda: None)
     repartition: RepartitionStats | None = None
+    steer: SteerStats | None = None
     decisions: DecisionCache[HostPriority] = field(init=False)
 
     def __post_init__(self) -> None:

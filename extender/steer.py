@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from extender.state import SteerStats
 from migslice.inventory import ClusterIndex
 from migslice.kube.transport import KubeError
 from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
@@ -51,18 +52,6 @@ class SteerApi(Protocol):
     def delete_rule(self, name: str) -> bool: ...
 
     def list_pending_pods(self) -> list[RawObject]: ...
-
-
-@dataclass(slots=True)
-class SteerStats:
-    """Counters of the steer, for /metrics (written by its thread only)."""
-
-    rules: int = 0
-    created: int = 0
-    deleted: int = 0
-    lifted: int = 0
-    failures: int = 0
-    capped_nodes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

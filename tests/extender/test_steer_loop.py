@@ -8,6 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from prometheus_client import generate_latest
+
+from extender.metrics import ExtenderMetrics
+from extender.state import ExtenderState
 from extender.steer import SteerLoop
 from migslice.inventory import ClusterIndex
 from migslice.objects import node_facts_from_raw
@@ -173,3 +177,17 @@ def test_past_the_rule_cap_nodes_in_use_keep_their_steer_and_idle_ones_are_left(
     loop = _loop(index, api, max_rules=idle - 1)
     loop.round()
     assert api.rules == {} and loop.stats.capped_nodes == 1
+
+
+def test_the_steer_is_counted_on_metrics() -> None:
+    index = _index()
+    api = RulesApi(index)
+    loop = _loop(index, api)
+    loop.round()
+    state = ExtenderState(index, steer=loop.stats)
+    text = generate_latest(ExtenderMetrics(state).registry).decode()
+    assert f"migslice_dra_steer_rules {float(len(api.rules))}" in text
+    assert f'migslice_dra_steer_writes_total{{op="create"}} {float(len(api.rules))}' in text
+    assert "migslice_dra_steer_capped_nodes 0.0" in text
+    bare = generate_latest(ExtenderMetrics(ExtenderState(index)).registry).decode()
+    assert "migslice_dra_steer" not in bare

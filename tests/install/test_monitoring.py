@@ -13,7 +13,7 @@ import yaml
 from extender.app import create_app as extender_app
 from extender.metrics import ExtenderMetrics
 from extender.settings import ExtenderSettings
-from extender.state import RepartitionStats, StaticCache, state_from_objects
+from extender.state import RepartitionStats, StaticCache, SteerStats, state_from_objects
 from migslice.objects import parse_cluster_objects
 from tests import paths
 from tests.promql import exposition_labels, reads
@@ -41,7 +41,7 @@ def queries() -> list[str]:
 
 def exported() -> dict[str, set[str]]:
     """Metric -> labels, from both servers' /metrics over the representative cluster, the
-    repartition leader's stats filled in as a round leaves them."""
+    repartition leader's and the DRA steer's stats filled in as a round leaves them."""
     objects = parse_cluster_objects(representative_cluster())
     settings = ExtenderSettings()
     state = state_from_objects(objects, settings)
@@ -52,6 +52,7 @@ def exported() -> dict[str, set[str]]:
         deadline_s=600.0,
         node_outcomes={"timeout": 1},
     )
+    state.steer = SteerStats(rules=18, created=18)
     text = extender_app(settings, state).test_client().get("/metrics").text
     webhook_state = ClusterState()
     webhook_state.load(objects)
