@@ -14,6 +14,7 @@ whole and large free regions large, and fills holes before it opens new ones.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 from migslice.mig.catalog import GpuModel, Profile
@@ -40,6 +41,12 @@ def room(
     Every placement of a profile has the same size, so taking the lowest free start each time
     packs the most (interval scheduling by earliest end); the other limits only cap a count.
     """
+    return _room(model, tuple(kept), profile, rules)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _room(model: GpuModel, kept: tuple[Placed, ...], profile: str, rules: Rules) -> int:
+    """:func:`room`, remembered: planners ask it about the same few layouts again and again."""
     wanted = model.profile(profile)
     occupancy = Occupancy.of(model, kept)
     count = 0
@@ -64,6 +71,13 @@ def room_loss(
 ) -> RoomLoss:
     """The room a change from ``before`` to ``after`` (the instances that stay) takes away,
     per shape, largest first; negative where the change gives room back."""
+    return _room_loss(model, tuple(before), tuple(after), rules)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _room_loss(
+    model: GpuModel, before: tuple[Placed, ...], after: tuple[Placed, ...], rules: Rules
+) -> RoomLoss:
     loss = [0] * len(SHAPES)
     for profile in model.profiles:
         lost = room(model, before, profile.name, rules=rules) - room(

@@ -31,7 +31,7 @@ from migslice.repartition.actions import (
     SetLabel,
 )
 from migslice.repartition.carve.branch import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
-from migslice.repartition.carve.planner import plan_carve
+from migslice.repartition.carve.planner import carve_cost, plan_carve
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -114,6 +114,7 @@ __all__ = [
     "Step",
     "StepKind",
     "apply_step",
+    "carve_cost",
     "config_name",
     "decide",
     "merge_mig_parted",

@@ -5,22 +5,36 @@
   an instance a pod holds raises :class:`~migslice.sim.cluster.DisruptionError` (the agent
   refuses such a request; a plan that asks for it is a planner bug), so a run that finishes
   destroyed no busy instance.
-* :func:`carve_reshape` is mode A's re-partition in carve mode: the carve planner
+* :class:`CarveChooser` is mode A's re-partition in carve mode: the carve planner
   (:func:`migslice.repartition.plan_carve`) asked about one pending pod, eligible at once
-  (mode A has no clock), with every node in carve mode. Mode B drives the controller itself
-  (:mod:`migslice.sim.controller`): the same planner through ``decide``'s carve branch.
+  (mode A has no clock), with every node in carve mode. Asking it about every node for every
+  pod made the run quadratic (90 s at 1,024 GPUs), so the chooser keeps the planner's cost of
+  each node (:func:`migslice.repartition.carve_cost`) in a
+  :class:`~migslice.sim.index.RankIndex`, recomputed only for nodes that changed, and asks
+  the planner about the cheapest node alone: the node and the changes :func:`carve_reshape`
+  (the plain call over every node, kept as the oracle the tests compare with) would give.
+  Mode B drives the controller itself (:mod:`migslice.sim.controller`): the same planner
+  through ``decide``'s carve branch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from migslice.mig import Placed
 from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveRequest
-from migslice.repartition import CarveSettings, ControllerSettings, PendingPod, plan_carve
+from migslice.repartition import (
+    CarveSettings,
+    ControllerSettings,
+    PendingPod,
+    carve_cost,
+    plan_carve,
+)
 from migslice.scheduling import PodDemand
 from migslice.sim.cluster import SimCluster, SimNode
+from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import LayoutChange
 
 MODE_A_CARVE = CarveSettings(
@@ -65,3 +79,39 @@ def carve_reshape(
     change = plan.changes[0]
     node = cluster.by_name[change.node]
     return node, tuple(LayoutChange(node, g.index, g.new) for g in change.gpus)
+
+
+class CarveChooser:
+    """:func:`carve_reshape`'s choice node by node (see the module docstring). Pods are
+    kinds (profile, count) whose demand ``demand_of`` gives."""
+
+    def __init__(
+        self,
+        cluster: SimCluster,
+        demand_of: Callable[[Kind], PodDemand],
+        settings: CarveSettings = MODE_A_CARVE,
+    ) -> None:
+        self.cluster = cluster
+        self.demand_of = demand_of
+        self.settings = settings
+        self.index = RankIndex(cluster, self.rank)
+
+    def rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        cost = carve_cost(
+            self.demand_of(kind), self.cluster.node_state(node), settings=self.settings
+        )
+        if cost is None:
+            return None
+        loss, destroyed = cost
+        return (*loss, destroyed, node.position)
+
+    def reshape(self, kind: Kind) -> tuple[SimNode | None, tuple[LayoutChange, ...]]:
+        node = self.index.best(kind)
+        if node is None:
+            return None, ()
+        state = self.cluster.node_state(node)
+        plan = plan_carve([state], [PendingPod(self.demand_of(kind), 0.0)], settings=self.settings)
+        if plan.is_empty:
+            return None, ()
+        change = plan.changes[0]
+        return node, tuple(LayoutChange(node, g.index, g.new) for g in change.gpus)

@@ -52,7 +52,7 @@ from migslice.repartition import (
     decide,
 )
 from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
-from migslice.sim.carving import carve_reshape
+from migslice.sim.carving import CarveChooser
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import IndexedPlacer, LayoutChange, Placer, hold
@@ -266,6 +266,7 @@ class MigslicePlacer(IndexedPlacer):
         self.idle = RankIndex(cluster, self.idle_rank)
         self.layouts = PlannerLayouts(cluster.model)
         self.reshaped: SimNode | None = None
+        self.carver = CarveChooser(cluster, self.demand)
 
     def demand(self, kind: Kind) -> PodDemand:
         if kind not in self.demands:
@@ -338,7 +339,7 @@ class MigslicePlacer(IndexedPlacer):
         """Mode A: the planner's changes for the first pod (see the module docstring)."""
         pod = pods[0]
         if self.carve:
-            self.reshaped, changes = carve_reshape(self.cluster, demand_for(pod))
+            self.reshaped, changes = self.carver.reshape((pod.profile, pod.count))
             return changes
         profile = self.cluster.model.profile(pod.profile)
         needed = pod.count if profile.compute_slices == 7 else -(-pod.count // profile.max_count)

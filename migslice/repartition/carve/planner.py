@@ -118,6 +118,20 @@ def plan_carve(
     return CarvePlan(changes, tuple(unserved), tuple(skipped))
 
 
+def carve_cost(
+    pod: PodDemand, node: NodeState, *, settings: CarveSettings = DEFAULT_CARVE_SETTINGS
+) -> tuple[RoomLoss, int] | None:
+    """What serving ``pod`` alone on ``node`` costs in rule 4's terms (room lost, instances
+    destroyed), or None when rule 2 or the fit rules out the node. :func:`plan_carve` for one
+    pod picks the node with the least ``(cost, name)`` among those that are not None, so a
+    caller that keeps these per node (the simulator, node by node as nodes change) picks the
+    same node without asking about all of them for every pod."""
+    if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
+        return None
+    trial = _try(pod, node, carved_gpus(node))
+    return None if trial is None else (trial.loss, trial.destroyed)
+
+
 def _choose(
     pod: PodDemand,
     candidates: Mapping[str, list[CarvedGpu]],
