@@ -111,6 +111,9 @@ class ChurnRun:
         """Pods a re-partition or carve was planned for, and when it was planned."""
         self.end = config.duration_s - config.patience_s
         self.tally = ChurnTally(config, model)
+        self.carve_s = config.t_carve_s if getattr(self.placer, "carves_per_pod", False) else 0.0
+        """Per-pod carvers (B6, B8, B9): a pod starts this long after it is placed."""
+        self.changes = InstanceChanges()
         self.batching: NosBatching | None = None
         if isinstance(policy, Migslice):
             settings = carving_settings(config.controller) if policy.carves else config.controller
@@ -155,6 +158,11 @@ class ChurnRun:
         serves: Sequence[str] = (),
     ) -> None:
         self.cluster.set_mig_state(node, config, MIG_STATE_PENDING)
+        if self.in_window():
+            for change in changes:
+                old = set(node.gpus[change.gpu].instances)
+                new = set(change.new)
+                self.changes.add(len(new - old), len(old - new), self.config.t_reconf_s)
         self.served.update(dict.fromkeys(serves, self.now))
         job = _Job(node, changes, config, done)
         key = self.seq
@@ -171,6 +179,10 @@ class ChurnRun:
 
     def carve(self, node: SimNode, request: CarveRequest, *, serves: Sequence[str]) -> None:
         self.cluster.set_carve(node, request, None)
+        if self.in_window():
+            created = sum(len(g.create) for g in request.gpus)
+            destroyed = sum(len(g.destroy) for g in request.gpus)
+            self.changes.add(created, destroyed, self.config.t_carve_s)
         self.served.update(dict.fromkeys(serves, self.now))
         self.tally.reconfiguration_started(self.now, len(request.gpus))
         usable = self.now + self.config.t_carve_s
@@ -240,6 +252,8 @@ class ChurnRun:
         assignment = self.cluster.assignments[pod.name]
         self.tally.departed(self.cluster, assignment, self.slices(assignment))
         self.placer.depart(pod.name)
+        if self.carve_s and self.in_window():
+            self.changes.add(0, len(assignment.units), 0.0)
         self.retry(self.cluster.by_name[assignment.node])
 
     def reconfigured(self, key: int) -> None:
@@ -255,6 +269,9 @@ class ChurnRun:
         if waiting is not None and self.measured(waiting.arrival):
             self.tally.gave_up(waiting.arrival.pod)
 
+    def in_window(self) -> bool:
+        return self.now >= self.config.warmup_s
+
     def measured(self, arrival: Arrival) -> bool:
         return not arrival.patient and self.config.warmup_s <= arrival.time_s <= self.end
 
@@ -266,11 +283,13 @@ class ChurnRun:
         if assignment is None:
             return False
         arrival = waiting.arrival
-        self.push(self.now + arrival.lifetime_s, DEPART, waiting.index)
+        self.push(self.now + self.carve_s + arrival.lifetime_s, DEPART, waiting.index)
+        if self.carve_s and self.in_window():
+            self.changes.add(len(assignment.units), 0, 0.0)
         self.tally.placed(
             pod,
             self.slices(assignment),
-            self.now - arrival.time_s,
+            self.now + self.carve_s - arrival.time_s,
             measured=self.measured(arrival),
             planned_s=self.served.pop(pod.name, None),
             arrived_s=arrival.time_s,
@@ -304,6 +323,22 @@ class ChurnRun:
             else:
                 total += self.model.profile(placed.profile).compute_slices
         return total
+
+
+@dataclass(slots=True)
+class InstanceChanges:
+    """MIG instances created and destroyed in the measured window, whoever did it (MIG
+    Manager's stand-in, the node agent's carve, a per-pod carver), and the node-seconds
+    nodes spent taking no new pod while MIG Manager or the node agent worked on them."""
+
+    created: int = 0
+    destroyed: int = 0
+    blocked_node_s: float = 0.0
+
+    def add(self, created: int, destroyed: int, blocked_s: float) -> None:
+        self.created += created
+        self.destroyed += destroyed
+        self.blocked_node_s += blocked_s
 
 
 def _free_counts(node: SimNode) -> Counter[str]:
@@ -375,6 +410,9 @@ def run_arrivals(
         repartitions=tally.repartitions,
         gpus_repartitioned=tally.gpus_repartitioned,
         disrupted_pods=tally.disrupted + disrupted_pods(run.cluster),
+        instance_creates=run.changes.created,
+        instance_destroys=run.changes.destroyed,
+        blocked_node_s=run.changes.blocked_node_s,
         classes=tally.classes([a for a in arrivals if run.measured(a)]),
         placements=tuple(tally.placements),
         reconfigurations=tuple(tally.reconfigurations),

@@ -200,6 +200,13 @@ class ChurnResult:
     """Per pod class, in the catalog's profile order (multi-GPU classes last)."""
     placements: tuple[Placement, ...] = ()
     reconfigurations: tuple[Reconfiguration, ...] = ()
+    instance_creates: int = 0
+    """MIG instances created in the measured window (re-partitions, carves, per-pod carving)."""
+    instance_destroys: int = 0
+    blocked_node_s: float = 0.0
+    """Node-seconds in the measured window during which a node took no new pod because MIG
+    Manager or the node agent was changing its layout (per-pod carvers block no node; their
+    pods wait the carve time instead, counted in their waits)."""
 
     @property
     def acceptance(self) -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from migslice.mig import GpuModel, Layout, Placed, free_placements, make_layout
 from migslice.sim.cluster import Assignment, SimCluster, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
-from migslice.sim.placement import Placer
+from migslice.sim.placement import CarvingPlacer, Placer
 from migslice.sim.trace import SimPod
 
 POPULARITY = 0.95
@@ -88,9 +88,9 @@ class NodeFrag:
     stranded: list[int]
 
 
-class FgdPlacer:
+class FgdPlacer(CarvingPlacer):
     def __init__(self, cluster: SimCluster, shapes: tuple[tuple[Shape, float], ...]) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.model = cluster.model
         self.shapes = shapes
         self.profiles = tuple(shape[0] for shape, _ in shapes)
@@ -193,25 +193,7 @@ class FgdPlacer:
             return None
         found = self.choice(node, kind)
         assert found is not None
-        units = []
-        for index, placed in found[1]:
-            gpu = node.gpus[index]
-            position = self.cluster.create_instance(node, gpu, placed)
-            self.cluster.hold_instance(node, gpu, position, pod=pod.name)
-            units.append((index, placed))
-        assignment = Assignment(pod.name, node.name, tuple(units))
-        self.cluster.record(assignment)
-        return assignment
-
-    def depart(self, pod: str) -> Assignment:
-        """The pod ends: its instances are given back and destroyed."""
-        assignment = self.cluster.release(pod)
-        node = self.cluster.by_name[assignment.node]
-        for index, placed in assignment.units:
-            gpu = node.gpus[index]
-            if placed is not None:
-                self.cluster.destroy_instance(node, gpu, gpu.instances.index(placed))
-        return assignment
+        return self.carve(node, found[1], pod)
 
 
 @dataclass(frozen=True, slots=True)

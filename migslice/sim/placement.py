@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from migslice.mig import GpuModel, Layout, fit
+from migslice.mig import GpuModel, Layout, Placed, fit
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.trace import SimPod
@@ -196,3 +196,33 @@ class BestFit(IndexedPlacer):
     def picks(self, node: SimNode, kind: Kind) -> list[tuple[SimGpu, int]]:
         choice = best_fit_choice(self.cluster.model, node, kind)
         return [] if choice is None else choice[1]
+
+
+class CarvingPlacer:
+    """What the per-pod carvers share (B6, B8, B9): a pod's instances are created where the
+    policy chooses, held, and destroyed when it departs.
+    In mode B the pod starts the carve time after it is placed (``carves_per_pod``), as a
+    DRA driver or HAMi's device plugin creates the instance before the container starts."""
+
+    carves_per_pod = True
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+
+    def carve(self, node: SimNode, units: Sequence[tuple[int, Placed]], pod: SimPod) -> Assignment:
+        for index, placed in units:
+            gpu = node.gpus[index]
+            position = self.cluster.create_instance(node, gpu, placed)
+            self.cluster.hold_instance(node, gpu, position, pod=pod.name)
+        assignment = Assignment(pod.name, node.name, tuple(units))
+        self.cluster.record(assignment)
+        return assignment
+
+    def depart(self, pod: str) -> Assignment:
+        assignment = self.cluster.release(pod)
+        node = self.cluster.by_name[assignment.node]
+        for index, placed in assignment.units:
+            gpu = node.gpus[index]
+            if placed is not None:
+                self.cluster.destroy_instance(node, gpu, gpu.instances.index(placed))
+        return assignment

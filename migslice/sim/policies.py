@@ -1,4 +1,4 @@
-"""The policies the simulator compares: migslice and the baselines B0-B6 of benchmarks.md §5.5
+"""The policies the simulator compares: migslice and the baselines B0-B9 of benchmarks.md §5.5
 (B7, the exact optimum, is an ILP in ``bench/packing/exact.py``), by id.
 
 * ``B0``-``B4`` never change a layout (:mod:`migslice.sim.static`);
@@ -7,6 +7,10 @@
   ``B5-catalog`` (nos's algorithm over every maximal geometry of the catalog, 4g + 3g and
   1g.20gb included, instead of nos's table of 12);
 * ``B6`` is FGD adapted to MIG (:mod:`migslice.sim.fgd`);
+* ``B8`` is HAMi v2.10's MIG mode (:mod:`migslice.sim.hami`);
+* ``B9`` is NVIDIA's DRA driver in DynamicMIG mode allocated by kube-scheduler alone
+  (:mod:`migslice.sim.dra_first_fit`), ``B9-random-node`` the same with v1.34's random
+  choice among tied nodes;
 * ``migslice`` is the extender's score and the repartition controller's decision
   (:mod:`migslice.sim.ours`).
 
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 
 from migslice.mig import GpuModel
 from migslice.names import MODE_CARVE
+from migslice.sim.dra_first_fit import DraFirstFit
 from migslice.sim.fgd import FgdForMig, typical_shapes
 from migslice.sim.limits import count_geometries, oracle_layouts
 from migslice.sim.nos import NosLike
@@ -47,6 +52,8 @@ POLICY_IDS = (
     "B5-random-node",
     "B5-catalog",
     "B6",
+    "B9",
+    "B9-random-node",
     "migslice",
     "M-carve",
 )
@@ -88,6 +95,10 @@ def make_policy(
         return NosLike("B5 nos on the catalog's geometries", geometries=geometries)
     if policy_id == "B6":
         return FgdForMig(typical_shapes(expected))
+    if policy_id == "B9":
+        return DraFirstFit()
+    if policy_id == "B9-random-node":
+        return DraFirstFit("B9 DRA first-fit, random tied node", node="random")
     if policy_id == "migslice":
         return Migslice()
     if policy_id == "M-carve":

@@ -4,11 +4,15 @@ holds is ever destroyed."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from migslice.mig import place
+from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveGpu, CarveRequest, Doomed, Slot
 from migslice.sim import (
     GPU_MODEL,
@@ -17,13 +21,17 @@ from migslice.sim import (
     Lifetimes,
     SaturationConfig,
     SimPod,
+    Workload,
     make_policy,
     run_arrivals,
+    run_saturation,
     run_sequence,
     synthetic_workload,
 )
-from migslice.sim.carving import carve_node
+from migslice.sim.carving import carve_node, carve_reshape
 from migslice.sim.cluster import DisruptionError, SimCluster
+from migslice.sim.ours import Migslice, MigslicePlacer, demand_for
+from migslice.sim.placement import LayoutChange, Placer
 
 CONFIG = ChurnConfig(
     nodes=1,
@@ -69,6 +77,30 @@ def test_a_carve_planned_for_a_pod_waits_as_long_as_the_carve_time() -> None:
         assert placement.time_s == 15.0 + t_carve
 
 
+@pytest.mark.parametrize("policy_id", ["B6", "B9"])
+def test_a_per_pod_carver_charges_the_carve_time_and_counts_its_instances(policy_id: str) -> None:
+    arrivals = (
+        Arrival(0.0, SimPod("a", "2g.20gb"), 100.0),
+        Arrival(10.0, SimPod("b", "3g.40gb"), 50.0),
+    )
+    policy = make_policy(policy_id, GPU_MODEL, synthetic_workload().pods, gpus=1)
+    result = run_arrivals(arrivals, policy, replace(CONFIG, t_carve_s=7.0))
+    assert [p.time_s for p in result.placements] == [0.0, 10.0]
+    # each pod waits the carve time; both instances are created and destroyed in the run,
+    # and no node is blocked for it
+    assert result.waits.p99_s == 7.0
+    assert (result.instance_creates, result.instance_destroys) == (2, 2)
+    assert result.blocked_node_s == 0.0
+
+
+def test_carve_mode_counts_the_instances_its_carves_create_and_the_node_time_they_block() -> None:
+    arrivals = (Arrival(0.0, SimPod("a", "2g.20gb"), 100.0),)
+    policy = make_policy("M-carve", GPU_MODEL, synthetic_workload().pods, gpus=1)
+    result = run_arrivals(arrivals, policy, replace(CONFIG, t_carve_s=4.0))
+    assert result.instance_creates >= 1
+    assert result.blocked_node_s == 4.0 * result.repartitions
+
+
 def test_the_node_agent_stand_in_never_destroys_an_instance_a_pod_holds() -> None:
     held = place(GPU_MODEL, "3g.40gb", 4)
     cluster = SimCluster(GPU_MODEL, 1, ((held,),), gpus_per_node=1)
@@ -89,3 +121,39 @@ def test_mode_a_carves_the_free_part_of_a_gpu_in_use_where_mig_manager_mode_cann
     idle_only = run_sequence(arrivals, make_policy("migslice", GPU_MODEL, pods, gpus=1), tiny)
     assert (carve.placed_pods, carve.failed_pods) == (2, 0)
     assert (idle_only.placed_pods, idle_only.failed_pods) == (1, 1)
+
+
+class EveryNodeCarver(MigslicePlacer):
+    """Carve mode with the carve planner asked about every node for each pod (the plain
+    call, what mode A did before it kept each node's cost)."""
+
+    def reshape(self, pods: Sequence[SimPod]) -> tuple[LayoutChange, ...]:
+        self.reshaped, changes = carve_reshape(self.cluster, demand_for(pods[0]))
+        return changes
+
+
+@dataclass(frozen=True)
+class EveryNodeCarve(Migslice):
+    def start(self, cluster: SimCluster, seed: int) -> Placer:
+        cluster.agent_reports = True
+        return EveryNodeCarver(cluster, self.settings, carve=True)
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 10_000), nodes=st.integers(2, 4), mapping=st.sampled_from([0, 1]))
+def test_carving_node_by_node_decides_as_the_planner_asked_about_every_node(
+    seed: int, nodes: int, mapping: int
+) -> None:
+    config = SaturationConfig(nodes=nodes, gpus_per_node=2, check_layouts=True)
+    workload = synthetic_workload() if mapping else _small_heavy_workload()
+    fast = run_saturation(workload, Migslice("c", mode=MODE_CARVE), seed, config=config)
+    full = run_saturation(workload, EveryNodeCarve("c", mode=MODE_CARVE), seed, config=config)
+    assert fast == full
+    assert fast.placed_pods > 0
+
+
+def _small_heavy_workload() -> Workload:
+    """Mostly 1g and 2g pods with a few 4g and 7g: many carves on GPUs in use."""
+    profiles = ["1g.10gb"] * 6 + ["2g.20gb"] * 3 + ["4g.40gb", "7g.80gb"]
+    pods = [SimPod(f"p{i}", p) for i, p in enumerate(profiles)]
+    return Workload("small-heavy", tuple(pods))

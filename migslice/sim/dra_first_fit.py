@@ -1,0 +1,117 @@
+"""B9: MIG through Kubernetes DRA as it ships, NVIDIA's driver in DynamicMIG mode and
+kube-scheduler v1.37 alone (no extender, no steer).
+
+* **Devices**: the driver publishes every profile at every legal placement of every GPU and
+  carves the instance when a claim is prepared, destroying it when the claim is released
+  (``dra-driver-nvidia-gpu`` ``cmd/gpu-kubelet-plugin``, ``partitions.go``; facts and commit in
+  ``shared/reference/dra.md``). So GPUs start MIG-enabled with no instances, and a pod's
+  instances are created for it and destroyed when it ends.
+* **Inside a node**, first fit (:mod:`migslice.inventory.first_fit`, the product's own model of
+  the allocator, checked against the real one): slices in name order (GPUs in PCI bus id
+  order, the simulator's GPU index), a GPU's devices sorted by name
+  (``gpu-<minor>-mig-<profile>-<profileId>-<start>``: for one profile, its starts in
+  ascending order); the first device whose memory slices are free wins. A claim for ``k``
+  devices takes the first ``k`` that fit, one after the other.
+* **The node**: kube-scheduler v1.37.2's default plugins score nothing a DRA device changes
+  (``DynamicResources`` scores only the subrequest chosen from a ``firstAvailable`` list,
+  ``dynamicresources.go`` ``computeScore``; NodeResourcesFit and BalancedAllocation read CPU
+  and memory, which the simulator does not model), so every feasible node scores the same.
+  ``findNodesThatPassFilters`` (``schedule_one.go`` 779-849) checks nodes from
+  ``nextStartNodeIndex`` round the list until ``numFeasibleNodesToFind`` passed;
+  ``NewSortedScoredNodes(...).Pop()`` (``schedule_one.go`` 613-614; ``sorted_nodes.go`` 62-63:
+  ties on ``Randomizer``, which only extender runs set) then returns the first node found.
+  Modelled sequentially (:mod:`migslice.sim.sampling`): the first feasible node from the
+  rotating start, the start advancing by the nodes processed. ``node="random"`` draws a
+  feasible node at random instead, as v1.34's ``selectHost`` broke ties (a sensitivity
+  variant).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from migslice.mig import GpuModel, Layout, Placed, free_placements
+from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
+from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.placement import CarvingPlacer, Placer
+from migslice.sim.sampling import num_feasible_nodes_to_find, search
+from migslice.sim.trace import SimPod
+
+NODE_CHOICES = ("rotating", "random")
+
+
+def first_fit_devices(
+    model: GpuModel, gpus: Sequence[SimGpu], kind: Kind
+) -> list[tuple[int, Placed]]:
+    """The devices the allocator gives a claim for ``kind`` (profile, count) on a DynamicMIG
+    node whose GPUs hold ``gpus``' instances: (GPU index, placement) each; empty when they do
+    not all fit."""
+    profile, count = kind
+    layouts: dict[int, list[Placed]] = {}
+    chosen: list[tuple[int, Placed]] = []
+    for gpu in gpus:
+        if not gpu.mig_enabled or gpu.whole_holder is not None:
+            continue
+        layout = layouts.setdefault(gpu.index, list(gpu.instances))
+        while len(chosen) < count:
+            free = free_placements(model, layout, profile)
+            if not free:
+                break
+            placed = min(free, key=lambda p: p.start)
+            layout.append(placed)
+            chosen.append((gpu.index, placed))
+        if len(chosen) == count:
+            return chosen
+    return []
+
+
+class DraFirstFitPlacer(CarvingPlacer):
+    def __init__(self, cluster: SimCluster, node_choice: str, seed: int) -> None:
+        super().__init__(cluster)
+        self.node_choice = node_choice
+        self.rng = random.Random(seed)
+        self.to_find = num_feasible_nodes_to_find(0, len(cluster.nodes))
+        self.start_index = 0
+        self.feasible = RankIndex(cluster, self.rank)
+
+    def rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        if node.is_blocked or not first_fit_devices(self.cluster.model, node.gpus, kind):
+            return None
+        return (node.position,)
+
+    def choose(self, kind: Kind) -> SimNode | None:
+        entries = self.feasible.entries(kind)
+        if not entries:
+            return None
+        nodes = self.cluster.nodes
+        if self.node_choice == "random":
+            return nodes[int(entries[self.rng.randrange(len(entries))][0])]
+        positions = [int(e[0]) for e in entries]
+        window = search(positions, self.start_index, len(nodes), self.to_find)
+        self.start_index = window.next_start
+        return nodes[window.sample[0]]
+
+    def place(self, pod: SimPod) -> Assignment | None:
+        kind = (pod.profile, pod.count)
+        node = self.choose(kind)
+        if node is None:
+            return None
+        return self.carve(node, first_fit_devices(self.cluster.model, node.gpus, kind), pod)
+
+
+@dataclass(frozen=True, slots=True)
+class DraFirstFit:
+    """B9 (see the module docstring)."""
+
+    name: str = "B9 DRA DynamicMIG first-fit"
+    node: str = "rotating"
+
+    def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
+        return ((),)
+
+    def start(self, cluster: SimCluster, seed: int) -> Placer:
+        if self.node not in NODE_CHOICES:
+            raise ValueError(f"node choice {self.node!r}; known: {', '.join(NODE_CHOICES)}")
+        return DraFirstFitPlacer(cluster, self.node, seed)

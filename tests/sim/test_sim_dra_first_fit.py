@@ -1,0 +1,101 @@
+"""B9, DRA DynamicMIG first fit: inside a node it takes the devices the real allocator took
+(``tests/fixtures/dra/allocator-first-fit.json``, written by kube-scheduler's own allocator
+over NVIDIA's slices), the node is the first feasible one from kube-scheduler's rotating
+start, and a pod's instances exist only while it runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from migslice.mig import CATALOG
+from migslice.sim import GPU_MODEL, SaturationConfig, SimPod, make_policy, run_sequence
+from migslice.sim.cluster import SimCluster, SimGpu
+from migslice.sim.dra_first_fit import DraFirstFit, first_fit_devices
+from tests.paths import FIXTURES
+
+CASES = [
+    case
+    for case in json.loads((FIXTURES / "dra" / "allocator-first-fit.json").read_text())
+    if "dynamicmig" in case["slices"]
+    and all("&" not in p and p != "gpu" for p, _ in case["claims"])
+]
+
+
+def _device(name: str | None) -> tuple[int, str, int] | None:
+    """(gpu, profile as in the name, start) of ``gpu-<minor>-mig-<profile>-<id>-<start>``."""
+    if name is None:
+        return None
+    parts = name.split("-")
+    return int(parts[1]), "".join(parts[3:-2]), int(parts[-1])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['slices'][:-20]}-{len(c['claims'])}")
+def test_first_fit_takes_the_device_the_real_allocator_took(case: dict[str, Any]) -> None:
+    model = CATALOG.get("A100-80GB" if case["slices"].startswith("a100") else "H100-80GB")
+    gpus = 8 if "8gpu" in case["slices"] else 1
+    held = [SimGpu(i, True) for i in range(gpus)]
+    for step, (profile, device) in enumerate(case["claims"]):
+        found = first_fit_devices(model, held, (profile, 1))
+        got = None
+        if found:
+            index, placed = found[0]
+            got = (index, placed.profile.replace(".", "").replace("+", ""), placed.start)
+            held[index].instances.append(placed)
+            held[index].holders.append(f"c{step}")
+        assert got == _device(device), f"claim {step}: {profile}"
+
+
+def test_a_claim_for_several_devices_takes_the_first_that_fit_one_after_the_other() -> None:
+    gpus = [SimGpu(i, True) for i in range(3)]
+    units = first_fit_devices(GPU_MODEL, gpus, ("7g.80gb", 2))
+    assert [(i, p.start) for i, p in units] == [(0, 0), (1, 0)]
+    assert first_fit_devices(GPU_MODEL, gpus, ("7g.80gb", 4)) == []
+
+
+def _cluster(nodes: int) -> SimCluster:
+    return SimCluster(GPU_MODEL, nodes, [()], gpus_per_node=2)
+
+
+def test_the_first_small_pod_blocks_the_first_gpus_7g_and_4g() -> None:
+    cluster = _cluster(1)
+    placer = DraFirstFit().start(cluster, 0)
+    assert placer.place(SimPod("a", "1g.10gb")) is not None
+    assert [p.start for p in cluster.nodes[0].gpus[0].instances] == [0]
+    placed = placer.place(SimPod("b", "4g.40gb"))
+    assert placed is not None and placed.units[0][0] == 1
+
+
+def test_nodes_are_taken_from_the_rotating_start_and_instances_go_with_their_pod() -> None:
+    cluster = _cluster(3)
+    placer = DraFirstFit().start(cluster, 0)
+    first = placer.place(SimPod("a", "1g.10gb"))
+    second = placer.place(SimPod("b", "1g.10gb"))
+    assert first is not None and second is not None
+    # under 100 nodes every node is checked, so the start stays and the first node wins
+    assert first.node == second.node == cluster.nodes[0].name
+    placer.depart("a")
+    assert [p.start for p in cluster.nodes[0].gpus[0].instances] == [1]
+
+
+def test_past_100_nodes_the_start_moves_on_by_the_nodes_processed() -> None:
+    cluster = SimCluster(GPU_MODEL, 400, [()], gpus_per_node=1)
+    placer = DraFirstFit().start(cluster, 0)
+    names = []
+    for i in range(3):
+        placed = placer.place(SimPod(f"p{i}", "7g.80gb"))
+        assert placed is not None
+        names.append(placed.node)
+    # 400 nodes: numFeasibleNodesToFind = 400 x (50 - 400 // 125) % = 188
+    assert names == [cluster.nodes[0].name, cluster.nodes[188].name, cluster.nodes[376].name]
+
+
+def test_b9_runs_in_mode_a_and_never_leaves_an_illegal_layout() -> None:
+    pods = [SimPod(f"p{i}", p) for i, p in enumerate(["1g.10gb", "3g.40gb", "2g.20gb"] * 8)]
+    config = SaturationConfig(nodes=2, gpus_per_node=2, check_layouts=True)
+    policy = make_policy("B9", GPU_MODEL, pods, gpus=4)
+    assert isinstance(policy, DraFirstFit)
+    result = run_sequence(pods, policy, config)
+    assert result.placed_pods > 0 and result.disrupted_pods == 0
