@@ -62,8 +62,24 @@ WORKLOADS = (
     *(f"multigpu{n}/{m}" for n in (20, 30, 40, 50) for m in ("M1", "M2")),
     "synthetic",
 )
-POLICIES = ("B0", "B1", "B2", "B3", "B4", "B5", "B6", "migslice")
-SENSITIVITY = ("B5-table", "B5-most", "B5-fewest", "B5-random-node", "B5-catalog")
+POLICIES = (
+    "B0",
+    "B1",
+    "B2",
+    "B3",
+    "B4",
+    "B5",
+    "B5-catalog",
+    "B6",
+    "B8",
+    "B9",
+    "migslice",
+    "M-carve",
+)
+SENSITIVITY = ("B5-table", "B5-most", "B5-fewest", "B5-random-node", "B9-random-node")
+CLASS_LOADS = (100, 130)
+LARGE = ("7g", "multi-GPU")
+"""Large jobs: a whole GPU's instance, or several."""
 SENSITIVITY_WORKLOADS = ("default/M1", "default/M2", "synthetic")
 SAME_AS_DEFAULT = ("cpu050", "cpu100", "cpu200", "cpu250", "gpuspec10", "gpuspec20", "gpuspec33")
 
@@ -156,7 +172,9 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
             placed_pods=result.placed_pods,
             arrived_pods=result.arrived_pods,
             gpus_repartitioned_per_1k_pods=result.repartitions_per_1k_pods,
+            creates_per_1k_pods=result.creates_per_1k_pods,
             disrupted_pods=result.disrupted_pods,
+            classes={str(load): [list(c) for c in result.at(load).classes] for load in CLASS_LOADS},
         )
     out["cpu_s"] = time.process_time() - cpu
     out["wall_s"] = time.monotonic() - began
@@ -177,7 +195,7 @@ def tasks(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
             if not args.add:
                 found.append(("limit", spec, "", seed))
             found.extend(("run", spec, p, seed) for p in chosen)
-    cost = {"migslice": 5, "B5": 3, "synthetic": 3}  # rough, to start the long ones first
+    cost = {"M-carve": 8, "migslice": 5, "B5": 3, "synthetic": 3}  # rough: long ones first
     found.sort(key=lambda t: -cost.get(t[2], 1) * cost.get(t[1], 1))
     return found
 
@@ -244,10 +262,42 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "first_failure_pct": ci([130.0 if f is None else f for f in failures]),
         "first_failure_per_seed": [130.0 if f is None else f for f in failures],
         "gpus_repartitioned_per_1k_pods": ci([r["gpus_repartitioned_per_1k_pods"] for r in runs]),
+        "creates_per_1k_pods": ci([r["creates_per_1k_pods"] for r in runs]),
         "disrupted_pods": sum(r["disrupted_pods"] for r in runs),
+        "accepted": {
+            str(x): ci([accepted(r["classes"][str(x)]) for r in runs]) for x in CLASS_LOADS
+        },
+        "large_accepted": {
+            str(x): ci([accepted(r["classes"][str(x)], LARGE) for r in runs]) for x in CLASS_LOADS
+        },
+        "accepted_per_seed": {
+            str(x): [accepted(r["classes"][str(x)]) for r in runs] for x in CLASS_LOADS
+        },
+        "large_accepted_per_seed": {
+            str(x): [accepted(r["classes"][str(x)], LARGE) for r in runs] for x in CLASS_LOADS
+        },
+        "class_accepted": {
+            str(x): {
+                name: ci([accepted(r["classes"][str(x)], (name,)) for r in runs])
+                for name in sorted({c[0] for r in runs for c in r["classes"][str(x)]}, key=order)
+            }
+            for x in CLASS_LOADS
+        },
         "placed_pods": ci([r["placed_pods"] for r in runs]),
         "cpu_s": ci([r["cpu_s"] for r in runs]),
     }
+
+
+def accepted(classes: list[list[Any]], names: Sequence[str] = ()) -> float:
+    """Pods placed / arrived over the size classes ``names`` (all when empty)."""
+    rows = [c for c in classes if not names or c[0] in names]
+    arrived = sum(c[1] for c in rows)
+    return sum(c[2] for c in rows) / arrived if arrived else 1.0
+
+
+def order(size: str) -> tuple[bool, int]:
+    """Size classes smallest first, multi-GPU last."""
+    return (size == LARGE[1], int(size[:-1]) if size != LARGE[1] else 0)
 
 
 def compact(value: Any) -> Any:

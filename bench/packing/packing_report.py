@@ -9,7 +9,10 @@ from typing import Any
 
 from bench.common.stats import ci, fmt
 
-HEADLINE = ("migslice", "B3", "B5", "B6", "B4", "B0")
+HEADLINE = ("migslice", "M-carve", "B3", "B5", "B5-catalog", "B6", "B8", "B9", "B4", "B0")
+BASELINES = ("B3", "B5", "B5-catalog", "B6", "B8", "B9")
+"""The baselines an online policy is measured against (B4 and B0 trail far behind)."""
+OURS = ("migslice", "M-carve")
 
 
 def paired(mine: Sequence[float], other: Sequence[float]) -> dict[str, float]:
@@ -45,7 +48,28 @@ def markdown(report: dict[str, Any]) -> str:
     blocks = report["workloads"]
     for load in ("100", "130"):
         lines += headline_table(blocks, load)
-    lines += ["## §5.7 goals, migslice", ""]
+    lines += acceptance_table(blocks, "100", "accepted", "Pods accepted at 100 % arrived (%)")
+    lines += acceptance_table(
+        blocks,
+        "100",
+        "large_accepted",
+        "7g and multi-GPU pods accepted at 100 % arrived (%)",
+    )
+    lines += acceptance_table(
+        blocks,
+        "130",
+        "large_accepted",
+        "7g and multi-GPU pods accepted at 130 % arrived (%)",
+    )
+    lines += ["## Goals against the baselines, migslice's best shipped mode", ""]
+    lines += [
+        "Per workload, the better of migslice (MIG Manager mode) and M-carve (carve mode) by "
+        "mean slice allocation at 130 %; differences paired per seed.",
+        "",
+    ]
+    for block in blocks:
+        lines.append(baseline_goal_line(block))
+    lines += ["", "## §5.7 goals, migslice", ""]
     for block in blocks:
         lines.append(goal_line(block))
     lines += [
@@ -84,6 +108,72 @@ def headline_table(blocks: list[dict[str, Any]], load: str) -> list[str]:
         )
         lines.append("")
     return lines
+
+
+def acceptance_table(blocks: list[dict[str, Any]], load: str, key: str, title: str) -> list[str]:
+    names = {p: n["name"] for b in blocks for p, n in b["policies"].items()}
+    shown = [p for p in HEADLINE if p in names and p != "B0"]
+    rows = []
+    for block in blocks:
+        cells = []
+        for policy_id in shown:
+            policy = block["policies"].get(policy_id)
+            found = policy.get(key, {}).get(load) if policy else None
+            cells.append(fmt(found) if found else "—")
+        rows.append(f"| {block['workload']} | " + " | ".join(cells) + " |")
+    if all(set(r.split(" | ")[1:]) <= {"—", "— |"} for r in rows):
+        return []
+    return [
+        f"## {title}",
+        "",
+        "| workload | " + " | ".join(names[p] for p in shown) + " |",
+        "|---|" + "---|" * len(shown),
+        *rows,
+        "",
+    ]
+
+
+def best_mode(policies: dict[str, Any]) -> str | None:
+    """migslice's shipped mode with the higher mean slice allocation at 130 %."""
+    ours = [p for p in OURS if p in policies]
+    if not ours:
+        return None
+    return max(ours, key=lambda p: policies[p]["at"]["130"]["slice_allocation"]["mean"])
+
+
+def baseline_goal_line(block: dict[str, Any]) -> str:
+    policies = block["policies"]
+    mine_id = best_mode(policies)
+    if mine_id is None:
+        return f"- {block['workload']}: migslice not run"
+    mine = policies[mine_id]
+    checks = []
+    for other, margin in (("B6", 0.0), ("B5-catalog", 0.0), ("B8", 0.03), ("B9", 0.03)):
+        if other not in policies:
+            continue
+        d = paired(mine["per_seed"]["130"], policies[other]["per_seed"]["130"])
+        goal = f"≥ {other}" + (f" + {margin * 100:.0f} pp" if margin else "")
+        checks.append(f"{goal}: {'met' if d['mean'] >= margin else 'MISSED'} ({pp(d)})")
+    large = [p for p in BASELINES if p in policies and "large_accepted" in policies[p]]
+    if large and "large_accepted" in mine:
+        best = max(large, key=lambda p: policies[p]["large_accepted"]["130"]["mean"])
+        d = paired(
+            mine["large_accepted_per_seed"]["130"], policies[best]["large_accepted_per_seed"]["130"]
+        )
+        checks.append(
+            f"7g and multi-GPU acceptance ≥ the best baseline ({best}): "
+            f"{'met' if d['mean'] >= 0 else 'MISSED'} ({pp(d)})"
+        )
+    if "B3" in policies and "accepted" in mine and "accepted" in policies["B3"]:
+        b3 = policies["B3"]
+        d = paired(mine["accepted_per_seed"]["100"], b3["accepted_per_seed"]["100"])
+        dl = paired(mine["large_accepted_per_seed"]["100"], b3["large_accepted_per_seed"]["100"])
+        ok = d["mean"] >= 0 and dl["mean"] >= 0
+        checks.append(
+            f"at 100 % pods accepted ≥ B3 with large jobs ≥ B3's: {'met' if ok else 'MISSED'} "
+            f"({pp(d)}; large {pp(dl)})"
+        )
+    return f"- **{block['workload']}** ({mine['name']}): " + "; ".join(checks) + "."
 
 
 def goal_line(block: dict[str, Any]) -> str:
@@ -164,7 +254,16 @@ def losses(blocks: list[dict[str, Any]]) -> list[str]:
 
 
 def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
-    variants = ("B5", "B5-table", "B5-most", "B5-fewest", "B5-random-node", "B5-catalog")
+    variants = (
+        "B5",
+        "B5-table",
+        "B5-most",
+        "B5-fewest",
+        "B5-random-node",
+        "B5-catalog",
+        "B9",
+        "B9-random-node",
+    )
     rows = []
     for block in blocks:
         shown = [v for v in variants if v in block["policies"]]
@@ -181,7 +280,8 @@ def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     return [
-        "## B5 sensitivity: nos's tie-break, kube-scheduler's placement, nos's geometry table",
+        "## Sensitivity: nos's tie-break, kube-scheduler's placement, nos's geometry table; "
+        "B9's tied nodes (v1.37's first found, v1.34's random)",
         "",
         "| workload | variant | slice alloc. @100 % | @130 % | GPUs re-partitioned / 1k pods |",
         "|---|---|---|---|---|",
@@ -203,19 +303,43 @@ def details(block: dict[str, Any]) -> list[str]:
         "",
         "| policy | slice alloc. @100 % | @130 % | memory @130 % | demand placed @130 % "
         "| unalloc. GPU-eq. @130 % | first failure (% arrived) | GPUs re-partitioned / 1k pods "
-        "| pods disrupted | CPU s / run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| instances created / 1k pods | pods disrupted | CPU s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for policy in block["policies"].values():
         at100, at130 = policy["at"]["100"], policy["at"]["130"]
+        made = policy.get("creates_per_1k_pods")
+        created = fmt(made, 1.0) if made is not None else "—"
         lines.append(
             f"| {policy['name']} | {fmt(at100['slice_allocation'])} "
             f"| {fmt(at130['slice_allocation'])} | {fmt(at130['memory_allocation'])} "
             f"| {fmt(at130['demand_allocation'])} | {fmt(at130['unallocated_gpus'], 1.0)} "
             f"| {fmt(policy['first_failure_pct'], 1.0)} "
             f"| {fmt(policy['gpus_repartitioned_per_1k_pods'], 1.0)} "
+            f"| {created} "
             f"| {policy['disrupted_pods']} | {fmt(policy['cpu_s'], 1.0)} |"
         )
+    sizes = sorted(
+        {c for p in block["policies"].values() for c in p.get("class_accepted", {}).get("130", {})},
+        key=lambda c: (c == "multi-GPU", int(c[:-1]) if c != "multi-GPU" else 0),
+    )
+    if sizes:
+        lines += [
+            "",
+            "Pods accepted per size class at 130 % arrived (%):",
+            "",
+            "| policy | all | " + " | ".join(sizes) + " |",
+            "|---|---|" + "---|" * len(sizes),
+        ]
+        for policy in block["policies"].values():
+            per = policy.get("class_accepted", {}).get("130")
+            if not per:
+                continue
+            lines.append(
+                f"| {policy['name']} | {fmt(policy['accepted']['130'])} | "
+                + " | ".join(fmt(per[c]) if c in per else "—" for c in sizes)
+                + " |"
+            )
     return [*lines, ""]
 
 

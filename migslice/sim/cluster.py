@@ -155,6 +155,8 @@ class SimCluster:
         self.listeners: list[Listener] = []
         self.gpus_touched = 0
         self.repartitions = 0
+        self.instances_created = 0
+        """MIG instances created after the start, by re-partitions and one at a time."""
         self.changes = 0
         """How many changes the cluster has seen (a cheap "anything new?" test)."""
 
@@ -237,6 +239,7 @@ class SimCluster:
             raise ValueError(f"illegal layout for {node.name} GPU {index}: {new}")
         if tuple(gpu.instances) == tuple(new):
             return False
+        self.instances_created += len(set(new) - set(gpu.instances))
         gpu.instances = list(new)
         gpu.holders = [kept.get(p) for p in gpu.instances]
         gpu.mig_enabled = True
@@ -253,6 +256,7 @@ class SimCluster:
         holders = dict(zip(gpu.instances, gpu.holders, strict=True))
         gpu.instances = list(new)
         gpu.holders = [holders.get(p) for p in new]
+        self.instances_created += 1
         self.touched(node)
         return gpu.instances.index(placed)
 

@@ -9,16 +9,32 @@
 * **first-failure point**: arrived load (% of the cluster's compute slices) when the first pod
   could not be placed;
 * **re-partitions**: GPUs whose layout changed, per 1,000 placed pods;
-* **pods disrupted**: placed pods whose instance is no longer theirs at the end (must be 0).
+* **pods disrupted**: placed pods whose instance is no longer theirs at the end (must be 0);
+* **acceptance per size class**: pods arrived and placed so far per class (``1g`` ... ``7g``
+  by compute slices, ``multi-GPU`` for a pod of several instances), at each load point.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from migslice.mig import GpuModel
 from migslice.sim.cluster import Assignment, SimCluster
 from migslice.sim.sampling import SampleTally
+from migslice.sim.trace import SimPod
+
+MULTI_GPU = "multi-GPU"
+SIZE_CLASSES = ("1g", "2g", "3g", "4g", "7g", MULTI_GPU)
+"""The size classes an operator reads acceptance by (on the A100 and H100; a model with
+other compute sizes adds its own)."""
+
+
+def size_class(model: GpuModel, pod: SimPod) -> str:
+    """``<compute slices>g`` of the pod's profile, or ``multi-GPU`` for several instances."""
+    if pod.count > 1:
+        return MULTI_GPU
+    return f"{model.profile(pod.profile).compute_slices}g"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +48,14 @@ class LoadPoint:
     unallocated_gpus: float
     placed_pods: int
     failed_pods: int
+    classes: tuple[tuple[str, int, int], ...] = ()
+    """Per size class (:func:`size_class`), pods arrived and placed so far."""
+
+    def accepted(self, *names: str) -> float:
+        """Pods placed / arrived so far over the classes ``names`` (all when none)."""
+        rows = [c for c in self.classes if not names or c[0] in names]
+        arrived = sum(c[1] for c in rows)
+        return sum(c[2] for c in rows) / arrived if arrived else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +73,9 @@ class RunResult:
     repartition_operations: int
     disrupted_pods: int
     points: tuple[LoadPoint, ...]
+    instances_created: int = 0
+    """MIG instances created during the run (a per-pod carver creates one per instance a pod
+    holds; re-partitions create every new instance of a layout)."""
     sampling: SampleTally | None = field(default=None, compare=False)
     """kube-scheduler's node sampling, for a policy that models it (migslice): a tally of
     the search, not an outcome, so runs that place the same pods compare equal."""
@@ -65,6 +92,12 @@ class RunResult:
             return 0.0
         return 1000.0 * self.gpus_repartitioned / self.placed_pods
 
+    @property
+    def creates_per_1k_pods(self) -> float:
+        if not self.placed_pods:
+            return 0.0
+        return 1000.0 * self.instances_created / self.placed_pods
+
 
 @dataclass(slots=True)
 class Tally:
@@ -76,6 +109,13 @@ class Tally:
     demand_slices: int = 0
     placed: int = 0
     failed: int = 0
+    arrived_by_class: Counter[str] = field(default_factory=Counter)
+    placed_by_class: Counter[str] = field(default_factory=Counter)
+
+    def arrive(self, size: str, placed: bool) -> None:
+        self.arrived_by_class[size] += 1
+        if placed:
+            self.placed_by_class[size] += 1
 
     def add(self, model: GpuModel, demand_slices: int, assignment: Assignment) -> None:
         """A pod asking for ``demand_slices`` was placed (a whole GPU counts as all of it)."""
@@ -101,6 +141,13 @@ class Tally:
             unallocated_gpus=(1.0 - allocation) * self.gpus,
             placed_pods=self.placed,
             failed_pods=self.failed,
+            classes=tuple(
+                (name, n, self.placed_by_class[name])
+                for name, n in sorted(
+                    self.arrived_by_class.items(),
+                    key=lambda c: (c[0] == MULTI_GPU, int(c[0][:-1]) if c[0] != MULTI_GPU else 0),
+                )
+            ),
         )
 
 

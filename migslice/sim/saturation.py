@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from migslice.mig import GpuModel, is_legal
 from migslice.sim.cluster import GPUS_PER_NODE, SimCluster
-from migslice.sim.metrics import LoadPoint, RunResult, Tally, disrupted_pods
+from migslice.sim.metrics import LoadPoint, RunResult, Tally, disrupted_pods, size_class
 from migslice.sim.placement import Policy, Reshaper, apply_changes
 from migslice.sim.sampling import SampleTally
 from migslice.sim.trace import GPU_MODEL, SimPod, Workload
@@ -98,6 +98,7 @@ def run_sequence(
         if assignment is None and reshaper is not None:
             if apply_changes(cluster, reshaper.reshape([pod])):
                 assignment = placer.place(pod)
+        tally.arrive(size_class(model, pod), assignment is not None)
         if assignment is None:
             tally.failed += 1
             if first_failure is None:
@@ -127,6 +128,7 @@ def run_sequence(
         repartition_operations=cluster.repartitions,
         disrupted_pods=disrupted_pods(cluster),
         points=tuple(points),
+        instances_created=cluster.instances_created,
         sampling=sampled if isinstance(sampled, SampleTally) else None,
     )
 
