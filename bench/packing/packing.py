@@ -172,7 +172,7 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
             placed_pods=result.placed_pods,
             arrived_pods=result.arrived_pods,
             gpus_repartitioned_per_1k_pods=result.repartitions_per_1k_pods,
-            creates_per_1k_pods=result.creates_per_1k_pods,
+            creates_per_1k_pods=1000.0 * result.instances_created / max(1, result.placed_pods),
             disrupted_pods=result.disrupted_pods,
             classes={str(load): [list(c) for c in result.at(load).classes] for load in CLASS_LOADS},
         )

@@ -25,9 +25,6 @@ from migslice.sim.sampling import SampleTally
 from migslice.sim.trace import SimPod
 
 MULTI_GPU = "multi-GPU"
-SIZE_CLASSES = ("1g", "2g", "3g", "4g", "7g", MULTI_GPU)
-"""The size classes an operator reads acceptance by (on the A100 and H100; a model with
-other compute sizes adds its own)."""
 
 
 def size_class(model: GpuModel, pod: SimPod) -> str:
@@ -50,12 +47,6 @@ class LoadPoint:
     failed_pods: int
     classes: tuple[tuple[str, int, int], ...] = ()
     """Per size class (:func:`size_class`), pods arrived and placed so far."""
-
-    def accepted(self, *names: str) -> float:
-        """Pods placed / arrived so far over the classes ``names`` (all when none)."""
-        rows = [c for c in self.classes if not names or c[0] in names]
-        arrived = sum(c[1] for c in rows)
-        return sum(c[2] for c in rows) / arrived if arrived else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +82,6 @@ class RunResult:
         if not self.placed_pods:
             return 0.0
         return 1000.0 * self.gpus_repartitioned / self.placed_pods
-
-    @property
-    def creates_per_1k_pods(self) -> float:
-        if not self.placed_pods:
-            return 0.0
-        return 1000.0 * self.instances_created / self.placed_pods
 
 
 @dataclass(slots=True)
