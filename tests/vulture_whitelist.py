@@ -109,3 +109,6 @@ _.reserved_for  # ResourceClaim status.reservedFor, read by tests and docs/dra.m
 mig_profiles  # device_classes.py: the chart's DeviceClasses, checked by tests/install
 migslice_device_class
 deviceAPI  # policy/wire.py: the CRD's field, as TypedDict
+carve_reshape  # tests: the plain carve planner call the node-by-node chooser is checked against
+instance_creates  # bench/packing/churn.py
+instance_destroys  # bench/packing/churn.py

@@ -35,7 +35,10 @@ from migslice.sim.churn_model import ChurnConfig, ChurnResult
 from migslice.sim.trace_files import DEFAULT_DATA_DIR, load_workload
 
 WORKLOADS = ("default/M1", "synthetic")
-RESHAPING = ("migslice", "B5")
+RESHAPING = ("migslice", "B5", "B5-catalog")
+"""Policies whose re-partitions take T_reconf (the T_reconf sweep runs them)."""
+CARVING = ("M-carve", "B6", "B8", "B9")
+"""Policies that carve instances next to running ones, each taking the carve time."""
 STATIC = ("B3", "B4")
 LOADS = (70.0, 85.0, 95.0, 110.0)
 T_RECONF = (15.0, 60.0, 120.0, 300.0, 600.0)
@@ -57,7 +60,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--out", type=Path, help="folder of report.json (default bench/packing)")
     parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--policies", default=",".join((*RESHAPING, *STATIC)))
+    parser.add_argument("--policies", default=",".join((*RESHAPING, *CARVING, *STATIC)))
     parser.add_argument(
         "--add",
         action="store_true",
@@ -108,6 +111,9 @@ def work(task: tuple[str, str, float, float, int]) -> dict[str, Any]:
 
 
 def summary(result: ChurnResult) -> dict[str, Any]:
+    window_s = result.duration_s - result.warmup_s
+    gpu_days = result.gpus * window_s / 86_400
+    node_s = result.nodes * window_s
     return {
         "name": result.policy,
         "arrived_pods": result.arrived_pods,
@@ -122,6 +128,9 @@ def summary(result: ChurnResult) -> dict[str, Any]:
         "gpus_repartitioned": result.gpus_repartitioned,
         "repartitions_per_20_placed": 20 * result.repartitions_per_placed_pod,
         "disrupted_pods": result.disrupted_pods,
+        "creates_per_gpu_day": result.instance_creates / gpu_days,
+        "destroys_per_gpu_day": result.instance_destroys / gpu_days,
+        "blocked_node_pct": 100 * result.blocked_node_s / node_s,
         "classes": [
             {
                 "name": c.name,
@@ -142,6 +151,9 @@ METRICS = (
     "mean_pending",
     "repartitions_per_20_placed",
     "gpus_repartitioned",
+    "creates_per_gpu_day",
+    "destroys_per_gpu_day",
+    "blocked_node_pct",
 )
 
 
@@ -226,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for policy, load, t in points(args)
         for seed in range(args.seeds)
     ]
-    todo.sort(key=lambda t: (t[1] != "migslice", t[0] != "synthetic"))
+    todo.sort(key=lambda t: (t[1] not in ("migslice", "M-carve"), t[0] != "synthetic"))
     started = time.monotonic()
     results = []
     for n, r in enumerate(run_pool(work, todo, args.jobs), start=1):
@@ -271,6 +283,7 @@ def run_config(
         "controller": asdict(config.controller),
         "batch_idle_s": config.batch_idle_s,
         "batch_timeout_s": config.batch_timeout_s,
+        "t_carve_s": config.t_carve_s,
         "base": {"load": BASE_LOAD, "t_reconf": BASE_T},
         "wall_s": wall_s,
         "cpu_s": sum(r["cpu_s"] for r in results),
