@@ -25,6 +25,7 @@ from migslice.mig import GpuModel
 from migslice.names import MODE_CARVE
 from migslice.sim.dra_first_fit import DraFirstFit
 from migslice.sim.fgd import FgdForMig, typical_shapes
+from migslice.sim.hami import HamiMig
 from migslice.sim.limits import count_geometries, oracle_layouts
 from migslice.sim.nos import NosLike
 from migslice.sim.ours import Migslice, planned_reshape
@@ -52,6 +53,7 @@ POLICY_IDS = (
     "B5-random-node",
     "B5-catalog",
     "B6",
+    "B8",
     "B9",
     "B9-random-node",
     "migslice",
@@ -95,6 +97,8 @@ def make_policy(
         return NosLike("B5 nos on the catalog's geometries", geometries=geometries)
     if policy_id == "B6":
         return FgdForMig(typical_shapes(expected))
+    if policy_id == "B8":
+        return HamiMig()
     if policy_id == "B9":
         return DraFirstFit()
     if policy_id == "B9-random-node":

@@ -1,0 +1,212 @@
+"""B8: HAMi v2.10's MIG mode (``Project-HAMi/HAMi`` at tag ``v2.10.0``, commit ``4707fb02``;
+read, not copied), its default policies: nodes by ``binpack``, GPUs by ``spread``.
+
+HAMi carves one MIG instance per container on GPUs in use: its scheduler extender picks the
+node, the GPU, the profile and the placement, and its device plugin creates the instance when
+the container is allocated and destroys it when the pod ends. A pod asks for GPU memory
+(``nvidia.com/gpumem``); here a pod of profile ``p`` asks for ``p``'s memory, and
+``nvidia.com/gpu`` = its instance count.
+
+* **Profiles** are the admin's ``migProfileAllowlist`` with NVML's sizes and placements
+  (``pkg/device-plugin/nvidiadevice/nvinternal/plugin/register.go`` 209-254,
+  ``discoverMigProfiles``: ``Core`` = the profile's SMs in % of the GPU's, rounded up). The
+  chart ships no allowlist, so the simulator lists the five profiles the traces are mapped to
+  (1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb).
+* **Profile and placement** (``pkg/device/nvidia/device.go`` 621-639,
+  ``selectMigCandidate``): the profiles sorted by memory, then by slice count; the first whose
+  memory is at least the request and that has a free placement wins, so a ``4g.40gb`` pod is
+  given a ``3g.40gb`` when one fits (the same 40 GB; HAMi chooses by memory). Its placement
+  (``pkg/device/nvidia/mig_topology.go`` 26-37 and 56-74, ``selectMigPlacement``): ``1g`` and
+  ``3g`` profiles scan NVML's placements from the highest start, the others from the lowest;
+  the first that overlaps no instance on the GPU wins. HAMi checks overlap only; the
+  simulator offers it the placements the catalog finds legal, the same on the A100.
+* **GPU in the node** (``pkg/scheduler/score.go`` 82-90 ``fitInDevices``;
+  ``pkg/scheduler/policy/gpu_policy.go`` 77-123 and 194-222): each GPU scored
+  ``(1 + used) / count + used cores / 100 + (request + used memory) / total memory``
+  (weights 1, 1, 1; ``count`` is ``deviceSplitCount``, 10), sorted for ``spread`` by score
+  descending, and ``Fit`` (``device.go`` 723-860) walks that list from the end: the least used
+  GPU first (ties: by index). A GPU is skipped when its count is used up, its memory is short,
+  or its cores are all used (counted before the pod, as ``Fit`` does); in MIG mode it is
+  tried again after taking an instance (``i++``), so one pod's instances may share a GPU.
+* **Node** (``pkg/scheduler/policy/node_policy.go`` 48-54 and 106-128,
+  ``ComputeDefaultScore``; ``pkg/scheduler/scheduler.go`` 1117-1118): every node that fits is
+  scored ``used / count + used cores / total cores + used memory / total memory`` over its
+  GPUs before the pod, the list sorted ascending for ``binpack`` and the last taken: the most
+  used node. ``ScoreNode`` of the NVIDIA backend returns 0, so nothing MIG-aware is added.
+  Ties: ``sort.Sort`` is not stable and the list comes from parallel scoring, so a tied node is
+  drawn at random (seeded).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from migslice.mig import GpuModel, Layout, Placed, free_placements
+from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
+from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.placement import CarvingPlacer, Placer
+from migslice.sim.trace import SimPod
+
+ALLOWLIST = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+DEVICE_SPLIT_COUNT = 10
+"""``deviceSplitCount`` in the chart's values (``charts/hami/values.yaml`` 347)."""
+TOTAL_CORE = 100
+HIGH_FIRST = ("1g.", "3g.")
+"""``preferHighMigPlacement``: profiles whose placements are scanned from the highest start."""
+
+
+def memory_mb(model: GpuModel, profile: str) -> int:
+    """``MemoryMB``: NVML's memory size of the profile where the catalog has it (A100-80GB:
+    9,728 for 1g.10gb, 40,192 for both 3g.40gb and 4g.40gb), else the name's."""
+    found = model.profile(profile)
+    return found.memory_mib or found.nominal_memory_mib
+
+
+def total_memory_mb(model: GpuModel) -> int:
+    return model.memory_mib or max(memory_mb(model, p.name) for p in model.profiles)
+
+
+def core(model: GpuModel, profile: str) -> int:
+    """``Core``: the profile's SMs in % of the largest profile's, rounded up (by compute
+    slices where the catalog lacks SM counts)."""
+    found = model.profile(profile)
+    full = max((p.sm_count or 0) for p in model.profiles)
+    if found.sm_count and full:
+        return math.ceil(found.sm_count * TOTAL_CORE / full)
+    return math.ceil(found.compute_slices * TOTAL_CORE / model.compute_slices)
+
+
+def hami_placement(model: GpuModel, layout: Sequence[Placed], profile: str) -> Placed | None:
+    """``selectMigPlacement``: the first free placement in HAMi's scan order."""
+    free = free_placements(model, layout, profile)
+    if not free:
+        return None
+    high = profile.startswith(HIGH_FIRST)
+    return max(free, key=lambda p: p.start) if high else min(free, key=lambda p: p.start)
+
+
+def select_candidate(
+    model: GpuModel, layout: Sequence[Placed], memory: int, allowlist: Sequence[str] = ALLOWLIST
+) -> Placed | None:
+    """``selectMigCandidate``: the smallest allowed profile (memory, then slices) whose memory
+    is at least ``memory`` and that has a free placement on ``layout``, at HAMi's placement."""
+    ordered = sorted(
+        allowlist, key=lambda p: (memory_mb(model, p), model.profile(p).compute_slices)
+    )
+    for profile in ordered:
+        if memory_mb(model, profile) < memory:
+            continue
+        placed = hami_placement(model, layout, profile)
+        if placed is not None:
+            return placed
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUse:
+    """What HAMi's scheduler counts on one GPU: containers, cores and memory in use."""
+
+    used: int
+    cores: int
+    memory: int
+
+    @classmethod
+    def of(cls, model: GpuModel, gpu: SimGpu) -> GpuUse:
+        held = [p for p, h in zip(gpu.instances, gpu.holders, strict=True) if h is not None]
+        return cls(
+            len(held),
+            sum(core(model, p.profile) for p in held),
+            sum(memory_mb(model, p.profile) for p in held),
+        )
+
+
+def fit(model: GpuModel, gpus: Sequence[SimGpu], kind: Kind) -> list[tuple[int, Placed]]:
+    """HAMi's ``Fit`` for a pod of ``kind`` (profile, count) on a node: the GPU and instance of
+    each of its ``count`` devices, or empty when they do not all fit."""
+    profile, count = kind
+    memory = memory_mb(model, profile)
+    total_memory = total_memory_mb(model)
+    uses = {g.index: GpuUse.of(model, g) for g in gpus if g.mig_enabled}
+
+    def score(index: int) -> float:
+        use = uses[index]
+        return (
+            (1 + use.used) / DEVICE_SPLIT_COUNT
+            + use.cores / TOTAL_CORE
+            + (memory + use.memory) / total_memory
+        )
+
+    order = sorted(uses, key=lambda i: (score(i), i))
+    layouts = {g.index: list(g.instances) for g in gpus}
+    chosen: list[tuple[int, Placed]] = []
+    k = 0
+    while k < len(order) and len(chosen) < count:
+        index = order[k]
+        use = uses[index]
+        # the counts are the GPU's before the pod (Fit does not add what it took so far);
+        # the placement sees the pod's own instances (CustomFilterRule)
+        placed = None
+        if (
+            use.used < DEVICE_SPLIT_COUNT
+            and total_memory - use.memory >= memory
+            and use.cores < TOTAL_CORE
+        ):
+            placed = select_candidate(model, layouts[index], memory)
+        if placed is None:
+            k += 1
+            continue
+        chosen.append((index, placed))
+        layouts[index].append(placed)
+    return chosen if len(chosen) == count else []
+
+
+def node_score(model: GpuModel, node: SimNode) -> float:
+    """``ComputeDefaultScore`` of the node before the pod (weight left out: it scales all)."""
+    uses = [GpuUse.of(model, g) for g in node.gpus if g.mig_enabled]
+    if not uses:
+        return 0.0
+    return (
+        sum(u.used for u in uses) / (DEVICE_SPLIT_COUNT * len(uses))
+        + sum(u.cores for u in uses) / (TOTAL_CORE * len(uses))
+        + sum(u.memory for u in uses) / (total_memory_mb(model) * len(uses))
+    )
+
+
+class HamiPlacer(CarvingPlacer):
+    def __init__(self, cluster: SimCluster, seed: int) -> None:
+        super().__init__(cluster)
+        self.rng = random.Random(seed)
+        self.index = RankIndex(cluster, self.rank)
+
+    def rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        if node.is_blocked or not fit(self.cluster.model, node.gpus, kind):
+            return None
+        return (-node_score(self.cluster.model, node), node.position)
+
+    def place(self, pod: SimPod) -> Assignment | None:
+        kind = (pod.profile, pod.count)
+        entries = self.index.entries(kind)
+        if not entries:
+            return None
+        best = entries[0][0]
+        tied = 1
+        while tied < len(entries) and entries[tied][0] == best:
+            tied += 1
+        node = self.cluster.nodes[int(entries[self.rng.randrange(tied)][-1])]
+        return self.carve(node, fit(self.cluster.model, node.gpus, kind), pod)
+
+
+@dataclass(frozen=True, slots=True)
+class HamiMig:
+    """B8 (see the module docstring)."""
+
+    name: str = "B8 HAMi v2.10 MIG"
+
+    def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
+        return ((),)
+
+    def start(self, cluster: SimCluster, seed: int) -> Placer:
+        return HamiPlacer(cluster, seed)

@@ -1,0 +1,77 @@
+"""B8, HAMi v2.10's MIG mode: its own test's placements (``mig_topology_test.go``
+``TestSelectMigPlacementUsesBalancedPacking`` at v2.10.0), the profile chosen by memory, the
+least used GPU first (spread) and the most used node (binpack)."""
+
+from __future__ import annotations
+
+from migslice.mig import CATALOG, Placed
+from migslice.sim import GPU_MODEL, SaturationConfig, SimPod, make_policy, run_sequence
+from migslice.sim.cluster import SimCluster, SimGpu
+from migslice.sim.hami import HamiMig, core, fit, memory_mb, select_candidate
+
+
+def test_hamis_own_sequence_on_an_a100_40gb() -> None:
+    model = CATALOG.get("A100-40GB")
+    layout: list[Placed] = []
+    starts = []
+    for profile in ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]:
+        placed = select_candidate(model, layout, memory_mb(model, profile), allowlist=[profile])
+        assert placed is not None and placed.profile == profile
+        starts.append(placed.start)
+        layout.append(placed)
+    assert starts == [4, 0, 3, 2]
+
+
+def test_the_profile_is_the_smallest_by_memory_then_slices() -> None:
+    # 3g.40gb and 4g.40gb have the same memory (40,192 MB): a 40 GB request gets a 3g,
+    # from the highest start; with both 3g placements taken, nothing of 40 GB fits
+    placed = select_candidate(GPU_MODEL, [], memory_mb(GPU_MODEL, "4g.40gb"))
+    assert placed is not None and (placed.profile, placed.start) == ("3g.40gb", 4)
+    taken = [placed, Placed(0, "3g.40gb", 4)]
+    assert select_candidate(GPU_MODEL, taken, memory_mb(GPU_MODEL, "4g.40gb")) is None
+    # 2g.20gb and the others from the lowest start, 1g from the highest
+    two = select_candidate(GPU_MODEL, [], memory_mb(GPU_MODEL, "2g.20gb"))
+    one = select_candidate(GPU_MODEL, [], memory_mb(GPU_MODEL, "1g.10gb"))
+    assert two is not None and (two.profile, two.start) == ("2g.20gb", 0)
+    assert one is not None and (one.profile, one.start) == ("1g.10gb", 6)
+
+
+def test_cores_are_the_profiles_sms_in_percent_rounded_up() -> None:
+    assert [core(GPU_MODEL, p) for p in ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")] == [
+        15,
+        29,
+        43,
+        100,
+    ]
+
+
+def test_the_least_used_gpu_is_tried_first() -> None:
+    gpus = [SimGpu(0, True, [Placed(6, "1g.10gb", 1)], ["x"]), SimGpu(1, True)]
+    [(index, placed)] = fit(GPU_MODEL, gpus, ("1g.10gb", 1))
+    assert (index, placed.start) == (1, 6)
+
+
+def test_a_multi_gpu_pod_takes_one_7g_per_gpu() -> None:
+    gpus = [SimGpu(i, True) for i in range(3)]
+    assert [i for i, _ in fit(GPU_MODEL, gpus, ("7g.80gb", 2))] == [0, 1]
+    assert fit(GPU_MODEL, gpus, ("7g.80gb", 4)) == []
+
+
+def test_the_most_used_node_wins() -> None:
+    cluster = SimCluster(GPU_MODEL, 3, [()], gpus_per_node=2)
+    placer = HamiMig().start(cluster, 0)
+    first = placer.place(SimPod("a", "1g.10gb"))
+    second = placer.place(SimPod("b", "2g.20gb"))
+    assert first is not None and second is not None
+    assert second.node == first.node
+    # spread inside the node: the second pod on the other GPU
+    assert {u[0] for u in first.units} != {u[0] for u in second.units}
+
+
+def test_b8_runs_in_mode_a_and_never_leaves_an_illegal_layout() -> None:
+    pods = [SimPod(f"p{i}", p) for i, p in enumerate(["1g.10gb", "4g.40gb", "2g.20gb"] * 8)]
+    config = SaturationConfig(nodes=2, gpus_per_node=2, check_layouts=True)
+    policy = make_policy("B8", GPU_MODEL, pods, gpus=4)
+    assert isinstance(policy, HamiMig)
+    result = run_sequence(pods, policy, config)
+    assert result.placed_pods > 0 and result.disrupted_pods == 0
