@@ -6,7 +6,8 @@ min pending (``--min-pending`` sweeps it, ``--intervals`` the rounds), 60 s cool
 node, four nodes in flight; the node agent's stand-in destroys and creates the
 planned instances next to running ones after the carve time, the whole node taking no new
 pod meanwhile, as ``prepare_node`` blocks a carving node) at carve times 2, 5, 10 and 30 s,
-against migslice's MIG Manager mode, B5 nos and B3 oracle-static (T_reconf 60 s), at 95 %
+against migslice's MIG Manager mode, B5 nos and B3 oracle-static (T_reconf 60 s) and the
+per-pod carvers B6, B8 and B9 (each pod waiting the same carve time), at 95 %
 offered load on 64 nodes x 8 GPUs, for the M1, M2 and synthetic mappings. Every policy sees
 the same arrivals per seed, so differences are paired per seed.
 
@@ -43,7 +44,9 @@ from migslice.sim.trace_files import DEFAULT_DATA_DIR
 
 WORKLOADS = ("default/M1", "default/M2", "synthetic")
 CARVE_TIMES = (2.0, 5.0, 10.0, 30.0)
-BASELINES = ("migslice", "B5", "B3")
+BASELINES = ("migslice", "B5", "B3", "B6", "B8", "B9")
+PER_POD = ("B6", "B8", "B9")
+"""Baselines that carve one instance per pod: run at every carve time, each pod waiting it."""
 LOAD, T_RECONF = 95.0, 60.0
 INTERVAL_S = 15.0
 CONTEXT: dict[str, Any] = {}
@@ -87,6 +90,8 @@ Task = tuple[str, str, float, float, float, int]
 
 
 def label(policy_id: str, t_carve: float, min_pending: float, interval: float) -> str:
+    if policy_id in PER_POD:
+        return f"{policy_id} {t_carve:g}s"
     if policy_id != "M-carve":
         return policy_id
     return f"M-carve {t_carve:g}s pending {min_pending:g}s rounds {interval:g}s"
@@ -142,7 +147,9 @@ def markdown(report: dict[str, Any]) -> str:
         "node in carve mode, carve time, carve min pending and controller round interval as "
         "each row says, cooldown 60 s, 4 nodes in flight, the whole node off-limits while the "
         "node agent carves. migslice (MIG Manager mode) and B5 nos: T_reconf 60 s "
-        "(migslice: min pending 30 s, rounds every 15 s); B3: never re-partitions. "
+        "(migslice: min pending 30 s, rounds every 15 s); B3: never re-partitions; B6, B8 and "
+        "B9 carve one instance per pod on GPUs in use, each pod starting the row's carve time "
+        "after it is placed. "
         '"Before the plan": the new-shape pods\' time from arrival to the carve or '
         "re-partition planned for them; the rest of their wait is the carve itself and the "
         "placement after it. Values: mean ± 95 % interval over seeds; differences are paired by "
@@ -186,14 +193,15 @@ def workload_section(report: dict[str, Any], spec: str) -> list[str]:
     lines += ["", "Paired differences, M-carve minus baseline, pp (by pods / by slices):", ""]
     lines += [
         "| carve time, min pending, rounds | vs B5 nos | vs B3 oracle-static "
-        "| vs migslice (MIG Manager) |"
+        "| vs migslice (MIG Manager) | vs B6 | vs B8 | vs B9 (same carve time) |"
     ]
-    lines += ["|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|"]
     for p in sorted(points, key=order):
         if not p["policy"].startswith("M-carve"):
             continue
         cells = []
-        for other in ("B5", "B3", "migslice"):
+        others = ["B5", "B3", "migslice", *(f"{b} {p['t_carve']:g}s" for b in PER_POD)]
+        for other in others:
             d = paired(report, spec, p["policy"], other)
             cells.append(
                 f"{fmt(d['acceptance'], 1)} / {fmt(d['slice_acceptance'], 1)}" if d else "—"
@@ -203,6 +211,8 @@ def workload_section(report: dict[str, Any], spec: str) -> list[str]:
 
 
 def suffix(point: dict[str, Any]) -> str:
+    if point["policy"].split()[0] in PER_POD:
+        return f" {point['t_carve']:g} s"
     if not point["policy"].startswith("M-carve"):
         return ""
     return (
@@ -211,10 +221,19 @@ def suffix(point: dict[str, Any]) -> str:
     )
 
 
-def order(point: dict[str, Any]) -> tuple[bool, float, float, float]:
-    """M-carve first, by carve time, then min pending and interval, longest first."""
+def order(point: dict[str, Any]) -> tuple[int, float, str, float, float]:
+    """M-carve first, then the per-pod carvers, by carve time, then min pending and interval,
+    longest first; the others last."""
     carve = point["policy"].startswith("M-carve")
-    return (not carve, point["t_carve"], -point.get("min_pending", 0), -point.get("interval", 0))
+    per_pod = point["policy"].split()[0] in PER_POD
+    rank = 0 if carve else 1 if per_pod else 2
+    return (
+        rank,
+        point["t_carve"],
+        point["policy"],
+        -point.get("min_pending", 0),
+        -point.get("interval", 0),
+    )
 
 
 def floats(text: str) -> list[float]:
@@ -244,7 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     variants = [("M-carve", t, mp, iv) for t in times for mp in pendings for iv in intervals]
-    baselines = [(b, 0.0, 0.0, 0.0) for b in args.baselines.split(",") if b]
+    chosen = [b for b in args.baselines.split(",") if b]
+    baselines = [(b, 0.0, 0.0, 0.0) for b in chosen if b not in PER_POD]
+    baselines += [(b, t, 0.0, 0.0) for b in chosen if b in PER_POD for t in times]
     todo: list[Task] = [
         (spec, *variant, seed)
         for spec in specs
