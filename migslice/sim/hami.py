@@ -9,9 +9,9 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
 
 * **Profiles** are the admin's ``migProfileAllowlist`` with NVML's sizes and placements
   (``pkg/device-plugin/nvidiadevice/nvinternal/plugin/register.go`` 209-254,
-  ``discoverMigProfiles``: ``Core`` = the profile's SMs in % of the GPU's, rounded up). The
-  chart ships no allowlist, so the simulator lists the five profiles the traces are mapped to
-  (1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb).
+  ``discoverMigProfiles``: ``Core`` = the profile's SMs in % of the GPU's, rounded up), as
+  the chart lists them (:data:`ALLOWLIST`). A GPU's ``Count`` is the largest instance count
+  of those profiles (``register.go`` 196-201: 7 on the A100).
 * **Profile and placement** (``pkg/device/nvidia/device.go`` 621-639,
   ``selectMigCandidate``): the profiles sorted by memory, then by slice count; the first whose
   memory is at least the request and that has a free placement wins, so a ``4g.40gb`` pod is
@@ -23,11 +23,12 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
 * **GPU in the node** (``pkg/scheduler/score.go`` 82-90 ``fitInDevices``;
   ``pkg/scheduler/policy/gpu_policy.go`` 77-123 and 194-222): each GPU scored
   ``(1 + used) / count + used cores / 100 + (request + used memory) / total memory``
-  (weights 1, 1, 1; ``count`` is ``deviceSplitCount``, 10), sorted for ``spread`` by score
-  descending, and ``Fit`` (``device.go`` 723-860) walks that list from the end: the least used
-  GPU first (ties: by index). A GPU is skipped when its count is used up, its memory is short,
-  or its cores are all used (counted before the pod, as ``Fit`` does); in MIG mode it is
-  tried again after taking an instance (``i++``), so one pod's instances may share a GPU.
+  (weights 1, 1, 1), sorted for ``spread`` by score descending (``sort.Sort`` on eight
+  GPUs in index order is an insertion sort, stable), and ``Fit`` (``device.go`` 723-860)
+  walks that list from the end: the least used GPU first, ties to the highest index. A GPU
+  is skipped when its count is used up, its memory is short, or its cores are all used
+  (counted before the pod, as ``Fit`` does); in MIG mode it is tried again after taking an
+  instance (``i++``), so one pod's instances may share a GPU.
 * **Node** (``pkg/scheduler/policy/node_policy.go`` 48-54 and 106-128,
   ``ComputeDefaultScore``; ``pkg/scheduler/scheduler.go`` 1117-1118): every node that fits is
   scored ``used / count + used cores / total cores + used memory / total memory`` over its
@@ -50,9 +51,11 @@ from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
 from migslice.sim.trace import SimPod
 
-ALLOWLIST = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
-DEVICE_SPLIT_COUNT = 10
-"""``deviceSplitCount`` in the chart's values (``charts/hami/values.yaml`` 347)."""
+ALLOWLIST = ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")
+"""The chart's ``migProfileAllowlist`` for the A100-80GB
+(``charts/hami/templates/scheduler/device-configmap.yaml`` 35-53: ``7g.79gb``, which NVML
+resolves by its ``7g`` prefix). It has no 4g.40gb: a 4g pod asks 40 GB and gets a 3g.40gb,
+or a 7g.80gb when no 3g placement is free."""
 TOTAL_CORE = 100
 HIGH_FIRST = ("1g.", "3g.")
 """``preferHighMigPlacement``: profiles whose placements are scanned from the highest start."""
@@ -123,6 +126,11 @@ class GpuUse:
         )
 
 
+def gpu_count(model: GpuModel, allowlist: Sequence[str] = ALLOWLIST) -> int:
+    """``Count`` of a MIG GPU: the largest instance count among the allowed profiles."""
+    return max(model.profile(p).max_count for p in allowlist)
+
+
 def fit(model: GpuModel, gpus: Sequence[SimGpu], kind: Kind) -> list[tuple[int, Placed]]:
     """HAMi's ``Fit`` for a pod of ``kind`` (profile, count) on a node: the GPU and instance of
     each of its ``count`` devices, or empty when they do not all fit."""
@@ -130,16 +138,17 @@ def fit(model: GpuModel, gpus: Sequence[SimGpu], kind: Kind) -> list[tuple[int, 
     memory = memory_mb(model, profile)
     total_memory = total_memory_mb(model)
     uses = {g.index: GpuUse.of(model, g) for g in gpus if g.mig_enabled}
+    count_per_gpu = gpu_count(model)
 
     def score(index: int) -> float:
         use = uses[index]
         return (
-            (1 + use.used) / DEVICE_SPLIT_COUNT
+            (1 + use.used) / count_per_gpu
             + use.cores / TOTAL_CORE
             + (memory + use.memory) / total_memory
         )
 
-    order = sorted(uses, key=lambda i: (score(i), i))
+    order = sorted(uses, key=lambda i: (score(i), -i))
     layouts = {g.index: list(g.instances) for g in gpus}
     chosen: list[tuple[int, Placed]] = []
     k = 0
@@ -150,7 +159,7 @@ def fit(model: GpuModel, gpus: Sequence[SimGpu], kind: Kind) -> list[tuple[int, 
         # the placement sees the pod's own instances (CustomFilterRule)
         placed = None
         if (
-            use.used < DEVICE_SPLIT_COUNT
+            use.used < count_per_gpu
             and total_memory - use.memory >= memory
             and use.cores < TOTAL_CORE
         ):
@@ -169,7 +178,7 @@ def node_score(model: GpuModel, node: SimNode) -> float:
     if not uses:
         return 0.0
     return (
-        sum(u.used for u in uses) / (DEVICE_SPLIT_COUNT * len(uses))
+        sum(u.used for u in uses) / (gpu_count(model) * len(uses))
         + sum(u.cores for u in uses) / (TOTAL_CORE * len(uses))
         + sum(u.memory for u in uses) / (total_memory_mb(model) * len(uses))
     )

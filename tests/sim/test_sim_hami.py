@@ -7,7 +7,15 @@ from __future__ import annotations
 from migslice.mig import CATALOG, Placed
 from migslice.sim import GPU_MODEL, SaturationConfig, SimPod, make_policy, run_sequence
 from migslice.sim.cluster import SimCluster, SimGpu
-from migslice.sim.hami import HamiMig, core, fit, memory_mb, select_candidate
+from migslice.sim.hami import (
+    ALLOWLIST,
+    HamiMig,
+    core,
+    fit,
+    gpu_count,
+    memory_mb,
+    select_candidate,
+)
 
 
 def test_hamis_own_sequence_on_an_a100_40gb() -> None:
@@ -24,11 +32,17 @@ def test_hamis_own_sequence_on_an_a100_40gb() -> None:
 
 def test_the_profile_is_the_smallest_by_memory_then_slices() -> None:
     # 3g.40gb and 4g.40gb have the same memory (40,192 MB): a 40 GB request gets a 3g,
-    # from the highest start; with both 3g placements taken, nothing of 40 GB fits
-    placed = select_candidate(GPU_MODEL, [], memory_mb(GPU_MODEL, "4g.40gb"))
-    assert placed is not None and (placed.profile, placed.start) == ("3g.40gb", 4)
-    taken = [placed, Placed(0, "3g.40gb", 4)]
-    assert select_candidate(GPU_MODEL, taken, memory_mb(GPU_MODEL, "4g.40gb")) is None
+    # from the highest start, with 4g allowed or not; without 4g in the allowlist (the
+    # chart's) a 40 GB request that finds no 3g gets the next larger profile, a 7g
+    both = ["3g.40gb", "4g.40gb"]
+    for allowlist in (both, ALLOWLIST):
+        placed = select_candidate(GPU_MODEL, [], 40192, allowlist=allowlist)
+        assert placed is not None and (placed.profile, placed.start) == ("3g.40gb", 4)
+    small = [Placed(0, "1g.10gb", 1)]
+    placed = select_candidate(GPU_MODEL, [Placed(4, "3g.40gb", 4)], 40192)
+    assert placed is not None and (placed.profile, placed.start) == ("3g.40gb", 0)
+    assert select_candidate(GPU_MODEL, [*small, Placed(4, "3g.40gb", 4)], 40192) is None
+    assert "4g.40gb" not in ALLOWLIST
     # 2g.20gb and the others from the lowest start, 1g from the highest
     two = select_candidate(GPU_MODEL, [], memory_mb(GPU_MODEL, "2g.20gb"))
     one = select_candidate(GPU_MODEL, [], memory_mb(GPU_MODEL, "1g.10gb"))
@@ -45,15 +59,29 @@ def test_cores_are_the_profiles_sms_in_percent_rounded_up() -> None:
     ]
 
 
-def test_the_least_used_gpu_is_tried_first() -> None:
-    gpus = [SimGpu(0, True, [Placed(6, "1g.10gb", 1)], ["x"]), SimGpu(1, True)]
+def test_the_least_used_gpu_is_tried_first_ties_to_the_highest_index() -> None:
+    gpus = [SimGpu(0, True), SimGpu(1, True, [Placed(6, "1g.10gb", 1)], ["x"]), SimGpu(2, True)]
     [(index, placed)] = fit(GPU_MODEL, gpus, ("1g.10gb", 1))
-    assert (index, placed.start) == (1, 6)
+    assert (index, placed.start) == (2, 6)
+    assert gpu_count(GPU_MODEL) == 7
+
+
+def test_eight_small_pods_fill_one_gpus_1g_placements_from_the_top() -> None:
+    gpu = SimGpu(0, True)
+    starts = []
+    for n in range(8):
+        found = fit(GPU_MODEL, [gpu], ("1g.10gb", 1))
+        if not found:
+            break
+        gpu.instances.append(found[0][1])
+        gpu.holders.append(f"p{n}")
+        starts.append(found[0][1].start)
+    assert starts == [6, 5, 4, 3, 2, 1, 0]
 
 
 def test_a_multi_gpu_pod_takes_one_7g_per_gpu() -> None:
     gpus = [SimGpu(i, True) for i in range(3)]
-    assert [i for i, _ in fit(GPU_MODEL, gpus, ("7g.80gb", 2))] == [0, 1]
+    assert [i for i, _ in fit(GPU_MODEL, gpus, ("7g.80gb", 2))] == [2, 1]
     assert fit(GPU_MODEL, gpus, ("7g.80gb", 4)) == []
 
 
