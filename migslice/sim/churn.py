@@ -111,7 +111,8 @@ class ChurnRun:
         """Pods a re-partition or carve was planned for, and when it was planned."""
         self.end = config.duration_s - config.patience_s
         self.tally = ChurnTally(config, model)
-        self.carve_s = config.t_carve_s if getattr(self.placer, "carves_per_pod", False) else 0.0
+        self.per_pod = bool(getattr(self.placer, "carves_per_pod", False))
+        self.carve_s = config.t_carve_s if self.per_pod else 0.0
         """Per-pod carvers (B6, B8, B9): a pod starts this long after it is placed."""
         self.changes = InstanceChanges()
         self.batching: NosBatching | None = None
@@ -302,12 +303,18 @@ class ChurnRun:
     def retry(self, node: SimNode) -> None:
         """Retry the queue in FIFO order after ``node`` gained free instances: a pod is tried
         only if ``node`` now has enough free instances of its profile (nothing else changed
-        since it last failed)."""
+        since it last failed); under a per-pod carver every waiting pod is tried."""
         seen = -1
         free: Counter[str] = Counter()
         for index, waiting in list(self.queue.items()):
             if node.is_blocked:
                 return
+            if self.per_pod:
+                # a per-pod carver has no free instances to count: the freed slices may
+                # take any waiting pod, so each is tried in turn
+                if self.try_place(waiting):
+                    del self.queue[index]
+                continue
             if node.version != seen:
                 seen = node.version
                 free = _free_counts(node)

@@ -93,6 +93,18 @@ def test_a_per_pod_carver_charges_the_carve_time_and_counts_its_instances(policy
     assert result.blocked_node_s == 0.0
 
 
+@pytest.mark.parametrize("policy_id", ["B6", "B8", "B9"])
+def test_a_pod_waiting_under_a_per_pod_carver_is_placed_when_room_frees(policy_id: str) -> None:
+    arrivals = (
+        Arrival(0.0, SimPod("a", "7g.80gb"), 50.0),
+        Arrival(10.0, SimPod("b", "3g.40gb"), 50.0),
+    )
+    policy = make_policy(policy_id, GPU_MODEL, synthetic_workload().pods, gpus=1)
+    result = run_arrivals(arrivals, policy, replace(CONFIG, t_carve_s=7.0))
+    # b waits for a to end (a starts at 7 s, ends at 57 s), then its own carve
+    assert [(p.pod, p.time_s) for p in result.placements] == [("a", 0.0), ("b", 57.0)]
+
+
 def test_carve_mode_counts_the_instances_its_carves_create_and_the_node_time_they_block() -> None:
     arrivals = (Arrival(0.0, SimPod("a", "2g.20gb"), 100.0),)
     policy = make_policy("M-carve", GPU_MODEL, synthetic_workload().pods, gpus=1)
