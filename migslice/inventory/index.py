@@ -42,7 +42,11 @@ from migslice.mig import CATALOG, Catalog
 from migslice.mig.migparted import MigPartedEntry
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.device_classes import DeviceClassFacts, device_class_facts_from_raw
-from migslice.objects.device_taint_rules import TaintRuleFacts, with_rules
+from migslice.objects.device_taint_rules import (
+    TaintRuleFacts,
+    taint_rule_facts_from_raw,
+    with_rules,
+)
 from migslice.objects.dra_pool import DraPool, read_pool
 from migslice.objects.nodes import NodeFacts, node_facts_from_raw
 from migslice.objects.pods import PodFacts, pod_facts_from_raw
@@ -247,11 +251,14 @@ class ClusterIndex(Generic[V]):
         self.load_dra(objects)
 
     def load_dra(self, objects: ClusterObjects) -> None:
-        """Take a cluster file's ResourceSlices, ResourceClaims and DeviceClasses."""
+        """Take a cluster file's ResourceSlices, ResourceClaims, DeviceClasses and
+        DeviceTaintRules."""
         self.replace_slices(s for s in map(slice_facts_from_raw, objects.resource_slices) if s)
         self.replace_claims(c for c in map(claim_facts_from_raw, objects.resource_claims) if c)
         found = map(device_class_facts_from_raw, objects.device_classes)
         self.replace_classes(c for c in found if c is not None)
+        rules = map(taint_rule_facts_from_raw, objects.device_taint_rules)
+        self.replace_rules(r for r in rules if r is not None)
 
     def replace_slices(self, slices: Iterable[SliceFacts]) -> None:
         with self._lock:

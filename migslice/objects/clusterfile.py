@@ -37,6 +37,7 @@ class ClusterObjects:
     resource_slices: tuple[RawObject, ...] = ()
     resource_claims: tuple[RawObject, ...] = ()
     device_classes: tuple[RawObject, ...] = ()
+    device_taint_rules: tuple[RawObject, ...] = ()
     others: tuple[RawObject, ...] = field(default=())
 
     def config_map(self, namespace: str, name: str) -> RawObject | None:
@@ -58,6 +59,7 @@ _KINDS = {
     "ResourceSlice": "resource_slices",
     "ResourceClaim": "resource_claims",
     "DeviceClass": "device_classes",
+    "DeviceTaintRule": "device_taint_rules",
 }
 
 

@@ -66,11 +66,14 @@ def check_node(demand: PodDemand, node: PreparedNode | None) -> Verdict:
             return verdict
         if verdict.outcome is Outcome.FAILED and failed is None:
             failed = verdict
-    if failed is None and node.state.dra is not None and not demand.is_single_unit:
-        # Counts are per resource; on a DRA node the units must also fit together, one after
-        # the other where the allocator's first fit puts each (a DynamicMIG GPU's placements
-        # overlap).
+    dra = node.state.dra
+    if failed is None and dra is not None and (not demand.is_single_unit or dra.pool.tainted):
+        # Counts are per resource and know no taints; on a DRA node the units must also fit
+        # together, one after the other where the allocator's first fit puts each (a
+        # DynamicMIG GPU's placements overlap), on devices no taint keeps it off.
         if not dra_units_fit(node.state, demand.units):
+            if dra.pool.tainted and dra_units_fit(node.state, demand.units, taints=False):
+                return Verdict(Outcome.FAILED, reasons.DEVICES_TAINTED)
             first = demand.units[0]
             reason = (
                 reasons.ALL_WHOLE_GPUS_IN_USE
@@ -121,9 +124,12 @@ def _check_unit(unit: DemandUnit, node: PreparedNode) -> Verdict:
 def _one_unit_fits(unit: DemandUnit, demand: PodDemand, node: PreparedNode) -> bool:
     """The hot path for a pod asking for one unit: it fits exactly when :func:`check_node`
     would say so, by a few lookups (a free unit implies one in allocatable, and a node whose
-    MIG is off has no free MIG unit). A property test holds the two equal."""
+    MIG is off has no free MIG unit). A property test holds the two equal. A DRA node with
+    tainted devices takes :func:`check_node`'s way: its counts know no taints."""
+    dra = node.state.dra
     return (
-        node.blocked is None
+        (dra is None or not dra.pool.tainted)
+        and node.blocked is None
         and node.not_ready is None
         and (not unit.claim or node.claim_reason is None)
         and (demand.products is None or node.product in demand.products)

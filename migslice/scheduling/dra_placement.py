@@ -18,6 +18,7 @@ to the allocator (:mod:`migslice.scheduling.dra_steer`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from migslice.inventory import NodeState
@@ -75,13 +76,15 @@ def dra_demand_score(state: NodeState, units: Sequence[DemandUnit]) -> int:
     return min(scores) if scores else MIN_SCORE
 
 
-def dra_units_fit(state: NodeState, units: Sequence[DemandUnit]) -> bool:
-    """Whether the allocator finds devices for all of ``units`` on the node now."""
+def dra_units_fit(state: NodeState, units: Sequence[DemandUnit], *, taints: bool = True) -> bool:
+    """Whether the allocator finds devices for all of ``units`` on the node now (``taints``
+    False: were no device tainted but by migslice's steer)."""
     view = state.dra
     requests = dra_requests(state, units)
     if view is None or view.use is None or requests is None:
         return False
-    return first_solution(view.pool, requests, view.use) is not None
+    pool = view.pool if taints else dataclasses.replace(view.pool, tainted=frozenset())
+    return first_solution(pool, requests, view.use) is not None
 
 
 def dra_requests(state: NodeState, units: Sequence[DemandUnit]) -> list[tuple[Wanted, int]] | None:

@@ -88,5 +88,11 @@ DRA_INCOMPLETE = "node's DRA ResourceSlices (gpu.nvidia.com) not all published y
 """Failed: the driver is publishing a new generation of the node's slices."""
 NO_DRA = "node publishes no DRA GPU devices (gpu.nvidia.com)"
 DEVICE_PLUGIN_NODE = "node serves NVIDIA GPUs through the device plugin, not DRA"
+DEVICES_TAINTED = (
+    "the free devices that fit are tainted (DeviceTaintRule or the driver's taints, "
+    "NoSchedule/NoExecute): tolerate the taint in the claim's request or remove the rule"
+)
+"""Failed: the node has room for the pod, but only on devices that a taint other than the
+steer's keeps the allocator off."""
 CLAIM_NOT_SEEN = "pod's ResourceClaim not seen by migslice extender yet"
 """Failed, every node: the claim the pod names is not in the extender's cache yet."""

@@ -27,9 +27,10 @@ DRA_LISTS = (
     ("resource_slices", f"{names.DRA_API}/resourceslices", "ResourceSlice"),
     ("resource_claims", f"{names.DRA_API}/resourceclaims", "ResourceClaim"),
     ("device_classes", f"{names.DRA_API}/deviceclasses", "DeviceClass"),
+    ("device_taint_rules", f"{names.DRA_API}/devicetaintrules", "DeviceTaintRule"),
 )
 """The DRA objects a DRA node's state is read from (none where resource.k8s.io/v1 is not
-served)."""
+served; no DeviceTaintRules where the DRADeviceTaints feature is off)."""
 WORKLOADS = (
     ("/apis/batch/v1", "jobs", "Job"),
     ("/apis/batch/v1", "cronjobs", "CronJob"),

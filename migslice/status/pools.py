@@ -89,6 +89,11 @@ class NodeView:
     placements: tuple[tuple[str, int, int], ...] = ()
     """On a DRA node: per resource, how many the claims leave free and how many the node
     offers (the driver's placements, as the inventory counts them)."""
+    tainted: int = 0
+    """On a DRA node: devices the slices' taints or DeviceTaintRules keep claims off."""
+    steered: int = 0
+    """On a DynamicMIG node: devices migslice's steer keeps new claims off (a one-device claim
+    that fits the node still fits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,8 @@ def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
         free,
         notes=state.notes,
         placements=placements,
+        tainted=len(state.dra.pool.tainted) if state.dra is not None else 0,
+        steered=len(state.dra.pool.steered) if state.dra is not None else 0,
     )
 
 

@@ -185,6 +185,17 @@ def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
                 for r, f, t in node.placements
             )
             lines += wrapped(f"DRA placements free now: {free}", "    ", width)
+        if node.tainted:
+            lines += wrapped(
+                f"{node.tainted} device(s) tainted (DeviceTaintRules or the driver's taints): "
+                "claims that do not tolerate them are kept off",
+                "    ",
+                width,
+            )
+        if node.steered and wide:
+            lines += wrapped(
+                f"{node.steered} device(s) held back by migslice's steer", "    ", width
+            )
         if not node.gpus:
             counts = ", ".join(
                 f"{r.removeprefix('nvidia.com/')} {h}/{t} held" for r, h, t in node.counts
@@ -322,6 +333,8 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         ],
         "notes": list(node.notes),
         "draPlacements": [{"resource": r, "free": f, "offered": t} for r, f, t in node.placements],
+        "draDevicesTainted": node.tainted,
+        "draDevicesSteered": node.steered,
     }
 
 

@@ -132,3 +132,55 @@ def test_an_extended_resource_reaches_a_dra_node_only_through_a_class_that_maps_
         (dropped,) = big["nodes"]
         assert (dropped["outcome"], dropped["names"]) == ("kube-scheduler", [NODE])
         assert dropped["reason"].startswith("Insufficient nvidia.com/mig-3g.40gb")
+
+
+def test_a_device_taint_rule_keeps_a_claim_off_and_why_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only GPU 0's 1g.10gb@0 is held: a 7g.80gb fits GPU 1 unless an admin's DeviceTaintRule
+    (maintenance) taints that GPU's devices; then the pod fails there by the taint, not by
+    room. migslice's own steer rules are counted apart."""
+    objects = [o for o in dra_cluster() if o["metadata"]["name"] != "c"]
+    path = tmp_path / "dra.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    assert [w["pod"] for w in document["waiting"]] == ["team-a/d"]
+    assert document["waiting"][0]["fits"] == [NODE]
+    maintenance = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "gpu-1-maintenance"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": NODE, "device": ""},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }
+    rules = []
+    for device in ("gpu-1-mig-7g80gb-0-0", "gpu-1-mig-4g40gb-5-0"):
+        rule = json.loads(json.dumps(maintenance))
+        rule["metadata"]["name"] = f"maintenance-{device}"
+        rule["spec"]["deviceSelector"]["device"] = device
+        rules.append(rule)
+    steer = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"migslice-steer-{NODE}-gpu-1-mig-1g10gb-19-0"},
+        "spec": {
+            "deviceSelector": {
+                "driver": "gpu.nvidia.com",
+                "pool": NODE,
+                "device": "gpu-1-mig-1g10gb-19-0",
+            },
+            "taint": {"key": "migslice.io/steer", "value": "1g.10gb", "effect": "NoSchedule"},
+        },
+    }
+    path.write_text(yaml.safe_dump_all([*objects, *rules, steer]))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (node,) = document["pools"][0]["nodes"]
+    assert (node["draDevicesTainted"], node["draDevicesSteered"]) == (2, 1)
+    (waiting,) = document["waiting"]
+    assert waiting["fits"] == []
+    (reason,) = waiting["nodes"]
+    assert reason["outcome"] == "failed" and "tainted" in reason["reason"]
+    text = _run(capsys, "status", "--cluster-file", str(path))
+    assert "2 device(s) tainted" in text
