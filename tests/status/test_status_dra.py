@@ -184,3 +184,30 @@ def test_a_device_taint_rule_keeps_a_claim_off_and_why_says_so(
     assert reason["outcome"] == "failed" and "tainted" in reason["reason"]
     text = _run(capsys, "status", "--cluster-file", str(path))
     assert "2 device(s) tainted" in text
+
+
+def test_who_may_not_list_device_taint_rules_still_reads_the_cluster() -> None:
+    from migslice.console import CommandError
+    from migslice.status.gather import read_cluster
+    from tests.local_api import Request, local_api
+
+    objects = dra_cluster()
+    kinds = {"nodes": "Node", "pods": "Pod", "resourceslices": "ResourceSlice"}
+
+    def answer(forbidden: str) -> Any:
+        def respond(request: Request) -> tuple[int, Any]:
+            resource = request.path.rstrip("/").rsplit("/", 1)[-1]
+            if resource == forbidden:
+                return 403, {"kind": "Status", "code": 403, "message": "forbidden"}
+            kind = kinds.get(resource)
+            items = [o for o in objects if kind and o["kind"] == kind]
+            return 200, {"kind": "List", "metadata": {}, "items": items}
+
+        return respond
+
+    with local_api(answer("devicetaintrules")) as transport:
+        read = read_cluster(transport, ("migslice-system", "mig-parted-config"))
+    slices = [o for o in objects if o["kind"] == "ResourceSlice"]
+    assert len(read.resource_slices) == len(slices) > 0 and read.device_taint_rules == ()
+    with local_api(answer("resourceslices")) as transport, pytest.raises(CommandError):
+        read_cluster(transport, ("migslice-system", "mig-parted-config"))
