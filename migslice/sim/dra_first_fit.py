@@ -23,7 +23,10 @@ kube-scheduler v1.37 alone (no extender, no steer).
   Modelled sequentially (:mod:`migslice.sim.sampling`): the first feasible node from the
   rotating start, the start advancing by the nodes processed. ``node="random"`` draws a
   feasible node at random instead, as v1.34's ``selectHost`` broke ties (a sensitivity
-  variant).
+  variant). ``node="least-allocated"`` takes, of the nodes found, the one holding the fewest
+  pods (the first found on ties): NodeResourcesFit's default LeastAllocated score where pods
+  ask no CPU or memory, each then counted at the scheduler's non-zero defaults (the DRA
+  suite's pods on a real kube-scheduler; a sensitivity variant).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from migslice.sim.placement import CarvingPlacer, Placer
 from migslice.sim.sampling import num_feasible_nodes_to_find, search
 from migslice.sim.trace import SimPod
 
-NODE_CHOICES = ("rotating", "random")
+NODE_CHOICES = ("rotating", "random", "least-allocated")
 
 
 def first_fit_devices(
@@ -67,6 +70,12 @@ def first_fit_devices(
     return []
 
 
+def pods_on(node: SimNode) -> int:
+    """The pods a node holds: what NodeResourcesFit's LeastAllocated score ranks when pods
+    ask no CPU or memory (each counts kube-scheduler's non-zero defaults, 100m and 200 MB)."""
+    return len({h for gpu in node.gpus for h in (*gpu.holders, gpu.whole_holder) if h})
+
+
 class DraFirstFitPlacer(CarvingPlacer):
     def __init__(self, cluster: SimCluster, node_choice: str, seed: int) -> None:
         super().__init__(cluster)
@@ -91,6 +100,8 @@ class DraFirstFitPlacer(CarvingPlacer):
         positions = [int(e[0]) for e in entries]
         window = search(positions, self.start_index, len(nodes), self.to_find)
         self.start_index = window.next_start
+        if self.node_choice == "least-allocated":
+            return min((nodes[p] for p in window.sample), key=pods_on)
         return nodes[window.sample[0]]
 
     def place(self, pod: SimPod) -> Assignment | None:

@@ -10,7 +10,10 @@
 * ``B8`` is HAMi v2.10's MIG mode (:mod:`migslice.sim.hami`);
 * ``B9`` is NVIDIA's DRA driver in DynamicMIG mode allocated by kube-scheduler alone
   (:mod:`migslice.sim.dra_first_fit`), ``B9-random-node`` the same with v1.34's random
-  choice among tied nodes;
+  choice among tied nodes, ``B9-least-allocated`` with NodeResourcesFit's spread of pods
+  that ask no CPU or memory;
+* ``M-dra`` is migslice on DynamicMIG nodes: the extender's node score and the steer's device
+  (:mod:`migslice.sim.dra_steered`);
 * ``migslice`` is the extender's score and the repartition controller's decision
   (:mod:`migslice.sim.ours`).
 
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from migslice.mig import GpuModel
 from migslice.names import MODE_CARVE
 from migslice.sim.dra_first_fit import DraFirstFit
+from migslice.sim.dra_steered import DraSteered
 from migslice.sim.fgd import FgdForMig, typical_shapes
 from migslice.sim.hami import HamiMig
 from migslice.sim.limits import count_geometries, oracle_layouts
@@ -56,8 +60,10 @@ POLICY_IDS = (
     "B8",
     "B9",
     "B9-random-node",
+    "B9-least-allocated",
     "migslice",
     "M-carve",
+    "M-dra",
 )
 NOS_VARIANTS = {
     "B5": NosLike(),
@@ -103,6 +109,10 @@ def make_policy(
         return DraFirstFit()
     if policy_id == "B9-random-node":
         return DraFirstFit("B9 DRA first-fit, random tied node", node="random")
+    if policy_id == "B9-least-allocated":
+        return DraFirstFit("B9 DRA first-fit, least-allocated node", node="least-allocated")
+    if policy_id == "M-dra":
+        return DraSteered()
     if policy_id == "migslice":
         return Migslice()
     if policy_id == "M-carve":

@@ -99,3 +99,17 @@ def test_b9_runs_in_mode_a_and_never_leaves_an_illegal_layout() -> None:
     assert isinstance(policy, DraFirstFit)
     result = run_sequence(pods, policy, config)
     assert result.placed_pods > 0 and result.disrupted_pods == 0
+
+
+def test_least_allocated_takes_the_node_holding_the_fewest_pods_first_found_on_ties() -> None:
+    cluster = _cluster(3)
+    placer = make_policy("B9-least-allocated", GPU_MODEL, [], gpus=6).start(cluster, 0)
+    nodes = []
+    for i in range(4):
+        placed = placer.place(SimPod(f"p{i}", "1g.10gb"))
+        assert placed is not None
+        nodes.append(placed.node)
+    names = [n.name for n in cluster.nodes]
+    assert nodes == [names[0], names[1], names[2], names[0]]
+    # inside the node, still first fit: the second pod on node 0 takes start 1
+    assert [p.start for p in cluster.nodes[0].gpus[0].instances] == [0, 1]

@@ -1,0 +1,106 @@
+"""M-dra: migslice on DynamicMIG nodes of NVIDIA's DRA driver: kube-scheduler allocates, the
+extender chooses the node and the steer chooses the device inside it.
+
+* **Inside a node**, the steer's preferred device (:mod:`migslice.scheduling.dra_steer`): among
+  the profile's free placements, the GPU of the highest
+  :func:`~migslice.inventory.picking.gpu_unit_score` after the placement (the fullest GPU in
+  use first, so idle GPUs stay whole), then the placement that takes the least room from larger
+  profiles (:func:`migslice.mig.room.room_loss`, largest shape first), then the allocator's own
+  order (GPU, then start). The steer taints the devices the allocator would reach first, so
+  first fit lands there; an ideal steer, never stale. A claim for ``k`` devices takes them one
+  after the other, each the preferred one after the last.
+* **The node**: the extender's score on a DRA node, that of the device the allocator lands on
+  (:func:`migslice.scheduling.dra_placement.dra_mig_score`, the worst of a claim's devices);
+  kube-scheduler breaks ties at random among the highest (an extender run sets its
+  ``Randomizer``).
+* Devices are carved when the claim is prepared and destroyed when it is released, as in B9.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from migslice.inventory.picking import gpu_unit_score
+from migslice.mig import GpuModel, Layout, Placed, free_placements
+from migslice.mig.room import RoomLoss, room_loss
+from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
+from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.placement import CarvingPlacer, Placer
+from migslice.sim.trace import SimPod
+
+
+def steered_devices(
+    model: GpuModel, gpus: Sequence[SimGpu], kind: Kind
+) -> tuple[int, list[tuple[int, Placed]]]:
+    """The devices the steered allocator gives a claim for ``kind`` on a DynamicMIG node
+    holding ``gpus``' instances, and the node's score (the worst device's); (0, []) when
+    they do not all fit."""
+    profile, count = kind
+    layouts = {g.index: list(g.instances) for g in gpus if g.mig_enabled and g.whole_holder is None}
+    node_in_use = any(layout for layout in layouts.values())
+    chosen: list[tuple[int, Placed]] = []
+    worst = 10
+    for _ in range(count):
+        best: tuple[tuple[int, RoomLoss, int, int], int, Placed] | None = None
+        for index, layout in layouts.items():
+            held = sum(p.size for p in layout)
+            kept = tuple(sorted(layout))
+            for placed in free_placements(model, layout, profile):
+                score = gpu_unit_score(
+                    held + placed.size,
+                    model.memory_slices,
+                    in_use=held > 0,
+                    node_in_use=node_in_use,
+                )
+                loss = room_loss(model, kept, (*kept, placed))
+                key = (-score, loss, index, placed.start)
+                if best is None or key < best[0]:
+                    best = (key, index, placed)
+        if best is None:
+            return 0, []
+        key, index, placed = best
+        worst = min(worst, -key[0])
+        layouts[index].append(placed)
+        chosen.append((index, placed))
+        node_in_use = True
+    return worst, chosen
+
+
+class DraSteeredPlacer(CarvingPlacer):
+    def __init__(self, cluster: SimCluster, seed: int) -> None:
+        super().__init__(cluster)
+        self.rng = random.Random(seed)
+        self.feasible = RankIndex(cluster, self.rank)
+
+    def rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        if node.is_blocked:
+            return None
+        score, chosen = steered_devices(self.cluster.model, node.gpus, kind)
+        if not chosen:
+            return None
+        return (-score, node.position)
+
+    def place(self, pod: SimPod) -> Assignment | None:
+        kind = (pod.profile, pod.count)
+        entries = self.feasible.entries(kind)
+        if not entries:
+            return None
+        top = [e for e in entries if e[0] == entries[0][0]]
+        node = self.cluster.nodes[int(top[self.rng.randrange(len(top))][-1])]
+        _, chosen = steered_devices(self.cluster.model, node.gpus, kind)
+        return self.carve(node, chosen, pod)
+
+
+@dataclass(frozen=True, slots=True)
+class DraSteered:
+    """M-dra (see the module docstring)."""
+
+    name: str = "M-dra migslice on DynamicMIG (node score and steer)"
+
+    def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
+        return ((),)
+
+    def start(self, cluster: SimCluster, seed: int) -> Placer:
+        return DraSteeredPlacer(cluster, seed)
