@@ -112,3 +112,4 @@ deviceAPI  # policy/wire.py: the CRD's field, as TypedDict
 carve_reshape  # tests: the plain carve planner call the node-by-node chooser is checked against
 instance_creates  # bench/packing/churn.py
 instance_destroys  # bench/packing/churn.py
+jain_index  # bench/packing/packing.py: the fairness index of the tenants' acceptance

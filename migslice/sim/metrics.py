@@ -47,6 +47,9 @@ class LoadPoint:
     failed_pods: int
     classes: tuple[tuple[str, int, int], ...] = ()
     """Per size class (:func:`size_class`), pods arrived and placed so far."""
+    tenants: tuple[tuple[str, int, int, int], ...] = ()
+    """Per tenant (:mod:`migslice.sim.tenants`), pods arrived, placed and denied by its quota
+    so far (none denied where quotas are off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +99,17 @@ class Tally:
     failed: int = 0
     arrived_by_class: Counter[str] = field(default_factory=Counter)
     placed_by_class: Counter[str] = field(default_factory=Counter)
+    by_tenant: dict[str, list[int]] = field(default_factory=dict)
+    """Per tenant: arrived, placed, denied by quota."""
 
-    def arrive(self, size: str, placed: bool) -> None:
+    def arrive(self, size: str, placed: bool, tenant: str = "", denied: bool = False) -> None:
         self.arrived_by_class[size] += 1
         if placed:
             self.placed_by_class[size] += 1
+        counts = self.by_tenant.setdefault(tenant, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += placed
+        counts[2] += denied
 
     def add(self, model: GpuModel, demand_slices: int, assignment: Assignment) -> None:
         """A pod asking for ``demand_slices`` was placed (a whole GPU counts as all of it)."""
@@ -133,6 +142,7 @@ class Tally:
                     key=lambda c: (c[0] == MULTI_GPU, int(c[0][:-1]) if c[0] != MULTI_GPU else 0),
                 )
             ),
+            tenants=tuple((t, a, p, d) for t, (a, p, d) in sorted(self.by_tenant.items())),
         )
 
 

@@ -21,6 +21,7 @@ from migslice.sim.cluster import GPUS_PER_NODE, SimCluster
 from migslice.sim.metrics import LoadPoint, RunResult, Tally, disrupted_pods, size_class
 from migslice.sim.placement import Policy, Reshaper, apply_changes
 from migslice.sim.sampling import SampleTally
+from migslice.sim.tenants import QuotaLedger, quota_policies, tenant_of
 from migslice.sim.trace import GPU_MODEL, SimPod, Workload
 
 Progress = Callable[[LoadPoint], None]
@@ -33,6 +34,9 @@ class SaturationConfig:
     max_load_pct: int = 130
     check_layouts: bool = False
     """Check every GPU's layout with ``is_legal`` after each placement (slow; for tests)."""
+    quotas: bool = False
+    """Give each tenant a quota of its share of the arrivals' demand
+    (:func:`migslice.sim.tenants.quota_policies`): a pod over it is denied before placement."""
 
 
 def sample_arrivals(
@@ -92,19 +96,23 @@ def run_sequence(
     points: list[LoadPoint] = []
     arrived = 0
     first_failure: float | None = None
+    ledger = QuotaLedger(quota_policies(arrivals, capacity), model) if config.quotas else None
     for pod in arrivals:
         arrived += pod.compute_slices
-        assignment = placer.place(pod)
-        if assignment is None and reshaper is not None:
+        denied = ledger is not None and not ledger.admit(pod)
+        assignment = None if denied else placer.place(pod)
+        if assignment is None and reshaper is not None and not denied:
             if apply_changes(cluster, reshaper.reshape([pod])):
                 assignment = placer.place(pod)
-        tally.arrive(size_class(model, pod), assignment is not None)
-        if assignment is None:
+        if assignment is None and ledger is not None:
+            ledger.release(pod.name)
+        tally.arrive(size_class(model, pod), assignment is not None, tenant_of(pod), denied)
+        if assignment is not None:
+            tally.add(model, pod.compute_slices, assignment)
+        elif not denied:
             tally.failed += 1
             if first_failure is None:
                 first_failure = 100.0 * arrived / capacity
-        else:
-            tally.add(model, pod.compute_slices, assignment)
         if config.check_layouts:
             _check_layouts(cluster)
         reached = min(config.max_load_pct, (100 * arrived) // capacity)

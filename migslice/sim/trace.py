@@ -75,6 +75,8 @@ class TracePod:
     name: str
     num_gpu: int
     gpu_milli: int
+    group: str = ""
+    """The ``qos`` column where the list has one (the simulator's tenant)."""
 
     @property
     def is_cpu_only(self) -> bool:
@@ -95,6 +97,8 @@ class SimPod:
     name: str
     profile: str
     count: int = 1
+    tenant: str = ""
+    """The trace group it belongs to (:mod:`migslice.sim.tenants`); empty: none."""
 
     @property
     def compute_slices(self) -> int:
@@ -131,6 +135,7 @@ def parse_pod_list(text: str) -> tuple[TracePod, ...]:
                 name=row["name"],
                 num_gpu=_int(row, "num_gpu", row_number),
                 gpu_milli=_int(row, "gpu_milli", row_number),
+                group=(row.get("qos") or "").strip(),
             )
         )
     return tuple(pods)
@@ -178,8 +183,8 @@ def map_pod(pod: TracePod, mapping: MappingKind) -> SimPod | None:
     if pod.is_cpu_only:
         return None
     if pod.gpu_milli >= 1000:
-        return SimPod(pod.name, WHOLE_PROFILE, pod.num_gpu)
-    return SimPod(pod.name, profile_for(pod.gpu_milli, mapping), 1)
+        return SimPod(pod.name, WHOLE_PROFILE, pod.num_gpu, pod.group)
+    return SimPod(pod.name, profile_for(pod.gpu_milli, mapping), 1, pod.group)
 
 
 def map_trace(name: str, pods: Iterable[TracePod], mapping: MappingKind) -> Workload:
