@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench.dra.memory import DraLists
-from bench.dra.replay import arrivals, goals_of, large_acceptance, markdown
+from bench.dra.replay import arrivals, goals_of, large_acceptance, large_ceiling, markdown
 from migslice.inventory import ClusterIndex
 from migslice.names import DRA_API
 from migslice.objects.clusterfile import ClusterObjects
@@ -37,6 +37,7 @@ def outcome(stranded: float, large: tuple[int, int], **extra: int) -> dict[str, 
         "steer_timeouts": 0,
         "placed_on_arrival": {"1g.10gb": 4, "7g.80gb": large[0]},
         "turned_away": 10 - 4 - large[0],
+        "turned_away_with_room": {"7g.80gb": extra.get("room", 0)},
         "stranded_when_turned_away": stranded,
     }
 
@@ -54,37 +55,54 @@ def test_the_goals_say_met_only_with_the_numbers() -> None:
     runs = {"first-fit": outcome(20, (2, 10)), "migslice": outcome(8, (4, 10))}
     met = {g["goal"]: g["met"] for g in goals_of(runs)}
     assert list(met.values()) == [True, True, True]
-    runs["migslice"] = outcome(11.0, (2, 10), double=1)
+    runs["migslice"] = outcome(11.0, (2, 10), double=1, room=3)
     assert [g["met"] for g in goals_of(runs)] == [False, False, False]
     assert large_acceptance(runs["first-fit"]) == 20.0
+    # level with first fit, but no 4g/7g pod turned away had room anywhere: the ceiling
+    runs["migslice"] = outcome(8, (2, 10))
+    goals = goals_of(runs)
+    assert goals[1]["met"] and goals[1]["migslice"] == "20.0 (ceiling 20.0)"
+    assert large_ceiling(outcome(8, (2, 10), room=3)) == 50.0
 
 
 def test_the_report_renders_every_run_and_goal() -> None:
-    runs = {"first-fit": outcome(20, (2, 10)), "migslice": outcome(8, (4, 10))}
+    runs = {"first-fit": outcome(20, (2, 10), room=1), "migslice": outcome(8, (4, 10))}
+    runs["migslice"]["at_fill"] = {
+        "allocated_slices": 60,
+        "stranded_slices": 3,
+        "idle_free_slices": 1,
+        "arrived": {},
+        "accepted": {},
+    }
     report = {
         "settings": {
             "nodes": 1,
             "gpus": 8,
             "capacity_slices": 64,
-            "pods": 10,
-            "demand_slices": 80,
             "load": 1.3,
-            "trace": "gpushare100",
-            "mapping": "M2",
             "seed": 1,
             "kubernetes": "v1.37.2",
+            "churn": 0,
         },
-        "profiles": ["1g.10gb", "7g.80gb"],
-        "runs": {"sequential": runs},
-        "goals": goals_of(runs),
+        "workloads": {
+            "gpushare100/M2": {
+                "pods": 10,
+                "demand_slices": 80,
+                "profiles": ["1g.10gb", "7g.80gb"],
+                "runs": {"sequential": runs},
+                "goals": goals_of(runs),
+            }
+        },
     }
     text = markdown(report)
+    assert "## gpushare100/M2: 10 pods (80 memory slices)" in text
+    assert "| sequential | first-fit | 6/10 | 4 (1, 1) | 20 | 20.0 | 20 / 0 |" in text
     assert (
-        "| sequential | migslice | 8/10 | 2 | 8 | 40.0 | 8/10 | 8 / 0 | 0 | 0 | 0 | 4.0 | - |"
-        in (text)
+        "| sequential | migslice | 8/10 | 2 (0, 0) | 8 | 40.0 | 3 / 1 | 0 | 0 | 0 | 4.0 | - |"
+        in text
     )
     assert "| sequential | first-fit | 4/4 | 2/10 |" in text
-    assert "(60.0 % fewer) | yes |" in text
+    assert "| 4g/7g placed on arrival at least first fit's + 10 pp" in text
 
 
 def test_the_memory_lists_are_dra_nodes_read_as_migslice_reads_them() -> None:
