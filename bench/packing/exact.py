@@ -52,7 +52,7 @@ from migslice.sim.saturation import sample_arrivals
 from migslice.sim.trace_files import DEFAULT_DATA_DIR, load_workload
 
 WORKLOADS = ("default/M1", "default/M2", "synthetic")
-POLICIES = ("migslice", "M-carve", "B3", "B5", "B5-catalog", "B6", "B8", "B9")
+POLICIES = ("migslice", "M-carve", "M-dra", "B3", "B5", "B5-catalog", "B6", "B8", "B9")
 GPUS_PER_NODE = 8
 TIME_LIMIT_S = 60.0
 CONTEXT: dict[str, Any] = {}

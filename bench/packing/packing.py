@@ -49,6 +49,7 @@ from migslice.sim import (
 from migslice.sim.limits import sampled_first_failure_pct, sampled_limit
 from migslice.sim.ours import Migslice
 from migslice.sim.sampling import num_feasible_nodes_to_find
+from migslice.sim.tenants import jain_index
 from migslice.sim.trace import TRACE_FOLDER
 from migslice.sim.trace_files import DEFAULT_DATA_DIR, load_workload
 
@@ -75,9 +76,22 @@ POLICIES = (
     "B9",
     "migslice",
     "M-carve",
+    "M-dra",
 )
-SENSITIVITY = ("B5-table", "B5-most", "B5-fewest", "B5-random-node", "B9-random-node")
+SENSITIVITY = (
+    "B5-table",
+    "B5-most",
+    "B5-fewest",
+    "B5-random-node",
+    "B9-random-node",
+    "B9-least-allocated",
+)
 CLASS_LOADS = (100, 130)
+QUOTA = "quota"
+"""A run id's suffix ``+quota``: the policy with each tenant's quota (``quotas`` on)."""
+TENANT_MIN_SHARE = 0.01
+"""Tenants with fewer than this share of the arrived pods are left out of the fairness index
+(the default trace's 7 ``Guaranteed`` pods would make it the luck of 1 or 2 draws)."""
 LARGE = ("7g", "multi-GPU")
 """Large jobs: a whole GPU's instance, or several."""
 SENSITIVITY_WORKLOADS = ("default/M1", "default/M2", "synthetic")
@@ -147,6 +161,9 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
         out["first_failure_pct"] = sampled_first_failure_pct(arrivals, GPU_MODEL, gpus)
     else:
         name, _, pct = policy_id.partition("@")
+        name, _, variant = name.partition("+")
+        if variant == QUOTA:
+            config = replace(config, quotas=True)
         policy = make_policy(name, GPU_MODEL, pods.pods, gpus=gpus)
         if pct and isinstance(policy, Migslice):
             policy = replace(policy, percentage_of_nodes_to_score=int(pct))
@@ -156,7 +173,7 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
         if result.sampling is not None:
             out["sampling"] = asdict(result.sampling)
         out.update(
-            name=policy.name,
+            name=policy.name + (", tenant quotas" if config.quotas else ""),
             at={
                 str(load): {
                     "slice_allocation": result.at(load).slice_allocation,
@@ -175,6 +192,7 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
             creates_per_1k_pods=1000.0 * result.instances_created / max(1, result.placed_pods),
             disrupted_pods=result.disrupted_pods,
             classes={str(load): [list(c) for c in result.at(load).classes] for load in CLASS_LOADS},
+            tenants=[list(t) for t in result.at(130).tenants],
         )
     out["cpu_s"] = time.process_time() - cpu
     out["wall_s"] = time.monotonic() - began
@@ -285,6 +303,38 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "placed_pods": ci([r["placed_pods"] for r in runs]),
         "cpu_s": ci([r["cpu_s"] for r in runs]),
+        **tenant_summary(runs),
+    }
+
+
+def tenant_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """At 130 %: per tenant, pods accepted and denied by quota (% of its arrived), and Jain's
+    index of the tenants' acceptance (those with at least :data:`TENANT_MIN_SHARE` of the pods)
+    per seed; nothing for runs recorded without tenants."""
+    if not all(r.get("tenants") for r in runs):
+        return {}
+    names = sorted({t[0] for r in runs for t in r["tenants"]})
+
+    def share(r: dict[str, Any], tenant: str, column: int) -> float | None:
+        row = next((t for t in r["tenants"] if t[0] == tenant), None)
+        return None if row is None or not row[1] else row[column] / row[1]
+
+    def jain(r: dict[str, Any]) -> float:
+        total = sum(t[1] for t in r["tenants"])
+        kept = [t[2] / t[1] for t in r["tenants"] if t[1] >= TENANT_MIN_SHARE * total]
+        return jain_index(kept) or 1.0
+
+    return {
+        "tenant_arrived": {
+            n: sum(t[1] for r in runs for t in r["tenants"] if t[0] == n) for n in names
+        },
+        "tenant_accepted": {
+            n: ci([x for r in runs if (x := share(r, n, 2)) is not None]) for n in names
+        },
+        "tenant_denied": {
+            n: ci([x for r in runs if (x := share(r, n, 3)) is not None]) for n in names
+        },
+        "jain": ci([jain(r) for r in runs]),
     }
 
 

@@ -9,10 +9,22 @@ from typing import Any
 
 from bench.common.stats import ci, fmt
 
-HEADLINE = ("migslice", "M-carve", "B3", "B5", "B5-catalog", "B6", "B8", "B9", "B4", "B0")
+HEADLINE = (
+    "migslice",
+    "M-carve",
+    "M-dra",
+    "B3",
+    "B5",
+    "B5-catalog",
+    "B6",
+    "B8",
+    "B9",
+    "B4",
+    "B0",
+)
 BASELINES = ("B3", "B5", "B5-catalog", "B6", "B8", "B9")
 """The baselines an online policy is measured against (B4 and B0 trail far behind)."""
-OURS = ("migslice", "M-carve")
+OURS = ("migslice", "M-carve", "M-dra")
 
 
 def paired(mine: Sequence[float], other: Sequence[float]) -> dict[str, float]:
@@ -63,8 +75,11 @@ def markdown(report: dict[str, Any]) -> str:
     )
     lines += ["## Goals against the baselines, migslice's best shipped mode", ""]
     lines += [
-        "Per workload, the better of migslice (MIG Manager mode) and M-carve (carve mode) by "
-        "mean slice allocation at 130 %; differences paired per seed.",
+        "Per workload, the best of migslice's shipped modes by mean slice allocation at 130 %: "
+        "migslice (device plugin, MIG Manager mode), M-carve (device plugin, carve mode) and "
+        "M-dra (NVIDIA's DRA driver in DynamicMIG mode, the extender's node score and steer); "
+        "differences paired per seed. On a DRA cluster the comparison that matters is M-dra "
+        "against B9, the same driver allocated first fit: the line's last check.",
         "",
     ]
     for block in blocks:
@@ -74,11 +89,13 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(goal_line(block))
     lines += [
         "",
-        "## Where migslice loses (paired difference < 0 at 100 % or 130 %; B0 left out: "
-        "its whole GPUs count 7 slices whatever the pod asked)",
+        "## Where migslice (MIG Manager mode) loses to a baseline (paired difference < 0 at "
+        "100 % or 130 %; its other modes are compared in the goals above; B0 left out: its "
+        "whole GPUs count 7 slices whatever the pod asked)",
         "",
     ]
     lines += losses(blocks) or ["- nowhere"]
+    lines += ["", *tenants(blocks)]
     lines += ["", *sensitivity(blocks)]
     for block in blocks:
         lines += details(block)
@@ -173,6 +190,9 @@ def baseline_goal_line(block: dict[str, Any]) -> str:
             f"at 100 % pods accepted ≥ B3 with large jobs ≥ B3's: {'met' if ok else 'MISSED'} "
             f"({pp(d)}; large {pp(dl)})"
         )
+    if "M-dra" in policies and "B9" in policies:
+        d = paired(policies["M-dra"]["per_seed"]["130"], policies["B9"]["per_seed"]["130"])
+        checks.append(f"M-dra ≥ B9 + 3 pp: {'met' if d['mean'] >= 0.03 else 'MISSED'} ({pp(d)})")
     return f"- **{block['workload']}** ({mine['name']}): " + "; ".join(checks) + "."
 
 
@@ -240,7 +260,9 @@ def losses(blocks: list[dict[str, Any]]) -> list[str]:
         if mine is None:
             continue
         for policy_id, other in block["policies"].items():
-            if policy_id in ("migslice", "B0"):  # B0's whole GPUs count 7 slices each
+            if policy_id in (*OURS, "B0") or "+" in policy_id:
+                # its own modes are not baselines; B0's whole GPUs count 7 slices each; a
+                # +quota run turns pods away on purpose
                 continue
             for load in ("100", "130"):
                 d = paired(mine["per_seed"][load], other["per_seed"][load])
@@ -253,6 +275,70 @@ def losses(blocks: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def tenants(blocks: list[dict[str, Any]]) -> list[str]:
+    """Per workload with tenant data and policy: each tenant's acceptance (and, with quotas,
+    the share its quota denied) at 130 %, and Jain's index of the acceptance."""
+    rows = []
+    for block in blocks:
+        shown = [
+            p
+            for base in HEADLINE
+            for p in (base, f"{base}+quota")
+            if "jain" in block["policies"].get(p, {})
+        ]
+        if not any(p.endswith("+quota") for p in shown):
+            continue  # tenants are compared where the quota runs are
+        names = sorted(
+            {t for p in shown for t in block["policies"][p]["tenant_accepted"]},
+            key=lambda t: -block["policies"][shown[0]]["tenant_arrived"].get(t, 0),
+        )
+        if len(names) < 2:
+            continue
+        arrived = block["policies"][shown[0]]["tenant_arrived"]
+        total = sum(arrived.values()) or 1
+        cells = ", ".join(f"{t} {100 * arrived.get(t, 0) / total:.1f} %" for t in names)
+        rows += [
+            f"**{block['workload']}** (tenants' shares of the arrived pods: {cells})",
+            "",
+            "| policy | " + " | ".join(names) + " | Jain's index |",
+            "|---|" + "---|" * (len(names) + 1),
+        ]
+        for policy_id in shown:
+            policy = block["policies"][policy_id]
+            per = []
+            for t in names:
+                accepted = policy["tenant_accepted"].get(t)
+                if accepted is None:
+                    per.append("—")
+                    continue
+                denied = policy["tenant_denied"].get(t)
+                extra = (
+                    f" ({fmt(denied)} denied)"
+                    if policy_id.endswith("+quota") and denied is not None
+                    else ""
+                )
+                per.append(fmt(accepted) + extra)
+            rows.append(
+                f"| {policy['name']} | " + " | ".join(per) + f" | {fmt(policy['jain'], 1.0, 3)} |"
+            )
+        rows.append("")
+    if not rows:
+        return []
+    return [
+        "## Tenants at 130 % arrived: pods accepted per tenant (%) and Jain's fairness index",
+        "",
+        "A tenant is a QoS group of the trace (`qos`: LS services, BE batch, a few Burstable "
+        "and Guaranteed pods; the trace names no user). Without quotas, placement alone "
+        "decides which tenant's pods are turned away; `, tenant quotas`: each tenant's "
+        "TenantPolicy allows its share of the arrivals' compute slices "
+        "(`spec.quota.computeSlices`), charged and checked by the webhook's own code, and the "
+        "pods over it are denied before placement. Jain's index of the tenants' acceptance "
+        "(tenants with at least 1 % of the pods): 1 when each gets the same share placed.",
+        "",
+        *rows,
+    ]
+
+
 def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
     variants = (
         "B5",
@@ -263,6 +349,7 @@ def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
         "B5-catalog",
         "B9",
         "B9-random-node",
+        "B9-least-allocated",
     )
     rows = []
     for block in blocks:
@@ -281,7 +368,8 @@ def sensitivity(blocks: list[dict[str, Any]]) -> list[str]:
         return []
     return [
         "## Sensitivity: nos's tie-break, kube-scheduler's placement, nos's geometry table; "
-        "B9's tied nodes (v1.37's first found, v1.34's random)",
+        "B9's node (v1.37's first found, v1.34's random tie, NodeResourcesFit's spread of pods "
+        "asking no CPU)",
         "",
         "| workload | variant | slice alloc. @100 % | @130 % | GPUs re-partitioned / 1k pods |",
         "|---|---|---|---|---|",

@@ -28,7 +28,19 @@ from migslice.sim import GPU_MODEL, SaturationConfig, make_policy, run_saturatio
 from migslice.sim.trace_files import DEFAULT_DATA_DIR, load_workload
 
 SIZES = (64, 256, 776)
-POLICIES = ("migslice", "M-carve", "B5", "B5-catalog", "B6", "B8", "B9", "B3", "B4", "B0")
+POLICIES = (
+    "migslice",
+    "M-carve",
+    "M-dra",
+    "B5",
+    "B5-catalog",
+    "B6",
+    "B8",
+    "B9",
+    "B3",
+    "B4",
+    "B0",
+)
 WORKLOADS = ("default/M1", "synthetic")
 BEFORE_S = {64: 1.3, 256: 20.6, 776: 194.0}
 """The migslice policy, default/M1, before this simulator (the issue's measurements)."""
