@@ -199,9 +199,25 @@ def score_nodes(
     return tuple(scored.items())
 
 
+RANK_SPAN = 10_000
+"""Held memory slices a best-fit rank can tell apart on one node (8 GPUs hold at most 64)."""
+
+
+def best_fit_rank(demand: PodDemand, node: PreparedNode | None) -> int:
+    """The best-fit filter's rank of a node: its score first (:func:`score_node`), then, among
+    nodes of equal score, the memory slices already held there, so the fullest node takes the
+    pod and others drain whole for large and multi-GPU pods (kube-scheduler's own scores, left
+    to choose among equals, spread pods: NodeResourcesFit's default is LeastAllocated). 0: the
+    node cannot take the pod."""
+    score = score_node(demand, node)
+    if score <= MIN_SCORE or node is None:
+        return MIN_SCORE
+    return score * RANK_SPAN + min(node.held_slices, RANK_SPAN - 1)
+
+
 def best_fits(fits: Sequence[str], scores: Sequence[int]) -> tuple[str, ...]:
-    """The names of ``fits`` whose score (``scores``, in the same order) is the highest, in
-    input order: the nodes a pod fits best."""
+    """The names of ``fits`` whose score or rank (``scores``, in the same order) is the
+    highest, in input order: the nodes a pod fits best."""
     if len(fits) <= 1:
         return tuple(fits)
     top = max(scores)
@@ -212,12 +228,13 @@ def best_fit_nodes(
     demand: PodDemand, candidates: Sequence[tuple[str, PreparedNode | None]]
 ) -> FilterResult:
     """:func:`filter_nodes` with ``fits`` narrowed to the nodes of the highest
-    :func:`score_node`: the best-fit filter, after which scoring by this score cannot change
-    kube-scheduler's choice (every node left has the same), so its own scores pick among
-    equals. Nodes narrowed away are in no part: they fit, only not best."""
+    :func:`best_fit_rank` (the highest score, then the fullest): the best-fit filter, after
+    which scoring by this score cannot change kube-scheduler's choice (every node left has the
+    same), so its own scores pick among nodes equal in both. Nodes narrowed away are in no
+    part: they fit, only not best."""
     result = filter_nodes(demand, candidates)
     if len(result.fits) <= 1:
         return result
     nodes = dict(candidates)
-    scores = [score_node(demand, nodes[name]) for name in result.fits]
+    scores = [best_fit_rank(demand, nodes[name]) for name in result.fits]
     return FilterResult(best_fits(result.fits, scores), result.failed, result.unresolvable)

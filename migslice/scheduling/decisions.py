@@ -26,6 +26,7 @@ from migslice.scheduling.decide import (
     FilterResult,
     Outcome,
     Verdict,
+    best_fit_rank,
     best_fits,
     check_node,
     score_node,
@@ -54,7 +55,7 @@ def demand_key(demand: PodDemand) -> DemandKey:
 @dataclass(slots=True)
 class _Table(Generic[R]):
     """One demand's answers: the names that fit, the others with their reasons, the scores
-    (as the cache's owner renders them, and as numbers for the best-fit filter). ``points``
+    (as the cache's owner renders them), and the best-fit ranks (:func:`best_fit_rank`). ``points``
     also marks every name that does not fit (:data:`NO_FIT`), so that a best-fit call whose
     names are all known reads one table once."""
 
@@ -148,7 +149,7 @@ class DecisionCache(Generic[R]):
         if len(result.fits) <= 1:
             return result
         known = self._kept_or_scored(
-            demand, _points, dict.fromkeys(result.fits), lambda _, node: score_node(demand, node)
+            demand, _points, dict.fromkeys(result.fits), lambda _, node: best_fit_rank(demand, node)
         )
         scores = [known[name] for name in result.fits]
         return FilterResult(best_fits(result.fits, scores), result.failed, result.unresolvable)

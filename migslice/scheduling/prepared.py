@@ -46,6 +46,9 @@ class PreparedNode:
     labelled: Mapping[str, int] = field(default_factory=dict)
     not_ready: str | None = None
     claim_reason: str | None = None
+    held_slices: int = 0
+    """Memory slices pods hold on the node's GPUs (a whole GPU counts all of its): what the
+    best-fit filter keeps the fullest of among nodes of equal score."""
 
 
 def prepare_node(state: NodeState) -> PreparedNode:
@@ -98,7 +101,13 @@ def prepare_node(state: NodeState) -> PreparedNode:
         labelled=dict(facts.labelled_mig),
         not_ready=not_ready,
         claim_reason=claim_reason,
+        held_slices=_held_slices(state),
     )
+
+
+def _held_slices(state: NodeState) -> int:
+    whole = state.model.memory_slices if state.model is not None else 0
+    return sum(whole if gpu.whole_held else gpu.held_slices for gpu in state.gpus)
 
 
 def _mig_reason(state: NodeState, allocatable: Mapping[str, int]) -> str | None:

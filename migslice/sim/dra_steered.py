@@ -9,22 +9,23 @@ extender chooses the node and the steer chooses the device inside it.
   order (GPU, then start). The steer taints the devices the allocator would reach first, so
   first fit lands there; an ideal steer, never stale. A claim for ``k`` devices takes them one
   after the other, each the preferred one after the last.
-* **The node**: the extender's score on a DRA node, that of the device the allocator lands on
-  (:func:`migslice.scheduling.dra_placement.dra_mig_score`, the worst of a claim's devices);
-  kube-scheduler breaks ties at random among the highest (an extender run sets its
-  ``Randomizer``).
+* **The node**: the extender's best-fit rank on a DRA node
+  (:func:`migslice.scheduling.best_fit_rank`): the score of the device the allocator lands on
+  (:func:`migslice.scheduling.dra_placement.dra_mig_score`, the worst of a claim's devices),
+  then the memory slices the node holds (the fullest first); ties: the lowest index, where
+  kube-scheduler's own scores would choose.
 * Devices are carved when the claim is prepared and destroyed when it is released, as in B9.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.mig.room import RoomLoss, room_loss
+from migslice.scheduling.decide import RANK_SPAN
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
@@ -69,9 +70,8 @@ def steered_devices(
 
 
 class DraSteeredPlacer(CarvingPlacer):
-    def __init__(self, cluster: SimCluster, seed: int) -> None:
+    def __init__(self, cluster: SimCluster) -> None:
         super().__init__(cluster)
-        self.rng = random.Random(seed)
         self.feasible = RankIndex(cluster, self.rank)
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
@@ -80,15 +80,15 @@ class DraSteeredPlacer(CarvingPlacer):
         score, chosen = steered_devices(self.cluster.model, node.gpus, kind)
         if not chosen:
             return None
-        return (-score, node.position)
+        held = sum(p.size for gpu in node.gpus for p in gpu.instances)
+        return (-(score * RANK_SPAN + min(held, RANK_SPAN - 1)), node.position)
 
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)
         entries = self.feasible.entries(kind)
         if not entries:
             return None
-        top = [e for e in entries if e[0] == entries[0][0]]
-        node = self.cluster.nodes[int(top[self.rng.randrange(len(top))][-1])]
+        node = self.cluster.nodes[int(entries[0][-1])]
         _, chosen = steered_devices(self.cluster.model, node.gpus, kind)
         return self.carve(node, chosen, pod)
 
@@ -103,4 +103,4 @@ class DraSteered:
         return ((),)
 
     def start(self, cluster: SimCluster, seed: int) -> Placer:
-        return DraSteeredPlacer(cluster, seed)
+        return DraSteeredPlacer(cluster)

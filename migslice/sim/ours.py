@@ -1,10 +1,11 @@
 """migslice in the simulator: the extender's score for placement, the repartition
 controller's decision for new layouts.
 
-* **Placement**: the extender's own filter and fragmentation score
-  (:func:`migslice.scheduling.score_node` over :func:`~migslice.scheduling.prepare_node` of
-  each node's :class:`~migslice.inventory.NodeState`), the highest-scoring node winning (ties:
-  the lowest index; kube-scheduler breaks ties at random). Inside the node the instance is
+* **Placement**: the extender's own filter and best-fit rank
+  (:func:`migslice.scheduling.best_fit_rank` over :func:`~migslice.scheduling.prepare_node` of
+  each node's :class:`~migslice.inventory.NodeState`: the fragmentation score, then the
+  fullest node), the highest-ranked node winning (ties: the lowest index, where
+  kube-scheduler's own scores would choose). Inside the node the instance is
   the one the score assumed (:func:`~migslice.inventory.picking.best_free_instance`, as the
   inventory assumes the device plugin picks). The scores live in a
   :class:`~migslice.sim.index.RankIndex`, so a pod costs a lookup, not a scan of every node;
@@ -51,7 +52,7 @@ from migslice.repartition import (
     StepKind,
     decide,
 )
-from migslice.scheduling import DemandUnit, PodDemand, UnitKind, score_node
+from migslice.scheduling import DemandUnit, PodDemand, UnitKind, best_fit_rank
 from migslice.sim.carving import CarveChooser
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
@@ -101,11 +102,11 @@ def planned_reshape(
 
 
 def extender_choice(cluster: SimCluster, demand: PodDemand) -> SimNode | None:
-    """The node the extender scores highest over a scan of every node (0 = cannot take the
-    pod); ties: lowest index."""
+    """The node the extender's best-fit filter ranks highest over a scan of every node (the
+    highest score, then the fullest; 0 = cannot take the pod); ties: lowest index."""
     best: tuple[int, SimNode] | None = None
     for node in cluster.nodes:
-        score = score_node(demand, cluster.prepared(node))
+        score = best_fit_rank(demand, cluster.prepared(node))
         if score > 0 and (best is None or score > best[0]):
             best = (score, node)
     return None if best is None else best[1]
@@ -274,8 +275,8 @@ class MigslicePlacer(IndexedPlacer):
         return self.demands[kind]
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
-        score = score_node(self.demand(kind), self.cluster.prepared(node))
-        return None if score <= 0 else (-score, node.position)
+        rank = best_fit_rank(self.demand(kind), self.cluster.prepared(node))
+        return None if rank <= 0 else (-rank, node.position)
 
     def picks(self, node: SimNode, kind: Kind) -> list[tuple[SimGpu, int]]:
         return fragmentation_picks(self.cluster.model, node, kind[0], count=kind[1])

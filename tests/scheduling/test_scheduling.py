@@ -419,7 +419,7 @@ def test_filter_partitions_its_input_exactly_and_scores_stay_in_range(
 
 @settings(max_examples=150, deadline=None)
 @given(clusters())
-def test_the_best_fit_filter_keeps_exactly_the_fits_of_the_highest_score(
+def test_the_best_fit_filter_keeps_exactly_the_fullest_fits_of_the_highest_score(
     cluster: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]],
 ) -> None:
     nodes, pods, pod, names = cluster
@@ -430,8 +430,38 @@ def test_the_best_fit_filter_keeps_exactly_the_fits_of_the_highest_score(
     assert (best.failed, best.unresolvable) == (full.failed, full.unresolvable)
     assert bool(best.fits) == bool(full.fits)
     scored = dict(score_nodes(demand, candidates))
-    top = max((scored[n] for n in full.fits), default=None)
-    assert best.fits == tuple(n for n in full.fits if scored[n] == top)
+    held = {n: held_memory_slices(index.get(n)) for n in full.fits}
+    top = max(((scored[n], held[n]) for n in full.fits), default=None)
+    assert best.fits == tuple(n for n in full.fits if (scored[n], held[n]) == top)
+
+
+def held_memory_slices(node: PreparedNode | None) -> int:
+    """Counted here from the node's GPUs, apart from the product's own count."""
+    assert node is not None
+    state = node.state
+    size = state.model.memory_slices if state.model is not None else 0
+    return sum(
+        size
+        if gpu.whole_held
+        else sum(p.size for p, h in zip(gpu.instances, gpu.held, strict=True) if h)
+        for gpu in state.gpus
+    )
+
+
+def test_of_nodes_a_pod_fits_equally_well_the_best_fit_filter_keeps_the_fullest() -> None:
+    nodes = [
+        make_node(name, gpu_count=2, mig={"1g.10gb": 14}, config="all-1g.10gb")
+        for name in ("one", "two", "none")
+    ]
+    pods = [running("a", "one", "1g.10gb"), running("b", "two", "1g.10gb")]
+    pods += [running("c", "two", "1g.10gb")]
+    index = index_of(nodes, pods)
+    candidates = [(n, index.get(n)) for n in ("one", "two", "none")]
+    demand = demand_of(make_pod("p", profile="1g.10gb"))
+    # a 1g.10gb on the GPU in use scores 6 + 4 x 3 // 8 = 7 on "two", 6 + 4 x 2 // 8 = 7 on "one"
+    scores = dict(score_nodes(demand, candidates))
+    assert scores["one"] == scores["two"] > scores["none"]
+    assert best_fit_nodes(demand, candidates).fits == ("two",)
 
 
 def test_the_best_fit_filter_sends_only_the_exact_fit_on_a_gpu_in_use() -> None:
