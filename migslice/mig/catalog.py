@@ -90,6 +90,11 @@ class GpuModel:
     )
     """The mixed-strategy resource names of its profiles (``nvidia.com/mig-1g.10gb``)."""
 
+    def __hash__(self) -> int:
+        # Equal models share a key; hashing every profile each time cost the caches more
+        # than their work saved.
+        return hash(self.key)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {p.name: p for p in self.profiles})
         first = {p.resource_name: p for p in reversed(self.profiles)}  # the first one wins

@@ -15,6 +15,7 @@ slices. A layout is legal when (NVIDIA MIG User Guide; NVML placement semantics)
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -207,6 +208,13 @@ def free_placements(
     rules: Rules = DEFAULT_RULES,
 ) -> tuple[Placed, ...]:
     """Every placement of ``profile`` that can be added to ``layout`` as it is."""
+    return _free_placements(model, tuple(layout), profile, rules)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _free_placements(
+    model: GpuModel, layout: tuple[Placed, ...], profile: str, rules: Rules
+) -> tuple[Placed, ...]:
     wanted = model.profile(profile)
     occupancy = Occupancy.of(model, layout)
     return tuple(

@@ -31,6 +31,7 @@ from migslice.repartition.actions import (
     SetLabel,
 )
 from migslice.repartition.carve.branch import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
+from migslice.repartition.carve.gpu import CarvedGpu, carved_gpus
 from migslice.repartition.carve.planner import carve_cost, plan_carve
 from migslice.repartition.configmap import (
     FileUpdate,
@@ -91,6 +92,7 @@ __all__ = [
     "CarveSettings",
     "CarveStep",
     "CarveWrite",
+    "CarvedGpu",
     "ControllerSettings",
     "FileUpdate",
     "GpuChange",
@@ -115,6 +117,7 @@ __all__ = [
     "StepKind",
     "apply_step",
     "carve_cost",
+    "carved_gpus",
     "config_name",
     "decide",
     "merge_mig_parted",

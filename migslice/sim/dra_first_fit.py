@@ -84,6 +84,7 @@ class DraFirstFitPlacer(CarvingPlacer):
         self.to_find = num_feasible_nodes_to_find(0, len(cluster.nodes))
         self.start_index = 0
         self.feasible = RankIndex(cluster, self.rank)
+        self._counted: dict[int, tuple[int, int]] = {}
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked or not first_fit_devices(self.cluster.model, node.gpus, kind):
@@ -101,8 +102,16 @@ class DraFirstFitPlacer(CarvingPlacer):
         window = search(positions, self.start_index, len(nodes), self.to_find)
         self.start_index = window.next_start
         if self.node_choice == "least-allocated":
-            return min((nodes[p] for p in window.sample), key=pods_on)
+            return min((nodes[p] for p in window.sample), key=self._pods_on)
         return nodes[window.sample[0]]
+
+    def _pods_on(self, node: SimNode) -> int:
+        """:func:`pods_on`, kept until the node changes."""
+        kept = self._counted.get(node.position)
+        if kept is None or kept[0] != node.version:
+            kept = (node.version, pods_on(node))
+            self._counted[node.position] = kept
+        return kept[1]
 
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)

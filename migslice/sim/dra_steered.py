@@ -19,6 +19,7 @@ extender chooses the node and the steer chooses the device inside it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,19 +47,13 @@ def steered_devices(
     for _ in range(count):
         best: tuple[tuple[int, RoomLoss, int, int], int, Placed] | None = None
         for index, layout in layouts.items():
-            held = sum(p.size for p in layout)
-            kept = tuple(sorted(layout))
-            for placed in free_placements(model, layout, profile):
-                score = gpu_unit_score(
-                    held + placed.size,
-                    model.memory_slices,
-                    in_use=held > 0,
-                    node_in_use=node_in_use,
-                )
-                loss = room_loss(model, kept, (*kept, placed))
-                key = (-score, loss, index, placed.start)
-                if best is None or key < best[0]:
-                    best = (key, index, placed)
+            found = _best_on_gpu(model, tuple(sorted(layout)), profile, node_in_use)
+            if found is None:
+                continue
+            (score, loss), placed = found
+            key = (score, loss, index, placed.start)
+            if best is None or key < best[0]:
+                best = (key, index, placed)
         if best is None:
             return 0, []
         key, index, placed = best
@@ -67,6 +62,24 @@ def steered_devices(
         chosen.append((index, placed))
         node_in_use = True
     return worst, chosen
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _best_on_gpu(
+    model: GpuModel, kept: Layout, profile: str, node_in_use: bool
+) -> tuple[tuple[int, RoomLoss], Placed] | None:
+    """The steer's preferred placement of ``profile`` on one GPU holding ``kept``, and its
+    key (negated score, room loss); ties to the lowest start."""
+    held = sum(p.size for p in kept)
+    best: tuple[tuple[int, RoomLoss, int], Placed] | None = None
+    for placed in free_placements(model, kept, profile):
+        score = gpu_unit_score(
+            held + placed.size, model.memory_slices, in_use=held > 0, node_in_use=node_in_use
+        )
+        key = (-score, room_loss(model, kept, (*kept, placed)), placed.start)
+        if best is None or key < best[0]:
+            best = (key, placed)
+    return None if best is None else ((best[0][0], best[0][1]), best[1])
 
 
 class DraSteeredPlacer(CarvingPlacer):

@@ -40,6 +40,7 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -61,6 +62,7 @@ HIGH_FIRST = ("1g.", "3g.")
 """``preferHighMigPlacement``: profiles whose placements are scanned from the highest start."""
 
 
+@functools.lru_cache(maxsize=256)
 def memory_mb(model: GpuModel, profile: str) -> int:
     """``MemoryMB``: NVML's memory size of the profile where the catalog has it (A100-80GB:
     9,728 for 1g.10gb, 40,192 for both 3g.40gb and 4g.40gb), else the name's."""
@@ -72,6 +74,7 @@ def total_memory_mb(model: GpuModel) -> int:
     return model.memory_mib or max(memory_mb(model, p.name) for p in model.profiles)
 
 
+@functools.lru_cache(maxsize=256)
 def core(model: GpuModel, profile: str) -> int:
     """``Core``: the profile's SMs in % of the largest profile's, rounded up (by compute
     slices where the catalog lacks SM counts)."""
@@ -96,16 +99,21 @@ def select_candidate(
 ) -> Placed | None:
     """``selectMigCandidate``: the smallest allowed profile (memory, then slices) whose memory
     is at least ``memory`` and that has a free placement on ``layout``, at HAMi's placement."""
-    ordered = sorted(
-        allowlist, key=lambda p: (memory_mb(model, p), model.profile(p).compute_slices)
-    )
-    for profile in ordered:
+    for profile in _by_memory(model, tuple(allowlist)):
         if memory_mb(model, profile) < memory:
             continue
         placed = hami_placement(model, layout, profile)
         if placed is not None:
             return placed
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _by_memory(model: GpuModel, allowlist: tuple[str, ...]) -> tuple[str, ...]:
+    """The allowed profiles by memory, then slice count (``selectMigCandidate``'s order)."""
+    return tuple(
+        sorted(allowlist, key=lambda p: (memory_mb(model, p), model.profile(p).compute_slices))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +126,16 @@ class GpuUse:
 
     @classmethod
     def of(cls, model: GpuModel, gpu: SimGpu) -> GpuUse:
-        held = [p for p, h in zip(gpu.instances, gpu.holders, strict=True) if h is not None]
-        return cls(
-            len(held),
-            sum(core(model, p.profile) for p in held),
-            sum(memory_mb(model, p.profile) for p in held),
-        )
+        pairs = zip(gpu.instances, gpu.holders, strict=True)
+        held = tuple(p.profile for p, h in pairs if h is not None)
+        return _use(model, held)
+
+
+@functools.lru_cache(maxsize=4096)
+def _use(model: GpuModel, held: tuple[str, ...]) -> GpuUse:
+    return GpuUse(
+        len(held), sum(core(model, p) for p in held), sum(memory_mb(model, p) for p in held)
+    )
 
 
 def gpu_count(model: GpuModel, allowlist: Sequence[str] = ALLOWLIST) -> int:

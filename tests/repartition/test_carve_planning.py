@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from migslice.inventory import NodeState
 from migslice.mig import Placed, is_legal, place
 from migslice.mig.room import room, room_loss
-from migslice.repartition import CarveSettings, plan_carve
+from migslice.repartition import CarveSettings, carve_cost, plan_carve
 from migslice.repartition.carve.gpu import carved_gpus
 from migslice.repartition.carve.planner import carve_mode_nodes
 from tests import carve_oracle, mig_oracle
@@ -125,6 +125,24 @@ def test_after_a_carve_the_pods_it_served_find_free_instances(
         wants = Counter(p.demand.units[0].profile for p in pending if p.demand.key in change.serves)
         for profile, count in wants.items():
             assert counts[profile] - held[profile] >= count
+
+
+@settings(max_examples=80, deadline=None)
+@given(clusters(), st.lists(st.sampled_from(PROFILES), min_size=2, max_size=4))
+def test_one_nodes_carved_gpus_answer_every_pod_as_fresh_ones_do(
+    case: tuple[list[NodeState], str], wanted: list[str]
+) -> None:
+    """A caller may keep a node's carved GPUs and ask about pod after pod (the simulator
+    does): each answer is the one fresh GPUs give, and asking changes nothing."""
+    nodes, _ = case
+    node = nodes[0]
+    kept = carved_gpus(node)
+    before = [(g.destroyed.copy(), g.reserved.copy(), list(g.created)) for g in kept]
+    for i, profile in enumerate(wanted):
+        count = 1 + i % 2
+        pod = waiting(f"t/p{i}", profile, count=count).demand
+        assert carve_cost(pod, node, gpus=kept) == carve_cost(pod, node)
+    assert [(g.destroyed, g.reserved, g.created) for g in kept] == before
 
 
 def test_a_busy_instance_stays_and_idle_ones_in_the_way_go() -> None:

@@ -17,6 +17,7 @@ created ones; idle ones count as free room, since they may go.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,13 @@ from migslice.inventory import NodeState, mig_resource
 from migslice.mig import GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.mig.room import RoomLoss, room_loss
 from migslice.objects.carve_handshake import CarveGpu, Doomed, Slot
+
+_Way = tuple[RoomLoss, tuple[int, ...], Placed | None, int | None]
+"""An :class:`Option` without its GPU: loss, destroyed positions, created, reused."""
+_GpuState = tuple[
+    GpuModel, Layout, tuple[bool, ...], frozenset[int], frozenset[int], tuple[Placed, ...]
+]
+"""What a GPU's options depend on: model, instances, pinned, destroyed, reserved, created."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,9 @@ class CarvedGpu:
     destroyed: set[int] = field(default_factory=set)
     reserved: set[int] = field(default_factory=set)
     created: list[Placed] = field(default_factory=list)
+    _best: dict[str, Option | None] = field(default_factory=dict, compare=False, repr=False)
+    """:meth:`best` per profile, until :meth:`take` changes the GPU."""
+    _kept_state: _GpuState | None = field(default=None, compare=False, repr=False)
 
     def copy(self) -> CarvedGpu:
         return CarvedGpu(
@@ -86,14 +97,37 @@ class CarvedGpu:
     def changed(self) -> bool:
         return bool(self.destroyed or self.created)
 
-    def options(self, profile: str) -> Iterator[Option]:
-        """Every way to get one more ``profile`` instance on this GPU."""
+    def best(self, profile: str) -> Option | None:
+        """The option of least :meth:`Option.key` on this GPU."""
+        if profile in self._best:
+            return self._best[profile]
+        found = _best_on(*self._state(), profile)
+        option = None
+        if found is not None:
+            loss, destroy, placed, reuse = found
+            option = Option(self.index, loss, destroy=destroy, placed=placed, reuse=reuse)
+        self._best[profile] = option
+        return option
+
+    def _state(self) -> _GpuState:
+        if self._kept_state is None:
+            self._kept_state = (
+                self.model,
+                self.old,
+                self.pinned,
+                frozenset(self.destroyed),
+                frozenset(self.reserved),
+                tuple(self.created),
+            )
+        return self._kept_state
+
+    def _options(self, profile: str) -> Iterator[_Way]:
         if not self.model.has_profile(profile):
             return
         kept = self.kept()
         for k, placed in enumerate(self.old):
             if placed.profile == profile and self._idle(k):
-                yield Option(self.index, room_loss(self.model, kept, [*kept, placed]), reuse=k)
+                yield (room_loss(self.model, kept, [*kept, placed]), (), None, k)
         wanted = self.model.profile(profile)
         for start in wanted.placements:
             new = Placed(start, profile, wanted.memory_slices)
@@ -101,8 +135,7 @@ class CarvedGpu:
                 continue
             destroy = self._clearing(new)
             if destroy is not None:
-                loss = room_loss(self.model, kept, [*kept, new])
-                yield Option(self.index, loss, destroy=destroy, placed=new)
+                yield (room_loss(self.model, kept, [*kept, new]), destroy, new, None)
 
     def _clearing(self, new: Placed) -> tuple[int, ...] | None:
         """The idle instances to destroy so that ``new`` can be created: those in its way,
@@ -119,6 +152,8 @@ class CarvedGpu:
         return None
 
     def take(self, option: Option) -> None:
+        self._best.clear()
+        self._kept_state = None
         if option.reuse is not None:
             self.reserved.add(option.reuse)
             return
@@ -142,6 +177,47 @@ class CarvedGpu:
 
     def new_layout(self) -> Layout:
         return make_layout(self.present())
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _options_on(
+    model: GpuModel,
+    old: Layout,
+    pinned: tuple[bool, ...],
+    destroyed: frozenset[int],
+    reserved: frozenset[int],
+    created: tuple[Placed, ...],
+    profile: str,
+) -> tuple[_Way, ...]:
+    """:meth:`CarvedGpu.options` for a GPU in this state, whichever GPU it is: a cluster's
+    GPUs repeat a few states, and a planner asks every GPU of every candidate node."""
+    gpu = CarvedGpu(0, model, old, (), pinned, set(destroyed), set(reserved), list(created))
+    return tuple(gpu._options(profile))
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _best_on(
+    model: GpuModel,
+    old: Layout,
+    pinned: tuple[bool, ...],
+    destroyed: frozenset[int],
+    reserved: frozenset[int],
+    created: tuple[Placed, ...],
+    profile: str,
+) -> _Way | None:
+    """The least of :func:`_options_on` by :meth:`Option.key` (the GPU is the same for all)."""
+    ways = _options_on(model, old, pinned, destroyed, reserved, created, profile)
+    return min(ways, key=_way_key, default=None)
+
+
+def _way_key(way: _Way) -> tuple[RoomLoss, int, int, int]:
+    loss, destroy, placed, reuse = way
+    return (
+        loss,
+        len(destroy),
+        0 if reuse is not None else 1,
+        -1 if placed is None else placed.start,
+    )
 
 
 def carved_gpus(node: NodeState) -> list[CarvedGpu]:
@@ -176,5 +252,5 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
 
 
 def best_option(gpus: Sequence[CarvedGpu], profile: str) -> Option | None:
-    options = [option for gpu in gpus for option in gpu.options(profile)]
+    options = [option for gpu in gpus if (option := gpu.best(profile)) is not None]
     return min(options, key=Option.key) if options else None

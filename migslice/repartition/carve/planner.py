@@ -119,16 +119,22 @@ def plan_carve(
 
 
 def carve_cost(
-    pod: PodDemand, node: NodeState, *, settings: CarveSettings = DEFAULT_CARVE_SETTINGS
+    pod: PodDemand,
+    node: NodeState,
+    *,
+    settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
+    gpus: Sequence[CarvedGpu] | None = None,
 ) -> tuple[RoomLoss, int] | None:
     """What serving ``pod`` alone on ``node`` costs in rule 4's terms (room lost, instances
     destroyed), or None when rule 2 or the fit rules out the node. :func:`plan_carve` for one
     pod picks the node with the least ``(cost, name)`` among those that are not None, so a
     caller that keeps these per node (the simulator, node by node as nodes change) picks the
-    same node without asking about all of them for every pod."""
+    same node without asking about all of them for every pod. ``gpus``: the node's
+    :func:`carved_gpus`, for a caller asking about several pods on one unchanged node (they
+    are not changed)."""
     if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
         return None
-    trial = _try(pod, node, carved_gpus(node))
+    trial = _try(pod, node, carved_gpus(node) if gpus is None else gpus)
     return None if trial is None else (trial.loss, trial.destroyed)
 
 
@@ -207,15 +213,18 @@ def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu]) -> _Trial |
             return None
         wanted.extend([found.name] * unit.count)
     wanted.sort(key=lambda name: (-model.profile(name).compute_slices, name))
-    trial = [gpu.copy() for gpu in gpus]
-    by_index = {gpu.index: gpu for gpu in trial}
+    trial = list(gpus)  # a GPU is copied when the trial first changes it
+    position = {gpu.index: k for k, gpu in enumerate(trial)}
     spent: list[RoomLoss] = []
     destroyed = 0
     for profile in wanted:
         option = best_option(trial, profile)
         if option is None:
             return None
-        by_index[option.gpu].take(option)
+        k = position[option.gpu]
+        if trial[k] is gpus[k]:
+            trial[k] = gpus[k].copy()
+        trial[k].take(option)
         spent.append(option.loss)
         destroyed += len(option.destroy)
     return _Trial(add_losses(spent), destroyed, trial)
