@@ -95,6 +95,9 @@ TENANT_MIN_SHARE = 0.01
 LARGE = ("7g", "multi-GPU")
 """Large jobs: a whole GPU's instance, or several."""
 SENSITIVITY_WORKLOADS = ("default/M1", "default/M2", "synthetic")
+TENANT_WORKLOADS = ("default/M1", "default/M2", "gpushare100/M1")
+"""Where the tenants table runs each policy a second time with its quotas (``+quota``)."""
+TENANT_POLICIES = ("B3", "B5", "B5-catalog", "B6", "B8", "B9", "migslice", "M-carve", "M-dra")
 SAME_AS_DEFAULT = ("cpu050", "cpu100", "cpu200", "cpu250", "gpuspec10", "gpuspec20", "gpuspec33")
 
 CONTEXT: dict[str, Any] = {}
@@ -109,7 +112,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (at most 2)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--sensitivity", default=",".join(SENSITIVITY))
+    parser.add_argument(
+        "--sensitivity",
+        help=f"variants run on {', '.join(SENSITIVITY_WORKLOADS)} (default: all; none with --add)",
+    )
+    parser.add_argument(
+        "--quota-policies",
+        help=f"policies run again with tenant quotas (+quota) on {', '.join(TENANT_WORKLOADS)} "
+        "(default: the tenants table's; none with --add)",
+    )
     parser.add_argument("--out", type=Path, help="folder of report.json (default bench/packing)")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument(
@@ -129,7 +140,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="run only the given policies and add them to the report's section packing",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.sensitivity is None:
+        args.sensitivity = "" if args.add else ",".join(SENSITIVITY)
+    if args.quota_policies is None:
+        args.quota_policies = "" if args.add else ",".join(TENANT_POLICIES)
+    return args
 
 
 def workload(spec: str) -> Workload:
@@ -209,6 +225,8 @@ def tasks(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
         found.extend(("curve", s, "", -1) for s in specs)
     for spec in specs:
         chosen = policies + (extra if spec in SENSITIVITY_WORKLOADS else [])
+        if spec in TENANT_WORKLOADS:
+            chosen += [f"{p}+{QUOTA}" for p in args.quota_policies.split(",") if p]
         for seed in range(args.seeds):
             if not args.add:
                 found.append(("limit", spec, "", seed))
@@ -395,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         args.policies = ",".join(f"migslice@{p}" for p in settings)
-        args.sensitivity, args.add = "", True
+        args.sensitivity, args.quota_policies, args.add = "", "", True
     specs = [s for s in args.workloads.split(",") if s]
     started, cpu_before = time.monotonic(), time.process_time()
     try:

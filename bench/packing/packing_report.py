@@ -58,6 +58,7 @@ def markdown(report: dict[str, Any]) -> str:
     if meta.get("note"):
         lines += [meta["note"], ""]
     blocks = report["workloads"]
+    lines += [matrix_cost(blocks), ""]
     for load in ("100", "130"):
         lines += headline_table(blocks, load)
     lines += acceptance_table(blocks, "100", "accepted", "Pods accepted at 100 % arrived (%)")
@@ -100,6 +101,29 @@ def markdown(report: dict[str, Any]) -> str:
     for block in blocks:
         lines += details(block)
     return "\n".join(lines) + "\n"
+
+
+MATRIX_GOAL_CPU_MIN = 30
+
+
+def matrix_cost(blocks: list[dict[str, Any]]) -> str:
+    """The CPU time of the runs the report holds now, per policy: the matrix's cost (the run
+    line above also counts runs an ``--add`` replaced, and the limits)."""
+    spent: dict[str, float] = {}
+    for block in blocks:
+        for policy, summary in block["policies"].items():
+            cpu = summary.get("cpu_s")
+            if cpu:
+                spent[policy] = spent.get(policy, 0.0) + cpu["mean"] * cpu["n"]
+    total = sum(spent.values()) / 60
+    verdict = "met" if total <= MATRIX_GOAL_CPU_MIN else "MISSED"
+    top = sorted(spent.items(), key=lambda item: -item[1])[:6]
+    parts = ", ".join(f"{policy} {seconds / 60:.1f}" for policy, seconds in top)
+    return (
+        f"The matrix's runs as they stand: {total:.1f} CPU-min (the goal ≤ "
+        f"{MATRIX_GOAL_CPU_MIN} CPU-min: {verdict}); the costliest policies, CPU-min over every "
+        f"workload and seed: {parts}."
+    )
 
 
 def headline_table(blocks: list[dict[str, Any]], load: str) -> list[str]:

@@ -82,6 +82,7 @@ def parse_profile_name(text: str) -> ProfileName:
     return ProfileName(int(match["c"]), int(match["m"]), match["attr"])
 
 
+@functools.lru_cache(maxsize=1024)
 def profile_from_resource(resource: str) -> ProfileName | None:
     """Map ``nvidia.com/mig-1g.10gb.me`` back to ``1g.10gb+me``; None for non-MIG resources."""
     if not resource.startswith(MIG_RESOURCE_PREFIX):

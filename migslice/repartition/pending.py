@@ -66,6 +66,7 @@ def eligible_demand(
     pending ``min_pending_s``, only MIG units, only pods no free instance could serve now."""
     unserved: list[tuple[str, str]] = []
     waiting: list[PodDemand] = []
+    servable: dict[tuple[object, ...], bool] = {}  # per kind of pod: many pods share one
     for item in pending:
         pod = item.demand
         if pod.error or not pod.units:
@@ -74,7 +75,7 @@ def eligible_demand(
             unserved.append((pod.key, f"pending {item.pending_s:.0f}s < {min_pending_s:.0f}s"))
         elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
             unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
-        elif _can_serve_now(pod, nodes):
+        elif _servable(servable, pod, nodes):
             unserved.append((pod.key, "a free instance exists; left to the scheduler"))
         else:
             waiting.append(pod)
@@ -88,12 +89,22 @@ def serving_order(pod: PodDemand) -> tuple[int, str]:
     return (-size, pod.key)
 
 
+def _servable(
+    known: dict[tuple[object, ...], bool], pod: PodDemand, nodes: Sequence[NodeState]
+) -> bool:
+    kind = (tuple((u.resource, u.count) for u in pod.units), pod.products)
+    if kind not in known:
+        known[kind] = _can_serve_now(pod, nodes)
+    return known[kind]
+
+
 def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
+    units = [(u.resource, u.count) for u in pod.units]
     for node in nodes:
+        if not all(node.free_of(resource) >= count for resource, count in units):
+            continue
         if node.facts.mig_config_state in MIG_TRANSITION_STATES or node.facts.is_carving:
             continue
-        if pod.products is not None and (node.facts.product or "") not in pod.products:
-            continue
-        if all(node.free_of(u.resource) >= u.count for u in pod.units):
+        if pod.products is None or (node.facts.product or "") in pod.products:
             return True
     return False

@@ -300,7 +300,11 @@ def test_on_dra_clusters_filter_partitions_exactly_and_the_fast_path_agrees(
     assert all(scored[n] == 0 for n in names if n not in result.fits)
     best = best_fit_nodes(demand, candidates)
     top = max((scored[n] for n in result.fits), default=None)
-    assert best.fits == tuple(n for n in result.fits if scored[n] == top)
+    tied = [n for n in result.fits if scored[n] == top]
+    # among nodes of the top score, the fullest (the most memory slices held) take the pod
+    held = {n: node.held_slices for n, node in candidates if node is not None}
+    fullest = max((held[n] for n in tied), default=None)
+    assert best.fits == tuple(n for n in tied if held[n] == fullest)
 
 
 @settings(max_examples=40, deadline=None)

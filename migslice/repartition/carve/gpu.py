@@ -251,6 +251,13 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
     return found
 
 
-def best_option(gpus: Sequence[CarvedGpu], profile: str) -> Option | None:
-    options = [option for gpu in gpus if (option := gpu.best(profile)) is not None]
-    return min(options, key=Option.key) if options else None
+def best_option(gpus: Sequence[CarvedGpu], profile: str) -> tuple[int, Option] | None:
+    """The option of least :meth:`Option.key` over ``gpus``, with its GPU's position there."""
+    best: tuple[tuple[RoomLoss, int, int, int, int], int, Option] | None = None
+    for k, gpu in enumerate(gpus):
+        option = gpu.best(profile)
+        if option is not None:
+            key = option.key()
+            if best is None or key < best[0]:
+                best = (key, k, option)
+    return None if best is None else (best[1], best[2])

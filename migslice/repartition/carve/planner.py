@@ -49,6 +49,10 @@ class _Trial:
     gpus: list[CarvedGpu]
 
 
+_Asked = tuple[tuple[tuple[str, int], ...], frozenset[str] | None]
+"""What a trial depends on in a pod: its units (resource, count) and allowed products."""
+
+
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
     """Nodes the MIG Manager path must leave alone, with the reason: a DRA node, carve mode,
     a bad mode label, or a carve under way."""
@@ -91,14 +95,16 @@ def plan_carve(
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
     losses: dict[str, list[RoomLoss]] = {}
+    tried: dict[str, dict[_Asked, _Trial | None]] = {}
     waiting.sort(key=serving_order)
     for pod in waiting:
-        chosen = _choose(pod, candidates, states, served=served, budget=budget)
+        chosen = _choose(pod, candidates, states, served=served, budget=budget, tried=tried)
         if isinstance(chosen, str):
             unserved.append((pod.key, chosen))
             continue
         name, trial = chosen
         candidates[name] = trial.gpus
+        tried.pop(name, None)
         served.setdefault(name, []).append(pod.key)
         losses.setdefault(name, []).append(trial.loss)
     changes = tuple(
@@ -145,13 +151,19 @@ def _choose(
     *,
     served: Mapping[str, list[str]],
     budget: int,
+    tried: dict[str, dict[_Asked, _Trial | None]],
 ) -> tuple[str, _Trial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
-    trial that says how; else why none does."""
+    trial that says how; else why none does. ``tried``: per node, the trials of pods asking
+    the same instances, kept until the node's candidates change (a trial changes none)."""
     chosen: tuple[tuple[RoomLoss, int, bool, str], _Trial] | None = None
     held_back = False
+    asked = (tuple((u.resource, u.count) for u in pod.units), pod.products)
     for name, gpus in candidates.items():
-        trial = _try(pod, states[name], gpus)
+        known = tried.setdefault(name, {})
+        if asked not in known:
+            known[asked] = _try(pod, states[name], gpus)
+        trial = known[asked]
         if trial is None:
             continue
         if name not in served and len(served) >= budget:
@@ -212,16 +224,16 @@ def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu]) -> _Trial |
         if found is None:
             return None
         wanted.extend([found.name] * unit.count)
-    wanted.sort(key=lambda name: (-model.profile(name).compute_slices, name))
+    if len(wanted) > 1:
+        wanted.sort(key=lambda name: (-model.profile(name).compute_slices, name))
     trial = list(gpus)  # a GPU is copied when the trial first changes it
-    position = {gpu.index: k for k, gpu in enumerate(trial)}
     spent: list[RoomLoss] = []
     destroyed = 0
     for profile in wanted:
-        option = best_option(trial, profile)
-        if option is None:
+        best = best_option(trial, profile)
+        if best is None:
             return None
-        k = position[option.gpu]
+        k, option = best
         if trial[k] is gpus[k]:
             trial[k] = gpus[k].copy()
         trial[k].take(option)
