@@ -101,7 +101,7 @@ class CarvedGpu:
         """The option of least :meth:`Option.key` on this GPU."""
         if profile in self._best:
             return self._best[profile]
-        found = _best_on(*self._state(), profile)
+        found = _best_on(self._state(), profile)
         option = None
         if found is not None:
             loss, destroy, placed, reuse = found
@@ -180,34 +180,12 @@ class CarvedGpu:
 
 
 @functools.lru_cache(maxsize=1 << 15)
-def _options_on(
-    model: GpuModel,
-    old: Layout,
-    pinned: tuple[bool, ...],
-    destroyed: frozenset[int],
-    reserved: frozenset[int],
-    created: tuple[Placed, ...],
-    profile: str,
-) -> tuple[_Way, ...]:
-    """:meth:`CarvedGpu.options` for a GPU in this state, whichever GPU it is: a cluster's
-    GPUs repeat a few states, and a planner asks every GPU of every candidate node."""
+def _best_on(state: _GpuState, profile: str) -> _Way | None:
+    """The least of a GPU's options in ``state`` by :meth:`Option.key`, whichever GPU it is:
+    a cluster's GPUs repeat a few states, and a planner asks every GPU of every node."""
+    model, old, pinned, destroyed, reserved, created = state
     gpu = CarvedGpu(0, model, old, (), pinned, set(destroyed), set(reserved), list(created))
-    return tuple(gpu._options(profile))
-
-
-@functools.lru_cache(maxsize=1 << 15)
-def _best_on(
-    model: GpuModel,
-    old: Layout,
-    pinned: tuple[bool, ...],
-    destroyed: frozenset[int],
-    reserved: frozenset[int],
-    created: tuple[Placed, ...],
-    profile: str,
-) -> _Way | None:
-    """The least of :func:`_options_on` by :meth:`Option.key` (the GPU is the same for all)."""
-    ways = _options_on(model, old, pinned, destroyed, reserved, created, profile)
-    return min(ways, key=_way_key, default=None)
+    return min(gpu._options(profile), key=_way_key, default=None)
 
 
 def _way_key(way: _Way) -> tuple[RoomLoss, int, int, int]:
