@@ -194,7 +194,12 @@ def baseline_goal_line(block: dict[str, Any]) -> str:
             continue
         d = paired(mine["per_seed"]["130"], policies[other]["per_seed"]["130"])
         goal = f"≥ {other}" + (f" + {margin * 100:.0f} pp" if margin else "")
-        checks.append(f"{goal}: {'met' if d['mean'] >= margin else 'MISSED'} ({pp(d)})")
+        why = ""
+        target = policies[other]["at"]["130"]["slice_allocation"]["mean"] + margin
+        ceiling = block["limit"]["at"]["130"]["mean"]
+        if d["mean"] < margin and target > ceiling:
+            why = f"; out of reach: {100 * target:.1f} % > the LP limit {100 * ceiling:.1f} %"
+        checks.append(f"{goal}: {'met' if d['mean'] >= margin else 'MISSED'} ({pp(d)}{why})")
     large = [p for p in BASELINES if p in policies and "large_accepted" in policies[p]]
     if large and "large_accepted" in mine:
         best = max(large, key=lambda p: policies[p]["large_accepted"]["130"]["mean"])

@@ -1,0 +1,44 @@
+"""The packing report's goals against the baselines say when a missed margin is out of any
+policy's reach: the baseline plus the margin above the LP limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.packing.packing_report import baseline_goal_line
+
+
+def _policy(name: str, per_seed: list[float]) -> dict[str, Any]:
+    mean = sum(per_seed) / len(per_seed)
+    return {
+        "name": name,
+        "per_seed": {"130": per_seed},
+        "at": {"130": {"slice_allocation": {"mean": mean}}},
+    }
+
+
+def _block(limit: float) -> dict[str, Any]:
+    return {
+        "workload": "default/M1",
+        "limit": {"at": {"130": {"mean": limit}}},
+        "policies": {
+            "migslice": _policy("migslice", [0.985, 0.985]),
+            "B8": _policy("B8 HAMi", [0.98, 0.98]),
+            "B9": _policy("B9 DRA", [0.94, 0.94]),
+        },
+    }
+
+
+def test_a_margin_above_the_limit_is_said_out_of_reach() -> None:
+    line = baseline_goal_line(_block(1.0))
+    assert "≥ B8 + 3 pp: MISSED (0.5 pp; out of reach: 101.0 % > the LP limit 100.0 %)" in line
+    assert "≥ B9 + 3 pp: met (4.5 pp)" in line
+
+
+def test_a_margin_within_the_limit_is_only_missed() -> None:
+    block = _block(1.0)
+    block["policies"]["B8"] = _policy("B8 HAMi", [0.95, 0.95])
+    line = baseline_goal_line(block)
+    assert "≥ B8 + 3 pp: met (3.5 pp)" in line
+    block["policies"]["B8"] = _policy("B8 HAMi", [0.965, 0.965])
+    assert "≥ B8 + 3 pp: MISSED (2.0 pp)" in baseline_goal_line(block)
