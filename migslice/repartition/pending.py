@@ -12,6 +12,7 @@ from migslice.names import MIG_TRANSITION_STATES, SCHEDULER_NAME
 from migslice.objects.json import JsonObject
 from migslice.objects.pods import bound_node_of, metadata_of, phase_of, scheduler_name_of
 from migslice.objects.times import parse_time
+from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import PodDemand, UnitKind, demand_of
 
 
@@ -66,7 +67,7 @@ def eligible_demand(
     pending ``min_pending_s``, only MIG units, only pods no free instance could serve now."""
     unserved: list[tuple[str, str]] = []
     waiting: list[PodDemand] = []
-    servable: dict[tuple[object, ...], bool] = {}  # per kind of pod: many pods share one
+    servable: dict[DemandKey, bool] = {}  # per kind of pod: many pods share one
     for item in pending:
         pod = item.demand
         if pod.error or not pod.units:
@@ -89,10 +90,8 @@ def serving_order(pod: PodDemand) -> tuple[int, str]:
     return (-size, pod.key)
 
 
-def _servable(
-    known: dict[tuple[object, ...], bool], pod: PodDemand, nodes: Sequence[NodeState]
-) -> bool:
-    kind = (tuple((u.resource, u.count) for u in pod.units), pod.products)
+def _servable(known: dict[DemandKey, bool], pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
+    kind = demand_key(pod)
     if kind not in known:
         known[kind] = _can_serve_now(pod, nodes)
     return known[kind]

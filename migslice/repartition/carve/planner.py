@@ -36,6 +36,7 @@ from migslice.repartition.modes import dra_exclusion, mode_of
 from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
 from migslice.repartition.plans import CarvePlan, GpuCarve, NodeCarve
 from migslice.repartition.settings import CarveSettings
+from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import PodDemand
 from migslice.whynot import WhyNot
 
@@ -47,10 +48,6 @@ class _Trial:
     loss: RoomLoss
     destroyed: int
     gpus: list[CarvedGpu]
-
-
-_Asked = tuple[tuple[tuple[str, int], ...], frozenset[str] | None]
-"""What a trial depends on in a pod: its units (resource, count) and allowed products."""
 
 
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
@@ -95,7 +92,7 @@ def plan_carve(
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
     losses: dict[str, list[RoomLoss]] = {}
-    tried: dict[str, dict[_Asked, _Trial | None]] = {}
+    tried: dict[DemandKey, dict[str, _Trial | None]] = {}
     waiting.sort(key=serving_order)
     for pod in waiting:
         chosen = _choose(pod, candidates, states, served=served, budget=budget, tried=tried)
@@ -104,7 +101,8 @@ def plan_carve(
             continue
         name, trial = chosen
         candidates[name] = trial.gpus
-        tried.pop(name, None)
+        for known in tried.values():
+            known.pop(name, None)
         served.setdefault(name, []).append(pod.key)
         losses.setdefault(name, []).append(trial.loss)
     changes = tuple(
@@ -151,19 +149,18 @@ def _choose(
     *,
     served: Mapping[str, list[str]],
     budget: int,
-    tried: dict[str, dict[_Asked, _Trial | None]],
+    tried: dict[DemandKey, dict[str, _Trial | None]],
 ) -> tuple[str, _Trial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
-    trial that says how; else why none does. ``tried``: per node, the trials of pods asking
-    the same instances, kept until the node's candidates change (a trial changes none)."""
+    trial that says how; else why none does. ``tried``: per kind of pod (:func:`demand_key`),
+    the trial on each node, kept until the node's candidates change (a trial changes none)."""
     chosen: tuple[tuple[RoomLoss, int, bool, str], _Trial] | None = None
     held_back = False
-    asked = (tuple((u.resource, u.count) for u in pod.units), pod.products)
+    known = tried.setdefault(demand_key(pod), {})
     for name, gpus in candidates.items():
-        known = tried.setdefault(name, {})
-        if asked not in known:
-            known[asked] = _try(pod, states[name], gpus)
-        trial = known[asked]
+        if name not in known:
+            known[name] = _try(pod, states[name], gpus)
+        trial = known[name]
         if trial is None:
             continue
         if name not in served and len(served) >= budget:
