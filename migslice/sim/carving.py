@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from migslice.inventory import NodeState
 from migslice.mig import Placed
 from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveRequest
@@ -37,7 +36,7 @@ from migslice.repartition import (
 )
 from migslice.scheduling import PodDemand
 from migslice.sim.cluster import SimCluster, SimNode
-from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.index import Kind, PerNode, Rank, RankIndex
 from migslice.sim.placement import LayoutChange
 
 MODE_A_CARVE = CarveSettings(
@@ -98,28 +97,25 @@ class CarveChooser:
         self.demand_of = demand_of
         self.settings = settings
         self.index = RankIndex(cluster, self.rank)
-        self._carved: dict[int, tuple[int, list[CarvedGpu]]] = {}
+        self._gpus = PerNode(self._carved)
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         state = self.cluster.node_state(node)
         cost = carve_cost(
-            self.demand_of(kind), state, settings=self.settings, gpus=self._gpus(node, state)
+            self.demand_of(kind), state, settings=self.settings, gpus=self._gpus(node)
         )
         if cost is None:
             return None
         loss, destroyed = cost
         return (*loss, destroyed, node.position)
 
-    def _gpus(self, node: SimNode, state: NodeState) -> list[CarvedGpu] | None:
-        """The node's carved GPUs as they are now, kept until the node changes (every kind
-        asks about the same ones); None where the planner must rule the node out itself."""
+    def _carved(self, node: SimNode) -> list[CarvedGpu] | None:
+        """The node's carved GPUs (every kind asks about the same ones); None where the
+        planner must rule the node out itself."""
+        state = self.cluster.node_state(node)
         if state.model is None or state.facts.agent is None:
             return None
-        kept = self._carved.get(node.position)
-        if kept is None or kept[0] != node.version:
-            kept = (node.version, carved_gpus(state))
-            self._carved[node.position] = kept
-        return kept[1]
+        return carved_gpus(state)
 
     def reshape(self, kind: Kind) -> tuple[SimNode | None, tuple[LayoutChange, ...]]:
         node = self.index.best(kind)

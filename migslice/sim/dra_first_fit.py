@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
-from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.index import Kind, PerNode, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
 from migslice.sim.sampling import num_feasible_nodes_to_find, search
 from migslice.sim.trace import SimPod
@@ -84,7 +84,7 @@ class DraFirstFitPlacer(CarvingPlacer):
         self.to_find = num_feasible_nodes_to_find(0, len(cluster.nodes))
         self.start_index = 0
         self.feasible = RankIndex(cluster, self.rank)
-        self._counted: dict[int, tuple[int, int]] = {}
+        self._pods_on = PerNode(pods_on)
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked or not first_fit_devices(self.cluster.model, node.gpus, kind):
@@ -104,14 +104,6 @@ class DraFirstFitPlacer(CarvingPlacer):
         if self.node_choice == "least-allocated":
             return min((nodes[p] for p in window.sample), key=self._pods_on)
         return nodes[window.sample[0]]
-
-    def _pods_on(self, node: SimNode) -> int:
-        """:func:`pods_on`, kept until the node changes."""
-        kept = self._counted.get(node.position)
-        if kept is None or kept[0] != node.version:
-            kept = (node.version, pods_on(node))
-            self._counted[node.position] = kept
-        return kept[1]
 
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from migslice.sim.cluster import SimCluster, SimNode
+
+T = TypeVar("T")
 
 Kind = tuple[str, int]
 """A pod kind: (profile, instance count)."""
@@ -79,3 +82,18 @@ class RankIndex:
         iterating are seen at the next query)."""
         for rank in list(self._entries(kind)):
             yield self._cluster.nodes[int(rank[-1])]
+
+
+class PerNode(Generic[T]):
+    """``compute(node)`` kept per node until the node changes (its ``version``)."""
+
+    def __init__(self, compute: Callable[[SimNode], T]) -> None:
+        self._compute = compute
+        self._kept: dict[int, tuple[int, T]] = {}
+
+    def __call__(self, node: SimNode) -> T:
+        kept = self._kept.get(node.position)
+        if kept is None or kept[0] != node.version:
+            kept = (node.version, self._compute(node))
+            self._kept[node.position] = kept
+        return kept[1]
