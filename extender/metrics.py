@@ -304,6 +304,27 @@ class _SteerCollector(Collector):
             "DynamicMIG nodes left to first fit because the rules reached --dra-steer-max-rules.",
             value=stats.capped_nodes,
         )
+        guard = stats.guard
+        yield GaugeMetricFamily(
+            "migslice_dra_strand_guard",
+            "1 while placements that strand compute on DynamicMIG GPUs are avoided (the 1g/2g "
+            "compute held covers the room next to the 3g instances held; docs/dra.md).",
+            value=float(guard.on),
+        )
+        mix = GaugeMetricFamily(
+            "migslice_dra_strand_mix_slices",
+            "The held mix the stranding rule reads: 1g/2g compute slices (fill) and memory "
+            "slices left next to 3g instances (need).",
+            labels=("part",),
+        )
+        mix.add_metric(("fill",), guard.fill)
+        mix.add_metric(("need",), guard.need)
+        yield mix
+        yield CounterMetricFamily(
+            "migslice_dra_strand_guard_flips",
+            "Times the stranding rule turned on or off (each derives the DynamicMIG nodes again).",
+            value=guard.flips,
+        )
 
 
 _REPARTITION = "migslice_repartition_"

@@ -18,7 +18,13 @@ from extender.controller import RepartitionController
 from extender.dra_warnings import DraWarningLoop, DraWarnings
 from extender.mig_manager import MigManagerGuard
 from extender.settings import ExtenderSettings
-from extender.state import ExtenderState, RepartitionStats, new_index, state_from_objects
+from extender.state import (
+    ExtenderState,
+    RepartitionStats,
+    StrandGuard,
+    new_index,
+    state_from_objects,
+)
 from migslice import console, names
 from migslice.inventory import ClusterIndex
 from migslice.serving import load_cluster_file, serve_app
@@ -54,7 +60,8 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     from migslice.kube.nodes import KubeNodeStore
 
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
-    index = new_index()
+    guard = StrandGuard()
+    index = new_index(guard if settings.dra_steer else None)
     caches = start_caches(transport, settings, index)
     controller = None
     if settings.repartition.enabled:
@@ -77,6 +84,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
             may_write=(lambda: True) if stats is None else (lambda: stats.is_leader),
             blindness=lambda: blindness(caches, max_blind_s=settings.max_blind_s),
             max_rules=settings.dra_steer_max_rules,
+            guard=guard,
         )
         steer.start()
     steered = None if steer is None else steer.stats

@@ -53,6 +53,18 @@ class StaticCache:
 
 
 @dataclass(slots=True)
+class StrandGuard:
+    """The cluster's stranding rule (:func:`migslice.mig.stranding.strand_guard`), as the
+    steer loop last read it from the held mix: the index derives DynamicMIG nodes' scores with
+    it, the steer ranks with it. Written by the steer loop's thread only."""
+
+    on: bool = False
+    fill: int = 0
+    need: int = 0
+    flips: int = 0
+
+
+@dataclass(slots=True)
 class SteerStats:
     """Counters of the DRA steer (``extender.steer``), for /metrics (written by its thread
     only)."""
@@ -63,6 +75,7 @@ class SteerStats:
     lifted: int = 0
     failures: int = 0
     capped_nodes: int = 0
+    guard: StrandGuard = field(default_factory=StrandGuard)
 
 
 @dataclass(slots=True)
@@ -133,8 +146,11 @@ class ExtenderState:
         return (not problems, problems)
 
 
-def new_index() -> ClusterIndex[PreparedNode]:
-    return ClusterIndex(prepare_node)
+def new_index(guard: StrandGuard | None = None) -> ClusterIndex[PreparedNode]:
+    """The extender's index; with ``guard``, nodes are derived under its current value."""
+    if guard is None:
+        return ClusterIndex(prepare_node)
+    return ClusterIndex(lambda state: prepare_node(state, strand_guard=guard.on))
 
 
 def mig_configs_from(config_map: Mapping[str, Any] | None, key: str) -> MigConfigs:

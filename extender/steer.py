@@ -11,6 +11,10 @@ between the two has fewer taints, never more). A follower, a blind cache or a fa
 changes nothing else: a stale steer costs packing, never an allocation (``NoSchedule`` keeps
 only new claims off; claims already allocated keep their devices).
 
+Every replica also keeps the cluster's stranding rule (:class:`extender.state.StrandGuard`,
+:func:`migslice.mig.stranding.strand_guard`) from the held mix of the nodes that changed: when
+it flips, the DynamicMIG nodes are derived again under it (their scores) and steered again.
+
 Ports: :class:`SteerApi` (``migslice.kube.device_taints.KubeSteerApi`` in a cluster).
 """
 
@@ -23,9 +27,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from extender.state import SteerStats
+from extender.state import SteerStats, StrandGuard
 from migslice.inventory import ClusterIndex
 from migslice.kube.transport import KubeError
+from migslice.mig.stranding import NO_MIX, FillerMix, strand_guard
 from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
 from migslice.objects.dra_pool import DraMode
 from migslice.scheduling import PreparedNode, demand_of
@@ -80,6 +85,7 @@ class SteerLoop:
         resync_s: float = 60.0,
         max_rules: int = MAX_RULES,
         clock: Callable[[], float] = time.monotonic,
+        guard: StrandGuard | None = None,
     ) -> None:
         self._index = index
         self._api = api
@@ -90,7 +96,8 @@ class SteerLoop:
         self._resync_s = resync_s
         self._max_rules = max_rules
         self._clock = clock
-        self.stats = SteerStats()
+        self.stats = SteerStats(guard=StrandGuard() if guard is None else guard)
+        self.guard = self.stats.guard
         self._lock = threading.Lock()
         self._dirty: set[str] | None = None  # None: every node
         self._wanted: dict[str, dict[str, Wanted]] = {}
@@ -98,6 +105,9 @@ class SteerLoop:
         self._lift: dict[str, frozenset[str]] = {}
         self._next_lift = 0.0
         self._next_resync = 0.0
+        self._mix: dict[str, FillerMix] = {}
+        self._mix_total = NO_MIX
+        self._mix_dirty: set[str] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -118,8 +128,12 @@ class SteerLoop:
         with self._lock:
             if name is None:
                 self._dirty = None
-            elif self._dirty is not None:
-                self._dirty.add(name)
+                self._mix_dirty = None
+            else:
+                if self._dirty is not None:
+                    self._dirty.add(name)
+                if self._mix_dirty is not None:
+                    self._mix_dirty.add(name)
         self._wake.set()
 
     def _run(self) -> None:
@@ -142,6 +156,7 @@ class SteerLoop:
 
     def round(self) -> tuple[int, int]:
         """One round (see the module docstring); (rules deleted, rules created)."""
+        self.update_guard()
         if not self._may_write():
             self._changed(None)  # a new leader starts from every node
             return (0, 0)
@@ -169,6 +184,45 @@ class SteerLoop:
                 self._wanted[name] = found
         return self._apply()
 
+    def update_guard(self) -> bool:
+        """Add up the held mix of the nodes changed since the last call and set the
+        stranding rule from it; when it flips, derive the DynamicMIG nodes again under it.
+        Whether it flipped."""
+        with self._lock:
+            dirty, self._mix_dirty = self._mix_dirty, set()
+        if dirty is None:
+            self._mix, self._mix_total = {}, NO_MIX
+            dirty = set(self._index.node_names())
+        total = self._mix_total
+        for name in dirty:
+            node = self._index.get(name)
+            mix = NO_MIX if node is None else node.filler_mix
+            total = total - self._mix.pop(name, NO_MIX) + mix
+            if mix != NO_MIX:
+                self._mix[name] = mix
+        self._mix_total = total
+        guard = self.guard
+        guard.fill, guard.need = total.fill, total.need
+        on = strand_guard(total, was_on=guard.on)
+        if on == guard.on:
+            return False
+        guard.on = on
+        guard.flips += 1
+        log.info(
+            "DRA steer: stranding rule %s (1g/2g compute held %d, room next to 3g held %d)",
+            "on" if on else "off",
+            total.fill,
+            total.need,
+        )
+        dynamic = []
+        for name in self._index.node_names():
+            node = self._index.get(name)
+            dra = None if node is None else node.state.dra
+            if dra is not None and dra.mode is DraMode.DYNAMIC:
+                dynamic.append(name)
+        self._index.derive(self._index.refresh(dynamic))
+        return True
+
     def _steer(self, name: str) -> dict[str, Wanted]:
         state = self._index.state_of(name)
         view = None if state is None else state.dra
@@ -178,7 +232,7 @@ class SteerLoop:
             return {}
         self._held[name] = len(view.held)
         pool = view.pool
-        steer = steer_of(pool, view.use, lift=self._lift.get(name, ()))
+        steer = steer_of(pool, view.use, lift=self._lift.get(name, ()), strand_guard=self.guard.on)
         by_device = {
             d.name(gpu.minor): d.profile for gpu in pool.gpus for d in gpu.devices if d.profile
         }
@@ -255,7 +309,7 @@ class SteerLoop:
                 if view.mode is not DraMode.DYNAMIC:
                     continue
                 requests = [r for d in demands if (r := dra_requests(state, d.units))]
-                steer = steer_of(view.pool, view.use)
+                steer = steer_of(view.pool, view.use, strand_guard=self.guard.on)
                 found = lifted(view.pool, view.use, steer, requests)
                 if found:
                     lift[name] = found

@@ -182,6 +182,12 @@ class ClusterIndex(Generic[V]):
                         derived += 1
         return derived
 
+    def refresh(self, names: Iterable[str]) -> tuple[str, ...]:
+        """Drop the values of ``names`` (their inputs unchanged, the derive function's own
+        inputs not: the extender's stranding rule); the names to derive again."""
+        with self._lock:
+            return self._drop_nodes({name for name in names if name in self._nodes})
+
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         with self._lock:
             self._nodes = {facts.name: facts for facts in nodes}

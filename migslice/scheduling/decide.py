@@ -184,7 +184,7 @@ def score_node(demand: PodDemand, node: PreparedNode | None) -> int:
     if check_node(demand, node).outcome is not Outcome.FITS:
         return MIN_SCORE
     if node.state.dra is not None:
-        return dra_demand_score(node.state, demand.units)
+        return dra_demand_score(node.state, demand.units, strand_guard=node.strand_guard)
     return score_units(node.state, tuple((u.resource, u.count) for u in demand.units))
 
 

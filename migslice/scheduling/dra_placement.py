@@ -13,7 +13,10 @@ placed as the allocator's first full solution places them
 (:func:`migslice.inventory.first_fit.first_solution`) and scores its worst unit; whole GPUs
 use the node-level score, as on other nodes. The steer's ``DeviceTaintRule`` taints are in
 the pool (:attr:`DraPool.skipped`), so the score is that of the placement the steer leaves
-to the allocator (:mod:`migslice.scheduling.dra_steer`).
+to the allocator (:mod:`migslice.scheduling.dra_steer`). While the cluster's held mix says so
+(``strand_guard``, :func:`migslice.mig.stranding.strand_guard`), a landing device that strands
+compute on a DynamicMIG GPU (fills its memory with compute slices left) scores 1, below any
+other placement of that profile, so such a claim goes to another node where one has room.
 """
 
 from __future__ import annotations
@@ -25,17 +28,29 @@ from migslice.inventory import NodeState
 from migslice.inventory.first_fit import Choice, PoolUse, Wanted, first_fit, first_solution
 from migslice.inventory.picking import MAX_SCORE, MIN_SCORE, gpu_unit_score, node_level_score
 from migslice.mig import WHOLE_GPU_RESOURCE
+from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strands_compute
 from migslice.objects.dra_pool import DraMode
+from migslice.objects.resource_slices import DeviceKind
 from migslice.scheduling.demand import DemandUnit
 
 
-def dra_unit_scores(state: NodeState, resources: Iterable[str]) -> dict[str, int]:
+def dra_unit_scores(
+    state: NodeState, resources: Iterable[str], *, strand_guard: bool = False
+) -> dict[str, int]:
     """The score of one unit of each MIG resource of ``resources`` on the DRA node (0: none
     fits)."""
-    return {resource: dra_mig_score(state, ((resource, 1, None),)) for resource in resources}
+    return {
+        resource: dra_mig_score(state, ((resource, 1, None),), strand_guard=strand_guard)
+        for resource in resources
+    }
 
 
-def dra_mig_score(state: NodeState, units: Iterable[tuple[str, int, Wanted | None]]) -> int:
+def dra_mig_score(
+    state: NodeState,
+    units: Iterable[tuple[str, int, Wanted | None]],
+    *,
+    strand_guard: bool = False,
+) -> int:
     """Score taking MIG ``units`` (resource, count, the device pinned or None) as the
     allocator's first full solution places them, the worst of them; 0 if they do not all
     fit."""
@@ -50,26 +65,28 @@ def dra_mig_score(state: NodeState, units: Iterable[tuple[str, int, Wanted | Non
         requests.append((wanted, count))
     if len(requests) == 1 and requests[0][1] == 1:
         choice = first_fit(view.pool, requests[0][0], view.use)
-        return MIN_SCORE if choice is None else _score(view.use, choice)
+        return MIN_SCORE if choice is None else _score(view.use, choice, strand_guard)
     solution = first_solution(view.pool, requests, view.use)
     if solution is None:
         return MIN_SCORE
     use = view.use.copy()
     worst = MAX_SCORE
     for choice in solution:
-        worst = min(worst, _score(use, choice))
+        worst = min(worst, _score(use, choice, strand_guard))
         use.take(choice.gpu, choice.device)
     return worst
 
 
-def dra_demand_score(state: NodeState, units: Sequence[DemandUnit]) -> int:
+def dra_demand_score(
+    state: NodeState, units: Sequence[DemandUnit], *, strand_guard: bool = False
+) -> int:
     """The score of a pod's units on the DRA node: its MIG units placed by first fit, each
     where its pin (if any) allows, the worst of them; whole GPUs by the node-level score."""
     mig = [(u.resource, u.count, u.select) for u in units if u.resource != WHOLE_GPU_RESOURCE]
     whole = sum(u.count for u in units if u.resource == WHOLE_GPU_RESOURCE)
     scores = []
     if mig:
-        scores.append(dra_mig_score(state, mig))
+        scores.append(dra_mig_score(state, mig, strand_guard=strand_guard))
     if whole:
         total = state.allocatable_of(WHOLE_GPU_RESOURCE)
         scores.append(node_level_score(state.allocated_of(WHOLE_GPU_RESOURCE) + whole, total))
@@ -99,6 +116,39 @@ def dra_requests(state: NodeState, units: Sequence[DemandUnit]) -> list[tuple[Wa
     return requests
 
 
+def dra_filler_mix(state: NodeState) -> FillerMix:
+    """What the claims on the node's DynamicMIG GPUs hold towards the stranding rule."""
+    view = state.dra
+    if view is None or view.use is None:
+        return NO_MIX
+    mix = NO_MIX
+    for g, gpu in enumerate(view.pool.gpus):
+        if gpu.mode is not DraMode.DYNAMIC:
+            continue
+        held = (gpu.devices[k] for k in view.use.held(g))
+        mix += filler_mix(gpu.model, (d.profile for d in held if d.kind is DeviceKind.MIG))
+    return mix
+
+
+STRANDING_SCORE = MIN_SCORE + 1
+"""The score of a landing device that strands compute while the guard is on: the lowest that
+still fits."""
+
+
+def _strands(use: PoolUse, choice: Choice) -> bool:
+    gpu = use.pool.gpus[choice.gpu]
+    device = gpu.devices[choice.device]
+    if device.kind is not DeviceKind.MIG:
+        return False
+    model = gpu.model
+    held = [gpu.devices[k] for k in use.held(choice.gpu)]
+    memory = gpu.size_of(device) + sum(gpu.size_of(d) for d in held)
+    compute = sum(
+        model.profile(d.profile).compute_slices for d in (*held, device) if d.kind is DeviceKind.MIG
+    )
+    return strands_compute(model, memory, compute)
+
+
 def _wanted(state: NodeState, resource: str) -> Wanted | None:
     if resource == WHOLE_GPU_RESOURCE:
         return Wanted.whole()
@@ -106,11 +156,13 @@ def _wanted(state: NodeState, resource: str) -> Wanted | None:
     return None if profile is None else Wanted.mig(profile.name)
 
 
-def _score(use: PoolUse, choice: Choice) -> int:
+def _score(use: PoolUse, choice: Choice, strand_guard: bool = False) -> int:
     pool = use.pool
     gpu = pool.gpus[choice.gpu]
     held = use.held_slices(choice.gpu)
     if gpu.mode is DraMode.DYNAMIC:
+        if strand_guard and _strands(use, choice):
+            return STRANDING_SCORE
         capacity = gpu.model.memory_slices
     else:
         capacity = sum(gpu.size_of(device) for device in gpu.devices)

@@ -10,7 +10,10 @@ already allocated. So, per MIG profile a node's DynamicMIG GPUs publish:
 
 * the **candidates** are the profile's devices that fit now (not held, memory slices and
   counters free) and that no other taint keeps off, in the allocator's order;
-* the **preferred** one is migslice's choice among them: the GPU of the highest
+* the **preferred** one is migslice's choice among them: while the cluster's held mix says
+  so (``strand_guard``, :func:`migslice.mig.stranding.strand_guard`), a placement that
+  strands compute (fills the GPU's memory with compute slices left: ``3g`` next to ``3g``)
+  only when nothing else fits; then the GPU of the highest
   fragmentation score (:func:`migslice.inventory.picking.gpu_unit_score`: the fullest GPU in
   use first, so idle GPUs stay whole), then the placement that takes the least room from
   larger profiles on it (:func:`migslice.mig.room.room_loss`, largest shape first), then the
@@ -39,6 +42,7 @@ from migslice.inventory.first_fit import PoolUse, Wanted, first_solution
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Placed
 from migslice.mig.room import RoomLoss, room_loss
+from migslice.mig.stranding import strands_compute
 from migslice.objects.dra_pool import DraMode, DraPool, PoolState
 from migslice.objects.resource_slices import DeviceKind
 
@@ -55,10 +59,13 @@ class Steer:
 NO_STEER = Steer()
 
 
-def steer_of(pool: DraPool, use: PoolUse, *, lift: Iterable[str] = ()) -> Steer:
+def steer_of(
+    pool: DraPool, use: PoolUse, *, lift: Iterable[str] = (), strand_guard: bool = False
+) -> Steer:
     """The steer of a ready pool given what claims hold (``use``); profiles in ``lift`` are
-    not steered. ``pool.tainted`` (the slices' and other rules' taints) is honoured; the
-    steer's own rules (``pool.steered``) are not read, so the result does not depend on them."""
+    not steered; ``strand_guard``: placements that strand compute rank last. ``pool.tainted``
+    (the slices' and other rules' taints) is honoured; the steer's own rules
+    (``pool.steered``) are not read, so the result does not depend on them."""
     if pool.state is not PoolState.READY:
         return NO_STEER
     lifted_profiles = frozenset(lift)
@@ -82,7 +89,9 @@ def steer_of(pool: DraPool, use: PoolUse, *, lift: Iterable[str] = ()) -> Steer:
         if len(found) < 2:
             continue
 
-        def rank(position: int, found: list[tuple[int, int]] = found) -> tuple[int, RoomLoss, int]:
+        def rank(
+            position: int, found: list[tuple[int, int]] = found
+        ) -> tuple[bool, int, RoomLoss, int]:
             g, k = found[position]
             gpu = pool.gpus[g]
             device = gpu.devices[k]
@@ -91,8 +100,9 @@ def steer_of(pool: DraPool, use: PoolUse, *, lift: Iterable[str] = ()) -> Steer:
             score = gpu_unit_score(
                 after, gpu.model.memory_slices, in_use=held > 0, node_in_use=node_in_use
             )
+            strands = strand_guard and _strands(gpu.model, kept[g], device.profile)
             loss = _loss(gpu.model, kept[g], device.profile, device.start)
-            return (-score, loss, position)
+            return (strands, -score, loss, position)
 
         best = min(range(len(found)), key=rank)
         for g, k in found[:best]:
@@ -130,6 +140,14 @@ def _kept(pool: DraPool, use: PoolUse, g: int) -> tuple[Placed, ...]:
             if (d := gpu.devices[k]).kind is DeviceKind.MIG
         )
     )
+
+
+def _strands(model: GpuModel, kept: tuple[Placed, ...], profile: str) -> bool:
+    """Whether adding an instance of ``profile`` to ``kept`` strands compute."""
+    new = model.profile(profile)
+    memory = new.memory_slices + sum(p.size for p in kept)
+    compute = new.compute_slices + sum(model.profile(p.profile).compute_slices for p in kept)
+    return strands_compute(model, memory, compute)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -75,14 +75,19 @@ def score_units(state: NodeState, units: Sequence[tuple[str, int]]) -> int:
     return min(scores) if scores else MIN_SCORE
 
 
-def unit_scores(state: NodeState, resources: Iterable[str]) -> dict[str, int]:
+def unit_scores(
+    state: NodeState, resources: Iterable[str], *, strand_guard: bool = False
+) -> dict[str, int]:
     """``score_units(state, ((resource, 1),))`` for each of ``resources``, the node's GPUs
     read once for all of them instead of once each (a node's derive scores every resource it
-    has free)."""
+    has free); ``strand_guard``: a DRA node's landing device that strands compute scores 1
+    (:mod:`migslice.scheduling.dra_placement`)."""
     model = state.model
     if state.dra is not None:
         wanted = list(resources)
-        found = dra_unit_scores(state, (r for r in wanted if r != WHOLE_GPU_RESOURCE))
+        found = dra_unit_scores(
+            state, (r for r in wanted if r != WHOLE_GPU_RESOURCE), strand_guard=strand_guard
+        )
         if WHOLE_GPU_RESOURCE in wanted:
             found[WHOLE_GPU_RESOURCE] = score_units(state, ((WHOLE_GPU_RESOURCE, 1),))
         return found

@@ -9,9 +9,11 @@ from migslice.inventory import NodeState
 from migslice.inventory.layouts import serves_through_device_plugin
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
 from migslice.mig.catalog import product_label_of
+from migslice.mig.stranding import NO_MIX, FillerMix
 from migslice.names import MIG_TRANSITION_STATES
 from migslice.objects.dra_pool import PoolState
 from migslice.scheduling import reasons
+from migslice.scheduling.dra_placement import dra_filler_mix
 from migslice.scheduling.fragmentation import unit_scores
 
 
@@ -49,9 +51,17 @@ class PreparedNode:
     held_slices: int = 0
     """Memory slices pods hold on the node's GPUs (a whole GPU counts all of its): what the
     best-fit filter keeps the fullest of among nodes of equal score."""
+    filler_mix: FillerMix = NO_MIX
+    """What the node's DynamicMIG GPUs hold towards the stranding rule
+    (:func:`migslice.mig.stranding.filler_mix`); the steer loop adds them up."""
+    strand_guard: bool = False
+    """Whether the scores avoid stranding compute on DynamicMIG GPUs
+    (:func:`migslice.mig.stranding.strand_guard`, the cluster's, when the node was derived)."""
 
 
-def prepare_node(state: NodeState) -> PreparedNode:
+def prepare_node(state: NodeState, *, strand_guard: bool = False) -> PreparedNode:
+    """The node's answers; ``strand_guard``: the cluster's stranding rule is on (it changes
+    only DynamicMIG nodes' scores)."""
     facts = state.facts
     allocatable = dict(state.allocatable)
     free = dict(state.free)
@@ -76,6 +86,7 @@ def prepare_node(state: NodeState) -> PreparedNode:
             if count > 0
             and (resource == WHOLE_GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX))
         ),
+        strand_guard=strand_guard,
     )
     product = facts.product
     if product is None and dra is not None and dra.pool.gpus:
@@ -102,6 +113,8 @@ def prepare_node(state: NodeState) -> PreparedNode:
         not_ready=not_ready,
         claim_reason=claim_reason,
         held_slices=_held_slices(state),
+        filler_mix=NO_MIX if dra is None else dra_filler_mix(state),
+        strand_guard=strand_guard,
     )
 
 

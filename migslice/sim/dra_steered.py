@@ -14,6 +14,11 @@ extender chooses the node and the steer chooses the device inside it.
   (:func:`migslice.scheduling.dra_placement.dra_mig_score`, the worst of a claim's devices),
   then the memory slices the node holds (the fullest first); ties: the lowest index, where
   kube-scheduler's own scores would choose.
+* **Stranded compute**: while the cluster's held mix says so (the extender's rule,
+  :func:`migslice.mig.stranding.strand_guard`, read after every placement and departure), a
+  placement that fills a GPU's memory with compute slices left (``3g`` next to ``3g``) ranks
+  after every other placement inside a node and scores the node 1
+  (:data:`migslice.scheduling.dra_placement.STRANDING_SCORE`).
 * Devices are carved when the claim is prepared and destroyed when it is released, as in B9.
 """
 
@@ -26,7 +31,9 @@ from dataclasses import dataclass
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.mig.room import RoomLoss, room_loss
+from migslice.mig.stranding import NO_MIX, filler_mix, strand_guard, strands_compute
 from migslice.scheduling.decide import RANK_SPAN
+from migslice.scheduling.dra_placement import STRANDING_SCORE
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
@@ -34,7 +41,7 @@ from migslice.sim.trace import SimPod
 
 
 def steered_devices(
-    model: GpuModel, gpus: Sequence[SimGpu], kind: Kind
+    model: GpuModel, gpus: Sequence[SimGpu], kind: Kind, *, strand_guard: bool = False
 ) -> tuple[int, list[tuple[int, Placed]]]:
     """The devices the steered allocator gives a claim for ``kind`` on a DynamicMIG node
     holding ``gpus``' instances, and the node's score (the worst device's); (0, []) when
@@ -45,19 +52,19 @@ def steered_devices(
     chosen: list[tuple[int, Placed]] = []
     worst = 10
     for _ in range(count):
-        best: tuple[tuple[int, RoomLoss, int, int], int, Placed] | None = None
+        best: tuple[tuple[bool, int, RoomLoss, int, int], int, Placed] | None = None
         for index, layout in layouts.items():
-            found = _best_on_gpu(model, tuple(sorted(layout)), profile, node_in_use)
+            found = _best_on_gpu(model, tuple(sorted(layout)), profile, node_in_use, strand_guard)
             if found is None:
                 continue
-            (score, loss), placed = found
-            key = (score, loss, index, placed.start)
+            (strands, score, loss), placed = found
+            key = (strands, score, loss, index, placed.start)
             if best is None or key < best[0]:
                 best = (key, index, placed)
         if best is None:
             return 0, []
         key, index, placed = best
-        worst = min(worst, -key[0])
+        worst = min(worst, STRANDING_SCORE if key[0] else -key[1])
         layouts[index].append(placed)
         chosen.append((index, placed))
         node_in_use = True
@@ -66,31 +73,41 @@ def steered_devices(
 
 @functools.lru_cache(maxsize=1 << 14)
 def _best_on_gpu(
-    model: GpuModel, kept: Layout, profile: str, node_in_use: bool
-) -> tuple[tuple[int, RoomLoss], Placed] | None:
+    model: GpuModel, kept: Layout, profile: str, node_in_use: bool, strand_guard: bool
+) -> tuple[tuple[bool, int, RoomLoss], Placed] | None:
     """The steer's preferred placement of ``profile`` on one GPU holding ``kept``, and its
-    key (negated score, room loss); ties to the lowest start."""
+    key (strands compute, negated score, room loss); ties to the lowest start."""
     held = sum(p.size for p in kept)
-    best: tuple[tuple[int, RoomLoss, int], Placed] | None = None
+    strands = strand_guard and strands_compute(
+        model,
+        held + model.profile(profile).memory_slices,
+        sum(model.profile(p.profile).compute_slices for p in kept)
+        + model.profile(profile).compute_slices,
+    )
+    best: tuple[tuple[bool, int, RoomLoss, int], Placed] | None = None
     for placed in free_placements(model, kept, profile):
         score = gpu_unit_score(
             held + placed.size, model.memory_slices, in_use=held > 0, node_in_use=node_in_use
         )
-        key = (-score, room_loss(model, kept, (*kept, placed)), placed.start)
+        key = (strands, -score, room_loss(model, kept, (*kept, placed)), placed.start)
         if best is None or key < best[0]:
             best = (key, placed)
-    return None if best is None else ((best[0][0], best[0][1]), best[1])
+    return None if best is None else (best[0][:3], best[1])
 
 
 class DraSteeredPlacer(CarvingPlacer):
     def __init__(self, cluster: SimCluster) -> None:
         super().__init__(cluster)
         self.feasible = RankIndex(cluster, self.rank)
+        self.mix = NO_MIX
+        self.strand_guard = False
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked:
             return None
-        score, chosen = steered_devices(self.cluster.model, node.gpus, kind)
+        score, chosen = steered_devices(
+            self.cluster.model, node.gpus, kind, strand_guard=self.strand_guard
+        )
         if not chosen:
             return None
         held = sum(p.size for gpu in node.gpus for p in gpu.instances)
@@ -102,8 +119,27 @@ class DraSteeredPlacer(CarvingPlacer):
         if not entries:
             return None
         node = self.cluster.nodes[int(entries[0][-1])]
-        _, chosen = steered_devices(self.cluster.model, node.gpus, kind)
-        return self.carve(node, chosen, pod)
+        _, chosen = steered_devices(
+            self.cluster.model, node.gpus, kind, strand_guard=self.strand_guard
+        )
+        assignment = self.carve(node, chosen, pod)
+        self._held(chosen, +1)
+        return assignment
+
+    def depart(self, pod: str) -> Assignment:
+        assignment = super().depart(pod)
+        self._held([(i, p) for i, p in assignment.units if p is not None], -1)
+        return assignment
+
+    def _held(self, units: Sequence[tuple[int, Placed]], sign: int) -> None:
+        """Count ``units`` in (or out of) the held mix and set the stranding rule from it,
+        as the extender's steer loop does; a flip ranks every node again."""
+        mix = filler_mix(self.cluster.model, (placed.profile for _, placed in units))
+        self.mix = self.mix + mix if sign > 0 else self.mix - mix
+        on = strand_guard(self.mix, was_on=self.strand_guard)
+        if on != self.strand_guard:
+            self.strand_guard = on
+            self.feasible.reset()
 
 
 @dataclass(frozen=True, slots=True)

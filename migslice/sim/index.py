@@ -68,6 +68,12 @@ class RankIndex:
             self._sorted[kind] = entries
         return entries
 
+    def reset(self) -> None:
+        """Rank every node again at the next query (the rank function itself changed)."""
+        self._sorted.clear()
+        self._current.clear()
+        self._dirty.clear()
+
     def entries(self, kind: Kind) -> list[Rank]:
         """The ranks of the nodes that can take ``kind``, ascending (do not modify)."""
         return self._entries(kind)

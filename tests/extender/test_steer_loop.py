@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from extender.metrics import ExtenderMetrics
-from extender.state import ExtenderState
+from extender.state import ExtenderState, StrandGuard, new_index
 from extender.steer import SteerLoop
 from migslice.inventory import ClusterIndex
 from migslice.objects import node_facts_from_raw
@@ -63,7 +63,9 @@ class RulesApi:
         return self.pending
 
 
-def _index(claims: list[dict[str, Any]] | None = None) -> ClusterIndex[PreparedNode]:
+def _index(
+    claims: list[dict[str, Any]] | None = None, guard: StrandGuard | None = None
+) -> ClusterIndex[PreparedNode]:
     static = [
         {
             **s,
@@ -75,7 +77,9 @@ def _index(claims: list[dict[str, Any]] | None = None) -> ClusterIndex[PreparedN
         }
         for s in fixture_slices("a100-80gb-staticmig-4g1g1g1g-resourceslices.json")
     ]
-    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    index: ClusterIndex[PreparedNode] = (
+        ClusterIndex(prepare_node) if guard is None else new_index(guard)
+    )
     index.load_objects(
         ClusterObjects(
             nodes=(make_dra_node(ONE), make_dra_node(STATIC)),
@@ -191,3 +195,39 @@ def test_the_steer_is_counted_on_metrics() -> None:
     assert "migslice_dra_steer_capped_nodes 0.0" in text
     bare = generate_latest(ExtenderMetrics(ExtenderState(index)).registry).decode()
     assert "migslice_dra_steer" not in bare
+
+
+def _held(index: ClusterIndex[PreparedNode], name: str, device: str) -> None:
+    claim = claim_facts_from_raw(make_claim(name, allocated=[(ONE, device)]))
+    assert claim is not None
+    index.upsert_claim(claim)
+
+
+def test_the_stranding_rule_turns_on_with_the_held_mix_and_nodes_are_derived_under_it() -> None:
+    guard = StrandGuard()
+    index = _index(guard=guard)
+    api = RulesApi(index)
+    loop = _loop(index, api, guard=guard)
+    _held(index, "three", "gpu-0-mig-3g40gb-9-4")
+    _held(index, "one", "gpu-0-mig-1g10gb-19-0")
+    loop.round()
+    assert (guard.on, guard.fill, guard.need) == (False, 1, 4)
+    node = index.get(ONE)
+    assert node is not None and not node.strand_guard
+    _held(index, "two", "gpu-0-mig-2g20gb-14-2")
+    _held(index, "one-more", "gpu-0-mig-1g10gb-19-1")
+    loop.round()
+    assert (guard.on, guard.fill, guard.need, guard.flips) == (True, 4, 4, 1)
+    node, now = index.get(ONE), index.state_of(ONE)
+    assert node is not None and node.strand_guard and now is not None
+    assert node == prepare_node(now, strand_guard=True)
+    state = ExtenderState(index, steer=loop.stats)
+    text = generate_latest(ExtenderMetrics(state).registry).decode()
+    assert "migslice_dra_strand_guard 1.0" in text
+    assert 'migslice_dra_strand_mix_slices{part="fill"} 4.0' in text
+    assert "migslice_dra_strand_guard_flips_total 1.0" in text
+    index.delete_claim("team-a/one")
+    loop.round()
+    assert (guard.on, guard.fill, guard.flips) == (False, 3, 2)
+    node = index.get(ONE)
+    assert node is not None and not node.strand_guard

@@ -242,3 +242,34 @@ def test_every_steer_rule_kube_apiserver_would_take() -> None:
             assert len(rule["metadata"]["name"]) <= 253
             assert label.match(rule["spec"]["taint"]["value"]), rule
             assert len(rule["spec"]["taint"]["value"]) <= 63
+
+
+def test_with_the_stranding_rule_a_3g_opens_another_gpu_instead_of_pairing_with_a_3g() -> None:
+    index = _index(EIGHT, EIGHT_GPUS, held=["gpu-3-mig-3g40gb-9-4"])
+    pool, use = _pool_use(index, EIGHT)
+    # Without the rule the fullest GPU in use wins: 3g@0 next to 3g@4, 1 compute slice lost.
+    assert dict(steer_of(pool, use).preferred)["3g.40gb"] == "gpu-3-mig-3g40gb-9-0"
+    guarded = steer_of(pool, use, strand_guard=True)
+    preferred = dict(guarded.preferred)
+    assert preferred["3g.40gb"] == "gpu-0-mig-3g40gb-9-4"
+    assert "gpu-3-mig-3g40gb-9-0" not in guarded.taints
+    assert _first(_steered(pool, guarded.taints), use, "3g.40gb") == "gpu-0-mig-3g40gb-9-4"
+    # Small profiles still fill the GPU in use; the rule leaves them where they were.
+    assert preferred["2g.20gb"] == dict(steer_of(pool, use).preferred)["2g.20gb"]
+    assert preferred["2g.20gb"].startswith("gpu-3-")
+
+
+def test_a_3g_that_can_only_strand_still_fits_and_the_node_scores_it_lowest() -> None:
+    index = _index(ONE, ONE_GPU, held=["gpu-0-mig-3g40gb-9-4"])
+    state = index.state_of(ONE)
+    assert state is not None
+    plain, guarded = prepare_node(state), prepare_node(state, strand_guard=True)
+    assert plain.unit_scores["nvidia.com/mig-3g.40gb"] == 10
+    assert guarded.unit_scores["nvidia.com/mig-3g.40gb"] == 1
+    assert (
+        guarded.unit_scores["nvidia.com/mig-2g.20gb"] == plain.unit_scores["nvidia.com/mig-2g.20gb"]
+    )
+    assert guarded.filler_mix == plain.filler_mix
+    assert (plain.filler_mix.fill, plain.filler_mix.need) == (0, 4)
+    pool, use = _pool_use(index, ONE)
+    assert steer_of(pool, use, strand_guard=True).taints == steer_of(pool, use).taints

@@ -10,13 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from migslice.inventory import ClusterIndex
-from migslice.mig import CATALOG
+from migslice.mig import CATALOG, Placed
+from migslice.mig.stranding import NO_MIX
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import PreparedNode, prepare_node
+from migslice.scheduling.dra_placement import STRANDING_SCORE
 from migslice.scheduling.dra_steer import steer_of
 from migslice.sim import GPU_MODEL, SaturationConfig, SimPod, make_policy, run_sequence
 from migslice.sim.cluster import SimCluster, SimGpu
-from migslice.sim.dra_steered import DraSteered, steered_devices
+from migslice.sim.dra_steered import DraSteered, DraSteeredPlacer, steered_devices
 from tests.dra_objects import fixture_slices, make_claim, make_dra_node, migslice_classes
 
 NODE = "gpu-node-a100-8"
@@ -25,7 +27,7 @@ PROFILES = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
 
 
 def _product_preferred(
-    held: Sequence[str],
+    held: Sequence[str], strand_guard: bool = False
 ) -> tuple[dict[str, str], dict[tuple[int, str, int], str]]:
     """The steer's preferred device per profile with the devices ``held``, and every device's
     name by (GPU, profile, start)."""
@@ -48,23 +50,25 @@ def _product_preferred(
         for d in gpu.devices
         if d.profile is not None
     }
-    return dict(steer_of(pool, state.dra.use).preferred), names
+    return dict(steer_of(pool, state.dra.use, strand_guard=strand_guard).preferred), names
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.sampled_from(PROFILES), min_size=1, max_size=14))
-def test_inside_a_node_it_takes_the_device_the_steer_prefers(arrivals: list[str]) -> None:
+@given(st.lists(st.sampled_from(PROFILES), min_size=1, max_size=14), st.booleans())
+def test_inside_a_node_it_takes_the_device_the_steer_prefers(
+    arrivals: list[str], guard: bool
+) -> None:
     model = CATALOG.get("A100-80GB")
     gpus = [SimGpu(i, True) for i in range(8)]
     held: list[str] = []
     for profile in arrivals:
-        preferred, names = _product_preferred(held)
+        preferred, names = _product_preferred(held, guard)
         for other in PROFILES:
-            _, chosen = steered_devices(model, gpus, (other, 1))
+            _, chosen = steered_devices(model, gpus, (other, 1), strand_guard=guard)
             if other in preferred:
                 ((g, placed),) = chosen
                 assert names[(g, other, placed.start)] == preferred[other], (held, other)
-        _, chosen = steered_devices(model, gpus, (profile, 1))
+        _, chosen = steered_devices(model, gpus, (profile, 1), strand_guard=guard)
         if not chosen:
             continue
         ((g, placed),) = chosen
@@ -102,6 +106,37 @@ def test_a_node_in_use_is_filled_before_an_idle_one_and_instances_end_with_their
         ]
         placer.depart("a")
         assert [p.start for p in node.gpus[0].instances] == [4]
+
+
+def test_with_the_stranding_rule_a_3g_opens_an_idle_gpu_and_scores_1_where_it_cannot() -> None:
+    three = GPU_MODEL.profile("3g.40gb")
+    gpus = [SimGpu(i, True) for i in range(2)]
+    gpus[0].instances.append(Placed(4, "3g.40gb", three.memory_slices))
+    gpus[0].holders.append("a")
+    score, ((g, placed),) = steered_devices(GPU_MODEL, gpus, ("3g.40gb", 1))
+    assert (score, g, placed.start) == (10, 0, 0)
+    score, ((g, placed),) = steered_devices(GPU_MODEL, gpus, ("3g.40gb", 1), strand_guard=True)
+    assert (score, g, placed.start) == (3, 1, 4)
+    score, ((g, placed),) = steered_devices(GPU_MODEL, gpus[:1], ("3g.40gb", 1), strand_guard=True)
+    assert (score, g, placed.start) == (STRANDING_SCORE, 0, 0)
+
+
+def test_the_stranding_rule_follows_the_held_mix_through_arrivals_and_departures() -> None:
+    cluster = SimCluster(GPU_MODEL, 2, [()], gpus_per_node=2)
+    placer = DraSteered().start(cluster, 0)
+    assert isinstance(placer, DraSteeredPlacer)
+    assert placer.place(SimPod("three", "3g.40gb")) is not None
+    assert placer.mix.need == 4 and not placer.strand_guard
+    for name, profile in (("s0", "1g.10gb"), ("s1", "1g.10gb")):
+        assert placer.place(SimPod(name, profile)) is not None
+    assert placer.mix.fill == 2 and not placer.strand_guard
+    assert placer.place(SimPod("m", "2g.20gb")) is not None
+    assert placer.mix.fill == 4 and placer.strand_guard
+    placer.depart("s0")  # 3 of 4 is below nine tenths: off
+    assert not placer.strand_guard
+    for name in ("s1", "m", "three"):
+        placer.depart(name)
+    assert placer.mix == NO_MIX
 
 
 def test_m_dra_runs_in_mode_a_and_never_leaves_an_illegal_layout() -> None:
