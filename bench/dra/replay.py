@@ -23,7 +23,8 @@ first fill the cluster to ``--load`` times its memory slices; then each of ``--c
 arrivals comes after the oldest running pod leaves (its pod and claim deleted, the claim's
 finalizer removed as kube-controller-manager's claim controller does: its devices are free
 again), so holes open where each policy left them. Each workload of ``--workloads`` is one
-arrival sequence.
+arrival sequence per seed of ``--seeds``; the goals are judged on their mean (one sequence
+is luck: the stranded figure of one policy moves several-fold between seeds).
 
 **Burst**: the fill's pods at once, timed from the first create until every pod is
 bound or unschedulable (scheduling throughput; the steer cannot follow a burst, so its
@@ -35,7 +36,8 @@ they, with idle GPUs', summed to the pod's own (a better packing might have serv
 slices free on GPUs in use and on idle GPUs at the fill's end; devices or memory slices given
 twice (must be 0); pods left unschedulable that a node could still serve (must be 0).
 
-    python -m bench.dra.replay                   # 8 nodes x 8 A100, load 1.3 + 300 churn
+    python -m bench.dra.replay                   # 8 nodes x 8 A100, load 1.3 + 300 churn,
+                                                 # seeds 1-3
     python -m bench.dra.replay --quick           # 2 nodes x 8 A100, sequential only
 
 Writes the section ``replay`` of ``bench/dra/report.json`` (and ``report.md``, ``report.png``).
@@ -405,7 +407,9 @@ def markdown(report: dict[str, Any]) -> str:
         "# First fit against migslice on the same claims (`bench/dra/replay.py`)",
         "",
         f"{s['nodes']} DynamicMIG nodes x {s['gpus']} A100-80GB ({s['capacity_slices']} memory "
-        f"slices); per workload one arrival sequence of the trace (seed {s['seed']}): a fill "
+        f"slices); per workload one arrival sequence of the trace per seed "
+        f"({', '.join(map(str, s['seeds']))}; the tables below hold the first's, the goals "
+        "the mean of all): a fill "
         f"to load {s['load']} of the memory slices, then {s['churn']} arrivals each after the "
         f"oldest running pod leaves; kube-scheduler {s['kubernetes']}, a fresh control plane "
         "per run. A pod is placed on arrival when its first scheduling bound it; otherwise it "
@@ -463,6 +467,22 @@ def markdown(report: dict[str, Any]) -> str:
                 counts = o.get("placed_on_arrival") or o["accepted"]
                 cells = [f"{counts.get(p, 0)}/{o['arrived'].get(p, 0)}" for p in w["profiles"]]
                 lines.append(f"| {mode} | {policy} | " + " | ".join(cells) + " |")
+        by_seed = w.get("seeds") or {}
+        if len(by_seed) > 1:
+            lines += [
+                "",
+                "Sequential, per seed: placed on arrival, stranded when turned away (mean "
+                "slices), 4g/7g placed on arrival %:",
+                "",
+                "| seed | first fit | migslice | stranded: migslice against first fit |",
+                "|---|---|---|---|",
+            ]
+            for seed, runs in by_seed.items():
+                ff, ms = runs["first-fit"], runs["migslice"]
+                key = "stranded_when_turned_away"
+                lines.append(
+                    f"| {seed} | {_brief(ff)} | {_brief(ms)} | {_fewer(ff.get(key), ms.get(key))} |"
+                )
         if w.get("goals"):
             lines += ["", "| goal | first fit | migslice | met |", "|---|---|---|---|"]
             for goal in w["goals"]:
@@ -473,9 +493,44 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def goals_of(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's goals on the sequential run."""
-    ff, ms = runs["first-fit"], runs["migslice"]
+def _brief(o: dict[str, Any]) -> str:
+    placed = sum((o.get("placed_on_arrival") or {}).values())
+    stranded = o.get("stranded_when_turned_away", "-")
+    return f"{placed}/{o['pods']}, {stranded}, {large_acceptance(o, 'placed_on_arrival')}"
+
+
+def _fewer(first_fit: float | None, migslice: float | None) -> str:
+    if not first_fit or migslice is None:
+        return "-"
+    return f"{round(100 * (1 - migslice / first_fit), 1)} % fewer"
+
+
+def pooled(outcomes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sequential outcomes of several seeds as one: the mean of their stranded figures, the
+    per-profile counts and the faults summed."""
+    key = "stranded_when_turned_away"
+    found = [o[key] for o in outcomes if o.get("turned_away") and key in o]
+    merged: dict[str, Any] = {
+        "pods": sum(o["pods"] for o in outcomes),
+        "turned_away": sum(o.get("turned_away", 0) for o in outcomes),
+    }
+    if found:
+        merged[key] = round(sum(found) / len(found), 1)
+    for part in ("arrived", "placed_on_arrival", "turned_away_with_room"):
+        total: Counter[str] = Counter()
+        for o in outcomes:
+            total.update(o.get(part) or {})
+        merged[part] = dict(sorted(total.items()))
+    for k in ("double_devices", "overlapping_slices", "servable_waiting"):
+        merged[k] = sum(o[k] for o in outcomes)
+    return merged
+
+
+def goals_of(seeds: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The issue's goals on the sequential runs of every seed (each first-fit and migslice),
+    judged on their mean (:func:`pooled`)."""
+    ff = pooled([runs["first-fit"] for runs in seeds])
+    ms = pooled([runs["migslice"] for runs in seeds])
     key = "stranded_when_turned_away"
     fewer = None if not ff.get(key) else round(100 * (1 - ms.get(key, 0) / ff[key]), 1)
     large_ff = large_acceptance(ff, "placed_on_arrival")
@@ -518,9 +573,10 @@ def plot(report: dict[str, Any], path: Path) -> str:
     groups: list[str] = []
     series: dict[str, list[float]] = {}
     for workload, w in report["workloads"].items():
-        runs = w["runs"].get("sequential")
-        if not runs:
+        if not w["runs"].get("sequential"):
             continue
+        seeds = list((w.get("seeds") or {"-": w["runs"]["sequential"]}).values())
+        runs = {p: pooled([r[p] for r in seeds]) for p in POLICIES}
         groups += [f"{workload}\nstranded (slices)", f"{workload}\n4g/7g placed %"]
         for policy, o in runs.items():
             series.setdefault(policy, []).extend(
@@ -531,7 +587,7 @@ def plot(report: dict[str, Any], path: Path) -> str:
             )
     return bars(
         path,
-        title="The same claims: first fit against migslice (when a pod is turned away)",
+        title="The same claims: first fit against migslice (mean over seeds)",
         groups=groups,
         series=series,
         ylabel="mean free slices on GPUs in use / %",
@@ -551,7 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(WORKLOADS),
         help="comma-separated trace/mapping (the first also runs the burst)",
     )
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--seeds", default="1,2,3", help="arrival sequences per workload (the first also bursts)"
+    )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--modes", nargs="+", default=["sequential", "burst"])
     parser.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN_DIR)
@@ -561,40 +619,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.nodes, args.modes, args.churn = 2, ["sequential"], 30
     capacity = args.nodes * args.gpus * A100_SLICES
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if args.quick:
+        seeds = seeds[:1]
     workloads: dict[str, dict[str, Any]] = {}
     for n, workload in enumerate(w.strip() for w in args.workloads.split(",")):
         trace, _, mapping = workload.partition("/")
-        pods = arrivals(
-            args.data_dir, trace, mapping, args.seed, int(args.load * capacity), args.churn
-        )
-        runs: dict[str, dict[str, Any]] = {}
-        for mode in args.modes:
-            if mode == "burst" and n:
-                continue
-            runs[mode] = {}
-            for policy in POLICIES:
-                print(f"{workload} {mode} {policy}", flush=True)
-                runs[mode][policy] = run(
-                    policy,
-                    pods if mode != "burst" else pods[: len(pods) - args.churn],
-                    nodes=args.nodes,
-                    gpus=args.gpus,
-                    burst=mode == "burst",
-                    churn=0 if mode == "burst" else args.churn,
-                    bin_dir=args.bin_dir,
-                    progress=lambda line: print(line, flush=True),
-                )
-                print(runs[mode][policy], flush=True)
-        workloads[workload] = {
-            "pods": len(pods),
-            "demand_slices": sum(p.memory_slices for p in pods),
-            "profiles": sorted(
-                {k for m in runs.values() for o in m.values() for k in o["arrived"]}
-            ),
-            "runs": runs,
-        }
-        if "sequential" in runs:
-            workloads[workload]["goals"] = goals_of(runs["sequential"])
+        by_seed: dict[str, dict[str, dict[str, Any]]] = {}
+        first: dict[str, dict[str, Any]] = {}
+        for k, seed in enumerate(seeds):
+            pods = arrivals(
+                args.data_dir, trace, mapping, seed, int(args.load * capacity), args.churn
+            )
+            runs: dict[str, dict[str, Any]] = {}
+            for mode in args.modes:
+                if mode == "burst" and (n or k):
+                    continue
+                runs[mode] = {}
+                for policy in POLICIES:
+                    print(f"{workload} seed {seed} {mode} {policy}", flush=True)
+                    runs[mode][policy] = run(
+                        policy,
+                        pods if mode != "burst" else pods[: len(pods) - args.churn],
+                        nodes=args.nodes,
+                        gpus=args.gpus,
+                        burst=mode == "burst",
+                        churn=0 if mode == "burst" else args.churn,
+                        bin_dir=args.bin_dir,
+                        progress=lambda line: print(line, flush=True),
+                    )
+                    print(runs[mode][policy], flush=True)
+            if "sequential" in runs:
+                by_seed[str(seed)] = runs["sequential"]
+            if not k:
+                first = runs
+                workloads[workload] = {
+                    "pods": len(pods),
+                    "demand_slices": sum(p.memory_slices for p in pods),
+                    "profiles": sorted(
+                        {k for m in runs.values() for o in m.values() for k in o["arrived"]}
+                    ),
+                    "runs": first,
+                }
+        if by_seed:
+            workloads[workload]["seeds"] = by_seed
+            workloads[workload]["goals"] = goals_of(list(by_seed.values()))
     version = subprocess.run(
         [str(args.bin_dir / "kube-scheduler"), "--version"], capture_output=True, text=True
     ).stdout.split()[-1:]
@@ -605,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "gpus": args.gpus,
             "capacity_slices": capacity,
             "load": args.load,
-            "seed": args.seed,
+            "seeds": seeds,
             "kubernetes": version[0] if version else "",
             "churn": args.churn,
         },
