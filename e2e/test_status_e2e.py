@@ -631,6 +631,8 @@ _UNLABELLED = {
     "migslice_tls_certificate_expiry_timestamp_seconds",
     "migslice_dra_steer_failures_total",
     "migslice_dra_steer_capped_nodes",
+    "migslice_dra_steer_rules",
+    "migslice_dra_strand_guard",
 }
 """Metrics without labels: served means their family is on /metrics."""
 
