@@ -328,6 +328,26 @@ def test_incremental_updates_give_the_same_state_as_a_rebuild() -> None:
     assert summary(incremental.get("n0"))[0][0] == ("nvidia.com/mig-1g.10gb", 0)  # type: ignore[index]
 
 
+def test_refresh_derives_known_nodes_again_under_the_derive_functions_own_inputs() -> None:
+    """The extender's stranding rule is an input of its derive function, not of the index:
+    a refresh drops the named nodes' values (listeners hear each), and the next read derives
+    them under the current rule."""
+    rule = {"on": False}
+    index: ClusterIndex[tuple[str, bool]] = ClusterIndex(lambda s: (s.facts.name, rule["on"]))
+    index.replace_nodes(
+        [node_facts_from_raw(make_node(f"n{i}", gpu_count=1, mig=BALANCED)) for i in range(2)]
+    )
+    assert index.derive_pending() == 2
+    heard: list[str | None] = []
+    index.subscribe(heard.append)
+    rule["on"] = True
+    assert index.get("n0") == ("n0", False)  # kept until refreshed
+    assert index.refresh(["n0", "gone"]) == ("n0",)
+    assert heard == ["n0"]
+    assert index.derive(["n0"]) == 1
+    assert index.get("n0") == ("n0", True) and index.get("n1") == ("n1", False)
+
+
 def test_the_index_keeps_a_nodes_layout_while_only_its_pods_change() -> None:
     """A bind re-derives its node from the layout kept for the same facts and configs (the
     agent report is not read again); new facts or new configs read it afresh."""
