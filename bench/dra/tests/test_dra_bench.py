@@ -16,8 +16,10 @@ from bench.dra.replay import (
     large_ceiling,
     markdown,
     pooled,
+    stranded_floor,
 )
 from migslice.inventory import ClusterIndex
+from migslice.mig import CATALOG, Placed
 from migslice.names import DRA_API
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.dra_pool import PoolState
@@ -78,12 +80,29 @@ def test_the_goals_are_judged_on_the_mean_of_the_seeds() -> None:
     goals = goals_of([lucky, unlucky])
     # Stranded: the mean of the seeds' means, 30 against 17 (43 % fewer): missed, though the
     # first seed alone shows 90 % fewer.
-    assert goals[0]["first-fit"] == 30.0 and goals[0]["migslice"] == "17.0 (43.3 % fewer)"
+    assert goals[0]["first-fit"] == "30.0" and goals[0]["migslice"] == "17.0 (43.3 % fewer)"
     assert not goals[0]["met"] and goals_of([lucky])[0]["met"]
     # 4g/7g: the pods of every seed pooled, 4 of 20 against 5 of 20.
     assert goals[1]["first-fit"] == 20.0 and goals[1]["migslice"].startswith("25.0 ")
     pooled_runs = pooled([lucky["migslice"], unlucky["migslice"]])
     assert pooled_runs["pods"] == 20 and pooled_runs["double_devices"] == 0
+
+
+def test_the_stranded_floor_keeps_4g_and_7g_alone_and_fills_beside_them_first() -> None:
+    a100 = CATALOG.get("A100-80GB")
+
+    def placed(*profiles: str) -> list[Placed]:
+        return [Placed(0, p, a100.profile(p).memory_slices) for p in profiles]
+
+    assert stranded_floor(a100, []) == 0
+    # One 4g alone: 4 slices beside it nothing else can take.
+    assert stranded_floor(a100, placed("4g.40gb")) == 4
+    # Two 4g need two GPUs (both start at 0 only); a 3g fills beside one of them.
+    assert stranded_floor(a100, placed("4g.40gb", "4g.40gb", "3g.40gb")) == 4
+    # Small pods beyond the room beside the 4g open one more GPU: 14 of 16 slices held.
+    assert stranded_floor(a100, placed("4g.40gb", "3g.40gb", "3g.40gb", "2g.20gb")) == 2
+    # 7g fills its GPU; 3g + 3g share one by memory (the bound ignores compute).
+    assert stranded_floor(a100, placed("7g.80gb", "3g.40gb", "3g.40gb")) == 0
 
 
 def test_the_report_renders_every_run_and_goal() -> None:
