@@ -35,6 +35,17 @@ def strands_compute(model: GpuModel, memory_after: int, compute_after: int) -> b
     return memory_after >= model.memory_slices and compute_after < model.compute_slices
 
 
+def strands_with(model: GpuModel, profiles: Iterable[str]) -> bool:
+    """Whether instances of ``profiles`` (one name each) on one GPU of ``model`` strand
+    compute (:func:`strands_compute`)."""
+    memory = compute = 0
+    for name in profiles:
+        profile = model.profile(name)
+        memory += profile.memory_slices
+        compute += profile.compute_slices
+    return strands_compute(model, memory, compute)
+
+
 @dataclass(frozen=True, slots=True)
 class FillerMix:
     """Held demand that decides :func:`strand_guard`: ``need``, memory slices that pairing

@@ -28,7 +28,7 @@ from migslice.inventory import NodeState
 from migslice.inventory.first_fit import Choice, PoolUse, Wanted, first_fit, first_solution
 from migslice.inventory.picking import MAX_SCORE, MIN_SCORE, gpu_unit_score, node_level_score
 from migslice.mig import WHOLE_GPU_RESOURCE
-from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strands_compute
+from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strands_with
 from migslice.objects.dra_pool import DraMode
 from migslice.objects.resource_slices import DeviceKind
 from migslice.scheduling.demand import DemandUnit
@@ -140,13 +140,10 @@ def _strands(use: PoolUse, choice: Choice) -> bool:
     device = gpu.devices[choice.device]
     if device.kind is not DeviceKind.MIG:
         return False
-    model = gpu.model
     held = [gpu.devices[k] for k in use.held(choice.gpu)]
-    memory = gpu.size_of(device) + sum(gpu.size_of(d) for d in held)
-    compute = sum(
-        model.profile(d.profile).compute_slices for d in (*held, device) if d.kind is DeviceKind.MIG
-    )
-    return strands_compute(model, memory, compute)
+    if any(d.kind is not DeviceKind.MIG for d in held):
+        return False  # a whole GPU held: nothing else fits there
+    return strands_with(gpu.model, (*(d.profile for d in held), device.profile))
 
 
 def _wanted(state: NodeState, resource: str) -> Wanted | None:

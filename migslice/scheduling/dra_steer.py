@@ -42,7 +42,7 @@ from migslice.inventory.first_fit import PoolUse, Wanted, first_solution
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Placed
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.mig.stranding import strands_compute
+from migslice.mig.stranding import strands_with
 from migslice.objects.dra_pool import DraMode, DraPool, PoolState
 from migslice.objects.resource_slices import DeviceKind
 
@@ -100,7 +100,9 @@ def steer_of(
             score = gpu_unit_score(
                 after, gpu.model.memory_slices, in_use=held > 0, node_in_use=node_in_use
             )
-            strands = strand_guard and _strands(gpu.model, kept[g], device.profile)
+            strands = strand_guard and strands_with(
+                gpu.model, (*(p.profile for p in kept[g]), device.profile)
+            )
             loss = _loss(gpu.model, kept[g], device.profile, device.start)
             return (strands, -score, loss, position)
 
@@ -140,14 +142,6 @@ def _kept(pool: DraPool, use: PoolUse, g: int) -> tuple[Placed, ...]:
             if (d := gpu.devices[k]).kind is DeviceKind.MIG
         )
     )
-
-
-def _strands(model: GpuModel, kept: tuple[Placed, ...], profile: str) -> bool:
-    """Whether adding an instance of ``profile`` to ``kept`` strands compute."""
-    new = model.profile(profile)
-    memory = new.memory_slices + sum(p.size for p in kept)
-    compute = new.compute_slices + sum(model.profile(p.profile).compute_slices for p in kept)
-    return strands_compute(model, memory, compute)
 
 
 @functools.lru_cache(maxsize=8192)

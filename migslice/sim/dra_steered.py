@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.mig.stranding import NO_MIX, filler_mix, strand_guard, strands_compute
+from migslice.mig.stranding import NO_MIX, filler_mix, strand_guard, strands_with
 from migslice.scheduling.decide import RANK_SPAN
 from migslice.scheduling.dra_placement import STRANDING_SCORE
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
@@ -78,12 +78,7 @@ def _best_on_gpu(
     """The steer's preferred placement of ``profile`` on one GPU holding ``kept``, and its
     key (strands compute, negated score, room loss); ties to the lowest start."""
     held = sum(p.size for p in kept)
-    strands = strand_guard and strands_compute(
-        model,
-        held + model.profile(profile).memory_slices,
-        sum(model.profile(p.profile).compute_slices for p in kept)
-        + model.profile(profile).compute_slices,
-    )
+    strands = strand_guard and strands_with(model, (*(p.profile for p in kept), profile))
     best: tuple[tuple[bool, int, RoomLoss, int], Placed] | None = None
     for placed in free_placements(model, kept, profile):
         score = gpu_unit_score(

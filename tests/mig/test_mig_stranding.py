@@ -5,7 +5,14 @@ cluster's held mix makes avoiding them pay (the 1g/2g compute held covers the ro
 from __future__ import annotations
 
 from migslice.mig import CATALOG
-from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strand_guard, strands_compute
+from migslice.mig.stranding import (
+    NO_MIX,
+    FillerMix,
+    filler_mix,
+    strand_guard,
+    strands_compute,
+    strands_with,
+)
 
 A100 = CATALOG.get("A100-80GB")
 
@@ -21,6 +28,8 @@ def test_3g_next_to_3g_strands_a_compute_slice_and_3g_next_to_4g_does_not() -> N
     assert not strands_compute(A100, 4, 3)
     # 1g.20gb takes two memory slices for one compute slice.
     assert strands_compute(A100, 4 * 2, 4 * 1)
+    assert strands_with(A100, ["3g.40gb", "3g.40gb"]) and strands_with(A100, ["1g.20gb"] * 4)
+    assert not strands_with(A100, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])
 
 
 def test_the_mix_counts_3g_room_against_1g_and_2g_compute_and_nothing_else() -> None:
