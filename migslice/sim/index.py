@@ -4,10 +4,11 @@ incrementally so that choosing a node costs O(log N) instead of a scan of every 
 A policy ranks a node for a pod kind (profile and instance count) with a tuple that ends with
 the node's position (unique, so ties break to the lowest index as a scan would), or None when
 the node cannot take that kind. The index keeps, per kind, the sorted ranks of the nodes
-that can; when the cluster announces that a node changed, the node is marked and its ranks
-are recomputed at the next query (a node that changes several times between queries is
-ranked once). Choosing the first entry is then exactly what a scan of every node in index
-order with the same rank would choose.
+that can; when the cluster announces that a node changed, the node is marked for every kind
+and its rank for a kind is recomputed at that kind's next query (a node that changes several
+times between two queries of a kind is ranked once for it, and a kind asked for rarely is
+not ranked at every change). Choosing the first entry is then exactly what a scan of every
+node in index order with the same rank would choose.
 """
 
 from __future__ import annotations
@@ -34,38 +35,40 @@ class RankIndex:
         self._rank = rank
         self._sorted: dict[Kind, list[Rank]] = {}
         self._current: dict[Kind, list[Rank | None]] = {}
-        self._dirty: set[int] = set()
+        self._dirty: dict[Kind, set[int]] = {}
         cluster.listeners.append(self._changed)
 
     def _changed(self, node: SimNode) -> None:
-        self._dirty.add(node.position)
+        for dirty in self._dirty.values():
+            dirty.add(node.position)
 
-    def _refresh(self) -> None:
-        if not self._dirty:
+    def _refresh(self, kind: Kind) -> None:
+        dirty = self._dirty[kind]
+        if not dirty:
             return
         nodes = self._cluster.nodes
-        for position in sorted(self._dirty):
-            node = nodes[position]
-            for kind, ranks in self._current.items():
-                old, new = ranks[position], self._rank(node, kind)
-                if old == new:
-                    continue
-                entries = self._sorted[kind]
-                if old is not None:
-                    del entries[bisect.bisect_left(entries, old)]
-                if new is not None:
-                    bisect.insort(entries, new)
-                ranks[position] = new
-        self._dirty.clear()
+        ranks, entries = self._current[kind], self._sorted[kind]
+        for position in sorted(dirty):
+            old, new = ranks[position], self._rank(nodes[position], kind)
+            if old == new:
+                continue
+            if old is not None:
+                del entries[bisect.bisect_left(entries, old)]
+            if new is not None:
+                bisect.insort(entries, new)
+            ranks[position] = new
+        dirty.clear()
 
     def _entries(self, kind: Kind) -> list[Rank]:
-        self._refresh()
         entries = self._sorted.get(kind)
         if entries is None:
             ranks = [self._rank(node, kind) for node in self._cluster.nodes]
             self._current[kind] = ranks
             entries = sorted(r for r in ranks if r is not None)
             self._sorted[kind] = entries
+            self._dirty[kind] = set()
+        else:
+            self._refresh(kind)
         return entries
 
     def reset(self) -> None:

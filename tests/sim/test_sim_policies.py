@@ -227,6 +227,32 @@ def test_a_best_fit_rank_is_recomputed_when_the_node_changes() -> None:
     assert again is not None and again.name == "node-0001"
 
 
+def test_a_kind_is_ranked_again_only_when_asked_for_and_sees_every_change() -> None:
+    cluster = SimCluster(GPU_MODEL, 2, (static_layout(GPU_MODEL, ALL_BALANCED),), gpus_per_node=1)
+    calls: list[tuple[str, tuple[str, int]]] = []
+
+    def rank(node: SimNode, kind: tuple[str, int]) -> Rank | None:
+        calls.append((node.name, kind))
+        choice = best_fit_choice(GPU_MODEL, node, kind)
+        return None if choice is None else choice[0]
+
+    small, large = ("1g.10gb", 1), ("3g.40gb", 1)
+    index = RankIndex(cluster, rank)
+    assert index.best(large) is not None and index.best(small) is not None
+    node = cluster.nodes[0]
+    calls.clear()
+    # the node changes three times while only the small kind is asked for
+    for position in (0, 1, 2):
+        cluster.hold_instance(node, node.gpus[0], position, pod=f"p{position}")
+        index.best(small)
+    assert {kind for _, kind in calls} == {small}
+    calls.clear()
+    cluster.hold_instance(node, node.gpus[0], 3, pod="big")
+    again = index.best(large)
+    assert calls == [("node-0000", large)]  # ranked once for every change since its last query
+    assert again is not None and again.name == "node-0001"
+
+
 @dataclass(frozen=True)
 class FullPlanner(Migslice):
     """migslice with the planner asked about every node (the plain controller call)."""
