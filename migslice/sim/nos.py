@@ -46,7 +46,7 @@ import heapq
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from migslice.mig import GpuModel, Layout, free_placements, make_layout
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
@@ -136,6 +136,12 @@ class NosRules:
     model: GpuModel
     geometries: tuple[Counts, ...]
     tie: str
+    offers: dict[tuple[Layout, Counts, str], tuple[tuple[int, int], ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Per GPU (held layout, used counts) and profile: :meth:`offers_for`, kept for the run."""
+    reach: dict[tuple[Layout, str], bool] = field(default_factory=dict, compare=False, repr=False)
+    """Per held layout and profile: :meth:`can_provide`."""
 
     def applicable(self, gpu: NosGpu, candidate: Counts) -> bool:
         """nos's ``CanApplyGeometry`` (keeps the used counts), and a layout exists."""
@@ -144,16 +150,30 @@ class NosRules:
             return False
         return realize(self.model, gpu.held, candidate) is not None
 
+    def offers_for(self, gpu: NosGpu, profile: str) -> tuple[tuple[int, int], ...]:
+        """The geometries the GPU may take that add instances of ``profile``: (position in
+        ``geometries``, instances added). They depend on the GPU's held layout and used
+        counts only, so they are worked out once per such GPU."""
+        key = (gpu.held, tuple(sorted((p, n) for p, n in gpu.used.items() if n)), profile)
+        found = self.offers.get(key)
+        if found is None:
+            found = tuple(
+                (i, n)
+                for i, candidate in enumerate(self.geometries)
+                if (n := dict(candidate).get(profile, 0) - gpu.used[profile]) > 0
+                and self.applicable(gpu, candidate)
+            )
+            self.offers[key] = found
+        return found
+
     def update_for(self, gpu: NosGpu, required: dict[str, int], rng: random.Random) -> bool:
         """``GPU.UpdateGeometryFor``: True when the GPU gets a geometry."""
         provided: dict[int, int] = {}
         for profile, wanted in required.items():
             if gpu.free[profile] >= wanted:
                 continue
-            for i, candidate in enumerate(self.geometries):
-                n = min(dict(candidate).get(profile, 0) - gpu.used[profile], wanted)
-                if n > 0 and self.applicable(gpu, candidate):
-                    provided[i] = provided.get(i, 0) + n
+            for i, offered in self.offers_for(gpu, profile):
+                provided[i] = provided.get(i, 0) + min(offered, wanted)
         if not provided:
             return False
         most = max(provided.values())
@@ -176,18 +196,15 @@ class NosRules:
             return min(tied, key=lambda i: (size[i], i))
         return tied[0]
 
-    def can_provide(self, gpu: NosGpu, profile: str) -> bool:
-        return any(
-            dict(c).get(profile, 0) > gpu.used[profile] and self.applicable(gpu, c)
-            for c in self.geometries
-        )
-
-
-@functools.cache
-def _can_provide(rules: NosRules, held: Layout, profile: str) -> bool:
-    used = Counter(p.profile for p in held)
-    gpu = NosGpu(-1, held, held, used, Counter())
-    return rules.can_provide(gpu, profile)
+    def can_provide(self, held: Layout, profile: str) -> bool:
+        """Whether some geometry adds instances of ``profile`` to a GPU holding ``held``."""
+        key = (held, profile)
+        found = self.reach.get(key)
+        if found is None:
+            used = Counter(p.profile for p in held)
+            found = bool(self.offers_for(NosGpu(-1, held, held, used, Counter()), profile))
+            self.reach[key] = found
+        return found
 
 
 def memory_gb(profile: str) -> tuple[int, int]:
@@ -242,7 +259,7 @@ class NosPlacer:
         """Nodes on which nos could do something for a pod of profile ``kind[0]``."""
         profile = kind[0]
         for gpu in node.gpus:
-            if gpu.free_positions(profile) or _can_provide(self.rules, gpu.held_layout(), profile):
+            if gpu.free_positions(profile) or self.rules.can_provide(gpu.held_layout(), profile):
                 return (node.position,)
         return None
 
