@@ -122,7 +122,13 @@ class CarveChooser:
         if node is None:
             return None, ()
         state = self.cluster.node_state(node)
-        plan = plan_carve([state], [PendingPod(self.demand_of(kind), 0.0)], settings=self.settings)
+        gpus = self._gpus(node)
+        plan = plan_carve(
+            [state],
+            [PendingPod(self.demand_of(kind), 0.0)],
+            settings=self.settings,
+            carved=None if gpus is None else {node.name: gpus},
+        )
         if plan.is_empty:
             return None, ()
         change = plan.changes[0]

@@ -145,6 +145,25 @@ def test_one_nodes_carved_gpus_answer_every_pod_as_fresh_ones_do(
     assert [(g.destroyed, g.reserved, g.created) for g in kept] == before
 
 
+@settings(max_examples=80, deadline=None)
+@given(clusters(), st.lists(st.sampled_from(PROFILES), min_size=1, max_size=4))
+def test_a_plan_from_kept_carved_gpus_is_the_plan_from_fresh_ones_and_keeps_them(
+    case: tuple[list[NodeState], str], wanted: list[str]
+) -> None:
+    nodes, _ = case
+    pending = [waiting(f"t/p{i}", profile) for i, profile in enumerate(wanted)]
+    kept = {node.name: carved_gpus(node) for node in nodes[:1]}
+    before = {
+        name: [(g.destroyed.copy(), g.reserved.copy(), list(g.created)) for g in gpus]
+        for name, gpus in kept.items()
+    }
+    assert plan_carve(nodes, pending, carved=kept) == plan_carve(nodes, pending)
+    after = {
+        name: [(g.destroyed, g.reserved, g.created) for g in gpus] for name, gpus in kept.items()
+    }
+    assert after == before
+
+
 def test_a_busy_instance_stays_and_idle_ones_in_the_way_go() -> None:
     node = carve_node("a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"])
     (change,) = plan_carve([node], [waiting("t/big", "3g.40gb")]).changes

@@ -75,9 +75,11 @@ def plan_carve(
     cooldowns: Mapping[str, float] | None = None,
     settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
     held: Mapping[str, str] | None = None,
+    carved: Mapping[str, Sequence[CarvedGpu]] | None = None,
 ) -> CarvePlan:
     """Plan carves for waiting pods (see the module docstring). ``cooldowns``: node -> seconds
-    since its last change; ``held``: nodes to leave alone, with the reason."""
+    since its last change; ``held``: nodes to leave alone, with the reason; ``carved``: the
+    :func:`carved_gpus` of nodes the caller already holds them for (they are not changed)."""
     waiting, unserved = eligible_demand(list(pending), nodes, settings.min_pending_s)
     states = {node.name: node for node in nodes}
     candidates: dict[str, list[CarvedGpu]] = {}
@@ -87,7 +89,8 @@ def plan_carve(
         if isinstance(problem, WhyNot):
             skipped.append((node.name, problem.message))
         elif problem:
-            candidates[node.name] = carved_gpus(node)
+            kept = (carved or {}).get(node.name)
+            candidates[node.name] = carved_gpus(node) if kept is None else list(kept)
     carving = sum(1 for node in nodes if node.facts.is_carving)
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
