@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
-from migslice.sim.index import Kind, PerNode, Rank, RankIndex
+from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
-from migslice.sim.sampling import num_feasible_nodes_to_find, search
+from migslice.sim.sampling import Positions, num_feasible_nodes_to_find, search
 from migslice.sim.trace import SimPod
 
 NODE_CHOICES = ("rotating", "random", "least-allocated")
@@ -84,7 +84,9 @@ class DraFirstFitPlacer(CarvingPlacer):
         self.to_find = num_feasible_nodes_to_find(0, len(cluster.nodes))
         self.start_index = 0
         self.feasible = RankIndex(cluster, self.rank)
-        self._pods_on = PerNode(pods_on)
+        self._pods = [pods_on(node) for node in cluster.nodes]
+        self._changed: set[int] = set()
+        cluster.listeners.append(lambda node: self._changed.add(node.position))
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked or not first_fit_devices(self.cluster.model, node.gpus, kind):
@@ -98,11 +100,13 @@ class DraFirstFitPlacer(CarvingPlacer):
         nodes = self.cluster.nodes
         if self.node_choice == "random":
             return nodes[int(entries[self.rng.randrange(len(entries))][0])]
-        positions = [int(e[0]) for e in entries]
-        window = search(positions, self.start_index, len(nodes), self.to_find)
+        window = search(Positions(entries), self.start_index, len(nodes), self.to_find)
         self.start_index = window.next_start
         if self.node_choice == "least-allocated":
-            return min((nodes[p] for p in window.sample), key=self._pods_on)
+            for position in self._changed:
+                self._pods[position] = pods_on(nodes[position])
+            self._changed.clear()
+            return nodes[min(window.sample, key=self._pods.__getitem__)]
         return nodes[window.sample[0]]
 
     def place(self, pod: SimPod) -> Assignment | None:

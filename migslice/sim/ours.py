@@ -58,6 +58,7 @@ from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import IndexedPlacer, LayoutChange, Placer, hold
 from migslice.sim.sampling import (
+    Positions,
     SampleTally,
     best_in_window,
     num_feasible_nodes_to_find,
@@ -218,21 +219,6 @@ class DemandMix:
         if not supply:
             return demand
         return {k: max(0.0, v - self._spare[k] / supply) + 0.1 * v for k, v in demand.items()}
-
-
-class Positions(Sequence[int]):
-    """The positions of a :class:`RankIndex` whose ranks are ``(position,)`` (a view)."""
-
-    def __init__(self, entries: Sequence[tuple[int | float, ...]]) -> None:
-        self._entries = entries
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __getitem__(self, i):  # type: ignore[no-untyped-def]
-        if isinstance(i, slice):
-            return [int(e[0]) for e in self._entries[i]]
-        return int(self._entries[i][0])
 
 
 def free_instances(node: SimNode, profile: str) -> int:

@@ -50,14 +50,29 @@ class Window:
     next_start: int
 
 
+class Positions(Sequence[int]):
+    """The positions of a :class:`RankIndex` whose ranks are ``(position,)`` (a view)."""
+
+    def __init__(self, entries: Sequence[tuple[int | float, ...]]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return [int(e[0]) for e in self._entries[i]]
+        return int(self._entries[i][0])
+
+
 def search(feasible: Sequence[int], start: int, num_all_nodes: int, to_find: int) -> Window:
     """The nodes ``findNodesThatPassFilters`` keeps: ``feasible`` holds the positions (sorted)
     of the nodes that pass kube-scheduler's own filters; the scan starts at ``start``."""
     first = bisect.bisect_left(feasible, start)
-    ordered = [*feasible[first:], *feasible[:first]]
-    if len(ordered) <= to_find:
-        return Window(tuple(ordered), num_all_nodes, start)
-    sample = tuple(ordered[:to_find])
+    count = len(feasible)
+    if count <= to_find:
+        return Window((*feasible[first:], *feasible[:first]), num_all_nodes, start)
+    sample = (*feasible[first : first + to_find], *feasible[: max(0, first + to_find - count)])
     processed = (sample[-1] - start) % num_all_nodes + 1
     return Window(sample, processed, (start + processed) % num_all_nodes)
 
