@@ -280,8 +280,12 @@ class MigslicePlacer(IndexedPlacer):
         next cycle for it would (other pods are not interleaved)."""
         n = len(self.cluster.nodes)
         feasible = Positions(self.fits.entries(kind))
-        entries = self.index.entries(kind)
         tally = self.sampling
+        if not feasible:  # one cycle over every node, nothing sent to the extender
+            tally.cycles += 1
+            tally.processed += n
+            return None
+        entries = self.index.entries(kind)
         covered = 0
         retried = False
         while True:
