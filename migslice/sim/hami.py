@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
-from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.index import Kind, PerNode, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
 from migslice.sim.trace import SimPod
 
@@ -143,13 +143,25 @@ def gpu_count(model: GpuModel, allowlist: Sequence[str] = ALLOWLIST) -> int:
     return max(model.profile(p).max_count for p in allowlist)
 
 
-def fit(model: GpuModel, gpus: Sequence[SimGpu], kind: Kind) -> list[tuple[int, Placed]]:
+def gpu_uses(model: GpuModel, gpus: Sequence[SimGpu]) -> dict[int, GpuUse]:
+    """What HAMi counts on each MIG GPU of a node, by GPU index."""
+    return {g.index: GpuUse.of(model, g) for g in gpus if g.mig_enabled}
+
+
+def fit(
+    model: GpuModel,
+    gpus: Sequence[SimGpu],
+    kind: Kind,
+    uses: dict[int, GpuUse] | None = None,
+) -> list[tuple[int, Placed]]:
     """HAMi's ``Fit`` for a pod of ``kind`` (profile, count) on a node: the GPU and instance of
-    each of its ``count`` devices, or empty when they do not all fit."""
+    each of its ``count`` devices, or empty when they do not all fit. ``uses``: the node's
+    :func:`gpu_uses` where the caller keeps them."""
     profile, count = kind
     memory = memory_mb(model, profile)
     total_memory = total_memory_mb(model)
-    uses = {g.index: GpuUse.of(model, g) for g in gpus if g.mig_enabled}
+    if uses is None:
+        uses = gpu_uses(model, gpus)
     count_per_gpu = gpu_count(model)
 
     def score(index: int) -> float:
@@ -186,7 +198,7 @@ def fit(model: GpuModel, gpus: Sequence[SimGpu], kind: Kind) -> list[tuple[int, 
 
 def node_score(model: GpuModel, node: SimNode) -> float:
     """``ComputeDefaultScore`` of the node before the pod (weight left out: it scales all)."""
-    uses = [GpuUse.of(model, g) for g in node.gpus if g.mig_enabled]
+    uses = list(gpu_uses(model, node.gpus).values())
     if not uses:
         return 0.0
     return (
@@ -201,11 +213,14 @@ class HamiPlacer(CarvingPlacer):
         super().__init__(cluster)
         self.rng = random.Random(seed)
         self.index = RankIndex(cluster, self.rank)
+        model = cluster.model
+        self._uses = PerNode(lambda node: gpu_uses(model, node.gpus))
+        self._score = PerNode(lambda node: node_score(model, node))
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
-        if node.is_blocked or not fit(self.cluster.model, node.gpus, kind):
+        if node.is_blocked or not fit(self.cluster.model, node.gpus, kind, self._uses(node)):
             return None
-        return (-node_score(self.cluster.model, node), node.position)
+        return (-self._score(node), node.position)
 
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)
