@@ -89,7 +89,7 @@ class SimNode:
     version: int = 0
     mig_config: str = SIM_CONFIG
     mig_config_state: str = MIG_STATE_SUCCESS
-    cached: tuple[int, NodeState, PreparedNode] | None = None
+    cached: tuple[int, NodeState, PreparedNode | None] | None = None
     carve_request: CarveRequest | None = None
     """``migslice.io/carve``: what the controller asked the node agent to carve."""
     carve_status: CarveStatus | None = None
@@ -284,18 +284,23 @@ class SimCluster:
     # -- values for the core ---------------------------------------------------------------
 
     def node_state(self, node: SimNode) -> NodeState:
-        return self._views(node)[0]
-
-    def prepared(self, node: SimNode) -> PreparedNode:
-        return self._views(node)[1]
-
-    def _views(self, node: SimNode) -> tuple[NodeState, PreparedNode]:
         cached = node.cached
         if cached is None or cached[0] != node.version:
             state = build_node_state(self.model, node, agent=self.agent_reports)
-            cached = (node.version, state, prepare_node(state))
-            node.cached = cached
-        return cached[1], cached[2]
+            node.cached = (node.version, state, None)
+            return state
+        return cached[1]
+
+    def prepared(self, node: SimNode) -> PreparedNode:
+        """The node as the extender prepares it (built when first asked for, per version)."""
+        state = self.node_state(node)
+        cached = node.cached
+        assert cached is not None
+        if cached[2] is None:
+            prepared = prepare_node(state)
+            node.cached = (cached[0], state, prepared)
+            return prepared
+        return cached[2]
 
 
 @functools.cache
