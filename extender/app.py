@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.wsgi import get_content_length, get_input_stream
 
 from extender.metrics import ExtenderMetrics
+from extender.reserve import Arrivals, current_reserve
 from extender.settings import ExtenderSettings
 from extender.state import ExtenderState, new_index
 from extender.wire import (
@@ -49,7 +50,9 @@ from migslice.scheduling import (
     filter_nodes,
     score_nodes,
 )
+from migslice.scheduling.decide import FilterResult, best_fit_rank, best_fits
 from migslice.scheduling.demand import with_claims
+from migslice.scheduling.reserve import LargeReserve, device_sizes, hold_back, is_large
 from migslice.serving.clients import ClientPolicy
 from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 
@@ -71,6 +74,7 @@ class Context:
         self.state = state
         self.metrics = ExtenderMetrics(state)
         self.demands = DemandReader()
+        self.arrivals = Arrivals()
 
 
 def create_app(
@@ -308,6 +312,7 @@ def _filter(
     demand = _demand(context, args["Pod"])
     names = _names(args)
     by_name: dict[str, RawNode] | None = None
+    candidates: list[tuple[str, PreparedNode | None]] | None = None
     if names is None:
         candidates, by_name = _candidates(args, context)
         names = [name for name, _ in candidates]
@@ -318,10 +323,19 @@ def _filter(
         # Blind caches cannot vouch for any node (a re-partition may have begun): every node
         # fails, retried by kube-scheduler, never unresolvable.
         return _all_failed(context, names, by_name, problems, demand.key), "blind"
-    if by_name is None:
+    steer = context.state.steer
+    reserve = None
+    if steer is not None and steer.reserve.enabled:
+        context.arrivals.saw(demand)
+        steer.reserve.share = context.arrivals.share
+        reserve = current_reserve(steer.reserve, context.arrivals)
+    if reserve is not None and not is_large(device_sizes(demand)):
+        result = _held_back(context, demand, names, candidates, reserve, best_fit=best_fit)
+    elif by_name is None:
         decisions = context.state.decisions
         result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
     else:
+        assert candidates is not None
         result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
     metrics = context.metrics
     metrics.nodes_fit.inc(len(result.fits))
@@ -344,6 +358,35 @@ def _filter(
     else:
         answer["Nodes"] = {"metadata": {}, "items": [by_name[name] for name in result.fits]}
     return answer, "ok"
+
+
+def _held_back(
+    context: Context,
+    demand: PodDemand,
+    names: Sequence[str],
+    candidates: Sequence[tuple[str, PreparedNode | None]] | None,
+    reserve: LargeReserve,
+    *,
+    best_fit: bool,
+) -> FilterResult:
+    """The filter's answer for a small pod while the large-job reserve keeps idle GPUs: the
+    nodes where it would break one fail (:func:`hold_back`), and the best fit is chosen
+    among those left."""
+    lookup: Callable[[str], PreparedNode | None]
+    if candidates is None:
+        result = context.state.decisions.filter(demand, names)
+        lookup = context.state.index.get
+    else:
+        result = filter_nodes(demand, candidates)
+        given = dict(candidates)
+        lookup = lambda name: given.get(name)  # noqa: E731
+    kept = hold_back(result, demand, lookup, reserve)
+    if result.fits and not kept.fits and context.state.steer is not None:
+        context.state.steer.reserve.held_back += 1
+    if not best_fit or len(kept.fits) <= 1:
+        return kept
+    scores = [best_fit_rank(demand, lookup(name)) for name in kept.fits]
+    return FilterResult(best_fits(kept.fits, scores), kept.failed, kept.unresolvable)
 
 
 def _as_dict(mapping: Mapping[str, str]) -> dict[str, str]:

@@ -73,6 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "idle ones are left to first fit (kube-scheduler's work per ResourceSlice grows with the "
         "rules in the cluster; default %(default)s)",
     )
+    parser.add_argument(
+        "--dra-large-reserve",
+        action="store_true",
+        help="keep idle DynamicMIG GPUs whole for 7g and multi-GPU pods, as many as their share "
+        "of the GPU demand arriving asks for: a smaller pod goes beside others, else waits "
+        "(docs/dra.md; needs the steer)",
+    )
     console.add_log_level(parser)
     _add_repartition_arguments(parser)
     add_server_arguments(parser, default_port=DEFAULT_PORT)
@@ -193,6 +200,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         mig_config_map=args.mig_config_map,
         dra_steer=args.dra_steer,
         dra_steer_max_rules=args.dra_steer_max_rules,
+        dra_large_reserve=args.dra_large_reserve,
         repartition=RepartitionSettings(
             enabled=args.repartition,
             dry_run=args.repartition_dry_run,

@@ -325,6 +325,31 @@ class _SteerCollector(Collector):
             "Times the stranding rule turned on or off (each derives the DynamicMIG nodes again).",
             value=guard.flips,
         )
+        reserve = stats.reserve
+        if not reserve.enabled:
+            return
+        yield GaugeMetricFamily(
+            "migslice_dra_idle_gpus",
+            "DynamicMIG GPUs no claim holds a device of (the large-job reserve's count).",
+            value=reserve.idle,
+        )
+        yield GaugeMetricFamily(
+            "migslice_dra_large_share",
+            "The 7g and multi-GPU pods' part of the GPU compute arriving lately (decaying, half "
+            "life 1 h), as this replica's filter calls saw it.",
+            value=reserve.share,
+        )
+        yield GaugeMetricFamily(
+            "migslice_dra_large_reserve_gpus",
+            "Idle DynamicMIG GPUs the large-job reserve keeps whole: the share times the free "
+            "capacity in whole GPUs.",
+            value=reserve.share * reserve.free,
+        )
+        yield CounterMetricFamily(
+            "migslice_dra_large_reserve_held_back",
+            "Filter calls for a smaller pod that the reserve left without a node (it waits).",
+            value=reserve.held_back,
+        )
 
 
 _REPARTITION = "migslice_repartition_"

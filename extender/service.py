@@ -21,6 +21,7 @@ from extender.settings import ExtenderSettings
 from extender.state import (
     ExtenderState,
     RepartitionStats,
+    ReserveStats,
     StrandGuard,
     new_index,
     state_from_objects,
@@ -61,6 +62,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
     guard = StrandGuard()
+    reserve = ReserveStats()
     index = new_index(guard if settings.dra_steer else None)
     caches = start_caches(transport, settings, index)
     controller = None
@@ -85,8 +87,15 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
             blindness=lambda: blindness(caches, max_blind_s=settings.max_blind_s),
             max_rules=settings.dra_steer_max_rules,
             guard=guard,
+            reserve=reserve,
         )
+        reserve.enabled = settings.dra_large_reserve
         steer.start()
+    elif settings.dra_large_reserve:
+        log.warning(
+            "--dra-large-reserve is off: it needs the DRA steer (DeviceTaintRules served and "
+            "no --no-dra-steer)"
+        )
     steered = None if steer is None else steer.stats
     state = ExtenderState(index, caches, lambda: None, stats, steered)
     warnings = DraWarningLoop(

@@ -136,6 +136,9 @@ class ExtenderSettings:
     """Keep DeviceTaintRules that steer kube-scheduler's first fit on DynamicMIG nodes
     (``extender.steer``; in a cluster serving them only)."""
     dra_steer_max_rules: int = 4096
+    dra_large_reserve: bool = False
+    """Keep idle DynamicMIG GPUs whole for 7g and multi-GPU pods, as many as their share of
+    the arrivals asks for (``extender.reserve``; needs the steer)."""
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:

@@ -65,6 +65,20 @@ class StrandGuard:
 
 
 @dataclass(slots=True)
+class ReserveStats:
+    """The large-job reserve (:mod:`migslice.scheduling.reserve`) as the steer loop last
+    added it up: idle DynamicMIG GPUs and their free capacity in whole GPUs; ``held_back``:
+    filter calls it left without a node. ``enabled``: ``--dra-large-reserve``."""
+
+    enabled: bool = False
+    idle: int = 0
+    free: float = 0.0
+    share: float = 0.0
+    """The arrivals' large share as this replica's filter last read it."""
+    held_back: int = 0
+
+
+@dataclass(slots=True)
 class SteerStats:
     """Counters of the DRA steer (``extender.steer``), for /metrics (written by its thread
     only)."""
@@ -76,6 +90,7 @@ class SteerStats:
     failures: int = 0
     capped_nodes: int = 0
     guard: StrandGuard = field(default_factory=StrandGuard)
+    reserve: ReserveStats = field(default_factory=ReserveStats)
 
 
 @dataclass(slots=True)

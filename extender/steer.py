@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from extender.state import SteerStats, StrandGuard
+from extender.state import ReserveStats, SteerStats, StrandGuard
 from migslice.inventory import ClusterIndex
 from migslice.kube.transport import KubeError
 from migslice.mig.stranding import NO_MIX, FillerMix, strand_guard
@@ -86,6 +86,7 @@ class SteerLoop:
         max_rules: int = MAX_RULES,
         clock: Callable[[], float] = time.monotonic,
         guard: StrandGuard | None = None,
+        reserve: ReserveStats | None = None,
     ) -> None:
         self._index = index
         self._api = api
@@ -96,7 +97,10 @@ class SteerLoop:
         self._resync_s = resync_s
         self._max_rules = max_rules
         self._clock = clock
-        self.stats = SteerStats(guard=StrandGuard() if guard is None else guard)
+        self.stats = SteerStats(
+            guard=StrandGuard() if guard is None else guard,
+            reserve=ReserveStats() if reserve is None else reserve,
+        )
         self.guard = self.stats.guard
         self._lock = threading.Lock()
         self._dirty: set[str] | None = None  # None: every node
@@ -108,6 +112,8 @@ class SteerLoop:
         self._mix: dict[str, FillerMix] = {}
         self._mix_total = NO_MIX
         self._mix_dirty: set[str] | None = None
+        self._capacity: dict[str, tuple[int, float]] = {}
+        self._capacity_total: tuple[int, float] = (0, 0.0)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -192,6 +198,7 @@ class SteerLoop:
             dirty, self._mix_dirty = self._mix_dirty, set()
         if dirty is None:
             self._mix, self._mix_total = {}, NO_MIX
+            self._capacity, self._capacity_total = {}, (0, 0.0)
             dirty = set(self._index.node_names())
         total = self._mix_total
         for name in dirty:
@@ -201,6 +208,7 @@ class SteerLoop:
             if mix != NO_MIX:
                 self._mix[name] = mix
         self._mix_total = total
+        self._add_capacity(dirty)
         guard = self.guard
         guard.fill, guard.need = total.fill, total.need
         on = strand_guard(total, was_on=guard.on)
@@ -222,6 +230,21 @@ class SteerLoop:
                 dynamic.append(name)
         self._index.derive(self._index.refresh(dynamic))
         return True
+
+    def _add_capacity(self, dirty: set[str]) -> None:
+        """The large-job reserve's sums (:class:`ReserveStats`) after ``dirty`` changed."""
+        if not self.stats.reserve.enabled:
+            return
+        idle, free = self._capacity_total
+        for name in dirty:
+            node = self._index.get(name)
+            now = (0, 0.0) if node is None else node.dra_capacity
+            was = self._capacity.pop(name, (0, 0.0))
+            idle, free = idle - was[0] + now[0], free - was[1] + now[1]
+            if now != (0, 0.0):
+                self._capacity[name] = now
+        self._capacity_total = (idle, free)
+        self.stats.reserve.idle, self.stats.reserve.free = idle, max(0.0, free)
 
     def _steer(self, name: str) -> dict[str, Wanted]:
         state = self._index.state_of(name)

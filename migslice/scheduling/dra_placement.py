@@ -166,3 +166,42 @@ def _score(use: PoolUse, choice: Choice, strand_guard: bool = False) -> int:
     after = held + gpu.size_of(gpu.devices[choice.device])
     node_in_use = any(use.held_slices(g) for g in range(len(pool.gpus)))
     return gpu_unit_score(after, capacity, in_use=held > 0, node_in_use=node_in_use)
+
+
+def dra_idle_breaks(state: NodeState, units: Sequence[DemandUnit]) -> int:
+    """How many idle DynamicMIG GPUs (no claim holds a device there) the allocator's first
+    full solution for ``units`` puts a device on: what the large-job reserve counts
+    (:mod:`migslice.scheduling.reserve`); 0 where they do not fit."""
+    view = state.dra
+    requests = dra_requests(state, units)
+    if view is None or view.use is None or requests is None:
+        return 0
+    solution = first_solution(view.pool, requests, view.use)
+    if solution is None:
+        return 0
+    gpus, use = view.pool.gpus, view.use
+    return len(
+        {c.gpu for c in solution if gpus[c.gpu].mode is DraMode.DYNAMIC and not use.held(c.gpu)}
+    )
+
+
+def dra_capacity(state: NodeState) -> tuple[int, float]:
+    """The node's DynamicMIG GPUs no claim holds a device of, and the free capacity of all its
+    DynamicMIG GPUs in whole GPUs (each GPU's free compute slices over its compute slices; a
+    GPU held whole has none)."""
+    view = state.dra
+    if view is None or view.use is None:
+        return 0, 0.0
+    idle, free = 0, 0.0
+    for g, gpu in enumerate(view.pool.gpus):
+        if gpu.mode is not DraMode.DYNAMIC:
+            continue
+        held = [gpu.devices[k] for k in view.use.held(g)]
+        if not held:
+            idle += 1
+            free += 1.0
+        elif all(d.kind is DeviceKind.MIG for d in held):
+            model = gpu.model
+            used = sum(model.profile(d.profile).compute_slices for d in held if d.profile)
+            free += max(0, model.compute_slices - used) / model.compute_slices
+    return idle, free

@@ -13,7 +13,7 @@ from migslice.mig.stranding import NO_MIX, FillerMix
 from migslice.names import MIG_TRANSITION_STATES
 from migslice.objects.dra_pool import PoolState
 from migslice.scheduling import reasons
-from migslice.scheduling.dra_placement import dra_filler_mix
+from migslice.scheduling.dra_placement import dra_capacity, dra_filler_mix
 from migslice.scheduling.fragmentation import unit_scores
 
 
@@ -57,6 +57,10 @@ class PreparedNode:
     strand_guard: bool = False
     """Whether the scores avoid stranding compute on DynamicMIG GPUs
     (:func:`migslice.mig.stranding.strand_guard`, the cluster's, when the node was derived)."""
+    dra_capacity: tuple[int, float] = (0, 0.0)
+    """The node's idle DynamicMIG GPUs and their free capacity in whole GPUs
+    (:func:`migslice.scheduling.dra_placement.dra_capacity`); the steer loop adds them up for
+    the large-job reserve."""
 
 
 def prepare_node(state: NodeState, *, strand_guard: bool = False) -> PreparedNode:
@@ -115,6 +119,7 @@ def prepare_node(state: NodeState, *, strand_guard: bool = False) -> PreparedNod
         held_slices=_held_slices(state),
         filler_mix=NO_MIX if dra is None else dra_filler_mix(state),
         strand_guard=strand_guard,
+        dra_capacity=(0, 0.0) if dra is None else dra_capacity(state),
     )
 
 

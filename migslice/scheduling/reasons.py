@@ -96,3 +96,12 @@ DEVICES_TAINTED = (
 steer's keeps the allocator off."""
 CLAIM_NOT_SEEN = "pod's ResourceClaim not seen by migslice extender yet"
 """Failed, every node: the claim the pod names is not in the extender's cache yet."""
+
+
+def kept_for_large(idle: int, kept: float, share: float) -> str:
+    return (
+        f"kept whole for 7g and multi-GPU pods: {idle} idle DynamicMIG GPU(s) left, the "
+        f"large-job reserve keeps {kept:.1f} (large pods brought {100 * share:.0f} % of the GPU "
+        "demand lately); the pod waits for room beside others (turn the reserve off: "
+        "dra.largeJobReserve.enabled=false)"
+    )

@@ -19,6 +19,11 @@ extender chooses the node and the steer chooses the device inside it.
   placement that fills a GPU's memory with compute slices left (``3g`` next to ``3g``) ranks
   after every other placement inside a node and scores the node 1
   (:data:`migslice.scheduling.dra_placement.STRANDING_SCORE`).
+* **The large-job reserve** (``large_reserve``, the extender's ``--dra-large-reserve``,
+  :mod:`migslice.scheduling.reserve`): a pod smaller than a whole GPU whose devices would break
+  an idle GPU while the idle GPUs left fall below the large pods' share of the arrivals times
+  the free capacity goes to the best node where it breaks none, else waits. The share counts
+  each pod once, at its first try, with no decay (the simulator has no clock in mode A).
 * Devices are carved when the claim is prepared and destroyed when it is released, as in B9.
 """
 
@@ -34,6 +39,7 @@ from migslice.mig.room import RoomLoss, room_loss
 from migslice.mig.stranding import NO_MIX, filler_mix, strand_guard, strands_with
 from migslice.scheduling.decide import RANK_SPAN
 from migslice.scheduling.dra_placement import STRANDING_SCORE
+from migslice.scheduling.reserve import NO_ARRIVALS, LargeReserve, is_large
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
@@ -91,11 +97,20 @@ def _best_on_gpu(
 
 
 class DraSteeredPlacer(CarvingPlacer):
-    def __init__(self, cluster: SimCluster) -> None:
+    def __init__(self, cluster: SimCluster, *, large_reserve: bool = False) -> None:
         super().__init__(cluster)
         self.feasible = RankIndex(cluster, self.rank)
         self.mix = NO_MIX
         self.strand_guard = False
+        self.large_reserve = large_reserve
+        self.arrivals = NO_ARRIVALS
+        self.seen: set[str] = set()
+        self.capacity = [_capacity(cluster.model, node) for node in cluster.nodes]
+        self.idle = sum(idle for idle, _ in self.capacity)
+        self.free = sum(free for _, free in self.capacity)
+        self.sparing = RankIndex(cluster, self.sparing_rank)
+        if large_reserve:
+            cluster.listeners.append(self._moved)
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked:
@@ -108,18 +123,49 @@ class DraSteeredPlacer(CarvingPlacer):
         held = sum(p.size for gpu in node.gpus for p in gpu.instances)
         return (-(score * RANK_SPAN + min(held, RANK_SPAN - 1)), node.position)
 
+    def sparing_rank(self, node: SimNode, kind: Kind) -> Rank | None:
+        """:meth:`rank` among the nodes where the claim breaks no idle GPU."""
+        if node.is_blocked:
+            return None
+        score, chosen = steered_devices(
+            self.cluster.model, node.gpus, kind, strand_guard=self.strand_guard
+        )
+        if not chosen or _breaks(node, chosen):
+            return None
+        held = sum(p.size for gpu in node.gpus for p in gpu.instances)
+        return (-(score * RANK_SPAN + min(held, RANK_SPAN - 1)), node.position)
+
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)
+        model = self.cluster.model
+        large = is_large(
+            [(model.profile(pod.profile).compute_slices, model.compute_slices)] * pod.count
+        )
+        if pod.name not in self.seen:
+            self.seen.add(pod.name)
+            self.arrivals = self.arrivals.add(pod.compute_slices, large, 0.0)
         entries = self.feasible.entries(kind)
         if not entries:
             return None
         node = self.cluster.nodes[int(entries[0][-1])]
-        _, chosen = steered_devices(
-            self.cluster.model, node.gpus, kind, strand_guard=self.strand_guard
-        )
+        _, chosen = steered_devices(model, node.gpus, kind, strand_guard=self.strand_guard)
+        if self.large_reserve and not large:
+            reserve = LargeReserve(self.idle, self.free, self.arrivals.share)
+            if reserve.holds_back(_breaks(node, chosen)):
+                sparing = self.sparing.entries(kind)
+                if not sparing:
+                    return None
+                node = self.cluster.nodes[int(sparing[0][-1])]
+                _, chosen = steered_devices(model, node.gpus, kind, strand_guard=self.strand_guard)
         assignment = self.carve(node, chosen, pod)
         self._held(chosen, +1)
         return assignment
+
+    def _moved(self, node: SimNode) -> None:
+        old, new = self.capacity[node.position], _capacity(self.cluster.model, node)
+        self.capacity[node.position] = new
+        self.idle += new[0] - old[0]
+        self.free += new[1] - old[1]
 
     def depart(self, pod: str) -> Assignment:
         assignment = super().depart(pod)
@@ -135,6 +181,29 @@ class DraSteeredPlacer(CarvingPlacer):
         if on != self.strand_guard:
             self.strand_guard = on
             self.feasible.reset()
+            self.sparing.reset()
+
+
+def _breaks(node: SimNode, chosen: Sequence[tuple[int, Placed]]) -> int:
+    """The idle GPUs ``chosen`` puts a device on."""
+    idle = {g.index for g in node.gpus if g.mig_enabled and g.is_idle}
+    return len({index for index, _ in chosen} & idle)
+
+
+def _capacity(model: GpuModel, node: SimNode) -> tuple[int, float]:
+    """The node's idle GPUs and free capacity in whole GPUs (as the extender counts them,
+    :func:`migslice.scheduling.dra_placement.dra_capacity`)."""
+    idle, free = 0, 0.0
+    for gpu in node.gpus:
+        if not gpu.mig_enabled or gpu.whole_holder is not None:
+            continue
+        if gpu.is_idle:
+            idle += 1
+            free += 1.0
+            continue
+        used = sum(model.profile(p.profile).compute_slices for p in gpu.instances)
+        free += max(0, model.compute_slices - used) / model.compute_slices
+    return idle, free
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +211,10 @@ class DraSteered:
     """M-dra (see the module docstring)."""
 
     name: str = "M-dra migslice on DynamicMIG (node score and steer)"
+    large_reserve: bool = False
 
     def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
         return ((),)
 
     def start(self, cluster: SimCluster, seed: int) -> Placer:
-        return DraSteeredPlacer(cluster)
+        return DraSteeredPlacer(cluster, large_reserve=self.large_reserve)

@@ -64,6 +64,7 @@ POLICY_IDS = (
     "migslice",
     "M-carve",
     "M-dra",
+    "M-dra-reserve",
 )
 NOS_VARIANTS = {
     "B5": NosLike(),
@@ -113,6 +114,8 @@ def make_policy(
         return DraFirstFit("B9 DRA first-fit, least-allocated node", node="least-allocated")
     if policy_id == "M-dra":
         return DraSteered()
+    if policy_id == "M-dra-reserve":
+        return DraSteered("M-dra with the large-job reserve", large_reserve=True)
     if policy_id == "migslice":
         return Migslice()
     if policy_id == "M-carve":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from extender.command import add_arguments, settings_from_args
 from manifests import render
 from migslice.mig import CATALOG
 from migslice.objects.device_classes import mig_profiles, migslice_device_class
@@ -74,3 +76,27 @@ def test_dra_device_classes_enabled_false_renders_no_class() -> None:
     ).stdout
     kinds = {d["kind"] for d in yaml.safe_load_all(text) if d}
     assert "DeviceClass" not in kinds and "Deployment" in kinds
+
+
+@pytest.mark.skipif(not Path(HELM).exists(), reason="no helm (e2e/build.sh; MIGSLICE_E2E_BIN)")
+@pytest.mark.parametrize("enabled", [False, True])
+def test_the_large_job_reserve_value_gives_the_extender_its_flag(enabled: bool) -> None:
+    value = f"dra.largeJobReserve.enabled={str(enabled).lower()}"
+    text = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), "--set", value],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (extender,) = [
+        d
+        for d in yaml.safe_load_all(text)
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("extender")
+    ]
+    args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "extender"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    known = [a for a in args[1:] if not a.startswith(("--tls-", "--client-"))]
+    settings = settings_from_args(parser.parse_args(known))
+    assert settings.dra_large_reserve is enabled

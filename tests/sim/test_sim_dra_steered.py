@@ -144,3 +144,29 @@ def test_m_dra_runs_in_mode_a_and_never_leaves_an_illegal_layout() -> None:
     config = SaturationConfig(nodes=2, gpus_per_node=2, check_layouts=True)
     result = run_sequence(pods, make_policy("M-dra", GPU_MODEL, pods, gpus=4), config)
     assert result.placed_pods > 0 and result.disrupted_pods == 0
+
+
+def test_with_the_reserve_a_small_pod_goes_beside_others_or_waits_and_a_large_one_does_not() -> (
+    None
+):
+    cluster = SimCluster(GPU_MODEL, 2, [()], gpus_per_node=1)
+    placer = DraSteered(large_reserve=True).start(cluster, 0)
+    assert isinstance(placer, DraSteeredPlacer)
+    # nothing large arrived: a small pod may take an idle GPU
+    first = placer.place(SimPod("s0", "4g.40gb"))
+    assert first is not None and first.node == "node-0000"
+    assert (placer.idle, placer.free) == (1, 1 + 3 / 7)
+    # a 7g arrives and takes the idle GPU: large pods are never held back
+    assert placer.place(SimPod("big", "7g.80gb")) is not None
+    placer.depart("big")
+    # the share is 7 of 11 compute slices; a 2g goes beside the 4g, not on the idle GPU
+    beside = placer.place(SimPod("s1", "2g.20gb"))
+    assert beside is not None and beside.node == "node-0000"
+    # node-0000 full but for 1g slices: a 2g would break the idle GPU the reserve keeps
+    assert placer.place(SimPod("s2", "2g.20gb")) is None
+    # without the reserve, it takes it
+    plain = DraSteered().start(SimCluster(GPU_MODEL, 2, [()], gpus_per_node=1), 0)
+    for name, profile in (("s0", "4g.40gb"), ("s1", "2g.20gb")):
+        assert plain.place(SimPod(name, profile)) is not None
+    taken = plain.place(SimPod("s2", "2g.20gb"))
+    assert taken is not None and taken.node == "node-0001"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.packing.packing import tenant_summary
-from bench.packing.packing_report import tenants
+from bench.packing.packing_report import reserve_table, tenants
 
 
 def _run(seed: int, rows: list[list[Any]]) -> dict[str, Any]:
@@ -49,3 +49,26 @@ def test_the_table_shows_workloads_with_two_tenants_or_more() -> None:
     assert "| B9 DRA, tenant quotas | 90.0 (10.0 denied) | 40.0 (60.0 denied) |" in text
     assert "multigpu50" not in text and "default/M2" not in text  # one tenant; no quota runs
     assert tenants(blocks[1:]) == []
+
+
+def test_the_reserve_table_pairs_m_dra_with_and_without_where_both_ran() -> None:
+    def policy(name: str, slices: float, pods: float, large: float) -> dict[str, Any]:
+        cell = {"100": {"mean": pods, "ci": 0.0}, "130": {"mean": pods, "ci": 0.0}}
+        big = {"100": {"mean": large, "ci": 0.0}, "130": {"mean": large, "ci": 0.0}}
+        at = {x: {"slice_allocation": {"mean": slices, "ci": 0.0}} for x in ("100", "130")}
+        return {"name": name, "at": at, "accepted": cell, "large_accepted": big}
+
+    blocks = [
+        {
+            "workload": "default/M1",
+            "policies": {
+                "M-dra": policy("M-dra", 0.977, 0.978, 0.976),
+                "M-dra-reserve": policy("M-dra, reserve", 0.986, 0.977, 1.0),
+            },
+        },
+        {"workload": "default/M3", "policies": {"M-dra": policy("M-dra", 0.98, 0.98, 0.98)}},
+    ]
+    text = "\n".join(reserve_table(blocks))
+    assert "| default/M1 | M-dra, reserve | 98.6 | 98.6 | 97.7 | 97.7 | 100.0 | 100.0 |" in text
+    assert "default/M3" not in text
+    assert reserve_table(blocks[1:]) == []

@@ -1,0 +1,128 @@
+"""The large-job reserve in the extender (``--dra-large-reserve``): the steer loop adds up the
+idle DynamicMIG GPUs and their free capacity, the filter counts the pods it sees, and a small
+pod that would break an idle GPU the reserve keeps goes beside others or waits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from prometheus_client import generate_latest
+
+from extender import ExtenderSettings, create_app
+from extender.metrics import ExtenderMetrics
+from extender.state import ExtenderState, ReserveStats, state_from_objects
+from extender.steer import SteerLoop
+from migslice.objects.clusterfile import ClusterObjects
+from migslice.objects.resource_claims import claim_facts_from_raw
+from migslice.scheduling import reasons
+from tests.dra_objects import (
+    fixture_slices,
+    make_claim,
+    make_claim_pod,
+    make_dra_node,
+    migslice_classes,
+)
+
+IDLE = "gpu-node-a100-0"  # one A100, nothing held
+BUSY = "gpu-node-a100-1"  # one A100 holding a 3g.40gb at 4
+
+
+class NoRules:
+    def create_rule(self, body: Any) -> bool:
+        return True
+
+    def delete_rule(self, name: str) -> bool:
+        return True
+
+    def list_pending_pods(self) -> list[dict[str, Any]]:
+        return []
+
+
+def _renamed(name: str) -> list[dict[str, Any]]:
+    return [
+        {
+            **s,
+            "spec": {**s["spec"], "nodeName": name, "pool": {**s["spec"]["pool"], "name": name}},
+        }
+        for s in fixture_slices("a100-80gb-dynamicmig-1gpu-resourceslices.json")
+    ]
+
+
+def _setup(*, enabled: bool = True) -> tuple[ExtenderState, SteerLoop, FlaskClient]:
+    objects = ClusterObjects(
+        nodes=(make_dra_node(IDLE), make_dra_node(BUSY)),
+        resource_slices=(*_renamed(IDLE), *_renamed(BUSY)),
+        resource_claims=(make_claim("held-3g", allocated=[(BUSY, "gpu-0-mig-3g40gb-9-4")]),),
+        device_classes=tuple(migslice_classes()),
+    )
+    settings = ExtenderSettings(dra_large_reserve=enabled)
+    state = state_from_objects(objects, settings)
+    loop = SteerLoop(state.index, NoRules(), reserve=ReserveStats(enabled=enabled))
+    state.steer = loop.stats
+    loop.update_guard()
+    return state, loop, create_app(settings, state).test_client()
+
+
+def _filter(
+    client: FlaskClient, state: ExtenderState, profile: str, name: str, verb: str = "filter"
+) -> Any:
+    claim = claim_facts_from_raw(make_claim(f"{name}-gpu", profile=profile, owner=name))
+    assert claim is not None
+    state.index.upsert_claim(claim)
+    pod = make_claim_pod(name, {}, templates={"gpu": f"{name}-gpu"})
+    body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": [IDLE, BUSY]})
+    response = client.post(f"/{verb}", data=body, content_type="application/json")
+    assert response.status_code == 200
+    return json.loads(response.data)
+
+
+def test_the_steer_loop_adds_up_idle_gpus_and_free_capacity_as_claims_come_and_go() -> None:
+    state, loop, _ = _setup()
+    assert (loop.stats.reserve.idle, loop.stats.reserve.free) == (1, pytest.approx(1 + 4 / 7))
+    claim = claim_facts_from_raw(make_claim("held-1g", allocated=[(IDLE, "gpu-0-mig-1g10gb-19-0")]))
+    assert claim is not None
+    state.index.upsert_claim(claim)
+    loop.update_guard()
+    assert loop.stats.reserve.idle == 0
+    assert loop.stats.reserve.free == pytest.approx(6 / 7 + 4 / 7)
+    state.index.delete_claim("team-a/held-1g")
+    loop.update_guard()
+    assert (loop.stats.reserve.idle, loop.stats.reserve.free) == (1, pytest.approx(1 + 4 / 7))
+
+
+def test_a_small_pod_goes_beside_others_once_large_pods_arrive_and_a_large_one_passes() -> None:
+    state, _, client = _setup()
+    # nothing large arrived yet: the reserve keeps nothing
+    assert _filter(client, state, "1g.10gb", "small-0")["NodeNames"] == [IDLE, BUSY]
+    # a 7g arrives (it may break the idle GPU: it is what the reserve is for)
+    assert _filter(client, state, "7g.80gb", "large-0")["NodeNames"] == [IDLE]
+    answer = _filter(client, state, "1g.10gb", "small-1")
+    assert answer["NodeNames"] == [BUSY]
+    assert _filter(client, state, "2g.20gb", "small-b", "filter-best-fit")["NodeNames"] == [BUSY]
+    # BUSY full: the small pod waits, and kube-scheduler reads why
+    full = claim_facts_from_raw(make_claim("held-4g", allocated=[(BUSY, "gpu-0-mig-4g40gb-5-0")]))
+    assert full is not None
+    state.index.upsert_claim(full)
+    answer = _filter(client, state, "1g.10gb", "small-2")
+    assert answer["NodeNames"] == []
+    share = 7 / (7 + 1 + 1 + 2 + 1)
+    assert answer["FailedNodes"][IDLE] == reasons.kept_for_large(1, share * (1 + 4 / 7), share)
+    kept = f"1 idle DynamicMIG GPU(s) left, the large-job reserve keeps {share * 11 / 7:.1f}"
+    assert kept in answer["FailedNodes"][IDLE]
+    assert state.steer is not None and state.steer.reserve.held_back == 1
+    text = generate_latest(ExtenderMetrics(state).registry).decode()
+    assert "migslice_dra_idle_gpus 1.0" in text
+    assert "migslice_dra_large_reserve_held_back_total 1.0" in text
+    (line,) = [x for x in text.splitlines() if x.startswith("migslice_dra_large_share ")]
+    assert float(line.split()[1]) == pytest.approx(share)
+
+
+def test_off_by_default_a_small_pod_may_break_the_idle_gpu() -> None:
+    state, _, client = _setup(enabled=False)
+    assert _filter(client, state, "7g.80gb", "large-0")["NodeNames"] == [IDLE]
+    assert _filter(client, state, "1g.10gb", "small-0")["NodeNames"] == [IDLE, BUSY]
+    text = generate_latest(ExtenderMetrics(state).registry).decode()
+    assert "migslice_dra_idle_gpus" not in text
