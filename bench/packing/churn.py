@@ -37,7 +37,7 @@ from migslice.sim.trace_files import DEFAULT_DATA_DIR, load_workload
 WORKLOADS = ("default/M1", "synthetic")
 RESHAPING = ("migslice", "B5", "B5-catalog")
 """Policies whose re-partitions take T_reconf (the T_reconf sweep runs them)."""
-CARVING = ("M-carve", "M-dra", "B6", "B8", "B9")
+CARVING = ("M-carve", "M-dra", "M-dra-reserve", "B6", "B8", "B9")
 """Policies that carve instances next to running ones, each taking the carve time."""
 STATIC = ("B3", "B4")
 LOADS = (70.0, 85.0, 95.0, 110.0)

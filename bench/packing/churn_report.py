@@ -8,7 +8,19 @@ from typing import Any
 
 from bench.common.stats import ci, fmt
 
-ORDER = ("migslice", "M-carve", "M-dra", "B3", "B5", "B5-catalog", "B6", "B8", "B9", "B4")
+ORDER = (
+    "migslice",
+    "M-carve",
+    "M-dra",
+    "M-dra-reserve",
+    "B3",
+    "B5",
+    "B5-catalog",
+    "B6",
+    "B8",
+    "B9",
+    "B4",
+)
 
 
 def point(report: dict[str, Any], spec: str, policy: str, at: tuple[float, float]) -> Any:
