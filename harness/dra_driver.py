@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from harness import dra_slices
+from harness.api import wait_for
 from migslice.inventory import ClusterIndex
 from migslice.names import STEER_TAINT_KEY
 from migslice.objects.clusterfile import ClusterObjects
@@ -123,6 +124,30 @@ def claim_objects(
         "spec": spec,
     }
     return claim, pod
+
+
+def release(core: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, namespace: str, name: str) -> None:
+    """A claim pod of :func:`claim_objects` leaves: the pod and its claim are deleted and the
+    claim's finalizer removed (what kube-controller-manager's claim controller does once no pod
+    holds it; this control plane runs none), so its devices are free again."""
+    core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", name)
+    try:
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "resourceclaims", name, {"metadata": {"finalizers": None}}
+        )
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+
+    def gone() -> bool:
+        try:
+            objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", name)
+        except k8s.ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(f"claim {name} gone", gone, 30)
 
 
 def allocated_devices(objects: k8s.CustomObjectsApi, namespace: str, name: str) -> list[str]:

@@ -70,6 +70,7 @@ from harness.dra_driver import (
     FakeDraDriver,
     claim_objects,
     read_cluster,
+    release,
     results,
     settled,
 )
@@ -268,26 +269,8 @@ def run(
 
 
 def depart(core: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, name: str) -> None:
-    """The pod leaves: it and its claim are deleted, and the claim's finalizer removed (what
-    kube-controller-manager's claim controller does once no pod holds it)."""
-    core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
-    objects.delete_namespaced_custom_object(*DRA, NAMESPACE, "resourceclaims", name)
-    try:
-        objects.patch_namespaced_custom_object(
-            *DRA, NAMESPACE, "resourceclaims", name, {"metadata": {"finalizers": None}}
-        )
-    except k8s.ApiException as error:
-        if error.status != 404:
-            raise
-
-    def gone() -> bool:
-        try:
-            objects.get_namespaced_custom_object(*DRA, NAMESPACE, "resourceclaims", name)
-        except k8s.ApiException as error:
-            return error.status == 404
-        return False
-
-    wait(f"claim {name} gone", gone, 30)
+    """The pod leaves (:func:`harness.dra_driver.release`)."""
+    release(core, objects, NAMESPACE, name)
 
 
 def profile_key(pod: SimPod) -> str:
