@@ -35,7 +35,7 @@ from harness import dra_slices
 from harness.api import ensure_namespace, register_gpu_node, wait_for
 from harness.claim_controller import FakeClaimController
 from harness.controlplane import ControlPlane
-from harness.dra_driver import MIG_CLASS, FakeDraDriver, settled, steer_rules
+from harness.dra_driver import FakeDraDriver, ensure_mig_class, settled, steer_rules
 from harness.faults import Balancer, is_webhook_unavailable, kill_tree
 from harness.image import Image
 from harness.stack import (
@@ -56,12 +56,7 @@ DRA = ("resource.k8s.io", "v1")
 def install_classes(control_plane: ControlPlane) -> None:
     """migslice's DeviceClasses as the chart renders them, and NVIDIA's mig.nvidia.com."""
     control_plane.apply(BASE / "dra" / "deviceclasses.yaml")
-    objects = k8s.CustomObjectsApi(control_plane.api_client())
-    try:
-        objects.create_cluster_custom_object(*DRA, "deviceclasses", MIG_CLASS)
-    except k8s.ApiException as error:
-        if error.status != 409:
-            raise
+    ensure_mig_class(k8s.CustomObjectsApi(control_plane.api_client()))
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ from kubernetes import client as k8s
 from harness import dra_slices
 from harness.api import wait_for
 from harness.dra_driver import (
-    MIG_CLASS,
     FakeDraDriver,
     allocated_devices,
     claim_objects,
+    ensure_mig_class,
     read_cluster,
     steer_rules,
 )
@@ -31,12 +31,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def mig_class(k8s_api: k8s.ApiClient) -> Iterator[None]:
-    objects = k8s.CustomObjectsApi(k8s_api)
-    try:
-        objects.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", MIG_CLASS)
-    except k8s.ApiException as error:
-        if error.status != 409:
-            raise
+    ensure_mig_class(k8s.CustomObjectsApi(k8s_api))
     yield
 
 

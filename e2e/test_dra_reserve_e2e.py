@@ -17,10 +17,10 @@ from harness import dra_slices
 from harness.api import wait_for
 from harness.controlplane import ControlPlane
 from harness.dra_driver import (
-    MIG_CLASS,
     FakeDraDriver,
     allocated_devices,
     claim_objects,
+    ensure_mig_class,
     release,
 )
 from harness.image import Image
@@ -61,12 +61,7 @@ def reserve_scheduler(
 def two_nodes(
     k8s_api: k8s.ApiClient, gpu_node: Callable[..., k8s.V1Node]
 ) -> Iterator[tuple[str, str]]:
-    objects = k8s.CustomObjectsApi(k8s_api)
-    try:
-        objects.create_cluster_custom_object(*DRA, "deviceclasses", MIG_CLASS)
-    except k8s.ApiException as error:
-        if error.status != 409:
-            raise
+    ensure_mig_class(k8s.CustomObjectsApi(k8s_api))
     drivers = []
     for _ in range(2):
         node = str(gpu_node({}, gfd_labels={}).metadata.name)

@@ -126,6 +126,15 @@ def claim_objects(
     return claim, pod
 
 
+def ensure_mig_class(objects: k8s.CustomObjectsApi) -> None:
+    """NVIDIA's ``mig.nvidia.com`` DeviceClass, created unless it exists."""
+    try:
+        objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", MIG_CLASS)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+
+
 def release(core: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, namespace: str, name: str) -> None:
     """A claim pod of :func:`claim_objects` leaves: the pod and its claim are deleted and the
     claim's finalizer removed (what kube-controller-manager's claim controller does once no pod

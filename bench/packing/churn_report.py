@@ -7,20 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.stats import ci, fmt
+from bench.packing.packing_report import HEADLINE
 
-ORDER = (
-    "migslice",
-    "M-carve",
-    "M-dra",
-    "M-dra-reserve",
-    "B3",
-    "B5",
-    "B5-catalog",
-    "B6",
-    "B8",
-    "B9",
-    "B4",
-)
+ORDER = tuple(p for p in (*HEADLINE[:3], "M-dra-reserve", *HEADLINE[3:]) if p != "B0")
+"""The packing report's headline order, with the opt-in reserve after M-dra and no B0."""
 
 
 def point(report: dict[str, Any], spec: str, policy: str, at: tuple[float, float]) -> Any:
