@@ -66,9 +66,9 @@ from harness.api import ensure_namespace, register_gpu_node
 from harness.binaries import DEFAULT_BIN_DIR
 from harness.controlplane import ControlPlane
 from harness.dra_driver import (
-    MIG_CLASS,
     FakeDraDriver,
     claim_objects,
+    ensure_mig_class,
     read_cluster,
     release,
     results,
@@ -147,7 +147,7 @@ def run(
         api = plane.api_client()
         core = k8s.CoreV1Api(api)
         objects = k8s.CustomObjectsApi(api)
-        objects.create_cluster_custom_object(*DRA, "deviceclasses", MIG_CLASS)
+        ensure_mig_class(objects)
         names = [f"dra-{n:03d}" for n in range(nodes)]
         for name in names:
             register_gpu_node(api, name, {}, gfd_labels={})
