@@ -382,7 +382,7 @@ def _held_back(
         lookup = lambda name: given.get(name)  # noqa: E731
     kept = hold_back(result, demand, lookup, reserve)
     if result.fits and not kept.fits and context.state.steer is not None:
-        context.state.steer.reserve.held_back += 1
+        context.arrivals.held_back(context.state.steer.reserve)
     if not best_fit or len(kept.fits) <= 1:
         return kept
     scores = [best_fit_rank(demand, lookup(name)) for name in kept.fits]

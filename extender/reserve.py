@@ -58,6 +58,11 @@ class Arrivals:
             slices = sum(slices for slices, _ in sizes)
             self._mix = self._mix.add(slices, is_large(sizes), self._clock())
 
+    def held_back(self, stats: ReserveStats) -> None:
+        """Count one filter call the reserve left without a node (filter threads race)."""
+        with self._lock:
+            stats.held_back += 1
+
     @property
     def share(self) -> float:
         with self._lock:
