@@ -35,7 +35,8 @@ FAILED_CREATE = "FailedCreate"
 
 @dataclass(frozen=True, slots=True)
 class CreateEvent:
-    """A ``FailedCreate`` Event of the workload: how often, last when, and its message."""
+    """An Event (``FailedCreate`` of a workload, ``FailedScheduling`` of a pod): how often,
+    last when, and its message."""
 
     count: int
     last: str
@@ -153,9 +154,16 @@ def create_events(
     objects: Sequence[JsonObject], namespace: str, kind: str, name: str
 ) -> tuple[CreateEvent, ...]:
     """The ``FailedCreate`` Events of workload ``kind`` ``namespace/name``, latest first."""
+    return events_of(objects, namespace, kind, name, FAILED_CREATE)
+
+
+def events_of(
+    objects: Sequence[JsonObject], namespace: str, kind: str, name: str, reason: str
+) -> tuple[CreateEvent, ...]:
+    """The Events of ``reason`` about ``kind`` ``namespace/name``, latest first."""
     found: list[CreateEvent] = []
     for raw in objects:
-        if raw.get("kind") != "Event" or raw.get("reason") != FAILED_CREATE:
+        if raw.get("kind") != "Event" or raw.get("reason") != reason:
             continue
         involved = mapping(raw.get("involvedObject"))
         if (involved.get("kind"), involved.get("name")) != (kind, name):

@@ -245,12 +245,33 @@ def _run_why(args: argparse.Namespace) -> int:
         report = _explain_absent(args, cluster, objects, transport, namespace, pod, manifest)
     else:
         report = explain(cluster, raw_pod, settings=controller)
+        if report.waiting is not None:
+            report = _with_scheduler_events(report, objects, transport, namespace, pod)
     if args.output in ("json", "yaml"):
         _print(why_document(report), args.output)
     else:
         print(render_why(report, now, wide=args.output == "wide"))
     sys.stdout.flush()
     return 0
+
+
+def _with_scheduler_events(
+    report: WhyReport,
+    objects: ClusterObjects,
+    transport: KubernetesTransport | None,
+    namespace: str,
+    pod: str,
+) -> WhyReport:
+    """``report`` with the waiting pod's ``FailedScheduling`` Events (from the API server, or
+    from the cluster file's Events)."""
+    import dataclasses
+
+    from migslice.status.absent import events_of
+    from migslice.status.gather import read_scheduling_events
+
+    raw = objects.others if transport is None else read_scheduling_events(transport, namespace, pod)
+    said = events_of(raw, namespace, "Pod", pod, "FailedScheduling")
+    return dataclasses.replace(report, scheduler_said=said)
 
 
 def _manifest(path: Path) -> dict[str, Any]:

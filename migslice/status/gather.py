@@ -168,6 +168,25 @@ def read_absent(transport: KubernetesTransport, namespace: str) -> tuple[RawObje
     return tuple(found)
 
 
+def read_scheduling_events(
+    transport: KubernetesTransport, namespace: str, pod: str
+) -> tuple[RawObject, ...]:
+    """The ``FailedScheduling`` Events of pod ``namespace/pod`` (none where the caller may not
+    list Events)."""
+    from migslice.kube.transport import ApiError
+
+    query = {"fieldSelector": f"involvedObject.name={pod},reason=FailedScheduling"}
+    try:
+        listed = _list(transport, f"/api/v1/namespaces/{namespace}/events", query) or []
+    except ApiError as error:
+        if error.status in (401, 403):
+            return ()
+        raise CommandError(f"cannot read the cluster: {error}") from None
+    for raw in listed:
+        raw.setdefault("kind", "Event")
+    return tuple(listed)
+
+
 def _get(transport: KubernetesTransport, path: str) -> RawObject | None:
     from migslice.kube.transport import ApiError
 

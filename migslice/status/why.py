@@ -27,7 +27,7 @@ from migslice.objects.json import JsonObject
 from migslice.objects.pods import annotations_of, bound_node_of, phase_of
 from migslice.repartition import ControllerSettings, decide, pending_pods
 from migslice.scheduling import demand_of
-from migslice.status.absent import AbsentPod
+from migslice.status.absent import AbsentPod, CreateEvent
 from migslice.status.cluster import Cluster, GpuPod
 from migslice.status.pools import SlotView, node_view
 from migslice.status.record import HeldNode, RecordView, StepView, record_view
@@ -87,6 +87,9 @@ class WhyReport:
     note: str = ""
     absent: AbsentPod | None = None
     """For a pod that is not there: what the webhook would answer for it."""
+    scheduler_said: tuple[CreateEvent, ...] = ()
+    """A waiting pod's ``FailedScheduling`` Events, latest first: kube-scheduler's own words
+    (the extender's reasons as it last gave them, the large-job reserve's among them)."""
 
 
 NOT_FOUND = "not found"

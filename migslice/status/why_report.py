@@ -87,6 +87,10 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
                 "its next try",
                 "   ",
             )
+        if report.scheduler_said:
+            last = report.scheduler_said[0]
+            times = f"{last.count}x, last {last.last}" if last.count > 1 else last.last
+            say(f"kube-scheduler said ({times}): {last.message}", "   ")
         for node_class in waiting.classes:
             shown = ", ".join(node_class.nodes[:EXAMPLES])
             more = ", ..." if len(node_class.nodes) > EXAMPLES else ""
@@ -176,6 +180,10 @@ def why_document(report: WhyReport) -> dict[str, Any]:
             "unschedulableSeconds": waiting.waiting_s,
             "summary": waiting.summary,
             "fits": list(waiting.fits),
+            "schedulerSaid": [
+                {"count": e.count, "last": e.last, "message": e.message}
+                for e in report.scheduler_said
+            ],
             "nodes": [
                 {
                     "reason": c.reason,

@@ -362,3 +362,46 @@ def test_a_pod_behind_the_admission_gate_waits_for_admission_and_holds_nothing()
     assert used(report) == used(before)
     (waiting,) = [w for w in report.waiting if w.key == "team-b/gated-0"]
     assert waiting.error is not None and waiting.error.startswith("waiting for admission")
+
+
+def _failed_scheduling(pod: str, message: str, last: str, count: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod}.{last}", "namespace": "team-a"},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": "team-a"},
+        "reason": "FailedScheduling",
+        "message": message,
+        "count": count,
+        "lastTimestamp": last,
+    }
+
+
+def test_why_of_a_waiting_pod_gives_kube_schedulers_last_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reserve = (
+        "0/4 nodes are available: 1 kept whole for 7g and multi-GPU pods: 1 idle DynamicMIG "
+        "GPU(s) left, the large-job reserve keeps 1.1 (...), 3 all 2g.20gb MIG instances in use."
+    )
+    events = [
+        _failed_scheduling(
+            "train-2", "0/4 nodes are available: 4 Insufficient cpu.", "2026-12-05T10:00:00Z"
+        ),
+        _failed_scheduling("train-2", reserve, "2026-12-05T10:05:00Z", count=3),
+        _failed_scheduling("train-1", "another pod's words", "2026-12-05T10:06:00Z"),
+    ]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([*representative_cluster(), *events]))
+    out = _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path))
+    said = f"kube-scheduler said (3x, last 2026-12-05T10:05:00Z): {reserve}"
+    assert " ".join(said.split()) in " ".join(out.split())  # wrapped at 80 columns
+    assert "another pod's words" not in out
+    document = json.loads(
+        _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path), "-o", "json")
+    )
+    listed = document["placement"]["schedulerSaid"]
+    assert [e["message"] for e in listed] == [
+        reserve,
+        "0/4 nodes are available: 4 Insufficient cpu.",
+    ]
