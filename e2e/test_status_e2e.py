@@ -28,6 +28,7 @@ allocations on the map with their pods, the record, the quarantine.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import subprocess
@@ -488,6 +489,28 @@ def test_every_waiting_pod_has_its_reason_per_node(scenario: Scenario) -> None:
     for key, pod in waiting.items():
         namespace, name = key.split("/")
         assert scenario.why(namespace, name)["placement"]["nodes"] == pod["nodes"], key
+    # why gives kube-scheduler's own words: the pod's FailedScheduling Events, through the API
+    # server's field selector (an Event of another pod or reason is not among them).
+    for name, reason, message in (
+        ("serve-3g", "FailedScheduling", "0/9 nodes are available: kept whole for 7g (...)"),
+        ("serve-3g", "Scheduled", "not a failure"),
+        ("other-pod", "FailedScheduling", "another pod's words"),
+    ):
+        event = k8s.CoreV1Event(
+            metadata=k8s.V1ObjectMeta(generate_name=f"{name}."),
+            involved_object=k8s.V1ObjectReference(kind="Pod", name=name, namespace="team-b"),
+            reason=reason,
+            message=message,
+            count=2,
+            last_timestamp=datetime.datetime.now(datetime.UTC),
+        )
+        scenario.core.create_namespaced_event("team-b", event)
+    said = [
+        (e["count"], e["message"])
+        for e in scenario.why("team-b", "serve-3g")["placement"]["schedulerSaid"]
+    ]
+    assert (2, "0/9 nodes are available: kept whole for 7g (...)") in said
+    assert not {"not a failure", "another pod's words"} & {message for _, message in said}
 
 
 def test_the_record_shows_the_plan_in_flight_and_the_quarantine(scenario: Scenario) -> None:
