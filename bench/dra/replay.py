@@ -84,6 +84,9 @@ from migslice.sim.trace_files import DEFAULT_DATA_DIR, load_workload
 DRA = ("resource.k8s.io", "v1")
 NAMESPACE = "replay"
 POLICIES = ("first-fit", "migslice")
+RESERVE = "migslice-reserve"
+"""migslice with the opt-in large-job reserve (``--dra-large-reserve``): not in the report's
+runs; ``run(RESERVE, ...)`` measures it against them (bench/dra/README, "Conclusions")."""
 A100_SLICES = 8
 """Memory slices of an A100-80GB (the nodes' GPUs)."""
 LARGE = ("4g.40gb", "7g.80gb")
@@ -154,12 +157,12 @@ def run(
             FakeDraDriver(api, name, [dra_slices.a100(g) for g in range(gpus)]).publish()
         extender = None
         scheduler = None
-        if policy == "migslice":
+        if policy in ("migslice", RESERVE):
             ensure_namespace(core, "migslice-system")
             extender = migslice_server(
                 plane,
                 "extender",
-                [],
+                ["--dra-large-reserve"] if policy == RESERVE else [],
                 rbac_manifest=BASE / "extender" / "rbac.yaml",
                 account="migslice-extender",
                 client_names=[SCHEDULER_CLIENT],
@@ -224,7 +227,7 @@ def run(
                     if stranded + idle >= pods[i].memory_slices:
                         with_room[profile_key(pods[i])] += 1
                     depart(core, objects, name)
-                if policy == "migslice":
+                if policy in ("migslice", RESERVE):
                     try:
                         wait("the steer", lambda: settled(core, objects, names), 10)
                     except TimeoutError:
