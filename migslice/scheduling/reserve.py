@@ -109,15 +109,17 @@ def _whole_of() -> dict[str, int]:
 
 
 _WHOLE = _whole_of()
+_LARGEST = max(model.compute_slices for model in CATALOG.models)
 
 
 def device_sizes(demand: PodDemand) -> list[tuple[int, int]]:
     """(compute slices, compute slices of its GPU) of each device ``demand`` asks for; a
-    whole GPU is (1, 1), a profile the catalog lacks counts as small (1, 7)."""
+    whole GPU counts as the largest GPU's compute slices (7), a profile the catalog lacks as
+    small (1 of 7)."""
     sizes: list[tuple[int, int]] = []
     for unit in demand.units:
         if unit.kind is UnitKind.WHOLE_GPU or unit.profile is None:
-            sizes += [(1, 1)] * unit.count
+            sizes += [(_LARGEST, _LARGEST)] * unit.count
             continue
         head = unit.profile.split(".", 1)[0].removesuffix("g")
         slices = int(head) if head.isdigit() else 1

@@ -68,5 +68,6 @@ def test_a_pods_devices_are_sized_against_the_gpu_that_offers_their_profile() ->
     assert device_sizes(demand(mig("4g.40gb"))) == [(4, 7)]
     assert device_sizes(demand(mig("1g.10gb", 2))) == [(1, 7), (1, 7)]
     whole = DemandUnit(WHOLE_GPU_RESOURCE, 1, UnitKind.WHOLE_GPU, None)
+    assert device_sizes(demand(whole)) == [(7, 7)]  # a whole GPU weighs what a 7g does
     assert is_large(device_sizes(demand(whole)))
     assert not is_large(device_sizes(demand(mig("3g.40gb"))))
