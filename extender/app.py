@@ -326,10 +326,10 @@ def _filter(
     steer = context.state.steer
     reserve = None
     if steer is not None and steer.reserve.enabled:
-        context.arrivals.saw(demand)
-        steer.reserve.share = context.arrivals.share
-        reserve = current_reserve(steer.reserve, context.arrivals)
-    if reserve is not None and not is_large(device_sizes(demand)):
+        sizes = device_sizes(demand)
+        steer.reserve.share = share = context.arrivals.saw(demand, sizes)
+        reserve = None if is_large(sizes) else current_reserve(steer.reserve, share)
+    if reserve is not None:
         result = _held_back(context, demand, names, candidates, reserve, best_fit=best_fit)
     elif by_name is None:
         decisions = context.state.decisions

@@ -11,17 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from extender.state import ReserveStats
 from migslice.scheduling.demand import PodDemand
-from migslice.scheduling.reserve import (
-    DEFAULT_HALF_LIFE_S,
-    ArrivalMix,
-    LargeReserve,
-    device_sizes,
-    is_large,
-)
+from migslice.scheduling.reserve import DEFAULT_HALF_LIFE_S, ArrivalMix, LargeReserve, is_large
 
 MAX_SEEN = 100_000
 """Pods remembered as seen (the oldest first forgotten): a pod filtered again after this many
@@ -44,34 +38,28 @@ class Arrivals:
         self._mix = ArrivalMix(half_life_s=half_life_s)
         self._lock = threading.Lock()
 
-    def saw(self, demand: PodDemand) -> None:
-        """Count the pod of ``demand`` if it is new and asks for GPUs."""
-        sizes = device_sizes(demand)
-        if not sizes or demand.error:
-            return
+    def saw(self, demand: PodDemand, sizes: Sequence[tuple[int, int]]) -> float:
+        """Count the pod of ``demand`` (its :func:`device_sizes`) if it is new and asks for
+        GPUs; the large share after it."""
         with self._lock:
-            if demand.key in self._seen:
-                return
-            self._seen[demand.key] = None
-            if len(self._seen) > self._max_seen:
-                self._seen.popitem(last=False)
-            slices = sum(slices for slices, _ in sizes)
-            self._mix = self._mix.add(slices, is_large(sizes), self._clock())
+            if sizes and not demand.error and demand.key not in self._seen:
+                self._seen[demand.key] = None
+                if len(self._seen) > self._max_seen:
+                    self._seen.popitem(last=False)
+                slices = sum(slices for slices, _ in sizes)
+                self._mix = self._mix.add(slices, is_large(sizes), self._clock())
+            return self._mix.share
 
     def held_back(self, stats: ReserveStats) -> None:
         """Count one filter call the reserve left without a node (filter threads race)."""
         with self._lock:
             stats.held_back += 1
 
-    @property
-    def share(self) -> float:
-        with self._lock:
-            return self._mix.share
 
-
-def current_reserve(stats: ReserveStats, arrivals: Arrivals) -> LargeReserve | None:
-    """The reserve the filter applies now, or None when it is off or keeps nothing."""
+def current_reserve(stats: ReserveStats, share: float) -> LargeReserve | None:
+    """The reserve the filter applies now at the arrivals' ``share``, or None when it is off
+    or keeps nothing."""
     if not stats.enabled:
         return None
-    reserve = LargeReserve(stats.idle, stats.free, arrivals.share)
+    reserve = LargeReserve(stats.idle, stats.free, share)
     return reserve if reserve.kept > 0 else None
