@@ -113,24 +113,19 @@ class DraSteeredPlacer(CarvingPlacer):
             cluster.listeners.append(self._moved)
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
-        if node.is_blocked:
-            return None
-        score, chosen = steered_devices(
-            self.cluster.model, node.gpus, kind, strand_guard=self.strand_guard
-        )
-        if not chosen:
-            return None
-        held = sum(p.size for gpu in node.gpus for p in gpu.instances)
-        return (-(score * RANK_SPAN + min(held, RANK_SPAN - 1)), node.position)
+        return self._rank(node, kind, sparing=False)
 
     def sparing_rank(self, node: SimNode, kind: Kind) -> Rank | None:
         """:meth:`rank` among the nodes where the claim breaks no idle GPU."""
+        return self._rank(node, kind, sparing=True)
+
+    def _rank(self, node: SimNode, kind: Kind, *, sparing: bool) -> Rank | None:
         if node.is_blocked:
             return None
         score, chosen = steered_devices(
             self.cluster.model, node.gpus, kind, strand_guard=self.strand_guard
         )
-        if not chosen or _breaks(node, chosen):
+        if not chosen or (sparing and _breaks(node, chosen)):
             return None
         held = sum(p.size for gpu in node.gpus for p in gpu.instances)
         return (-(score * RANK_SPAN + min(held, RANK_SPAN - 1)), node.position)
@@ -138,10 +133,10 @@ class DraSteeredPlacer(CarvingPlacer):
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)
         model = self.cluster.model
-        large = is_large(
+        large = self.large_reserve and is_large(
             [(model.profile(pod.profile).compute_slices, model.compute_slices)] * pod.count
         )
-        if pod.name not in self.seen:
+        if self.large_reserve and pod.name not in self.seen:
             self.seen.add(pod.name)
             self.arrivals = self.arrivals.add(pod.compute_slices, large, 0.0)
         entries = self.feasible.entries(kind)
