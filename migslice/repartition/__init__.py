@@ -32,7 +32,7 @@ from migslice.repartition.actions import (
 )
 from migslice.repartition.carve.branch import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
 from migslice.repartition.carve.gpu import CarvedGpu, carved_gpus
-from migslice.repartition.carve.planner import carve_cost, plan_carve
+from migslice.repartition.carve.planner import carve_cost, held_mix, plan_carve
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -120,6 +120,7 @@ __all__ = [
     "carved_gpus",
     "config_name",
     "decide",
+    "held_mix",
     "merge_mig_parted",
     "node_states",
     "parse_record",

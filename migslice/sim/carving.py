@@ -13,6 +13,9 @@
   :class:`~migslice.sim.index.RankIndex`, recomputed only for nodes that changed, and asks
   the planner about the cheapest node alone: the node and the changes :func:`carve_reshape`
   (the plain call over every node, kept as the oracle the tests compare with) would give.
+  The stranding rule the planner reads from every node (:func:`migslice.repartition.held_mix`)
+  is kept the same way: each node's part, recomputed when the node changed; a flip ranks
+  every node again.
   Mode B drives the controller itself (:mod:`migslice.sim.controller`): the same planner
   through ``decide``'s carve branch.
 """
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from migslice.mig import Placed
+from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strand_guard
 from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveRequest
 from migslice.repartition import (
@@ -98,16 +102,37 @@ class CarveChooser:
         self.settings = settings
         self.index = RankIndex(cluster, self.rank)
         self._gpus = PerNode(self._carved)
+        self.guard = False
+        self._mix = NO_MIX
+        self._parts = [NO_MIX] * len(cluster.nodes)
+        self._dirty: set[int] = set(range(len(cluster.nodes)))
+        cluster.listeners.append(lambda node: self._dirty.add(node.position))
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         state = self.cluster.node_state(node)
         cost = carve_cost(
-            self.demand_of(kind), state, settings=self.settings, gpus=self._gpus(node)
+            self.demand_of(kind),
+            state,
+            settings=self.settings,
+            gpus=self._gpus(node),
+            guard=self.guard,
         )
         if cost is None:
             return None
-        loss, destroyed = cost
-        return (*loss, destroyed, node.position)
+        strands, loss, destroyed = cost
+        return (strands, *loss, destroyed, node.position)
+
+    def _update_guard(self) -> None:
+        """The stranding rule as :func:`plan_carve` reads it from every node."""
+        for position in self._dirty:
+            part = _held_part(self.cluster.nodes[position], self.cluster)
+            self._mix = self._mix - self._parts[position] + part
+            self._parts[position] = part
+        self._dirty.clear()
+        on = strand_guard(self._mix)
+        if on != self.guard:
+            self.guard = on
+            self.index.reset()
 
     def _carved(self, node: SimNode) -> list[CarvedGpu] | None:
         """The node's carved GPUs (every kind asks about the same ones); None where the
@@ -118,6 +143,7 @@ class CarveChooser:
         return carved_gpus(state)
 
     def reshape(self, kind: Kind) -> tuple[SimNode | None, tuple[LayoutChange, ...]]:
+        self._update_guard()
         node = self.index.best(kind)
         if node is None:
             return None, ()
@@ -128,8 +154,22 @@ class CarveChooser:
             [PendingPod(self.demand_of(kind), 0.0)],
             settings=self.settings,
             carved=None if gpus is None else {node.name: gpus},
+            guard=self.guard,
         )
         if plan.is_empty:
             return None, ()
         change = plan.changes[0]
         return node, tuple(LayoutChange(node, g.index, g.new) for g in change.gpus)
+
+
+def _held_part(node: SimNode, cluster: SimCluster) -> FillerMix:
+    """The node's part of :func:`migslice.repartition.held_mix`: its held instances."""
+    return filler_mix(
+        cluster.model,
+        (
+            placed.profile
+            for gpu in node.gpus
+            for placed, holder in zip(gpu.instances, gpu.holders, strict=True)
+            if holder is not None
+        ),
+    )

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from migslice.inventory import NodeState
 from migslice.mig import Placed, is_legal, place
 from migslice.mig.room import room, room_loss
-from migslice.repartition import CarveSettings, carve_cost, plan_carve
+from migslice.mig.stranding import FillerMix
+from migslice.repartition import CarveSettings, carve_cost, held_mix, plan_carve
 from migslice.repartition.carve.gpu import carved_gpus
 from migslice.repartition.carve.planner import carve_mode_nodes
 from tests import carve_oracle, mig_oracle
@@ -68,7 +69,7 @@ def test_the_planner_carves_where_brute_force_finds_the_least_fragmentation(
     found = carve_oracle.best_carve(
         MODEL, [(g.old, g.pinned) for node in nodes for g in carved_gpus(node)], profile
     )
-    result = plan_carve(nodes, [waiting("t/pod", profile)])
+    result = plan_carve(nodes, [waiting("t/pod", profile)], guard=False)
     if found is None:
         assert result.is_empty
         return
@@ -198,6 +199,38 @@ def test_a_gpu_in_use_is_carved_before_a_whole_idle_gpu_is_broken() -> None:
     in_use = carve_node("b", [gpu("3g.40gb@4")], busy=["0:3g.40gb@4"])
     (change,) = plan_carve([idle, in_use], [waiting("t/small", "1g.10gb")]).changes
     assert change.node == "b"
+
+
+def test_under_the_stranding_rule_a_3g_opens_a_gpu_instead_of_stranding_compute() -> None:
+    # GPU 0 holds a 3g.40gb: a second one beside it fills the memory and leaves a compute
+    # slice unused; on GPU 1 it leaves 4 memory slices that 1g/2g pods fill to 7 of 7.
+    node = carve_node("a", [gpu("3g.40gb@4"), []], busy=["0:3g.40gb@4"])
+    pod = [waiting("t/p", "3g.40gb")]
+    (beside,) = plan_carve([node], pod, guard=False).changes
+    assert [(g.index, g.new) for g in beside.gpus] == [(0, tuple(gpu("3g.40gb@0", "3g.40gb@4")))]
+    (apart,) = plan_carve([node], pod, guard=True).changes
+    assert [(g.index, g.new) for g in apart.gpus] == [(1, tuple(gpu("3g.40gb@4")))]
+    # With no GPU to open, the 3g still goes beside the other: the rule orders, never refuses.
+    full = carve_node("b", [gpu("3g.40gb@4")], busy=["0:3g.40gb@4"])
+    assert not plan_carve([full], pod, guard=True).is_empty
+    cost = carve_cost(pod[0].demand, full, guard=True)
+    assert cost is not None and cost[0] == 1
+
+
+def test_the_stranding_rule_is_read_from_what_the_pods_hold() -> None:
+    # A 3g.40gb held leaves 4 memory slices to fill; the 2g pods on a MIG Manager node count
+    # towards filling them as the carve node's own would.
+    pairing = carve_node("a", [gpu("3g.40gb@4"), []], busy=["0:3g.40gb@4"])
+    two = gpu("2g.20gb@0", "2g.20gb@2")
+    few = carve_node("f", [two], busy=["0:2g.20gb@0"], mode="mig-manager")
+    enough = carve_node("e", [two], busy=["0:2g.20gb@0", "0:2g.20gb@2"], mode="mig-manager")
+    assert held_mix([pairing, few]) == FillerMix(fill=2, need=4)
+    assert held_mix([pairing, enough]) == FillerMix(fill=4, need=4)
+    pod = [waiting("t/p", "3g.40gb")]
+    (off,) = plan_carve([pairing, few], pod).changes
+    assert [g.index for g in off.gpus] == [0]
+    (on,) = plan_carve([pairing, enough], pod).changes
+    assert (on.node, [g.index for g in on.gpus]) == ("a", [1])
 
 
 def test_only_carve_mode_nodes_are_carved_and_a_bad_label_is_said() -> None:

@@ -135,6 +135,19 @@ def test_mode_a_carves_the_free_part_of_a_gpu_in_use_where_mig_manager_mode_cann
     assert (idle_only.placed_pods, idle_only.failed_pods) == (1, 1)
 
 
+def test_mode_a_carves_a_3g_apart_while_small_pods_can_fill_beside_it() -> None:
+    # Two 2g pods and a 3g share GPU 0; the held 2g pods cover the 4 memory slices the 3g
+    # leaves (the stranding rule is on), so the next 3g opens GPU 2 instead of pairing with
+    # the 3g on GPU 1, and each 4g finds the start it needs beside a 3g.
+    names = ["2g.20gb", "2g.20gb", "3g.40gb", "3g.40gb", "4g.40gb", "4g.40gb"]
+    arrivals = [SimPod(f"p{i}", p) for i, p in enumerate(names)]
+    tiny = SaturationConfig(nodes=1, gpus_per_node=3, check_layouts=True)
+    result = run_sequence(
+        arrivals, make_policy("M-carve", GPU_MODEL, synthetic_workload().pods, gpus=3), tiny
+    )
+    assert (result.placed_pods, result.failed_pods) == (6, 0)
+
+
 class EveryNodeCarver(MigslicePlacer):
     """Carve mode with the carve planner asked about every node for each pod (the plain
     call, what mode A did before it kept each node's cost)."""

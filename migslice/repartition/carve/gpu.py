@@ -13,6 +13,12 @@ Ways to get one instance of ``P`` (an :class:`Option`): **use** an idle instance
 covers, destroying the idle instances in the way (and, when SM slices or counts still do
 not allow it, the fewest more). *Kept* instances are the pinned, the reserved and the
 created ones; idle ones count as free room, since they may go.
+
+An option **strands** compute when the kept instances fill the GPU's memory with compute
+slices left unused after it and did not before (``3g.40gb`` next to a ``3g.40gb``:
+:func:`migslice.mig.stranding.strands_with`). While the cluster's stranding rule is on
+(``strand_guard``, :func:`migslice.mig.stranding.strand_guard`), such options rank after
+every other, as the DRA steer ranks such placements.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from itertools import combinations
 from migslice.inventory import NodeState, mig_resource
 from migslice.mig import GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.mig.room import RoomLoss, room_loss
+from migslice.mig.stranding import strands_with
 from migslice.objects.carve_handshake import CarveGpu, Doomed, Slot
 
-_Way = tuple[RoomLoss, tuple[int, ...], Placed | None, int | None]
-"""An :class:`Option` without its GPU: loss, destroyed positions, created, reused."""
+_Way = tuple[bool, RoomLoss, tuple[int, ...], Placed | None, int | None]
+"""An :class:`Option` without its GPU: strands, loss, destroyed positions, created, reused."""
 _GpuState = tuple[
     GpuModel, Layout, tuple[bool, ...], frozenset[int], frozenset[int], tuple[Placed, ...]
 ]
@@ -46,11 +53,15 @@ class Option:
     destroy: tuple[int, ...] = ()
     placed: Placed | None = None
     reuse: int | None = None
+    strands: bool = False
+    """It strands compute, and the stranding rule was on when it was found."""
 
-    def key(self) -> tuple[RoomLoss, int, int, int, int]:
-        """Least room lost, then fewest destroyed, then using before creating, then order."""
+    def key(self) -> tuple[bool, RoomLoss, int, int, int, int]:
+        """Not stranding before stranding, then least room lost, then fewest destroyed, then
+        using before creating, then order."""
         start = self.placed.start if self.placed is not None else -1
-        return (self.loss, len(self.destroy), 0 if self.reuse is not None else 1, self.gpu, start)
+        reuse = 0 if self.reuse is not None else 1
+        return (self.strands, self.loss, len(self.destroy), reuse, self.gpu, start)
 
 
 @dataclass
@@ -66,7 +77,9 @@ class CarvedGpu:
     reserved: set[int] = field(default_factory=set)
     created: list[Placed] = field(default_factory=list)
     _best: dict[str, Option | None] = field(default_factory=dict, compare=False, repr=False)
-    """:meth:`best` per profile, until :meth:`take` changes the GPU."""
+    """:meth:`best` per profile with the stranding rule off, until :meth:`take` changes the GPU."""
+    _best_guarded: dict[str, Option | None] = field(default_factory=dict, compare=False, repr=False)
+    """:meth:`best` per profile with the stranding rule on."""
     _kept_state: _GpuState | None = field(default=None, compare=False, repr=False)
 
     def copy(self) -> CarvedGpu:
@@ -97,16 +110,20 @@ class CarvedGpu:
     def changed(self) -> bool:
         return bool(self.destroyed or self.created)
 
-    def best(self, profile: str) -> Option | None:
-        """The option of least :meth:`Option.key` on this GPU."""
-        if profile in self._best:
-            return self._best[profile]
-        found = _best_on(self._state(), profile)
+    def best(self, profile: str, *, strand_guard: bool = False) -> Option | None:
+        """The option of least :meth:`Option.key` on this GPU; ``strand_guard``: the
+        cluster's stranding rule is on."""
+        cache = self._best_guarded if strand_guard else self._best
+        if profile in cache:
+            return cache[profile]
+        found = _best_on(self._state(), profile, strand_guard)
         option = None
         if found is not None:
-            loss, destroy, placed, reuse = found
-            option = Option(self.index, loss, destroy=destroy, placed=placed, reuse=reuse)
-        self._best[profile] = option
+            strands, loss, destroy, placed, reuse = found
+            option = Option(
+                self.index, loss, destroy=destroy, placed=placed, reuse=reuse, strands=strands
+            )
+        cache[profile] = option
         return option
 
     def _state(self) -> _GpuState:
@@ -121,13 +138,19 @@ class CarvedGpu:
             )
         return self._kept_state
 
-    def _options(self, profile: str) -> Iterator[_Way]:
+    def _options(self, profile: str, strand_guard: bool = False) -> Iterator[_Way]:
         if not self.model.has_profile(profile):
             return
         kept = self.kept()
+        held = [p.profile for p in kept]
+        strands = (
+            strand_guard
+            and not strands_with(self.model, held)
+            and strands_with(self.model, [*held, profile])
+        )
         for k, placed in enumerate(self.old):
             if placed.profile == profile and self._idle(k):
-                yield (room_loss(self.model, kept, [*kept, placed]), (), None, k)
+                yield (strands, room_loss(self.model, kept, [*kept, placed]), (), None, k)
         wanted = self.model.profile(profile)
         for start in wanted.placements:
             new = Placed(start, profile, wanted.memory_slices)
@@ -135,7 +158,7 @@ class CarvedGpu:
                 continue
             destroy = self._clearing(new)
             if destroy is not None:
-                yield (room_loss(self.model, kept, [*kept, new]), destroy, new, None)
+                yield (strands, room_loss(self.model, kept, [*kept, new]), destroy, new, None)
 
     def _clearing(self, new: Placed) -> tuple[int, ...] | None:
         """The idle instances to destroy so that ``new`` can be created: those in its way,
@@ -153,6 +176,7 @@ class CarvedGpu:
 
     def take(self, option: Option) -> None:
         self._best.clear()
+        self._best_guarded.clear()
         self._kept_state = None
         if option.reuse is not None:
             self.reserved.add(option.reuse)
@@ -180,17 +204,18 @@ class CarvedGpu:
 
 
 @functools.lru_cache(maxsize=1 << 15)
-def _best_on(state: _GpuState, profile: str) -> _Way | None:
+def _best_on(state: _GpuState, profile: str, strand_guard: bool) -> _Way | None:
     """The least of a GPU's options in ``state`` by :meth:`Option.key`, whichever GPU it is:
     a cluster's GPUs repeat a few states, and a planner asks every GPU of every node."""
     model, old, pinned, destroyed, reserved, created = state
     gpu = CarvedGpu(0, model, old, (), pinned, set(destroyed), set(reserved), list(created))
-    return min(gpu._options(profile), key=_way_key, default=None)
+    return min(gpu._options(profile, strand_guard), key=_way_key, default=None)
 
 
-def _way_key(way: _Way) -> tuple[RoomLoss, int, int, int]:
-    loss, destroy, placed, reuse = way
+def _way_key(way: _Way) -> tuple[bool, RoomLoss, int, int, int]:
+    strands, loss, destroy, placed, reuse = way
     return (
+        strands,
         loss,
         len(destroy),
         0 if reuse is not None else 1,
@@ -229,11 +254,13 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
     return found
 
 
-def best_option(gpus: Sequence[CarvedGpu], profile: str) -> tuple[int, Option] | None:
+def best_option(
+    gpus: Sequence[CarvedGpu], profile: str, *, strand_guard: bool = False
+) -> tuple[int, Option] | None:
     """The option of least :meth:`Option.key` over ``gpus``, with its GPU's position there."""
-    best: tuple[tuple[RoomLoss, int, int, int, int], int, Option] | None = None
+    best: tuple[tuple[bool, RoomLoss, int, int, int, int], int, Option] | None = None
     for k, gpu in enumerate(gpus):
-        option = gpu.best(profile)
+        option = gpu.best(profile, strand_guard=strand_guard)
         if option is not None:
             key = option.key()
             if best is None or key < best[0]:

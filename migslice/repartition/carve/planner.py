@@ -19,7 +19,11 @@ Rules, in the order they are applied:
    at an exact start; ties go to fewer destroyed instances, then reuse, then GPU and start
    order. A pod's instances stay on one node; among the nodes that can take them all, the
    one with the least room lost wins, then fewer destroyed, then a node already in the plan
-   (one device plugin restart serves several pods), then the name.
+   (one device plugin restart serves several pods), then the name. While the cluster's
+   stranding rule is on (:func:`migslice.mig.stranding.strand_guard` over the instances the
+   pods on device-plugin nodes hold, :func:`held_mix`), an instance that would fill a GPU's
+   memory with compute slices left (``3g.40gb`` next to a ``3g.40gb``) goes anywhere else
+   first: the node with the fewest such instances wins before room lost is compared.
 5. At most ``max_nodes_in_flight`` nodes carve at once, counting those carving now.
 """
 
@@ -28,8 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from migslice.inventory import LayoutSource, NodeState
+from migslice.inventory import LayoutSource, NodeState, mig_resource
 from migslice.mig.room import RoomLoss, add_losses
+from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strand_guard
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
 from migslice.repartition.carve.gpu import CarvedGpu, best_option, carved_gpus
 from migslice.repartition.modes import dra_exclusion, mode_of
@@ -48,6 +53,26 @@ class _Trial:
     loss: RoomLoss
     destroyed: int
     gpus: list[CarvedGpu]
+    strands: int = 0
+    """How many of the pod's instances strand compute (while the stranding rule is on)."""
+
+
+def held_mix(nodes: Iterable[NodeState]) -> FillerMix:
+    """What the pods on the device-plugin MIG nodes hold towards the stranding rule
+    (:func:`migslice.mig.stranding.filler_mix`): their ``nvidia.com/mig-<profile>`` requests,
+    one held instance each. DRA nodes count in the extender's mix, not here."""
+    mix = NO_MIX
+    for node in nodes:
+        model = node.model
+        if model is None or node.dra is not None:
+            continue
+        held = (
+            name
+            for p in model.profiles
+            for name in [p.name] * node.allocated_of(mig_resource(p.name))
+        )
+        mix = mix + filler_mix(model, held)
+    return mix
 
 
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
@@ -76,10 +101,15 @@ def plan_carve(
     settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
     held: Mapping[str, str] | None = None,
     carved: Mapping[str, Sequence[CarvedGpu]] | None = None,
+    guard: bool | None = None,
 ) -> CarvePlan:
     """Plan carves for waiting pods (see the module docstring). ``cooldowns``: node -> seconds
     since its last change; ``held``: nodes to leave alone, with the reason; ``carved``: the
-    :func:`carved_gpus` of nodes the caller already holds them for (they are not changed)."""
+    :func:`carved_gpus` of nodes the caller already holds them for (they are not changed);
+    ``guard``: the stranding rule, when the caller knows it (else read from ``nodes``,
+    :func:`held_mix`)."""
+    if guard is None:
+        guard = strand_guard(held_mix(nodes))
     waiting, unserved = eligible_demand(list(pending), nodes, settings.min_pending_s)
     states = {node.name: node for node in nodes}
     candidates: dict[str, list[CarvedGpu]] = {}
@@ -98,7 +128,9 @@ def plan_carve(
     tried: dict[DemandKey, dict[str, _Trial | None]] = {}
     waiting.sort(key=serving_order)
     for pod in waiting:
-        chosen = _choose(pod, candidates, states, served=served, budget=budget, tried=tried)
+        chosen = _choose(
+            pod, candidates, states, served=served, budget=budget, tried=tried, guard=guard
+        )
         if isinstance(chosen, str):
             unserved.append((pod.key, chosen))
             continue
@@ -131,18 +163,19 @@ def carve_cost(
     *,
     settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
     gpus: Sequence[CarvedGpu] | None = None,
-) -> tuple[RoomLoss, int] | None:
-    """What serving ``pod`` alone on ``node`` costs in rule 4's terms (room lost, instances
-    destroyed), or None when rule 2 or the fit rules out the node. :func:`plan_carve` for one
-    pod picks the node with the least ``(cost, name)`` among those that are not None, so a
-    caller that keeps these per node (the simulator, node by node as nodes change) picks the
-    same node without asking about all of them for every pod. ``gpus``: the node's
-    :func:`carved_gpus`, for a caller asking about several pods on one unchanged node (they
-    are not changed)."""
+    guard: bool = False,
+) -> tuple[int, RoomLoss, int] | None:
+    """What serving ``pod`` alone on ``node`` costs in rule 4's terms (instances stranding
+    compute, room lost, instances destroyed), or None when rule 2 or the fit rules out the
+    node. :func:`plan_carve` for one pod picks the node with the least ``(cost, name)`` among
+    those that are not None, so a caller that keeps these per node (the simulator, node by
+    node as nodes change) picks the same node without asking about all of them for every
+    pod. ``gpus``: the node's :func:`carved_gpus`, for a caller asking about several pods on
+    one unchanged node (they are not changed); ``guard``: the stranding rule."""
     if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
         return None
-    trial = _try(pod, node, carved_gpus(node) if gpus is None else gpus)
-    return None if trial is None else (trial.loss, trial.destroyed)
+    trial = _try(pod, node, carved_gpus(node) if gpus is None else gpus, guard)
+    return None if trial is None else (trial.strands, trial.loss, trial.destroyed)
 
 
 def _choose(
@@ -153,28 +186,29 @@ def _choose(
     served: Mapping[str, list[str]],
     budget: int,
     tried: dict[DemandKey, dict[str, _Trial | None]],
+    guard: bool,
 ) -> tuple[str, _Trial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
     trial that says how; else why none does. ``tried``: per kind of pod (:func:`demand_key`),
     the trial on each node, kept until the node's candidates change (a trial changes none)."""
-    chosen: tuple[tuple[RoomLoss, int, bool, str], _Trial] | None = None
+    chosen: tuple[tuple[int, RoomLoss, int, bool, str], _Trial] | None = None
     held_back = False
     known = tried.setdefault(demand_key(pod), {})
     for name, gpus in candidates.items():
         if name not in known:
-            known[name] = _try(pod, states[name], gpus)
+            known[name] = _try(pod, states[name], gpus, guard)
         trial = known[name]
         if trial is None:
             continue
         if name not in served and len(served) >= budget:
             held_back = True
             continue
-        key = (trial.loss, trial.destroyed, name not in served, name)
+        key = (trial.strands, trial.loss, trial.destroyed, name not in served, name)
         if chosen is None or key < chosen[0]:
             chosen = (key, trial)
     if chosen is None:
         return "carve budget in use" if held_back else "no carve-mode GPU can take it"
-    return chosen[0][3], chosen[1]
+    return chosen[0][4], chosen[1]
 
 
 def _why_not(
@@ -210,7 +244,7 @@ def _why_not(
     return True
 
 
-def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu]) -> _Trial | None:
+def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu], guard: bool) -> _Trial | None:
     """All of the pod's instances on this node, each where it costs least; None if they
     do not all fit."""
     model = node.model
@@ -228,9 +262,9 @@ def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu]) -> _Trial |
         wanted.sort(key=lambda name: (-model.profile(name).compute_slices, name))
     trial = list(gpus)  # a GPU is copied when the trial first changes it
     spent: list[RoomLoss] = []
-    destroyed = 0
+    destroyed = strands = 0
     for profile in wanted:
-        best = best_option(trial, profile)
+        best = best_option(trial, profile, strand_guard=guard)
         if best is None:
             return None
         k, option = best
@@ -239,4 +273,5 @@ def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu]) -> _Trial |
         trial[k].take(option)
         spent.append(option.loss)
         destroyed += len(option.destroy)
-    return _Trial(add_losses(spent), destroyed, trial)
+        strands += option.strands
+    return _Trial(add_losses(spent), destroyed, trial, strands)
