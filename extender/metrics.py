@@ -326,24 +326,32 @@ class _SteerCollector(Collector):
             value=guard.flips,
         )
         reserve = stats.reserve
-        if not reserve.enabled:
-            return
+        yield GaugeMetricFamily(
+            "migslice_dra_large_reserve_enabled",
+            "1 while the large-job reserve is on (--dra-large-reserve; docs/dra.md).",
+            value=float(reserve.enabled),
+        )
         yield GaugeMetricFamily(
             "migslice_dra_idle_gpus",
             "DynamicMIG GPUs no claim holds a device of (the large-job reserve's count).",
             value=reserve.idle,
         )
         yield GaugeMetricFamily(
+            "migslice_dra_free_gpus",
+            "Free DynamicMIG capacity in whole GPUs (free compute slices over 7 per GPU).",
+            value=reserve.free,
+        )
+        yield GaugeMetricFamily(
             "migslice_dra_large_share",
             "The 7g and multi-GPU pods' part of the GPU compute arriving lately (decaying, half "
-            "life 1 h), as this replica's filter calls saw it.",
+            "life 1 h), as this replica's filter calls saw it; 0 while the reserve is off.",
             value=reserve.share,
         )
         yield GaugeMetricFamily(
             "migslice_dra_large_reserve_gpus",
             "Idle DynamicMIG GPUs the large-job reserve keeps whole: the share times the free "
-            "capacity in whole GPUs.",
-            value=reserve.share * reserve.free,
+            "capacity in whole GPUs; 0 while the reserve is off.",
+            value=reserve.share * reserve.free if reserve.enabled else 0.0,
         )
         yield CounterMetricFamily(
             "migslice_dra_large_reserve_held_back",

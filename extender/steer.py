@@ -232,9 +232,8 @@ class SteerLoop:
         return True
 
     def _add_capacity(self, dirty: set[str]) -> None:
-        """The large-job reserve's sums (:class:`ReserveStats`) after ``dirty`` changed."""
-        if not self.stats.reserve.enabled:
-            return
+        """The large-job reserve's sums (:class:`ReserveStats`) after ``dirty`` changed; kept
+        with the reserve off too (/metrics shows the idle GPUs it would keep from)."""
         idle, free = self._capacity_total
         for name in dirty:
             node = self._index.get(name)

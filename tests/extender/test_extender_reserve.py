@@ -114,6 +114,7 @@ def test_a_small_pod_goes_beside_others_once_large_pods_arrive_and_a_large_one_p
     assert kept in answer["FailedNodes"][IDLE]
     assert state.steer is not None and state.steer.reserve.held_back == 1
     text = generate_latest(ExtenderMetrics(state).registry).decode()
+    assert "migslice_dra_large_reserve_enabled 1.0" in text
     assert "migslice_dra_idle_gpus 1.0" in text
     assert "migslice_dra_large_reserve_held_back_total 1.0" in text
     (line,) = [x for x in text.splitlines() if x.startswith("migslice_dra_large_share ")]
@@ -124,5 +125,9 @@ def test_off_by_default_a_small_pod_may_break_the_idle_gpu() -> None:
     state, _, client = _setup(enabled=False)
     assert _filter(client, state, "7g.80gb", "large-0")["NodeNames"] == [IDLE]
     assert _filter(client, state, "1g.10gb", "small-0")["NodeNames"] == [IDLE, BUSY]
+    # /metrics still counts the idle GPUs (the dashboard's reserve panel), and keeps nothing
     text = generate_latest(ExtenderMetrics(state).registry).decode()
-    assert "migslice_dra_idle_gpus" not in text
+    assert "migslice_dra_large_reserve_enabled 0.0" in text
+    assert "migslice_dra_idle_gpus 1.0" in text
+    assert "migslice_dra_large_reserve_gpus 0.0" in text
+    assert "migslice_dra_large_reserve_held_back_total 0.0" in text
