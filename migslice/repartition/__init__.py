@@ -32,7 +32,7 @@ from migslice.repartition.actions import (
 )
 from migslice.repartition.carve.branch import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
 from migslice.repartition.carve.gpu import CarvedGpu, carved_gpus
-from migslice.repartition.carve.planner import carve_cost, held_mix, plan_carve
+from migslice.repartition.carve.planner import carve_cost, plan_carve
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -68,7 +68,7 @@ from migslice.repartition.settings import (
     ControllerSettings,
     PlanSettings,
 )
-from migslice.repartition.shapes import LayoutCache
+from migslice.repartition.shapes import LayoutCache, held_mix
 from migslice.repartition.snapshot import Snapshot, node_states, snapshot_from_objects
 from migslice.repartition.steps import PlanResult, Step, StepKind
 

@@ -18,6 +18,9 @@ class PlanSettings:
     cooldown_s: float = 600.0
     max_nodes_in_flight: int = 1
     expected_mix: tuple[tuple[str, float], ...] = ()
+    strand_guard: bool | None = None
+    """The stranding rule (:func:`migslice.mig.stranding.strand_guard`) when the caller knows
+    it; None: read from the nodes planned over (:func:`migslice.repartition.shapes.held_mix`)."""
     budget_per_pool: bool = True
     """``max_nodes_in_flight`` per GPU product (True) or for the whole cluster (False)."""
 

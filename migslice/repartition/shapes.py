@@ -8,6 +8,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 
 from migslice.inventory import NodeState, mig_resource
 from migslice.mig import GpuModel, Layout, enumerate_maximal_layouts, profile_from_resource
+from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strands_with
 from migslice.repartition.pending import PendingPod
 
 LayoutCache = MutableMapping[tuple[str, frozenset[str]], list[Layout]]
@@ -18,9 +19,16 @@ passes one to :func:`plan` to keep them between calls."""
 class Layouts:
     """Maximal layouts per (model, profile set), computed once per planning run."""
 
-    def __init__(self, mix: Mapping[str, float], cache: LayoutCache | None = None) -> None:
+    def __init__(
+        self,
+        mix: Mapping[str, float],
+        cache: LayoutCache | None = None,
+        *,
+        strand_guard: bool = False,
+    ) -> None:
         self._mix = mix
         self._cache: LayoutCache = cache if cache is not None else {}
+        self._guard = strand_guard
 
     def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
         """The best maximal layout whose instances include ``wanted``; None if none does."""
@@ -32,13 +40,14 @@ class Layouts:
         worth = {
             p.name: p.compute_slices * self._mix.get(p.resource_name, 0.0) for p in model.profiles
         }
-        best: tuple[tuple[float, int, int], Layout] | None = None
+        best: tuple[tuple[bool, float, int, int], Layout] | None = None
         for layout in self._cache[key]:
             counts = Counter(p.profile for p in layout)
             if wanted - counts:
                 continue
             value = sum(worth[name] * n for name, n in counts.items())
-            rank = (round(value, 9), sum((counts & had).values()), len(layout))
+            whole = not (self._guard and strands_with(model, (p.profile for p in layout)))
+            rank = (whole, round(value, 9), sum((counts & had).values()), len(layout))
             if best is None or rank > best[0]:
                 best = (rank, layout)
         return best[1] if best else None
@@ -79,3 +88,21 @@ def demand_mix(
     if not supply:
         return demand
     return {k: max(0.0, v - free.get(k, 0.0) / supply) + 0.1 * v for k, v in demand.items()}
+
+
+def held_mix(nodes: Sequence[NodeState]) -> FillerMix:
+    """What the pods on the device-plugin MIG nodes hold towards the stranding rule
+    (:func:`migslice.mig.stranding.filler_mix`): their ``nvidia.com/mig-<profile>`` requests,
+    one held instance each. DRA nodes count in the extender's mix, not here."""
+    mix = NO_MIX
+    for node in nodes:
+        model = node.model
+        if model is None or node.dra is not None:
+            continue
+        held = (
+            name
+            for p in model.profiles
+            for name in [p.name] * node.allocated_of(mig_resource(p.name))
+        )
+        mix = mix + filler_mix(model, held)
+    return mix

@@ -13,9 +13,8 @@
   :class:`~migslice.sim.index.RankIndex`, recomputed only for nodes that changed, and asks
   the planner about the cheapest node alone: the node and the changes :func:`carve_reshape`
   (the plain call over every node, kept as the oracle the tests compare with) would give.
-  The stranding rule the planner reads from every node (:func:`migslice.repartition.held_mix`)
-  is kept the same way: each node's part, recomputed when the node changed; a flip ranks
-  every node again.
+  The stranding rule the planner reads from every node (:class:`~migslice.sim.held.HeldMix`)
+  is kept the same way; a flip ranks every node again.
   Mode B drives the controller itself (:mod:`migslice.sim.controller`): the same planner
   through ``decide``'s carve branch.
 """
@@ -26,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from migslice.mig import Placed
-from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strand_guard
 from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveRequest
 from migslice.repartition import (
@@ -40,6 +38,7 @@ from migslice.repartition import (
 )
 from migslice.scheduling import PodDemand
 from migslice.sim.cluster import SimCluster, SimNode
+from migslice.sim.held import HeldMix
 from migslice.sim.index import Kind, PerNode, Rank, RankIndex
 from migslice.sim.placement import LayoutChange
 
@@ -96,6 +95,7 @@ class CarveChooser:
         cluster: SimCluster,
         demand_of: Callable[[Kind], PodDemand],
         settings: CarveSettings = MODE_A_CARVE,
+        held: HeldMix | None = None,
     ) -> None:
         self.cluster = cluster
         self.demand_of = demand_of
@@ -103,10 +103,7 @@ class CarveChooser:
         self.index = RankIndex(cluster, self.rank)
         self._gpus = PerNode(self._carved)
         self.guard = False
-        self._mix = NO_MIX
-        self._parts = [NO_MIX] * len(cluster.nodes)
-        self._dirty: set[int] = set(range(len(cluster.nodes)))
-        cluster.listeners.append(lambda node: self._dirty.add(node.position))
+        self.held = HeldMix(cluster) if held is None else held
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         state = self.cluster.node_state(node)
@@ -124,12 +121,7 @@ class CarveChooser:
 
     def _update_guard(self) -> None:
         """The stranding rule as :func:`plan_carve` reads it from every node."""
-        for position in self._dirty:
-            part = _held_part(self.cluster.nodes[position], self.cluster)
-            self._mix = self._mix - self._parts[position] + part
-            self._parts[position] = part
-        self._dirty.clear()
-        on = strand_guard(self._mix)
+        on = self.held.guard()
         if on != self.guard:
             self.guard = on
             self.index.reset()
@@ -160,16 +152,3 @@ class CarveChooser:
             return None, ()
         change = plan.changes[0]
         return node, tuple(LayoutChange(node, g.index, g.new) for g in change.gpus)
-
-
-def _held_part(node: SimNode, cluster: SimCluster) -> FillerMix:
-    """The node's part of :func:`migslice.repartition.held_mix`: its held instances."""
-    return filler_mix(
-        cluster.model,
-        (
-            placed.profile
-            for gpu in node.gpus
-            for placed, holder in zip(gpu.instances, gpu.holders, strict=True)
-            if holder is not None
-        ),
-    )

@@ -55,6 +55,7 @@ from migslice.repartition import (
 from migslice.scheduling import DemandUnit, PodDemand, UnitKind, best_fit_rank
 from migslice.sim.carving import CarveChooser
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
+from migslice.sim.held import HeldMix
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import IndexedPlacer, LayoutChange, Placer, hold
 from migslice.sim.sampling import (
@@ -253,7 +254,8 @@ class MigslicePlacer(IndexedPlacer):
         self.idle = RankIndex(cluster, self.idle_rank)
         self.layouts = PlannerLayouts(cluster.model)
         self.reshaped: SimNode | None = None
-        self.carver = CarveChooser(cluster, self.demand)
+        self.held = HeldMix(cluster)
+        self.carver = CarveChooser(cluster, self.demand, held=self.held)
 
     def demand(self, kind: Kind) -> PodDemand:
         if kind not in self.demands:
@@ -340,7 +342,9 @@ class MigslicePlacer(IndexedPlacer):
             return ()
         demand = demand_for(pod)
         mix = self.mix.weights([demand])
-        settings = replace(self.settings, expected_mix=tuple(mix.items()))
+        settings = replace(
+            self.settings, expected_mix=tuple(mix.items()), strand_guard=self.held.guard()
+        )
         self.layouts.profiles = frozenset((pod.profile,))
         for node in itertools.chain((first,), candidates):
             state = self.cluster.node_state(node)

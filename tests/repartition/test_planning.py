@@ -120,6 +120,31 @@ def test_with_only_3g_demand_in_sight_the_rest_of_the_gpu_is_a_3g_too() -> None:
     assert Counter(p.profile for p in gpu.new) == {"3g.40gb": 2}
 
 
+def test_under_the_stranding_rule_a_3g_gets_a_layout_that_uses_all_7_compute_slices() -> None:
+    # Only 3g demand in sight makes 3g+3g the most valuable layout, but it fills the memory
+    # and leaves a compute slice unused; while the rule is on (small pods held can fill the
+    # 4 memory slices a 3g leaves), the layout that uses every compute slice wins.
+    pod = [pending("team/train", "3g.40gb")]
+    guarded = plan([node_state("a", [all_1g()])], pod, settings=PlanSettings(strand_guard=True))
+    assert _compute_of(guarded) == 7
+    # The rule is read from what the pods hold: two 2g.20gb and a 3g.40gb held (fill 4
+    # compute slices, need 4 memory slices) turn it on; one 2g.20gb less leaves it off, and
+    # the held mix (3g worth more than 2g) then picks 3g+3g.
+    twos = [place(MODEL, "2g.20gb", 0), place(MODEL, "2g.20gb", 2)]
+    held = [*twos, place(MODEL, "3g.40gb", 4)]
+    on = node_state("b", [held], busy=[[True] * 3])
+    assert _compute_of(plan([node_state("a", [all_1g()]), on], pod)) == 7
+    off = node_state("b", [held], busy=[[False, True, True]])
+    assert _compute_of(plan([node_state("a", [all_1g()]), off], pod)) == 6
+
+
+def _compute_of(result: RepartitionPlan) -> int:
+    """The compute slices of the one GPU a plan re-shapes."""
+    (change,) = result.changes
+    (gpu,) = change.gpus
+    return sum(MODEL.profile(p.profile).compute_slices for p in gpu.new)
+
+
 def test_an_expected_mix_overrides_the_observed_demand() -> None:
     settings = PlanSettings(expected_mix=(("nvidia.com/mig-2g.20gb", 1.0),))
     result = plan([node_state("a", [all_1g()])], [pending("t/p", "3g.40gb")], settings=settings)

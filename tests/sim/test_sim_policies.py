@@ -284,3 +284,17 @@ def test_the_planner_asked_node_by_node_decides_as_when_asked_about_every_node(
     fast = run_saturation(workload, Migslice(), seed, config=config)
     full = run_saturation(workload, FullPlanner(), seed, config=config)
     assert fast == full
+
+
+def test_mig_manager_mode_gives_a_3g_a_layout_using_every_compute_slice_under_the_rule() -> None:
+    # Three 2g pods fill GPU 0; GPU 1 gets 2g+2g+3g for the first 3g. Once a 3g and more
+    # 2g compute than the room beside it are held (the stranding rule on), the next 3g's GPU
+    # is re-partitioned to 2g+2g+3g as well rather than 3g+3g (8 of 8 memory slices, 6 of 7
+    # compute), and the later 2g pods fill it: all 21 compute slices are placed.
+    short = {"1g": "1g.10gb", "2g": "2g.20gb", "3g": "3g.40gb"}
+    names = "2g 2g 2g 3g 2g 3g 1g 3g 2g 3g 2g 2g".split()
+    arrivals = [SimPod(f"p{i}", short[n]) for i, n in enumerate(names)]
+    tiny = SaturationConfig(nodes=1, gpus_per_node=3, check_layouts=True)
+    result = run_sequence(arrivals, policy("migslice", 3), tiny)
+    assert result.points[-1].slice_allocation == 1.0
+    assert (result.placed_pods, result.failed_pods) == (10, 2)

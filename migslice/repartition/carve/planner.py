@@ -32,15 +32,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from migslice.inventory import LayoutSource, NodeState, mig_resource
+from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.room import RoomLoss, add_losses
-from migslice.mig.stranding import NO_MIX, FillerMix, filler_mix, strand_guard
+from migslice.mig.stranding import strand_guard
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
 from migslice.repartition.carve.gpu import CarvedGpu, best_option, carved_gpus
 from migslice.repartition.modes import dra_exclusion, mode_of
 from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
 from migslice.repartition.plans import CarvePlan, GpuCarve, NodeCarve
 from migslice.repartition.settings import CarveSettings
+from migslice.repartition.shapes import held_mix
 from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import PodDemand
 from migslice.whynot import WhyNot
@@ -55,24 +56,6 @@ class _Trial:
     gpus: list[CarvedGpu]
     strands: int = 0
     """How many of the pod's instances strand compute (while the stranding rule is on)."""
-
-
-def held_mix(nodes: Iterable[NodeState]) -> FillerMix:
-    """What the pods on the device-plugin MIG nodes hold towards the stranding rule
-    (:func:`migslice.mig.stranding.filler_mix`): their ``nvidia.com/mig-<profile>`` requests,
-    one held instance each. DRA nodes count in the extender's mix, not here."""
-    mix = NO_MIX
-    for node in nodes:
-        model = node.model
-        if model is None or node.dra is not None:
-            continue
-        held = (
-            name
-            for p in model.profiles
-            for name in [p.name] * node.allocated_of(mig_resource(p.name))
-        )
-        mix = mix + filler_mix(model, held)
-    return mix
 
 
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:

@@ -54,11 +54,12 @@ from migslice.mig import (
     make_layout,
 )
 from migslice.mig.migparted import mig_parted_entries, profile_counts
+from migslice.mig.stranding import strand_guard
 from migslice.names import MIG_TRANSITION_STATES
 from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
 from migslice.repartition.plans import GpuChange, NodeChange, RepartitionPlan
 from migslice.repartition.settings import PlanSettings
-from migslice.repartition.shapes import LayoutCache, Layouts, demand_mix
+from migslice.repartition.shapes import LayoutCache, Layouts, demand_mix, held_mix
 from migslice.scheduling.demand import PodDemand
 from migslice.whynot import WhyNot
 
@@ -161,7 +162,11 @@ def plan(
     budget = _Budget(settings, in_flight)
     served: dict[str, list[str]] = {}
 
-    layouts = Layouts(demand_mix(nodes, pending_pods, settings.expected_mix), layout_cache)
+    guard = settings.strand_guard
+    if guard is None:
+        guard = strand_guard(held_mix(nodes))
+    mix = demand_mix(nodes, pending_pods, settings.expected_mix)
+    layouts = Layouts(mix, layout_cache, strand_guard=guard)
     waiting.sort(key=serving_order)
     for pod in waiting:
         placed, held_back = _place(pod, gpus, budget, idle_per_node, layouts)
