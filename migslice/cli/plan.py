@@ -15,6 +15,7 @@ from migslice.inventory import NodeState
 from migslice.mig import CATALOG
 from migslice.mig.migparted import render_mig_parted
 from migslice.mig.render import render_bar
+from migslice.mig.stranding import FillerMix, strand_guard
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.objects.carve_handshake import gpus_json
 from migslice.repartition import (
@@ -27,6 +28,7 @@ from migslice.repartition import (
     Step,
     StepKind,
     decide,
+    held_mix,
     snapshot_from_objects,
 )
 from migslice.repartition.carve.branch import describe
@@ -122,16 +124,41 @@ def run_plan(args: argparse.Namespace) -> int:
         settings=settings,
     )
     if step.carve_plan is not None:
-        return print_carve(step.carve_plan, list(snapshot.nodes), json_output=args.output == "json")
-    code = print_step(
-        step, list(snapshot.nodes), output=args.output, config_map=args.mig_config_map
-    )
+        code = print_carve(step.carve_plan, list(snapshot.nodes), json_output=args.output == "json")
+    else:
+        code = print_step(
+            step, list(snapshot.nodes), output=args.output, config_map=args.mig_config_map
+        )
+    line = stranding_line(held_mix(snapshot.nodes))
+    if line and args.output == "table":
+        print(f"\n{line}")
     left = dra_nodes(snapshot.nodes)
     if left and args.output == "table":
         print("\nDRA nodes, left to NVIDIA's DRA driver:")
         for node, reason in left:
             print(f"  {node}: {reason}")
     return code
+
+
+def stranding_line(mix: FillerMix) -> str | None:
+    """What the stranding rule reads and does, for people; None while no 3g-class instance is
+    held (the rule cannot apply)."""
+    if mix.need <= 0:
+        return None
+    held = (
+        f"1g/2g pods hold {mix.fill} compute slices; the 3g pods leave {mix.need} memory "
+        "slices beside them"
+    )
+    if strand_guard(mix):
+        return (
+            f"stranding rule on ({held}): a 3g layout that fills a GPU's memory with a compute "
+            "slice unused comes last (docs/repartition.md)"
+        )
+    return f"stranding rule off ({held}): too few small pods to fill beside a second 3g"
+
+
+def stranding_json(mix: FillerMix) -> dict[str, Any]:
+    return {"on": strand_guard(mix), "fillComputeSlices": mix.fill, "needMemorySlices": mix.need}
 
 
 def dra_nodes(nodes: Sequence[NodeState]) -> list[tuple[str, str]]:
@@ -180,6 +207,7 @@ def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: s
                 "reason": step.reason,
                 **plan_json(step.plan),
                 "draNodes": left,
+                "strandingRule": stranding_json(held_mix(nodes)),
             }
         )
         return 0
@@ -235,7 +263,8 @@ def print_carve(result: CarvePlan, nodes: list[NodeState], *, json_output: bool)
         ]
         pending = [{"pod": pod, "reason": reason} for pod, reason in result.unserved]
         document = {"step": "start", "mode": names.MODE_CARVE, "changes": changes}
-        print_json({**document, "pending": pending})
+        rule = stranding_json(held_mix(nodes))
+        print_json({**document, "pending": pending, "strandingRule": rule})
         return 0
     models = {n.name: n.model for n in nodes}
     rows: list[tuple[str, str, str, str]] = []

@@ -124,3 +124,48 @@ def test_a_gpu_cluster_without_the_mig_parted_config_map_still_says_that(
     path = write_cluster(tmp_path, {"apiVersion": "v1", "kind": "Node", **node})
     assert main(["plan", "--cluster-file", str(path)]) == 0
     assert "mig-parted ConfigMap missing or unreadable" in capsys.readouterr().out
+
+
+def _pod(name: str, profile: str, node: str | None = None) -> dict:
+    pod = make_pod(name, profile=profile, node_name=node)
+    return {"apiVersion": "v1", "kind": "Pod", **(pod if node else unschedulable(pod))}
+
+
+def stranding_cluster(tmp_path: Path, twos: int) -> Path:
+    """A node whose pods hold a 3g.40gb and ``twos`` 2g.20gb, an idle all-1g node, and a 3g
+    pod waiting."""
+    busy = make_node("gpu-busy", gpu_count=1, mig={"3g.40gb": 1, "2g.20gb": 2})
+    idle = make_node(
+        "gpu-idle", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success"
+    )
+    return write_cluster(
+        tmp_path,
+        make_mig_config_map(),
+        {"apiVersion": "v1", "kind": "Node", **busy},
+        {"apiVersion": "v1", "kind": "Node", **idle},
+        _pod("held-3g", "3g.40gb", "gpu-busy"),
+        *[_pod(f"held-2g-{i}", "2g.20gb", "gpu-busy") for i in range(twos)],
+        _pod("train-3", "3g.40gb"),
+    )
+
+
+def test_plan_says_whether_the_stranding_rule_is_on_and_follows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(stranding_cluster(tmp_path, twos=2))
+    assert main(["plan", "--cluster-file", path]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "stranding rule on (1g/2g pods hold 4 compute slices; the 3g pods leave 4 memory slices"
+        " beside them)" in out
+    )
+    assert main(["plan", "--cluster-file", path, "-o", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["strandingRule"] == {"on": True, "fillComputeSlices": 4, "needMemorySlices": 4}
+    (change,) = answer["changes"]
+    (gpu,) = change["gpus"]
+    compute = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3, "4g.40gb": 4}
+    assert sum(compute[p["profile"]] for p in gpu["after"]) == 7  # not 3g.40gb + 3g.40gb
+    # One 2g pod less: too few small pods to fill beside a second 3g
+    assert main(["plan", "--cluster-file", str(stranding_cluster(tmp_path, twos=1))]) == 0
+    assert "stranding rule off (1g/2g pods hold 2 compute slices" in capsys.readouterr().out

@@ -28,7 +28,11 @@ Rules, in the order they are applied:
    hold across the cluster plus those waiting, less its share of the free slices that GPUs in
    use already offer (what is lacking), plus a tenth of its demand share to break ties.
    Without this a GPU carved for one 3g pod fills up with 1g slices nobody asks for (the
-   packing benchmark measured it).
+   packing benchmark measured it). While the stranding rule is on
+   (:func:`migslice.mig.stranding.strand_guard` over what the pods on device-plugin nodes
+   hold, :func:`migslice.repartition.shapes.held_mix`, or ``strand_guard`` when the caller
+   knows it), a layout that fills the GPU's memory with compute slices left unused
+   (``3g.40gb`` + ``3g.40gb``) ranks after every other: ``3g`` + ``2g`` + ``2g`` wins.
 6. A node's config lists every GPU whose layout is known (mig-parted leaves a GPU whose layout
    already matches untouched), so the config the node label names describes the whole node.
 7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once in each node pool (the
