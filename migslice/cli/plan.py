@@ -15,7 +15,7 @@ from migslice.inventory import NodeState
 from migslice.mig import CATALOG
 from migslice.mig.migparted import render_mig_parted
 from migslice.mig.render import render_bar
-from migslice.mig.stranding import FillerMix, strand_guard
+from migslice.mig.stranding import FillerMix, describe_mix, mix_json, strand_guard
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.objects.carve_handshake import gpus_json
 from migslice.repartition import (
@@ -141,24 +141,16 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def stranding_line(mix: FillerMix) -> str | None:
-    """What the stranding rule reads and does, for people; None while no 3g-class instance is
-    held (the rule cannot apply)."""
-    if mix.need <= 0:
+    """What the stranding rule reads and does, for people; None while it cannot apply."""
+    said = describe_mix(mix)
+    if said is None:
         return None
-    held = (
-        f"1g/2g pods hold {mix.fill} compute slices; the 3g pods leave {mix.need} memory "
-        "slices beside them"
-    )
     if strand_guard(mix):
         return (
-            f"stranding rule on ({held}): a 3g layout that fills a GPU's memory with a compute "
-            "slice unused comes last (docs/repartition.md)"
+            f"{said}: a 3g layout that fills a GPU's memory with a compute slice unused comes "
+            "last (docs/repartition.md)"
         )
-    return f"stranding rule off ({held}): too few small pods to fill beside a second 3g"
-
-
-def stranding_json(mix: FillerMix) -> dict[str, Any]:
-    return {"on": strand_guard(mix), "fillComputeSlices": mix.fill, "needMemorySlices": mix.need}
+    return f"{said}: too few small pods to fill beside a second 3g"
 
 
 def dra_nodes(nodes: Sequence[NodeState]) -> list[tuple[str, str]]:
@@ -207,7 +199,7 @@ def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: s
                 "reason": step.reason,
                 **plan_json(step.plan),
                 "draNodes": left,
-                "strandingRule": stranding_json(held_mix(nodes)),
+                "strandingRule": mix_json(held_mix(nodes)),
             }
         )
         return 0
@@ -263,7 +255,7 @@ def print_carve(result: CarvePlan, nodes: list[NodeState], *, json_output: bool)
         ]
         pending = [{"pod": pod, "reason": reason} for pod, reason in result.unserved]
         document = {"step": "start", "mode": names.MODE_CARVE, "changes": changes}
-        rule = stranding_json(held_mix(nodes))
+        rule = mix_json(held_mix(nodes))
         print_json({**document, "pending": pending, "strandingRule": rule})
         return 0
     models = {n.name: n.model for n in nodes}

@@ -86,6 +86,27 @@ def strand_guard(mix: FillerMix, *, was_on: bool = False) -> bool:
     return 10 * mix.fill >= (9 if was_on else 10) * mix.need
 
 
+def describe_mix(mix: FillerMix) -> str | None:
+    """The rule's state and what it read, for people (``migslice plan``, ``migslice status``);
+    None while no pairing instance is held (the rule cannot apply)."""
+    if mix.need <= 0:
+        return None
+    state = "on" if strand_guard(mix) else "off"
+    return (
+        f"stranding rule {state} (1g/2g pods hold {_slices(mix.fill, 'compute')}; the 3g "
+        f"pods leave {_slices(mix.need, 'memory')} beside them)"
+    )
+
+
+def _slices(count: int, kind: str) -> str:
+    return f"{count} {kind} slice" if count == 1 else f"{count} {kind} slices"
+
+
+def mix_json(mix: FillerMix) -> dict[str, object]:
+    """The rule's state and what it read, for documents."""
+    return {"on": strand_guard(mix), "fillComputeSlices": mix.fill, "needMemorySlices": mix.need}
+
+
 @functools.lru_cache(maxsize=64)
 def _roles(model: GpuModel) -> dict[str, tuple[int, int]]:
     """Per profile name of ``model``: (fill, need) one instance adds."""

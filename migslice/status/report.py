@@ -7,7 +7,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migslice import names
+from migslice.mig.stranding import NO_MIX, FillerMix, describe_mix, mix_json
 from migslice.objects.times import format_time
+from migslice.repartition import held_mix
 from migslice.status.cluster import Cluster
 from migslice.status.pools import NodeView, PoolView, SlotView, pool_views
 from migslice.status.record import RecordView, record_view
@@ -32,6 +34,8 @@ class StatusReport:
     pools: tuple[PoolView, ...]
     waiting: tuple[WaitingPod, ...]
     record: RecordView
+    stranding: FillerMix = NO_MIX
+    """What the pods on device-plugin nodes hold towards the planners' stranding rule."""
 
     @property
     def node_count(self) -> int:
@@ -53,6 +57,7 @@ def build_status(cluster: Cluster, *, cooldown_s: float) -> StatusReport:
         pools=tuple(pool_views(cluster)),
         waiting=tuple(waiting_views(cluster)),
         record=record_view(cluster, cooldown_s),
+        stranding=held_mix(cluster.states()),
     )
 
 
@@ -83,6 +88,9 @@ def render_text(report: StatusReport, *, wide: bool = False) -> str:
         lines += ["", *_pool_map(pool, width, wide=wide)]
     lines += ["", *_waiting(report.waiting, width)]
     lines += ["", *_record(report.record, report.at_s, width)]
+    said = describe_mix(report.stranding)
+    if said is not None:
+        lines += wrapped(f"{said} (docs/repartition.md)", "  ", width)
     return "\n".join(lines)
 
 
@@ -275,7 +283,10 @@ def status_document(report: StatusReport) -> dict[str, Any]:
         "tenants": [_tenant_json(t) for t in report.tenants],
         "pools": [_pool_json(p) for p in report.pools],
         "waiting": [_waiting_json(w) for w in report.waiting],
-        "repartition": _record_json(report.record),
+        "repartition": {
+            **_record_json(report.record),
+            "strandingRule": mix_json(report.stranding),
+        },
     }
 
 

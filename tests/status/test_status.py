@@ -405,3 +405,24 @@ def test_why_of_a_waiting_pod_gives_kube_schedulers_last_words(
         reserve,
         "0/4 nodes are available: 4 Insufficient cpu.",
     ]
+
+
+def test_status_says_whether_the_planners_stranding_rule_is_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("gpu-busy", gpu_count=1, mig={"3g.40gb": 1, "2g.20gb": 2})
+    objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Node", **node}]
+    for i, profile in enumerate(["3g.40gb", "2g.20gb", "2g.20gb"]):
+        pod = make_pod(f"held-{i}", profile=profile, node_name="gpu-busy")
+        objects.append({"apiVersion": "v1", "kind": "Pod", **pod})
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    text = " ".join(_run(capsys, "status", "--cluster-file", str(path)).split())
+    said = "stranding rule on (1g/2g pods hold 4 compute slices; the 3g pods leave 4 memory"
+    assert said in text
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    rule = document["repartition"]["strandingRule"]
+    assert rule == {"on": True, "fillComputeSlices": 4, "needMemorySlices": 4}
+    # Without a 3g held the rule cannot apply, and the text says nothing of it.
+    path.write_text(yaml.safe_dump_all(objects[:1] + objects[2:]))
+    assert "stranding rule" not in _run(capsys, "status", "--cluster-file", str(path))
