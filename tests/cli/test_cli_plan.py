@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,29 +19,28 @@ def write_cluster(tmp_path: Path, *objects: dict) -> Path:
     return path
 
 
+def _pod(name: str, profile: str, node: str | None = None, namespace: str = "default") -> dict:
+    """A pod bound to ``node``, or waiting (unschedulable) without one."""
+    pod = make_pod(name, namespace=namespace, profile=profile, node_name=node)
+    return {"apiVersion": "v1", "kind": "Pod", **(pod if node else unschedulable(pod))}
+
+
+ALL_1G = {"config": "all-1g.10gb", "config_state": "success"}
+"""A node MIG Manager left in the stock all-1g config."""
+
+
+def _node(name: str, **kwargs: Any) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", **make_node(name, **kwargs)}
+
+
 def cluster(tmp_path: Path) -> Path:
-    node = make_node(
-        "gpu-a", gpu_count=2, mig={"1g.10gb": 14}, config="all-1g.10gb", config_state="success"
-    )
     return write_cluster(
         tmp_path,
         make_mig_config_map(),
-        {"apiVersion": "v1", "kind": "Node", **node},
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            **make_pod("infer-1", profile="1g.10gb", node_name="gpu-a"),
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            **unschedulable(make_pod("train-1", namespace="research", profile="3g.40gb")),
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            **unschedulable(make_pod("train-2", namespace="research", profile="7g.80gb")),
-        },
+        _node("gpu-a", **ALL_1G, gpu_count=2, mig={"1g.10gb": 14}),
+        _pod("infer-1", "1g.10gb", "gpu-a"),
+        _pod("train-1", "3g.40gb", namespace="research"),
+        _pod("train-2", "7g.80gb", namespace="research"),
     )
 
 
@@ -126,23 +126,14 @@ def test_a_gpu_cluster_without_the_mig_parted_config_map_still_says_that(
     assert "mig-parted ConfigMap missing or unreadable" in capsys.readouterr().out
 
 
-def _pod(name: str, profile: str, node: str | None = None) -> dict:
-    pod = make_pod(name, profile=profile, node_name=node)
-    return {"apiVersion": "v1", "kind": "Pod", **(pod if node else unschedulable(pod))}
-
-
 def stranding_cluster(tmp_path: Path, twos: int) -> Path:
     """A node whose pods hold a 3g.40gb and ``twos`` 2g.20gb, an idle all-1g node, and a 3g
     pod waiting."""
-    busy = make_node("gpu-busy", gpu_count=1, mig={"3g.40gb": 1, "2g.20gb": 2})
-    idle = make_node(
-        "gpu-idle", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success"
-    )
     return write_cluster(
         tmp_path,
         make_mig_config_map(),
-        {"apiVersion": "v1", "kind": "Node", **busy},
-        {"apiVersion": "v1", "kind": "Node", **idle},
+        _node("gpu-busy", gpu_count=1, mig={"3g.40gb": 1, "2g.20gb": 2}),
+        _node("gpu-idle", **ALL_1G, gpu_count=1, mig={"1g.10gb": 7}),
         _pod("held-3g", "3g.40gb", "gpu-busy"),
         *[_pod(f"held-2g-{i}", "2g.20gb", "gpu-busy") for i in range(twos)],
         _pod("train-3", "3g.40gb"),
