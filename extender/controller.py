@@ -29,6 +29,7 @@ from extender.settings import ExtenderSettings, controller_settings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.mig.migparted import render_mig_parted
+from migslice.mig.stranding import NO_MIX
 from migslice.names import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
@@ -48,6 +49,7 @@ from migslice.repartition import (
     StepKind,
     apply_step,
     decide,
+    held_mix,
     pending_pods,
     read_config_map,
     render_record,
@@ -160,6 +162,7 @@ class RepartitionController:
         self.stats.deadline_s = self._settings.deadline_s
         if not leader:
             self.stats.pending, self.stats.open_ages = {}, {}
+            self.stats.stranding = NO_MIX
             return []
         blind = self._blindness()
         if blind:
@@ -184,6 +187,7 @@ class RepartitionController:
             record = file.record
             assert record is not None
             nodes = self._node_states(record, file.configs)
+            self.stats.stranding = held_mix(nodes)
             step = decide(
                 record,
                 nodes,

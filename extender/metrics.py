@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.state import ExtenderState
+from migslice.mig.stranding import strand_guard
 from migslice.scheduling.fragmentation import NO_FREE_SPACE, FreeSpace, node_free_space
 from migslice.serving.certificate_metric import CertificateExpiry
 
@@ -201,6 +202,21 @@ class _RepartitionCollector(Collector):
             ages.add_metric((mode,), age)
         yield ages
         yield _gauge("deadline_seconds", "--repartition-deadline-s.", stats.deadline_s)
+        yield _gauge(
+            "strand_guard",
+            "1 while the planners' stranding rule is on: the 1g/2g compute the pods on "
+            "device-plugin nodes hold covers the room beside their 3g instances (leader only).",
+            strand_guard(stats.stranding),
+        )
+        mix = GaugeMetricFamily(
+            _REPARTITION + "strand_mix_slices",
+            "The held mix the planners' stranding rule reads: 1g/2g compute slices (fill) and "
+            "memory slices left next to 3g instances (need), on device-plugin nodes.",
+            labels=("part",),
+        )
+        mix.add_metric(("fill",), stats.stranding.fill)
+        mix.add_metric(("need",), stats.stranding.need)
+        yield mix
         yield _gauge(
             "mig_manager_config_mismatch",
             "1 while the GPU Operator's MIG Manager reads another mig-parted ConfigMap than the "

@@ -16,6 +16,7 @@ from extender.wire import HostPriority, host_priority
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube.health import CacheHealth, blindness
 from migslice.mig.migparted import MigPartedError, parse_mig_parted
+from migslice.mig.stranding import NO_MIX, FillerMix
 from migslice.objects import NodeFacts, PodFacts
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.device_classes import DeviceClassFacts
@@ -115,6 +116,9 @@ class RepartitionStats:
     open_ages: dict[str, float] = field(default_factory=dict)
     """Per mode, how long the oldest applied, unanswered node of the record has waited."""
     deadline_s: float = 0.0
+    stranding: FillerMix = NO_MIX
+    """The leader's last round: what the pods on device-plugin nodes hold towards the
+    planners' stranding rule (:func:`migslice.repartition.held_mix`)."""
 
 
 @dataclass

@@ -7,14 +7,18 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from prometheus_client import generate_latest
+
 from extender.controller import RepartitionController
+from extender.metrics import ExtenderMetrics
 from extender.settings import ExtenderSettings, RepartitionSettings
-from extender.state import new_index
+from extender.state import ExtenderState, new_index
 from harness.builders import make_node, make_pod
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
+from migslice.mig.stranding import FillerMix
 from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL
-from migslice.objects import node_facts_from_raw
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import RECORD_ANNOTATION, StepKind
 
 MODEL = CATALOG.get("A100-80GB")
@@ -117,12 +121,13 @@ def controller(
     index: Any = None,
     clock: Callable[[], float] = lambda: NOW,
     blindness: Callable[[], list[str]] = list,
+    elector: Elector | None = None,
 ) -> RepartitionController:
     index = index if index is not None else new_index()
     index.replace_nodes([node_facts_from_raw(api.node)])
     settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True, dry_run=dry_run))
     return RepartitionController(
-        api, Elector(leader), index, settings, clock=clock, blindness=blindness
+        api, elector or Elector(leader), index, settings, clock=clock, blindness=blindness
     )
 
 
@@ -227,3 +232,31 @@ def test_the_controller_decides_nothing_while_its_caches_are_blind() -> None:
     assert loop.run_once() == []
     assert api.log == []
     assert "cache nodes lost the API server" in loop.stats.last_round
+
+
+def test_the_leader_exports_the_planners_stranding_rule_as_the_pods_hold_it() -> None:
+    api = FakeApi()
+    index = new_index()
+    busy = make_node("gpu-b", gpu_count=1, mig={"3g.40gb": 1, "2g.20gb": 2})
+    held = [("held-3g", "3g.40gb"), ("held-2g-0", "2g.20gb"), ("held-2g-1", "2g.20gb")]
+    elector = Elector()
+    ctl = controller(api, index=index, elector=elector)
+    index.upsert_node(node_facts_from_raw(busy))
+    for name, profile in held:
+        facts = pod_facts_from_raw(make_pod(name, profile=profile, node_name="gpu-b"))
+        assert facts is not None
+        index.upsert_pod(facts)
+    ctl.run_once()
+    assert ctl.stats.stranding == FillerMix(fill=4, need=4)
+    state = ExtenderState(index, repartition=ctl.stats)
+    text = generate_latest(ExtenderMetrics(state).registry).decode()
+    assert "migslice_repartition_strand_guard 1.0" in text
+    assert 'migslice_repartition_strand_mix_slices{part="need"} 4.0' in text
+    # Leadership lost: the leader's view goes with it (the new leader exports its own)
+    elector.leader = False
+    ctl.run_once()
+    assert ctl.stats.stranding == FillerMix()
+    assert (
+        "migslice_repartition_strand_guard 0.0"
+        in generate_latest(ExtenderMetrics(state).registry).decode()
+    )
