@@ -217,9 +217,8 @@ def test_a_sized_pod_of_a_claim_tenant_gets_a_claim_from_migslices_template_on_a
     claim_name = made.partition("/")[2]
     assert bound == node
     (result,) = results(custom, tenant_namespace, claim_name)
-    # The steer's choice, first fit's too: 2g@4 would leave a later 3g only start 0, beside
-    # which the last compute slice fits a 1g alone (docs/dra.md, "Stranded compute").
-    assert (result["pool"], result["device"]) == (node, "gpu-0-mig-2g20gb-14-0")
+    # Steered: first fit would take 2g@0, which ends the GPU's 4g and 7g placements.
+    assert (result["pool"], result["device"]) == (node, "gpu-0-mig-2g20gb-14-4")
     stored = custom.get_namespaced_custom_object(
         *DRA, tenant_namespace, "resourceclaims", claim_name
     )

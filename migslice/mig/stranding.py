@@ -27,7 +27,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from migslice.mig.catalog import GpuModel
-from migslice.mig.layout import Placed, free_placements
 
 
 def strands_compute(model: GpuModel, memory_after: int, compute_after: int) -> bool:
@@ -85,32 +84,6 @@ def strand_guard(mix: FillerMix, *, was_on: bool = False) -> bool:
     if mix.need <= 0:
         return False
     return 10 * mix.fill >= (9 if was_on else 10) * mix.need
-
-
-def completes(model: GpuModel, kept: Iterable[Placed]) -> bool:
-    """Whether instances of 2 or more compute slices can still bring a GPU of ``model`` that
-    holds ``kept`` to all its compute slices. An A100/H100's 2g.20gb starts are 0, 2 and 4:
-    ``3g.40gb`` at 0 beside a ``2g.20gb`` at 4 leaves room for a ``1g`` alone, while ``2g``
-    at 0 and ``3g`` at 4 leave room for a second ``2g``. ``1g`` pods are scarce in most
-    mixes, so a placement after which only they could use the last compute slice is a
-    placement that will most likely leave it unused."""
-    return _reachable(model, tuple(sorted(kept))) >= model.compute_slices
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _reachable(model: GpuModel, kept: tuple[Placed, ...]) -> int:
-    """The most compute slices ``kept`` plus instances of 2 or more compute slices reach."""
-    best = sum(model.profile(p.profile).compute_slices for p in kept)
-    if best >= model.compute_slices:
-        return best
-    for profile in model.profiles:
-        if profile.parsed.attribute or profile.compute_slices < 2:
-            continue
-        for placed in free_placements(model, kept, profile.name):
-            best = max(best, _reachable(model, tuple(sorted((*kept, placed)))))
-            if best >= model.compute_slices:
-                return best
-    return best
 
 
 def describe_mix(mix: FillerMix) -> str | None:

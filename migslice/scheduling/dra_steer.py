@@ -15,10 +15,7 @@ already allocated. So, per MIG profile a node's DynamicMIG GPUs publish:
   strands compute (fills the GPU's memory with compute slices left: ``3g`` next to ``3g``)
   only when nothing else fits; then the GPU of the highest
   fragmentation score (:func:`migslice.inventory.picking.gpu_unit_score`: the fullest GPU in
-  use first, so idle GPUs stay whole), then a placement after which instances of 2 or
-  more compute slices can still use every compute slice of the GPU
-  (:func:`migslice.mig.stranding.completes`: ``2g`` at 0, not at 4, where a later ``3g``
-  would leave room for a ``1g`` alone), then the placement that takes the least room from
+  use first, so idle GPUs stay whole), then the placement that takes the least room from
   larger profiles on it (:func:`migslice.mig.room.room_loss`, largest shape first), then the
   allocator's own order;
 * the **steer** taints exactly the candidates the allocator would reach before the preferred
@@ -45,7 +42,7 @@ from migslice.inventory.first_fit import PoolUse, Wanted, first_solution
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Placed
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.mig.stranding import completes, strands_with
+from migslice.mig.stranding import strands_with
 from migslice.objects.dra_pool import DraMode, DraPool, PoolState
 from migslice.objects.resource_slices import DeviceKind
 
@@ -94,7 +91,7 @@ def steer_of(
 
         def rank(
             position: int, found: list[tuple[int, int]] = found
-        ) -> tuple[bool, int, bool, RoomLoss, int]:
+        ) -> tuple[bool, int, RoomLoss, int]:
             g, k = found[position]
             gpu = pool.gpus[g]
             device = gpu.devices[k]
@@ -106,10 +103,8 @@ def steer_of(
             strands = strand_guard and strands_with(
                 gpu.model, (*(p.profile for p in kept[g]), device.profile)
             )
-            placed = Placed(device.start, device.profile, gpu.size_of(device))
-            ends = not completes(gpu.model, (*kept[g], placed))
             loss = _loss(gpu.model, kept[g], device.profile, device.start)
-            return (strands, -score, ends, loss, position)
+            return (strands, -score, loss, position)
 
         best = min(range(len(found)), key=rank)
         for g, k in found[:best]:

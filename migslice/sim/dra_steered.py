@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.mig.stranding import NO_MIX, completes, filler_mix, strand_guard, strands_with
+from migslice.mig.stranding import NO_MIX, filler_mix, strand_guard, strands_with
 from migslice.scheduling.decide import RANK_SPAN
 from migslice.scheduling.dra_placement import STRANDING_SCORE
 from migslice.scheduling.reserve import NO_ARRIVALS, LargeReserve, is_large
@@ -58,13 +58,13 @@ def steered_devices(
     chosen: list[tuple[int, Placed]] = []
     worst = 10
     for _ in range(count):
-        best: tuple[tuple[bool, int, bool, RoomLoss, int, int], int, Placed] | None = None
+        best: tuple[tuple[bool, int, RoomLoss, int, int], int, Placed] | None = None
         for index, layout in layouts.items():
             found = _best_on_gpu(model, tuple(sorted(layout)), profile, node_in_use, strand_guard)
             if found is None:
                 continue
-            (strands, score, ends, loss), placed = found
-            key = (strands, score, ends, loss, index, placed.start)
+            (strands, score, loss), placed = found
+            key = (strands, score, loss, index, placed.start)
             if best is None or key < best[0]:
                 best = (key, index, placed)
         if best is None:
@@ -80,25 +80,20 @@ def steered_devices(
 @functools.lru_cache(maxsize=1 << 14)
 def _best_on_gpu(
     model: GpuModel, kept: Layout, profile: str, node_in_use: bool, strand_guard: bool
-) -> tuple[tuple[bool, int, bool, RoomLoss], Placed] | None:
+) -> tuple[tuple[bool, int, RoomLoss], Placed] | None:
     """The steer's preferred placement of ``profile`` on one GPU holding ``kept``, and its
-    key (strands compute, negated score, leaves the GPU short of full compute, room loss);
-    ties to the lowest start."""
+    key (strands compute, negated score, room loss); ties to the lowest start."""
     held = sum(p.size for p in kept)
     strands = strand_guard and strands_with(model, (*(p.profile for p in kept), profile))
-    best: tuple[tuple[bool, int, bool, RoomLoss, int], Placed] | None = None
+    best: tuple[tuple[bool, int, RoomLoss, int], Placed] | None = None
     for placed in free_placements(model, kept, profile):
         score = gpu_unit_score(
             held + placed.size, model.memory_slices, in_use=held > 0, node_in_use=node_in_use
         )
-        ends = not completes(model, (*kept, placed))
-        key = (strands, -score, ends, room_loss(model, kept, (*kept, placed)), placed.start)
+        key = (strands, -score, room_loss(model, kept, (*kept, placed)), placed.start)
         if best is None or key < best[0]:
             best = (key, placed)
-    if best is None:
-        return None
-    strands, score, ends, loss, _ = best[0]
-    return (strands, score, ends, loss), best[1]
+    return None if best is None else (best[0][:3], best[1])
 
 
 class DraSteeredPlacer(CarvingPlacer):

@@ -4,11 +4,10 @@ cluster's held mix makes avoiding them pay (the 1g/2g compute held covers the ro
 
 from __future__ import annotations
 
-from migslice.mig import CATALOG, place
+from migslice.mig import CATALOG
 from migslice.mig.stranding import (
     NO_MIX,
     FillerMix,
-    completes,
     filler_mix,
     strand_guard,
     strands_compute,
@@ -56,19 +55,3 @@ def test_the_guard_is_on_while_the_fill_covers_the_need_with_a_tenth_of_hysteres
     assert strand_guard(FillerMix(fill=36, need=40), was_on=True)
     assert not strand_guard(FillerMix(fill=35, need=40), was_on=True)
     assert not strand_guard(FillerMix(fill=36, need=40), was_on=False)
-
-
-def test_a_gpu_completes_while_2g_and_larger_instances_can_still_use_every_compute_slice() -> None:
-    def completes_with(*words: str) -> bool:
-        return completes(A100, [place(A100, w.split("@")[0], int(w.split("@")[1])) for w in words])
-
-    # The A100's 2g.20gb starts are 0, 2 and 4: beside 3g@0 and 2g@4 only a 1g fits.
-    assert not completes_with("2g.20gb@4")  # a later 3g can only take 0
-    assert completes_with("2g.20gb@0") and completes_with("2g.20gb@2")  # 3g@4 + a second 2g
-    assert not completes_with("3g.40gb@0", "2g.20gb@4")
-    assert completes_with("3g.40gb@4", "2g.20gb@0")
-    assert not completes_with("3g.40gb@0", "3g.40gb@4")  # 6 of 7, as strands_with says
-    assert completes_with("1g.10gb@6") and not completes_with("1g.10gb@0")
-    assert completes_with("4g.40gb@0")
-    # Every model of the catalog can be filled from empty, so the rule never ranks them all last.
-    assert all(completes(model, []) for model in CATALOG.models)

