@@ -123,13 +123,16 @@ def run_plan(args: argparse.Namespace) -> int:
         now=now,
         settings=settings,
     )
+    mix = held_mix(snapshot.nodes)
     if step.carve_plan is not None:
-        code = print_carve(step.carve_plan, list(snapshot.nodes), json_output=args.output == "json")
+        code = print_carve(
+            step.carve_plan, list(snapshot.nodes), mix, json_output=args.output == "json"
+        )
     else:
         code = print_step(
-            step, list(snapshot.nodes), output=args.output, config_map=args.mig_config_map
+            step, list(snapshot.nodes), mix, output=args.output, config_map=args.mig_config_map
         )
-    line = stranding_line(held_mix(snapshot.nodes))
+    line = stranding_line(mix)
     if line and args.output == "table":
         print(f"\n{line}")
     left = dra_nodes(snapshot.nodes)
@@ -183,7 +186,9 @@ def _check_has_gpu_nodes(path: Path, objects: ClusterObjects, nodes: Sequence[No
         )
 
 
-def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: str) -> int:
+def print_step(
+    step: Step, nodes: list[NodeState], mix: FillerMix, *, output: str, config_map: str
+) -> int:
     """The decided step as the chosen output: a table, JSON, or the mig-parted configs."""
     result = step.plan if step.kind is StepKind.START else None
     configs = {c.config_name: c.entries for c in result.changes} if result else {}
@@ -199,7 +204,7 @@ def print_step(step: Step, nodes: list[NodeState], *, output: str, config_map: s
                 "reason": step.reason,
                 **plan_json(step.plan),
                 "draNodes": left,
-                "strandingRule": mix_json(held_mix(nodes)),
+                "strandingRule": mix_json(mix),
             }
         )
         return 0
@@ -246,7 +251,9 @@ def print_plan(result: RepartitionPlan, nodes: list[NodeState]) -> None:
             print(f"  {node}: {reason}")
 
 
-def print_carve(result: CarvePlan, nodes: list[NodeState], *, json_output: bool) -> int:
+def print_carve(
+    result: CarvePlan, nodes: list[NodeState], mix: FillerMix, *, json_output: bool
+) -> int:
     """A carve plan: per GPU before and after, and what the node agent would be asked."""
     if json_output:
         changes = [
@@ -255,8 +262,7 @@ def print_carve(result: CarvePlan, nodes: list[NodeState], *, json_output: bool)
         ]
         pending = [{"pod": pod, "reason": reason} for pod, reason in result.unserved]
         document = {"step": "start", "mode": names.MODE_CARVE, "changes": changes}
-        rule = mix_json(held_mix(nodes))
-        print_json({**document, "pending": pending, "strandingRule": rule})
+        print_json({**document, "pending": pending, "strandingRule": mix_json(mix)})
         return 0
     models = {n.name: n.model for n in nodes}
     rows: list[tuple[str, str, str, str]] = []

@@ -100,9 +100,10 @@ def held_mix(nodes: Sequence[NodeState]) -> FillerMix:
         if model is None or node.dra is not None:
             continue
         held = (
-            name
-            for p in model.profiles
-            for name in [p.name] * node.allocated_of(mig_resource(p.name))
+            profile.name
+            for resource, count in node.allocated
+            if (profile := model.profile_by_resource(resource)) is not None
+            for _ in range(count)
         )
         mix = mix + filler_mix(model, held)
     return mix
