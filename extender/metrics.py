@@ -329,17 +329,30 @@ class _SteerCollector(Collector):
         )
         mix = GaugeMetricFamily(
             "migslice_dra_strand_mix_slices",
-            "The held mix the stranding rule reads: 1g/2g compute slices (fill) and memory "
-            "slices left next to 3g instances (need).",
+            "The held mix the stranding rules read: 1g/2g compute slices (fill), memory "
+            "slices left next to 3g instances (need) and memory slices 4g instances take (wide).",
             labels=("part",),
         )
         mix.add_metric(("fill",), guard.fill)
         mix.add_metric(("need",), guard.need)
+        mix.add_metric(("wide",), guard.wide)
         yield mix
         yield CounterMetricFamily(
             "migslice_dra_strand_guard_flips",
             "Times the stranding rule turned on or off (each derives the DynamicMIG nodes again).",
             value=guard.flips,
+        )
+        yield GaugeMetricFamily(
+            "migslice_dra_complete_rule",
+            "1 while the steer prefers placements that keep every compute slice of a DynamicMIG "
+            "GPU usable by 2g-and-larger instances (the room next to the 3g instances held is "
+            "at least the memory the 4g instances held take; docs/dra.md).",
+            value=float(guard.complete),
+        )
+        yield CounterMetricFamily(
+            "migslice_dra_complete_rule_flips",
+            "Times the full-compute rule turned on or off (each steers every node again).",
+            value=guard.complete_flips,
         )
         reserve = stats.reserve
         yield GaugeMetricFamily(

@@ -63,6 +63,11 @@ class StrandGuard:
     fill: int = 0
     need: int = 0
     flips: int = 0
+    complete: bool = False
+    """The steer's full-compute rule (:func:`migslice.mig.stranding.complete_rule`)."""
+    wide: int = 0
+    """Memory slices the held 4g instances take (the rule weighs them against ``need``)."""
+    complete_flips: int = 0
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from extender.state import ReserveStats, SteerStats, StrandGuard
 from migslice.inventory import ClusterIndex
 from migslice.kube.transport import KubeError
-from migslice.mig.stranding import NO_MIX, FillerMix, strand_guard
+from migslice.mig.stranding import NO_MIX, FillerMix, complete_rule, strand_guard
 from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
 from migslice.objects.dra_pool import DraMode
 from migslice.scheduling import PreparedNode, demand_of
@@ -210,7 +210,19 @@ class SteerLoop:
         self._mix_total = total
         self._add_capacity(dirty)
         guard = self.guard
-        guard.fill, guard.need = total.fill, total.need
+        guard.fill, guard.need, guard.wide = total.fill, total.need, total.wide
+        complete = complete_rule(total, was_on=guard.complete)
+        if complete != guard.complete:
+            guard.complete = complete
+            guard.complete_flips += 1
+            log.info(
+                "DRA steer: full-compute rule %s (room next to 3g held %d, 4g held %d)",
+                "on" if complete else "off",
+                total.need,
+                total.wide,
+            )
+            with self._lock:
+                self._dirty = None  # every node is steered again under it
         on = strand_guard(total, was_on=guard.on)
         if on == guard.on:
             return False
@@ -254,7 +266,13 @@ class SteerLoop:
             return {}
         self._held[name] = len(view.held)
         pool = view.pool
-        steer = steer_of(pool, view.use, lift=self._lift.get(name, ()), strand_guard=self.guard.on)
+        steer = steer_of(
+            pool,
+            view.use,
+            lift=self._lift.get(name, ()),
+            strand_guard=self.guard.on,
+            complete=self.guard.complete,
+        )
         by_device = {
             d.name(gpu.minor): d.profile for gpu in pool.gpus for d in gpu.devices if d.profile
         }
@@ -331,7 +349,12 @@ class SteerLoop:
                 if view.mode is not DraMode.DYNAMIC:
                     continue
                 requests = [r for d in demands if (r := dra_requests(state, d.units))]
-                steer = steer_of(view.pool, view.use, strand_guard=self.guard.on)
+                steer = steer_of(
+                    view.pool,
+                    view.use,
+                    strand_guard=self.guard.on,
+                    complete=self.guard.complete,
+                )
                 found = lifted(view.pool, view.use, steer, requests)
                 if found:
                     lift[name] = found

@@ -199,15 +199,21 @@ def read_cluster(
 
 
 def wanted_steer(
-    index: ClusterIndex[PreparedNode], nodes: list[str], *, strand_guard: bool = False
+    index: ClusterIndex[PreparedNode],
+    nodes: list[str],
+    *,
+    strand_guard: bool = False,
+    complete: bool = False,
 ) -> dict[str, set[str]]:
     """Per node, the devices migslice's steer of those objects taints (``strand_guard``: with
-    the cluster's stranding rule on)."""
+    the cluster's stranding rule on; ``complete``: with its full-compute rule on)."""
     found = {}
     for node in nodes:
         state = index.state_of(node)
         assert state is not None and state.dra is not None and state.dra.use is not None
-        steer = steer_of(state.dra.pool, state.dra.use, strand_guard=strand_guard)
+        steer = steer_of(
+            state.dra.pool, state.dra.use, strand_guard=strand_guard, complete=complete
+        )
         found[node] = set(steer.taints)
     return found
 
@@ -219,8 +225,13 @@ def results(claim: dict[str, Any]) -> list[dict[str, Any]]:
 
 def settled(core_v1: k8s.CoreV1Api, objects: k8s.CustomObjectsApi, nodes: list[str]) -> bool:
     """Whether the steer rules on ``nodes`` are those of the objects now, with the cluster's
-    stranding rule on or off (which one the extender holds depends on the held mix it has
-    seen, with hysteresis: ``migslice_dra_strand_guard`` on its /metrics)."""
+    stranding and full-compute rules on or off (which the extender holds depends on the held
+    mix it has seen, with hysteresis: ``migslice_dra_strand_guard`` and
+    ``migslice_dra_complete_rule`` on its /metrics)."""
     index = read_cluster(core_v1, objects, nodes)
     rules = steer_rules(objects, nodes)
-    return any(rules == wanted_steer(index, nodes, strand_guard=on) for on in (False, True))
+    return any(
+        rules == wanted_steer(index, nodes, strand_guard=on, complete=complete)
+        for on in (False, True)
+        for complete in (False, True)
+    )

@@ -15,9 +15,13 @@ already allocated. So, per MIG profile a node's DynamicMIG GPUs publish:
   strands compute (fills the GPU's memory with compute slices left: ``3g`` next to ``3g``)
   only when nothing else fits; then the GPU of the highest
   fragmentation score (:func:`migslice.inventory.picking.gpu_unit_score`: the fullest GPU in
-  use first, so idle GPUs stay whole), then the placement that takes the least room from
-  larger profiles on it (:func:`migslice.mig.room.room_loss`, largest shape first), then the
-  allocator's own order;
+  use first, so idle GPUs stay whole), then, while the held mix says so (``complete``,
+  :func:`migslice.mig.stranding.complete_rule`: the ``3g`` pods held outweigh the ``4g``), a
+  placement after which instances of 2 or more compute slices can still use every compute
+  slice of the GPU (:func:`migslice.mig.stranding.completes`: ``2g`` at 0, not at 4, where a
+  later ``3g`` would leave room for a ``1g`` alone), then the placement that takes the least
+  room from larger profiles on it (:func:`migslice.mig.room.room_loss`, largest shape first),
+  then the allocator's own order;
 * the **steer** taints exactly the candidates the allocator would reach before the preferred
   one. Devices after it stay untainted, so the profile is never closed: a one-device request
   that fits the node fits it steered, landing on the preferred device.
@@ -42,7 +46,7 @@ from migslice.inventory.first_fit import PoolUse, Wanted, first_solution
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Placed
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.mig.stranding import strands_with
+from migslice.mig.stranding import completes, strands_with
 from migslice.objects.dra_pool import DraMode, DraPool, PoolState
 from migslice.objects.resource_slices import DeviceKind
 
@@ -60,11 +64,17 @@ NO_STEER = Steer()
 
 
 def steer_of(
-    pool: DraPool, use: PoolUse, *, lift: Iterable[str] = (), strand_guard: bool = False
+    pool: DraPool,
+    use: PoolUse,
+    *,
+    lift: Iterable[str] = (),
+    strand_guard: bool = False,
+    complete: bool = False,
 ) -> Steer:
     """The steer of a ready pool given what claims hold (``use``); profiles in ``lift`` are
-    not steered; ``strand_guard``: placements that strand compute rank last. ``pool.tainted``
-    (the slices' and other rules' taints) is honoured; the steer's own rules
+    not steered; ``strand_guard``: placements that strand compute rank last; ``complete``:
+    among the fullest GPUs, placements that keep every compute slice usable come first.
+    ``pool.tainted`` (the slices' and other rules' taints) is honoured; the steer's own rules
     (``pool.steered``) are not read, so the result does not depend on them."""
     if pool.state is not PoolState.READY:
         return NO_STEER
@@ -91,7 +101,7 @@ def steer_of(
 
         def rank(
             position: int, found: list[tuple[int, int]] = found
-        ) -> tuple[bool, int, RoomLoss, int]:
+        ) -> tuple[bool, int, bool, RoomLoss, int]:
             g, k = found[position]
             gpu = pool.gpus[g]
             device = gpu.devices[k]
@@ -103,8 +113,11 @@ def steer_of(
             strands = strand_guard and strands_with(
                 gpu.model, (*(p.profile for p in kept[g]), device.profile)
             )
+            ends = complete and not completes(
+                gpu.model, (*kept[g], Placed(device.start, device.profile, gpu.size_of(device)))
+            )
             loss = _loss(gpu.model, kept[g], device.profile, device.start)
-            return (strands, -score, loss, position)
+            return (strands, -score, ends, loss, position)
 
         best = min(range(len(found)), key=rank)
         for g, k in found[:best]:

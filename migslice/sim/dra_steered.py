@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from migslice.inventory.picking import gpu_unit_score
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.mig.stranding import NO_MIX, filler_mix, strand_guard, strands_with
+from migslice.mig.stranding import (
+    NO_MIX,
+    complete_rule,
+    completes,
+    filler_mix,
+    strand_guard,
+    strands_with,
+)
 from migslice.scheduling.decide import RANK_SPAN
 from migslice.scheduling.dra_placement import STRANDING_SCORE
 from migslice.scheduling.reserve import NO_ARRIVALS, LargeReserve, is_large
@@ -47,7 +54,12 @@ from migslice.sim.trace import SimPod
 
 
 def steered_devices(
-    model: GpuModel, gpus: Sequence[SimGpu], kind: Kind, *, strand_guard: bool = False
+    model: GpuModel,
+    gpus: Sequence[SimGpu],
+    kind: Kind,
+    *,
+    strand_guard: bool = False,
+    complete: bool = False,
 ) -> tuple[int, list[tuple[int, Placed]]]:
     """The devices the steered allocator gives a claim for ``kind`` on a DynamicMIG node
     holding ``gpus``' instances, and the node's score (the worst device's); (0, []) when
@@ -58,13 +70,15 @@ def steered_devices(
     chosen: list[tuple[int, Placed]] = []
     worst = 10
     for _ in range(count):
-        best: tuple[tuple[bool, int, RoomLoss, int, int], int, Placed] | None = None
+        best: tuple[tuple[bool, int, bool, RoomLoss, int, int], int, Placed] | None = None
         for index, layout in layouts.items():
-            found = _best_on_gpu(model, tuple(sorted(layout)), profile, node_in_use, strand_guard)
+            found = _best_on_gpu(
+                model, tuple(sorted(layout)), profile, node_in_use, strand_guard, complete
+            )
             if found is None:
                 continue
-            (strands, score, loss), placed = found
-            key = (strands, score, loss, index, placed.start)
+            (strands, score, ends, loss), placed = found
+            key = (strands, score, ends, loss, index, placed.start)
             if best is None or key < best[0]:
                 best = (key, index, placed)
         if best is None:
@@ -79,21 +93,31 @@ def steered_devices(
 
 @functools.lru_cache(maxsize=1 << 14)
 def _best_on_gpu(
-    model: GpuModel, kept: Layout, profile: str, node_in_use: bool, strand_guard: bool
-) -> tuple[tuple[bool, int, RoomLoss], Placed] | None:
+    model: GpuModel,
+    kept: Layout,
+    profile: str,
+    node_in_use: bool,
+    strand_guard: bool,
+    complete: bool,
+) -> tuple[tuple[bool, int, bool, RoomLoss], Placed] | None:
     """The steer's preferred placement of ``profile`` on one GPU holding ``kept``, and its
-    key (strands compute, negated score, room loss); ties to the lowest start."""
+    key (strands compute, negated score, leaves the GPU short of full compute while
+    ``complete``, room loss); ties to the lowest start."""
     held = sum(p.size for p in kept)
     strands = strand_guard and strands_with(model, (*(p.profile for p in kept), profile))
-    best: tuple[tuple[bool, int, RoomLoss, int], Placed] | None = None
+    best: tuple[tuple[bool, int, bool, RoomLoss, int], Placed] | None = None
     for placed in free_placements(model, kept, profile):
         score = gpu_unit_score(
             held + placed.size, model.memory_slices, in_use=held > 0, node_in_use=node_in_use
         )
-        key = (strands, -score, room_loss(model, kept, (*kept, placed)), placed.start)
+        ends = complete and not completes(model, (*kept, placed))
+        key = (strands, -score, ends, room_loss(model, kept, (*kept, placed)), placed.start)
         if best is None or key < best[0]:
             best = (key, placed)
-    return None if best is None else (best[0][:3], best[1])
+    if best is None:
+        return None
+    strands, score, ends, loss, _ = best[0]
+    return (strands, score, ends, loss), best[1]
 
 
 class DraSteeredPlacer(CarvingPlacer):
@@ -102,6 +126,7 @@ class DraSteeredPlacer(CarvingPlacer):
         self.feasible = RankIndex(cluster, self.rank)
         self.mix = NO_MIX
         self.strand_guard = False
+        self.complete = False
         self.large_reserve = large_reserve
         self.arrivals = NO_ARRIVALS
         self.seen: set[str] = set()
@@ -123,7 +148,11 @@ class DraSteeredPlacer(CarvingPlacer):
         if node.is_blocked:
             return None
         score, chosen = steered_devices(
-            self.cluster.model, node.gpus, kind, strand_guard=self.strand_guard
+            self.cluster.model,
+            node.gpus,
+            kind,
+            strand_guard=self.strand_guard,
+            complete=self.complete,
         )
         if not chosen or (sparing and _breaks(node, chosen)):
             return None
@@ -143,7 +172,9 @@ class DraSteeredPlacer(CarvingPlacer):
         if not entries:
             return None
         node = self.cluster.nodes[int(entries[0][-1])]
-        _, chosen = steered_devices(model, node.gpus, kind, strand_guard=self.strand_guard)
+        _, chosen = steered_devices(
+            model, node.gpus, kind, strand_guard=self.strand_guard, complete=self.complete
+        )
         if self.large_reserve and not large:
             reserve = LargeReserve(self.idle, self.free, self.arrivals.share)
             if reserve.holds_back(_breaks(node, chosen)):
@@ -151,7 +182,9 @@ class DraSteeredPlacer(CarvingPlacer):
                 if not sparing:
                     return None
                 node = self.cluster.nodes[int(sparing[0][-1])]
-                _, chosen = steered_devices(model, node.gpus, kind, strand_guard=self.strand_guard)
+                _, chosen = steered_devices(
+                    model, node.gpus, kind, strand_guard=self.strand_guard, complete=self.complete
+                )
         assignment = self.carve(node, chosen, pod)
         self._held(chosen, +1)
         return assignment
@@ -173,8 +206,9 @@ class DraSteeredPlacer(CarvingPlacer):
         mix = filler_mix(self.cluster.model, (placed.profile for _, placed in units))
         self.mix = self.mix + mix if sign > 0 else self.mix - mix
         on = strand_guard(self.mix, was_on=self.strand_guard)
-        if on != self.strand_guard:
-            self.strand_guard = on
+        complete = complete_rule(self.mix, was_on=self.complete)
+        if (on, complete) != (self.strand_guard, self.complete):
+            self.strand_guard, self.complete = on, complete
             self.feasible.reset()
             self.sparing.reset()
 

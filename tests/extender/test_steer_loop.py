@@ -231,3 +231,53 @@ def test_the_stranding_rule_turns_on_with_the_held_mix_and_nodes_are_derived_und
     assert (guard.on, guard.fill, guard.flips) == (False, 3, 2)
     node = index.get(ONE)
     assert node is not None and not node.strand_guard
+
+
+def test_the_full_compute_rule_follows_3g_room_against_4g_held_and_steers_every_node_again() -> (
+    None
+):
+    guard = StrandGuard()
+    index = _index(guard=guard)
+    api = RulesApi(index)
+    loop = _loop(index, api, guard=guard)
+    loop.round()
+    assert (guard.complete, guard.complete_flips) == (False, 0)
+    first = dict(api.rules)
+    _held(index, "three", "gpu-0-mig-3g40gb-9-0")
+    loop.round()
+    assert (guard.complete, guard.need, guard.wide, guard.complete_flips) == (True, 4, 0, 1)
+    text = generate_latest(ExtenderMetrics(ExtenderState(index, steer=loop.stats)).registry)
+    assert b"migslice_dra_complete_rule 1.0" in text
+    assert b"migslice_dra_complete_rule_flips_total 1.0" in text
+    assert b'migslice_dra_strand_mix_slices{part="wide"} 0.0' in text
+    assert api.rules != first  # the node was steered again with its 3g held
+    index.delete_claim("team-a/three")
+    _held(index, "four", "gpu-0-mig-4g40gb-5-0")
+    loop.round()
+    assert (guard.complete, guard.need, guard.wide, guard.complete_flips) == (False, 0, 4, 2)
+
+
+def test_the_loop_steers_under_the_full_compute_rule() -> None:
+    node = "gpu-node-a100-c"
+    guard = StrandGuard()
+    index = new_index(guard)
+    held = [("a", "gpu-0-mig-3g40gb-9-0"), ("b", "gpu-0-mig-3g40gb-9-4")]
+    index.load_objects(
+        ClusterObjects(
+            nodes=(make_dra_node(node),),
+            resource_slices=tuple(
+                fixture_slices("a100-80gb-dynamicmig-2gpu-combined-resourceslices.json")
+            ),
+            resource_claims=tuple(make_claim(n, allocated=[(node, d)]) for n, d in held),
+            device_classes=tuple(migslice_classes()),
+        )
+    )
+    api = RulesApi(index)
+    loop = _loop(index, api, guard=guard)
+    loop.round()
+    assert guard.complete  # two 3g held, no 4g
+    # GPU 0's memory is full; on the idle GPU 1 a 2g goes to 0 (3g@4 and a second 2g
+    # still fit beside it), so the rules taint nothing of GPU 1's 2g before start 0 ...
+    assert steer_rule_name(node, "gpu-1-mig-2g20gb-14-0") not in api.rules
+    # ... and 1g claims still keep off the 4g placement's start.
+    assert steer_rule_name(node, "gpu-1-mig-1g10gb-19-0") in api.rules

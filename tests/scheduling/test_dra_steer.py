@@ -88,6 +88,22 @@ def test_on_an_idle_a100_a_1g_claim_is_steered_off_the_4g_placement() -> None:
     assert _first(pool, after_steer, "4g.40gb") == "gpu-0-mig-4g40gb-5-0"
 
 
+def test_with_the_full_compute_rule_a_2g_leaves_room_for_a_3g_and_a_second_2g() -> None:
+    pool, use = _pool_use(_index(ONE, ONE_GPU), ONE)
+    # 2g@4 keeps the 4g placement, but a later 3g then takes 3g@0, beside which the last
+    # compute slice fits a 1g alone; 2g@0 leaves 3g@4 and a second 2g@2 (7 of 7).
+    steer = steer_of(pool, use, complete=True)
+    assert dict(steer.preferred)["2g.20gb"] == "gpu-0-mig-2g20gb-14-0"
+    assert dict(steer.preferred)["3g.40gb"] == "gpu-0-mig-3g40gb-9-4"
+    assert dict(steer.preferred)["1g.10gb"] == "gpu-0-mig-1g10gb-19-6"
+    after = use.copy()
+    assert after.hold("gpu-0-mig-2g20gb-14-0")
+    steered = _steered(pool, steer_of(pool, after, complete=True).taints)
+    assert _first(steered, after, "3g.40gb") == "gpu-0-mig-3g40gb-9-4"
+    assert after.hold("gpu-0-mig-3g40gb-9-4")
+    assert _first(pool, after, "2g.20gb") == "gpu-0-mig-2g20gb-14-2"
+
+
 def test_a_busy_gpu_is_filled_before_an_idle_one_is_opened() -> None:
     index = _index(EIGHT, EIGHT_GPUS, held=["gpu-3-mig-4g40gb-5-0"])
     pool, use = _pool_use(index, EIGHT)

@@ -170,3 +170,21 @@ def test_with_the_reserve_a_small_pod_goes_beside_others_or_waits_and_a_large_on
         assert plain.place(SimPod(name, profile)) is not None
     taken = plain.place(SimPod("s2", "2g.20gb"))
     assert taken is not None and taken.node == "node-0001"
+
+
+def test_with_3g_pods_held_a_2g_leaves_room_for_a_3g_and_a_second_2g() -> None:
+    # Two 3g fill GPU 0's memory (no 1g/2g held: the stranding rule is off) and turn the
+    # full-compute rule on. On GPU 1, 2g@4 would keep the 4g placement, but then the 3g takes
+    # 3g@0 and the second 2g has no start left (the A100's are 0, 2 and 4): 2g@0, 3g@4 and
+    # 2g@2 use all 7 compute slices.
+    arrivals = [
+        SimPod("a", "3g.40gb"),
+        SimPod("b", "3g.40gb"),
+        SimPod("c", "2g.20gb"),
+        SimPod("d", "3g.40gb"),
+        SimPod("e", "2g.20gb"),
+    ]
+    tiny = SaturationConfig(nodes=1, gpus_per_node=2, check_layouts=True)
+    policy = make_policy("M-dra", GPU_MODEL, arrivals, gpus=2)
+    result = run_sequence(arrivals, policy, tiny)
+    assert (result.placed_pods, result.failed_pods) == (5, 0)
