@@ -103,6 +103,7 @@ class CarveChooser:
         self.index = RankIndex(cluster, self.rank)
         self._gpus = PerNode(self._carved)
         self.guard = False
+        self.complete = False
         self.held = HeldMix(cluster) if held is None else held
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
@@ -113,6 +114,7 @@ class CarveChooser:
             settings=self.settings,
             gpus=self._gpus(node),
             guard=self.guard,
+            complete=self.complete,
         )
         if cost is None:
             return None
@@ -120,10 +122,10 @@ class CarveChooser:
         return (strands, *loss, destroyed, node.position)
 
     def _update_guard(self) -> None:
-        """The stranding rule as :func:`plan_carve` reads it from every node."""
-        on = self.held.guard()
-        if on != self.guard:
-            self.guard = on
+        """The stranding rules as :func:`plan_carve` reads them from every node."""
+        rules = self.held.rules()
+        if rules != (self.guard, self.complete):
+            self.guard, self.complete = rules
             self.index.reset()
 
     def _carved(self, node: SimNode) -> list[CarvedGpu] | None:
@@ -147,6 +149,7 @@ class CarveChooser:
             settings=self.settings,
             carved=None if gpus is None else {node.name: gpus},
             guard=self.guard,
+            complete=self.complete,
         )
         if plan.is_empty:
             return None, ()

@@ -233,6 +233,32 @@ def test_the_stranding_rule_is_read_from_what_the_pods_hold() -> None:
     assert (on.node, [g.index for g in on.gpus]) == ("a", [1])
 
 
+def test_under_the_full_compute_rule_a_2g_leaves_room_for_a_3g_and_a_second_2g() -> None:
+    # GPU 0's memory is full (3g + 3g); on the idle GPU 1 a 2g at 4 keeps the 4g placement,
+    # but a later 3g could then take only start 0, beside which the last compute slice fits
+    # a 1g alone; a 2g at 0 leaves 3g@4 and a second 2g (7 of 7).
+    node = carve_node("a", [gpu("3g.40gb@0", "3g.40gb@4"), []], busy=["0:3g.40gb@0", "0:3g.40gb@4"])
+    pod = [waiting("t/p", "2g.20gb")]
+    (keeps_4g,) = plan_carve([node], pod, guard=False, complete=False).changes
+    assert [(g.index, g.new) for g in keeps_4g.gpus] == [(1, tuple(gpu("2g.20gb@4")))]
+    (completes,) = plan_carve([node], pod, guard=False, complete=True).changes
+    assert [(g.index, g.new) for g in completes.gpus] == [(1, tuple(gpu("2g.20gb@0")))]
+    # Read from what the pods hold: two 3g leave 8 memory slices beside them, no 4g is held:
+    # on. Two 4g held take 8 memory slices, more than half the 3g room: off.
+    assert held_mix([node]) == FillerMix(need=8)
+    (read,) = plan_carve([node], pod).changes
+    assert read.gpus[0].new == tuple(gpu("2g.20gb@0"))
+    fours = carve_node(
+        "m",
+        [gpu("4g.40gb@0"), gpu("4g.40gb@0")],
+        busy=["0:4g.40gb@0", "1:4g.40gb@0"],
+        mode="mig-manager",
+    )
+    assert held_mix([node, fours]) == FillerMix(need=8, wide=8)
+    (off,) = plan_carve([node, fours], pod).changes
+    assert off.gpus[0].new == tuple(gpu("2g.20gb@4"))
+
+
 def test_only_carve_mode_nodes_are_carved_and_a_bad_label_is_said() -> None:
     layouts = [gpu("3g.40gb@4")]
     nodes = [

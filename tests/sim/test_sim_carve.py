@@ -148,6 +148,19 @@ def test_mode_a_carves_a_3g_apart_while_small_pods_can_fill_beside_it() -> None:
     assert (result.placed_pods, result.failed_pods) == (6, 0)
 
 
+def test_mode_a_carves_a_2g_where_a_3g_and_a_second_2g_still_fit_while_3g_pods_are_held() -> None:
+    # Two 3g fill GPU 0's memory and turn the full-compute rule on (no 4g held). On GPU 1
+    # a 2g at 4 would keep the 4g placement, but the next 3g could then take only start 0
+    # and the second 2g no start at all: 2g@0, 3g@4 and 2g@2 use all 7 compute slices.
+    names = ["3g.40gb", "3g.40gb", "2g.20gb", "3g.40gb", "2g.20gb"]
+    arrivals = [SimPod(f"p{i}", p) for i, p in enumerate(names)]
+    tiny = SaturationConfig(nodes=1, gpus_per_node=2, check_layouts=True)
+    result = run_sequence(
+        arrivals, make_policy("M-carve", GPU_MODEL, synthetic_workload().pods, gpus=2), tiny
+    )
+    assert (result.placed_pods, result.failed_pods) == (5, 0)
+
+
 class EveryNodeCarver(MigslicePlacer):
     """Carve mode with the carve planner asked about every node for each pod (the plain
     call, what mode A did before it kept each node's cost)."""

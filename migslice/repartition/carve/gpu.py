@@ -18,7 +18,11 @@ An option **strands** compute when the kept instances fill the GPU's memory with
 slices left unused after it and did not before (``3g.40gb`` next to a ``3g.40gb``:
 :func:`migslice.mig.stranding.strands_with`). While the cluster's stranding rule is on
 (``strand_guard``, :func:`migslice.mig.stranding.strand_guard`), such options rank after
-every other, as the DRA steer ranks such placements.
+every other, as the DRA steer ranks such placements. While the full-compute rule is on
+(``complete``, :func:`migslice.mig.stranding.complete_rule`: the ``3g`` pods held outweigh
+the ``4g``), a GPU's options after which ``2g``-and-larger instances can still use every
+compute slice (:func:`migslice.mig.stranding.completes`: ``2g`` at 0 rather than 4) are that
+GPU's pick before room lost is compared; GPUs are then compared by their picks' keys.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from itertools import combinations
 from migslice.inventory import NodeState, mig_resource
 from migslice.mig import GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.mig.room import RoomLoss, room_loss
-from migslice.mig.stranding import strands_with
+from migslice.mig.stranding import completes, strands_with
 from migslice.objects.carve_handshake import CarveGpu, Doomed, Slot
 
 _Way = tuple[bool, RoomLoss, tuple[int, ...], Placed | None, int | None]
@@ -76,10 +80,11 @@ class CarvedGpu:
     destroyed: set[int] = field(default_factory=set)
     reserved: set[int] = field(default_factory=set)
     created: list[Placed] = field(default_factory=list)
-    _best: dict[str, Option | None] = field(default_factory=dict, compare=False, repr=False)
-    """:meth:`best` per profile with the stranding rule off, until :meth:`take` changes the GPU."""
-    _best_guarded: dict[str, Option | None] = field(default_factory=dict, compare=False, repr=False)
-    """:meth:`best` per profile with the stranding rule on."""
+    _best: dict[tuple[str, bool, bool], Option | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """:meth:`best` per (profile, stranding rule, full-compute rule), until :meth:`take`
+    changes the GPU."""
     _kept_state: _GpuState | None = field(default=None, compare=False, repr=False)
 
     def copy(self) -> CarvedGpu:
@@ -110,20 +115,24 @@ class CarvedGpu:
     def changed(self) -> bool:
         return bool(self.destroyed or self.created)
 
-    def best(self, profile: str, *, strand_guard: bool = False) -> Option | None:
+    def best(
+        self, profile: str, *, strand_guard: bool = False, complete: bool = False
+    ) -> Option | None:
         """The option of least :meth:`Option.key` on this GPU; ``strand_guard``: the
-        cluster's stranding rule is on."""
-        cache = self._best_guarded if strand_guard else self._best
-        if profile in cache:
-            return cache[profile]
-        found = _best_on(self._state(), profile, strand_guard)
+        cluster's stranding rule is on; ``complete``: its full-compute rule is on (options
+        that keep every compute slice usable first)."""
+        cache = self._best
+        asked = (profile, strand_guard, complete)
+        if asked in cache:
+            return cache[asked]
+        found = _best_on(self._state(), profile, strand_guard, complete)
         option = None
         if found is not None:
             strands, loss, destroy, placed, reuse = found
             option = Option(
                 self.index, loss, destroy=destroy, placed=placed, reuse=reuse, strands=strands
             )
-        cache[profile] = option
+        cache[asked] = option
         return option
 
     def _state(self) -> _GpuState:
@@ -176,7 +185,6 @@ class CarvedGpu:
 
     def take(self, option: Option) -> None:
         self._best.clear()
-        self._best_guarded.clear()
         self._kept_state = None
         if option.reuse is not None:
             self.reserved.add(option.reuse)
@@ -204,12 +212,22 @@ class CarvedGpu:
 
 
 @functools.lru_cache(maxsize=1 << 15)
-def _best_on(state: _GpuState, profile: str, strand_guard: bool) -> _Way | None:
-    """The least of a GPU's options in ``state`` by :meth:`Option.key`, whichever GPU it is:
-    a cluster's GPUs repeat a few states, and a planner asks every GPU of every node."""
+def _best_on(state: _GpuState, profile: str, strand_guard: bool, complete: bool) -> _Way | None:
+    """The least of a GPU's options in ``state`` by :meth:`Option.key` (those that keep every
+    compute slice usable first while ``complete``), whichever GPU it is: a cluster's GPUs
+    repeat a few states, and a planner asks every GPU of every node."""
     model, old, pinned, destroyed, reserved, created = state
     gpu = CarvedGpu(0, model, old, (), pinned, set(destroyed), set(reserved), list(created))
-    return min(gpu._options(profile, strand_guard), key=_way_key, default=None)
+    ways = gpu._options(profile, strand_guard)
+    if not complete:
+        return min(ways, key=_way_key, default=None)
+    kept = gpu.kept()
+
+    def ends(way: _Way) -> bool:
+        placed = way[3] if way[4] is None else old[way[4]]
+        return placed is not None and not completes(model, (*kept, placed))
+
+    return min(ways, key=lambda way: (ends(way), _way_key(way)), default=None)
 
 
 def _way_key(way: _Way) -> tuple[bool, RoomLoss, int, int, int]:
@@ -255,12 +273,17 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
 
 
 def best_option(
-    gpus: Sequence[CarvedGpu], profile: str, *, strand_guard: bool = False
+    gpus: Sequence[CarvedGpu],
+    profile: str,
+    *,
+    strand_guard: bool = False,
+    complete: bool = False,
 ) -> tuple[int, Option] | None:
-    """The option of least :meth:`Option.key` over ``gpus``, with its GPU's position there."""
+    """The option of least :meth:`Option.key` over ``gpus`` (each GPU's :meth:`CarvedGpu.best`),
+    with its GPU's position there."""
     best: tuple[tuple[bool, RoomLoss, int, int, int, int], int, Option] | None = None
     for k, gpu in enumerate(gpus):
-        option = gpu.best(profile, strand_guard=strand_guard)
+        option = gpu.best(profile, strand_guard=strand_guard, complete=complete)
         if option is not None:
             key = option.key()
             if best is None or key < best[0]:

@@ -23,7 +23,11 @@ Rules, in the order they are applied:
    stranding rule is on (:func:`migslice.mig.stranding.strand_guard` over the instances the
    pods on device-plugin nodes hold, :func:`held_mix`), an instance that would fill a GPU's
    memory with compute slices left (``3g.40gb`` next to a ``3g.40gb``) goes anywhere else
-   first: the node with the fewest such instances wins before room lost is compared.
+   first: the node with the fewest such instances wins before room lost is compared. While
+   the full-compute rule is on (:func:`migslice.mig.stranding.complete_rule` over the same
+   mix: the room beside the ``3g`` instances held is at least twice the memory the ``4g``
+   held take), each GPU's pick is an instance after which ``2g``-and-larger instances can
+   still use every compute slice, where one is possible (``2g`` at 0 rather than 4).
 5. At most ``max_nodes_in_flight`` nodes carve at once, counting those carving now.
 """
 
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.room import RoomLoss, add_losses
-from migslice.mig.stranding import strand_guard
+from migslice.mig.stranding import complete_rule, strand_guard
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
 from migslice.repartition.carve.gpu import CarvedGpu, best_option, carved_gpus
 from migslice.repartition.modes import dra_exclusion, mode_of
@@ -85,14 +89,17 @@ def plan_carve(
     held: Mapping[str, str] | None = None,
     carved: Mapping[str, Sequence[CarvedGpu]] | None = None,
     guard: bool | None = None,
+    complete: bool | None = None,
 ) -> CarvePlan:
     """Plan carves for waiting pods (see the module docstring). ``cooldowns``: node -> seconds
     since its last change; ``held``: nodes to leave alone, with the reason; ``carved``: the
     :func:`carved_gpus` of nodes the caller already holds them for (they are not changed);
-    ``guard``: the stranding rule, when the caller knows it (else read from ``nodes``,
-    :func:`held_mix`)."""
-    if guard is None:
-        guard = strand_guard(held_mix(nodes))
+    ``guard``, ``complete``: the stranding and full-compute rules, when the caller knows them
+    (else read from ``nodes``, :func:`held_mix`)."""
+    if guard is None or complete is None:
+        mix = held_mix(nodes)
+        guard = strand_guard(mix) if guard is None else guard
+        complete = complete_rule(mix) if complete is None else complete
     waiting, unserved = eligible_demand(list(pending), nodes, settings.min_pending_s)
     states = {node.name: node for node in nodes}
     candidates: dict[str, list[CarvedGpu]] = {}
@@ -112,7 +119,13 @@ def plan_carve(
     waiting.sort(key=serving_order)
     for pod in waiting:
         chosen = _choose(
-            pod, candidates, states, served=served, budget=budget, tried=tried, guard=guard
+            pod,
+            candidates,
+            states,
+            served=served,
+            budget=budget,
+            tried=tried,
+            rules=(guard, complete),
         )
         if isinstance(chosen, str):
             unserved.append((pod.key, chosen))
@@ -147,6 +160,7 @@ def carve_cost(
     settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
     gpus: Sequence[CarvedGpu] | None = None,
     guard: bool = False,
+    complete: bool = False,
 ) -> tuple[int, RoomLoss, int] | None:
     """What serving ``pod`` alone on ``node`` costs in rule 4's terms (instances stranding
     compute, room lost, instances destroyed), or None when rule 2 or the fit rules out the
@@ -154,10 +168,11 @@ def carve_cost(
     those that are not None, so a caller that keeps these per node (the simulator, node by
     node as nodes change) picks the same node without asking about all of them for every
     pod. ``gpus``: the node's :func:`carved_gpus`, for a caller asking about several pods on
-    one unchanged node (they are not changed); ``guard``: the stranding rule."""
+    one unchanged node (they are not changed); ``guard``, ``complete``: the stranding and
+    full-compute rules."""
     if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
         return None
-    trial = _try(pod, node, carved_gpus(node) if gpus is None else gpus, guard)
+    trial = _try(pod, node, carved_gpus(node) if gpus is None else gpus, (guard, complete))
     return None if trial is None else (trial.strands, trial.loss, trial.destroyed)
 
 
@@ -169,7 +184,7 @@ def _choose(
     served: Mapping[str, list[str]],
     budget: int,
     tried: dict[DemandKey, dict[str, _Trial | None]],
-    guard: bool,
+    rules: tuple[bool, bool],
 ) -> tuple[str, _Trial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
     trial that says how; else why none does. ``tried``: per kind of pod (:func:`demand_key`),
@@ -179,7 +194,7 @@ def _choose(
     known = tried.setdefault(demand_key(pod), {})
     for name, gpus in candidates.items():
         if name not in known:
-            known[name] = _try(pod, states[name], gpus, guard)
+            known[name] = _try(pod, states[name], gpus, rules)
         trial = known[name]
         if trial is None:
             continue
@@ -227,9 +242,12 @@ def _why_not(
     return True
 
 
-def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu], guard: bool) -> _Trial | None:
-    """All of the pod's instances on this node, each where it costs least; None if they
-    do not all fit."""
+def _try(
+    pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu], rules: tuple[bool, bool]
+) -> _Trial | None:
+    """All of the pod's instances on this node, each where it costs least (``rules``: the
+    stranding and full-compute rules); None if they do not all fit."""
+    guard, complete = rules
     model = node.model
     if model is None:
         return None
@@ -247,7 +265,7 @@ def _try(pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu], guard: bool
     spent: list[RoomLoss] = []
     destroyed = strands = 0
     for profile in wanted:
-        best = best_option(trial, profile, strand_guard=guard)
+        best = best_option(trial, profile, strand_guard=guard, complete=complete)
         if best is None:
             return None
         k, option = best
