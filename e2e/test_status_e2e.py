@@ -657,6 +657,7 @@ _UNLABELLED = {
     "migslice_dra_steer_rules",
     "migslice_dra_strand_guard",
     "migslice_dra_complete_rule",
+    "migslice_repartition_complete_rule",
     "migslice_dra_idle_gpus",
     "migslice_dra_large_reserve_gpus",
     "migslice_dra_large_reserve_enabled",

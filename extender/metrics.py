@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.state import ExtenderState
-from migslice.mig.stranding import strand_guard
+from migslice.mig.stranding import complete_rule, strand_guard
 from migslice.scheduling.fragmentation import NO_FREE_SPACE, FreeSpace, node_free_space
 from migslice.serving.certificate_metric import CertificateExpiry
 
@@ -208,14 +208,23 @@ class _RepartitionCollector(Collector):
             "device-plugin nodes hold covers the room beside their 3g instances (leader only).",
             strand_guard(stats.stranding),
         )
+        yield _gauge(
+            "complete_rule",
+            "1 while the carve planner's full-compute rule is on: the room beside the 3g "
+            "instances the pods on device-plugin nodes hold is at least twice the memory their "
+            "4g instances take (leader only).",
+            complete_rule(stats.stranding),
+        )
         mix = GaugeMetricFamily(
             _REPARTITION + "strand_mix_slices",
-            "The held mix the planners' stranding rule reads: 1g/2g compute slices (fill) and "
-            "memory slices left next to 3g instances (need), on device-plugin nodes.",
+            "The held mix the planners' stranding rules read: 1g/2g compute slices (fill), "
+            "memory slices left next to 3g instances (need) and memory slices 4g instances "
+            "take (wide), on device-plugin nodes.",
             labels=("part",),
         )
         mix.add_metric(("fill",), stats.stranding.fill)
         mix.add_metric(("need",), stats.stranding.need)
+        mix.add_metric(("wide",), stats.stranding.wide)
         yield mix
         yield _gauge(
             "mig_manager_config_mismatch",

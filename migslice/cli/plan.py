@@ -15,7 +15,14 @@ from migslice.inventory import NodeState
 from migslice.mig import CATALOG
 from migslice.mig.migparted import render_mig_parted
 from migslice.mig.render import render_bar
-from migslice.mig.stranding import FillerMix, describe_mix, mix_json, strand_guard
+from migslice.mig.stranding import (
+    FillerMix,
+    complete_rule,
+    describe_complete,
+    describe_mix,
+    mix_json,
+    strand_guard,
+)
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.objects.carve_handshake import gpus_json
 from migslice.repartition import (
@@ -135,6 +142,7 @@ def run_plan(args: argparse.Namespace) -> int:
     line = stranding_line(mix)
     if line and args.output == "table":
         print(f"\n{line}")
+        print(complete_line(mix))
     left = dra_nodes(snapshot.nodes)
     if left and args.output == "table":
         print("\nDRA nodes, left to NVIDIA's DRA driver:")
@@ -154,6 +162,19 @@ def stranding_line(mix: FillerMix) -> str | None:
             "last (docs/repartition.md)"
         )
     return f"{said}: too few small pods to fill beside a second 3g"
+
+
+def complete_line(mix: FillerMix) -> str | None:
+    """What the full-compute rule reads and does, for people; None while it cannot apply."""
+    said = describe_complete(mix)
+    if said is None:
+        return None
+    if complete_rule(mix):
+        return (
+            f"{said}: carve mode puts a 2g where a 3g and a second 2g still fit beside it "
+            "(docs/repartition.md)"
+        )
+    return f"{said}: carve mode keeps the 4g placement free"
 
 
 def dra_nodes(nodes: Sequence[NodeState]) -> list[tuple[str, str]]:

@@ -148,13 +148,31 @@ def describe_mix(mix: FillerMix) -> str | None:
     )
 
 
+def describe_complete(mix: FillerMix) -> str | None:
+    """The full-compute rule's state and what it read, for people; None while no pairing
+    instance is held (the rule cannot apply)."""
+    if mix.need <= 0:
+        return None
+    state = "on" if complete_rule(mix) else "off"
+    return (
+        f"full-compute rule {state} (the 3g pods leave {_slices(mix.need, 'memory')} beside "
+        f"them; the 4g pods hold {_slices(mix.wide, 'memory')})"
+    )
+
+
 def _slices(count: int, kind: str) -> str:
     return f"{count} {kind} slice" if count == 1 else f"{count} {kind} slices"
 
 
 def mix_json(mix: FillerMix) -> dict[str, object]:
     """The rule's state and what it read, for documents."""
-    return {"on": strand_guard(mix), "fillComputeSlices": mix.fill, "needMemorySlices": mix.need}
+    return {
+        "on": strand_guard(mix),
+        "fillComputeSlices": mix.fill,
+        "needMemorySlices": mix.need,
+        "fullComputeRule": complete_rule(mix),
+        "wideMemorySlices": mix.wide,
+    }
 
 
 @functools.lru_cache(maxsize=64)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migslice import names
-from migslice.mig.stranding import NO_MIX, FillerMix, describe_mix, mix_json
+from migslice.mig.stranding import NO_MIX, FillerMix, describe_complete, describe_mix, mix_json
 from migslice.objects.times import format_time
 from migslice.repartition import held_mix
 from migslice.status.cluster import Cluster
@@ -91,6 +91,9 @@ def render_text(report: StatusReport, *, wide: bool = False) -> str:
     said = describe_mix(report.stranding)
     if said is not None:
         lines += wrapped(f"{said} (docs/repartition.md)", "  ", width)
+    said = describe_complete(report.stranding)
+    if said is not None:
+        lines += wrapped(said, "  ", width)
     return "\n".join(lines)
 
 

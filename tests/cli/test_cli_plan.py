@@ -150,9 +150,19 @@ def test_plan_says_whether_the_stranding_rule_is_on_and_follows_it(
         "stranding rule on (1g/2g pods hold 4 compute slices; the 3g pods leave 4 memory slices"
         " beside them)" in out
     )
+    assert (
+        "full-compute rule on (the 3g pods leave 4 memory slices beside them; the 4g pods hold"
+        " 0 memory slices): carve mode puts a 2g where a 3g and a second 2g still fit" in out
+    )
     assert main(["plan", "--cluster-file", path, "-o", "json"]) == 0
     answer = json.loads(capsys.readouterr().out)
-    assert answer["strandingRule"] == {"on": True, "fillComputeSlices": 4, "needMemorySlices": 4}
+    assert answer["strandingRule"] == {
+        "on": True,
+        "fillComputeSlices": 4,
+        "needMemorySlices": 4,
+        "fullComputeRule": True,
+        "wideMemorySlices": 0,
+    }
     (change,) = answer["changes"]
     (gpu,) = change["gpus"]
     compute = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3, "4g.40gb": 4}

@@ -252,6 +252,8 @@ def test_the_leader_exports_the_planners_stranding_rule_as_the_pods_hold_it() ->
     text = generate_latest(ExtenderMetrics(state).registry).decode()
     assert "migslice_repartition_strand_guard 1.0" in text
     assert 'migslice_repartition_strand_mix_slices{part="need"} 4.0' in text
+    assert "migslice_repartition_complete_rule 1.0" in text  # no 4g held
+    assert 'migslice_repartition_strand_mix_slices{part="wide"} 0.0' in text
     # Leadership lost: the leader's view goes with it (the new leader exports its own)
     elector.leader = False
     ctl.run_once()

@@ -407,7 +407,7 @@ def test_why_of_a_waiting_pod_gives_kube_schedulers_last_words(
     ]
 
 
-def test_status_says_whether_the_planners_stranding_rule_is_on(
+def test_status_says_whether_the_planners_stranding_rules_are_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     node = make_node("gpu-busy", gpu_count=1, mig={"3g.40gb": 1, "2g.20gb": 2})
@@ -422,7 +422,14 @@ def test_status_says_whether_the_planners_stranding_rule_is_on(
     assert said in text
     document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     rule = document["repartition"]["strandingRule"]
-    assert rule == {"on": True, "fillComputeSlices": 4, "needMemorySlices": 4}
+    assert rule == {
+        "on": True,
+        "fillComputeSlices": 4,
+        "needMemorySlices": 4,
+        "fullComputeRule": True,
+        "wideMemorySlices": 0,
+    }
+    assert "full-compute rule on (the 3g pods leave 4 memory slices beside them; the 4g" in text
     # Without a 3g held the rule cannot apply, and the text says nothing of it.
     path.write_text(yaml.safe_dump_all(objects[:1] + objects[2:]))
     assert "stranding rule" not in _run(capsys, "status", "--cluster-file", str(path))
