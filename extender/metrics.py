@@ -355,7 +355,7 @@ class _SteerCollector(Collector):
             "migslice_dra_complete_rule",
             "1 while the steer prefers placements that keep every compute slice of a DynamicMIG "
             "GPU usable by 2g-and-larger instances (the room next to the 3g instances held is "
-            "at least the memory the 4g instances held take; docs/dra.md).",
+            "at least twice the memory the 4g instances held take; docs/dra.md).",
             value=float(guard.complete),
         )
         yield CounterMetricFamily(

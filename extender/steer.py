@@ -215,11 +215,10 @@ class SteerLoop:
         if complete != guard.complete:
             guard.complete = complete
             guard.complete_flips += 1
-            log.info(
-                "DRA steer: full-compute rule %s (room next to 3g held %d, 4g held %d)",
-                "on" if complete else "off",
-                total.need,
-                total.wide,
+            _flipped(
+                "full-compute rule",
+                complete,
+                f"room next to 3g held {total.need}, 4g held {total.wide}",
             )
             with self._lock:
                 self._dirty = None  # every node is steered again under it
@@ -228,11 +227,10 @@ class SteerLoop:
             return False
         guard.on = on
         guard.flips += 1
-        log.info(
-            "DRA steer: stranding rule %s (1g/2g compute held %d, room next to 3g held %d)",
-            "on" if on else "off",
-            total.fill,
-            total.need,
+        _flipped(
+            "stranding rule",
+            on,
+            f"1g/2g compute held {total.fill}, room next to 3g held {total.need}",
         )
         dynamic = []
         for name in self._index.node_names():
@@ -367,3 +365,7 @@ class SteerLoop:
         with self._lock:
             if self._dirty is not None:
                 self._dirty |= changed
+
+
+def _flipped(rule: str, on: bool, read: str) -> None:
+    log.info("DRA steer: %s %s (%s)", rule, "on" if on else "off", read)
