@@ -293,14 +293,15 @@ def run_config(
 
 def add_points(report: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """The existing ``report`` with ``new``'s points put in (same workload, policy, load and
-    T_reconf replaced); its CPU time added."""
+    T_reconf replaced); its CPU time that of the points it now holds (a replaced point's
+    runs no longer count)."""
     if report["config"]["seeds"] != new["config"]["seeds"]:
         raise SystemExit("bench.packing.churn --add: the seeds must be those of the report")
     key = ("workload", "policy", "load", "t_reconf")
     fresh = {tuple(p[k] for k in key): p for p in new["points"]}
     kept = [p for p in report["points"] if tuple(p[k] for k in key) not in fresh]
     report["points"] = sorted([*kept, *fresh.values()], key=lambda p: tuple(p[k] for k in key))
-    report["config"]["cpu_s"] += new["config"]["cpu_s"]
+    report["config"]["cpu_s"] = sum(p["cpu_s"]["mean"] * p["cpu_s"]["n"] for p in report["points"])
     report["config"]["added"] = sorted({p["policy"] for p in new["points"]})
     return report
 
