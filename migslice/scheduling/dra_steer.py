@@ -16,10 +16,11 @@ already allocated. So, per MIG profile a node's DynamicMIG GPUs publish:
   only when nothing else fits; then the GPU of the highest
   fragmentation score (:func:`migslice.inventory.picking.gpu_unit_score`: the fullest GPU in
   use first, so idle GPUs stay whole), then, while the held mix says so (``complete``,
-  :func:`migslice.mig.stranding.complete_rule`: the ``3g`` pods held outweigh the ``4g``), a
-  placement after which instances of 2 or more compute slices can still use every compute
-  slice of the GPU (:func:`migslice.mig.stranding.completes`: ``2g`` at 0, not at 4, where a
-  later ``3g`` would leave room for a ``1g`` alone), then the placement that takes the least
+  :func:`migslice.mig.stranding.complete_rule`: the room beside the ``3g`` instances held is
+  at least twice the memory the ``4g`` take), a placement after which instances of 2 or
+  more compute slices can still use every compute slice of the GPU
+  (:func:`migslice.mig.stranding.completes`: ``2g`` at 0, not at 4, where a later ``3g``
+  would leave room for a ``1g`` alone), then the placement that takes the least
   room from larger profiles on it (:func:`migslice.mig.room.room_loss`, largest shape first),
   then the allocator's own order;
 * the **steer** taints exactly the candidates the allocator would reach before the preferred

@@ -19,10 +19,11 @@ slices left unused after it and did not before (``3g.40gb`` next to a ``3g.40gb`
 :func:`migslice.mig.stranding.strands_with`). While the cluster's stranding rule is on
 (``strand_guard``, :func:`migslice.mig.stranding.strand_guard`), such options rank after
 every other, as the DRA steer ranks such placements. While the full-compute rule is on
-(``complete``, :func:`migslice.mig.stranding.complete_rule`: the ``3g`` pods held outweigh
-the ``4g``), a GPU's options after which ``2g``-and-larger instances can still use every
-compute slice (:func:`migslice.mig.stranding.completes`: ``2g`` at 0 rather than 4) are that
-GPU's pick before room lost is compared; GPUs are then compared by their picks' keys.
+(``complete``, :func:`migslice.mig.stranding.complete_rule`: the room beside the ``3g``
+instances held is at least twice the memory the ``4g`` take), a GPU's options after which
+``2g``-and-larger instances can still use every compute slice
+(:func:`migslice.mig.stranding.completes`: ``2g`` at 0 rather than 4) are that GPU's pick
+before room lost is compared; GPUs are then compared by their picks' keys.
 """
 
 from __future__ import annotations
