@@ -141,10 +141,9 @@ def describe_mix(mix: FillerMix) -> str | None:
     None while no pairing instance is held (the rule cannot apply)."""
     if mix.need <= 0:
         return None
-    state = "on" if strand_guard(mix) else "off"
-    return (
-        f"stranding rule {state} (1g/2g pods hold {_slices(mix.fill, 'compute')}; the 3g "
-        f"pods leave {_slices(mix.need, 'memory')} beside them)"
+    read = f"1g/2g pods hold {_slices(mix.fill, 'compute')}; the 3g pods leave "
+    return _said(
+        "stranding rule", strand_guard(mix), f"{read}{_slices(mix.need, 'memory')} beside them"
     )
 
 
@@ -153,11 +152,12 @@ def describe_complete(mix: FillerMix) -> str | None:
     instance is held (the rule cannot apply)."""
     if mix.need <= 0:
         return None
-    state = "on" if complete_rule(mix) else "off"
-    return (
-        f"full-compute rule {state} (the 3g pods leave {_slices(mix.need, 'memory')} beside "
-        f"them; the 4g pods hold {_slices(mix.wide, 'memory')})"
-    )
+    read = f"the 3g pods leave {_slices(mix.need, 'memory')} beside them; the 4g pods hold "
+    return _said("full-compute rule", complete_rule(mix), read + _slices(mix.wide, "memory"))
+
+
+def _said(rule: str, on: bool, read: str) -> str:
+    return f"{rule} {'on' if on else 'off'} ({read})"
 
 
 def _slices(count: int, kind: str) -> str:
