@@ -139,10 +139,9 @@ def run_plan(args: argparse.Namespace) -> int:
         code = print_step(
             step, list(snapshot.nodes), mix, output=args.output, config_map=args.mig_config_map
         )
-    line = stranding_line(mix)
-    if line and args.output == "table":
-        print(f"\n{line}")
-        print(complete_line(mix))
+    said = rule_lines(mix)
+    if said and args.output == "table":
+        print("\n" + "\n".join(said))
     left = dra_nodes(snapshot.nodes)
     if left and args.output == "table":
         print("\nDRA nodes, left to NVIDIA's DRA driver:")
@@ -151,30 +150,27 @@ def run_plan(args: argparse.Namespace) -> int:
     return code
 
 
-def stranding_line(mix: FillerMix) -> str | None:
-    """What the stranding rule reads and does, for people; None while it cannot apply."""
-    said = describe_mix(mix)
-    if said is None:
-        return None
+def rule_lines(mix: FillerMix) -> list[str]:
+    """What the stranding and full-compute rules read and do, for people; none while no 3g
+    is held (neither rule can apply)."""
+    stranding, complete = describe_mix(mix), describe_complete(mix)
+    if stranding is None or complete is None:
+        return []
     if strand_guard(mix):
-        return (
-            f"{said}: a 3g layout that fills a GPU's memory with a compute slice unused comes "
-            "last (docs/repartition.md)"
-        )
-    return f"{said}: too few small pods to fill beside a second 3g"
-
-
-def complete_line(mix: FillerMix) -> str | None:
-    """What the full-compute rule reads and does, for people; None while it cannot apply."""
-    said = describe_complete(mix)
-    if said is None:
-        return None
-    if complete_rule(mix):
-        return (
-            f"{said}: carve mode puts a 2g where a 3g and a second 2g still fit beside it "
+        stranding += (
+            ": a 3g layout that fills a GPU's memory with a compute slice unused comes last "
             "(docs/repartition.md)"
         )
-    return f"{said}: carve mode keeps the 4g placement free"
+    else:
+        stranding += ": too few small pods to fill beside a second 3g"
+    if complete_rule(mix):
+        complete += (
+            ": carve mode puts a 2g where a 3g and a second 2g still fit beside it "
+            "(docs/repartition.md)"
+        )
+    else:
+        complete += ": carve mode keeps the 4g placement free"
+    return [stranding, complete]
 
 
 def dra_nodes(nodes: Sequence[NodeState]) -> list[tuple[str, str]]:
