@@ -15,6 +15,7 @@ from bench.dra.replay import (
     large_acceptance,
     large_ceiling,
     markdown,
+    might_fit,
     pooled,
     stranded_floor,
 )
@@ -24,6 +25,7 @@ from migslice.names import DRA_API
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.dra_pool import PoolState
 from migslice.scheduling import PreparedNode, prepare_node
+from migslice.sim import SimPod
 from migslice.sim.trace_files import DEFAULT_DATA_DIR
 
 TRACE = DEFAULT_DATA_DIR / "alibaba-cluster-trace-gpu-v2023" / "openb_pod_list_gpushare100.csv"
@@ -103,6 +105,30 @@ def test_the_stranded_floor_keeps_4g_and_7g_alone_and_fills_beside_them_first() 
     assert stranded_floor(a100, placed("4g.40gb", "3g.40gb", "3g.40gb", "2g.20gb")) == 2
     # 7g fills its GPU; 3g + 3g share one by memory (the bound ignores compute).
     assert stranded_floor(a100, placed("7g.80gb", "3g.40gb", "3g.40gb")) == 0
+
+
+def test_a_pod_turned_away_has_room_only_if_some_placement_of_the_pods_held_might_serve_it() -> (
+    None
+):
+    a100 = CATALOG.get("A100-80GB")
+
+    def placed(*profiles: str) -> list[Placed]:
+        return [Placed(0, p, a100.profile(p).memory_slices) for p in profiles]
+
+    def pod(profile: str, count: int = 1) -> SimPod:
+        return SimPod(name="p", profile=profile, count=count)
+
+    # Two 3g on two GPUs: 8 slices free, and moving one beside the other frees a GPU.
+    assert might_fit(a100, placed("3g.40gb", "3g.40gb"), pod("7g.80gb"), 2)
+    # Two 4g on two GPUs: 8 slices free too, but both start only at 0: no placement frees a
+    # GPU, so no policy holding them serves a 7g (the slices alone said it might).
+    assert not might_fit(a100, placed("4g.40gb", "4g.40gb"), pod("7g.80gb"), 2)
+    # A 4g beside a 3g on one GPU; not beside a 3g and a 1g (5 slices in the other half).
+    assert might_fit(a100, placed("3g.40gb"), pod("4g.40gb"), 1)
+    assert not might_fit(a100, placed("3g.40gb", "1g.10gb"), pod("4g.40gb"), 1)
+    # A multi-GPU pod counts one 7g per GPU it asks.
+    assert might_fit(a100, placed("3g.40gb"), pod("7g.80gb", 2), 3)
+    assert not might_fit(a100, placed("3g.40gb"), pod("7g.80gb", 2), 2)
 
 
 def test_the_report_renders_every_run_and_goal() -> None:
