@@ -17,6 +17,7 @@ from bench.dra.replay import (
     markdown,
     might_fit,
     pooled,
+    repeated,
     stranded_floor,
 )
 from migslice.inventory import ClusterIndex
@@ -88,6 +89,50 @@ def test_the_goals_are_judged_on_the_mean_of_the_seeds() -> None:
     assert goals[1]["first-fit"] == 20.0 and goals[1]["migslice"].startswith("25.0 ")
     pooled_runs = pooled([lucky["migslice"], unlucky["migslice"]])
     assert pooled_runs["pods"] == 20 and pooled_runs["double_devices"] == 0
+
+
+def test_first_fits_runs_on_one_seed_count_as_their_mean_before_the_seeds_mean() -> None:
+    # First fit breaks ties at random: three runs on one seed's arrivals read 10, 40 and 40.
+    # The seed counts once, at their mean (30), beside another seed at 10: the goal reads
+    # 20 against migslice's 10 (50 % fewer, met); the three runs pooled as seeds of their
+    # own would read 25 against 10 and weigh the first seed three times.
+    one = repeated([outcome(10, (2, 10)), outcome(40, (3, 10)), outcome(40, (4, 10))])
+    assert one["stranded_when_turned_away"] == 30.0 and one["runs"] == 3
+    assert one["pods"] == 10 and one["stranded_each"] == [10, 40, 40]
+    assert large_acceptance(one, "placed_on_arrival") == 30.0
+    other = {"first-fit": outcome(10, (5, 10)), "migslice": outcome(5, (3, 10))}
+    goals = goals_of([{"first-fit": one, "migslice": outcome(15, (3, 10))}, other])
+    assert goals[0]["first-fit"] == "20.0" and goals[0]["migslice"] == "10.0 (50.0 % fewer)"
+    assert goals[0]["met"]
+    # 4g/7g: the seed's runs weigh as one sequence, 3 of 10 beside 5 of 10 (40 %), not 9 of
+    # 30 beside 5 of 10 (35 %).
+    assert goals[1]["first-fit"] == 40.0
+    seeds = {"1": {"first-fit": one, "migslice": outcome(15, (3, 10))}, "2": other}
+    report = {
+        "settings": {
+            "nodes": 1,
+            "gpus": 8,
+            "capacity_slices": 64,
+            "load": 1.3,
+            "seeds": [1, 2],
+            "kubernetes": "v1.37.2",
+            "churn": 0,
+            "first_fit_runs": 3,
+        },
+        "workloads": {
+            "gpushare100/M2": {
+                "pods": 10,
+                "demand_slices": 80,
+                "profiles": ["1g.10gb", "7g.80gb"],
+                "runs": {"sequential": seeds["2"]},
+                "seeds": seeds,
+                "goals": goals,
+            }
+        },
+    }
+    text = markdown(report)
+    assert "first fit's the mean of its 3 runs" in text
+    assert "| 1 | 7.0/10, 30.0, runs 10-40, 30.0 | 7/10, 15, 30.0 | 50.0 % fewer |" in text
 
 
 def test_the_stranded_floor_keeps_4g_and_7g_alone_and_fills_beside_them_first() -> None:
