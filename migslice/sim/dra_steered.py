@@ -134,6 +134,9 @@ class DraSteeredPlacer(CarvingPlacer):
         self.idle = sum(idle for idle, _ in self.capacity)
         self.free = sum(free for _, free in self.capacity)
         self.sparing = RankIndex(cluster, self.sparing_rank)
+        self._steered: dict[
+            tuple[int, Kind], tuple[tuple[int, bool, bool], tuple[int, list[tuple[int, Placed]]]]
+        ] = {}
         if large_reserve:
             cluster.listeners.append(self._moved)
 
@@ -147,17 +150,28 @@ class DraSteeredPlacer(CarvingPlacer):
     def _rank(self, node: SimNode, kind: Kind, *, sparing: bool) -> Rank | None:
         if node.is_blocked:
             return None
-        score, chosen = steered_devices(
+        score, chosen = self._steer(node, kind)
+        if not chosen or (sparing and _breaks(node, chosen)):
+            return None
+        held = sum(p.size for gpu in node.gpus for p in gpu.instances)
+        return (-(score * RANK_SPAN + min(held, RANK_SPAN - 1)), node.position)
+
+    def _steer(self, node: SimNode, kind: Kind) -> tuple[int, list[tuple[int, Placed]]]:
+        """:func:`steered_devices` on ``node``, kept per node version and rule state: the
+        ranks, the reserve's sparing ranks and the placement ask it alike."""
+        asked = (node.version, self.strand_guard, self.complete)
+        kept = self._steered.get((node.position, kind))
+        if kept is not None and kept[0] == asked:
+            return kept[1]
+        found = steered_devices(
             self.cluster.model,
             node.gpus,
             kind,
             strand_guard=self.strand_guard,
             complete=self.complete,
         )
-        if not chosen or (sparing and _breaks(node, chosen)):
-            return None
-        held = sum(p.size for gpu in node.gpus for p in gpu.instances)
-        return (-(score * RANK_SPAN + min(held, RANK_SPAN - 1)), node.position)
+        self._steered[(node.position, kind)] = (asked, found)
+        return found
 
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)
@@ -172,9 +186,7 @@ class DraSteeredPlacer(CarvingPlacer):
         if not entries:
             return None
         node = self.cluster.nodes[int(entries[0][-1])]
-        _, chosen = steered_devices(
-            model, node.gpus, kind, strand_guard=self.strand_guard, complete=self.complete
-        )
+        _, chosen = self._steer(node, kind)
         if self.large_reserve and not large:
             reserve = LargeReserve(self.idle, self.free, self.arrivals.share)
             if reserve.holds_back(_breaks(node, chosen)):
@@ -182,9 +194,7 @@ class DraSteeredPlacer(CarvingPlacer):
                 if not sparing:
                     return None
                 node = self.cluster.nodes[int(sparing[0][-1])]
-                _, chosen = steered_devices(
-                    model, node.gpus, kind, strand_guard=self.strand_guard, complete=self.complete
-                )
+                _, chosen = self._steer(node, kind)
         assignment = self.carve(node, chosen, pod)
         self._held(chosen, +1)
         return assignment
