@@ -151,6 +151,13 @@ class SimCluster:
                 gpus.append(gpu)
             self.nodes.append(SimNode(n, f"node-{n:04d}", gpus))
         self.by_name = {node.name: node for node in self.nodes}
+        self.alike = (
+            len({tuple((g.mig_enabled, tuple(g.instances)) for g in n.gpus) for n in self.nodes})
+            <= 1
+        )
+        """Every node started with the same GPUs and layouts: until a node changes (its
+        ``version``), its state is every other unchanged node's but for its name and
+        position (:class:`migslice.sim.index.RankIndex` ranks such nodes once)."""
         self.assignments: dict[str, Assignment] = {}
         self.listeners: list[Listener] = []
         self.gpus_touched = 0

@@ -65,6 +65,8 @@ def steered_devices(
     holding ``gpus``' instances, and the node's score (the worst device's); (0, []) when
     they do not all fit."""
     profile, count = kind
+    if count == 1:
+        return _steered_one(model, gpus, profile, strand_guard, complete)
     layouts = {g.index: list(g.instances) for g in gpus if g.mig_enabled and g.whole_holder is None}
     node_in_use = any(layout for layout in layouts.values())
     chosen: list[tuple[int, Placed]] = []
@@ -89,6 +91,35 @@ def steered_devices(
         chosen.append((index, placed))
         node_in_use = True
     return worst, chosen
+
+
+def _steered_one(
+    model: GpuModel, gpus: Sequence[SimGpu], profile: str, strand_guard: bool, complete: bool
+) -> tuple[int, list[tuple[int, Placed]]]:
+    """:func:`steered_devices` for one device: the same answer, asked of one idle GPU only
+    (every idle GPU gives the same placement and key but its index, and the lowest wins)."""
+    usable = [g for g in gpus if g.mig_enabled and g.whole_holder is None]
+    node_in_use = any(g.instances for g in usable)
+    best: tuple[tuple[bool, int, bool, RoomLoss, int, int], int, Placed] | None = None
+    asked_idle = False
+    for gpu in usable:
+        if not gpu.instances:
+            if asked_idle:
+                continue
+            asked_idle = True
+        found = _best_on_gpu(
+            model, tuple(sorted(gpu.instances)), profile, node_in_use, strand_guard, complete
+        )
+        if found is None:
+            continue
+        (strands, score, ends, loss), placed = found
+        key = (strands, score, ends, loss, gpu.index, placed.start)
+        if best is None or key < best[0]:
+            best = (key, gpu.index, placed)
+    if best is None:
+        return 0, []
+    key, index, placed = best
+    return (STRANDING_SCORE if key[0] else -key[1]), [(index, placed)]
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -233,16 +264,25 @@ def _capacity(model: GpuModel, node: SimNode) -> tuple[int, float]:
     """The node's idle GPUs and free capacity in whole GPUs (as the extender counts them,
     :func:`migslice.scheduling.dra_placement.dra_capacity`)."""
     idle, free = 0, 0.0
+    compute, whole = _compute_slices(model), model.compute_slices
     for gpu in node.gpus:
         if not gpu.mig_enabled or gpu.whole_holder is not None:
             continue
-        if gpu.is_idle:
+        if not any(gpu.holders):
             idle += 1
             free += 1.0
             continue
-        used = sum(model.profile(p.profile).compute_slices for p in gpu.instances)
-        free += max(0, model.compute_slices - used) / model.compute_slices
+        used = 0
+        for placed in gpu.instances:
+            used += compute[placed.profile]
+        free += max(0, whole - used) / whole
     return idle, free
+
+
+@functools.lru_cache(maxsize=16)
+def _compute_slices(model: GpuModel) -> dict[str, int]:
+    """The compute slices of each of ``model``'s profiles, by name."""
+    return {p.name: p.compute_slices for p in model.profiles}
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,14 @@ incrementally so that choosing a node costs O(log N) instead of a scan of every 
 
 A policy ranks a node for a pod kind (profile and instance count) with a tuple that ends with
 the node's position (unique, so ties break to the lowest index as a scan would), or None when
-the node cannot take that kind. The index keeps, per kind, the sorted ranks of the nodes
-that can; when the cluster announces that a node changed, the node is marked for every kind
-and its rank for a kind is recomputed at that kind's next query (a node that changes several
-times between two queries of a kind is ranked once for it, and a kind asked for rarely is
-not ranked at every change). Choosing the first entry is then exactly what a scan of every
-node in index order with the same rank would choose.
+the node cannot take that kind; the rank reads the node's state and its position, nothing else
+of the node (so nodes in the same state rank alike but for the position: where every node
+started alike, the ones not changed since are ranked once). The index keeps, per kind, the
+sorted ranks of the nodes that can; when the cluster announces that a node changed, the node
+is marked for every kind and its rank for a kind is recomputed at that kind's next query (a
+node that changes several times between two queries of a kind is ranked once for it, and a
+kind asked for rarely is not ranked at every change). Choosing the first entry is then exactly
+what a scan of every node in index order with the same rank would choose.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class RankIndex:
     def _entries(self, kind: Kind) -> list[Rank]:
         entries = self._sorted.get(kind)
         if entries is None:
-            ranks = [self._rank(node, kind) for node in self._cluster.nodes]
+            ranks = self._rank_all(kind)
             self._current[kind] = ranks
             entries = sorted(r for r in ranks if r is not None)
             self._sorted[kind] = entries
@@ -70,6 +72,24 @@ class RankIndex:
         else:
             self._refresh(kind)
         return entries
+
+    def _rank_all(self, kind: Kind) -> list[Rank | None]:
+        """Every node's rank for ``kind``. Where the cluster's nodes started alike
+        (:attr:`SimCluster.alike`), those that have not changed since rank alike but for their
+        position, the rank's last element: the first is ranked, the others take its rank."""
+        cluster = self._cluster
+        ranks: list[Rank | None] = []
+        unchanged: Rank | None = None
+        asked = False
+        for node in cluster.nodes:
+            if not (cluster.alike and node.version == 0):
+                ranks.append(self._rank(node, kind))
+            elif not asked:
+                unchanged, asked = self._rank(node, kind), True
+                ranks.append(unchanged)
+            else:
+                ranks.append(None if unchanged is None else (*unchanged[:-1], node.position))
+        return ranks
 
     def reset(self) -> None:
         """Rank every node again at the next query (the rank function itself changed)."""
