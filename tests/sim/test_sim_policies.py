@@ -253,6 +253,35 @@ def test_a_kind_is_ranked_again_only_when_asked_for_and_sees_every_change() -> N
     assert again is not None and again.name == "node-0001"
 
 
+def test_nodes_unchanged_since_an_alike_start_are_ranked_once_and_keep_their_positions() -> None:
+    layout = static_layout(GPU_MODEL, ALL_BALANCED)
+    cluster = SimCluster(GPU_MODEL, 4, (layout,), gpus_per_node=1)
+    assert cluster.alike
+    calls: list[str] = []
+
+    def rank(node: SimNode, kind: tuple[str, int]) -> Rank | None:
+        calls.append(node.name)
+        choice = best_fit_choice(GPU_MODEL, node, kind)
+        return None if choice is None else choice[0]
+
+    node = cluster.nodes[2]
+    cluster.hold_instance(node, node.gpus[0], 0, pod="x")
+    index = RankIndex(cluster, rank)
+    kind = ("3g.40gb", 1)
+    entries = list(index.entries(kind))
+    # the changed node is ranked on its own, the unchanged ones once for all of them
+    assert sorted(calls) == ["node-0000", "node-0002"]
+    scanned = sorted(r for n in cluster.nodes if (r := rank(n, kind)) is not None)
+    assert entries == scanned  # what ranking every node would give, positions included
+    assert int(entries[0][-1]) == 2  # best fit: the node already in use first
+    # nodes that started apart are each ranked
+    apart = SimCluster(GPU_MODEL, 2, (layout, None), gpus_per_node=1)
+    assert not apart.alike
+    calls.clear()
+    RankIndex(apart, rank).entries(("1g.10gb", 1))
+    assert sorted(calls) == ["node-0000", "node-0001"]
+
+
 @dataclass(frozen=True)
 class FullPlanner(Migslice):
     """migslice with the planner asked about every node (the plain controller call)."""
