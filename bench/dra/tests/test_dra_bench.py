@@ -54,6 +54,37 @@ def outcome(stranded: float, large: tuple[int, int], **extra: int) -> dict[str, 
     }
 
 
+def report_of(
+    runs: dict[str, dict[str, Any]],
+    seeds: dict[str, dict[str, dict[str, Any]]],
+    goals: list[dict[str, Any]],
+    **settings: Any,
+) -> dict[str, Any]:
+    """A replay report of one workload (gpushare100/M2, 10 pods) on one 8-GPU node."""
+    return {
+        "settings": {
+            "nodes": 1,
+            "gpus": 8,
+            "capacity_slices": 64,
+            "load": 1.3,
+            "seeds": [int(seed) for seed in seeds],
+            "kubernetes": "v1.37.2",
+            "churn": 0,
+            **settings,
+        },
+        "workloads": {
+            "gpushare100/M2": {
+                "pods": 10,
+                "demand_slices": 80,
+                "profiles": ["1g.10gb", "7g.80gb"],
+                "runs": {"sequential": runs},
+                "seeds": seeds,
+                "goals": goals,
+            }
+        },
+    }
+
+
 @pytest.mark.skipif(not TRACE.is_file(), reason=f"no trace at {TRACE}")
 def test_the_arrivals_are_the_same_for_a_seed_and_reach_the_load() -> None:
     first = arrivals(DEFAULT_DATA_DIR, "gpushare100", "M2", 1, 128)
@@ -108,28 +139,7 @@ def test_first_fits_runs_on_one_seed_count_as_their_mean_before_the_seeds_mean()
     # 30 beside 5 of 10 (35 %).
     assert goals[1]["first-fit"] == 40.0
     seeds = {"1": {"first-fit": one, "migslice": outcome(15, (3, 10))}, "2": other}
-    report = {
-        "settings": {
-            "nodes": 1,
-            "gpus": 8,
-            "capacity_slices": 64,
-            "load": 1.3,
-            "seeds": [1, 2],
-            "kubernetes": "v1.37.2",
-            "churn": 0,
-            "first_fit_runs": 3,
-        },
-        "workloads": {
-            "gpushare100/M2": {
-                "pods": 10,
-                "demand_slices": 80,
-                "profiles": ["1g.10gb", "7g.80gb"],
-                "runs": {"sequential": seeds["2"]},
-                "seeds": seeds,
-                "goals": goals,
-            }
-        },
-    }
+    report = report_of(seeds["2"], seeds, goals, first_fit_runs=3)
     text = markdown(report)
     assert "first fit's the mean of its 3 runs" in text
     assert "| 1 | 7.0/10, 30.0, runs 10-40, 30.0 | 7/10, 15, 30.0 | 50.0 % fewer |" in text
@@ -185,27 +195,7 @@ def test_the_report_renders_every_run_and_goal() -> None:
         "arrived": {},
         "accepted": {},
     }
-    report = {
-        "settings": {
-            "nodes": 1,
-            "gpus": 8,
-            "capacity_slices": 64,
-            "load": 1.3,
-            "seeds": [1],
-            "kubernetes": "v1.37.2",
-            "churn": 0,
-        },
-        "workloads": {
-            "gpushare100/M2": {
-                "pods": 10,
-                "demand_slices": 80,
-                "profiles": ["1g.10gb", "7g.80gb"],
-                "runs": {"sequential": runs},
-                "seeds": {"1": runs, "2": runs},
-                "goals": goals_of([runs, runs]),
-            }
-        },
-    }
+    report = report_of(runs, {"1": runs, "2": runs}, goals_of([runs, runs]))
     text = markdown(report)
     assert "## gpushare100/M2: 10 pods (80 memory slices)" in text
     assert "| sequential | first-fit | 6/10 | 4 (1, 1) | 20 | 20.0 | 20 / 0 |" in text
