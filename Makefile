@@ -93,7 +93,7 @@ bench-plane: bench-install
 	e2e/build.sh
 	$(BIN)/python -m bench.plane.cluster $(BENCH_CLUSTER_ARGS)
 
-# The DRA suite: first fit against migslice on a real control plane (about 50 minutes here),
+# The DRA suite: first fit against migslice on a real control plane (about 80 minutes here),
 # and the workers' memory at 1,000 DynamicMIG nodes (not in CI).
 bench-dra: bench-install
 	e2e/build.sh
