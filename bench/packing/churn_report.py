@@ -9,8 +9,8 @@ from typing import Any
 from bench.common.stats import ci, fmt
 from bench.packing.packing_report import HEADLINE
 
-ORDER = tuple(p for p in (*HEADLINE[:3], "M-dra-reserve", *HEADLINE[3:]) if p != "B0")
-"""The packing report's headline order, with the opt-in reserve after M-dra and no B0."""
+ORDER = tuple(p for p in HEADLINE if p != "B0")
+"""The packing report's headline order (the opt-in reserve after M-dra), without B0."""
 
 
 def point(report: dict[str, Any], spec: str, policy: str, at: tuple[float, float]) -> Any:

@@ -77,6 +77,7 @@ POLICIES = (
     "migslice",
     "M-carve",
     "M-dra",
+    "M-dra-reserve",
 )
 SENSITIVITY = (
     "B5-table",
@@ -85,17 +86,7 @@ SENSITIVITY = (
     "B5-random-node",
     "B9-random-node",
     "B9-least-allocated",
-    "M-dra-reserve",
 )
-RESERVE_WORKLOADS = (
-    "default/M1",
-    "default/M2",
-    "gpushare100/M1",
-    "gpushare100/M2",
-    "multigpu50/M1",
-    "synthetic",
-)
-"""Where M-dra runs again with the opt-in large-job reserve (``M-dra-reserve``)."""
 CLASS_LOADS = (100, 130)
 QUOTA = "quota"
 """A run id's suffix ``+quota``: the policy with each tenant's quota (``quotas`` on)."""
@@ -234,11 +225,7 @@ def tasks(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
     if not args.add:
         found.extend(("curve", s, "", -1) for s in specs)
     for spec in specs:
-        chosen = policies + [
-            p
-            for p in extra
-            if spec in (RESERVE_WORKLOADS if p == "M-dra-reserve" else SENSITIVITY_WORKLOADS)
-        ]
+        chosen = policies + [p for p in extra if spec in SENSITIVITY_WORKLOADS]
         if spec in TENANT_WORKLOADS:
             chosen += [f"{p}+{QUOTA}" for p in args.quota_policies.split(",") if p]
         for seed in range(args.seeds):

@@ -42,3 +42,14 @@ def test_a_margin_within_the_limit_is_only_missed() -> None:
     assert "≥ B8 + 3 pp: met (3.5 pp)" in line
     block["policies"]["B8"] = _policy("B8 HAMi", [0.965, 0.965])
     assert "≥ B8 + 3 pp: MISSED (2.0 pp)" in baseline_goal_line(block)
+
+
+def test_an_opt_in_mode_is_judged_on_its_own_line() -> None:
+    block = _block(1.0)
+    block["policies"]["M-dra-reserve"] = _policy("M-dra with the reserve", [0.975, 0.975])
+    # the best shipped mode stays migslice (the reserve is not a default) ...
+    assert baseline_goal_line(block).startswith("- **default/M1** (migslice): ")
+    # ... and the reserve gets the same checks, apart
+    line = baseline_goal_line(block, "M-dra-reserve")
+    assert line.startswith("- **default/M1** (M-dra with the reserve): ")
+    assert "≥ B9 + 3 pp: met (3.5 pp)" in line
