@@ -27,8 +27,8 @@ arrival sequence per seed of ``--seeds``; the goals are judged on their mean (on
 is luck: the stranded figure of one policy moves several-fold between seeds). First fit runs
 ``--first-fit-runs`` times on each sequence (default 3) and counts as their mean: kube-scheduler
 breaks ties between equal nodes at random, so its figure on one sequence moves between
-identical runs (default/M1, seed 1: 23.0 in one run, 39.5 in another), where migslice's
-repeats within about a slice.
+identical runs (default/M1, seed 1: 15.2, 35.7 and 15.5 slices), where migslice's repeats
+within about 2.
 
 **Burst**: the fill's pods at once, timed from the first create until every pod is
 bound or unschedulable (scheduling throughput; the steer cannot follow a burst, so its
@@ -599,10 +599,9 @@ def pooled(outcomes: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def repeated(outcomes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sequential runs of one policy over one seed's arrivals, as one: first fit breaks ties
     between equal nodes at random (kube-scheduler's ``selectHost``), so its figure on one
-    sequence moves between identical runs; its mean over ``outcomes`` (:func:`pooled`: the
-    stranded figures averaged, the per-profile counts summed), with how many runs and each
-    run's stranded figure; the per-profile counts are the runs' means, so that the seed weighs
-    as one sequence where seeds are pooled."""
+    sequence moves between identical runs. The runs' mean: the stranded figures averaged
+    (:func:`pooled`), the per-profile counts the runs' means (so the seed weighs as one
+    sequence where seeds are pooled), with how many runs and each run's stranded figure."""
     merged = pooled(outcomes)
     for part in ("arrived", "placed_on_arrival", "turned_away_with_room"):
         merged[part] = {k: n / len(outcomes) for k, n in merged[part].items()}
