@@ -65,61 +65,52 @@ def steered_devices(
     holding ``gpus``' instances, and the node's score (the worst device's); (0, []) when
     they do not all fit."""
     profile, count = kind
-    if count == 1:
-        return _steered_one(model, gpus, profile, strand_guard, complete)
-    layouts = {g.index: list(g.instances) for g in gpus if g.mig_enabled and g.whole_holder is None}
-    node_in_use = any(layout for layout in layouts.values())
+    layouts = {
+        g.index: tuple(sorted(g.instances))
+        for g in gpus
+        if g.mig_enabled and g.whole_holder is None
+    }
+    node_in_use = any(layouts.values())
     chosen: list[tuple[int, Placed]] = []
     worst = 10
     for _ in range(count):
-        best: tuple[tuple[bool, int, bool, RoomLoss, int, int], int, Placed] | None = None
-        for index, layout in layouts.items():
-            found = _best_on_gpu(
-                model, tuple(sorted(layout)), profile, node_in_use, strand_guard, complete
-            )
-            if found is None:
-                continue
-            (strands, score, ends, loss), placed = found
-            key = (strands, score, ends, loss, index, placed.start)
-            if best is None or key < best[0]:
-                best = (key, index, placed)
+        best = _best_device(model, layouts, profile, node_in_use, strand_guard, complete)
         if best is None:
             return 0, []
         key, index, placed = best
         worst = min(worst, STRANDING_SCORE if key[0] else -key[1])
-        layouts[index].append(placed)
+        layouts[index] = tuple(sorted((*layouts[index], placed)))
         chosen.append((index, placed))
         node_in_use = True
     return worst, chosen
 
 
-def _steered_one(
-    model: GpuModel, gpus: Sequence[SimGpu], profile: str, strand_guard: bool, complete: bool
-) -> tuple[int, list[tuple[int, Placed]]]:
-    """:func:`steered_devices` for one device: the same answer, asked of one idle GPU only
-    (every idle GPU gives the same placement and key but its index, and the lowest wins)."""
-    usable = [g for g in gpus if g.mig_enabled and g.whole_holder is None]
-    node_in_use = any(g.instances for g in usable)
+def _best_device(
+    model: GpuModel,
+    layouts: dict[int, Layout],
+    profile: str,
+    node_in_use: bool,
+    strand_guard: bool,
+    complete: bool,
+) -> tuple[tuple[bool, int, bool, RoomLoss, int, int], int, Placed] | None:
+    """The steer's preferred device for one ``profile`` instance over the GPUs' ``layouts``
+    (by index, ascending), with its key and GPU. Of the idle GPUs only the first is asked:
+    the others give the same placement and key but for their index, and the lowest wins."""
     best: tuple[tuple[bool, int, bool, RoomLoss, int, int], int, Placed] | None = None
     asked_idle = False
-    for gpu in usable:
-        if not gpu.instances:
+    for index, kept in layouts.items():
+        if not kept:
             if asked_idle:
                 continue
             asked_idle = True
-        found = _best_on_gpu(
-            model, tuple(sorted(gpu.instances)), profile, node_in_use, strand_guard, complete
-        )
+        found = _best_on_gpu(model, kept, profile, node_in_use, strand_guard, complete)
         if found is None:
             continue
         (strands, score, ends, loss), placed = found
-        key = (strands, score, ends, loss, gpu.index, placed.start)
+        key = (strands, score, ends, loss, index, placed.start)
         if best is None or key < best[0]:
-            best = (key, gpu.index, placed)
-    if best is None:
-        return 0, []
-    key, index, placed = best
-    return (STRANDING_SCORE if key[0] else -key[1]), [(index, placed)]
+            best = (key, index, placed)
+    return best
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -268,7 +259,7 @@ def _capacity(model: GpuModel, node: SimNode) -> tuple[int, float]:
     for gpu in node.gpus:
         if not gpu.mig_enabled or gpu.whole_holder is not None:
             continue
-        if not any(gpu.holders):
+        if gpu.is_idle:
             idle += 1
             free += 1.0
             continue
