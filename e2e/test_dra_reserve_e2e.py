@@ -1,13 +1,15 @@
 """The large-job reserve on the real control plane (``--dra-large-reserve``): an extender with
 it and a kube-scheduler calling that extender. Once 7g pods have arrived, a small claim pod
 that finds no room beside others stays Pending with the reserve's reason rather than break the
-idle GPU, binds beside others once room frees there, and a 7g pod is never held back.
+idle GPU, binds beside others once room frees there, and a 7g pod is never held back; held
+back its longest (``--dra-large-reserve-max-hold``), it takes the idle GPU.
 
 Run: .venv/bin/pytest e2e/test_dra_reserve_e2e.py -m e2e -p no:cacheprovider -q
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -31,19 +33,22 @@ pytestmark = pytest.mark.e2e
 DRA = ("resource.k8s.io", "v1")
 SCHEDULER = "migslice-reserve"
 REASON = "kept whole for 7g and multi-GPU pods"
+MAX_HOLD_S = 5
 
 
 @pytest.fixture
 def reserve_scheduler(
+    request: pytest.FixtureRequest,
     control_plane: ControlPlane,
     core_v1: k8s.CoreV1Api,
     migslice_image: Image | None,
     scheduler: Callable[..., object],
 ) -> Iterator[None]:
+    """An extender with the reserve, holding a pod back at most ``request.param`` seconds."""
     server = migslice_server(
         control_plane,
         "extender",
-        ["--dra-large-reserve"],
+        ["--dra-large-reserve", f"--dra-large-reserve-max-hold={request.param}"],
         rbac_manifest=BASE / "extender" / "rbac.yaml",
         account="migslice-extender",
         image=migslice_image,
@@ -73,6 +78,65 @@ def two_nodes(
         driver.withdraw()
 
 
+class Run:
+    """Claim pods of the reserve's scheduler in ``namespace``."""
+
+    def __init__(self, core_v1: k8s.CoreV1Api, k8s_api: k8s.ApiClient, namespace: str) -> None:
+        self.core_v1 = core_v1
+        self.objects = k8s.CustomObjectsApi(k8s_api)
+        self.namespace = namespace
+
+    def create(self, name: str, profile: str) -> None:
+        claim, pod = claim_objects(name, self.namespace, profile, scheduler=SCHEDULER)
+        self.objects.create_namespaced_custom_object(*DRA, self.namespace, "resourceclaims", claim)
+        self.core_v1.create_namespaced_pod(self.namespace, pod)
+
+    def bound(self, name: str) -> str:
+        return str(
+            wait_for(
+                f"pod {name} bound",
+                lambda: self.core_v1.read_namespaced_pod(name, self.namespace).spec.node_name,
+                timeout=60,
+            )
+        )
+
+    def remove(self, name: str) -> None:
+        release(self.core_v1, self.objects, self.namespace, name)
+
+    def held_back(self, name: str) -> None:
+        """Wait for ``name``'s FailedScheduling Event with the reserve's reason."""
+
+        def said() -> bool:
+            events = self.core_v1.list_namespaced_event(
+                self.namespace,
+                field_selector=f"involvedObject.name={name},reason=FailedScheduling",
+            ).items
+            return any(REASON in (e.message or "") for e in events)
+
+        wait_for(f"{name} held back with the reserve's reason", said, 60)
+        assert self.core_v1.read_namespaced_pod(name, self.namespace).spec.node_name is None
+
+    def fill(self, two_nodes: tuple[str, str]) -> tuple[str, str]:
+        """A 4g takes one node; 7g pods arrive (never held back) and leave, so their share is
+        most of what arrived; a 2g fits beside the 4g; a second one does not (7 compute
+        slices): (the busy node, the idle one), ``small-1`` waiting."""
+        self.create("medium", "4g.40gb")
+        busy = self.bound("medium")
+        idle = next(n for n in two_nodes if n != busy)
+        for k in range(3):
+            self.create(f"large-{k}", "7g.80gb")
+            assert self.bound(f"large-{k}") == idle
+            devices = allocated_devices(self.objects, self.namespace, f"large-{k}")
+            assert devices == ["gpu-0-mig-7g80gb-0-0"]
+            self.remove(f"large-{k}")
+        self.create("small-0", "2g.20gb")
+        assert self.bound("small-0") == busy
+        self.create("small-1", "2g.20gb")
+        self.held_back("small-1")
+        return busy, idle
+
+
+@pytest.mark.parametrize("reserve_scheduler", [3600], indirect=True)
 def test_a_small_pod_waits_beside_others_for_the_idle_gpu_the_reserve_keeps(
     core_v1: k8s.CoreV1Api,
     k8s_api: k8s.ApiClient,
@@ -80,51 +144,28 @@ def test_a_small_pod_waits_beside_others_for_the_idle_gpu_the_reserve_keeps(
     reserve_scheduler: None,
     two_nodes: tuple[str, str],
 ) -> None:
-    objects = k8s.CustomObjectsApi(k8s_api)
-
-    def create(name: str, profile: str) -> None:
-        claim, pod = claim_objects(name, namespace, profile, scheduler=SCHEDULER)
-        objects.create_namespaced_custom_object(*DRA, namespace, "resourceclaims", claim)
-        core_v1.create_namespaced_pod(namespace, pod)
-
-    def bound(name: str) -> str:
-        return str(
-            wait_for(
-                f"pod {name} bound",
-                lambda: core_v1.read_namespaced_pod(name, namespace).spec.node_name,
-                timeout=60,
-            )
-        )
-
-    def remove(name: str) -> None:
-        release(core_v1, objects, namespace, name)
-
-    # A 4g takes one node; 7g pods arrive (never held back) and leave; their share is then
-    # most of what arrived.
-    create("medium", "4g.40gb")
-    busy = bound("medium")
-    idle = next(n for n in two_nodes if n != busy)
-    for k in range(3):
-        create(f"large-{k}", "7g.80gb")
-        assert bound(f"large-{k}") == idle
-        assert allocated_devices(objects, namespace, f"large-{k}") == ["gpu-0-mig-7g80gb-0-0"]
-        remove(f"large-{k}")
-    # A 2g fits beside the 4g; a second one does not (7 compute slices) and waits rather than
-    # break the idle GPU, saying why.
-    create("small-0", "2g.20gb")
-    assert bound("small-0") == busy
-    create("small-1", "2g.20gb")
-
-    def held_back() -> bool:
-        events = core_v1.list_namespaced_event(
-            namespace, field_selector="involvedObject.name=small-1,reason=FailedScheduling"
-        ).items
-        return any(REASON in (e.message or "") for e in events)
-
-    wait_for("small-1 held back with the reserve's reason", held_back, 60)
-    assert core_v1.read_namespaced_pod("small-1", namespace).spec.node_name is None
+    run = Run(core_v1, k8s_api, namespace)
+    busy, idle = run.fill(two_nodes)
+    create, bound, remove = run.create, run.bound, run.remove
     # Room frees beside the 4g: it binds there, and the idle GPU stays whole.
     remove("small-0")
     assert bound("small-1") == busy
     create("large-3", "7g.80gb")
     assert bound("large-3") == idle
+
+
+@pytest.mark.parametrize("reserve_scheduler", [MAX_HOLD_S], indirect=True)
+def test_a_small_pod_held_back_its_longest_takes_the_idle_gpu(
+    core_v1: k8s.CoreV1Api,
+    k8s_api: k8s.ApiClient,
+    namespace: str,
+    reserve_scheduler: None,
+    two_nodes: tuple[str, str],
+) -> None:
+    run = Run(core_v1, k8s_api, namespace)
+    _, idle = run.fill(two_nodes)
+    # kube-scheduler tries a pod the extender turned away again on the next change in the
+    # cluster (a busy one has many a second): a node's label changes once its hold is over
+    time.sleep(MAX_HOLD_S + 1)
+    core_v1.patch_node(idle, {"metadata": {"labels": {"migslice-e2e/nudge": "1"}}})
+    assert run.bound("small-1") == idle

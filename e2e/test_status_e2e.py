@@ -662,6 +662,7 @@ _UNLABELLED = {
     "migslice_dra_large_reserve_gpus",
     "migslice_dra_large_reserve_enabled",
     "migslice_dra_large_reserve_held_back_total",
+    "migslice_dra_large_reserve_released_total",
     "migslice_repartition_strand_guard",
 }
 """Metrics without labels: served means their family is on /metrics."""

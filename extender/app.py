@@ -42,6 +42,7 @@ from extender.wire import (
 )
 from migslice.errors import InvalidInputError
 from migslice.objects import node_facts_from_raw
+from migslice.objects.pods import unschedulable_since
 from migslice.scheduling import (
     DemandReader,
     PodDemand,
@@ -69,12 +70,20 @@ class BadArgsError(InvalidInputError):
 class Context:
     """What the routes use, kept on ``app.extensions[EXTENSION]``."""
 
-    def __init__(self, settings: ExtenderSettings, state: ExtenderState) -> None:
+    def __init__(
+        self,
+        settings: ExtenderSettings,
+        state: ExtenderState,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.state = state
         self.metrics = ExtenderMetrics(state)
         self.demands = DemandReader()
         self.arrivals = Arrivals()
+        self.wall_clock = wall_clock
+        """Epoch seconds: how long a pod has been unschedulable (the reserve's max hold)."""
 
 
 def create_app(
@@ -330,7 +339,10 @@ def _filter(
         steer.reserve.share = share = context.arrivals.saw(demand, sizes)
         reserve = None if is_large(sizes) else current_reserve(steer.reserve, share)
     if reserve is not None:
-        result = _held_back(context, demand, names, candidates, reserve, best_fit=best_fit)
+        waited_s = _unschedulable_for(args["Pod"], context.wall_clock())
+        result = _held_back(
+            context, demand, names, candidates, reserve, waited_s, best_fit=best_fit
+        )
     elif by_name is None:
         decisions = context.state.decisions
         result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
@@ -366,12 +378,14 @@ def _held_back(
     names: Sequence[str],
     candidates: Sequence[tuple[str, PreparedNode | None]] | None,
     reserve: LargeReserve,
+    waited_s: float,
     *,
     best_fit: bool,
 ) -> FilterResult:
     """The filter's answer for a small pod while the large-job reserve keeps idle GPUs: the
-    nodes where it would break one fail (:func:`hold_back`), and the best fit is chosen
-    among those left."""
+    nodes where it would break one fail (:func:`hold_back`) unless the pod has been
+    unschedulable ``reserve.max_hold_s`` (``waited_s``), and the best fit is chosen among
+    those left."""
     lookup: Callable[[str], PreparedNode | None]
     if candidates is None:
         result = context.state.decisions.filter(demand, names)
@@ -380,13 +394,26 @@ def _held_back(
         result = filter_nodes(demand, candidates)
         given = dict(candidates)
         lookup = lambda name: given.get(name)  # noqa: E731
-    kept = hold_back(result, demand, lookup, reserve)
-    if result.fits and not kept.fits and context.state.steer is not None:
-        context.arrivals.held_back(context.state.steer.reserve)
+    kept = hold_back(result, demand, lookup, reserve, waited_s)
+    steer = context.state.steer
+    if steer is not None and waited_s >= reserve.max_hold_s:
+        # let past: counted where a first try would have been held back
+        if len(hold_back(result, demand, lookup, reserve).fits) < len(result.fits):
+            context.arrivals.released(steer.reserve)
+    if result.fits and not kept.fits and steer is not None:
+        context.arrivals.held_back(steer.reserve)
     if not best_fit or len(kept.fits) <= 1:
         return kept
     scores = [best_fit_rank(demand, lookup(name)) for name in kept.fits]
     return FilterResult(best_fits(kept.fits, scores), kept.failed, kept.unresolvable)
+
+
+def _unschedulable_for(raw_pod: Any, now: float) -> float:
+    """Seconds ``raw_pod`` has been unschedulable (its ``PodScheduled`` condition turned
+    ``False``, reason ``Unschedulable``: kube-scheduler found no node for it); 0 for a pod
+    never found so, or whose condition cannot be read."""
+    since = unschedulable_since(raw_pod) if isinstance(raw_pod, Mapping) else None
+    return 0.0 if since is None else max(0.0, now - since.timestamp())
 
 
 def _as_dict(mapping: Mapping[str, str]) -> dict[str, str]:

@@ -80,6 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of the GPU demand arriving asks for: a smaller pod goes beside others, else waits "
         "(docs/dra.md; needs the steer)",
     )
+    parser.add_argument(
+        "--dra-large-reserve-max-hold",
+        type=console.seconds(allow_zero=False),
+        default=ExtenderSettings().dra_large_reserve_max_hold_s,
+        metavar="SECONDS",
+        help="how long the reserve holds a smaller pod back at most: once kube-scheduler has "
+        "found no node for it that long, it may take an idle GPU (default %(default)gs)",
+    )
     console.add_log_level(parser)
     _add_repartition_arguments(parser)
     add_server_arguments(parser, default_port=DEFAULT_PORT)
@@ -201,6 +209,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         dra_steer=args.dra_steer,
         dra_steer_max_rules=args.dra_steer_max_rules,
         dra_large_reserve=args.dra_large_reserve,
+        dra_large_reserve_max_hold_s=args.dra_large_reserve_max_hold,
         repartition=RepartitionSettings(
             enabled=args.repartition,
             dry_run=args.repartition_dry_run,

@@ -396,6 +396,17 @@ class _SteerCollector(Collector):
             "Filter calls for a smaller pod that the reserve left without a node (it waits).",
             value=reserve.held_back,
         )
+        yield CounterMetricFamily(
+            "migslice_dra_large_reserve_released",
+            "Filter calls for a smaller pod the reserve would have held back, let past because "
+            "the pod had been unschedulable its longest hold (--dra-large-reserve-max-hold).",
+            value=reserve.released,
+        )
+        yield GaugeMetricFamily(
+            "migslice_dra_large_reserve_max_hold_seconds",
+            "The longest the reserve holds a smaller pod back (--dra-large-reserve-max-hold).",
+            value=reserve.max_hold_s,
+        )
 
 
 _REPARTITION = "migslice_repartition_"

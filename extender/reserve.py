@@ -55,11 +55,16 @@ class Arrivals:
         with self._lock:
             stats.held_back += 1
 
+    def released(self, stats: ReserveStats) -> None:
+        """Count one filter call the reserve let past because the pod waited its longest."""
+        with self._lock:
+            stats.released += 1
+
 
 def current_reserve(stats: ReserveStats, share: float) -> LargeReserve | None:
     """The reserve the filter applies now at the arrivals' ``share``, or None when it is off
     or keeps nothing."""
     if not stats.enabled:
         return None
-    reserve = LargeReserve(stats.idle, stats.free, share)
+    reserve = LargeReserve(stats.idle, stats.free, share, stats.max_hold_s)
     return reserve if reserve.kept > 0 else None

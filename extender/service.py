@@ -90,6 +90,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
             reserve=reserve,
         )
         reserve.enabled = settings.dra_large_reserve
+        reserve.max_hold_s = settings.dra_large_reserve_max_hold_s
         steer.start()
     elif settings.dra_large_reserve:
         log.warning(

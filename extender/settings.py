@@ -15,6 +15,7 @@ from migslice.repartition import (
     ControllerSettings,
     PlanSettings,
 )
+from migslice.scheduling.reserve import DEFAULT_MAX_HOLD_S
 from migslice.serving import ServerOptions
 
 DEFAULT_PORT = 8443
@@ -139,10 +140,16 @@ class ExtenderSettings:
     dra_large_reserve: bool = False
     """Keep idle DynamicMIG GPUs whole for 7g and multi-GPU pods, as many as their share of
     the arrivals asks for (``extender.reserve``; needs the steer)."""
+    dra_large_reserve_max_hold_s: float = DEFAULT_MAX_HOLD_S
+    """How long the reserve holds a smaller pod back at most (unschedulable that long, it
+    may take an idle GPU)."""
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1:
             raise CommandError(f"max body {self.max_body_bytes} bytes: must be at least 1")
+        hold = self.dra_large_reserve_max_hold_s
+        if not math.isfinite(hold) or hold <= 0:
+            raise CommandError(f"--dra-large-reserve-max-hold {hold}: must be > 0 seconds")
         if not math.isfinite(self.max_blind_s) or self.max_blind_s < 0:
             raise CommandError(f"--max-blind-s {self.max_blind_s}: must be >= 0")
         if self.cluster_file is not None and self.kubeconfig is not None:

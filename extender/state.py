@@ -25,6 +25,7 @@ from migslice.objects.dra_pool import PoolState
 from migslice.objects.resource_claims import ClaimFacts
 from migslice.objects.resource_slices import SliceFacts
 from migslice.scheduling import DecisionCache, PreparedNode, prepare_node
+from migslice.scheduling.reserve import DEFAULT_MAX_HOLD_S
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,8 @@ class StrandGuard:
 class ReserveStats:
     """The large-job reserve (:mod:`migslice.scheduling.reserve`) as the steer loop last
     added it up: idle DynamicMIG GPUs and their free capacity in whole GPUs; ``held_back``:
-    filter calls it left without a node. ``enabled``: ``--dra-large-reserve``."""
+    filter calls it left without a node; ``released``: filter calls it let past after the pod
+    had waited ``max_hold_s``. ``enabled``: ``--dra-large-reserve``."""
 
     enabled: bool = False
     idle: int = 0
@@ -82,6 +84,9 @@ class ReserveStats:
     share: float = 0.0
     """The arrivals' large share as this replica's filter last read it."""
     held_back: int = 0
+    released: int = 0
+    max_hold_s: float = DEFAULT_MAX_HOLD_S
+    """``--dra-large-reserve-max-hold``."""
 
 
 @dataclass(slots=True)

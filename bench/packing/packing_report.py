@@ -98,9 +98,10 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             "M-dra with `dra.largeJobReserve.enabled=true` (docs/dra.md): a pod smaller than "
             "a whole GPU may not break an idle GPU while the idle GPUs left would fall below "
-            "the large pods' share of the arrivals. Off by default: it turns small pods away "
-            "(4g pods first) to keep GPUs whole, and under churn its 4g pods wait (the churn "
-            "report).",
+            "the large pods' share of the arrivals, for 60 s at most "
+            "(`maxHoldSeconds`). Off by default: here, with no clock, a pod held back is "
+            "turned away (4g pods first) to keep GPUs whole; under churn, where pods wait, "
+            "it accepts as many pods as M-dra (the churn report).",
             "",
         ]
         for block in opted:

@@ -4,6 +4,7 @@ caches keep (:class:`PodFacts`). Its GPU requests are read by :mod:`migslice.obj
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from migslice import names
 from migslice.objects.json import JsonObject, items, mapping
 from migslice.objects.pod_gpus import RawPod, Requests, gpu_requests
+from migslice.objects.times import parse_time
 
 # -- the other fields ----------------------------------------------------------------------------
 
@@ -58,6 +60,19 @@ def scheduler_name_of(raw_pod: RawPod) -> str | None:
     spec = raw_pod.get("spec")
     name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
     return name if isinstance(name, str) else None
+
+
+def unschedulable_since(raw_pod: RawPod) -> datetime.datetime | None:
+    """When ``PodScheduled`` turned ``False`` with reason ``Unschedulable``; None otherwise."""
+    status = raw_pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if not isinstance(condition, Mapping) or condition.get("type") != "PodScheduled":
+            continue
+        if condition.get("status") != "False" or condition.get("reason") != "Unschedulable":
+            return None
+        return parse_time(condition.get("lastTransitionTime"))
+    return None
 
 
 def is_admission_gated(raw_pod: RawPod) -> bool:

@@ -42,7 +42,7 @@ from migslice.repartition.configmap import (
 from migslice.repartition.decide import decide
 from migslice.repartition.migmanager.applying import recheck
 from migslice.repartition.migmanager.planner import config_name, plan
-from migslice.repartition.pending import PendingPod, pending_pods, unschedulable_since
+from migslice.repartition.pending import PendingPod, pending_pods
 from migslice.repartition.plans import CarvePlan, GpuChange, NodeCarve, NodeChange, RepartitionPlan
 from migslice.repartition.record import (
     ABORTED,
@@ -133,5 +133,4 @@ __all__ = [
     "removed_configs",
     "render_record",
     "snapshot_from_objects",
-    "unschedulable_since",
 ]

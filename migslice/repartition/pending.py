@@ -4,14 +4,19 @@ which of them a re-partition should serve, in the order both planners serve them
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from migslice.inventory import NodeState
 from migslice.names import MIG_TRANSITION_STATES, SCHEDULER_NAME
 from migslice.objects.json import JsonObject
-from migslice.objects.pods import bound_node_of, metadata_of, phase_of, scheduler_name_of
-from migslice.objects.times import parse_time
+from migslice.objects.pods import (
+    bound_node_of,
+    metadata_of,
+    phase_of,
+    scheduler_name_of,
+    unschedulable_since,
+)
 from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import PodDemand, UnitKind, demand_of
 
@@ -22,19 +27,6 @@ class PendingPod:
 
     demand: PodDemand
     pending_s: float
-
-
-def unschedulable_since(raw_pod: JsonObject) -> datetime.datetime | None:
-    """When ``PodScheduled`` turned ``False`` with reason ``Unschedulable``; None otherwise."""
-    status = raw_pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for condition in conditions if isinstance(conditions, list) else ():
-        if not isinstance(condition, Mapping) or condition.get("type") != "PodScheduled":
-            continue
-        if condition.get("status") != "False" or condition.get("reason") != "Unschedulable":
-            return None
-        return parse_time(condition.get("lastTransitionTime"))
-    return None
 
 
 def pending_pods(

@@ -98,10 +98,11 @@ CLAIM_NOT_SEEN = "pod's ResourceClaim not seen by migslice extender yet"
 """Failed, every node: the claim the pod names is not in the extender's cache yet."""
 
 
-def kept_for_large(idle: int, kept: float, share: float) -> str:
+def kept_for_large(idle: int, kept: float, share: float, max_hold_s: float) -> str:
     return (
         f"kept whole for 7g and multi-GPU pods: {idle} idle DynamicMIG GPU(s) left, the "
         f"large-job reserve keeps {kept:.1f} (large pods brought {100 * share:.0f} % of the GPU "
-        "demand lately); the pod waits for room beside others (turn the reserve off: "
-        "dra.largeJobReserve.enabled=false)"
+        f"demand lately); the pod waits for room beside others, or {max_hold_s:g}s unschedulable "
+        "at most, then may take an idle GPU (dra.largeJobReserve.maxHoldSeconds; turn the "
+        "reserve off: dra.largeJobReserve.enabled=false)"
     )

@@ -12,7 +12,11 @@ room beside others. The reserve moves that wall for the large pods:
   slices over its compute slices, summed);
 * a pod smaller than a whole GPU may not take an idle GPU (its first instance there) while the
   idle GPUs left would fall below ``share x free``. It goes beside other pods if any node has
-  room there, else it waits for a departure.
+  room there, else it waits for a departure;
+* ``max_hold_s``: but not for ever. A small pod that has waited that long (kube-scheduler
+  found no node for it that long: ``PodScheduled=False``, ``Unschedulable``) may take an idle
+  GPU. Without it, under churn a pod that needs most of a GPU (``4g`` on an A100) finds room
+  beside others only when a departure leaves it and gives up first (bench/packing's churn).
 
 Large pods are never held back, and nothing already placed moves.
 """
@@ -33,6 +37,9 @@ from migslice.scheduling.prepared import PreparedNode
 
 DEFAULT_HALF_LIFE_S = 3600.0
 """How fast the arrival tally forgets: an arrival an hour old counts half."""
+DEFAULT_MAX_HOLD_S = 60.0
+"""How long the reserve holds a small pod back at most (bench/packing's churn: 30-120 s all
+end level; 60 s places the most 8 x 7g jobs there)."""
 
 
 def is_large(units: Iterable[tuple[int, int]]) -> bool:
@@ -86,15 +93,18 @@ class LargeReserve:
     idle_gpus: int
     free_gpus: float
     share: float
+    max_hold_s: float = DEFAULT_MAX_HOLD_S
 
     @property
     def kept(self) -> float:
         """How many idle GPUs the reserve keeps whole."""
         return self.share * self.free_gpus
 
-    def holds_back(self, breaks: int) -> bool:
-        """Whether a small pod whose devices would break ``breaks`` idle GPUs must go
-        elsewhere (see the module docstring)."""
+    def holds_back(self, breaks: int, waited_s: float = 0.0) -> bool:
+        """Whether a small pod whose devices would break ``breaks`` idle GPUs, and that has
+        waited ``waited_s``, must go elsewhere (see the module docstring)."""
+        if waited_s >= self.max_hold_s:
+            return False
         return breaks > 0 and self.kept > 0 and self.idle_gpus - breaks < self.kept
 
 
@@ -132,10 +142,11 @@ def hold_back(
     demand: PodDemand,
     lookup: Callable[[str], PreparedNode | None],
     reserve: LargeReserve,
+    waited_s: float = 0.0,
 ) -> FilterResult:
-    """``result`` with the DynamicMIG nodes where the small pod of ``demand`` would break an
-    idle GPU the reserve keeps moved from ``fits`` to ``failed`` (a large pod's result is
-    returned as it is)."""
+    """``result`` with the DynamicMIG nodes where the small pod of ``demand``, waiting
+    ``waited_s``, would break an idle GPU the reserve keeps moved from ``fits`` to ``failed``
+    (a large pod's result, or one that waited ``reserve.max_hold_s``, is returned as it is)."""
     if is_large(device_sizes(demand)) or reserve.kept <= 0 or not result.fits:
         return result
     fits: list[str] = []
@@ -144,9 +155,9 @@ def hold_back(
         node = lookup(name)
         dra = None if node is None else node.state.dra
         if node is not None and dra is not None and dra.mode is DraMode.DYNAMIC:
-            if reserve.holds_back(dra_idle_breaks(node.state, demand.units)):
+            if reserve.holds_back(dra_idle_breaks(node.state, demand.units), waited_s):
                 failed[name] = reasons.kept_for_large(
-                    reserve.idle_gpus, reserve.kept, reserve.share
+                    reserve.idle_gpus, reserve.kept, reserve.share, reserve.max_hold_s
                 )
                 continue
         fits.append(name)

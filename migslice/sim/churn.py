@@ -58,7 +58,7 @@ from migslice.sim.controller import MigsliceController
 from migslice.sim.metrics import disrupted_pods
 from migslice.sim.nos import NosPlacer
 from migslice.sim.ours import Migslice, MigslicePlacer
-from migslice.sim.placement import LayoutChange, Policy, Reshaper, apply_changes
+from migslice.sim.placement import Holding, LayoutChange, Policy, Reshaper, apply_changes
 from migslice.sim.trace import GPU_MODEL, SimPod, Workload
 
 DEPART, DONE, TIMER, ARRIVE, GIVE_UP = 0, 1, 2, 3, 4
@@ -101,6 +101,7 @@ class ChurnRun:
         )
         self.placer = policy.start(self.cluster, seed)
         self.reshaper = self.placer if isinstance(self.placer, Reshaper) else None
+        self.holding = self.placer if isinstance(self.placer, Holding) else None
         self.events: list[tuple[float, int, int, int]] = []
         self.callbacks: dict[int, Callable[[float], None]] = {}
         self.jobs: dict[int, _Job] = {}
@@ -245,6 +246,9 @@ class ChurnRun:
             return
         self.queue[index] = waiting
         self.push(self.now + self.config.patience_s, GIVE_UP, index)
+        hold = None if self.holding is None else self.holding.max_hold_s
+        if hold is not None and hold < self.config.patience_s:
+            self.at(self.now + hold, lambda _: self.try_again(index))
         if self.batching is not None:
             self.batching.pending(self.now)
 
@@ -265,6 +269,14 @@ class ChurnRun:
         self.retry(job.node)
         job.done(self.now)
 
+    def try_again(self, index: int) -> None:
+        """A held-back pod's longest hold is over: try it now (kube-scheduler tries a pod
+        the extender turned away again on the next change in the cluster, of which a busy
+        one has many a second)."""
+        waiting = self.queue.get(index)
+        if waiting is not None and self.try_place(waiting):
+            del self.queue[index]
+
     def give_up(self, index: int) -> None:
         waiting = self.queue.pop(index, None)
         if waiting is not None and self.measured(waiting.arrival):
@@ -280,6 +292,8 @@ class ChurnRun:
 
     def try_place(self, waiting: _Waiting) -> bool:
         pod = waiting.arrival.pod
+        if self.holding is not None:
+            self.holding.waited_s = self.now - waiting.since
         assignment = self.placer.place(pod)
         if assignment is None:
             return False

@@ -22,8 +22,9 @@ extender chooses the node and the steer chooses the device inside it.
 * **The large-job reserve** (``large_reserve``, the extender's ``--dra-large-reserve``,
   :mod:`migslice.scheduling.reserve`): a pod smaller than a whole GPU whose devices would break
   an idle GPU while the idle GPUs left fall below the large pods' share of the arrivals times
-  the free capacity goes to the best node where it breaks none, else waits. The share counts
-  each pod once, at its first try, with no decay (the simulator has no clock in mode A).
+  the free capacity goes to the best node where it breaks none, else waits, ``max_hold_s`` at
+  most (mode B; in mode A every try is a first one). The share counts each pod once, at its
+  first try, with no decay (the simulator has no clock in mode A).
 * Devices are carved when the claim is prepared and destroyed when it is released, as in B9.
 """
 
@@ -46,7 +47,12 @@ from migslice.mig.stranding import (
 )
 from migslice.scheduling.decide import RANK_SPAN
 from migslice.scheduling.dra_placement import STRANDING_SCORE
-from migslice.scheduling.reserve import NO_ARRIVALS, LargeReserve, is_large
+from migslice.scheduling.reserve import (
+    DEFAULT_MAX_HOLD_S,
+    NO_ARRIVALS,
+    LargeReserve,
+    is_large,
+)
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
@@ -143,8 +149,16 @@ def _best_on_gpu(
 
 
 class DraSteeredPlacer(CarvingPlacer):
-    def __init__(self, cluster: SimCluster, *, large_reserve: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: SimCluster,
+        *,
+        large_reserve: bool = False,
+        max_hold_s: float = DEFAULT_MAX_HOLD_S,
+    ) -> None:
         super().__init__(cluster)
+        self.max_hold_s = max_hold_s if large_reserve else None
+        self.waited_s = 0.0
         self.feasible = RankIndex(cluster, self.rank)
         self.mix = NO_MIX
         self.strand_guard = False
@@ -210,8 +224,10 @@ class DraSteeredPlacer(CarvingPlacer):
         node = self.cluster.nodes[int(entries[0][-1])]
         _, chosen = self._steer(node, kind)
         if self.large_reserve and not large:
-            reserve = LargeReserve(self.idle, self.free, self.arrivals.share)
-            if reserve.holds_back(_breaks(node, chosen)):
+            hold = self.max_hold_s
+            assert hold is not None
+            reserve = LargeReserve(self.idle, self.free, self.arrivals.share, hold)
+            if reserve.holds_back(_breaks(node, chosen), self.waited_s):
                 sparing = self.sparing.entries(kind)
                 if not sparing:
                     return None
@@ -282,9 +298,13 @@ class DraSteered:
 
     name: str = "M-dra migslice on DynamicMIG (node score and steer)"
     large_reserve: bool = False
+    max_hold_s: float = DEFAULT_MAX_HOLD_S
+    """The reserve's longest hold (``--dra-large-reserve-max-hold``), mode B only."""
 
     def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
         return ((),)
 
     def start(self, cluster: SimCluster, seed: int) -> Placer:
-        return DraSteeredPlacer(cluster, large_reserve=self.large_reserve)
+        return DraSteeredPlacer(
+            cluster, large_reserve=self.large_reserve, max_hold_s=self.max_hold_s
+        )

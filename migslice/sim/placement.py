@@ -52,6 +52,17 @@ class Reshaper(Placer, Protocol):
         ...
 
 
+@runtime_checkable
+class Holding(Placer, Protocol):
+    """A placer that may hold pods back at first and let them through once they have waited
+    ``max_hold_s`` (the large-job reserve; None: it holds none back). Mode B sets ``waited_s``
+    to the pod's wait before each try and tries a waiting pod again once it has waited that
+    long; mode A has no clock (every try is a first one)."""
+
+    max_hold_s: float | None
+    waited_s: float
+
+
 class Policy(Protocol):
     @property
     def name(self) -> str: ...

@@ -18,8 +18,7 @@ import orjson
 
 from migslice import names
 from migslice.objects.json import JsonObject, mapping
-from migslice.objects.pods import scheduler_name_of
-from migslice.repartition import unschedulable_since
+from migslice.objects.pods import scheduler_name_of, unschedulable_since
 from migslice.scheduling import PodDemand, demand_of, filter_nodes
 from migslice.scheduling.decisions import demand_key
 from migslice.scheduling.demand import with_claims

@@ -29,6 +29,8 @@ FLAG_ERRORS = [
     (["extender", "--mig-config-map", "no-namespace"], "is not NAMESPACE/NAME"),
     (["extender", "--repartition-carve-min-pending-s", "-1"], "out of range"),
     (["extender", "--repartition-carve-min-pending-s", "nan"], "not a finite number"),
+    (["extender", "--dra-large-reserve-max-hold", "0"], "out of range; expected more than 0"),
+    (["extender", "--dra-large-reserve-max-hold", "inf"], "not a finite number"),
     (["agent", "--node-name", "Bad_Node"], "is not a DNS name"),
     (["agent", "--node-name", "n1", "--interval-s", "0"], "out of range"),
     (["certs", "--service", "../../x y", "--namespace", "a", "--out", "o"], "not a DNS label"),

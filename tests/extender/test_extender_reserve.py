@@ -5,6 +5,7 @@ pod that would break an idle GPU the reserve keeps goes beside others or waits."
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from extender.state import ExtenderState, ReserveStats, state_from_objects
 from extender.steer import SteerLoop
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.objects.resource_claims import claim_facts_from_raw
+from migslice.objects.times import format_time
 from migslice.scheduling import reasons
+from migslice.scheduling.reserve import DEFAULT_MAX_HOLD_S
 from tests.dra_objects import (
     fixture_slices,
     make_claim,
@@ -51,28 +54,48 @@ def _renamed(name: str) -> list[dict[str, Any]]:
     ]
 
 
-def _setup(*, enabled: bool = True) -> tuple[ExtenderState, SteerLoop, FlaskClient]:
+def _setup(
+    *, enabled: bool = True, max_hold_s: float = DEFAULT_MAX_HOLD_S
+) -> tuple[ExtenderState, SteerLoop, FlaskClient]:
     objects = ClusterObjects(
         nodes=(make_dra_node(IDLE), make_dra_node(BUSY)),
         resource_slices=(*_renamed(IDLE), *_renamed(BUSY)),
         resource_claims=(make_claim("held-3g", allocated=[(BUSY, "gpu-0-mig-3g40gb-9-4")]),),
         device_classes=tuple(migslice_classes()),
     )
-    settings = ExtenderSettings(dra_large_reserve=enabled)
+    settings = ExtenderSettings(dra_large_reserve=enabled, dra_large_reserve_max_hold_s=max_hold_s)
     state = state_from_objects(objects, settings)
-    loop = SteerLoop(state.index, NoRules(), reserve=ReserveStats(enabled=enabled))
+    reserve = ReserveStats(enabled=enabled, max_hold_s=max_hold_s)
+    loop = SteerLoop(state.index, NoRules(), reserve=reserve)
     state.steer = loop.stats
     loop.update_guard()
     return state, loop, create_app(settings, state).test_client()
 
 
 def _filter(
-    client: FlaskClient, state: ExtenderState, profile: str, name: str, verb: str = "filter"
+    client: FlaskClient,
+    state: ExtenderState,
+    profile: str,
+    name: str,
+    verb: str = "filter",
+    *,
+    unschedulable_s: float | None = None,
 ) -> Any:
+    """Filter ``name``'s pod; ``unschedulable_s``: how long ago its ``PodScheduled`` condition
+    turned False (None: kube-scheduler never tried it)."""
     claim = claim_facts_from_raw(make_claim(f"{name}-gpu", profile=profile, owner=name))
     assert claim is not None
     state.index.upsert_claim(claim)
     pod = make_claim_pod(name, {}, templates={"gpu": f"{name}-gpu"})
+    if unschedulable_s is not None:
+        pod["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "lastTransitionTime": format_time(time.time() - unschedulable_s),
+            }
+        ]
     body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": [IDLE, BUSY]})
     response = client.post(f"/{verb}", data=body, content_type="application/json")
     assert response.status_code == 200
@@ -109,7 +132,9 @@ def test_a_small_pod_goes_beside_others_once_large_pods_arrive_and_a_large_one_p
     answer = _filter(client, state, "1g.10gb", "small-2")
     assert answer["NodeNames"] == []
     share = 7 / (7 + 1 + 1 + 2 + 1)
-    assert answer["FailedNodes"][IDLE] == reasons.kept_for_large(1, share * (1 + 4 / 7), share)
+    assert answer["FailedNodes"][IDLE] == reasons.kept_for_large(
+        1, share * (1 + 4 / 7), share, DEFAULT_MAX_HOLD_S
+    )
     kept = f"1 idle DynamicMIG GPU(s) left, the large-job reserve keeps {share * 11 / 7:.1f}"
     assert kept in answer["FailedNodes"][IDLE]
     assert state.steer is not None and state.steer.reserve.held_back == 1
@@ -119,6 +144,26 @@ def test_a_small_pod_goes_beside_others_once_large_pods_arrive_and_a_large_one_p
     assert "migslice_dra_large_reserve_held_back_total 1.0" in text
     (line,) = [x for x in text.splitlines() if x.startswith("migslice_dra_large_share ")]
     assert float(line.split()[1]) == pytest.approx(share)
+
+
+def test_a_small_pod_unschedulable_for_the_max_hold_may_break_the_idle_gpu() -> None:
+    state, _, client = _setup(max_hold_s=120.0)
+    assert _filter(client, state, "7g.80gb", "large-0")["NodeNames"] == [IDLE]
+    full = claim_facts_from_raw(make_claim("held-4g", allocated=[(BUSY, "gpu-0-mig-4g40gb-5-0")]))
+    assert full is not None
+    state.index.upsert_claim(full)
+    # found unschedulable a minute ago: still held back, the message names the longest hold
+    answer = _filter(client, state, "1g.10gb", "small-0", unschedulable_s=60)
+    assert answer["NodeNames"] == []
+    assert "or 120s unschedulable at most" in answer["FailedNodes"][IDLE]
+    assert "dra.largeJobReserve.maxHoldSeconds" in answer["FailedNodes"][IDLE]
+    # three minutes: it may take the idle GPU, and the call is counted as one let past
+    assert _filter(client, state, "1g.10gb", "small-0", unschedulable_s=180)["NodeNames"] == [IDLE]
+    assert state.steer is not None
+    assert (state.steer.reserve.held_back, state.steer.reserve.released) == (1, 1)
+    text = generate_latest(ExtenderMetrics(state).registry).decode()
+    assert "migslice_dra_large_reserve_released_total 1.0" in text
+    assert "migslice_dra_large_reserve_max_hold_seconds 120.0" in text
 
 
 def test_off_by_default_a_small_pod_may_break_the_idle_gpu() -> None:

@@ -100,3 +100,16 @@ def test_the_large_job_reserve_value_gives_the_extender_its_flag(enabled: bool) 
     known = [a for a in args[1:] if not a.startswith(("--tls-", "--client-"))]
     settings = settings_from_args(parser.parse_args(known))
     assert settings.dra_large_reserve is enabled
+    assert settings.dra_large_reserve_max_hold_s == 60
+
+
+@pytest.mark.skipif(not Path(HELM).exists(), reason="no helm (e2e/build.sh; MIGSLICE_E2E_BIN)")
+def test_the_reserve_max_hold_must_be_a_positive_number_of_seconds() -> None:
+    values = ["dra.largeJobReserve.enabled=true", "dra.largeJobReserve.maxHoldSeconds=0"]
+    refused = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), *(f"--set={v}" for v in values)],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0
+    assert "maxHoldSeconds" in refused.stderr

@@ -8,6 +8,7 @@ from migslice.inventory import mig_resource
 from migslice.mig import WHOLE_GPU_RESOURCE
 from migslice.scheduling.demand import DemandUnit, PodDemand, UnitKind
 from migslice.scheduling.reserve import (
+    DEFAULT_MAX_HOLD_S,
     NO_ARRIVALS,
     ArrivalMix,
     LargeReserve,
@@ -49,6 +50,14 @@ def test_a_small_pod_may_not_break_an_idle_gpu_the_reserve_keeps() -> None:
     assert not reserve.holds_back(1)  # 4 idle GPUs left: the reserve holds
     assert LargeReserve(4, 12.0, 1 / 3).holds_back(1)  # 3 left: below it
     assert LargeReserve(6, 12.0, 1 / 3).holds_back(3)
+
+
+def test_a_small_pod_held_back_max_hold_may_break_an_idle_gpu() -> None:
+    reserve = LargeReserve(4, 12.0, 1 / 3, max_hold_s=60.0)  # keeps 4: 3 left would be below
+    assert reserve.holds_back(1, waited_s=0.0)
+    assert reserve.holds_back(1, waited_s=59.9)
+    assert not reserve.holds_back(1, waited_s=60.0)
+    assert LargeReserve(4, 12.0, 1 / 3).max_hold_s == DEFAULT_MAX_HOLD_S
 
 
 def test_no_large_arrivals_keep_nothing_and_off_holds_nothing_back() -> None:

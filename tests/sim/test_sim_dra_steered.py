@@ -16,7 +16,17 @@ from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import PreparedNode, prepare_node
 from migslice.scheduling.dra_placement import STRANDING_SCORE
 from migslice.scheduling.dra_steer import steer_of
-from migslice.sim import GPU_MODEL, SaturationConfig, SimPod, make_policy, run_sequence
+from migslice.sim import (
+    GPU_MODEL,
+    Arrival,
+    ChurnConfig,
+    Lifetimes,
+    SaturationConfig,
+    SimPod,
+    make_policy,
+    run_arrivals,
+    run_sequence,
+)
 from migslice.sim.cluster import SimCluster, SimGpu
 from migslice.sim.dra_steered import DraSteered, DraSteeredPlacer, steered_devices
 from tests.dra_objects import fixture_slices, make_claim, make_dra_node, migslice_classes
@@ -170,6 +180,37 @@ def test_with_the_reserve_a_small_pod_goes_beside_others_or_waits_and_a_large_on
         assert plain.place(SimPod(name, profile)) is not None
     taken = plain.place(SimPod("s2", "2g.20gb"))
     assert taken is not None and taken.node == "node-0001"
+
+
+def test_a_pod_held_back_by_the_reserve_takes_the_idle_gpu_once_it_has_waited_max_hold() -> None:
+    # mode B, 2 nodes x 1 A100: a 4g and a 2g fill node-0000 but for 1g slices, a 7g came and
+    # went, so the reserve keeps node-0001 whole; a second 2g arriving at 20 s is held back
+    arrivals = [
+        Arrival(0.0, SimPod("s0", "4g.40gb"), 1000.0),
+        Arrival(1.0, SimPod("big", "7g.80gb"), 1.0),
+        Arrival(10.0, SimPod("s1", "2g.20gb"), 1000.0),
+        Arrival(20.0, SimPod("s2", "2g.20gb"), 1000.0),
+    ]
+    config = ChurnConfig(
+        nodes=2,
+        gpus_per_node=1,
+        lifetimes=Lifetimes(median_s=10.0, p90_s=100.0),
+        duration_lifetimes=40.0,
+        warmup_lifetimes=0.0,
+        patience_s=100.0,
+        keep_log=True,
+    )
+
+    def placed(max_hold_s: float) -> dict[str, tuple[float, str]]:
+        policy = DraSteered(large_reserve=True, max_hold_s=max_hold_s)
+        result = run_arrivals(arrivals, policy, config)
+        return {p.pod: (p.time_s, p.node) for p in result.placements}
+
+    held = placed(30.0)
+    assert held["s1"] == (10.0, "node-0000")
+    assert held["s2"] == (50.0, "node-0001")  # 30 s after it arrived, on the idle GPU
+    # held longer than its patience: it gives up, and the GPU stays whole
+    assert "s2" not in placed(1000.0)
 
 
 def test_with_3g_pods_held_a_2g_leaves_room_for_a_3g_and_a_second_2g() -> None:
