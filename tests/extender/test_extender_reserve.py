@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from extender import ExtenderSettings, create_app
@@ -176,3 +178,52 @@ def test_off_by_default_a_small_pod_may_break_the_idle_gpu() -> None:
     assert "migslice_dra_idle_gpus 1.0" in text
     assert "migslice_dra_large_reserve_gpus 0.0" in text
     assert "migslice_dra_large_reserve_held_back_total 0.0" in text
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_CONDITION = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["PodScheduled", "Ready"]) | st.text(max_size=10),
+        "status": st.sampled_from(["False", "True"]) | _JSON,
+        "reason": st.sampled_from(["Unschedulable", "SchedulingGated"]) | _JSON,
+        "lastTransitionTime": st.sampled_from(
+            ["2026-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"]
+        )
+        | _JSON,
+    },
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    status=_JSON | st.fixed_dictionaries({"conditions": st.lists(_CONDITION, max_size=3) | _JSON})
+)
+def test_any_pod_status_gets_a_well_formed_answer_from_the_reserve(status: Any) -> None:
+    state, _, client = _setup()
+    assert _filter(client, state, "7g.80gb", "large-0")["NodeNames"] == [IDLE]
+    full = claim_facts_from_raw(make_claim("held-4g", allocated=[(BUSY, "gpu-0-mig-4g40gb-5-0")]))
+    assert full is not None
+    state.index.upsert_claim(full)
+    claim = claim_facts_from_raw(make_claim("small-gpu", profile="1g.10gb", owner="small"))
+    assert claim is not None
+    state.index.upsert_claim(claim)
+    pod = make_claim_pod("small", {}, templates={"gpu": "small-gpu"})
+    pod["status"] = status
+    body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": [IDLE, BUSY]})
+    response = client.post("/filter", data=body, content_type="application/json")
+    assert response.status_code == 200
+    answer = json.loads(response.data)
+    assert answer["Error"] == ""
+    # held back (no readable wait) or let past (a readable wait of the longest hold): never both
+    assert answer["NodeNames"] in ([], [IDLE])
