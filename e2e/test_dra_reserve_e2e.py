@@ -136,16 +136,24 @@ class Run:
         return busy, idle
 
 
-@pytest.mark.parametrize("reserve_scheduler", [3600], indirect=True)
-def test_a_small_pod_waits_beside_others_for_the_idle_gpu_the_reserve_keeps(
+@pytest.fixture
+def filled(
     core_v1: k8s.CoreV1Api,
     k8s_api: k8s.ApiClient,
     namespace: str,
     reserve_scheduler: None,
     two_nodes: tuple[str, str],
-) -> None:
+) -> tuple[Run, str, str]:
+    """:meth:`Run.fill` on the reserve's scheduler: the run, the busy node, the idle one."""
     run = Run(core_v1, k8s_api, namespace)
-    busy, idle = run.fill(two_nodes)
+    return (run, *run.fill(two_nodes))
+
+
+@pytest.mark.parametrize("reserve_scheduler", [3600], indirect=True)
+def test_a_small_pod_waits_beside_others_for_the_idle_gpu_the_reserve_keeps(
+    filled: tuple[Run, str, str],
+) -> None:
+    run, busy, idle = filled
     create, bound, remove = run.create, run.bound, run.remove
     # Room frees beside the 4g: it binds there, and the idle GPU stays whole.
     remove("small-0")
@@ -156,14 +164,9 @@ def test_a_small_pod_waits_beside_others_for_the_idle_gpu_the_reserve_keeps(
 
 @pytest.mark.parametrize("reserve_scheduler", [MAX_HOLD_S], indirect=True)
 def test_a_small_pod_held_back_its_longest_takes_the_idle_gpu(
-    core_v1: k8s.CoreV1Api,
-    k8s_api: k8s.ApiClient,
-    namespace: str,
-    reserve_scheduler: None,
-    two_nodes: tuple[str, str],
+    core_v1: k8s.CoreV1Api, filled: tuple[Run, str, str]
 ) -> None:
-    run = Run(core_v1, k8s_api, namespace)
-    _, idle = run.fill(two_nodes)
+    run, _, idle = filled
     # kube-scheduler tries a pod the extender turned away again on the next change in the
     # cluster (a busy one has many a second): a node's label changes once its hold is over
     time.sleep(MAX_HOLD_S + 1)

@@ -20,7 +20,6 @@ from migslice.sim import (
     GPU_MODEL,
     Arrival,
     ChurnConfig,
-    Lifetimes,
     SaturationConfig,
     SimPod,
     make_policy,
@@ -191,15 +190,7 @@ def test_a_pod_held_back_by_the_reserve_takes_the_idle_gpu_once_it_has_waited_ma
         Arrival(10.0, SimPod("s1", "2g.20gb"), 1000.0),
         Arrival(20.0, SimPod("s2", "2g.20gb"), 1000.0),
     ]
-    config = ChurnConfig(
-        nodes=2,
-        gpus_per_node=1,
-        lifetimes=Lifetimes(median_s=10.0, p90_s=100.0),
-        duration_lifetimes=40.0,
-        warmup_lifetimes=0.0,
-        patience_s=100.0,
-        keep_log=True,
-    )
+    config = ChurnConfig(nodes=2, gpus_per_node=1, patience_s=100.0, keep_log=True)
 
     def placed(max_hold_s: float) -> dict[str, tuple[float, str]]:
         policy = DraSteered(large_reserve=True, max_hold_s=max_hold_s)
