@@ -63,16 +63,29 @@ def scheduler_name_of(raw_pod: RawPod) -> str | None:
 
 
 def unschedulable_since(raw_pod: RawPod) -> datetime.datetime | None:
-    """When ``PodScheduled`` turned ``False`` with reason ``Unschedulable``; None otherwise."""
+    """Since when the pod has waited for kube-scheduler: ``PodScheduled`` is ``False`` with
+    reason ``Unschedulable``, counted from its last transition, or from the moment the
+    migslice webhook admitted the pod through its gate (``migslice.io/Admitted=True``) if
+    later: a gated pod's ``PodScheduled`` turned ``False`` (``SchedulingGated``) when it was
+    created, and keeps that time when the reason becomes ``Unschedulable``. None when the
+    pod is not unschedulable or the time cannot be read. (Another controller's scheduling
+    gate leaves no such mark: such a pod counts from its creation.)"""
     status = raw_pod.get("status")
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for condition in conditions if isinstance(conditions, list) else ():
-        if not isinstance(condition, Mapping) or condition.get("type") != "PodScheduled":
-            continue
-        if condition.get("status") != "False" or condition.get("reason") != "Unschedulable":
-            return None
-        return parse_time(condition.get("lastTransitionTime"))
-    return None
+    found = [
+        c for c in (conditions if isinstance(conditions, list) else ()) if isinstance(c, Mapping)
+    ]
+    scheduled = next((c for c in found if c.get("type") == "PodScheduled"), None)
+    if scheduled is None:
+        return None
+    if scheduled.get("status") != "False" or scheduled.get("reason") != "Unschedulable":
+        return None
+    since = parse_time(scheduled.get("lastTransitionTime"))
+    admitted = next((c for c in found if c.get("type") == names.ADMITTED_CONDITION), None)
+    if since is None or admitted is None or admitted.get("status") != "True":
+        return since
+    at = parse_time(admitted.get("lastTransitionTime"))
+    return since if at is None else max(since, at)
 
 
 def is_admission_gated(raw_pod: RawPod) -> bool:

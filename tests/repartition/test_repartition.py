@@ -21,6 +21,7 @@ from migslice.mig.migparted import (
     parse_mig_parted,
     render_mig_parted,
 )
+from migslice.names import ADMITTED_CONDITION
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import (
     ABORTED,
@@ -399,6 +400,25 @@ def test_pending_pods_are_unschedulable_mig_pods_of_our_scheduler_with_their_wai
     ]
     found = pending_pods(raws, now)
     assert [(p.demand.key, p.pending_s) for p in found] == [("team-a/wait", 30.0)]
+
+
+def test_a_pod_admitted_through_the_gate_counts_its_wait_from_its_admission() -> None:
+    # a gated pod's PodScheduled turned False (SchedulingGated) when it was created, and keeps
+    # that time when kube-scheduler finds it Unschedulable after the gate came off
+    now = datetime.datetime(2025, 5, 1, 10, 0, 30, tzinfo=datetime.UTC)
+    raw = unschedulable(make_pod("late", profile="3g.40gb"), "2025-05-01T09:00:00Z")
+    admitted = {"type": ADMITTED_CONDITION, "status": "True", "reason": "Admitted"}
+    raw["status"]["conditions"].append({**admitted, "lastTransitionTime": "2025-05-01T10:00:20Z"})
+    assert [p.pending_s for p in pending_pods([raw], now)] == [10.0]
+    # admitted before it was last found unschedulable, or at a time that cannot be read: the
+    # PodScheduled condition's time
+    raw["status"]["conditions"][1]["lastTransitionTime"] = "2025-05-01T08:00:00Z"
+    assert [p.pending_s for p in pending_pods([raw], now)] == [3630.0]
+    raw["status"]["conditions"][1]["lastTransitionTime"] = "yesterday"
+    assert [p.pending_s for p in pending_pods([raw], now)] == [3630.0]
+    # still gated, or refused at the gate: not admitted, the PodScheduled time stands
+    raw["status"]["conditions"][1] = {**admitted, "status": "False", "lastTransitionTime": "x"}
+    assert [p.pending_s for p in pending_pods([raw], now)] == [3630.0]
 
 
 # -- the property: never apply to a GPU busy at apply time ---
