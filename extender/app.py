@@ -70,20 +70,12 @@ class BadArgsError(InvalidInputError):
 class Context:
     """What the routes use, kept on ``app.extensions[EXTENSION]``."""
 
-    def __init__(
-        self,
-        settings: ExtenderSettings,
-        state: ExtenderState,
-        *,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, settings: ExtenderSettings, state: ExtenderState) -> None:
         self.settings = settings
         self.state = state
         self.metrics = ExtenderMetrics(state)
         self.demands = DemandReader()
         self.arrivals = Arrivals()
-        self.wall_clock = wall_clock
-        """Epoch seconds: how long a pod has been unschedulable (the reserve's max hold)."""
 
 
 def create_app(
@@ -339,7 +331,7 @@ def _filter(
         steer.reserve.share = share = context.arrivals.saw(demand, sizes)
         reserve = None if is_large(sizes) else current_reserve(steer.reserve, share)
     if reserve is not None:
-        waited_s = _unschedulable_for(args["Pod"], context.wall_clock())
+        waited_s = _unschedulable_for(args["Pod"], time.time())
         result = _held_back(
             context, demand, names, candidates, reserve, waited_s, best_fit=best_fit
         )
@@ -409,9 +401,8 @@ def _held_back(
 
 
 def _unschedulable_for(raw_pod: Any, now: float) -> float:
-    """Seconds ``raw_pod`` has been unschedulable (its ``PodScheduled`` condition turned
-    ``False``, reason ``Unschedulable``: kube-scheduler found no node for it); 0 for a pod
-    never found so, or whose condition cannot be read."""
+    """Seconds ``raw_pod`` has waited for a node (:func:`unschedulable_since`); 0 for a pod
+    kube-scheduler never found unschedulable, or whose conditions cannot be read."""
     since = unschedulable_since(raw_pod) if isinstance(raw_pod, Mapping) else None
     return 0.0 if since is None else max(0.0, now - since.timestamp())
 
