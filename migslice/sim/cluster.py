@@ -53,6 +53,9 @@ class SimGpu:
     instances: list[Placed] = field(default_factory=list)
     holders: list[str | None] = field(default_factory=list)
     whole_holder: str | None = None
+    memo: tuple[GpuState, AgentGpu | None] | None = field(default=None, compare=False, repr=False)
+    """The GPU as the core reads it (and the node agent's report of it, once asked for),
+    until the cluster changes it: :class:`SimCluster` clears it with every change."""
 
     @property
     def is_idle(self) -> bool:
@@ -70,13 +73,42 @@ class SimGpu:
         ]
 
     def as_state(self) -> GpuState:
-        return GpuState(
-            index=self.index,
-            mig_enabled=self.mig_enabled,
-            instances=tuple(self.instances),
-            held=tuple(h is not None for h in self.holders),
-            whole_held=self.whole_holder is not None,
-        )
+        memo = self.memo
+        if memo is None:
+            state = GpuState(
+                index=self.index,
+                mig_enabled=self.mig_enabled,
+                instances=tuple(self.instances),
+                held=tuple(h is not None for h in self.holders),
+                whole_held=self.whole_holder is not None,
+            )
+            self.memo = (state, None)
+            return state
+        return memo[0]
+
+    def as_report(self, node: str) -> AgentGpu:
+        """The node agent's report of this GPU on ``node`` (see :func:`agent_report`)."""
+        state = self.as_state()
+        memo = self.memo
+        assert memo is not None
+        if memo[1] is None:
+            report = AgentGpu(
+                self.index,
+                self.mig_enabled,
+                tuple(
+                    AgentInstance(
+                        p.profile,
+                        p.start,
+                        p.size,
+                        h is not None,
+                        f"MIG-{node}-{self.index}-{p.start}-{p.profile}",
+                    )
+                    for p, h in zip(self.instances, self.holders, strict=True)
+                ),
+            )
+            self.memo = (state, report)
+            return report
+        return memo[1]
 
 
 @dataclass(slots=True, eq=False)
@@ -176,7 +208,10 @@ class SimCluster:
             for gpu in node.gpus:
                 yield node, gpu
 
-    def touched(self, node: SimNode) -> None:
+    def touched(self, node: SimNode, gpu: SimGpu | None = None) -> None:
+        """``node`` changed: ``gpu`` of it, or (None) only its labels or annotations."""
+        if gpu is not None:
+            gpu.memo = None
         node.version += 1
         self.changes += 1
         for listener in self.listeners:
@@ -188,13 +223,13 @@ class SimCluster:
         if gpu.holders[position] is not None:
             raise ValueError(f"{node.name} GPU {gpu.index} instance {position} is held")
         gpu.holders[position] = pod
-        self.touched(node)
+        self.touched(node, gpu)
 
     def hold_whole(self, node: SimNode, gpu: SimGpu, pod: str) -> None:
         if gpu.mig_enabled or gpu.whole_holder is not None:
             raise ValueError(f"{node.name} GPU {gpu.index} cannot be held whole")
         gpu.whole_holder = pod
-        self.touched(node)
+        self.touched(node, gpu)
 
     def free_instance(self, node: SimNode, gpu: SimGpu, position: int, *, holder: str) -> None:
         """Give back instance ``position`` of ``gpu``, which ``holder`` must hold."""
@@ -204,7 +239,7 @@ class SimCluster:
                 f"{gpu.holders[position]!r}, not {holder!r}"
             )
         gpu.holders[position] = None
-        self.touched(node)
+        self.touched(node, gpu)
 
     def record(self, assignment: Assignment) -> None:
         if assignment.pod in self.assignments:
@@ -221,7 +256,7 @@ class SimCluster:
                 if gpu.whole_holder != pod:
                     raise ValueError(f"{node.name} GPU {index} is not held whole by {pod}")
                 gpu.whole_holder = None
-                self.touched(node)
+                self.touched(node, gpu)
             else:
                 self.free_instance(node, gpu, gpu.instances.index(placed), holder=pod)
         return assignment
@@ -251,7 +286,7 @@ class SimCluster:
         gpu.holders = [kept.get(p) for p in gpu.instances]
         gpu.mig_enabled = True
         self.gpus_touched += 1
-        self.touched(node)
+        self.touched(node, gpu)
         return True
 
     def create_instance(self, node: SimNode, gpu: SimGpu, placed: Placed) -> int:
@@ -264,7 +299,7 @@ class SimCluster:
         gpu.instances = list(new)
         gpu.holders = [holders.get(p) for p in new]
         self.instances_created += 1
-        self.touched(node)
+        self.touched(node, gpu)
         return gpu.instances.index(placed)
 
     def destroy_instance(self, node: SimNode, gpu: SimGpu, position: int) -> None:
@@ -274,7 +309,7 @@ class SimCluster:
             raise DisruptionError(f"{node.name} GPU {gpu.index}: {holder} holds the instance")
         del gpu.instances[position]
         del gpu.holders[position]
-        self.touched(node)
+        self.touched(node, gpu)
 
     def set_carve(
         self, node: SimNode, request: CarveRequest | None, status: CarveStatus | None
@@ -365,21 +400,5 @@ def agent_report(product: str, node: SimNode) -> AgentReport:
     and busy when a pod holds it (a pod's processes run from the moment it is placed)."""
     return AgentReport(
         product=product,
-        gpus=tuple(
-            AgentGpu(
-                gpu.index,
-                gpu.mig_enabled,
-                tuple(
-                    AgentInstance(
-                        p.profile,
-                        p.start,
-                        p.size,
-                        h is not None,
-                        f"MIG-{node.name}-{gpu.index}-{p.start}-{p.profile}",
-                    )
-                    for p, h in zip(gpu.instances, gpu.holders, strict=True)
-                ),
-            )
-            for gpu in node.gpus
-        ),
+        gpus=tuple(gpu.as_report(node.name) for gpu in node.gpus),
     )

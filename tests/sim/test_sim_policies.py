@@ -3,6 +3,7 @@ the indexes and shortcuts that make it fast choosing exactly what a full scan wo
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from migslice.sim import (
     sample_arrivals,
     synthetic_workload,
 )
-from migslice.sim.cluster import DisruptionError, SimCluster, SimNode
+from migslice.sim.cluster import DisruptionError, SimCluster, SimNode, build_node_state
 from migslice.sim.index import Rank, RankIndex
 from migslice.sim.ours import (
     PLAN_SETTINGS,
@@ -33,7 +34,14 @@ from migslice.sim.ours import (
     extender_choice,
     planned_reshape,
 )
-from migslice.sim.placement import LayoutChange, Placer, best_fit_choice, static_layout
+from migslice.sim.placement import (
+    LayoutChange,
+    Placer,
+    Reshaper,
+    apply_changes,
+    best_fit_choice,
+    static_layout,
+)
 from migslice.sim.static import ALL_BALANCED, STOCK_CONFIGS, stock_mixed_layouts
 
 TINY = SaturationConfig(nodes=1, gpus_per_node=2, check_layouts=True)
@@ -65,6 +73,37 @@ def test_every_layout_stays_legal_and_no_placed_pod_is_disrupted(
     result = run_sequence(arrivals, policy(policy_id), SMALL)
     assert result.disrupted_pods == 0
     assert result.placed_pods + result.failed_pods == len(arrivals)
+
+
+@pytest.mark.parametrize("policy_id", ["migslice", "M-carve", "B6", "B8"])
+@settings(max_examples=15, deadline=None)
+@given(arrivals=pods, leaving=st.lists(st.integers(0, 7), max_size=8))
+def test_the_node_states_handed_out_are_those_built_afresh_after_every_change(
+    policy_id: str, arrivals: list[SimPod], leaving: list[int]
+) -> None:
+    # The cluster keeps each GPU's state (and the agent's report of it) until it changes the
+    # GPU; a change it forgot to announce would hand the core a stale node.
+    cluster = SimCluster(GPU_MODEL, 2, ((),), gpus_per_node=2, agent_reports=True)
+    placer = policy(policy_id).start(cluster, 0)
+    checked = 0
+
+    def same_as_afresh(node: SimNode) -> None:
+        nonlocal checked
+        afresh = copy.deepcopy(node)
+        for gpu in afresh.gpus:
+            gpu.memo = None
+        expected = build_node_state(GPU_MODEL, afresh, agent=cluster.agent_reports)
+        assert cluster.node_state(node) == expected
+        checked += 1
+
+    cluster.listeners.append(same_as_afresh)  # after every change the cluster announces
+    for k, pod in enumerate(arrivals):
+        if placer.place(pod) is None and isinstance(placer, Reshaper):
+            if apply_changes(cluster, placer.reshape([pod])):
+                placer.place(pod)
+        if k in leaving and cluster.assignments:
+            cluster.release(next(iter(cluster.assignments)))
+    assert checked >= len(cluster.assignments)
 
 
 def test_re_partitioning_a_gpu_a_pod_holds_part_of_is_refused() -> None:
