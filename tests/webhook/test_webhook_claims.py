@@ -6,6 +6,7 @@ kube-scheduler's extended-resource claims without counting twice, and migslice's
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import threading
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
 from tests.ledger_api import LedgerApi
 from tests.local_api import local_api
 from webhook.app import create_app
-from webhook.quota import QuotaKeeper
+from webhook.quota import MemoryLedgers, QuotaKeeper
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
 from webhook.templates import MemoryTemplates, TemplateKeeper
@@ -364,3 +365,201 @@ def test_a_second_pod_naming_a_hardware_tenants_claim_is_denied_from_the_caches(
     assert "which pod team-a/first uses too" in answer["status"]["message"]
     state.delete_pod("team-a", "first")
     assert client.post("/mutate", json=make_review(second)).get_json()["response"]["allowed"]
+
+
+# -- hostile claims and templates ------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**12) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+opaque_configs = st.fixed_dictionaries(
+    {
+        "opaque": st.fixed_dictionaries(
+            {
+                "driver": st.sampled_from(["gpu.nvidia.com", "other.example.com"]) | json_values,
+                "parameters": st.fixed_dictionaries(
+                    {
+                        "apiVersion": st.sampled_from(["resource.nvidia.com/v1beta1", "x/v9"]),
+                        "kind": st.sampled_from(["MigDeviceConfig", "GpuConfig", "Other"]),
+                        "sharing": st.fixed_dictionaries(
+                            {"strategy": st.sampled_from(["MPS", "TimeSlicing", "None", ""])}
+                        )
+                        | json_values,
+                    }
+                )
+                | json_values,
+            }
+        ),
+        "requests": st.lists(st.sampled_from(["mig", "gpu", ""]), max_size=2) | json_values,
+    }
+)
+exactly_fields = st.dictionaries(
+    st.sampled_from(
+        [
+            "deviceClassName",
+            "allocationMode",
+            "count",
+            "selectors",
+            "adminAccess",
+            "capacity",
+            "tolerations",
+        ]
+    ),
+    st.sampled_from(
+        [
+            "mig.nvidia.com",
+            "gpu.nvidia.com",
+            "migslice-mig-1g.10gb",
+            "migslice-mig-9g.1gb",
+            "All",
+            "ExactCount",
+            True,
+            0,
+            -1,
+            2**40,
+            [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '7g.80gb'"}}],
+            [{"cel": {"expression": 7}}],
+            {"requests": {"memory": "5Gi"}},
+        ]
+    )
+    | json_values,
+    max_size=3,
+)
+
+
+@st.composite
+def claim_reviews(draw: st.DrawFn) -> dict[str, Any]:
+    claim = make_claim(
+        "fuzzed",
+        profile=draw(st.sampled_from(["1g.10gb", "3g.40gb", "7g.80gb", "1g.10gb+me", None])),
+        device_class=draw(st.sampled_from(["mig.nvidia.com", "migslice-mig-2g.20gb", "x"])),
+        count=draw(st.integers(-1, 9)),
+    )
+    devices = claim["spec"]["devices"]
+    devices["requests"][0]["exactly"].update(draw(exactly_fields))
+    if draw(st.booleans()):
+        devices["requests"].append(
+            {"name": "more", "firstAvailable": draw(st.lists(exactly_fields, max_size=2))}
+        )
+    if draw(st.booleans()):
+        devices["config"] = draw(st.lists(opaque_configs, max_size=2))
+    if draw(st.booleans()):  # any part of the object replaced by anything
+        where = draw(st.sampled_from([claim, claim["metadata"], claim["spec"], devices]))
+        where[draw(st.sampled_from([*where, "status"]))] = draw(json_values)
+    kind = draw(st.sampled_from([CLAIM_KIND, TEMPLATE_KIND]))
+    raw: Any = claim
+    if kind == TEMPLATE_KIND:
+        spec = claim.get("spec") if isinstance(claim, dict) else None
+        raw = {**claim, "kind": "ResourceClaimTemplate", "spec": {"spec": spec}}
+    plural = "resourceclaims" if kind == CLAIM_KIND else "resourceclaimtemplates"
+    review = make_review(
+        raw,
+        kind=kind,
+        resource=plural,
+        namespace=draw(st.sampled_from(["team-a", "other", ""])),
+        operation=draw(st.sampled_from(["CREATE", "CREATE", "UPDATE"])),
+    )
+    if review["request"]["operation"] == "UPDATE":
+        review["request"]["oldObject"] = draw(st.sampled_from([None, make_claim("fuzzed")]))
+    return review
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"quota": {"computeSlices": 2}},
+        {"isolation": "process", "tiers": ["mig", "shared"], "allowedProfiles": ["1g.10gb"]},
+    ],
+    ids=["hardware-quota", "process-tiers"],
+)
+@settings(max_examples=120, deadline=None)
+@given(review=claim_reviews())
+def test_fuzzed_claims_and_templates_get_a_clear_answer_and_never_a_500(
+    policy: dict[str, Any], review: dict[str, Any]
+) -> None:
+    state = tenant_state(**policy)
+    client = create_app(
+        WebhookSettings(), state, QuotaKeeper(state, MemoryLedgers(state))
+    ).test_client()
+    reply = client.post("/mutate", json=review)
+    assert reply.status_code in (200, 400), reply.get_data(as_text=True)
+    if reply.status_code == 400:
+        return
+    response = reply.get_json()["response"]
+    assert response["uid"] == review["request"]["uid"]
+    if response["allowed"] and "patch" in response:
+        jsonpatch.apply_patch(
+            copy.deepcopy(review["request"]["object"]),
+            json.loads(base64.b64decode(response["patch"])),
+        )
+    if not response["allowed"]:
+        assert response["status"]["message"].strip()
+
+
+pod_claim_entries = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["gpu", "gpu", "nic", "", "migslice-gpu"])},
+        optional={
+            "resourceClaimName": st.sampled_from(["shared", "missing", "nic", ""]) | json_values,
+            "resourceClaimTemplateName": st.sampled_from(
+                ["migslice-mig-1g.10gb", "mine", "migslice-mig-9g.1gb"]
+            )
+            | json_values,
+        },
+    )
+    | json_values,
+    max_size=3,
+)
+
+
+@st.composite
+def claim_pod_reviews(draw: st.DrawFn) -> dict[str, Any]:
+    pod = make_created_pod(annotations=None)
+    if draw(st.booleans()):
+        pod["metadata"]["annotations"] = draw(
+            st.dictionaries(
+                st.sampled_from(["migslice.io/gpu-size", "migslice.io/gpu-count"]),
+                st.sampled_from(["small", "medium", "huge", "2", "0", "-1", "1e9", ""]),
+            )
+        )
+    pod["spec"]["resourceClaims"] = draw(pod_claim_entries)
+    pod["spec"]["containers"][0]["resources"] = draw(
+        st.sampled_from([{}, {"claims": [{"name": "gpu"}]}, {"limits": {"nvidia.com/gpu": 1}}])
+        | st.dictionaries(st.sampled_from(["claims", "limits", "requests"]), json_values)
+    )
+    return make_review(pod)
+
+
+@settings(max_examples=150, deadline=None)
+@given(review=claim_pod_reviews(), tier=st.sampled_from(["hardware", "process"]))
+def test_fuzzed_pods_of_a_resource_claim_tenant_get_a_clear_answer_and_never_a_500(
+    review: dict[str, Any], tier: str
+) -> None:
+    policy: dict[str, Any] = {"deviceAPI": "ResourceClaim", "quota": {"computeSlices": 3}}
+    if tier == "process":
+        policy |= {"isolation": "process", "tiers": ["mig", "shared"]}
+    state = tenant_state(**policy)
+    state.upsert_claim(make_claim("shared", reserved_for=("first",)))
+    state.upsert_claim(make_claim("nic", device_class="nic.example.com", profile=None))
+    client = create_app(
+        WebhookSettings(),
+        state,
+        QuotaKeeper(state, MemoryLedgers(state)),
+        TemplateKeeper(state, MemoryTemplates()),
+    ).test_client()
+    reply = client.post("/mutate", json=review)
+    assert reply.status_code in (200, 400), reply.get_data(as_text=True)
+    if reply.status_code == 400:
+        return
+    response = reply.get_json()["response"]
+    if response["allowed"] and "patch" in response:
+        jsonpatch.apply_patch(
+            copy.deepcopy(review["request"]["object"]),
+            json.loads(base64.b64decode(response["patch"])),
+        )
+    if not response["allowed"]:
+        assert response["status"]["message"].strip()
