@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender import ExtenderSettings, create_app
 from extender.dra_warnings import EVENT_REASON, DraWarnings
@@ -325,3 +327,111 @@ def test_the_dra_caches_start_unless_the_api_server_does_not_serve_resource_k8s_
     error: Exception | None, served: bool
 ) -> None:
     assert serves_dra(Discovery(error)) is served  # type: ignore[arg-type]
+
+
+# -- hostile pods ------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**12) | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+quantities = st.sampled_from(["1", "2", "0", "-1", "1.5", "500m", "1e3", "abc", ""]) | json_values
+resources = st.dictionaries(
+    st.sampled_from(
+        [
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-3g.40gb",
+            "nvidia.com/mig-9g.1gb",
+            "nvidia.com/gpu",
+            "cpu",
+        ]
+    ),
+    quantities,
+    max_size=3,
+)
+
+
+@st.composite
+def scheduled_pods(draw: st.DrawFn) -> Any:
+    if draw(st.booleans()):
+        pod = make_claim_pod(
+            "train-0",
+            draw(st.dictionaries(st.sampled_from(["gpu", "x"]), st.sampled_from(["mine", "gone"]))),
+            templates=draw(
+                st.dictionaries(st.sampled_from(["t", "u"]), st.sampled_from(["mine", None]))
+            ),
+        )
+    else:
+        pod = make_pod("train-0", requests=draw(resources))
+    spec, metadata = pod["spec"], pod["metadata"]
+    container = spec["containers"][0]
+    parts = [pod, spec, metadata, container, container["resources"]]
+    for _ in range(draw(st.integers(0, 2))):
+        where = draw(st.sampled_from(parts))
+        key = draw(
+            st.sampled_from(
+                [*where, "status", "resourceClaims", "annotations", "limits", "claims", "uid"]
+            )
+        )
+        where[key] = draw(json_values)
+    if draw(st.booleans()):
+        pod["status"] = {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": draw(st.sampled_from(["False", "True", 7])),
+                    "reason": "Unschedulable",
+                    "lastTransitionTime": draw(
+                        st.sampled_from(["2026-12-06T08:00:00Z", "yesterday", None])
+                    ),
+                }
+            ],
+            "resourceClaimStatuses": draw(json_values),
+        }
+    return draw(st.sampled_from([pod, pod, draw(json_values)]))
+
+
+FUZZ_CLIENT: list[FlaskClient] = []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pod=scheduled_pods(),
+    names=st.lists(st.sampled_from([*ALL, "ghost"]), max_size=6, unique=True),
+    verb=st.sampled_from(["filter", "filter-best-fit", "prioritize"]),
+)
+def test_fuzzed_pods_get_an_answer_for_every_node_and_never_a_500(
+    pod: Any, names: list[str], verb: str
+) -> None:
+    if not FUZZ_CLIENT:  # one cluster for every example: answering must not change it
+        mine = make_claim("mine", profile="1g.10gb", owner="train-0")
+        FUZZ_CLIENT.append(client_of(cluster([mine])))
+    answer = post(FUZZ_CLIENT[0], verb, names_args(pod, names))
+    if verb == "prioritize":
+        if isinstance(answer, dict):  # a pod it cannot read: the error, no scores
+            assert answer["Error"]
+            return
+        assert [s["Host"] for s in answer] == names
+        assert all(0 <= s["Score"] <= 10 for s in answer)
+        return
+    assert list(answer) == [
+        "Nodes",
+        "NodeNames",
+        "FailedNodes",
+        "FailedAndUnresolvableNodes",
+        "Error",
+    ]
+    if answer["Error"]:
+        return
+    passed = answer["NodeNames"] or []
+    failed = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+    assert set(passed) <= set(names)
+    if verb == "filter-best-fit":
+        assert len(passed) <= len(names)
+    # kube-scheduler reads the failures only when no node is left: then each has its reason
+    if not passed:
+        assert sorted(failed) == sorted(set(names))
+        assert all(isinstance(reason, str) and reason for reason in failed.values())
