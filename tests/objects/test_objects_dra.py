@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness import dra_slices as gen
 from harness.dra_slices import DRIVER
@@ -394,6 +396,54 @@ def test_a_slice_that_is_no_slice_never_raises(spec: Any) -> None:
     assert slice_facts_from_raw({"spec": None}) is None
 
 
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**12) | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _paths(value: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON value, the value itself first."""
+    found = [here]
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found += _paths(inner, (*here, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            found += _paths(inner, (*here, index))
+    return found
+
+
+@st.composite
+def hostile_slices(draw: st.DrawFn) -> list[Any]:
+    """A fixture's slices with one to three places replaced by any JSON value or removed."""
+    raw: list[Any] = fixture_slices(draw(st.sampled_from(SLICE_FIXTURES)))
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(_paths(raw)[1:]))
+        *parents, last = path
+        holder: Any = raw
+        for step in parents:
+            holder = holder[step]
+        if isinstance(holder, dict) and draw(st.booleans()):
+            del holder[last]
+        else:
+            holder[last] = draw(json_values)
+    return raw
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=hostile_slices())
+def test_slices_damaged_anywhere_never_raise_and_a_pool_not_ready_says_why(raw: list[Any]) -> None:
+    facts = [slice_facts_from_raw(s) for s in raw if isinstance(s, dict)]
+    kept = [f for f in facts if f is not None]
+    for node in {f.node_name for f in kept} | {"n"}:
+        pool = read_pool(node, [f for f in kept if f.node_name == node])
+        assert (pool.state is PoolState.READY) == (pool.reason == ""), pool
+
+
 # -- claims, classes and the pods that use them ----------------------------------------------------
 
 
@@ -410,6 +460,38 @@ def test_the_allocated_claim_fixture_reads_its_device_and_its_pod() -> None:
     assert claim.reserved_for == ("team-a/trainer-0",) and claim.owner == "team-a/trainer-0"
     asks = gpu_asks(claim, _classes())
     assert [(a.kind, a.profile, a.count) for a in asks.asks] == [(DeviceKind.MIG, "1g.10gb", 1)]
+
+
+@st.composite
+def hostile_claims(draw: st.DrawFn) -> Any:
+    raw: Any = fixture(
+        draw(
+            st.sampled_from(
+                [
+                    "resourceclaim-allocated-dynamicmig-a100.yaml",
+                    "resourceclaim-extended-resource-special.yaml",
+                ]
+            )
+        )
+    )
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(_paths(raw)[1:]))
+        *parents, last = path
+        holder: Any = raw
+        for step in parents:
+            holder = holder[step]
+        holder[last] = draw(json_values)
+    return raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=hostile_claims())
+def test_claims_damaged_anywhere_never_raise(raw: Any) -> None:
+    claim = claim_facts_from_raw(raw)
+    if claim is not None:
+        asks = gpu_asks(claim, _classes())
+        assert all(a.count >= 0 for a in asks.asks)
+        claim.devices_in("gpu-node-a100-0")
 
 
 def test_the_extended_resource_claim_is_marked_and_read_through_its_class() -> None:
