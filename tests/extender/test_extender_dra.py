@@ -28,6 +28,7 @@ from tests.dra_objects import (
     make_dra_node,
     migslice_classes,
 )
+from tests.hostile import json_values
 
 DYNAMIC = "gpu-node-a100-8"  # DynamicMIG, 8 A100s
 STATIC = "gpu-node-h100-s"  # static MIG 3g@4 2g@0 1g@2 1g@3
@@ -331,13 +332,6 @@ def test_the_dra_caches_start_unless_the_api_server_does_not_serve_resource_k8s_
 
 # -- hostile pods ------------------------------------------------------------------------------
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 10**12) | st.text(max_size=10),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=10,
-)
 quantities = st.sampled_from(["1", "2", "0", "-1", "1.5", "500m", "1e3", "abc", ""]) | json_values
 resources = st.dictionaries(
     st.sampled_from(

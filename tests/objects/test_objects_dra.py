@@ -28,6 +28,7 @@ from tests.dra_objects import (
     make_claim_pod,
     migslice_classes,
 )
+from tests.hostile import json_values
 
 # -- the generator is the driver's formulas: it writes every fixture again ----------------------
 
@@ -394,15 +395,6 @@ def test_a_slice_that_is_no_slice_never_raises(spec: Any) -> None:
     facts = slice_facts_from_raw({"metadata": {"name": "s"}, "spec": spec})
     assert facts is not None and facts.problem
     assert slice_facts_from_raw({"spec": None}) is None
-
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 10**12) | st.text(max_size=10),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
 
 
 def _paths(value: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -6,7 +6,6 @@ kube-scheduler's extended-resource claims without counting twice, and migslice's
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import threading
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from migslice.admission.usage import ZERO
 from migslice.kube.ledger import ConfigMapLedgers
 from migslice.objects.claim_templates import migslice_claim_template
 from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
+from tests.hostile import assert_clear_admission_answer, json_values
 from tests.ledger_api import LedgerApi
 from tests.local_api import local_api
 from webhook.app import create_app
@@ -369,13 +369,6 @@ def test_a_second_pod_naming_a_hardware_tenants_claim_is_denied_from_the_caches(
 
 # -- hostile claims and templates ------------------------------------------------------------
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 10**12) | st.text(max_size=12),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=10,
-)
 opaque_configs = st.fixed_dictionaries(
     {
         "opaque": st.fixed_dictionaries(
@@ -485,19 +478,7 @@ def test_fuzzed_claims_and_templates_get_a_clear_answer_and_never_a_500(
     client = create_app(
         WebhookSettings(), state, QuotaKeeper(state, MemoryLedgers(state))
     ).test_client()
-    reply = client.post("/mutate", json=review)
-    assert reply.status_code in (200, 400), reply.get_data(as_text=True)
-    if reply.status_code == 400:
-        return
-    response = reply.get_json()["response"]
-    assert response["uid"] == review["request"]["uid"]
-    if response["allowed"] and "patch" in response:
-        jsonpatch.apply_patch(
-            copy.deepcopy(review["request"]["object"]),
-            json.loads(base64.b64decode(response["patch"])),
-        )
-    if not response["allowed"]:
-        assert response["status"]["message"].strip()
+    assert_clear_admission_answer(review, client.post("/mutate", json=review))
 
 
 pod_claim_entries = st.lists(
@@ -551,15 +532,4 @@ def test_fuzzed_pods_of_a_resource_claim_tenant_get_a_clear_answer_and_never_a_5
         QuotaKeeper(state, MemoryLedgers(state)),
         TemplateKeeper(state, MemoryTemplates()),
     ).test_client()
-    reply = client.post("/mutate", json=review)
-    assert reply.status_code in (200, 400), reply.get_data(as_text=True)
-    if reply.status_code == 400:
-        return
-    response = reply.get_json()["response"]
-    if response["allowed"] and "patch" in response:
-        jsonpatch.apply_patch(
-            copy.deepcopy(review["request"]["object"]),
-            json.loads(base64.b64decode(response["patch"])),
-        )
-    if not response["allowed"]:
-        assert response["status"]["message"].strip()
+    assert_clear_admission_answer(review, client.post("/mutate", json=review))
