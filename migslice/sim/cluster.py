@@ -53,9 +53,10 @@ class SimGpu:
     instances: list[Placed] = field(default_factory=list)
     holders: list[str | None] = field(default_factory=list)
     whole_holder: str | None = None
-    memo: tuple[GpuState, AgentGpu | None] | None = field(default=None, compare=False, repr=False)
-    """The GPU as the core reads it (and the node agent's report of it, once asked for),
-    until the cluster changes it: :class:`SimCluster` clears it with every change."""
+    kept_state: GpuState | None = field(default=None, compare=False, repr=False)
+    kept_report: AgentGpu | None = field(default=None, compare=False, repr=False)
+    """The GPU as the core reads it and as the node agent reports it, each built when first
+    asked for and kept until the cluster changes the GPU (:meth:`forget`)."""
 
     @property
     def is_idle(self) -> bool:
@@ -72,27 +73,24 @@ class SimGpu:
             if h is None and p.profile == profile
         ]
 
+    def forget(self) -> None:
+        self.kept_state = self.kept_report = None
+
     def as_state(self) -> GpuState:
-        memo = self.memo
-        if memo is None:
-            state = GpuState(
+        if self.kept_state is None:
+            self.kept_state = GpuState(
                 index=self.index,
                 mig_enabled=self.mig_enabled,
                 instances=tuple(self.instances),
                 held=tuple(h is not None for h in self.holders),
                 whole_held=self.whole_holder is not None,
             )
-            self.memo = (state, None)
-            return state
-        return memo[0]
+        return self.kept_state
 
     def as_report(self, node: str) -> AgentGpu:
         """The node agent's report of this GPU on ``node`` (see :func:`agent_report`)."""
-        state = self.as_state()
-        memo = self.memo
-        assert memo is not None
-        if memo[1] is None:
-            report = AgentGpu(
+        if self.kept_report is None:
+            self.kept_report = AgentGpu(
                 self.index,
                 self.mig_enabled,
                 tuple(
@@ -106,9 +104,7 @@ class SimGpu:
                     for p, h in zip(self.instances, self.holders, strict=True)
                 ),
             )
-            self.memo = (state, report)
-            return report
-        return memo[1]
+        return self.kept_report
 
 
 @dataclass(slots=True, eq=False)
@@ -211,7 +207,7 @@ class SimCluster:
     def touched(self, node: SimNode, gpu: SimGpu | None = None) -> None:
         """``node`` changed: ``gpu`` of it, or (None) only its labels or annotations."""
         if gpu is not None:
-            gpu.memo = None
+            gpu.forget()
         node.version += 1
         self.changes += 1
         for listener in self.listeners:

@@ -91,7 +91,7 @@ def test_the_node_states_handed_out_are_those_built_afresh_after_every_change(
         nonlocal checked
         afresh = copy.deepcopy(node)
         for gpu in afresh.gpus:
-            gpu.memo = None
+            gpu.forget()
         expected = build_node_state(GPU_MODEL, afresh, agent=cluster.agent_reports)
         assert cluster.node_state(node) == expected
         checked += 1
