@@ -386,14 +386,15 @@ def _held_back(
         result = filter_nodes(demand, candidates)
         given = dict(candidates)
         lookup = lambda name: given.get(name)  # noqa: E731
-    kept = hold_back(result, demand, lookup, reserve, waited_s)
+    first_try = hold_back(result, demand, lookup, reserve)
+    released = reserve.lets_past(waited_s)
+    kept = result if released else first_try
     steer = context.state.steer
-    if steer is not None and waited_s >= reserve.max_hold_s:
-        # let past: counted where a first try would have been held back
-        if len(hold_back(result, demand, lookup, reserve).fits) < len(result.fits):
-            context.arrivals.released(steer.reserve)
-    if result.fits and not kept.fits and steer is not None:
-        context.arrivals.held_back(steer.reserve)
+    if steer is not None:
+        if released and len(first_try.fits) < len(result.fits):
+            context.arrivals.released(steer.reserve)  # let past where a first try was not
+        if result.fits and not kept.fits:
+            context.arrivals.held_back(steer.reserve)
     if not best_fit or len(kept.fits) <= 1:
         return kept
     scores = [best_fit_rank(demand, lookup(name)) for name in kept.fits]

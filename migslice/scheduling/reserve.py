@@ -100,10 +100,14 @@ class LargeReserve:
         """How many idle GPUs the reserve keeps whole."""
         return self.share * self.free_gpus
 
+    def lets_past(self, waited_s: float) -> bool:
+        """Whether a small pod that has waited ``waited_s`` is held back no longer."""
+        return waited_s >= self.max_hold_s
+
     def holds_back(self, breaks: int, waited_s: float = 0.0) -> bool:
         """Whether a small pod whose devices would break ``breaks`` idle GPUs, and that has
         waited ``waited_s``, must go elsewhere (see the module docstring)."""
-        if waited_s >= self.max_hold_s:
+        if self.lets_past(waited_s):
             return False
         return breaks > 0 and self.kept > 0 and self.idle_gpus - breaks < self.kept
 
@@ -142,11 +146,11 @@ def hold_back(
     demand: PodDemand,
     lookup: Callable[[str], PreparedNode | None],
     reserve: LargeReserve,
-    waited_s: float = 0.0,
 ) -> FilterResult:
-    """``result`` with the DynamicMIG nodes where the small pod of ``demand``, waiting
-    ``waited_s``, would break an idle GPU the reserve keeps moved from ``fits`` to ``failed``
-    (a large pod's result, or one that waited ``reserve.max_hold_s``, is returned as it is)."""
+    """``result`` with the DynamicMIG nodes where the small pod of ``demand`` would break an
+    idle GPU the reserve keeps moved from ``fits`` to ``failed``, as on the pod's first try
+    (a large pod's result is returned as it is; :meth:`LargeReserve.lets_past` says when a
+    pod that waited is held back no longer)."""
     if is_large(device_sizes(demand)) or reserve.kept <= 0 or not result.fits:
         return result
     fits: list[str] = []
@@ -155,7 +159,7 @@ def hold_back(
         node = lookup(name)
         dra = None if node is None else node.state.dra
         if node is not None and dra is not None and dra.mode is DraMode.DYNAMIC:
-            if reserve.holds_back(dra_idle_breaks(node.state, demand.units), waited_s):
+            if reserve.holds_back(dra_idle_breaks(node.state, demand.units)):
                 failed[name] = reasons.kept_for_large(
                     reserve.idle_gpus, reserve.kept, reserve.share, reserve.max_hold_s
                 )
