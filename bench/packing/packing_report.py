@@ -25,6 +25,9 @@ HEADLINE = (
 )
 BASELINES = ("B3", "B5", "B5-catalog", "B6", "B8", "B9")
 """The baselines an online policy is measured against (B4 and B0 trail far behind)."""
+PER_POD = ("B6", "B8", "B9")
+"""The baselines that carve one instance per pod when it is placed (in churn and carve runs
+each pod starts the carve time later)."""
 OURS = ("migslice", "M-carve", "M-dra")
 """migslice's modes as it ships them, by default."""
 OPT_IN = ("M-dra-reserve",)
