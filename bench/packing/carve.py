@@ -179,7 +179,7 @@ def workload_section(report: dict[str, Any], spec: str) -> list[str]:
     ]
     for p in sorted(points, key=order):
         waits = new_shape_waits(p)
-        leads = p.get("repartition_leads")
+        leads = None if is_per_pod(p) else p.get("repartition_leads")
         before = f"{fmt(leads['p50_s'], 1, 0)} / {fmt(leads['p99_s'], 1, 0)}" if leads else "—"
         p99 = waits["p99_s"]["mean"]
         goal = "—"

@@ -30,6 +30,7 @@ def _point(policy: str, name: str, t_carve: float, waits: float, planned: float)
         "per_seed": {"acceptance": [0.99], "slice_acceptance": [0.96]},
         "waits": {"p50_s": _summary(5.0), "p99_s": _summary(waits)},
         "repartition_waits": {"p50_s": _summary(0.0), "p99_s": _summary(planned)},
+        "repartition_leads": {"p50_s": _summary(0.0), "p99_s": _summary(planned)},
     }
 
 
@@ -49,7 +50,7 @@ def test_a_per_pod_carver_is_judged_on_every_pods_wait() -> None:
     # M-carve: the pods a carve was planned for
     assert "| 0 / 199 | ≤ 35: MISSED by 164 s |" in _row(lines, "| migslice carve mode")
     # per-pod carvers: every pod, carve included
-    assert "| 5 / 136 | ≤ 35: MISSED by 101 s |" in _row(lines, "| B6 FGD-for-MIG 5 s")
+    assert "| 5 / 136 | ≤ 35: MISSED by 101 s | — |" in _row(lines, "| B6 FGD-for-MIG 5 s")
     assert "| 5 / 20 | ≤ 35: met |" in _row(lines, "| B8 HAMi v2.10 MIG 5 s")
 
 
