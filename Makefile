@@ -62,6 +62,7 @@ bench-latency: bench-install
 	nice $(BIN)/python -m bench.latency.extender_cpu
 	nice $(BIN)/python -m bench.latency.sync_memory
 	nice $(BIN)/python -m bench.latency.policy_scale
+	nice $(BIN)/python -m bench.latency.plan_scale
 	nice $(BIN)/python -m bench.latency.webhook_latency
 	e2e/build.sh
 	nice $(BIN)/python -m bench.latency.webhook_latency --api --nodes 200 --pods 2000

@@ -11,9 +11,10 @@ SUITE = Suite(
         "The webhook's and the extender's answers measured alone, as kube-apiserver and "
         "kube-scheduler call them (`make bench-latency`): webhook latency from a cluster file "
         "and against kube-apiserver with the quota ledger write, admission against the number "
-        "of TenantPolicies, the extender's filter and prioritize over HTTPS and its CPU in "
-        "process, the workers' memory and cache sync on a large cluster, and one call's floor "
-        "and its own Python. What each answers and how to read it: `bench/latency/README.md`."
+        "of TenantPolicies, the repartition controller's decision against the cluster's size, "
+        "the extender's filter and prioritize over HTTPS and its CPU in process, the workers' "
+        "memory and cache sync on a large cluster, and one call's floor and its own Python. "
+        "What each answers and how to read it: `bench/latency/README.md`."
     ),
     sections=(
         Section(
@@ -27,6 +28,7 @@ SUITE = Suite(
             "bench.latency.webhook_latency:plot",
         ),
         Section("policy_scale", "bench.latency.policy_scale:markdown"),
+        Section("plan_scale", "bench.latency.plan_scale:markdown"),
         Section(
             "extender_latency",
             "bench.latency.extender_latency:markdown",

@@ -17,7 +17,9 @@ passes one to :func:`plan` to keep them between calls."""
 
 
 class Layouts:
-    """Maximal layouts per (model, profile set), computed once per planning run."""
+    """Maximal layouts per (model, profile set), computed once per planning run, each scored
+    once for the run's mix and stranding rule; and each answer of :meth:`containing` kept for
+    the run (many idle GPUs ask the same question)."""
 
     def __init__(
         self,
@@ -29,28 +31,56 @@ class Layouts:
         self._mix = mix
         self._cache: LayoutCache = cache if cache is not None else {}
         self._guard = strand_guard
+        self._names: dict[str, frozenset[str]] = {}
+        self._scored: dict[tuple[str, frozenset[str]], list[_Scored]] = {}
+        self._answers: dict[tuple[object, ...], Layout | None] = {}
 
     def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
         """The best maximal layout whose instances include ``wanted``; None if none does."""
-        names = frozenset(p.name for p in model.profiles if not p.parsed.attribute) | set(wanted)
-        key = (model.key, names)
-        if key not in self._cache:
-            self._cache[key] = enumerate_maximal_layouts(model, sorted(names))
+        question = (model.key, tuple(sorted(wanted.items())), old)
+        if question in self._answers:
+            return self._answers[question]
+        names = self._names.get(model.key)
+        if names is None:
+            names = frozenset(p.name for p in model.profiles if not p.parsed.attribute)
+            self._names[model.key] = names
         had = Counter(p.profile for p in old)
-        worth = {
-            p.name: p.compute_slices * self._mix.get(p.resource_name, 0.0) for p in model.profiles
-        }
         best: tuple[tuple[bool, float, int, int], Layout] | None = None
-        for layout in self._cache[key]:
-            counts = Counter(p.profile for p in layout)
-            if wanted - counts:
+        for layout, counts, whole, value in self._score(model, names | set(wanted)):
+            if any(counts.get(name, 0) < n for name, n in wanted.items()):
                 continue
-            value = sum(worth[name] * n for name, n in counts.items())
-            whole = not (self._guard and strands_with(model, (p.profile for p in layout)))
-            rank = (whole, round(value, 9), sum((counts & had).values()), len(layout))
+            kept = sum(min(n, had[name]) for name, n in counts.items() if name in had)
+            rank = (whole, value, kept, len(layout))
             if best is None or rank > best[0]:
                 best = (rank, layout)
-        return best[1] if best else None
+        answer = best[1] if best else None
+        self._answers[question] = answer
+        return answer
+
+    def _score(self, model: GpuModel, names: frozenset[str]) -> list[_Scored]:
+        """The maximal layouts of ``names`` on ``model``, each with its instance counts,
+        whether it leaves no compute stranded (under the rule) and its worth to the mix."""
+        key = (model.key, names)
+        scored = self._scored.get(key)
+        if scored is None:
+            if key not in self._cache:
+                self._cache[key] = enumerate_maximal_layouts(model, sorted(names))
+            worth = {
+                p.name: p.compute_slices * self._mix.get(p.resource_name, 0.0)
+                for p in model.profiles
+            }
+            scored = []
+            for layout in self._cache[key]:
+                counts = dict(Counter(p.profile for p in layout))
+                whole = not (self._guard and strands_with(model, (p.profile for p in layout)))
+                value = round(sum(worth[name] * n for name, n in counts.items()), 9)
+                scored.append((layout, counts, whole, value))
+            self._scored[key] = scored
+        return scored
+
+
+_Scored = tuple[Layout, dict[str, int], bool, float]
+"""A maximal layout, its instance counts, whether it strands no compute, its worth."""
 
 
 def demand_mix(

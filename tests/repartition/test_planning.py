@@ -38,11 +38,12 @@ def node_state(
     busy: Sequence[Sequence[bool]] | None = None,
     bound: Sequence[str] = (),
     config_state: str | None = None,
+    product: str = PRODUCT,
 ) -> NodeState:
     """A node whose agent reports ``layouts``; ``bound`` pods hold the busy instances."""
     busy = busy or [[False] * len(layout) for layout in layouts]
     report = AgentReport(
-        product=PRODUCT,
+        product=product,
         gpus=tuple(
             AgentGpu(
                 i,
@@ -59,6 +60,7 @@ def node_state(
     raw = make_node(
         name,
         gpu_count=len(layouts),
+        product=product,
         mig=dict(counts),
         config_state=config_state,
         layout_annotation=render_layout_annotation(report),
@@ -198,6 +200,17 @@ def test_at_most_max_nodes_in_flight_change_at_once() -> None:
     result = plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=2))
     assert [c.node for c in result.changes] == ["a", "b"]
     assert dict(result.unserved)["t/p2"] == "re-partition budget in use"
+
+
+def test_a_pod_the_budget_holds_back_in_one_pool_goes_to_a_node_of_another() -> None:
+    """The A100 pool's budget is spent after a1, so a2 and a3 are held back for the second
+    pod, which goes to the H100 node; the third finds every pool spent."""
+    nodes = [node_state(n, [all_1g()]) for n in ("a1", "a2", "a3")]
+    nodes.append(node_state("b1", [all_1g()], product="NVIDIA-H100-80GB-HBM3"))
+    demand = [pending(f"t/p{i}", "4g.40gb") for i in range(3)]
+    result = plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=1))
+    assert [(c.node, c.serves) for c in result.changes] == [("a1", ("t/p0",)), ("b1", ("t/p1",))]
+    assert dict(result.unserved) == {"t/p2": "re-partition budget in use"}
 
 
 def test_pods_share_a_node_already_in_the_plan() -> None:

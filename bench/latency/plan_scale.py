@@ -1,0 +1,186 @@
+"""Benchmark (not a test): one decision of the repartition controller against cluster size and
+the number of pending pods.
+
+Each loop the controller reads its snapshot (node states, pending pods, the mig-parted file)
+and calls :func:`migslice.repartition.decide`; this measures that call. The cluster is built
+from objects shaped as kube-apiserver serves them (``harness.builders``: Nodes of two GPU
+products, each with the node agent's ``migslice.io/gpu-layout``; bound pods; pending pods
+``Unschedulable`` for two minutes) and read by the controller's own readers
+(:func:`migslice.repartition.snapshot.node_states`, :func:`pending_pods`): on every node GPUs
+0-3 hold a ``4g.40gb`` and a ``3g.40gb`` that pods use, GPUs 4-7 are idle with seven free
+``1g.10gb``; the pending pods ask ``2g.20gb``, ``3g.40gb``, ``4g.40gb`` and ``7g.80gb`` in
+turn, which no free instance serves, so each needs a re-partition, and the shipped budgets
+(MIG Manager: one node per GPU product at a time; carve: four nodes) hold most of them back.
+Both modes: MIG Manager (the default) and carve (every node in carve mode).
+
+The MIG Manager planner used to walk every idle GPU of the cluster for each node it looked at,
+for each pending pod: 94 s for one decision at 2,000 nodes and 50 pods (README).
+
+    .venv/bin/python -m bench.latency.plan_scale
+    .venv/bin/python -m bench.latency.plan_scale --nodes 200 --pending 50      # quick
+
+Writes the section ``plan_scale`` of ``bench/latency/report.json`` (and ``report.md``). CPU
+seconds of one decision, the median of ``--rounds``; a shared machine's times are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.latency.suite import SUITE
+from harness.builders import make_node, make_pod, unschedulable
+from migslice.mig import CATALOG, place
+from migslice.names import MODE_CARVE, MODE_MIG_MANAGER
+from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
+from migslice.repartition import (
+    ControllerSettings,
+    RepartitionRecord,
+    decide,
+    node_states,
+    pending_pods,
+)
+from migslice.repartition.settings import CarveSettings
+
+PRODUCTS = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")
+MODEL = CATALOG.get("A100-80GB")
+PENDING_PROFILES = ("2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
+WAITED = (NOW - datetime.timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cluster(nodes: int, pending: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``nodes`` Nodes and their bound pods, and ``pending`` unschedulable pods."""
+    used = (place(MODEL, "4g.40gb", 0), place(MODEL, "3g.40gb", 4))
+    free = tuple(place(MODEL, "1g.10gb", i) for i in range(7))
+    raw_nodes: list[dict[str, Any]] = []
+    raw_pods: list[dict[str, Any]] = []
+    for n in range(nodes):
+        name = f"gpu-{n:05d}"
+        product = PRODUCTS[n % len(PRODUCTS)]
+        gpus = tuple(
+            AgentGpu(
+                g,
+                True,
+                tuple(AgentInstance(p.profile, p.start, p.size, g < 4) for p in used)
+                if g < 4
+                else tuple(AgentInstance(p.profile, p.start, p.size, False) for p in free),
+            )
+            for g in range(8)
+        )
+        raw_nodes.append(
+            make_node(
+                name,
+                product=product,
+                mig={"4g.40gb": 4, "3g.40gb": 4, "1g.10gb": 28},
+                layout_annotation=render_layout_annotation(AgentReport(product, gpus)),
+            )
+        )
+        for g in range(4):
+            for profile in ("4g.40gb", "3g.40gb"):
+                pod = f"{name}-{g}-{profile[:2]}"
+                raw_pods.append(make_pod(pod, profile=profile, node_name=name, phase="Running"))
+    waiting = [
+        unschedulable(
+            make_pod(f"wait-{i:05d}", profile=PENDING_PROFILES[i % len(PENDING_PROFILES)]), WAITED
+        )
+        for i in range(pending)
+    ]
+    return raw_nodes + raw_pods, waiting
+
+
+def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
+    """One decision's CPU seconds (median and max of ``rounds``) and what it decided."""
+    objects, waiting = cluster(nodes, pending)
+    raw_nodes = [o for o in objects if "nodeName" not in o["spec"]]
+    raw_pods = [o for o in objects if "nodeName" in o["spec"]] + waiting
+    states = node_states(raw_nodes, raw_pods, {})
+    demand = pending_pods(raw_pods, NOW)
+    if len(demand) != pending:
+        raise RuntimeError(f"{len(demand)} pending pods read, {pending} built")
+    settings = ControllerSettings(carve=CarveSettings(default_mode=mode))
+    spent: list[float] = []
+    for _ in range(rounds):
+        started = time.process_time()
+        step = decide(
+            RepartitionRecord(),
+            states,
+            demand,
+            file_configs=(),
+            now=NOW.timestamp(),
+            settings=settings,
+        )
+        spent.append(time.process_time() - started)
+    if step.carve_plan is not None:
+        changed, served = (
+            len(step.carve_plan.changes),
+            sum(len(c.serves) for c in step.carve_plan.changes),
+        )
+    elif step.plan is not None:
+        changed, served = len(step.plan.changes), sum(len(c.serves) for c in step.plan.changes)
+    else:
+        changed = served = 0
+    return {
+        "nodes": nodes,
+        "pending": pending,
+        "mode": mode,
+        "decision_s": round(statistics.median(spent), 4),
+        "decision_max_s": round(max(spent), 4),
+        "step": step.kind.value,
+        "nodes_changed": changed,
+        "pods_served": served,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    rows = [
+        "# One repartition decision against the cluster's size (`bench/latency/plan_scale.py`)",
+        "",
+        "`decide` as the controller calls it each loop: nodes of 8 GPUs (A100-80GB or "
+        "H100-80GB; 4 in use, 4 idle), pending pods that each need a re-partition, the shipped "
+        "budgets (MIG Manager: one node per GPU product at a time; carve: four nodes). CPU "
+        f"seconds, median of {report['rounds']} rounds (max in brackets); shared machine, "
+        "times noisy.",
+        "",
+        "| nodes | pending pods | mode | one decision, s | decided | nodes in the plan | pods "
+        "it serves |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["runs"]:
+        rows.append(
+            f"| {row['nodes']} | {row['pending']} | {row['mode']} | {row['decision_s']} "
+            f"({row['decision_max_s']}) | {row['step']} | {row['nodes_changed']} | "
+            f"{row['pods_served']} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--pending", type=int, nargs="+", default=[50, 500])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="folder of report.json (default bench/latency)")
+    args = parser.parse_args(argv)
+    runs = []
+    for nodes in args.nodes:
+        for pending in args.pending:
+            for mode in (MODE_MIG_MANAGER, MODE_CARVE):
+                run = measure(nodes, pending, mode, args.rounds)
+                print(run, flush=True)
+                runs.append(run)
+    report = {"rounds": args.rounds, "runs": runs}
+    SUITE.write("plan_scale", report, args.out)
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
