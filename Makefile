@@ -100,6 +100,7 @@ bench-dra: bench-install
 	e2e/build.sh
 	nice $(BIN)/python -m bench.dra.replay $(BENCH_ARGS)
 	nice $(BIN)/python -m bench.dra.memory
+	nice $(BIN)/python -m bench.dra.steer_cpu
 
 bench-cluster: bench-plane
 

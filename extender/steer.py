@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from extender.state import ReserveStats, SteerStats, StrandGuard
-from migslice.inventory import ClusterIndex
+from migslice.inventory import ClusterIndex, NodeState
 from migslice.kube.transport import KubeError
 from migslice.mig.stranding import NO_MIX, FillerMix, complete_rule, strand_guard
 from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
@@ -36,7 +36,7 @@ from migslice.objects.dra_pool import DraMode
 from migslice.scheduling import PreparedNode, demand_of
 from migslice.scheduling.demand import with_claims
 from migslice.scheduling.dra_placement import dra_requests
-from migslice.scheduling.dra_steer import lifted, steer_of
+from migslice.scheduling.dra_steer import Steer, lifted, steer_of
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,10 @@ class SteerLoop:
         self._mix: dict[str, FillerMix] = {}
         self._mix_total = NO_MIX
         self._mix_dirty: set[str] | None = None
+        self._kept: dict[str, _Kept] = {}
+        """Per node, its last steer and the rules it wants, with what they were computed from
+        (the node's derived state, by identity; the lift and both rules): a resync or a lift
+        review over unchanged nodes reads them instead of steering every node again."""
         self._capacity: dict[str, tuple[int, float]] = {}
         self._capacity_total: tuple[int, float] = (0, 0.0)
         self._wake = threading.Event()
@@ -182,6 +186,8 @@ class SteerLoop:
         names = self._index.node_names() if dirty is None else sorted(dirty)
         if dirty is None:
             self._wanted, self._held = {}, {}
+            known = set(names)
+            self._kept = {n: kept for n, kept in self._kept.items() if n in known}
         for name in names:
             self._wanted.pop(name, None)
             self._held.pop(name, None)
@@ -256,28 +262,50 @@ class SteerLoop:
         self.stats.reserve.idle, self.stats.reserve.free = idle, max(0.0, free)
 
     def _steer(self, name: str) -> dict[str, Wanted]:
-        state = self._index.state_of(name)
+        state = self._dynamic_state(name)
+        if state is None or state.facts.steer_off:
+            self._kept.pop(name, None)
+            return {}
+        assert state.dra is not None
+        self._held[name] = len(state.dra.held)
+        return self._steer_of(name, state, self._lift.get(name, frozenset()))[1]
+
+    def _dynamic_state(self, name: str) -> NodeState | None:
+        """The node's state as the index derived it, when it is a DynamicMIG node whose
+        claims are known."""
+        node = self._index.get(name)
+        state = None if node is None else node.state
         view = None if state is None else state.dra
-        if state is None or view is None or view.use is None or view.mode is not DraMode.DYNAMIC:
-            return {}
-        if state.facts.steer_off:
-            return {}
-        self._held[name] = len(view.held)
+        if view is None or view.use is None or view.mode is not DraMode.DYNAMIC:
+            return None
+        return state
+
+    def _steer_of(
+        self, name: str, state: NodeState, lift: frozenset[str]
+    ) -> tuple[Steer, dict[str, Wanted]]:
+        """The node's steer and the rules it wants, computed again only when the node's
+        state, its lift or a rule changed."""
+        asked = (lift, self.guard.on, self.guard.complete)
+        kept = self._kept.get(name)
+        if kept is not None and kept.state is state and kept.asked == asked:
+            return kept.steer, kept.wanted
+        view = state.dra
+        assert view is not None and view.use is not None
         pool = view.pool
         steer = steer_of(
-            pool,
-            view.use,
-            lift=self._lift.get(name, ()),
-            strand_guard=self.guard.on,
-            complete=self.guard.complete,
+            pool, view.use, lift=lift, strand_guard=self.guard.on, complete=self.guard.complete
         )
-        by_device = {
-            d.name(gpu.minor): d.profile for gpu in pool.gpus for d in gpu.devices if d.profile
-        }
-        return {
-            steer_rule_name(pool.node, device): Wanted(pool.node, device, by_device[device])
-            for device in steer.taints
-        }
+        wanted: dict[str, Wanted] = {}
+        if steer.taints:
+            by_device = {
+                d.name(gpu.minor): d.profile for gpu in pool.gpus for d in gpu.devices if d.profile
+            }
+            wanted = {
+                steer_rule_name(pool.node, device): Wanted(pool.node, device, by_device[device])
+                for device in steer.taints
+            }
+        self._kept[name] = _Kept(state, asked, steer, wanted)
+        return steer, wanted
 
     def _apply(self) -> tuple[int, int]:
         # Nodes in use first (the most held first), then idle ones by name, up to the cap.
@@ -340,20 +368,15 @@ class SteerLoop:
         lift: dict[str, frozenset[str]] = {}
         if demands:
             for name in self._index.node_names():
-                state = self._index.state_of(name)
-                view = None if state is None else state.dra
-                if state is None or view is None or view.use is None:
+                state = self._dynamic_state(name)
+                if state is None:
                     continue
-                if view.mode is not DraMode.DYNAMIC:
-                    continue
+                assert state.dra is not None and state.dra.use is not None
                 requests = [r for d in demands if (r := dra_requests(state, d.units))]
-                steer = steer_of(
-                    view.pool,
-                    view.use,
-                    strand_guard=self.guard.on,
-                    complete=self.guard.complete,
-                )
-                found = lifted(view.pool, view.use, steer, requests)
+                if not requests:
+                    continue
+                steer, _ = self._steer_of(name, state, frozenset())
+                found = lifted(state.dra.pool, state.dra.use, steer, requests)
                 if found:
                     lift[name] = found
         changed = set(lift) ^ set(self._lift) | {n for n in lift if self._lift.get(n) != lift[n]}
@@ -365,6 +388,16 @@ class SteerLoop:
         with self._lock:
             if self._dirty is not None:
                 self._dirty |= changed
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """A node's steer and wanted rules, and what they were computed from."""
+
+    state: NodeState
+    asked: tuple[frozenset[str], bool, bool]
+    steer: Steer
+    wanted: dict[str, Wanted]
 
 
 def _flipped(rule: str, on: bool, read: str) -> None:

@@ -12,11 +12,13 @@ SUITE = Suite(
         "`make bench-dra`: one arrival sequence from the Alibaba GPU trace replayed on a real "
         "kube-apiserver and kube-scheduler over DynamicMIG nodes that a fake NVIDIA DRA driver "
         "publishes, once allocated by kube-scheduler alone (first fit) and once with migslice "
-        "(its extender's node score and its steer); and the webhook's and extender's memory "
-        "with 1,000 DynamicMIG nodes of 8 GPUs. How to read it: `bench/dra/README.md`."
+        "(its extender's node score and its steer); the webhook's and extender's memory "
+        "with 1,000 DynamicMIG nodes of 8 GPUs, and the steer loop's CPU over them. How to "
+        "read it: `bench/dra/README.md`."
     ),
     sections=(
         Section("replay", "bench.dra.replay:markdown", "bench.dra.replay:plot"),
         Section("memory", "bench.dra.memory:markdown"),
+        Section("steer_cpu", "bench.dra.steer_cpu:markdown"),
     ),
 )

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from types import FrameType
+from collections.abc import Mapping, Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +27,7 @@ from migslice.repartition import (
     plan,
 )
 from migslice.scheduling.demand import demand_of
+from tests.work import lines_run
 
 MODEL = CATALOG.get("A100-80GB")
 PRODUCT = "NVIDIA-A100-SXM4-80GB"
@@ -215,25 +214,6 @@ def test_a_pod_the_budget_holds_back_in_one_pool_goes_to_a_node_of_another() -> 
     assert dict(result.unserved) == {"t/p2": "re-partition budget in use"}
 
 
-def _lines_run(call: Callable[[], object]) -> int:
-    """How many lines of Python ``call`` runs (loop iterations included): its work, counted
-    without a clock."""
-    count = 0
-
-    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
-        nonlocal count
-        if event == "line":
-            count += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
-        call()
-    finally:
-        sys.settrace(None)
-    return count
-
-
 def test_a_plan_works_in_proportion_to_the_nodes_not_to_nodes_times_pods() -> None:
     """The planner walked every idle GPU of the cluster for each node it tried, for each pod:
     one decision took 12.5 s at 1,000 nodes and 50 pods (bench/latency plan_scale)."""
@@ -241,7 +221,7 @@ def test_a_plan_works_in_proportion_to_the_nodes_not_to_nodes_times_pods() -> No
 
     def work(count: int) -> int:
         nodes = [node_state(f"n{n:04d}", [all_1g()]) for n in range(count)]
-        return _lines_run(lambda: plan(nodes, demand, settings=PlanSettings()))
+        return lines_run(lambda: plan(nodes, demand, settings=PlanSettings()))
 
     small, large = work(40), work(160)
     assert large < 2 * small, (small, large)  # 4x the nodes: 1.1x the work (it was 6.2x)
