@@ -319,6 +319,13 @@ def _filter(
         names = [name for name, _ in candidates]
     if _asks_nothing(demand):
         return _all_pass(context, names, by_name), "ok"
+    if demand.wait:
+        # The pod's claim has not reached the cache: no node can be judged yet. An Error, not
+        # every node failed: kube-scheduler retries a pod its extender answered with an error
+        # after its backoff (1 s, doubling to 10 s), while a pod every node failed waits for
+        # the next cluster event, and the claim's came before the pod's attempt (in a quiet
+        # cluster the next one may be minutes away).
+        return filter_error(f"{demand.wait}; kube-scheduler retries after its backoff"), "waiting"
     ready, problems = context.state.readiness(context.settings.max_blind_s)
     if not ready:
         # Blind caches cannot vouch for any node (a re-partition may have begun): every node

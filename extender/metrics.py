@@ -23,8 +23,9 @@ class ExtenderMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "migslice_extender_requests",
-            "Extender calls by verb and outcome (ok; error: answered with Error; blind: every "
-            "node failed while a cache did not follow the API server).",
+            "Extender calls by verb and outcome (ok; error: answered with Error; waiting: "
+            "answered with Error while the pod's ResourceClaim is not in the cache yet; blind: "
+            "every node failed while a cache did not follow the API server).",
             ("verb", "outcome"),
             registry=self.registry,
         )
