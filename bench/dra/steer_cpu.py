@@ -23,7 +23,7 @@ import gc
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,39 +33,13 @@ from extender import ExtenderSettings, state_from_objects
 from extender.steer import MAX_RULES, SteerLoop
 from harness import dra_slices
 from harness.dra_driver import MIG_CLASS
+from harness.steer_rules import RulesApi
 from migslice.inventory import ClusterIndex
 from migslice.objects import parse_cluster_objects
-from migslice.objects.device_taint_rules import taint_rule_facts_from_raw
 from migslice.scheduling import PreparedNode
 
 RawObject = dict[str, Any]
 WAITING_CLAIM = "two-1g"
-
-
-class Rules:
-    """The API server's side of the steer: each rule written is shown to the index as its
-    watch would show it; the pending pods listed are one pod of a two-device claim, or none."""
-
-    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
-        self.index = index
-        self.names: set[str] = set()
-        self.pending: list[RawObject] = []
-
-    def create_rule(self, body: Mapping[str, Any]) -> bool:
-        facts = taint_rule_facts_from_raw(dict(body))
-        if facts is None:
-            raise ValueError(f"not a DeviceTaintRule: {body}")
-        self.names.add(facts.name)
-        self.index.upsert_rule(facts)
-        return True
-
-    def delete_rule(self, name: str) -> bool:
-        self.names.discard(name)
-        self.index.delete_rule(name)
-        return True
-
-    def list_pending_pods(self) -> list[RawObject]:
-        return self.pending
 
 
 def cluster(nodes: int, gpus: int, claims_per_gpu: int) -> ClusterIndex[PreparedNode]:
@@ -122,7 +96,7 @@ def measure(nodes: int, gpus: int, claims_per_gpu: int, rounds: int) -> dict[str
     # extender's watch caches decode with the collector paused): paid here, not by the first
     # round, which they would triple.
     gc.collect()
-    api = Rules(index)
+    api = RulesApi(index)
     now = [0.0]
     loop = SteerLoop(index, api, clock=lambda: now[0], resync_s=60.0, lift_interval_s=10.0)
     first = cpu(loop.round)  # every node steered, its rules written
@@ -140,7 +114,7 @@ def measure(nodes: int, gpus: int, claims_per_gpu: int, rounds: int) -> dict[str
         "nodes": nodes,
         "gpus": gpus,
         "claims_per_gpu": claims_per_gpu,
-        "rules": len(api.names),
+        "rules": len(api.rules),
         "capped_nodes": loop.stats.capped_nodes,
         "first_s": round(first, 3),
         "settle_s": round(settle, 3),

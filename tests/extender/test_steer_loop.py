@@ -5,7 +5,6 @@ follower or while a cache is blind, and leaves static-MIG nodes alone."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -13,10 +12,11 @@ from prometheus_client import generate_latest
 from extender.metrics import ExtenderMetrics
 from extender.state import ExtenderState, StrandGuard, new_index
 from extender.steer import SteerLoop
+from harness.steer_rules import RulesApi
 from migslice.inventory import ClusterIndex
 from migslice.objects import node_facts_from_raw
 from migslice.objects.clusterfile import ClusterObjects
-from migslice.objects.device_taint_rules import steer_rule_name, taint_rule_facts_from_raw
+from migslice.objects.device_taint_rules import steer_rule_name
 from migslice.objects.resource_claims import claim_facts_from_raw
 from migslice.scheduling import PreparedNode, prepare_node
 from tests.dra_objects import (
@@ -30,38 +30,6 @@ from tests.work import lines_run
 
 ONE = "gpu-node-a100-0"
 STATIC = "gpu-node-a100-static"
-
-
-class RulesApi:
-    """The API server's side of the steer: rules kept by name, each write seen by the index
-    as its watch would deliver it, and the pending pods a list returns."""
-
-    def __init__(self, index: ClusterIndex[PreparedNode]) -> None:
-        self.index = index
-        self.rules: dict[str, Mapping[str, Any]] = {}
-        self.writes: list[tuple[str, str]] = []
-        self.pending: list[dict[str, Any]] = []
-
-    def create_rule(self, body: Mapping[str, Any]) -> bool:
-        name = body["metadata"]["name"]
-        self.writes.append(("create", name))
-        if name in self.rules:
-            return False
-        self.rules[name] = body
-        facts = taint_rule_facts_from_raw(body)
-        assert facts is not None
-        self.index.upsert_rule(facts)
-        return True
-
-    def delete_rule(self, name: str) -> bool:
-        self.writes.append(("delete", name))
-        if self.rules.pop(name, None) is None:
-            return False
-        self.index.delete_rule(name)
-        return True
-
-    def list_pending_pods(self) -> list[dict[str, Any]]:
-        return self.pending
 
 
 def _index(
