@@ -55,7 +55,7 @@ WAITED = (NOW - datetime.timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def cluster(nodes: int, pending: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``nodes`` Nodes and their bound pods, and ``pending`` unschedulable pods."""
+    """``nodes`` Nodes, and their bound pods with ``pending`` unschedulable pods after them."""
     used = (place(MODEL, "4g.40gb", 0), place(MODEL, "3g.40gb", 4))
     free = tuple(place(MODEL, "1g.10gb", i) for i in range(7))
     raw_nodes: list[dict[str, Any]] = []
@@ -85,20 +85,18 @@ def cluster(nodes: int, pending: int) -> tuple[list[dict[str, Any]], list[dict[s
             for profile in ("4g.40gb", "3g.40gb"):
                 pod = f"{name}-{g}-{profile[:2]}"
                 raw_pods.append(make_pod(pod, profile=profile, node_name=name, phase="Running"))
-    waiting = [
+    raw_pods.extend(
         unschedulable(
             make_pod(f"wait-{i:05d}", profile=PENDING_PROFILES[i % len(PENDING_PROFILES)]), WAITED
         )
         for i in range(pending)
-    ]
-    return raw_nodes + raw_pods, waiting
+    )
+    return raw_nodes, raw_pods
 
 
 def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
     """One decision's CPU seconds (median and max of ``rounds``) and what it decided."""
-    objects, waiting = cluster(nodes, pending)
-    raw_nodes = [o for o in objects if "nodeName" not in o["spec"]]
-    raw_pods = [o for o in objects if "nodeName" in o["spec"]] + waiting
+    raw_nodes, raw_pods = cluster(nodes, pending)
     states = node_states(raw_nodes, raw_pods, {})
     demand = pending_pods(raw_pods, NOW)
     if len(demand) != pending:
