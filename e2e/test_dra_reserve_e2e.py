@@ -2,14 +2,14 @@
 it and a kube-scheduler calling that extender. Once 7g pods have arrived, a small claim pod
 that finds no room beside others stays Pending with the reserve's reason rather than break the
 idle GPU, binds beside others once room frees there, and a 7g pod is never held back; held
-back its longest (``--dra-large-reserve-max-hold``), it takes the idle GPU.
+back its longest (``--dra-large-reserve-max-hold``), it takes the idle GPU, touched by the
+extender (``migslice.io/retry``) with nothing else changing in the cluster.
 
 Run: .venv/bin/pytest e2e/test_dra_reserve_e2e.py -m e2e -p no:cacheprovider -q
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -27,6 +27,9 @@ from harness.dra_driver import (
 )
 from harness.image import Image
 from harness.stack import BASE, SCHEDULER_CLIENT, migslice_server, scheduler_configuration
+from migslice.kube.pod_touch import touch_pod
+from migslice.kube.transport import KubernetesTransport
+from migslice.names import RETRY_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 
@@ -166,9 +169,39 @@ def test_a_small_pod_waits_beside_others_for_the_idle_gpu_the_reserve_keeps(
 def test_a_small_pod_held_back_its_longest_takes_the_idle_gpu(
     core_v1: k8s.CoreV1Api, filled: tuple[Run, str, str]
 ) -> None:
+    """Nothing else changes in the cluster: kube-scheduler tries a pod its extender turned away
+    again on the next cluster event, and the extender supplies it, the pod's own update once
+    its hold is over (before, the pod waited for the unschedulable pool's flush, 5 minutes)."""
     run, _, idle = filled
-    # kube-scheduler tries a pod the extender turned away again on the next change in the
-    # cluster (a busy one has many a second): a node's label changes once its hold is over
-    time.sleep(MAX_HOLD_S + 1)
-    core_v1.patch_node(idle, {"metadata": {"labels": {"migslice-e2e/nudge": "1"}}})
-    assert run.bound("small-1") == idle
+    node = wait_for(
+        "small-1 bound once its hold is over",
+        lambda: core_v1.read_namespaced_pod("small-1", run.namespace).spec.node_name,
+        timeout=MAX_HOLD_S + 30,
+    )
+    assert node == idle
+    annotations = core_v1.read_namespaced_pod("small-1", run.namespace).metadata.annotations
+    assert annotations[RETRY_ANNOTATION].startswith("hold-ended ")
+
+
+def test_a_touch_names_the_pod_by_uid_and_leaves_another_of_its_name_alone(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, namespace: str
+) -> None:
+    """kube-apiserver refuses a merge patch that would change ``metadata.uid``: a pod deleted
+    and created again under its name while its touch was due is not touched."""
+    pod = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="same-name"),
+        spec=k8s.V1PodSpec(
+            containers=[k8s.V1Container(name="main", image="busybox")],
+            scheduler_name="nobody",
+        ),
+    )
+    created = core_v1.create_namespaced_pod(namespace, pod)
+    transport = KubernetesTransport.from_environment(str(control_plane.kubeconfig))
+    note = {RETRY_ANNOTATION: "hold-ended 2026-01-01T00:00:00Z"}
+    assert not touch_pod(transport, namespace, "same-name", note, uid="not-its-uid")
+    assert not touch_pod(transport, namespace, "gone", note, uid="any")
+    read = core_v1.read_namespaced_pod("same-name", namespace)
+    assert RETRY_ANNOTATION not in (read.metadata.annotations or {})
+    assert touch_pod(transport, namespace, "same-name", note, uid=created.metadata.uid)
+    read = core_v1.read_namespaced_pod("same-name", namespace)
+    assert read.metadata.annotations[RETRY_ANNOTATION] == note[RETRY_ANNOTATION]

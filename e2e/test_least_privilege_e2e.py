@@ -232,6 +232,7 @@ def test_the_extender_writes_only_what_repartitioning_writes(
     extender.patch_namespaced_pod(
         name, namespace, annotate("migslice.io/repartitioned", "migslice-x")
     )
+    extender.patch_namespaced_pod(name, namespace, annotate("migslice.io/retry", "hold-ended x"))
     extender.create_namespaced_event(
         "default", event({"apiVersion": "v1", "kind": "Node", "name": node, "uid": node})
     )
@@ -243,12 +244,12 @@ def test_the_extender_writes_only_what_repartitioning_writes(
     assert "spec, owners or finalizers" in refused(
         lambda: extender.patch_node(node, {"spec": {"unschedulable": True}})
     )
-    assert "only the pod annotation migslice.io/repartitioned" in refused(
+    assert "only the pod annotations migslice.io/repartitioned, migslice.io/retry" in refused(
         lambda: extender.patch_namespaced_pod(
             name, namespace, annotate("migslice.io/reservation", "forged")
         )
     )
-    assert "only the pod annotation migslice.io/repartitioned" in refused(
+    assert "only the pod annotations migslice.io/repartitioned, migslice.io/retry" in refused(
         lambda: extender.patch_namespaced_pod(name, namespace, annotate("migslice.io/tenant", None))
     )
     assert "spec, labels, owners or finalizers" in refused(

@@ -30,6 +30,7 @@ from werkzeug.wsgi import get_content_length, get_input_stream
 
 from extender.metrics import ExtenderMetrics
 from extender.reserve import Arrivals, current_reserve
+from extender.retries import PodRef, Retries
 from extender.settings import ExtenderSettings
 from extender.state import ExtenderState, new_index
 from extender.wire import (
@@ -329,7 +330,9 @@ def _filter(
     ready, problems = context.state.readiness(context.settings.max_blind_s)
     if not ready:
         # Blind caches cannot vouch for any node (a re-partition may have begun): every node
-        # fails, retried by kube-scheduler, never unresolvable.
+        # fails, never unresolvable, and the pod is touched once they follow the API again
+        # (kube-scheduler retries it then, not on the next cluster event).
+        _retry(context, args["Pod"], lambda retries, pod: retries.after_blind(pod))
         return _all_failed(context, names, by_name, problems, demand.key), "blind"
     steer = context.state.steer
     reserve = None
@@ -338,16 +341,24 @@ def _filter(
         steer.reserve.share = share = context.arrivals.saw(demand, sizes)
         reserve = None if is_large(sizes) else current_reserve(steer.reserve, share)
     if reserve is not None:
-        waited_s = _unschedulable_for(args["Pod"], time.time())
-        result = _held_back(
+        now = time.time()
+        waited_s = _unschedulable_for(args["Pod"], now)
+        result, held = _held_back(
             context, demand, names, candidates, reserve, waited_s, best_fit=best_fit
         )
+        if held:
+            # Touched when the hold ends: kube-scheduler retries a pod every node failed only
+            # on the next cluster event.
+            ends_at = now - waited_s + reserve.max_hold_s
+            _retry(context, args["Pod"], lambda retries, pod: retries.after_hold(pod, ends_at))
     elif by_name is None:
         decisions = context.state.decisions
         result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
     else:
         assert candidates is not None
         result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
+    if result.fits and context.state.retries is not None:
+        _retry(context, args["Pod"], lambda retries, pod: retries.forget(pod))
     metrics = context.metrics
     metrics.nodes_fit.inc(len(result.fits))
     metrics.nodes_failed.inc(len(result.failed))
@@ -371,6 +382,14 @@ def _filter(
     return answer, "ok"
 
 
+def _retry(context: Context, raw_pod: Any, call: Callable[[Retries, PodRef], None]) -> None:
+    """``call`` the worker's :class:`Retries` with the pod (in a cluster, when it is named)."""
+    retries = context.state.retries
+    pod = None if retries is None else PodRef.of(raw_pod)
+    if retries is not None and pod is not None:
+        call(retries, pod)
+
+
 def _held_back(
     context: Context,
     demand: PodDemand,
@@ -380,11 +399,11 @@ def _held_back(
     waited_s: float,
     *,
     best_fit: bool,
-) -> FilterResult:
+) -> tuple[FilterResult, bool]:
     """The filter's answer for a small pod while the large-job reserve keeps idle GPUs: the
     nodes where it would break one fail (:func:`hold_back`) unless the pod has been
     unschedulable ``reserve.max_hold_s`` (``waited_s``), and the best fit is chosen among
-    those left."""
+    those left; and whether the reserve left the pod without a node that it fits."""
     lookup: Callable[[str], PreparedNode | None]
     if candidates is None:
         result = context.state.decisions.filter(demand, names)
@@ -402,10 +421,11 @@ def _held_back(
             context.arrivals.released(steer.reserve)  # let past where a first try was not
         if result.fits and not kept.fits:
             context.arrivals.held_back(steer.reserve)
+    held = bool(result.fits) and not kept.fits
     if not best_fit or len(kept.fits) <= 1:
-        return kept
+        return kept, held
     scores = [best_fit_rank(demand, lookup(name)) for name in kept.fits]
-    return FilterResult(best_fits(kept.fits, scores), kept.failed, kept.unresolvable)
+    return FilterResult(best_fits(kept.fits, scores), kept.failed, kept.unresolvable), held
 
 
 def _unschedulable_for(raw_pod: Any, now: float) -> float:

@@ -47,6 +47,7 @@ class ExtenderMetrics:
         self.registry.register(_RepartitionCollector(state))
         self.registry.register(_PoolCollector(state))
         self.registry.register(_SteerCollector(state))
+        self.registry.register(_RetryCollector(state))
         # The labelled children the verbs count into, kept: labels() takes a lock and builds
         # its key on every call, a tenth of a best-fit call's own time.
         self.nodes_fit = self.filtered.labels("fits")
@@ -290,6 +291,34 @@ class _PoolCollector(Collector):
             families[1].add_metric((pool,), space.free_slices)
             families[2].add_metric((pool,), space.total_slices)
         yield from families
+
+
+class _RetryCollector(Collector):
+    """The pods touched for kube-scheduler to try again (:mod:`extender.retries`); nothing
+    outside a cluster."""
+
+    def __init__(self, state: ExtenderState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        retries = self._state.retries
+        if retries is None:
+            return
+        touched = CounterMetricFamily(
+            "migslice_extender_pods_touched",
+            "Pods touched (annotation migslice.io/retry) for kube-scheduler to try them again, "
+            "by reason (hold-ended: the large-job reserve's hold ended; caches-ready: filtered "
+            "while the caches were blind).",
+            labels=("reason",),
+        )
+        for reason, count in sorted(retries.touched.items()):
+            touched.add_metric((reason,), count)
+        yield touched
+        yield GaugeMetricFamily(
+            "migslice_extender_pods_to_touch",
+            "Pods this worker turned away that it will touch once the reason ends.",
+            value=retries.waiting(),
+        )
 
 
 class _SteerCollector(Collector):

@@ -17,6 +17,7 @@ from extender.app import create_app
 from extender.controller import RepartitionController
 from extender.dra_warnings import DraWarningLoop, DraWarnings
 from extender.mig_manager import MigManagerGuard
+from extender.retries import Retries, RetryLoop
 from extender.settings import ExtenderSettings
 from extender.state import (
     ExtenderState,
@@ -52,13 +53,15 @@ def standalone_app(settings: ExtenderSettings, path: Path) -> Flask:
 
 def in_cluster_app(settings: ExtenderSettings) -> Flask:
     """The app over watch caches; with ``--repartition``, this worker's controller thread
-    (its Lease is released when the process exits)."""
+    (its Lease is released when the process exits); the loop that touches the pods the
+    filter turned away once the reason ends (:mod:`extender.retries`)."""
     from extender.sources import TAINT_RULES, start_caches
     from extender.steer import SteerLoop
     from migslice.kube import KubernetesTransport
     from migslice.kube.device_taints import KubeSteerApi
     from migslice.kube.health import blindness
     from migslice.kube.nodes import KubeNodeStore
+    from migslice.kube.pod_touch import touch_pod
 
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
     guard = StrandGuard()
@@ -98,7 +101,15 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
             "no --no-dra-steer)"
         )
     steered = None if steer is None else steer.stats
-    state = ExtenderState(index, caches, lambda: None, stats, steered)
+    retries = Retries(
+        lambda pod, annotations: touch_pod(
+            transport, pod.namespace, pod.name, annotations, uid=pod.uid
+        ),
+        lambda: not blindness(caches, max_blind_s=settings.max_blind_s),
+    )
+    retry_loop = RetryLoop(retries)
+    retry_loop.start()
+    state = ExtenderState(index, caches, lambda: None, stats, steered, retries)
     warnings = DraWarningLoop(
         DraWarnings(
             KubeNodeStore(transport, component=names.EXTENDER_SERVICE),
@@ -109,6 +120,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     warnings.start()
 
     def stop() -> None:
+        retry_loop.stop()
         warnings.stop()
         if steer is not None:
             steer.stop()

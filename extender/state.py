@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from extender.retries import Retries
 from extender.settings import ExtenderSettings
 from extender.wire import HostPriority, host_priority
 from migslice.inventory import ClusterIndex, MigConfigs
@@ -135,13 +136,15 @@ class RepartitionStats:
 class ExtenderState:
     """What the routes read: the index, the verdicts and scores kept per pod demand until an
     event touches their node, the caches whose health readiness reports, and the repartition
-    controller's counters when it runs."""
+    controller's counters when it runs, and in a cluster the pods to touch once the reason
+    the filter turned them away ends (:mod:`extender.retries`)."""
 
     index: ClusterIndex[PreparedNode]
     caches: Sequence[CacheStatus] = ()
     stop: Callable[[], None] = field(default=lambda: None)
     repartition: RepartitionStats | None = None
     steer: SteerStats | None = None
+    retries: Retries | None = None
     decisions: DecisionCache[HostPriority] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -48,6 +48,9 @@ RECORD_ANNOTATION = "migslice.io/repartition"
 TOUCH_ANNOTATION = "migslice.io/repartitioned"
 """On a pending Pod: the config a finished re-partition applied for it (makes kube-scheduler
 retry the pod at once)."""
+RETRY_ANNOTATION = "migslice.io/retry"
+"""On a pending Pod: why and when the extender asked kube-scheduler to try it again
+(``hold-ended`` or ``caches-ready`` and the time; ``extender.retries``)."""
 CARVE_ANNOTATION = "migslice.io/carve"
 """On a Node in carve mode: the carve the repartition controller asks its node agent for (JSON:
 the plan id and, per GPU, the instances to destroy and to create)."""

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from migslice.kube.events import record_node_event
+from migslice.kube.pod_touch import touch_pod
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
 from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL, QUARANTINE_TIMEOUT
 
@@ -100,23 +101,10 @@ class KubeRepartitionApi:
         )
 
     def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:
-        """Merge-patch annotations onto a pod (``namespace/name``); False if it is gone.
-
-        An update of an unschedulable pod makes kube-scheduler try it again at once, which a
-        pod that waited for a re-partition needs: the extender rejected it before, and
-        kube-scheduler retries extender-rejected pods only on a later cluster event.
-        """
+        """Merge-patch annotations onto a pod (``namespace/name``) so that kube-scheduler
+        tries it again at once (:mod:`migslice.kube.pod_touch`); False if it is gone."""
         namespace, _, name = pod_key.partition("/")
-        try:
-            self._transport.patch_json(
-                f"/api/v1/namespaces/{namespace}/pods/{name}",
-                {"metadata": {"annotations": dict(annotations)}},
-            )
-        except ApiError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+        return touch_pod(self._transport, namespace, name, annotations)
 
     def mark_quarantine(self, node: str, note: str | None) -> None:
         """Set (``note``: the annotation) or remove the node's quarantine label and annotation."""

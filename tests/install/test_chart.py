@@ -244,7 +244,7 @@ def test_the_extenders_admission_policies_allow_exactly_the_keys_it_writes() -> 
         names.QUARANTINE_LABEL,
     ]
     assert _keys(node[1]["expression"]) == [names.CARVE_ANNOTATION, names.QUARANTINE_ANNOTATION]
-    assert _keys(pod[0]["expression"]) == [names.TOUCH_ANNOTATION]
+    assert _keys(pod[0]["expression"]) == [names.TOUCH_ANNOTATION, names.RETRY_ANNOTATION]
 
 
 def test_the_ledger_policy_allows_the_names_the_webhook_gives_its_ledgers() -> None:
