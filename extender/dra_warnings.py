@@ -18,7 +18,6 @@ Port: :class:`WarningRecorder` (``migslice.kube.nodes.KubeNodeStore`` in a clust
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -67,36 +66,3 @@ class DraWarnings:
             self._said[node] = reason
             recorded.append(node)
         return recorded
-
-
-class DraWarningLoop:
-    """Reviews the problems ``read`` returns every ``interval_s`` in a daemon thread."""
-
-    def __init__(
-        self,
-        warnings: DraWarnings,
-        read: Callable[[], Mapping[str, tuple[str, str]]],
-        interval_s: float = INTERVAL_S,
-    ) -> None:
-        self._warnings = warnings
-        self._read = read
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="dra-warnings", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self._warnings.review(self._read())
-            except Exception as error:  # the loop must outlive any one failure
-                log.warning("DRA node review failed (%s); again in %.0fs", error, self._interval_s)

@@ -168,30 +168,3 @@ class Retries:
             )
             return
         log.warning("pod=%s not touched (%s); again in %.0fs", entry.pod.key, error, RETRY_AFTER_S)
-
-
-class RetryLoop:
-    """Runs :meth:`Retries.touch_due` every ``interval_s`` in a daemon thread."""
-
-    def __init__(self, retries: Retries, interval_s: float = INTERVAL_S) -> None:
-        self._retries = retries
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="retries", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self._retries.touch_due()
-            except Exception as error:  # the loop must outlive any one failure
-                log.warning("touching pods failed (%s); again in %.0fs", error, self._interval_s)

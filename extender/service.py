@@ -15,9 +15,12 @@ from flask import Flask
 
 from extender.app import create_app
 from extender.controller import RepartitionController
-from extender.dra_warnings import DraWarningLoop, DraWarnings
+from extender.dra_warnings import INTERVAL_S as WARNINGS_INTERVAL_S
+from extender.dra_warnings import DraWarnings
+from extender.every import Every
 from extender.mig_manager import MigManagerGuard
-from extender.retries import Retries, RetryLoop
+from extender.retries import INTERVAL_S as RETRY_INTERVAL_S
+from extender.retries import Retries
 from extender.settings import ExtenderSettings
 from extender.state import (
     ExtenderState,
@@ -107,15 +110,15 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
         ),
         lambda: not blindness(caches, max_blind_s=settings.max_blind_s),
     )
-    retry_loop = RetryLoop(retries)
+    retry_loop = Every("touching pods", RETRY_INTERVAL_S, retries.touch_due)
     retry_loop.start()
     state = ExtenderState(index, caches, lambda: None, stats, steered, retries)
-    warnings = DraWarningLoop(
-        DraWarnings(
-            KubeNodeStore(transport, component=names.EXTENDER_SERVICE),
-            may_record=(lambda: True) if stats is None else (lambda: stats.is_leader),
-        ),
-        state.dra_problems,
+    review = DraWarnings(
+        KubeNodeStore(transport, component=names.EXTENDER_SERVICE),
+        may_record=(lambda: True) if stats is None else (lambda: stats.is_leader),
+    )
+    warnings = Every(
+        "DRA node review", WARNINGS_INTERVAL_S, lambda: review.review(state.dra_problems())
     )
     warnings.start()
 
