@@ -43,6 +43,7 @@ from migslice.repartition import (
     FAILED,
     SUCCESS,
     TIMEOUT,
+    CarveMemo,
     MigConfigFile,
     RepartitionRecord,
     Step,
@@ -54,6 +55,7 @@ from migslice.repartition import (
     read_config_map,
     render_record,
 )
+from migslice.scheduling import PreparedNode
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +105,7 @@ class RepartitionController:
         self,
         api: RepartitionApi,
         elector: Elector,
-        index: ClusterIndex[Any],
+        index: ClusterIndex[PreparedNode],
         settings: ExtenderSettings,
         stats: RepartitionStats | None = None,
         clock: Callable[[], float] = time.time,
@@ -125,6 +127,7 @@ class RepartitionController:
         self._last_said = ""
         # Pods a finished re-partition served: pod key -> (node, config, rounds left).
         self._to_touch: dict[str, tuple[str, str, int]] = {}
+        self._carve_memo = CarveMemo()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -195,6 +198,7 @@ class RepartitionController:
                 file_configs=file.names,
                 now=now,
                 settings=self._decide_settings,
+                carve_memo=self._carve_memo,
             )
             self._count_in_flight(step.record, nodes)
             self.stats.open_ages = open_ages(step.record, now)
@@ -218,9 +222,11 @@ class RepartitionController:
     def _node_states(self, record: RepartitionRecord, configs: MigConfigs) -> list[NodeState]:
         states: dict[str, NodeState] = {}
         for name in self._index.node_names():
-            state = self._index.state_of(name)
-            if state is not None:
-                states[name] = state
+            # the index's derived state, kept until the node changes: the carve memo knows
+            # an unchanged node by that object
+            node = self._index.get(name)
+            if node is not None:
+                states[name] = node.state
         open_nodes = [s.node for s in record.plan.open_nodes] if record.plan else []
         open_nodes += [s.node for s in record.carve.open_nodes] if record.carve else []
         for name in open_nodes:

@@ -18,6 +18,7 @@ _.repartitions_per_placed_pod
 _.reservations
 _.slice_acceptance
 _.sock
+_.state_of  # ClusterIndex: a node's NodeState computed now (bench, harness, tests)
 _.status_code
 _.syncs
 abandoned_pods

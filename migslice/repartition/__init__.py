@@ -32,7 +32,7 @@ from migslice.repartition.actions import (
 )
 from migslice.repartition.carve.branch import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
 from migslice.repartition.carve.gpu import CarvedGpu, carved_gpus
-from migslice.repartition.carve.planner import carve_cost, plan_carve
+from migslice.repartition.carve.planner import CarveMemo, carve_cost, plan_carve
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -88,6 +88,7 @@ __all__ = [
     "TIMEOUT",
     "ActiveCarve",
     "ActivePlan",
+    "CarveMemo",
     "CarvePlan",
     "CarveSettings",
     "CarveStep",

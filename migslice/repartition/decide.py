@@ -44,7 +44,7 @@ from dataclasses import replace
 from migslice.inventory import NodeState
 from migslice.objects.times import format_time
 from migslice.repartition.carve.branch import CarveDecision, decide_carve
-from migslice.repartition.carve.planner import carve_mode_nodes
+from migslice.repartition.carve.planner import CarveMemo, carve_mode_nodes
 from migslice.repartition.migmanager.applying import apply_plan, observe_plan
 from migslice.repartition.migmanager.planner import plan
 from migslice.repartition.migmanager.quarantine import held_reasons, review
@@ -66,10 +66,13 @@ def decide(
     now: float,
     settings: ControllerSettings = DEFAULT_SETTINGS,
     layout_cache: LayoutCache | None = None,
+    carve_memo: CarveMemo | None = None,
 ) -> Step:
     """The next step (see the module docstring). ``file_configs``: the config names in the
     mig-parted file, None when the ConfigMap is missing or unreadable (then nothing moves).
-    ``layout_cache`` keeps the planner's maximal layouts between calls (a simulation)."""
+    ``layout_cache`` keeps the planner's maximal layouts between calls (a simulation);
+    ``carve_memo`` what the carve planner learned about nodes whose state objects a caller
+    keeps until they change (the controller over the extender's index)."""
     record = _pruned(record, now, settings)
     carve = decide_carve(
         record,
@@ -79,6 +82,7 @@ def decide(
         settings=settings.carve,
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
+        memo=carve_memo,
     )
     if carve is not None:  # carve mode needs the record only, not the mig-parted file
         return _carve_step(carve)

@@ -31,7 +31,7 @@ from migslice.objects.carve_handshake import CarvePhase
 from migslice.objects.times import format_time
 from migslice.repartition.actions import CarveWrite, NodeEvent
 from migslice.repartition.carve.gpu import carved_gpus
-from migslice.repartition.carve.planner import plan_carve
+from migslice.repartition.carve.planner import CarveMemo, plan_carve
 from migslice.repartition.modes import mode_of
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.plans import CarvePlan
@@ -76,12 +76,14 @@ def decide_carve(
     settings: CarveSettings,
     deadline_s: float,
     backoff_s: float,
+    memo: CarveMemo | None = None,
 ) -> CarveDecision | None:
-    """The next carve step (see the module docstring), None when there is none to take."""
+    """The next carve step (see the module docstring), None when there is none to take;
+    ``memo``: :class:`CarveMemo` kept between calls."""
     states = {node.name: node for node in nodes}
     active = record.carve
     if active is None:
-        return _start(record, nodes, pending, now=now, settings=settings)
+        return _start(record, nodes, pending, now=now, settings=settings, memo=memo)
     if active.applied_at is None:
         return _apply(record, active, states, now=now, settings=settings)
     return _observe(
@@ -140,6 +142,7 @@ def _start(
     *,
     now: float,
     settings: CarveSettings,
+    memo: CarveMemo | None,
 ) -> CarveDecision | None:
     held = {node: f"backed off until {format_time(until)}" for node, until in record.backoff}
     served: set[str] = set()
@@ -153,6 +156,7 @@ def _start(
         cooldowns={node: now - at for node, at in record.finished},
         settings=settings,
         held=held,
+        memo=memo,
     )
     if result.is_empty:
         return None

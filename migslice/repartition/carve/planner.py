@@ -33,8 +33,8 @@ Rules, in the order they are applied:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.room import RoomLoss, add_losses
@@ -60,6 +60,47 @@ class _Trial:
     gpus: list[CarvedGpu]
     strands: int = 0
     """How many of the pod's instances strand compute (while the stranding rule is on)."""
+
+
+class CarveMemo:
+    """What :func:`plan_carve` learned about each node, kept for its next call while the node's
+    state is the same object (a caller whose cache keeps a node's state until the node
+    changes, as the extender's index does): the node's :func:`carved_gpus`, and per kind of
+    pod and rules the trial of that pod on the node as it was before the plan changed it.
+    A node that changed is a new object and is weighed again; nodes gone are dropped."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, _Known] = {}
+
+    def gpus(self, node: NodeState) -> list[CarvedGpu]:
+        """The node's carved GPUs (a new list of the GPUs kept; the plan replaces, never
+        changes, them)."""
+        return list(self._known(node).gpus)
+
+    def trial(self, pod: PodDemand, node: NodeState, rules: tuple[bool, bool]) -> _Trial | None:
+        """:func:`_try` of ``pod`` on the node as it is, once per kind of pod and rules."""
+        known = self._known(node)
+        key = (demand_key(pod), *rules)
+        if key not in known.trials:
+            known.trials[key] = _try(pod, node, known.gpus, rules)
+        return known.trials[key]
+
+    def keep_only(self, names: Collection[str]) -> None:
+        for gone in [name for name in self._nodes if name not in names]:
+            del self._nodes[gone]
+
+    def _known(self, node: NodeState) -> _Known:
+        known = self._nodes.get(node.name)
+        if known is None or known.state is not node:
+            known = self._nodes[node.name] = _Known(node, carved_gpus(node))
+        return known
+
+
+@dataclass(slots=True)
+class _Known:
+    state: NodeState
+    gpus: list[CarvedGpu]
+    trials: dict[tuple[DemandKey, bool, bool], _Trial | None] = field(default_factory=dict)
 
 
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
@@ -90,18 +131,22 @@ def plan_carve(
     carved: Mapping[str, Sequence[CarvedGpu]] | None = None,
     guard: bool | None = None,
     complete: bool | None = None,
+    memo: CarveMemo | None = None,
 ) -> CarvePlan:
     """Plan carves for waiting pods (see the module docstring). ``cooldowns``: node -> seconds
     since its last change; ``held``: nodes to leave alone, with the reason; ``carved``: the
     :func:`carved_gpus` of nodes the caller already holds them for (they are not changed);
     ``guard``, ``complete``: the stranding and full-compute rules, when the caller knows them
-    (else read from ``nodes``, :func:`held_mix`)."""
+    (else read from ``nodes``, :func:`held_mix`); ``memo``: what an earlier call learned about
+    nodes unchanged since (the same plan, less the work)."""
     if guard is None or complete is None:
         mix = held_mix(nodes)
         guard = strand_guard(mix) if guard is None else guard
         complete = complete_rule(mix) if complete is None else complete
     waiting, unserved = eligible_demand(list(pending), nodes, settings.min_pending_s)
     states = {node.name: node for node in nodes}
+    if memo is not None:
+        memo.keep_only(states)
     candidates: dict[str, list[CarvedGpu]] = {}
     skipped: list[tuple[str, str]] = []
     for node in sorted(nodes, key=lambda n: n.name):
@@ -110,7 +155,10 @@ def plan_carve(
             skipped.append((node.name, problem.message))
         elif problem:
             kept = (carved or {}).get(node.name)
-            candidates[node.name] = carved_gpus(node) if kept is None else list(kept)
+            if kept is not None:
+                candidates[node.name] = list(kept)
+            else:
+                candidates[node.name] = carved_gpus(node) if memo is None else memo.gpus(node)
     carving = sum(1 for node in nodes if node.facts.is_carving)
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
@@ -126,6 +174,7 @@ def plan_carve(
             budget=budget,
             tried=tried,
             rules=(guard, complete),
+            memo=memo if carved is None else None,
         )
         if isinstance(chosen, str):
             unserved.append((pod.key, chosen))
@@ -185,26 +234,34 @@ def _choose(
     budget: int,
     tried: dict[DemandKey, dict[str, _Trial | None]],
     rules: tuple[bool, bool],
+    memo: CarveMemo | None = None,
 ) -> tuple[str, _Trial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
     trial that says how; else why none does. ``tried``: per kind of pod (:func:`demand_key`),
-    the trial on each node, kept until the node's candidates change (a trial changes none)."""
+    the trial on each node, kept until the node's candidates change (a trial changes none);
+    ``memo``: the trials of nodes the plan has not changed, kept between plans."""
     chosen: tuple[tuple[int, RoomLoss, int, bool, str], _Trial] | None = None
-    held_back = False
     known = tried.setdefault(demand_key(pod), {})
-    for name, gpus in candidates.items():
+
+    def trial_on(name: str) -> _Trial | None:
         if name not in known:
-            known[name] = _try(pod, states[name], gpus, rules)
-        trial = known[name]
+            node = states[name]
+            if memo is None or name in served:
+                known[name] = _try(pod, node, candidates[name], rules)
+            else:  # the plan has not changed it: its candidates are the memo's GPUs
+                known[name] = memo.trial(pod, node, rules)
+        return known[name]
+
+    full = len(served) >= budget  # then only the nodes already in the plan may take more
+    for name in served if full else candidates:
+        trial = trial_on(name)
         if trial is None:
-            continue
-        if name not in served and len(served) >= budget:
-            held_back = True
             continue
         key = (trial.strands, trial.loss, trial.destroyed, name not in served, name)
         if chosen is None or key < chosen[0]:
             chosen = (key, trial)
     if chosen is None:
+        held_back = full and any(trial_on(n) is not None for n in candidates if n not in served)
         return "carve budget in use" if held_back else "no carve-mode GPU can take it"
     return chosen[0][4], chosen[1]
 
