@@ -90,6 +90,10 @@ class WhyReport:
     scheduler_said: tuple[CreateEvent, ...] = ()
     """A waiting pod's ``FailedScheduling`` Events, latest first: kube-scheduler's own words
     (the extender's reasons as it last gave them, the large-job reserve's among them)."""
+    retried: str = ""
+    """A waiting pod's ``migslice.io/retry``: why and when the extender last asked
+    kube-scheduler to try it again (the large-job reserve's hold ended, its caches were ready
+    again)."""
 
 
 NOT_FOUND = "not found"
@@ -131,7 +135,10 @@ def explain(
     waiting = waiting_view(cluster, gpu, now)
     repartition = _repartition(cluster, key, record, settings)
     held = _held_candidates(cluster, waiting, record)
-    return WhyReport(key, phase, None, (), admission, waiting, repartition, held, record.where)
+    retried = str(annotations_of(raw_pod).get(names.RETRY_ANNOTATION) or "")
+    return WhyReport(
+        key, phase, None, (), admission, waiting, repartition, held, record.where, retried=retried
+    )
 
 
 def _admission(cluster: Cluster, pod: GpuPod, raw_pod: JsonObject) -> Admission:

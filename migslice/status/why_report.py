@@ -91,6 +91,9 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
             last = report.scheduler_said[0]
             times = f"{last.count}x, last {last.last}" if last.count > 1 else last.last
             say(f"kube-scheduler said ({times}): {last.message}", "   ")
+        if report.retried:
+            reason, _, at = report.retried.partition(" ")
+            say(f"the extender asked kube-scheduler to try it again ({reason}, {at})", "   ")
         for node_class in waiting.classes:
             shown = ", ".join(node_class.nodes[:EXAMPLES])
             more = ", ..." if len(node_class.nodes) > EXAMPLES else ""
@@ -184,6 +187,7 @@ def why_document(report: WhyReport) -> dict[str, Any]:
                 {"count": e.count, "last": e.last, "message": e.message}
                 for e in report.scheduler_said
             ],
+            "retried": report.retried or None,
             "nodes": [
                 {
                     "reason": c.reason,

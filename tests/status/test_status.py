@@ -391,15 +391,24 @@ def test_why_of_a_waiting_pod_gives_kube_schedulers_last_words(
         _failed_scheduling("train-2", reserve, "2026-12-05T10:05:00Z", count=3),
         _failed_scheduling("train-1", "another pod's words", "2026-12-05T10:06:00Z"),
     ]
+    objects = representative_cluster()
+    waiting = next(o for o in objects if o["metadata"].get("name") == "train-2")
+    retried = "hold-ended 2026-12-05T10:06:01Z"
+    waiting["metadata"].setdefault("annotations", {})["migslice.io/retry"] = retried
     path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all([*representative_cluster(), *events]))
+    path.write_text(yaml.safe_dump_all([*objects, *events]))
     out = _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path))
+    assert (
+        "the extender asked kube-scheduler to try it again (hold-ended, 2026-12-05T10:06:01Z)"
+        in " ".join(out.split())
+    )
     said = f"kube-scheduler said (3x, last 2026-12-05T10:05:00Z): {reserve}"
     assert " ".join(said.split()) in " ".join(out.split())  # wrapped at 80 columns
     assert "another pod's words" not in out
     document = json.loads(
         _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path), "-o", "json")
     )
+    assert document["placement"]["retried"] == retried
     listed = document["placement"]["schedulerSaid"]
     assert [e["message"] for e in listed] == [
         reserve,
