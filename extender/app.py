@@ -357,7 +357,7 @@ def _filter(
     else:
         assert candidates is not None
         result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
-    if result.fits and context.state.retries is not None:
+    if result.fits:
         _retry(context, args["Pod"], lambda retries, pod: retries.forget(pod))
     metrics = context.metrics
     metrics.nodes_fit.inc(len(result.fits))
@@ -415,13 +415,13 @@ def _held_back(
     first_try = hold_back(result, demand, lookup, reserve)
     released = reserve.lets_past(waited_s)
     kept = result if released else first_try
+    held = bool(result.fits) and not kept.fits
     steer = context.state.steer
     if steer is not None:
         if released and len(first_try.fits) < len(result.fits):
             context.arrivals.released(steer.reserve)  # let past where a first try was not
-        if result.fits and not kept.fits:
+        if held:
             context.arrivals.held_back(steer.reserve)
-    held = bool(result.fits) and not kept.fits
     if not best_fit or len(kept.fits) <= 1:
         return kept, held
     scores = [best_fit_rank(demand, lookup(name)) for name in kept.fits]
