@@ -20,7 +20,6 @@ Port: ``touch(pod, annotations) -> bool`` (False: gone), ``ready() -> bool``.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -28,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from migslice.names import RETRY_ANNOTATION
+from migslice.objects.times import format_time
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +120,8 @@ class Retries:
         if not due or not self._ready():
             return []
         touched: list[PodRef] = []
+        stamp = format_time(now)
         for entry in due:
-            stamp = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"
-            )
             try:
                 kept = self._touch(entry.pod, {RETRY_ANNOTATION: f"{entry.reason} {stamp}"})
             except Exception as error:  # the API refused or went away: again later
