@@ -314,6 +314,13 @@ class _RetryCollector(Collector):
         for reason, count in sorted(retries.touched.items()):
             touched.add_metric((reason,), count)
         yield touched
+        yield CounterMetricFamily(
+            "migslice_extender_pod_touch_failures",
+            "Touches of pods the API refused or did not answer (each tried again 5 s later, "
+            "five times at most): check the extender's pods patch RBAC and the admission "
+            "policy migslice-extender-pod-keys.",
+            value=retries.failures,
+        )
         yield GaugeMetricFamily(
             "migslice_extender_pods_to_touch",
             "Pods this worker turned away that it will touch once the reason ends.",

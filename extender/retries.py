@@ -13,7 +13,8 @@ forgotten. A touch the API refuses is tried again :data:`RETRY_AFTER_S` later, a
 :data:`MAX_TRIES` times; a pod gone or replaced by another of its name is forgotten. The
 annotation :data:`migslice.names.RETRY_ANNOTATION` says why and when, and
 ``migslice_extender_pods_touched_total{reason}`` counts the touches
-(``migslice_extender_pods_to_touch``: those waiting).
+(``migslice_extender_pods_to_touch``: those waiting; ``migslice_extender_pod_touch_failures_total``
+the refused, on which the alert ``MigsliceExtenderTouchFailing`` fires).
 
 Port: ``touch(pod, annotations) -> bool`` (False: gone), ``ready() -> bool``.
 """
@@ -90,6 +91,9 @@ class Retries:
         self._max_pods = max_pods
         self.touched = dict.fromkeys(REASONS, 0)
         """Pods touched since start, by reason (``migslice_extender_pods_touched_total``)."""
+        self.failures = 0
+        """Touches the API refused or did not answer
+        (``migslice_extender_pod_touch_failures_total``)."""
         self._due: dict[str, _Due] = {}
         self._lock = threading.Lock()
 
@@ -153,6 +157,7 @@ class Retries:
 
     def _again(self, entry: _Due, error: Exception) -> None:
         with self._lock:
+            self.failures += 1
             entry.tries += 1
             entry.at = self._clock() + RETRY_AFTER_S
         if entry.tries >= MAX_TRIES:

@@ -111,6 +111,7 @@ def test_a_gone_or_replaced_pod_is_dropped_and_a_refused_touch_is_tried_again() 
     retries = _retries(api, clock)
     retries.after_blind(POD)
     assert retries.touch_due() == [] and retries.waiting() == 1
+    assert retries.failures == 1  # migslice_extender_pod_touch_failures_total: the alert's
     clock.now += RETRY_AFTER_S - 1
     assert retries.touch_due() == []
     clock.now += 1

@@ -12,6 +12,7 @@ import yaml
 
 from extender.app import create_app as extender_app
 from extender.metrics import ExtenderMetrics
+from extender.retries import Retries
 from extender.settings import ExtenderSettings
 from extender.state import RepartitionStats, StaticCache, SteerStats, state_from_objects
 from migslice.objects import parse_cluster_objects
@@ -41,7 +42,8 @@ def queries() -> list[str]:
 
 def exported() -> dict[str, set[str]]:
     """Metric -> labels, from both servers' /metrics over the representative cluster, the
-    repartition leader's and the DRA steer's stats filled in as a round leaves them."""
+    repartition leader's and the DRA steer's stats filled in as a round leaves them, and the
+    pods to touch as in a cluster."""
     objects = parse_cluster_objects(representative_cluster())
     settings = ExtenderSettings()
     state = state_from_objects(objects, settings)
@@ -53,6 +55,7 @@ def exported() -> dict[str, set[str]]:
         node_outcomes={"timeout": 1},
     )
     state.steer = SteerStats(rules=18, created=18)
+    state.retries = Retries(lambda pod, annotations: True, lambda: True)
     text = extender_app(settings, state).test_client().get("/metrics").text
     webhook_state = ClusterState()
     webhook_state.load(objects)
