@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import statistics
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,7 @@ def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
                 carve_memo=memo,
             )
             times.append(time.process_time() - started)
+    kept = memo_size(states, demand, settings)
     if step.carve_plan is not None:
         changed, served = (
             len(step.carve_plan.changes),
@@ -137,10 +140,31 @@ def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
         "decision_s": round(statistics.median(spent), 4),
         "decision_max_s": round(max(spent), 4),
         "next_decision_s": round(statistics.median(again), 4),
+        "memo_mib": round(kept / 2**20, 2),
         "step": step.kind.value,
         "nodes_changed": changed,
         "pods_served": served,
     }
+
+
+def memo_size(states: Any, demand: Any, settings: ControllerSettings) -> int:
+    """Bytes a decision leaves in a new carve memo (allocations still held after it)."""
+    gc.collect()
+    tracemalloc.start()
+    memo = CarveMemo()
+    decide(
+        RepartitionRecord(),
+        states,
+        demand,
+        file_configs=(),
+        now=NOW.timestamp(),
+        settings=settings,
+        carve_memo=memo,
+    )
+    gc.collect()
+    kept, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return kept
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -153,17 +177,19 @@ def markdown(report: dict[str, Any]) -> str:
         f"seconds, median of {report['rounds']} rounds (max in brackets), and of the next "
         "decision over the same nodes with the controller's carve memo (what the carve "
         "planner learned about nodes unchanged since; the MIG Manager planner keeps nothing), "
-        "as each loop decides while pods wait that no plan serves; shared machine, "
+        "as each loop decides while pods wait that no plan serves, and what that memo keeps "
+        "(tracemalloc; the decision's lru caches warm); shared machine, "
         "times noisy.",
         "",
         "| nodes | pending pods | mode | one decision, s | the next, nothing changed, s | "
-        "decided | nodes in the plan | pods it serves |",
-        "|---|---|---|---|---|---|---|---|",
+        "carve memo, MiB | decided | nodes in the plan | pods it serves |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["runs"]:
         rows.append(
             f"| {row['nodes']} | {row['pending']} | {row['mode']} | {row['decision_s']} "
-            f"({row['decision_max_s']}) | {row.get('next_decision_s', '-')} | {row['step']} | "
+            f"({row['decision_max_s']}) | {row.get('next_decision_s', '-')} | "
+            f"{row.get('memo_mib', '-')} | {row['step']} | "
             f"{row['nodes_changed']} | "
             f"{row['pods_served']} |"
         )

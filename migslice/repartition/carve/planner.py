@@ -33,7 +33,7 @@ Rules, in the order they are applied:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migslice.inventory import LayoutSource, NodeState
@@ -62,45 +62,54 @@ class _Trial:
     """How many of the pod's instances strand compute (while the stranding rule is on)."""
 
 
+_Cost = tuple[int, RoomLoss, int]
+"""What rule 4 compares of a pod's trial on a node: instances stranding compute, room lost,
+instances destroyed."""
+
+
 class CarveMemo:
     """What :func:`plan_carve` learned about each node, kept for its next call while the node's
     state is the same object (a caller whose cache keeps a node's state until the node
-    changes, as the extender's index does): the node's :func:`carved_gpus`, and per kind of
-    pod and rules the trial of that pod on the node as it was before the plan changed it.
-    A node that changed is a new object and is weighed again; nodes gone are dropped."""
+    changes, as the extender's index does): per kind of pod and rules, the cost of that pod on
+    the node as it was before a plan changed it. Costs only (a few hundred bytes a node): the
+    trial of the node a plan chooses is made again then. A node whose state is another object
+    (it changed, or went) is forgotten at the next call."""
 
     def __init__(self) -> None:
         self._nodes: dict[str, _Known] = {}
 
-    def gpus(self, node: NodeState) -> list[CarvedGpu]:
-        """The node's carved GPUs (a new list of the GPUs kept; the plan replaces, never
-        changes, them)."""
-        return list(self._known(node).gpus)
-
-    def trial(self, pod: PodDemand, node: NodeState, rules: tuple[bool, bool]) -> _Trial | None:
-        """:func:`_try` of ``pod`` on the node as it is, once per kind of pod and rules."""
-        known = self._known(node)
-        key = (demand_key(pod), *rules)
-        if key not in known.trials:
-            known.trials[key] = _try(pod, node, known.gpus, rules)
-        return known.trials[key]
-
-    def keep_only(self, names: Collection[str]) -> None:
-        for gone in [name for name in self._nodes if name not in names]:
-            del self._nodes[gone]
-
-    def _known(self, node: NodeState) -> _Known:
+    def cost(
+        self,
+        pod: PodDemand,
+        node: NodeState,
+        rules: tuple[bool, bool],
+        gpus: Callable[[str], list[CarvedGpu]],
+    ) -> _Cost | None:
+        """The cost of ``pod`` on ``node`` as it is (None: it does not fit), once per kind of
+        pod and rules; ``gpus``: the node's carved GPUs by name, asked on a miss."""
         known = self._nodes.get(node.name)
         if known is None or known.state is not node:
-            known = self._nodes[node.name] = _Known(node, carved_gpus(node))
-        return known
+            known = self._nodes[node.name] = _Known(node)
+        key = (demand_key(pod), *rules)
+        if key not in known.costs:
+            known.costs[key] = _cost_of(_try(pod, node, gpus(node.name), rules))
+        return known.costs[key]
+
+    def keep_current(self, states: Mapping[str, NodeState]) -> None:
+        """Forget every node whose state is not (any longer) the one in ``states``."""
+        self._nodes = {
+            name: known for name, known in self._nodes.items() if states.get(name) is known.state
+        }
 
 
 @dataclass(slots=True)
 class _Known:
     state: NodeState
-    gpus: list[CarvedGpu]
-    trials: dict[tuple[DemandKey, bool, bool], _Trial | None] = field(default_factory=dict)
+    costs: dict[tuple[DemandKey, bool, bool], _Cost | None] = field(default_factory=dict)
+
+
+def _cost_of(trial: _Trial | None) -> _Cost | None:
+    return None if trial is None else (trial.strands, trial.loss, trial.destroyed)
 
 
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
@@ -146,8 +155,10 @@ def plan_carve(
     waiting, unserved = eligible_demand(list(pending), nodes, settings.min_pending_s)
     states = {node.name: node for node in nodes}
     if memo is not None:
-        memo.keep_only(states)
-    candidates: dict[str, list[CarvedGpu]] = {}
+        memo.keep_current(states)
+    candidates: dict[str, list[CarvedGpu] | None] = {}
+    """Each candidate's GPUs as the plan leaves them so far; None: not carved yet (with a
+    memo, a node the memo knows may never need it)."""
     skipped: list[tuple[str, str]] = []
     for node in sorted(nodes, key=lambda n: n.name):
         problem = _why_not(node, cooldowns=cooldowns or {}, settings=settings, held=held or {})
@@ -158,7 +169,14 @@ def plan_carve(
             if kept is not None:
                 candidates[node.name] = list(kept)
             else:
-                candidates[node.name] = carved_gpus(node) if memo is None else memo.gpus(node)
+                candidates[node.name] = carved_gpus(node) if memo is None else None
+
+    def gpus_of(name: str) -> list[CarvedGpu]:
+        gpus = candidates[name]
+        if gpus is None:
+            gpus = candidates[name] = carved_gpus(states[name])
+        return gpus
+
     carving = sum(1 for node in nodes if node.facts.is_carving)
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
@@ -174,6 +192,7 @@ def plan_carve(
             budget=budget,
             tried=tried,
             rules=(guard, complete),
+            gpus_of=gpus_of,
             memo=memo if carved is None else None,
         )
         if isinstance(chosen, str):
@@ -190,14 +209,14 @@ def plan_carve(
             node=name,
             gpus=tuple(
                 GpuCarve(g.index, g.old, g.new_layout(), g.step())
-                for g in candidates[name]
+                for g in gpus_of(name)
                 if g.changed
             ),
             serves=tuple(served[name]),
             loss=add_losses(losses[name]),
         )
         for name in sorted(served)
-        if any(g.changed for g in candidates[name])
+        if any(g.changed for g in gpus_of(name))
     )
     return CarvePlan(changes, tuple(unserved), tuple(skipped))
 
@@ -221,49 +240,54 @@ def carve_cost(
     full-compute rules."""
     if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
         return None
-    trial = _try(pod, node, carved_gpus(node) if gpus is None else gpus, (guard, complete))
-    return None if trial is None else (trial.strands, trial.loss, trial.destroyed)
+    return _cost_of(_try(pod, node, carved_gpus(node) if gpus is None else gpus, (guard, complete)))
 
 
 def _choose(
     pod: PodDemand,
-    candidates: Mapping[str, list[CarvedGpu]],
+    candidates: Collection[str],
     states: Mapping[str, NodeState],
     *,
     served: Mapping[str, list[str]],
     budget: int,
     tried: dict[DemandKey, dict[str, _Trial | None]],
     rules: tuple[bool, bool],
+    gpus_of: Callable[[str], list[CarvedGpu]],
     memo: CarveMemo | None = None,
 ) -> tuple[str, _Trial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
     trial that says how; else why none does. ``tried``: per kind of pod (:func:`demand_key`),
-    the trial on each node, kept until the node's candidates change (a trial changes none);
-    ``memo``: the trials of nodes the plan has not changed, kept between plans."""
-    chosen: tuple[tuple[int, RoomLoss, int, bool, str], _Trial] | None = None
+    the trial on each node, kept until the node's GPUs change (a trial changes none);
+    ``gpus_of``: a candidate's GPUs as the plan leaves them so far; ``memo``: the costs of
+    nodes the plan has not changed, kept between plans."""
     known = tried.setdefault(demand_key(pod), {})
 
     def trial_on(name: str) -> _Trial | None:
         if name not in known:
-            node = states[name]
-            if memo is None or name in served:
-                known[name] = _try(pod, node, candidates[name], rules)
-            else:  # the plan has not changed it: its candidates are the memo's GPUs
-                known[name] = memo.trial(pod, node, rules)
+            known[name] = _try(pod, states[name], gpus_of(name), rules)
         return known[name]
 
+    def cost_on(name: str) -> _Cost | None:
+        if memo is not None and name not in served:  # the node as it was: the memo knows it
+            return memo.cost(pod, states[name], rules, gpus_of)
+        return _cost_of(trial_on(name))
+
+    chosen: tuple[int, RoomLoss, int, bool, str] | None = None
     full = len(served) >= budget  # then only the nodes already in the plan may take more
     for name in served if full else candidates:
-        trial = trial_on(name)
-        if trial is None:
+        cost = cost_on(name)
+        if cost is None:
             continue
-        key = (trial.strands, trial.loss, trial.destroyed, name not in served, name)
-        if chosen is None or key < chosen[0]:
-            chosen = (key, trial)
+        key = (cost[0], cost[1], cost[2], name not in served, name)
+        if chosen is None or key < chosen:
+            chosen = key
     if chosen is None:
-        held_back = full and any(trial_on(n) is not None for n in candidates if n not in served)
+        held_back = full and any(cost_on(n) is not None for n in candidates if n not in served)
         return "carve budget in use" if held_back else "no carve-mode GPU can take it"
-    return chosen[0][4], chosen[1]
+    name = chosen[4]
+    trial = trial_on(name)  # the trial the cost was of (a memo keeps costs only)
+    assert trial is not None
+    return name, trial
 
 
 def _why_not(
