@@ -156,9 +156,9 @@ def plan_carve(
     states = {node.name: node for node in nodes}
     if memo is not None:
         memo.keep_current(states)
+    # each candidate's GPUs as the plan leaves them so far; None: not carved yet (with a
+    # memo, a node the memo knows may never need it)
     candidates: dict[str, list[CarvedGpu] | None] = {}
-    """Each candidate's GPUs as the plan leaves them so far; None: not carved yet (with a
-    memo, a node the memo knows may never need it)."""
     skipped: list[tuple[str, str]] = []
     for node in sorted(nodes, key=lambda n: n.name):
         problem = _why_not(node, cooldowns=cooldowns or {}, settings=settings, held=held or {})
