@@ -664,6 +664,7 @@ _UNLABELLED = {
     "migslice_dra_large_reserve_held_back_total",
     "migslice_dra_large_reserve_released_total",
     "migslice_repartition_strand_guard",
+    "migslice_extender_pod_touch_failures_total",
 }
 """Metrics without labels: served means their family is on /metrics."""
 
