@@ -46,6 +46,7 @@ from migslice.repartition import (
     CarveMemo,
     ControllerSettings,
     RepartitionRecord,
+    Step,
     decide,
     node_states,
     pending_pods,
@@ -113,15 +114,7 @@ def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
         memo = CarveMemo()  # the controller's, kept between its decisions
         for times in (spent, again):
             started = time.process_time()
-            step = decide(
-                RepartitionRecord(),
-                states,
-                demand,
-                file_configs=(),
-                now=NOW.timestamp(),
-                settings=settings,
-                carve_memo=memo,
-            )
+            step = one_decision(states, demand, settings, memo)
             times.append(time.process_time() - started)
     kept = memo_size(states, demand, settings)
     if step.carve_plan is not None:
@@ -147,12 +140,9 @@ def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
     }
 
 
-def memo_size(states: Any, demand: Any, settings: ControllerSettings) -> int:
-    """Bytes a decision leaves in a new carve memo (allocations still held after it)."""
-    gc.collect()
-    tracemalloc.start()
-    memo = CarveMemo()
-    decide(
+def one_decision(states: Any, demand: Any, settings: ControllerSettings, memo: CarveMemo) -> Step:
+    """``decide`` as the controller calls it with nothing in flight, ``memo`` its carve memo."""
+    return decide(
         RepartitionRecord(),
         states,
         demand,
@@ -161,9 +151,18 @@ def memo_size(states: Any, demand: Any, settings: ControllerSettings) -> int:
         settings=settings,
         carve_memo=memo,
     )
+
+
+def memo_size(states: Any, demand: Any, settings: ControllerSettings) -> int:
+    """Bytes a decision leaves in a new carve memo (allocations still held after it)."""
     gc.collect()
-    kept, _ = tracemalloc.get_traced_memory()
+    tracemalloc.start()
+    memo = CarveMemo()
+    one_decision(states, demand, settings, memo)
+    gc.collect()
+    kept, _ = tracemalloc.get_traced_memory()  # while ``memo`` is still held
     tracemalloc.stop()
+    del memo
     return kept
 
 
