@@ -38,12 +38,13 @@ from migslice.console import CommandError
 from migslice.sim import (
     GPU_MODEL,
     SaturationConfig,
+    SimPod,
     Workload,
     limit_curve,
     make_policy,
     mix_counts,
     parse_pod_list,
-    run_saturation,
+    run_sequence,
     sample_arrivals,
 )
 from migslice.sim.limits import sampled_first_failure_pct, sampled_limit
@@ -102,6 +103,8 @@ TENANT_POLICIES = ("B3", "B5", "B5-catalog", "B6", "B8", "B9", "migslice", "M-ca
 SAME_AS_DEFAULT = ("cpu050", "cpu100", "cpu200", "cpu250", "gpuspec10", "gpuspec20", "gpuspec33")
 
 CONTEXT: dict[str, Any] = {}
+ARRIVALS_KEPT = 8
+"""Arrival sequences a worker keeps (:func:`arrivals`); 8 of 23,550 pods: about 25 MiB."""
 """Set in the parent before the pool forks: data dir, nodes, workload cache."""
 
 
@@ -159,6 +162,19 @@ def workload(spec: str) -> Workload:
     return cache[spec]
 
 
+def arrivals(spec: str, seed: int, capacity_slices: int, load_pct: int) -> tuple[SimPod, ...]:
+    """A seed's arrivals, drawn once per worker for every policy run on them (the tasks of
+    one workload and seed come together); the last few kept."""
+    cache: dict[tuple[str, int, int, int], tuple[SimPod, ...]]
+    cache = CONTEXT.setdefault("arrivals", {})
+    key = (spec, seed, capacity_slices, load_pct)
+    if key not in cache:
+        while len(cache) >= ARRIVALS_KEPT:
+            cache.pop(next(iter(cache)))
+        cache[key] = sample_arrivals(workload(spec), capacity_slices, load_pct, seed=seed)
+    return cache[key]
+
+
 def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
     """One task in a worker: a policy run, the limit of a seed's pods, or the expected-mix
     limit curve (seed -1)."""
@@ -172,10 +188,10 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
         curve = limit_curve(pods.pods, GPU_MODEL, gpus, arrived_pcts=range(1, 131))
         out["curve"] = [p.slice_allocation for p in curve]
     elif kind == "limit":
-        arrivals = sample_arrivals(pods, 7 * gpus, 130, seed=seed)
-        points = sampled_limit(arrivals, GPU_MODEL, gpus, arrived_pcts=TABLE_LOADS)
+        drawn = arrivals(spec, seed, 7 * gpus, 130)
+        points = sampled_limit(drawn, GPU_MODEL, gpus, arrived_pcts=TABLE_LOADS)
         out["at"] = {str(p.arrived_pct): p.slice_allocation for p in points}
-        out["first_failure_pct"] = sampled_first_failure_pct(arrivals, GPU_MODEL, gpus)
+        out["first_failure_pct"] = sampled_first_failure_pct(drawn, GPU_MODEL, gpus)
     else:
         name, _, pct = policy_id.partition("@")
         name, _, variant = name.partition("+")
@@ -186,7 +202,9 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
             policy = replace(policy, percentage_of_nodes_to_score=int(pct))
         if CONTEXT.get("partitioned_ahead") and isinstance(policy, Migslice):
             policy = replace(policy, partitioned_ahead=True)
-        result = run_saturation(pods, policy, seed, config=config)
+        capacity = GPU_MODEL.compute_slices * gpus
+        drawn = arrivals(spec, seed, capacity, config.max_load_pct)
+        result = run_sequence(drawn, policy, config, model=GPU_MODEL, workload=pods.name, seed=seed)
         if result.sampling is not None:
             out["sampling"] = asdict(result.sampling)
         out.update(

@@ -168,19 +168,24 @@ class SimCluster:
         self.model = model
         self.gpus_per_node = gpus_per_node
         self.nodes: list[SimNode] = []
+        made = [None if layout is None else make_layout(layout) for layout in layouts]
+        starts: set[tuple[int, ...]] = set()
         for n in range(node_count):
             gpus = []
+            first = n * gpus_per_node
             for g in range(gpus_per_node):
-                layout = layouts[(n * gpus_per_node + g) % len(layouts)]
-                gpu = SimGpu(g, layout is not None)
-                if layout is not None:
-                    gpu.instances = list(make_layout(layout))
-                    gpu.holders = [None] * len(gpu.instances)
-                gpus.append(gpu)
+                layout = made[(first + g) % len(made)]
+                if layout is None:
+                    gpus.append(SimGpu(g, False))
+                else:
+                    gpus.append(SimGpu(g, True, list(layout), [None] * len(layout)))
+            if len(starts) < 2:
+                starts.add(tuple((first + g) % len(made) for g in range(gpus_per_node)))
             self.nodes.append(SimNode(n, f"node-{n:04d}", gpus))
         self.by_name = {node.name: node for node in self.nodes}
         self.alike = (
-            len({tuple((g.mig_enabled, tuple(g.instances)) for g in n.gpus) for n in self.nodes})
+            len(starts) <= 1
+            or len({tuple((g.mig_enabled, tuple(g.instances)) for g in n.gpus) for n in self.nodes})
             <= 1
         )
         """Every node started with the same GPUs and layouts: until a node changes (its

@@ -4,6 +4,7 @@ the indexes and shortcuts that make it fast choosing exactly what a full scan wo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from migslice.sim import (
     Policy,
     SaturationConfig,
     SimPod,
+    Workload,
     make_policy,
     run_saturation,
     run_sequence,
@@ -155,6 +157,17 @@ def test_the_same_seed_gives_the_same_result(policy_id: str) -> None:
     first = run_saturation(synthetic_workload(), policy(policy_id, 8), 7, config=config)
     again = run_saturation(synthetic_workload(), policy(policy_id, 8), 7, config=config)
     assert first == again
+
+
+def test_a_drawn_pod_is_its_source_pod_but_for_the_name() -> None:
+    workload = Workload(
+        "w", (SimPod("a", "3g.40gb", 2, tenant="team-a"), SimPod("b", "1g.10gb", tenant="b"))
+    )
+    arrivals = sample_arrivals(workload, 56, 130, seed=3)
+    by_name = {p.name: p for p in workload.pods}
+    for drawn in arrivals:
+        source = by_name[drawn.name.partition("#")[0]]
+        assert drawn == dataclasses.replace(source, name=drawn.name)
 
 
 def test_different_seeds_draw_different_arrivals() -> None:
