@@ -89,6 +89,8 @@ class GpuModel:
         default=frozenset(), init=False, compare=False, repr=False
     )
     """The mixed-strategy resource names of its profiles (``nvidia.com/mig-1g.10gb``)."""
+    pci_filters: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
+    """mig-parted device-filter strings (``0xDDDDVVVV``: device id, then NVIDIA's 10DE)."""
 
     def __hash__(self) -> int:
         # Equal models share a key; hashing every profile each time cost the caches more
@@ -100,6 +102,8 @@ class GpuModel:
         first = {p.resource_name: p for p in reversed(self.profiles)}  # the first one wins
         object.__setattr__(self, "_by_resource", first)
         object.__setattr__(self, "mig_resources", frozenset(first))
+        filters = tuple(f"0x{device:04X}10DE" for device in self.pci_device_ids)
+        object.__setattr__(self, "pci_filters", filters)
 
     @property
     def profile_names(self) -> tuple[str, ...]:
@@ -120,11 +124,6 @@ class GpuModel:
 
     def profile_by_resource(self, resource: str) -> Profile | None:
         return self._by_resource.get(resource)
-
-    @property
-    def pci_filters(self) -> tuple[str, ...]:
-        """mig-parted device-filter strings (``0xDDDDVVVV``: device id, then NVIDIA's 10DE)."""
-        return tuple(f"0x{device:04X}10DE" for device in self.pci_device_ids)
 
 
 @dataclass(frozen=True, slots=True)

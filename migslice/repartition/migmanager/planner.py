@@ -81,11 +81,17 @@ class _Gpu:
     chosen: bool = False
 
 
-def config_name(node: str, gpus: Sequence[GpuChange]) -> str:
-    """``migslice-<node>-<8 hex>``: the hash covers the new layouts, so a name is a content."""
+def config_name(
+    node: str,
+    gpus: Sequence[GpuChange],
+    counts: Mapping[int, tuple[tuple[str, int], ...]] | None = None,
+) -> str:
+    """``migslice-<node>-<8 hex>``: the hash covers the new layouts, so a name is a content.
+    ``counts``: each GPU's :func:`profile_counts` of its new layout, where known."""
     digest = hashlib.sha256()
     for change in sorted(gpus, key=lambda c: c.index):
-        digest.update(f"{change.index}:{profile_counts(change.new)};".encode())
+        new = counts[change.index] if counts is not None else profile_counts(change.new)
+        digest.update(f"{change.index}:{new};".encode())
     return f"migslice-{node}-{digest.hexdigest()[:8]}"
 
 
@@ -190,11 +196,12 @@ def plan(
 
 def _node_change(node_gpus: Sequence[_Gpu], serves: tuple[str, ...]) -> NodeChange | None:
     """The named mig-parted config for the GPUs of one node the plan chose (rule 6)."""
-    chosen = [g for g in node_gpus if g.chosen]
+    chosen = sorted((g for g in node_gpus if g.chosen), key=lambda g: g.index)
+    counts = {g.index: profile_counts(g.new) for g in chosen}
     gpu_changes = tuple(
         GpuChange(g.index, g.old, make_layout(g.new))
-        for g in sorted(chosen, key=lambda g: g.index)
-        if profile_counts(g.new) != profile_counts(g.old)
+        for g in chosen
+        if counts[g.index] != profile_counts(g.old)
     )
     if not gpu_changes:
         return None
@@ -216,7 +223,7 @@ def _node_change(node_gpus: Sequence[_Gpu], serves: tuple[str, ...]) -> NodeChan
     return NodeChange(
         node=node.name,
         model_key=model.key,
-        config_name=config_name(node.name, gpu_changes),
+        config_name=config_name(node.name, gpu_changes, counts),
         previous_config=node.facts.mig_config,
         gpus=gpu_changes,
         serves=serves,
