@@ -19,6 +19,7 @@ import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from migslice.mig.catalog import GpuModel, Profile
 
@@ -44,7 +45,11 @@ Layout = tuple[Placed, ...]
 
 
 def make_layout(instances: Iterable[Placed]) -> Layout:
-    return tuple(sorted(instances))
+    return tuple(sorted(instances, key=_FIELDS))
+
+
+_FIELDS = attrgetter("start", "profile", "size")
+"""Placed's order (its fields in turn, as ``order=True`` compares), read once per instance."""
 
 
 def place(model: GpuModel, profile: str, start: int) -> Placed:

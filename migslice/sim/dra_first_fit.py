@@ -39,7 +39,7 @@ from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
-from migslice.sim.sampling import Positions, num_feasible_nodes_to_find, search
+from migslice.sim.sampling import Positions, first_found, num_feasible_nodes_to_find, search
 from migslice.sim.trace import SimPod
 
 NODE_CHOICES = ("rotating", "random", "least-allocated")
@@ -100,6 +100,11 @@ class DraFirstFitPlacer(CarvingPlacer):
         nodes = self.cluster.nodes
         if self.node_choice == "random":
             return nodes[int(entries[self.rng.randrange(len(entries))][0])]
+        if self.node_choice == "rotating":  # the first node found: no sample to build
+            position, self.start_index = first_found(
+                Positions(entries), self.start_index, len(nodes), self.to_find
+            )
+            return nodes[position]
         window = search(Positions(entries), self.start_index, len(nodes), self.to_find)
         self.start_index = window.next_start
         if self.node_choice == "least-allocated":
@@ -107,7 +112,6 @@ class DraFirstFitPlacer(CarvingPlacer):
                 self._pods[position] = pods_on(nodes[position])
             self._changed.clear()
             return nodes[min(window.sample, key=self._pods.__getitem__)]
-        return nodes[window.sample[0]]
 
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)

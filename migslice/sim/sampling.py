@@ -87,6 +87,15 @@ def span(feasible: Sequence[int], start: int, num_all_nodes: int, to_find: int) 
     return (last - start) % num_all_nodes + 1
 
 
+def first_found(
+    feasible: Sequence[int], start: int, num_all_nodes: int, to_find: int
+) -> tuple[int, int]:
+    """:func:`search`'s first node and next start without building the sample."""
+    first = bisect.bisect_left(feasible, start)
+    position = feasible[first] if first < len(feasible) else feasible[0]
+    return position, (start + span(feasible, start, num_all_nodes, to_find)) % num_all_nodes
+
+
 @dataclass(slots=True)
 class SampleTally:
     """What the sampling did over a run: scheduling cycles, nodes processed by kube-

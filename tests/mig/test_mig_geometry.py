@@ -16,6 +16,7 @@ from migslice.mig import (
     fit,
     free_placements,
     is_legal,
+    make_layout,
     place,
     violations,
 )
@@ -231,3 +232,15 @@ def test_free_placements_are_exactly_the_legal_additions(
             if mig_oracle.is_legal(model, [*existing_set, (name, s)])
         }
         assert starts == expected
+
+
+@given(
+    st.lists(
+        st.builds(
+            Placed, st.integers(0, 7), st.sampled_from(["1g.10gb", "2g.20gb"]), st.integers(1, 2)
+        ),
+        max_size=8,
+    )
+)
+def test_a_layout_is_its_instances_in_placed_order(instances: list[Placed]) -> None:
+    assert make_layout(instances) == tuple(sorted(instances))

@@ -9,11 +9,19 @@ processed, modulo the node count)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from migslice.sim.cluster import SimCluster
 from migslice.sim.ours import Migslice, MigslicePlacer, extender_choice
 from migslice.sim.placement import static_layout
-from migslice.sim.sampling import best_in_window, num_feasible_nodes_to_find, search, span
+from migslice.sim.sampling import (
+    best_in_window,
+    first_found,
+    num_feasible_nodes_to_find,
+    search,
+    span,
+)
 from migslice.sim.static import stock_mixed_layouts
 from migslice.sim.trace import GPU_MODEL, SimPod
 
@@ -54,6 +62,14 @@ def test_fewer_feasible_nodes_than_wanted_processes_every_node() -> None:
     window = search([1, 3, 4, 7, 8], 5, 10, 5)
     assert (window.sample, window.processed, window.next_start) == ((7, 8, 1, 3, 4), 10, 5)
     assert span([], 5, 10, 5) == 10
+
+
+@given(st.sets(st.integers(0, 29), min_size=1).map(sorted), st.integers(0, 29), st.integers(1, 30))
+def test_the_first_node_found_is_the_samples_first(
+    feasible: list[int], start: int, to_find: int
+) -> None:
+    window = search(feasible, start, 30, to_find)
+    assert first_found(feasible, start, 30, to_find) == (window.sample[0], window.next_start)
 
 
 def test_best_in_window_keeps_the_best_rank_inside_the_window() -> None:
