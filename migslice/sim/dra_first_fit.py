@@ -105,13 +105,13 @@ class DraFirstFitPlacer(CarvingPlacer):
                 Positions(entries), self.start_index, len(nodes), self.to_find
             )
             return nodes[position]
+        # least-allocated: of the nodes found, the one holding the fewest pods
         window = search(Positions(entries), self.start_index, len(nodes), self.to_find)
         self.start_index = window.next_start
-        if self.node_choice == "least-allocated":
-            for position in self._changed:
-                self._pods[position] = pods_on(nodes[position])
-            self._changed.clear()
-            return nodes[min(window.sample, key=self._pods.__getitem__)]
+        for position in self._changed:
+            self._pods[position] = pods_on(nodes[position])
+        self._changed.clear()
+        return nodes[min(window.sample, key=self._pods.__getitem__)]
 
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)
