@@ -173,7 +173,8 @@ def fit(
         )
 
     order = sorted(uses, key=lambda i: (score(i), -i))
-    layouts = {g.index: list(g.instances) for g in gpus}
+    by_index = {g.index: g for g in gpus}
+    layouts: dict[int, list[Placed]] = {}
     chosen: list[tuple[int, Placed]] = []
     k = 0
     while k < len(order) and len(chosen) < count:
@@ -187,7 +188,10 @@ def fit(
             and total_memory - use.memory >= memory
             and use.cores < TOTAL_CORE
         ):
-            placed = select_candidate(model, layouts[index], memory)
+            layout = layouts.get(index)
+            if layout is None:
+                layout = layouts[index] = list(by_index[index].instances)
+            placed = select_candidate(model, layout, memory)
         if placed is None:
             k += 1
             continue
@@ -196,9 +200,10 @@ def fit(
     return chosen if len(chosen) == count else []
 
 
-def node_score(model: GpuModel, node: SimNode) -> float:
-    """``ComputeDefaultScore`` of the node before the pod (weight left out: it scales all)."""
-    uses = list(gpu_uses(model, node.gpus).values())
+def node_score(model: GpuModel, node: SimNode, by_gpu: dict[int, GpuUse] | None = None) -> float:
+    """``ComputeDefaultScore`` of the node before the pod (weight left out: it scales all);
+    ``by_gpu``: the node's :func:`gpu_uses` where the caller keeps them."""
+    uses = list((gpu_uses(model, node.gpus) if by_gpu is None else by_gpu).values())
     if not uses:
         return 0.0
     return (
@@ -215,7 +220,7 @@ class HamiPlacer(CarvingPlacer):
         self.index = RankIndex(cluster, self.rank)
         model = cluster.model
         self._uses = PerNode(lambda node: gpu_uses(model, node.gpus))
-        self._score = PerNode(lambda node: node_score(model, node))
+        self._score = PerNode(lambda node: node_score(model, node, self._uses(node)))
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked or not fit(self.cluster.model, node.gpus, kind, self._uses(node)):

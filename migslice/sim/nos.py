@@ -244,10 +244,10 @@ class NosPlacer:
         if not self.random_placement:
             return self.best_fit.place(pod)
         kind = (pod.profile, pod.count)
-        nodes = list(self.feasible.ordered(kind))
-        if not nodes:
+        entries = self.feasible.entries(kind)
+        if not entries:
             return None
-        node = nodes[self.rng.randrange(len(nodes))]
+        node = self.cluster.nodes[int(entries[self.rng.randrange(len(entries))][-1])]
         return hold(self.cluster, node, first_fit_picks(node, kind), pod=pod)
 
     def depart(self, pod: str) -> Assignment:
@@ -259,7 +259,10 @@ class NosPlacer:
         """Nodes on which nos could do something for a pod of profile ``kind[0]``."""
         profile = kind[0]
         for gpu in node.gpus:
-            if gpu.free_positions(profile) or self.rules.can_provide(gpu.held_layout(), profile):
+            if any(
+                h is None and p.profile == profile
+                for p, h in zip(gpu.instances, gpu.holders, strict=True)
+            ) or self.rules.can_provide(gpu.held_layout(), profile):
                 return (node.position,)
         return None
 

@@ -121,6 +121,8 @@ def node_free(model: GpuModel, node: SimNode) -> NodeFree:
     total = 0
     gpus: list[tuple[SimGpu, int, dict[str, list[int]]]] = []
     for gpu in node.gpus:
+        if None not in gpu.holders:  # every instance held, or none made: nothing free
+            continue
         left = 0
         by_profile: dict[str, list[int]] = {}
         for k, (placed, holder) in enumerate(zip(gpu.instances, gpu.holders, strict=True)):
