@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 
 from migslice.errors import MigsliceError
 from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
-from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Layout, Placed, is_legal, make_layout
+from migslice.mig import (
+    WHOLE_GPU_RESOURCE,
+    GpuModel,
+    Layout,
+    Placed,
+    free_placements,
+    is_legal,
+    make_layout,
+)
 from migslice.names import MIG_STATE_SUCCESS, MIG_TRANSITION_STATES
 from migslice.objects import NodeFacts
 from migslice.objects.carve_handshake import CarveRequest, CarveStatus
@@ -293,9 +301,15 @@ class SimCluster:
     def create_instance(self, node: SimNode, gpu: SimGpu, placed: Placed) -> int:
         """Add one instance to ``gpu`` (in use or not) in its free memory slices; its
         position in ``gpu.instances``."""
-        new = make_layout([*gpu.instances, placed])
-        if not gpu.mig_enabled or not is_legal(self.model, new):
+        # The GPU's layout is legal, so the new one is when the placement is a legal addition
+        # (free_placements: exactly those, against an oracle; kept per layout).
+        if (
+            not gpu.mig_enabled
+            or not self.model.has_profile(placed.profile)
+            or placed not in free_placements(self.model, gpu.instances, placed.profile)
+        ):
             raise ValueError(f"{placed.profile}@{placed.start} does not fit {node.name} GPU")
+        new = make_layout([*gpu.instances, placed])
         holders = dict(zip(gpu.instances, gpu.holders, strict=True))
         gpu.instances = list(new)
         gpu.holders = [holders.get(p) for p in new]

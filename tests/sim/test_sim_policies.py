@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from migslice.mig import Placed
 from migslice.scheduling import score_nodes
 from migslice.sim import (
     GPU_MODEL,
@@ -132,6 +133,31 @@ def test_the_free_part_of_a_gpu_in_use_can_be_re_shaped_around_the_held_instance
     cluster.destroy_instance(node, gpu, position)
     with pytest.raises(DisruptionError):
         cluster.destroy_instance(node, gpu, gpu.instances.index(kept))
+
+
+@pytest.mark.parametrize(
+    "placed",
+    [
+        Placed(4, "2g.20gb", 2),  # overlaps the 2g
+        Placed(0, "3g.40gb", 4),  # overlaps the 4g
+        Placed(6, "2g.20gb", 2),  # 8 compute slices of 7
+        Placed(6, "1g.10gb", 2),  # the wrong size
+        Placed(7, "1g.10gb", 1),  # not a start of 1g.10gb
+        Placed(6, "9g.99gb", 1),  # no such profile
+    ],
+)
+def test_an_instance_that_does_not_fit_is_refused_and_the_gpu_is_unchanged(
+    placed: Placed,
+) -> None:
+    cluster = SimCluster(GPU_MODEL, 1, (static_layout(GPU_MODEL, ["4g.40gb"]),), gpus_per_node=1)
+    node, gpu = cluster.nodes[0], cluster.nodes[0].gpus[0]
+    cluster.create_instance(node, gpu, Placed(4, "2g.20gb", 2))
+    before = (list(gpu.instances), list(gpu.holders), node.version)
+    with pytest.raises(ValueError, match="does not fit"):
+        cluster.create_instance(node, gpu, placed)
+    assert (gpu.instances, gpu.holders, node.version) == before
+    position = cluster.create_instance(node, gpu, Placed(6, "1g.10gb", 1))
+    assert gpu.instances[position] == Placed(6, "1g.10gb", 1)
 
 
 def test_a_pod_name_placed_twice_is_refused() -> None:
