@@ -6,6 +6,7 @@ Fixtures under tests/fixtures/mig-parted/ are NVIDIA's files, vendored with thei
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from harness.builders import make_node
 from migslice.inventory import LayoutSource, resolve_node
-from migslice.mig import CATALOG, goyaml
+from migslice.mig import CATALOG, Placed, goyaml
 from migslice.mig.migparted import (
     DeviceId,
     MigDeviceName,
@@ -32,6 +33,7 @@ from migslice.mig.migparted import (
     parse_mig_device_name,
     parse_mig_parted,
     per_gpu_counts,
+    profile_counts,
     resolve_gpus,
 )
 from migslice.objects import node_facts_from_raw
@@ -39,6 +41,7 @@ from migslice.whynot import WhyNot
 from tests import paths
 
 FIXTURES = paths.FIXTURES / "mig-parted"
+PROFILE_NAMES = ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]
 
 
 def fixture(name: str) -> str:
@@ -556,3 +559,13 @@ def test_a_full_compute_instance_counts_as_its_gpu_instance() -> None:
     entries = (entry(mig_enabled=True, mig_devices={"3c.3g.20gb": 1, "3g.20gb": 1}),)
     result = per_gpu_counts("full", CATALOG.get("A100-40GB"), 1, configs={"full": entries})
     assert result == [(True, {"3g.20gb": 2})]
+
+
+@given(
+    st.lists(
+        st.builds(Placed, st.integers(0, 7), st.sampled_from(PROFILE_NAMES), st.integers(1, 8)),
+        max_size=8,
+    )
+)
+def test_profile_counts_count_each_profile_sorted_by_name(layout: list[Placed]) -> None:
+    assert profile_counts(layout) == tuple(sorted(Counter(p.profile for p in layout).items()))

@@ -3,7 +3,6 @@ verdicts of mig-parted's ``api/spec/v1``."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
@@ -254,7 +253,14 @@ def _load(text: str) -> object:
 
 def profile_counts(layout: Sequence[Placed]) -> tuple[tuple[str, int], ...]:
     """Counts per profile name, sorted by name (mig-parted's ``mig-devices``)."""
-    return tuple(sorted(Counter(p.profile for p in layout).items()))
+    if not layout:
+        return ()
+    if len(layout) == 1:
+        return ((layout[0].profile, 1),)
+    counts: dict[str, int] = {}
+    for placed in layout:  # a GPU holds 7 instances at most: a dict beats a Counter here
+        counts[placed.profile] = counts.get(placed.profile, 0) + 1
+    return tuple(sorted(counts.items()))
 
 
 def mig_parted_entries(
