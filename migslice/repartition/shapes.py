@@ -71,7 +71,9 @@ class Layouts:
             }
             scored = []
             for layout in self._cache[key]:
-                counts = dict(Counter(p.profile for p in layout))
+                counts: dict[str, int] = {}
+                for placed in layout:
+                    counts[placed.profile] = counts.get(placed.profile, 0) + 1
                 whole = not (self._guard and strands_with(model, (p.profile for p in layout)))
                 value = round(sum(worth[name] * n for name, n in counts.items()), 9)
                 scored.append((layout, counts, whole, value))

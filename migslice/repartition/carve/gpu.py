@@ -256,21 +256,30 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
     busy: Counter[str] = Counter()
     for (_, _, profile), (is_busy, _) in reported.items():
         busy[profile] += is_busy
+    # Pods hold more of these profiles than the agent saw busy: which of their instances
+    # they hold is not known, so every one is pinned (the module docstring).
     unidentified = {
-        p.name: node.allocated_of(mig_resource(p.name)) - busy[p.name] for p in model.profiles
+        p.name for p in model.profiles if node.allocated_of(mig_resource(p.name)) > busy[p.name]
     }
     found: list[CarvedGpu] = []
     for gpu in node.gpus:
         if not gpu.mig_enabled:
             continue
-        flags = [reported.get((gpu.index, p.start, p.profile), (False, "")) for p in gpu.instances]
+        if not gpu.instances:
+            found.append(CarvedGpu(gpu.index, model, gpu.instances, (), ()))
+            continue
+        flags = [reported.get((gpu.index, p.start, p.profile), _UNREPORTED) for p in gpu.instances]
         pinned = tuple(
-            is_busy or unidentified.get(p.profile, 0) > 0
+            is_busy or p.profile in unidentified
             for p, (is_busy, _) in zip(gpu.instances, flags, strict=True)
         )
         uuids = tuple(uuid for _, uuid in flags)
         found.append(CarvedGpu(gpu.index, model, gpu.instances, uuids, pinned))
     return found
+
+
+_UNREPORTED = (False, "")
+"""An instance the agent's report lacks: not busy, no UUID."""
 
 
 def best_option(
