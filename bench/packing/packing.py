@@ -37,6 +37,7 @@ from bench.packing.suite import SUITE
 from migslice.console import CommandError
 from migslice.sim import (
     GPU_MODEL,
+    Policy,
     SaturationConfig,
     SimPod,
     Workload,
@@ -175,6 +176,16 @@ def arrivals(spec: str, seed: int, capacity_slices: int, load_pct: int) -> tuple
     return cache[key]
 
 
+def policy_for(name: str, spec: str, gpus: int) -> Policy:
+    """The policy for a workload, made once per worker (a policy is a value; some, B3's
+    oracle geometry, are worked out from the workload's pods)."""
+    cache: dict[tuple[str, str, int], Policy] = CONTEXT.setdefault("policies", {})
+    key = (name, spec, gpus)
+    if key not in cache:
+        cache[key] = make_policy(name, GPU_MODEL, workload(spec).pods, gpus=gpus)
+    return cache[key]
+
+
 def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
     """One task in a worker: a policy run, the limit of a seed's pods, or the expected-mix
     limit curve (seed -1)."""
@@ -197,7 +208,7 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
         name, _, variant = name.partition("+")
         if variant == QUOTA:
             config = replace(config, quotas=True)
-        policy = make_policy(name, GPU_MODEL, pods.pods, gpus=gpus)
+        policy = policy_for(name, spec, gpus)
         if pct and isinstance(policy, Migslice):
             policy = replace(policy, percentage_of_nodes_to_score=int(pct))
         if CONTEXT.get("partitioned_ahead") and isinstance(policy, Migslice):
