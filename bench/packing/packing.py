@@ -104,9 +104,9 @@ TENANT_POLICIES = ("B3", "B5", "B5-catalog", "B6", "B8", "B9", "migslice", "M-ca
 SAME_AS_DEFAULT = ("cpu050", "cpu100", "cpu200", "cpu250", "gpuspec10", "gpuspec20", "gpuspec33")
 
 CONTEXT: dict[str, Any] = {}
+"""Set in the parent before the pool forks: data dir, nodes, workload cache."""
 ARRIVALS_KEPT = 8
 """Arrival sequences a worker keeps (:func:`arrivals`); 8 of 23,550 pods: about 25 MiB."""
-"""Set in the parent before the pool forks: data dir, nodes, workload cache."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
