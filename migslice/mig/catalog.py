@@ -42,14 +42,16 @@ class Profile:
     placements: tuple[int, ...]
     memory_mib: int | None = None
     sm_count: int | None = None
+    resource_name: str = field(default="", init=False, compare=False, repr=False)
+    """The mixed-strategy extended resource name, e.g. ``nvidia.com/mig-1g.10gb.me`` (made
+    once: the planners ask for it per profile per plan)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "resource_name", self.parsed.resource_name)
 
     @property
     def parsed(self) -> ProfileName:
         return parse_profile_name(self.name)
-
-    @property
-    def resource_name(self) -> str:
-        return self.parsed.resource_name
 
     @property
     def nominal_memory_mib(self) -> int:

@@ -324,11 +324,12 @@ def _try(
     around the grown demand.
     """
     ordered = sorted(node_gpus, key=lambda g: (not g.chosen, g.index))
-    demand = {id(g): Counter(g.planned) for g in ordered}
+    demand: dict[int, Counter[str]] = {}  # what each GPU asked so far would hold
     chosen: dict[int, tuple[_Gpu, Layout]] = {}
     for profile in sorted(wanted, key=lambda n: -int(n.split("g.")[0])):
         for gpu in ordered:
-            grown = demand[id(gpu)] + Counter({profile: 1})
+            grown = Counter(demand.get(id(gpu), gpu.planned))
+            grown[profile] += 1
             layout = layouts.containing(gpu.model, grown, gpu.old)
             if layout is not None:
                 demand[id(gpu)] = grown
