@@ -26,8 +26,11 @@ from migslice.repartition import (
     parse_record,
     render_record,
 )
+from migslice.repartition.carve.branch import decide_carve
+from migslice.repartition.pending import PendingPod
 from migslice.repartition.record import CarveStep
 from tests.carve_builders import MODEL, carve_node, gpu, waiting
+from tests.work import lines_run
 
 NOW = 1_750_000_000.0
 SETTINGS = ControllerSettings(deadline_s=300, backoff_s=900, carve=CarveSettings(cooldown_s=60))
@@ -232,3 +235,27 @@ def test_a_carve_waits_for_its_own_min_pending_not_the_mig_manager_paths() -> No
 
     assert kind(9.9) == StepKind.WAIT
     assert kind(10.1) == StepKind.START
+
+
+def test_with_no_node_in_carve_mode_the_branch_weighs_no_pod() -> None:
+    """MIG Manager mode, the default: the carve branch steps aside before reading the pods
+    (it weighed each against every node, and the nodes' held mix, each loop for nothing)."""
+    nodes = [carve_node(f"n{i}", LAYOUT, busy=BUSY, mode="mig-manager") for i in range(8)]
+
+    def work(pods: int) -> int:
+        pending = [waiting(f"team-a/p{i}", "3g.40gb") for i in range(pods)]
+        return lines_run(lambda: decide_carve_only(nodes, pending))
+
+    assert work(1) == work(40)
+
+
+def decide_carve_only(nodes: list[NodeState], pending: list[PendingPod]) -> object:
+    return decide_carve(
+        RepartitionRecord(),
+        nodes,
+        pending,
+        now=NOW,
+        settings=SETTINGS.carve,
+        deadline_s=SETTINGS.deadline_s,
+        backoff_s=SETTINGS.backoff_s,
+    )

@@ -144,6 +144,8 @@ def _start(
     settings: CarveSettings,
     memo: CarveMemo | None,
 ) -> CarveDecision | None:
+    if not any(mode_of(node.facts, settings.default_mode) == MODE_CARVE for node in nodes):
+        return None  # no node may be carved: the planner would weigh the pods for nothing
     held = {node: f"backed off until {format_time(until)}" for node, until in record.backoff}
     served: set[str] = set()
     if record.plan is not None:
