@@ -2,7 +2,8 @@
 the number of pending pods.
 
 Each loop the controller reads its snapshot (node states, pending pods, the mig-parted file)
-and calls :func:`migslice.repartition.decide`; this measures that call. The cluster is built
+and calls :func:`migslice.repartition.decide` (with the collector held off:
+:func:`extender.controller.decide_paused`); this measures that call. The cluster is built
 from objects shaped as kube-apiserver serves them (``harness.builders``: Nodes of two GPU
 products, each with the node agent's ``migslice.io/gpu-layout``; bound pods; pending pods
 ``Unschedulable`` for two minutes) and read by the controller's own readers
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.latency.suite import SUITE
+from extender.controller import decide_paused
 from harness.builders import make_node, make_pod, unschedulable
 from migslice.mig import CATALOG, place
 from migslice.names import MODE_CARVE, MODE_MIG_MANAGER
@@ -47,7 +49,6 @@ from migslice.repartition import (
     ControllerSettings,
     RepartitionRecord,
     Step,
-    decide,
     node_states,
     pending_pods,
 )
@@ -145,8 +146,9 @@ def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
 
 
 def one_decision(states: Any, demand: Any, settings: ControllerSettings, memo: CarveMemo) -> Step:
-    """``decide`` as the controller calls it with nothing in flight, ``memo`` its carve memo."""
-    return decide(
+    """``decide`` as the controller calls it with nothing in flight (its
+    :func:`~extender.controller.decide_paused`), ``memo`` its carve memo."""
+    return decide_paused(
         RepartitionRecord(),
         states,
         demand,

@@ -3,8 +3,12 @@ trip, and the two paths keeping to their own nodes."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
+from extender.controller import decide_paused
 from migslice.inventory import NodeState
 from migslice.mig import place
 from migslice.objects.carve_handshake import (
@@ -259,3 +263,37 @@ def decide_carve_only(nodes: list[NodeState], pending: list[PendingPod]) -> obje
         deadline_s=SETTINGS.deadline_s,
         backoff_s=SETTINGS.backoff_s,
     )
+
+
+def test_the_controller_decides_with_the_collector_held_off_and_the_same_answer() -> None:
+    """extender.controller.decide_paused: no automatic collection walks the heap while a
+    decision makes its short-lived objects (with a threshold of one object, decide alone
+    collects about a hundred times), the step is decide's, and the collector is on again after."""
+    nodes = [node()]
+    pending = [waiting("team-a/big", "3g.40gb")]
+    collections: list[int] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    def count(call: Callable[[], object]) -> tuple[object, int]:
+        collections.clear()
+        thresholds = gc.get_threshold()
+        gc.callbacks.append(record)
+        gc.set_threshold(1)
+        try:
+            answer = call()
+        finally:
+            gc.set_threshold(*thresholds)
+            gc.callbacks.remove(record)
+        return answer, len(collections)
+
+    args = (RepartitionRecord(), nodes, pending)
+    kwargs: dict[str, Any] = {"file_configs": frozenset(), "now": NOW, "settings": SETTINGS}
+    decide(*args, **kwargs)  # the caches a first decision fills, filled
+    plain, walks = count(lambda: decide(*args, **kwargs))
+    paused, paused_walks = count(lambda: decide_paused(*args, **kwargs))
+    assert walks > 50 and paused_walks <= 10  # a few on the way in and out, none inside
+    assert paused == plain
+    assert gc.isenabled()
