@@ -2,11 +2,11 @@
 the number of pending pods.
 
 Each loop the controller reads its snapshot (node states, pending pods, the mig-parted file)
-and calls :func:`migslice.repartition.decide` (with the collector held off:
-:func:`extender.controller.decide_paused`); this measures that call. The cluster is built
-from objects shaped as kube-apiserver serves them (``harness.builders``: Nodes of two GPU
-products, each with the node agent's ``migslice.io/gpu-layout``; bound pods; pending pods
-``Unschedulable`` for two minutes) and read by the controller's own readers
+and calls :func:`migslice.repartition.decide` with Python's cyclic collector held off
+(``extender.controller.decide_paused``); this measures that call, made the same way. The
+cluster is built from objects shaped as kube-apiserver serves them (``harness.builders``:
+Nodes of two GPU products, each with the node agent's ``migslice.io/gpu-layout``; bound pods;
+pending pods ``Unschedulable`` for two minutes) and read by the controller's own readers
 (:func:`migslice.repartition.snapshot.node_states`, :func:`pending_pods`): on every node GPUs
 0-3 hold a ``4g.40gb`` and a ``3g.40gb`` that pods use, GPUs 4-7 are idle with seven free
 ``1g.10gb``; the pending pods ask ``2g.20gb``, ``3g.40gb``, ``4g.40gb`` and ``7g.80gb`` in
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.latency.suite import SUITE
-from extender.controller import decide_paused
 from harness.builders import make_node, make_pod, unschedulable
+from migslice.kube.informer import collection_paused
 from migslice.mig import CATALOG, place
 from migslice.names import MODE_CARVE, MODE_MIG_MANAGER
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
@@ -49,6 +49,7 @@ from migslice.repartition import (
     ControllerSettings,
     RepartitionRecord,
     Step,
+    decide,
     node_states,
     pending_pods,
 )
@@ -146,17 +147,19 @@ def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
 
 
 def one_decision(states: Any, demand: Any, settings: ControllerSettings, memo: CarveMemo) -> Step:
-    """``decide`` as the controller calls it with nothing in flight (its
-    :func:`~extender.controller.decide_paused`), ``memo`` its carve memo."""
-    return decide_paused(
-        RepartitionRecord(),
-        states,
-        demand,
-        file_configs=(),
-        now=NOW.timestamp(),
-        settings=settings,
-        carve_memo=memo,
-    )
+    """``decide`` as the controller calls it with nothing in flight, the collector held off
+    as its ``decide_paused`` holds it (the services' modules are not the lab's to import),
+    ``memo`` its carve memo."""
+    with collection_paused():
+        return decide(
+            RepartitionRecord(),
+            states,
+            demand,
+            file_configs=(),
+            now=NOW.timestamp(),
+            settings=settings,
+            carve_memo=memo,
+        )
 
 
 def memo_size(states: Any, demand: Any, settings: ControllerSettings) -> int:
