@@ -177,7 +177,8 @@ class SimCluster:
         self.gpus_per_node = gpus_per_node
         self.nodes: list[SimNode] = []
         made = [None if layout is None else make_layout(layout) for layout in layouts]
-        starts: set[tuple[int, ...]] = set()
+        starts: set[tuple[int, ...]] = set()  # which of ``made`` each node's GPUs took (two
+        # patterns are enough to know the cheap answer below will not do)
         for n in range(node_count):
             gpus = []
             first = n * gpus_per_node
