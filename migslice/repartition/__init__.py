@@ -31,8 +31,14 @@ from migslice.repartition.actions import (
     SetLabel,
 )
 from migslice.repartition.carve.branch import REASON_CARVE, REASON_CARVE_FAILED, recheck_carve
-from migslice.repartition.carve.gpu import CarvedGpu, carved_gpus
-from migslice.repartition.carve.planner import CarveMemo, carve_cost, plan_carve
+from migslice.repartition.carve.gpu import CarvedGpu, carved_gpu, carved_gpus
+from migslice.repartition.carve.planner import (
+    CarveMemo,
+    CarveTrial,
+    carve_cost,
+    carve_trial,
+    plan_carve,
+)
 from migslice.repartition.configmap import (
     FileUpdate,
     MigConfigFile,
@@ -42,7 +48,7 @@ from migslice.repartition.configmap import (
 from migslice.repartition.decide import decide
 from migslice.repartition.migmanager.applying import recheck
 from migslice.repartition.migmanager.planner import config_name, plan
-from migslice.repartition.pending import PendingPod, pending_pods
+from migslice.repartition.pending import PendingPod, eligible_demand, pending_pods
 from migslice.repartition.plans import CarvePlan, GpuChange, NodeCarve, NodeChange, RepartitionPlan
 from migslice.repartition.record import (
     ABORTED,
@@ -92,6 +98,7 @@ __all__ = [
     "CarvePlan",
     "CarveSettings",
     "CarveStep",
+    "CarveTrial",
     "CarveWrite",
     "CarvedGpu",
     "ControllerSettings",
@@ -118,9 +125,12 @@ __all__ = [
     "StepKind",
     "apply_step",
     "carve_cost",
+    "carve_trial",
+    "carved_gpu",
     "carved_gpus",
     "config_name",
     "decide",
+    "eligible_demand",
     "held_mix",
     "merge_mig_parted",
     "node_states",

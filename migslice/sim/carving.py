@@ -24,16 +24,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from migslice.inventory import GpuState
 from migslice.mig import Placed
 from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveRequest
 from migslice.repartition import (
     CarvedGpu,
     CarveSettings,
+    CarveTrial,
     ControllerSettings,
     PendingPod,
-    carve_cost,
-    carved_gpus,
+    carve_trial,
+    carved_gpu,
+    eligible_demand,
     plan_carve,
 )
 from migslice.scheduling import PodDemand
@@ -101,25 +104,42 @@ class CarveChooser:
         self.demand_of = demand_of
         self.settings = settings
         self.index = RankIndex(cluster, self.rank)
-        self._gpus = PerNode(self._carved)
+        self._gpus = PerNode(self.carved)
+        self._kept: dict[tuple[int, int], tuple[GpuState, CarvedGpu]] = {}
+        self._trials: dict[tuple[int, Kind], tuple[int, tuple[bool, bool], CarveTrial]] = {}
+        """The trial behind each rank, by node position and kind: the node's version and the
+        rules it was found under, for :meth:`reshape` to carve without trying it again."""
         self.guard = False
         self.complete = False
         self.held = HeldMix(cluster) if held is None else held
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
-        state = self.cluster.node_state(node)
-        cost = carve_cost(
+        trial = self._trial(node, kind)
+        if trial is None:
+            return None
+        strands, loss, destroyed = trial.cost
+        return (strands, *loss, destroyed, node.position)
+
+    def _trial(self, node: SimNode, kind: Kind) -> CarveTrial | None:
+        """:func:`carve_trial` of ``kind`` on ``node``, kept until the node or the rules
+        change."""
+        rules = (self.guard, self.complete)
+        kept = self._trials.get((node.position, kind))
+        if kept is not None and kept[0] == node.version and kept[1] == rules:
+            return kept[2]
+        trial = carve_trial(
             self.demand_of(kind),
-            state,
+            self.cluster.node_state(node),
             settings=self.settings,
             gpus=self._gpus(node),
             guard=self.guard,
             complete=self.complete,
         )
-        if cost is None:
-            return None
-        strands, loss, destroyed = cost
-        return (strands, *loss, destroyed, node.position)
+        if trial is None:
+            self._trials.pop((node.position, kind), None)
+        else:
+            self._trials[(node.position, kind)] = (node.version, rules, trial)
+        return trial
 
     def _update_guard(self) -> None:
         """The stranding rules as :func:`plan_carve` reads them from every node."""
@@ -128,30 +148,47 @@ class CarveChooser:
             self.guard, self.complete = rules
             self.index.reset()
 
-    def _carved(self, node: SimNode) -> list[CarvedGpu] | None:
+    def carved(self, node: SimNode) -> list[CarvedGpu] | None:
         """The node's carved GPUs (every kind asks about the same ones); None where the
-        planner must rule the node out itself."""
+        planner must rule the node out itself. This is :func:`carved_gpus` of the node's
+        state, made GPU by GPU: a GPU the cluster has not changed since (its state is the
+        same object) keeps its :class:`CarvedGpu`, with the options it has found. No
+        instance is pinned for want of a busy flag, since the simulated agent reports every
+        held instance busy (``tests/sim/test_sim_carve.py`` holds the two equal)."""
         state = self.cluster.node_state(node)
-        if state.model is None or state.facts.agent is None:
+        model = state.model
+        if model is None or state.facts.agent is None:
             return None
-        return carved_gpus(state)
+        found: list[CarvedGpu] = []
+        for gpu in node.gpus:
+            if not gpu.mig_enabled:
+                continue
+            now = gpu.as_state()
+            key = (node.position, gpu.index)
+            kept = self._kept.get(key)
+            if kept is None or kept[0] is not now:
+                reported = {
+                    (gpu.index, i.start, i.profile): (i.busy, i.uuid)
+                    for i in gpu.as_report(node.name).instances
+                }
+                kept = self._kept[key] = (now, carved_gpu(model, now, reported))
+            found.append(kept[1])
+        return found
 
     def reshape(self, kind: Kind) -> tuple[SimNode | None, tuple[LayoutChange, ...]]:
+        """:func:`plan_carve` for one pending pod of ``kind`` given the cheapest node alone:
+        the pod's eligibility, the carve budget, and the node's trial (kept from the rank);
+        :func:`carve_reshape` is the plain call the tests compare with."""
         self._update_guard()
         node = self.index.best(kind)
         if node is None:
             return None, ()
         state = self.cluster.node_state(node)
-        gpus = self._gpus(node)
-        plan = plan_carve(
-            [state],
-            [PendingPod(self.demand_of(kind), 0.0)],
-            settings=self.settings,
-            carved=None if gpus is None else {node.name: gpus},
-            guard=self.guard,
-            complete=self.complete,
-        )
-        if plan.is_empty:
+        pending = [PendingPod(self.demand_of(kind), 0.0)]
+        waiting, _ = eligible_demand(pending, [state], self.settings.min_pending_s)
+        if not waiting or self.settings.max_nodes_in_flight - state.facts.is_carving <= 0:
+            return None, ()  # nothing to carve, or no carve budget left
+        trial = self._trial(node, kind)
+        if trial is None:
             return None, ()
-        change = plan.changes[0]
-        return node, tuple(LayoutChange(node, g.index, g.new) for g in change.gpus)
+        return node, tuple(LayoutChange(node, g.index, g.new_layout()) for g in trial.changed())

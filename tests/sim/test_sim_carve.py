@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from migslice.mig import place
 from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveGpu, CarveRequest, Doomed, Slot
+from migslice.repartition import carved_gpus
 from migslice.sim import (
     GPU_MODEL,
     Arrival,
@@ -195,3 +196,30 @@ def _small_heavy_workload() -> Workload:
     profiles = ["1g.10gb"] * 6 + ["2g.20gb"] * 3 + ["4g.40gb", "7g.80gb"]
     pods = [SimPod(f"p{i}", p) for i, p in enumerate(profiles)]
     return Workload("small-heavy", tuple(pods))
+
+
+class CheckedCarver(MigslicePlacer):
+    """Carve mode that, before each carve, holds the GPUs the chooser keeps GPU by GPU equal
+    to the planner's own :func:`carved_gpus` of every node's state."""
+
+    def reshape(self, pods: Sequence[SimPod]) -> tuple[LayoutChange, ...]:
+        for node in self.cluster.nodes:
+            assert self.carver.carved(node) == carved_gpus(self.cluster.node_state(node))
+        return super().reshape(pods)
+
+
+@dataclass(frozen=True)
+class CheckedCarve(Migslice):
+    def start(self, cluster: SimCluster, seed: int) -> Placer:
+        cluster.agent_reports = True
+        return CheckedCarver(cluster, self.settings, carve=True)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), mapping=st.sampled_from([0, 1]))
+def test_the_gpus_carving_keeps_gpu_by_gpu_are_the_planners_own(seed: int, mapping: int) -> None:
+    config = SaturationConfig(nodes=3, gpus_per_node=2, check_layouts=True)
+    workload = synthetic_workload() if mapping else _small_heavy_workload()
+    checked = run_saturation(workload, CheckedCarve("c", mode=MODE_CARVE), seed, config=config)
+    plain = run_saturation(workload, Migslice("c", mode=MODE_CARVE), seed, config=config)
+    assert checked == plain and checked.placed_pods > 0

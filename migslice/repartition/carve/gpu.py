@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from migslice.inventory import NodeState, mig_resource
+from migslice.inventory import GpuState, NodeState, mig_resource
 from migslice.mig import GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.mig.room import RoomLoss, room_loss
 from migslice.mig.stranding import completes, strands_with
@@ -261,21 +261,28 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
     unidentified = {
         p.name for p in model.profiles if node.allocated_of(mig_resource(p.name)) > busy[p.name]
     }
-    found: list[CarvedGpu] = []
-    for gpu in node.gpus:
-        if not gpu.mig_enabled:
-            continue
-        if not gpu.instances:
-            found.append(CarvedGpu(gpu.index, model, gpu.instances, (), ()))
-            continue
-        flags = [reported.get((gpu.index, p.start, p.profile), _UNREPORTED) for p in gpu.instances]
-        pinned = tuple(
-            is_busy or p.profile in unidentified
-            for p, (is_busy, _) in zip(gpu.instances, flags, strict=True)
-        )
-        uuids = tuple(uuid for _, uuid in flags)
-        found.append(CarvedGpu(gpu.index, model, gpu.instances, uuids, pinned))
-    return found
+    return [carved_gpu(model, gpu, reported, unidentified) for gpu in node.gpus if gpu.mig_enabled]
+
+
+def carved_gpu(
+    model: GpuModel,
+    gpu: GpuState,
+    reported: Mapping[tuple[int, int, str], tuple[bool, str]],
+    unidentified: Collection[str] = (),
+) -> CarvedGpu:
+    """One MIG GPU of :func:`carved_gpus`: ``reported``, the agent's instances by (GPU index,
+    start, profile) with their busy flag and UUID; ``unidentified``, the profiles the node's
+    pods hold more of than the agent saw busy (every instance of them pinned). A caller that
+    keeps GPUs apart (the simulator, GPU by GPU as they change) builds the same value."""
+    if not gpu.instances:
+        return CarvedGpu(gpu.index, model, gpu.instances, (), ())
+    flags = [reported.get((gpu.index, p.start, p.profile), _UNREPORTED) for p in gpu.instances]
+    pinned = tuple(
+        is_busy or p.profile in unidentified
+        for p, (is_busy, _) in zip(gpu.instances, flags, strict=True)
+    )
+    uuids = tuple(uuid for _, uuid in flags)
+    return CarvedGpu(gpu.index, model, gpu.instances, uuids, pinned)
 
 
 _UNREPORTED = (False, "")

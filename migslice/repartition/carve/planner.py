@@ -54,12 +54,24 @@ DEFAULT_CARVE_SETTINGS = CarveSettings()
 
 
 @dataclass(frozen=True, slots=True)
-class _Trial:
+class CarveTrial:
+    """A pod's instances on one node, each where it costs least: the room lost, the instances
+    destroyed, and the node's GPUs as it leaves them (those it changes are copies)."""
+
     loss: RoomLoss
     destroyed: int
     gpus: list[CarvedGpu]
     strands: int = 0
     """How many of the pod's instances strand compute (while the stranding rule is on)."""
+
+    @property
+    def cost(self) -> tuple[int, RoomLoss, int]:
+        """What rule 4 compares: instances stranding compute, room lost, instances destroyed."""
+        return (self.strands, self.loss, self.destroyed)
+
+    def changed(self) -> list[CarvedGpu]:
+        """The GPUs the trial carves (a pod served by an idle instance changes none)."""
+        return [g for g in self.gpus if g.changed]
 
 
 _Cost = tuple[int, RoomLoss, int]
@@ -108,8 +120,8 @@ class _Known:
     costs: dict[tuple[DemandKey, bool, bool], _Cost | None] = field(default_factory=dict)
 
 
-def _cost_of(trial: _Trial | None) -> _Cost | None:
-    return None if trial is None else (trial.strands, trial.loss, trial.destroyed)
+def _cost_of(trial: CarveTrial | None) -> _Cost | None:
+    return None if trial is None else trial.cost
 
 
 def carve_mode_nodes(nodes: Iterable[NodeState], default_mode: str) -> dict[str, str]:
@@ -181,7 +193,7 @@ def plan_carve(
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
     losses: dict[str, list[RoomLoss]] = {}
-    tried: dict[DemandKey, dict[str, _Trial | None]] = {}
+    tried: dict[DemandKey, dict[str, CarveTrial | None]] = {}
     waiting.sort(key=serving_order)
     for pod in waiting:
         chosen = _choose(
@@ -238,9 +250,27 @@ def carve_cost(
     pod. ``gpus``: the node's :func:`carved_gpus`, for a caller asking about several pods on
     one unchanged node (they are not changed); ``guard``, ``complete``: the stranding and
     full-compute rules."""
+    return _cost_of(
+        carve_trial(pod, node, settings=settings, gpus=gpus, guard=guard, complete=complete)
+    )
+
+
+def carve_trial(
+    pod: PodDemand,
+    node: NodeState,
+    *,
+    settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
+    gpus: Sequence[CarvedGpu] | None = None,
+    guard: bool = False,
+    complete: bool = False,
+) -> CarveTrial | None:
+    """:func:`carve_cost`'s trial itself: how serving ``pod`` alone on ``node`` would carve
+    it. For one pod that no free instance of the node serves (:func:`eligible_demand`), on a
+    node not carving, :func:`plan_carve` given this node alone carves the trial's
+    :meth:`CarveTrial.changed` GPUs to their new layouts."""
     if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
         return None
-    return _cost_of(_try(pod, node, carved_gpus(node) if gpus is None else gpus, (guard, complete)))
+    return _try(pod, node, carved_gpus(node) if gpus is None else gpus, (guard, complete))
 
 
 def _choose(
@@ -250,11 +280,11 @@ def _choose(
     *,
     served: Mapping[str, list[str]],
     budget: int,
-    tried: dict[DemandKey, dict[str, _Trial | None]],
+    tried: dict[DemandKey, dict[str, CarveTrial | None]],
     rules: tuple[bool, bool],
     gpus_of: Callable[[str], list[CarvedGpu]],
     memo: CarveMemo | None = None,
-) -> tuple[str, _Trial] | str:
+) -> tuple[str, CarveTrial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
     trial that says how; else why none does. ``tried``: per kind of pod (:func:`demand_key`),
     the trial on each node, kept until the node's GPUs change (a trial changes none);
@@ -262,7 +292,7 @@ def _choose(
     nodes the plan has not changed, kept between plans."""
     known = tried.setdefault(demand_key(pod), {})
 
-    def trial_on(name: str) -> _Trial | None:
+    def trial_on(name: str) -> CarveTrial | None:
         if name not in known:
             known[name] = _try(pod, states[name], gpus_of(name), rules)
         return known[name]
@@ -325,7 +355,7 @@ def _why_not(
 
 def _try(
     pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu], rules: tuple[bool, bool]
-) -> _Trial | None:
+) -> CarveTrial | None:
     """All of the pod's instances on this node, each where it costs least (``rules``: the
     stranding and full-compute rules); None if they do not all fit."""
     guard, complete = rules
@@ -356,4 +386,4 @@ def _try(
         spent.append(option.loss)
         destroyed += len(option.destroy)
         strands += option.strands
-    return _Trial(add_losses(spent), destroyed, trial, strands)
+    return CarveTrial(add_losses(spent), destroyed, trial, strands)
