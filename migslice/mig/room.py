@@ -89,8 +89,7 @@ def _room_loss(
 
 def add_losses(losses: Iterable[RoomLoss]) -> RoomLoss:
     """The sum of several losses (one pod's instances on several GPUs)."""
-    total = list(NO_LOSS)
-    for loss in losses:
-        for i, value in enumerate(loss):
-            total[i] += value
-    return tuple(total)
+    items = list(losses)
+    if len(items) == 1:  # most pods: one instance
+        return tuple(items[0])
+    return tuple(map(sum, zip(NO_LOSS, *items, strict=True)))
