@@ -63,8 +63,13 @@ class SimGpu:
     whole_holder: str | None = None
     kept_state: GpuState | None = field(default=None, compare=False, repr=False)
     kept_report: AgentGpu | None = field(default=None, compare=False, repr=False)
-    """The GPU as the core reads it and as the node agent reports it, each built when first
-    asked for and kept until the cluster changes the GPU (:meth:`forget`)."""
+    kept_held: Layout | None = field(default=None, compare=False, repr=False)
+    """The GPU as the core reads it, as the node agent reports it, and the instances pods
+    hold, each built when first asked for and kept until the cluster changes the GPU
+    (:meth:`forget`)."""
+    version: int = field(default=0, compare=False, repr=False)
+    """How many times the cluster has changed the GPU: a policy's per-GPU cache is current
+    while it matches."""
 
     @property
     def is_idle(self) -> bool:
@@ -72,7 +77,10 @@ class SimGpu:
 
     def held_layout(self) -> Layout:
         """The instances pods hold (what a layout change must keep)."""
-        return tuple(p for p, h in zip(self.instances, self.holders, strict=True) if h)
+        if self.kept_held is None:
+            pairs = zip(self.instances, self.holders, strict=True)
+            self.kept_held = tuple(p for p, h in pairs if h)
+        return self.kept_held
 
     def free_positions(self, profile: str) -> list[int]:
         return [
@@ -82,7 +90,8 @@ class SimGpu:
         ]
 
     def forget(self) -> None:
-        self.kept_state = self.kept_report = None
+        self.kept_state = self.kept_report = self.kept_held = None
+        self.version += 1
 
     def as_state(self) -> GpuState:
         if self.kept_state is None:

@@ -126,9 +126,7 @@ class GpuUse:
 
     @classmethod
     def of(cls, model: GpuModel, gpu: SimGpu) -> GpuUse:
-        pairs = zip(gpu.instances, gpu.holders, strict=True)
-        held = tuple(p.profile for p, h in pairs if h is not None)
-        return _use(model, held)
+        return _use(model, tuple(p.profile for p in gpu.held_layout()))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -219,8 +217,23 @@ class HamiPlacer(CarvingPlacer):
         self.rng = random.Random(seed)
         self.index = RankIndex(cluster, self.rank)
         model = cluster.model
-        self._uses = PerNode(lambda node: gpu_uses(model, node.gpus))
+        self._gpu_uses: dict[tuple[int, int], tuple[int, GpuUse]] = {}
+        """Per (node position, GPU index): the GPU's version and :meth:`GpuUse.of` it."""
+        self._uses = PerNode(self._node_uses)
         self._score = PerNode(lambda node: node_score(model, node, self._uses(node)))
+
+    def _node_uses(self, node: SimNode) -> dict[int, GpuUse]:
+        """:func:`gpu_uses` of the node, each GPU's use worked out again only once it changed."""
+        found: dict[int, GpuUse] = {}
+        for gpu in node.gpus:
+            if not gpu.mig_enabled:
+                continue
+            key = (node.position, gpu.index)
+            kept = self._gpu_uses.get(key)
+            if kept is None or kept[0] != gpu.version:
+                kept = self._gpu_uses[key] = (gpu.version, GpuUse.of(self.cluster.model, gpu))
+            found[gpu.index] = kept[1]
+        return found
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked or not fit(self.cluster.model, node.gpus, kind, self._uses(node)):
@@ -237,7 +250,7 @@ class HamiPlacer(CarvingPlacer):
         while tied < len(entries) and entries[tied][0] == best:
             tied += 1
         node = self.cluster.nodes[int(entries[self.rng.randrange(tied)][-1])]
-        return self.carve(node, fit(self.cluster.model, node.gpus, kind), pod)
+        return self.carve(node, fit(self.cluster.model, node.gpus, kind, self._uses(node)), pod)
 
 
 @dataclass(frozen=True, slots=True)
