@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from migslice.errors import MigsliceError
 from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
+from migslice.inventory.picking import Occupancy, held_slices
 from migslice.mig import (
     WHOLE_GPU_RESOURCE,
     GpuModel,
@@ -64,9 +65,10 @@ class SimGpu:
     kept_state: GpuState | None = field(default=None, compare=False, repr=False)
     kept_report: AgentGpu | None = field(default=None, compare=False, repr=False)
     kept_held: Layout | None = field(default=None, compare=False, repr=False)
-    """The GPU as the core reads it, as the node agent reports it, and the instances pods
-    hold, each built when first asked for and kept until the cluster changes the GPU
-    (:meth:`forget`)."""
+    kept_occupancy: tuple[Occupancy, int] | None = field(default=None, compare=False, repr=False)
+    """The GPU as the core reads it, as the node agent reports it, the instances pods hold,
+    and as the extender's ranking sees it (with the memory slices held), each built when first
+    asked for and kept until the cluster changes the GPU (:meth:`forget`)."""
     version: int = field(default=0, compare=False, repr=False)
     """How many times the cluster has changed the GPU: a policy's per-GPU cache is current
     while it matches."""
@@ -90,7 +92,7 @@ class SimGpu:
         ]
 
     def forget(self) -> None:
-        self.kept_state = self.kept_report = self.kept_held = None
+        self.kept_state = self.kept_report = self.kept_held = self.kept_occupancy = None
         self.version += 1
 
     def as_state(self) -> GpuState:
@@ -103,6 +105,15 @@ class SimGpu:
                 whole_held=self.whole_holder is not None,
             )
         return self.kept_state
+
+    def as_occupancy(self, memory_slices: int) -> tuple[Occupancy, int]:
+        """The GPU as :func:`~migslice.inventory.picking.best_free_instance` reads it, and its
+        :func:`~migslice.inventory.picking.held_slices` (``memory_slices``: the model's)."""
+        if self.kept_occupancy is None:
+            state = self.as_state()
+            occupancy = Occupancy(state.index, state.instances, state.held, state.whole_held)
+            self.kept_occupancy = (occupancy, held_slices((occupancy,), memory_slices)[0])
+        return self.kept_occupancy
 
     def as_report(self, node: str) -> AgentGpu:
         """The node agent's report of this GPU on ``node`` (see :func:`agent_report`)."""

@@ -118,6 +118,12 @@ def fragmentation_picks(
     model: GpuModel, node: SimNode, profile: str, *, count: int
 ) -> list[tuple[SimGpu, int]]:
     """The instances the extender's ranking assumes (:mod:`migslice.inventory.picking`)."""
+    if count == 1:  # nothing to mark held between picks: each GPU as the cluster keeps it
+        kept = [g.as_occupancy(model.memory_slices) for g in node.gpus]
+        pick = best_free_instance(
+            [o for o, _ in kept], profile, model.memory_slices, [u for _, u in kept]
+        )
+        return [] if pick is None else [(node.gpus[pick.gpu], pick.instance)]
     held = [[h is not None for h in g.holders] for g in node.gpus]
     occupancy = [
         Occupancy(g.index, g.instances, held[n], g.whole_holder is not None)
@@ -222,17 +228,6 @@ class DemandMix:
         return {k: max(0.0, v - self._spare[k] / supply) + 0.1 * v for k, v in demand.items()}
 
 
-def free_instances(node: SimNode, profile: str) -> int:
-    """``nvidia.com/mig-<profile>`` allocatable less requested, as NodeResourcesFit sees it
-    (the device plugin advertises one per instance; a held instance is requested)."""
-    return sum(
-        1
-        for gpu in node.gpus
-        for placed, holder in zip(gpu.instances, gpu.holders, strict=True)
-        if holder is None and placed.profile == profile
-    )
-
-
 class MigslicePlacer(IndexedPlacer):
     def __init__(
         self,
@@ -270,8 +265,11 @@ class MigslicePlacer(IndexedPlacer):
         return fragmentation_picks(self.cluster.model, node, kind[0], count=kind[1])
 
     def fit_rank(self, node: SimNode, kind: Kind) -> Rank | None:
-        """kube-scheduler's own filters: NodeResourcesFit on the pod's MIG resource."""
-        return (node.position,) if free_instances(node, kind[0]) >= kind[1] else None
+        """kube-scheduler's own filters: NodeResourcesFit on the pod's MIG resource
+        (``nvidia.com/mig-<profile>`` allocatable less requested: the device plugin
+        advertises one per instance, and a held instance is requested)."""
+        free = self.cluster.node_state(node).free_of(mig_resource(kind[0]))
+        return (node.position,) if free >= kind[1] else None
 
     def choose(self, kind: Kind) -> SimNode | None:
         """The node kube-scheduler binds the pod to: its filters find ``to_find`` nodes from
