@@ -16,7 +16,7 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
   ``selectMigCandidate``): the profiles sorted by memory, then by slice count; the first whose
   memory is at least the request and that has a free placement wins, so a ``4g.40gb`` pod is
   given a ``3g.40gb`` when one fits (the same 40 GB; HAMi chooses by memory). Its placement
-  (``pkg/device/nvidia/mig_topology.go`` 26-37 and 56-74, ``selectMigPlacement``): ``1g`` and
+  (``pkg/device/nvidia/mig_topology.go`` 26-39 and 58-76, ``selectMigPlacement``): ``1g`` and
   ``3g`` profiles scan NVML's placements from the highest start, the others from the lowest;
   the first that overlaps no instance on the GPU wins. HAMi checks overlap only; the
   simulator offers it the placements the catalog finds legal, the same on the A100.
@@ -25,7 +25,9 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
   ``(1 + used) / count + used cores / 100 + (request + used memory) / total memory``
   (weights 1, 1, 1), sorted for ``spread`` by score descending (``sort.Sort`` on eight
   GPUs in index order is an insertion sort, stable), and ``Fit`` (``device.go`` 723-860)
-  walks that list from the end: the least used GPU first, ties to the highest index. A GPU
+  walks that list from the end: the least used GPU first, ties to the highest NUMA node, then
+  to the highest index (``gpu_policy.go`` 116-126; the simulator's nodes have no NUMA
+  topology, as if every GPU sat on one node or the nodes rose with the index). A GPU
   is skipped when its count is used up, its memory is short, or its cores are all used
   (counted before the pod, as ``Fit`` does); in MIG mode it is tried again after taking an
   instance (``i++``), so one pod's instances may share a GPU.
@@ -36,6 +38,11 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
   used node. ``ScoreNode`` of the NVIDIA backend returns 0, so nothing MIG-aware is added.
   Ties: ``sort.Sort`` is not stable and the list comes from parallel scoring, so a tied node is
   drawn at random (seeded).
+
+v2.10.0 is HAMi's newest release (its repository read at ``master`` = ``v2.10.0``, 2026-08-21).
+PR #2855, merged to ``master`` after it and in no release yet, scores a GPU's free placements
+instead of scanning them (1g and 3g no longer from the highest start) and places one pod's
+instances with backtracking: a release that ships it needs this baseline modelled again.
 """
 
 from __future__ import annotations

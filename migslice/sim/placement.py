@@ -12,7 +12,7 @@ controller``), since the controller, not a placer, decides when a re-partition h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -117,18 +117,34 @@ NodeFree = tuple[int, list[tuple[SimGpu, int, dict[str, list[int]]]]]
 """A node's free compute slices, and per GPU its free slices and free instances by profile."""
 
 
-def node_free(model: GpuModel, node: SimNode) -> NodeFree:
+GpuFree = tuple[int, dict[str, list[int]]]
+"""A GPU's free compute slices and its free instances by profile."""
+
+
+def gpu_free(model: GpuModel, gpu: SimGpu) -> GpuFree | None:
+    """What :func:`node_free` reads of one GPU; None when nothing on it is free."""
+    if None not in gpu.holders:  # every instance held, or none made: nothing free
+        return None
+    left = 0
+    by_profile: dict[str, list[int]] = {}
+    for k, (placed, holder) in enumerate(zip(gpu.instances, gpu.holders, strict=True)):
+        if holder is None:
+            left += model.profile(placed.profile).compute_slices
+            by_profile.setdefault(placed.profile, []).append(k)
+    return left, by_profile
+
+
+def node_free(
+    model: GpuModel, node: SimNode, free_of: Callable[[SimGpu], GpuFree | None] | None = None
+) -> NodeFree:
+    """``free_of``: :func:`gpu_free` of a GPU, where the caller keeps it."""
     total = 0
     gpus: list[tuple[SimGpu, int, dict[str, list[int]]]] = []
     for gpu in node.gpus:
-        if None not in gpu.holders:  # every instance held, or none made: nothing free
+        found = gpu_free(model, gpu) if free_of is None else free_of(gpu)
+        if found is None:
             continue
-        left = 0
-        by_profile: dict[str, list[int]] = {}
-        for k, (placed, holder) in enumerate(zip(gpu.instances, gpu.holders, strict=True)):
-            if holder is None:
-                left += model.profile(placed.profile).compute_slices
-                by_profile.setdefault(placed.profile, []).append(k)
+        left, by_profile = found
         total += left
         if by_profile:
             gpus.append((gpu, left, by_profile))
@@ -192,22 +208,35 @@ class FirstFit(IndexedPlacer):
 
 
 class BestFit(IndexedPlacer):
+    """Best fit over the nodes; each node's :func:`node_free` is kept until the node changes,
+    each GPU's :func:`gpu_free` until the GPU does."""
+
     def __init__(self, cluster: SimCluster) -> None:
         self.free: dict[int, tuple[int, NodeFree]] = {}
+        self.gpus: dict[int, tuple[int, GpuFree | None]] = {}
         super().__init__(cluster)
+
+    def _gpu_free(self, gpu: SimGpu) -> GpuFree | None:
+        kept = self.gpus.get(id(gpu))
+        if kept is None or kept[0] != gpu.version:
+            kept = self.gpus[id(gpu)] = (gpu.version, gpu_free(self.cluster.model, gpu))
+        return kept[1]
+
+    def _node_free(self, node: SimNode) -> NodeFree:
+        cached = self.free.get(node.position)
+        if cached is None or cached[0] != node.version:
+            cached = (node.version, node_free(self.cluster.model, node, self._gpu_free))
+            self.free[node.position] = cached
+        return cached[1]
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked:
             return None
-        cached = self.free.get(node.position)
-        if cached is None or cached[0] != node.version:
-            cached = (node.version, node_free(self.cluster.model, node))
-            self.free[node.position] = cached
-        choice = best_fit_choice(self.cluster.model, node, kind, free=cached[1])
+        choice = best_fit_choice(self.cluster.model, node, kind, free=self._node_free(node))
         return None if choice is None else choice[0]
 
     def picks(self, node: SimNode, kind: Kind) -> list[tuple[SimGpu, int]]:
-        choice = best_fit_choice(self.cluster.model, node, kind)
+        choice = best_fit_choice(self.cluster.model, node, kind, free=self._node_free(node))
         return [] if choice is None else choice[1]
 
 
