@@ -155,7 +155,7 @@ def intact(cluster: SimCluster, assignment: Assignment) -> bool:
             if gpu.whole_holder != assignment.pod:
                 return False
         elif not any(
-            p == placed and h == assignment.pod
+            h == assignment.pod and p == placed  # the holder first: a string compare
             for p, h in zip(gpu.instances, gpu.holders, strict=True)
         ):
             return False
