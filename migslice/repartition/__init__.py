@@ -35,7 +35,6 @@ from migslice.repartition.carve.gpu import CarvedGpu, carved_gpu, carved_gpus
 from migslice.repartition.carve.planner import (
     CarveMemo,
     CarveTrial,
-    carve_cost,
     carve_trial,
     plan_carve,
 )
@@ -124,7 +123,6 @@ __all__ = [
     "Step",
     "StepKind",
     "apply_step",
-    "carve_cost",
     "carve_trial",
     "carved_gpu",
     "carved_gpus",

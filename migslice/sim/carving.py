@@ -8,11 +8,12 @@
 * :class:`CarveChooser` is mode A's re-partition in carve mode: the carve planner
   (:func:`migslice.repartition.plan_carve`) asked about one pending pod, eligible at once
   (mode A has no clock), with every node in carve mode. Asking it about every node for every
-  pod made the run quadratic (90 s at 1,024 GPUs), so the chooser keeps the planner's cost of
-  each node (:func:`migslice.repartition.carve_cost`) in a
-  :class:`~migslice.sim.index.RankIndex`, recomputed only for nodes that changed, and asks
-  the planner about the cheapest node alone: the node and the changes :func:`carve_reshape`
-  (the plain call over every node, kept as the oracle the tests compare with) would give.
+  pod made the run quadratic (90 s at 1,024 GPUs), so the chooser keeps the planner's trial
+  of each node (:func:`migslice.repartition.carve_trial`) and its cost in a
+  :class:`~migslice.sim.index.RankIndex`, recomputed only for nodes that changed, and carves
+  the cheapest node's trial: the node and the changes :func:`carve_reshape` (the plain call
+  over every node, kept as the oracle the tests compare with) would give. Each GPU's carved
+  state is kept until the GPU changes.
   The stranding rule the planner reads from every node (:class:`~migslice.sim.held.HeldMix`)
   is kept the same way; a flip ranks every node again.
   Mode B drives the controller itself (:mod:`migslice.sim.controller`): the same planner

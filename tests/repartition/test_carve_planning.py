@@ -15,7 +15,7 @@ from migslice.inventory import NodeState
 from migslice.mig import Placed, is_legal, place
 from migslice.mig.room import NO_LOSS, SHAPES, add_losses, room, room_loss
 from migslice.mig.stranding import FillerMix
-from migslice.repartition import CarveSettings, carve_cost, held_mix, plan_carve
+from migslice.repartition import CarveSettings, carve_trial, held_mix, plan_carve
 from migslice.repartition.carve.gpu import CarvedGpu, carved_gpus
 from migslice.repartition.carve.planner import CarveMemo, carve_mode_nodes
 from tests import carve_oracle, mig_oracle
@@ -144,7 +144,8 @@ def test_one_nodes_carved_gpus_answer_every_pod_as_fresh_ones_do(
     for i, profile in enumerate(wanted):
         count = 1 + i % 2
         pod = waiting(f"t/p{i}", profile, count=count).demand
-        assert carve_cost(pod, node, gpus=kept) == carve_cost(pod, node)
+        trial, plain = carve_trial(pod, node, gpus=kept), carve_trial(pod, node)
+        assert (trial and trial.cost) == (plain and plain.cost)
     assert [(g.destroyed, g.reserved, g.created) for g in kept] == before
 
 
@@ -293,8 +294,8 @@ def test_under_the_stranding_rule_a_3g_opens_a_gpu_instead_of_stranding_compute(
     # With no GPU to open, the 3g still goes beside the other: the rule orders, never refuses.
     full = carve_node("b", [gpu("3g.40gb@4")], busy=["0:3g.40gb@4"])
     assert not plan_carve([full], pod, guard=True).is_empty
-    cost = carve_cost(pod[0].demand, full, guard=True)
-    assert cost is not None and cost[0] == 1
+    trial = carve_trial(pod[0].demand, full, guard=True)
+    assert trial is not None and trial.cost[0] == 1
 
 
 def test_the_stranding_rule_is_read_from_what_the_pods_hold() -> None:

@@ -233,28 +233,6 @@ def plan_carve(
     return CarvePlan(changes, tuple(unserved), tuple(skipped))
 
 
-def carve_cost(
-    pod: PodDemand,
-    node: NodeState,
-    *,
-    settings: CarveSettings = DEFAULT_CARVE_SETTINGS,
-    gpus: Sequence[CarvedGpu] | None = None,
-    guard: bool = False,
-    complete: bool = False,
-) -> tuple[int, RoomLoss, int] | None:
-    """What serving ``pod`` alone on ``node`` costs in rule 4's terms (instances stranding
-    compute, room lost, instances destroyed), or None when rule 2 or the fit rules out the
-    node. :func:`plan_carve` for one pod picks the node with the least ``(cost, name)`` among
-    those that are not None, so a caller that keeps these per node (the simulator, node by
-    node as nodes change) picks the same node without asking about all of them for every
-    pod. ``gpus``: the node's :func:`carved_gpus`, for a caller asking about several pods on
-    one unchanged node (they are not changed); ``guard``, ``complete``: the stranding and
-    full-compute rules."""
-    return _cost_of(
-        carve_trial(pod, node, settings=settings, gpus=gpus, guard=guard, complete=complete)
-    )
-
-
 def carve_trial(
     pod: PodDemand,
     node: NodeState,
@@ -264,10 +242,16 @@ def carve_trial(
     guard: bool = False,
     complete: bool = False,
 ) -> CarveTrial | None:
-    """:func:`carve_cost`'s trial itself: how serving ``pod`` alone on ``node`` would carve
-    it. For one pod that no free instance of the node serves (:func:`eligible_demand`), on a
-    node not carving, :func:`plan_carve` given this node alone carves the trial's
-    :meth:`CarveTrial.changed` GPUs to their new layouts."""
+    """How serving ``pod`` alone on ``node`` would carve it, or None when rule 2 or the fit
+    rules out the node. :func:`plan_carve` for one pod picks the node with the least
+    ``(trial.cost, name)`` among those that are not None, so a caller that keeps trials per node
+    (the simulator, node by node as nodes change) picks the same node without asking about all
+    of them for every pod; for a pod that no free instance of the node serves
+    (:func:`eligible_demand`), on a node not carving, :func:`plan_carve` given this node alone
+    carves the trial's :meth:`CarveTrial.changed` GPUs to their new layouts. ``gpus``: the
+    node's :func:`carved_gpus`, for a caller asking about several pods on one unchanged node
+    (they are not changed: GPUs the trial changes are copies); ``guard``, ``complete``: the
+    stranding and full-compute rules."""
     if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
         return None
     return _try(pod, node, carved_gpus(node) if gpus is None else gpus, (guard, complete))
