@@ -139,7 +139,7 @@ def measure(nodes: int, pending: int, mode: str, rounds: int) -> dict[str, Any]:
         "decision_s": round(statistics.median(spent), 4),
         "decision_max_s": round(max(spent), 4),
         "next_decision_s": round(statistics.median(again), 4),
-        "memo_mib": round(kept / 2**20, 2),
+        "memo_mib": round(kept / 2**20, 3),
         "step": step.kind.value,
         "nodes_changed": changed,
         "pods_served": served,
