@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from migslice.inventory import GpuState
 from migslice.mig import Placed
 from migslice.names import MODE_CARVE
 from migslice.objects.carve_handshake import CarveRequest
@@ -106,7 +105,8 @@ class CarveChooser:
         self.settings = settings
         self.index = RankIndex(cluster, self.rank)
         self._gpus = PerNode(self.carved)
-        self._kept: dict[tuple[int, int], tuple[GpuState, CarvedGpu]] = {}
+        self._kept: dict[tuple[int, int], tuple[int, CarvedGpu]] = {}
+        """Per (node position, GPU index): the GPU's version and its carved state."""
         self._trials: dict[tuple[int, Kind], tuple[int, tuple[bool, bool], CarveTrial]] = {}
         """The trial behind each rank, by node position and kind: the node's version and the
         rules it was found under, for :meth:`reshape` to carve without trying it again."""
@@ -152,8 +152,8 @@ class CarveChooser:
     def carved(self, node: SimNode) -> list[CarvedGpu] | None:
         """The node's carved GPUs (every kind asks about the same ones); None where the
         planner must rule the node out itself. This is :func:`carved_gpus` of the node's
-        state, made GPU by GPU: a GPU the cluster has not changed since (its state is the
-        same object) keeps its :class:`CarvedGpu`, with the options it has found. No
+        state, made GPU by GPU: a GPU the cluster has not changed since (its version the
+        same) keeps its :class:`CarvedGpu`, with the options it has found. No
         instance is pinned for want of a busy flag, since the simulated agent reports every
         held instance busy (``tests/sim/test_sim_carve.py`` holds the two equal)."""
         state = self.cluster.node_state(node)
@@ -164,15 +164,15 @@ class CarveChooser:
         for gpu in node.gpus:
             if not gpu.mig_enabled:
                 continue
-            now = gpu.as_state()
             key = (node.position, gpu.index)
             kept = self._kept.get(key)
-            if kept is None or kept[0] is not now:
+            if kept is None or kept[0] != gpu.version:
                 reported = {
                     (gpu.index, i.start, i.profile): (i.busy, i.uuid)
                     for i in gpu.as_report(node.name).instances
                 }
-                kept = self._kept[key] = (now, carved_gpu(model, now, reported))
+                carved = carved_gpu(model, gpu.as_state(), reported)
+                kept = self._kept[key] = (gpu.version, carved)
             found.append(kept[1])
         return found
 
