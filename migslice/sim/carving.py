@@ -40,9 +40,9 @@ from migslice.repartition import (
     plan_carve,
 )
 from migslice.scheduling import PodDemand
-from migslice.sim.cluster import SimCluster, SimNode
+from migslice.sim.cluster import SimCluster, SimGpu, SimNode
 from migslice.sim.held import HeldMix
-from migslice.sim.index import Kind, PerNode, Rank, RankIndex
+from migslice.sim.index import Kind, PerGpu, PerNode, Rank, RankIndex
 from migslice.sim.placement import LayoutChange
 
 MODE_A_CARVE = CarveSettings(
@@ -105,8 +105,7 @@ class CarveChooser:
         self.settings = settings
         self.index = RankIndex(cluster, self.rank)
         self._gpus = PerNode(self.carved)
-        self._kept: dict[tuple[int, int], tuple[int, CarvedGpu]] = {}
-        """Per (node position, GPU index): the GPU's version and its carved state."""
+        self._carved_gpu = PerGpu(self._carve_gpu)
         self._trials: dict[tuple[int, Kind], tuple[int, tuple[bool, bool], CarveTrial]] = {}
         """The trial behind each rank, by node position and kind: the node's version and the
         rules it was found under, for :meth:`reshape` to carve without trying it again."""
@@ -157,24 +156,16 @@ class CarveChooser:
         instance is pinned for want of a busy flag, since the simulated agent reports every
         held instance busy (``tests/sim/test_sim_carve.py`` holds the two equal)."""
         state = self.cluster.node_state(node)
-        model = state.model
-        if model is None or state.facts.agent is None:
+        if state.model is None or state.facts.agent is None:
             return None
-        found: list[CarvedGpu] = []
-        for gpu in node.gpus:
-            if not gpu.mig_enabled:
-                continue
-            key = (node.position, gpu.index)
-            kept = self._kept.get(key)
-            if kept is None or kept[0] != gpu.version:
-                reported = {
-                    (gpu.index, i.start, i.profile): (i.busy, i.uuid)
-                    for i in gpu.as_report(node.name).instances
-                }
-                carved = carved_gpu(model, gpu.as_state(), reported)
-                kept = self._kept[key] = (gpu.version, carved)
-            found.append(kept[1])
-        return found
+        return [self._carved_gpu(node, gpu) for gpu in node.gpus if gpu.mig_enabled]
+
+    def _carve_gpu(self, node: SimNode, gpu: SimGpu) -> CarvedGpu:
+        reported = {
+            (gpu.index, i.start, i.profile): (i.busy, i.uuid)
+            for i in gpu.as_report(node.name).instances
+        }
+        return carved_gpu(self.cluster.model, gpu.as_state(), reported)
 
     def reshape(self, kind: Kind) -> tuple[SimNode | None, tuple[LayoutChange, ...]]:
         """:func:`plan_carve` for one pending pod of ``kind`` given the cheapest node alone:

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
-from migslice.sim.index import Kind, PerNode, Rank, RankIndex
+from migslice.sim.index import Kind, PerGpu, PerNode, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
 from migslice.sim.trace import SimPod
 
@@ -224,23 +224,13 @@ class HamiPlacer(CarvingPlacer):
         self.rng = random.Random(seed)
         self.index = RankIndex(cluster, self.rank)
         model = cluster.model
-        self._gpu_uses: dict[tuple[int, int], tuple[int, GpuUse]] = {}
-        """Per (node position, GPU index): the GPU's version and :meth:`GpuUse.of` it."""
+        self._gpu_use = PerGpu(lambda node, gpu: GpuUse.of(model, gpu))
         self._uses = PerNode(self._node_uses)
         self._score = PerNode(lambda node: node_score(model, node, self._uses(node)))
 
     def _node_uses(self, node: SimNode) -> dict[int, GpuUse]:
         """:func:`gpu_uses` of the node, each GPU's use worked out again only once it changed."""
-        found: dict[int, GpuUse] = {}
-        for gpu in node.gpus:
-            if not gpu.mig_enabled:
-                continue
-            key = (node.position, gpu.index)
-            kept = self._gpu_uses.get(key)
-            if kept is None or kept[0] != gpu.version:
-                kept = self._gpu_uses[key] = (gpu.version, GpuUse.of(self.cluster.model, gpu))
-            found[gpu.index] = kept[1]
-        return found
+        return {g.index: self._gpu_use(node, g) for g in node.gpus if g.mig_enabled}
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked or not fit(self.cluster.model, node.gpus, kind, self._uses(node)):

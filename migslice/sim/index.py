@@ -19,7 +19,7 @@ import bisect
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from migslice.sim.cluster import SimCluster, SimNode
+from migslice.sim.cluster import SimCluster, SimGpu, SimNode
 
 T = TypeVar("T")
 
@@ -125,4 +125,21 @@ class PerNode(Generic[T]):
         if kept is None or kept[0] != node.version:
             kept = (node.version, self._compute(node))
             self._kept[node.position] = kept
+        return kept[1]
+
+
+class PerGpu(Generic[T]):
+    """``compute(node, gpu)`` kept per GPU until the GPU changes (its ``version``): a node's
+    change recomputes only the GPUs it touched."""
+
+    def __init__(self, compute: Callable[[SimNode, SimGpu], T]) -> None:
+        self._compute = compute
+        self._kept: dict[int, tuple[int, T]] = {}
+
+    def __call__(self, node: SimNode, gpu: SimGpu) -> T:
+        key = id(gpu)  # a GPU lives as long as its cluster, and this cache is one run's
+        kept = self._kept.get(key)
+        if kept is None or kept[0] != gpu.version:
+            kept = (gpu.version, self._compute(node, gpu))
+            self._kept[key] = kept
         return kept[1]

@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from migslice.mig import GpuModel, Layout, Placed, fit
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
-from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.index import Kind, PerGpu, PerNode, Rank, RankIndex
 from migslice.sim.trace import SimPod
 
 
@@ -212,22 +212,12 @@ class BestFit(IndexedPlacer):
     each GPU's :func:`gpu_free` until the GPU does."""
 
     def __init__(self, cluster: SimCluster) -> None:
-        self.free: dict[int, tuple[int, NodeFree]] = {}
-        self.gpus: dict[int, tuple[int, GpuFree | None]] = {}
+        model = cluster.model
+        gpu_free_of = PerGpu(lambda node, gpu: gpu_free(model, gpu))
+        self._node_free = PerNode(
+            lambda node: node_free(model, node, lambda gpu: gpu_free_of(node, gpu))
+        )
         super().__init__(cluster)
-
-    def _gpu_free(self, gpu: SimGpu) -> GpuFree | None:
-        kept = self.gpus.get(id(gpu))
-        if kept is None or kept[0] != gpu.version:
-            kept = self.gpus[id(gpu)] = (gpu.version, gpu_free(self.cluster.model, gpu))
-        return kept[1]
-
-    def _node_free(self, node: SimNode) -> NodeFree:
-        cached = self.free.get(node.position)
-        if cached is None or cached[0] != node.version:
-            cached = (node.version, node_free(self.cluster.model, node, self._gpu_free))
-            self.free[node.position] = cached
-        return cached[1]
 
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
         if node.is_blocked:
