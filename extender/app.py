@@ -97,14 +97,16 @@ def create_app(
         ),
         "/prioritize": lambda environ: _prioritize_call(context, environ),
     }
-    for path, answer in verbs.items():  # Flask keeps the routes: its URL map, its 405s
+    served = Verbs(app.wsgi_app, verbs, ClientPolicy.of(context.settings.server))
+    for path in verbs:  # Flask keeps the routes: its URL map, its 405s, and the requests
+        # that reach a verb by another spelling (a lower-case method, repeated slashes)
 
-        def route(answer: Callable[[dict[str, Any]], bytes] = answer) -> Response:
-            return Response(answer(request.environ), status=200, mimetype=JSON)
+        def route(path: str = path) -> Response:
+            status, body = served.respond(path, request.environ)
+            return Response(body, status=status, mimetype=JSON)
 
         app.add_url_rule(path, path.strip("/"), route, methods=["POST"])
-    clients = ClientPolicy.of(context.settings.server)
-    app.wsgi_app = Verbs(app.wsgi_app, verbs, clients)  # type: ignore[method-assign]
+    app.wsgi_app = served  # type: ignore[method-assign]
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -127,7 +129,8 @@ def create_app(
 class Verbs:
     """WSGI: ``POST`` to a verb's path answered by its function (the body in, JSON out, 200),
     anything else by ``fallback`` (Flask). A caller ``clients`` refuses gets 403 and no
-    answer (it is not migslice-scheduler)."""
+    answer (it is not migslice-scheduler), whichever way its request reached the verb:
+    :meth:`respond` is the one place a verb is answered."""
 
     def __init__(
         self,
@@ -142,9 +145,18 @@ class Verbs:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
-        answer = self._verbs.get(environ.get("PATH_INFO", ""))
-        if answer is None or environ.get("REQUEST_METHOD") != "POST":
+        path = environ.get("PATH_INFO", "")
+        if path not in self._verbs or environ.get("REQUEST_METHOD") != "POST":
             return self._fallback(environ, start_response)
+        status, body = self.respond(path, environ)
+        start_response(
+            "200 OK" if status == 200 else "403 Forbidden",
+            [("Content-Type", JSON), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    def respond(self, path: str, environ: dict[str, Any]) -> tuple[int, bytes]:
+        """The status and body of a call of the verb at ``path``."""
         refusal = self._clients.refusal(environ)
         if refusal is not None:
             log.warning(
@@ -153,14 +165,8 @@ class Verbs:
                 environ.get("REMOTE_ADDR"),
                 refusal,
             )
-            refused = orjson.dumps({"Error": refusal})
-            start_response(
-                "403 Forbidden", [("Content-Type", JSON), ("Content-Length", str(len(refused)))]
-            )
-            return [refused]
-        body = answer(environ)
-        start_response("200 OK", [("Content-Type", JSON), ("Content-Length", str(len(body)))])
-        return [body]
+            return 403, orjson.dumps({"Error": refusal})
+        return 200, self._verbs[path](environ)
 
 
 def _filter_call(context: Context, environ: dict[str, Any], verb: str, *, best_fit: bool) -> bytes:

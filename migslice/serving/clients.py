@@ -43,7 +43,7 @@ class ClientPolicy:
             )
         if self.names and not self.names.intersection(presented):
             return (
-                f"client certificate names {', '.join(presented)} are not among the allowed "
-                f"--client-name {', '.join(sorted(self.names))}"
+                f"client certificate names {', '.join(dict.fromkeys(presented))} are not among "
+                f"the allowed --client-name {', '.join(sorted(self.names))}"
             )
         return None
