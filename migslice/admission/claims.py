@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 
 from migslice import names
 from migslice.admission.decide import quota_denial
@@ -88,16 +89,18 @@ class ClaimReading:
     """What hardware isolation refuses besides sharing: adminAccess, capacity, All."""
     touches_gpu: bool = False
     unknown_only: bool = False
-    """It touches NVIDIA's GPUs only through DeviceClasses that do not exist (or are not
-    seen yet): in a namespace no tenant owns it is left alone."""
+    """It may touch NVIDIA's GPUs only as far as migslice cannot tell: through DeviceClasses
+    that do not exist (or are not seen yet), or that with its selectors name no driver; in a
+    namespace no tenant owns it is left alone."""
 
 
 def read_claim(
     key: str, raw_spec: JsonObject, classes: Mapping[str, DeviceClassFacts]
 ) -> ClaimReading:
     """What the claim spec ``raw_spec`` (a claim's ``spec``, a template's ``spec.spec``) asks
-    of NVIDIA's GPUs, read with the DeviceClasses. A request whose class is unknown counts as
-    touching them (it cannot be told apart)."""
+    of NVIDIA's GPUs, read with the DeviceClasses. A request whose class is unknown, or whose
+    class and selectors name no driver (a catch-all or topology-only class), counts as
+    touching them: it cannot be told apart."""
     namespace, _, name = key.partition("/")
     raw_claim = {"metadata": {"name": name or "-", "namespace": namespace}, "spec": raw_spec}
     facts = claim_facts_from_raw(raw_claim)
@@ -108,7 +111,7 @@ def read_claim(
     sharing: list[tuple[str, str]] = []
     exclusive: list[str] = []
     touches = False
-    known = False
+    named = False
     for raw, request in zip(raw_requests, facts.requests, strict=True):
         where = f"request {request.name}"
         entry = mapping(raw)
@@ -118,11 +121,12 @@ def read_claim(
             if entry.get("firstAvailable") is not None
             else [exactly]
         )
-        gpu_parts = [p for p in parts if _touches_gpu(p, classes)]
+        reaches = [(p, reach) for p in parts if (reach := _reach(p, classes)) is not None]
+        gpu_parts = [p for p, _ in reaches]
         if not gpu_parts:
             continue
         touches = True
-        known |= any(text(p.get("deviceClassName")) in classes for p in gpu_parts)
+        named |= any(reach is _Reach.NAMED for _, reach in reaches)
         for part in gpu_parts:
             found = classes.get(text(part.get("deviceClassName")) or "")
             if found is not None:
@@ -138,24 +142,45 @@ def read_claim(
         asks += read.asks
         unread += [line.replace(f"ResourceClaim {facts.key} ", "") for line in read.unread]
         if not read.asks and not read.unread:
-            unread.append(f"{where}: {request.unread or 'not read as NVIDIA GPU devices'}")
+            open_class = next(
+                (text(p.get("deviceClassName")) for p, r in reaches if r is _Reach.OPEN), None
+            )
+            unread.append(
+                f"{where}: {request.unread}"
+                if request.unread
+                else f"{where}: DeviceClass {open_class!r} and the request's selectors name no "
+                f"driver, so it may be given NVIDIA's GPU devices; name one with a selector "
+                f"device.driver == '{names.DRA_DRIVER}' (or another driver's)"
+                if open_class is not None
+                else f"{where}: not read as NVIDIA GPU devices"
+            )
     configs = sharing_strategies(mapping(raw_spec.get("devices")).get("config"))
     if touches:
         sharing += [("the claim's config", s) for s in configs]
     return ClaimReading(
-        tuple(asks), tuple(unread), tuple(sharing), tuple(exclusive), touches, touches and not known
+        tuple(asks), tuple(unread), tuple(sharing), tuple(exclusive), touches, touches and not named
     )
 
 
-def _touches_gpu(raw_request: JsonObject, classes: Mapping[str, DeviceClassFacts]) -> bool:
+class _Reach(Enum):
+    NAMED = "its class and selectors name NVIDIA's driver"
+    OPEN = "its class is not known, or it and the selectors name no driver"
+
+
+def _reach(raw_request: JsonObject, classes: Mapping[str, DeviceClassFacts]) -> _Reach | None:
+    """How a request may reach NVIDIA's GPU devices; None: its class and selectors name
+    another driver."""
     found = classes.get(text(raw_request.get("deviceClassName")) or "")
     if found is None:
-        return True
+        return _Reach.OPEN
     expressions = [
         text(mapping(mapping(s).get("cel")).get("expression")) or ""
         for s in items(raw_request.get("selectors"))
     ]
-    return is_nvidia_gpu(found.selection.both(read_selectors(expressions)))
+    selection = found.selection.both(read_selectors(expressions))
+    if is_nvidia_gpu(selection):
+        return _Reach.NAMED
+    return _Reach.OPEN if selection.driver is None else None
 
 
 def decide_claim(

@@ -50,6 +50,16 @@ MPS_CLASS = {
         ],
     },
 }
+ANY_CLASS = {"metadata": {"name": "any-device"}, "spec": {}}
+"""A class that names no driver (a catch-all): with a request's selectors it can reach NVIDIA's
+GPUs."""
+PCIE = "resource.kubernetes.io"
+LOCAL_CLASS = {
+    "metadata": {"name": "pcie-local"},
+    "spec": {
+        "selectors": [{"cel": {"expression": f"device.attributes['{PCIE}'].pcieRoot == 'pci0'"}}]
+    },
+}
 NET_CLASS = {
     "metadata": {"name": "nic.example.com"},
     "spec": {"selectors": [{"cel": {"expression": "device.driver == 'nic.example.com'"}}]},
@@ -60,7 +70,7 @@ def view(*policies: dict[str, Any], **kw: Any) -> StaticView:
     return StaticView(
         tuple(parse_tenant_policy(p) for p in policies or (make_policy(),)),
         (A100, H100),
-        classes=classes(MPS_CLASS, NET_CLASS),
+        classes=classes(MPS_CLASS, NET_CLASS, ANY_CLASS, LOCAL_CLASS),
         **kw,
     )
 
@@ -351,6 +361,50 @@ def test_claims_of_other_drivers_and_other_namespaces_pass_untouched() -> None:
     decision, _ = run_claim(elsewhere, view())
     assert (decision.allowed, decision.reason) == (False, "no-policy")
     assert 'namespace "team-z" belongs to no TenantPolicy' in decision.message
+
+
+def test_a_class_that_names_no_driver_is_read_as_reaching_nvidias_gpus() -> None:
+    """Measured before: through a catch-all or topology-only class, a hardware tenant's claim
+    with selectors migslice does not read, adminAccess, or an MPS config passed untouched:
+    uncharged and unchecked."""
+    hardware = view(make_policy(isolation="hardware", quota={"computeSlices": 2}))
+    memory = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10Gi')) >= 0"
+    cases = {
+        "unread selectors": claim_with(
+            deviceClassName="any-device", count=50, selectors=[{"cel": {"expression": memory}}]
+        ),
+        "no selectors": claim_with(deviceClassName="any-device", selectors=[]),
+        "a topology class": claim_with(deviceClassName="pcie-local", selectors=[]),
+    }
+    for what, claim in cases.items():
+        decision, _ = run_claim(claim, hardware)
+        assert (decision.allowed, decision.reason) == (False, "unread-claim"), what
+        assert "selectors name no driver" in decision.message, decision.message
+        assert "device.driver == 'gpu.nvidia.com'" in decision.message, decision.message
+    admin = claim_with(deviceClassName="any-device", selectors=[], adminAccess=True)
+    assert run_claim(admin, hardware)[0].reason == "isolation"
+    shared = with_config(claim_with(deviceClassName="any-device", selectors=[]), sharing("MPS"))
+    assert run_claim(shared, hardware)[0].reason == "isolation"
+    # a request's own driver selector settles it either way
+    nic = claim_with(
+        deviceClassName="any-device",
+        selectors=[{"cel": {"expression": "device.driver == 'nic.example.com'"}}],
+    )
+    assert run_claim(nic, hardware)[0].reason == "no-gpu"
+    gpu = claim_with(
+        deviceClassName="any-device",
+        selectors=[
+            {"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}},
+            {"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'mig'"}},
+            {"cel": {"expression": profile_selector("1g.10gb")}},
+        ],
+    )
+    decision, _ = run_claim(gpu, hardware)
+    assert (decision.allowed, decision.charge) == (True, ONE_G), decision.message
+    # as a class not seen yet, it is left alone where no tenant owns the namespace
+    elsewhere = claim_with(deviceClassName="any-device", selectors=[])
+    elsewhere["metadata"]["namespace"] = "team-z"
+    assert run_claim(elsewhere, hardware)[0].reason == "no-gpu"
 
 
 def extended_claim() -> dict[str, Any]:
