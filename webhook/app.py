@@ -22,12 +22,7 @@ from migslice.admission.claims import ClaimAdmission, decide_claim_update
 from migslice.admission.decision import Denial
 from migslice.admission.intent import pod_label
 from migslice.mig import CATALOG
-from migslice.policy import (
-    FieldError,
-    PolicyError,
-    check_against_catalog,
-    parse_tenant_policy,
-)
+from migslice.policy import FieldError, check_against_catalog, read_tenant_policy
 from migslice.serving.clients import ClientPolicy
 from migslice.serving.wsgi import BODY_TOO_LARGE, buffered_body
 from webhook import review
@@ -225,11 +220,19 @@ def validate() -> Response:
 
 
 def _policy_errors(state: ClusterState, raw_policy: Mapping[str, object]) -> tuple[FieldError, ...]:
-    try:
-        policy = parse_tenant_policy(raw_policy)
-    except PolicyError as error:
-        return error.errors
-    return check_against_catalog(policy, CATALOG) + state.conflicts(policy)
+    """Every problem at once: the policy's form, and its checks against the catalog and the
+    other policies over the fields whose form is right."""
+    _, policy, errors = read_tenant_policy(raw_policy)
+    if policy is None:
+        return errors
+    wrong = {error.path for error in errors}
+    more = check_against_catalog(policy, CATALOG) + state.conflicts(policy)
+    return errors + tuple(e for e in more if not _within(e.path, wrong))
+
+
+def _within(path: str, paths: set[str]) -> bool:
+    """Whether ``path`` is one of ``paths`` or lies under one."""
+    return any(path == p or path.startswith((f"{p}.", f"{p}[")) for p in paths)
 
 
 def healthz() -> Response:

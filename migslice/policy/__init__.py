@@ -1,7 +1,7 @@
 """TenantPolicy: types, defaults, parsing (all errors at once), validation, size resolution."""
 
 from migslice.policy.errors import FieldError, PolicyError
-from migslice.policy.parsing import parse_tenant_policy
+from migslice.policy.parsing import parse_tenant_policy, read_tenant_policy
 from migslice.policy.resolution import (
     Need,
     Offer,
@@ -41,5 +41,6 @@ __all__ = [
     "check_against_catalog",
     "namespace_conflicts",
     "parse_tenant_policy",
+    "read_tenant_policy",
     "resolve_profile",
 ]

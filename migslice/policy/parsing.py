@@ -61,12 +61,24 @@ class _Errors:
 
 def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
     """A TenantPolicy from its API object; PolicyError lists every problem with its path."""
+    name, policy, errors = read_tenant_policy(raw_policy)
+    if policy is None or errors:
+        raise PolicyError(name or "?", errors)
+    return policy
+
+
+def read_tenant_policy(
+    raw_policy: Mapping[str, object],
+) -> tuple[str, TenantPolicy | None, tuple[FieldError, ...]]:
+    """The policy's name, the policy as read (each field in error at its default, so that the
+    checks of :mod:`.validation` can run on the rest; None without a spec) and every problem
+    with its path."""
     errors = _Errors()
     name, generation = _metadata(raw_policy.get("metadata"), errors)
     spec = raw_policy.get("spec")
     if not isinstance(spec, Mapping):
         errors.add("spec", "is required (an object)")
-        raise PolicyError(name or "?", tuple(errors.items))
+        return name, None, tuple(errors.items)
     for key in spec:
         if key not in _SPEC_FIELDS:
             errors.add(
@@ -95,9 +107,7 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
     max_slices = _int(spec.get("maxSlicesPerPod"), "spec.maxSlicesPerPod", 1, errors)
     device_api = _device_api(spec.get("deviceAPI"), tier_values, errors)
 
-    if errors.items:
-        raise PolicyError(name or "?", tuple(errors.items))
-    return TenantPolicy(
+    policy = TenantPolicy(
         name=name,
         generation=generation,
         namespaces=namespaces,
@@ -114,6 +124,7 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
         max_slices_per_pod=max_slices,
         device_api=device_api,
     )
+    return name, policy, tuple(errors.items)
 
 
 def _device_api(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> DeviceApi:

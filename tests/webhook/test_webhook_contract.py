@@ -251,6 +251,28 @@ def test_validate_refuses_a_policy_with_field_paths_and_namespace_conflicts(
     assert 'namespace team-a already belongs to TenantPolicy "team-a"' in message
 
 
+def test_validate_names_form_and_catalog_errors_in_one_answer(client: FlaskClient) -> None:
+    """Measured before: a policy wrong in form (maxSlicesPerPod 0) was refused naming only
+    that; its size no model can serve was named by the next try."""
+    bad = make_policy(
+        "team-b",
+        namespaces=["team-a"],
+        sizes={"huge": {"memory": "500Gi"}, "bad": {"memory": "x"}},
+        maxSlicesPerPod=0,
+    )
+    body = make_review(
+        bad,
+        namespace="",
+        kind=("migslice.io", "v1alpha1", "TenantPolicy"),
+        resource="tenantpolicies",
+    )
+    message = client.post("/validate", json=body).get_json()["response"]["status"]["message"]
+    assert "spec.maxSlicesPerPod: must be at least 1" in message
+    assert "spec.sizes.huge:" in message
+    assert 'namespace team-a already belongs to TenantPolicy "team-a"' in message
+    assert message.count("spec.sizes.bad") == 1  # wrong in form: not checked again
+
+
 def test_validate_accepts_a_good_policy(client: FlaskClient) -> None:
     body = make_review(
         make_policy("team-b", namespaces=["team-b"]),
