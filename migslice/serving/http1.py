@@ -310,14 +310,14 @@ class RequestParser:
 
     def _chunk_size(self) -> Event:
         buf, pos = self._buf, self._pos
-        end = buf.find(b"\r\n", pos, pos + MAX_CHUNK_LINE_BYTES + 2)
-        if end == -1:
+        window = pos + MAX_CHUNK_LINE_BYTES + 2  # the longest line and its CRLF
+        end = buf.find(b"\r\n", pos, window)
+        if end == -1:  # a bare LF or CR inside the window, else too long or not all here
             available = len(buf) - pos
-            lf = buf.find(b"\n", pos)
-            if lf != -1:
+            if buf.find(b"\n", pos, window) != -1:
                 raise bare_lf("in a chunk-size line")
-            cr = buf.find(b"\r", pos)
-            if cr != -1 and cr != len(buf) - 1:
+            cr = buf.find(b"\r", pos, window)
+            if cr != -1 and cr != len(buf) - 1 and buf[cr + 1] != 0x0A:
                 raise bare_cr("in a chunk-size line")
             if available > MAX_CHUNK_LINE_BYTES + 1:
                 raise ParseError(

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from migslice.serving import ServingLimits
-from migslice.serving.http1 import RequestHead, RequestParser, Signal
+from migslice.serving.http1 import MAX_CHUNK_LINE_BYTES, RequestHead, RequestParser, Signal
 from migslice.serving.http1_syntax import ParseError, error_response, response_head
 
 STATUSES = {400, 414, 431, 501, 505}
@@ -262,6 +262,19 @@ def test_a_bare_lf_or_cr_anywhere_in_the_framing_is_refused_never_waited_on(
     parsed = parse(split(raw, cuts))
     assert parsed.error is not None and parsed.error.status == 400, parsed
     assert not parsed.requests
+
+
+@settings(max_examples=100, deadline=None)
+@given(over=st.sampled_from([1, 2, 3, 30, 2000]), cuts=st.lists(st.integers(), max_size=3))
+def test_a_chunk_size_line_too_long_is_said_to_be_too_long_however_it_arrives(
+    over: int, cuts: list[int]
+) -> None:
+    """Measured before: a line of 1,030 bytes and more that ended in CRLF, arriving whole,
+    was refused as a bare LF (the LF of its CRLF, past the window searched for the CRLF)."""
+    line = b"2;" + b"x" * (MAX_CHUNK_LINE_BYTES - 2 + over)
+    raw = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + line
+    parsed = parse(split(raw + b"\r\n{}\r\n0\r\n\r\n", cuts))
+    assert parsed.error is not None and "chunk-size line longer than" in parsed.error.message
 
 
 # -- events the connection relies on ------------------------------------------------------------
