@@ -221,7 +221,11 @@ def _run_why(args: argparse.Namespace) -> int:
         )
     pod = args.pod or (None if manifest is None else _manifest_name(manifest))
     if pod is None:
-        raise CommandError("name the pod (POD), or give its manifest with -f FILE")
+        raise CommandError(
+            "name the pod (POD), or give its manifest with -f FILE"
+            if manifest is None
+            else f"-f {args.filename}: no metadata.name or generateName; name the pod (POD)"
+        )
     objects, transport = _read(args)
     key = f"{namespace}/{pod}"
     raw_pod = next((p for p in objects.pods if pod_key(p) == key), None)
@@ -293,9 +297,16 @@ def _manifest(path: Path) -> dict[str, Any]:
 
 
 def _manifest_name(manifest: dict[str, Any]) -> str | None:
+    """The manifest's name; for one with ``generateName`` only, that prefix: no live pod has
+    it, so the pod is explained as the one the manifest would create."""
     metadata = manifest.get("metadata") or {}
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    return name if isinstance(name, str) and name else None
+    if not isinstance(metadata, dict):
+        return None
+    for field in ("name", "generateName"):
+        name = metadata.get(field)
+        if isinstance(name, str) and name:
+            return name
+    return None
 
 
 def _explain_absent(

@@ -74,12 +74,17 @@ def scoped(report: StatusReport, cluster: Cluster, namespace: str) -> StatusRepo
 # -- text --------------------------------------------------------------------------------------
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def render_text(report: StatusReport, *, wide: bool = False) -> str:
     width = None if wide else WIDTH
     gpus = sum(p.gpu_count for p in report.pools)
     lines = [
-        f"{report.node_count} GPU nodes, {gpus} GPUs in {len(report.pools)} pools; "
-        f"{len(report.tenants)} tenants; {len(report.waiting)} GPU pods waiting",
+        f"{_count(report.node_count, 'GPU node')}, {_count(gpus, 'GPU')} in "
+        f"{_count(len(report.pools), 'pool')}; {_count(len(report.tenants), 'tenant')}; "
+        f"{_count(len(report.waiting), 'GPU pod')} waiting",
         "",
     ]
     lines += _tenants(report.tenants, width)

@@ -17,7 +17,7 @@ from migslice.objects import parse_cluster_objects
 from migslice.repartition import ControllerSettings
 from migslice.scheduling.fragmentation import FreeSpace, gpu_free_space
 from migslice.status.cluster import StatusSettings, build_cluster
-from migslice.status.report import build_status, render_text, status_document
+from migslice.status.report import build_status, render_text, scoped, status_document
 from migslice.status.selection import SELECTOR, TAINT, scheduler_verdict
 from migslice.status.why import explain
 from migslice.status.why_report import render_why, why_document
@@ -85,6 +85,15 @@ def test_every_gpu_is_drawn_with_who_holds_each_instance() -> None:
     # Nodes known only by counts say so, and why they take no pod now.
     a100_q = next(n for n in pool.nodes if n.name == "a100-q")
     assert a100_q.gpus == () and a100_q.condition.startswith("quarantined")
+
+
+def test_the_first_line_counts_one_of_a_kind_in_the_singular() -> None:
+    cluster = _cluster()
+    report = build_status(cluster, cooldown_s=600)
+    whole = render_text(report).splitlines()[0]
+    assert " tenants; " in whole and " pools; " in whole, whole
+    one = render_text(scoped(report, cluster, "team-a")).splitlines()[0]
+    assert "; 1 tenant; " in one, one  # it said "1 tenants"
 
 
 def test_pools_default_to_the_gpu_product_or_follow_a_label() -> None:

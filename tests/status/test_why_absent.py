@@ -107,6 +107,26 @@ def test_a_manifest_the_webhook_would_admit_says_the_profile(
     assert document["absent"]["allowed"] is True
 
 
+def test_a_manifest_with_generate_name_is_the_pod_it_would_create(
+    tmp_path: Path, cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured before: the shipped example pods (generateName) were refused with "name the
+    pod (POD), or give its manifest with -f FILE", though -f was given."""
+    pod = make_pod("serve-9", namespace="team-b", stored=False)
+    del pod["metadata"]["name"]
+    pod["metadata"]["generateName"] = "serve-"
+    pod["metadata"]["annotations"] = {"migslice.io/gpu-size": "small"}
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", **pod}))
+    document = _why(capsys, "-f", str(manifest), "--cluster-file", str(cluster_file))
+    assert document["pod"] == "team-b/serve-"
+    assert document["absent"]["allowed"] is True
+    del pod["metadata"]["generateName"]
+    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", **pod}))
+    assert main(["why", "-f", str(manifest), "--cluster-file", str(cluster_file)]) == 1
+    assert "no metadata.name or generateName; name the pod (POD)" in capsys.readouterr().err
+
+
 def test_nothing_to_go_on_says_how_to_ask(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
