@@ -143,8 +143,11 @@ COMMAND = console.Command(
         "departures), and prints slice allocation per arrived load. GPU side only. "
         "Policies: B0 whole-GPU, B1 all-1g, B2 all-balanced first-fit, B3 oracle-static, "
         "B4 best-fit on mig-parted's stock configs, B5 nos's partitioner (and its variants), "
-        "B6 FGD for MIG, migslice (extender score + repartition controller); "
-        "see docs/benchmarks.md."
+        "B6 FGD for MIG, B8 HAMi v2.10's MIG, B9 NVIDIA's DRA driver allocated first fit "
+        "(and their variants), migslice (extender score + repartition controller), M-carve "
+        "(migslice in carve mode), M-dra (migslice on DRA DynamicMIG; -reserve: with the "
+        "large-job reserve); see docs/benchmarks.md. The traces are read from --data-dir; "
+        "--mapping synthetic needs none."
     ),
     add_arguments=add_arguments,
     run=run_simulate,

@@ -32,8 +32,9 @@ def load_workload(data_dir: Path, trace: str, mapping: str) -> Workload:
     if not data_dir.is_dir():
         raise CommandError(
             f"data directory {data_dir} not found (resolved {data_dir.resolve()}); the traces "
-            f"live in ../shared/data beside the repository: run from the repository root or "
-            f"pass --data-dir"
+            f"live in ../shared/data beside the repository: run from the repository root, "
+            f"pass --data-dir DIR (the folder holding {TRACE_FOLDER}/), or use --mapping "
+            f"synthetic, which needs no trace"
         )
     path = data_dir / TRACE_FOLDER / f"openb_pod_list_{trace}.csv"
     if not path.is_file():
