@@ -1,8 +1,9 @@
 """Whole GPUs stay whole on the real control plane: over Nodes of every shape GPU Feature
 Discovery labels (``harness.gfd_shapes``: MIG mixed, single, single with MIG-INVALID, none,
-time-sliced with and without renaming, MIG single time-sliced), a dedicated tenant's pods are
-admitted by the real webhook and bound by the real kube-scheduler with the extender only on an
-unshared, non-MIG GPU, and a shared tenant's never on a MIG slice. More pods than those GPUs
+time-sliced with and without renaming, MIG mixed with a time-sliced MIG resource, MIG single
+time-sliced), a dedicated tenant's pods are admitted by the real webhook and bound by the real
+kube-scheduler with the extender only on an unshared, non-MIG GPU, a shared tenant's never on a
+MIG slice, and a MIG tenant's never on a time-sliced MIG instance. More pods than those GPUs
 hold are created, so the rest are tried against every node and stay Unschedulable.
 
 Run: .venv/bin/pytest e2e/test_gfd_shapes_e2e.py -m e2e -p no:cacheprovider -q
@@ -20,7 +21,7 @@ from kubernetes import client as k8s
 
 from harness.api import wait_for
 from harness.builders import make_pod, make_policy
-from harness.gfd_shapes import DEDICATED, SHAPES, SHARED
+from harness.gfd_shapes import DEDICATED, MIG, SHAPES, SHARED
 from harness.stack import Server
 
 pytestmark = pytest.mark.e2e
@@ -164,4 +165,19 @@ def test_a_shared_tenant_never_lands_on_a_mig_slice(
     # The renamed time-sliced GPU's four replicas, and never the MIG slice's shared replicas.
     on_mine = [n for n in placed.values() if n in set(shapes.values())]
     assert on_mine == [shapes["time-sliced-renamed"]] * 4, placed
+    assert sum(1 for n in placed.values() if n is None) >= 2, placed
+
+
+def test_a_mig_tenant_never_lands_on_a_time_sliced_mig_instance(
+    shapes: dict[str, str],
+    tenant: Callable[[dict[str, Any]], str],
+    core_v1: k8s.CoreV1Api,
+    tenant_namespace: str,
+    migslice_scheduler: object,
+) -> None:
+    limits, placed = placed_pods(tenant, core_v1, tenant_namespace, MIG, "medium", 4)
+    assert limits == {"nvidia.com/mig-3g.20gb": "1"}
+    # The two 3g.20gb instances of the mixed node, never the four replicas of the time-sliced.
+    on_mine = [n for n in placed.values() if n in set(shapes.values())]
+    assert on_mine == [shapes["mixed"]] * 2, placed
     assert sum(1 for n in placed.values() if n is None) >= 2, placed

@@ -1,10 +1,12 @@
 """The shapes GPU Feature Discovery gives a node with NVIDIA's device plugin: MIG mixed, single,
-single with MIG-INVALID, none; time-sliced with and without renaming; MIG single time-sliced.
+single with MIG-INVALID, none; time-sliced with and without renaming; MIG mixed with a MIG
+resource time-sliced under its own name; MIG single time-sliced.
 Each as GFD labels it (NVIDIA/k8s-device-plugin at 1b826acc: ``tests/expected-output-mig-
 {mixed,single,none}.txt``, copied to ``tests/fixtures/gfd/``; the product suffixes from
 ``internal/lm/resource.go`` and ``mig-strategy.go``) with the allocatable its device plugin
-advertises in that mode; and the dedicated and shared TenantPolicy specs that must never land
-on a slice or a replica (``tests/webhook/test_gfd_shapes.py``, ``e2e/test_gfd_shapes_e2e.py``).
+advertises in that mode; and the dedicated, shared and MIG TenantPolicy specs whose pods must
+never land on a slice, a replica, or (MIG) a replica of a slice
+(``tests/webhook/test_gfd_shapes.py``, ``e2e/test_gfd_shapes_e2e.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ SHAPES: dict[str, tuple[str, dict[str, str], str, dict[str, str]]] = {
         MODEL,
         {"nvidia.com/gpu.shared": "4"},
     ),
+    "mixed-time-sliced": (
+        "mig-mixed",
+        {
+            "nvidia.com/mig.strategy": "mixed",
+            "nvidia.com/gpu.sharing-strategy": "none",
+            "nvidia.com/mig-3g.20gb.count": "2",
+            "nvidia.com/mig-3g.20gb.replicas": "2",
+            "nvidia.com/mig-3g.20gb.sharing-strategy": "time-slicing",
+            "nvidia.com/mig-3g.20gb.product": f"{MODEL}-MIG-3g.20gb-SHARED",
+        },
+        MODEL,
+        {"nvidia.com/mig-3g.20gb": "4"},
+    ),
     "single-time-sliced": (
         "mig-single",
         {
@@ -62,6 +77,7 @@ SHAPES: dict[str, tuple[str, dict[str, str], str, dict[str, str]]] = {
 }
 
 DEDICATED = {"tiers": ["dedicated"], "sizes": {"full": {"memory": "40Gi", "tier": "dedicated"}}}
+MIG = {"sizes": {"medium": {"memory": "20Gi"}}}
 SHARED = {
     "isolation": "process",
     "tiers": ["shared"],

@@ -30,6 +30,12 @@ RawNode = JsonObject
 GFD_COUNT_SUFFIX = ".count"
 """GPU Feature Discovery labels ``nvidia.com/mig-<profile>.count`` (k8s-device-plugin
 ``internal/lm/resource.go``, ``baseLabeler``: ``<resource>.count``)."""
+GFD_SHARING_SUFFIX = ".sharing-strategy"
+GFD_REPLICAS_SUFFIX = ".replicas"
+"""With the device plugin's time-slicing (or MPS) of a MIG resource, ``baseLabeler`` labels it
+``<resource>.replicas: <n>`` (n > 1) and ``<resource>.sharing-strategy: time-slicing``
+(``mps``); without it, ``1`` and ``none``. Unless renamed (``<resource>.shared``), the
+replicas are advertised under the resource's own name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,10 @@ class NodeFacts:
     """MIG devices GPU Feature Discovery counts (labels ``nvidia.com/mig-<profile>.count``,
     keyed by the resource the device plugin advertises them as), sorted by name: right after
     a re-partition they are labelled before the device plugin advertises them."""
+    shared_mig: tuple[str, ...] = ()
+    """MIG resources GPU Feature Discovery labels as shared (time-slicing or MPS replicas of
+    each instance, under the resource's own name), sorted: none of them is a MIG instance of
+    a pod's own."""
 
     def allocatable_of(self, resource: str) -> int:
         for name, count in self.allocatable:
@@ -141,7 +151,31 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
         quarantine_note=_label(annotations, names.QUARANTINE_ANNOTATION),
         steer_off=(_label(labels, names.DRA_STEER_LABEL) or "").lower() == "off",
         labelled_mig=labelled_mig,
+        shared_mig=_shared_mig(labels, problems),
     )
+
+
+def _shared_mig(labels: JsonObject, problems: list[str]) -> tuple[str, ...]:
+    """The MIG resources whose GFD labels say they are shared (a strategy other than none, or
+    more than one replica), sorted."""
+    found: set[str] = set()
+    for key, value in labels.items():
+        if not (
+            isinstance(key, str) and key.startswith(names.MIG_RESOURCE_PREFIX)
+        ) or not isinstance(value, str):
+            continue
+        if key.endswith(GFD_SHARING_SUFFIX):
+            if value.strip().lower() not in ("", "none"):
+                found.add(key.removesuffix(GFD_SHARING_SUFFIX))
+        elif key.endswith(GFD_REPLICAS_SUFFIX):
+            try:
+                replicas = parse_count(value, f"label {key}")
+            except QuantityError as error:
+                problems.append(str(error))
+                continue
+            if replicas > 1:
+                found.add(key.removesuffix(GFD_REPLICAS_SUFFIX))
+    return tuple(sorted(sys.intern(r) for r in found))
 
 
 def _labelled_mig(labels: JsonObject, problems: list[str]) -> tuple[tuple[str, int], ...]:

@@ -109,6 +109,8 @@ def _check_unit(unit: DemandUnit, node: PreparedNode) -> Verdict:
     if node.offered is not None and resource not in node.offered:
         model = node.model_key or node.product or "GPU"
         return Verdict(Outcome.UNRESOLVABLE, reasons.profile_not_offered(model, unit.profile))
+    if resource in node.shared:
+        return Verdict(Outcome.UNRESOLVABLE, reasons.shared_mig(resource))
     total = node.allocatable.get(resource, 0)
     if total < count and node.labelled.get(resource, 0) >= count:
         return Verdict(Outcome.FAILED, reasons.NOT_ADVERTISED)

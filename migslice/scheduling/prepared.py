@@ -31,7 +31,8 @@ class PreparedNode:
     allocatable). ``unit_scores``: the fragmentation score of taking one unit of a resource
     (see :mod:`migslice.scheduling.fragmentation`), for every resource with a free unit.
     ``labelled``: the MIG devices GPU Feature Discovery counts on the node, which may run
-    ahead of allocatable (:data:`reasons.NOT_ADVERTISED`).
+    ahead of allocatable (:data:`reasons.NOT_ADVERTISED`). ``shared``: the MIG resources it
+    labels as time-sliced or MPS replicas, which no MIG pod is given (none is free).
     """
 
     name: str
@@ -46,6 +47,7 @@ class PreparedNode:
     unit_scores: Mapping[str, int]
     state: NodeState = field(repr=False, compare=False)
     labelled: Mapping[str, int] = field(default_factory=dict)
+    shared: frozenset[str] = frozenset()
     not_ready: str | None = None
     claim_reason: str | None = None
     held_slices: int = 0
@@ -69,6 +71,9 @@ def prepare_node(state: NodeState, *, strand_guard: bool = False) -> PreparedNod
     facts = state.facts
     allocatable = dict(state.allocatable)
     free = dict(state.free)
+    shared = frozenset(facts.shared_mig)
+    for resource in shared:
+        free.pop(resource, None)
     blocked = None
     not_ready = None
     dra = state.dra
@@ -114,6 +119,7 @@ def prepare_node(state: NodeState, *, strand_guard: bool = False) -> PreparedNod
         unit_scores=scored,
         state=state,
         labelled=dict(facts.labelled_mig),
+        shared=shared,
         not_ready=not_ready,
         claim_reason=claim_reason,
         held_slices=_held_slices(state),

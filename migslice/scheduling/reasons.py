@@ -68,6 +68,12 @@ SLICED_GPUS = "node's nvidia.com/gpu are MIG slices, not whole GPUs"
 SHARED_GPUS = "node's nvidia.com/gpu are shared replicas, not whole GPUs"
 
 
+def shared_mig(resource: str) -> str:
+    """Why a node whose GPU Feature Discovery labels say ``resource`` is time-sliced or MPS
+    (``<resource>.sharing-strategy``, ``.replicas``) serves no MIG pod with it."""
+    return f"node's {resource} are shared replicas, not MIG instances of their own"
+
+
 def not_whole(product: str) -> str:
     """Why a node whose product label is ``-MIG-...`` or ``-SHARED`` serves no whole GPU."""
     return SHARED_GPUS if product.endswith("-SHARED") else SLICED_GPUS

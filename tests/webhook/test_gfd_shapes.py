@@ -27,7 +27,7 @@ import pytest
 from extender import ExtenderSettings, create_app
 from extender.state import state_from_objects
 from harness.builders import make_created_pod, make_node, make_policy, make_review
-from harness.gfd_shapes import DEDICATED, SHAPES, SHARED
+from harness.gfd_shapes import DEDICATED, MIG, SHAPES, SHARED
 from migslice.objects.clusterfile import ClusterObjects
 from tests import paths
 from webhook.app import create_app as create_webhook
@@ -63,7 +63,7 @@ def test_each_shape_is_labelled_as_gpu_feature_discovery_labels_it(shape: str) -
         if line.strip()
     ]
     for key, value in node(shape)["metadata"]["labels"].items():
-        if key.startswith("nvidia.com/") and not key.startswith("nvidia.com/mig-"):
+        if key.startswith("nvidia.com/"):
             line = f"{key}={value}"
             assert any(p.search(line) for p in patterns), f"{line} not as GFD writes it"
 
@@ -140,6 +140,27 @@ def test_a_shared_pod_never_lands_on_a_mig_slice() -> None:
     pod = admitted(SHARED, "notebook")
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu.shared": "1"}
     assert landable(pod) == {"time-sliced-renamed"}
+
+
+def test_a_mig_pod_never_lands_on_a_time_sliced_mig_resource() -> None:
+    """Measured before: a hardware tenant's 3g.20gb pod could land on the node whose
+    nvidia.com/mig-3g.20gb GFD labels time-sliced (2 replicas of each instance, advertised
+    under the resource's own name): a slice shared with another pod."""
+    pod = admitted(MIG, "medium")
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.20gb": "1"}
+    assert landable(pod) == {"mixed"}
+    objects = ClusterObjects(nodes=tuple(nodes()))
+    extender = create_app(
+        ExtenderSettings(), state_from_objects(objects, ExtenderSettings())
+    ).test_client()
+    direct = make_created_pod(limits={"nvidia.com/mig-3g.20gb": "1"})
+    direct["metadata"] = {**direct["metadata"], "name": "p", "uid": "u-3"}
+    args = {"Pod": direct, "NodeNames": ["mixed-time-sliced"]}
+    answer = extender.post("/filter", json=args).get_json()
+    assert answer["FailedAndUnresolvableNodes"] == {
+        "mixed-time-sliced": "node's nvidia.com/mig-3g.20gb are shared replicas, "
+        "not MIG instances of their own"
+    }
 
 
 def test_the_extender_refuses_a_whole_gpu_on_sliced_or_shared_products_even_if_asked() -> None:
