@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig",
         metavar="FILE",
         type=console.path_name,
-        help="kubeconfig (default: in-cluster, then ~/.kube)",
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
     )
     parser.add_argument(
         "--mig-config-map",
@@ -47,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-body-mib",
         type=console.count(1, 1024),
         default=ExtenderSettings().max_body_bytes >> 20,
-        help="largest ExtenderArgs accepted on the filter and prioritize verbs (MiB); full Node "
-        "objects (nodeCacheCapable: false) take about 22 KiB per candidate node",
+        help="largest ExtenderArgs accepted on the filter and prioritize verbs (MiB; default "
+        "%(default)s); full Node objects (nodeCacheCapable: false) take about 22 KiB per "
+        "candidate node",
     )
     parser.add_argument(
         "--max-blind-s",

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig",
         metavar="FILE",
         type=console.path_name,
-        help="kubeconfig (default: in-cluster, then ~/.kube)",
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
     )
     parser.add_argument(
         "--unmatched-namespaces",
@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=console.count(1, 1024),
         default=MAX_BODY_BYTES >> 20,
         help="largest AdmissionReview accepted on /mutate and /validate (MiB; kube-apiserver "
-        "limits a request to 3 MiB, and a review can carry the object and its old version)",
+        "limits a request to 3 MiB, and a review can carry the object and its old version; "
+        "default %(default)s)",
     )
     console.add_log_level(parser)
     add_server_arguments(parser, default_port=DEFAULT_PORT)

@@ -141,7 +141,7 @@ def _add_cluster_arguments(certs: argparse.ArgumentParser) -> None:
         "--kubeconfig",
         metavar="FILE",
         type=console.path_name,
-        help="kubeconfig (default: in-cluster, then ~/.kube)",
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
     )
 
 

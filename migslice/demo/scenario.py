@@ -304,7 +304,8 @@ class Demo:
         self.show_gpus()
         self.say(
             "  tenants: payments (hardware isolation, quota 4 compute slices), research "
-            "(sizes medium/large/full), inference (small slices, 8 instances)"
+            "(sizes medium/large/full), inference (small slices, 8 instances), vision "
+            "(ResourceClaims on DRA nodes, 4 instances)"
         )
 
         self.step("inference asks for a small GPU: 10Gi becomes the smallest profile that holds it")

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig",
         metavar="FILE",
         type=console.path_name,
-        help="kubeconfig (default: in-cluster, then ~/.kube)",
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
     )
     parser.add_argument(
         "-n",
