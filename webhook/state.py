@@ -141,6 +141,7 @@ class ClusterState:
         self._slice_nodes: dict[str, str] = {}  # ResourceSlice -> its node
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
+        self._marks: dict[str, str] = {}  # policy -> the ledger epoch its status records
         self._desired: dict[str, TenantPolicyStatusWire] = {}
         # Keyed by what the check reads (not by name and generation): tenants' policies often
         # share their sizes and profiles, and a whole round after a restart checks each once.
@@ -337,6 +338,13 @@ class ClusterState:
         with self.admission_lock:
             return self._usage.ledger(tenant)
 
+    def ledger_mark(self, tenant: str) -> str:
+        """The ledger epoch the tenant's policy records in ``status.quotaLedger`` as the
+        policy cache holds it ("" when it records none: a new policy, or one deleted and
+        created again, whose status is gone)."""
+        with self.admission_lock:
+            return self._marks.get(tenant, "")
+
     def ledgers(self) -> Mapping[str, Ledger]:
         with self.admission_lock:
             return self._usage.ledgers()
@@ -373,6 +381,13 @@ class ClusterState:
             if isinstance(status, Mapping)
             else {}
         )
+        mark = status.get(names.LEDGER_STATUS_KEY) if isinstance(status, Mapping) else None
+        epoch = mark.get("epoch") if isinstance(mark, Mapping) else None
+        metadata = raw_policy.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        if isinstance(name, str):
+            with self.admission_lock:
+                self._marks[name] = epoch if isinstance(epoch, str) else ""
         try:
             policy = parse_tenant_policy(raw_policy)
         except PolicyError as error:
@@ -398,6 +413,7 @@ class ClusterState:
             touched = self._tenancy.remove_policy(name)
             self._invalid.pop(name, None)
             self._observed.pop(name, None)
+            self._marks.pop(name, None)
             self._changed(name, *touched)
 
     def upsert_namespace(self, raw_namespace: Mapping[str, object]) -> None:

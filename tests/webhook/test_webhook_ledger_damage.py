@@ -127,6 +127,41 @@ def test_a_replica_that_never_saw_the_ledger_finds_its_mark_and_fences_too(
     assert one.fences == []
 
 
+def test_a_policy_created_again_is_marked_again_so_a_later_loss_is_still_fenced(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    """Measured before: a TenantPolicy deleted and created again (kubectl replace --force, a
+    GitOps re-sync) lost status.quotaLedger and was never marked again; with the ledger then
+    deleted, a replica started after it admitted over quota (6 pods against 4 on a real
+    kube-apiserver with 3 replicas)."""
+    api, store, clock = cluster
+    one = Replica(store, clock, quota=2)
+    assert one.admit("a-1")["allowed"]
+    del api.policies["team-a"]  # deleted and created again: no status
+    one.state.delete_policy("team-a")
+    one.state.upsert_policy(make_policy(quota={"instances": 2}))
+    assert one.admit("h-1")["allowed"]  # held: its pod is never stored
+    assert api.policies["team-a"]["status"]["quotaLedger"]["epoch"] == store.read("team-a").epoch
+    api.delete(LEDGER)
+    fresh = Replica(store, clock, quota=2)  # started after the deletion: knows nothing
+    assert not fresh.admit("n-1")["allowed"]
+    assert [f.damage for f in fresh.fences] == [Damage.LOST]
+
+
+def test_a_policy_that_records_the_ledger_is_not_marked_again_at_each_charge(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    api, store, clock = cluster
+    one = Replica(store, clock, quota=4)
+    assert one.admit("a-1")["allowed"]
+    one.state.upsert_policy(
+        {**make_policy(quota={"instances": 4}), "status": api.policies["team-a"]["status"]}
+    )  # the policy watch shows the mark
+    before = sum(r.method == "PATCH" for r in api.requests)
+    assert one.admit("a-2")["allowed"] and one.admit("a-3")["allowed"]
+    assert sum(r.method == "PATCH" for r in api.requests) == before
+
+
 def test_a_tenants_first_ledger_is_marked_before_it_is_created_and_not_fenced(
     cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
 ) -> None:
