@@ -2,7 +2,9 @@
 kube-scheduler's first fit land where migslice prefers, so a 7g.80gb still fits where first fit
 strands it (test_dra_driver_e2e's node, left unsteered, is the contrast), and a burst of 200
 claims over 32 DynamicMIG GPUs ends with no device or memory slice given twice, no claim left
-waiting that a node could serve, and the rules equal to migslice's steer of what is allocated.
+waiting that a node could serve, and the rules equal to migslice's steer of what is allocated;
+a steer rule edited by hand is written again as the steer writes it, through the admission
+policy that keeps the extender to its own rules.
 
 Run: .venv/bin/pytest e2e/test_dra_steer_e2e.py -m e2e -p no:cacheprovider -q
 """
@@ -15,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -107,6 +110,47 @@ def test_steered_a_7g_still_fits_where_first_fit_strands_it(
     assert devices["b"] in (["gpu-0-mig-1g10gb-19-4"], ["gpu-0-mig-1g10gb-19-5"])
     assert devices["c"] == ["gpu-0-mig-4g40gb-5-0"]
     assert devices["d"] == ["gpu-1-mig-7g80gb-0-0"]
+
+
+def as_written(rule: dict[str, Any]) -> dict[str, Any]:
+    """A rule's spec without the time kube-apiserver stamps on its taint at each create."""
+    spec = rule["spec"]
+    return {**spec, "taint": {k: v for k, v in spec["taint"].items() if k != "timeAdded"}}
+
+
+def test_a_steer_rule_edited_by_hand_is_written_again(
+    core_v1: k8s.CoreV1Api,
+    objects: k8s.CustomObjectsApi,
+    extender: Server,
+    dra_nodes: Callable[[int, int], list[str]],
+    mig_class: None,
+) -> None:
+    """Measured before: a rule whose effect was edited to None stayed so (the extender did not
+    see it, then the admission policy refused its delete of a rule not of the steer's shape),
+    first fit took the device it was for, and the rule outlived its node."""
+    nodes = dra_nodes(1, 1)
+    (node,) = nodes
+    wait_for("the steer of the idle node", lambda: settled(core_v1, objects, nodes), 60)
+    name = f"migslice-steer-{node}-gpu-0-mig-1g10gb-19-0"
+    rule = objects.get_cluster_custom_object(*DRA, "devicetaintrules", name)
+    written = rule["spec"]
+    edits = (
+        {"taint": {**written["taint"], "effect": "None"}},
+        {"deviceSelector": {**written["deviceSelector"], "device": "gpu-0-mig-7g80gb-0-0"}},
+    )
+    for edit in edits:
+        rule = objects.get_cluster_custom_object(*DRA, "devicetaintrules", name)
+        rule["spec"] = {**written, **edit}
+        objects.replace_cluster_custom_object(*DRA, "devicetaintrules", name, rule)
+        wait_for(
+            "the rule as the steer writes it",
+            lambda: (
+                as_written(objects.get_cluster_custom_object(*DRA, "devicetaintrules", name))
+                == as_written({"spec": written})
+            ),
+            timeout=30,
+        )
+    wait_for("the steer settled", lambda: settled(core_v1, objects, nodes), 60)
 
 
 PROFILES = (("1g.10gb", 10), ("2g.20gb", 4), ("3g.40gb", 3), ("4g.40gb", 2), ("7g.80gb", 1))

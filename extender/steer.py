@@ -326,25 +326,35 @@ class SteerLoop:
             )
         self.stats.capped_nodes = capped
         present = self._index.steer_rules()
+        # A rule under a steer name that is not the steer's own as written (its effect, key or
+        # device edited by hand) is replaced: deleted, then created as the steer writes it. An
+        # exact rule selects the device its name says, so it is the one wanted of that name.
+        edited = set(self._index.edited_steer_rules() & wanted.keys())
         deleted = created = failed = 0
         last = ""
-        for rule in sorted(set(present) - set(wanted)):
+        for rule in sorted(set(present) - set(wanted) | edited):
             try:
                 self._api.delete_rule(rule)
                 deleted += 1
             except KubeError as error:
                 failed, last = failed + 1, f"delete {rule}: {error}"
-        for rule in sorted(set(wanted) - set(present)):
+                edited.discard(rule)  # still there: not created again this round
+        for rule in sorted(set(wanted) - (set(present) - edited)):
             w = wanted[rule]
             try:
-                self._api.create_rule(steer_rule(w.pool, w.device, w.profile))
-                created += 1
+                if self._api.create_rule(steer_rule(w.pool, w.device, w.profile)):
+                    created += 1
             except KubeError as error:
                 failed, last = failed + 1, f"create {rule}: {error}"
-        if failed:
+        if failed:  # again at the next round on the clock (interval_s), not at once: a
+            # write refused for good (RBAC, an admission policy) must not spin the loop
             self.stats.failures += failed
-            log.warning("DRA steer: %d rule writes failed, again next round (%s)", failed, last)
-            self._changed(None)
+            log.warning(
+                "DRA steer: %d rule writes failed, again in %.1fs (%s)",
+                failed,
+                self._interval_s,
+                last,
+            )
         self.stats.rules = len(wanted)
         self.stats.created += created
         self.stats.deleted += deleted

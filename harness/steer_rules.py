@@ -42,5 +42,20 @@ class RulesApi:
         self.index.delete_rule(name)
         return True
 
+    def edit(self, name: str, taint: Mapping[str, Any] = {}, device: str | None = None) -> None:
+        """A rule changed by hand (``kubectl edit``): its taint's fields, or the device it
+        selects; shown to the index as the watch shows it (not a write of the loop's)."""
+        body = {**self.rules[name]}
+        spec = {**body["spec"], "taint": {**body["spec"]["taint"], **taint}}
+        if device is not None:
+            spec["deviceSelector"] = {**spec["deviceSelector"], "device": device}
+        body["spec"] = spec
+        self.rules[name] = body
+        facts = taint_rule_facts_from_raw(dict(body))
+        if facts is None:
+            self.index.delete_rule(name)
+        else:
+            self.index.upsert_rule(facts)
+
     def list_pending_pods(self) -> list[dict[str, Any]]:
         return self.pending

@@ -92,6 +92,7 @@ class ClusterIndex(Generic[V]):
         # DeviceTaintRules by the pool they select (None: any pool), by name.
         self._rules: dict[str | None, dict[str, TaintRuleFacts]] = {}
         self._rule_pools: dict[str, str | None] = {}
+        self._inexact: set[str] = set()  # steer-named rules not as the steer writes them
 
     def subscribe(self, listener: Callable[[str | None], None]) -> None:
         """Call ``listener(name)`` after a node's derived value is dropped, ``None`` for all."""
@@ -345,10 +346,12 @@ class ClusterIndex(Generic[V]):
 
     def replace_rules(self, rules: Iterable[TaintRuleFacts]) -> None:
         with self._lock:
-            self._rules, self._rule_pools = {}, {}
+            self._rules, self._rule_pools, self._inexact = {}, {}, set()
             for rule in rules:
                 self._rules.setdefault(rule.pool, {})[rule.name] = rule
                 self._rule_pools[rule.name] = rule.pool
+                if rule.steer and not rule.exact:
+                    self._inexact.add(rule.name)
             self._pools = {}
             self._drop_all()
 
@@ -359,11 +362,19 @@ class ClusterIndex(Generic[V]):
             old = self._forget_rule(rule.name)
             self._rules.setdefault(rule.pool, {})[rule.name] = rule
             self._rule_pools[rule.name] = rule.pool
+            if rule.steer and not rule.exact:
+                self._inexact.add(rule.name)
             return self._drop_pools(*old, rule.pool)
 
     def delete_rule(self, name: str) -> tuple[str, ...]:
         with self._lock:
             return self._drop_pools(*self._forget_rule(name))
+
+    def edited_steer_rules(self) -> frozenset[str]:
+        """The names of steer rules not as the steer writes them (changed by hand: their
+        effect, key or device), kept as rules arrive rather than looked for each round."""
+        with self._lock:
+            return frozenset(self._inexact)
 
     def steer_rules(self) -> dict[str, TaintRuleFacts]:
         """migslice's own steer rules, by name."""
@@ -412,6 +423,7 @@ class ClusterIndex(Generic[V]):
         """Forget a rule; the pool it selected, as a 1-tuple (empty: it was not kept)."""
         if name not in self._rule_pools:
             return ()
+        self._inexact.discard(name)
         pool = self._rule_pools.pop(name)
         found = self._rules.get(pool)
         if found is not None:

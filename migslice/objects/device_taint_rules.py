@@ -27,45 +27,61 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "migslice")
 
 @dataclass(frozen=True, slots=True)
 class TaintRuleFacts:
-    """One rule that keeps the allocator off ``gpu.nvidia.com`` devices: its name, the pool and
-    device it selects (None: any), and whether it is migslice's steer."""
+    """One rule that keeps the allocator off ``gpu.nvidia.com`` devices, or one under a steer
+    rule's name whatever it says: its name, the pool and device it selects (None: any),
+    whether it is migslice's steer (by name), and whether it is the steer's rule exactly as
+    :func:`steer_rule` writes it (``exact``: a rule edited by hand is not, and is written
+    again)."""
 
     name: str
     pool: str | None
     device: str | None
     steer: bool = False
+    keeps_off: bool = True
+    """Its taint keeps the allocator off NVIDIA's devices (effect NoSchedule or NoExecute, of
+    driver ``gpu.nvidia.com`` or any)."""
+    exact: bool = True
 
     def taints(self, pool: str, device: str) -> bool:
-        return (self.pool is None or self.pool == pool) and (
-            self.device is None or self.device == device
+        return (
+            self.keeps_off
+            and (self.pool is None or self.pool == pool)
+            and (self.device is None or self.device == device)
         )
 
 
 def taint_rule_facts_from_raw(raw_rule: JsonObject) -> TaintRuleFacts | None:
-    """Project a raw DeviceTaintRule; None for a rule that keeps no NVIDIA GPU device off (another
-    driver's, effect ``None``, or no name)."""
+    """Project a raw DeviceTaintRule; None for a rule that keeps no NVIDIA GPU device off
+    (another driver's, effect ``None``, or no name) and is not named as a steer rule."""
     name = text(mapping(raw_rule.get("metadata")).get("name"))
+    if not name:
+        return None
     spec = mapping(raw_rule.get("spec"))
     taint = mapping(spec.get("taint"))
-    if not name or taint.get("effect") not in KEEPS_OFF:
-        return None
     selector = mapping(spec.get("deviceSelector"))
     driver = text(selector.get("driver"))
-    if driver is not None and driver != DRA_DRIVER:
+    keeps_off = taint.get("effect") in KEEPS_OFF and driver in (None, DRA_DRIVER)
+    steer = name.startswith(STEER_RULE_PREFIX)
+    if not keeps_off and not steer:
         return None
     pool = text(selector.get("pool"))
     device = text(selector.get("device"))
-    steer = (
-        taint.get("key") == STEER_TAINT_KEY
-        and name.startswith(STEER_RULE_PREFIX)
+    exact = (
+        steer
+        and driver == DRA_DRIVER
         and pool is not None
         and device is not None
+        and name == steer_rule_name(pool, device)
+        and taint.get("key") == STEER_TAINT_KEY
+        and taint.get("effect") == "NoSchedule"
     )
     return TaintRuleFacts(
         sys.intern(name),
         sys.intern(pool) if pool is not None else None,
         sys.intern(device) if device is not None else None,
         steer,
+        keeps_off,
+        exact,
     )
 
 

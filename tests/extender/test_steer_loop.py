@@ -5,6 +5,7 @@ follower or while a cache is blind, and leaves static-MIG nodes alone."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -14,9 +15,10 @@ from extender.state import ExtenderState, StrandGuard, new_index
 from extender.steer import SteerLoop
 from harness.steer_rules import RulesApi
 from migslice.inventory import ClusterIndex
+from migslice.kube.transport import ApiError
 from migslice.objects import node_facts_from_raw
 from migslice.objects.clusterfile import ClusterObjects
-from migslice.objects.device_taint_rules import steer_rule_name
+from migslice.objects.device_taint_rules import steer_rule_name, taint_rule_facts_from_raw
 from migslice.objects.resource_claims import claim_facts_from_raw
 from migslice.scheduling import PreparedNode, prepare_node
 from tests.dra_objects import (
@@ -87,6 +89,79 @@ def test_the_loop_writes_the_steer_once_and_follows_allocations() -> None:
     assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-4") not in api.rules
     assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-5") not in api.rules
     assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-3") in api.rules
+
+
+def test_a_rule_edited_by_hand_is_written_again_as_the_steer_writes_it() -> None:
+    """Measured before: a steer rule whose effect was edited to None was re-created every
+    round (each create refused as existing, each counted as written), never restored, and
+    left behind when its node went; one pointed at another device kept that device off for
+    good while the device it was for stayed open."""
+    index = _index()
+    api = RulesApi(index)
+    loop = _loop(index, api)
+    loop.round()
+    first = steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0")
+    second = steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-1")
+    written = {name: api.rules[name] for name in (first, second)}
+    api.edit(first, taint={"effect": "None"})
+    api.edit(second, device="gpu-0-mig-7g80gb-0-0")
+    api.writes.clear()
+    assert loop.round() == (2, 2)
+    assert api.writes == [
+        ("delete", first),
+        ("delete", second),
+        ("create", first),
+        ("create", second),
+    ]
+    assert {name: api.rules[name] for name in written} == written
+    api.writes.clear()
+    assert loop.round() == (0, 0) and api.writes == []
+    api.edit(first, taint={"effect": "NoExecute"})  # the steer never evicts a running pod
+    loop.round()
+    assert api.rules[first] == written[first]
+
+
+class RefusingApi(RulesApi):
+    """An API server whose admission refuses every delete, for good (403)."""
+
+    def delete_rule(self, name: str) -> bool:
+        self.writes.append(("delete", name))
+        raise ApiError(403, f"DELETE {name}: forbidden")
+
+
+def test_a_write_refused_for_good_is_tried_again_on_the_clock_not_at_once() -> None:
+    """Measured before: each failed write woke the loop and derived every node again, 40
+    rounds a second (a rule the admission policy kept it from deleting: 25 ms apart)."""
+    index = _index()
+    api = RefusingApi(index)
+    loop = _loop(index, api, interval_s=3600.0)
+    loop.round()
+    api.edit(steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0"), taint={"effect": "None"})
+    loop.start()
+    try:
+        time.sleep(0.5)  # a spinning loop writes ~20 times here
+    finally:
+        loop.stop()
+    assert api.writes.count(("delete", steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0"))) == 1
+    assert loop.stats.failures == 1
+
+
+def test_a_rule_of_a_steer_name_left_over_is_deleted_whatever_it_says() -> None:
+    index = _index()
+    api = RulesApi(index)
+    loop = _loop(index, api)
+    loop.round()
+    stray = steer_rule_name(ONE, "gpu-0-mig-7g80gb-0-0")
+    api.rules[stray] = {
+        "metadata": {"name": stray},
+        "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": ONE}, "taint": {}},
+    }
+    facts = taint_rule_facts_from_raw(api.rules[stray])
+    assert facts is not None and facts.steer and not facts.keeps_off
+    index.upsert_rule(facts)
+    api.writes.clear()
+    loop.round()
+    assert api.writes == [("delete", stray)] and stray not in api.rules
 
 
 def test_a_resync_over_unchanged_nodes_steers_none_of_them_again() -> None:
