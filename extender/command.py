@@ -75,6 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rules in the cluster; default %(default)s)",
     )
     parser.add_argument(
+        "--dra-steer-lease",
+        default="",
+        metavar="NAMESPACE/NAME",
+        help="with several replicas and no --repartition: the Lease that elects the one that "
+        "writes the steer's rules (with --repartition, the controller's Lease does); unset, "
+        "every replica writes them",
+    )
+    parser.add_argument(
         "--dra-large-reserve",
         action="store_true",
         help="keep idle DynamicMIG GPUs whole for 7g and multi-GPU pods, as many as their share "
@@ -209,6 +217,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
         mig_config_map=args.mig_config_map,
         dra_steer=args.dra_steer,
         dra_steer_max_rules=args.dra_steer_max_rules,
+        dra_steer_lease=args.dra_steer_lease,
         dra_large_reserve=args.dra_large_reserve,
         dra_large_reserve_max_hold_s=args.dra_large_reserve_max_hold,
         repartition=RepartitionSettings(

@@ -9,7 +9,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask
 
@@ -33,6 +33,9 @@ from extender.state import (
 from migslice import console, names
 from migslice.inventory import ClusterIndex
 from migslice.serving import load_cluster_file, serve_app
+
+if TYPE_CHECKING:
+    from migslice.kube.lease import LeaderElector
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +88,16 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 
     stats = None if controller is None else controller.stats
     steer = None
+    may_write: Callable[[], bool] = (lambda: True) if stats is None else (lambda: stats.is_leader)
+    lease = None
     if settings.dra_steer and any(cache.name == TAINT_RULES for cache in caches):
+        if stats is None and settings.dra_steer_lease:
+            lease = steer_lease(transport, settings)
+            may_write = lease.is_leader
         steer = SteerLoop(
             index,
             KubeSteerApi(transport),
-            may_write=(lambda: True) if stats is None else (lambda: stats.is_leader),
+            may_write=may_write,
             blindness=lambda: blindness(caches, max_blind_s=settings.max_blind_s),
             max_rules=settings.dra_steer_max_rules,
             guard=guard,
@@ -114,8 +122,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     retry_loop.start()
     state = ExtenderState(index, caches, lambda: None, stats, steered, retries)
     review = DraWarnings(
-        KubeNodeStore(transport, component=names.EXTENDER_SERVICE),
-        may_record=(lambda: True) if stats is None else (lambda: stats.is_leader),
+        KubeNodeStore(transport, component=names.EXTENDER_SERVICE), may_record=may_write
     )
     warnings = Every(
         "DRA node review", WARNINGS_INTERVAL_S, lambda: review.review(state.dra_problems())
@@ -127,6 +134,8 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
         warnings.stop()
         if steer is not None:
             steer.stop()
+        if lease is not None:
+            lease.stop()
         if controller is not None:
             controller.stop()
         for cache in caches:
@@ -134,6 +143,49 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 
     state.stop = stop
     return create_app(settings, state)
+
+
+class SteerLease:
+    """The Lease that elects the replica writing the steer's rules when no repartition
+    controller runs (``--dra-steer-lease``): tried at start, then every ``renew_s`` (a
+    quarter of the lease), released on stop so that another replica need not wait it out."""
+
+    def __init__(self, elector: LeaderElector, renew_s: float) -> None:
+        self._elector = elector
+        self._leader = False
+        self._renew()
+        self._loop = Every("DRA steer lease", renew_s, self._renew)
+        self._loop.start()
+
+    def _renew(self) -> None:
+        try:
+            self._leader = self._elector.try_acquire_or_renew()
+        except Exception as error:  # not reachable now: a follower until the next try
+            self._leader = False
+            log.warning("DRA steer lease not renewed (%s); not writing rules", error)
+
+    def is_leader(self) -> bool:
+        return self._leader
+
+    def stop(self) -> None:
+        self._loop.stop()
+        if self._leader:
+            self._leader = False
+            self._elector.release()
+
+
+def steer_lease(transport: Any, settings: ExtenderSettings) -> SteerLease:
+    from migslice.kube import LeaderElector
+
+    namespace, _, name = settings.dra_steer_lease.partition("/")
+    duration_s = settings.repartition.lease_duration_s
+    identity = f"{socket.gethostname()}-{os.getpid()}"
+    elector = LeaderElector(transport, namespace, name, identity, lease_duration_s=duration_s)
+    lease = SteerLease(elector, duration_s / 4)
+    atexit.register(lease.stop)
+    log.info("DRA steer lease=%s identity=%s leader=%s", settings.dra_steer_lease, identity,
+             lease.is_leader())  # fmt: skip
+    return lease
 
 
 def start_repartition(

@@ -137,6 +137,11 @@ class ExtenderSettings:
     """Keep DeviceTaintRules that steer kube-scheduler's first fit on DynamicMIG nodes
     (``extender.steer``; in a cluster serving them only)."""
     dra_steer_max_rules: int = 4096
+    dra_steer_lease: str = ""
+    """``namespace/name`` of a Lease that elects the one replica that writes the steer's rules
+    when no repartition controller runs (whose Lease elects it otherwise); "" : every replica
+    writes (one replica). Replicas that each write keep their stranding rule from what each
+    has seen, so two of them can want different rules and undo each other's."""
     dra_large_reserve: bool = False
     """Keep idle DynamicMIG GPUs whole for 7g and multi-GPU pods, as many as their share of
     the arrivals asks for (``extender.reserve``; needs the steer)."""
@@ -150,6 +155,10 @@ class ExtenderSettings:
         hold = self.dra_large_reserve_max_hold_s
         if not math.isfinite(hold) or hold <= 0:
             raise CommandError(f"--dra-large-reserve-max-hold {hold}: must be > 0 seconds")
+        if self.dra_steer_lease and self.dra_steer_lease.count("/") != 1:
+            raise CommandError(
+                f"--dra-steer-lease {self.dra_steer_lease!r}: must be NAMESPACE/NAME"
+            )
         if not math.isfinite(self.max_blind_s) or self.max_blind_s < 0:
             raise CommandError(f"--max-blind-s {self.max_blind_s}: must be >= 0")
         if self.cluster_file is not None and self.kubeconfig is not None:

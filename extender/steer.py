@@ -70,7 +70,7 @@ class Wanted:
 
 class SteerLoop:
     """See the module docstring. ``may_write``: whether this process writes (the leader, or
-    every replica when none is elected: one name per device makes their writes agree);
+    every replica when none is elected: ``--dra-steer-lease`` elects one where several run);
     ``blindness``: the caches' problems (none: they follow the API server)."""
 
     def __init__(
