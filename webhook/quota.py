@@ -207,6 +207,8 @@ class QuotaKeeper:
         then once more after settling charges of pods never created. ``decided``: a decision
         already made on the ledger the state holds now."""
         ledger, fresh, settled = self.state.ledger(tenant), False, False
+        if dry_run:  # decided as a create would be now: on the stored ledger, fenced or not
+            ledger, fresh = self._read(tenant, write_fence=False), True
         for _ in range(self.attempts):
             if ledger is None:
                 ledger, fresh = self._read(tenant), True
@@ -294,8 +296,9 @@ class QuotaKeeper:
         self.state.set_ledger(stored)
         return True
 
-    def _read(self, tenant: str) -> Ledger:
-        """The stored ledger, or the fence that replaces it when it was lost or changed.
+    def _read(self, tenant: str, *, write_fence: bool = True) -> Ledger:
+        """The stored ledger, or the fence that replaces it when it was lost or changed
+        (``write_fence`` False, a dry run's: the fence a create would write, not written).
 
         A ledger missing while the policy's mark says it exists, read by a replica that has
         never seen it, may be one that another replica is creating right now (it marks the
@@ -309,7 +312,7 @@ class QuotaKeeper:
                 ledger = self.store.read(tenant)
             except LedgerError as error:
                 damage = Damage.FOREIGN if isinstance(error, ForeignWriteError) else Damage.CORRUPT
-                fence = self._fence(tenant, damage, str(error), error.version)
+                fence = self._fence(tenant, damage, str(error), error.version, write_fence)
             except MigsliceError as error:
                 raise UnavailableError(f"quota ledger of tenant {tenant!r}: {error}") from None
             else:
@@ -325,7 +328,7 @@ class QuotaKeeper:
                     f"quota ledger of tenant {tenant!r} ({self.store.where(tenant)}) was "
                     + damage_found.value
                 )
-                fence = self._fence(tenant, damage_found, detail, ledger.version)
+                fence = self._fence(tenant, damage_found, detail, ledger.version, write_fence)
             if fence is not None:
                 return fence
         raise UnavailableError(
@@ -348,13 +351,17 @@ class QuotaKeeper:
             ) from None
         return Damage.LOST if marked else None
 
-    def _fence(self, tenant: str, damage: Damage, detail: str, version: str) -> Ledger | None:
+    def _fence(
+        self, tenant: str, damage: Damage, detail: str, version: str, write: bool = True
+    ) -> Ledger | None:
         """Write the fence that replaces a lost or changed ledger (None: someone else wrote
-        first; read again)."""
+        first; read again); ``write`` False: only the fence, for a dry run's answer."""
         now = self.wall_clock()
         fence = Ledger(tenant, (), version).fenced(
             epoch=self.new_epoch(), now_s=now, hold_s=self.hold_s, reason=detail
         )
+        if not write:
+            return fence
         try:
             self.store.mark(tenant, fence.epoch)
             stored = self.store.write(fence)

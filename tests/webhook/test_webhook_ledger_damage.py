@@ -228,6 +228,24 @@ def test_an_old_copy_put_back_is_stale_against_what_a_replica_has_seen(
     assert [f.damage for f in one.fences] == [Damage.STALE]
 
 
+def test_a_dry_run_after_a_loss_answers_as_a_create_would_and_writes_nothing(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    """Measured before: with the ledger deleted, a dry run decided on the ledger the replica
+    held in memory and answered allowed, while a create at that moment was refused."""
+    api, store, clock = cluster
+    one = Replica(store, clock)
+    assert one.admit("u-1")["allowed"]
+    api.delete(LEDGER)
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    reply = one.client.post("/mutate", json=make_review(pod, uid="d-1", dry_run=True))
+    answer = reply.get_json()["response"]
+    assert not answer["allowed"] and "was deleted" in answer["status"]["message"]
+    assert one.fences == [] and LEDGER not in api.objects  # a dry run writes nothing
+    assert not one.admit("u-2")["allowed"]
+    assert [f.damage for f in one.fences] == [Damage.LOST]
+
+
 def test_dry_run_is_refused_while_fenced(
     cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
 ) -> None:
