@@ -77,8 +77,7 @@ class AgentService:
     def _load(self) -> Any:
         if self._carver is None:
             from agent.carve.carver import Carver
-            from agent.carve.nvml_writes import NvmlMig
-            from agent.nvml import nvml_session
+            from agent.carve.nvml_writes import NvmlMig, mig_session
             from migslice.kube.carve_node import KubeCarveNode
 
             settings = self.settings
@@ -90,7 +89,7 @@ class AgentService:
                     device_plugin_selector=settings.device_plugin_selector,
                 ),
                 driver=NvmlMig(),
-                session=nvml_session,
+                session=mig_session,
                 publish=self._publish,
                 now=self.now,
                 sleep=self.sleep,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.carve.carver import Carver
-from agent.carve.nvml_writes import NvmlMig
+from agent.carve.nvml_writes import NvmlMig, mig_session
 from agent.nvml import nvml_session, read_gpus
 from agent.publisher import Publisher
 from harness.builders import make_node, make_pod
@@ -119,7 +119,7 @@ def carver(node: MemoryNode, timeout_s: float = 10.0) -> Carver:
     return Carver(
         node=node,
         driver=NvmlMig(),
-        session=nvml_session,
+        session=mig_session,
         publish=lambda: publisher.publish_once() and None,
         now=lambda: now,
         sleep=lambda _: None,

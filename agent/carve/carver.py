@@ -35,6 +35,7 @@ from typing import Protocol
 
 from agent.carve.checks import (
     CarveAbortError,
+    MigReadError,
     MigWriteError,
     held_counts,
     instances,
@@ -140,7 +141,7 @@ class Carver:
                 problem = mismatch(journal.gpus, readings)
                 if problem:
                     raise CarveAbortError(f"after carving, {problem}")
-        except (CarveAbortError, MigWriteError) as error:
+        except (CarveAbortError, MigWriteError, MigReadError) as error:
             return self._rollback(self._journal(journal), str(error))
         detail = self._advertise(readings)
         self._finish(journal, *(CarvePhase.FAILED, detail) if detail else (CarvePhase.SUCCESS, ""))
@@ -191,27 +192,39 @@ class Carver:
         rolling = replace(journal, phase=CarvePhase.ROLLING_BACK, detail=reason, at=self._at())
         self.node.write_status(render_carve_status(rolling))
         notes: list[str] = []
-        with self.session():
-            held = held_counts(self.node.pods_on_node())
-            for step in journal.gpus:
-                for slot in step.create:
-                    problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
-                    if problem:
-                        notes.append(f"left {slot.profile}@{slot.start}: {problem}")
-                        continue
-                    _noting(notes, step.index, partial(self.driver.destroy, step.index, slot))
-                for doomed in step.destroy:
-                    slot = Slot(doomed.start, doomed.profile)
-                    reading = next((g for g in self.driver.read() if g.index == step.index), None)
-                    found = instances(reading).get(slot) if reading is not None else None
-                    if found is None or not found.uuid:
-                        _noting(notes, step.index, partial(self.driver.create, step.index, slot))
-            readings = self.driver.read()
+        try:
+            with self.session():
+                readings = self._undo(journal, notes)
+        except MigReadError as error:  # NVML cannot be read: no roll back now, said so
+            detail = "; ".join(
+                [f"{reason}; rolling back stopped: {error} (the GPUs as NVML left them)", *notes]
+            )
+            self._finish(rolling, CarvePhase.FAILED, detail)
+            return f"stopped rolling back plan {journal.plan_id}: {detail}"
         advertised = self._advertise(readings)
         notes += [advertised] if advertised else []
         detail = "; ".join([f"{reason}; rolled back", *notes])
         self._finish(rolling, CarvePhase.FAILED, detail)
         return f"rolled back plan {journal.plan_id}: {detail}"
+
+    def _undo(self, journal: CarveStatus, notes: list[str]) -> tuple[GpuReading, ...]:
+        """Destroy what the plan created (if it may be), create again what it destroyed;
+        what NVML refuses goes into ``notes``. NVML's readings after."""
+        held = held_counts(self.node.pods_on_node())
+        for step in journal.gpus:
+            for slot in step.create:
+                problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
+                if problem:
+                    notes.append(f"left {slot.profile}@{slot.start}: {problem}")
+                    continue
+                _noting(notes, step.index, partial(self.driver.destroy, step.index, slot))
+            for doomed in step.destroy:
+                slot = Slot(doomed.start, doomed.profile)
+                reading = next((g for g in self.driver.read() if g.index == step.index), None)
+                found = instances(reading).get(slot) if reading is not None else None
+                if found is None or not found.uuid:
+                    _noting(notes, step.index, partial(self.driver.create, step.index, slot))
+        return self.driver.read()
 
     # -- the device plugin, the layout, the journal -----------------------------------------------
 

@@ -30,6 +30,11 @@ class MigWriteError(CommandError):
     """NVML refused a change; the message names the call, the instance and NVML's error."""
 
 
+class MigReadError(CommandError):
+    """NVML cannot be read now (a GPU lost, the driver gone): a carve cannot go on, nor a roll
+    back; the message names NVML's error."""
+
+
 class CarveAbortError(CommandError):
     """The carve cannot go on as asked (an instance in use, a layout that is not the plan's);
     the agent rolls back and reports the message."""

@@ -12,8 +12,8 @@ read-only path.
   ``nvmlComputeInstanceDestroy``), then the GPU instance (``nvmlGpuInstanceDestroy``). The
   driver refuses both while processes run (``NVML_ERROR_IN_USE``).
 
-Failures raise :class:`MigWriteError` with NVML's error name. Call inside
-:func:`agent.nvml.nvml_session`.
+Failures raise :class:`MigWriteError` with NVML's error name; a read that fails (a GPU lost,
+NVML not usable) raises :class:`MigReadError`. Call inside :func:`mig_session`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 
 import pynvml
 
-from agent.carve.checks import MigWriteError
-from agent.nvml import read_gpus
+from agent.carve.checks import MigReadError, MigWriteError
+from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
 from agent.readings import GpuReading
 from migslice.objects.carve_handshake import Slot
 
@@ -63,11 +63,25 @@ def _refusals(doing: str) -> Iterator[None]:
         raise MigWriteError(f"{doing}: {_error_name(error)}") from None
 
 
+@contextmanager
+def mig_session() -> Iterator[None]:
+    """:func:`agent.nvml.nvml_session` for a carve: NVML not usable is a :class:`MigReadError`
+    (the carve ends failed, saying why, rather than failing every pass)."""
+    try:
+        with nvml_session():
+            yield
+    except NvmlUnavailableError as error:
+        raise MigReadError(str(error)) from None
+
+
 class NvmlMig:
     """The node's GPUs through NVML: read, create and destroy instances (a ``MigDriver``)."""
 
     def read(self) -> tuple[GpuReading, ...]:
-        return read_gpus()
+        try:
+            return read_gpus()
+        except pynvml.NVMLError as error:
+            raise MigReadError(f"reading the GPUs: {_error_name(error)}") from None
 
     def create(self, gpu: int, slot: Slot) -> None:
         """Create ``slot`` with its full compute instance (or complete a half-made one)."""

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pynvml
 import pytest
 
 from agent.carve.checks import MigWriteError
@@ -158,6 +159,49 @@ def test_a_withdrawn_request_rolls_a_pending_carve_back() -> None:
         said = carver(node).run_once()
     assert "the controller withdrew the request; rolled back" in said
     assert layout(library) == [("1g.10gb", 0, True), ("1g.10gb", 1, True), ("3g.40gb", 4, True)]
+
+
+def test_a_gpu_lost_mid_carve_ends_the_carve_failed_saying_why() -> None:
+    """Measured before: NVML_ERROR_GPU_IS_LOST after the first destroy escaped every pass with
+    a traceback; the journal stayed pending, then rolling-back, for good, and never said why
+    (the controller only saw "pending after Ns")."""
+    library = balanced()
+    node = MemoryNode(library)
+    lost = {"on": False}
+
+    def lose(call: str) -> None:
+        if call == "nvmlGpuInstanceDestroy":
+            lost["on"] = True
+        elif lost["on"] and call == "nvmlDeviceGetHandleByIndex_v2":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        library.on_call = lose
+        said = carver(node).run_once()
+        assert "stopped rolling back plan plan-1" in said
+        assert carver(node).run_once() == "nothing to carve"  # ended: no loop of retries
+    status = node_facts_from_raw(node.raw).carve_status
+    assert status is not None and status.phase == CarvePhase.FAILED
+    assert "reading the GPUs: NVML_ERROR_GPU_IS_LOST" in status.detail
+    assert node.events[-1][0] == "MigCarveFailed"
+
+
+def test_nvml_not_usable_before_a_carve_refuses_it_with_nothing_changed() -> None:
+    library = balanced()
+    node = MemoryNode(library)
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+
+        def gone(call: str) -> None:
+            if call in ("nvmlInitWithFlags", "nvmlInit_v2"):
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+        library.on_call = gone
+        said = carver(node).run_once()
+    assert "nothing was changed" in said and "NVIDIA kernel driver is not loaded" in said
+    status = node_facts_from_raw(node.raw).carve_status
+    assert status is not None and status.phase == CarvePhase.FAILED
 
 
 def test_a_device_plugin_that_does_not_advertise_is_a_failure_said_plainly() -> None:
