@@ -168,6 +168,42 @@ def test_no_answer_within_the_deadline_withdraws_the_request() -> None:
     assert "gpu-a" in dict(late.record.backoff)
 
 
+def test_an_agent_that_never_answers_again_keeps_its_node_off_limits_not_the_budget() -> None:
+    """Measured before: with --repartition-carve-max-nodes-in-flight 1, a node whose agent
+    died mid-carve (journal pending, request withdrawn at the deadline) held the budget for
+    good: a day later a healthy node got "nothing to re-partition" for a waiting pod, and the
+    only Event said the node was left alone until its backoff ended."""
+    settings = replace(SETTINGS, carve=replace(SETTINGS.carve, max_nodes_in_flight=1))
+    record, plan_id = applied()
+    open_journal = CarveStatus(plan_id, CarvePhase.PENDING, "", changed=True)
+    late = decide(
+        record,
+        [asked(plan_id, open_journal)],
+        [],
+        file_configs=frozenset(),
+        now=NOW + 400,
+        settings=settings,
+    )
+    assert late.carve_outcomes[0].outcome == TIMEOUT
+    (event,) = late.events
+    assert "journal (migslice.io/carve-state) is still open" in event.message
+    assert "no GPU pod is placed on the node" in event.message
+    dead = node(status=render_carve_status(open_journal))  # request withdrawn, agent gone
+    assert dead.facts.is_carving  # still off-limits: its layout is whatever the agent left
+    healthy = carve_node("gpu-b", LAYOUT, busy=BUSY)
+    day_later = decide(
+        late.record,
+        [dead, healthy],
+        [waiting("team-b/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=NOW + 86400,
+        settings=settings,
+    )
+    assert day_later.kind == StepKind.START, day_later.reason
+    assert day_later.record.carve is not None
+    assert [s.node for s in day_later.record.carve.nodes] == ["gpu-b"]
+
+
 def test_a_request_lost_to_a_restart_is_written_again() -> None:
     record, _ = applied()
     third = decide(record, [node()], [], file_configs=frozenset(), now=NOW + 5, settings=SETTINGS)

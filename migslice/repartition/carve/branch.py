@@ -317,8 +317,16 @@ def _outcome_of(
         if status.phase == CarvePhase.FAILED:
             return FAILED, f"the node agent reports failure: {status.detail}"
     if elapsed > deadline_s:
-        phase = status.phase if status is not None and status.plan_id == plan_id else "no answer"
-        return TIMEOUT, f"{phase} after {elapsed:.0f}s; deadline {deadline_s:.0f}s"
+        ours = status is not None and status.plan_id == plan_id
+        phase = status.phase if ours else "no answer"
+        said = f"{phase} after {elapsed:.0f}s; deadline {deadline_s:.0f}s"
+        if ours and status is not None and status.phase.is_open:
+            said += (
+                "; the node agent's journal (migslice.io/carve-state) is still open, so no GPU "
+                "pod is placed on the node until the agent closes it (rolls back): check the "
+                "migslice agent pod on the node"
+            )
+        return TIMEOUT, said
     return OPEN, ""
 
 

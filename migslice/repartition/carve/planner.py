@@ -189,7 +189,12 @@ def plan_carve(
             gpus = candidates[name] = carved_gpus(states[name])
         return gpus
 
-    carving = sum(1 for node in nodes if node.facts.is_carving)
+    # In flight: the nodes asked to carve. One whose request was withdrawn (past the deadline)
+    # while its agent's journal stays open is left off-limits for pods, not counted: an agent
+    # that never answers again would otherwise hold the budget for good.
+    carving = sum(
+        1 for node in nodes if node.facts.is_carving and node.facts.carve_request is not None
+    )
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
     losses: dict[str, list[RoomLoss]] = {}
