@@ -25,6 +25,7 @@ from migslice.repartition import (
     parse_record,
     render_record,
 )
+from migslice.repartition.migmanager.quarantine import quarantine_note
 from migslice.scheduling.demand import demand_of
 from tests import paths
 from tests.repartition.test_repartition import ALL_1G, FILE_CONFIGS
@@ -164,6 +165,27 @@ def test_a_quarantine_whose_node_write_never_happened_is_marked_again_without_ho
 def test_a_mark_the_record_does_not_hold_is_removed() -> None:
     nxt = step(RepartitionRecord(), [node("gpu-a", quarantine=(True, True))], [], T0)
     assert [(m.node, m.note) for m in nxt.marks] == [("gpu-a", None)]
+
+
+def test_a_quarantine_the_record_lost_is_kept_from_the_nodes_marks() -> None:
+    """Measured before: with the ConfigMap holding the record deleted and created again, the
+    quarantined node's marks were removed as strays without an Event; the node, still stuck at
+    pending, counted against the budget again, and a healthy node's pod was left with
+    "re-partition budget in use"."""
+    (entry,) = _quarantined("gpu-a")
+    stuck = node("gpu-a", config=entry.config_name, state="pending")  # type: ignore[attr-defined]
+    raw_note = quarantine_note(entry)  # type: ignore[arg-type]
+    facts = replace(stuck.facts, quarantine_label="timeout", quarantine_note=raw_note)
+    stuck = replace(stuck, facts=facts)
+    kept = step(RepartitionRecord(), [stuck, node("gpu-b")], [waiting("train")], T0 + 700)
+    assert kept.kind == StepKind.QUARANTINE and kept.marks == ()
+    assert [q.node for q in kept.record.quarantine] == ["gpu-a"]
+    (event,) = kept.events
+    assert event.warning and "the repartition record had lost it" in event.message
+    nxt = step(kept.record, [stuck, node("gpu-b")], [waiting("train")], T0 + 701)
+    assert nxt.kind == StepKind.START, nxt.reason  # gpu-a no longer holds the budget
+    assert nxt.record.plan is not None
+    assert [n.node for n in nxt.record.plan.nodes] == ["gpu-b"]
 
 
 def _quarantined(name: str) -> tuple[object, ...]:

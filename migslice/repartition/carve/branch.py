@@ -317,10 +317,10 @@ def _outcome_of(
         if status.phase == CarvePhase.FAILED:
             return FAILED, f"the node agent reports failure: {status.detail}"
     if elapsed > deadline_s:
-        ours = status is not None and status.plan_id == plan_id
-        phase = status.phase if ours else "no answer"
+        ours = status if status is not None and status.plan_id == plan_id else None
+        phase = ours.phase if ours is not None else "no answer"
         said = f"{phase} after {elapsed:.0f}s; deadline {deadline_s:.0f}s"
-        if ours and status is not None and status.phase.is_open:
+        if ours is not None and ours.phase.is_open:
             said += (
                 "; the node agent's journal (migslice.io/carve-state) is still open, so no GPU "
                 "pod is placed on the node until the agent closes it (rolls back): check the "

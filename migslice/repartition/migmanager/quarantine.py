@@ -13,7 +13,10 @@ It ends (:func:`review`, first in every round) when MIG Manager reports ``succes
 config), when the node is gone, or when an admin removes the label (the annotation, still
 there, says the label was set, so a missing label is the admin's word, not a write that never
 happened). A label and annotation that are both missing (the controller stopped between the
-record write and the node's) are written again.
+record write and the node's) are written again. Marks the record does not hold are the node's
+word when the record was lost (the ConfigMap deleted or created again): a node still short of
+``success`` with the label and a readable annotation is quarantined again from them, with a
+Warning; other such marks (a release whose node write failed) are removed.
 
     kubectl get nodes -l migslice.io/repartition-quarantine
     kubectl label node gpu-7 migslice.io/repartition-quarantine-     # release it by hand
@@ -27,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from migslice.inventory import NodeState
 from migslice.names import MIG_STATE_SUCCESS, QUARANTINE_LABEL, QUARANTINE_TIMEOUT
-from migslice.objects.times import format_time
+from migslice.objects.times import format_time, parse_epoch_s
 from migslice.repartition.actions import NodeEvent, QuarantineMark
 from migslice.repartition.record import Quarantined, RepartitionRecord
 
@@ -88,21 +91,52 @@ def review(record: RepartitionRecord, states: Mapping[str, NodeState]) -> Quaran
         if name not in held
         and (state.facts.quarantine_label is not None or state.facts.quarantine_note is not None)
     ]
+    adopted = [q for q in (_from_marks(name, states[name]) for name in stray) if q is not None]
+    stray = [name for name in stray if name not in {q.node for q in adopted}]
     marks += [QuarantineMark(node, None) for node in [*released, *stray] if node in states]
-    if not released and not marks:
+    if not released and not marks and not adopted:
         return None
     events = tuple(
         NodeEvent(node, REASON_RELEASED, f"quarantine released: {why}")
         for node, why in released.items()
         if node in states
+    ) + tuple(
+        NodeEvent(
+            q.node,
+            REASON_QUARANTINED,
+            f"quarantine kept from the node's label and annotation (the repartition record had "
+            f"lost it): mig-parted config {q.config_name}, since {format_time(q.since)}; "
+            f"release it with: kubectl label node {q.node} {QUARANTINE_LABEL}-",
+            warning=True,
+        )
+        for q in adopted
     )
     reason = "; ".join(
         [f"{node} released ({why})" for node, why in released.items()]
         + [f"{m.node} quarantine marked again" for m in marks if m.note is not None]
+        + [f"{q.node}: quarantine kept from its marks (the record had lost it)" for q in adopted]
         + [f"{node}: quarantine mark without a record entry removed" for node in stray]
     )
-    kept = tuple(q for q in record.quarantine if q.node not in released)
+    kept = tuple(q for q in record.quarantine if q.node not in released) + tuple(adopted)
     return QuarantineChange(replace(record, quarantine=kept), reason, events, tuple(marks))
+
+
+def _from_marks(name: str, state: NodeState) -> Quarantined | None:
+    """The quarantine a node's own marks describe when the record lacks it: the label set, the
+    annotation readable, and MIG Manager still short of ``success``; else None."""
+    facts = state.facts
+    if facts.quarantine_label is None or facts.mig_config_state == MIG_STATE_SUCCESS:
+        return None
+    try:
+        note = json.loads(facts.quarantine_note or "")
+    except ValueError:
+        return None
+    since = parse_epoch_s(note.get("since")) if isinstance(note, dict) else None
+    if since is None:
+        return None
+    return Quarantined(
+        name, since, str(note.get("config") or facts.mig_config or ""), str(note.get("detail"))
+    )
 
 
 def _released_because(entry: Quarantined, state: NodeState | None) -> str:
