@@ -52,6 +52,11 @@ def is_gpu_resource(resource: str) -> bool:
     )
 
 
+MAX_UNITS = 1024
+"""The most units of one GPU resource a pod is read to hold (a node of 16 GPUs has 112 MIG
+instances at most; shared replicas a few hundred): a count above it is a problem of the pod,
+never a loop of that many steps (a bound pod asking 1e30 hung status and plan)."""
+
 @dataclass(frozen=True, slots=True)
 class Quantity:
     """One ``requests`` or ``limits`` entry as written, and its value if it is a quantity."""
@@ -331,11 +336,16 @@ def _count_and_problem(
     if held is None or held.value is None:
         return None, ""  # no quantity at all: malformed, reported there
     value = held.value
+    section = "limits" if held is limit else "requests"
     if value.denominator != 1 or value < 0:
-        section = "limits" if held is limit else "requests"
         return None, (
             f"{who} sets {resource}: {held.text}; GPU resources are whole units "
             f"(resources.{section})"
+        )
+    if value > MAX_UNITS:
+        return None, (
+            f"{who} sets {resource}: {held.text}; no node holds more than {MAX_UNITS} units "
+            f"of one GPU resource (resources.{section})"
         )
     count = int(value)
     if limit is None and request is not None and count > 0:

@@ -123,6 +123,24 @@ def test_the_reader_names_each_problem_and_holds_nothing_for_it() -> None:
     assert gpu.requests == (("nvidia.com/mig-2g.20gb", 1),)
 
 
+def test_a_count_no_node_could_hold_is_a_problem_not_a_holding() -> None:
+    """Measured before: a bound pod asking nvidia.com/mig-1g.10gb: 1e30 hung status and plan
+    (a loop per unit) and crashed status on the demo cluster (OverflowError); 1e8 took 15 s
+    and 1.6 GB."""
+    for count in ("1e30", "1e8", "1025"):
+        pod = bound_pod(
+            [{"name": "a", "resources": {"limits": {"nvidia.com/mig-1g.10gb": count}}}], []
+        )
+        gpu = read_pod_gpu(pod)
+        assert gpu.problems == (
+            f'container "a" sets nvidia.com/mig-1g.10gb: {count}; no node holds more than '
+            "1024 units of one GPU resource (resources.limits)",
+        )
+        assert gpu.requests == ()
+    pod = bound_pod([{"name": "a", "resources": {"limits": {"nvidia.com/gpu.shared": "1Ki"}}}], [])
+    assert read_pod_gpu(pod).requests == (("nvidia.com/gpu.shared", 1024),)
+
+
 MALFORMED: list[object] = [None, "x", 3, [], {"name": "odd", "resources": "lots"}]
 
 
