@@ -135,7 +135,7 @@ def parse_layout_annotation(text: str) -> AgentReport:
         raise LayoutAnnotationError(f"gpus: index repeated in {indices}")
     profiles = tuple(
         _parse_profile(raw, f"profiles[{i}]")
-        for i, raw in enumerate(document.get("profiles") or ())
+        for i, raw in enumerate(_list(document, "profiles", ""))
     )
     observed = document.get("observedAt")
     return AgentReport(
@@ -157,13 +157,18 @@ def _field(raw: Mapping[str, Any], name: str, kind: type, path: str) -> Any:
     return value
 
 
+def _list(raw: Mapping[str, Any], name: str, path: str) -> list[Any]:
+    """An optional list field (absent or null: empty)."""
+    return [] if raw.get(name) is None else list(_field(raw, name, list, path))
+
+
 def _parse_gpu(raw: object, path: str) -> AgentGpu:
     if not isinstance(raw, Mapping):
         raise LayoutAnnotationError(f"{path} must be an object")
     index = _field(raw, "index", int, path)
     enabled = _field(raw, "migEnabled", bool, path)
     instances = []
-    for i, item in enumerate(raw.get("instances") or ()):
+    for i, item in enumerate(_list(raw, "instances", path)):
         where = f"{path}.instances[{i}]"
         if not isinstance(item, Mapping):
             raise LayoutAnnotationError(f"{where} must be an object")

@@ -152,8 +152,15 @@ def test_the_layout_annotation_round_trips() -> None:
             ' "instances": [{"profile": "1g.10gb", "start": 0}]}]}',
             r"instances\[0\].size",
         ),
+        # Before, these crashed status, why and plan (TypeError: 'int' object is not iterable)
+        (
+            '{"version": "v1", "product": "x", "gpus": [{"index": 0, "migEnabled": true,'
+            ' "instances": 5}]}',
+            r"gpus\[0\].instances=5; expected list",
+        ),
+        ('{"version": "v1", "product": "x", "gpus": [], "profiles": true}', "profiles=True"),
     ],
-    ids=["not-json", "other-version", "bad-index", "missing-size"],
+    ids=["not-json", "other-version", "bad-index", "missing-size", "instances-int", "profiles"],
 )
 def test_a_bad_layout_annotation_says_which_field(text: str, message: str) -> None:
     with pytest.raises(LayoutAnnotationError, match=message):
