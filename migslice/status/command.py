@@ -216,9 +216,13 @@ def _run_why(args: argparse.Namespace) -> int:
         )
     manifest = None if args.filename is None else _manifest(args.filename)
     if manifest is not None:
-        namespace = args.namespace or str(
-            (manifest.get("metadata") or {}).get("namespace") or namespace
-        )
+        metadata = manifest.get("metadata")
+        if not isinstance(metadata, dict):
+            raise CommandError(f"-f {args.filename}: metadata must be an object")
+        written = metadata.get("namespace")
+        if written is not None and not isinstance(written, str):
+            raise CommandError(f"-f {args.filename}: metadata.namespace must be a string")
+        namespace = args.namespace or written or namespace
     pod = args.pod or (None if manifest is None else _manifest_name(manifest))
     if pod is None:
         raise CommandError(

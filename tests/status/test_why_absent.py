@@ -127,6 +127,24 @@ def test_a_manifest_with_generate_name_is_the_pod_it_would_create(
     assert "no metadata.name or generateName; name the pod (POD)" in capsys.readouterr().err
 
 
+def test_a_manifest_of_the_wrong_shape_is_said_plainly(
+    tmp_path: Path, cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured before: metadata that was a string crashed why -f (AttributeError); a list
+    for a namespace was printed as the pod's namespace."""
+    manifest = tmp_path / "pod.yaml"
+    for metadata, said in (
+        ("oops", "metadata must be an object"),
+        ({"name": "p", "namespace": ["a", "b"]}, "metadata.namespace must be a string"),
+    ):
+        manifest.write_text(
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": metadata})
+        )
+        argv = ["why", "p", "-f", str(manifest), "--cluster-file", str(cluster_file)]
+        assert main(argv) == 1
+        assert said in capsys.readouterr().err
+
+
 def test_nothing_to_go_on_says_how_to_ask(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
