@@ -159,6 +159,49 @@ def parse_int(text: str) -> int | None:
     return magnitude if magnitude < 1 << 63 else None
 
 
+MAX_ALIASED_NODES = 1_000_000
+"""How many more YAML nodes aliases may add, expanded, than a document writes. A few nested
+aliases (a "billion laughs") expand to billions of nodes; go-yaml and kube-apiserver's reader
+refuse "excessive aliasing" too, and no config or object a tool writes comes near this."""
+
+
+def excessive_aliasing(node: yaml.Node) -> str:
+    """Why a composed document aliases too much ("" when it does not): its nodes with every
+    alias expanded, against the nodes it writes."""
+    expanded, written = _expanded(node, {}), _written(node, set())
+    if expanded - written <= MAX_ALIASED_NODES:
+        return ""
+    return (
+        f"YAML aliases expand it to {expanded:,} nodes from {written:,} written (at most "
+        f"{MAX_ALIASED_NODES:,} more)"
+    )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _expanded(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Nodes in ``node`` with every alias expanded (a shared node counted where it is used;
+    worked out once per node)."""
+    found = sizes.get(id(node))
+    if found is None:
+        found = sizes[id(node)] = 1 + sum(_expanded(child, sizes) for child in _children(node))
+    return found
+
+
+def _written(node: yaml.Node, seen: set[int]) -> int:
+    """Distinct nodes in ``node`` (an alias's target counted once)."""
+    if id(node) in seen:
+        return 0
+    seen.add(id(node))
+    return 1 + sum(_written(child, seen) for child in _children(node))
+
+
 def load(text: str, what: str) -> object:
     """The first YAML document of ``text`` as the JSON value sigs.k8s.io/yaml decodes.
 
@@ -166,7 +209,11 @@ def load(text: str, what: str) -> object:
     """
     loader = _Loader(text)
     try:
-        document = loader.get_data() if loader.check_data() else None  # type: ignore[no-untyped-call]
+        node = loader.get_node() if loader.check_node() else None
+        excess = "" if node is None else excessive_aliasing(node)
+        if excess:
+            raise GoYamlError(f"{what}: {excess}")
+        document = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as error:
         raise GoYamlError(f"{what} is not YAML: {' '.join(str(error).split())}") from None
     finally:

@@ -17,6 +17,7 @@ import orjson
 import yaml
 
 from migslice.errors import InvalidInputError
+from migslice.mig.goyaml import excessive_aliasing
 from migslice.objects.pod_gpus import PodGpuMemo
 
 RawObject = dict[str, object]
@@ -108,14 +109,30 @@ def load_cluster_text(text: str) -> ClusterObjects:
 
 
 def load_yaml_documents(text: str, what: str) -> list[object]:
-    """Every document of a YAML stream; ClusterFileError (one line) if it is not one, or
-    nests deeper than any Kubernetes object does."""
+    """Every document of a YAML stream; ClusterFileError (one line) if it is not one, nests
+    deeper than any Kubernetes object does, or aliases too much
+    (:func:`migslice.mig.goyaml.excessive_aliasing`)."""
+    loader = yaml.SafeLoader(text)
     try:
-        return list(yaml.safe_load_all(text))
+        documents: list[object] = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                break
+            excess = excessive_aliasing(node)
+            if excess:
+                raise ClusterFileError(
+                    f"{what}: document {len(documents) + 1}: {excess}; write the objects out "
+                    "(kubectl get -o yaml does)"
+                )
+            documents.append(loader.construct_document(node))
+        return documents
     except yaml.YAMLError as error:
         raise ClusterFileError(f"{what} is not valid YAML: {one_line(str(error))}") from None
     except RecursionError:
         raise ClusterFileError(f"{what} nests too deep to be a Kubernetes object") from None
+    finally:
+        loader.dispose()
 
 
 def one_line(text: str) -> str:

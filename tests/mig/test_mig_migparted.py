@@ -569,3 +569,14 @@ def test_a_full_compute_instance_counts_as_its_gpu_instance() -> None:
 )
 def test_profile_counts_count_each_profile_sorted_by_name(layout: list[Placed]) -> None:
     assert profile_counts(layout) == tuple(sorted(Counter(p.profile for p in layout).items()))
+
+
+def test_a_config_whose_aliases_expand_past_any_config_is_refused_at_once() -> None:
+    """As go-yaml refuses "excessive aliasing": nested aliases in the mig-parted ConfigMap
+    would otherwise expand to billions of values in the extender's and webhook's reader."""
+    laughs = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    laughs += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    text = "version: v1\nmig-configs: {}\n" + "\n".join(laughs) + "\n"
+    with pytest.raises(goyaml.GoYamlError, match="YAML aliases expand it to 1,234,567,9"):
+        goyaml.load(text, "mig-parted config")
+    assert goyaml.load("a: &x [1, 2]\nb: *x\n", "small") == {"a": [1, 2], "b": [1, 2]}
