@@ -186,7 +186,7 @@ def dra_nodes(nodes: Sequence[NodeState]) -> list[tuple[str, str]]:
 def _check_has_gpu_nodes(path: Path, objects: ClusterObjects, nodes: Sequence[NodeState]) -> None:
     """CommandError when the file holds no GPU node, so nothing could be re-partitioned: said
     as it is, before any word on the mig-parted ConfigMap (which such a file lacks too)."""
-    if not any(dataclasses.astuple(objects)):
+    if not any(getattr(objects, field.name) for field in dataclasses.fields(objects)):
         raise CommandError(
             f"--cluster-file {path}: it holds no Kubernetes objects; plan reads a cluster's "
             "Nodes, Pods and the mig-parted ConfigMap"
