@@ -130,6 +130,8 @@ def run_plan(args: argparse.Namespace) -> int:
         now=now,
         settings=settings,
     )
+    if snapshot.file.names is None and args.output == "table":
+        print(f"ConfigMap {args.mig_config_map}: {snapshot.file.problem}")
     mix = held_mix(snapshot.nodes)
     if step.carve_plan is not None:
         code = print_carve(

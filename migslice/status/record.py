@@ -64,7 +64,7 @@ def record_view(cluster: Cluster, cooldown_s: float) -> RecordView:
     record = file.record
     if record is None:
         return RecordView(where, file.problem or "unreadable", (), ())
-    problem = file.problem if file.raw is None else ""
+    problem = file.problem  # missing, or its mig-parted config unreadable (which stops it too)
     return RecordView(
         where, problem, _steps(record), _held(record, cooldown_s, cluster.settings.now_s)
     )

@@ -126,6 +126,20 @@ def test_a_gpu_cluster_without_the_mig_parted_config_map_still_says_that(
     assert "mig-parted ConfigMap missing or unreadable" in capsys.readouterr().out
 
 
+def test_a_mig_parted_config_that_does_not_parse_is_named_with_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured before: plan said only "missing or unreadable", and status nothing at all."""
+    config_map = make_mig_config_map()
+    config_map["data"] = {"config.yaml": "version: v1\n: : [\n"}
+    path = write_cluster(tmp_path, config_map, _node("gpu-a", **ALL_1G, mig={"1g.10gb": 7}))
+    assert main(["plan", "--cluster-file", str(path)]) == 0
+    said = capsys.readouterr().out
+    assert "ConfigMap gpu-operator/migslice-mig-config: mig-parted config is not YAML" in said
+    assert main(["status", "--cluster-file", str(path), "-o", "wide"]) == 0
+    assert "record: mig-parted config is not YAML" in capsys.readouterr().out
+
+
 def stranding_cluster(tmp_path: Path, twos: int) -> Path:
     """A node whose pods hold a 3g.40gb and ``twos`` 2g.20gb, an idle all-1g node, and a 3g
     pod waiting."""
