@@ -57,6 +57,7 @@ MAX_UNITS = 1024
 instances at most; shared replicas a few hundred): a count above it is a problem of the pod,
 never a loop of that many steps (a bound pod asking 1e30 hung status and plan)."""
 
+
 @dataclass(frozen=True, slots=True)
 class Quantity:
     """One ``requests`` or ``limits`` entry as written, and its value if it is a quantity."""
