@@ -123,6 +123,8 @@ class PodGpu:
                         parse_count(quantity.raw, quantity.path)
                     except QuantityError as error:
                         return str(error)
+            if entry.count is None and entry.problem:  # a count, but more than a node holds
+                return entry.problem
         return self.malformed[0] if self.malformed else ""
 
 

@@ -123,6 +123,8 @@ def explain(
         note = (
             f"pod {key} is {phase}"
             if phase in names.TERMINAL_PHASES
+            else f"pod {key}: its GPU request cannot be read: {demand.error}"
+            if demand.error
             else f"pod {key} asks for no GPU (no nvidia.com/* request): migslice does not place it"
         )
         return WhyReport(key, phase, node, (), None, None, None, (), record.where, note)

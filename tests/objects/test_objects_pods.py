@@ -137,6 +137,8 @@ def test_a_count_no_node_could_hold_is_a_problem_not_a_holding() -> None:
             "1024 units of one GPU resource (resources.limits)",
         )
         assert gpu.requests == ()
+        # the extender, why and the webhook say it (1e30: past any count, said so first)
+        assert "nvidia.com/mig-1g.10gb" in gpu.count_error and count in gpu.count_error
     pod = bound_pod([{"name": "a", "resources": {"limits": {"nvidia.com/gpu.shared": "1Ki"}}}], [])
     assert read_pod_gpu(pod).requests == (("nvidia.com/gpu.shared", 1024),)
 
