@@ -141,7 +141,7 @@ class ClusterState:
         self._slice_nodes: dict[str, str] = {}  # ResourceSlice -> its node
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
-        self._marks: dict[str, str] = {}  # policy -> the ledger epoch its status records
+        self._unmarked: set[str] = set()  # policies seen deleted, not seen marked since
         self._desired: dict[str, TenantPolicyStatusWire] = {}
         # Keyed by what the check reads (not by name and generation): tenants' policies often
         # share their sizes and profiles, and a whole round after a restart checks each once.
@@ -338,12 +338,17 @@ class ClusterState:
         with self.admission_lock:
             return self._usage.ledger(tenant)
 
-    def ledger_mark(self, tenant: str) -> str:
-        """The ledger epoch the tenant's policy records in ``status.quotaLedger`` as the
-        policy cache holds it ("" when it records none: a new policy, or one deleted and
-        created again, whose status is gone)."""
+    def needs_mark(self, tenant: str) -> bool:
+        """Whether the tenant's policy was seen deleted (and perhaps created again, its
+        ``status.quotaLedger`` gone) and not seen marked since: its ledger is to be marked
+        again. Read from the watch, so an admission pays no extra write otherwise."""
         with self.admission_lock:
-            return self._marks.get(tenant, "")
+            return tenant in self._unmarked
+
+    def marked(self, tenant: str) -> None:
+        """The ledger was marked again (the watch will show it)."""
+        with self.admission_lock:
+            self._unmarked.discard(tenant)
 
     def ledgers(self) -> Mapping[str, Ledger]:
         with self.admission_lock:
@@ -382,12 +387,11 @@ class ClusterState:
             else {}
         )
         mark = status.get(names.LEDGER_STATUS_KEY) if isinstance(status, Mapping) else None
-        epoch = mark.get("epoch") if isinstance(mark, Mapping) else None
         metadata = raw_policy.get("metadata")
         name = metadata.get("name") if isinstance(metadata, Mapping) else None
-        if isinstance(name, str):
+        if isinstance(name, str) and isinstance(mark, Mapping) and mark.get("epoch"):
             with self.admission_lock:
-                self._marks[name] = epoch if isinstance(epoch, str) else ""
+                self._unmarked.discard(name)
         try:
             policy = parse_tenant_policy(raw_policy)
         except PolicyError as error:
@@ -413,7 +417,7 @@ class ClusterState:
             touched = self._tenancy.remove_policy(name)
             self._invalid.pop(name, None)
             self._observed.pop(name, None)
-            self._marks.pop(name, None)
+            self._unmarked.add(name)
             self._changed(name, *touched)
 
     def upsert_namespace(self, raw_namespace: Mapping[str, object]) -> None:
