@@ -142,24 +142,25 @@ def read_claim(
         asks += read.asks
         unread += [line.replace(f"ResourceClaim {facts.key} ", "") for line in read.unread]
         if not read.asks and not read.unread:
-            open_class = next(
-                (text(p.get("deviceClassName")) for p, r in reaches if r is _Reach.OPEN), None
-            )
-            unread.append(
-                f"{where}: {request.unread}"
-                if request.unread
-                else f"{where}: DeviceClass {open_class!r} and the request's selectors name no "
-                f"driver, so it may be given NVIDIA's GPU devices; name one with a selector "
-                f"device.driver == '{names.DRA_DRIVER}' (or another driver's)"
-                if open_class is not None
-                else f"{where}: not read as NVIDIA GPU devices"
-            )
+            unread.append(f"{where}: {request.unread or _not_read(reaches)}")
     configs = sharing_strategies(mapping(raw_spec.get("devices")).get("config"))
     if touches:
         sharing += [("the claim's config", s) for s in configs]
     return ClaimReading(
         tuple(asks), tuple(unread), tuple(sharing), tuple(exclusive), touches, touches and not named
     )
+
+
+def _not_read(reaches: list[tuple[JsonObject, _Reach]]) -> str:
+    """Why a request that reaches NVIDIA's GPUs was read as asking nothing of them."""
+    for part, reach in reaches:
+        if reach is _Reach.OPEN:
+            return (
+                f"DeviceClass {text(part.get('deviceClassName'))!r} and the request's selectors "
+                "name no driver, so it may be given NVIDIA's GPU devices; name one with a "
+                f"selector device.driver == '{names.DRA_DRIVER}' (or another driver's)"
+            )
+    return "not read as NVIDIA GPU devices"
 
 
 class _Reach(Enum):
