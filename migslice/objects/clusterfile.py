@@ -69,31 +69,30 @@ def parse_cluster_objects(documents: Iterable[object]) -> ClusterObjects:
     buckets: dict[str, list[RawObject]] = {name: [] for name in (*_KINDS.values(), "others")}
     pods = PodGpuMemo()  # the pods of one controller are checked once
 
-    def take(index: int, document: object) -> None:
+    def take(where: str, document: object) -> None:
         if document is None:
             return
         if not isinstance(document, Mapping) or not isinstance(document.get("kind"), str):
-            raise ClusterFileError(f"document {index + 1} is not a Kubernetes object (no kind)")
+            raise ClusterFileError(f"{where} is not a Kubernetes object (no kind)")
         raw = dict(document)
         if raw["kind"].endswith("List") and isinstance(raw.get("items"), list):
-            for item in raw["items"]:
-                take(index, item)
+            for position, item in enumerate(raw["items"]):
+                take(f"{where}, item {position + 1} of its {raw['kind']}", item)
             return
         metadata = raw.get("metadata")
         if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
-            raise ClusterFileError(f"document {index + 1} ({raw['kind']}) has no metadata.name")
+            raise ClusterFileError(f"{where} ({raw['kind']}) has no metadata.name")
         if raw["kind"] == "Pod":
             problems = pods.shape_problems(raw)
             if problems:
                 namespace = metadata.get("namespace") or "default"
                 raise ClusterFileError(
-                    f"document {index + 1} (Pod {namespace}/{metadata['name']}): "
-                    + "; ".join(problems)
+                    f"{where} (Pod {namespace}/{metadata['name']}): " + "; ".join(problems)
                 )
         buckets[_KINDS.get(raw["kind"], "others")].append(raw)
 
     for index, document in enumerate(documents):
-        take(index, document)
+        take(f"document {index + 1}", document)
     return ClusterObjects(**{name: tuple(items) for name, items in buckets.items()})
 
 

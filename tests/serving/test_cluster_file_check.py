@@ -32,3 +32,17 @@ def test_a_bad_file_is_its_own_error_in_one_line(tmp_path: Path) -> None:
         check_cluster_file(path)
     with pytest.raises(CommandError, match="--cluster-file"):
         check_cluster_file(tmp_path / "missing.yaml")
+
+
+def test_an_item_of_a_list_is_named_by_its_position(tmp_path: Path) -> None:
+    """``kubectl get pods -o yaml`` writes one ``List``: its bad item is named by its place in
+    the list, not as the whole document."""
+    good = {"apiVersion": "v1", "kind": "Pod", **make_pod("ok")}
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}}
+    bad["spec"] = "oops"
+    path = write(tmp_path / "c.yaml", [{"apiVersion": "v1", "kind": "List", "items": [good, bad]}])
+    with pytest.raises(CommandError, match=r"document 1, item 2 of its List \(Pod team-a/p\): "):
+        check_cluster_file(path)
+    path = write(tmp_path / "d.yaml", [{"apiVersion": "v1", "kind": "List", "items": [good, 7]}])
+    with pytest.raises(CommandError, match=r"document 1, item 2 of its List is not a Kubernetes"):
+        check_cluster_file(path)
