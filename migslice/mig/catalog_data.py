@@ -128,7 +128,12 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(
         key="A100-40GB",
         description="NVIDIA A100 40GB (SXM4, PCIe; A800 40GB)",
-        product_names=("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB", "NVIDIA-A800-SXM4-40GB"),
+        product_names=(
+            "NVIDIA-A100-SXM4-40GB",
+            "NVIDIA-A100-PCIE-40GB",
+            "NVIDIA-A800-SXM4-40GB",
+            "NVIDIA-A800-40GB-Active",
+        ),
         pci_device_ids=(0x20B0, 0x20B1, 0x20F1, 0x20BD, 0x20F6),
         memory_slices=8,
         compute_slices=7,
@@ -189,7 +194,8 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(
         key="H100-94GB",
         description="NVIDIA H100 NVL / H100 94GB (PCIe, SXM5; H800 NVL)",
-        product_names=("NVIDIA-H100-NVL", "NVIDIA-H100-94GB-HBM2e", "NVIDIA-H800-NVL"),
+        # 0x2339's NVML name is plain "NVIDIA H100" (open-gpu-kernel-modules README)
+        product_names=("NVIDIA-H100-NVL", "NVIDIA-H100", "NVIDIA-H800-NVL"),
         pci_device_ids=(0x2321, 0x2339, 0x233A),
         memory_slices=8,
         compute_slices=7,
@@ -203,7 +209,12 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(
         key="H100-96GB",
         description="NVIDIA H100 96GB / GH200 96GB / H20",
-        product_names=("NVIDIA-GH200-480GB", "NVIDIA-H100-96GB-HBM3", "NVIDIA-H20"),
+        product_names=(
+            "NVIDIA-GH200-480GB",
+            "NVIDIA-GH200-120GB",
+            "NVIDIA-H100-96GB-HBM3",
+            "NVIDIA-H20",
+        ),
         pci_device_ids=(0x2342, 0x233D, 0x20B6, 0x2329),
         memory_slices=8,
         compute_slices=7,

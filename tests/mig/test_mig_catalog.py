@@ -201,3 +201,28 @@ def test_the_rtx_pro_5000_has_the_user_guides_profiles_and_the_only_legal_placem
     }
     assert {p.gi_profile_id for p in model.profiles} == {None}
     assert max(len(layout) for layout in enumerate_maximal_layouts(model)) == 2
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "pci_id", "model"),
+    [
+        # NVIDIA/open-gpu-kernel-modules@df1c9a3d README.md, the NVML name of each PCI id
+        ("NVIDIA GH200 120GB", 0x2342, "H100-96GB"),
+        ("NVIDIA GH200 480GB", 0x2342, "H100-96GB"),
+        ("NVIDIA H100", 0x2339, "H100-94GB"),
+        ("NVIDIA A800 40GB Active", 0x20F6, "A100-40GB"),
+        ("NVIDIA H100 NVL", 0x2321, "H100-94GB"),
+        ("NVIDIA H100 80GB HBM3", 0x2330, "H100-80GB"),
+    ],
+)
+def test_the_label_gfd_writes_for_each_boards_nvml_name_finds_its_model(
+    nvml_name: str, pci_id: int, model: str
+) -> None:
+    from migslice.mig.catalog import product_label_of
+    from migslice.mig.migparted.apply import gpu_pci_ids
+
+    label = product_label_of(nvml_name)
+    found = CATALOG.by_product(label)
+    assert found is not None and found.key == model, label
+    assert pci_id in found.pci_device_ids
+    assert gpu_pci_ids(found, label, None) == (pci_id,)

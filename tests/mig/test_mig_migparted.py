@@ -276,7 +276,7 @@ def test_the_default_config_sets_a_gpu_only_where_its_filter_names_the_pci_id(
         ("NVIDIA-A100-SXM4-40GB", (0x20B0,)),
         ("NVIDIA-A800-SXM4-40GB-MIG-1g.5gb", (0x20BD,)),
         ("NVIDIA-A100-PCIE-40GB", (0x20B1, 0x20F1)),
-        ("NVIDIA-H100-94GB-HBM2e", (0x2321, 0x2339, 0x233A)),  # not known: the model's ids
+        ("NVIDIA-H100-SHARED", (0x2339,)),  # plain "NVIDIA H100", time-sliced
         (None, (0x2321, 0x2339, 0x233A)),
     ],
 )

@@ -123,13 +123,15 @@ def _describe(setting: GpuSetting) -> str:
 
 
 # PCI device ids per GFD product label (the NVML name), from the PCI id database that go-nvlib
-# v0.12.0 ships (2025-07-11) and the comments of mig-parted's default config. A product missing
-# here (NVIDIA-H100-94GB-HBM2e: 0x2339 or another?) counts as any id of its catalog model.
+# v0.12.0 ships (2025-07-11), the comments of mig-parted's default config and the NVML names
+# NVIDIA/open-gpu-kernel-modules@df1c9a3d README.md lists per id. A product missing here counts
+# as any id of its catalog model.
 PRODUCT_PCI_IDS: Mapping[str, tuple[int, ...]] = {
     "NVIDIA-A30": (0x20B7,),
     "NVIDIA-A100-SXM4-40GB": (0x20B0,),
     "NVIDIA-A100-PCIE-40GB": (0x20B1, 0x20F1),
     "NVIDIA-A800-SXM4-40GB": (0x20BD,),
+    "NVIDIA-A800-40GB-ACTIVE": (0x20F6,),
     "NVIDIA-A100-SXM4-80GB": (0x20B2,),
     "NVIDIA-A100-80GB-PCIE": (0x20B5,),
     "NVIDIA-A800-SXM4-80GB": (0x20F3,),
@@ -139,8 +141,10 @@ PRODUCT_PCI_IDS: Mapping[str, tuple[int, ...]] = {
     "NVIDIA-H100-PCIE": (0x2331,),
     "NVIDIA-H800-PCIE": (0x2322,),
     "NVIDIA-H100-NVL": (0x2321,),
+    "NVIDIA-H100": (0x2339,),
     "NVIDIA-H800-NVL": (0x233A,),
     "NVIDIA-GH200-480GB": (0x2342,),
+    "NVIDIA-GH200-120GB": (0x2342,),
     "NVIDIA-H100-96GB-HBM3": (0x233D,),
     "NVIDIA-H20": (0x2329,),
     "NVIDIA-GH200-144G-HBM3E": (0x2348,),
