@@ -86,7 +86,9 @@ def create_app(
     app = Flask("extender")
     context = Context(settings or ExtenderSettings(), state or ExtenderState(new_index()))
     context.metrics.follow(
-        max_blind_s=context.settings.max_blind_s, tls_cert=context.settings.server.tls_cert
+        max_blind_s=context.settings.max_blind_s,
+        tls_cert=context.settings.server.tls_cert,
+        tls_key=context.settings.server.tls_key,
     )
     app.extensions[EXTENSION] = context
 

@@ -30,7 +30,6 @@ from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.kube.informer import collection_paused
 from migslice.mig.migparted import render_mig_parted
-from migslice.mig.stranding import NO_MIX
 from migslice.names import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
@@ -123,6 +122,7 @@ class RepartitionController:
         self._key = settings.mig_config_key
         self._decide_settings = controller_settings(settings.repartition)
         self.stats = stats or RepartitionStats(dry_run=settings.repartition.dry_run)
+        self.stats.clock = clock  # the waits it exports grow on the same clock
         self._clock = clock
         self._blindness = blindness
         self._stop = threading.Event()
@@ -167,14 +167,18 @@ class RepartitionController:
         self.stats.is_leader = leader
         self.stats.deadline_s = self._settings.deadline_s
         if not leader:
-            self.stats.pending, self.stats.open_ages = {}, {}
-            self.stats.stranding = NO_MIX
+            self.stats.follower()
             return []
         blind = self._blindness()
         if blind:
             self._say(f"not deciding while the caches are blind: {'; '.join(blind)}")
             return []
         self._touch_served()
+        now = self._clock()
+        raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
+        when = datetime.datetime.fromtimestamp(now, datetime.UTC)
+        pending = pending_pods(raw_pods, when, self._settings.scheduler_name)
+        self.stats.pending, self.stats.pending_as_of = pending_by_profile(pending), now
         if self._guard is not None and not self._guard.allows_planning():
             return []  # MIG Manager would not apply what we write (extender.mig_manager)
         file = read_config_map(self._api.read_config_map(), self._key)
@@ -183,11 +187,6 @@ class RepartitionController:
             return []
         if file.problem:
             self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
-        now = self._clock()
-        raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
-        when = datetime.datetime.fromtimestamp(now, datetime.UTC)
-        pending = pending_pods(raw_pods, when, self._settings.scheduler_name)
-        self.stats.pending = pending_by_profile(pending)
         performed: list[Step] = []
         for _ in range(MAX_STEPS_PER_ROUND):
             record = file.record
@@ -204,7 +203,7 @@ class RepartitionController:
                 carve_memo=self._carve_memo,
             )
             self._count_in_flight(step.record, nodes)
-            self.stats.open_ages = open_ages(step.record, now)
+            self.stats.open_ages, self.stats.open_as_of = open_ages(step.record, now), now
             if step.kind == StepKind.WAIT:
                 self._mark(step)
                 self._say(step.reason + about(step), level=logging.DEBUG)

@@ -56,10 +56,12 @@ class ExtenderMetrics:
         self._calls: dict[tuple[str, str], Any] = {}
         self._durations: dict[str, Any] = {}
 
-    def follow(self, *, max_blind_s: float, tls_cert: str | None) -> None:
+    def follow(
+        self, *, max_blind_s: float, tls_cert: str | None, tls_key: str | None = None
+    ) -> None:
         """Also export readiness (as /readyz judges it) and the serving certificate's expiry."""
         self.registry.register(_ReadyCollector(self._state, max_blind_s))
-        self.registry.register(CertificateExpiry(tls_cert))
+        self.registry.register(CertificateExpiry(tls_cert, tls_key))
 
     def answered(self, verb: str, outcome: str, seconds: float) -> None:
         """Count one call of ``verb`` with its ``outcome`` and observe how long it took."""
@@ -187,21 +189,23 @@ class _RepartitionCollector(Collector):
         )
         oldest = GaugeMetricFamily(
             "migslice_extender_pending_max_age_seconds",
-            "The longest such pod has been Unschedulable, per MIG profile (leader only).",
+            "The longest such pod has been Unschedulable, per MIG profile (leader only; the last "
+            "round's wait plus the time since, so rounds that fail do not stop it).",
             labels=("profile",),
         )
         for profile, (count, age) in sorted(stats.pending.items()):
             pending.add_metric((profile,), count)
-            oldest.add_metric((profile,), age)
+            oldest.add_metric((profile,), stats.aged(age, stats.pending_as_of))
         yield from (pending, oldest)
         ages = GaugeMetricFamily(
             _REPARTITION + "open_step_age_seconds",
             "Seconds since the oldest node still open of the plan (mig-manager) or the carve "
-            "(carve) was labelled or asked; the controller closes it at the deadline.",
+            "(carve) was labelled or asked, as of the scrape; the controller closes it at the "
+            "deadline.",
             labels=("mode",),
         )
         for mode, age in sorted(stats.open_ages.items()):
-            ages.add_metric((mode,), age)
+            ages.add_metric((mode,), stats.aged(age, stats.open_as_of))
         yield ages
         yield _gauge("deadline_seconds", "--repartition-deadline-s.", stats.deadline_s)
         yield _gauge(

@@ -7,6 +7,7 @@ Informer in a cluster; :class:`StaticCache` for a cluster file).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -126,10 +127,31 @@ class RepartitionStats:
     """The leader's last round: per MIG profile, pods waiting for it and the longest wait."""
     open_ages: dict[str, float] = field(default_factory=dict)
     """Per mode, how long the oldest applied, unanswered node of the record has waited."""
+    pending_as_of: float | None = None
+    """The controller's clock when ``pending`` was taken, and ``open_ages``'s: a scrape adds
+    what has passed since (:meth:`aged`), so rounds that fail leave the waits growing, not
+    frozen where the alerts on them never fire."""
+    open_as_of: float | None = None
+    clock: Callable[[], float] = time.time
     deadline_s: float = 0.0
     stranding: FillerMix = NO_MIX
     """The leader's last round: what the pods on device-plugin nodes hold towards the
     planners' stranding rule (:func:`migslice.repartition.held_mix`)."""
+
+    def aged(self, seconds: float, as_of: float | None) -> float:
+        """A wait taken at ``as_of`` as it stands now (0 stays 0: nothing waits)."""
+        if seconds <= 0 or as_of is None:
+            return seconds
+        return seconds + max(0.0, self.clock() - as_of)
+
+    def follower(self) -> None:
+        """This replica does not lead: what only the leader exports goes, and what it exported
+        while it led is not left behind for ``max()`` in the alerts to read for ever."""
+        self.pending, self.open_ages = {}, {}
+        self.pending_as_of = self.open_as_of = None
+        self.stranding = NO_MIX
+        self.nodes_in_flight = self.nodes_quarantined = 0
+        self.mig_manager_config_mismatch = False
 
 
 @dataclass

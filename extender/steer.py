@@ -169,6 +169,7 @@ class SteerLoop:
         self.update_guard()
         if not self._may_write():
             self._changed(None)  # a new leader starts from every node
+            self.stats.capped_nodes = self.stats.rules = 0  # the leader's, not a follower's
             return (0, 0)
         problems = self._blindness()
         if problems:

@@ -82,7 +82,12 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     registry = Metrics()
     registry.pending_charges.set_function(state.pending_charges)
-    registry.follow(state, max_blind_s=settings.max_blind_s, tls_cert=settings.server.tls_cert)
+    registry.follow(
+        state,
+        max_blind_s=settings.max_blind_s,
+        tls_cert=settings.server.tls_cert,
+        tls_key=settings.server.tls_key,
+    )
     quota.fence_listeners.append(
         lambda fence: registry.ledger_fences.labels(fence.damage.name.lower()).inc()
     )

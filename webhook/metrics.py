@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from webhook.gate import GateStats
     from webhook.state import ClusterState
 
-LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Up to past webhook.timeoutSeconds (5 s by default; at most 30): an answer slower than the
+# last finite bucket reads as that bucket in histogram_quantile.
+LATENCY_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+LATENCY_BUCKETS_S += (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
@@ -82,10 +85,17 @@ class Metrics:
         )
         admitted.set_function(lambda: float(stats.admitted))
 
-    def follow(self, state: ClusterState, *, max_blind_s: float, tls_cert: str | None) -> None:
+    def follow(
+        self,
+        state: ClusterState,
+        *,
+        max_blind_s: float,
+        tls_cert: str | None,
+        tls_key: str | None = None,
+    ) -> None:
         """Export what ``state`` says at each scrape (see the class docstring)."""
         self.registry.register(_StateCollector(state, max_blind_s))
-        self.registry.register(CertificateExpiry(tls_cert))
+        self.registry.register(CertificateExpiry(tls_cert, tls_key))
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))

@@ -6,6 +6,7 @@ server reloads renewed certificates without a restart, so the metric follows the
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Iterator
 
 from cryptography import x509
@@ -16,26 +17,45 @@ NAME = "migslice_tls_certificate_expiry_timestamp_seconds"
 
 
 class CertificateExpiry(Collector):
-    """The gauge for the file at ``path`` (None: plain HTTP, no sample); a file that cannot
-    be read or parsed gives no sample either (the alert on the metric's absence says so)."""
+    """The gauge for the file at ``path`` (None: plain HTTP, no sample). A change the server
+    cannot load (with ``key_path``: a certificate that does not match its key, a file that
+    is not PEM, files gone) keeps the value of the certificate it still serves
+    (:class:`migslice.serving.tls.ReloadingSSLContext` keeps it too)."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, key_path: str | None = None) -> None:
         self._path = path
-        self._seen: tuple[float, int] | None = None
+        self._key_path = key_path
+        self._seen: tuple[int, ...] | None = None
         self._not_after: float | None = None
 
     def not_after(self) -> float | None:
         if self._path is None:
             return None
         try:
-            info = os.stat(self._path)
+            stamp: tuple[int, ...] = ()
+            for path in (self._path, self._key_path):
+                if path is not None:  # the key too: a renewal may write it after the cert
+                    info = os.stat(path)
+                    stamp += (info.st_mtime_ns, info.st_size)
         except OSError:
-            return None
-        stamp = (info.st_mtime, info.st_size)
+            return self._not_after  # the server keeps what it loaded: the value stays
         if stamp != self._seen:
             self._seen = stamp
-            self._not_after = _read_not_after(self._path)
+            if self._loadable():
+                self._not_after = _read_not_after(self._path)
+            # else: the server keeps serving the certificate it loaded before
+            # (migslice.serving.tls.ReloadingSSLContext), and so does the metric
         return self._not_after
+
+    def _loadable(self) -> bool:
+        """Whether the server could load the files now (the certificate and its key)."""
+        if self._path is None or self._key_path is None:
+            return True
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self._path, self._key_path)
+        except (ssl.SSLError, OSError):
+            return False
+        return True
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(

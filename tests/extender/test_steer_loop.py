@@ -345,3 +345,19 @@ def test_the_loop_steers_under_the_full_compute_rule() -> None:
     assert steer_rule_name(node, "gpu-1-mig-2g20gb-14-0") not in api.rules
     # ... and 1g claims still keep off the 4g placement's start.
     assert steer_rule_name(node, "gpu-1-mig-1g10gb-19-0") in api.rules
+
+
+def test_a_replica_that_stops_writing_exports_none_of_the_writers_gauges() -> None:
+    """MigsliceDraSteerCapped takes max() over the replicas: a count an ex-writer kept (its
+    Lease lost) would fire for ever."""
+    for cap, kept in ((None, "rules"), (1, "capped_nodes")):
+        index = _index()
+        writer = [True]
+        limits = {} if cap is None else {"max_rules": cap}
+        loop = _loop(index, RulesApi(index), may_write=lambda w=writer: w[0], **limits)
+        loop.round()
+        assert getattr(loop.stats, kept) > 0
+        writer[0] = False
+        loop.round()
+        text = generate_latest(ExtenderMetrics(ExtenderState(index, steer=loop.stats)).registry)
+        assert f"migslice_dra_steer_{kept} 0.0" in text.decode()

@@ -106,3 +106,31 @@ def test_every_metric_a_rule_or_panel_reads_is_exported_with_its_labels() -> Non
         if found.grouping - used:
             missing.append(f"grouping {sorted(found.grouping - used)} in {query!r}")
     assert not missing
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown page has: GitHub's heading ids and explicit ``<a id>``."""
+    found = set(re.findall(r'<a id="([^"]+)"', markdown))
+    for heading in re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE):
+        found.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return found
+
+
+def test_every_alerts_runbook_link_lands_on_its_section() -> None:
+    broken = []
+    for rule in alerts():
+        page, _, anchor = rule["annotations"]["runbook"].partition("#")
+        if anchor not in _anchors((ROOT / page).read_text()):
+            broken.append(f"{rule['alert']}: {rule['annotations']['runbook']}")
+    assert not broken
+
+
+def test_admission_latency_buckets_reach_past_the_longest_webhook_timeout() -> None:
+    """An answer slower than the last finite bucket reads as that bucket in
+    histogram_quantile: the dashboard's p99 would sit at 1 s while admissions near the
+    timeout (5 s by default, at most 30)."""
+    from webhook.metrics import LATENCY_BUCKETS_S
+
+    schema = json.loads((ROOT / "charts" / "migslice" / "values.schema.json").read_text())
+    longest = schema["properties"]["webhook"]["properties"]["timeoutSeconds"]["maximum"]
+    assert max(LATENCY_BUCKETS_S) >= longest

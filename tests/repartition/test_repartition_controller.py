@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
 from prometheus_client import generate_latest
 
 from extender.controller import RepartitionController
@@ -262,3 +263,62 @@ def test_the_leader_exports_the_planners_stranding_rule_as_the_pods_hold_it() ->
         "migslice_repartition_strand_guard 0.0"
         in generate_latest(ExtenderMetrics(state).registry).decode()
     )
+
+
+def scrape(stats: Any) -> str:
+    return generate_latest(
+        ExtenderMetrics(ExtenderState(new_index(), repartition=stats)).registry
+    ).decode()
+
+
+class FailingApi(FakeApi):
+    """The API server answers the pod list with an error from some moment on."""
+
+    failing = False
+
+    def list_pending_pods(self, scheduler_name: str) -> list[dict[str, Any]]:
+        if self.failing:
+            raise OSError("connection refused")
+        return super().list_pending_pods(scheduler_name)
+
+
+def test_the_waits_exported_keep_growing_while_rounds_fail() -> None:
+    """The pending and stuck alerts read waits the leader's round takes: a round that fails
+    (the API server gone) must not freeze them below the alerts' thresholds."""
+    api = FailingApi()
+    now = [NOW]
+    ctl = controller(api, clock=lambda: now[0])
+    ctl.run_once()  # labels gpu-a: a step is open from NOW
+    now[0] += 300
+    ctl.run_once()
+    assert 'migslice_repartition_open_step_age_seconds{mode="mig-manager"} 300.0' in scrape(
+        ctl.stats
+    )
+    api.failing = True
+    now[0] += 1700
+    with pytest.raises(OSError):
+        ctl.run_once()
+    text = scrape(ctl.stats)
+    assert 'migslice_repartition_open_step_age_seconds{mode="mig-manager"} 2000.0' in text
+    assert 'migslice_repartition_open_step_age_seconds{mode="carve"} 0.0' in text  # none open
+    # Unschedulable since 15:00:00; NOW is 15:06:40
+    assert 'migslice_extender_pending_max_age_seconds{profile="3g.40gb"} 2400.0' in text
+
+
+def test_a_replica_that_stops_leading_exports_none_of_the_leaders_gauges() -> None:
+    """The alerts take max() over the replicas: a gauge an ex-leader kept would fire for ever."""
+    api = FakeApi()
+    elector = Elector()
+    ctl = controller(api, elector=elector)
+    ctl.run_once()
+    ctl.stats.nodes_quarantined = 1
+    ctl.stats.mig_manager_config_mismatch = True
+    assert ctl.stats.nodes_in_flight == 1
+    elector.leader = False
+    ctl.run_once()
+    text = scrape(ctl.stats)
+    for gauge in ("nodes_in_flight", "nodes_quarantined", "mig_manager_config_mismatch"):
+        assert f"migslice_repartition_{gauge} 0.0" in text, gauge
+    assert "migslice_repartition_leader 0.0" in text
+    assert "migslice_repartition_open_step_age_seconds{" not in text
+    assert "migslice_extender_pending_max_age_seconds{" not in text

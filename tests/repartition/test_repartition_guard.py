@@ -184,3 +184,23 @@ def test_the_warning_event_is_about_the_cluster_policy() -> None:
     }
     assert (request.body["type"], request.body["reason"]) == ("Warning", EVENT_REASON)
     assert request.body["source"] == {"component": "migslice-repartition"}
+
+
+def test_a_blocked_round_still_exports_the_pods_that_wait() -> None:
+    """While MIG Manager reads another ConfigMap nothing is planned, and the pods that wait
+    meanwhile are what the pending alert reads: they are counted as in any round."""
+    api = FakeApi()
+    settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True))
+    stats = RepartitionStats()
+    check = MigManagerGuard(FakeClusterPolicies([sample_cluster_policy()]), CONFIG_MAP, stats=stats)
+    now = [NOW]
+    ctl = RepartitionController(
+        api, Elector(), new_index(), settings, stats, clock=lambda: now[0], guard=check
+    )
+    ctl.run_once()
+    now[0] += 3600
+    ctl.run_once()
+    text = generate_latest(ExtenderMetrics(ExtenderState(new_index(), repartition=stats)).registry)
+    assert 'migslice_extender_pending_pods{profile="3g.40gb"} 1.0' in text.decode()
+    # Unschedulable since 15:00:00, NOW is 15:06:40, an hour later
+    assert 'migslice_extender_pending_max_age_seconds{profile="3g.40gb"} 4000.0' in text.decode()
