@@ -78,6 +78,7 @@ class ClaimBook:
         self._owned: dict[str, set[str]] = {}  # pod key -> extended-resource claims it controls
         self._named: dict[str, set[str]] = {}  # namespace/claim -> pods naming it
         self._names_of: dict[str, tuple[str, ...]] = {}  # pod key -> the claim keys it names
+        self._live: set[str] = set()  # every live (non-terminal) pod, by key
 
     # -- claims ---------------------------------------------------------------------------
 
@@ -121,8 +122,16 @@ class ClaimBook:
 
     # -- pods naming claims ---------------------------------------------------------------
 
-    def set_pod_claims(self, pod_key: str, claim_keys: Iterable[str]) -> None:
-        """The claims a live pod names by ``resourceClaimName`` (none: forget the pod)."""
+    def set_pod_claims(
+        self, pod_key: str, claim_keys: Iterable[str], *, live: bool = False
+    ) -> None:
+        """The claims a live pod names by ``resourceClaimName`` (none: forget the pod);
+        ``live``: the pod is live whatever it names (it may use a claim made from a template
+        or for its extended resources, which reservedFor or the claim's owner names)."""
+        if live:
+            self._live.add(pod_key)
+        else:
+            self._live.discard(pod_key)
         for key in self._names_of.pop(pod_key, ()):
             named = self._named.get(key, set())
             named.discard(pod_key)
@@ -139,7 +148,10 @@ class ClaimBook:
         named = {p.partition("/")[2] for p in self._named.get(claim_key, ())}
         record = self.claims.get(claim_key)
         if record is not None:
-            named |= {p.partition("/")[2] for p in record.facts.reserved_for if p in self._names_of}
+            held = set(record.facts.reserved_for)
+            if record.facts.owner is not None:
+                held.add(record.facts.owner)
+            named |= {p.partition("/")[2] for p in held if p in self._names_of or p in self._live}
         return tuple(sorted(named))
 
     # -- classes and templates --------------------------------------------------------------

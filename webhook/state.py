@@ -220,7 +220,9 @@ class ClusterState:
     ) -> Mapping[str, int] | None:
         key = f"{namespace}/{pod}"
         found = self._gpu_pods.get(key)
-        if found is None or found.uid != pod_uid:
+        # kube-scheduler creates a pod's extended-resource claim in PreBind, before it binds
+        # the pod: one created for a pod already bound is not its, whatever it says
+        if found is None or found.uid != pod_uid or found.node is not None:
             return None
         paid = self._paid_claim(key)
         if paid is not None and paid != f"{namespace}/{claim}":
@@ -232,6 +234,10 @@ class ClusterState:
 
     def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
         return self._dra.asks_gpu(f"{namespace}/{claim}")
+
+    def extended_claim(self, namespace: str, claim: str) -> bool:
+        record = self._dra.claims.get(f"{namespace}/{claim}")
+        return record is not None and record.facts.extended_resource
 
     def template(self, namespace: str, name: str) -> TemplateFacts | None:
         return self._dra.template(f"{namespace}/{name}")
@@ -478,10 +484,10 @@ class ClusterState:
                 self._gated[key] = raw_pod
             else:
                 self._gated.pop(key, None)
-            self._dra.set_pod_claims(key, named)
+            self._dra.set_pod_claims(key, named, live=not terminal)
             self._keep_gpu_pod(key, pod)
             changed = self._charge(key, pod)
-            touched = self._price_claims(self._dra.owned_by(key))
+            touched = self._price_claims(self._dra.owned_by(key) + named)
             if changed or touched:
                 self._changed(*(p.name for p in self._tenancy.selecting(namespace)))
 
@@ -668,7 +674,13 @@ class ClusterState:
                 continue
             asks = self._dra.asks_of(record)
             owner = f"{record.namespace}/{record.owner[0]}" if record.owner else ""
-            paid = bool(owner) and record.facts.extended_resource and self._paid_claim(owner) == key
+            others = [u for u in self._dra.users(key) if record.owner and u != record.owner[0]]
+            paid = (
+                bool(owner)
+                and record.facts.extended_resource
+                and not others  # a claim another pod uses is not (only) the owner's
+                and self._paid_claim(owner) == key
+            )
             usage = ZERO if paid else claim_usage(asks, self._models_for(record.node))
             now = self.clock.monotonic_s()
             if usage.is_zero:

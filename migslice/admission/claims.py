@@ -234,7 +234,9 @@ def _refusal(
     subject: str,
 ) -> Denial | None:
     if admission.template:
-        reserved = _reserved_name(admission.raw_object, subject)
+        reserved = _reserved_name(admission.raw_object, subject) or _extended_mark(
+            admission.raw_object, subject
+        )
         if reserved is not None:
             return reserved
     isolation = _isolation(reading, policy, subject)
@@ -265,6 +267,21 @@ def _reserved_name(raw_template: Mapping[str, object], subject: str) -> Denial |
         "reserved-name",
         f"{subject}: names {names.MIG_DEVICE_CLASS_PREFIX}<profile> are migslice's claim "
         "templates (one MIG device of migslice's class of that profile); choose another name",
+        422,
+    )
+
+
+def _extended_mark(raw_template: Mapping[str, object], subject: str) -> Denial | None:
+    """A template whose claims would carry kube-scheduler's mark of an extended-resource claim
+    (which the pod's extended resources pay for): never one kube-scheduler made."""
+    claim_metadata = mapping(mapping(mapping(raw_template.get("spec")).get("metadata")))
+    if names.EXTENDED_RESOURCE_CLAIM_ANNOTATION not in mapping(claim_metadata.get("annotations")):
+        return None
+    return Denial(
+        "reserved-annotation",
+        f"{subject}: spec.metadata.annotations sets "
+        f"{names.EXTENDED_RESOURCE_CLAIM_ANNOTATION}, which kube-scheduler sets on the claims "
+        "it makes for a pod's extended resources; remove it",
         422,
     )
 
@@ -373,6 +390,8 @@ def _is_covered(admission: ClaimAdmission, asks: tuple[ClaimAsk, ...], view: Clu
     if owner is None:
         return False
     name = text(metadata.get("name")) or text(metadata.get("generateName")) or ""
+    if any(p != owner[0] for p in view.claim_users(admission.namespace, name)):
+        return False  # named by another pod: kube-scheduler's claim is its owner's alone
     requests = view.covering_pod(admission.namespace, owner[0], owner[1], name)
     return requests is not None and covers(requests, asks)
 

@@ -134,10 +134,13 @@ def _claims_only(
     asks for NVIDIA GPUs; then its tenant's, pointed at migslice-scheduler, and for a
     hardware-isolation tenant never sharing a claim with another pod."""
     namespace = admission.namespace
+    # A claim or template not seen yet (the pod may be created first) may ask for GPUs: in a
+    # tenant's namespace it is the tenant's, as one that does.
+    unseen = bool(view.tenant_policies(namespace))
     gpu = any(
-        (view.claim_asks_gpu(namespace, ref.claim) if ref.claim else None)
+        (_or(view.claim_asks_gpu(namespace, ref.claim), unseen) if ref.claim else False)
         or (
-            (view.template(namespace, ref.template) or NO_TEMPLATE).asks_gpu
+            _or(_template_asks(view.template(namespace, ref.template)), unseen)
             if ref.template
             else False
         )
@@ -163,16 +166,35 @@ def _claims_only(
     return AdmissionDecision(allowed=True, reason="admitted", patch=tuple(ops), tenant=policy.name)
 
 
+def _or(known: bool | None, unseen: bool) -> bool:
+    return unseen if known is None else known
+
+
+def _template_asks(found: TemplateFacts | None) -> bool | None:
+    return None if found is None else found.asks_gpu
+
+
 def _shared_claim(
     admission: PodAdmission, intent: PodIntent, policy: TenantPolicy, view: ClusterView
 ) -> Denial | None:
-    """A hardware-isolation tenant's pod naming a claim that another live pod uses."""
+    """A pod naming kube-scheduler's claim for a pod's extended resources (whatever the tier:
+    kube-scheduler never has a pod name one, and the pod it was made for pays for it), or a
+    hardware-isolation tenant's pod naming a claim that another live pod uses."""
+    for ref in intent.claims:
+        if ref.claim is not None and view.extended_claim(admission.namespace, ref.claim):
+            return Denial(
+                "extended-claim",
+                f"names ResourceClaim {admission.namespace}/{ref.claim} (spec.resourceClaims "
+                f"\"{ref.name}\"), which is marked as kube-scheduler's claim for a pod's "
+                f"extended resources ({names.EXTENDED_RESOURCE_CLAIM_ANNOTATION}); only that "
+                "pod uses it: name a claim of your own (resourceClaimTemplateName)",
+            )
     if policy.isolation is not Isolation.HARDWARE:
         return None
     own = pod_label(admission.namespace, admission.raw_pod).partition("/")[2]
     for ref in intent.claims:
-        if ref.claim is None or not view.claim_asks_gpu(admission.namespace, ref.claim):
-            continue
+        if ref.claim is None or view.claim_asks_gpu(admission.namespace, ref.claim) is False:
+            continue  # a claim not seen yet may be a GPU claim: who names it counts
         others = [p for p in view.claim_users(admission.namespace, ref.claim) if p != own]
         if others:
             return Denial(

@@ -56,6 +56,11 @@ class ClusterView(Protocol):
         """Whether ResourceClaim ``claim`` asks for NVIDIA GPUs (None: not seen)."""
         ...
 
+    def extended_claim(self, namespace: str, claim: str) -> bool:
+        """Whether ResourceClaim ``claim`` is marked as kube-scheduler's claim for a pod's
+        extended resources (annotation ``resource.kubernetes.io/extended-resource-claim``)."""
+        ...
+
     def template(self, namespace: str, name: str) -> TemplateFacts | None:
         """The ResourceClaimTemplate ``name`` of ``namespace`` (None: not seen)."""
         ...
@@ -76,6 +81,8 @@ class StaticView:
     """``namespace/claim`` -> the live pods that use it."""
     gpu_claims: Mapping[str, bool] = field(default_factory=dict)
     templates: Mapping[str, TemplateFacts] = field(default_factory=dict)
+    extended_claims: frozenset[str] = frozenset()
+    """``namespace/claim`` of the claims marked as made for a pod's extended resources."""
 
     def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
         labels = self.labels.get(namespace, {"kubernetes.io/metadata.name": namespace})
@@ -101,6 +108,9 @@ class StaticView:
 
     def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
         return self.gpu_claims.get(f"{namespace}/{claim}")
+
+    def extended_claim(self, namespace: str, claim: str) -> bool:
+        return f"{namespace}/{claim}" in self.extended_claims
 
     def template(self, namespace: str, name: str) -> TemplateFacts | None:
         return self.templates.get(f"{namespace}/{name}")

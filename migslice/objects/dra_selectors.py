@@ -96,13 +96,20 @@ class _Parts:
     unread: list[str] = field(default_factory=list)
 
 
+MAX_EXPRESSION = 10 * 1024
+"""kube-apiserver's limit on a CEL selector (``CELSelectorExpressionMaxLength``); the webhook
+reads objects before that validation, so a longer one is never read (it is never stored)."""
+MAX_NESTING = 64
+
+
 def read_selectors(expressions: Iterable[str]) -> DeviceSelection:
     """The selection of CEL ``expressions`` that must all hold."""
     parts = _Parts()
     for expression in expressions:
-        conjuncts = _conjuncts(expression)
+        too_deep = len(expression) > MAX_EXPRESSION or _nesting(expression) > MAX_NESTING
+        conjuncts = None if too_deep else _conjuncts(expression)
         if conjuncts is None:
-            parts.unread.append(expression.strip())
+            parts.unread.append(_shown(expression.strip()))
             continue
         for conjunct in conjuncts:
             _read_part(conjunct, parts)
@@ -114,6 +121,16 @@ def read_selectors(expressions: Iterable[str]) -> DeviceSelection:
         unread=tuple(parts.unread),
         conflict=conflict,
     )
+
+
+SHOWN = 200
+"""The most of an unread expression a message repeats."""
+
+
+def _shown(expression: str) -> str:
+    if len(expression) <= SHOWN:
+        return expression
+    return f"{expression[:SHOWN]}... ({len(expression)} characters)"
 
 
 def _read_part(part: str, parts: _Parts) -> None:
@@ -138,7 +155,7 @@ def _read_part(part: str, parts: _Parts) -> None:
     if match is not None and _string(match, 2) == DRA_DRIVER:
         parts.slices.add(int(match[1]))
         return
-    parts.unread.append(part)
+    parts.unread.append(_shown(part))
 
 
 def _string(match: re.Match[str], first: int) -> str:
@@ -192,6 +209,18 @@ def _conjuncts(expression: str) -> list[str] | None:
         inner = _conjuncts(part) if part != text else None
         flat.extend(inner if inner is not None and len(inner) > 1 else [part])
     return flat
+
+
+def _nesting(text: str) -> int:
+    """The deepest bracket nesting of ``text`` (quotes not considered: an upper bound)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}":
+            depth -= 1
+    return deepest
 
 
 def _unwrap(text: str) -> str | None:

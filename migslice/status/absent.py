@@ -101,6 +101,9 @@ class _ClusterView:
     def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
         return None
 
+    def extended_claim(self, namespace: str, claim: str) -> bool:
+        return False
+
     def template(self, namespace: str, name: str) -> TemplateFacts | None:
         return None
 

@@ -367,6 +367,138 @@ def test_a_second_pod_naming_a_hardware_tenants_claim_is_denied_from_the_caches(
     assert client.post("/mutate", json=make_review(second)).get_json()["response"]["allowed"]
 
 
+def _pod_answer(client: FlaskClient, pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    pod.pop("status", None)
+    pod["spec"].pop("schedulerName", None)
+    reply = client.post("/mutate", json=make_review(pod, uid=uid))
+    assert reply.status_code == 200, reply.get_data(as_text=True)
+    return dict(reply.get_json()["response"])
+
+
+def test_a_claim_made_for_another_pod_is_that_pods_for_a_hardware_tenant() -> None:
+    """Kubernetes checks who owns a claim only for resourceClaimTemplateName entries: a pod
+    naming the claim the controller made from a template for another pod, or the claim
+    kube-scheduler made for another pod's extended resources, would share its device."""
+    state = tenant_state()
+    state.upsert_claim(
+        make_claim("a-gpu-x7k2q", owner="a", allocated=[("gpu-1", "gpu-0-mig-1g10gb-19-0")])
+    )
+    state.upsert_pod(make_claim_pod("a", {}, templates={"gpu": "a-gpu-x7k2q"}, node_name="gpu-1"))
+    client = create_app(WebhookSettings(), state).test_client()
+    answer = _pod_answer(client, make_claim_pod("b", {"gpu": "a-gpu-x7k2q"}), "uid-b")
+    assert not answer["allowed"]
+    assert "which pod team-a/a uses too" in answer["status"]["message"]
+    state.delete_pod("team-a", "a")  # the pod gone: its claim is nobody's
+    assert _pod_answer(client, make_claim_pod("b", {"gpu": "a-gpu-x7k2q"}), "uid-b")["allowed"]
+
+
+def test_a_pod_created_before_its_claim_is_its_tenants() -> None:
+    """A claim or template the caches have not seen may ask for GPUs: in a tenant's namespace
+    the pod gets the tenant's node pool and scheduler, and a second pod naming the same claim
+    is a second user of it (pods first, claim after, would otherwise share a device)."""
+    state = tenant_state(nodeSelector={"pool": "team-a"})
+    client = create_app(WebhookSettings(), state).test_client()
+    first = make_claim_pod("a", {"gpu": "later"})
+    answer = _pod_answer(client, first, "uid-a")
+    assert answer["allowed"]
+    patched = jsonpatch.apply_patch(first, json.loads(base64.b64decode(answer["patch"])))
+    assert patched["spec"]["nodeSelector"] == {"pool": "team-a"}
+    assert patched["spec"]["schedulerName"] == "migslice-scheduler"
+    state.upsert_pod(patched)
+    second = _pod_answer(client, make_claim_pod("b", {"gpu": "later"}), "uid-b")
+    assert not second["allowed"]
+    assert "which pod team-a/a uses too" in second["status"]["message"]
+    template = _pod_answer(client, make_claim_pod("d", {}, templates={"gpu": None}), "uid-d")
+    assert template["allowed"] and "patch" in template
+    # outside any tenant's namespace nothing changes
+    elsewhere = make_claim_pod("e", {"gpu": "later"}, namespace="other")
+    assert "patch" not in _pod_answer(client, elsewhere, "uid-e")
+
+
+def test_a_claim_marked_as_kube_schedulers_pays_only_for_the_pod_it_was_made_for() -> None:
+    """A tenant may write kube-scheduler's mark (and an owner reference to its own pod) on a
+    claim: one made for a pod already bound, or named by another pod, or made from a template
+    carrying the mark, is not kube-scheduler's and is charged or refused (quota 1 instance,
+    held by the running pod p on a device-plugin node)."""
+    state = tenant_state(quota={"instances": 1}, isolation="process", tiers=["mig", "shared"])
+    client = create_app(WebhookSettings(), state).test_client()
+    running = make_claim_pod("p", {}, mig={"1g.10gb": 1}, node_name="gpu-1", phase="Running")
+    running["metadata"]["annotations"] = {"migslice.io/reservation": "uid-p"}
+    state.upsert_pod(running)
+
+    def review(raw: dict[str, Any], uid: str, kind: tuple[str, str, str]) -> dict[str, Any]:
+        plural = "resourceclaims" if kind == CLAIM_KIND else "resourceclaimtemplates"
+        reply = client.post("/mutate", json=make_review(raw, uid=uid, kind=kind, resource=plural))
+        return dict(reply.get_json()["response"])
+
+    forged = make_claim(
+        "free", device_class="migslice-mig-1g.10gb", profile=None, owner="p", extended_resource=True
+    )
+    answer = review(forged, "uid-forged", CLAIM_KIND)
+    assert not answer["allowed"] and "quota" in answer["status"]["message"]
+    # a marked claim in the cache (written while the webhook was away): no pod may name it
+    state.upsert_claim(forged)
+    named = _pod_answer(client, make_claim_pod("q", {"gpu": "free"}), "uid-q")
+    assert not named["allowed"]
+    assert "kube-scheduler's claim for a pod's extended resources" in named["status"]["message"]
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "marked", "namespace": "team-a"},
+        "spec": {
+            "metadata": {"annotations": {"resource.kubernetes.io/extended-resource-claim": "true"}},
+            "spec": make_claim("x", device_class="migslice-mig-1g.10gb", profile=None)["spec"],
+        },
+    }
+    answer = review(template, "uid-template", TEMPLATE_KIND)
+    assert not answer["allowed"]
+    assert (
+        "spec.metadata.annotations sets resource.kubernetes.io/extended-resource-claim"
+        in (answer["status"]["message"])
+    )
+
+
+def test_a_claim_another_pod_names_is_charged_when_the_cache_sees_it() -> None:
+    """Named by a pod created before it (so the webhook could not refuse the pod), a marked
+    claim is not paid by the pod it names as owner."""
+    state = tenant_state(isolation="process", tiers=["mig", "shared"])
+    pending = make_claim_pod("p", {}, mig={"1g.10gb": 1})
+    pending["metadata"]["annotations"] = {"migslice.io/reservation": "uid-p"}
+    state.upsert_pod(pending)
+    state.upsert_pod(make_claim_pod("q", {"gpu": "free"}))
+    marked = make_claim(
+        "free", device_class="migslice-mig-1g.10gb", profile=None, owner="p", extended_resource=True
+    )
+    state.upsert_claim(marked)
+    assert state.tenant_usage("team-a").instances == 2
+
+
+def test_a_selector_too_long_or_too_deep_to_read_is_refused_at_once_and_shown_short() -> None:
+    """A tenant's claim is read before kube-apiserver validates it: a selector longer than
+    kube-apiserver's 10 KiB limit or nested past 64 parentheses is not parsed (parsing it
+    recursed past Python's limit: a 500) and its denial repeats 200 characters of it."""
+    state = tenant_state()
+    client = create_app(WebhookSettings(), state).test_client()
+    condition = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+    for expression in (
+        "(" * 5000 + condition + ")" * 5000,
+        " && ".join([condition] * 2000),
+        "(" * 80 + condition + ")" * 80,
+    ):
+        claim = make_claim("deep", profile=None)
+        claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+            {"cel": {"expression": expression}}
+        ]
+        reply = client.post(
+            "/mutate",
+            json=make_review(claim, kind=CLAIM_KIND, resource="resourceclaims"),
+        )
+        assert reply.status_code == 200
+        answer = reply.get_json()["response"]
+        assert not answer["allowed"] and answer["status"]["code"] == 422
+        assert len(answer["status"]["message"]) < 2000
+
+
 # -- hostile claims and templates ------------------------------------------------------------
 
 opaque_configs = st.fixed_dictionaries(
