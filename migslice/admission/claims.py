@@ -50,6 +50,7 @@ from migslice.objects.resource_claims import (
     claim_facts_from_raw,
     gpu_asks,
     is_nvidia_gpu,
+    too_much_to_read,
 )
 from migslice.objects.resource_slices import DeviceKind
 from migslice.policy import Isolation, TenantPolicy, Tier
@@ -106,6 +107,9 @@ def read_claim(
     facts = claim_facts_from_raw(raw_claim)
     assert facts is not None
     raw_requests = items(mapping(raw_spec.get("devices")).get("requests"))
+    too_much = too_much_to_read(raw_requests)
+    if too_much:  # not parsed: it cannot be told apart from a GPU claim (a tenant's is denied)
+        return ClaimReading(unread=(too_much,), touches_gpu=True, unknown_only=True)
     asks: list[GpuAsk] = []
     unread: list[str] = []
     sharing: list[tuple[str, str]] = []

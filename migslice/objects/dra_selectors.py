@@ -99,7 +99,7 @@ class _Parts:
 MAX_EXPRESSION = 10 * 1024
 """kube-apiserver's limit on a CEL selector (``CELSelectorExpressionMaxLength``); the webhook
 reads objects before that validation, so a longer one is never read (it is never stored)."""
-MAX_NESTING = 64
+MAX_NESTING = 16
 
 
 def read_selectors(expressions: Iterable[str]) -> DeviceSelection:

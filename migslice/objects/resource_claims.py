@@ -105,10 +105,17 @@ def claim_facts_from_raw(raw_claim: RawClaim) -> ClaimFacts | None:
         if ref.get("kind") == "Pod" and ref.get("controller") is True and text(ref.get("name")):
             owner = f"{namespace}/{text(ref.get('name'))}"
     annotations = mapping(metadata.get("annotations"))
+    raw_requests = items(spec.get("requests"))
+    too_much = too_much_to_read(raw_requests)
     return ClaimFacts(
         key=f"{namespace}/{name}",
         requests=tuple(
-            _request(mapping(raw), i) for i, raw in enumerate(items(spec.get("requests")))
+            _request(mapping(raw), i)
+            if not too_much
+            else ClaimRequest(
+                text(mapping(raw).get("name")) or f"#{i}", "", DeviceSelection(), unread=too_much
+            )
+            for i, raw in enumerate(raw_requests)
         ),
         allocated=isinstance(allocation, Mapping),
         devices=devices,
@@ -116,6 +123,39 @@ def claim_facts_from_raw(raw_claim: RawClaim) -> ClaimFacts | None:
         owner=owner,
         extended_resource=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
     )
+
+
+MAX_REQUESTS = 32
+"""kube-apiserver's limits on a claim (``DeviceRequestsMaxSize``, ``DeviceSelectorsMaxSize``);
+the webhook reads a claim before kube-apiserver validates it."""
+MAX_SELECTORS = 32
+MAX_CLAIM_CEL = 32 * 1024
+"""The most CEL text of one claim migslice reads: selectors cost up to tens of milliseconds
+per 10 KiB each to read, under the lock every admission takes."""
+
+
+def too_much_to_read(raw_requests: list[object]) -> str:
+    """Why a claim's requests are too many or too long to read, or "" when they are not."""
+    if len(raw_requests) > MAX_REQUESTS:
+        return f"{len(raw_requests)} requests, more than kube-apiserver takes ({MAX_REQUESTS})"
+    total = 0
+    for raw in raw_requests:
+        request = mapping(raw)
+        parts = [mapping(request.get("exactly"))]
+        parts += [mapping(p) for p in items(request.get("firstAvailable"))]
+        for part in parts:
+            selectors = items(part.get("selectors"))
+            if len(selectors) > MAX_SELECTORS:
+                return (
+                    f"{len(selectors)} selectors in one request, more than kube-apiserver "
+                    f"takes ({MAX_SELECTORS})"
+                )
+            for selector in selectors:
+                expression = mapping(mapping(selector).get("cel")).get("expression")
+                total += len(expression) if isinstance(expression, str) else 0
+    if total > MAX_CLAIM_CEL:
+        return f"selectors of {total} characters in all, more than migslice reads ({MAX_CLAIM_CEL})"
+    return ""
 
 
 def _request(raw: JsonObject, index: int) -> ClaimRequest:

@@ -475,7 +475,7 @@ def test_a_claim_another_pod_names_is_charged_when_the_cache_sees_it() -> None:
 
 def test_a_selector_too_long_or_too_deep_to_read_is_refused_at_once_and_shown_short() -> None:
     """A tenant's claim is read before kube-apiserver validates it: a selector longer than
-    kube-apiserver's 10 KiB limit or nested past 64 parentheses is not parsed (parsing it
+    kube-apiserver's 10 KiB limit or nested past 16 parentheses is not parsed (parsing it
     recursed past Python's limit: a 500) and its denial repeats 200 characters of it."""
     state = tenant_state()
     client = create_app(WebhookSettings(), state).test_client()
@@ -497,6 +497,42 @@ def test_a_selector_too_long_or_too_deep_to_read_is_refused_at_once_and_shown_sh
         answer = reply.get_json()["response"]
         assert not answer["allowed"] and answer["status"]["code"] == 422
         assert len(answer["status"]["message"]) < 2000
+
+
+@pytest.mark.parametrize(
+    ("shape", "said"),
+    [
+        ("requests", "33 requests, more than kube-apiserver takes (32)"),
+        ("selectors", "33 selectors in one request, more than kube-apiserver takes (32)"),
+        ("text", "more than migslice reads (32768)"),
+    ],
+)
+def test_a_claim_past_kube_apiservers_limits_or_too_long_to_read_is_not_parsed(
+    shape: str, said: str
+) -> None:
+    """The webhook reads a claim before kube-apiserver validates it, under the lock every
+    admission takes: 3 MB of nested selectors held it for seconds. Past the API's own limits,
+    or 32 KiB of CEL, a tenant's claim is denied unread and another namespace's left alone."""
+    condition = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+    claim = make_claim("big", profile=None)
+    request = claim["spec"]["devices"]["requests"][0]
+    selector = {"cel": {"expression": condition}}
+    if shape == "requests":
+        claim["spec"]["devices"]["requests"] = [{**request, "name": f"r{i}"} for i in range(33)]
+    elif shape == "selectors":
+        request["exactly"]["selectors"] = [selector] * 33
+    else:
+        nested = {"cel": {"expression": "(" * 30 + condition + ")" * 30}}
+        request["exactly"]["selectors"] = [nested] * 32
+        claim["spec"]["devices"]["requests"] = [{**request, "name": f"r{i}"} for i in range(32)]
+    client = create_app(WebhookSettings(), tenant_state()).test_client()
+    for namespace, denied in (("team-a", True), ("other", False)):
+        claim["metadata"]["namespace"] = namespace
+        review = make_review(claim, kind=CLAIM_KIND, resource="resourceclaims", namespace=namespace)
+        answer = client.post("/mutate", json=review).get_json()["response"]
+        assert answer["allowed"] is not denied
+        if denied:
+            assert said in answer["status"]["message"] and answer["status"]["code"] == 422
 
 
 # -- hostile claims and templates ------------------------------------------------------------
