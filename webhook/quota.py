@@ -51,6 +51,7 @@ from migslice.admission.ledger import (
     failed_charges,
 )
 from migslice.errors import MigsliceError
+from migslice.kube.informer import WATCH_GRACE_S, WATCH_TIMEOUT_S
 from migslice.kube.ledger import ForeignWriteError, LedgerStore
 from migslice.objects.times import format_micro_time
 from webhook.state import ClusterState
@@ -58,6 +59,7 @@ from webhook.state import ClusterState
 log = logging.getLogger(__name__)
 
 DEFAULT_HOLD_S = 45.0
+UNNOTICED_STALL_S = WATCH_TIMEOUT_S + WATCH_GRACE_S
 MAX_CHARGES = 4000
 """Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
 tenant admitting faster than MAX_CHARGES per hold waits (503, retried)."""
@@ -163,9 +165,12 @@ class QuotaKeeper:
         self.max_blind_s = max_blind_s
         self.attempts = attempts
         self.wall_clock = wall_clock
-        # A replica decides only while its caches lag by at most max_blind_s: a charge whose
-        # pod this cache has held twice that long (and 5 s more) is counted everywhere.
-        self.settle_s = 2 * max_blind_s + 5.0
+        # A replica decides while its caches lag by at most max_blind_s past the longest a
+        # stalled watch goes unnoticed (Informer.blind_s: its timeout plus WATCH_GRACE_S; an
+        # open connection that carries no bytes, as to a dead API server, looks like a quiet
+        # cluster until then): a charge whose pod this cache has held longer than that (twice
+        # max_blind_s, and 5 s more) is counted everywhere.
+        self.settle_s = UNNOTICED_STALL_S + 2 * max_blind_s + 5.0
         self.new_epoch = new_epoch
         self.mark_wait_s = mark_wait_s
         self.fence_listeners: list[Callable[[Fence], None]] = []

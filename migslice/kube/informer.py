@@ -96,6 +96,9 @@ class ResourceRef:
         return query
 
 
+WATCH_TIMEOUT_S = 60
+"""How long an informer asks each watch to last (``timeoutSeconds``), unless told otherwise."""
+
 WATCH_GRACE_S = 15.0
 """How long past its own timeout a watch may stay unanswered before its cache counts as
 disconnected (the server ends a watch at ``timeoutSeconds``; this covers a slow close)."""
@@ -135,6 +138,17 @@ class InformerStats:
 
 class GoneError(KubeError):
     """The resourceVersion is too old (410 Gone): list again."""
+
+
+class ContinueExpiredError(GoneError):
+    """A list's ``continue`` token expired (410): list again, whole, in one request
+    (client-go's pager does the same: paging again could expire again, forever)."""
+
+
+SHORT_WATCH_S = 1.0
+"""A watch that ends normally sooner than this without one event is followed by a backoff (as
+client-go's "very short watch"): a server or proxy that closes every watch at once would
+otherwise be asked again in a tight loop."""
 
 
 _LIST_HEAD = re.compile(
@@ -235,7 +249,7 @@ class Informer(Generic[T]):
     project: Callable[[RawObject], T | None]
     sink: Sink[T] | PageSink[T]
     page_size: int = 500
-    watch_timeout_s: int = 60
+    watch_timeout_s: int = WATCH_TIMEOUT_S
     backoff: Backoff = RELIST_BACKOFF
     clock: Callable[[], float] = time.monotonic
     random_unit: Callable[[], float] = random.random
@@ -247,6 +261,7 @@ class Informer(Generic[T]):
     _lost_at: float | None = field(default=None, repr=False)
     _resource_version: str = field(default="", repr=False)
     _keys: set[str] = field(default_factory=set, repr=False)
+    _unpaged: bool = field(default=False, repr=False)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -297,27 +312,41 @@ class Informer(Generic[T]):
     def run(self) -> None:
         """List, then watch, until stopped (runs in the informer's thread)."""
         failures = 0
+        gone = 0  # 410s in a row: the first lists again at once, the next ones back off
         while not self._stop.is_set():
             try:
                 self.list_once()
                 failures = 0
+                short = 0  # watches in a row that ended at once without an event
                 while not self._stop.is_set():
-                    self.watch_once()
-            except GoneError:
-                if self._lost_at is None:
-                    self._lost_at = self.clock()
+                    started = self.clock()
+                    if self.watch_once():
+                        gone = short = 0
+                    elif self.clock() - started < SHORT_WATCH_S:
+                        short += 1  # client-go's "very short watch": back off, then again
+                        self._stop.wait(self.backoff.wait_s(short, self.random_unit()))
+            except GoneError as error:
+                self._lose()
                 self.stats.relists_gone += 1
+                gone += 1
+                if isinstance(error, ContinueExpiredError):
+                    self._unpaged = True
+                delay = 0.0 if gone == 1 else self.backoff.wait_s(gone - 1, self.random_unit())
                 log.info(
-                    "informer=%s resourceVersion=%s expired (410 Gone); listing again",
+                    "informer=%s resourceVersion=%s expired (410 Gone: %s); listing again%s "
+                    "in %.1fs",
                     self.name,
                     self._resource_version,
+                    error,
+                    " in one request" if self._unpaged else "",
+                    delay,
                 )
+                self._stop.wait(delay)
             except Exception as error:  # the loop must outlive any one failure
                 failures += 1
                 self.stats.errors += 1
                 self.stats.last_error = str(error)
-                if self._lost_at is None:
-                    self._lost_at = self.clock()
+                self._lose()
                 delay = self.backoff.wait_s(failures, self.random_unit())
                 log.warning(
                     "informer=%s list/watch failed (%s); retrying in %.1fs",
@@ -361,6 +390,7 @@ class Informer(Generic[T]):
         else:
             paged.listed(frozenset(keys))
         self._keys = keys
+        self._unpaged = False
         self.stats.lists += 1
         self._synced = True
         self._lost_at = None
@@ -400,18 +430,21 @@ class Informer(Generic[T]):
 
     def _fetch(self, token: str) -> bytes:
         query = self.resource.query()
-        query["limit"] = str(self.page_size)
+        if not self._unpaged:
+            query["limit"] = str(self.page_size)
         if token:
             query["continue"] = token
         try:
             return self.transport.get_bytes(self.resource.path, query)
         except ApiError as error:
             if error.status == 410:
-                raise GoneError(str(error)) from None
+                raise (ContinueExpiredError if token else GoneError)(str(error)) from None
             raise
 
-    def watch_once(self) -> None:
-        """Watch from the last resourceVersion until the server ends the stream."""
+    def watch_once(self) -> bool:
+        """Watch from the last resourceVersion until the server ends the stream; whether it
+        delivered an event (a bookmark counts)."""
+        events = 0
         query = self.resource.query()
         query.update(
             {
@@ -427,13 +460,15 @@ class Informer(Generic[T]):
             )
             for line in lines:
                 if self._stop.is_set():
-                    return
+                    return True
                 self._apply(line)
+                events = -1
         except ApiError as error:
             if error.status == 410:
                 raise GoneError(str(error)) from None
             raise
         self._touch()
+        return events < 0
 
     def _apply(self, line: bytes) -> None:
         event = orjson.loads(line)
@@ -479,6 +514,17 @@ class Informer(Generic[T]):
             field = _SUBJECTS.get(kind, "object")
             log.warning("informer=%s %s=%s skipped: %s", self.name, field, key, error)
             return None
+
+    def _lose(self) -> None:
+        """Mark the cache as not following the API server, from when it stopped: a watch that
+        failed after hanging unanswered counts from when it became overdue (as
+        :meth:`blind_s` counted it), not from when the read finally timed out."""
+        if self._lost_at is not None:
+            return
+        now = self.clock()
+        if self._synced and self._last_contact is not None:
+            now = min(now, self._last_contact + self.watch_timeout_s + WATCH_GRACE_S)
+        self._lost_at = now
 
     def _touch(self) -> None:
         self._last_contact = self.clock()

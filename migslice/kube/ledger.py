@@ -114,7 +114,12 @@ class Api(Protocol):
     ) -> RawObject: ...
 
     def patch_json(
-        self, path: str, patch: Mapping[str, Any], content_type: str = ...
+        self,
+        path: str,
+        patch: Mapping[str, Any],
+        content_type: str = ...,
+        *,
+        timeout_s: float = ...,
     ) -> RawObject: ...
 
 
@@ -229,7 +234,9 @@ class ConfigMapLedgers:
 
     def mark(self, tenant: str, epoch: str) -> None:
         patch = {"status": {MARK_KEY: {"epoch": epoch, "configMap": self._where(tenant)}}}
-        self._api.patch_json(status_path(tenant), patch, "application/merge-patch+json")
+        self._api.patch_json(
+            status_path(tenant), patch, "application/merge-patch+json", timeout_s=self._timeout_s
+        )
 
     def where(self, tenant: str) -> str:
         return f"ConfigMap {self._where(tenant)}"

@@ -143,7 +143,9 @@ class KubernetesTransport:
         url = configuration.host.rstrip("/") + path
         if query:
             url += "?" + urllib.parse.urlencode(dict(query))
-        timeout = urllib3.Timeout(connect=self._connect_timeout_s, read=read_timeout_s)
+        # A call with a short budget (a ledger's 3 s) connects within it too.
+        connect_s = min(self._connect_timeout_s, read_timeout_s)
+        timeout = urllib3.Timeout(connect=connect_s, read=read_timeout_s)
         try:
             response: urllib3.BaseHTTPResponse = self._api.rest_client.pool_manager.request(
                 method,
@@ -190,12 +192,14 @@ class KubernetesTransport:
         path: str,
         patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         content_type: str = "application/merge-patch+json",
+        *,
+        timeout_s: float = 30.0,
     ) -> RawObject:
         """PATCH ``path`` with ``patch`` (a JSON merge patch by default; a list is a JSON
         Patch, ``application/json-patch+json``); the updated object."""
         body = json.dumps(patch, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=30.0, method="PATCH", body=body, content_type=content_type
+            path, {}, read_timeout_s=timeout_s, method="PATCH", body=body, content_type=content_type
         )
         return self._read_json("PATCH", path, response)
 

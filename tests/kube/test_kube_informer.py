@@ -160,9 +160,11 @@ def test_410_gone_makes_it_list_again(
     assert informer.stats.errors == 0
 
 
-def test_an_expired_continue_token_restarts_the_list_from_the_start_and_delivers_it_whole(
+def test_an_expired_continue_token_lists_again_whole_in_one_request(
     api: tuple[RecordedApi, KubernetesTransport],
 ) -> None:
+    """client-go's pager does the same: a list that takes longer than a continue token lives
+    would, paged again, expire again for ever (it never synced)."""
     recorded, transport = api
     # kube-apiserver's answer to a continue token older than etcd's compaction window.
     expired = {
@@ -179,8 +181,7 @@ def test_an_expired_continue_token_restarts_the_list_from_the_start_and_delivers
     recorded.lists = [
         (200, node_list([node("n1", "5"), node("n2", "6")], "100", token="page-2")),
         (410, expired),
-        (200, node_list([node("n1", "5"), node("n2", "6")], "400", token="page-2b")),
-        (200, node_list([node("n3", "7")], "400")),
+        (200, node_list([node("n1", "5"), node("n2", "6"), node("n3", "7")], "400")),
     ]
     sink = RecordingSink()
     informer = make_informer(transport, sink)
@@ -192,10 +193,9 @@ def test_an_expired_continue_token_restarts_the_list_from_the_start_and_delivers
     assert sink.calls == ["replace ['n1', 'n2', 'n3']"]  # never a partial list
     assert informer.stats.relists_gone == 1 and informer.stats.errors == 0
     assert informer.resource_version == "400"
-    first, second, restart, last = recorded.requests[:4]
+    first, second, restart = recorded.requests[:3]
     assert second["continue"] == "page-2"
-    assert "continue" not in restart and restart["limit"] == first["limit"]
-    assert last["continue"] == "page-2b"
+    assert "continue" not in restart and "limit" not in restart and "limit" in first
 
 
 def test_api_errors_back_off_and_recover_while_staleness_shows(
@@ -313,6 +313,67 @@ def test_a_quiet_watch_stays_connected_and_one_unanswered_past_its_timeout_does_
     assert informer.connected
     clock.now_s += 6.0  # 80 s without an answer: 5 s past timeout + grace
     assert not informer.connected and informer.blind_s() == pytest.approx(5.0)
+
+
+def test_a_hung_watch_that_finally_fails_stays_blind_from_when_it_became_overdue(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    """A watch to a stalled API server is counted blind once overdue (75 s), and its read
+    times out later (90 s): the failure must not start the blindness again from 0, which made
+    /readyz answer 200 mid-outage on a cache 90 s old."""
+    recorded, transport = api
+    recorded.lists = [(200, node_list([node("n1", "5")], "9"))]
+    clock = ManualClock()
+    released = threading.Event()
+    answered = recorded.answer
+
+    def answer(query: dict[str, str]) -> tuple[int, Any]:
+        if query.get("watch") == "true":
+            released.wait(5.0)  # the stalled read, until the test's clock says 90 s
+            return 500, {"kind": "Status", "status": "Failure", "code": 500}
+        if recorded.lists:
+            return answered(query)
+        return 503, {"kind": "Status", "status": "Failure", "code": 503}  # still away
+
+    recorded.answer = answer  # type: ignore[method-assign]
+    informer = make_informer(transport, RecordingSink())
+    informer.clock = clock
+    informer.watch_timeout_s = 60
+    informer.start()
+    try:
+        wait_for(lambda: informer.synced)
+        clock.now_s += 80.0
+        assert informer.blind_s() == pytest.approx(5.0)
+        clock.now_s += 10.0
+        released.set()
+        wait_for(lambda: informer.stats.errors >= 1)
+        assert informer.blind_s() == pytest.approx(15.0)
+        assert not informer.connected
+    finally:
+        released.set()
+        informer.stop()
+
+
+def test_a_watch_that_ends_at_once_and_a_410_every_time_back_off(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    """A server (or proxy) that closes every watch at once, or answers every watch 410, was
+    asked again back to back: thousands of watches and full lists a second."""
+    for watch in ((200, []), (410, {"kind": "Status", "status": "Failure", "code": 410})):
+        recorded, transport = api
+        recorded.requests.clear()
+        recorded.lists = [(200, node_list([node("n1", "5")], "9"))] * 1000
+        recorded.watches = [watch] * 1000
+        informer = make_informer(transport, RecordingSink())
+        informer.backoff = Backoff(initial_s=0.2, max_s=0.4)
+        informer.start()
+        try:
+            wait_for(lambda i=informer: i.synced)
+            time.sleep(1.0)
+        finally:
+            informer.stop()
+        watches = sum(1 for q in recorded.requests if q.get("watch") == "true")
+        assert 1 <= watches <= 8, (watch[0], watches)
 
 
 class PageRecordingSink:

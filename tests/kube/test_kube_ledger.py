@@ -3,7 +3,9 @@ create, replace guarded by resourceVersion (409 Conflict), and a paged list of p
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,8 +14,9 @@ from migslice import names
 from migslice.admission.ledger import Charge, Ledger, LedgerConflictError, LedgerError
 from migslice.admission.usage import SliceUsage
 from migslice.kube.ledger import DATA_KEY, ConfigMapLedgers, ForeignWriteError, ledger_name
+from migslice.kube.transport import ApiError
 from tests.ledger_api import LedgerApi
-from tests.local_api import local_api
+from tests.local_api import Request, local_api
 
 ONE = SliceUsage(1, 1, 1, (("1g.10gb", 1),))
 
@@ -150,3 +153,20 @@ def test_the_mark_is_kept_in_the_tenant_policy_status_and_read_back_from_the_ser
             "quotaLedger": {"epoch": "e7", "configMap": "migslice-system/migslice-quota-team-a"}
         }
     }
+
+
+def test_marking_a_policy_gives_up_within_the_ledgers_budget() -> None:
+    """The mark is written in an admission, under kube-apiserver's 5 s webhook timeout: an API
+    server that reads but does not answer writes held it for 30 s (and the tenant's lock with
+    it), so the caller met a context deadline instead of the webhook's clear 503."""
+    fake = ConfigMapApi()
+
+    def answer(request: Request) -> tuple[int, Any]:
+        if request.method == "PATCH":
+            time.sleep(3.0)  # longer than the budget below, far shorter than 30 s
+        return fake.answer(request)
+
+    with local_api(answer) as transport:
+        ledgers = ConfigMapLedgers(transport, "migslice-system", timeout_s=0.5)
+        with pytest.raises(ApiError, match="timed out"):
+            ledgers.mark("team-a", "e1")
