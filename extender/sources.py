@@ -21,8 +21,8 @@ from extender.state import (
 )
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube import Informer, ResourceRef, Transport
+from migslice.kube.discovery import dra_resources
 from migslice.kube.informer import SLICE_PAGE_SIZE
-from migslice.kube.transport import ApiError, KubeError
 from migslice.names import DRA_API
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.device_classes import device_class_facts_from_raw
@@ -118,29 +118,3 @@ def start_caches(
     for informer in informers:
         informer.start()
     return tuple(informers)
-
-
-def serves_dra(transport: Transport) -> bool:
-    """Whether the API server serves ``resource.k8s.io/v1`` (Kubernetes 1.34 and later)."""
-    return dra_resources(transport) is not None
-
-
-def dra_resources(transport: Transport) -> frozenset[str] | None:
-    """The resources ``resource.k8s.io/v1`` serves (DeviceTaintRules from Kubernetes 1.37);
-    None when it is not served. Only a definite 404 says no: any other failure leaves the DRA
-    caches on, to retry and sync, with an empty set (which are served is not known, so the
-    DeviceTaintRule cache, and with it the steer, stays off)."""
-    try:
-        found = transport.get_json(DRA_API, {})
-    except ApiError as error:
-        if error.status == 404:
-            log.info("%s not served; DRA nodes are not read (no ResourceSlice caches)", DRA_API)
-            return None
-        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
-        return frozenset()
-    except KubeError as error:
-        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
-        return frozenset()
-    listed = found.get("resources") if isinstance(found, dict) else None
-    names = (r.get("name") for r in listed or () if isinstance(r, dict))
-    return frozenset(n for n in names if isinstance(n, str))

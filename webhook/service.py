@@ -66,13 +66,14 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
     their settler) and the TenantPolicy status writer."""
     from migslice.kube import KubernetesTransport
     from migslice.kube.claim_templates import ApiTemplates
+    from migslice.kube.discovery import dra_resources
     from migslice.kube.ledger import ConfigMapLedgers
-    from migslice.kube.policies import admission_informers, serves_dra
+    from migslice.kube.policies import admission_informers
     from migslice.kube.status import StatusWriter
 
     state = ClusterState()
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
-    dra = serves_dra(transport)
+    dra = dra_resources(transport) is not None
     quota = QuotaKeeper(
         state,
         ConfigMapLedgers(transport, settings.ledger_namespace, claims=dra),

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from migslice.kube.informer import SLICE_PAGE_SIZE, Informer, ResourceRef
-from migslice.kube.transport import ApiError, KubeError, RawObject, Transport
+from migslice.kube.transport import RawObject, Transport
 from migslice.names import DRA_API, GROUP, VERSION
 from migslice.names import POLICY_PLURAL as PLURAL
 from migslice.objects.claim_templates import slim_template
@@ -106,21 +106,6 @@ Project = Callable[[RawObject], RawObject | None]
 
 def _keep(raw: RawObject) -> RawObject | None:
     return raw
-
-
-def serves_dra(transport: Transport) -> bool:
-    """Whether the API server serves ``resource.k8s.io/v1`` (Kubernetes 1.34 and later). Only
-    a definite 404 says no: any other failure leaves the DRA caches on, to retry and sync."""
-    try:
-        transport.get_json(DRA_API, {})
-    except ApiError as error:
-        if error.status == 404:
-            log.info("%s not served; no ResourceClaim, DeviceClass or slice caches", DRA_API)
-            return False
-        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
-    except KubeError as error:
-        log.warning("%s discovery failed (%s); starting the DRA caches anyway", DRA_API, error)
-    return True
 
 
 def admission_informers(

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from extender import ExtenderSettings, create_app
 from extender.dra_warnings import EVENT_REASON, DraWarnings
-from extender.sources import serves_dra
 from extender.state import state_from_objects
 from harness.builders import make_node, make_pod
+from migslice.kube.discovery import dra_resources
 from migslice.kube.transport import ApiError
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import reasons
@@ -325,24 +325,56 @@ def test_only_the_lease_holder_records_warnings() -> None:
 
 
 class Discovery:
-    def __init__(self, error: Exception | None) -> None:
-        self.error = error
+    """Answers discovery with each of ``answers`` in turn (an exception is raised)."""
+
+    def __init__(self, *answers: Exception | None) -> None:
+        self.answers = list(answers)
+        self.asked = 0
 
     def get_json(self, path: str, query: Any) -> dict[str, Any]:
-        if self.error is not None:
-            raise self.error
-        return {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1"}
+        self.asked += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if answer is not None:
+            raise answer
+        resources = [{"name": "resourceslices"}, {"name": "devicetaintrules"}]
+        return {
+            "kind": "APIResourceList",
+            "groupVersion": "resource.k8s.io/v1",
+            "resources": resources,
+        }
 
 
 @pytest.mark.parametrize(
-    ("error", "served"),
-    [(None, True), (ApiError(404, "not found"), False), (ApiError(503, "unavailable"), True)],
-    ids=["served", "not-served", "unsure"],
+    ("answers", "served", "asked"),
+    [
+        ((None,), frozenset({"resourceslices", "devicetaintrules"}), 1),
+        ((ApiError(404, "not found"),), None, 1),
+        ((ApiError(403, "forbidden"),), frozenset(), 1),
+        # unreachable, then 503, then 429, then it answers: asked until it does
+        (
+            (
+                ApiError(0, "connection refused"),
+                ApiError(503, "unavailable"),
+                ApiError(429, "slow"),
+                None,
+            ),
+            frozenset({"resourceslices", "devicetaintrules"}),
+            4,
+        ),
+        ((ApiError(0, "connection refused"), ApiError(404, "not found")), None, 2),
+    ],
+    ids=["served", "not-served", "refused", "away-then-served", "away-then-not-served"],
 )
-def test_the_dra_caches_start_unless_the_api_server_does_not_serve_resource_k8s_io(
-    error: Exception | None, served: bool
+def test_dra_discovery_is_asked_until_the_api_server_answers(
+    answers: tuple[Exception | None, ...], served: frozenset[str] | None, asked: int
 ) -> None:
-    assert serves_dra(Discovery(error)) is served  # type: ignore[arg-type]
+    """A service started while the API server was away ran for good without its DRA caches
+    (webhook and extender 503 on a cluster without DRA) or without the steer (its
+    DeviceTaintRule cache never started), until restarted by hand."""
+    api = Discovery(*answers)
+    slept: list[float] = []
+    assert dra_resources(api, sleep=slept.append) == served  # type: ignore[arg-type]
+    assert api.asked == asked and len(slept) == asked - 1
 
 
 # -- hostile pods ------------------------------------------------------------------------------
