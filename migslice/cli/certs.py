@@ -238,7 +238,8 @@ def client_follow_up(
         ]
     plugin = (
         "    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: "
-        "WebhookAdmissionConfiguration, kubeConfigFile: /etc/kubernetes/migslice-webhook.yaml}"
+        "WebhookAdmissionConfiguration, kubeConfigFile: "
+        "/etc/kubernetes/migslice-webhook-kubeconfig.yaml}"
     )
     return [
         f"run the webhook with {flags}; kube-apiserver presents the certificate when its "
@@ -250,25 +251,30 @@ def client_follow_up(
         plugin,
         "  - name: ValidatingAdmissionWebhook",
         plugin,
-        "and in /etc/kubernetes/migslice-webhook.yaml (a kubeconfig: its user is looked up by "
-        "<service>.<namespace>.svc:<port>, or without :<port> when the Service port is 443):",
+        "and in /etc/kubernetes/migslice-webhook-kubeconfig.yaml (a kubeconfig: its user is "
+        "looked up by <service>.<namespace>.svc:<port>, or without :<port> when the Service "
+        "port is 443; kube-apiserver reads relative paths from the kubeconfig's folder, so "
+        "these are absolute: copy the files to the control-plane node and change them there):",
         "  apiVersion: v1",
         "  kind: Config",
-        f"  users: [{{name: {service}.{namespace}.svc, user: {{client-certificate: {cert}, "
-        f"client-key: {key}}}}}]",
+        f"  users: [{{name: {service}.{namespace}.svc, user: {{client-certificate: "
+        f"{cert.resolve()}, client-key: {key.resolve()}}}}}]",
     ]
 
 
 def _in_cluster(args: argparse.Namespace) -> int:
     from migslice.kube import KubernetesTransport
     from migslice.kube.certs import CertsError, inject_ca_bundle
+    from migslice.kube.transport import KubeconfigError
 
     console.check_kubeconfig(args.kubeconfig)
     try:
         api = KubernetesTransport.from_environment(args.kubeconfig)
+    except KubeconfigError as error:  # no kubeconfig, or one that cannot be used: it says
+        raise CommandError(str(error)) from None
     except Exception as error:  # the kubernetes client raises several kinds here
         raise CommandError(
-            f"no access to a cluster ({error}); run in a pod, or pass --kubeconfig"
+            f"no access to a cluster ({error}); pass --kubeconfig, or set $KUBECONFIG"
         ) from None
     try:
         bundle = _ensure_secret(api, args)

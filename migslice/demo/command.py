@@ -37,7 +37,7 @@ COMMAND = console.Command(
     help="run the webhook and extender over HTTPS on an example cluster and walk a scenario",
     description=(
         "Starts `migslice webhook` and `migslice extender` (gunicorn, TLS) on a bundled "
-        "example cluster and walks three tenants through admission, quota, scheduling and "
+        "example cluster and walks four tenants through admission, quota, scheduling and "
         "one re-partition, printing what happens. The demo plays kube-apiserver, "
         "kube-scheduler and MIG Manager; nothing leaves this machine."
     ),

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from migslice.doctor.registry import CHECKS
     from migslice.doctor.report import render_json, render_table
     from migslice.doctor.run import run_checks
-    from migslice.kube.transport import ApiError, KubernetesTransport
+    from migslice.kube.transport import ApiError, KubeconfigError, KubernetesTransport
 
     console.setup_logging(args.log_level)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
@@ -100,9 +100,11 @@ def run(args: argparse.Namespace) -> int:
         transport = KubernetesTransport.from_environment(
             args.kubeconfig, timeout_s=args.timeout_s * 1.5
         )
+    except KubeconfigError as error:  # no kubeconfig, or one that cannot be used: it says
+        raise CommandError(str(error)) from None
     except Exception as error:  # the kubernetes client raises several kinds here
         raise CommandError(
-            f"no access to a cluster ({error}); run in a pod, or pass --kubeconfig"
+            f"no access to a cluster ({error}); pass --kubeconfig, or set $KUBECONFIG"
         ) from None
     try:
         transport.get_json("/version", {})

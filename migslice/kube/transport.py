@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import orjson
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
@@ -98,20 +99,25 @@ class KubernetesTransport:
         configuration = client.Configuration()
         in_cluster = False
         _check_kubeconfig_files(kubeconfig)
-        if context is not None:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context, client_configuration=configuration
-            )
-        elif kubeconfig is None:
-            try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                in_cluster = True
-            except config.ConfigException:
-                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration
-            )
+        try:
+            if context is not None:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, context=context, client_configuration=configuration
+                )
+            elif kubeconfig is None:
+                try:
+                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                    in_cluster = True
+                except config.ConfigException:
+                    config.load_kube_config(  # type: ignore[no-untyped-call]
+                        context=_first_current_context(), client_configuration=configuration
+                    )
+            else:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, client_configuration=configuration
+                )
+        except config.ConfigException as error:
+            raise KubeconfigError(_no_cluster(error, kubeconfig, context)) from None
         # Watches hold connections for minutes; requests of every server thread need theirs
         # (a full pool discards connections, and each new one costs a TLS handshake).
         configuration.connection_pool_maxsize = max(
@@ -288,6 +294,43 @@ def _status_message(body: str) -> str:
     if isinstance(status, dict) and isinstance(status.get("message"), str):
         return str(status["message"])
     return body[:200]
+
+
+def _no_cluster(error: Exception, kubeconfig: str | None, context: str | None) -> str:
+    """Why there is no cluster to talk to, and what to do about it."""
+    reason = " ".join(str(error).split())
+    if context is not None:
+        return (
+            f"no access to a cluster: kubeconfig context {context!r}: {reason}; "
+            "`kubectl config get-contexts` lists the contexts"
+        )
+    if kubeconfig is not None:
+        return (
+            f"no access to a cluster: kubeconfig {kubeconfig}: {reason}; "
+            f"`kubectl --kubeconfig {kubeconfig} config view` shows what it holds"
+        )
+    return (
+        f"no access to a cluster: not in a pod, and no kubeconfig to use ({reason}); "
+        "pass --kubeconfig, or set $KUBECONFIG"
+    )
+
+
+def _first_current_context() -> str | None:
+    """kubectl's current context of ``$KUBECONFIG``'s files: the first file's that sets one
+    (the Python client, merging the files, keeps the last one's, so with several files it
+    read another cluster than kubectl does); None with one file, or where none sets one."""
+    paths = [os.path.expanduser(p) for p in KUBE_CONFIG_DEFAULT_LOCATION.split(os.pathsep) if p]
+    if len(paths) < 2:
+        return None
+    for path in paths:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # a file kubectl skips too, or one the loader will name
+        current = loaded.get("current-context") if isinstance(loaded, dict) else None
+        if isinstance(current, str) and current:
+            return current
+    return None
 
 
 def _check_kubeconfig_files(kubeconfig: str | None) -> None:

@@ -56,16 +56,18 @@ def read_cluster_file(path: Path) -> ClusterObjects:
 def connect(kubeconfig: str | None, context: str | None, timeout_s: float) -> KubernetesTransport:
     """A transport to the cluster (in-cluster, else the kubeconfig and context); CommandError
     in one line when there is none or the API server does not answer."""
-    from migslice.kube.transport import ApiError, KubernetesTransport
+    from migslice.kube.transport import ApiError, KubeconfigError, KubernetesTransport
 
     console.check_kubeconfig(kubeconfig)
     try:
         transport = KubernetesTransport.from_environment(
             kubeconfig, timeout_s=timeout_s, context=context
         )
+    except KubeconfigError as error:  # no kubeconfig, or one that cannot be used: it says
+        raise CommandError(str(error)) from None
     except Exception as error:  # the kubernetes client raises several kinds here
         raise CommandError(
-            f"no access to a cluster ({error}); run in a pod, or pass --kubeconfig"
+            f"no access to a cluster ({error}); pass --kubeconfig, or set $KUBECONFIG"
         ) from None
     try:
         transport.get_json("/version", {})

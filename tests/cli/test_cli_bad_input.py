@@ -269,3 +269,68 @@ def test_every_help_text_renders_without_argparse_escapes_showing(
     text = parser.format_help()
     assert "%%" not in text, f"{name}: {text[text.index('%%') - 60 : text.index('%%') + 10]}"
     assert "%(" not in text, name
+
+
+def test_several_kubeconfig_files_use_kubectls_current_context(tmp_path: Path) -> None:
+    """kubectl takes the current context of the first file of $KUBECONFIG that sets one; the
+    Python client merging the files kept the last one's: migslice read another cluster."""
+    paths = []
+    for port in (0, 1, 2):
+        path = tmp_path / f"k{port}.kc"
+        current = f"current-context: ctx{port}\n" if port else ""  # the first sets none
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: c{port}, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
+            f"users: [{{name: u{port}, user: {{token: t}}}}]\n"
+            f"contexts: [{{name: ctx{port}, context: {{cluster: c{port}, user: u{port}}}}}]\n"
+            + current
+        )
+        paths.append(str(path))
+    environment = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    environment["KUBECONFIG"] = os.pathsep.join(paths)
+    answer = subprocess.run(
+        [sys.executable, "-m", "migslice.cli", "status"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+    assert answer.returncode != 0
+    assert "port=1)" in answer.stderr and "Traceback" not in answer.stderr, answer.stderr
+
+
+def test_no_usable_kubeconfig_says_what_to_do_for_each_way_it_was_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The services said only "ConfigException: Invalid kube-config file. No configuration
+    found."; a context that is not there was told to pass --kubeconfig, though it had."""
+    from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+
+    if KUBE_CONFIG_DEFAULT_LOCATION != "~/.kube/config":
+        pytest.skip("$KUBECONFIG was set when the kubernetes client was imported")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    environment = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    for service in ("webhook", "extender"):
+        answer = subprocess.run(
+            [sys.executable, "-m", "migslice.cli", service, "--insecure-http"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=120,
+        )
+        err = answer.stderr
+        assert answer.returncode == 1 and "Traceback" not in err, err
+        assert "not in a pod, and no kubeconfig to use" in err and "set $KUBECONFIG" in err, err
+    kubeconfig = tmp_path / "k.kc"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: ctx, context: {cluster: c, user: u}}]\n"
+    )
+    assert main(["status", "--kubeconfig", str(kubeconfig), "--context", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "kubeconfig context 'nope'" in err and "kubectl config get-contexts" in err, err
+    assert main(["doctor", "--kubeconfig", str(kubeconfig)]) == 1  # no current-context
+    err = capsys.readouterr().err
+    assert f"kubectl --kubeconfig {kubeconfig} config view" in err and err.count("\n") == 1, err

@@ -408,3 +408,18 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out == "migslice 0.1.0\n"
+
+
+def test_the_kubeconfig_for_kube_apiserver_names_the_files_by_absolute_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/policy.md writes the bundle with ``--out tls/``: kube-apiserver reads a
+    kubeconfig's relative paths from the kubeconfig's folder (/etc/kubernetes), not from where
+    the command ran."""
+    monkeypatch.chdir(tmp_path)
+    args = ["certs", "--service", "migslice-webhook", "--namespace", "migslice-system"]
+    assert main([*args, "--out", "tls/", "--client", "kube-apiserver"]) == 0
+    text = capsys.readouterr().out
+    assert f"client-certificate: {tmp_path / 'tls' / 'kube-apiserver.crt'}," in text
+    assert f"client-key: {tmp_path / 'tls' / 'kube-apiserver.key'}" in text
+    assert "kubeConfigFile: /etc/kubernetes/migslice-webhook-kubeconfig.yaml" in text
