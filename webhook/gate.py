@@ -37,6 +37,7 @@ from migslice.admission.gate import (
     ungate_patch,
 )
 from migslice.admission.patch import JsonValue
+from migslice.kube.transport import ApiError
 from migslice.objects.times import format_time
 from webhook.quota import QuotaKeeper, UnavailableError
 from webhook.settings import GateSettings
@@ -159,8 +160,15 @@ class GateReconciler:
                 continue
             note = note_of(pod, decision)
             if decision.allowed:
-                if not self._admit(pod, decision, note):
-                    continue
+                try:
+                    if not self._admit(pod, decision, note):
+                        continue
+                except ApiError as error:
+                    if 400 <= error.status < 500:  # this pod's patch is refused: the next go on
+                        self._refused(pod, error)
+                        continue
+                    log.warning("Admission gate cannot un-gate pods now (%s); next round", error)
+                    break
                 admitted += 1
             else:
                 if decision.reason == "quota" and decision.tenant:
@@ -211,6 +219,20 @@ class GateReconciler:
         self._api.record_event(pod, note)
         self._said.pop(pod.uid, None)
         return True
+
+    def _refused(self, pod: GatedPod, error: ApiError) -> None:
+        """The API server refused to un-gate ``pod`` (another admission policy, RBAC): said
+        once per message; its charge is released unused, and it is tried again next round."""
+        said = f"refused: {error}"
+        if self._said.get(pod.uid) == said:
+            return
+        log.warning(
+            "Admission gate cannot remove the gate of pod=%s (%s); the other gated pods go on, "
+            "this one is tried again each round",
+            pod.key,
+            error,
+        )
+        self._said[pod.uid] = said
 
     def _tell(self, pod: GatedPod, note: GateNote) -> None:
         if self._said.get(pod.uid) == note.message:
