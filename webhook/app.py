@@ -189,7 +189,8 @@ def _with_templates(ports: _Ports, decision: AdmissionDecision, dry_run: bool) -
     for namespace, profile in decision.templates:
         problem = ports.templates.ensure(namespace, profile)
         if problem is not None:
-            return AdmissionDecision.deny(Denial("foreign-template", problem), decision.tenant)
+            reason = "foreign-template" if "is not migslice's" in problem else "no-device-class"
+            return AdmissionDecision.deny(Denial(reason, problem), decision.tenant)
     return decision
 
 

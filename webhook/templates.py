@@ -65,6 +65,14 @@ class TemplateKeeper:
         when one of that name is there that is not migslice's."""
         name = names.mig_claim_template(profile)
         found = self.state.template(namespace, name)
+        device_class = names.mig_device_class(profile)
+        if found is None and device_class not in self.state.device_classes():
+            return (
+                f"migslice's DeviceClass {device_class} does not exist, so its claim template "
+                f"{namespace}/{name} cannot be made; install migslice's DeviceClasses (chart "
+                "value dra.deviceClasses.enabled: true, or manifests/base), or give the policy "
+                "deviceAPI: ExtendedResource (spec.deviceAPI)"
+            )
         if found is None:
             try:
                 stored = self.store.create(migslice_claim_template(namespace, profile))
@@ -87,6 +95,8 @@ class TemplateKeeper:
         made = 0
         for namespace, profile in self.wanted():
             name = names.mig_claim_template(profile)
+            if names.mig_device_class(profile) not in self.state.device_classes():
+                continue  # nothing to make it of: a pod asking for it is told so
             if self.state.template(namespace, name) is not None:
                 problem = self.ensure(namespace, profile)
                 key = f"{namespace}/{name}"

@@ -210,6 +210,26 @@ def test_the_template_loop_creates_every_missing_template_of_resource_claim_tena
     assert keeper.keep() == 0
 
 
+def test_without_migslices_device_classes_a_claim_tenants_pod_is_told_how_to_fix_it() -> None:
+    """With dra.deviceClasses off, the template could not be made and every try answered 503:
+    kube-apiserver retried until its deadline and the user read only "context deadline
+    exceeded"."""
+    state = ClusterState()
+    state.upsert_policy(make_policy(deviceAPI="ResourceClaim"))
+    state.upsert_node(make_node("gpu-1"))  # and no DeviceClass
+    store = MemoryTemplates()
+    client = create_app(WebhookSettings(), state, templates=TemplateKeeper(state, store))
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    reply = client.test_client().post("/mutate", json=make_review(pod, uid="uid-pod"))
+    assert reply.status_code == 200
+    answer = reply.get_json()["response"]
+    assert not answer["allowed"] and answer["status"]["code"] == 403
+    message = answer["status"]["message"]
+    assert "DeviceClass migslice-mig-1g.10gb does not exist" in message
+    assert "dra.deviceClasses.enabled: true" in message and "spec.deviceAPI" in message
+    assert store.created == [] and TemplateKeeper(state, store).keep() == 0
+
+
 def test_an_unknown_kind_is_a_malformed_review_and_a_claim_update_is_checked() -> None:
     state = tenant_state()
     client = create_app(WebhookSettings(), state).test_client()
