@@ -45,7 +45,6 @@ from migslice.mig import profile_from_resource
 from migslice.policy import DeviceApi, Isolation, TenantPolicy
 
 NO_GPU = AdmissionDecision(allowed=True, reason="no-gpu")
-NO_TEMPLATE = TemplateFacts(asks_gpu=False)
 NO_GPU_CLAIM = AdmissionDecision(allowed=True, reason="no-gpu-claim")
 """A pod naming claims, none of them for NVIDIA GPUs: decided on the claim caches, so not
 made while they are blind (unlike a pod with no GPU intent at all)."""
