@@ -19,11 +19,12 @@ import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import pynvml
 
-from migslice.mig import CATALOG, GpuModel
+from migslice.mig import CATALOG, GpuModel, Profile
 from tests.fake_nvml_carve import MigWrites
 
 SUCCESS = pynvml.NVML_SUCCESS
@@ -32,18 +33,103 @@ NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 
-# NVML profile index constant for each kind of profile (mig-hardware.md §5.2).
-_INDEX_BY_SHAPE = {
-    # (compute, memory slices on 8-slice GPUs, attribute) -> NVML_GPU_INSTANCE_PROFILE_*
-    (1, 1, ""): pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
-    (1, 1, "+me"): pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
-    (1, 2, ""): pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2,
-    (2, 2, ""): pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
-    (2, 2, "+me"): pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1,
-    (3, 4, ""): pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
-    (4, 4, ""): pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
-    (7, 8, ""): pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
+Shape = tuple[int, int, str]
+"""A GPU-instance profile's (compute slices, memory slices in the model's own units, name
+attribute), matched against the model's catalog profiles."""
+
+# NVML's GPU-instance profile table: the profile index (NVML_GPU_INSTANCE_PROFILE_*, what
+# nvmlDeviceGetGpuInstanceProfileInfoV takes) -> the profile the driver answers there, per GPU
+# model. The index names a kind of profile, not a fraction of an A100: ``1_SLICE`` is the GPU's
+# smallest 1g, whatever memory that is (an A30's 1g.6gb is a quarter of it); ``_REV1`` is its
+# "+me" twin ("with at least one of Decoder, Encoder, JPEG, OFA engines"), ``_REV2`` the 1g
+# "with twice the amount of memory resources", ``_GFX`` "+gfx", ``_NO_ME`` "-me", ``_ALL_ME``
+# "+me.all" (the constants' comments in nvml.h, NVIDIA/go-nvml v0.13.x ``gen/nvml/nvml.h``; the
+# same index -> slices and attribute mapping in NVIDIA/go-nvlib ``pkg/nvlib/device/
+# mig_profile.go``, ``NewMigProfile``). The answer's ``id`` is the GI profile id (19 for an
+# A100's 1g, 14 for an A30's), not the index.
+
+# A100, H100, H200, GH200, B200, GB200, B300, GB300 (7 compute / 8 memory slices): NVIDIA/go-nvml
+# ``pkg/nvml/mock/gpus/a100.go``, ``h100.go``, ``h200.go``, ``b200.go`` answer exactly these
+# seven indices.
+_EIGHT_SLICE: dict[int, Shape] = {
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE: (1, 1, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: (1, 1, "+me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: (1, 2, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE: (2, 2, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE: (3, 4, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE: (4, 4, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE: (7, 8, ""),
 }
+
+# A30 24GB (4/4 slices): NVIDIA/go-nvml ``pkg/nvml/mock/gpus/a30.go`` answers 1_SLICE,
+# 1_SLICE_REV1, 2_SLICE, 2_SLICE_REV1 and 4_SLICE; NVIDIA/mig-parted ``pkg/mig/discovery/
+# discovery.go`` (``getHardcodedA30Profiles``) lists the same five, 1g.6gb, 1g.6gb+me, 2g.12gb,
+# 2g.12gb+me, 4g.24gb (GI profile ids 14, 21, 5, 6, 0 from the catalog's A30 ``-lgip``).
+_A30: dict[int, Shape] = {
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE: (1, 1, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: (1, 1, "+me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE: (2, 2, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1: (2, 2, "+me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE: (4, 4, ""),
+}
+
+# RTX PRO 6000 Blackwell (4/4 slices): the MIG User Guide's profiles (1g.24gb with +me, +gfx,
+# +me.all, -me; 2g.48gb with +gfx, +me.all, -me; 4g.96gb with +gfx), each at the index whose
+# attribute it carries (nvml.h; go-nvlib ``NewMigProfile``). No 2g+me: 2_SLICE_REV1 is absent.
+_RTX_PRO_6000: dict[int, Shape] = {
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE: (1, 1, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: (1, 1, "+me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: (1, 1, "+gfx"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: (1, 1, "-me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: (1, 1, "+me.all"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE: (2, 2, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: (2, 2, "+gfx"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME: (2, 2, "-me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: (2, 2, "+me.all"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE: (4, 4, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX: (4, 4, "+gfx"),
+}
+
+# RTX PRO 5000 Blackwell (2/2 slices): the MIG User Guide's RTX PRO 5000 table (1g.24gb with
+# +me, +gfx, +me.all, -me; 2g.48gb with +gfx), at the indices of their attributes.
+_RTX_PRO_5000: dict[int, Shape] = {
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE: (1, 1, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: (1, 1, "+me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: (1, 1, "+gfx"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: (1, 1, "-me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: (1, 1, "+me.all"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE: (2, 2, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: (2, 2, "+gfx"),
+}
+
+PROFILE_INDEX_TABLES: dict[str, dict[int, Shape]] = {
+    **dict.fromkeys(
+        (
+            "A100-40GB",
+            "A100-80GB",
+            "H100-80GB",
+            "H100-PCIe",
+            "H100-94GB",
+            "H100-96GB",
+            "GH200-144GB",
+            "H200-141GB",
+            "B200",
+            "GB200",
+            "B300",
+            "GB300",
+        ),
+        _EIGHT_SLICE,
+    ),
+    "A30-24GB": _A30,
+    "RTX-PRO-6000": _RTX_PRO_6000,
+    "RTX-PRO-5000": _RTX_PRO_5000,
+}
+"""Catalog model key -> its NVML profile-index table (a model missing here is an error)."""
+
+STAND_IN_ID_BASE = 1000
+"""NVIDIA publishes no GI profile ids for the RTX PRO 5000 (the catalog has None; see
+docs/catalog.md): the fake answers ``STAND_IN_ID_BASE + profile index`` for them, an id no
+real profile has, so nothing can pass by matching a guessed id."""
 
 
 @dataclass
@@ -76,6 +162,31 @@ class FakeGpu:
     @property
     def model(self) -> GpuModel:
         return CATALOG.get(self.model_key)
+
+
+@cache
+def nvml_profile_table(model: GpuModel) -> dict[int, tuple[int, Profile]]:
+    """NVML profile index -> (GI profile id NVML answers, catalog Profile) for ``model``."""
+    try:
+        shapes = PROFILE_INDEX_TABLES[model.key]
+    except KeyError:
+        raise KeyError(f"the fake NVML has no profile-index table for {model.key}") from None
+    table: dict[int, tuple[int, Profile]] = {}
+    for index, shape in shapes.items():
+        found = [
+            p
+            for p in model.profiles
+            if (p.compute_slices, p.memory_slices, p.parsed.attribute) == shape
+        ]
+        if len(found) != 1:
+            raise ValueError(f"{model.key}: profile index {index} matches {found} in the catalog")
+        (profile,) = found
+        gi_id = profile.gi_profile_id
+        table[index] = (STAND_IN_ID_BASE + index if gi_id is None else gi_id, profile)
+    missing = set(model.profile_names) - {p.name for _, p in table.values()}
+    if missing:
+        raise ValueError(f"{model.key}: no NVML profile index for {sorted(missing)}")
+    return table
 
 
 def _obj(reference: Any) -> Any:
@@ -142,15 +253,11 @@ class FakeNvmlLibrary(MigWrites):
     def _lookup(self, pointer: Any) -> tuple[str, int, int]:
         return self._handles[ctypes.addressof(pointer.contents)]
 
-    def _profile_index(self, gpu: FakeGpu) -> dict[int, Any]:
-        """NVML profile index -> catalog Profile, for this GPU's model."""
-        table = {}
-        for profile in gpu.model.profiles:
-            memory = profile.memory_slices * (8 // gpu.model.memory_slices)
-            key = (profile.compute_slices, memory, profile.parsed.attribute)
-            if key in _INDEX_BY_SHAPE:
-                table[_INDEX_BY_SHAPE[key]] = profile
-        return table
+    def nvml_profiles(self, gpu: FakeGpu) -> dict[int, tuple[int, Profile]]:
+        """NVML profile index -> (GI profile id, catalog Profile) for this GPU's model: its
+        :data:`PROFILE_INDEX_TABLES` entry, each index matched to the one catalog profile of
+        that shape (a table and a catalog that disagree fail loudly)."""
+        return nvml_profile_table(gpu.model)
 
     # -- library ----------------------------------------------------------------------------
 
@@ -228,16 +335,20 @@ class FakeNvmlLibrary(MigWrites):
         return SUCCESS
 
     def nvmlDeviceGetGpuInstanceProfileInfoV(self, device: Any, index: int, info: Any) -> int:
+        # nvml.h: NVML_ERROR_NOT_SUPPORTED "If device doesn't have MIG mode enabled or profile
+        # isn't supported"; INVALID_ARGUMENT past the last profile index (how callers find the
+        # end of the table).
         gpu, _, _, _ = self._gpu(device)
-        if not gpu.mig_capable:
+        if not gpu.mig_capable or not gpu.mig_enabled:
             return NOT_SUPPORTED
         if not 0 <= index < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
             return INVALID_ARGUMENT
-        profile = self._profile_index(gpu).get(index)
-        if profile is None:
+        entry = self.nvml_profiles(gpu).get(index)
+        if entry is None:
             return NOT_SUPPORTED
+        gi_id, profile = entry
         target = _obj(info)
-        target.id = profile.gi_profile_id
+        target.id = gi_id
         target.sliceCount = profile.compute_slices
         target.instanceCount = profile.max_count
         target.multiprocessorCount = profile.sm_count or 0
@@ -245,16 +356,24 @@ class FakeNvmlLibrary(MigWrites):
         target.name = f"MIG {profile.name}".encode()
         return SUCCESS
 
-    def _profile_by_id(self, gpu: FakeGpu, profile_id: int) -> Any:
-        for profile in gpu.model.profiles:
-            if profile.gi_profile_id == profile_id:
+    def _profile_by_id(self, gpu: FakeGpu, profile_id: int) -> Profile | None:
+        for gi_id, profile in self.nvml_profiles(gpu).values():
+            if gi_id == profile_id:
                 return profile
         return None
+
+    def nvml_profile_id(self, gpu: FakeGpu, name: str) -> int:
+        """The GI profile id NVML answers for the profile called ``name`` on ``gpu``."""
+        return next(i for i, p in self.nvml_profiles(gpu).values() if p.name == name)
 
     def nvmlDeviceGetGpuInstancePossiblePlacements_v2(
         self, device: Any, profile_id: int, placements: Any, count: Any
     ) -> int:
+        # nvml.h: "returns all the possible placements for the given profile regardless of
+        # whether MIG is enabled or not"; NOT_SUPPORTED "If device doesn't support MIG".
         gpu, _, _, _ = self._gpu(device)
+        if not gpu.mig_capable:
+            return NOT_SUPPORTED
         profile = self._profile_by_id(gpu, profile_id)
         if profile is None:
             return INVALID_ARGUMENT
@@ -293,7 +412,7 @@ class FakeNvmlLibrary(MigWrites):
         profile = gpu.model.profile(placed.profile)
         target = _obj(info)
         target.id = gi_id
-        target.profileId = profile.gi_profile_id
+        target.profileId = self.nvml_profile_id(gpu, profile.name)
         target.placement.start = placed.start
         target.placement.size = profile.memory_slices
         return SUCCESS

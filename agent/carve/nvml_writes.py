@@ -162,6 +162,12 @@ class NvmlMig:
                 )
                 size = int(placements[0].size) if count.value else 0
                 return int(info.id), size, int(info.sliceCount)
+        current, _ = pynvml.nvmlDeviceGetMigMode(handle)
+        if not current:  # NVML answers no profile (NOT_SUPPORTED) while MIG mode is off
+            raise MigWriteError(
+                f"MIG mode is not enabled on this GPU, so NVML offers no GPU instance profile "
+                f"({name}): NVML_ERROR_NOT_SUPPORTED"
+            )
         raise MigWriteError(f"NVML offers no GPU instance profile {name} on this GPU")
 
     def _gpu_instance(self, handle: Any, slot: Slot) -> Any | None:

@@ -15,7 +15,7 @@ from agent.readings import GpuReading
 from agent.report import build_report, gfd_product_name
 from migslice.cli import main
 from migslice.inventory.layouts import LayoutSource, resolve_node
-from migslice.mig import CATALOG, Placed, is_legal
+from migslice.mig import CATALOG, GpuModel, Placed, is_legal
 from migslice.names import LAYOUT_ANNOTATION
 from migslice.objects.gpu_layout import parse_layout_annotation
 from migslice.objects.nodes import node_facts_from_raw
@@ -69,7 +69,141 @@ def test_a_gpu_with_mig_off_or_unsupported_has_no_instances() -> None:
         FakeGpu("NVIDIA L4", "A100-80GB", mig_capable=False, pci_device_id=0x27B8),
     )
     assert off.mig_capable and not off.mig_enabled and off.instances == ()
+    assert off.profiles == ()  # NVML answers no profile while MIG mode is off
     assert not unsupported.mig_capable and unsupported.profiles == ()
+
+
+def test_a_gpu_with_mig_off_reads_an_empty_profile_table_and_reports_without_it() -> None:
+    """nvmlDeviceGetGpuInstanceProfileInfoV answers NVML_ERROR_NOT_SUPPORTED for every profile
+    while MIG mode is off (nvml.h): the reading has no table, the report no warning about it,
+    and the annotation takes its table from a GPU with MIG on."""
+    (alone,) = read(FakeGpu("NVIDIA A30", "A30-24GB", mig_enabled=False))
+    assert alone.mig_capable and not alone.mig_enabled
+    assert alone.profiles == () and alone.instances == ()
+    report = build_report([alone], "2026-11-30T10:00:00Z")
+    assert report.warnings == ()
+    assert report.layout.profiles == ()
+    assert parse_layout_annotation(report.text()) == report.layout
+    assert [(g.mig_enabled, g.instances) for g in report.layout.gpus] == [(False, ())]
+
+    off, on = read(
+        FakeGpu("NVIDIA A30", "A30-24GB", mig_enabled=False),
+        FakeGpu("NVIDIA A30", "A30-24GB", instances=[FakeInstance("4g.24gb", 0)]),
+    )
+    report = build_report([off, on], "2026-11-30T10:00:00Z")
+    assert report.warnings == ()
+    assert report.layout.profiles == on.profiles != ()
+
+
+def test_an_a30_reads_nvmls_own_profile_table_with_its_instances() -> None:
+    """NVML answers each A30 profile at its own profile index (1_SLICE is 1g.6gb, not an
+    A100's 1g double-memory index): the agent read only 1g.6gb and no instances before."""
+    (gpu,) = read(
+        FakeGpu(
+            "NVIDIA A30",
+            "A30-24GB",
+            instances=[
+                FakeInstance("2g.12gb", 0, processes=1),
+                FakeInstance("1g.6gb", 2),
+                FakeInstance("1g.6gb+me", 3),
+            ],
+        )
+    )
+    assert gpu.pci_device_id == 0x20B7
+    table = {p.profile_name: (p.gi_profile_id, p.slice_count, p.placements) for p in gpu.profiles}
+    assert table == {
+        "1g.6gb": (14, 1, ((0, 1), (1, 1), (2, 1), (3, 1))),
+        "1g.6gb+me": (21, 1, ((0, 1), (1, 1), (2, 1), (3, 1))),
+        "2g.12gb": (5, 2, ((0, 2), (2, 2))),
+        "2g.12gb+me": (6, 2, ((0, 2), (2, 2))),
+        "4g.24gb": (0, 4, ((0, 4),)),
+    }
+    assert [(i.gi_profile_id, i.start, i.size, i.busy) for i in gpu.instances] == [
+        (5, 0, 2, True),
+        (14, 2, 1, False),
+        (21, 3, 1, False),
+    ]
+    report = build_report([gpu], "2026-11-30T10:00:00Z")
+    assert report.warnings == ()
+    parsed = parse_layout_annotation(report.text())
+    assert parsed == report.layout and parsed.product == "NVIDIA-A30"
+    assert [(i.profile, i.start, i.size, i.busy) for i in parsed.gpus[0].instances] == [
+        ("2g.12gb", 0, 2, True),
+        ("1g.6gb", 2, 1, False),
+        ("1g.6gb+me", 3, 1, False),
+    ]
+    layout = [Placed(i.start, i.profile, i.size) for i in parsed.gpus[0].instances]
+    assert is_legal(CATALOG.get("A30-24GB"), layout)
+
+    (whole,) = read(FakeGpu("NVIDIA A30", "A30-24GB", instances=[FakeInstance("4g.24gb", 0)]))
+    report = build_report([whole], "2026-11-30T10:00:00Z")
+    assert report.warnings == ()
+    assert [(i.profile, i.start, i.size) for i in report.layout.gpus[0].instances] == [
+        ("4g.24gb", 0, 4)
+    ]
+
+
+RTX_PRO_6000 = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+
+
+def test_an_rtx_pro_6000_reads_every_variant_profile_and_its_instances() -> None:
+    """The +gfx, -me and +me.all profiles have NVML indices of their own (1_SLICE_GFX,
+    1_SLICE_NO_ME, 1_SLICE_ALL_ME, ...); only some were read before."""
+    gpus = read(
+        FakeGpu(
+            RTX_PRO_6000,
+            "RTX-PRO-6000",
+            instances=[
+                FakeInstance("1g.24gb+me.all", 0, processes=1),
+                FakeInstance("1g.24gb-me", 1),
+                FakeInstance("2g.48gb-me", 2),
+            ],
+        ),
+        FakeGpu(RTX_PRO_6000, "RTX-PRO-6000", instances=[FakeInstance("4g.96gb+gfx", 0)]),
+        FakeGpu(
+            RTX_PRO_6000,
+            "RTX-PRO-6000",
+            instances=[FakeInstance("2g.48gb+gfx", 0), FakeInstance("1g.24gb+gfx", 3)],
+        ),
+    )
+    model = CATALOG.get("RTX-PRO-6000")
+    for gpu in gpus:
+        assert gpu.pci_device_id == 0x2BB5
+        ids = {p.profile_name: p.gi_profile_id for p in gpu.profiles}
+        assert ids == {p.name: p.gi_profile_id for p in model.profiles}
+        assert ids["1g.24gb+gfx"] == 47 and ids["2g.48gb+me.all"] == 64 and ids["4g.96gb"] == 0
+        for profile in gpu.profiles:
+            known = model.profile(profile.profile_name)
+            assert profile.placements == tuple((s, known.memory_slices) for s in known.placements)
+    assert [(i.gi_profile_id, i.start, i.size, i.busy) for i in gpus[0].instances] == [
+        (65, 0, 1, True),
+        (67, 1, 1, False),
+        (66, 2, 2, False),
+    ]
+    report = build_report(gpus, "2026-11-30T10:00:00Z")
+    assert report.warnings == ()
+    parsed = parse_layout_annotation(report.text())
+    assert parsed == report.layout
+    assert parsed.product == "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
+    assert parsed.pci_device_id == 0x2BB5
+    assert len(parsed.profiles) == 11
+    assert [[(i.profile, i.start) for i in g.instances] for g in parsed.gpus] == [
+        [("1g.24gb+me.all", 0), ("1g.24gb-me", 1), ("2g.48gb-me", 2)],
+        [("4g.96gb+gfx", 0)],
+        [("2g.48gb+gfx", 0), ("1g.24gb+gfx", 3)],
+    ]
+    for entry in parsed.gpus:
+        assert is_legal(model, [Placed(i.start, i.profile, i.size) for i in entry.instances])
+
+
+@pytest.mark.parametrize("model", CATALOG.models, ids=lambda m: m.key)
+def test_every_catalog_model_reads_back_its_whole_profile_table(model: GpuModel) -> None:
+    """The fake answers every catalog profile, at one NVML profile index each."""
+    nvml_name = model.product_names[0].replace("-", " ")
+    (gpu,) = read(FakeGpu(nvml_name, model.key))
+    assert sorted(p.profile_name for p in gpu.profiles) == sorted(model.profile_names)
+    report = build_report([gpu], "2026-11-30T10:00:00Z")
+    assert [w for w in report.warnings if "no instances" not in w] == []
 
 
 def test_the_annotation_round_trips_and_the_inventory_uses_it() -> None:

@@ -271,10 +271,16 @@ def test_the_fake_driver_refuses_to_destroy_an_instance_in_use() -> None:
 
 
 def test_the_fake_driver_refuses_a_gpu_without_mig() -> None:
+    """NVML answers no GPU instance profile while MIG mode is off (NOT_SUPPORTED), so the
+    agent said the GPU "offers no GPU instance profile 7g.80gb", as if the profile did not
+    exist; it says MIG mode is off."""
     library = FakeNvmlLibrary([FakeGpu("NVIDIA A100-SXM4-80GB", "A100-80GB", mig_enabled=False)])
     with installed(library), nvml_session():
-        with pytest.raises(MigWriteError, match="NVML_ERROR_NOT_SUPPORTED"):
-            NvmlMig().create(0, Slot(0, "7g.80gb"))
+        for change in (NvmlMig().create, NvmlMig().destroy):
+            with pytest.raises(MigWriteError, match="MIG mode is not enabled on this GPU") as error:
+                change(0, Slot(0, "7g.80gb"))
+            assert "NVML_ERROR_NOT_SUPPORTED" in str(error.value)
+    assert library.gpus[0].instances == []
 
 
 def test_a_busy_gpu_instance_is_never_destroyed_even_when_asked_directly() -> None:
@@ -285,3 +291,36 @@ def test_a_busy_gpu_instance_is_never_destroyed_even_when_asked_directly() -> No
     with installed(library), nvml_session(), pytest.raises(MigWriteError):
         NvmlMig().destroy(0, Slot(0, "7g.80gb"))
     assert library.destroyed == []
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "model", "slots"),
+    [
+        ("NVIDIA A30", "A30-24GB", [Slot(0, "2g.12gb"), Slot(2, "2g.12gb+me")]),
+        (
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            "RTX-PRO-6000",
+            [Slot(0, "1g.24gb+me.all"), Slot(1, "1g.24gb-me"), Slot(2, "2g.48gb-me")],
+        ),
+    ],
+    ids=["a30", "rtx-pro-6000"],
+)
+def test_a_four_slice_gpu_is_carved_at_nvmls_own_profile_ids(
+    nvml_name: str, model: str, slots: list[Slot]
+) -> None:
+    """The profile ids the agent creates with are those NVML answers at each profile index
+    (an A30's 2g.12gb+me is id 6, an RTX PRO 6000's 1g.24gb+me.all id 65)."""
+    library = FakeNvmlLibrary([FakeGpu(nvml_name, model)])
+    with installed(library), nvml_session():
+        for slot in slots:
+            NvmlMig().create(0, slot)
+        (reading,) = NvmlMig().read()
+        names = {p.gi_profile_id: p.profile_name for p in reading.profiles}
+        assert [(names[i.gi_profile_id], i.start) for i in reading.instances] == [
+            (slot.profile, slot.start) for slot in slots
+        ]
+        assert all(i.uuid.startswith("MIG-") for i in reading.instances)
+        NvmlMig().destroy(0, slots[-1])
+    assert [(i.profile, i.start) for i in library.gpus[0].instances] == [
+        (slot.profile, slot.start) for slot in slots[:-1]
+    ]
