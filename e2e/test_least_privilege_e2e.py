@@ -371,6 +371,20 @@ def test_the_webhooks_pod_writes_are_an_admission_and_no_more(
                 {"spec": {"containers": [{"name": "main", "image": "forged:1"}]}},
             )
         )
+        # a dangling owner has the garbage collector delete the pod; a finalizer holds it
+        dangling = {"kind": "Job", "apiVersion": "batch/v1", "name": "x", "uid": str(uuid.uuid4())}
+        for forged in ({"ownerReferences": [dangling]}, {"finalizers": ["example.com/hold"]}):
+            assert "may not change a pod's owners or finalizers" in refused(
+                lambda forged=forged: webhook.patch_namespaced_pod(
+                    "gated", namespace, {"metadata": forged}
+                )
+            )
+        for status in ({"nominatedNodeName": "gpu-1"}, {"message": "forged", "reason": "X"}):
+            assert "migslice-webhook" in refused(
+                lambda status=status: webhook.patch_namespaced_pod_status(
+                    "gated", namespace, {"status": status}
+                )
+            )
         only_other = [{"op": "replace", "path": "/spec/schedulingGates",
                        "value": [{"name": "migslice.io/admission"}]}]  # fmt: skip
         assert "may remove only the scheduling gate migslice.io/admission" in refused(

@@ -57,6 +57,12 @@ def test_the_default_values_satisfy_the_schema_and_the_schema_rejects_typos() ->
         {**values, "scheduler": {**values["scheduler"], "percentageOfNodesToScore": 101}},
         {**values, "scheduler": {**values["scheduler"], "percentageOfNodesToScore": "1%"}},
         {**values, "scheduler": {**values["scheduler"], "placement": "best-fit"}},
+        # kube-apiserver refuses these PodDisruptionBudgets: the schema says so first
+        *(
+            {**values, part: {**values[part], "podDisruptionBudget": {"maxUnavailable": bad}}}
+            for part in ("webhook", "extender")
+            for bad in ("abc", -1, "50")
+        ),
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.Draft7Validator(schema).validate(bad)

@@ -111,21 +111,25 @@ def test_only_the_webhooks_service_account_may_remove_the_gate_wherever_the_webh
 
 def test_the_gate_reconciler_may_patch_pods_record_events_and_hold_its_lease_only() -> None:
     rules = {
-        (d["kind"], d["metadata"].get("namespace", ""), group, resource, verb)
+        (d["kind"], d["metadata"].get("namespace", ""), group, resource, verb, named)
         for d in documents("outage-rbac.yaml")
         if d["kind"] in ("ClusterRole", "Role")
         for rule in d["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
+        for named in rule.get("resourceNames", ["*"])
     }
+    lease = ("Role", names.SYSTEM_NAMESPACE, "coordination.k8s.io", "leases")
     assert rules == {
-        ("ClusterRole", "", "", "pods", "patch"),
-        ("ClusterRole", "", "", "pods/status", "patch"),
-        ("ClusterRole", "", "", "events", "create"),
-        ("Role", names.SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "get"),
-        ("Role", names.SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "create"),
-        ("Role", names.SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "update"),
+        ("ClusterRole", "", "", "pods", "patch", "*"),
+        ("ClusterRole", "", "", "pods/status", "patch", "*"),
+        ("ClusterRole", "", "", "events", "create", "*"),
+        # create cannot be limited by name; reading and renewing are, to its own Lease: any
+        # other in the namespace (kube-scheduler's, the repartition's) could be taken over
+        (*lease, "create", "*"),
+        (*lease, "get", names.GATE_LEASE_NAME),
+        (*lease, "update", names.GATE_LEASE_NAME),
     }
     subjects = [
         subject
