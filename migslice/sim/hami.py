@@ -26,8 +26,11 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
   (weights 1, 1, 1), sorted for ``spread`` by score descending (``sort.Sort`` on eight
   GPUs in index order is an insertion sort, stable), and ``Fit`` (``device.go`` 723-860)
   walks that list from the end: the least used GPU first, ties to the highest NUMA node, then
-  to the highest index (``gpu_policy.go`` 116-126; the simulator's nodes have no NUMA
-  topology, as if every GPU sat on one node or the nodes rose with the index). A GPU
+  to the last in the node's registered device list (``gpu_policy.go`` 116-126). That list
+  comes from a Go map (``register.go`` 109 ranges over ``rm.Devices``, a map), so its order is
+  random and changes at each 30 s registration; the simulator takes the highest index (its
+  nodes have no NUMA topology), measured the same as a random order within 0.01 pp (bench/
+  packing README, "Conclusions"). A GPU
   is skipped when its count is used up, its memory is short, or its cores are all used
   (counted before the pod, as ``Fit`` does); in MIG mode it is tried again after taking an
   instance (``i++``), so one pod's instances may share a GPU.

@@ -103,3 +103,49 @@ def test_b8_runs_in_mode_a_and_never_leaves_an_illegal_layout() -> None:
     assert isinstance(policy, HamiMig)
     result = run_sequence(pods, policy, config)
     assert result.placed_pods > 0 and result.disrupted_pods == 0
+
+
+A100 = CATALOG.get("A100-80GB")
+
+
+def _placed(profile: str, start: int) -> Placed:
+    return Placed(start, profile, A100.profile(profile).memory_slices)
+
+
+def test_hamis_reported_placement_capacity_example() -> None:
+    """``TestCustomFilterUsesReportedPlacementCapacity`` (v2.10.0): with three 2g in use, a
+    2g does not fit and a 1g takes the last placement, start 6."""
+    used = [_placed("2g.20gb", 0), _placed("2g.20gb", 2), _placed("2g.20gb", 4)]
+    assert select_candidate(A100, used, memory_mb(A100, "2g.20gb")) is None
+    assert select_candidate(A100, used, memory_mb(A100, "1g.10gb")) == _placed("1g.10gb", 6)
+
+
+def test_hamis_queued_allocations_on_one_gpu_example() -> None:
+    """``TestCustomFilterIgnoresQueuedAllocationsForOtherGPUs``: two 1g on a GPU with one 1g
+    placement left do not both fit there; with a second GPU they do."""
+    busy = SimGpu(0, True)
+    busy.instances.extend([_placed("2g.20gb", 0), _placed("2g.20gb", 2), _placed("2g.20gb", 4)])
+    busy.holders.extend(["a", "b", "c"])
+    assert fit(A100, [busy], ("1g.10gb", 2)) == []
+    assert len(fit(A100, [busy, SimGpu(1, True)], ("1g.10gb", 2))) == 2
+
+
+def test_a_pod_of_several_instances_tries_the_same_gpu_again() -> None:
+    """``device.go`` (v2.10.0, MIG mode ``i++``): the next instance is tried on the same GPU,
+    1g placements from the highest start."""
+    got = fit(A100, [SimGpu(0, True), SimGpu(1, True)], ("1g.10gb", 3))
+    assert [index for index, _ in got] == [1, 1, 1]
+    assert [placed.start for _, placed in got] == [6, 5, 4]
+
+
+def test_the_node_score_is_hamis_default_score_before_the_pod() -> None:
+    """``node_policy.go`` ``ComputeDefaultScore``: used/count + cores/total + memory/total,
+    over the node's GPUs, weights 1."""
+    from migslice.sim.hami import node_score
+
+    cluster = SimCluster(A100, 1, [()], gpus_per_node=2)
+    node = cluster.nodes[0]
+    node.gpus[0].instances.append(_placed("3g.40gb", 4))
+    node.gpus[0].holders.append("p")
+    expected = 1 / 14 + 43 / 200 + 40192 / (2 * 81920)
+    assert abs(node_score(A100, node) - expected) < 1e-12
