@@ -115,6 +115,25 @@ class NodeState:
                 return count
         return 0
 
+    def unidentified_holds(self) -> frozenset[str]:
+        """The MIG profiles whose held instances are not all known: the device plugin, not
+        the scheduler, picks a pod's device, so which instance a pod holds shows only as the
+        agent sees its processes (busy). Where the node's pods hold more instances of a
+        profile than the agent sees busy, or no agent reports, any instance of that profile
+        may be held, and a re-partition must leave every one of them alone."""
+        report = self.facts.agent
+        if self.model is None or (report is None and self.source is LayoutSource.AGENT):
+            return frozenset()  # the latter: exact holds, the simulator's nodes
+        busy: dict[str, int] = {}
+        for gpu in report.gpus if report is not None else ():
+            for instance in gpu.instances:
+                busy[instance.profile] = busy.get(instance.profile, 0) + instance.busy
+        return frozenset(
+            p.name
+            for p in self.model.profiles
+            if self.allocated_of(mig_resource(p.name)) > (busy.get(p.name, 0) if report else 0)
+        )
+
 
 def mig_resource(profile_name: str) -> str:
     """Mixed-strategy resource of a profile (``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``)."""

@@ -318,3 +318,72 @@ def test_planning_the_result_again_changes_nothing_it_just_changed(case: tuple) 
     served = {pod for change in first.changes for pod in change.serves}
     assert served.isdisjoint(pod for change in again.changes for pod in change.serves)
     assert plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=3)) == first
+
+
+def _two_gpus_with_one_bound_pod(busy: bool) -> NodeState:
+    """gpu-a: two A100s at all-1g.10gb, reported by the agent, one pod bound holding a
+    1g.10gb; ``busy``: the agent sees its process (else it is pulling its image, in an init
+    container, or idle between requests)."""
+    model = CATALOG.get("A100-80GB")
+    product = "NVIDIA-A100-SXM4-80GB"
+    layouts = [[place(model, "1g.10gb", i) for i in range(7)] for _ in range(2)]
+    report = AgentReport(
+        product=product,
+        gpus=tuple(
+            AgentGpu(
+                g,
+                True,
+                tuple(
+                    AgentInstance(p.profile, p.start, p.size, busy and g == 0 and p.start == 0)
+                    for p in layout
+                ),
+            )
+            for g, layout in enumerate(layouts)
+        ),
+    )
+    raw = make_node(
+        "gpu-a",
+        gpu_count=2,
+        product=product,
+        mig={"1g.10gb": 14},
+        config="all-1g.10gb",
+        config_state="success",
+        layout_annotation=render_layout_annotation(report),
+    )
+    holder = make_pod("holder", profile="1g.10gb", node_name="gpu-a", phase="Running")
+    facts = pod_facts_from_raw(holder)
+    assert facts is not None
+    return resolve_node(node_facts_from_raw(raw), [facts])
+
+
+def test_a_gpu_that_may_hold_a_bound_pods_instance_is_never_re_partitioned() -> None:
+    """The device plugin picks a pod's device among the node's free ones: while the agent
+    does not see the pod's process, its 1g.10gb may be on either GPU. The plan re-shaped GPU 1
+    on a guess that it was on GPU 0, and mig-parted destroys an instance without processes:
+    the pod's device was gone when its container started."""
+    pending = PendingPod(demand_of(make_pod("want", profile="3g.40gb")), 120.0)
+    unseen = plan([_two_gpus_with_one_bound_pod(busy=False)], [pending])
+    assert not unseen.changes
+    ((node, why),) = unseen.skipped_nodes
+    assert node == "gpu-a" and "instances the agent does not see in use" in why, why
+    seen = plan([_two_gpus_with_one_bound_pod(busy=True)], [pending])
+    assert [[g.index for g in c.gpus] for c in seen.changes] == [[1]]
+
+
+def test_a_node_known_by_counts_with_a_gpu_whose_mig_is_off_is_not_planned() -> None:
+    """Which GPU has MIG off is not known: a config for it would change its MIG mode, and
+    mig-parted resets every GPU of the node to do that."""
+    raw = make_node(
+        "gpu-c",
+        gpu_count=2,
+        mig={"1g.10gb": 7},
+        whole_gpus=1,
+        config="someone-elses-config",
+        config_state="success",
+    )
+    state = resolve_node(node_facts_from_raw(raw), [])
+    pending = PendingPod(demand_of(make_pod("want", profile="3g.40gb")), 120.0)
+    result = plan([state], [pending])
+    assert not result.changes
+    ((node, why),) = result.skipped_nodes
+    assert node == "gpu-c" and "some GPU has MIG off" in why, why

@@ -37,8 +37,10 @@ NOW = 1_750_000_000.0
 
 
 def cluster_objects() -> list[dict[str, Any]]:
-    """Two nodes; GPU 0 of gpu-a holds a pod, its GPU 1 and gpu-b's GPU are idle; one 7g pod
-    waits. Best fit puts it on gpu-a (fewest idle GPUs that suffice)."""
+    """Two nodes; a pod on gpu-a holds a 1g.10gb, and no agent says on which GPU (the device
+    plugin picks it), so neither of gpu-a's GPUs may change; gpu-b's are idle; one 7g pod
+    waits. It is planned on gpu-b (gpu-a, fewest idle GPUs, was chosen on a guess that the
+    pod's instance was on GPU 0: a wrong guess destroyed the pod's instance)."""
     all_1g = [place(MODEL, "1g.10gb", i) for i in range(7)]
     text = render_mig_parted(
         {"all-1g.10gb": mig_parted_entries(MODEL, {0: all_1g, 1: all_1g, 2: all_1g})}
@@ -196,7 +198,7 @@ def test_the_controller_the_plan_command_the_demo_and_the_simulator_plan_alike(
     objects = cluster_objects()
     expected = controller_plan(objects)
     (node, _, gpus, serves) = expected[0]
-    assert (node, gpus, serves) == ("gpu-a", [(1, ["7g.80gb"])], ["research/train"])
+    assert (node, gpus, serves) == ("gpu-b", [(0, ["7g.80gb"])], ["research/train"])
     assert cli_plan(objects, tmp_path, capsys) == expected
     assert demo_plan(objects, tmp_path) == expected
     assert sim_plan(objects) == expected

@@ -29,12 +29,11 @@ before room lost is compared; GPUs are then compared by their picks' keys.
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from migslice.inventory import GpuState, NodeState, mig_resource
+from migslice.inventory import GpuState, NodeState
 from migslice.mig import GpuModel, Layout, Placed, is_legal, make_layout
 from migslice.mig.room import RoomLoss, room_loss
 from migslice.mig.stranding import completes, strands_with
@@ -253,14 +252,9 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
         for gpu in report.gpus
         for i in gpu.instances
     }
-    busy: Counter[str] = Counter()
-    for (_, _, profile), (is_busy, _) in reported.items():
-        busy[profile] += is_busy
     # Pods hold more of these profiles than the agent saw busy: which of their instances
     # they hold is not known, so every one is pinned (the module docstring).
-    unidentified = {
-        p.name for p in model.profiles if node.allocated_of(mig_resource(p.name)) > busy[p.name]
-    }
+    unidentified = node.unidentified_holds()
     return [carved_gpu(model, gpu, reported, unidentified) for gpu in node.gpus if gpu.mig_enabled]
 
 

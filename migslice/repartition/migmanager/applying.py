@@ -50,12 +50,19 @@ def _recheck(step: NodeStep, state: NodeState | None) -> str:
         held = [f"{count} x {name}" for name, count in state.allocated if count]
         return f"pods hold {', '.join(held)}" if held else ""
     gpus = {gpu.index: gpu for gpu in state.gpus}
+    unidentified = state.unidentified_holds()
     for index in step.gpus:
         gpu = gpus.get(index)
         if gpu is None or not gpu.mig_enabled:
             return f"GPU {index} is no longer a MIG GPU of the node"
         if not gpu.is_idle:
             return f"GPU {index} is in use by a pod since planning"
+        held = sorted({i.profile for i in gpu.instances} & unidentified)
+        if held:
+            return (
+                f"GPU {index} has a {held[0]} instance and pods hold {held[0]} instances the "
+                "agent does not see in use: one may be theirs"
+            )
     return ""
 
 

@@ -59,7 +59,7 @@ from migslice.mig import (
 )
 from migslice.mig.migparted import mig_parted_entries, profile_counts
 from migslice.mig.stranding import strand_guard
-from migslice.names import MIG_TRANSITION_STATES
+from migslice.names import MIG_TRANSITION_STATES, WHOLE_GPU_RESOURCE
 from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
 from migslice.repartition.plans import GpuChange, NodeChange, RepartitionPlan
 from migslice.repartition.settings import PlanSettings
@@ -118,14 +118,33 @@ def _idle_gpus(
     if node.source == LayoutSource.COUNTS:
         if any(count for _, count in node.allocated):
             return WhyNot("counts-held", "layout known only by counts and some of it is held")
+        if node.allocatable_of(WHOLE_GPU_RESOURCE):
+            # which GPU has MIG off is not known: a config for it would change its MIG mode,
+            # and mig-parted resets every GPU of the node to do that
+            return WhyNot(
+                "counts-mig-off",
+                "layout known only by counts and some GPU has MIG off (nvidia.com/gpu): which "
+                "one is not known",
+            )
         count = node.facts.gpu_count or 0
         return [_Gpu(node, model, i, ()) for i in range(count)]
+    unidentified = node.unidentified_holds()
     idle = [
         _Gpu(node, model, gpu.index, gpu.instances)
         for gpu in node.gpus
-        if gpu.mig_enabled and gpu.is_idle
+        if gpu.mig_enabled
+        and gpu.is_idle
+        and not any(i.profile in unidentified for i in gpu.instances)
     ]
-    return idle or WhyNot("no-idle-gpu", "no idle MIG GPU")
+    if idle:
+        return idle
+    if unidentified and any(g.mig_enabled and g.is_idle for g in node.gpus):
+        return WhyNot(
+            "held-unidentified",
+            f"pods hold {', '.join(sorted(unidentified))} instances the agent does not see in "
+            "use: any GPU with one may hold theirs",
+        )
+    return WhyNot("no-idle-gpu", "no idle MIG GPU")
 
 
 def _profiles_for(unit_resource: str, model: GpuModel) -> str | None:
