@@ -651,6 +651,7 @@ _UNLABELLED = {
     "migslice_repartition_nodes_in_flight",
     "migslice_repartition_nodes_quarantined",
     "migslice_repartition_deadline_seconds",
+    "migslice_repartition_mig_manager_config_mismatch",
     "migslice_tls_certificate_expiry_timestamp_seconds",
     "migslice_dra_steer_failures_total",
     "migslice_dra_steer_capped_nodes",
