@@ -155,6 +155,15 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         default=1800.0,
         help="a node whose re-partition failed is left alone this long",
     )
+    group.add_argument(
+        "--repartition-config-propagation-s",
+        type=console.seconds(),
+        default=90.0,
+        help="a node is labelled this long after its config is written into the mig-parted "
+        "ConfigMap: MIG Manager reads the kubelet's copy of it (refreshed about once a "
+        "minute) when its label changes, and fails a config it does not find yet "
+        "(default: %(default)s)",
+    )
     _add_leader_and_mode_arguments(group)
 
 
@@ -230,6 +239,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
             budget_scope=args.repartition_budget_scope,
             deadline_s=args.repartition_deadline_s,
             backoff_s=args.repartition_backoff_s,
+            config_propagation_s=args.repartition_config_propagation_s,
             scheduler_name=args.repartition_scheduler_name,
             lease=args.repartition_lease,
             lease_duration_s=args.repartition_lease_s,

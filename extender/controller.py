@@ -256,7 +256,7 @@ class RepartitionController:
                 key=self._key,
                 expected_record=file.record_text,
                 record_text=record_text,
-                configs=step.configs if step.kind == StepKind.APPLY else {},
+                configs=step.configs,  # START writes its configs, APPLY again (harmless)
                 referenced=step.referenced,
             )
             if update.raw is None:

@@ -33,7 +33,8 @@ class RepartitionSettings:
     last per GPU product pool or for the whole cluster (``budget_scope``); ``mode_default``: how
     nodes without ``migslice.io/repartition-mode`` are re-shaped; ``deadline_s``: how long a
     node may stay short of ``success`` before it is quarantined; ``backoff_s``: how long a failed
-    node is left alone.
+    node is left alone; ``config_propagation_s``: how long a written config waits before its
+    node is labelled (MIG Manager's copy of the ConfigMap lags).
     ``scheduler_name``: only pods of this scheduler count as pending. ``lease``:
     ``namespace/name`` of the leader-election Lease, held for ``lease_duration_s``.
     """
@@ -47,6 +48,7 @@ class RepartitionSettings:
     budget_scope: str = "pool"
     deadline_s: float = 600.0
     backoff_s: float = 1800.0
+    config_propagation_s: float = 90.0
     scheduler_name: str = names.SCHEDULER_NAME
     lease: str = DEFAULT_LEASE
     lease_duration_s: float = 60.0
@@ -67,6 +69,7 @@ class RepartitionSettings:
             ("--repartition-min-pending-s", self.min_pending_s),
             ("--repartition-cooldown-s", self.cooldown_s),
             ("--repartition-backoff-s", self.backoff_s),
+            ("--repartition-config-propagation-s", self.config_propagation_s),
             ("--repartition-carve-min-pending-s", self.carve_min_pending_s),
         ):
             if not math.isfinite(value) or value < 0:
@@ -189,6 +192,7 @@ def controller_settings(settings: RepartitionSettings) -> ControllerSettings:
         ),
         deadline_s=settings.deadline_s,
         backoff_s=settings.backoff_s,
+        config_propagation_s=settings.config_propagation_s,
         carve=CarveSettings(
             min_pending_s=settings.carve_min_pending_s,
             cooldown_s=settings.carve_cooldown_s,

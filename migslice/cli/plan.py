@@ -234,7 +234,11 @@ def print_step(
     if configs and result is not None:
         print(f"\nmig-parted configs (the controller merges them into {config_map}):")
         print("  " + render_mig_parted(configs).rstrip().replace("\n", "\n  "))
-        print("\nthen selects them (MIG Manager applies on the label change):")
+        print(
+            "\nthen, once MIG Manager's copy of the ConfigMap has them "
+            "(--repartition-config-propagation-s later), selects them (MIG Manager applies on "
+            "the label change):"
+        )
         for change in result.changes:
             label = f"{names.MIG_CONFIG_LABEL}={change.config_name}"
             print(f"  kubectl label node {change.node} {label} --overwrite")

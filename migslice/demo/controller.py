@@ -98,7 +98,7 @@ class RepartitionPass:
             key=MIG_CONFIG_KEY,
             expected_record=before.record_text,
             record_text=render_record(step.record),
-            configs=step.configs if step.kind is StepKind.APPLY else {},
+            configs=step.configs,
             referenced=step.referenced,
         )
         if update.raw is None:

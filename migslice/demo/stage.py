@@ -18,7 +18,10 @@ from migslice.repartition import ControllerSettings, PlanSettings, node_states, 
 MIG_PREFIX = MIG_RESOURCE_PREFIX
 MAX_STEPS = 6
 # The demo does not wait: a pod counts as pending demand as soon as it is unschedulable.
-CONTROLLER_SETTINGS = ControllerSettings(plan=PlanSettings(min_pending_s=0.0))
+# The demo plays MIG Manager and reads the ConfigMap itself: no copy of it to wait for.
+CONTROLLER_SETTINGS = ControllerSettings(
+    plan=PlanSettings(min_pending_s=0.0), config_propagation_s=0.0
+)
 NAMESPACE = "migslice-system"
 
 

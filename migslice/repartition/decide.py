@@ -46,6 +46,7 @@ from migslice.objects.times import format_time
 from migslice.repartition.carve.branch import CarveDecision, decide_carve
 from migslice.repartition.carve.planner import CarveMemo, carve_mode_nodes
 from migslice.repartition.migmanager.applying import apply_plan, observe_plan
+from migslice.repartition.migmanager.messages import referenced_configs
 from migslice.repartition.migmanager.planner import plan
 from migslice.repartition.migmanager.quarantine import held_reasons, review
 from migslice.repartition.pending import PendingPod
@@ -124,7 +125,7 @@ def _next(
     if active is None:
         return _start(record, nodes, pending, now, settings, layout_cache)
     if any(step.is_open and step.applied_at is None for step in active.nodes):
-        return apply_plan(record, active, states, nodes, now)
+        return apply_plan(record, active, states, nodes, now, settings.config_propagation_s)
     observed = observe_plan(record, active, states, nodes, file_configs, now, settings)
     if observed.kind != StepKind.WAIT:
         return observed
@@ -192,17 +193,33 @@ def _start(
             gpus=tuple(gpu.index for gpu in change.gpus),
             serves=change.serves,
             entries=change.entries,
+            written_at=now,
         )
         for change in result.changes
     )
     names = ", ".join(f"{s.node}={s.config_name}" for s in steps)
+    # The configs go into the file now, with the plan: MIG Manager's copy of it lags (the
+    # label waits for it, settings.config_propagation_s).
+    configs = {s.config_name: s.entries for s in steps}
     if active is not None:
         joined = replace(active, nodes=active.nodes + steps)
         reason = f"plan {active.plan_id}: joined by {names}"
-        return Step(StepKind.START, record.with_plan(joined), reason, plan=result)
+        return Step(
+            StepKind.START,
+            record.with_plan(joined),
+            reason,
+            plan=result,
+            configs=configs,
+            referenced=referenced_configs(nodes, joined),
+        )
     active = ActivePlan(plan_id([s.config_name for s in steps], now), now, None, steps)
     return Step(
-        StepKind.START, record.with_plan(active), f"plan {active.plan_id}: {names}", plan=result
+        StepKind.START,
+        record.with_plan(active),
+        f"plan {active.plan_id}: {names}",
+        plan=result,
+        configs=configs,
+        referenced=referenced_configs(nodes, active),
     )
 
 

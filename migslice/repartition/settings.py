@@ -56,4 +56,9 @@ class ControllerSettings:
     plan: PlanSettings = field(default_factory=PlanSettings)
     deadline_s: float = 600.0
     backoff_s: float = 1800.0
+    config_propagation_s: float = 90.0
+    """How long after writing a config into the mig-parted ConfigMap the node is labelled: MIG
+    Manager reads the file the kubelet projects from it (refreshed on the pod's periodic sync,
+    about a minute) and only when the label changes, so a label set before the file arrives
+    fails (``failed``, never retried)."""
     carve: CarveSettings = field(default_factory=CarveSettings)

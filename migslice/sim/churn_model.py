@@ -64,8 +64,9 @@ class ChurnConfig:
     """Keep every placement and re-partition in the result (for tests)."""
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     """migslice's controller settings; the defaults are production's (min pending 30 s,
-    cooldown 600 s, one node in flight, deadline 600 s, backoff 1,800 s; carve mode: min
-    pending 10 s, cooldown 60 s, four nodes in flight)."""
+    cooldown 600 s, one node in flight, deadline 600 s, backoff 1,800 s, the label 90 s after
+    the config is written, for MIG Manager's copy of the ConfigMap; carve mode: min pending
+    10 s, cooldown 60 s, four nodes in flight)."""
     interval_s: float = 15.0
     """Time between the controller's rounds (the extender's ``--repartition-interval-s``)."""
     batch_idle_s: float = 10.0

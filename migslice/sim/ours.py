@@ -95,7 +95,9 @@ def planned_reshape(
         [PendingPod(demand, 0.0)],
         file_configs=frozenset(),
         now=0.0,
-        settings=ControllerSettings(plan=settings),
+        # the simulated MIG Manager's reconfiguration time stands for all of its work,
+        # reading the ConfigMap included: the controller labels at once
+        settings=ControllerSettings(plan=settings, config_propagation_s=0.0),
         layout_cache=layouts,
     )
     if step.kind is not StepKind.START or step.plan is None:

@@ -11,6 +11,8 @@ import yaml
 
 from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
 from migslice.cli import main
+from migslice.mig import CATALOG, place
+from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 
 
 def write_cluster(tmp_path: Path, *objects: dict) -> Path:
@@ -33,11 +35,37 @@ def _node(name: str, **kwargs: Any) -> dict:
     return {"apiVersion": "v1", "kind": "Node", **make_node(name, **kwargs)}
 
 
+def agent_sees_gpu_0_start_0_busy() -> str:
+    """The node agent's report of two A100s in all-1g.10gb, GPU 0's first instance busy (the
+    held pod's: without it, which GPU holds the pod's instance is not known, and neither GPU
+    may change)."""
+    model = CATALOG.get("A100-80GB")
+    gpus = tuple(
+        AgentGpu(
+            g,
+            True,
+            tuple(
+                AgentInstance("1g.10gb", start, 1, g == 0 and start == 0)
+                for start in range(7)
+                if place(model, "1g.10gb", start)
+            ),
+        )
+        for g in range(2)
+    )
+    return render_layout_annotation(AgentReport(product="NVIDIA-A100-SXM4-80GB", gpus=gpus))
+
+
 def cluster(tmp_path: Path) -> Path:
     return write_cluster(
         tmp_path,
         make_mig_config_map(),
-        _node("gpu-a", **ALL_1G, gpu_count=2, mig={"1g.10gb": 14}),
+        _node(
+            "gpu-a",
+            **ALL_1G,
+            gpu_count=2,
+            mig={"1g.10gb": 14},
+            layout_annotation=agent_sees_gpu_0_start_0_busy(),
+        ),
         _pod("infer-1", "1g.10gb", "gpu-a"),
         _pod("train-1", "3g.40gb", namespace="research"),
         _pod("train-2", "7g.80gb", namespace="research"),

@@ -46,7 +46,10 @@ from migslice.scheduling.demand import demand_of
 MODEL = CATALOG.get("A100-80GB")
 ALL_1G = "all-1g.10gb"
 T0 = 1_750_000_000.0
-SETTINGS = ControllerSettings(PlanSettings(min_pending_s=30.0), deadline_s=600.0, backoff_s=1800.0)
+SETTINGS = ControllerSettings(
+    PlanSettings(min_pending_s=30.0), deadline_s=600.0, backoff_s=1800.0, config_propagation_s=0.0
+)
+"""No wait for the ConfigMap to reach MIG Manager (its own tests set one)."""
 
 
 def one_gpu_config() -> dict[str, tuple[object, ...]]:
@@ -117,7 +120,9 @@ def test_a_plan_is_written_before_anything_on_the_cluster_changes() -> None:
         settings=SETTINGS,
     )
     assert step.kind == StepKind.START
-    assert not step.labels and not step.events and not step.configs
+    assert not step.labels and not step.events
+    # the configs go into the file with the plan; the label waits for MIG Manager's copy
+    assert list(step.configs) == [step.record.plan.nodes[0].config_name]  # type: ignore[union-attr]
     plan = step.record.plan
     assert plan is not None and plan.applied_at is None
     (node_step,) = plan.nodes
@@ -126,6 +131,54 @@ def test_a_plan_is_written_before_anything_on_the_cluster_changes() -> None:
     assert node_step.gpus == (0,)
     assert node_step.serves == ("team-a/train",)
     assert node_step.config_name.startswith("migslice-gpu-a-")
+
+
+def test_the_label_waits_until_mig_manager_can_have_read_the_config() -> None:
+    """MIG Manager reads the file the kubelet projects from the ConfigMap (refreshed on the
+    pod's periodic sync, about a minute) and only when its label changes: labelled in the
+    round that wrote the config, it found no such config, answered failed and never tried
+    again (the node backed off for 30 minutes)."""
+    settings = ControllerSettings(PlanSettings(min_pending_s=30.0), config_propagation_s=90.0)
+    first = decide(
+        RepartitionRecord(),
+        [node()],
+        [waiting()],
+        file_configs=set(FILE_CONFIGS),
+        now=T0,
+        settings=settings,
+    )
+    assert first.kind == StepKind.START and first.configs and not first.labels
+    config = config_of(first.record)
+    early = decide(
+        first.record,
+        [node()],
+        [waiting()],
+        file_configs={*FILE_CONFIGS, config},
+        now=T0 + 60,
+        settings=settings,
+    )
+    assert early.kind == StepKind.WAIT and not early.labels
+    assert "once the mig-parted ConfigMap reaches MIG Manager: gpu-a (30s)" in early.reason
+    due = decide(
+        first.record,
+        [node()],
+        [waiting()],
+        file_configs={*FILE_CONFIGS, config},
+        now=T0 + 90,
+        settings=settings,
+    )
+    assert due.kind == StepKind.APPLY
+    assert [(label.node, label.config_name) for label in due.labels] == [("gpu-a", config)]
+    # a GPU taken meanwhile is still caught by the re-check when the label is due
+    busy = decide(
+        first.record,
+        [node(held=["1g.10gb"] * 7)],
+        [waiting()],
+        file_configs={*FILE_CONFIGS, config},
+        now=T0 + 90,
+        settings=settings,
+    )
+    assert busy.kind == StepKind.ABORT and not busy.labels
 
 
 def test_the_written_plan_is_applied_with_config_label_and_event() -> None:

@@ -126,7 +126,9 @@ def controller(
 ) -> RepartitionController:
     index = index if index is not None else new_index()
     index.replace_nodes([node_facts_from_raw(api.node)])
-    settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True, dry_run=dry_run))
+    settings = ExtenderSettings(
+        repartition=RepartitionSettings(enabled=True, dry_run=dry_run, config_propagation_s=0.0)
+    )
     return RepartitionController(
         api, elector or Elector(leader), index, settings, clock=clock, blindness=blindness
     )
@@ -136,8 +138,8 @@ def test_the_record_is_written_before_the_file_and_labels_and_then_the_node_is_l
     api = FakeApi()
     steps = controller(api).run_once()
     assert [s.kind for s in steps] == [StepKind.START, StepKind.APPLY]
-    assert api.log[0] == "configmap config=False"  # the plan record alone
-    assert api.log[1] == "configmap config=True"  # the configs together with the record
+    assert api.log[0] == "configmap config=True"  # the plan record with its configs
+    assert api.log[1] == "configmap config=True"  # the record applied, the configs again
     assert api.log[2].startswith("label gpu-a [('nvidia.com/mig.config', 'migslice-gpu-a-")
     assert "('nvidia.com/mig.config.state', 'pending')" in api.log[2]
     assert api.log[3] == "event gpu-a MigRepartition"
@@ -322,3 +324,24 @@ def test_a_replica_that_stops_leading_exports_none_of_the_leaders_gauges() -> No
     assert "migslice_repartition_leader 0.0" in text
     assert "migslice_repartition_open_step_age_seconds{" not in text
     assert "migslice_extender_pending_max_age_seconds{" not in text
+
+
+def test_the_node_is_labelled_a_propagation_delay_after_its_config_is_written() -> None:
+    """MIG Manager reads the kubelet's copy of the ConfigMap, refreshed about once a minute,
+    and only on a label change: the label waits --repartition-config-propagation-s."""
+    api = FakeApi()
+    now = [NOW]
+    index = new_index()
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    settings = ExtenderSettings(
+        repartition=RepartitionSettings(enabled=True, config_propagation_s=90.0)
+    )
+    loop = RepartitionController(api, Elector(), index, settings, clock=lambda: now[0])
+    assert [s.kind for s in loop.run_once()] == [StepKind.START]
+    assert api.log == ["configmap config=True"]
+    now[0] += 60
+    assert loop.run_once() == [] and len(api.log) == 1
+    assert "reaches MIG Manager: gpu-a (30s)" in loop.stats.last_round
+    now[0] += 30
+    assert [s.kind for s in loop.run_once()] == [StepKind.APPLY]
+    assert any(line.startswith("label gpu-a") for line in api.log)

@@ -32,7 +32,9 @@ from tests.repartition.test_repartition import ALL_1G, FILE_CONFIGS
 
 T0 = 1_750_000_000.0
 H100 = "NVIDIA-H100-80GB-HBM3"
-SETTINGS = ControllerSettings(PlanSettings(min_pending_s=30.0), deadline_s=600.0, backoff_s=1800.0)
+SETTINGS = ControllerSettings(
+    PlanSettings(min_pending_s=30.0), deadline_s=600.0, backoff_s=1800.0, config_propagation_s=0.0
+)
 
 
 def node(

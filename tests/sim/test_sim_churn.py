@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.settings import RepartitionSettings
+from migslice.repartition import ControllerSettings
 from migslice.sim import (
     GPU_MODEL,
     Arrival,
@@ -45,6 +46,8 @@ def config(nodes: int = 1, gpus: int = 1, **changes: float) -> ChurnConfig:
         patience_s=100.0,
         t_reconf_s=15.0,
         keep_log=True,
+        # times below count from the label; production labels 90 s after writing the config
+        controller=ControllerSettings(config_propagation_s=0.0),
     )
     return replace(base, **changes)
 
@@ -157,6 +160,16 @@ def test_migslice_re_partitions_after_min_pending_at_the_next_round_and_t_reconf
     [reconfiguration] = result.reconfigurations
     assert (reconfiguration.decided_s, reconfiguration.usable_s) == (30.0, 45.0)
     assert result.repartition_waits.count == 1
+
+
+def test_migslice_labels_the_node_once_mig_manager_can_have_read_its_config() -> None:
+    """Production's controller: the config is written in the 30 s round, the label 90 s
+    later (the round at 120 s), and MIG Manager's 15 s follow."""
+    production = config(controller=ControllerSettings(), patience_s=300.0)
+    result = run_arrivals((arrive("a", "2g.20gb", 0.0, 200.0),), policy("migslice", 1), production)
+    assert placed_at(result, "a") == 135.0
+    [reconfiguration] = result.reconfigurations
+    assert (reconfiguration.decided_s, reconfiguration.usable_s) == (120.0, 135.0)
 
 
 def test_nos_re_partitions_when_its_batch_closes_after_ten_idle_seconds() -> None:

@@ -72,14 +72,22 @@ def apply_plan(
     states: Mapping[str, NodeState],
     nodes: Sequence[NodeState],
     now: float,
+    propagation_s: float = 0.0,
 ) -> Step:
     steps: list[NodeStep] = []
     configs: dict[str, tuple[MigPartedEntry, ...]] = {}
     labels: list[SetLabel] = []
     events: list[NodeEvent] = []
+    arriving: list[str] = []
     for step in active.nodes:
         if not step.is_open or step.applied_at is not None:
             steps.append(step)
+            continue
+        if step.written_at is not None and now - step.written_at < propagation_s:
+            # MIG Manager reads the kubelet's copy of the file, and only when its label
+            # changes: labelled before its config arrives, it fails for good
+            steps.append(step)
+            arriving.append(f"{step.node} ({step.written_at + propagation_s - now:.0f}s)")
             continue
         problem = recheck(step, states.get(step.node))
         if problem is not None:
@@ -90,6 +98,15 @@ def apply_plan(
         labels.append(SetLabel(step.node, step.config_name))
         events.append(NodeEvent(step.node, REASON_STARTED, applying_message(step)))
     aborted = tuple(s for s in steps if s.outcome == ABORTED and s not in active.nodes)
+    if not labels and arriving:
+        waiting = replace(active, nodes=tuple(steps))
+        return Step(
+            StepKind.OBSERVE if aborted else StepKind.WAIT,
+            record.with_plan(waiting),
+            f"plan {active.plan_id}: labelling once the mig-parted ConfigMap reaches MIG "
+            f"Manager: {', '.join(arriving)}",
+            outcomes=aborted,
+        )
     applied = replace(active, applied_at=active.applied_at or now, nodes=tuple(steps))
     if not labels:
         reason = "; ".join(f"{s.node}: {s.detail}" for s in aborted) or "nothing left to apply"

@@ -9,8 +9,10 @@ quarantined nodes (key ``quarantine``)::
     "quarantine": {"gpu-d": {"since": "2025-05-01T10:10:00Z",
                              "config": "migslice-gpu-d-9f8e7d6c", "detail": "state pending …"}}
 
-A node's ``appliedAt`` is when its label was set (nodes may join a plan while it is applied;
-a record without it takes the plan's). ``quarantine``: nodes MIG Manager left short of
+A node's ``writtenAt`` is when its config was written into the mig-parted file, with the plan
+(the label waits for MIG Manager's mounted copy of the file: ``config_propagation_s``), and
+its ``appliedAt`` when its label was set (nodes may join a plan while it is applied; a record
+without it takes the plan's). ``quarantine``: nodes MIG Manager left short of
 ``success`` past the deadline (``migslice.repartition.migmanager.quarantine``).
 """
 
@@ -44,6 +46,9 @@ class NodeStep:
     outcome: NodeOutcome = NodeOutcome.OPEN
     detail: str = ""
     applied_at: float | None = None
+    written_at: float | None = None
+    """When its config was written into the mig-parted file (None: written with its label, by
+    a controller before this field)."""
     """When the node was labelled; None while it is only planned."""
 
     @property
@@ -92,6 +97,7 @@ def plan_json(active: ActivePlan) -> dict[str, Any]:
                 "outcome": step.outcome,
                 "detail": step.detail,
                 "appliedAt": None if step.applied_at is None else format_time(step.applied_at),
+                "writtenAt": None if step.written_at is None else format_time(step.written_at),
             }
             for step in active.nodes
         ],
@@ -155,6 +161,11 @@ def parse_plan(raw: object) -> ActivePlan | None:
                 outcome=outcome,
                 detail=str(item.get("detail") or ""),
                 applied_at=_node_applied_at(item, where, plan_applied),
+                written_at=(
+                    None
+                    if item.get("writtenAt") is None
+                    else parse_time(item["writtenAt"], f"{where}.writtenAt")
+                ),
             )
         )
     return ActivePlan(
