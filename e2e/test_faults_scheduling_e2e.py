@@ -268,6 +268,8 @@ def test_a_mig_manager_stuck_for_ever_holds_back_only_its_own_node(
         "1",
         "--repartition-min-pending-s",
         "1",
+        "--repartition-config-propagation-s",
+        "1",  # the fake MIG Manager reads the ConfigMap itself, not a kubelet's copy
         "--repartition-lease-s",
         "3",
         "--repartition-deadline-s",

@@ -46,6 +46,8 @@ def repartition_extender(
             "1",
             "--repartition-min-pending-s",
             "1",
+            "--repartition-config-propagation-s",
+            "1",  # the fake MIG Manager reads the ConfigMap itself, not a kubelet's copy
             "--repartition-lease-s",
             "3",
             "--log-level",
