@@ -32,6 +32,7 @@ from bench.latency.extender_latency import raw_node
 from bench.latency.sync_memory import Lists, measure, serve
 from harness import dra_slices
 from harness.dra_driver import MIG_CLASS
+from migslice.kube.informer import SLICE_PAGE_SIZE
 from migslice.names import DRA_API
 
 PROFILE_1G = ("1g.10gb", 19)
@@ -153,8 +154,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{s['nodes']} DRA nodes x {s['gpus']} A100-80GB, DynamicMIG: {s['slices']} "
         f"ResourceSlices ({s['slice_list_mib']} MiB as JSON), {s['claims']} allocated "
         f"ResourceClaims ({s['claim_list_mib']} MiB); Nodes {s['node_list_mib']} MiB. One fresh "
-        "process per service, pages of 500; the steer off (see the program's docstring). Goal: "
-        "each worker at most 300 MB.",
+        f"process per service, ResourceSlices {SLICE_PAGE_SIZE} a page; the steer off (see the "
+        "program's docstring). Goal: each worker at most 300 MB.",
         "",
         "| service | sync s | RSS after sync MiB | peak RSS MiB | RSS before the lists MiB "
         "| at most 300 MB |",
