@@ -79,8 +79,10 @@ from harness.dra_driver import (
     results,
     settled,
 )
+from harness.process import ControlPlaneError
 from harness.scheduler import default_scheduler_config
 from harness.stack import BASE, SCHEDULER_CLIENT, migslice_server, scheduler_configuration
+from migslice.console import CommandError
 from migslice.inventory.first_fit import Wanted, first_solution
 from migslice.mig import GpuModel, Placed
 from migslice.sim import SimPod
@@ -681,6 +683,16 @@ def plot(report: dict[str, Any], path: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The program; missing inputs (the traces, the control plane's binaries) are one line
+    naming what to pass, not a traceback."""
+    try:
+        return _main(argv)
+    except (CommandError, ControlPlaneError) as error:
+        print(f"bench.dra.replay: {error}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--gpus", type=int, default=8, help="A100s per node (at most 8)")

@@ -98,8 +98,10 @@ from bench.plane.runs import (
 from harness.controlplane import ControlPlane
 from harness.image import build_image
 from harness.paths import E2E_DIR, REPO
+from harness.process import ControlPlaneError
 from harness.scheduler import default_scheduler_config
 from harness.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
+from migslice.console import CommandError
 
 
 def git_head() -> str:
@@ -564,6 +566,16 @@ def control_plane_group(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The program; missing inputs (the traces, the control plane's binaries) are one line
+    naming what to pass, not a traceback."""
+    try:
+        return _main(argv)
+    except (CommandError, ControlPlaneError) as error:
+        print(f"bench.plane.cluster: {error}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     groups: CpuGroups | None = None
     if args.cpu_weights is not False:

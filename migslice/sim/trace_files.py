@@ -33,8 +33,9 @@ def load_workload(data_dir: Path, trace: str, mapping: str) -> Workload:
         raise CommandError(
             f"data directory {data_dir} not found (resolved {data_dir.resolve()}); the traces "
             f"live in ../shared/data beside the repository: run from the repository root, "
-            f"pass --data-dir DIR (the folder holding {TRACE_FOLDER}/), or use --mapping "
-            f"synthetic, which needs no trace"
+            f"pass --data-dir DIR (the folder holding {TRACE_FOLDER}/), or use the synthetic "
+            f"workload, which needs no trace (`migslice simulate --mapping synthetic`, the "
+            f"benchmarks' `--workloads synthetic`)"
         )
     path = data_dir / TRACE_FOLDER / f"openb_pod_list_{trace}.csv"
     if not path.is_file():

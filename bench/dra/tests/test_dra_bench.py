@@ -4,6 +4,7 @@ the lists the memory benchmark serves (read back by migslice's own readers)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -234,3 +235,18 @@ def test_the_memory_lists_are_dra_nodes_read_as_migslice_reads_them() -> None:
         assert state is not None and state.dra is not None
         assert state.dra.pool.state is PoolState.READY and len(state.dra.pool.gpus) == 8
         assert len(state.dra.held) == 16  # two 1g.10gb on each GPU
+
+
+def test_missing_inputs_are_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No traces, or no control plane built: a traceback ending in CommandError or
+    ControlPlaneError before."""
+    from bench.dra.replay import main
+
+    assert main(["--quick", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bench.dra.replay: data directory") and err.count("\n") == 1, err
+    assert main(["--quick", "--bin-dir", str(tmp_path / "bin"), "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "run e2e/build.sh first" in err and "Traceback" not in err, err
