@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 BENCH_CLUSTER_ARGS ?=
 
 .PHONY: install lint typecheck test image e2e manifests bench bench-install bench-test \
-	bench-latency bench-serving bench-packing bench-saturation bench-churn bench-carve bench-exact \
+	bench-latency bench-serving bench-packing bench-saturation bench-sampling bench-churn bench-carve bench-exact \
 	bench-scale bench-plane bench-cluster bench-dra demo example verify clean
 
 install: $(VENV)/.installed
@@ -47,7 +47,8 @@ manifests: install
 # BENCH_ARGS='--data-dir DIR' to read them elsewhere).
 BENCH_ARGS ?=
 
-# Every suite's quick-enough parts (not bench-plane: 5,000 nodes, not in CI).
+# The suites that need no control plane of their own (not bench-dra: its replays, about 80
+# minutes; not bench-plane: 5,000 nodes).
 bench: bench-latency bench-packing bench-serving
 
 bench-install: install
@@ -71,10 +72,15 @@ bench-serving: bench-install
 	nice $(BIN)/python -m bench.serving.slow_clients
 
 # The packing suite: saturation, churn, carve mode, the exact optimum, the simulator's scale.
-bench-packing: bench-saturation bench-churn bench-carve bench-exact bench-scale
+bench-packing: bench-saturation bench-sampling bench-churn bench-carve bench-exact bench-scale
 
 bench-saturation: bench-install
 	nice $(BIN)/python -m bench.packing.packing $(BENCH_ARGS)
+
+# The packing suite's node sampling (its own section; about 17 minutes here).
+bench-sampling: bench-install
+	nice $(BIN)/python -m bench.packing.packing --percentage-of-nodes-to-score 100,0,50,30,20,10,1 \
+		--seeds 5 --workloads default/M1,default/M2,gpushare100/M1,multigpu50/M1,synthetic $(BENCH_ARGS)
 
 bench-churn: bench-install
 	nice $(BIN)/python -m bench.packing.churn $(BENCH_ARGS)

@@ -6,8 +6,8 @@ min pending (``--min-pending`` sweeps it, ``--intervals`` the rounds), 60 s cool
 node, four nodes in flight; the node agent's stand-in destroys and creates the
 planned instances next to running ones after the carve time, the whole node taking no new
 pod meanwhile, as ``prepare_node`` blocks a carving node) at carve times 2, 5, 10 and 30 s,
-against migslice's MIG Manager mode, B5 nos and B3 oracle-static (T_reconf 60 s) and the
-per-pod carvers B6, B8 and B9 (each pod waiting the same carve time), at 95 %
+against migslice's MIG Manager mode, B5 nos, B5-catalog and B3 oracle-static (T_reconf 60 s)
+and the per-pod carvers B6, B8 and B9 (each pod waiting the same carve time), at 95 %
 offered load on 64 nodes x 8 GPUs, for the M1, M2 and synthetic mappings. Every policy sees
 the same arrivals per seed, so differences are paired per seed.
 
@@ -45,7 +45,7 @@ from migslice.sim.trace_files import DEFAULT_DATA_DIR
 
 WORKLOADS = ("default/M1", "default/M2", "synthetic")
 CARVE_TIMES = (2.0, 5.0, 10.0, 30.0)
-BASELINES = ("migslice", "B5", "B3", "B6", "B8", "B9")
+BASELINES = ("migslice", "B5", "B5-catalog", "B3", "B6", "B8", "B9")
 LOAD, T_RECONF = 95.0, 60.0
 INTERVAL_S = 15.0
 CONTEXT: dict[str, Any] = {}
@@ -145,8 +145,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"simulated (the first {c['warmup_s']:.0f} s left out), patience 300 s. M-carve: every "
         "node in carve mode, carve time, carve min pending and controller round interval as "
         "each row says, cooldown 60 s, 4 nodes in flight, the whole node off-limits while the "
-        "node agent carves. migslice (MIG Manager mode) and B5 nos: T_reconf 60 s "
-        "(migslice: min pending 30 s, rounds every 15 s); B3: never re-partitions; B6, B8 and "
+        "node agent carves. migslice (MIG Manager mode), B5 nos and B5-catalog: T_reconf 60 s "
+        "(migslice: min pending 30 s, rounds every 15 s, the label 90 s after its config is "
+        "written); B3: never re-partitions; B6, B8 and "
         "B9 carve one instance per pod on GPUs in use, each pod starting the row's carve time "
         "after it is placed. New-shape pods: those a carve or re-partition was planned for, "
         "and every pod of B6, B8 and B9 (each is given an instance of its own); their wait "
@@ -194,15 +195,21 @@ def workload_section(report: dict[str, Any], spec: str) -> list[str]:
         )
     lines += ["", "Paired differences, M-carve minus baseline, pp (by pods / by slices):", ""]
     lines += [
-        "| carve time, min pending, rounds | vs B5 nos | vs B3 oracle-static "
+        "| carve time, min pending, rounds | vs B5 nos | vs B5-catalog | vs B3 oracle-static "
         "| vs migslice (MIG Manager) | vs B6 | vs B8 | vs B9 (same carve time) |"
     ]
-    lines += ["|---|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|---|"]
     for p in sorted(points, key=order):
         if not p["policy"].startswith("M-carve"):
             continue
         cells = []
-        others = ["B5", "B3", "migslice", *(f"{b} {p['t_carve']:g}s" for b in PER_POD)]
+        others = [
+            "B5",
+            "B5-catalog",
+            "B3",
+            "migslice",
+            *(f"{b} {p['t_carve']:g}s" for b in PER_POD),
+        ]
         for other in others:
             d = paired(report, spec, p["policy"], other)
             cells.append(

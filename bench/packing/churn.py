@@ -5,7 +5,8 @@ policy (migslice and B5 nos, which re-partition; B3 oracle-static and B4 stock m
 which never do) and each seed: Poisson arrivals, lognormal lifetimes (median 236 s, p90
 4,012 s), a FIFO pending queue with 300 s patience, on 64 nodes x 8 GPUs. migslice's
 re-partitions are decided by the controller's own ``decide`` in 15 s rounds with its default
-limits (30 s pending, 600 s cooldown, one node in flight), B5's by nos's batching windows;
+limits (30 s pending, 600 s cooldown, one node in flight, the label 90 s after its config is
+written, for MIG Manager's copy of the ConfigMap), B5's by nos's batching windows;
 either way the node takes no pod until the MIG Manager stand-in reports success after
 T_reconf (``migslice/sim/churn.py``). Two sweeps around the base point (95 % load, T_reconf
 60 s): offered load 70-110 % and T_reconf 15 s-10 min.
