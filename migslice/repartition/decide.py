@@ -125,7 +125,11 @@ def _next(
     if active is None:
         return _start(record, nodes, pending, now, settings, layout_cache)
     if any(step.is_open and step.applied_at is None for step in active.nodes):
-        return apply_plan(record, active, states, nodes, now, settings.config_propagation_s)
+        applied = apply_plan(record, active, states, nodes, now, settings.config_propagation_s)
+        if applied.kind is not StepKind.WAIT or active.applied_at is None:
+            return applied
+        # nodes that joined wait for MIG Manager's copy of the file; the labelled ones are
+        # followed meanwhile (their success, failure or deadline)
     observed = observe_plan(record, active, states, nodes, file_configs, now, settings)
     if observed.kind != StepKind.WAIT:
         return observed

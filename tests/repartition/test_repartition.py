@@ -530,3 +530,35 @@ def test_an_applied_plan_never_names_a_gpu_busy_when_it_is_applied(
         if busy_now:
             assert n.name not in labelled
     assert Counter(label.node for label in second.labels) == Counter(labelled)
+
+
+def test_a_plan_of_the_previous_version_writes_its_config_and_waits_before_the_label() -> None:
+    """A plan written by a controller that wrote configs with their labels has no writtenAt:
+    labelled at once after an upgrade, MIG Manager would not find the config."""
+    started = decide(
+        RepartitionRecord(), [node()], [waiting()], file_configs=set(FILE_CONFIGS), now=T0
+    )
+    assert started.record.plan is not None
+    older = replace(
+        started.record,
+        plan=replace(
+            started.record.plan,
+            nodes=tuple(replace(s, written_at=None) for s in started.record.plan.nodes),
+        ),
+    )
+    settings = ControllerSettings(PlanSettings(min_pending_s=30.0), config_propagation_s=90.0)
+    config = config_of(older)
+    upgraded = decide(
+        older, [node()], [waiting()], file_configs=set(FILE_CONFIGS), now=T0 + 5, settings=settings
+    )
+    assert upgraded.kind == StepKind.OBSERVE and not upgraded.labels
+    assert list(upgraded.configs) == [config]
+    later = decide(
+        upgraded.record,
+        [node()],
+        [waiting()],
+        file_configs={*FILE_CONFIGS, config},
+        now=T0 + 95,
+        settings=settings,
+    )
+    assert later.kind == StepKind.APPLY and [x.node for x in later.labels] == ["gpu-a"]

@@ -272,3 +272,28 @@ def test_decide_and_the_docs_name_the_one_event_a_timeout_writes() -> None:
     page = (paths.DOCS / "repartition.md").read_text()
     (row,) = [line for line in page.splitlines() if "| deadline passed" in line]
     assert REASON_QUARANTINED in row and REASON_FAILED not in row
+
+
+def test_a_labelled_node_is_followed_while_a_joined_node_waits_for_its_config() -> None:
+    """A node that joined an applied plan waits for MIG Manager's copy of the ConfigMap; the
+    nodes already labelled were not followed meanwhile (their success, failure or deadline
+    came up to the wait late)."""
+    settings = replace(SETTINGS, config_propagation_s=90.0)
+    a100 = waiting("train-a", products=["NVIDIA-A100-SXM4-80GB"])
+    h100 = waiting("train-h", products=[H100])
+    record = stuck_on("gpu-a", [a100])  # labelled at T0 + 1 (no wait in SETTINGS)
+    ours = config_of(record, "gpu-a")
+    slow = node("gpu-a", config=ours, state="pending")
+    other = node("gpu-h", product=H100)
+    joined = step(record, [slow, other], [a100, h100], T0 + 40, settings)
+    assert joined.kind == StepKind.START
+    waiting_for_file = step(joined.record, [slow, other], [a100, h100], T0 + 60, settings)
+    assert waiting_for_file.kind == StepKind.WAIT and not waiting_for_file.labels
+    done = node("gpu-a", config=ours, state="success")
+    followed = step(joined.record, [done, other], [a100, h100], T0 + 70, settings)
+    assert followed.kind == StepKind.OBSERVE
+    assert [(s.node, s.outcome) for s in followed.outcomes] == [("gpu-a", "success")]
+    assert not followed.labels  # gpu-h still waits for the file
+    labelled = step(followed.record, [done, other], [h100], T0 + 130, settings)
+    assert labelled.kind == StepKind.APPLY
+    assert [label.node for label in labelled.labels] == ["gpu-h"]

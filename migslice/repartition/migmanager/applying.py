@@ -79,9 +79,17 @@ def apply_plan(
     labels: list[SetLabel] = []
     events: list[NodeEvent] = []
     arriving: list[str] = []
+    written: dict[str, tuple[MigPartedEntry, ...]] = {}
     for step in active.nodes:
         if not step.is_open or step.applied_at is not None:
             steps.append(step)
+            continue
+        if step.written_at is None and propagation_s > 0:
+            # planned by a controller that wrote configs with their labels: written now,
+            # labelled once MIG Manager can have read them
+            steps.append(replace(step, written_at=now))
+            written[step.config_name] = step.entries
+            arriving.append(f"{step.node} ({propagation_s:.0f}s)")
             continue
         if step.written_at is not None and now - step.written_at < propagation_s:
             # MIG Manager reads the kubelet's copy of the file, and only when its label
@@ -101,10 +109,12 @@ def apply_plan(
     if not labels and arriving:
         waiting = replace(active, nodes=tuple(steps))
         return Step(
-            StepKind.OBSERVE if aborted else StepKind.WAIT,
+            StepKind.OBSERVE if aborted or written else StepKind.WAIT,
             record.with_plan(waiting),
             f"plan {active.plan_id}: labelling once the mig-parted ConfigMap reaches MIG "
             f"Manager: {', '.join(arriving)}",
+            configs=written,
+            referenced=referenced_configs(nodes, waiting) if written else frozenset(),
             outcomes=aborted,
         )
     applied = replace(active, applied_at=active.applied_at or now, nodes=tuple(steps))
@@ -120,6 +130,7 @@ def apply_plan(
             result=PlanResult.ABORTED,
         )
     new_record = record.with_plan(applied)
+    configs.update(written)
     return Step(
         StepKind.APPLY,
         new_record,
@@ -150,11 +161,11 @@ def observe_plan(
     )
     waiting: list[str] = []
     for step in active.nodes:
-        if not step.is_open:
+        if not step.is_open or step.applied_at is None:  # closed, or its label still to come
             steps.append(step)
             continue
         state = states.get(step.node)
-        elapsed = now - (step.applied_at if step.applied_at is not None else active.applied_at)
+        elapsed = now - step.applied_at
         done = _outcome(step, state, elapsed, closing, deadline_s=settings.deadline_s)
         steps.append(done)
         if not done.outcome:

@@ -46,10 +46,10 @@ class NodeStep:
     outcome: NodeOutcome = NodeOutcome.OPEN
     detail: str = ""
     applied_at: float | None = None
-    written_at: float | None = None
-    """When its config was written into the mig-parted file (None: written with its label, by
-    a controller before this field)."""
     """When the node was labelled; None while it is only planned."""
+    written_at: float | None = None
+    """When its config was written into the mig-parted file (None: planned by a controller
+    that wrote it with the label; it is written, then labelled after the wait)."""
 
     @property
     def is_open(self) -> bool:
