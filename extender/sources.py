@@ -21,7 +21,7 @@ from extender.state import (
 )
 from migslice.inventory import ClusterIndex, MigConfigs
 from migslice.kube import Informer, ResourceRef, Transport
-from migslice.kube.discovery import dra_resources
+from migslice.kube.discovery import DraDiscovery, dra_resources, follow_discovery
 from migslice.kube.informer import SLICE_PAGE_SIZE
 from migslice.names import DRA_API
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
@@ -30,6 +30,7 @@ from migslice.objects.device_taint_rules import taint_rule_facts_from_raw
 from migslice.objects.resource_claims import claim_facts_from_raw
 from migslice.objects.resource_slices import slice_facts_from_raw
 from migslice.scheduling import PreparedNode
+from migslice.serving.apps import restart_worker
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,25 @@ def start_caches(
         return mig_configs_from(raw, key)
 
     namespace = settings.mig_config_namespace or "default"
-    served = dra_resources(transport)
+    discovery = dra_resources(transport)
+    served = discovery.resources
     dra = served is not None
     rules = served is not None and TAINT_RULES in served
+
+    def builds(answer: DraDiscovery) -> tuple[bool, bool]:
+        """What the caches are built for: DRA's, and the DeviceTaintRules' (the steer's)."""
+        found = answer.resources
+        return (found is not None, found is not None and TAINT_RULES in found)
+
+    follow_discovery(
+        transport,
+        discovery,
+        lambda answer: restart_worker(
+            f"resource.k8s.io/v1 answered at last (DRA, DeviceTaintRules served: "
+            f"{builds(answer)}); the caches were built without knowing it"
+        ),
+        wanted=builds,
+    )
     lists = (*(DRA_LISTS if dra else ()), *((TAINT_RULES,) if rules else ()))
     warmup = Warmup(index, ("mig-config", "nodes", "pods", *lists))
     informers: list[Informer[Any]] = [

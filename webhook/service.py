@@ -66,14 +66,26 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
     their settler) and the TenantPolicy status writer."""
     from migslice.kube import KubernetesTransport
     from migslice.kube.claim_templates import ApiTemplates
-    from migslice.kube.discovery import dra_resources
+    from migslice.kube.discovery import dra_resources, follow_discovery
     from migslice.kube.ledger import ConfigMapLedgers
     from migslice.kube.policies import admission_informers
     from migslice.kube.status import StatusWriter
+    from migslice.serving.apps import restart_worker
 
     state = ClusterState()
     transport = KubernetesTransport.from_environment(settings.kubeconfig)
-    dra = dra_resources(transport) is not None
+    discovery = dra_resources(transport)
+    dra = discovery.served
+    follow_discovery(
+        transport,
+        discovery,
+        lambda answer: restart_worker(
+            "resource.k8s.io/v1 answered at last: it is "
+            + ("served" if answer.served else "not served")
+            + "; the DRA caches were started assuming it was"
+        ),
+        wanted=lambda answer: answer.served,
+    )
     quota = QuotaKeeper(
         state,
         ConfigMapLedgers(transport, settings.ledger_namespace, claims=dra),

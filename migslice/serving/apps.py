@@ -91,3 +91,16 @@ def serve_app(
     except ServeError as error:
         raise console.CommandError(str(error)) from None
     return 0
+
+
+RESTART_EXIT_CODE = 75
+"""A worker's exit for gunicorn to start it again (EX_TEMPFAIL; not 3 or 4, on which the
+master itself stops)."""
+
+
+def restart_worker(reason: str) -> None:
+    """End this worker at once for the server to start a fresh one, which builds itself
+    from the cluster as it is now (what it learned at its start, ``reason``, was not so)."""
+    log.error("restarting this worker: %s", reason)
+    logging.shutdown()
+    os._exit(RESTART_EXIT_CODE)

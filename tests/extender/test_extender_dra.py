@@ -16,7 +16,8 @@ from extender import ExtenderSettings, create_app
 from extender.dra_warnings import EVENT_REASON, DraWarnings
 from extender.state import state_from_objects
 from harness.builders import make_node, make_pod
-from migslice.kube.discovery import dra_resources
+from migslice.kube import discovery
+from migslice.kube.discovery import DraDiscovery, dra_resources, follow_discovery
 from migslice.kube.transport import ApiError
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.scheduling import reasons
@@ -365,7 +366,7 @@ class Discovery:
     ],
     ids=["served", "not-served", "refused", "away-then-served", "away-then-not-served"],
 )
-def test_dra_discovery_is_asked_until_the_api_server_answers(
+def test_dra_discovery_is_asked_again_while_the_api_server_is_away(
     answers: tuple[Exception | None, ...], served: frozenset[str] | None, asked: int
 ) -> None:
     """A service started while the API server was away ran for good without its DRA caches
@@ -373,8 +374,36 @@ def test_dra_discovery_is_asked_until_the_api_server_answers(
     DeviceTaintRule cache never started), until restarted by hand."""
     api = Discovery(*answers)
     slept: list[float] = []
-    assert dra_resources(api, sleep=slept.append) == served  # type: ignore[arg-type]
+    found = dra_resources(api, sleep=slept.append, wait_s=60.0)  # type: ignore[arg-type]
+    assert found.known and found.resources == served
     assert api.asked == asked and len(slept) == asked - 1
+
+
+def test_an_api_server_away_past_the_start_wait_is_followed_in_the_background() -> None:
+    """The worker must start (gunicorn's boot timeout, the liveness probe): past the wait it
+    starts without DeviceTaintRules and asks on; an answer that calls for other caches
+    restarts the worker."""
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    away = Discovery(ApiError(0, "connection refused"))
+    found = dra_resources(away, sleep=sleep, clock=lambda: now[0], wait_s=20.0)  # type: ignore[arg-type]
+    assert found == discovery.UNKNOWN and now[0] <= 20.0
+    back = Discovery(ApiError(503, "unavailable"), None)
+    changed: list[DraDiscovery] = []
+    thread = follow_discovery(
+        back,  # type: ignore[arg-type]
+        found,
+        changed.append,
+        wanted=lambda d: d.resources is not None and "devicetaintrules" in d.resources,
+        sleep=lambda _: None,
+    )
+    assert thread is not None
+    thread.join(5.0)
+    assert [d.resources for d in changed] == [frozenset({"resourceslices", "devicetaintrules"})]
+    assert follow_discovery(back, DraDiscovery(None), changed.append) is None  # type: ignore[arg-type]
 
 
 # -- hostile pods ------------------------------------------------------------------------------
