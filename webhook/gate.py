@@ -99,6 +99,7 @@ class GateReconciler:
         self._clock = clock
         self.stats = GateStats()
         self._said: dict[str, str] = {}  # pod uid -> the message last told
+        self._refused_until: dict[str, float] = {}  # pod uid -> when to try its un-gate again
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -145,9 +146,12 @@ class GateReconciler:
         notes: dict[str, GateNote] = {}
         waiting_tenants: set[str] = set()
         admitted = 0
+        now = self._clock()
         for pod in pods:
             if admitted >= self.settings.batch:
                 break
+            if self._refused_until.get(pod.uid, 0.0) > now:
+                continue  # its charge lapses meanwhile: a refused pod holds no quota for good
             try:
                 decision = self._decision(pod, waiting_tenants)
             except UnavailableError as error:
@@ -164,8 +168,8 @@ class GateReconciler:
                     if not self._admit(pod, decision, note):
                         continue
                 except ApiError as error:
-                    if 400 <= error.status < 500:  # this pod's patch is refused: the next go on
-                        self._refused(pod, error)
+                    if 400 <= error.status < 500 and error.status != 429:
+                        self._refused(pod, error)  # this pod's patch is refused: the next go on
                         continue
                     log.warning("Admission gate cannot un-gate pods now (%s); next round", error)
                     break
@@ -177,6 +181,7 @@ class GateReconciler:
             notes[pod.key] = note
         gated = {pod.uid for pod in pods}
         self._said = {uid: said for uid, said in self._said.items() if uid in gated}
+        self._refused_until = {u: t for u, t in self._refused_until.items() if u in gated}
         self.stats.waiting = {key: n.message for key, n in notes.items() if not n.admitted}
         return notes
 
@@ -222,13 +227,16 @@ class GateReconciler:
 
     def _refused(self, pod: GatedPod, error: ApiError) -> None:
         """The API server refused to un-gate ``pod`` (another admission policy, RBAC): said
-        once per message; its charge is released unused, and it is tried again next round."""
+        once per message, and not decided again for twice the charge's hold, so the charge
+        its decision wrote lapses unused (deciding it each round renewed the charge: the pod
+        held its tenant's quota for as long as it existed)."""
+        self._refused_until[pod.uid] = self._clock() + 2 * self._quota.hold_s
         said = f"refused: {error}"
         if self._said.get(pod.uid) == said:
             return
         log.warning(
             "Admission gate cannot remove the gate of pod=%s (%s); the other gated pods go on, "
-            "this one is tried again each round",
+            "this one is tried again later",
             pod.key,
             error,
         )

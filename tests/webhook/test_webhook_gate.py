@@ -352,3 +352,23 @@ def test_a_pod_whose_un_gate_is_refused_does_not_hold_back_the_others(
     assert api.admitted() == ["p1", "p2"]
     refusals = [r for r in caplog.records if "cannot remove the gate of pod=team-a/p0" in r.message]
     assert len(refusals) == 1 and not any(r.exc_info for r in caplog.records)
+
+
+def test_a_pod_whose_un_gate_is_refused_holds_no_quota_for_good() -> None:
+    """Its decision charged it; decided again each round, the charge was renewed as long as
+    the pod existed, and the tenant's other gated pods waited on quota for ever."""
+    state = replica_state(quota=1)
+    api = RefusingApi(state)
+    clock = Clock()
+    store = MemoryLedgers(state)
+    gate = reconciler(state, store, api, clock=clock)
+    gated(api, 2, limits=DIRECT)
+    gate.run_once()
+    assert api.admitted() == []  # p0 refused, p1 waits on the quota p0's charge holds
+    charged = {c.uid for c in store.read("team-a").charges}
+    clock.now_s += 10
+    gate.run_once()
+    assert {c.uid for c in store.read("team-a").charges} == charged  # not renewed
+    clock.now_s += 50  # past the charge's 45 s hold, before p0 is tried again (90 s)
+    gate.run_once()
+    assert api.admitted() == ["p1"]
