@@ -51,18 +51,20 @@ from migslice.admission.ledger import (
     failed_charges,
 )
 from migslice.errors import MigsliceError
-from migslice.kube.informer import WATCH_GRACE_S, WATCH_TIMEOUT_S
+from migslice.kube.informer import WATCH_GRACE_S
 from migslice.kube.ledger import ForeignWriteError, LedgerStore
+from migslice.kube.policies import ADMISSION_WATCH_TIMEOUT_S
 from migslice.objects.times import format_micro_time
 from webhook.state import ClusterState
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HOLD_S = 45.0
-UNNOTICED_STALL_S = WATCH_TIMEOUT_S + WATCH_GRACE_S
+UNNOTICED_STALL_S = ADMISSION_WATCH_TIMEOUT_S + WATCH_GRACE_S
 MAX_CHARGES = 4000
 """Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
-tenant admitting faster than MAX_CHARGES per hold waits (503, retried)."""
+charge stays until its pod is seen for the settle time (50 s) or its hold passes unseen, so a
+tenant admitting faster than about 80 pods a second waits (503, retried)."""
 CLUSTER_FREE = frozenset({"no-gpu", "bad-resource"})
 Admission = PodAdmission | ClaimAdmission
 """Decisions that read nothing of the cluster: made even while the caches are blind."""
@@ -282,7 +284,8 @@ class QuotaKeeper:
         if len(wanted.charges) > MAX_CHARGES:
             raise UnavailableError(
                 f"quota ledger of tenant {ledger.tenant!r} holds {len(wanted.charges) - 1} "
-                f"admissions of the last {self.hold_s:.0f}s (limit {MAX_CHARGES}); retry"
+                f"recent admissions (limit {MAX_CHARGES}; each stays until its pod has been "
+                f"seen {self.settle_s:.0f}s); retry"
             )
         try:
             if not wanted.epoch:  # the tenant's first ledger, or a v1 one: record it first

@@ -320,9 +320,11 @@ class Informer(Generic[T]):
                 short = 0  # watches in a row that ended at once without an event
                 while not self._stop.is_set():
                     started = self.clock()
-                    if self.watch_once():
-                        gone = short = 0
-                    elif self.clock() - started < SHORT_WATCH_S:
+                    delivered = self.watch_once()
+                    gone = 0  # a watch ended as watches do: a later 410 lists again at once
+                    if delivered or self.clock() - started >= SHORT_WATCH_S:
+                        short = 0
+                    else:
                         short += 1  # client-go's "very short watch": back off, then again
                         self._stop.wait(self.backoff.wait_s(short, self.random_unit()))
             except GoneError as error:

@@ -108,6 +108,14 @@ def _keep(raw: RawObject) -> RawObject | None:
     return raw
 
 
+ADMISSION_WATCH_TIMEOUT_S = 20
+"""The webhook's watches last this long (``timeoutSeconds``): a watch that stalls with its
+connection open (a dead API server behind a load balancer) counts as blind this long plus
+``WATCH_GRACE_S`` after its last answer, and quota charges stay in the ledger until every
+replica would have noticed (``webhook.quota``): a shorter watch keeps the ledger short. A
+watch every 20 s per cache costs kube-apiserver a request, served from its watch cache."""
+
+
 def admission_informers(
     feed: ClusterFeed, transport: Transport, *, dra: bool = False
 ) -> tuple[Informer[RawObject], ...]:
@@ -163,6 +171,7 @@ def admission_informers(
             project=project,
             sink=_FeedSink(source, feed, upsert, delete),
             page_size=SLICE_PAGE_SIZE if source == SLICES else 500,
+            watch_timeout_s=ADMISSION_WATCH_TIMEOUT_S,
         )
         for source, path, upsert, delete, project in wiring
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -537,3 +538,24 @@ def test_collection_pauses_nest_across_threads_and_keep_a_collector_that_was_off
         assert not gc.isenabled()  # off before: left off
     finally:
         gc.enable()
+
+
+def test_a_410_after_a_watch_that_ended_as_watches_do_lists_again_at_once(
+    api: tuple[RecordedApi, KubernetesTransport], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only 410s in a row back off: on a quiet resource (no events for hours) the count grew
+    from one incident to the next, and a later 410 waited the longest backoff, blind."""
+    recorded, transport = api
+    gone = (410, {"kind": "Status", "status": "Failure", "code": 410})
+    recorded.lists = [(200, node_list([node("n1", "5")], "9"))] * 3
+    recorded.watches = [gone, (200, []), gone]
+    informer = make_informer(transport, RecordingSink())
+    informer.backoff = Backoff(initial_s=0.2, max_s=0.4)
+    with caplog.at_level(logging.INFO, logger="migslice.kube.informer"):
+        informer.start()
+        try:
+            wait_for(lambda: informer.stats.relists_gone >= 2)
+        finally:
+            informer.stop()
+    expired = [r.getMessage() for r in caplog.records if "expired (410 Gone" in r.getMessage()]
+    assert len(expired) >= 2 and all(m.endswith("in 0.0s") for m in expired[:2]), expired

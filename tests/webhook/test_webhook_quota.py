@@ -196,7 +196,10 @@ def test_a_ledger_too_full_to_store_answers_503_instead_of_failing_the_write() -
     store.write(Ledger("team-a", charges))
     reply = post(replica(store, state), "uid-new")
     assert reply.status_code == 503
-    assert "holds 4000 admissions of the last 45s (limit 4000)" in reply.get_json()["message"]
+    assert (
+        "holds 4000 recent admissions (limit 4000; each stays until its pod has been seen 50s)"
+        in (reply.get_json()["message"])
+    )
 
 
 class Monotonic:
@@ -209,9 +212,10 @@ class Monotonic:
 
 def test_a_charge_leaves_the_ledger_once_the_writer_has_held_its_pod_long_enough() -> None:
     """Every replica that may decide follows the API within --max-blind-s past the longest a
-    stalled watch goes unnoticed (its 60 s timeout and 15 s grace: an open connection carrying
-    no bytes looks like a quiet cluster until then), so a charge whose pod this cache has held
-    for that and twice --max-blind-s (and 5 s) is counted everywhere by its pod."""
+    stalled watch goes unnoticed (the webhook's 20 s watches and 15 s grace: an open
+    connection carrying no bytes looks like a quiet cluster until then), so a charge whose pod
+    this cache has held for that and twice --max-blind-s (and 5 s) is counted everywhere by
+    its pod."""
     monotonic = Monotonic()
     state = ClusterState(clock=monotonic)
     state.upsert_policy(make_policy(quota={"instances": 10}))
@@ -225,7 +229,7 @@ def test_a_charge_leaves_the_ledger_once_the_writer_has_held_its_pod_long_enough
     )
     pod["metadata"]["name"] = "train-1"
     state.upsert_pod(pod)
-    monotonic.now_s += 89.0  # 75 s unnoticed, 2 x 5 s blind, 5 s
+    monotonic.now_s += 49.0  # 35 s unnoticed, 2 x 5 s blind, 5 s
     assert allowed(client, "uid-2")
     assert [c.uid for c in store.read("team-a").charges] == ["uid-1", "uid-2"]
     monotonic.now_s += 1.0
