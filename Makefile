@@ -77,7 +77,7 @@ bench-packing: bench-saturation bench-sampling bench-churn bench-carve bench-exa
 bench-saturation: bench-install
 	nice $(BIN)/python -m bench.packing.packing $(BENCH_ARGS)
 
-# The packing suite's node sampling (its own section; about 17 minutes here).
+# The packing suite's node sampling (its own section; about 3 minutes here).
 bench-sampling: bench-install
 	nice $(BIN)/python -m bench.packing.packing --percentage-of-nodes-to-score 100,0,50,30,20,10,1 \
 		--seeds 5 --workloads default/M1,default/M2,gpushare100/M1,multigpu50/M1,synthetic $(BENCH_ARGS)
