@@ -65,6 +65,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from bench.common.programs import said_in_one_line
 from bench.dra.suite import SUITE
 from harness import dra_slices
 from harness.api import ensure_namespace, register_gpu_node
@@ -79,10 +80,8 @@ from harness.dra_driver import (
     results,
     settled,
 )
-from harness.process import ControlPlaneError
 from harness.scheduler import default_scheduler_config
 from harness.stack import BASE, SCHEDULER_CLIENT, migslice_server, scheduler_configuration
-from migslice.console import CommandError
 from migslice.inventory.first_fit import Wanted, first_solution
 from migslice.mig import GpuModel, Placed
 from migslice.sim import SimPod
@@ -683,13 +682,7 @@ def plot(report: dict[str, Any], path: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The program; missing inputs (the traces, the control plane's binaries) are one line
-    naming what to pass, not a traceback."""
-    try:
-        return _main(argv)
-    except (CommandError, ControlPlaneError) as error:
-        print(f"bench.dra.replay: {error}", file=sys.stderr)
-        return 1
+    return said_in_one_line("bench.dra.replay", _main, argv)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

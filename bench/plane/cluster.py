@@ -57,6 +57,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.common.programs import said_in_one_line
 from bench.plane.api import Api
 from bench.plane.churn import CHURN_NAMESPACE, Churn, Prober
 from bench.plane.cpu_weights import CpuGroups, CpuWeightsError, parse_requests, shipped_shares
@@ -98,10 +99,8 @@ from bench.plane.runs import (
 from harness.controlplane import ControlPlane
 from harness.image import build_image
 from harness.paths import E2E_DIR, REPO
-from harness.process import ControlPlaneError
 from harness.scheduler import default_scheduler_config
 from harness.stack import BASE, migslice_server, scheduler_configuration, webhook_configurations
-from migslice.console import CommandError
 
 
 def git_head() -> str:
@@ -566,13 +565,7 @@ def control_plane_group(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The program; missing inputs (the traces, the control plane's binaries) are one line
-    naming what to pass, not a traceback."""
-    try:
-        return _main(argv)
-    except (CommandError, ControlPlaneError) as error:
-        print(f"bench.plane.cluster: {error}", file=sys.stderr)
-        return 1
+    return said_in_one_line("bench.plane.cluster", _main, argv)
 
 
 def _main(argv: list[str] | None = None) -> int:

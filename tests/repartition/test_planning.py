@@ -40,8 +40,10 @@ def node_state(
     bound: Sequence[str] = (),
     config_state: str | None = None,
     product: str = PRODUCT,
+    unseen: Sequence[str] = (),
 ) -> NodeState:
-    """A node whose agent reports ``layouts``; ``bound`` pods hold the busy instances."""
+    """A node whose agent reports ``layouts``; pods hold the busy instances, and ``unseen``
+    profiles more, whose processes the agent does not see (a pod pulling its image)."""
     busy = busy or [[False] * len(layout) for layout in layouts]
     report = AgentReport(
         product=product,
@@ -71,7 +73,7 @@ def node_state(
         for layout, flags in zip(layouts, busy, strict=True)
         for p, b in zip(layout, flags, strict=True)
         if b
-    ]
+    ] + list(unseen)
     pods = [
         pod_facts_from_raw(make_pod(f"{name}-held-{i}", profile=profile, node_name=name))
         for i, profile in enumerate(held)
@@ -320,53 +322,20 @@ def test_planning_the_result_again_changes_nothing_it_just_changed(case: tuple) 
     assert plan(nodes, demand, settings=PlanSettings(max_nodes_in_flight=3)) == first
 
 
-def _two_gpus_with_one_bound_pod(busy: bool) -> NodeState:
-    """gpu-a: two A100s at all-1g.10gb, reported by the agent, one pod bound holding a
-    1g.10gb; ``busy``: the agent sees its process (else it is pulling its image, in an init
-    container, or idle between requests)."""
-    model = CATALOG.get("A100-80GB")
-    product = "NVIDIA-A100-SXM4-80GB"
-    layouts = [[place(model, "1g.10gb", i) for i in range(7)] for _ in range(2)]
-    report = AgentReport(
-        product=product,
-        gpus=tuple(
-            AgentGpu(
-                g,
-                True,
-                tuple(
-                    AgentInstance(p.profile, p.start, p.size, busy and g == 0 and p.start == 0)
-                    for p in layout
-                ),
-            )
-            for g, layout in enumerate(layouts)
-        ),
-    )
-    raw = make_node(
-        "gpu-a",
-        gpu_count=2,
-        product=product,
-        mig={"1g.10gb": 14},
-        config="all-1g.10gb",
-        config_state="success",
-        layout_annotation=render_layout_annotation(report),
-    )
-    holder = make_pod("holder", profile="1g.10gb", node_name="gpu-a", phase="Running")
-    facts = pod_facts_from_raw(holder)
-    assert facts is not None
-    return resolve_node(node_facts_from_raw(raw), [facts])
-
-
 def test_a_gpu_that_may_hold_a_bound_pods_instance_is_never_re_partitioned() -> None:
     """The device plugin picks a pod's device among the node's free ones: while the agent
     does not see the pod's process, its 1g.10gb may be on either GPU. The plan re-shaped GPU 1
     on a guess that it was on GPU 0, and mig-parted destroys an instance without processes:
     the pod's device was gone when its container started."""
     pending = PendingPod(demand_of(make_pod("want", profile="3g.40gb")), 120.0)
-    unseen = plan([_two_gpus_with_one_bound_pod(busy=False)], [pending])
+    idle = [[False] * 7, [False] * 7]
+    held_not_seen = node_state("gpu-a", [all_1g(), all_1g()], busy=idle, unseen=["1g.10gb"])
+    unseen = plan([held_not_seen], [pending])
     assert not unseen.changes
     ((node, why),) = unseen.skipped_nodes
     assert node == "gpu-a" and "instances the agent does not see in use" in why, why
-    seen = plan([_two_gpus_with_one_bound_pod(busy=True)], [pending])
+    first_busy = [[True] + [False] * 6, [False] * 7]
+    seen = plan([node_state("gpu-a", [all_1g(), all_1g()], busy=first_busy)], [pending])
     assert [[g.index for g in c.gpus] for c in seen.changes] == [[1]]
 
 
