@@ -28,7 +28,7 @@ def test_a_missing_data_directory_is_named_in_the_error(
     err = capsys.readouterr().err
     assert f"data directory {missing} not found" in err
     assert "--data-dir DIR (the folder holding alibaba-cluster-trace-gpu-v2023/)" in err
-    assert "--mapping synthetic, which needs no trace" in err
+    assert "which needs no trace (`migslice simulate --mapping synthetic`" in err
 
 
 def test_a_missing_trace_file_is_named_in_the_error(
