@@ -49,16 +49,16 @@ _NO_USAGE = dict(
 )
 
 
-def _validity() -> tuple[dt.datetime, dt.datetime]:
+def _validity(days: int = 7) -> tuple[dt.datetime, dt.datetime]:
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    return now, now + dt.timedelta(days=7)
+    return now, now + dt.timedelta(days=days)
 
 
-def make_ca(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A self-signed P-256 CA valid for a week."""
+def make_ca(common_name: str, days: int = 7) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A self-signed P-256 CA valid for ``days`` (a week)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    start, end = _validity()
+    start, end = _validity(days)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)

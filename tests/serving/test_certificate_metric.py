@@ -5,33 +5,20 @@ when it lands (the alert on expiry would otherwise read a certificate nobody ser
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
+from harness.pki import make_ca
 from migslice.serving.certificate_metric import CertificateExpiry
 from migslice.serving.tls import ReloadingSSLContext
 
 
 def _pair(days: int) -> tuple[bytes, bytes, float]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "migslice-webhook")])
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=days))
-        .sign(key, hashes.SHA256())
-    )
+    """A certificate valid for ``days`` and its key, as PEM, and its notAfter."""
+    key, cert = make_ca("migslice-webhook", days=days)
     key_pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
