@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from migslice.admission.ledger import Damage
@@ -78,12 +78,7 @@ class Metrics:
             registry=self.registry,
         )
         leader.set_function(lambda: 1.0 if stats.is_leader else 0.0)
-        admitted = Gauge(
-            "migslice_webhook_gate_admitted",
-            "Gated pods this process admitted and un-gated since it started.",
-            registry=self.registry,
-        )
-        admitted.set_function(lambda: float(stats.admitted))
+        self.registry.register(_GateAdmitted(stats))
 
     def follow(
         self,
@@ -99,6 +94,21 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+class _GateAdmitted(Collector):
+    """The gated pods this process admitted: a counter (it only grows, and restarts at 0 with
+    the process), so that ``rate()`` and ``increase()`` read it across restarts."""
+
+    def __init__(self, stats: GateStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "migslice_webhook_gate_admitted",
+            "Gated pods this process admitted and un-gated since it started.",
+            value=self._stats.admitted,
+        )
 
 
 class _StateCollector(Collector):

@@ -25,6 +25,7 @@ from migslice.console import CommandError
 from migslice.kube.transport import ApiError
 from webhook.app import create_app
 from webhook.gate import GateReconciler
+from webhook.metrics import Metrics
 from webhook.quota import MemoryLedgers, QuotaKeeper
 from webhook.settings import GateSettings, WebhookSettings
 from webhook.state import ClusterState
@@ -198,6 +199,20 @@ def test_the_leader_admits_gated_pods_oldest_first_up_to_the_quota_and_tells_the
     gate.run_once()
     assert api.admitted() == ["p1", "p2"]
     assert state.tenant_usage("team-a").instances == 2
+
+
+def test_the_gated_pods_admitted_are_exported_as_a_counter() -> None:
+    state = replica_state(quota=2)
+    api = Api(state)
+    gate = reconciler(state, MemoryLedgers(state), api)
+    metrics = Metrics()
+    metrics.follow_gate(gate.stats)
+    gated(api, 3, limits=DIRECT)
+    gate.run_once()
+    text = metrics.exposition().decode()
+    assert "# TYPE migslice_webhook_gate_admitted_total counter" in text
+    assert "migslice_webhook_gate_admitted_total 2.0" in text.splitlines()
+    assert "migslice_webhook_gate_leader 1.0" in text.splitlines()
 
 
 def test_a_follower_admits_nothing() -> None:
