@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from migslice import names
 from migslice.doctor.checks.dra import DraFacts
 from migslice.doctor.facts import Settings
 from migslice.doctor.gather import nodes
@@ -18,4 +19,5 @@ def gather_dra(reader: ClusterReader, settings: Settings) -> DraFacts:
         reader.list(f"{DRA_API}/resourceslices") if served else None,
         reader.list(f"{DRA_API}/deviceclasses") if served else None,
         nodes(reader),
+        reader.list(f"/apis/{names.GROUP}/{names.VERSION}/{names.POLICY_PLURAL}") or (),
     )

@@ -169,7 +169,8 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         dra.DRA_CLASSES_CHECK,
-        "every DeviceClass: mig.nvidia.com and migslice-mig-<profile> of each catalog profile",
+        "every DeviceClass: mig.nvidia.com and migslice-mig-<profile> of each catalog profile; "
+        "the TenantPolicies that give sized pods ResourceClaims",
         gather_dra.gather_dra,
         dra.judge_dra_classes,
     ),

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from harness import dra_slices
+from harness.builders import make_policy
 from migslice.doctor.checks.dra import (
     DRA_RESOURCES,
     DraFacts,
@@ -33,6 +34,7 @@ def facts(
     slices: list[dict[str, Any]] | None = None,
     classes: list[dict[str, Any]] | None = None,
     nodes: list[dict[str, Any]] | None = None,
+    policies: list[dict[str, Any]] | None = None,
 ) -> DraFacts:
     return DraFacts(
         discovery,
@@ -40,6 +42,7 @@ def facts(
         [] if slices is None and discovery is not None else slices,
         [] if classes is None and discovery is not None else classes,
         nodes or [],
+        policies or [],
     )
 
 
@@ -124,3 +127,43 @@ def test_missing_device_classes_fail_where_dra_nodes_are() -> None:
         f"no DRA nodes, nothing to serve yet (mig.nvidia.com absent; 3 of migslice's "
         f"{len(every)} DeviceClasses)"
     )
+
+
+def test_a_resource_claim_tenant_without_device_classes_or_dra_nodes_is_told_what_it_meets() -> (
+    None
+):
+    every = [migslice_device_class(p) for p in mig_profiles(CATALOG)]
+    nvidia = fixture("deviceclass-mig.nvidia.com.yaml")
+    claims = make_policy("claims", deviceAPI="ResourceClaim", allowedProfiles=["3g.40gb"])
+    plain = make_policy("plain", namespaces=["team-b"])
+    dra = {"slices": slices_of("dyn", [dra_slices.a100(0)]), "nodes": [make_dra_node("dyn")]}
+    three_g = next(c for c in every if c["metadata"]["name"] == "migslice-mig-3g.40gb")
+    # Every class a tenant may be given, DRA nodes: nothing to say.
+    kept = facts(classes=[nvidia, *every], policies=[claims, plain], **dra)
+    assert judge_dra_classes(kept, SETTINGS).verdict is Verdict.OK
+    # Its one profile's class missing: its pods are refused, even with no DRA node at all.
+    others = [c for c in every if c is not three_g]
+    for lacking in (
+        facts(classes=[nvidia, *others], policies=[claims, plain], **dra),
+        facts(classes=others, policies=[claims, plain]),
+    ):
+        found = judge_dra_classes(lacking, SETTINGS)
+        assert found.verdict is Verdict.FAILED
+        assert 'TenantPolicy "claims" gives sized pods ResourceClaims' in found.detail
+        assert "(migslice-mig-3g.40gb): the webhook refuses those pods" in found.detail
+        assert "spec.deviceAPI: ExtendedResource" in found.fix
+        assert '"plain"' not in found.detail
+    # Classes there but no DRA node: its pods wait.
+    idle = judge_dra_classes(facts(classes=[nvidia, three_g], policies=[claims]), SETTINGS)
+    assert idle.verdict is Verdict.WARNING
+    assert "no node publishes gpu.nvidia.com ResourceSlices: its GPU pods stay pending" in (
+        idle.detail
+    )
+    # Another tenant's missing classes are not this tenant's problem.
+    assert judge_dra_classes(facts(classes=[three_g], policies=[plain]), SETTINGS).verdict is (
+        Verdict.OK
+    )
+    # No DRA API at all.
+    gone = judge_dra_classes(facts(discovery=None, policies=[claims]), SETTINGS)
+    assert gone.verdict is Verdict.FAILED
+    assert "serves no resource.k8s.io/v1" in gone.detail

@@ -21,6 +21,7 @@ from migslice.objects.dra_pool import DraMode, DraPool, PoolState, read_pool
 from migslice.objects.json import JsonObject, items, mapping, text
 from migslice.objects.pod_gpus import is_gpu_resource
 from migslice.objects.resource_slices import SliceFacts, slice_facts_from_raw
+from migslice.policy import DeviceApi, PolicyError, TenantPolicy, parse_tenant_policy
 
 DRA_API_CHECK = "dra-api"
 DRA_NODES_CHECK = "dra-nodes"
@@ -33,13 +34,15 @@ _VERSION = re.compile(r"v?(\d+)\.(\d+)")
 class DraFacts:
     """``discovery``: ``GET /apis/resource.k8s.io/v1`` (None: not served); ``version``:
     ``GET /version``; ``slices``, ``classes``: every ResourceSlice and DeviceClass (None: not
-    served); ``nodes``: every Node."""
+    served); ``nodes``: every Node; ``policies``: every TenantPolicy (those that give sized
+    pods ResourceClaims need migslice's DeviceClasses and DRA nodes)."""
 
     discovery: JsonObject | None
     version: JsonObject | None
     slices: Sequence[JsonObject] | None
     classes: Sequence[JsonObject] | None
     nodes: Sequence[JsonObject]
+    policies: Sequence[JsonObject] = ()
 
 
 def server_minor(version: JsonObject | None) -> tuple[int, int] | None:
@@ -177,18 +180,83 @@ def judge_dra_nodes(facts: DraFacts, settings: Settings) -> Finding:
     return finding(DRA_NODES_CHECK, problems, detail)
 
 
+def claim_tenants(policies: Sequence[JsonObject]) -> list[TenantPolicy]:
+    """The valid TenantPolicies that give sized pods a ResourceClaim (``spec.deviceAPI``;
+    the invalid ones are the tenant-policies check's)."""
+    found = []
+    for raw in policies:
+        try:
+            policy = parse_tenant_policy(raw)
+        except PolicyError:
+            continue
+        if policy.device_api is DeviceApi.RESOURCE_CLAIM:
+            found.append(policy)
+    return found
+
+
+def _claim_tenant_problems(
+    tenants: Sequence[TenantPolicy], missing: Sequence[str], pools: bool, fix: str
+) -> list[Problem]:
+    """What a ResourceClaim tenant meets: refused pods where the DeviceClasses of profiles it
+    may be given are missing (the webhook cannot make its claim template), pending pods where
+    no DRA node serves them."""
+    problems = []
+    for tenant in tenants:
+        lacking = [
+            names.mig_device_class(p)
+            for p in mig_profiles(CATALOG)
+            if tenant.allows_profile(p) and names.mig_device_class(p) in missing
+        ]
+        if lacking:
+            problems.append(
+                Problem(
+                    Verdict.FAILED,
+                    f'TenantPolicy "{tenant.name}" gives sized pods ResourceClaims '
+                    f"(spec.deviceAPI: ResourceClaim), but the DeviceClasses of profiles it "
+                    f"allows are missing ({listing(lacking)}): the webhook refuses those pods",
+                    f"{fix}, or kubectl edit tenantpolicy {tenant.name} (spec.deviceAPI: "
+                    "ExtendedResource)",
+                )
+            )
+        if not pools:
+            problems.append(
+                Problem(
+                    Verdict.WARNING,
+                    f'TenantPolicy "{tenant.name}" gives sized pods ResourceClaims '
+                    "(spec.deviceAPI: ResourceClaim), but no node publishes gpu.nvidia.com "
+                    "ResourceSlices: its GPU pods stay pending",
+                    "install NVIDIA's dra-driver-nvidia-gpu on the GPU nodes (docs/dra.md), or "
+                    f"kubectl edit tenantpolicy {tenant.name} (spec.deviceAPI: ExtendedResource)",
+                )
+            )
+    return problems
+
+
 def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
+    tenants = claim_tenants(facts.policies)
+    fix = f"{install_fix(settings.namespace)} with dra.deviceClasses.enabled=true"
     if facts.classes is None:
-        return finding(DRA_CLASSES_CHECK, [], "no DRA (resource.k8s.io/v1 not served)")
+        problems = [
+            Problem(
+                Verdict.FAILED,
+                f'TenantPolicy "{t.name}" gives sized pods ResourceClaims (spec.deviceAPI: '
+                "ResourceClaim), but kube-apiserver serves no resource.k8s.io/v1: the webhook "
+                "refuses its GPU pods",
+                f"kubectl edit tenantpolicy {t.name} (spec.deviceAPI: ExtendedResource)",
+            )
+            for t in tenants
+        ]
+        return finding(DRA_CLASSES_CHECK, problems, "no DRA (resource.k8s.io/v1 not served)")
     pools, _ = dra_pools(facts)
     found = {text(mapping(c.get("metadata")).get("name")): c for c in facts.classes}
     wanted = {names.mig_device_class(p): names.mig_resource_name(p) for p in mig_profiles(CATALOG)}
+    missing = sorted(n for n in wanted if n not in found)
     if not pools:
         present = sum(1 for n in wanted if n in found)
         nvidia = "present" if names.MIG_DEVICE_CLASS in found else "absent"
         return finding(
             DRA_CLASSES_CHECK,
-            [],
+            _claim_tenant_problems(tenants, missing, False, fix),
             f"no DRA nodes, nothing to serve yet ({names.MIG_DEVICE_CLASS} {nvidia}; "
             f"{present} of migslice's {len(wanted)} DeviceClasses)",
         )
@@ -203,14 +271,12 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
                 "helm install NVIDIA's dra-driver-nvidia-gpu with resources.gpus.enabled=true",
             )
         )
-    missing = sorted(n for n in wanted if n not in found)
     wrong = sorted(
         n
         for n in wanted
         if n in found
         and text(mapping(found[n].get("spec")).get("extendedResourceName")) != wanted[n]
     )
-    fix = f"{install_fix(settings.namespace)} with dra.deviceClasses.enabled=true"
     if missing:
         problems.append(
             Problem(
@@ -230,6 +296,7 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
                 fix,
             )
         )
+    problems.extend(_claim_tenant_problems(tenants, missing, True, fix))
     return finding(
         DRA_CLASSES_CHECK,
         problems,
