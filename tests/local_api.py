@@ -1,6 +1,7 @@
 """A real HTTP server on 127.0.0.1 standing in for kube-apiserver, for tests of migslice.kube.
 
-The test supplies ``answer(request) -> (status, body)``: ``request`` has the method, path,
+The test supplies ``answer(request) -> (status, body)`` or ``(status, body, headers)``:
+``request`` has the method, path,
 query, Content-Type and decoded JSON body; a list ``body`` is sent as newline-delimited watch
 events, anything else as one JSON document. The transport is the project's own
 ``KubernetesTransport`` over the kubernetes client, pointed at the server.
@@ -32,7 +33,7 @@ class Request:
     user_agent: str | None = None
 
 
-Answer = Callable[[Request], tuple[int, Any]]
+Answer = Callable[[Request], tuple[int, Any] | tuple[int, Any, dict[str, str]]]
 
 
 @contextmanager
@@ -64,7 +65,8 @@ def local_api_url(answer: Answer) -> Iterator[str]:
                 body,
                 self.headers.get("User-Agent"),
             )
-            status, reply = answer(request)
+            status, reply, *more = answer(request)
+            headers: dict[str, str] = more[0] if more else {}
             if isinstance(reply, list):
                 payload = b"".join(json.dumps(event).encode() + b"\n" for event in reply)
             else:
@@ -73,6 +75,8 @@ def local_api_url(answer: Answer) -> Iterator[str]:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,10 @@ RawObject = dict[str, Any]
 POOL_CONNECTIONS = 32
 USER_AGENT = f"migslice/{__version__}"
 """Also the field manager kube-apiserver records for a write that names none."""
+THROTTLED_TRIES = 10
+"""Answers 429 Too Many Requests with a ``Retry-After`` (API Priority and Fairness rejected
+the request unserved, any verb) are sent again after that many seconds, as client-go does
+(its 10 tries), while the call's read budget allows the wait."""
 
 
 class KubeError(MigsliceError):
@@ -152,18 +157,26 @@ class KubernetesTransport:
         # A call with a short budget (a ledger's 3 s) connects within it too.
         connect_s = min(self._connect_timeout_s, read_timeout_s)
         timeout = urllib3.Timeout(connect=connect_s, read=read_timeout_s)
-        try:
-            response: urllib3.BaseHTTPResponse = self._api.rest_client.pool_manager.request(
-                method,
-                url,
-                body=body,
-                headers=headers,
-                timeout=timeout,
-                preload_content=False,
-                retries=False,
-            )
-        except urllib3.exceptions.HTTPError as error:
-            raise ApiError(0, f"{method} {path}: {error}") from None
+        deadline = time.monotonic() + read_timeout_s
+        for tried in range(1, THROTTLED_TRIES + 1):
+            try:
+                response: urllib3.BaseHTTPResponse = self._api.rest_client.pool_manager.request(
+                    method,
+                    url,
+                    body=body,
+                    headers=headers,
+                    timeout=timeout,
+                    preload_content=False,
+                    retries=False,
+                )
+            except urllib3.exceptions.HTTPError as error:
+                raise ApiError(0, f"{method} {path}: {error}") from None
+            wait_s = _throttled_for(response)
+            if wait_s is None or tried == THROTTLED_TRIES or time.monotonic() + wait_s > deadline:
+                break
+            response.drain_conn()
+            response.release_conn()
+            time.sleep(wait_s)
         if not 200 <= response.status < 300:
             text = response.read(4096).decode("utf-8", "replace")
             response.release_conn()
@@ -284,6 +297,17 @@ class KubernetesTransport:
             raise ApiError(0, f"watch {path}: {error}") from None
         finally:
             response.release_conn()
+
+
+def _throttled_for(response: urllib3.BaseHTTPResponse) -> float | None:
+    """The seconds a 429's ``Retry-After`` asks to wait (kube-apiserver sends whole seconds);
+    None for any other answer, or a 429 without one (as client-go, it is not sent again)."""
+    if response.status != 429:
+        return None
+    value = response.headers.get("Retry-After", "")
+    if not value.strip().isdigit():
+        return None
+    return float(int(value))
 
 
 def _status_message(body: str) -> str:
