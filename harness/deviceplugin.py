@@ -5,13 +5,16 @@ Operator) enumerates the GPUs' MIG devices when it starts and registers them wit
 kubelet, which then publishes them as the Node's ``nvidia.com/mig-*`` allocatable; it does
 not notice MIG devices created or destroyed later (NVIDIA/k8s-device-plugin#992), so whoever
 changes them restarts its pod. This actor keeps such a pod bound to its node; when the pod
-is deleted (it stays ``Terminating``: no kubelet here) it rewrites the node's allocatable from
-what the fake ``libnvidia-ml`` has now, one device per compute instance, as the restarted
-plugin would, removes the old pod and starts a new one.
+is deleted (it stays ``Terminating``: no kubelet here) it removes it, starts a new one and
+marks it Ready as the kubelet would, then, a moment later (the new plugin's registration),
+rewrites the node's allocatable from what the fake ``libnvidia-ml`` has now, one device per
+compute instance, with a new heartbeat on the node's Ready condition, as the kubelet reports
+it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections import Counter
@@ -29,6 +32,9 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "gpu-operator"
 LABELS = {"app": "nvidia-device-plugin-daemonset"}
+REGISTRATION_S = 1.5
+"""From the new plugin pod's Ready to the kubelet's report of its devices (stamps have whole
+seconds: the report lands in a later second than the Ready)."""
 
 
 @dataclass
@@ -73,7 +79,7 @@ class FakeDevicePlugin:
         old = {
             k: None for k in (node.status.allocatable or {}) if k.startswith(MIG_RESOURCE_PREFIX)
         }
-        set_node_resources(self.api, self.node, {**old, **self.advertised()})
+        set_node_resources(self.api, self.node, {**old, **self.advertised()}, ready=True)
 
     def _loop(self) -> None:
         core = k8s.CoreV1Api(self.api)
@@ -82,10 +88,11 @@ class FakeDevicePlugin:
                 pods = self._pods(core)
                 if pods and all(p.metadata.deletion_timestamp is None for p in pods):
                     continue
-                self.advertise()  # the new pod's registration with the kubelet
                 for pod in pods:
                     core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
                 self._start_pod(core)
+                self._stop.wait(REGISTRATION_S)
+                self.advertise()  # the new pod's registration, as the kubelet reports it
                 self.restarts += 1
             except Exception:  # a test actor must keep running; the test asserts outcomes
                 log.exception("fake device plugin pass failed; retrying")
@@ -118,3 +125,7 @@ class FakeDevicePlugin:
         except ApiException as error:
             if error.status != 409:
                 raise
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ready = {"type": "Ready", "status": "True", "lastTransitionTime": now}
+        status = {"status": {"phase": "Running", "conditions": [ready]}}
+        core.patch_namespaced_pod_status(body["metadata"]["name"], NAMESPACE, status)

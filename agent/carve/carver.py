@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -44,6 +45,7 @@ from agent.carve.checks import (
     why_not_destroy,
 )
 from agent.readings import GpuReading
+from migslice.kube.transport import ApiError
 from migslice.names import MIG_TRANSITION_STATES, MODE_MIG_MANAGER
 from migslice.objects.carve_handshake import (
     CarvePhase,
@@ -54,11 +56,14 @@ from migslice.objects.carve_handshake import (
 )
 from migslice.objects.json import JsonObject
 from migslice.objects.nodes import NodeFacts, node_facts_from_raw
-from migslice.objects.times import format_time
+from migslice.objects.times import condition_time, format_time
 
 log = logging.getLogger(__name__)
 
 REASON_FAILED = "MigCarveFailed"
+SETTLE_S = 20.0
+"""Two of the kubelet's node status computations (``nodeStatusUpdateFrequency``, 10 s): a
+plugin Ready this long has registered, and allocatable counts unchanged since are current."""
 
 
 class MigDriver(Protocol):
@@ -80,7 +85,9 @@ class CarveNode(Protocol):
 
     def pods_on_node(self) -> Sequence[JsonObject]: ...
 
-    def restart_device_plugin(self) -> int: ...
+    def restart_device_plugin(self) -> frozenset[str]: ...
+
+    def device_plugin_ready_at(self, replaced: frozenset[str]) -> datetime.datetime | None: ...
 
     def record_warning(self, reason: str, message: str) -> None: ...
 
@@ -98,6 +105,8 @@ class Carver:
     sleep: Callable[[float], None]
     advertise_timeout_s: float = 120.0
     poll_s: float = 2.0
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for the device plugin's timeout (what each poll's API calls take counts)."""
     node_name: str = "-"
     """The node's name, for the log (its lines name it, node=)."""
 
@@ -143,7 +152,7 @@ class Carver:
                     raise CarveAbortError(f"after carving, {problem}")
         except (CarveAbortError, MigWriteError, MigReadError) as error:
             return self._rollback(self._journal(journal), str(error))
-        detail = self._advertise(readings)
+        detail = self._advertise(self._journal(journal), readings)
         self._finish(journal, *(CarvePhase.FAILED, detail) if detail else (CarvePhase.SUCCESS, ""))
         return f"carved plan {journal.plan_id}" + (f"; {detail}" if detail else "")
 
@@ -169,8 +178,10 @@ class Carver:
         for step in plan:
             for doomed in step.destroy:
                 slot = Slot(doomed.start, doomed.profile)
+                # A container may have started, or a pod been bound, since the check above.
+                held = held_counts(self.node.pods_on_node())
                 problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
-                if problem:  # a container may have started since the check above
+                if problem:
                     raise CarveAbortError(problem)
                 self.driver.destroy(step.index, slot)
             for slot in step.create:
@@ -201,7 +212,7 @@ class Carver:
             )
             self._finish(rolling, CarvePhase.FAILED, detail)
             return f"stopped rolling back plan {journal.plan_id}: {detail}"
-        advertised = self._advertise(readings)
+        advertised = self._advertise(self._journal(rolling), readings)
         notes += [advertised] if advertised else []
         detail = "; ".join([f"{reason}; rolled back", *notes])
         self._finish(rolling, CarvePhase.FAILED, detail)
@@ -209,10 +220,16 @@ class Carver:
 
     def _undo(self, journal: CarveStatus, notes: list[str]) -> tuple[GpuReading, ...]:
         """Destroy what the plan created (if it may be), create again what it destroyed;
-        what NVML refuses goes into ``notes``. NVML's readings after."""
-        held = held_counts(self.node.pods_on_node())
+        what NVML refuses goes into ``notes``. NVML's readings after. Before the device
+        plugin was restarted for the plan no pod can hold an instance it created, so those
+        are checked for processes alone."""
+        reported = {gpu.index for gpu in self.driver.read() if gpu.mig_enabled}
         for step in journal.gpus:
+            if step.index not in reported:
+                notes.append(f"GPU {step.index}: not a MIG GPU NVML reports; left")
+                continue
             for slot in step.create:
+                held = held_counts(self.node.pods_on_node()) if journal.advertised else {}
                 problem = why_not_destroy(step.index, slot, self.driver.read(), held=held)
                 if problem:
                     notes.append(f"left {slot.profile}@{slot.start}: {problem}")
@@ -228,29 +245,61 @@ class Carver:
 
     # -- the device plugin, the layout, the journal -----------------------------------------------
 
-    def _advertise(self, readings: Sequence[GpuReading]) -> str:
-        """Restart the device plugin and wait until allocatable shows NVML's MIG devices;
-        what still differs at the timeout ("" when they agree)."""
-        restarted = self.node.restart_device_plugin()
+    def _advertise(self, journal: CarveStatus, readings: Sequence[GpuReading]) -> str:
+        """Restart the device plugin and wait until a new plugin pod is Ready and the node's
+        allocatable, as the kubelet reported it since, shows NVML's MIG devices; what still
+        differs at the timeout ("" when they agree)."""
+        if not journal.advertised:  # said before the restart, so a roll back knows
+            self.node.write_status(render_carve_status(replace(journal, advertised=True)))
+        try:
+            replaced = self.node.restart_device_plugin()
+        except ApiError as error:
+            if error.status in (0, 408, 429) or error.status >= 500:
+                raise  # the API server is away: the next pass goes on from the journal
+            self.publish()
+            return (
+                f"the device plugin could not be restarted ({error}): check the agent's "
+                "delete pods RBAC and --device-plugin-namespace/--device-plugin-selector"
+            )
         log.info(
-            "node=%s device plugin pods restarted: %d; waiting for allocatable",
+            "node=%s device plugin pods replaced: %d; waiting for allocatable",
             self.node_name,
-            restarted,
+            len(replaced),
         )
-        waited = 0.0
+        deadline = self.clock() + self.advertise_timeout_s
         while True:
-            problem = unadvertised(node_facts_from_raw(self.node.read_node()), readings)
+            problem = self._unadvertised(replaced, readings)
             if not problem:
                 self.publish()
                 return ""
-            if waited >= self.advertise_timeout_s:
+            if self.clock() >= deadline:
                 self.publish()
                 return (
                     f"the device plugin did not advertise the new devices within "
                     f"{self.advertise_timeout_s:.0f}s ({problem})"
                 )
             self.sleep(self.poll_s)
-            waited += self.poll_s
+
+    def _unadvertised(self, replaced: frozenset[str], readings: Sequence[GpuReading]) -> str:
+        """Why the devices NVML has are not known to be advertised yet ("" when they are).
+        Allocatable counts the kubelet reported before the new plugin registered are stale
+        (a plan or a roll back that keeps each profile's count matches them at once): only a
+        report since the new plugin pod became Ready counts, or, where none comes (the
+        kubelet reports only changes), the counts once it has been Ready for
+        :data:`SETTLE_S`."""
+        ready_at = self.node.device_plugin_ready_at(replaced)
+        if ready_at is None:
+            return "no new device plugin pod is Ready on the node"
+        raw = self.node.read_node()
+        problem = unadvertised(node_facts_from_raw(raw), readings)
+        if problem:
+            return problem
+        reported = condition_time(raw, "Ready", "lastHeartbeatTime")
+        settled = self.now() - ready_at >= datetime.timedelta(seconds=SETTLE_S)
+        # Stamps have whole seconds: a report in the plugin's own second may predate it.
+        if (reported is None or reported <= ready_at) and not settled:
+            return "the kubelet has not reported allocatable since the new device plugin started"
+        return ""
 
     def _journal(self, journal: CarveStatus) -> CarveStatus:
         """The journal as the Node has it now (``changed`` may have been written since)."""

@@ -90,9 +90,14 @@ class NvmlMig:
 
     def _create(self, gpu: int, slot: Slot) -> None:
         handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
-        profile_id, size, compute = self._profile(handle, slot.profile)
+        profile_id, size, compute, starts = self._profile(handle, slot.profile)
         instance = self._gpu_instance(handle, slot)
         if instance is None:
+            if slot.start not in starts:
+                offered = ", ".join(str(start) for start in starts) or "none"
+                raise MigWriteError(
+                    f"NVML offers {slot.profile} at starts {offered} on this GPU, not {slot.start}"
+                )
             placement = pynvml.c_nvmlGpuInstancePlacement_t()
             placement.start, placement.size = slot.start, size
             instance = self._call(
@@ -128,7 +133,7 @@ class NvmlMig:
 
     def _destroy(self, gpu: int, slot: Slot) -> None:
         handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
-        _, _, compute = self._profile(handle, slot.profile)
+        _, _, compute, _ = self._profile(handle, slot.profile)
         instance = self._gpu_instance(handle, slot)
         if instance is None:
             return
@@ -146,8 +151,9 @@ class NvmlMig:
             ) from None
 
     @staticmethod
-    def _profile(handle: Any, name: str) -> tuple[int, int, int]:
-        """NVML's GI profile id, memory slices and SM slices of the profile called ``name``."""
+    def _profile(handle: Any, name: str) -> tuple[int, int, int, tuple[int, ...]]:
+        """NVML's GI profile id, memory slices, SM slices and possible starts of the profile
+        called ``name``."""
         for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
             try:
                 info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
@@ -161,7 +167,8 @@ class NvmlMig:
                     handle, info.id, placements, ctypes.byref(count)
                 )
                 size = int(placements[0].size) if count.value else 0
-                return int(info.id), size, int(info.sliceCount)
+                starts = tuple(int(placements[i].start) for i in range(count.value))
+                return int(info.id), size, int(info.sliceCount), starts
         current, _ = pynvml.nvmlDeviceGetMigMode(handle)
         if not current:  # NVML answers no profile (NOT_SUPPORTED) while MIG mode is off
             raise MigWriteError(
@@ -171,7 +178,7 @@ class NvmlMig:
         raise MigWriteError(f"NVML offers no GPU instance profile {name} on this GPU")
 
     def _gpu_instance(self, handle: Any, slot: Slot) -> Any | None:
-        profile_id, _, _ = self._profile(handle, slot.profile)
+        profile_id, _, _, _ = self._profile(handle, slot.profile)
         handles = (pynvml.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
         count = ctypes.c_uint(0)
         pynvml.nvmlDeviceGetGpuInstances(handle, profile_id, handles, ctypes.byref(count))

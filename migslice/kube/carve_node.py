@@ -10,9 +10,12 @@ namespace only (a Role there), ``create`` events.
 
 from __future__ import annotations
 
+import datetime
+
 from migslice.kube.events import record_node_event
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
 from migslice.names import CARVE_STATE_ANNOTATION, DEVICE_PLUGIN_SELECTOR, GPU_OPERATOR_NAMESPACE
+from migslice.objects.times import condition_time
 
 
 class KubeCarveNode:
@@ -45,24 +48,47 @@ class KubeCarveNode:
         selector = f"spec.nodeName={self._node},status.phase!=Succeeded,status.phase!=Failed"
         return self._list("/api/v1/pods", {"fieldSelector": selector})
 
-    def restart_device_plugin(self) -> int:
-        """Delete the device plugin pods on this node; how many. Their DaemonSet starts new
-        ones, which enumerate the GPUs' MIG devices afresh (the plugin reads them only when it
-        starts: NVIDIA/k8s-device-plugin#992; MIG Manager restarts it the same way)."""
-        path = f"/api/v1/namespaces/{self._namespace}/pods"
-        query = {"fieldSelector": f"spec.nodeName={self._node}", "labelSelector": self._selector}
-        deleted = 0
-        for pod in self._list(path, query):
-            name = (pod.get("metadata") or {}).get("name")
-            if not isinstance(name, str) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+    def restart_device_plugin(self) -> frozenset[str]:
+        """Delete the device plugin pods on this node; the UIDs of the pods it replaces (those
+        deleted, and those already terminating). Their DaemonSet starts new ones, which
+        enumerate the GPUs' MIG devices afresh (the plugin reads them only when it starts:
+        NVIDIA/k8s-device-plugin#992; MIG Manager restarts it the same way)."""
+        replaced: set[str] = set()
+        for pod in self._plugin_pods():
+            metadata = pod.get("metadata") or {}
+            name, uid = metadata.get("name"), metadata.get("uid")
+            if not isinstance(name, str):
+                continue
+            if isinstance(uid, str):
+                replaced.add(uid)
+            if metadata.get("deletionTimestamp"):
                 continue
             try:
-                self._transport.delete_json(f"{path}/{name}")
-                deleted += 1
+                self._transport.delete_json(f"{self._plugin_path}/{name}")
             except ApiError as error:
                 if error.status != 404:
                     raise
-        return deleted
+        return frozenset(replaced)
+
+    def device_plugin_ready_at(self, replaced: frozenset[str]) -> datetime.datetime | None:
+        """When a device plugin pod on this node that replaces none of ``replaced`` (and is not
+        terminating) became Ready, by the kubelet's clock; None while there is none."""
+        found = [
+            condition_time(pod, "Ready", "lastTransitionTime")
+            for pod in self._plugin_pods()
+            if (pod.get("metadata") or {}).get("uid") not in replaced
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        ]
+        ready = [at for at in found if at is not None]
+        return max(ready) if ready else None
+
+    @property
+    def _plugin_path(self) -> str:
+        return f"/api/v1/namespaces/{self._namespace}/pods"
+
+    def _plugin_pods(self) -> list[RawObject]:
+        query = {"fieldSelector": f"spec.nodeName={self._node}", "labelSelector": self._selector}
+        return self._list(self._plugin_path, query)
 
     def record_warning(self, reason: str, message: str) -> None:
         record_node_event(

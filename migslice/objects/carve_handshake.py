@@ -15,14 +15,19 @@ which the agent checks NVML against before it reports success.
 ``migslice.io/carve-state`` (written by the node agent)::
 
     {"version": "v1", "plan": "9c1e0f4a2b7d", "state": "pending", "detail": "",
-     "at": "2026-06-15T15:01:01Z", "changed": false, "gpus": [... the request's gpus ...]}
+     "at": "2026-06-15T15:01:01Z", "changed": false, "advertised": false,
+     "gpus": [... the request's gpus ...]}
 
 ``state`` is ``pending`` from before the first NVML change until the outcome, ``rolling-back``
 while a failed carve is undone, then ``success`` or ``failed``. The agent writes it with the
 request's steps *before* it changes anything (and ``changed: true`` right before its first
-NVML change), so an agent restarted at any point knows what
-it was doing even when the request is gone (the controller gave up): it finishes when the
-request still names the same plan, and rolls back otherwise.
+NVML change, ``advertised: true`` right before it first restarts the device plugin), so an
+agent restarted at any point knows what it was doing even when the request is gone (the
+controller gave up): it finishes when the request still names the same plan, and rolls back
+otherwise. A journal without ``advertised`` (an earlier agent's) reads as advertised.
+
+GPU indices and starts are at most :data:`MAX_NUMBER` (NVML takes them as C unsigned ints:
+a larger one would wrap around to another GPU or placement).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from migslice.errors import InvalidInputError
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION
 
 CARVE_VERSION = "v1"
+MAX_NUMBER = 255
+"""The largest GPU index or start a carve annotation may name."""
 
 
 class CarveAnnotationError(InvalidInputError):
@@ -87,7 +94,9 @@ class CarveRequest:
 @dataclass(frozen=True, slots=True)
 class CarveStatus:
     """``changed``: the agent is about to change, or has changed, NVML for this plan (so a
-    roll back must restart the device plugin; a carve refused before that changed nothing)."""
+    roll back must restart the device plugin; a carve refused before that changed nothing).
+    ``advertised``: the agent may have restarted the device plugin for this plan, so pods may
+    hold the instances it created (before that, no pod can have been given one)."""
 
     plan_id: str
     phase: CarvePhase
@@ -95,6 +104,7 @@ class CarveStatus:
     at: str = ""
     gpus: tuple[CarveGpu, ...] = ()
     changed: bool = False
+    advertised: bool = False
 
 
 def render_carve_request(request: CarveRequest) -> str:
@@ -110,6 +120,7 @@ def render_carve_status(status: CarveStatus) -> str:
         "detail": status.detail,
         "at": status.at,
         "changed": status.changed,
+        "advertised": status.advertised,
         "gpus": gpus_json(status.gpus),
     }
     return json.dumps(document, separators=(",", ":"))
@@ -153,6 +164,7 @@ def parse_carve_status(text: str) -> CarveStatus:
         at=str(document.get("at") or ""),
         gpus=parse_gpus(document.get("gpus") or [], where),
         changed=document.get("changed") is True,
+        advertised=document.get("advertised") is not False,
     )
 
 
@@ -175,8 +187,10 @@ def _text(document: Mapping[str, object], key: str, where: str) -> str:
 
 def _int(raw: Mapping[str, object], key: str, where: str) -> int:
     value = raw.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise CarveAnnotationError(f"{where}.{key}={value!r}; expected an integer >= 0")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_NUMBER:
+        raise CarveAnnotationError(
+            f"{where}.{key}={value!r}; expected an integer from 0 to {MAX_NUMBER}"
+        )
     return value
 
 

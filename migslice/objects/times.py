@@ -5,6 +5,7 @@ datetimes; this is the one place that formats and reads the wire form."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 
 RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -53,4 +54,18 @@ def parse_micro_epoch_s(text: object) -> float | None:
         except ValueError:
             continue
         return stamp.timestamp()
+    return None
+
+
+def condition_time(
+    raw: object, kind: str, field: str, *, status: str = "True"
+) -> datetime.datetime | None:
+    """``status.conditions[type=kind].<field>`` of a Pod or Node (``lastTransitionTime``,
+    ``lastHeartbeatTime``) while that condition's status is ``status``; None otherwise, or
+    when the stamp cannot be read."""
+    found = raw.get("status") if isinstance(raw, Mapping) else None
+    conditions = found.get("conditions") if isinstance(found, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return parse_time(condition.get(field)) if condition.get("status") == status else None
     return None
