@@ -1,7 +1,7 @@
 """TenantPolicy: types, defaults, parsing (all errors at once), validation, size resolution."""
 
 from migslice.policy.errors import FieldError, PolicyError
-from migslice.policy.parsing import parse_tenant_policy, read_tenant_policy
+from migslice.policy.parsing import parse_tenant_policy, read_tenant_policy, unknown_fields
 from migslice.policy.resolution import (
     Need,
     Offer,
@@ -43,4 +43,5 @@ __all__ = [
     "parse_tenant_policy",
     "read_tenant_policy",
     "resolve_profile",
+    "unknown_fields",
 ]

@@ -67,23 +67,49 @@ def parse_tenant_policy(raw_policy: Mapping[str, object]) -> TenantPolicy:
     return policy
 
 
+_SIZE_FIELDS = frozenset({"memory", "computeSlices", "tier", "preferredProfiles"})
+_QUOTA_FIELDS = frozenset({"instances", "computeSlices", "memorySlices", "profiles"})
+
+
+def unknown_fields(raw_policy: Mapping[str, object]) -> tuple[FieldError, ...]:
+    """Fields of the spec, a size or the quota that this version does not know. Only for a
+    policy that never went through kube-apiserver (a cluster file): there, the CRD's
+    structural schema drops every field it does not declare, so an unknown one comes from a
+    newer CRD (its default filled in), and :func:`read_tenant_policy` passes over it; an
+    older replica during a rolling update must not find every policy invalid."""
+    errors = _Errors()
+    spec = raw_policy.get("spec")
+    if not isinstance(spec, Mapping):
+        return ()
+    known = ", ".join(sorted(_SPEC_FIELDS))
+    for key in sorted((k for k in spec if k not in _SPEC_FIELDS), key=str):
+        errors.add(f"spec.{key}", f"unknown field; known fields: {known}")
+    sizes = spec.get("sizes")
+    for size, raw in (
+        sorted(sizes.items(), key=lambda kv: str(kv[0])) if isinstance(sizes, Mapping) else ()
+    ):
+        for key in sorted(set(raw) - _SIZE_FIELDS if isinstance(raw, Mapping) else (), key=str):
+            known = ", ".join(sorted(_SIZE_FIELDS))
+            errors.add(f"spec.sizes.{size}.{key}", f"unknown field; known: {known}")
+    quota = spec.get("quota")
+    for key in sorted(set(quota) - _QUOTA_FIELDS if isinstance(quota, Mapping) else (), key=str):
+        errors.add(f"spec.quota.{key}", f"unknown field; known: {', '.join(sorted(_QUOTA_FIELDS))}")
+    return tuple(errors.items)
+
+
 def read_tenant_policy(
     raw_policy: Mapping[str, object],
 ) -> tuple[str, TenantPolicy | None, tuple[FieldError, ...]]:
     """The policy's name, the policy as read (each field in error at its default, so that the
     checks of :mod:`.validation` can run on the rest; None without a spec) and every problem
-    with its path."""
+    with its path. Fields this version does not know are passed over (a newer CRD's:
+    :func:`unknown_fields`)."""
     errors = _Errors()
     name, generation = _metadata(raw_policy.get("metadata"), errors)
     spec = raw_policy.get("spec")
     if not isinstance(spec, Mapping):
         errors.add("spec", "is required (an object)")
         return name, None, tuple(errors.items)
-    for key in spec:
-        if key not in _SPEC_FIELDS:
-            errors.add(
-                f"spec.{key}", f"unknown field; known fields: {', '.join(sorted(_SPEC_FIELDS))}"
-            )
 
     namespaces = _string_list(spec, "namespaces", errors, _check_namespace)
     if len(set(namespaces)) != len(namespaces):
@@ -364,12 +390,6 @@ def _sizes(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> tuple[Siz
                 continue
             model = CATALOG.find(model_name)
             normalised.append((model.key if model is not None else model_name, profile))
-        unknown = set(raw) - {"memory", "computeSlices", "tier", "preferredProfiles"}
-        for key in sorted(unknown, key=str):
-            errors.add(
-                f"{path}.{key}",
-                "unknown field; known: memory, computeSlices, tier, preferredProfiles",
-            )
         sizes.append(SizeClass(name, memory_mib, compute, tier or Tier.MIG, tuple(normalised)))
     return tuple(sizes)
 
@@ -394,13 +414,6 @@ def _quota(value: object, errors: _Errors) -> Quota:
             limit = _int(count, path, 0, errors)
             if limit is not None:
                 profiles.append((str(profile), limit))
-    for key in sorted(
-        set(value) - {"instances", "computeSlices", "memorySlices", "profiles"}, key=str
-    ):
-        errors.add(
-            f"spec.quota.{key}",
-            "unknown field; known: instances, computeSlices, memorySlices, profiles",
-        )
     return Quota(
         instances=_int(value.get("instances"), "spec.quota.instances", 0, errors),
         compute_slices=_int(value.get("computeSlices"), "spec.quota.computeSlices", 0, errors),

@@ -16,6 +16,7 @@ from typing import Any
 
 from migslice import console
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
+from migslice.policy import unknown_fields
 from migslice.serving.reload import ReloadingApp, WsgiApp
 from migslice.serving.server import ServerOptions, serve
 from migslice.serving.worker import ServeError
@@ -27,9 +28,18 @@ def load_cluster_file(path: Path) -> ClusterObjects:
     """The objects of a cluster file; CommandError, one line naming ``--cluster-file``."""
     text = console.read_text_file(path, flag="--cluster-file")
     try:
-        return load_cluster_text(text)
+        objects = load_cluster_text(text)
     except ClusterFileError as error:
         raise console.CommandError(f"--cluster-file {path}: {error}") from None
+    # No kube-apiserver dropped the fields its CRD does not declare: a typo would pass.
+    for raw in objects.tenant_policies:
+        unknown = unknown_fields(raw)
+        if unknown:
+            metadata = raw.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, dict) else None
+            listed = "; ".join(str(e) for e in unknown)
+            raise console.CommandError(f"--cluster-file {path}: TenantPolicy {name}: {listed}")
+    return objects
 
 
 def check_cluster_file(path: Path) -> tuple[int, int]:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from harness.builders import make_policy
+from migslice.console import CommandError
 from migslice.mig import CATALOG
 from migslice.policy import (
     Isolation,
@@ -23,7 +24,9 @@ from migslice.policy import (
     namespace_conflicts,
     parse_tenant_policy,
     resolve_profile,
+    unknown_fields,
 )
+from migslice.serving import load_cluster_file
 from migslice.whynot import WhyNot
 from tests import paths
 
@@ -58,7 +61,6 @@ def test_every_error_is_reported_with_its_field_path_in_one_pass() -> None:
         allowedProfiles=["2g.20gb", "nonsense"],
         quota={"computeSlices": -1},
         maxSlicesPerPod=0,
-        allowEviction="yes",
     )
     with pytest.raises(PolicyError) as caught:
         parse_tenant_policy(raw)
@@ -73,9 +75,38 @@ def test_every_error_is_reported_with_its_field_path_in_one_pass() -> None:
         "spec.allowedProfiles[1]",
         "spec.quota.computeSlices",
         "spec.maxSlicesPerPod",
-        "spec.allowEviction",
     } <= paths
     assert 'tier "shared" is not allowed with isolation "hardware"' in str(caught.value)
+
+
+def test_fields_of_a_newer_crd_are_passed_over_and_named_only_for_a_cluster_file() -> None:
+    """kube-apiserver drops every field its CRD does not declare and fills in the defaults of
+    those it does: a field this version does not know comes from a newer CRD (a rolling
+    update's older replica reads it) and must not void the policy."""
+    raw = make_policy(
+        sizes={"small": {"memory": "10Gi", "burst": "2x"}},
+        quota={"instances": 4, "perNode": 2},
+        priority="normal",
+    )
+    policy = parse_tenant_policy(raw)
+    assert policy.quota.instances == 4 and policy.sizes[0].memory_mib == 10240
+    assert [(e.path, e.message.split(";")[0]) for e in unknown_fields(raw)] == [
+        ("spec.priority", "unknown field"),
+        ("spec.sizes.small.burst", "unknown field"),
+        ("spec.quota.perNode", "unknown field"),
+    ]
+    assert unknown_fields(make_policy()) == ()
+
+
+def test_a_cluster_file_policy_with_a_field_this_version_does_not_know_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(make_policy(qouta={"instances": 1})))
+    with pytest.raises(CommandError, match=r"TenantPolicy team-a: spec\.qouta: unknown field"):
+        load_cluster_file(path)
+    path.write_text(yaml.safe_dump(make_policy(quota={"instances": 1})))
+    assert len(load_cluster_file(path).tenant_policies) == 1
 
 
 def test_a_policy_must_select_namespaces() -> None:
