@@ -214,6 +214,18 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
         == []
     )
     assert '"deployed"' in cluster.sh("helm -n migslice-system list -o json")
+    # The example policies an upgrade would create leave out the one the admin already has
+    # (an upgrade's hook would delete it and create it again, its edits and status lost).
+    rendered = cluster.sh(
+        f"helm template migslice charts/migslice -n {NAMESPACE} --dry-run=server "
+        "--set examplePolicies.enabled=true"
+    )
+    examples = sorted(
+        d["metadata"]["name"]
+        for d in yaml.safe_load_all(rendered)
+        if d and d.get("kind") == "TenantPolicy"
+    )
+    assert examples == ["payments", "research"]  # "inference" is the README's, applied above
     mig_config = cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")
     assert "all-1g.10gb:" in mig_config.data["config.yaml"]
     # A GPU Operator pod asking for a whole GPU is left alone.
