@@ -214,6 +214,20 @@ def test_an_invalid_policy_is_refused_by_the_schema_and_by_cel(
     assert refused.value.status == 422
     assert "spec.defaultSize must name one of spec.sizes" in api_message(refused.value)
 
+    # An empty list is present to CEL's has(): [] namespaces alone select nothing.
+    no_namespaces = policy("no-namespaces", [])
+    with pytest.raises(k8s.ApiException) as refused:
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, no_namespaces)
+    assert refused.value.status == 422
+    assert "spec.namespaces or spec.namespaceSelector must select" in api_message(refused.value)
+
+    # A node selector value every pod of the tenant would carry and be refused for.
+    bad_pool = policy("bad-pool", ["x"], nodeSelector={"pool": "gpu pool a"})
+    with pytest.raises(k8s.ApiException) as refused:
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, bad_pool)
+    assert refused.value.status == 422
+    assert "spec.nodeSelector.pool" in api_message(refused.value)
+
 
 def test_an_invalid_policy_is_refused_by_the_validating_webhook(
     webhook: Server, custom: k8s.CustomObjectsApi, core_v1: k8s.CoreV1Api

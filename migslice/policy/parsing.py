@@ -30,6 +30,9 @@ from migslice.quantity import QuantityError, parse_memory_mib
 T = TypeVar("T")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _SIZE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _SPEC_FIELDS = frozenset(
@@ -116,7 +119,11 @@ def read_tenant_policy(
         errors.add("spec.namespaces", "lists a namespace twice")
     selector = _selector(spec.get("namespaceSelector"), "spec.namespaceSelector", errors)
     if not namespaces and selector is None:
-        errors.add("spec", "needs spec.namespaces or spec.namespaceSelector to select the tenant")
+        errors.add(
+            "spec.namespaces",
+            "is empty and spec.namespaceSelector is absent: one of them must select the "
+            "tenant's namespaces",
+        )
 
     isolation = _enum(spec, "isolation", Isolation, Isolation.HARDWARE, errors)
     tier_values = _tiers(spec, isolation, errors)
@@ -129,6 +136,10 @@ def read_tenant_policy(
         errors.add("spec.deniedProfiles", f'profile "{profile}" is both allowed and denied')
     products = _string_list(spec, "allowedProducts", errors, None)
     node_selector = _string_map(spec.get("nodeSelector"), "spec.nodeSelector", errors)
+    for key, value in node_selector:
+        problem = _label_problem(key, value)
+        if problem:  # merged into every pod's nodeSelector: the pod's create would be refused
+            errors.add(f"spec.nodeSelector.{key}", problem)
     quota = _quota(spec.get("quota"), errors)
     max_slices = _int(spec.get("maxSlicesPerPod"), "spec.maxSlicesPerPod", 1, errors)
     device_api = _device_api(spec.get("deviceAPI"), tier_values, errors)
@@ -263,6 +274,25 @@ def _string_list(
     return tuple(result)
 
 
+def _label_problem(key: str, value: str) -> str:
+    """Why ``key: value`` is not a label Kubernetes accepts ("" when it is): the rules of
+    apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``."""
+    prefix, slash, name = key.rpartition("/")
+    if not _LABEL_NAME.match(name) or (
+        slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))
+    ):
+        return (
+            f'"{key}" is not a label key (an optional DNS subdomain prefix and "/", then at '
+            "most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)"
+        )
+    if not _LABEL_VALUE.match(value):
+        return (
+            f"\"{value}\" is not a label value (at most 63 letters, digits, '-', '_' or '.', "
+            "beginning and ending with a letter or digit, or empty)"
+        )
+    return ""
+
+
 def _string_map(value: object, path: str, errors: _Errors) -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
@@ -389,7 +419,15 @@ def _sizes(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> tuple[Siz
                 errors.add(f"{path}.preferredProfiles.{model_name}", problem)
                 continue
             model = CATALOG.find(model_name)
-            normalised.append((model.key if model is not None else model_name, profile))
+            key = model.key if model is not None else model_name
+            said = next((m for m, _ in normalised if m == key), None)
+            if said is not None:
+                errors.add(
+                    f"{path}.preferredProfiles.{model_name}",
+                    f'names the GPU model "{key}" again (one entry per model)',
+                )
+                continue
+            normalised.append((key, profile))
         sizes.append(SizeClass(name, memory_mib, compute, tier or Tier.MIG, tuple(normalised)))
     return tuple(sizes)
 

@@ -109,8 +109,54 @@ def test_a_cluster_file_policy_with_a_field_this_version_does_not_know_is_refuse
     assert len(load_cluster_file(path).tenant_policies) == 1
 
 
+@pytest.mark.parametrize(
+    ("selector", "problem"),
+    [
+        ({"pool": "gpu pool a"}, '"gpu pool a" is not a label value'),
+        ({"pool": "-a"}, '"-a" is not a label value'),
+        ({"pool": "a" * 64}, "is not a label value"),
+        ({"gpu pool": "a"}, '"gpu pool" is not a label key'),
+        ({"Example.COM/pool": "a"}, '"Example.COM/pool" is not a label key'),
+        ({"/pool": "a"}, '"/pool" is not a label key'),
+    ],
+    ids=["space", "leading-dash", "too-long", "key-space", "upper-prefix", "empty-prefix"],
+)
+def test_a_node_selector_kubernetes_would_refuse_in_every_pod_is_refused(
+    selector: dict[str, str], problem: str
+) -> None:
+    """The selector is merged into each of the tenant's pods: a bad one made every pod's
+    create fail with an error about a field its user never wrote."""
+    with pytest.raises(PolicyError) as caught:
+        parse_tenant_policy(make_policy(nodeSelector=selector))
+    [error] = caught.value.errors
+    assert error.path == f"spec.nodeSelector.{next(iter(selector))}"
+    assert problem in error.message
+
+
+def test_a_node_selector_of_label_keys_and_values_is_kept() -> None:
+    selector = {"example.com/pool": "gpu-a", "tier": "", "A_b.c": "X_1"}
+    policy = parse_tenant_policy(make_policy(nodeSelector=selector))
+    assert dict(policy.node_selector) == selector
+
+
+def test_two_preferred_profiles_for_one_gpu_model_are_refused() -> None:
+    sizes = {
+        "small": {
+            "memory": "10Gi",
+            "preferredProfiles": {"A100-80GB": "1g.20gb", "NVIDIA-A100-SXM4-80GB": "2g.20gb"},
+        }
+    }
+    with pytest.raises(PolicyError) as caught:
+        parse_tenant_policy(make_policy(sizes=sizes))
+    [error] = caught.value.errors
+    assert error.path == "spec.sizes.small.preferredProfiles.NVIDIA-A100-SXM4-80GB"
+    assert 'names the GPU model "A100-80GB" again' in error.message
+
+
 def test_a_policy_must_select_namespaces() -> None:
-    with pytest.raises(PolicyError, match=r"spec\.namespaces or spec\.namespaceSelector"):
+    with pytest.raises(
+        PolicyError, match=r"spec\.namespaces: is empty and spec\.namespaceSelector"
+    ):
         parse_tenant_policy(make_policy(namespaces=None))
 
 

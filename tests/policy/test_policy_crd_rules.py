@@ -66,6 +66,19 @@ CASES = [
         [],
     ),
     ("hardware with shared", {"tiers": ["shared"]}, [".tiers"]),
+    # An empty list is present to CEL's has(): [] namespaces select nothing, [] tiers are [mig].
+    ("empty namespaces alone", {"namespaces": []}, [".namespaces"]),
+    (
+        "empty namespaces and a selector",
+        {"namespaces": [], "namespaceSelector": {"matchLabels": {"team": "a"}}},
+        [],
+    ),
+    ("empty tiers and a mig size", {"tiers": [], "sizes": {"s": {"memory": "10Gi"}}}, []),
+    (
+        "empty tiers and a dedicated size",
+        {"tiers": [], "sizes": {"s": {"memory": "10Gi", "tier": "dedicated"}}},
+        [".sizes"],
+    ),
 ]
 
 
