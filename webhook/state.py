@@ -40,6 +40,7 @@ from migslice import names
 from migslice.admission import SliceUsage, usage_of
 from migslice.admission.claims import covers
 from migslice.admission.ledger import Ledger
+from migslice.admission.status import WRITTEN_KEYS as STATUS_KEYS_WRITTEN
 from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
 from migslice.admission.usage import ZERO, claim_usage, pricing_models
 from migslice.admission.view import TemplateFacts
@@ -388,7 +389,7 @@ class ClusterState:
     def upsert_policy(self, raw_policy: Mapping[str, object]) -> None:
         status = raw_policy.get("status")
         observed = (
-            {k: v for k, v in status.items() if k != names.LEDGER_STATUS_KEY}
+            {k: v for k, v in status.items() if k in STATUS_KEYS_WRITTEN}
             if isinstance(status, Mapping)
             else {}
         )

@@ -40,6 +40,12 @@ QUOTA_EXHAUSTED = "QuotaExhausted"
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
+WRITTEN_KEYS = frozenset({"observedGeneration", "used", "quotaSummary", "conditions"})
+"""The status fields the status writer keeps. Any other is left as it is: ``quotaLedger``
+(the ledger's own mark) and those a newer version writes (a rolling update's older replica
+must not erase them)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Limit:
     """One limited dimension of a quota: its name in messages and summary, used and limit."""

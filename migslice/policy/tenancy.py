@@ -195,11 +195,19 @@ class Tenancy:
         return before | after
 
 
+CONFLICTS_LISTED = 20
+"""Namespaces a conflict names; the rest are counted (a status condition's message has a
+limit, and thousands of selected namespaces would pass it)."""
+
+
 def _conflict(policy: TenantPolicy, other: str, claimed: list[str]) -> FieldError:
     plural = len(claimed) > 1
+    listed = ", ".join(claimed[:CONFLICTS_LISTED])
+    if len(claimed) > CONFLICTS_LISTED:
+        listed += f" and {len(claimed) - CONFLICTS_LISTED} more"
     return FieldError(
         "spec.namespaces" if set(claimed) & set(policy.namespaces) else "spec.namespaceSelector",
-        f"namespace{'s' if plural else ''} {', '.join(claimed)} "
+        f"namespace{'s' if plural else ''} {listed} "
         f'already belong{"" if plural else "s"} to TenantPolicy "{other}"; '
         "a namespace can have only one tenant",
     )

@@ -215,6 +215,19 @@ def test_a_namespace_claimed_by_two_policies_is_reported_with_the_other_name() -
     assert 'namespace shared-ns already belongs to TenantPolicy "team-a"' in errors[0].message
 
 
+def test_a_conflict_over_many_namespaces_names_twenty_and_counts_the_rest() -> None:
+    """A condition's message has a limit (32 KiB in the CRD): 600 namespaces of 60 characters
+    once made every status write of the policy fail."""
+    selector = {"matchLabels": {"team": "a"}}
+    first = parse_tenant_policy(make_policy("team-a", namespaces=None, namespaceSelector=selector))
+    second = parse_tenant_policy(make_policy("team-b", namespaces=None, namespaceSelector=selector))
+    names = [f"ns-{i:03d}-" + "x" * 53 for i in range(600)]
+    [error] = namespace_conflicts(second, [first], {n: {"team": "a"} for n in names})
+    assert error.message.startswith(f"namespaces {names[0]}, {names[1]}, ")
+    assert f"{names[19]} and 580 more already belong to TenantPolicy" in error.message
+    assert len(error.message) < 2000
+
+
 def test_selectors_conflict_only_on_namespaces_that_both_select() -> None:
     first = parse_tenant_policy(
         make_policy("team-a", namespaces=None, namespaceSelector={"matchLabels": {"team": "a"}})

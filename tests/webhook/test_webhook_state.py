@@ -9,6 +9,7 @@ from harness.builders import make_node, make_pod, make_policy
 from migslice.admission import SliceUsage
 from migslice.admission.ledger import Charge, Ledger
 from migslice.kube.policies import NODES, PODS, _FeedSink
+from migslice.kube.status import merge_patch
 from webhook.state import ClusterState
 
 
@@ -151,6 +152,22 @@ def test_the_status_last_seen_is_the_previous_one_and_goes_with_the_policy() -> 
     assert statuses(state)["team-a"][0] == seen
     state.delete_policy("team-a")
     assert statuses(state) == {}
+
+
+def test_status_fields_this_version_does_not_write_are_never_patched_away() -> None:
+    """The ledger's mark, and a newer version's fields during a rolling update, stay."""
+    state = ClusterState()
+    seen = {
+        "quotaSummary": "0 compute slices",
+        "conditions": [],
+        "quotaLedger": {"epoch": "e1", "configMap": "migslice-system/migslice-quota-team-a"},
+        "placement": {"preferred": "a100"},
+    }
+    state.upsert_policy({**make_policy(), "status": seen})
+    observed, desired = statuses(state)["team-a"]
+    patch = merge_patch(observed, desired)
+    assert "quotaLedger" not in patch and "placement" not in patch
+    assert patch["observedGeneration"] == 1 and patch["conditions"]
 
 
 def test_listeners_hear_of_usage_and_policy_changes_but_not_of_pods_without_gpus() -> None:
