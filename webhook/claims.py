@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from migslice import names
 from migslice.admission.claims import controlling_pod
+from migslice.admission.paid_claims import claim_users
 from migslice.admission.usage import ClaimAsk, claim_asks
 from migslice.admission.view import TemplateFacts
 from migslice.objects.claim_templates import migslice_template_profile, template_claim_spec
@@ -145,14 +146,14 @@ class ClaimBook:
 
     def users(self, claim_key: str) -> tuple[str, ...]:
         """The pods (names) that name the claim, or that it is reserved for and that name it."""
-        named = {p.partition("/")[2] for p in self._named.get(claim_key, ())}
+        naming = self._named.get(claim_key, ())
         record = self.claims.get(claim_key)
-        if record is not None:
-            held = set(record.facts.reserved_for)
-            if record.facts.owner is not None:
-                held.add(record.facts.owner)
-            named |= {p.partition("/")[2] for p in held if p in self._names_of or p in self._live}
-        return tuple(sorted(named))
+        if record is None:
+            return tuple(sorted({p.partition("/")[2] for p in naming}))
+        return claim_users(record.facts, naming, self._is_live)
+
+    def _is_live(self, pod_key: str) -> bool:
+        return pod_key in self._names_of or pod_key in self._live
 
     # -- classes and templates --------------------------------------------------------------
 

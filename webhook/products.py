@@ -1,14 +1,15 @@
 """Which GPU products the cluster's nodes have: the offers admission resolves sizes against.
 
 A node's product is its GPU Feature Discovery label ``nvidia.com/gpu.product``; a DRA node
-without that label has the product its ResourceSlices' devices name (one product: a node of
-several models is left out, as migslice's DRA reader leaves it unknown)."""
+without that label has the product its ResourceSlices' devices name
+(:func:`migslice.objects.dra_products.node_product`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 from migslice.mig import CATALOG
+from migslice.objects.dra_products import node_product
 from migslice.policy import Offer
 
 
@@ -61,12 +62,7 @@ class NodeProducts:
         self._settle(node)
 
     def _settle(self, node: str) -> None:
-        product = self._labelled.get(node)
-        if product is None:
-            named = set().union(*self._dra.get(node, {}).values())
-            product = next(iter(named)) if len(named) == 1 else None
-        if product is not None and CATALOG.by_product(product) is None:
-            product = None
+        product = node_product(self._labelled.get(node), self._dra.get(node, {}).values())
         before = self._nodes.get(node)
         if before == product:
             return

@@ -38,8 +38,8 @@ from typing import Protocol
 
 from migslice import names
 from migslice.admission import SliceUsage, usage_of
-from migslice.admission.claims import covers
 from migslice.admission.ledger import Ledger
+from migslice.admission.paid_claims import is_paid_by_owner, paid_claim
 from migslice.admission.status import WRITTEN_KEYS as STATUS_KEYS_WRITTEN
 from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
 from migslice.admission.usage import ZERO, claim_usage, pricing_models
@@ -59,6 +59,7 @@ from migslice.objects.pods import (
     is_admission_gated,
     is_terminal,
     metadata_of,
+    named_claims,
 )
 from migslice.policy import (
     FieldError,
@@ -479,7 +480,7 @@ class ClusterState:
             text(metadata.get("uid")),
         )
         key = f"{namespace}/{name}"
-        named = () if terminal else _named_claims(raw_pod, namespace)
+        named = () if terminal else named_claims(raw_pod, namespace)
         with self.admission_lock:
             if gated:
                 self._gated[key] = raw_pod
@@ -659,12 +660,12 @@ class ClusterState:
         pod = self._gpu_pods.get(pod_key)
         if pod is None:
             return None
+        owned = []
         for key in self._dra.owned_by(pod_key):
             record = self._dra.claims[key]
-            if record.owner is not None and record.owner[1] == pod.uid:
-                if covers(dict(pod.requests), self._dra.asks_of(record)):
-                    return key
-        return None
+            if record.owner is not None:
+                owned.append((key, record.owner[1], self._dra.asks_of(record)))
+        return paid_claim(dict(pod.requests), pod.uid, owned)
 
     def _price_claims(self, keys: Sequence[str]) -> bool:
         """Price the claims ``keys`` again; whether any charge changed."""
@@ -674,13 +675,8 @@ class ClusterState:
             if record is None:
                 continue
             asks = self._dra.asks_of(record)
-            owner = f"{record.namespace}/{record.owner[0]}" if record.owner else ""
-            others = [u for u in self._dra.users(key) if record.owner and u != record.owner[0]]
-            paid = (
-                bool(owner)
-                and record.facts.extended_resource
-                and not others  # a claim another pod uses is not (only) the owner's
-                and self._paid_claim(owner) == key
+            paid = is_paid_by_owner(
+                record.facts, record.owner, self._dra.users(key), self._paid_claim
             )
             usage = ZERO if paid else claim_usage(asks, self._models_for(record.node))
             now = self.clock.monotonic_s()
@@ -733,16 +729,6 @@ class ClusterState:
 def _claim_key(key: str) -> str:
     """The usage book's key of claim ``namespace/name`` (pods are keyed ``namespace/name``)."""
     return f"claim:{key}"
-
-
-def _named_claims(raw_pod: Mapping[str, object], namespace: str) -> tuple[str, ...]:
-    """``namespace/claim`` of every claim the pod names by ``resourceClaimName``."""
-    found = []
-    for raw in items(mapping(raw_pod.get("spec")).get("resourceClaims")):
-        claim = text(mapping(raw).get("resourceClaimName"))
-        if claim:
-            found.append(f"{namespace}/{claim}")
-    return tuple(found)
 
 
 def _generation(raw_policy: Mapping[str, object]) -> int:

@@ -27,13 +27,13 @@ from migslice import names
 from migslice.admission.decide import quota_denial
 from migslice.admission.decision import AdmissionDecision, AdmissionSettings, Denial
 from migslice.admission.intent import pod_label
+from migslice.admission.paid_claims import covers
 from migslice.admission.patch import PatchOp, set_annotations
 from migslice.admission.tenant import tenant_of
 from migslice.admission.usage import (
     ClaimAsk,
     SliceUsage,
     claim_asks,
-    claim_requests,
     claim_usage,
 )
 from migslice.admission.view import ClusterView
@@ -409,13 +409,6 @@ def controlling_pod(metadata: JsonObject) -> tuple[str, str] | None:
             if name and uid:
                 return name, uid
     return None
-
-
-def covers(pod_requests: Mapping[str, int], asks: tuple[ClaimAsk, ...]) -> bool:
-    """Whether a pod's GPU extended resources include every device the claim asks for (the
-    claim kube-scheduler makes asks for at most what the pod requests)."""
-    wanted = claim_requests(asks)
-    return bool(wanted) and all(pod_requests.get(r, 0) >= n for r, n in wanted.items())
 
 
 def _limits(

@@ -197,6 +197,17 @@ def has_resource_claims(raw_pod: RawPod) -> bool:
     return isinstance(spec, Mapping) and bool(items(spec.get("resourceClaims")))
 
 
+def named_claims(raw_pod: RawPod, namespace: str) -> tuple[str, ...]:
+    """``namespace/claim`` of every claim the pod names by ``resourceClaimName`` (what it
+    uses besides the claims made for it, from a template or for its extended resources)."""
+    found = []
+    for raw in items(mapping(raw_pod.get("spec")).get("resourceClaims")):
+        claim = mapping(raw).get("resourceClaimName")
+        if isinstance(claim, str) and claim:
+            found.append(f"{namespace}/{claim}")
+    return tuple(found)
+
+
 # -- the projection the placement caches keep --------------------------------------------------
 
 

@@ -6,8 +6,9 @@ takes the pod template it came from (``-f FILE``: the manifest, a Pod or a workl
 namespace's workload whose name the pod's is, or starts with followed by ``-``: a Job,
 CronJob, ReplicaSet, StatefulSet, DaemonSet or Deployment, the longest such name) and runs the
 webhook's own decision (:func:`migslice.admission.decide`) on it against the same cluster: the
-TenantPolicies and namespaces that select it, the GPU products of the nodes, and each tenant's
-usage from its pods, as the webhook counts it. The ``FailedCreate`` Events of that workload
+TenantPolicies and namespaces that select it, the GPU products of the nodes (a DRA node's from
+its ResourceSlices, as the webhook reads them), and each tenant's usage from its pods and
+ResourceClaims, as the webhook counts it. The ``FailedCreate`` Events of that workload
 say what the webhook did answer when the controller tried.
 """
 
@@ -49,7 +50,7 @@ class AbsentPod:
     (``Job team-a/train``, ``file pod.yaml``); ``allowed``/``reason``/``message``: the
     decision (``reason`` is the webhook's: ``quota``, ``no-policy``, ``admitted``, ...);
     ``profile``: the MIG profile it would resolve to, when admitted; ``dimensions``: the
-    tenant's quota, used (by its live pods) against limit."""
+    tenant's quota, used (by its live pods and claims) against limit."""
 
     source: str
     allowed: bool
@@ -67,7 +68,7 @@ class _ClusterView:
 
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
-        products = sorted({p for node in cluster.nodes.values() if (p := node.state.facts.product)})
+        products = sorted(set(cluster.products.values()))
         self._offers = tuple(
             Offer(product, model)
             for product in products

@@ -4,7 +4,8 @@ One pass over the objects: every Node projected and resolved once into the exten
 :class:`~migslice.scheduling.PreparedNode` (its inventory :class:`NodeState` inside; a DRA
 node's from NVIDIA's ResourceSlices and the ResourceClaims allocated in it), every Pod read
 once (its GPU requests or GPU ResourceClaims, where it holds them, its charge in slice units
-as the webhook prices it, whether it waits), the TenantPolicies into the webhook's
+as the webhook prices it, whether it waits), every ResourceClaim priced as the webhook
+charges it (:mod:`migslice.status.charges`), the TenantPolicies into the webhook's
 :class:`~migslice.policy.tenancy.Tenancy`, and the mig-parted ConfigMap with the repartition
 controller's record. The views (tenants, pools, waiting pods, why) only read this.
 """
@@ -15,11 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migslice import names
+from migslice.admission.claims import controlling_pod
 from migslice.admission.usage import ZERO, SliceUsage, pricing_models, usage_of
 from migslice.inventory import ClusterIndex, NodeState
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects, PodFacts, node_facts_from_raw
 from migslice.objects.device_classes import DeviceClassFacts
+from migslice.objects.dra_products import node_products
 from migslice.objects.json import JsonObject, mapping
 from migslice.objects.pod_gpus import PodGpuMemo, Requests
 from migslice.objects.pods import (
@@ -37,6 +40,7 @@ from migslice.policy import PolicyError, TenantPolicy, parse_tenant_policy
 from migslice.policy.tenancy import Tenancy
 from migslice.repartition import MigConfigFile, read_config_map
 from migslice.scheduling import PreparedNode, prepare_node
+from migslice.status.charges import Payer, claim_charges
 
 NO_POOL = "(no GPU product)"
 """The pool of nodes without the pool label (no GPU, or the label missing)."""
@@ -106,6 +110,12 @@ class Cluster:
     cluster_models: tuple[str, ...]
     claims: Mapping[str, ClaimFacts] = field(default_factory=dict)
     classes: Mapping[str, DeviceClassFacts] = field(default_factory=dict)
+    products: Mapping[str, str] = field(default_factory=dict)
+    """Per node its GPU product as admission offers and prices it (the GFD label, else the
+    one product its ResourceSlices name; :func:`~migslice.objects.dra_products.node_product`)."""
+    claim_charges: Mapping[str, SliceUsage] = field(default_factory=dict)
+    """What the webhook charges each ResourceClaim (by ``namespace/name``; those it charges
+    nothing left out)."""
     _tenants: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     def states(self) -> list[NodeState]:
@@ -124,9 +134,15 @@ class Cluster:
         return [pod for pod in self.gpu_pods.values() if pod.namespace in namespaces]
 
     def usage_of(self, tenant: str) -> SliceUsage:
+        """The tenant's usage as the webhook counts it: its GPU pods' extended resources and
+        its ResourceClaims (docs/policy.md, "How claims are charged")."""
+        namespaces = self.tenancy.namespaces_of(tenant)
         total = ZERO
         for pod in self.pods_of(tenant):
             total = total + pod.usage
+        for key, charge in self.claim_charges.items():
+            if key.partition("/")[0] in namespaces:
+                total = total + charge
         return total
 
 
@@ -138,11 +154,17 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
     facts = [node_facts_from_raw(raw) for raw in objects.nodes]
     index.replace_nodes(facts)
     index.load_dra(objects)
-    claims = {c.key: c for raw in objects.resource_claims if (c := claim_facts_from_raw(raw))}
+    claims: dict[str, ClaimFacts] = {}
+    owners: dict[str, tuple[str, str] | None] = {}  # claim key -> the pod controlling it
+    for raw in objects.resource_claims:
+        claim = claim_facts_from_raw(raw)
+        if claim is not None:
+            claims[claim.key] = claim
+            owners[claim.key] = controlling_pod(metadata_of(raw))
     classes = index.classes
     raw_nodes = {f.name: raw for f, raw in zip(facts, objects.nodes, strict=True) if f.name}
     node_labels = {name: mapping(metadata_of(raw).get("labels")) for name, raw in raw_nodes.items()}
-    products = {f.name: f.product for f in facts if f.product}
+    products = node_products({f.name: f.product for f in facts if f.name}, objects.resource_slices)
     models = sorted({m.key for p in products.values() if (m := CATALOG.by_product(p)) is not None})
     cluster_models = tuple(models)
 
@@ -172,6 +194,7 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         tenancy.put_policy(policy)
 
     gpu_pods: dict[str, GpuPod] = {}
+    payers: dict[str, Payer] = {}  # the GPU pods the webhook charges: their requests, uid
     holding: list[PodFacts] = []
     priced: dict[str | None, tuple[str, ...]] = {}  # product -> the models it prices on
     charges: dict[tuple[Requests, str | None], SliceUsage] = {}  # a few shapes, many pods
@@ -196,9 +219,17 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
                 priced_on = priced[product] = pricing_models(product, cluster_models)
             usage = charges[(requests, product)] = usage_of(dict(requests), priced_on)
         gpu_pods[key] = GpuPod(key, namespace, raw, requests, node, nominated, usage, uses, gated)
+        if requests and not gated:
+            uid = metadata_of(raw).get("uid")
+            payers[key] = (requests, uid if isinstance(uid, str) else None)
         if node is not None or nominated is not None:
             holding.append(PodFacts(key, node, nominated, requests, uses))
     index.replace_pods(holding)
+    claimed = claim_charges(
+        objects.pods, claims, owners, classes, payers, pricing=(products, cluster_models)
+    )
+    for key in claimed:
+        tenancy.touch_namespace(key.partition("/")[0])
     index.derive_pending()
     nodes: dict[str, PreparedNode] = {}
     for name in sorted(index.node_names()):
@@ -230,6 +261,8 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         cluster_models=cluster_models,
         claims=claims,
         classes=classes,
+        products=products,
+        claim_charges=claimed,
     )
 
 

@@ -114,7 +114,7 @@ def _tenants(tenants: tuple[TenantView, ...], width: int | None) -> list[str]:
         rows.append(cells)
     table = columns(("tenant", "pods", "waiting", "instances", "compute", "memory"), rows)
     lines = [
-        "TENANTS (slices in use from pods, as the webhook counts them; used/limit where "
+        "TENANTS (slices in use by pods and claims, as the webhook counts them; used/limit where "
         "spec.quota limits)"
     ]
     lines = [line for text in lines for line in wrapped(text, "", width)]

@@ -1,9 +1,11 @@
 """Per tenant: its usage against its quota, in slice units and instances per profile.
 
-Usage is counted from the pods, as the webhook counts it (each live GPU pod of the tenant's
-namespaces priced by :func:`migslice.admission.usage.usage_of` on its node's model): the
-TenantPolicy's ``status.used`` may lag behind (the webhook writes it every few seconds, and
-counts the quota ledger's charges of pods not yet created); it is shown only where it differs.
+Usage is counted from the pods and ResourceClaims, as the webhook counts it
+(:meth:`Cluster.usage_of`: each live GPU pod of the tenant's namespaces priced by
+:func:`migslice.admission.usage.usage_of` on its node's model, and each of their claims as
+the webhook charges it): the TenantPolicy's ``status.used`` may lag behind (the webhook writes
+it every few seconds, and counts the quota ledger's charges of pods and claims not yet
+created); it is shown only where it differs.
 """
 
 from __future__ import annotations
@@ -51,9 +53,7 @@ def tenant_views(cluster: Cluster) -> list[TenantView]:
     for name, policy in sorted(cluster.policies.items()):
         namespaces = tuple(sorted(cluster.tenancy.namespaces_of(name)))
         pods = [cluster.gpu_pods[k] for ns in namespaces for k in by_namespace.get(ns, ())]
-        usage = SliceUsage()
-        for pod in pods:
-            usage = usage + pod.usage
+        usage = cluster.usage_of(name)
         conflicts = cluster.tenancy.conflicts(policy)
         observed = _status_used(cluster.policy_status.get(name))
         views.append(

@@ -2,7 +2,8 @@
 
 1. **Admission**: the TenantPolicy that selects its namespace, the size it asked for and the
    profile the webhook resolved it to (its output annotations), and the tenant's quota in
-   every dimension, used/limit with the field (from pods, as the webhook counts them).
+   every dimension, used/limit with the field (from pods and ResourceClaims, as the webhook
+   counts them).
 2. **Placement**: the extender's filter over every node kube-scheduler would send it, nodes
    grouped by reason (:mod:`migslice.status.waiting`).
 3. **Re-partition**: what the repartition controller would do for it: the same

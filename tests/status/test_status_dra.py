@@ -12,9 +12,15 @@ import pytest
 import yaml
 
 from harness import dra_slices
-from harness.builders import make_namespace, make_policy
+from harness.builders import make_namespace, make_node, make_policy
+from migslice.admission import AdmissionSettings, PodAdmission, decide
+from migslice.admission.usage import SliceUsage
 from migslice.cli import main
+from migslice.objects import load_cluster_text
+from migslice.status.cluster import StatusSettings, build_cluster
+from migslice.status.tenants import tenant_views
 from tests.dra_objects import make_claim, make_claim_pod, make_dra_node, migslice_classes
+from webhook.state import ClusterState
 
 NODE = "dra-0"
 
@@ -211,3 +217,139 @@ def test_who_may_not_list_device_taint_rules_still_reads_the_cluster() -> None:
     assert len(read.resource_slices) == len(slices) > 0 and read.device_taint_rules == ()
     with local_api(answer("resourceslices")) as transport, pytest.raises(CommandError):
         read_cluster(transport, ("migslice-system", "mig-parted-config"))
+
+
+# -- usage: the tenant's claims, as the webhook charges them -----------------------------------
+
+EXTENDED = "e-extended-resources-k2x9z"
+
+
+def _with_paying_pod(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``objects`` and pod e, bound, whose nvidia.com/mig-2g.20gb kube-scheduler serves from
+    DRA through the claim it made for the pod (KEP-5004), which the pod pays for."""
+    pod = make_claim_pod(
+        "e", {}, mig={"2g.20gb": 1}, node_name=NODE, phase="Running", extended_claim=EXTENDED
+    )
+    claim = make_claim(
+        EXTENDED,
+        device_class="migslice-mig-2g.20gb",
+        profile=None,
+        owner="e",
+        extended_resource=True,
+        allocated=[(NODE, "gpu-0-mig-2g20gb-14-2")],
+        reserved_for=["e"],
+    )
+    return [*objects, {"apiVersion": "v1", "kind": "Pod", **pod}, claim]
+
+
+def _named_by_another_pod() -> list[dict[str, Any]]:
+    other = make_claim_pod("q", {"gpu": EXTENDED}, node_name=NODE, phase="Running")
+    return [*_with_paying_pod(dra_cluster()), {"apiVersion": "v1", "kind": "Pod", **other}]
+
+
+def _owner_of_another_uid() -> list[dict[str, Any]]:
+    objects = _with_paying_pod(dra_cluster())
+    objects[-1]["metadata"]["ownerReferences"][0]["uid"] = "uid-e-before-it-was-recreated"
+    return objects
+
+
+def _beside_a_labelled_a100_40gb() -> list[dict[str, Any]]:
+    """A device-plugin A100 40GB node beside the unlabelled DRA node: 1g.10gb is 2 memory
+    slices there, 1 on the DRA node's A100 80GB (its ResourceSlices' productName)."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        **make_node("gfd-0", product="NVIDIA-A100-SXM4-40GB"),
+    }
+    return [*dra_cluster(), node]
+
+
+CLAIMS = SliceUsage(3, 12, 13, (("1g.10gb", 1), ("4g.40gb", 1), ("7g.80gb", 1)))
+TWO_G = SliceUsage(1, 2, 2, (("2g.20gb", 1),))
+USAGE = [
+    ("claims-allocated-and-not", dra_cluster, CLAIMS),
+    (
+        "a-pod-pays-its-extended-resource-claim",
+        lambda: _with_paying_pod(dra_cluster()),
+        CLAIMS + TWO_G,
+    ),
+    ("a-marked-claim-another-pod-names-is-charged", _named_by_another_pod, CLAIMS + TWO_G + TWO_G),
+    ("a-marked-claim-of-another-uid-is-charged", _owner_of_another_uid, CLAIMS + TWO_G + TWO_G),
+    ("priced-on-the-dra-nodes-own-product", _beside_a_labelled_a100_40gb, CLAIMS),
+]
+
+
+@pytest.mark.parametrize(("build", "expected"), [u[1:] for u in USAGE], ids=[u[0] for u in USAGE])
+def test_a_tenants_usage_counts_its_claims_as_the_webhooks_cluster_state_does(
+    build: Any, expected: SliceUsage
+) -> None:
+    """The status header says usage is "as the webhook counts them": the same objects loaded
+    into the webhook's ClusterState give the same usage, claims included."""
+    objects = load_cluster_text(yaml.safe_dump_all(build()))
+    state = ClusterState()
+    state.load(objects)
+    cluster = build_cluster(objects, StatusSettings(now_s=1_750_000_000.0))
+    assert cluster.usage_of("team-a") == state.tenant_usage("team-a") == expected
+    (tenant,) = tenant_views(cluster)
+    assert tenant.usage == expected
+
+
+def test_status_and_why_show_the_claims_in_the_tenants_quota(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = [o for o in dra_cluster() if o["kind"] != "TenantPolicy"]
+    objects.append(make_policy("team-a", quota={"computeSlices": 12}))
+    path = tmp_path / "dra.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (tenant,) = document["tenants"]
+    used = {d["dimension"]: (d["used"], d["limit"]) for d in tenant["usage"]}
+    assert used["computeSlices"] == (12, 12) and used["instances"] == (3, None)
+    why = json.loads(
+        _run(capsys, "why", "-n", "team-a", "d", "--cluster-file", str(path), "-o", "json")
+    )
+    quota = {d["dimension"]: d["used"] for d in why["admission"]["quota"]}
+    assert quota["computeSlices"] == 12
+
+
+def test_why_f_answers_as_the_webhook_on_a_cluster_of_dra_nodes_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The DRA node has no GFD label: its product comes from its ResourceSlices, as the
+    webhook reads it, and the claims fill the tenant's 12 compute slices, so a small pod is
+    refused for quota, not for a product the cluster lacks."""
+    objects = [o for o in dra_cluster() if o["kind"] != "TenantPolicy"]
+    objects.append(make_policy("team-a", quota={"computeSlices": 12}))
+    path = tmp_path / "dra.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "new",
+            "namespace": "team-a",
+            "annotations": {"migslice.io/gpu-size": "small"},
+        },
+        "spec": {"containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:13.0.0-base"}]},
+    }
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod))
+    state = ClusterState()
+    state.load(load_cluster_text(path.read_text()))
+    webhook = decide(PodAdmission("team-a", pod, request_uid="uid-new"), state, AdmissionSettings())
+    assert (webhook.allowed, webhook.reason) == (False, "quota")
+    why = json.loads(
+        _run(capsys, "why", "-f", str(manifest), "--cluster-file", str(path), "-o", "json")
+    )
+    absent = why["absent"]
+    assert (absent["allowed"], absent["reason"], absent["message"]) == (
+        False,
+        "quota",
+        webhook.message,
+    )
+    objects[-1] = make_policy("team-a")  # no quota: admitted, sized on the DRA node's model
+    path.write_text(yaml.safe_dump_all(objects))
+    why = json.loads(
+        _run(capsys, "why", "-f", str(manifest), "--cluster-file", str(path), "-o", "json")
+    )
+    assert (why["absent"]["allowed"], why["absent"]["profile"]) == (True, "1g.10gb")
