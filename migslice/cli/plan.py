@@ -26,6 +26,7 @@ from migslice.mig.stranding import (
 from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
 from migslice.objects.carve_handshake import gpus_json
 from migslice.repartition import (
+    CARVE_MIN_PENDING_S,
     CarvePlan,
     CarveSettings,
     CarveStep,
@@ -73,7 +74,15 @@ def register(commands: Any) -> None:
         "--min-pending-s",
         type=console.seconds(),
         default=defaults.min_pending_s,
-        help="demand must wait this long (from PodScheduled=False) before GPUs change",
+        help="demand must wait this long (from PodScheduled=False) before GPUs change "
+        "(the controller's --repartition-min-pending-s)",
+    )
+    parser.add_argument(
+        "--carve-min-pending-s",
+        type=console.seconds(),
+        default=CARVE_MIN_PENDING_S,
+        help="the same for nodes in carve mode (the controller's "
+        "--repartition-carve-min-pending-s; default %(default)s)",
     )
     parser.add_argument("--cooldown-s", type=console.seconds(), default=defaults.cooldown_s)
     parser.add_argument(
@@ -120,7 +129,7 @@ def run_plan(args: argparse.Namespace) -> int:
             cooldown_s=args.cooldown_s,
             max_nodes_in_flight=args.max_nodes_in_flight,
         ),
-        carve=CarveSettings(min_pending_s=args.min_pending_s, default_mode=args.mode_default),
+        carve=CarveSettings(min_pending_s=args.carve_min_pending_s, default_mode=args.mode_default),
     )
     step = decide(
         record,

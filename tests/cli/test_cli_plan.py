@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,42 @@ def test_plan_says_whether_the_stranding_rule_is_on_and_follows_it(
     # One 2g pod less: too few small pods to fill beside a second 3g
     assert main(["plan", "--cluster-file", str(stranding_cluster(tmp_path, twos=1))]) == 0
     assert "stranding rule off (1g/2g pods hold 2 compute slices" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "carves"),
+    [((), True), (("--carve-min-pending-s", "30"), False)],
+    ids=["carve-default-10s", "carve-set-to-30s"],
+)
+def test_a_carve_node_judges_demand_by_carve_modes_own_min_pending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], carves: bool
+) -> None:
+    """A pod unschedulable for 20 s: past carve mode's 10 s (the controller's
+    --repartition-carve-min-pending-s), short of the MIG Manager path's 30 s, so plan carves
+    it a 2g.20gb, as the controller would, unless told carve mode waits 30 s too."""
+    from tests.carve_builders import carve_node_raw, gpu
+
+    node = carve_node_raw(
+        "gpu-a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"]
+    )
+    since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=20)
+    pod = unschedulable(
+        make_pod("mid", profile="2g.20gb"), since=since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    path = write_cluster(
+        tmp_path,
+        make_mig_config_map(),
+        {"apiVersion": "v1", "kind": "Node", **node},
+        {"apiVersion": "v1", "kind": "Pod", **pod},
+    )
+    assert main(["plan", "--cluster-file", str(path), "-o", "json", *flags]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    if carves:
+        assert (answer["step"], answer["mode"]) == ("start", "carve")
+        (change,) = answer["changes"]
+        assert change["serves"] == ["team-a/mid"]
+        assert change["gpus"][0]["create"] == [{"profile": "2g.20gb", "start": 2}]
+    else:
+        assert (answer["step"], answer["changes"]) == ("wait", [])
+        (pending,) = answer["pending"]
+        assert pending["pod"] == "team-a/mid" and pending["reason"].endswith("s < 30s")
