@@ -88,17 +88,26 @@ def unschedulable_since(raw_pod: RawPod) -> datetime.datetime | None:
     return since if at is None else max(since, at)
 
 
+def scheduling_gates(raw_pod: RawPod) -> tuple[str, ...]:
+    """The names in the pod's ``spec.schedulingGates``: kube-scheduler does not try a pod
+    while it has any, and each is removed by the controller that set it (Kueue's
+    ``kueue.x-k8s.io/admission``, migslice's own ``migslice.io/admission``, ...)."""
+    spec = raw_pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    found = []
+    for gate in items(gates):
+        name = gate.get("name") if isinstance(gate, Mapping) else None
+        if isinstance(name, str) and name:
+            found.append(name)
+    return tuple(found)
+
+
 def is_admission_gated(raw_pod: RawPod) -> bool:
     """Whether the pod carries ``migslice.io/admission`` in ``spec.schedulingGates``: created
     in a fail-open namespace while the webhook could not be called, and not admitted yet. A
     gate is only ever removed after creation, never added, and only the webhook removes this
     one, so such a pod holds nothing and waits for the webhook's gate reconciler."""
-    spec = raw_pod.get("spec")
-    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
-    return any(
-        isinstance(gate, Mapping) and gate.get("name") == names.ADMISSION_GATE
-        for gate in items(gates)
-    )
+    return names.ADMISSION_GATE in scheduling_gates(raw_pod)
 
 
 def product_constraint(raw_pod: RawPod) -> frozenset[str] | None:

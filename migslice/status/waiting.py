@@ -18,7 +18,7 @@ import orjson
 
 from migslice import names
 from migslice.objects.json import JsonObject, mapping
-from migslice.objects.pods import scheduler_name_of, unschedulable_since
+from migslice.objects.pods import scheduler_name_of, scheduling_gates, unschedulable_since
 from migslice.scheduling import PodDemand, demand_of, filter_nodes
 from migslice.scheduling.decisions import demand_key
 from migslice.scheduling.demand import with_claims
@@ -105,6 +105,13 @@ def waiting_view(
             f"waiting for admission: created behind the scheduling gate {names.ADMISSION_GATE} "
             "while the webhook was unavailable; the webhook admits it, up to quota, oldest "
             "first (docs/outages.md)"
+        )
+        return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
+    gates = scheduling_gates(raw)
+    if gates:
+        error = (
+            f"held by scheduling gate(s) {', '.join(gates)}: kube-scheduler does not try it "
+            "until their controller removes them"
         )
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     if scheduler != cluster.settings.scheduler_name:

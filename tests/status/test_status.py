@@ -373,6 +373,46 @@ def test_a_pod_behind_the_admission_gate_waits_for_admission_and_holds_nothing()
     assert waiting.error is not None and waiting.error.startswith("waiting for admission")
 
 
+def test_a_pod_held_by_another_controllers_scheduling_gate_is_not_called_placeable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kueue holds a pod behind its gate until its workload is admitted: kube-scheduler does
+    not try it, however much room there is, so status and why name the gate, not nodes."""
+    gated = make_pod("queued-0", namespace="team-a", profile="1g.10gb")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    gated["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "SchedulingGated",
+            "message": "Scheduling is blocked due to non-empty scheduling gates",
+            "lastTransitionTime": "2025-06-15T15:00:00Z",
+        }
+    ]
+    objects = [*representative_cluster(), {"apiVersion": "v1", "kind": "Pod", **gated}]
+    free = make_pod("free-0", namespace="team-a", profile="1g.10gb")
+    ungated = [*representative_cluster(), {"apiVersion": "v1", "kind": "Pod", **free}]
+    said = (
+        "held by scheduling gate(s) kueue.x-k8s.io/admission: kube-scheduler does not try it "
+        "until their controller removes them"
+    )
+    for raw, key in ((objects, "team-a/queued-0"), (ungated, "team-a/free-0")):
+        report = build_status(
+            build_cluster(parse_cluster_objects(raw), StatusSettings(now_s=NOW_S)),
+            cooldown_s=600,
+        )
+        (waiting,) = [w for w in report.waiting if w.key == key]
+        if key == "team-a/free-0":
+            assert waiting.fits  # the room is there: only the gate holds queued-0
+        else:
+            assert (waiting.error, waiting.fits, waiting.classes) == (said, (), ())
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    text = _run(capsys, "why", "-n", "team-a", "queued-0", "--cluster-file", str(path))
+    assert "held by scheduling gate(s) kueue.x-k8s.io/admission" in text
+    assert "fit now" not in text
+
+
 def _failed_scheduling(pod: str, message: str, last: str, count: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
