@@ -115,7 +115,7 @@ class KubernetesTransport:
                     in_cluster = True
                 except config.ConfigException:
                     config.load_kube_config(  # type: ignore[no-untyped-call]
-                        context=_first_current_context(), client_configuration=configuration
+                        context=kubectl_context(None, None), client_configuration=configuration
                     )
             else:
                 config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -337,6 +337,17 @@ def _no_cluster(error: Exception, kubeconfig: str | None, context: str | None) -
         f"no access to a cluster: not in a pod, and no kubeconfig to use ({reason}); "
         "pass --kubeconfig, or set $KUBECONFIG"
     )
+
+
+def kubectl_context(kubeconfig: str | None, context: str | None) -> str | None:
+    """The kubeconfig context :meth:`KubernetesTransport.from_environment` connects with
+    outside a pod, as kubectl picks it: ``context`` when given; with the default kubeconfig
+    (``$KUBECONFIG``'s files), the current context of the first file that sets one; else None
+    (the one file's current context). Whatever else is read from the kubeconfig (the context's
+    namespace) must come from this same context."""
+    if context is not None or kubeconfig is not None:
+        return context
+    return _first_current_context()
 
 
 def _first_current_context() -> str | None:

@@ -82,9 +82,14 @@ def connect(kubeconfig: str | None, context: str | None, timeout_s: float) -> Ku
 def context_namespace(kubeconfig: str | None, context: str | None) -> str:
     """The namespace of the kubeconfig's context (``context``, else the current one), as
     kubectl takes it; ``default`` without one (or in a pod without a kubeconfig: the pod's
-    own namespace)."""
+    own namespace). The context is the one :func:`connect` uses
+    (:func:`~migslice.kube.transport.kubectl_context`: with several files in ``$KUBECONFIG``,
+    the first's current context, where the client's merge would take the last's)."""
     from kubernetes import config
 
+    from migslice.kube.transport import kubectl_context
+
+    context = kubectl_context(kubeconfig, context)
     try:
         contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     except Exception:  # no kubeconfig (in a pod), or one the client cannot read

@@ -316,6 +316,61 @@ def test_the_kubectl_plugin_takes_kubectls_flags_before_or_after_the_command(
     assert "tenant team-a" in capsys.readouterr().out
 
 
+def test_why_takes_its_namespace_from_the_context_it_connects_with(tmp_path: Path) -> None:
+    """With several files in $KUBECONFIG, why connects with the first file's current context
+    (kubectl's); it took the default namespace from the last file's (the Python client's
+    merge), so it looked for team-b/train-0 on the cluster of ctx-a."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.builders import make_namespace, make_policy, unschedulable
+    from tests.local_api import Request, local_api_url
+
+    pod = unschedulable(make_pod("train-0", namespace="team-a", profile="1g.10gb"))
+    lists = {
+        "pods": [{"apiVersion": "v1", "kind": "Pod", **pod}],
+        "namespaces": [make_namespace("team-a"), make_namespace("team-b")],
+        "tenantpolicies": [make_policy("team-a")],
+    }
+    asked: list[str] = []
+
+    def answer(request: Request) -> tuple[int, Any]:
+        asked.append(request.path)
+        if request.path == "/version":
+            return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.1"}
+        if "/configmaps/" in request.path:
+            return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
+        plural = request.path.rstrip("/").rsplit("/", 1)[-1]
+        return 200, {"kind": "List", "metadata": {}, "items": lists.get(plural, [])}
+
+    with local_api_url(answer) as url:
+        files = []
+        for name, namespace in (("a", "team-a"), ("b", "team-b")):
+            path = tmp_path / f"{name}.kubeconfig"
+            path.write_text(
+                "apiVersion: v1\nkind: Config\n"
+                f"clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\n"
+                "users: [{name: u, user: {token: t}}]\n"
+                f"contexts: [{{name: ctx-{name}, "
+                f"context: {{cluster: c, user: u, namespace: {namespace}}}}}]\n"
+                f"current-context: ctx-{name}\n"
+            )
+            files.append(str(path))
+        environment = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        environment["KUBECONFIG"] = os.pathsep.join(files)
+        answered = subprocess.run(
+            [sys.executable, "-m", "migslice.cli", "why", "train-0"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=120,
+        )
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.startswith("pod team-a/train-0 (Pending)")
+    assert not [p for p in asked if "/namespaces/team-b/" in p]
+
+
 def test_the_plugin_is_installed_as_kubectl_migslice() -> None:
     import tomllib
 
