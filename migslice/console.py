@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import re
+import signal
 import stat
 import sys
 from collections.abc import Callable, Sequence
@@ -327,6 +328,25 @@ def fail(message: str) -> int:
 
 
 # -- commands ------------------------------------------------------------------------------------
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Run the command a program's parser chose (``args.handler``) and end as a Unix tool
+    does: an error of ours as one line (exit status 1); the reader gone away (``migslice
+    layouts ... | head -1``, ``kubectl migslice status | head``) quietly, as a tool stopped by
+    SIGPIPE; Ctrl-C with 130. The one ending of ``migslice`` and ``kubectl-migslice``."""
+    try:
+        code: int = args.handler(args)
+    except MigsliceError as error:  # CommandError and any core error a command let through
+        return fail(str(error))
+    except BrokenPipeError:
+        # Keep the interpreter from complaining at exit, when it flushes what is left.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        print("migslice: interrupted", file=sys.stderr)
+        return 130
+    return code
 
 
 class Command:

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
-import signal
 import sys
 from collections.abc import Sequence
 
 from migslice import __version__
 from migslice.cli import certs, geometry, plan
-from migslice.console import Command, fail
-from migslice.errors import MigsliceError
+from migslice.console import Command, run_handler
 
 SERVICE_MODULES = (
     "webhook.command",
@@ -77,17 +74,4 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.handler(args)
-    except MigsliceError as error:  # CommandError and any core error a command let through
-        return fail(str(error))
-    except BrokenPipeError:
-        # The reader went away (``migslice layouts ... | head -1``): stop quietly, as a Unix
-        # tool stopped by SIGPIPE does, and keep the interpreter from complaining at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
-    except KeyboardInterrupt:
-        print("migslice: interrupted", file=sys.stderr)
-        return 130
-    return code
+    return run_handler(parser.parse_args(argv))

@@ -14,8 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from migslice import __version__
-from migslice.console import fail
-from migslice.errors import MigsliceError
+from migslice.console import run_handler
 from migslice.status.command import COMMANDS
 
 PROG = "kubectl migslice"
@@ -47,10 +46,4 @@ def command_first(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(command_first(sys.argv[1:] if argv is None else argv))
-    try:
-        code: int = args.handler(args)
-    except MigsliceError as error:
-        return fail(str(error))
-    except KeyboardInterrupt:
-        return 130
-    return code
+    return run_handler(args)

@@ -371,6 +371,27 @@ def test_why_takes_its_namespace_from_the_context_it_connects_with(tmp_path: Pat
     assert not [p for p in asked if "/namespaces/team-b/" in p]
 
 
+@pytest.mark.parametrize(
+    "entry", ["migslice.cli:main", "migslice.cli.kubectl:main"], ids=["migslice", "kubectl"]
+)
+def test_a_reader_that_goes_away_stops_the_output_quietly(cluster_file: Path, entry: str) -> None:
+    """``kubectl migslice status | head``: the reader closes the pipe; the plugin printed a
+    BrokenPipeError traceback where ``migslice`` stops as a tool stopped by SIGPIPE does."""
+    import signal
+    import subprocess
+    import sys
+
+    module, _, function = entry.partition(":")
+    program = f"import sys; from {module} import {function}; sys.exit({function}())"
+    argv = [sys.executable, "-c", program, "status", "--cluster-file", str(cluster_file)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # before the child, still importing, writes a line: no reader
+        err = child.stderr.read().decode()
+        code = child.wait(timeout=120)
+    assert (code, err) == (128 + signal.SIGPIPE, "")
+
+
 def test_the_plugin_is_installed_as_kubectl_migslice() -> None:
     import tomllib
 
