@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from migslice import names
-from migslice.doctor.checks.dra import DraFacts
+from migslice.doctor.checks.dra import DraApiFacts, DraFacts
 from migslice.doctor.facts import Settings
 from migslice.doctor.gather import nodes
 from migslice.doctor.reading import ClusterReader
 from migslice.names import DRA_API
 
 
+def gather_dra_api(reader: ClusterReader, settings: Settings) -> DraApiFacts:
+    """``dra-api``'s reads alone: discovery of the API and kube-apiserver's version."""
+    return DraApiFacts(reader.get(DRA_API), reader.get("/version"))
+
+
 def gather_dra(reader: ClusterReader, settings: Settings) -> DraFacts:
-    discovery = reader.get(DRA_API)
-    served = discovery is not None
+    api = gather_dra_api(reader, settings)
+    served = api.discovery is not None
     return DraFacts(
-        discovery,
-        reader.get("/version"),
+        api.discovery,
+        api.version,
         reader.list(f"{DRA_API}/resourceslices") if served else None,
         reader.list(f"{DRA_API}/deviceclasses") if served else None,
         nodes(reader),

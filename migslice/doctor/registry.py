@@ -158,7 +158,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         dra.DRA_API_CHECK,
         "discovery of resource.k8s.io/v1; kube-apiserver's /version",
-        gather_dra.gather_dra,
+        gather_dra.gather_dra_api,
         dra.judge_dra_api,
     ),
     Check(

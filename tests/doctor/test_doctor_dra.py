@@ -167,3 +167,33 @@ def test_a_resource_claim_tenant_without_device_classes_or_dra_nodes_is_told_wha
     gone = judge_dra_classes(facts(discovery=None, policies=[claims]), SETTINGS)
     assert gone.verdict is Verdict.FAILED
     assert "serves no resource.k8s.io/v1" in gone.detail
+
+
+def test_an_account_denied_the_dra_objects_still_gets_the_dra_api_judged() -> None:
+    """dra-api reads discovery and /version alone: a read-only account that may not list
+    ResourceSlices, DeviceClasses, Nodes or TenantPolicies fails the checks that read those
+    (docs/doctor.md, "Rights"), not dra-api with a fix about what it does not read."""
+    from tests.doctor_cluster import DoctorCluster
+    from tests.doctor_serve import judge
+
+    cluster = DoctorCluster()
+    try:
+        cluster.objects["/apis/resource.k8s.io/v1"] = DISCOVERY
+        denied = {
+            path: (403, f'{path.rsplit("/", 1)[-1]} is forbidden: User "viewer" cannot list it')
+            for path in (
+                "/apis/resource.k8s.io/v1/resourceslices",
+                "/apis/resource.k8s.io/v1/deviceclasses",
+                "/api/v1/nodes",
+                "/apis/migslice.io/v1alpha1/tenantpolicies",
+            )
+        }
+        api = judge(cluster, "dra-api", errors=denied)
+        assert api.verdict is Verdict.WARNING  # 1.34: DRAExtendedResource alpha, off
+        assert "kube-apiserver v1.34.4 serves resource.k8s.io/v1" in api.detail
+        assert "cannot read" not in api.detail
+        nodes = judge(cluster, "dra-nodes", errors=denied)
+        assert nodes.verdict is Verdict.FAILED
+        assert nodes.detail.startswith("cannot read the cluster: HTTP 403")
+    finally:
+        cluster.close()

@@ -31,14 +31,22 @@ _VERSION = re.compile(r"v?(\d+)\.(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
-class DraFacts:
-    """``discovery``: ``GET /apis/resource.k8s.io/v1`` (None: not served); ``version``:
-    ``GET /version``; ``slices``, ``classes``: every ResourceSlice and DeviceClass (None: not
-    served); ``nodes``: every Node; ``policies``: every TenantPolicy (those that give sized
-    pods ResourceClaims need migslice's DeviceClasses and DRA nodes)."""
+class DraApiFacts:
+    """What ``dra-api`` reads, and nothing more (a read it may not do fails only the check
+    that makes it): ``discovery``: ``GET /apis/resource.k8s.io/v1`` (None: not served);
+    ``version``: ``GET /version``."""
 
     discovery: JsonObject | None
     version: JsonObject | None
+
+
+@dataclass(frozen=True, slots=True)
+class DraFacts(DraApiFacts):
+    """The API's facts and what the other DRA checks read: ``slices``, ``classes``: every
+    ResourceSlice and DeviceClass (None: not served); ``nodes``: every Node; ``policies``:
+    every TenantPolicy (those that give sized pods ResourceClaims need migslice's
+    DeviceClasses and DRA nodes)."""
+
     slices: Sequence[JsonObject] | None
     classes: Sequence[JsonObject] | None
     nodes: Sequence[JsonObject]
@@ -50,7 +58,7 @@ def server_minor(version: JsonObject | None) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
-def judge_dra_api(facts: DraFacts, settings: Settings) -> Finding:
+def judge_dra_api(facts: DraApiFacts, settings: Settings) -> Finding:
     version = server_minor(facts.version)
     shown = text(mapping(facts.version).get("gitVersion")) or "unknown"
     if facts.discovery is None:
