@@ -48,6 +48,7 @@ from agent.readings import GpuReading
 from migslice.kube.transport import ApiError
 from migslice.names import MIG_TRANSITION_STATES, MODE_MIG_MANAGER
 from migslice.objects.carve_handshake import (
+    CarveGpu,
     CarvePhase,
     CarveStatus,
     Doomed,
@@ -164,6 +165,8 @@ class Carver:
         for step in plan:
             if step.index not in enabled:
                 raise CarveAbortError(f"GPU {step.index} is not a MIG GPU of this node")
+        if not journal.changed:
+            _check_creates_are_new(plan, readings)
         held = held_counts(self.node.pods_on_node())
         for step in plan:  # every instance to destroy is idle before anything changes
             for doomed in step.destroy:
@@ -318,6 +321,23 @@ class Carver:
 
     def _at(self) -> str:
         return format_time(self.now())
+
+
+def _check_creates_are_new(plan: Sequence[CarveGpu], readings: Sequence[GpuReading]) -> None:
+    """Before the first change: no instance to create exists already (unless the plan destroys
+    it first). A roll back destroys the plan's creates, and before the device plugin restart
+    checks them for processes alone (no pod can hold what the plugin never listed): that holds
+    only for instances the plan itself made."""
+    for step in plan:
+        reading = next(g for g in readings if g.index == step.index)
+        found = instances(reading)
+        doomed = {Slot(d.start, d.profile) for d in step.destroy}
+        for slot in step.create:
+            if slot in found and slot not in doomed:
+                raise CarveAbortError(
+                    f"GPU {step.index}: {slot.profile}@{slot.start} exists already; the plan "
+                    "would create it"
+                )
 
 
 def _check_doomed(gpu: int, doomed: Doomed, readings: Sequence[GpuReading]) -> None:

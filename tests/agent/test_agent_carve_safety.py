@@ -257,3 +257,31 @@ def test_a_roll_back_before_the_plugin_restart_destroys_its_own_new_instances() 
     assert "rolled back" in said
     assert layout(library) == [("1g.10gb", 0, True), ("1g.10gb", 1, True), ("3g.40gb", 4, True)]
     assert "left 3g.40gb@0" not in said
+
+
+def test_a_plan_that_would_create_an_instance_that_exists_is_refused_before_any_change() -> None:
+    """Its roll back would destroy the "created" instance, checked for processes alone before
+    the device plugin restart: a pod still starting on it would lose its device."""
+    library = FakeNvmlLibrary(
+        [
+            FakeGpu(
+                A100,
+                "A100-80GB",
+                instances=[
+                    FakeInstance("1g.10gb", 0, holder="team-a/pulling-image"),
+                    FakeInstance("1g.20gb", 4),
+                ],
+            )
+        ]
+    )
+    node = MemoryNode(library)
+    node.hold("pulling-image", "1g.10gb")  # given the 1g.10gb at 0, not started
+    with installed(library):
+        doomed = [("1g.20gb", 4, uuid_of(library, 0, "1g.20gb", 4))]
+        # The layout also names what is there: the carve then fails to verify and rolls back.
+        layout_after = [("1g.10gb", 0), ("1g.10gb", 1)]
+        node.ask(request("p", 0, doomed, [("1g.10gb", 0)], layout_after))
+        said = carver(node).run_once()
+    assert [(i.profile, i.start) for i in library.destroyed] == []
+    assert "GPU 0: 1g.10gb@0 exists already; the plan would create it" in said
+    assert "nothing was changed" in said
