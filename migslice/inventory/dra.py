@@ -31,7 +31,7 @@ from migslice.inventory.first_fit import PoolUse, Wanted, first_solution, free_c
 from migslice.inventory.state import DraView, GpuState
 from migslice.mig import WHOLE_GPU_RESOURCE, GpuModel, Placed
 from migslice.names import mig_resource_name
-from migslice.objects.device_classes import DeviceClassFacts
+from migslice.objects.device_classes import DeviceClassFacts, extended_resources
 from migslice.objects.dra_pool import DraGpu, DraMode, DraPool, PoolState
 from migslice.objects.pods import PodFacts
 from migslice.objects.resource_claims import ClaimFacts, gpu_asks
@@ -41,12 +41,15 @@ from migslice.objects.resource_slices import Counters, DeviceKind, SliceDevice
 @dataclass(frozen=True, slots=True)
 class DraInputs:
     """What a DRA node's state is built from besides its Node and pods: its pool, the claims
-    allocated in it, the claims its pods name (by key) and the DeviceClasses."""
+    allocated in it, the claims its pods name (by key) and the DeviceClasses; ``extended``,
+    the classes' :func:`extended_resources` when the caller keeps them (one value shared by
+    every node), else None (read from ``classes``)."""
 
     pool: DraPool
     allocated: tuple[ClaimFacts, ...] = ()
     claims: Mapping[str, ClaimFacts] = field(default_factory=dict)
     classes: Mapping[str, DeviceClassFacts] = field(default_factory=dict)
+    extended: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +66,12 @@ class DraResolution:
 def resolve_dra(pods: Iterable[PodFacts], dra: DraInputs) -> DraResolution:
     """The DRA node's GPUs, held devices, counts and notes (see the module docstring)."""
     pool = dra.pool
+    extended = dra.extended
+    if extended is None:
+        extended = extended_resources(dra.classes.values())
     if pool.state is not PoolState.READY:
         note = f"DRA pool gpu.nvidia.com {pool.state}: {pool.reason}"
-        return DraResolution(DraView(pool), (), (), (), (note,))
+        return DraResolution(DraView(pool, extended=extended), (), (), (), (note,))
     notes: list[str] = []
     use = PoolUse(pool)
     held: set[str] = set()
@@ -81,7 +87,7 @@ def resolve_dra(pods: Iterable[PodFacts], dra: DraInputs) -> DraResolution:
     held |= assumed
     gpus, allocated = _gpus(pool, use)
     offered, free = _counts(pool, use)
-    view = DraView(pool, frozenset(held), frozenset(assumed), offered, use)
+    view = DraView(pool, frozenset(held), frozenset(assumed), offered, use, extended)
     return DraResolution(view, gpus, allocated, free, tuple(notes))
 
 

@@ -41,7 +41,11 @@ from migslice.inventory.layouts import (
 from migslice.mig import CATALOG, Catalog
 from migslice.mig.migparted import MigPartedEntry
 from migslice.objects.clusterfile import ClusterObjects
-from migslice.objects.device_classes import DeviceClassFacts, device_class_facts_from_raw
+from migslice.objects.device_classes import (
+    DeviceClassFacts,
+    device_class_facts_from_raw,
+    extended_resources,
+)
 from migslice.objects.device_taint_rules import (
     TaintRuleFacts,
     taint_rule_facts_from_raw,
@@ -89,6 +93,10 @@ class ClusterIndex(Generic[V]):
         self._claims_by_pool: dict[str, dict[str, ClaimFacts]] = {}
         self._pods_by_claim: dict[str, set[str]] = {}
         self._classes: dict[str, DeviceClassFacts] = {}
+        self._extended: tuple[Mapping[str, DeviceClassFacts], frozenset[str]] = (
+            self._classes,
+            frozenset(),
+        )
         # DeviceTaintRules by the pool they select (None: any pool), by name.
         self._rules: dict[str | None, dict[str, TaintRuleFacts]] = {}
         self._rule_pools: dict[str, str | None] = {}
@@ -497,7 +505,10 @@ class ClusterIndex(Generic[V]):
             for key in pod.claims
             if (claim := self._claims.get(key)) is not None
         }
-        return DraInputs(pool, allocated, used, self._classes)
+        classes = self._classes
+        if self._extended[0] is not classes:  # the classes changed (a new value each time)
+            self._extended = (classes, extended_resources(classes.values()))
+        return DraInputs(pool, allocated, used, classes, self._extended[1])
 
     def _pods_on(self, name: str) -> tuple[PodFacts, ...]:
         return tuple(self._pods_by_node.get(name, {}).values())

@@ -54,13 +54,17 @@ class GpuState:
 class DraView:
     """The DRA part of a node's state: its pool, the devices held (allocated, or assumed for
     claims and extended resources no allocation shows yet), those of them assumed, what the
-    node offers per resource, and the pool's use (read only: copy it to try a placement)."""
+    node offers per resource, and the pool's use (read only: copy it to try a placement).
+    ``extended``: the extended resources a DeviceClass serves from DRA
+    (:func:`migslice.objects.device_classes.extended_resources`); kube-scheduler places a pod
+    that asks for any other ``nvidia.com/*`` resource on no DRA node."""
 
     pool: DraPool
     held: frozenset[str] = frozenset()
     assumed: frozenset[str] = frozenset()
     allocatable: tuple[tuple[str, int], ...] = ()
     use: PoolUse | None = field(default=None, compare=False, repr=False)
+    extended: frozenset[str] = frozenset()
 
     @property
     def is_ready(self) -> bool:

@@ -11,6 +11,7 @@ nvidia.com/mig-1g.10gb``).
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from migslice.mig import Catalog
@@ -47,6 +48,13 @@ def device_class_facts_from_raw(raw_class: JsonObject) -> DeviceClassFacts | Non
         sys.intern(extended) if extended else None,
         sharing_strategies(spec.get("config")),
     )
+
+
+def extended_resources(classes: Iterable[DeviceClassFacts]) -> frozenset[str]:
+    """The extended resources the classes serve from DRA (their ``extendedResourceName``):
+    on a DRA node kube-scheduler's NodeResourcesFit gives a pod's request of any other
+    ``nvidia.com/*`` resource no device (KEP-5004)."""
+    return frozenset(c.extended_resource for c in classes if c.extended_resource)
 
 
 def mig_profiles(catalog: Catalog) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Nodes as the inventory needs them: GFD labels, MIG Manager labels, GPU allocatable, agent report.
+"""Nodes as the inventory needs them: GFD labels, MIG Manager labels, GPU allocatable, agent
+report; and what kube-scheduler's own node filters read (cordon, taints, labels).
 
 :func:`node_facts_from_raw` keeps only what placement decisions read, so a cache of thousands
 of Nodes stays small (``managedFields``, images, conditions and the rest are dropped).
@@ -6,6 +7,8 @@ of Nodes stays small (``managedFields``, images, conditions and the rest are dro
 
 from __future__ import annotations
 
+import bisect
+import functools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ from migslice.objects.gpu_layout import (
     LayoutAnnotationError,
     parse_layout_annotation,
 )
-from migslice.objects.json import JsonObject
+from migslice.objects.json import JsonObject, items
 from migslice.quantity import QuantityError, parse_count
 
 RawNode = JsonObject
@@ -36,6 +39,18 @@ GFD_REPLICAS_SUFFIX = ".replicas"
 ``<resource>.replicas: <n>`` (n > 1) and ``<resource>.sharing-strategy: time-slicing``
 (``mps``); without it, ``1`` and ``none``. Unless renamed (``<resource>.shared``), the
 replicas are advertised under the resource's own name."""
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+"""The taint effects kube-scheduler's TaintToleration filter reads (``PreferNoSchedule`` only
+scores)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTaint:
+    """A ``spec.taints`` entry whose effect keeps pods off (:data:`SCHEDULING_EFFECTS`)."""
+
+    key: str
+    value: str
+    effect: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +62,8 @@ class NodeFacts:
     ``problems`` lists labels or quantities that were present but unreadable.
     ``quarantine_label`` and ``quarantine_note``: the repartition quarantine's label value and
     annotation (``migslice.repartition.migmanager.quarantine``).
+    ``unschedulable`` (cordoned, ``spec.unschedulable``), ``taints`` and ``labels``: what
+    kube-scheduler's own node filters read (:mod:`migslice.scheduling.selection`).
     """
 
     name: str
@@ -76,6 +93,18 @@ class NodeFacts:
     """MIG resources GPU Feature Discovery labels as shared (time-slicing or MPS replicas of
     each instance, under the resource's own name), sorted: none of them is a MIG instance of
     a pod's own."""
+    unschedulable: bool = False
+    taints: tuple[NodeTaint, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    """Every label as (key, value), sorted by key (:meth:`label` reads one)."""
+
+    def label(self, key: str) -> str | None:
+        """The value of label ``key``, or None when the node lacks it."""
+        labels = self.labels
+        at = bisect.bisect_left(labels, key, key=_label_key)
+        if at < len(labels) and labels[at][0] == key:
+            return labels[at][1]
+        return None
 
     def allocatable_of(self, resource: str) -> int:
         for name, count in self.allocatable:
@@ -131,6 +160,7 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
             agent_error = str(error)
     request, status = _carve(annotations, problems)
     name, version = metadata.get("name"), metadata.get("resourceVersion")
+    spec = _mapping(raw_node.get("spec"))
     return NodeFacts(
         name=sys.intern(name) if isinstance(name, str) else "",
         resource_version=version if isinstance(version, str) else "",
@@ -152,7 +182,40 @@ def node_facts_from_raw(raw_node: RawNode) -> NodeFacts:
         steer_off=(_label(labels, names.DRA_STEER_LABEL) or "").lower() == "off",
         labelled_mig=labelled_mig,
         shared_mig=_shared_mig(labels, problems),
+        unschedulable=spec.get("unschedulable") is True,
+        taints=_taints(spec),
+        labels=tuple(
+            sorted(
+                _label_pair(key, value)
+                for key, value in labels.items()
+                if isinstance(key, str) and isinstance(value, str)
+            )
+        ),
     )
+
+
+def _taints(spec: JsonObject) -> tuple[NodeTaint, ...]:
+    """The node's ``NoSchedule`` and ``NoExecute`` taints, in the order listed."""
+    found: list[NodeTaint] = []
+    for raw in items(spec.get("taints")):
+        taint = _mapping(raw)
+        effect, key, value = taint.get("effect"), taint.get("key"), taint.get("value")
+        if effect in SCHEDULING_EFFECTS and isinstance(key, str):
+            value = value if isinstance(value, str) else ""
+            found.append(NodeTaint(sys.intern(key), sys.intern(value), sys.intern(str(effect))))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=8192)
+def _label_pair(key: str, value: str) -> tuple[str, str]:
+    """One (key, value) pair, shared by every node that has it (a bounded memo of a pure
+    function, as :func:`sys.intern` is): nodes of one pool differ in a few labels of their
+    dozens, so a cache of thousands of Nodes keeps each pair once."""
+    return sys.intern(key), sys.intern(value)
+
+
+def _label_key(pair: tuple[str, str]) -> str:
+    return pair[0]
 
 
 def _shared_mig(labels: JsonObject, problems: list[str]) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from migslice import names
 from migslice.objects.json import JsonObject, items, mapping
 from migslice.objects.pod_gpus import RawPod, Requests, gpu_requests
+from migslice.objects.pod_selection import required_terms
 from migslice.objects.times import parse_time
 
 # -- the other fields ----------------------------------------------------------------------------
@@ -125,7 +126,7 @@ def product_constraint(raw_pod: RawPod) -> frozenset[str] | None:
     selector = spec.get("nodeSelector")
     if isinstance(selector, Mapping) and isinstance(selector.get(names.PRODUCT_LABEL), str):
         allowed = frozenset({selector[names.PRODUCT_LABEL]})
-    terms = _required_terms(spec)
+    terms = required_terms(spec)
     if terms:
         union: set[str] = set()
         for term in terms:
@@ -135,12 +136,6 @@ def product_constraint(raw_pod: RawPod) -> frozenset[str] | None:
             union |= values
         allowed = frozenset(union) if allowed is None else allowed & union
     return allowed
-
-
-def _required_terms(spec: JsonObject) -> list[JsonObject]:
-    affinity = mapping(mapping(spec.get("affinity")).get("nodeAffinity"))
-    required = mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-    return [t for t in items(required.get("nodeSelectorTerms")) if isinstance(t, Mapping)]
 
 
 def _product_values(term: JsonObject) -> set[str] | None:

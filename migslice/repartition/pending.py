@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from migslice.inventory import NodeState
 from migslice.names import MIG_TRANSITION_STATES, SCHEDULER_NAME
 from migslice.objects.json import JsonObject
+from migslice.objects.pod_selection import ANY_NODE, PodSelection, pod_selection_of
 from migslice.objects.pods import (
     bound_node_of,
     metadata_of,
@@ -19,14 +20,17 @@ from migslice.objects.pods import (
 )
 from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import PodDemand, UnitKind, demand_of
+from migslice.scheduling.selection import dra_unserved, scheduler_verdict
 
 
 @dataclass(frozen=True, slots=True)
 class PendingPod:
-    """A pod the scheduler could not place, and for how long it has waited."""
+    """A pod the scheduler could not place, for how long it has waited, and which nodes
+    kube-scheduler's own filters let it onto (its node selector, affinity, tolerations)."""
 
     demand: PodDemand
     pending_s: float
+    selection: PodSelection = ANY_NODE
 
 
 def pending_pods(
@@ -48,7 +52,8 @@ def pending_pods(
         demand = demand_of(raw)
         if not any(unit.kind == UnitKind.MIG for unit in demand.units):
             continue
-        found.append(PendingPod(demand, max(0.0, (now - since).total_seconds())))
+        waited = max(0.0, (now - since).total_seconds())
+        found.append(PendingPod(demand, waited, pod_selection_of(raw)))
     return found
 
 
@@ -56,10 +61,11 @@ def eligible_demand(
     pending: Sequence[PendingPod], nodes: Sequence[NodeState], min_pending_s: float
 ) -> tuple[list[PodDemand], list[tuple[str, str]]]:
     """The pods a re-partition should serve, and why the others wait (both modes): pods
-    pending ``min_pending_s``, only MIG units, only pods no free instance could serve now."""
+    pending ``min_pending_s``, only MIG units, only pods no free instance could serve now on
+    a node kube-scheduler would place them on."""
     unserved: list[tuple[str, str]] = []
     waiting: list[PodDemand] = []
-    servable: dict[DemandKey, bool] = {}  # per kind of pod: many pods share one
+    servable: dict[tuple[DemandKey, PodSelection], bool] = {}  # many pods share one kind
     for item in pending:
         pod = item.demand
         if pod.error or not pod.units:
@@ -68,7 +74,7 @@ def eligible_demand(
             unserved.append((pod.key, f"pending {item.pending_s:.0f}s < {min_pending_s:.0f}s"))
         elif any(u.kind == UnitKind.WHOLE_GPU for u in pod.units):
             unserved.append((pod.key, "whole-GPU requests need MIG disabled; not re-partitioned"))
-        elif _servable(servable, pod, nodes):
+        elif _servable(servable, item, nodes):
             unserved.append((pod.key, "a free instance exists; left to the scheduler"))
         else:
             waiting.append(pod)
@@ -82,20 +88,39 @@ def serving_order(pod: PodDemand) -> tuple[int, str]:
     return (-size, pod.key)
 
 
-def _servable(known: dict[DemandKey, bool], pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
-    kind = demand_key(pod)
+def _servable(
+    known: dict[tuple[DemandKey, PodSelection], bool],
+    item: PendingPod,
+    nodes: Sequence[NodeState],
+) -> bool:
+    kind = (demand_key(item.demand), item.selection)
     if kind not in known:
-        known[kind] = _can_serve_now(pod, nodes)
+        known[kind] = _can_serve_now(item.demand, item.selection, nodes)
     return known[kind]
 
 
-def _can_serve_now(pod: PodDemand, nodes: Sequence[NodeState]) -> bool:
+def _can_serve_now(pod: PodDemand, selection: PodSelection, nodes: Sequence[NodeState]) -> bool:
+    """Whether a node has the pod's free instances now, is not re-partitioning or carving,
+    and kube-scheduler would send the pod there (:func:`can_place`)."""
     units = [(u.resource, u.count) for u in pod.units]
     for node in nodes:
         if not all(node.free_of(resource) >= count for resource, count in units):
             continue
         if node.facts.mig_config_state in MIG_TRANSITION_STATES or node.facts.is_carving:
             continue
-        if pod.products is None or (node.facts.product or "") in pod.products:
+        if can_place(pod, selection, node):
             return True
     return False
+
+
+def can_place(pod: PodDemand, selection: PodSelection, node: NodeState) -> bool:
+    """Whether kube-scheduler would put the pod on ``node``, its GPUs aside: a GPU product the
+    pod allows, passed by kube-scheduler's own filters (:func:`scheduler_verdict`: cordon,
+    node selector and affinity, taints), and on a DRA node every extended resource of the
+    pod served by a DeviceClass (:func:`dra_unserved`). A free instance elsewhere serves the
+    pod no more than a re-shaped GPU there would: both planners re-shape only such nodes."""
+    if pod.products is not None and (node.facts.product or "") not in pod.products:
+        return False
+    if scheduler_verdict(selection, node.facts) is not None:
+        return False
+    return dra_unserved(pod.units, node) is None

@@ -98,7 +98,6 @@ class Cluster:
     settings: StatusSettings
     nodes: dict[str, PreparedNode]
     node_labels: dict[str, Mapping[str, object]]
-    raw_nodes: Mapping[str, JsonObject]
     pools: dict[str, str]
     tenancy: Tenancy
     policies: dict[str, TenantPolicy]
@@ -249,7 +248,6 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         settings=settings,
         nodes=nodes,
         node_labels=node_labels,
-        raw_nodes=raw_nodes,
         pools=pools,
         tenancy=tenancy,
         policies=policies,

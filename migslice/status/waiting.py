@@ -2,7 +2,7 @@
 
 Each waiting pod is judged as the extender judges it (:func:`migslice.scheduling.filter_nodes`
 on the inventory's prepared nodes, so the reasons are the filter's own words), over the nodes
-kube-scheduler's own filters would send it (:mod:`migslice.status.selection`); the nodes are
+kube-scheduler's own filters would send it (:mod:`migslice.scheduling.selection`); the nodes are
 then grouped by reason, largest group first, as kube-scheduler's ``FailedScheduling`` event
 counts them. Pods that ask for the same thing from the same nodes share one judgement, so a
 cluster of thousands of waiting pods of a few workloads costs a few filter passes.
@@ -14,16 +14,14 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import orjson
-
 from migslice import names
-from migslice.objects.json import JsonObject, mapping
+from migslice.objects.pod_selection import PodSelection, pod_selection_of
 from migslice.objects.pods import scheduler_name_of, scheduling_gates, unschedulable_since
 from migslice.scheduling import PodDemand, demand_of, filter_nodes
-from migslice.scheduling.decisions import demand_key
+from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import with_claims
+from migslice.scheduling.selection import dra_unserved, scheduler_verdict
 from migslice.status.cluster import Cluster, GpuPod, waiting_pods
-from migslice.status.selection import scheduler_verdict
 
 FAILED = "failed"
 UNRESOLVABLE = "unresolvable"
@@ -39,6 +37,10 @@ class NodeClass:
     reason: str
     outcome: str
     nodes: tuple[str, ...]
+
+
+Judgement = tuple[tuple[str, ...], tuple[NodeClass, ...]]
+"""The nodes that fit a pod now, and the others by reason (:func:`judge`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,7 @@ class WaitingPod:
 def waiting_views(cluster: Cluster) -> list[WaitingPod]:
     """Every waiting GPU pod (by key) with its reasons."""
     now = datetime.datetime.fromtimestamp(cluster.settings.now_s, datetime.UTC)
-    judged: dict[tuple[bytes, object], tuple[tuple[str, ...], tuple[NodeClass, ...]]] = {}
+    judged: dict[tuple[PodSelection, DemandKey], Judgement] = {}
     views = []
     for pod in waiting_pods(cluster):
         views.append(waiting_view(cluster, pod, now, judged))
@@ -88,7 +90,7 @@ def waiting_view(
     cluster: Cluster,
     pod: GpuPod,
     now: datetime.datetime,
-    judged: dict[tuple[bytes, object], tuple[tuple[str, ...], tuple[NodeClass, ...]]] | None = None,
+    judged: dict[tuple[PodSelection, DemandKey], Judgement] | None = None,
 ) -> WaitingPod:
     """One waiting pod's reasons (``judged``: judgements shared between pods)."""
     raw = pod.raw
@@ -117,28 +119,25 @@ def waiting_view(
     if scheduler != cluster.settings.scheduler_name:
         error = f"scheduled by {scheduler}, not {cluster.settings.scheduler_name}: not migslice's"
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
-    key = (_selection_shape(raw), demand_key(demand))
+    selection = pod_selection_of(raw)
+    key = (selection, demand_key(demand))
     found = judged.get(key) if judged is not None else None
     if found is None:
-        found = judge(cluster, raw, demand)
+        found = judge(cluster, selection, demand)
         if judged is not None:
             judged[key] = found
     fits, classes = found
     return WaitingPod(pod.key, tenant, asks, scheduler, waited, fits, classes)
 
 
-def judge(
-    cluster: Cluster, raw_pod: JsonObject, demand: PodDemand
-) -> tuple[tuple[str, ...], tuple[NodeClass, ...]]:
+def judge(cluster: Cluster, selection: PodSelection, demand: PodDemand) -> Judgement:
     """The nodes that fit the pod now, and the others by reason (largest group first)."""
     dropped: dict[str, list[str]] = {}
     candidates = []
-    served = {c.extended_resource for c in cluster.classes.values() if c.extended_resource}
-    unserved = sorted({u.resource for u in demand.units if not u.claim} - served)
     for name, prepared in cluster.nodes.items():
-        verdict = scheduler_verdict(raw_pod, cluster.raw_nodes[name])
-        if verdict is None and unserved and prepared.state.dra is not None:
-            verdict = dra_resource_verdict(unserved[0])
+        verdict = scheduler_verdict(selection, prepared.state.facts)
+        if verdict is None and (unserved := dra_unserved(demand.units, prepared.state)):
+            verdict = dra_resource_verdict(unserved)
         if verdict is not None:
             dropped.setdefault(verdict, []).append(name)
         else:
@@ -166,18 +165,6 @@ def dra_resource_verdict(resource: str) -> str:
         f"Insufficient {resource}: no DeviceClass with extendedResourceName {resource} "
         "serves it from DRA"
     )
-
-
-def _selection_shape(raw_pod: JsonObject) -> bytes:
-    """What kube-scheduler's filters of :mod:`migslice.status.selection` read of a pod."""
-    spec = mapping(raw_pod.get("spec"))
-    try:
-        return orjson.dumps(
-            (spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")),
-            option=orjson.OPT_SORT_KEYS,
-        )
-    except TypeError:
-        return repr(spec).encode()
 
 
 def resources_text(resources: Sequence[tuple[str, int]]) -> str:

@@ -9,16 +9,17 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.builders import make_node, make_pod
+from harness.builders import STAMP, make_node, make_pod
 from migslice.cli import main
 from migslice.inventory import GpuState
 from migslice.mig import Placed
-from migslice.objects import parse_cluster_objects
+from migslice.objects import node_facts_from_raw, parse_cluster_objects
+from migslice.objects.pod_selection import pod_selection_of
 from migslice.repartition import ControllerSettings
 from migslice.scheduling.fragmentation import FreeSpace, gpu_free_space
+from migslice.scheduling.selection import CORDONED, SELECTOR, TAINT, scheduler_verdict
 from migslice.status.cluster import StatusSettings, build_cluster
 from migslice.status.report import build_status, render_text, scoped, status_document
-from migslice.status.selection import SELECTOR, TAINT, scheduler_verdict
 from migslice.status.why import explain
 from migslice.status.why_report import render_why, why_document
 from tests import paths
@@ -276,6 +277,9 @@ def test_why_as_json(cluster_file: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 # -- kube-scheduler's own filters --------------------------------------------------------------
 
+UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+CORDONED_SPEC = {"unschedulable": True, "taints": [{**UNSCHEDULABLE, "timeAdded": STAMP}]}
+
 
 @pytest.mark.parametrize(
     ("pod", "node", "verdict"),
@@ -284,13 +288,30 @@ def test_why_as_json(cluster_file: Path, capsys: pytest.CaptureFixture[str]) -> 
         (make_pod("p", node_selector={"pool": "x"}), make_node("n"), SELECTOR),
         (make_pod("p", affinity_products=["NVIDIA-H100-80GB-HBM3"]), make_node("n"), SELECTOR),
         (make_pod("p", affinity_products=["NVIDIA-A100-SXM4-80GB"]), make_node("n"), None),
+        (make_pod("p"), make_node("n", spec=CORDONED_SPEC), CORDONED),
+        (
+            make_pod("p", spec={"tolerations": [UNSCHEDULABLE]}),
+            make_node("n", spec=CORDONED_SPEC),
+            None,
+        ),
+        (make_pod("p"), make_node("n", real=True), TAINT),
+        (make_pod("p", real=True), make_node("n", real=True), None),
     ],
-    ids=["plain", "node-selector", "affinity-excludes", "affinity-includes"],
+    ids=[
+        "plain",
+        "node-selector",
+        "affinity-excludes",
+        "affinity-includes",
+        "cordoned",
+        "cordoned-tolerated",
+        "gpu-taint",
+        "gpu-taint-tolerated",
+    ],
 )
 def test_kube_schedulers_node_selection_is_judged_first(
     pod: dict[str, Any], node: dict[str, Any], verdict: str | None
 ) -> None:
-    assert scheduler_verdict(pod, node) == verdict
+    assert scheduler_verdict(pod_selection_of(pod), node_facts_from_raw(node)) == verdict
 
 
 # -- the kubectl plugin ------------------------------------------------------------------------

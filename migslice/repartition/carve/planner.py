@@ -40,9 +40,10 @@ from migslice.inventory import LayoutSource, NodeState
 from migslice.mig.room import RoomLoss, add_losses
 from migslice.mig.stranding import complete_rule, strand_guard
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
+from migslice.objects.pod_selection import ANY_NODE, PodSelection
 from migslice.repartition.carve.gpu import CarvedGpu, best_option, carved_gpus
 from migslice.repartition.modes import dra_exclusion, mode_of
-from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
+from migslice.repartition.pending import PendingPod, can_place, eligible_demand, serving_order
 from migslice.repartition.plans import CarvePlan, GpuCarve, NodeCarve
 from migslice.repartition.settings import CarveSettings
 from migslice.repartition.shapes import held_mix
@@ -82,7 +83,8 @@ instances destroyed."""
 class CarveMemo:
     """What :func:`plan_carve` learned about each node, kept for its next call while the node's
     state is the same object (a caller whose cache keeps a node's state until the node
-    changes, as the extender's index does): per kind of pod and rules, the cost of that pod on
+    changes, as the extender's index does): per kind of pod (and node selection) and rules, the
+    cost of that pod on
     the node as it was before a plan changed it. Costs only (a few hundred bytes a node): the
     trial of the node a plan chooses is made again then. A node whose state is another object
     (it changed, or went) is forgotten at the next call."""
@@ -93,18 +95,20 @@ class CarveMemo:
     def cost(
         self,
         pod: PodDemand,
+        selection: PodSelection,
         node: NodeState,
         rules: tuple[bool, bool],
         gpus: Callable[[str], list[CarvedGpu]],
     ) -> _Cost | None:
-        """The cost of ``pod`` on ``node`` as it is (None: it does not fit), once per kind of
-        pod and rules; ``gpus``: the node's carved GPUs by name, asked on a miss."""
+        """The cost of ``pod`` on ``node`` as it is (None: it does not fit, or may not go
+        there), once per kind of pod, node selection and rules; ``gpus``: the node's carved
+        GPUs by name, asked on a miss."""
         known = self._nodes.get(node.name)
         if known is None or known.state is not node:
             known = self._nodes[node.name] = _Known(node)
-        key = (demand_key(pod), *rules)
+        key = (demand_key(pod), selection, *rules)
         if key not in known.costs:
-            known.costs[key] = _cost_of(_try(pod, node, gpus(node.name), rules))
+            known.costs[key] = _cost_of(_try(pod, selection, node, gpus(node.name), rules))
         return known.costs[key]
 
     def keep_current(self, states: Mapping[str, NodeState]) -> None:
@@ -117,7 +121,9 @@ class CarveMemo:
 @dataclass(slots=True)
 class _Known:
     state: NodeState
-    costs: dict[tuple[DemandKey, bool, bool], _Cost | None] = field(default_factory=dict)
+    costs: dict[tuple[DemandKey, PodSelection, bool, bool], _Cost | None] = field(
+        default_factory=dict
+    )
 
 
 def _cost_of(trial: CarveTrial | None) -> _Cost | None:
@@ -164,7 +170,9 @@ def plan_carve(
         mix = held_mix(nodes)
         guard = strand_guard(mix) if guard is None else guard
         complete = complete_rule(mix) if complete is None else complete
-    waiting, unserved = eligible_demand(list(pending), nodes, settings.min_pending_s)
+    pods = list(pending)
+    selections = {p.demand.key: p.selection for p in pods}
+    waiting, unserved = eligible_demand(pods, nodes, settings.min_pending_s)
     states = {node.name: node for node in nodes}
     if memo is not None:
         memo.keep_current(states)
@@ -198,11 +206,12 @@ def plan_carve(
     budget = max(0, settings.max_nodes_in_flight - carving)
     served: dict[str, list[str]] = {}
     losses: dict[str, list[RoomLoss]] = {}
-    tried: dict[DemandKey, dict[str, CarveTrial | None]] = {}
+    tried: dict[tuple[DemandKey, PodSelection], dict[str, CarveTrial | None]] = {}
     waiting.sort(key=serving_order)
     for pod in waiting:
         chosen = _choose(
             pod,
+            selections[pod.key],
             candidates,
             states,
             served=served,
@@ -246,6 +255,7 @@ def carve_trial(
     gpus: Sequence[CarvedGpu] | None = None,
     guard: bool = False,
     complete: bool = False,
+    selection: PodSelection = ANY_NODE,
 ) -> CarveTrial | None:
     """How serving ``pod`` alone on ``node`` would carve it, or None when rule 2 or the fit
     rules out the node. :func:`plan_carve` for one pod picks the node with the least
@@ -256,39 +266,42 @@ def carve_trial(
     carves the trial's :meth:`CarveTrial.changed` GPUs to their new layouts. ``gpus``: the
     node's :func:`carved_gpus`, for a caller asking about several pods on one unchanged node
     (they are not changed: GPUs the trial changes are copies); ``guard``, ``complete``: the
-    stranding and full-compute rules."""
+    stranding and full-compute rules; ``selection``: the pod's node selection."""
     if _why_not(node, cooldowns={}, settings=settings, held={}) is not True:
         return None
-    return _try(pod, node, carved_gpus(node) if gpus is None else gpus, (guard, complete))
+    chosen = carved_gpus(node) if gpus is None else gpus
+    return _try(pod, selection, node, chosen, (guard, complete))
 
 
 def _choose(
     pod: PodDemand,
+    selection: PodSelection,
     candidates: Collection[str],
     states: Mapping[str, NodeState],
     *,
     served: Mapping[str, list[str]],
     budget: int,
-    tried: dict[DemandKey, dict[str, CarveTrial | None]],
+    tried: dict[tuple[DemandKey, PodSelection], dict[str, CarveTrial | None]],
     rules: tuple[bool, bool],
     gpus_of: Callable[[str], list[CarvedGpu]],
     memo: CarveMemo | None = None,
 ) -> tuple[str, CarveTrial] | str:
     """The node that takes all of the pod's instances at the least cost (rule 4), with the
-    trial that says how; else why none does. ``tried``: per kind of pod (:func:`demand_key`),
-    the trial on each node, kept until the node's GPUs change (a trial changes none);
-    ``gpus_of``: a candidate's GPUs as the plan leaves them so far; ``memo``: the costs of
-    nodes the plan has not changed, kept between plans."""
-    known = tried.setdefault(demand_key(pod), {})
+    trial that says how; else why none does. Only nodes kube-scheduler would put the pod on
+    count (:func:`can_place`; ``selection``: the pod's node selection). ``tried``: per kind of
+    pod (:func:`demand_key`), the trial on each node, kept until the node's GPUs change (a
+    trial changes none); ``gpus_of``: a candidate's GPUs as the plan leaves them so far;
+    ``memo``: the costs of nodes the plan has not changed, kept between plans."""
+    known = tried.setdefault((demand_key(pod), selection), {})
 
     def trial_on(name: str) -> CarveTrial | None:
         if name not in known:
-            known[name] = _try(pod, states[name], gpus_of(name), rules)
+            known[name] = _try(pod, selection, states[name], gpus_of(name), rules)
         return known[name]
 
     def cost_on(name: str) -> _Cost | None:
         if memo is not None and name not in served:  # the node as it was: the memo knows it
-            return memo.cost(pod, states[name], rules, gpus_of)
+            return memo.cost(pod, selection, states[name], rules, gpus_of)
         return _cost_of(trial_on(name))
 
     chosen: tuple[int, RoomLoss, int, bool, str] | None = None
@@ -343,15 +356,20 @@ def _why_not(
 
 
 def _try(
-    pod: PodDemand, node: NodeState, gpus: Sequence[CarvedGpu], rules: tuple[bool, bool]
+    pod: PodDemand,
+    selection: PodSelection,
+    node: NodeState,
+    gpus: Sequence[CarvedGpu],
+    rules: tuple[bool, bool],
 ) -> CarveTrial | None:
     """All of the pod's instances on this node, each where it costs least (``rules``: the
-    stranding and full-compute rules); None if they do not all fit."""
+    stranding and full-compute rules); None if they do not all fit, or kube-scheduler would
+    not put the pod there (:func:`can_place`; ``selection``: the pod's node selection)."""
     guard, complete = rules
     model = node.model
     if model is None:
         return None
-    if pod.products is not None and (node.facts.product or "") not in pod.products:
+    if not can_place(pod, selection, node):
         return None
     wanted: list[str] = []
     for unit in pod.units:

@@ -60,7 +60,8 @@ from migslice.mig import (
 from migslice.mig.migparted import mig_parted_entries, profile_counts
 from migslice.mig.stranding import strand_guard
 from migslice.names import MIG_TRANSITION_STATES, WHOLE_GPU_RESOURCE
-from migslice.repartition.pending import PendingPod, eligible_demand, serving_order
+from migslice.objects.pod_selection import PodSelection
+from migslice.repartition.pending import PendingPod, can_place, eligible_demand, serving_order
 from migslice.repartition.plans import GpuChange, NodeChange, RepartitionPlan
 from migslice.repartition.settings import PlanSettings
 from migslice.repartition.shapes import LayoutCache, Layouts, demand_mix, held_mix
@@ -171,6 +172,7 @@ def plan(
     quarantined = quarantined or {}
     held = {**(held or {}), **quarantined}
     pending_pods = list(pending)
+    selections = {p.demand.key: p.selection for p in pending_pods}
     waiting, unserved = eligible_demand(pending_pods, nodes, settings.min_pending_s)
 
     by_node: dict[str, list[_Gpu]] = {}
@@ -198,7 +200,7 @@ def plan(
     layouts = Layouts(mix, layout_cache, strand_guard=guard)
     waiting.sort(key=serving_order)
     for pod in waiting:
-        placed, held_back = _place(pod, order, budget, layouts)
+        placed, held_back = _place(pod, selections[pod.key], order, budget, layouts)
         if placed is None:
             reason = "re-partition budget in use" if held_back else "no idle GPU can take it"
             unserved.append((pod.key, reason))
@@ -299,10 +301,11 @@ class _NodeOrder:
 
 
 def _place(
-    pod: PodDemand, order: _NodeOrder, budget: _Budget, layouts: Layouts
+    pod: PodDemand, selection: PodSelection, order: _NodeOrder, budget: _Budget, layouts: Layouts
 ) -> tuple[str | None, bool]:
-    """Put all of the pod's instances on one node's GPUs: the node's name (or None), and
-    whether a node that could have taken the pod was held back by the budget."""
+    """Put all of the pod's instances on one node's GPUs, of a node kube-scheduler would put
+    it on (:func:`can_place`, ``selection``: the pod's node selection): the node's name (or
+    None), and whether a node that could have taken the pod was held back by the budget."""
     held_back = False
     for name in order:
         node_gpus = order.by_node[name]
@@ -312,7 +315,7 @@ def _place(
             if budget.spent(order.in_plan):
                 break  # the budget holds back every node left
             continue  # nothing more to learn from a node the budget holds back
-        if pod.products is not None and (node.facts.product or "") not in pod.products:
+        if not can_place(pod, selection, node):
             continue
         wanted: list[str] = []
         for unit in pod.units:
