@@ -50,7 +50,8 @@ from migslice.inventory.picking import (
     held_slices,
     node_level_score,
 )
-from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel, Profile
+from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel, Profile, free_placements
+from migslice.objects.dra_pool import DraMode
 from migslice.scheduling.dra_placement import dra_mig_score, dra_unit_scores
 
 __all__ = ["MAX_SCORE", "MIN_SCORE", "node_level_score", "score_units", "unit_scores"]
@@ -168,7 +169,11 @@ class FreeSpace:
     layout; a GPU **in use** keeps its layout, so its free space is its free instances (a pod
     takes an existing instance of exactly its profile) and the slices outside any instance
     (free, but serving no pod until the GPU is re-partitioned), and its largest free region is
-    its largest free instance. A GPU with MIG off is one region when no pod holds it.
+    its largest free instance. A **DynamicMIG** GPU (NVIDIA's DRA driver carves an instance
+    when a claim is prepared, so it has no instance but those claims hold) in use: its
+    largest free region is the largest placement of its model's profiles that can be added
+    beside the held ones (:func:`migslice.mig.free_placements`: memory slices unheld, and
+    the catalog's other rules). A GPU with MIG off is one region when no pod holds it.
 
     ``index`` = 1 - largest / free: 0 when every GPU's free space is one piece (idle GPUs, or
     one free instance each), towards 1 as it is cut into pieces no large pod can use; 0 when
@@ -203,18 +208,36 @@ class FreeSpace:
 NO_FREE_SPACE = FreeSpace()
 
 
-def gpu_free_space(gpu: GpuState, memory_slices: int) -> FreeSpace:
-    """One GPU's :class:`FreeSpace` (``memory_slices``: its model's)."""
+def gpu_free_space(gpu: GpuState, model: GpuModel, *, dynamic: bool = False) -> FreeSpace:
+    """One GPU's :class:`FreeSpace` (``model``: its GPU model; ``dynamic``: a DynamicMIG GPU,
+    :func:`dynamic_gpus`)."""
+    memory_slices = model.memory_slices
     if not gpu.mig_enabled:
         free = 0 if gpu.whole_held else memory_slices
         return FreeSpace(free, free, memory_slices, 1, 0 if gpu.whole_held else 1)
     if gpu.is_idle:
         return FreeSpace(memory_slices, memory_slices, memory_slices, 1, 1)
     held = gpu.held_slices
-    largest = max(
-        (p.size for p, h in zip(gpu.instances, gpu.held, strict=True) if not h), default=0
-    )
+    if dynamic:
+        taken = tuple(p for p, h in zip(gpu.instances, gpu.held, strict=True) if h)
+        largest = max(
+            (p.memory_slices for p in model.profiles if free_placements(model, taken, p.name)),
+            default=0,
+        )
+    else:
+        largest = max(
+            (p.size for p, h in zip(gpu.instances, gpu.held, strict=True) if not h), default=0
+        )
     return FreeSpace(memory_slices - held, largest, memory_slices, 1, 0)
+
+
+def dynamic_gpus(state: NodeState) -> frozenset[int]:
+    """The indices of the node's DynamicMIG GPUs (:class:`DraMode`, as NVIDIA's DRA driver
+    publishes them): their free space is carved on demand, not their free instances."""
+    dra = state.dra
+    if dra is None:
+        return frozenset()
+    return frozenset(gpu.minor for gpu in dra.pool.gpus if gpu.mode is DraMode.DYNAMIC)
 
 
 def node_free_space(state: NodeState) -> FreeSpace:
@@ -223,7 +246,8 @@ def node_free_space(state: NodeState) -> FreeSpace:
     model = state.model
     if model is None or not state.gpus:
         return FreeSpace(unknown_gpus=state.facts.gpu_count or 0) if model else NO_FREE_SPACE
+    dynamic = dynamic_gpus(state)
     total = NO_FREE_SPACE
     for gpu in state.gpus:
-        total = total + gpu_free_space(gpu, model.memory_slices)
+        total = total + gpu_free_space(gpu, model, dynamic=gpu.index in dynamic)
     return total

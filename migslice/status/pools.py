@@ -25,7 +25,12 @@ from migslice.inventory import NodeState, mig_resource
 from migslice.objects import PodFacts
 from migslice.objects.resource_slices import DeviceKind
 from migslice.scheduling import PreparedNode
-from migslice.scheduling.fragmentation import NO_FREE_SPACE, FreeSpace, gpu_free_space
+from migslice.scheduling.fragmentation import (
+    NO_FREE_SPACE,
+    FreeSpace,
+    dynamic_gpus,
+    gpu_free_space,
+)
 from migslice.status.cluster import Cluster
 
 WHOLE_GPU = "whole GPU"
@@ -240,6 +245,7 @@ def _gpu_views(
             offered[placed.profile] = offered.get(placed.profile, 0) + 1
     views: list[GpuView] = []
     lookup = tenant_of
+    dynamic = dynamic_gpus(state)
     for gpu in state.gpus:
         slots: list[SlotView] = []
         if not gpu.mig_enabled:
@@ -276,7 +282,7 @@ def _gpu_views(
                 gpu.mig_enabled,
                 model.memory_slices,
                 tuple(slots),
-                gpu_free_space(gpu, model.memory_slices),
+                gpu_free_space(gpu, model, dynamic=gpu.index in dynamic),
             )
         )
     return tuple(views)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from extender import ExtenderSettings, create_app
 from extender.dra_warnings import EVENT_REASON, DraWarnings
 from extender.state import state_from_objects
+from harness import dra_slices as gen
 from harness.builders import make_node, make_pod
 from migslice.kube import discovery
 from migslice.kube.discovery import DraDiscovery, dra_resources, follow_discovery
@@ -268,6 +269,31 @@ def test_metrics_count_dra_nodes_by_the_state_of_their_pool() -> None:
     assert 'migslice_extender_dra_nodes{state="ready"} 2.0' in text
     assert 'migslice_extender_dra_nodes{state="unknown"} 1.0' in text
     assert 'migslice_extender_dra_nodes{state="incomplete"} 1.0' in text
+
+
+def test_the_pool_fragmentation_of_dynamic_mig_gpus_counts_the_placements_left_free() -> None:
+    """One A100 whose claim holds 1g.10gb@0, one whose claim holds 4g.40gb@0: each can still
+    carve a 3g.40gb@4, so 8 of the 11 free memory slices are in the largest regions (the
+    metric read 1.0: a DynamicMIG GPU has no free instances to count)."""
+    node = "dra-0"
+    held = [("gpu-0-mig-1g10gb-19-0", "1g.10gb"), ("gpu-1-mig-4g40gb-5-0", "4g.40gb")]
+    objects = ClusterObjects(
+        nodes=(make_dra_node(node),),
+        resource_slices=tuple(gen.node_slices(node, f"uid-{node}", [gen.a100(0), gen.a100(1)])),
+        resource_claims=tuple(
+            make_claim(f"c{i}", profile=profile, allocated=[(node, device)])
+            for i, (device, profile) in enumerate(held)
+        ),
+        device_classes=tuple(migslice_classes()),
+    )
+    text = client_of(objects).get("/metrics").get_data(as_text=True)
+    metrics = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("migslice_")
+    )
+    assert float(metrics['migslice_extender_pool_fragmentation{pool="A100-80GB"}']) == (
+        pytest.approx(1 - 8 / 11)
+    )
+    assert float(metrics['migslice_extender_pool_free_slices{pool="A100-80GB"}']) == 11
 
 
 def test_the_example_claim_pod_of_the_fixtures_reads_as_one_1g() -> None:

@@ -12,7 +12,7 @@ import yaml
 from harness.builders import STAMP, make_node, make_pod
 from migslice.cli import main
 from migslice.inventory import GpuState
-from migslice.mig import Placed
+from migslice.mig import CATALOG, Placed, place
 from migslice.objects import node_facts_from_raw, parse_cluster_objects
 from migslice.objects.pod_selection import pod_selection_of
 from migslice.repartition import ControllerSettings
@@ -26,6 +26,7 @@ from tests import paths
 from tests.status_cluster import NOW_S, representative_cluster
 
 DEMO = paths.ROOT / "migslice" / "demo" / "cluster.yaml"
+A100 = CATALOG.get("A100-80GB")
 
 
 def _cluster(**settings: Any) -> Any:
@@ -140,8 +141,36 @@ def test_pools_default_to_the_gpu_product_or_follow_a_label() -> None:
 def test_a_gpus_free_space_is_its_free_instances_or_all_of_it_when_idle(
     gpu: GpuState, free: int, largest: int
 ) -> None:
-    space = gpu_free_space(gpu, 8)
+    space = gpu_free_space(gpu, A100)
     assert (space.free_slices, space.largest_slices) == (free, largest)
+
+
+@pytest.mark.parametrize(
+    ("held", "free", "largest"),
+    [
+        (("1g.10gb@0",), 7, 4),
+        (("4g.40gb@0",), 4, 4),
+        (("1g.10gb@0", "3g.40gb@4"), 3, 2),
+        (("1g.10gb@0", "1g.10gb@2", "1g.10gb@4", "1g.10gb@6"), 4, 1),
+        (("3g.40gb@0", "3g.40gb@4"), 0, 0),
+    ],
+    ids=["1g-held", "4g-held", "3g-beside", "holes", "full"],
+)
+def test_a_dynamic_mig_gpus_largest_free_region_is_the_largest_placement_left(
+    held: tuple[str, ...], free: int, largest: int
+) -> None:
+    """A DynamicMIG GPU's instances are the partitions claims hold: its free space is carved
+    on demand, so its largest region is the largest profile that can still be placed."""
+    instances = tuple(place(A100, *_at(word)) for word in held)
+    gpu = GpuState(0, True, instances, (True,) * len(instances))
+    space = gpu_free_space(gpu, A100, dynamic=True)
+    assert (space.free_slices, space.largest_slices) == (free, largest)
+    assert gpu_free_space(gpu, A100).largest_slices == 0  # as instances: none free
+
+
+def _at(word: str) -> tuple[str, int]:
+    profile, _, start = word.partition("@")
+    return profile, int(start)
 
 
 def test_the_fragmentation_index_is_one_minus_largest_over_free() -> None:

@@ -99,6 +99,20 @@ def test_the_map_shows_each_claims_partition_and_its_pod(
     assert "free slices carved on demand" in text and "7g.80gb 0/2" in text
 
 
+def test_a_dynamic_mig_gpus_largest_free_region_is_its_largest_free_placement(
+    cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A DynamicMIG GPU has no instance but those claims hold: beside GPU 0's 1g.10gb@0 and
+    GPU 1's 4g.40gb@0 a 3g.40gb@4 can still be carved on each (FRAG read 1.00, largest 0)."""
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    (pool,) = document["pools"]
+    (node,) = pool["nodes"]
+    by_gpu = {g["index"]: (g["freeSlices"], g["largestFreeSlices"]) for g in node["gpus"]}
+    assert by_gpu == {0: (7, 4), 1: (4, 4)}
+    assert (pool["freeSlices"], pool["largestFreeSlices"]) == (11, 8)
+    assert pool["fragmentation"] == pytest.approx(1 - 8 / 11, abs=1e-4)
+
+
 def test_a_claim_pod_that_no_free_placement_hosts_waits_with_the_extenders_reason(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
