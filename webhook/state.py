@@ -67,7 +67,7 @@ from migslice.policy import (
     PolicyError,
     TenantPolicy,
     check_against_catalog,
-    parse_tenant_policy,
+    read_tenant_policy,
 )
 from migslice.policy.tenancy import Tenancy
 from migslice.policy.wire import TenantPolicyStatusWire
@@ -94,10 +94,12 @@ class SystemClock:
 
 @dataclass(frozen=True, slots=True)
 class InvalidPolicy:
-    """A TenantPolicy that does not parse: its generation and every error, with field paths."""
+    """A TenantPolicy that does not parse: its generation, every error with field paths, and
+    the policy as far as it reads (whose namespaces it selects)."""
 
     generation: int
     errors: tuple[FieldError, ...]
+    partial: TenantPolicy | None = None
 
     @property
     def message(self) -> str:
@@ -187,6 +189,15 @@ class ClusterState:
 
     def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
         return self._tenancy.selecting(namespace)
+
+    def invalid_selecting(self, namespace: str) -> Sequence[tuple[str, str]]:
+        labels = self._tenancy.labels_of(namespace)
+        with self.admission_lock:
+            return tuple(
+                (name, problem.message)
+                for name, problem in self._invalid.items()
+                if problem.partial is not None and problem.partial.selects(namespace, labels)
+            )
 
     def policies(self) -> Sequence[TenantPolicy]:
         return self._tenancy.policies()
@@ -400,17 +411,19 @@ class ClusterState:
         if isinstance(name, str) and isinstance(mark, Mapping) and mark.get("epoch"):
             with self.admission_lock:
                 self._unmarked.discard(name)
-        try:
-            policy = parse_tenant_policy(raw_policy)
-        except PolicyError as error:
+        name_read, partial, errors = read_tenant_policy(raw_policy)
+        if partial is None or errors:
+            error = PolicyError(name_read or "?", errors)
             with self.admission_lock:
                 touched = self._tenancy.remove_policy(error.name)
                 if error.name:
-                    self._invalid[error.name] = InvalidPolicy(_generation(raw_policy), error.errors)
+                    invalid = InvalidPolicy(_generation(raw_policy), error.errors, partial)
+                    self._invalid[error.name] = invalid
                     self._observed[error.name] = observed
                 self._changed(error.name, *touched)
             log.warning("Ignoring invalid TenantPolicy tenant=%s: %s", error.name, error)
             return
+        policy = partial
         with self.admission_lock:
             self._invalid.pop(policy.name, None)
             self._observed[policy.name] = observed

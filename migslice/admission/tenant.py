@@ -11,11 +11,24 @@ from migslice.policy import TenantPolicy
 def tenant_of(
     namespace: str, subject: str, asks: str, view: ClusterView, settings: AdmissionSettings
 ) -> TenantPolicy | AdmissionDecision:
-    """The one policy selecting ``namespace``, else the decision: no policy (the documented
-    default, deny or allow with a warning), or two (a configuration error naming both).
+    """The one policy selecting ``namespace``, else the decision: a policy that selects it but
+    cannot be read (denied, whatever ``unmatched_namespaces`` says: the namespace has a
+    tenant), no policy (the documented default, deny or allow with a warning), or two (a
+    configuration error naming both).
     ``asks``: what the subject asks for, as the message says it (``asks for a GPU``)."""
     selecting = view.tenant_policies(namespace)
     if not selecting:
+        invalid = view.invalid_selecting(namespace)
+        if invalid:  # the tenant's policy is there, unreadable: its rules cannot be applied
+            name, problems = sorted(invalid)[0]
+            return AdmissionDecision.deny(
+                Denial(
+                    "invalid-policy",
+                    f'{subject} {asks}, but namespace "{namespace}" belongs to TenantPolicy '
+                    f'"{name}", which is invalid ({problems}); ask a cluster admin to fix it '
+                    f"(kubectl describe tenantpolicy {name})",
+                )
+            )
         message = (
             f'{subject} {asks}, but namespace "{namespace}" belongs to no TenantPolicy; ask a '
             "cluster admin to add it to spec.namespaces (or spec.namespaceSelector) of a "

@@ -28,6 +28,11 @@ class ClusterView(Protocol):
         """The valid TenantPolicies that select ``namespace`` (more than one is a conflict)."""
         ...
 
+    def invalid_selecting(self, namespace: str) -> Sequence[tuple[str, str]]:
+        """TenantPolicies stored but unreadable whose namespaces, as far as they read, take in
+        ``namespace``: each one's name and problems, in one line."""
+        ...
+
     def offers(self) -> Sequence[Offer]:
         """The GPU products present on the cluster's nodes."""
         ...
@@ -83,10 +88,19 @@ class StaticView:
     templates: Mapping[str, TemplateFacts] = field(default_factory=dict)
     extended_claims: frozenset[str] = frozenset()
     """``namespace/claim`` of the claims marked as made for a pod's extended resources."""
+    invalid_list: tuple[tuple[TenantPolicy, str], ...] = ()
+    """Unreadable policies as far as they read (:func:`migslice.policy.read_tenant_policy`),
+    with their problems."""
 
     def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
         labels = self.labels.get(namespace, {"kubernetes.io/metadata.name": namespace})
         return tuple(p for p in self.policy_list if p.selects(namespace, labels))
+
+    def invalid_selecting(self, namespace: str) -> Sequence[tuple[str, str]]:
+        labels = self.labels.get(namespace, {"kubernetes.io/metadata.name": namespace})
+        return tuple(
+            (p.name, problems) for p, problems in self.invalid_list if p.selects(namespace, labels)
+        )
 
     def offers(self) -> Sequence[Offer]:
         return self.offer_list

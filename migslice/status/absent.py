@@ -78,6 +78,14 @@ class _ClusterView:
     def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
         return self._cluster.tenancy.selecting(namespace)
 
+    def invalid_selecting(self, namespace: str) -> Sequence[tuple[str, str]]:
+        labels = self._cluster.tenancy.labels_of(namespace)
+        return tuple(
+            (name, invalid.problems)
+            for name, invalid in self._cluster.invalid_policies.items()
+            if invalid.partial is not None and invalid.partial.selects(namespace, labels)
+        )
+
     def offers(self) -> Sequence[Offer]:
         return self._offers
 

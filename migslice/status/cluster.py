@@ -36,7 +36,7 @@ from migslice.objects.pods import (
     pod_key,
 )
 from migslice.objects.resource_claims import ClaimFacts, claim_facts_from_raw, gpu_asks
-from migslice.policy import PolicyError, TenantPolicy, parse_tenant_policy
+from migslice.policy import PolicyError, TenantPolicy, read_tenant_policy
 from migslice.policy.tenancy import Tenancy
 from migslice.repartition import MigConfigFile, read_config_map
 from migslice.scheduling import PreparedNode, prepare_node
@@ -87,8 +87,13 @@ class GpuPod:
 
 @dataclass(frozen=True, slots=True)
 class InvalidPolicy:
+    """A TenantPolicy that does not parse: its message, and the policy as far as it reads
+    (whose namespaces it selects) with its problems alone."""
+
     name: str
     message: str
+    partial: TenantPolicy | None = None
+    problems: str = ""
 
 
 @dataclass
@@ -184,10 +189,11 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         status = raw.get("status")
         if isinstance(name, str) and isinstance(status, Mapping):
             statuses[name] = status
-        try:
-            policy = parse_tenant_policy(raw)
-        except PolicyError as error:
-            invalid[error.name] = InvalidPolicy(error.name, str(error))
+        name_read, policy, errors = read_tenant_policy(raw)
+        if policy is None or errors:
+            error = PolicyError(name_read or "?", errors)
+            problems = "; ".join(str(e) for e in errors)
+            invalid[error.name] = InvalidPolicy(error.name, str(error), policy, problems)
             continue
         policies[policy.name] = policy
         tenancy.put_policy(policy)

@@ -25,7 +25,7 @@ from migslice.admission import (
 from migslice.admission.decision import PodAdmission
 from migslice.mig import CATALOG
 from migslice.objects import gpu_requests
-from migslice.policy import Offer, parse_tenant_policy
+from migslice.policy import Offer, parse_tenant_policy, read_tenant_policy
 
 A100 = Offer("NVIDIA-A100-SXM4-80GB", CATALOG.get("A100-80GB"))
 H100 = Offer("NVIDIA-H100-80GB-HBM3", CATALOG.get("H100-80GB"))
@@ -233,6 +233,30 @@ def test_a_namespace_without_a_policy_is_denied_by_default_and_allowed_when_conf
     lenient = AdmissionSettings(unmatched_namespaces=Unmatched.ALLOW)
     decision, _ = run(pod, view(make_policy()), lenient)
     assert decision.allowed and decision.patch == () and decision.warnings
+
+
+def test_a_namespace_whose_policy_is_invalid_is_denied_naming_it_even_when_unmatched_pass() -> None:
+    """A policy stored unreadable (before the validating webhook was there) left its
+    namespaces "unmatched": admitted untouched with no quota under --unmatched-namespaces
+    allow, and told to join a policy they are already in under deny."""
+    name, partial, errors = read_tenant_policy(make_policy(sizes={"x": {"memory": "lots"}}))
+    assert partial is not None and errors
+    problems = "; ".join(str(e) for e in errors)
+    broken = StaticView(offer_list=(A100, H100), invalid_list=((partial, problems),))
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    for settings_used in (
+        AdmissionSettings(),
+        AdmissionSettings(unmatched_namespaces=Unmatched.ALLOW),
+    ):
+        decision, _ = run(pod, broken, settings_used)
+        assert not decision.allowed and decision.reason == "invalid-policy"
+        assert f'namespace "team-a" belongs to TenantPolicy "{name}", which is invalid' in (
+            decision.message
+        )
+        assert "spec.sizes.x.memory" in decision.message
+    other = make_created_pod(namespace="other", annotations={"migslice.io/gpu-size": "small"})
+    decision, _ = run(other, broken)
+    assert decision.reason == "no-policy"
 
 
 def test_two_policies_selecting_one_namespace_deny_with_both_names() -> None:

@@ -49,6 +49,17 @@ def test_an_invalid_policy_is_kept_out_and_reported() -> None:
     assert "spec.sizes.x.memory" in state.invalid_policies["team-a"]
 
 
+def test_an_invalid_policy_still_names_the_namespaces_it_selects_until_it_is_fixed() -> None:
+    state = ClusterState()
+    state.upsert_policy(make_policy(sizes={"x": {"memory": "lots"}}))
+    [(name, problems)] = state.invalid_selecting("team-a")
+    assert name == "team-a" and "spec.sizes.x.memory" in problems
+    assert state.invalid_selecting("team-b") == ()
+    state.upsert_policy(make_policy())
+    assert state.invalid_selecting("team-a") == ()
+    assert [p.name for p in state.tenant_policies("team-a")] == ["team-a"]
+
+
 def test_a_bound_pod_is_priced_on_its_node_model() -> None:
     state = ClusterState()
     state.upsert_policy(make_policy())
