@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from migslice import names
 from migslice.doctor.checks.dra import DraApiFacts, DraFacts
 from migslice.doctor.facts import Settings
@@ -15,14 +17,23 @@ def gather_dra_api(reader: ClusterReader, settings: Settings) -> DraApiFacts:
     return DraApiFacts(reader.get(DRA_API), reader.get("/version"))
 
 
-def gather_dra(reader: ClusterReader, settings: Settings) -> DraFacts:
+def gather_dra_nodes(reader: ClusterReader, settings: Settings) -> DraFacts:
+    """``dra-nodes``'s reads: discovery, the ResourceSlices and the Nodes (no DeviceClass or
+    TenantPolicy, which it does not judge: an account denied those fails the checks that read
+    them alone)."""
     api = gather_dra_api(reader, settings)
     served = api.discovery is not None
-    return DraFacts(
-        api.discovery,
-        api.version,
-        reader.list(f"{DRA_API}/resourceslices") if served else None,
-        reader.list(f"{DRA_API}/deviceclasses") if served else None,
-        nodes(reader),
-        reader.list(f"/apis/{names.GROUP}/{names.VERSION}/{names.POLICY_PLURAL}") or (),
+    slices = reader.list(f"{DRA_API}/resourceslices") if served else None
+    return DraFacts(api.discovery, api.version, slices, [] if served else None, nodes(reader))
+
+
+def gather_dra(reader: ClusterReader, settings: Settings) -> DraFacts:
+    """``dra-device-classes``'s reads: those of ``dra-nodes`` (where the DRA nodes are), the
+    DeviceClasses and the TenantPolicies."""
+    facts = gather_dra_nodes(reader, settings)
+    served = facts.discovery is not None
+    return replace(
+        facts,
+        classes=reader.list(f"{DRA_API}/deviceclasses") if served else None,
+        policies=reader.list(f"/apis/{names.GROUP}/{names.VERSION}/{names.POLICY_PLURAL}") or (),
     )

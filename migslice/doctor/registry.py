@@ -164,13 +164,14 @@ CHECKS: tuple[Check, ...] = (
     Check(
         dra.DRA_NODES_CHECK,
         "every gpu.nvidia.com ResourceSlice, read as migslice reads it; every Node",
-        gather_dra.gather_dra,
+        gather_dra.gather_dra_nodes,
         dra.judge_dra_nodes,
     ),
     Check(
         dra.DRA_CLASSES_CHECK,
         "every DeviceClass: mig.nvidia.com and migslice-mig-<profile> of each catalog profile; "
-        "the TenantPolicies that give sized pods ResourceClaims",
+        "the TenantPolicies that give sized pods ResourceClaims; every ResourceSlice and Node "
+        "(where the DRA nodes are)",
         gather_dra.gather_dra,
         dra.judge_dra_classes,
     ),

@@ -195,5 +195,12 @@ def test_an_account_denied_the_dra_objects_still_gets_the_dra_api_judged() -> No
         nodes = judge(cluster, "dra-nodes", errors=denied)
         assert nodes.verdict is Verdict.FAILED
         assert nodes.detail.startswith("cannot read the cluster: HTTP 403")
+        # Denied the DeviceClasses and TenantPolicies alone, dra-nodes reads what it judges.
+        policies_too = {k: v for k, v in denied.items() if "resourceslices" not in k}
+        policies_too.pop("/api/v1/nodes")
+        nodes = judge(cluster, "dra-nodes", errors=policies_too)
+        assert "cannot read" not in nodes.detail, nodes.detail
+        classes = judge(cluster, "dra-device-classes", errors=policies_too)
+        assert classes.detail.startswith("cannot read the cluster: HTTP 403")
     finally:
         cluster.close()
