@@ -18,6 +18,7 @@ import yaml
 from migslice import console, names
 from migslice.console import CommandError
 from migslice.objects.clusterfile import ClusterFileError, ClusterObjects
+from migslice.repartition.settings import CARVE_MIN_PENDING_S, PlanSettings
 
 if TYPE_CHECKING:
     from migslice.kube.transport import KubernetesTransport
@@ -111,14 +112,14 @@ def add_why_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-pending-s",
         type=console.seconds(),
-        default=30.0,
-        help="the controller's --repartition-min-pending-s (default 30)",
+        default=PlanSettings().min_pending_s,
+        help="the controller's --repartition-min-pending-s (default %(default)s)",
     )
     parser.add_argument(
         "--carve-min-pending-s",
         type=console.seconds(),
-        default=10.0,
-        help="the controller's --repartition-carve-min-pending-s (default 10)",
+        default=CARVE_MIN_PENDING_S,
+        help="the controller's --repartition-carve-min-pending-s (default %(default)s)",
     )
     parser.add_argument("--max-nodes-in-flight", type=console.count(1, 100_000), default=1)
     parser.add_argument(
