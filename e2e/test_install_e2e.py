@@ -195,6 +195,8 @@ def cluster(e2e_bin: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
 def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
     tools: dict[str, Path], cluster: Cluster
 ) -> None:
+    # Before the install the chart's own CRD is not served: Helm's lookup would fail on it.
+    assert example_policies(cluster) == ["inference", "payments", "research"]
     for command in readme_commands(README, "### With Helm"):
         cluster.sh(command)
     assert cluster.actors.jobs_done == {
@@ -216,16 +218,7 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
     assert '"deployed"' in cluster.sh("helm -n migslice-system list -o json")
     # The example policies an upgrade would create leave out the one the admin already has
     # (an upgrade's hook would delete it and create it again, its edits and status lost).
-    rendered = cluster.sh(
-        f"helm template migslice charts/migslice -n {NAMESPACE} --dry-run=server "
-        "--set examplePolicies.enabled=true"
-    )
-    examples = sorted(
-        d["metadata"]["name"]
-        for d in yaml.safe_load_all(rendered)
-        if d and d.get("kind") == "TenantPolicy"
-    )
-    assert examples == ["payments", "research"]  # "inference" is the README's, applied above
+    assert example_policies(cluster) == ["payments", "research"]  # "inference": the README's
     mig_config = cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")
     assert "all-1g.10gb:" in mig_config.data["config.yaml"]
     # A GPU Operator pod asking for a whole GPU is left alone.
@@ -273,6 +266,20 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
     cluster.ca_bundles_match_the_secret()
     by_hand = cluster.core.read_namespaced_secret("migslice-webhook-tls", NAMESPACE)
     assert base64.b64decode(by_hand.data["ca.crt"]) == (out / "ca.crt").read_bytes()
+
+
+def example_policies(cluster: Cluster) -> list[str]:
+    """The example TenantPolicies the chart would create now (Helm's lookup against the
+    cluster, as an install or upgrade renders them)."""
+    rendered = cluster.sh(
+        f"helm template migslice charts/migslice -n {NAMESPACE} --dry-run=server "
+        "--set examplePolicies.enabled=true"
+    )
+    return sorted(
+        d["metadata"]["name"]
+        for d in yaml.safe_load_all(rendered)
+        if d and d.get("kind") == "TenantPolicy"
+    )
 
 
 def gpu_operator_pod() -> dict[str, Any]:

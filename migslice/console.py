@@ -115,7 +115,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 def dns_label(text: str) -> str:
     """An RFC 1123 label (a Service or Namespace name): lower case, digits, ``-``, <= 63."""
-    if not _DNS_LABEL.match(text):
+    if not _DNS_LABEL.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a DNS label (lower-case letters, digits and '-', at most 63, "
             "starting and ending with a letter or digit)"
@@ -125,7 +125,7 @@ def dns_label(text: str) -> str:
 
 def dns_subdomain(text: str) -> str:
     """An RFC 1123 subdomain (a DNS name, a node or ConfigMap name)."""
-    if len(text) > 253 or not all(_DNS_LABEL.match(part) for part in text.split(".")):
+    if len(text) > 253 or not all(_DNS_LABEL.fullmatch(part) for part in text.split(".")):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a DNS name (dot-separated DNS labels, at most 253 characters)"
         )
@@ -148,7 +148,7 @@ def host(text: str) -> str:
     except ValueError:
         pass
     name = text.removesuffix(".")
-    if not name or len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
+    if not name or len(name) > 253 or not all(_HOST_LABEL.fullmatch(p) for p in name.split(".")):
         raise argparse.ArgumentTypeError(
             f"{text!r} is neither an IP address nor a host name (dot-separated labels of "
             "letters, digits and '-', at most 253 characters)"
@@ -200,7 +200,7 @@ def label_selector(text: str) -> str:
             raise fail(f"{name!r} is not a label key")
 
     def value(raw: str) -> None:
-        if not _LABEL_VALUE.match(raw):
+        if not _LABEL_VALUE.fullmatch(raw):
             raise fail(f"{raw!r} is not a label value")
 
     if not text.strip():

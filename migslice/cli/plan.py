@@ -23,7 +23,7 @@ from migslice.mig.stranding import (
     mix_json,
     strand_guard,
 )
-from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
+from migslice.objects import ClusterObjects
 from migslice.objects.carve_handshake import gpus_json
 from migslice.repartition import (
     CARVE_MIN_PENDING_S,
@@ -41,6 +41,7 @@ from migslice.repartition import (
 )
 from migslice.repartition.carve.branch import describe
 from migslice.repartition.modes import dra_exclusion
+from migslice.serving import load_cluster_file
 
 DEFAULT_CONFIG_MAP = f"{names.GPU_OPERATOR_NAMESPACE}/{names.MIG_CONFIG_MAP}"
 
@@ -102,11 +103,7 @@ def register(commands: Any) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     path: Path = args.cluster_file
-    text = console.read_text_file(path, flag="--cluster-file")
-    try:
-        objects = load_cluster_text(text)
-    except ClusterFileError as error:
-        raise CommandError(f"{path}: {error}") from None
+    objects = load_cluster_file(path)
     namespace, _, name = args.mig_config_map.partition("/")
     now = time.time()
     snapshot = snapshot_from_objects(

@@ -154,11 +154,12 @@ class KubernetesTransport:
         url = configuration.host.rstrip("/") + path
         if query:
             url += "?" + urllib.parse.urlencode(dict(query))
-        # A call with a short budget (a ledger's 3 s) connects within it too.
-        connect_s = min(self._connect_timeout_s, read_timeout_s)
-        timeout = urllib3.Timeout(connect=connect_s, read=read_timeout_s)
+        # A call with a short budget (a ledger's 3 s) connects within it too, and a try after
+        # a 429 has what is left of it.
         deadline = time.monotonic() + read_timeout_s
         for tried in range(1, THROTTLED_TRIES + 1):
+            left_s = read_timeout_s if tried == 1 else max(0.001, deadline - time.monotonic())
+            timeout = urllib3.Timeout(connect=min(self._connect_timeout_s, left_s), read=left_s)
             try:
                 response: urllib3.BaseHTTPResponse = self._api.rest_client.pool_manager.request(
                     method,

@@ -233,7 +233,9 @@ def _default_size(value: object, sizes: Sequence[SizeClass], errors: _Errors) ->
 
 def _check_namespace(value: str) -> str | None:
     return (
-        None if _DNS_LABEL.match(value) else f'"{value}" is not a namespace name (a DNS-1123 label)'
+        None
+        if _DNS_LABEL.fullmatch(value)
+        else f'"{value}" is not a namespace name (a DNS-1123 label)'
     )
 
 
@@ -278,14 +280,14 @@ def _label_problem(key: str, value: str) -> str:
     """Why ``key: value`` is not a label Kubernetes accepts ("" when it is): the rules of
     apimachinery's ``IsQualifiedName`` and ``IsValidLabelValue``."""
     prefix, slash, name = key.rpartition("/")
-    if not _LABEL_NAME.match(name) or (
-        slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))
+    if not _LABEL_NAME.fullmatch(name) or (
+        slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))
     ):
         return (
             f'"{key}" is not a label key (an optional DNS subdomain prefix and "/", then at '
             "most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)"
         )
-    if not _LABEL_VALUE.match(value):
+    if not _LABEL_VALUE.fullmatch(value):
         return (
             f"\"{value}\" is not a label value (at most 63 letters, digits, '-', '_' or '.', "
             "beginning and ending with a letter or digit, or empty)"
@@ -387,7 +389,7 @@ def _sizes(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> tuple[Siz
     sizes: list[SizeClass] = []
     for name, raw in value.items():
         path = f"spec.sizes.{name}"
-        if not isinstance(name, str) or not _SIZE_NAME.match(name):
+        if not isinstance(name, str) or not _SIZE_NAME.fullmatch(name):
             errors.add(path, "a size name is lower-case letters, digits, '-' and '.'")
             continue
         if not isinstance(raw, Mapping):

@@ -31,7 +31,7 @@ _TRACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 def trace_name(text: str) -> str:
     """The ``<TRACE>`` of ``openb_pod_list_<TRACE>.csv``: a file-name part, no folder."""
-    if not _TRACE_NAME.match(text):
+    if not _TRACE_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a trace name (letters, digits, '_', '.' and '-', at most 100, "
             "no '/': it names openb_pod_list_<TRACE>.csv in the data folder)"

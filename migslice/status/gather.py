@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from migslice import console, names
 from migslice.console import CommandError
-from migslice.objects import ClusterFileError, ClusterObjects, load_cluster_text
+from migslice.objects import ClusterObjects
+from migslice.serving import load_cluster_file
 
 if TYPE_CHECKING:
     from migslice.kube.transport import KubernetesTransport
@@ -43,11 +44,7 @@ WORKLOADS = (
 
 
 def read_cluster_file(path: Path) -> ClusterObjects:
-    text = console.read_text_file(path, flag="--cluster-file")
-    try:
-        objects = load_cluster_text(text)
-    except ClusterFileError as error:
-        raise CommandError(f"--cluster-file {path}: {error}") from None
+    objects = load_cluster_file(path)
     if not objects.nodes:
         raise CommandError(f"--cluster-file {path}: it holds no Node; there is no GPU to show")
     return objects

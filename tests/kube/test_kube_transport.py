@@ -4,6 +4,8 @@ call's budget allows; any other 429 is the caller's at once."""
 
 from __future__ import annotations
 
+import re
+import threading
 from typing import Any
 
 import pytest
@@ -63,3 +65,26 @@ def test_a_call_throttled_every_time_gives_up_after_client_gos_tries() -> None:
         transport.post_json("/api/v1/namespaces/n/configmaps", {"a": "b"})
     assert raised.value.status == 429
     assert len(server.seen) == THROTTLED_TRIES == 10
+
+
+def test_a_try_after_a_429_reads_within_what_is_left_of_the_calls_budget() -> None:
+    """A ledger call has 3 s under kube-apiserver's 5 s webhook timeout: after a 1 s wait the
+    next try gives up within the 2 s left, not after 3 more."""
+    slow = threading.Event()
+
+    class Slow(Server):
+        def __call__(self, request: Request) -> tuple[int, Any, dict[str, str]]:
+            if len(self.seen) == self.throttled:
+                self.seen.append(request)
+                slow.wait(10)  # the answer after the 429 never comes in time
+                return 200, {}, {}
+            return super().__call__(request)
+
+    server = Slow(throttled=1, retry_after="1")
+    with local_api(server) as transport, pytest.raises(ApiError) as raised:
+        transport.get_json("/api/v1/namespaces/n/configmaps/m", {}, timeout_s=3)
+    slow.set()
+    assert raised.value.status == 0 and len(server.seen) == 2
+    found = re.search(r"read timeout=([0-9.]+)", str(raised.value))
+    assert found is not None, str(raised.value)
+    assert float(found.group(1)) <= 2.0  # 3 s, less the 1 s the 429 asked to wait

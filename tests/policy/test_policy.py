@@ -118,8 +118,21 @@ def test_a_cluster_file_policy_with_a_field_this_version_does_not_know_is_refuse
         ({"gpu pool": "a"}, '"gpu pool" is not a label key'),
         ({"Example.COM/pool": "a"}, '"Example.COM/pool" is not a label key'),
         ({"/pool": "a"}, '"/pool" is not a label key'),
+        ({"pool": "a\n"}, "is not a label value"),
+        ({"pool\n": "a"}, "is not a label key"),
+        ({"example.com\n/pool": "a"}, "is not a label key"),
     ],
-    ids=["space", "leading-dash", "too-long", "key-space", "upper-prefix", "empty-prefix"],
+    ids=[
+        "space",
+        "leading-dash",
+        "too-long",
+        "key-space",
+        "upper-prefix",
+        "empty-prefix",
+        "value-newline",
+        "key-newline",
+        "prefix-newline",
+    ],
 )
 def test_a_node_selector_kubernetes_would_refuse_in_every_pod_is_refused(
     selector: dict[str, str], problem: str
