@@ -338,8 +338,10 @@ def _filter(
     ready, problems = context.state.readiness(context.settings.max_blind_s)
     if not ready:
         # Blind caches cannot vouch for any node (a re-partition may have begun): every node
-        # fails, never unresolvable, and the pod is touched once they follow the API again
-        # (kube-scheduler retries it then, not on the next cluster event).
+        # is unresolvable, not failed (kube-scheduler preempts on failed nodes: evicting a pod
+        # frees nothing migslice can vouch for), not an Error (an ignorable extender's error
+        # lets kube-scheduler place the pod on its own counts); the pod is touched once they
+        # follow the API again (kube-scheduler retries it then, not on the next cluster event).
         _retry(context, args["Pod"], lambda retries, pod: retries.after_blind(pod))
         return _all_failed(context, names, by_name, problems, demand.key), "blind"
     steer = context.state.steer
@@ -476,8 +478,8 @@ def _all_failed(
     return {
         "Nodes": None if by_name is None else {"metadata": {}, "items": []},
         "NodeNames": [] if by_name is None else None,
-        "FailedNodes": dict.fromkeys(names, reason),
-        "FailedAndUnresolvableNodes": {},
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": dict.fromkeys(names, reason),
         "Error": "",
     }
 

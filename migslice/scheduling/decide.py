@@ -27,7 +27,9 @@ class Verdict:
 
 
 FITS = Verdict(Outcome.FITS)
-UNKNOWN = Verdict(Outcome.FAILED, reasons.UNKNOWN_NODE)
+UNKNOWN = Verdict(Outcome.UNRESOLVABLE, reasons.UNKNOWN_NODE)
+"""Unresolvable: a node migslice cannot vouch for is none that evicting a pod would free
+(failed nodes are kube-scheduler's preemption candidates)."""
 
 
 @dataclass(frozen=True, slots=True)
