@@ -43,7 +43,7 @@ from extender.wire import (
 )
 from migslice.errors import InvalidInputError
 from migslice.objects import node_facts_from_raw
-from migslice.objects.pods import unschedulable_since
+from migslice.objects.pods import pod_key, pod_priority, unschedulable_since
 from migslice.scheduling import (
     DemandReader,
     PodDemand,
@@ -337,13 +337,17 @@ def _filter(
         return filter_error(f"{demand.wait}; kube-scheduler retries after its backoff"), "waiting"
     ready, problems = context.state.readiness(context.settings.max_blind_s)
     if not ready:
-        # Blind caches cannot vouch for any node (a re-partition may have begun): every node
-        # is unresolvable, not failed (kube-scheduler preempts on failed nodes: evicting a pod
-        # frees nothing migslice can vouch for), not an Error (an ignorable extender's error
-        # lets kube-scheduler place the pod on its own counts); the pod is touched once they
-        # follow the API again (kube-scheduler retries it then, not on the next cluster event).
+        # Blind caches cannot vouch for any node (a re-partition may have begun): an Error.
+        # Not every node failed: kube-scheduler reads an answer that leaves no node as a pod
+        # that fits nowhere and preempts on the nodes its own filters found full (a blind
+        # answer evicted a running GPU pod on each while a node with free instances stayed
+        # empty); an Error preempts nothing and is retried after kube-scheduler's backoff
+        # (an ignorable extender's is passed over: the pod is placed by kube-scheduler's own
+        # counts, as when no extender answers). The pod is also touched once the caches follow
+        # the API again, so that it is tried then.
         _retry(context, args["Pod"], lambda retries, pod: retries.after_blind(pod))
-        return _all_failed(context, names, by_name, problems, demand.key), "blind"
+        _all_failed(context, names, problems, demand.key)
+        return filter_error(f"node state unknown: migslice {problems[0]}"), "blind"
     steer = context.state.steer
     reserve = None
     if steer is not None and steer.reserve.enabled:
@@ -361,6 +365,17 @@ def _filter(
             # on the next cluster event.
             ends_at = now - waited_s + reserve.max_hold_s
             _retry(context, args["Pod"], lambda retries, pod: retries.after_hold(pod, ends_at))
+    elif by_name is None and (nominated := _uncounted_nominations(context, args["Pod"], names)):
+        # A node holding a pod only nominated there that kube-scheduler does not count for
+        # this one (the pod itself, a preemptor whose victims are leaving; or one of lower
+        # priority) is judged without it, past the shared decisions: counted, the preemptor
+        # found the node it had cleared full and kube-scheduler evicted a second victim.
+        index, key, priority = context.state.index, demand.key, pod_priority(args["Pod"])
+        own = [
+            (n, index.derive_for_pod(n, key, priority) if n in nominated else index.get(n))
+            for n in names
+        ]
+        result = (best_fit_nodes if best_fit else filter_nodes)(demand, own)
     elif by_name is None:
         decisions = context.state.decisions
         result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
@@ -390,6 +405,13 @@ def _filter(
     else:
         answer["Nodes"] = {"metadata": {}, "items": [by_name[name] for name in result.fits]}
     return answer, "ok"
+
+
+def _uncounted_nominations(context: Context, raw_pod: Any, names: Sequence[str]) -> frozenset[str]:
+    """The nodes among ``names`` holding a pod only nominated there that kube-scheduler does
+    not count for ``raw_pod`` (:meth:`migslice.objects.pods.PodFacts.counts_for`)."""
+    found = context.state.index.uncounted_nominations(pod_key(raw_pod), pod_priority(raw_pod))
+    return found.intersection(names) if found else found
 
 
 def _retry(context: Context, raw_pod: Any, call: Callable[[Retries, PodRef], None]) -> None:
@@ -465,23 +487,10 @@ def _all_pass(
     }
 
 
-def _all_failed(
-    context: Context,
-    names: Sequence[str],
-    by_name: Mapping[str, RawNode] | None,
-    problems: Sequence[str],
-    pod: str,
-) -> ExtenderFilterResult:
-    reason = f"node state unknown: migslice {problems[0]}"
+def _all_failed(context: Context, names: Sequence[str], problems: Sequence[str], pod: str) -> None:
+    """Count and log a blind answer: no node it was asked about could be judged."""
     context.metrics.nodes_failed.inc(len(names))
-    log.warning("filter fails every node pod=%s: %s", pod, "; ".join(problems))
-    return {
-        "Nodes": None if by_name is None else {"metadata": {}, "items": []},
-        "NodeNames": [] if by_name is None else None,
-        "FailedNodes": {},
-        "FailedAndUnresolvableNodes": dict.fromkeys(names, reason),
-        "Error": "",
-    }
+    log.warning("filter judges no node pod=%s: %s", pod, "; ".join(problems))
 
 
 def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:

@@ -75,6 +75,8 @@ class ClusterIndex(Generic[V]):
         self._nodes: dict[str, NodeFacts] = {}
         self._pods: dict[str, PodFacts] = {}
         self._pods_by_node: dict[str, dict[str, PodFacts]] = {}
+        self._nominated: dict[str, set[str]] = {}
+        """Per node, the pods only nominated there (a preemptor's victims leaving): few."""
         self._derived: dict[str, V] = {}
         # Per node, the layout its facts and the configs give, kept while only its pods change
         # (a bind re-derives the node without reading its agent report or config again).
@@ -134,6 +136,31 @@ class ClusterIndex(Generic[V]):
         """The full NodeState of a cached node (computed now; not on the hot path)."""
         facts = self._nodes.get(name)
         return None if facts is None else self._resolve(facts)
+
+    def uncounted_nominations(self, key: str, priority: int) -> frozenset[str]:
+        """The nodes holding a pod only nominated there that kube-scheduler does not count for
+        pod ``key`` of ``priority`` (the pod itself, or one of lower priority)."""
+        with self._lock:
+            if not self._nominated:
+                return frozenset()
+            return frozenset(
+                node
+                for node, keys in self._nominated.items()
+                if any(not self._pods[k].counts_for(key, priority) for k in keys)
+            )
+
+    def derive_for_pod(self, name: str, key: str, priority: int) -> V | None:
+        """The value of cached node ``name`` as kube-scheduler sees it for that pod: without
+        the nominated pods it does not count for it (:meth:`PodFacts.counts_for`)."""
+        facts = self._nodes.get(name)
+        if facts is None:
+            return None
+        with self._lock:
+            pods = tuple(
+                p for p in self._pods_by_node.get(name, {}).values() if p.counts_for(key, priority)
+            )
+            dra = self._dra_inputs(name, pods)
+        return self._derive(self._resolve_with(facts, pods, self._mig_configs, dra))
 
     def derive_for(self, facts: NodeFacts) -> V:
         """The derived value for a node given from outside (e.g. in an ExtenderArgs ``Nodes``),
@@ -223,6 +250,7 @@ class ClusterIndex(Generic[V]):
             self._pods = {pod.key: pod for pod in pods}
             self._pods_by_node = {}
             self._pods_by_claim = {}
+            self._nominated = {}
             for pod in self._pods.values():
                 self._link(pod)
             self._drop_all()
@@ -408,6 +436,8 @@ class ClusterIndex(Generic[V]):
         node = pod.holding_node
         if node is not None:
             self._pods_by_node.setdefault(node, {})[pod.key] = pod
+            if pod.is_assumed:
+                self._nominated.setdefault(node, set()).add(pod.key)
             for claim in pod.claims:
                 self._pods_by_claim.setdefault(claim, set()).add(pod.key)
 
@@ -419,6 +449,11 @@ class ClusterIndex(Generic[V]):
             on_node.pop(pod.key, None)
             if not on_node:
                 del self._pods_by_node[pod.holding_node]
+        nominated = self._nominated.get(pod.holding_node)
+        if nominated is not None:
+            nominated.discard(pod.key)
+            if not nominated:
+                del self._nominated[pod.holding_node]
         for claim in pod.claims:
             users = self._pods_by_claim.get(claim)
             if users is not None:
@@ -487,9 +522,10 @@ class ClusterIndex(Generic[V]):
             self._drop(name)
         return touched
 
-    def _dra_inputs(self, name: str) -> DraInputs | None:
+    def _dra_inputs(self, name: str, pods: Iterable[PodFacts] | None = None) -> DraInputs | None:
         """The DRA inputs of node ``name`` (the caller holds the lock), None when no
-        ``gpu.nvidia.com`` slice names it."""
+        ``gpu.nvidia.com`` slice names it; ``pods``: those whose claims count (default every
+        pod held there)."""
         slices = self._slices.get(name)
         if not slices:
             return None
@@ -499,9 +535,10 @@ class ClusterIndex(Generic[V]):
             pool = with_rules(read, self._rules.get(name), self._rules.get(None))
             self._pools[name] = pool
         allocated = tuple(self._claims_by_pool.get(name, {}).values())
+        counted = self._pods_by_node.get(name, {}).values() if pods is None else pods
         used = {
             key: claim
-            for pod in self._pods_by_node.get(name, {}).values()
+            for pod in counted
             for key in pod.claims
             if (claim := self._claims.get(key)) is not None
         }

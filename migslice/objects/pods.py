@@ -231,6 +231,16 @@ class PodFacts:
     requests: Requests
     claims: tuple[str, ...] = ()
     """The ``namespace/name`` of the ResourceClaims it uses (:func:`pod_claims`)."""
+    priority: int = 0
+    """``spec.priority``: kube-scheduler counts a pod only nominated to a node for the pods
+    of its priority or lower, never for itself (:meth:`counts_for`)."""
+
+    def counts_for(self, key: str, priority: int) -> bool:
+        """Whether kube-scheduler counts this pod's resources when it filters pod ``key`` of
+        ``priority``: a bound pod always; one only nominated (a preemptor whose victims are
+        leaving) only for another pod of at most its priority (``addGENominatedPods`` in
+        kube-scheduler's framework runtime)."""
+        return not self.is_assumed or (self.key != key and self.priority >= priority)
 
     @property
     def holding_node(self) -> str | None:
@@ -260,7 +270,16 @@ def pod_facts_from_raw(raw_pod: RawPod) -> PodFacts | None:
         nominated_node_name=None if nominated is None else sys.intern(nominated),
         requests=requests,
         claims=claims,
+        priority=pod_priority(raw_pod),
     )
+
+
+def pod_priority(raw_pod: RawPod) -> int:
+    """``spec.priority`` (the priority admission fills it in from the PriorityClass; 0 when
+    absent)."""
+    spec = raw_pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if type(value) is int else 0
 
 
 # -- what the admission caches keep ---------------------------------------------------------------

@@ -217,10 +217,9 @@ def test_a_pod_without_gpu_demand_passes_every_node_at_once_even_blind() -> None
     assert scores == [{"Host": n, "Score": 0} for n in ALL]
     gpu_pod = make_pod("train", profile="1g.10gb")
     answer = post(client, "filter", names_args(gpu_pod, [DYNAMIC]))
-    assert answer["FailedAndUnresolvableNodes"] == {
-        DYNAMIC: "node state unknown: migslice cache resourceclaims lost the API server 30s ago "
-        "(limit 5s)"
-    }
+    assert answer["Error"] == (
+        "node state unknown: migslice cache resourceclaims lost the API server 30s ago (limit 5s)"
+    )
 
 
 @pytest.mark.parametrize("verb", ["filter", "filter-best-fit"])
