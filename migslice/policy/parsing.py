@@ -422,14 +422,8 @@ def _sizes(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> tuple[Siz
                 continue
             model = CATALOG.find(model_name)
             key = model.key if model is not None else model_name
-            said = next((m for m, _ in normalised if m == key), None)
-            if said is not None:
-                errors.add(
-                    f"{path}.preferredProfiles.{model_name}",
-                    f'names the GPU model "{key}" again (one entry per model)',
-                )
-                continue
-            normalised.append((key, profile))
+            if (key, profile) not in normalised:  # two names of one model, one profile: one
+                normalised.append((key, profile))
         sizes.append(SizeClass(name, memory_mib, compute, tier or Tier.MIG, tuple(normalised)))
     return tuple(sizes)
 

@@ -80,6 +80,18 @@ def _size_problems(policy: TenantPolicy, size: SizeClass, catalog: Catalog) -> l
             errors.append(
                 FieldError(where, f'profile "{profile_name}" is not allowed by this policy')
             )
+    said: dict[str, list[str]] = {}
+    for model_key, profile_name in size.preferred_profiles:
+        said.setdefault(model_key, []).append(profile_name)
+    for model_key, profiles in sorted(said.items()):
+        if len(profiles) > 1:  # two names of one model (a catalog key and a product label)
+            errors.append(
+                FieldError(
+                    f"{path}.preferredProfiles",
+                    f"names GPU model {model_key} more than once, with profiles "
+                    f"{', '.join(profiles)}; keep one entry per model",
+                )
+            )
     if size.tier is Tier.MIG and not servable_models(policy, size, catalog.models):
         errors.append(
             FieldError(

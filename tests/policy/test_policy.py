@@ -152,18 +152,25 @@ def test_a_node_selector_of_label_keys_and_values_is_kept() -> None:
     assert dict(policy.node_selector) == selector
 
 
-def test_two_preferred_profiles_for_one_gpu_model_are_refused() -> None:
-    sizes = {
-        "small": {
-            "memory": "10Gi",
-            "preferredProfiles": {"A100-80GB": "1g.20gb", "NVIDIA-A100-SXM4-80GB": "2g.20gb"},
-        }
-    }
-    with pytest.raises(PolicyError) as caught:
-        parse_tenant_policy(make_policy(sizes=sizes))
-    [error] = caught.value.errors
-    assert error.path == "spec.sizes.small.preferredProfiles.NVIDIA-A100-SXM4-80GB"
-    assert 'names the GPU model "A100-80GB" again' in error.message
+def test_two_names_of_one_gpu_model_with_two_profiles_are_a_catalog_problem() -> None:
+    """Not a parse error: a policy stored that way before kept serving (an error there would
+    deny every GPU pod of the tenant after an upgrade); /validate refuses new ones, and the
+    status says so. The same profile under both names is one entry."""
+    both = {"A100-80GB": "1g.20gb", "NVIDIA-A100-SXM4-80GB": "2g.20gb"}
+    policy = parse_tenant_policy(
+        make_policy(sizes={"small": {"memory": "10Gi", "preferredProfiles": both}})
+    )
+    problems = {e.path: e.message for e in check_against_catalog(policy, CATALOG)}
+    assert problems["spec.sizes.small.preferredProfiles"] == (
+        "names GPU model A100-80GB more than once, with profiles 1g.20gb, 2g.20gb; keep one "
+        "entry per model"
+    )
+    same = {"A100-80GB": "1g.20gb", "NVIDIA-A100-SXM4-80GB": "1g.20gb"}
+    policy = parse_tenant_policy(
+        make_policy(sizes={"small": {"memory": "10Gi", "preferredProfiles": same}})
+    )
+    assert policy.sizes[0].preferred_profiles == (("A100-80GB", "1g.20gb"),)
+    assert check_against_catalog(policy, CATALOG) == ()
 
 
 def test_a_policy_must_select_namespaces() -> None:
