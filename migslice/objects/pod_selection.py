@@ -4,8 +4,9 @@ TaintToleration filters read (judged by :mod:`migslice.scheduling.selection`).""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from migslice.objects.json import JsonObject, items, mapping
 
@@ -38,11 +39,22 @@ class Toleration:
 @dataclass(frozen=True, slots=True)
 class PodSelection:
     """The pod's node selection; the default asks nothing of a node. ``terms``: the required
-    node affinity's terms (ORed; none: no such affinity)."""
+    node affinity's terms (ORed; none: no such affinity).
+
+    A key of the planners' memos, looked up per node and pod: its hash is computed once, and
+    :func:`pod_selection_of` gives equal selections as one object (the pods of a workload all
+    carry the same tolerations and affinity), so a lookup compares by identity."""
 
     node_selector: tuple[tuple[str, str], ...] = ()
     terms: tuple[SelectorTerm, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.node_selector, self.terms, self.tolerations)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 ANY_NODE = PodSelection()
@@ -67,7 +79,13 @@ def pod_selection_of(raw_pod: JsonObject) -> PodSelection:
     )
     if not (selector or terms or tolerations):
         return ANY_NODE
-    return PodSelection(selector, terms, tolerations)
+    return _interned(PodSelection(selector, terms, tolerations))
+
+
+@functools.lru_cache(maxsize=4096)
+def _interned(selection: PodSelection) -> PodSelection:
+    """One object per selection (bounded: kept while in use, as the other interned facts)."""
+    return selection
 
 
 def required_terms(spec: JsonObject) -> list[JsonObject]:
