@@ -40,8 +40,12 @@ from migslice import names
 from migslice.admission import SliceUsage, usage_of
 from migslice.admission.ledger import Ledger
 from migslice.admission.paid_claims import is_paid_by_owner, paid_claim
-from migslice.admission.status import WRITTEN_KEYS as STATUS_KEYS_WRITTEN
-from migslice.admission.status import StatusUpdate, invalid_policy_status, policy_status
+from migslice.admission.status import (
+    StatusUpdate,
+    invalid_policy_status,
+    owned_status,
+    policy_status,
+)
 from migslice.admission.usage import ZERO, claim_usage, pricing_models
 from migslice.admission.view import TemplateFacts
 from migslice.kube.health import CacheHealth, blindness
@@ -400,11 +404,7 @@ class ClusterState:
 
     def upsert_policy(self, raw_policy: Mapping[str, object]) -> None:
         status = raw_policy.get("status")
-        observed = (
-            {k: v for k, v in status.items() if k in STATUS_KEYS_WRITTEN}
-            if isinstance(status, Mapping)
-            else {}
-        )
+        observed = owned_status(status) if isinstance(status, Mapping) else {}
         mark = status.get(names.LEDGER_STATUS_KEY) if isinstance(status, Mapping) else None
         metadata = raw_policy.get("metadata")
         name = metadata.get("name") if isinstance(metadata, Mapping) else None

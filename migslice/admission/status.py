@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, cast
 
 from migslice.admission.usage import SliceUsage
 from migslice.objects.times import format_time
@@ -43,7 +43,21 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 WRITTEN_KEYS = frozenset({"observedGeneration", "used", "quotaSummary", "conditions"})
 """The status fields the status writer keeps. Any other is left as it is: ``quotaLedger``
 (the ledger's own mark) and those a newer version writes (a rolling update's older replica
-must not erase them)."""
+must not erase them); so are the fields of ``used`` and the condition types it does not
+write (:func:`owned_status`)."""
+USED_KEYS = frozenset({"instances", "computeSlices", "memorySlices", "profiles"})
+CONDITION_TYPES = frozenset({READY, QUOTA_EXHAUSTED})
+
+
+def owned_status(status: Mapping[str, object]) -> dict[str, object]:
+    """The part of a stored status this version writes, which its merge patch may change or
+    remove: the keys of :data:`WRITTEN_KEYS`, ``used`` without fields it does not know (its
+    conditions keep the other types as they are: :func:`_keep_transition_times`)."""
+    owned: dict[str, object] = {k: v for k, v in status.items() if k in WRITTEN_KEYS}
+    used = owned.get("used")
+    if isinstance(used, Mapping):
+        owned["used"] = {k: v for k, v in used.items() if k in USED_KEYS}
+    return owned
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,19 +299,24 @@ def _condition(
 def _keep_transition_times(
     conditions: list[ConditionWire], previous: Mapping[str, object] | None, now: datetime
 ) -> list[ConditionWire]:
-    """Each condition's time: the previous one while its status is unchanged, else ``now``."""
+    """Each condition's time: the previous one while its status is unchanged, else ``now``;
+    then the previous conditions of types this version does not write, as they were (a newer
+    version's: the list is written whole)."""
     before: dict[str, tuple[object, object]] = {}
+    foreign: list[ConditionWire] = []
     raw_conditions = previous.get("conditions") if previous is not None else None
     if isinstance(raw_conditions, list):
         for raw in raw_conditions:
             if isinstance(raw, Mapping) and isinstance(raw.get("type"), str):
                 before[str(raw["type"])] = (raw.get("status"), raw.get("lastTransitionTime"))
+                if raw["type"] not in CONDITION_TYPES:
+                    foreign.append(cast(ConditionWire, dict(raw)))
     stamp = format_time(now)
     for condition in conditions:
         old_status, old_time = before.get(condition["type"], (None, None))
         keep = old_status == condition["status"] and isinstance(old_time, str) and old_time
         condition["lastTransitionTime"] = old_time if keep and isinstance(old_time, str) else stamp
-    return conditions
+    return conditions + foreign
 
 
 @dataclass(frozen=True, slots=True)

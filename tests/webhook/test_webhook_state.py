@@ -168,17 +168,22 @@ def test_the_status_last_seen_is_the_previous_one_and_goes_with_the_policy() -> 
 def test_status_fields_this_version_does_not_write_are_never_patched_away() -> None:
     """The ledger's mark, and a newer version's fields during a rolling update, stay."""
     state = ClusterState()
+    newer = {"type": "Placed", "status": "True", "reason": "Newer", "message": "a newer field"}
     seen = {
         "quotaSummary": "0 compute slices",
-        "conditions": [],
+        "conditions": [{**newer, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
         "quotaLedger": {"epoch": "e1", "configMap": "migslice-system/migslice-quota-team-a"},
         "placement": {"preferred": "a100"},
+        "used": {"instances": 0, "claims": 3},
     }
     state.upsert_policy({**make_policy(), "status": seen})
     observed, desired = statuses(state)["team-a"]
     patch = merge_patch(observed, desired)
     assert "quotaLedger" not in patch and "placement" not in patch
-    assert patch["observedGeneration"] == 1 and patch["conditions"]
+    assert "claims" not in patch["used"]
+    assert patch["observedGeneration"] == 1
+    assert [c["type"] for c in patch["conditions"]] == ["Ready", "QuotaExhausted", "Placed"]
+    assert patch["conditions"][-1] == seen["conditions"][0]
 
 
 def test_listeners_hear_of_usage_and_policy_changes_but_not_of_pods_without_gpus() -> None:
