@@ -42,6 +42,7 @@ from migslice.admission.tenant import tenant_of
 from migslice.admission.usage import SliceUsage
 from migslice.admission.view import ClusterView, TemplateFacts
 from migslice.mig import profile_from_resource
+from migslice.objects.pod_gpus import implicit_gpu_asks
 from migslice.policy import DeviceApi, Isolation, TenantPolicy
 
 NO_GPU = AdmissionDecision(allowed=True, reason="no-gpu")
@@ -56,6 +57,9 @@ def decide(
 ) -> AdmissionDecision:
     """The admission decision for one pod CREATE; MalformedPodError if the object is no Pod."""
     intent = read_intent(admission.raw_pod)
+    implicit = _implicit_class_asks(admission, view)
+    if implicit is not None:
+        return implicit
     if not intent.has_gpu_intent:
         return _claims_only(admission, intent, view, settings) if intent.claims else NO_GPU
     subject = f"pod {pod_label(admission.namespace, admission.raw_pod)}"
@@ -101,6 +105,29 @@ def decide(
         reservation=None if claimed else admission.request_uid,
         templates=((admission.namespace, plan.profile),) if claimed else (),
     )
+
+
+def _implicit_class_asks(admission: PodAdmission, view: ClusterView) -> AdmissionDecision | None:
+    """A tenant's pod that asks for NVIDIA GPU devices by a DeviceClass's implicit extended
+    resource (KEP-5004, ``deviceclass.resource.kubernetes.io/<class>``) is refused naming the
+    resource to ask instead: read as asking nothing, it passed every check and every node."""
+    asks = implicit_gpu_asks(admission.raw_pod)
+    namespace = admission.namespace
+    if not asks or not (view.tenant_policies(namespace) or view.invalid_selecting(namespace)):
+        return None
+    resource, explicit = asks[0]
+    instead = (
+        f"ask for {explicit} (the DeviceClass's extendedResourceName) instead"
+        if explicit
+        else "ask for a MIG profile as nvidia.com/mig-<profile>, or by size "
+        "(migslice.io/gpu-size), instead"
+    )
+    subject = f"pod {pod_label(namespace, admission.raw_pod)}"
+    message = (
+        f"asks for {resource}, a DeviceClass's implicit extended resource, which migslice does "
+        f"not check against the tenant's policy or place; {instead}"
+    )
+    return AdmissionDecision.deny(_prefixed(subject, Denial("implicit-device-class", message, 422)))
 
 
 def _as_claims(plan: GpuPlan, intent: PodIntent) -> GpuPlan | Denial:

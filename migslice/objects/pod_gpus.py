@@ -52,6 +52,43 @@ def is_gpu_resource(resource: str) -> bool:
     )
 
 
+IMPLICIT_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+"""KEP-5004: every DeviceClass also serves the extended resource ``<prefix><class name>``."""
+
+
+def implicit_gpu_asks(raw_pod: RawPod) -> tuple[tuple[str, str], ...]:
+    """The resources a pod's containers ask by the implicit extended-resource name of an
+    NVIDIA GPU DeviceClass (NVIDIA's ``gpu.nvidia.com`` and ``mig.nvidia.com``, migslice's
+    ``migslice-mig-<profile>``), each with the resource that names the same devices
+    explicitly (its ``extendedResourceName``; ``""`` for ``mig.nvidia.com``, which has none)."""
+    spec = raw_pod.get("spec")
+    found: dict[str, str] = {}
+    for field in ("containers", "initContainers"):
+        listed = spec.get(field) if isinstance(spec, Mapping) else None
+        for container in listed if isinstance(listed, list) else ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            for kind in ("limits", "requests"):
+                asked = resources.get(kind) if isinstance(resources, Mapping) else None
+                for name in asked if isinstance(asked, Mapping) else ():
+                    explicit = _explicit(str(name))
+                    if explicit is not None:
+                        found[str(name)] = explicit
+    return tuple(sorted(found.items()))
+
+
+def _explicit(resource: str) -> str | None:
+    if not resource.startswith(IMPLICIT_CLASS_PREFIX):
+        return None
+    device_class = resource.removeprefix(IMPLICIT_CLASS_PREFIX)
+    if device_class == names.GPU_DEVICE_CLASS:
+        return names.WHOLE_GPU_RESOURCE
+    if device_class == names.MIG_DEVICE_CLASS:
+        return ""
+    if device_class.startswith(names.MIG_DEVICE_CLASS_PREFIX):
+        return names.MIG_RESOURCE_PREFIX + device_class.removeprefix(names.MIG_DEVICE_CLASS_PREFIX)
+    return None
+
+
 MAX_UNITS = 1024
 """The most units of one GPU resource a pod is read to hold (a node of 16 GPUs has 112 MIG
 instances at most; shared replicas a few hundred): a count above it is a problem of the pod,

@@ -259,6 +259,32 @@ def test_a_namespace_whose_policy_is_invalid_is_denied_naming_it_even_when_unmat
     assert decision.reason == "no-policy"
 
 
+@pytest.mark.parametrize(
+    ("resource", "instead"),
+    [
+        ("migslice-mig-1g.10gb", "ask for nvidia.com/mig-1g.10gb (the DeviceClass's"),
+        ("gpu.nvidia.com", "ask for nvidia.com/gpu (the DeviceClass's"),
+        ("mig.nvidia.com", "ask for a MIG profile as nvidia.com/mig-<profile>, or by size"),
+    ],
+)
+def test_a_device_class_implicit_resource_is_refused_naming_the_one_to_ask(
+    resource: str, instead: str
+) -> None:
+    """KEP-5004: every DeviceClass serves deviceclass.resource.kubernetes.io/<class>. Read as
+    asking nothing, such a pod passed a quota of 0 and every node."""
+    implicit = f"deviceclass.resource.kubernetes.io/{resource}"
+    pod = make_created_pod(limits={implicit: "1"})
+    decision, _ = run(pod, view(make_policy(quota={"instances": 0})))
+    assert not decision.allowed and decision.reason == "implicit-device-class"
+    assert decision.code == 422
+    assert f"asks for {implicit}, a DeviceClass's implicit extended resource" in decision.message
+    assert instead in decision.message
+    elsewhere = make_created_pod(namespace="other", limits={implicit: "1"})
+    assert run(elsewhere, view(make_policy()))[0].reason == "no-gpu"  # no tenant there
+    other_class = make_created_pod(limits={"deviceclass.resource.kubernetes.io/fpga.x.io": "1"})
+    assert run(other_class, view(make_policy()))[0].reason == "no-gpu"
+
+
 def test_two_policies_selecting_one_namespace_deny_with_both_names() -> None:
     pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
     decision, _ = run(pod, view(make_policy("team-a"), make_policy("team-b")))
