@@ -10,6 +10,7 @@ with any label, annotation, spec or status field added.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ POD_MANAGERS = ("kube-controller-manager", "kubelet", "migslice-scheduler")
 
 __all__ = [
     "A100_80GB",
+    "DEFAULT_TOLERATIONS",
     "STAMP",
     "make_created_pod",
     "make_gated_pod",
@@ -36,6 +38,23 @@ __all__ = [
     "running_status",
     "unschedulable",
 ]
+
+
+DEFAULT_TOLERATIONS: list[dict[str, Any]] = [
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+]
+"""What kube-apiserver's DefaultTolerationSeconds admission adds to every pod."""
 
 
 def mig_resource(profile: str) -> str:
@@ -435,20 +454,7 @@ def make_created_pod(
         "serviceAccount": "default",
         "securityContext": {},
         "schedulerName": "default-scheduler",
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-            {
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-        ],
+        "tolerations": copy.deepcopy(DEFAULT_TOLERATIONS),
         "priority": 0,
         "enableServiceLinks": True,
         "preemptionPolicy": "PreemptLowerPriority",

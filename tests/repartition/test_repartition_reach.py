@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from harness import dra_slices as gen
-from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
+from harness.builders import (
+    DEFAULT_TOLERATIONS,
+    make_mig_config_map,
+    make_node,
+    make_pod,
+    unschedulable,
+)
 from migslice.mig import place
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.repartition import eligible_demand, pending_pods, plan, plan_carve
@@ -21,20 +27,6 @@ from tests.dra_objects import make_dra_node, migslice_classes
 
 NOW = datetime.datetime(2025, 6, 1, tzinfo=datetime.UTC)
 LEFT = "a free instance exists; left to the scheduler"
-DEFAULT_TOLERATIONS = [  # what kube-apiserver's DefaultTolerationSeconds admission adds
-    {
-        "key": "node.kubernetes.io/not-ready",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-    {
-        "key": "node.kubernetes.io/unreachable",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-]
 CORDONED = {  # `kubectl cordon`, and the taint the node lifecycle controller adds for it
     "unschedulable": True,
     "taints": [
