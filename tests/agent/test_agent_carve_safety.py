@@ -42,6 +42,27 @@ def merge_1g(library: FakeNvmlLibrary, plan: str = "p") -> CarveRequest:
     return request(plan, 0, doomed, [("3g.40gb", 0)], [("3g.40gb", 0), ("3g.40gb", 4)])
 
 
+def rolled_back_merge(plugin_lag_s: float) -> tuple[FakeNvmlLibrary, MemoryNode, str]:
+    """:func:`merge_1g` rolled back: a container starts on the second 1g.10gb as the first is
+    destroyed; the kubelet reports the new plugin's devices ``plugin_lag_s`` after it is
+    Ready. The library, the node and what the pass said."""
+    library = balanced()
+    node = MemoryNode(library)
+    node.plugin_lag_s = plugin_lag_s
+    node.hold("running", "3g.40gb")
+    second = library.gpus[0].instances[2]  # 1g.10gb at 1
+
+    def container_starts(call: str) -> None:
+        if call == "nvmlGpuInstanceDestroy":
+            second.processes = 1
+
+    with installed(library):
+        node.ask(merge_1g(library))
+        library.on_call = container_starts
+        said = carver(node, timeout_s=60).run_once()
+    return library, node, said
+
+
 def test_success_waits_for_the_kubelets_report_of_the_new_device_plugin() -> None:
     library = balanced()
     node = MemoryNode(library)
@@ -59,20 +80,7 @@ def test_success_waits_for_the_kubelets_report_of_the_new_device_plugin() -> Non
 def test_a_roll_back_that_restores_every_count_still_waits_for_the_new_device_plugin() -> None:
     """Rolled back, the node has the counts it had (new UUIDs for the instances made again):
     allocatable matches at once, from before the restart."""
-    library = balanced()
-    node = MemoryNode(library)
-    node.plugin_lag_s = 6.0
-    node.hold("running", "3g.40gb")
-    second = library.gpus[0].instances[2]  # 1g.10gb at 1
-
-    def container_starts(call: str) -> None:
-        if call == "nvmlGpuInstanceDestroy":
-            second.processes = 1
-
-    with installed(library):
-        node.ask(merge_1g(library))
-        library.on_call = container_starts
-        said = carver(node, timeout_s=60).run_once()
+    library, node, said = rolled_back_merge(plugin_lag_s=6.0)
     assert "rolled back" in said
     assert "did not advertise" not in said
     assert layout(library) == [("1g.10gb", 0, True), ("1g.10gb", 1, True), ("3g.40gb", 4, True)]
@@ -82,20 +90,7 @@ def test_a_roll_back_that_restores_every_count_still_waits_for_the_new_device_pl
 def test_counts_the_kubelet_never_reports_again_are_taken_once_the_plugin_has_settled() -> None:
     """The kubelet reports node status only when it changed (or every few minutes): counts
     equal before and after are current once the new plugin has been Ready 20 s."""
-    library = balanced()
-    node = MemoryNode(library)
-    node.plugin_lag_s = 1000.0  # no report within the timeout
-    node.hold("running", "3g.40gb")
-    second = library.gpus[0].instances[2]
-
-    def container_starts(call: str) -> None:
-        if call == "nvmlGpuInstanceDestroy":
-            second.processes = 1
-
-    with installed(library):
-        node.ask(merge_1g(library))
-        library.on_call = container_starts
-        said = carver(node, timeout_s=60).run_once()
+    _, node, said = rolled_back_merge(plugin_lag_s=1000.0)  # no report within the timeout
     assert "rolled back" in said and "did not advertise" not in said
     assert 20.0 <= node.clock.elapsed_s < 60.0
 
