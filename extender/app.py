@@ -346,7 +346,7 @@ def _filter(
         # counts, as when no extender answers). The pod is also touched once the caches follow
         # the API again, so that it is tried then.
         _retry(context, args["Pod"], lambda retries, pod: retries.after_blind(pod))
-        _all_failed(context, names, problems, demand.key)
+        _count_blind(context, names, problems, demand.key)
         return filter_error(f"node state unknown: migslice {problems[0]}"), "blind"
     steer = context.state.steer
     reserve = None
@@ -487,7 +487,7 @@ def _all_pass(
     }
 
 
-def _all_failed(context: Context, names: Sequence[str], problems: Sequence[str], pod: str) -> None:
+def _count_blind(context: Context, names: Sequence[str], problems: Sequence[str], pod: str) -> None:
     """Count and log a blind answer: no node it was asked about could be judged."""
     context.metrics.nodes_failed.inc(len(names))
     log.warning("filter judges no node pod=%s: %s", pod, "; ".join(problems))
