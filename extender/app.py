@@ -348,6 +348,12 @@ def _filter(
         _retry(context, args["Pod"], lambda retries, pod: retries.after_blind(pod))
         _count_blind(context, names, problems, demand.key)
         return filter_error(f"node state unknown: migslice {problems[0]}"), "blind"
+    if nominated := _uncounted_nominations(context, args["Pod"], names):
+        # A node holding a pod only nominated there that kube-scheduler does not count for
+        # this one (the pod itself, a preemptor whose victims are leaving; or one of lower
+        # priority) is judged without it, past the shared decisions: counted, the preemptor
+        # found the node it had cleared full and kube-scheduler evicted a second victim.
+        candidates = _without_uncounted(context, args["Pod"], names, candidates, by_name, nominated)
     steer = context.state.steer
     reserve = None
     if steer is not None and steer.reserve.enabled:
@@ -365,22 +371,10 @@ def _filter(
             # on the next cluster event.
             ends_at = now - waited_s + reserve.max_hold_s
             _retry(context, args["Pod"], lambda retries, pod: retries.after_hold(pod, ends_at))
-    elif by_name is None and (nominated := _uncounted_nominations(context, args["Pod"], names)):
-        # A node holding a pod only nominated there that kube-scheduler does not count for
-        # this one (the pod itself, a preemptor whose victims are leaving; or one of lower
-        # priority) is judged without it, past the shared decisions: counted, the preemptor
-        # found the node it had cleared full and kube-scheduler evicted a second victim.
-        index, key, priority = context.state.index, demand.key, pod_priority(args["Pod"])
-        own = [
-            (n, index.derive_for_pod(n, key, priority) if n in nominated else index.get(n))
-            for n in names
-        ]
-        result = (best_fit_nodes if best_fit else filter_nodes)(demand, own)
-    elif by_name is None:
+    elif candidates is None:
         decisions = context.state.decisions
         result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
     else:
-        assert candidates is not None
         result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
     if result.fits:
         _retry(context, args["Pod"], lambda retries, pod: retries.forget(pod))
@@ -412,6 +406,35 @@ def _uncounted_nominations(context: Context, raw_pod: Any, names: Sequence[str])
     not count for ``raw_pod`` (:meth:`migslice.objects.pods.PodFacts.counts_for`)."""
     found = context.state.index.uncounted_nominations(pod_key(raw_pod), pod_priority(raw_pod))
     return found.intersection(names) if found else found
+
+
+def _without_uncounted(
+    context: Context,
+    raw_pod: Any,
+    names: Sequence[str],
+    candidates: list[tuple[str, PreparedNode | None]] | None,
+    by_name: dict[str, RawNode] | None,
+    nominated: frozenset[str],
+) -> list[tuple[str, PreparedNode | None]]:
+    """The (name, prepared node) pairs to judge ``raw_pod`` on: those of ``nominated`` derived
+    again without the nominated pods kube-scheduler does not count for it; the node as sent
+    where the ExtenderArgs carry Nodes, else the cached one."""
+    index, key, priority = context.state.index, pod_key(raw_pod), pod_priority(raw_pod)
+    if candidates is None:
+        return [
+            (n, index.derive_for_pod(n, key, priority) if n in nominated else index.get(n))
+            for n in names
+        ]
+    assert by_name is not None
+    return [
+        (
+            n,
+            index.derive_for_pod(n, key, priority, node_facts_from_raw(by_name[n]))
+            if n in nominated
+            else prepared,
+        )
+        for n, prepared in candidates
+    ]
 
 
 def _retry(context: Context, raw_pod: Any, call: Callable[[Retries, PodRef], None]) -> None:

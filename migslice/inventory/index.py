@@ -149,10 +149,14 @@ class ClusterIndex(Generic[V]):
                 if any(not self._pods[k].counts_for(key, priority) for k in keys)
             )
 
-    def derive_for_pod(self, name: str, key: str, priority: int) -> V | None:
-        """The value of cached node ``name`` as kube-scheduler sees it for that pod: without
-        the nominated pods it does not count for it (:meth:`PodFacts.counts_for`)."""
-        facts = self._nodes.get(name)
+    def derive_for_pod(
+        self, name: str, key: str, priority: int, facts: NodeFacts | None = None
+    ) -> V | None:
+        """The value of node ``name`` as kube-scheduler sees it for that pod: without the
+        nominated pods it does not count for it (:meth:`PodFacts.counts_for`). ``facts``: the
+        node as given from outside (an ExtenderArgs ``Nodes``), else the cached node's."""
+        if facts is None:
+            facts = self._nodes.get(name)
         if facts is None:
             return None
         with self._lock:

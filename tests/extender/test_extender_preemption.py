@@ -46,6 +46,24 @@ def test_a_preemptor_is_not_blocked_by_its_own_nomination() -> None:
         assert filtered(client, preemptor, ["gpu-a"], verb)["NodeNames"] == ["gpu-a"]
 
 
+def test_a_preemptor_is_not_blocked_by_its_own_nomination_when_sent_whole_nodes() -> None:
+    # An extender without nodeCacheCapable is sent the Node objects themselves: the node as
+    # sent, with the cached pods on it but the preemptor's own nomination.
+    node = gpu_node()
+    other = make_pod("other", profile="1g.10gb", node_name="gpu-a", phase="Running")
+    preemptor = make_pod("hi", profile="1g.10gb", nominated_node_name="gpu-a")
+    client = client_of([node], [other, preemptor])
+    body = json.dumps({"Pod": preemptor, "Nodes": {"items": [node]}, "NodeNames": None})
+    for verb in ("filter", "filter-best-fit"):
+        response = client.post(f"/{verb}", data=body, content_type="application/json")
+        answer = json.loads(response.data)
+        assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["gpu-a"], answer
+    full = make_pod("third", profile="1g.10gb")  # of the same priority: the nomination counts
+    body = json.dumps({"Pod": full, "Nodes": {"items": [node]}, "NodeNames": None})
+    answer = json.loads(client.post("/filter", data=body, content_type="application/json").data)
+    assert answer["Nodes"]["items"] == [] and "gpu-a" in answer["FailedNodes"], answer
+
+
 def test_a_nomination_holds_room_against_pods_of_its_priority_and_lower_only() -> None:
     other = make_pod("other", profile="1g.10gb", node_name="gpu-a", phase="Running")
     nominated = make_pod(
