@@ -12,7 +12,10 @@ and as it should be now (``migslice.admission.status``), and PATCHes
 has not caught up. Nothing is written before the source's caches have synced.
 
 Failures never reach the webhook: 404 (the policy was deleted meanwhile) and 409 are logged
-and retried at the next sync; other API errors back off exponentially (``Backoff``).
+and retried at the next sync. A 422 (the CRD's schema or a validating admission policy refuses
+that one status) is logged once and not sent again until the policy or its status changes: it
+would be refused each time, and backing off for it would hold back every other policy's status.
+Other API errors back off exponentially (``Backoff``).
 """
 
 from __future__ import annotations
@@ -78,12 +81,13 @@ def merge_patch(observed: Mapping[str, object], desired: Mapping[str, object]) -
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     """What one sync did: patches sent, statuses already right, policies gone (404),
-    conflicts (409) and other failures."""
+    conflicts (409), statuses refused (422, not retried while unchanged) and other failures."""
 
     patched: int = 0
     current: int = 0
     gone: int = 0
     conflicts: int = 0
+    refused: int = 0
     failed: int = 0
 
 
@@ -116,6 +120,9 @@ class StatusWriter:
     _wake: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _sent: dict[str, tuple[dict[str, object], dict[str, object]]] = field(
+        default_factory=dict, repr=False
+    )
+    _refused: dict[str, tuple[dict[str, object], dict[str, object]]] = field(
         default_factory=dict, repr=False
     )
 
@@ -176,10 +183,14 @@ class StatusWriter:
             self._failed(error)
             log.exception("Computing TenantPolicy statuses failed; retrying later")
             return SyncResult(failed=1)
-        outcomes = {"patched": 0, "current": 0, "gone": 0, "conflicts": 0, "failed": 0}
+        outcomes = dict.fromkeys(("patched", "current", "gone", "conflicts", "refused"), 0)
+        outcomes["failed"] = 0
         for update in updates:
             observed = dict(update.observed or {})
             desired = dict(update.desired)
+            if self._refused.get(update.name) == (observed, desired):
+                outcomes["refused"] += 1
+                continue
             if update.is_current or self._sent.get(update.name) == (observed, desired):
                 outcomes["current"] += 1
                 continue
@@ -187,9 +198,12 @@ class StatusWriter:
             outcomes[outcome] += 1
             if outcome == "patched":
                 self._sent[update.name] = (observed, desired)
+            elif outcome == "refused":
+                self._refused[update.name] = (observed, desired)
         names = {update.name for update in updates}
-        for name in [n for n in self._sent if n not in names]:
-            del self._sent[name]
+        for kept in (self._sent, self._refused):
+            for name in [n for n in kept if n not in names]:
+                del kept[name]
         return SyncResult(**outcomes)
 
     def _patch(
@@ -210,6 +224,16 @@ class StatusWriter:
                     name,
                 )
                 return "conflicts"
+            if error.status == 422:
+                self._failed(error)
+                log.warning(
+                    "The API server refused the status of TenantPolicy tenant=%s (422): %s; "
+                    "not sent again until it changes (a TenantPolicy CRD older than this release "
+                    "refuses fields it does not know: helm upgrade installs the current one)",
+                    name,
+                    error,
+                )
+                return "refused"
             self._failed(error)
             log.warning("Writing status of TenantPolicy tenant=%s failed: %s", name, error)
             return "failed"

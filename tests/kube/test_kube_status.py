@@ -215,6 +215,27 @@ def test_a_deleted_policy_and_api_errors_are_counted_not_raised_and_retried(
     ]
 
 
+def test_a_refused_status_is_not_sent_again_until_it_changes_and_holds_back_no_other(
+    api: tuple[RecordedApi, KubernetesTransport],
+) -> None:
+    # A 422 would come back on every try; backing off for it (to a minute) held back every
+    # other policy's status, each sync then waiting out the backoff instead of a poke.
+    recorded, transport = api
+    recorded.answers = {status_path("bad"): [422, 422]}
+    source = ScriptedSource("bad", "fine")
+    writer = make_writer(source, transport)
+    first = writer.sync_once()
+    assert (first.patched, first.refused, first.failed) == (1, 1, 0)
+    assert "scripted 422" in writer.stats.last_error
+    second = writer.sync_once()
+    assert (second.refused, second.current, second.failed) == (1, 1, 0)
+    assert len(recorded.requests) == 2  # the refused status was not sent again
+    source.names = ("fine",)  # the policy was deleted: forgotten
+    writer.sync_once()
+    source.names = ("bad", "fine")  # made again: its status is sent again
+    assert writer.sync_once().refused == 1 and len(recorded.requests) == 3
+
+
 def test_an_unreachable_api_server_is_a_failure_not_an_exception() -> None:
     configuration = client.Configuration()
     configuration.host = "http://127.0.0.1:9"  # discard port: connection refused
