@@ -111,6 +111,9 @@ def _assume(
             asks = gpu_asks(claim, dra.classes)
             notes.extend(f"pod {pod.key}: {line}" for line in asks.unread)
             for ask in asks.asks:
+                if ask.tolerates:
+                    notes.append(f"pod {pod.key}: {claim.key} tolerates device taints")
+                    continue
                 found = wanted_of(ask)
                 if found is None:
                     notes.append(f"pod {pod.key}: {claim.key} selects by attributes not kept")

@@ -39,6 +39,10 @@ class ClaimRequest:
     selection: DeviceSelection
     count: int = 1
     unread: str = ""
+    tolerates: bool = False
+    """It carries ``tolerations``: kube-scheduler's allocator may give it devices that a taint
+    (the driver's, a DeviceTaintRule's, migslice's steer) keeps off other claims
+    (``allocator_incubating.go`` ``taintPreventsAllocation``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,9 @@ class GpuAsk:
     profile: str | None
     count: int
     selection: DeviceSelection
+    tolerates: bool = False
+    """Its request tolerates device taints (:attr:`ClaimRequest.tolerates`): where it lands
+    is not predicted, since migslice keeps which devices are tainted, not by which taint."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +192,7 @@ def _request(raw: JsonObject, index: int) -> ClaimRequest:
         selection,
         count if isinstance(count, int) and not isinstance(count, bool) else 1,
         unread,
+        bool(items(exactly.get("tolerations"))),
     )
 
 
@@ -211,10 +219,21 @@ def gpu_asks(claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]) -> GpuA
         kind = selection.device_type
         if kind == DeviceKind.MIG and selection.profile:
             asks.append(
-                GpuAsk(request.name, DeviceKind.MIG, selection.profile, request.count, selection)
+                GpuAsk(
+                    request.name,
+                    DeviceKind.MIG,
+                    selection.profile,
+                    request.count,
+                    selection,
+                    request.tolerates,
+                )
             )
         elif kind == DeviceKind.GPU and not selection.profile:
-            asks.append(GpuAsk(request.name, DeviceKind.GPU, None, request.count, selection))
+            asks.append(
+                GpuAsk(
+                    request.name, DeviceKind.GPU, None, request.count, selection, request.tolerates
+                )
+            )
         else:
             shown = "any" if kind is None else kind
             unread.append(f"{where}: device type {shown} without one MIG profile")

@@ -98,8 +98,9 @@ def with_claims(
     resources (its units are the pod's requests). A claim not seen yet makes every node wait.
     A claim migslice cannot read (:func:`migslice.objects.resource_claims.gpu_asks`) leaves
     the claims out: kube-scheduler's own DRA filter, which runs before the extender, decides
-    them. A request's ``productName`` selector narrows the products as a node selector on
-    ``nvidia.com/gpu.product`` does."""
+    them; so does a claim whose request tolerates device taints (the allocator may give it a
+    device migslice reads as tainted). A request's ``productName`` selector narrows the
+    products as a node selector on ``nvidia.com/gpu.product`` does."""
     if not has_resource_claims(raw_pod):
         return demand
     found = pod_claims(raw_pod)
@@ -114,7 +115,7 @@ def with_claims(
         if claim.allocated or claim.extended_resource:
             continue
         asks = gpu_asks(claim, classes)
-        if asks.unread:
+        if asks.unread or any(ask.tolerates for ask in asks.asks):
             return demand
         for ask in asks.asks:
             wanted = wanted_of(ask)

@@ -35,6 +35,7 @@ from tests.dra_objects import (
     make_claim_pod,
     make_dra_node,
     migslice_classes,
+    profile_selector,
 )
 
 PROFILES = ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
@@ -319,3 +320,70 @@ def test_on_dra_nodes_the_kept_unit_scores_are_the_score_of_one_unit(
             continue
         for resource, score in node.unit_scores.items():
             assert score == score_units(node.state, ((resource, 1),))
+
+
+# NVIDIA's driver taints a device whose health monitor saw a fatal XID with key
+# gpu.nvidia.com/xid, effect NoSchedule (kubernetes-sigs/dra-driver-nvidia-gpu @95932046,
+# cmd/gpu-kubelet-plugin/device_health.go:36-80), republishing its slice with the taint
+# (driver.go:529-540); an admin's DeviceTaintRule taints alike. kube-scheduler's allocator
+# skips a tainted device only for a request that does not tolerate the taint
+# (k8s.io/dynamic-resource-allocation v0.37.2, structured/internal/incubating/
+# allocator_incubating.go:1543-1562, taintPreventsAllocation/taintTolerated with
+# resourceclaim/devicetoleration.go:35-56 ToleratesTaint): a claim whose request carries
+# `tolerations` gets the tainted device, and the extender must not fail the node for it.
+XID_TAINT = {"key": "gpu.nvidia.com/xid", "value": "48", "effect": "NoSchedule"}
+STATIC_H100 = "gpu-node-h100-s"
+
+
+def _xid_tainted_static_h100() -> list[dict[str, Any]]:
+    slices = fixture_slices("h100-80gb-staticmig-3g2g1g1g-resourceslices.json")
+    for device in slices[0]["spec"]["devices"]:
+        device["taints"] = [dict(XID_TAINT, timeAdded="2026-08-10T09:30:00Z")]
+    return slices
+
+
+def _tolerating_claim(name: str, profile: str, toleration: dict[str, Any]) -> dict[str, Any]:
+    exactly = {
+        "deviceClassName": "mig.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [{"cel": {"expression": profile_selector(profile)}}],
+        "tolerations": [toleration],
+    }
+    return make_claim(name, requests=[{"name": "mig", "exactly": exactly}])
+
+
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        {"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "gpu.nvidia.com/xid", "operator": "Equal", "value": "48"},
+        {"operator": "Exists"},
+    ],
+    ids=["key-exists", "key-equal-value", "everything"],
+)
+def test_a_claim_that_tolerates_the_drivers_taint_is_not_failed_for_it(
+    toleration: dict[str, Any],
+) -> None:
+    claims = [_tolerating_claim("tolerant", "1g.10gb", toleration)]
+    index = _index([make_dra_node(STATIC_H100)], _xid_tainted_static_h100(), claims)
+    pod = make_claim_pod("p", {"gpu": "tolerant"})
+    verdict = check_node(_claim_demand(index, pod), index.get(STATIC_H100))
+    # The real allocator gives this claim gpu-0-mig-1g10gb-19-2: the node fits.
+    assert verdict.outcome is Outcome.FITS, verdict.reason
+
+
+def test_a_claim_that_does_not_tolerate_the_drivers_taint_still_fails_on_it() -> None:
+    claims = [
+        make_claim("plain", profile="1g.10gb"),
+        _tolerating_claim("other", "1g.10gb", {"key": "example.com/other", "operator": "Exists"}),
+    ]
+    index = _index([make_dra_node(STATIC_H100)], _xid_tainted_static_h100(), claims)
+    verdict = check_node(
+        _claim_demand(index, make_claim_pod("p", {"gpu": "plain"})), index.get(STATIC_H100)
+    )
+    assert (verdict.outcome, verdict.reason) == (Outcome.FAILED, reasons.DEVICES_TAINTED)
+    # A claim with tolerations is left to kube-scheduler's own DRA filter (which runs before
+    # the extender and matches each toleration against each taint).
+    other = _claim_demand(index, make_claim_pod("q", {"gpu": "other"}))
+    assert other.units == () and not other.wait
