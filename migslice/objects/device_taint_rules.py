@@ -2,11 +2,12 @@
 keeps the allocator off, and which rules are migslice's own steer.
 
 A rule taints every device its ``spec.deviceSelector`` matches (``driver``, ``pool``,
-``device``, each optional: unset matches any); kube-scheduler's allocator gives a device with a
-``NoSchedule`` or ``NoExecute`` taint to no claim that does not tolerate it (effect ``None``
-only informs). migslice's steer rules (``migslice.scheduling.dra_steer``) each taint one
-device of one pool, with key :data:`migslice.names.STEER_TAINT_KEY`, and are named by
-:func:`steer_rule_name`; :func:`steer_rule` is the object the steer writes.
+``device``, each optional: unset matches any; a rule with no selector matches no device);
+kube-scheduler's allocator gives a device with a ``NoSchedule`` or ``NoExecute`` taint to no
+claim that does not tolerate it (effect ``None`` only informs). migslice's steer rules
+(``migslice.scheduling.dra_steer``) each taint one device of one pool, with key
+:data:`migslice.names.STEER_TAINT_KEY`, and are named by :func:`steer_rule_name`;
+:func:`steer_rule` is the object the steer writes.
 """
 
 from __future__ import annotations
@@ -58,9 +59,16 @@ def taint_rule_facts_from_raw(raw_rule: JsonObject) -> TaintRuleFacts | None:
         return None
     spec = mapping(raw_rule.get("spec"))
     taint = mapping(spec.get("taint"))
-    selector = mapping(spec.get("deviceSelector"))
+    raw_selector = spec.get("deviceSelector")
+    selector = mapping(raw_selector)
     driver = text(selector.get("driver"))
-    keeps_off = taint.get("effect") in KEEPS_OFF and driver in (None, DRA_DRIVER)
+    # An empty selector matches every device, none (absent or null) matches no device
+    # (resource.k8s.io/v1 DeviceTaintRuleSpec; kube-scheduler's slice tracker skips the rule).
+    keeps_off = (
+        isinstance(raw_selector, Mapping)
+        and taint.get("effect") in KEEPS_OFF
+        and driver in (None, DRA_DRIVER)
+    )
     steer = name.startswith(STEER_RULE_PREFIX)
     if not keeps_off and not steer:
         return None

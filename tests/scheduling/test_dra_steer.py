@@ -177,11 +177,46 @@ def test_rules_that_keep_nothing_off_are_not_read() -> None:
         }
         assert taint_rule_facts_from_raw(raw) is None
     everything = taint_rule_facts_from_raw(
-        {"metadata": {"name": "all"}, "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}
+        {
+            "metadata": {"name": "all"},
+            "spec": {"deviceSelector": {}, "taint": {"key": "k", "effect": "NoSchedule"}},
+        }
     )
     assert everything is not None and not everything.steer
     pool, use = _pool_use(_index(ONE, ONE_GPU), ONE)
     assert _first(with_rules(pool, None, {"all": everything}), use, "1g.10gb") is None
+
+
+def test_a_rule_without_a_device_selector_taints_no_device() -> None:
+    """resource.k8s.io/v1 DeviceTaintRuleSpec: "The empty selector matches all devices.
+    Without a selector, no devices are matched" (k8s.io/api v0.37.2 resource/v1/types.go:
+    1050-1056); kube-scheduler's slice tracker skips such a rule ("No selector matches no
+    devices", k8s.io/dynamic-resource-allocation v0.37.2 resourceslice/tracker/tracker.go:
+    584-588), and kube-apiserver accepts it (validateDeviceTaintSelector returns no error for
+    nil)."""
+    for spec in (
+        {"taint": {"key": "k", "effect": "NoSchedule"}},
+        {"deviceSelector": None, "taint": {"key": "k", "effect": "NoExecute"}},
+    ):
+        assert taint_rule_facts_from_raw({"metadata": {"name": "none"}, "spec": spec}) is None
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "drain-template"},
+        "spec": {"taint": {"key": "example.com/drain", "effect": "NoSchedule"}},
+    }
+    index.load_objects(
+        ClusterObjects(
+            nodes=(make_dra_node(ONE),),
+            resource_slices=tuple(fixture_slices(ONE_GPU)),
+            device_classes=tuple(migslice_classes()),
+            device_taint_rules=(rule,),
+        )
+    )
+    pool, use = _pool_use(index, ONE)
+    assert pool.tainted == frozenset()
+    assert _first(pool, use, "1g.10gb") == "gpu-0-mig-1g10gb-19-0"
 
 
 def test_the_index_reads_rules_into_the_pool() -> None:
