@@ -24,6 +24,8 @@ from webhook.state import ClusterState
 from webhook.templates import TemplateKeeper
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from migslice.kube import KubernetesTransport
 
 log = logging.getLogger(__name__)
@@ -93,7 +95,7 @@ def in_cluster_app(settings: WebhookSettings) -> Flask:
         hold_s=settings.quota_hold_s,
         max_blind_s=settings.max_blind_s,
     )
-    quota.fence_listeners.append(lambda fence: _fence_event(transport, fence))
+    quota.fence_listeners.append(fence_event_recorder(transport, state))
     settler = threading.Thread(
         target=quota.settle_every,
         args=(SETTLE_INTERVAL_S, threading.Event()),
@@ -169,17 +171,27 @@ def start_gate(
     return gate
 
 
-def _fence_event(transport: KubernetesTransport, fence: Fence) -> None:
-    """A Warning Event on the tenant's TenantPolicy: its ledger was lost or changed."""
+def fence_event_recorder(
+    transport: KubernetesTransport, state: ClusterState
+) -> Callable[[Fence], None]:
+    """A fence listener that records a Warning Event on the tenant's TenantPolicy: its ledger
+    was lost or changed. The Event names the policy's uid, as ``kubectl describe tp`` selects
+    Events by it (an Event without it is listed by field selectors, never by describe)."""
     from migslice.kube.events import record_event
 
-    involved = {"apiVersion": f"{names.GROUP}/{names.VERSION}", "kind": "TenantPolicy",
-                "name": fence.tenant}  # fmt: skip
-    record_event(
-        transport,
-        involved,
-        "QuotaLedgerRebuilt",
-        message=fence.message,
-        component="migslice-webhook",
-        warning=True,
-    )
+    def record(fence: Fence) -> None:
+        involved = {"apiVersion": f"{names.GROUP}/{names.VERSION}", "kind": "TenantPolicy",
+                    "name": fence.tenant}  # fmt: skip
+        uid = state.policy_uid(fence.tenant)
+        if uid is not None:
+            involved["uid"] = uid
+        record_event(
+            transport,
+            involved,
+            "QuotaLedgerRebuilt",
+            message=fence.message,
+            component="migslice-webhook",
+            warning=True,
+        )
+
+    return record

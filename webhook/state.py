@@ -149,6 +149,7 @@ class ClusterState:
         self._slice_nodes: dict[str, str] = {}  # ResourceSlice -> its node
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
+        self._uids: dict[str, str] = {}  # policy -> metadata.uid (its Events name it)
         self._unmarked: set[str] = set()  # policies seen deleted, not seen marked since
         self._desired: dict[str, TenantPolicyStatusWire] = {}
         # Keyed by what the check reads (not by name and generation): tenants' policies often
@@ -258,6 +259,11 @@ class ClusterState:
 
     def template(self, namespace: str, name: str) -> TemplateFacts | None:
         return self._dra.template(f"{namespace}/{name}")
+
+    def policy_uid(self, name: str) -> str | None:
+        """``metadata.uid`` of the TenantPolicy ``name`` as the cache last saw it (an Event
+        about it names it: ``kubectl describe tp`` selects Events by uid)."""
+        return self._uids.get(name)
 
     @property
     def invalid_policies(self) -> Mapping[str, str]:
@@ -408,6 +414,9 @@ class ClusterState:
         mark = status.get(names.LEDGER_STATUS_KEY) if isinstance(status, Mapping) else None
         metadata = raw_policy.get("metadata")
         name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+        if isinstance(name, str) and isinstance(uid, str) and uid:
+            self._uids[name] = uid
         if isinstance(name, str) and isinstance(mark, Mapping) and mark.get("epoch"):
             with self.admission_lock:
                 self._unmarked.discard(name)
@@ -438,6 +447,7 @@ class ClusterState:
             touched = self._tenancy.remove_policy(name)
             self._invalid.pop(name, None)
             self._observed.pop(name, None)
+            self._uids.pop(name, None)
             self._unmarked.add(name)
             self._changed(name, *touched)
 
