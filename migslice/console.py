@@ -291,9 +291,12 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         pod = line.get("pod")
         if isinstance(pod, str) and "/" in pod:
-            namespace, _, name = pod.partition("/")
-            line.setdefault("namespace", namespace)
-            line["pod"] = name
+            # each NAMESPACE/NAME of a line about several pods: its name and its namespace
+            pods = [part.partition("/") for part in pod.split(",")]
+            line["pod"] = ",".join(name if sep else ns for ns, sep, name in pods)
+            namespaces = str(line.get("namespace") or "").split(",")
+            namespaces += [ns for ns, sep, _ in pods if sep]
+            line["namespace"] = ",".join(dict.fromkeys(n for n in namespaces if n))
         if record.exc_info:
             line["traceback"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)

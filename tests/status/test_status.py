@@ -474,6 +474,29 @@ def test_json_logs_carry_the_pod_namespace_tenant_and_node_as_fields() -> None:
     assert line["level"] == "warning" and line["message"].startswith("re-check failed")
 
 
+def test_a_json_log_line_about_several_pods_names_each_pod_and_each_namespace() -> None:
+    """The repartition controller's plans name every pod they serve (``about``): each
+    ``pod=NAMESPACE/NAME`` gives its name to ``pod`` and its namespace to ``namespace``."""
+    import logging
+
+    from migslice.console import JsonFormatter
+
+    record = logging.LogRecord(
+        "extender.controller",
+        logging.INFO,
+        __file__,
+        1,
+        "repartition start: plan (node=gpu-a node=gpu-b pod=team-a/train-0 "
+        "pod=team-b/infer-1 pod=team-a/train-1)",
+        (),
+        None,
+    )
+    line = json.loads(JsonFormatter().format(record))
+    assert line["node"] == "gpu-a,gpu-b"
+    assert line["pod"] == "train-0,infer-1,train-1"
+    assert line["namespace"] == "team-a,team-b"
+
+
 def test_a_pod_behind_the_admission_gate_waits_for_admission_and_holds_nothing() -> None:
     """A fail-open namespace's pod created while the webhook was down (docs/outages.md) is not
     the tenant's usage yet: the webhook's gate reconciler admits it, up to quota."""
