@@ -346,7 +346,7 @@ def _filter(
         # counts, as when no extender answers). The pod is also touched once the caches follow
         # the API again, so that it is tried then.
         _retry(context, args["Pod"], lambda retries, pod: retries.after_blind(pod))
-        _count_blind(context, names, problems, demand.key)
+        _say_blind(problems, demand.key)
         return filter_error(f"node state unknown: migslice {problems[0]}"), "blind"
     if nominated := _uncounted_nominations(context, args["Pod"], names):
         # A node holding a pod only nominated there that kube-scheduler does not count for
@@ -510,9 +510,9 @@ def _all_pass(
     }
 
 
-def _count_blind(context: Context, names: Sequence[str], problems: Sequence[str], pod: str) -> None:
-    """Count and log a blind answer: no node it was asked about could be judged."""
-    context.metrics.nodes_failed.inc(len(names))
+def _say_blind(problems: Sequence[str], pod: str) -> None:
+    """Log a blind answer: no node it was asked about could be judged, so none is counted in
+    ``migslice_extender_filter_nodes_total`` (the call is, as ``outcome="blind"``)."""
     log.warning("filter judges no node pod=%s: %s", pod, "; ".join(problems))
 
 

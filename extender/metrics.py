@@ -25,7 +25,8 @@ class ExtenderMetrics:
             "migslice_extender_requests",
             "Extender calls by verb and outcome (ok; error: answered with Error; waiting: "
             "answered with Error while the pod's ResourceClaim is not in the cache yet; blind: "
-            "every node failed while a cache did not follow the API server).",
+            "answered with Error, judging no node, while a cache did not follow the API "
+            "server).",
             ("verb", "outcome"),
             registry=self.registry,
         )

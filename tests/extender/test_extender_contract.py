@@ -326,6 +326,21 @@ def test_blind_caches_answer_an_error_so_nothing_binds_and_nothing_is_preempted(
     assert 'migslice_extender_cache_blind_seconds{cache="nodes"} 27.0' in text
 
 
+def test_a_blind_answer_counts_no_node_as_failed() -> None:
+    """The blind answer is an Error that fails no node: migslice_extender_filter_nodes_total
+    counts the nodes filter judged, and read a blind minute as every node failed."""
+    objects = ClusterObjects(nodes=tuple(cluster_nodes()), pods=tuple(cluster_pods()))
+    state = state_from_objects(objects, ExtenderSettings())
+    state.caches = (FakeCache(True, 27.0),)
+    client = create_app(ExtenderSettings(), state).test_client()
+    answer, _ = post(client, "filter", names_args(scheduled_pod(profile="1g.10gb"), ALL))
+    assert answer["Error"]
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'migslice_extender_requests_total{outcome="blind",verb="filter"} 1.0' in text
+    for result in ("fits", "failed", "unresolvable"):
+        assert f'migslice_extender_filter_nodes_total{{result="{result}"}} 0.0' in text
+
+
 def test_health_and_metrics_are_served(client: FlaskClient) -> None:
     assert client.get("/healthz").status_code == 200
     post(client, "filter", names_args(scheduled_pod(profile="1g.10gb"), ALL))
