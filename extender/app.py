@@ -99,7 +99,14 @@ def create_app(
         ),
         "/prioritize": lambda environ: _prioritize_call(context, environ),
     }
-    served = Verbs(app.wsgi_app, verbs, ClientPolicy.of(context.settings.server))
+    served = Verbs(
+        app.wsgi_app,
+        verbs,
+        ClientPolicy.of(context.settings.server),
+        refused=lambda path, seconds: context.metrics.answered(
+            path.strip("/"), "unauthenticated", seconds
+        ),
+    )
     for path in verbs:  # Flask keeps the routes: its URL map, its 405s, and the requests
         # that reach a verb by another spelling (a lower-case method, repeated slashes)
 
@@ -139,10 +146,12 @@ class Verbs:
         fallback: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]],
         verbs: Mapping[str, Callable[[dict[str, Any]], bytes]],
         clients: ClientPolicy | None = None,
+        refused: Callable[[str, float], None] = lambda path, seconds: None,
     ) -> None:
         self._fallback = fallback
         self._verbs = dict(verbs)
         self._clients = clients or ClientPolicy()
+        self._refused = refused  # counts a refused call: its verb's path, seconds taken
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -159,8 +168,10 @@ class Verbs:
 
     def respond(self, path: str, environ: dict[str, Any]) -> tuple[int, bytes]:
         """The status and body of a call of the verb at ``path``."""
+        started = time.perf_counter()
         refusal = self._clients.refusal(environ)
         if refusal is not None:
+            self._refused(path, time.perf_counter() - started)
             log.warning(
                 "Refusing %s from peer=%s: %s",
                 environ.get("PATH_INFO"),

@@ -26,7 +26,8 @@ class ExtenderMetrics:
             "Extender calls by verb and outcome (ok; error: answered with Error; waiting: "
             "answered with Error while the pod's ResourceClaim is not in the cache yet; blind: "
             "answered with Error, judging no node, while a cache did not follow the API "
-            "server).",
+            "server; unauthenticated: refused with 403, the caller lacking the client "
+            "certificate --client-ca-file asks for).",
             ("verb", "outcome"),
             registry=self.registry,
         )

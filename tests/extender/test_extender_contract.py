@@ -341,6 +341,23 @@ def test_a_blind_answer_counts_no_node_as_failed() -> None:
         assert f'migslice_extender_filter_nodes_total{{result="{result}"}} 0.0' in text
 
 
+def test_a_refused_caller_is_counted_as_the_webhook_counts_one() -> None:
+    """With --client-ca-file a caller without the scheduler's certificate gets 403 and no
+    answer: kube-scheduler misconfigured so places no MIG pod, and /metrics must say so
+    (the webhook counts such calls as outcome="unauthenticated")."""
+    import dataclasses
+
+    settings = ExtenderSettings()
+    settings = dataclasses.replace(
+        settings, server=dataclasses.replace(settings.server, client_ca="ca.crt")
+    )
+    client = create_app(settings).test_client()
+    reply = client.post("/filter", data=names_args(scheduled_pod(profile="1g.10gb"), ALL))
+    assert reply.status_code == 403
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'migslice_extender_requests_total{outcome="unauthenticated",verb="filter"} 1.0' in text
+
+
 def test_health_and_metrics_are_served(client: FlaskClient) -> None:
     assert client.get("/healthz").status_code == 200
     post(client, "filter", names_args(scheduled_pod(profile="1g.10gb"), ALL))
