@@ -42,7 +42,8 @@ from migslice.admission.tenant import tenant_of
 from migslice.admission.usage import SliceUsage
 from migslice.admission.view import ClusterView, TemplateFacts
 from migslice.mig import profile_from_resource
-from migslice.objects.pod_gpus import implicit_gpu_asks
+from migslice.objects.pod_gpus import implicit_gpu_asks, is_gpu_resource
+from migslice.objects.resource_claims import is_nvidia_gpu
 from migslice.policy import DeviceApi, Isolation, TenantPolicy
 
 NO_GPU = AdmissionDecision(allowed=True, reason="no-gpu")
@@ -111,9 +112,11 @@ def _implicit_class_asks(admission: PodAdmission, view: ClusterView) -> Admissio
     """A tenant's pod that asks for NVIDIA GPU devices by a DeviceClass's implicit extended
     resource (KEP-5004, ``deviceclass.resource.kubernetes.io/<class>``) is refused naming the
     resource to ask instead: read as asking nothing, it passed every check and every node."""
-    asks = implicit_gpu_asks(admission.raw_pod)
     namespace = admission.namespace
-    if not asks or not (view.tenant_policies(namespace) or view.invalid_selecting(namespace)):
+    if not (view.tenant_policies(namespace) or view.invalid_selecting(namespace)):
+        return None
+    asks = implicit_gpu_asks(admission.raw_pod, _gpu_classes(view))
+    if not asks:
         return None
     resource, explicit = asks[0]
     instead = (
@@ -128,6 +131,19 @@ def _implicit_class_asks(admission: PodAdmission, view: ClusterView) -> Admissio
         f"not check against the tenant's policy or place; {instead}"
     )
     return AdmissionDecision.deny(_prefixed(subject, Denial("implicit-device-class", message, 422)))
+
+
+def _gpu_classes(view: ClusterView) -> dict[str, str]:
+    """The DeviceClasses that may give NVIDIA's GPU devices (their selectors name NVIDIA's
+    driver, or no driver: a catch-all class), each with its extendedResourceName when that is
+    a GPU resource migslice checks (else ``""``)."""
+    found = {}
+    for name, facts in view.device_classes().items():
+        selection = facts.selection
+        if is_nvidia_gpu(selection) or selection.driver is None:
+            extended = facts.extended_resource or ""
+            found[name] = extended if is_gpu_resource(extended) else ""
+    return found
 
 
 def _as_claims(plan: GpuPlan, intent: PodIntent) -> GpuPlan | Denial:

@@ -56,11 +56,16 @@ IMPLICIT_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 """KEP-5004: every DeviceClass also serves the extended resource ``<prefix><class name>``."""
 
 
-def implicit_gpu_asks(raw_pod: RawPod) -> tuple[tuple[str, str], ...]:
+def implicit_gpu_asks(
+    raw_pod: RawPod, classes: Mapping[str, str] | None = None
+) -> tuple[tuple[str, str], ...]:
     """The resources a pod's containers ask by the implicit extended-resource name of an
     NVIDIA GPU DeviceClass (NVIDIA's ``gpu.nvidia.com`` and ``mig.nvidia.com``, migslice's
-    ``migslice-mig-<profile>``), each with the resource that names the same devices
-    explicitly (its ``extendedResourceName``; ``""`` for ``mig.nvidia.com``, which has none)."""
+    ``migslice-mig-<profile>``, and any of ``classes``), each with the resource that names
+    the same devices explicitly (its ``extendedResourceName``; ``""`` for ``mig.nvidia.com``,
+    which has none). ``classes``: the other DeviceClasses that may give NVIDIA's GPU devices
+    (KEP-5004 serves every class's implicit resource), each with its GPU extended resource
+    (``""``: none)."""
     spec = raw_pod.get("spec")
     found: dict[str, str] = {}
     for field in ("containers", "initContainers"):
@@ -71,6 +76,8 @@ def implicit_gpu_asks(raw_pod: RawPod) -> tuple[tuple[str, str], ...]:
                 asked = resources.get(kind) if isinstance(resources, Mapping) else None
                 for name in asked if isinstance(asked, Mapping) else ():
                     explicit = _explicit(str(name))
+                    if explicit is None and classes and str(name).startswith(IMPLICIT_CLASS_PREFIX):
+                        explicit = classes.get(str(name).removeprefix(IMPLICIT_CLASS_PREFIX))
                     if explicit is not None:
                         found[str(name)] = explicit
     return tuple(sorted(found.items()))

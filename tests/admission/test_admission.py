@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
@@ -25,6 +26,7 @@ from migslice.admission import (
 from migslice.admission.decision import PodAdmission
 from migslice.mig import CATALOG
 from migslice.objects import gpu_requests
+from migslice.objects.device_classes import device_class_facts_from_raw
 from migslice.policy import Offer, parse_tenant_policy, read_tenant_policy
 
 A100 = Offer("NVIDIA-A100-SXM4-80GB", CATALOG.get("A100-80GB"))
@@ -283,6 +285,54 @@ def test_a_device_class_implicit_resource_is_refused_naming_the_one_to_ask(
     assert run(elsewhere, view(make_policy()))[0].reason == "no-gpu"  # no tenant there
     other_class = make_created_pod(limits={"deviceclass.resource.kubernetes.io/fpga.x.io": "1"})
     assert run(other_class, view(make_policy()))[0].reason == "no-gpu"
+
+
+ADMINS_GPU_CLASS = (
+    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+)
+
+
+@pytest.mark.parametrize(
+    ("selectors", "extended", "instead"),
+    [
+        (
+            [ADMINS_GPU_CLASS],
+            None,
+            "ask for a MIG profile as nvidia.com/mig-<profile>, or by size",
+        ),
+        ([], None, "ask for a MIG profile as nvidia.com/mig-<profile>, or by size"),
+        (
+            [ADMINS_GPU_CLASS],
+            "nvidia.com/gpu",
+            "ask for nvidia.com/gpu (the DeviceClass's",
+        ),
+    ],
+    ids=["an-admins-gpu-class", "a-catch-all-class", "with-an-nvidia-extended-resource"],
+)
+def test_the_implicit_resource_of_an_admins_class_that_may_give_nvidia_gpus_is_refused(
+    selectors: list[str], extended: str | None, instead: str
+) -> None:
+    """KEP-5004 gives every DeviceClass its implicit extended resource, not only NVIDIA's and
+    migslice's: an admin's class of NVIDIA's GPUs (or one naming no driver, which may be given
+    them) under another name served a tenant's pod unchecked and outside its node pool."""
+    raw = {
+        "metadata": {"name": "big-gpus"},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]},
+    }
+    if extended:
+        raw["spec"]["extendedResourceName"] = extended
+    nic = {
+        "metadata": {"name": "nic"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'nic.example.com'"}}]},
+    }
+    classes = {f.name: f for f in map(device_class_facts_from_raw, (raw, nic)) if f is not None}
+    cluster = replace(view(make_policy()), classes=classes)
+    implicit = "deviceclass.resource.kubernetes.io/big-gpus"
+    decision, _ = run(make_created_pod(limits={implicit: "1"}), cluster)
+    assert (decision.allowed, decision.reason) == (False, "implicit-device-class")
+    assert instead in decision.message
+    nic_pod = make_created_pod(limits={"deviceclass.resource.kubernetes.io/nic": "1"})
+    assert run(nic_pod, cluster)[0].reason == "no-gpu"
 
 
 def test_two_policies_selecting_one_namespace_deny_with_both_names() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import celpy
 import kubernetes_validate
 import pytest
 import yaml
 
+from harness.builders import make_created_pod
 from tests import paths
 
 ROOT = paths.ROOT
@@ -90,3 +92,28 @@ def test_the_claims_webhook_sees_claims_and_templates_of_the_same_namespaces() -
     ]
     assert {r["apiGroups"][0] for r in claims["rules"]} == {"resource.k8s.io"}
     assert "resourceClaims" in pods["matchConditions"][0]["expression"]
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+        "deviceclass.resource.kubernetes.io/migslice-mig-1g.10gb",
+        "deviceclass.resource.kubernetes.io/any-device",
+    ],
+)
+def test_the_pod_webhooks_are_sent_pods_asking_a_device_class_implicit_resource(
+    resource: str,
+) -> None:
+    """KEP-5004: any DeviceClass serves deviceclass.resource.kubernetes.io/<class>; a pod that
+    asks for NVIDIA's devices so (and nothing under nvidia.com/) must reach the webhook, which
+    refuses it in a tenant's namespace: filtered out by the matchConditions, it was never seen
+    and ran without its policy's nodeSelector and schedulerName."""
+    config = yaml.safe_load((BASE / "webhook" / "mutatingwebhookconfiguration.yaml").read_text())
+    environment = celpy.Environment()
+    for hook in config["webhooks"][:2]:  # the pod webhooks, fail-closed and fail-open
+        (condition,) = hook["matchConditions"]
+        program = environment.program(environment.compile(condition["expression"]))
+        for limits, sent in (({resource: "1"}, True), ({"cpu": "1"}, False)):
+            pod = celpy.json_to_cel(make_created_pod(limits=limits))
+            assert bool(program.evaluate({"object": pod})) is sent, (hook["name"], limits)

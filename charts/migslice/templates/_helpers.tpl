@@ -69,19 +69,21 @@ matchExpressions of the namespaces the webhook admits: not excluded, not opted o
 {{- end }}
 
 {{/*
-CEL: the pod asks for a GPU (a migslice.io/gpu-* annotation, or an nvidia.com/* resource in a
-container or init container): what the webhook is sent, and what the admission gate is put on.
+CEL: the pod asks for a GPU (a migslice.io/gpu-* annotation, or an nvidia.com/* resource or a
+DeviceClass's implicit extended resource deviceclass.resource.kubernetes.io/<class> (KEP-5004:
+any class serves one, NVIDIA's and migslice's too) in a container or init container): what the
+webhook is sent, and what the admission gate is put on.
 Call with the variable that holds the pod: (include "migslice.asksForAGpu" "object").
 */}}
 {{- define "migslice.asksForAGpu" -}}
 (has({{ . }}.metadata.annotations) &&
  {{ . }}.metadata.annotations.exists(k, k.startsWith('migslice.io/gpu-'))) ||
 {{ . }}.spec.containers.exists(c, has(c.resources) &&
-  ((has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('nvidia.com/'))) ||
-   (has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith('nvidia.com/'))))) ||
+  ((has(c.resources.limits) && c.resources.limits.exists(r, (r.startsWith('nvidia.com/') || r.startsWith('deviceclass.resource.kubernetes.io/')))) ||
+   (has(c.resources.requests) && c.resources.requests.exists(r, (r.startsWith('nvidia.com/') || r.startsWith('deviceclass.resource.kubernetes.io/')))))) ||
 (has({{ . }}.spec.initContainers) && {{ . }}.spec.initContainers.exists(c, has(c.resources) &&
-  ((has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('nvidia.com/'))) ||
-   (has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith('nvidia.com/'))))))
+  ((has(c.resources.limits) && c.resources.limits.exists(r, (r.startsWith('nvidia.com/') || r.startsWith('deviceclass.resource.kubernetes.io/')))) ||
+   (has(c.resources.requests) && c.resources.requests.exists(r, (r.startsWith('nvidia.com/') || r.startsWith('deviceclass.resource.kubernetes.io/')))))))
 {{- end }}
 
 {{/*
