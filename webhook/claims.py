@@ -65,7 +65,8 @@ def template_facts(
     facts = claim_facts_from_raw(raw_claim)
     read = gpu_asks(facts, classes) if facts is not None else None
     asks_gpu = read is not None and bool(read.asks or read.unread)
-    return TemplateFacts(asks_gpu, migslice_template_profile(raw_template))
+    instances = sum(a.count for a in read.asks) if read is not None else 0
+    return TemplateFacts(asks_gpu, migslice_template_profile(raw_template), instances)
 
 
 class ClaimBook:
@@ -120,6 +121,12 @@ class ClaimBook:
             return None
         read = gpu_asks(record.facts, self.classes)
         return bool(read.asks or read.unread)
+
+    def instances(self, key: str) -> int:
+        record = self.claims.get(key)
+        if record is None:
+            return 0
+        return sum(ask.count for ask in gpu_asks(record.facts, self.classes).asks)
 
     # -- pods naming claims ---------------------------------------------------------------
 

@@ -253,6 +253,9 @@ class ClusterState:
     def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
         return self._dra.asks_gpu(f"{namespace}/{claim}")
 
+    def claim_instances(self, namespace: str, claim: str) -> int:
+        return self._dra.instances(f"{namespace}/{claim}")
+
     def extended_claim(self, namespace: str, claim: str) -> bool:
         record = self._dra.claims.get(f"{namespace}/{claim}")
         return record is not None and record.facts.extended_resource

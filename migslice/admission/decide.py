@@ -87,7 +87,9 @@ def decide(
     # This very request may hold a charge already: a reinvocation (the pod carries the
     # reservation we wrote) or a retry after an answer that never arrived. It is not counted
     # twice. The request uid is kube-apiserver's, so a tenant cannot name another pod's here.
-    limit = _check_limits(policy, plan, view, admission.request_uid)
+    limit = _check_limits(
+        policy, plan, view, admission.request_uid, _named_instances(admission, intent, view)
+    )
     if limit is None:
         limit = _shared_claim(admission, intent, policy, view)
     if limit is None:
@@ -195,8 +197,10 @@ def _claims_only(
     if isinstance(found, AdmissionDecision):
         return found
     policy = found
-    problem = _shared_claim(admission, intent, policy, view) or _node_selector_conflict(
-        policy, admission
+    problem = (
+        _max_slices(policy, 0, _named_instances(admission, intent, view))
+        or _shared_claim(admission, intent, policy, view)
+        or _node_selector_conflict(policy, admission)
     )
     if problem is not None:
         return AdmissionDecision.deny(_prefixed(subject, problem), tenant=policy.name)
@@ -278,16 +282,50 @@ def _plan(policy: TenantPolicy, intent: PodIntent, view: ClusterView) -> GpuPlan
 
 
 def _check_limits(
-    policy: TenantPolicy, plan: GpuPlan, view: ClusterView, reservation: str | None
+    policy: TenantPolicy,
+    plan: GpuPlan,
+    view: ClusterView,
+    reservation: str | None,
+    named: int = 0,
 ) -> Denial | None:
-    if policy.max_slices_per_pod is not None and plan.charge.instances > policy.max_slices_per_pod:
-        return Denial(
-            "max-slices",
-            f'asks for {plan.charge.instances} GPU slices; policy "{policy.name}" allows '
-            f"{policy.max_slices_per_pod} per pod (spec.maxSlicesPerPod)",
-        )
+    too_many = _max_slices(policy, plan.charge.instances, named)
+    if too_many is not None:
+        return too_many
     used = view.tenant_usage(policy.name, exclude_reservation=reservation)
     return quota_denial(policy, used, plan.charge)
+
+
+def _max_slices(policy: TenantPolicy, own: int, named: int) -> Denial | None:
+    """``spec.maxSlicesPerPod`` over the pod's own GPU resources (``own``) and the GPU
+    devices of the claims and templates it names (``named``): a pod naming several claims
+    holds them all."""
+    limit = policy.max_slices_per_pod
+    if limit is None or own + named <= limit:
+        return None
+    claims = f" ({named} of them from the ResourceClaims it names)" if named else ""
+    return Denial(
+        "max-slices",
+        f'asks for {own + named} GPU slices{claims}; policy "{policy.name}" allows '
+        f"{limit} per pod (spec.maxSlicesPerPod)",
+    )
+
+
+def _named_instances(admission: PodAdmission, intent: PodIntent, view: ClusterView) -> int:
+    """The GPU devices of the claims (``resourceClaimName``, as cached) and templates the pod
+    names, less the claims migslice gives a ResourceClaim tenant's sized pod (counted in its
+    plan: a reinvocation sees them)."""
+    total = 0
+    for ref in intent.claims:
+        if ref.claim is not None:
+            total += view.claim_instances(admission.namespace, ref.claim)
+        elif ref.template is not None:
+            if ref.name.startswith(names.POD_CLAIM) and (
+                names.profile_of_device_class(ref.template) is not None
+            ):
+                continue
+            found = view.template(admission.namespace, ref.template)
+            total += found.instances if found is not None else 0
+    return total
 
 
 def quota_denial(

@@ -19,6 +19,8 @@ class TemplateFacts:
 
     asks_gpu: bool
     migslice_profile: str | None = None
+    instances: int = 0
+    """The NVIDIA GPU devices (MIG instances or whole GPUs) each of its claims asks for."""
 
 
 class ClusterView(Protocol):
@@ -61,6 +63,11 @@ class ClusterView(Protocol):
         """Whether ResourceClaim ``claim`` asks for NVIDIA GPUs (None: not seen)."""
         ...
 
+    def claim_instances(self, namespace: str, claim: str) -> int:
+        """The NVIDIA GPU devices (MIG instances or whole GPUs) ResourceClaim ``claim`` asks
+        for, as read (0: none, or not seen)."""
+        ...
+
     def extended_claim(self, namespace: str, claim: str) -> bool:
         """Whether ResourceClaim ``claim`` is marked as kube-scheduler's claim for a pod's
         extended resources (annotation ``resource.kubernetes.io/extended-resource-claim``)."""
@@ -85,6 +92,8 @@ class StaticView:
     users: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """``namespace/claim`` -> the live pods that use it."""
     gpu_claims: Mapping[str, bool] = field(default_factory=dict)
+    instances: Mapping[str, int] = field(default_factory=dict)
+    """``namespace/claim`` -> the GPU devices it asks for."""
     templates: Mapping[str, TemplateFacts] = field(default_factory=dict)
     extended_claims: frozenset[str] = frozenset()
     """``namespace/claim`` of the claims marked as made for a pod's extended resources."""
@@ -122,6 +131,9 @@ class StaticView:
 
     def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
         return self.gpu_claims.get(f"{namespace}/{claim}")
+
+    def claim_instances(self, namespace: str, claim: str) -> int:
+        return self.instances.get(f"{namespace}/{claim}", 0)
 
     def extended_claim(self, namespace: str, claim: str) -> bool:
         return f"{namespace}/{claim}" in self.extended_claims

@@ -110,6 +110,9 @@ class _ClusterView:
     def claim_asks_gpu(self, namespace: str, claim: str) -> bool | None:
         return None
 
+    def claim_instances(self, namespace: str, claim: str) -> int:
+        return 0
+
     def extended_claim(self, namespace: str, claim: str) -> bool:
         return False
 

@@ -721,3 +721,27 @@ def test_fuzzed_pods_of_a_resource_claim_tenant_get_a_clear_answer_and_never_a_5
         TemplateKeeper(state, MemoryTemplates()),
     ).test_client()
     assert_clear_admission_answer(review, client.post("/mutate", json=review))
+
+
+def test_a_pod_naming_several_claims_is_held_to_max_slices_per_pod() -> None:
+    """maxSlicesPerPod limits the GPU instances one pod (or one claim) may request: a pod
+    naming two claims of one 1g.10gb each holds two instances, which a policy of one per pod
+    refuses, as it refuses the same pod asking nvidia.com/mig-1g.10gb: 2."""
+    state = tenant_state(maxSlicesPerPod=1)
+    state.upsert_claim(make_claim("c-1"))
+    state.upsert_claim(make_claim("c-2"))
+    client = create_app(WebhookSettings(), state).test_client()
+    alone = _pod_answer(client, make_claim_pod("one", {"gpu": "c-1"}), "uid-one")
+    assert alone["allowed"]
+    both = _pod_answer(client, make_claim_pod("two", {"a": "c-1", "b": "c-2"}), "uid-two")
+    assert not both["allowed"]
+    assert "(spec.maxSlicesPerPod)" in both["status"]["message"]
+    spec = make_claim("-", count=2)["spec"]
+    state.upsert_template(
+        {"metadata": {"name": "pair", "namespace": "team-a"}, "spec": {"spec": spec}}
+    )
+    pod = make_claim_pod("pair", {})
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "pair"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    paired = _pod_answer(client, pod, "uid-pair")
+    assert not paired["allowed"] and "(spec.maxSlicesPerPod)" in paired["status"]["message"]
