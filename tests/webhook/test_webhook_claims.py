@@ -745,3 +745,24 @@ def test_a_pod_naming_several_claims_is_held_to_max_slices_per_pod() -> None:
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     paired = _pod_answer(client, pod, "uid-pair")
     assert not paired["allowed"] and "(spec.maxSlicesPerPod)" in paired["status"]["message"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: the shared-claim check reads only the pod cache; a pod admitted moments "
+    "earlier (not yet seen, or admitted by another replica) does not count as a user",
+)
+def test_two_pods_naming_a_hardware_tenants_claim_back_to_back_are_not_both_admitted() -> None:
+    """A Deployment (or two `kubectl create`s) whose pods name one resourceClaimName: the
+    ReplicaSet controller creates its pods in concurrent batches, so the second pod's admission
+    comes before the first pod reaches the webhook's pod watch. Both were admitted, and
+    kube-scheduler reserves the claim (one MIG device) for both: a hardware-isolation tenant's
+    pods share a GPU instance."""
+    state = tenant_state()
+    state.upsert_claim(make_claim("shared"))
+    client = create_app(WebhookSettings(), state).test_client()
+    first = _pod_answer(client, make_claim_pod("first", {"gpu": "shared"}), "uid-first")
+    assert first["allowed"]
+    # The first pod is stored; the watch event has not reached this replica yet.
+    second = _pod_answer(client, make_claim_pod("second", {"gpu": "shared"}), "uid-second")
+    assert not second["allowed"]
