@@ -766,3 +766,30 @@ def test_two_pods_naming_a_hardware_tenants_claim_back_to_back_are_not_both_admi
     # The first pod is stored; the watch event has not reached this replica yet.
     second = _pod_answer(client, make_claim_pod("second", {"gpu": "shared"}), "uid-second")
     assert not second["allowed"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: a pod naming an existing claim is not checked against the policy as it is "
+    "now (isolation, profiles); only the claim's CREATE was, under the policy of that time",
+)
+def test_a_time_sliced_claim_admitted_before_isolation_became_hardware_serves_no_new_pod() -> None:
+    """A policy tightened to isolation: hardware (or narrowed profiles) after a tenant created
+    a ResourceClaim with a TimeSlicing sharing config: every new pod naming that claim is
+    admitted and runs on a time-sliced device, though a new claim like it is refused."""
+    state = tenant_state(isolation="process", tiers=["mig", "shared"])
+    claim = make_claim("ts")
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}
+    parameters["sharing"] = {"strategy": "TimeSlicing"}
+    claim["spec"]["devices"]["config"] = [
+        {"opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}
+    ]
+    client = create_app(WebhookSettings(), state).test_client()
+    reply = client.post(
+        "/mutate", json=make_review(claim, uid="uid-c", kind=CLAIM_KIND, resource="resourceclaims")
+    )
+    assert reply.get_json()["response"]["allowed"]
+    state.upsert_claim(claim)
+    state.upsert_policy(make_policy(generation=2, isolation="hardware"))
+    answer = _pod_answer(client, make_claim_pod("p", {"gpu": "ts"}), "uid-p")
+    assert not answer["allowed"]
