@@ -13,6 +13,7 @@ _.lists
 _.LISTENERS
 _.load_config
 _.patches
+_.refused  # the status writer's SyncResult: statuses the API server refused (422), read by tests
 _.repartition_share
 _.repartitions_per_placed_pod
 _.reservations
