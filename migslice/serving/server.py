@@ -128,7 +128,12 @@ def add_server_arguments(parser: argparse.ArgumentParser, default_port: int) -> 
         help="with --client-ca-file: the client certificate must carry one of these names "
         "(subject common name or DNS subject alternative name)",
     )
-    group.add_argument("--workers", type=count(1, 64), default=1, help="gunicorn worker processes")
+    group.add_argument(
+        "--workers",
+        type=count(1, 64),
+        default=1,
+        help="gunicorn worker processes (each keeps its own metrics: prefer replicas)",
+    )
     group.add_argument("--threads", type=count(1, 256), default=8, help="app threads per worker")
     defaults = ServingLimits()
     group.add_argument(
@@ -324,6 +329,13 @@ def serve(app_factory: Callable[[], Any], options: ServerOptions) -> None:
             allowed,
             max(1, allowed - FILES_BESIDE_CONNECTIONS),
             options.limits.max_connections,
+        )
+    if options.workers > 1:
+        log.warning(
+            "--workers %d: each worker keeps its own metrics, and a scrape of /metrics reads "
+            "the one that answers it, so counters and rates read low; for metrics to count "
+            "every request, run one worker per pod and scale with replicas (the chart does)",
+            options.workers,
         )
     log.debug("starting %d worker(s) for %s://%s", options.workers, options.scheme, options.address)
     _GunicornApp(app_factory, options).run()
