@@ -2,7 +2,7 @@
 
 * kube-apiserver killed for 20 s; right as it is back, the only node with free slices turns
   ``nvidia.com/mig.config.state=pending`` and GPU pods are created: none binds there until the
-  state is ``success`` again (the extender fails every node while its caches are blind, then
+  state is ``success`` again (the extender answers an Error while its caches are blind, then
   sees ``pending``), and the tenant's quota is exact.
 * MIG Manager stuck for ever on one node: a node of another pool is re-partitioned meanwhile
   at its own pace, a node of the same pool once the stuck one passed its deadline and was

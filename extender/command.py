@@ -55,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-blind-s",
         type=console.seconds(),
         default=5.0,
-        help="a watch cache that has not followed the API server for this long fails every node "
-        "in filter (retried by kube-scheduler) and fails /readyz (default %(default)s)",
+        help="a watch cache that has not followed the API server for this long makes filter "
+        "answer an Error (retried by kube-scheduler) and fails /readyz (default %(default)s)",
     )
     parser.add_argument(
         "--no-dra-steer",

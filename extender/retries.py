@@ -5,8 +5,8 @@ again then rather than on the next change in the cluster (in a quiet one, minute
 * **Held back by the large-job reserve** (``--dra-large-reserve``): the hold ends
   ``--dra-large-reserve-max-hold`` after the pod became unschedulable; it is touched a second
   after that (its ``PodScheduled`` condition's time is kept to the second).
-* **Filtered while the caches were blind** (every node failed: the extender could not vouch for
-  any): touched once the caches are ready again.
+* **Filtered while the caches were blind** (an ``Error``: the extender could not vouch for
+  any node): touched once the caches are ready again.
 
 Each worker keeps the pods it turned away; a pod another call lets through (it fits a node) is
 forgotten. A touch the API refuses is tried again :data:`RETRY_AFTER_S` later, at most

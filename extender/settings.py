@@ -121,9 +121,9 @@ class ExtenderSettings:
     at etcd's 1.5 MiB limit are 1.7 MiB; full Nodes (``nodeCacheCapable: false``) are about
     22 KB each when real-shaped, 10.7 MiB for the 500 candidates kube-scheduler sends from a
     5,000-node cluster (``bench/serving/request_sizes.py``). ``max_blind_s``: a cache that has not
-    followed the API server for longer (``migslice.kube.health``) fails every node in filter
-    and fails readiness. ``mig_config_map``: ``namespace/name`` of the ConfigMap holding the
-    mig-parted config under ``mig_config_key``.
+    followed the API server for longer (``migslice.kube.health``) makes filter answer an
+    ``Error`` and fails readiness. ``mig_config_map``: ``namespace/name`` of the ConfigMap
+    holding the mig-parted config under ``mig_config_key``.
     """
 
     max_body_bytes: int = 16 << 20
