@@ -322,6 +322,54 @@ def test_a_tenants_own_claims_are_denied_by_profile_isolation_and_quota(
     assert "(spec.quota.instances)" in denials["quota"]
 
 
+def test_a_hardware_tenants_claim_reserved_for_one_pod_is_not_reserved_for_a_second(
+    tenant: Callable[..., str],
+    dra_node: Callable[..., str],
+    device_classes: None,
+    migslice_scheduler: object,
+    core_v1: k8s.CoreV1Api,
+    custom: k8s.CustomObjectsApi,
+    tenant_namespace: str,
+) -> None:
+    """kube-scheduler reserves the claim for the pod it places (a status update the
+    reservations hook judges and lets through); a second consumer added to the same claim, as
+    kube-scheduler adds one for a second pod naming it that two webhook replicas both
+    admitted, is refused by kube-apiserver with the webhook's reason."""
+    node = dra_node([dra_slices.a100(0)])
+    name = tenant(quota={"instances": 2})
+    retrying(
+        lambda: custom.create_namespaced_custom_object(
+            *DRA, tenant_namespace, "resourceclaims", claim("mine", "1g.10gb")
+        )
+    )
+    pod = gpu_pod()
+    pod["metadata"]["generateName"] = "one-"
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "mine"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    created = core_v1.create_namespaced_pod(tenant_namespace, pod)
+    read = core_v1.read_namespaced_pod
+    bound = wait_for(
+        "the pod bound", lambda: read(created.metadata.name, tenant_namespace).spec.node_name, 60
+    )
+    assert bound == node
+    stored = custom.get_namespaced_custom_object(*DRA, tenant_namespace, "resourceclaims", "mine")
+    reserved = stored["status"]["reservedFor"]
+    assert [r["name"] for r in reserved] == [created.metadata.name]
+    second = {"resource": "pods", "name": "two", "uid": str(uuid.uuid4())}
+    with pytest.raises(k8s.ApiException) as caught:
+        custom.patch_namespaced_custom_object_status(
+            *DRA,
+            tenant_namespace,
+            "resourceclaims",
+            "mine",
+            {"status": {"reservedFor": [*reserved, second]}},
+        )
+    message = api_message(caught.value)
+    assert f"claim {tenant_namespace}/mine cannot be reserved for pod two" in message, message
+    assert f'policy "{name}" is isolation: hardware (spec.isolation)' in message
+    core_v1.delete_namespaced_pod(created.metadata.name, tenant_namespace, grace_period_seconds=0)
+
+
 # -- three replicas, one killed in a burst of claim creates -------------------------------------
 
 

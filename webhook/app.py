@@ -18,7 +18,11 @@ from flask import Flask, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from migslice.admission import AdmissionDecision, MalformedPodError, PodAdmission
-from migslice.admission.claims import ClaimAdmission, decide_claim_update
+from migslice.admission.claims import (
+    ClaimAdmission,
+    decide_claim_reservation,
+    decide_claim_update,
+)
 from migslice.admission.decision import Denial
 from migslice.admission.intent import pod_label
 from migslice.mig import CATALOG
@@ -121,7 +125,11 @@ def mutate() -> Response:
         parsed = review.parse_review(_body(ports.settings))
         claim = parsed.group == DRA_GROUP and parsed.kind in CLAIM_KINDS
         if parsed.operation == "UPDATE" and claim and parsed.kind == "ResourceClaim":
-            decision = _decide_claim_update(ports, parsed)
+            decision = (
+                _decide_claim_reservation(ports, parsed)
+                if parsed.sub_resource == "status"
+                else _decide_claim_update(ports, parsed)
+            )
         elif parsed.operation != "CREATE":
             return _answer("mutate", "allowed", review.allow(parsed.uid), started)
         elif claim:
@@ -180,6 +188,17 @@ def _decide_claim_update(ports: _Ports, parsed: Review) -> AdmissionDecision:
     old = parsed.raw_old_object or {}
     with ports.state.admission_lock:
         return decide_claim_update(namespace, old, parsed.raw_object, ports.state)
+
+
+def _decide_claim_reservation(ports: _Ports, parsed: Review) -> AdmissionDecision:
+    """A ResourceClaim status UPDATE (kube-scheduler reserving the claim for a pod)."""
+    assert parsed.raw_object is not None
+    namespace = parsed.namespace or _namespace_of(parsed.raw_object)
+    if namespace in ports.settings.exclude_namespaces:
+        return AdmissionDecision(allowed=True, reason="excluded-namespace")
+    old = parsed.raw_old_object or {}
+    with ports.state.admission_lock:
+        return decide_claim_reservation(namespace, old, parsed.raw_object, ports.state)
 
 
 def _with_templates(ports: _Ports, decision: AdmissionDecision, dry_run: bool) -> AdmissionDecision:

@@ -81,6 +81,7 @@ class Review:
     raw_object: Mapping[str, object] | None
     dry_run: bool
     raw_old_object: Mapping[str, object] | None = None
+    sub_resource: str = ""
 
 
 def parse_review(body: bytes) -> Review:
@@ -120,6 +121,9 @@ def parse_review(body: bytes) -> Review:
     raw_old = request.get("oldObject")
     if raw_old is not None and not isinstance(raw_old, dict):
         raise ReviewError("AdmissionReview request.oldObject is not an object")
+    sub_resource = request.get("subResource", "")
+    if not isinstance(sub_resource, str):
+        raise ReviewError("AdmissionReview request.subResource is not a string")
     return Review(
         uid=uid,
         group=str(gvk.get("group", "")),
@@ -129,6 +133,7 @@ def parse_review(body: bytes) -> Review:
         raw_object=raw_object,
         dry_run=dry_run is True,
         raw_old_object=raw_old,
+        sub_resource=sub_resource,
     )
 
 

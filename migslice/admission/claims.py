@@ -20,7 +20,7 @@ nothing when that pod, which is charged for them, covers it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from migslice import names
@@ -317,26 +317,14 @@ def _isolation(reading: ClaimReading, policy: TenantPolicy, subject: str) -> Den
 def _ask_problem(
     ask: GpuAsk, policy: TenantPolicy, view: ClusterView, subject: str
 ) -> Denial | None:
+    problem = _policy_problem(ask, policy, subject)
+    if problem is not None:
+        return problem
     usable = usable_offers(policy, view.offers())
     if ask.kind == DeviceKind.GPU:
-        if not policy.allows_tier(Tier.DEDICATED):
-            return Denial(
-                "tier-not-allowed",
-                f'{subject} asks for whole GPUs; policy "{policy.name}" allows tiers '
-                f"{', '.join(t.value for t in policy.tiers)} (spec.tiers)",
-            )
         products = {o.product for o in usable}
     else:
-        profile = ask.profile or ""
-        if not policy.allows_tier(Tier.MIG):
-            return Denial(
-                "tier-not-allowed",
-                f'{subject} asks for {profile}; policy "{policy.name}" does not allow the mig '
-                "tier (spec.tiers)",
-            )
-        if not policy.allows_profile(profile):
-            return Denial("profile-not-allowed", _profile_message(subject, profile, policy))
-        products = {o.product for o in usable if o.model.has_profile(profile)}
+        products = {o.product for o in usable if o.model.has_profile(ask.profile or "")}
     shown = ask.profile or "whole GPUs"
     named = ask.selection.value(f"{names.DRA_DRIVER}/productName")
     if named is not None:
@@ -467,3 +455,108 @@ def decide_claim_update(
             "created (by kube-scheduler and the webhook)",
         )
     )
+
+
+def decide_claim_reservation(
+    namespace: str, raw_old: JsonObject, raw_new: JsonObject, view: ClusterView
+) -> AdmissionDecision:
+    """kube-scheduler reserving a tenant's claim for a pod (``status.reservedFor`` grows, a
+    ``resourceclaims/status`` UPDATE): the claim is held to its tenant's policy as it is now.
+
+    * ``isolation: hardware``: one consumer at a time. The pods' own admission refuses a pod
+      naming a claim another live pod uses, but only from what its caches have seen: two pods
+      created together (a Deployment's batch, two replicas of the webhook) both passed, and
+      kube-scheduler reserved the one device for both. kube-apiserver admits each status
+      update against the claim it replaces, so of two reservations racing, one is refused.
+    * The isolation, tier and profile rules: a claim created under an earlier policy (a
+      TimeSlicing config before the tenant became ``hardware``, a profile since removed) serves
+      no new pod. Pods already running keep their devices (only a new reservation is judged).
+
+    A refusal leaves the pod pending: kube-scheduler's binding fails with this message (in the
+    pod's events) and is retried, so the pod runs once the claim's other consumer has ended."""
+    selecting = view.tenant_policies(namespace)
+    added = _new_consumers(raw_old, raw_new)
+    if len(selecting) != 1 or not added:
+        return AdmissionDecision(allowed=True, reason="no-policy" if not selecting else "unchanged")
+    policy = next(iter(selecting))
+    label = pod_label(namespace, raw_new)
+    subject = f"claim {label}"
+    reading = read_claim(label, mapping(raw_new.get("spec")), view.device_classes())
+    if not reading.touches_gpu:
+        return NO_GPU
+    applied = mapping(mapping(mapping(raw_new.get("status")).get("allocation")).get("devices"))
+    allocated = [("its allocation's config", s) for s in sharing_strategies(applied.get("config"))]
+    reading = replace(reading, sharing=reading.sharing + tuple(allocated))
+    consumers = _consumers(raw_new)
+    who = f"{added[0][0]} {added[0][1]}"
+    if policy.isolation is Isolation.HARDWARE and len(consumers) > 1:
+        others = [f"{kind} {name}" for kind, name, _ in consumers if (kind, name) != added[0][:2]]
+        return AdmissionDecision.deny(
+            Denial(
+                "isolation",
+                f"{subject} cannot be reserved for {who}: it is reserved for {others[0]} "
+                f'(status.reservedFor), and policy "{policy.name}" is isolation: hardware '
+                "(spec.isolation), one consumer per claim; give each pod its own claim "
+                "(resourceClaimTemplateName), or this pod runs once the other has ended",
+            ),
+            tenant=policy.name,
+        )
+    problem = _isolation(reading, policy, subject)
+    for ask in reading.asks if problem is None else ():
+        problem = _policy_problem(ask, policy, subject)
+        if problem is not None:
+            break
+    if problem is None:
+        return AdmissionDecision(allowed=True, reason="admitted", tenant=policy.name)
+    return AdmissionDecision.deny(
+        Denial(
+            problem.reason,
+            f"{problem.message}; it cannot be reserved for {who}: the policy changed since "
+            "the claim was created (a claim made under the policy as it is now may be)",
+            problem.code,
+        ),
+        tenant=policy.name,
+    )
+
+
+def _consumers(raw_claim: JsonObject) -> list[tuple[str, str, str]]:
+    """(resource, name, uid) of each entry of the claim's ``status.reservedFor``."""
+    found: dict[tuple[str, str], tuple[str, str, str]] = {}
+    for raw in items(mapping(raw_claim.get("status")).get("reservedFor")):
+        entry = mapping(raw)
+        resource, name = text(entry.get("resource")) or "", text(entry.get("name")) or ""
+        uid = text(entry.get("uid")) or ""
+        found.setdefault((resource, uid or name), (_kind(resource), name, uid))
+    return list(found.values())
+
+
+def _kind(resource: str) -> str:
+    return "pod" if resource == "pods" else resource or "consumer"
+
+
+def _new_consumers(raw_old: JsonObject, raw_new: JsonObject) -> list[tuple[str, str, str]]:
+    before = {(kind, uid or name) for kind, name, uid in _consumers(raw_old)}
+    return [c for c in _consumers(raw_new) if (c[0], c[2] or c[1]) not in before]
+
+
+def _policy_problem(ask: GpuAsk, policy: TenantPolicy, subject: str) -> Denial | None:
+    """The tier and profile rules of :func:`_ask_problem`, without the cluster's products (an
+    allocated claim's device exists, whatever the caches hold of the nodes)."""
+    if ask.kind == DeviceKind.GPU:
+        if policy.allows_tier(Tier.DEDICATED):
+            return None
+        return Denial(
+            "tier-not-allowed",
+            f'{subject} asks for whole GPUs; policy "{policy.name}" allows tiers '
+            f"{', '.join(t.value for t in policy.tiers)} (spec.tiers)",
+        )
+    profile = ask.profile or ""
+    if not policy.allows_tier(Tier.MIG):
+        return Denial(
+            "tier-not-allowed",
+            f'{subject} asks for {profile}; policy "{policy.name}" does not allow the mig '
+            "tier (spec.tiers)",
+        )
+    if not policy.allows_profile(profile):
+        return Denial("profile-not-allowed", _profile_message(subject, profile, policy))
+    return None

@@ -44,7 +44,7 @@ def selector(binding: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_fail_closed_and_fail_open_namespaces_get_one_webhook_each_and_the_same_filter() -> None:
-    closed, opened, claims = hooks()
+    closed, opened, claims, *_ = hooks()
     assert claims["name"] == "claims.webhook.migslice.io"
     assert closed["failurePolicy"] == "Fail" and opened["failurePolicy"] == "Ignore"
     assert closed["namespaceSelector"]["matchExpressions"][-1] == CLOSED
@@ -54,6 +54,20 @@ def test_fail_closed_and_fail_open_namespaces_get_one_webhook_each_and_the_same_
     assert opened["matchConditions"] == closed["matchConditions"]
     same = ("clientConfig", "rules", "sideEffects", "reinvocationPolicy", "timeoutSeconds")
     assert {k: opened[k] for k in same} == {k: closed[k] for k in same}
+
+
+def test_claim_reservations_are_judged_fail_closed_and_fail_open_as_pods_are() -> None:
+    closed, opened, _, reserving, reserving_open = hooks()
+    assert reserving["name"] == "claim-reservations.webhook.migslice.io"
+    assert reserving["failurePolicy"] == "Fail" and reserving_open["failurePolicy"] == "Ignore"
+    assert reserving["namespaceSelector"] == closed["namespaceSelector"]
+    assert reserving_open["namespaceSelector"] == opened["namespaceSelector"]
+    for hook in (reserving, reserving_open):
+        (rule,) = hook["rules"]
+        assert rule["operations"] == ["UPDATE"] and rule["resources"] == ["resourceclaims/status"]
+        assert hook["sideEffects"] == "None"  # it writes nothing, dryRun or not
+        (condition,) = hook["matchConditions"]
+        assert "oldObject.status.reservedFor.exists(o, o.uid == r.uid)" in condition["expression"]
 
 
 def test_the_gate_policy_gates_every_gpu_pod_of_fail_open_namespaces_before_the_webhook() -> None:

@@ -747,36 +747,56 @@ def test_a_pod_naming_several_claims_is_held_to_max_slices_per_pod() -> None:
     assert not paired["allowed"] and "(spec.maxSlicesPerPod)" in paired["status"]["message"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: the shared-claim check reads only the pod cache; a pod admitted moments "
-    "earlier (not yet seen, or admitted by another replica) does not count as a user",
-)
-def test_two_pods_naming_a_hardware_tenants_claim_back_to_back_are_not_both_admitted() -> None:
+def _reserve(
+    client: FlaskClient, claim: dict[str, Any], pods: tuple[str, ...], before: tuple[str, ...]
+) -> Any:
+    """kube-scheduler's status UPDATE of ``claim`` from reserved for ``before`` to ``pods``
+    (its allocation on gpu-1's first MIG device), as kube-apiserver sends it to the webhook."""
+    name = claim["metadata"]["name"]
+    allocated = [("gpu-1", "gpu-0-mig-1g10gb-19-6")]
+    old = make_claim(name, allocated=allocated, reserved_for=before)
+    new = make_claim(name, allocated=allocated, reserved_for=pods)
+    old["spec"] = new["spec"] = claim["spec"]
+    review = make_review(
+        new, uid=f"uid-{'-'.join(pods)}", kind=CLAIM_KIND, resource="resourceclaims"
+    )
+    review["request"] |= {"operation": "UPDATE", "oldObject": old, "subResource": "status"}
+    reply = client.post("/mutate", json=review)
+    assert reply.status_code == 200, reply.get_data(as_text=True)
+    return reply.get_json()["response"]
+
+
+def test_two_pods_naming_a_hardware_tenants_claim_back_to_back_get_it_one_at_a_time() -> None:
     """A Deployment (or two `kubectl create`s) whose pods name one resourceClaimName: the
     ReplicaSet controller creates its pods in concurrent batches, so the second pod's admission
-    comes before the first pod reaches the webhook's pod watch. Both were admitted, and
-    kube-scheduler reserves the claim (one MIG device) for both: a hardware-isolation tenant's
-    pods share a GPU instance."""
+    comes before the first pod reaches the webhook's pod watch (or reaches another replica),
+    and both are admitted. kube-scheduler then reserved the claim (one MIG device) for both: a
+    hardware-isolation tenant's pods shared a GPU instance. The reservation is now judged
+    (kube-apiserver admits each status update against the claim it replaces, so of two
+    racing, one is refused): the second pod waits until the first has ended."""
     state = tenant_state()
-    state.upsert_claim(make_claim("shared"))
+    claim = make_claim("shared")
+    state.upsert_claim(claim)
     client = create_app(WebhookSettings(), state).test_client()
     first = _pod_answer(client, make_claim_pod("first", {"gpu": "shared"}), "uid-first")
-    assert first["allowed"]
-    # The first pod is stored; the watch event has not reached this replica yet.
     second = _pod_answer(client, make_claim_pod("second", {"gpu": "shared"}), "uid-second")
-    assert not second["allowed"]
+    assert first["allowed"] and second["allowed"]  # the pod cache has seen neither yet
+    assert _reserve(client, claim, ("first",), ())["allowed"]
+    refused = _reserve(client, claim, ("first", "second"), ("first",))
+    assert not refused["allowed"]
+    message = refused["status"]["message"]
+    assert "cannot be reserved for pod second" in message and "pod first" in message, message
+    assert "isolation: hardware" in message
+    assert _reserve(client, claim, ("second",), ())["allowed"]  # once the first has ended
+    state.upsert_policy(make_policy(generation=2, isolation="process", tiers=["mig", "shared"]))
+    assert _reserve(client, claim, ("first", "second"), ("first",))["allowed"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: a pod naming an existing claim is not checked against the policy as it is "
-    "now (isolation, profiles); only the claim's CREATE was, under the policy of that time",
-)
 def test_a_time_sliced_claim_admitted_before_isolation_became_hardware_serves_no_new_pod() -> None:
     """A policy tightened to isolation: hardware (or narrowed profiles) after a tenant created
-    a ResourceClaim with a TimeSlicing sharing config: every new pod naming that claim is
-    admitted and runs on a time-sliced device, though a new claim like it is refused."""
+    a ResourceClaim with a TimeSlicing sharing config: a new pod naming that claim was placed
+    and ran on a time-sliced device, though a new claim like it is refused. Its reservation
+    for a new pod is judged against the policy as it is now; the pods running keep it."""
     state = tenant_state(isolation="process", tiers=["mig", "shared"])
     claim = make_claim("ts")
     parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}
@@ -790,6 +810,31 @@ def test_a_time_sliced_claim_admitted_before_isolation_became_hardware_serves_no
     )
     assert reply.get_json()["response"]["allowed"]
     state.upsert_claim(claim)
+    assert _reserve(client, claim, ("old",), ())["allowed"]
     state.upsert_policy(make_policy(generation=2, isolation="hardware"))
-    answer = _pod_answer(client, make_claim_pod("p", {"gpu": "ts"}), "uid-p")
-    assert not answer["allowed"]
+    refused = _reserve(client, claim, ("p",), ())
+    assert not refused["allowed"]
+    message = refused["status"]["message"]
+    assert "sharing strategy TimeSlicing" in message and "policy changed" in message, message
+    state.upsert_policy(make_policy(generation=3, allowedProfiles=["2g.20gb"]))
+    refused = _reserve(client, make_claim("plain"), ("p",), ())
+    assert not refused["allowed"] and "(spec.allowedProfiles)" in refused["status"]["message"]
+
+
+def test_a_reservation_that_adds_no_consumer_or_outside_a_tenant_is_not_judged() -> None:
+    """Status updates that add no consumer (the driver's device status, the resourceclaim
+    controller removing an ended pod) pass whatever the policy; so does any claim in a
+    namespace no policy selects."""
+    state = tenant_state(allowedProfiles=["2g.20gb"])
+    claim = make_claim("c")  # 1g.10gb, which the policy no longer allows
+    client = create_app(WebhookSettings(), state).test_client()
+    assert _reserve(client, claim, ("a",), ("a",))["allowed"]
+    assert _reserve(client, claim, (), ("a",))["allowed"]
+    other = make_claim("c", namespace="elsewhere")
+    review = make_review(other, uid="u", namespace="elsewhere", kind=CLAIM_KIND)
+    review["request"] |= {"operation": "UPDATE", "subResource": "status"}
+    review["request"]["object"] = make_claim(
+        "c", namespace="elsewhere", allocated=[("gpu-1", "d")], reserved_for=("a", "b")
+    )
+    review["request"]["oldObject"] = other
+    assert client.post("/mutate", json=review).get_json()["response"]["allowed"]
