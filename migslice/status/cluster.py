@@ -295,11 +295,14 @@ def _gpu_claims(
 def pool_of(state: NodeState, labels: Mapping[str, object], settings: StatusSettings) -> str:
     """A node's pool: its ``pool_label`` value; without one, its GPU product (the label, else
     the model the inventory found: a node whose GPUs a DRA driver publishes may lack GFD's
-    label); :data:`NO_POOL` when neither says."""
+    label); :data:`NO_POOL` when neither says, or ``(no label L)`` for a ``pool_label`` L the
+    node lacks."""
     value = labels.get(settings.pool_key)
     if isinstance(value, str) and value:
         return value
-    if settings.pool_label is None and state.model is not None:
+    if settings.pool_label is not None:
+        return f"(no label {settings.pool_label})"
+    if state.model is not None:
         return state.facts.product or state.model.key
     return NO_POOL
 

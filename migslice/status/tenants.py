@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from migslice.admission.status import QuotaDimension, quota_dimensions, usage_wire
 from migslice.admission.usage import SliceUsage
+from migslice.mig import CATALOG
+from migslice.policy import check_against_catalog
 from migslice.status.cluster import Cluster
 
 
@@ -54,7 +56,13 @@ def tenant_views(cluster: Cluster) -> list[TenantView]:
         namespaces = tuple(sorted(cluster.tenancy.namespaces_of(name)))
         pods = [cluster.gpu_pods[k] for ns in namespaces for k in by_namespace.get(ns, ())]
         usage = cluster.usage_of(name)
-        conflicts = cluster.tenancy.conflicts(policy)
+        problems = [str(c) for c in cluster.tenancy.conflicts(policy)]
+        if unservable := check_against_catalog(policy, CATALOG):
+            # The webhook's status writer marks such a policy Ready=False (InvalidSpec) and
+            # doctor's tenant-policies fails it: pods that hit these fields are refused.
+            problems.append(
+                "asks what the catalog cannot serve: " + "; ".join(str(e) for e in unservable)
+            )
         observed = _status_used(cluster.policy_status.get(name))
         views.append(
             TenantView(
@@ -65,7 +73,7 @@ def tenant_views(cluster: Cluster) -> list[TenantView]:
                 usage=usage,
                 dimensions=quota_dimensions(policy, usage),
                 status_used=observed if observed not in (None, dict(usage_wire(usage))) else None,
-                problem="; ".join(str(c) for c in conflicts),
+                problem="; ".join(problems),
             )
         )
     for name, invalid in sorted(cluster.invalid_policies.items()):

@@ -106,7 +106,8 @@ def test_pools_default_to_the_gpu_product_or_follow_a_label() -> None:
         "NVIDIA-H100-80GB-HBM3",
     ]
     by_label = build_status(_cluster(pool_label="pool"), cooldown_s=600)
-    assert [p.name for p in by_label.pools] == ["(no GPU product)", "reserved"]
+    # Nodes without the label are said to lack it, not a GPU product (they have one).
+    assert [p.name for p in by_label.pools] == ["(no label pool)", "reserved"]
     assert "label pool" in render_text(by_label)
 
 
@@ -218,6 +219,34 @@ def test_status_as_json_and_yaml_carries_every_value(
     assert "gpu-operator" in document["repartition"]["where"]
     wide = _run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "wide")
     assert "3g.40gb@0" in wide
+
+
+def test_a_policy_that_asks_what_the_catalog_cannot_serve_shows_its_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """status showed such a tenant as healthy, while doctor's tenant-policies failed it and the
+    webhook marks it Ready=False (InvalidSpec) and refuses the pods that hit it."""
+    typo = {
+        "apiVersion": "migslice.io/v1alpha1",
+        "kind": "TenantPolicy",
+        "metadata": {"name": "typo"},
+        "spec": {
+            "namespaces": ["typo"],
+            "sizes": {"small": {"memory": "10Gi"}},
+            "allowedProfiles": ["1g.10gb", "2g.25gb"],
+        },
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([*representative_cluster(), typo]))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    problems = {t["name"]: t["problem"] for t in document["tenants"]}
+    assert problems["typo"] == (
+        "asks what the catalog cannot serve: spec.allowedProfiles[1]: no GPU model in the "
+        'catalog has profile "2g.25gb"'
+    )
+    assert problems["team-a"] is None
+    text = _run(capsys, "status", "--cluster-file", str(path))
+    assert "problem: asks what the catalog cannot serve: spec.allowedProfiles[1]" in text
 
 
 def test_status_of_one_namespace_keeps_its_tenant_and_waiting_pods(
