@@ -334,6 +334,13 @@ def _no_cluster(error: Exception, kubeconfig: str | None, context: str | None) -
             f"no access to a cluster: kubeconfig {kubeconfig}: {reason}; "
             f"`kubectl --kubeconfig {kubeconfig} config view` shows what it holds"
         )
+    named = os.environ.get("KUBECONFIG", "")
+    paths = [os.path.expanduser(p) for p in named.split(os.pathsep) if p]
+    if paths and not any(os.path.exists(p) for p in paths):
+        return (
+            f"no access to a cluster: not in a pod, and $KUBECONFIG names no file that exists "
+            f"({', '.join(paths)}); point $KUBECONFIG at your kubeconfig, or pass --kubeconfig"
+        )
     return (
         f"no access to a cluster: not in a pod, and no kubeconfig to use ({reason}); "
         "pass --kubeconfig, or set $KUBECONFIG"

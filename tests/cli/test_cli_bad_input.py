@@ -334,3 +334,22 @@ def test_no_usable_kubeconfig_says_what_to_do_for_each_way_it_was_asked(
     assert main(["doctor", "--kubeconfig", str(kubeconfig)]) == 1  # no current-context
     err = capsys.readouterr().err
     assert f"kubectl --kubeconfig {kubeconfig} config view" in err and err.count("\n") == 1, err
+
+
+def test_a_kubeconfig_env_that_names_no_file_is_named(tmp_path: Path) -> None:
+    """KUBECONFIG=/nonexistent was told "no kubeconfig to use ...; set $KUBECONFIG", though it
+    was set: the message named neither the variable's value nor that the file is missing."""
+    missing = tmp_path / "nope.kubeconfig"
+    environment = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    environment.update(KUBECONFIG=str(missing), HOME=str(tmp_path))
+    answer = subprocess.run(
+        [sys.executable, "-m", "migslice.cli", "status"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+    err = answer.stderr
+    assert answer.returncode == 1 and "Traceback" not in err, err
+    assert f"$KUBECONFIG names no file that exists ({missing})" in err, err
+    assert "point $KUBECONFIG at your kubeconfig, or pass --kubeconfig" in err, err
