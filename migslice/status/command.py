@@ -135,6 +135,11 @@ def _read(args: argparse.Namespace) -> tuple[ClusterObjects, KubernetesTransport
     from migslice.status.gather import connect, read_cluster, read_cluster_file
 
     if args.cluster_file is not None:
+        if args.context is not None:
+            raise CommandError(
+                f"--context {args.context} names a kubeconfig context; --cluster-file reads no "
+                "cluster: drop one of them"
+            )
         return read_cluster_file(args.cluster_file), None
     transport = connect(args.kubeconfig, args.context, args.timeout_s)
     namespace, _, name = args.mig_config_map.partition("/")

@@ -669,3 +669,15 @@ def test_status_says_whether_the_planners_stranding_rules_are_on(
     # Without a 3g held the rule cannot apply, and the text says nothing of it.
     path.write_text(yaml.safe_dump_all(objects[:1] + objects[2:]))
     assert "stranding rule" not in _run(capsys, "status", "--cluster-file", str(path))
+
+
+@pytest.mark.parametrize("command", ["status", "why"])
+def test_a_context_with_a_cluster_file_is_refused_not_ignored(
+    command: str, cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--context prod --cluster-file F answered from F, silently: an admin who meant prod was
+    shown the file."""
+    argv = [command, "--cluster-file", str(cluster_file), "--context", "prod"]
+    assert main([*argv, *(["-n", "team-a", "train-2"] if command == "why" else [])]) == 1
+    err = capsys.readouterr().err
+    assert "--context prod names a kubeconfig context; --cluster-file reads no cluster" in err
