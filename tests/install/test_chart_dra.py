@@ -113,3 +113,33 @@ def test_the_reserve_max_hold_must_be_a_positive_number_of_seconds() -> None:
     )
     assert refused.returncode != 0
     assert "maxHoldSeconds" in refused.stderr
+
+
+@pytest.mark.skipif(not Path(HELM).exists(), reason="no helm (e2e/build.sh; MIGSLICE_E2E_BIN)")
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        (["dra.largeJobReserve.enabled=true", "dra.steer.enabled=false"], "dra.steer.enabled"),
+        (["repartition.defaultNodeMode=carve"], "agent.carve=true"),
+    ],
+    ids=["reserve-without-steer", "carve-default-without-carving-agent"],
+)
+def test_values_that_cannot_work_together_are_refused_naming_the_one_to_set(
+    values: list[str], named: str
+) -> None:
+    """Rendered, each was an install that did nothing it was asked: the extender logged that
+    the reserve was off, or every carve the controller asked for timed out."""
+    refused = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), *(f"--set={v}" for v in values)],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0
+    assert named in refused.stderr, refused.stderr
+    works = [*values, "dra.steer.enabled=true", "agent.carve=true"]
+    rendered = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), *(f"--set={v}" for v in works)],
+        capture_output=True,
+        text=True,
+    )
+    assert rendered.returncode == 0, rendered.stderr
