@@ -220,7 +220,9 @@ class GateReconciler:
             decision.tenant,
             names.ADMISSION_GATE,
         )
-        self._api.set_condition(pod.namespace, pod.name, admitted_condition(note, self._now()))
+        self._api.set_condition(
+            pod.namespace, pod.name, admitted_condition(note, self._now(), pod.raw_pod)
+        )
         self._api.record_event(pod, note)
         self._said.pop(pod.uid, None)
         return True
@@ -247,7 +249,9 @@ class GateReconciler:
             return
         log.info("Gated pod=%s waits: %s", pod.key, note.message)
         self._api.record_event(pod, note)
-        self._api.set_condition(pod.namespace, pod.name, admitted_condition(note, self._now()))
+        self._api.set_condition(
+            pod.namespace, pod.name, admitted_condition(note, self._now(), pod.raw_pod)
+        )
         self._said[pod.uid] = note.message
 
     def _now(self) -> str:

@@ -26,6 +26,7 @@ from migslice import names
 from migslice.admission.decision import AdmissionDecision, Denial, PodAdmission
 from migslice.admission.intent import read_intent
 from migslice.admission.patch import PatchOp, remove_scheduling_gate
+from migslice.objects.json import mapping, text
 from migslice.objects.pods import is_admission_gated, metadata_of
 
 ADMISSION_UID_PREFIX = "gate-"
@@ -164,13 +165,24 @@ def note_of(pod: GatedPod, decision: AdmissionDecision) -> GateNote:
     return GateNote(False, DENIED_REASON, message, warning=True)
 
 
-def admitted_condition(note: GateNote, now: str) -> dict[str, str]:
+def admitted_condition(
+    note: GateNote, now: str, raw_pod: Mapping[str, object] | None = None
+) -> dict[str, str]:
     """The pod condition for ``note`` (``now``: an RFC 3339 stamp), as a strategic merge
-    patch of ``status.conditions`` carries it (merged by ``type``)."""
+    patch of ``status.conditions`` carries it (merged by ``type``). Its
+    ``lastTransitionTime`` is the one ``raw_pod`` holds while the status stays the same (the
+    API conventions: it moves when the status does, not with the reason or message)."""
+    status = "True" if note.admitted else "False"
+    since = now
+    conditions = mapping(raw_pod.get("status")).get("conditions") if raw_pod else None
+    for raw in conditions if isinstance(conditions, list) else ():
+        held = mapping(raw)
+        if held.get("type") == names.ADMITTED_CONDITION and held.get("status") == status:
+            since = text(held.get("lastTransitionTime")) or now
     return {
         "type": names.ADMITTED_CONDITION,
-        "status": "True" if note.admitted else "False",
+        "status": status,
         "reason": note.reason,
         "message": note.message[:1024],
-        "lastTransitionTime": now,
+        "lastTransitionTime": since,
     }

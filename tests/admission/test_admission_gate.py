@@ -195,3 +195,27 @@ def test_what_the_reconciler_tells_says_the_reason_and_the_numbers(
         assert note.waiting
         assert "would use 3 GPU instances (2 in use or admitted + 1 for this pod)" in note.message
         assert "spec.quota.instances" in note.message and "stays gated" in note.message
+
+
+def test_the_admitted_conditions_transition_time_moves_with_its_status_only() -> None:
+    """A pod waiting for quota is told again as the message changes (the tenant's usage); its
+    condition's lastTransitionTime stayed the time it first became False only if the status
+    did not change (Kubernetes API conventions), and moves when it is admitted."""
+    raw = make_gated_pod("a", limits=DIRECT)
+    pod = gated_pod(raw)
+    assert pod is not None
+    usage = {"team-a": SliceUsage(2, 2, 2)}
+    cluster = StaticView(
+        (parse_tenant_policy(make_policy(quota={"instances": 2})),), (A100,), {}, usage
+    )
+    waiting = note_of(pod, decide(pod.admission, cluster))
+    first = admitted_condition(waiting, "2025-05-01T00:00:00Z", raw)
+    assert first["lastTransitionTime"] == "2025-05-01T00:00:00Z"
+    raw["status"] = {"conditions": [{**first, "message": "an older count"}]}
+    again = admitted_condition(waiting, "2025-05-01T00:05:00Z", raw)
+    assert again["status"] == "False" and again["lastTransitionTime"] == "2025-05-01T00:00:00Z"
+    cluster = StaticView((parse_tenant_policy(make_policy(quota={"instances": 2})),), (A100,))
+    admitted = note_of(pod, decide(pod.admission, cluster))
+    assert admitted.admitted
+    moved = admitted_condition(admitted, "2025-05-01T00:09:00Z", raw)
+    assert moved["status"] == "True" and moved["lastTransitionTime"] == "2025-05-01T00:09:00Z"
