@@ -490,7 +490,14 @@ def decide_claim_reservation(
     consumers = _consumers(raw_new)
     who = f"{added[0][0]} {added[0][1]}"
     if policy.isolation is Isolation.HARDWARE and len(consumers) > 1:
-        others = [f"{kind} {name}" for kind, name, _ in consumers if (kind, name) != added[0][:2]]
+        # Told apart by uid: a pod made again under its name (a StatefulSet's) is a new
+        # consumer while its old instance's entry lingers, until the resourceclaim controller
+        # removes it.
+        others = [
+            f"{kind} {name}" + (f" (uid {uid})" if name == added[0][1] else "")
+            for kind, name, uid in consumers
+            if (kind, uid or name) != (added[0][0], added[0][2] or added[0][1])
+        ]
         return AdmissionDecision.deny(
             Denial(
                 "isolation",

@@ -838,3 +838,26 @@ def test_a_reservation_that_adds_no_consumer_or_outside_a_tenant_is_not_judged()
     )
     review["request"]["oldObject"] = other
     assert client.post("/mutate", json=review).get_json()["response"]["allowed"]
+
+
+def test_a_pod_recreated_under_its_name_while_its_old_reservation_lingers_gets_an_answer() -> None:
+    """A StatefulSet's pod (or any pod deleted and made again under its name) naming a hardware
+    tenant's claim: kube-scheduler reserves the claim for the new pod (a new uid) before the
+    resourceclaim controller has removed the old pod's entry (it removes an entry whose pod
+    "got replaced with new instance", by uid). The two entries share the name; the webhook
+    must answer (a denial naming the old instance), not fail with HTTP 500."""
+    state = tenant_state()
+    claim = make_claim("shared")
+    state.upsert_claim(claim)
+    client = create_app(WebhookSettings(), state).test_client()
+    allocated = [("gpu-1", "gpu-0-mig-1g10gb-19-6")]
+    old = make_claim("shared", allocated=allocated, reserved_for=("web-0",))
+    new = make_claim("shared", allocated=allocated, reserved_for=("web-0",))
+    new["status"]["reservedFor"].append({"resource": "pods", "name": "web-0", "uid": "uid-new"})
+    review = make_review(new, uid="uid-r", kind=CLAIM_KIND, resource="resourceclaims")
+    review["request"] |= {"operation": "UPDATE", "oldObject": old, "subResource": "status"}
+    reply = client.post("/mutate", json=review)
+    assert reply.status_code == 200, reply.get_data(as_text=True)
+    answer = reply.get_json()["response"]
+    assert not answer["allowed"]
+    assert "reserved for pod web-0" in answer["status"]["message"], answer
