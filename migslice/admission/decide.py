@@ -16,7 +16,7 @@ tenant's too (not charged: its claims are). Claims and templates themselves:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from migslice import names
@@ -62,7 +62,8 @@ def decide(
     if implicit is not None:
         return implicit
     if not intent.has_gpu_intent:
-        return _claims_only(admission, intent, view, settings) if intent.claims else NO_GPU
+        unasked = _claims_only(admission, intent, view, settings) if intent.claims else NO_GPU
+        return _ungated(unasked, admission.raw_pod)
     subject = f"pod {pod_label(admission.namespace, admission.raw_pod)}"
     if intent.problems:
         # The apiserver's validation, after admission, would refuse the pod; say why now,
@@ -108,6 +109,19 @@ def decide(
         reservation=None if claimed else admission.request_uid,
         templates=((admission.namespace, plan.profile),) if claimed else (),
     )
+
+
+def _ungated(decision: AdmissionDecision, raw_pod: Mapping[str, object]) -> AdmissionDecision:
+    """An allowed pod without the admission gate: the gate policy's matchConditions are the
+    pod hook's, so a fail-open namespace's pod that asks for no GPU migslice reads (another
+    DeviceClass's implicit extended resource, an ``nvidia.com/*`` resource that is no GPU)
+    is stored gated though the webhook answers; admitted, it comes off here as for any pod."""
+    if not decision.allowed or any(
+        op.path.startswith("/spec/schedulingGates/") for op in decision.patch
+    ):
+        return decision
+    gate = remove_scheduling_gate(raw_pod, names.ADMISSION_GATE)
+    return replace(decision, patch=(*decision.patch, *gate)) if gate else decision
 
 
 def _implicit_class_asks(admission: PodAdmission, view: ClusterView) -> AdmissionDecision | None:

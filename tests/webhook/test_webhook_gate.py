@@ -387,3 +387,32 @@ def test_a_pod_whose_un_gate_is_refused_holds_no_quota_for_good() -> None:
     clock.now_s += 50  # past the charge's 45 s hold, before p0 is tried again (90 s)
     gate.run_once()
     assert api.admitted() == ["p1"]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "resource"),
+    [
+        ("team-a", "deviceclass.resource.kubernetes.io/nic.example.com"),
+        ("elsewhere", "deviceclass.resource.kubernetes.io/gpu.nvidia.com"),
+        ("team-a", "nvidia.com/hostdev"),
+    ],
+    ids=["tenant-other-class", "no-tenant-nvidia-class", "tenant-nvidia-non-gpu"],
+)
+def test_the_webhook_removes_the_gate_from_a_pod_it_admits_as_asking_no_gpu(
+    namespace: str, resource: str
+) -> None:
+    """The gate policy's matchConditions are the webhook's: since they match any DeviceClass's
+    implicit extended resource (deviceclass.resource.kubernetes.io/*), a fail-open namespace's
+    pod asking one is stored gated even while the webhook answers. The webhook admits it as
+    asking for no GPU; it must take the gate off as it does for every pod it admits
+    (docs/outages.md), not leave it to the reconciler's next round (which tells it was
+    "created while the webhook was unavailable")."""
+    state = replica_state()
+    client = create_app(WebhookSettings(), state).test_client()
+    pod = make_created_pod(limits={resource: "1"}, namespace=namespace)
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    response = client.post("/mutate", json=make_review(pod, namespace=namespace)).get_json()
+    answer = response["response"]
+    assert answer["allowed"], answer
+    ops = json.loads(base64.b64decode(answer.get("patch") or "W10="))
+    assert {"op": "remove", "path": "/spec/schedulingGates/0"} in ops, ops
