@@ -34,13 +34,24 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
   is skipped when its count is used up, its memory is short, or its cores are all used
   (counted before the pod, as ``Fit`` does); in MIG mode it is tried again after taking an
   instance (``i++``), so one pod's instances may share a GPU.
+* **Nodes HAMi sees**: its kube-scheduler (``charts/hami/templates/scheduler/configmap.yaml``)
+  sets no ``percentageOfNodesToScore``, so the default (0, adaptive) applies, and HAMi's
+  resources are ``ignoredByScheduler`` (``charts/hami/templates/_helpers.tpl`` 195-202): every
+  node passes kube-scheduler's own filters, ``findNodesThatPassFilters`` stops after
+  ``numFeasibleNodesToFind`` of them from ``nextStartNodeIndex`` (776 nodes: 341; under 100:
+  all) and only those go to HAMi's ``Filter`` (kube-scheduler v1.37.2 ``schedule_one.go``
+  695-700 and 779-893; HAMi ``scheduler.go`` 1095: ``getNodesUsage(args.NodeNames)``), which
+  scores those alone. Modelled as :mod:`migslice.sim.sampling` does: the window of the next
+  ``numFeasibleNodesToFind`` nodes, the start advancing by that many each cycle; a pod no
+  node of its window fits is tried again in the next window (kube-scheduler's next cycle),
+  until every node was offered. ``percentage_of_nodes_to_score=100`` shows HAMi every node.
 * **Node** (``pkg/scheduler/policy/node_policy.go`` 48-54 and 106-128,
   ``ComputeDefaultScore``; ``pkg/scheduler/scheduler.go`` 1117-1118): every node that fits is
   scored ``used / count + used cores / total cores + used memory / total memory`` over its
   GPUs before the pod, the list sorted ascending for ``binpack`` and the last taken: the most
-  used node. ``ScoreNode`` of the NVIDIA backend returns 0, so nothing MIG-aware is added.
-  Ties: ``sort.Sort`` is not stable and the list comes from parallel scoring, so a tied node is
-  drawn at random (seeded).
+  used node of the window. ``ScoreNode`` of the NVIDIA backend returns 0, so nothing
+  MIG-aware is added. Ties: ``sort.Sort`` is not stable and the list comes from parallel
+  scoring, so a tied node is drawn at random (seeded).
 
 v2.10.0 is HAMi's newest release (its repository read at ``master`` = ``v2.10.0``, 2026-08-21).
 PR #2855, merged to ``master`` after it and in no release yet, scores a GPU's free placements
@@ -60,6 +71,7 @@ from migslice.mig import GpuModel, Layout, Placed, free_placements
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
 from migslice.sim.index import Kind, PerGpu, PerNode, Rank, RankIndex
 from migslice.sim.placement import CarvingPlacer, Placer
+from migslice.sim.sampling import num_feasible_nodes_to_find
 from migslice.sim.trace import SimPod
 
 ALLOWLIST = ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")
@@ -75,9 +87,19 @@ HIGH_FIRST = ("1g.", "3g.")
 @functools.lru_cache(maxsize=256)
 def memory_mb(model: GpuModel, profile: str) -> int:
     """``MemoryMB``: NVML's memory size of the profile where the catalog has it (A100-80GB:
-    9,728 for 1g.10gb, 40,192 for both 3g.40gb and 4g.40gb), else the name's."""
+    9,728 for 1g.10gb, 40,192 for both 3g.40gb and 4g.40gb); else that of a profile with as
+    many memory slices (NVML sizes an instance by its memory slices: A100-80GB's 1g.20gb is
+    19,968 MB like 2g.20gb, tests/fixtures/dra/generator-main.go.txt 55-56); else the name's.
+    The name's 20,480 would put a 1g.20gb pod above 2g.20gb's 19,968 and give it a 3g.40gb."""
     found = model.profile(profile)
-    return found.memory_mib or found.nominal_memory_mib
+    if found.memory_mib:
+        return found.memory_mib
+    same = [
+        p.memory_mib
+        for p in model.profiles
+        if p.memory_mib and p.memory_slices == found.memory_slices
+    ]
+    return min(same) if same else found.nominal_memory_mib
 
 
 def total_memory_mb(model: GpuModel) -> int:
@@ -222,9 +244,13 @@ def node_score(model: GpuModel, node: SimNode, by_gpu: dict[int, GpuUse] | None 
 
 
 class HamiPlacer(CarvingPlacer):
-    def __init__(self, cluster: SimCluster, seed: int) -> None:
+    def __init__(
+        self, cluster: SimCluster, seed: int, percentage_of_nodes_to_score: int = 0
+    ) -> None:
         super().__init__(cluster)
         self.rng = random.Random(seed)
+        self.to_find = num_feasible_nodes_to_find(percentage_of_nodes_to_score, len(cluster.nodes))
+        self.start_index = 0
         self.index = RankIndex(cluster, self.rank)
         model = cluster.model
         self._gpu_use = PerGpu(lambda node, gpu: GpuUse.of(model, gpu))
@@ -243,14 +269,39 @@ class HamiPlacer(CarvingPlacer):
     def place(self, pod: SimPod) -> Assignment | None:
         kind = (pod.profile, pod.count)
         entries = self.index.entries(kind)
-        if not entries:
+        n = len(self.cluster.nodes)
+        covered = 0
+        while covered < n:
+            # one scheduling cycle: every node passes kube-scheduler's own filters, so the
+            # window is the next ``to_find`` positions and the start advances by as many
+            start = self.start_index
+            self.start_index = (start + self.to_find) % n
+            covered += self.to_find
+            if not entries:
+                return None
+            position = self._best_in_window(entries, start)
+            if position is not None:
+                node = self.cluster.nodes[position]
+                units = fit(self.cluster.model, node.gpus, kind, self._uses(node))
+                return self.carve(node, units, pod)
+        return None
+
+    def _best_in_window(self, entries: Sequence[Rank], start: int) -> int | None:
+        """The node HAMi binds to among the ``to_find`` positions from ``start``: the most used
+        (``entries`` are ranked ``(-score, position)``), a tied one drawn at random."""
+        n = len(self.cluster.nodes)
+        tied: list[int] = []
+        best = None
+        for entry in entries:
+            if best is not None and entry[0] != best:
+                break
+            position = int(entry[-1])
+            if (position - start) % n < self.to_find:
+                best = entry[0]
+                tied.append(position)
+        if not tied:
             return None
-        best = entries[0][0]
-        tied = 1
-        while tied < len(entries) and entries[tied][0] == best:
-            tied += 1
-        node = self.cluster.nodes[int(entries[self.rng.randrange(tied)][-1])]
-        return self.carve(node, fit(self.cluster.model, node.gpus, kind, self._uses(node)), pod)
+        return tied[self.rng.randrange(len(tied))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,9 +309,11 @@ class HamiMig:
     """B8 (see the module docstring)."""
 
     name: str = "B8 HAMi v2.10 MIG"
+    percentage_of_nodes_to_score: int = 0
+    """HAMi's kube-scheduler setting (its chart sets none: 0, adaptive); 100: every node."""
 
     def initial_layouts(self, model: GpuModel) -> Sequence[Layout | None]:
         return ((),)
 
     def start(self, cluster: SimCluster, seed: int) -> Placer:
-        return HamiPlacer(cluster, seed)
+        return HamiPlacer(cluster, seed, self.percentage_of_nodes_to_score)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from migslice.mig import CATALOG, Placed
 from migslice.sim import GPU_MODEL, SaturationConfig, SimPod, make_policy, run_sequence
-from migslice.sim.cluster import SimCluster, SimGpu
+from migslice.sim.cluster import SimCluster, SimGpu, SimNode
 from migslice.sim.hami import (
     ALLOWLIST,
     HamiMig,
@@ -149,3 +149,55 @@ def test_the_node_score_is_hamis_default_score_before_the_pod() -> None:
     node.gpus[0].holders.append("p")
     expected = 1 / 14 + 43 / 200 + 40192 / (2 * 81920)
     assert abs(node_score(A100, node) - expected) < 1e-12
+
+
+def _hold(cluster: SimCluster, node: SimNode, placed: Placed) -> None:
+    gpu = node.gpus[0]
+    cluster.hold_instance(node, gpu, cluster.create_instance(node, gpu, placed), pod="earlier")
+
+
+def test_hami_sees_only_kube_schedulers_window_of_nodes() -> None:
+    """HAMi's chart sets no ``percentageOfNodesToScore`` (``charts/hami/templates/scheduler/
+    configmap.yaml`` at v2.10.0) and its resources are ``ignoredByScheduler``: kube-scheduler
+    v1.37.2 passes only ``numFeasibleNodesToFind`` nodes from ``nextStartNodeIndex`` to the
+    extender (``schedule_one.go`` 695-700, 787, 866-891), and HAMi's ``Filter`` scores those
+    alone (``scheduler.go`` 1095). With 200 nodes the window is 100: a used node at position
+    150 is not offered to the first pod, which goes to an (empty) node of positions 0-99; the
+    next window (100-199) holds it, and binpack takes it."""
+    cluster = SimCluster(A100, 200, [()], gpus_per_node=1)
+    busy = cluster.nodes[150]
+    _hold(cluster, busy, _placed("3g.40gb", 4))
+    placer = HamiMig().start(cluster, 0)
+    first = placer.place(SimPod("a", "1g.10gb"))
+    assert first is not None and cluster.by_name[first.node].position < 100
+    second = placer.place(SimPod("b", "1g.10gb"))
+    assert second is not None and second.node == busy.name
+    # every node offered: the most used node at once (the model before this change)
+    cluster = SimCluster(A100, 200, [()], gpus_per_node=1)
+    _hold(cluster, cluster.nodes[150], _placed("3g.40gb", 4))
+    everyone = HamiMig(percentage_of_nodes_to_score=100).start(cluster, 0)
+    got = everyone.place(SimPod("a", "1g.10gb"))
+    assert got is not None and got.node == cluster.nodes[150].name
+
+
+def test_a_pod_no_node_of_its_window_fits_is_tried_in_the_next_window() -> None:
+    """The pod fails the cycle (HAMi's ``Filter`` answers no node) and kube-scheduler tries it
+    again from the advanced start: in mode A it is placed if any node fits."""
+    cluster = SimCluster(A100, 200, [()], gpus_per_node=1)
+    for node in cluster.nodes[:100]:
+        _hold(cluster, node, _placed("1g.10gb", 6))
+    placer = HamiMig().start(cluster, 0)
+    got = placer.place(SimPod("a", "7g.80gb"))
+    assert got is not None and cluster.by_name[got.node].position >= 100
+
+
+def test_a_1g_20gb_pod_asks_nvmls_19968_mb_and_gets_a_2g_20gb() -> None:
+    """NVML sizes A100-80GB's 1g.20gb at 19,968 MB, as 2g.20gb (the project's own DRA fixture,
+    tests/fixtures/dra/generator-main.go.txt 55-56, and a100-80gb-dynamicmig-1gpu-
+    resourceslices.json: ``gpu-0-mig-1g20gb-15-*`` capacity memory 19968Mi). A pod of profile
+    p asks p's NVML memory (the module docstring), so a 1g.20gb pod (workload mapping M3) is
+    given the smallest allowed profile of at least 19,968 MB: 2g.20gb (``selectMigCandidate``,
+    ``device.go`` 621-639), not a 3g.40gb from the name's 20,480."""
+    assert memory_mb(A100, "1g.20gb") == memory_mb(A100, "2g.20gb") == 19968
+    placed = select_candidate(A100, [], memory_mb(A100, "1g.20gb"))
+    assert placed is not None and placed.profile == "2g.20gb"
