@@ -167,15 +167,16 @@ def test_hami_sees_only_kube_schedulers_window_of_nodes() -> None:
     cluster = SimCluster(A100, 200, [()], gpus_per_node=1)
     busy = cluster.nodes[150]
     _hold(cluster, busy, _placed("3g.40gb", 4))
-    placer = HamiMig().start(cluster, 0)
+    placer = HamiMig(percentage_of_nodes_to_score=0).start(cluster, 0)
     first = placer.place(SimPod("a", "1g.10gb"))
     assert first is not None and cluster.by_name[first.node].position < 100
     second = placer.place(SimPod("b", "1g.10gb"))
     assert second is not None and second.node == busy.name
-    # every node offered: the most used node at once (the model before this change)
+    # every node offered (the headline's B8, as migslice's row sees every node): the most
+    # used node at once
     cluster = SimCluster(A100, 200, [()], gpus_per_node=1)
     _hold(cluster, cluster.nodes[150], _placed("3g.40gb", 4))
-    everyone = HamiMig(percentage_of_nodes_to_score=100).start(cluster, 0)
+    everyone = HamiMig().start(cluster, 0)  # the headline's: every node offered
     got = everyone.place(SimPod("a", "1g.10gb"))
     assert got is not None and got.node == cluster.nodes[150].name
 
@@ -186,7 +187,7 @@ def test_a_pod_no_node_of_its_window_fits_is_tried_in_the_next_window() -> None:
     cluster = SimCluster(A100, 200, [()], gpus_per_node=1)
     for node in cluster.nodes[:100]:
         _hold(cluster, node, _placed("1g.10gb", 6))
-    placer = HamiMig().start(cluster, 0)
+    placer = HamiMig(percentage_of_nodes_to_score=0).start(cluster, 0)
     got = placer.place(SimPod("a", "7g.80gb"))
     assert got is not None and cluster.by_name[got.node].position >= 100
 
