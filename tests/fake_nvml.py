@@ -202,6 +202,12 @@ class FakeNvmlLibrary(MigWrites):
         self.driver = driver
         self.initialised = 0
         self.on_call: Callable[[str], None] | None = None
+        self.errors: dict[tuple[str, int], int] = {}
+        """(C symbol, GPU index) -> the NVML return code the driver answers there instead
+        (``NVML_ERROR_GPU_IS_LOST`` for a GPU fallen off the bus, ``NVML_ERROR_NO_PERMISSION``
+        for a device the container may not open, ``NVML_ERROR_NOT_SUPPORTED`` for a process
+        query on a MIG device in vGPU host mode): every call on that GPU's handles, or on
+        its MIG devices and GPU instances, answers it without touching the GPU's state."""
         self.destroyed: list[FakeInstance] = []
         self._serials = 0
         self._handles: dict[int, tuple[str, int, int]] = {}  # address -> (kind, gpu, GI id)
@@ -219,9 +225,25 @@ class FakeNvmlLibrary(MigWrites):
             hook = object.__getattribute__(self, "on_call")
             if hook is not None:
                 hook(name)
+            errors = object.__getattribute__(self, "errors")
+            if errors:
+                gpu = object.__getattribute__(self, "_gpu_of")(name, args)
+                if (name, gpu) in errors:
+                    return errors[(name, gpu)]
             return attribute(*args)
 
         return called
+
+    def _gpu_of(self, name: str, args: tuple[Any, ...]) -> int:
+        """The GPU index a C call is about (-1: none), for :attr:`errors`."""
+        if name == "nvmlDeviceGetHandleByIndex_v2":
+            return int(args[0].value)
+        try:  # a device, GPU-instance or MIG-device handle: a pointer the fake handed out
+            address = ctypes.addressof(args[0].contents)
+        except (IndexError, AttributeError, ValueError, TypeError):
+            return -1
+        known = self._handles.get(address)
+        return -1 if known is None else known[1]
 
     def adopt(self, gpu: FakeGpu, instance: FakeInstance) -> FakeInstance:
         """Give an instance its GPU-instance id and MIG device serial (as the driver does)."""
@@ -339,6 +361,8 @@ class FakeNvmlLibrary(MigWrites):
         # isn't supported"; INVALID_ARGUMENT past the last profile index (how callers find the
         # end of the table).
         gpu, _, _, _ = self._gpu(device)
+        if _obj(info).version != pynvml.nvmlGpuInstanceProfileInfo_v2:
+            return INVALID_ARGUMENT  # nvml.h: "If ... info->version are invalid"
         if not gpu.mig_capable or not gpu.mig_enabled:
             return NOT_SUPPORTED
         if not 0 <= index < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
@@ -392,7 +416,7 @@ class FakeNvmlLibrary(MigWrites):
         self, device: Any, profile_id: int, instances: Any, count: Any
     ) -> int:
         gpu, _, index, _ = self._gpu(device)
-        if not gpu.mig_enabled:
+        if not (gpu.mig_capable and gpu.mig_enabled):
             return NOT_SUPPORTED
         profile = self._profile_by_id(gpu, profile_id)
         if profile is None:
@@ -419,7 +443,9 @@ class FakeNvmlLibrary(MigWrites):
 
     def nvmlDeviceGetMaxMigDeviceCount(self, device: Any, count: Any) -> int:
         gpu, _, _, _ = self._gpu(device)
-        _obj(count).value = gpu.model.compute_slices if gpu.mig_enabled else 0
+        # nvml.h: "Returns zero if MIG is not supported or enabled."
+        enabled = gpu.mig_capable and gpu.mig_enabled
+        _obj(count).value = gpu.model.compute_slices if enabled else 0
         return SUCCESS
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: Any, mig: Any) -> int:
@@ -443,12 +469,17 @@ class FakeNvmlLibrary(MigWrites):
         if kind == "mig" and (instance is None or not instance.with_compute_instance):
             return INVALID_ARGUMENT
         running = instance.processes if instance is not None else 0
-        if infos is None:
+        # nvml.h: INSUFFICIENT_SIZE "if infoCount indicates that the infos array is too
+        # small", infoCount then "the minimal amount of space necessary"; pynvml asks with
+        # infoCount 0 and infos NULL first, then again with room for twice as many plus 5.
+        if infos is None or _obj(count).value < running:
             _obj(count).value = running
             return SUCCESS if running == 0 else INSUFFICIENT_SIZE
         for i in range(running):
             infos[i].pid = 1000 + i
             infos[i].usedGpuMemory = 1 << 30
+            infos[i].gpuInstanceId = gi_id  # "If MIG is enabled, stores a valid GPU instance ID"
+            infos[i].computeInstanceId = 0
         _obj(count).value = running
         return SUCCESS
 
