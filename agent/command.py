@@ -110,6 +110,9 @@ def run_inspect(args: argparse.Namespace) -> int:
         return 0
     rows = []
     for gpu, entry in zip(gpus, report.layout.gpus, strict=True):
+        if gpu.error:
+            rows.append((gpu.index, gpu.name or "-", f"not read: {gpu.error}", ""))
+            continue
         if not gpu.mig_capable:
             rows.append((gpu.index, gpu.name, "unsupported", ""))
             continue

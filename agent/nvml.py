@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -76,9 +77,40 @@ def nvml_session() -> Iterator[None]:
             log.warning("nvmlShutdown failed: %s", error)
 
 
-def read_gpus() -> tuple[GpuReading, ...]:
-    """Every GPU of the machine; call inside :func:`nvml_session`."""
-    return tuple(_read_gpu(i) for i in range(pynvml.nvmlDeviceGetCount()))
+def read_gpus(*, strict: bool = False) -> tuple[GpuReading, ...]:
+    """Every GPU of the machine; call inside :func:`nvml_session`. A GPU NVML cannot read (lost
+    off the bus, a device the container may not open, a query the driver refuses) is read as
+    its error alone, the others as usual; NvmlUnavailableError when not even the GPUs can be
+    counted. ``strict`` (the carve path, which must see every GPU): NVML's error raised as
+    it is."""
+    if strict:
+        return tuple(_read_gpu(i) for i in range(pynvml.nvmlDeviceGetCount()))
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError as error:
+        raise NvmlUnavailableError(
+            f"NVML could not count this machine's GPUs (nvmlDeviceGetCount: {error})"
+        ) from None
+    return tuple(_read_or_mark(i) for i in range(count))
+
+
+def _read_or_mark(index: int) -> GpuReading:
+    try:
+        return _read_gpu(index)
+    except pynvml.NVMLError as error:
+        said = f"{_failed_call(error)}: {error}"
+        log.warning("NVML could not read GPU %d: %s", index, said)
+        return GpuReading(index, "", "", 0, False, False, False, 0, (), (), error=said)
+
+
+def _failed_call(error: Exception) -> str:
+    """The pynvml function that raised ``error`` (the innermost public one: the C call's)."""
+    names = [
+        frame.name
+        for frame in traceback.extract_tb(error.__traceback__)
+        if frame.filename == pynvml.__file__ and not frame.name.startswith("_")
+    ]
+    return names[-1] if names else "NVML"
 
 
 def _read_gpu(index: int) -> GpuReading:

@@ -31,3 +31,6 @@ class GpuReading:
     memory_mib: int
     profiles: tuple[NvmlProfileInfo, ...]  # NVML's profile table (-lgip/-lgipp), as reported
     instances: tuple[InstanceReading, ...]
+    error: str = ""
+    """Why NVML could not read this GPU (the call and NVML's error), "" when it could: then
+    nothing else of it is known (no name, MIG mode, profiles or instances)."""

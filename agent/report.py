@@ -75,15 +75,26 @@ def build_report(
 ) -> Report:
     """The annotation for a node's GPUs; warnings for anything an admin should know."""
     warnings: list[str] = []
-    products = [gfd_product_name(gpu.name) for gpu in gpus]
-    product = products[0] if products else ""
-    if len(set(products)) > 1:
+    read = [gpu for gpu in gpus if not gpu.error]
+    products = {gpu.index: gfd_product_name(gpu.name) for gpu in read}
+    product = products[read[0].index] if read else ""
+    if len(set(products.values())) > 1:
         warnings.append(
-            f"the node mixes GPU models {sorted(set(products))}; the annotation names {product}"
+            f"the node mixes GPU models {sorted(set(products.values()))}; the annotation "
+            f"names {product}"
         )
     entries: list[AgentGpu] = []
     profile_table: tuple[NvmlProfileInfo, ...] = ()
-    for gpu, gpu_product in zip(gpus, products, strict=True):
+    for gpu in gpus:
+        if gpu.error:
+            entries.append(AgentGpu(gpu.index, False, (), gpu.uuid, gpu.error))
+            warnings.append(
+                f"GPU {gpu.index}: NVML could not read it ({gpu.error}); it is published "
+                "with that error and no layout, and the extender does not use the node's "
+                "annotation until it is read"
+            )
+            continue
+        gpu_product = products[gpu.index]
         by_id = {p.gi_profile_id: p.profile_name for p in gpu.profiles}
         instances: list[AgentInstance] = []
         for instance in gpu.instances:
@@ -112,7 +123,7 @@ def build_report(
     layout = AgentReport(
         product=product,
         gpus=tuple(entries),
-        pci_device_id=gpus[0].pci_device_id if gpus else None,
+        pci_device_id=read[0].pci_device_id if read else None,
         observed_at=observed_at,
         profiles=profile_table,
     )

@@ -79,7 +79,7 @@ class NvmlMig:
 
     def read(self) -> tuple[GpuReading, ...]:
         try:
-            return read_gpus()
+            return read_gpus(strict=True)
         except pynvml.NVMLError as error:
             raise MigReadError(f"reading the GPUs: {_error_name(error)}") from None
 

@@ -252,6 +252,12 @@ def _from_agent(
     busy: list[tuple[bool, ...]] = []
     seen: Counter[str] = Counter()
     for gpu in report.gpus:
+        if gpu.error:
+            notes.append(
+                f"the agent could not read GPU {gpu.index} ({gpu.error}); its annotation "
+                "is not used"
+            )
+            return None
         instances = tuple(Placed(i.start, i.profile, i.size) for i in gpu.instances)
         problems = violations(model, instances)
         if problems:

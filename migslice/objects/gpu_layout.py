@@ -11,6 +11,7 @@ a node's GPU layouts. Version ``v1``::
       "gpus": [
         {
           "index": 0, "uuid": "GPU-…",          # uuid optional
+          "error": "nvmlDeviceGetGpuInstances: GPU is lost",  # optional, see below
           "migEnabled": true,
           "instances": [                        # GPU instances, empty when MIG is off
             {"profile": "3g.40gb", "start": 0, "size": 4, "uuid": "MIG-…", "busy": true}
@@ -20,7 +21,9 @@ a node's GPU layouts. Version ``v1``::
       "profiles": [ … ]                         # optional: NVML's profile table, for models
     }                                           # the catalog lacks (see below)
 
-``start`` and ``size`` are in memory slices (NVML placement). ``busy`` is true when NVML sees
+A GPU with an ``error`` is one the agent could not read: nothing of it is known, and no layout
+of the node is served from the annotation while it has one. ``start`` and ``size`` are in
+memory slices (NVML placement). ``busy`` is true when NVML sees
 processes on the instance. ``profiles`` entries are ``{"name": "MIG 1g.10gb", "giProfileId":
 19, "sliceCount": 1, "instanceCount": 7, "memoryMiB": 9856, "smCount": 16, "placements":
 [[0, 1], [1, 1], …]}``. Unknown keys are ignored, so later minor additions stay readable; a
@@ -54,6 +57,7 @@ class GpuEntry(TypedDict):
     migEnabled: bool
     instances: list[InstanceEntry]
     uuid: NotRequired[str]
+    error: NotRequired[str]
 
 
 class ProfileEntry(TypedDict):
@@ -94,6 +98,7 @@ class AgentGpu:
     mig_enabled: bool
     instances: tuple[AgentInstance, ...]
     uuid: str = ""
+    error: str = ""  # why the agent could not read this GPU ("" when it could)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +189,12 @@ def _parse_gpu(raw: object, path: str) -> AgentGpu:
         )
     if instances and not enabled:
         raise LayoutAnnotationError(f"{path} has instances but migEnabled is false")
-    return AgentGpu(index, enabled, tuple(instances), str(raw.get("uuid") or ""))
+    error = raw.get("error")
+    if error is not None and not isinstance(error, str):
+        raise LayoutAnnotationError(f"{path}.error={error!r}; expected str")
+    if error and (instances or enabled):
+        raise LayoutAnnotationError(f"{path} has an error and a layout")
+    return AgentGpu(index, enabled, tuple(instances), str(raw.get("uuid") or ""), error or "")
 
 
 def _parse_profile(raw: object, path: str) -> NvmlProfileInfo:
@@ -243,6 +253,8 @@ def _render_gpu(gpu: AgentGpu) -> GpuEntry:
     }
     if gpu.uuid:
         entry["uuid"] = gpu.uuid
+    if gpu.error:
+        entry["error"] = gpu.error
     return entry
 
 

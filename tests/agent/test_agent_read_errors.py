@@ -1,0 +1,192 @@
+"""The agent's read path when NVML answers an error for one GPU, or for the whole read.
+
+The driver's own return codes (nvml.h, NVIDIA/go-nvml ``gen/nvml/nvml.h``): every device query
+may answer ``NVML_ERROR_GPU_IS_LOST`` ("the GPU has fallen off the bus"); ``nvmlDeviceGetCount_v2``
+counts devices ``nvmlDeviceGetHandleByIndex_v2`` then answers ``NVML_ERROR_NO_PERMISSION`` for
+("Update your code to handle this error"); ``nvmlDeviceGetGpuInstances`` and
+``...PossiblePlacements_v2`` "Require privileged user" (``NVML_ERROR_NO_PERMISSION``);
+``nvmlDeviceGetComputeRunningProcesses`` on a MIG device handle "is not supported if the device
+is in vGPU Host virtualization mode". pynvml raises each as an ``NVMLError`` subclass
+(pynvml.py ``_nvmlCheckReturn``). One bad GPU must not take the node's others down with it,
+nor the DaemonSet; what the agent could not read is marked, never guessed, and the extender
+does not serve a layout with a GPU it could not read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import pynvml
+import pytest
+
+from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
+from agent.publisher import Publisher
+from agent.readings import GpuReading
+from agent.report import build_report
+from agent.service import _publish_pass
+from agent.settings import AgentSettings
+from migslice.cli import main
+from migslice.inventory.layouts import LayoutSource, resolve_node
+from migslice.names import LAYOUT_ANNOTATION
+from migslice.objects.gpu_layout import LayoutAnnotationError, parse_layout_annotation
+from migslice.objects.nodes import node_facts_from_raw
+from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
+
+A100 = "NVIDIA A100-SXM4-80GB"
+LOST = pynvml.NVML_ERROR_GPU_IS_LOST
+
+
+def a100(*instances: FakeInstance) -> FakeGpu:
+    return FakeGpu(A100, "A100-80GB", instances=list(instances))
+
+
+def two_a100s() -> FakeNvmlLibrary:
+    return FakeNvmlLibrary(
+        [
+            a100(FakeInstance("3g.40gb", 0, processes=1), FakeInstance("3g.40gb", 4)),
+            a100(FakeInstance("7g.80gb", 0, processes=1)),
+        ]
+    )
+
+
+def read_with(library: FakeNvmlLibrary) -> tuple[GpuReading, ...]:
+    with installed(library), nvml_session():
+        return read_gpus()
+
+
+@pytest.mark.parametrize(
+    ("call", "code", "said"),
+    [
+        ("nvmlDeviceGetHandleByIndex_v2", pynvml.NVML_ERROR_NO_PERMISSION, "Permissions"),
+        ("nvmlDeviceGetMigMode", LOST, "GPU is lost"),
+        ("nvmlDeviceGetGpuInstancePossiblePlacements_v2", pynvml.NVML_ERROR_NO_PERMISSION, "Perm"),
+        ("nvmlDeviceGetGpuInstances", LOST, "GPU is lost"),
+        ("nvmlGpuInstanceGetInfo", pynvml.NVML_ERROR_INVALID_ARGUMENT, "Invalid Argument"),
+        ("nvmlDeviceGetMigDeviceHandleByIndex", pynvml.NVML_ERROR_UNKNOWN, "Unknown Error"),
+        ("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.NVML_ERROR_NOT_SUPPORTED, "Not Sup"),
+    ],
+)
+def test_one_gpu_nvml_cannot_read_is_marked_and_the_others_are_still_read(
+    call: str, code: int, said: str
+) -> None:
+    library = two_a100s()
+    library.errors[(call, 1)] = code
+    good, bad = read_with(library)
+    assert library.initialised == 0
+    assert good.error == "" and [(i.start, i.busy) for i in good.instances] == [
+        (0, True),
+        (4, False),
+    ]
+    # the error names pynvml's function for the C symbol (nvmlDeviceGetHandleByIndex for _v2)
+    assert bad.index == 1 and said in bad.error
+    assert bad.error.startswith(call.removesuffix("_v2")), bad.error
+    assert bad.instances == () and bad.profiles == ()  # nothing guessed (not busy=False)
+
+
+def test_the_annotation_marks_the_gpu_and_the_extender_does_not_serve_the_layout() -> None:
+    library = two_a100s()
+    library.errors[("nvmlDeviceGetComputeRunningProcesses_v3", 1)] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    report = build_report(read_with(library), "2026-11-30T10:00:00Z")
+    assert any("GPU 1: NVML could not read it" in w for w in report.warnings)
+    assert report.layout.product == "NVIDIA-A100-SXM4-80GB"  # from the GPU that was read
+    assert report.layout.pci_device_id == 0x20B2
+    parsed = parse_layout_annotation(report.text())
+    assert parsed == report.layout
+    assert [bool(g.error) for g in parsed.gpus] == [False, True]
+    raw_node = {
+        "metadata": {
+            "name": "gpu-1",
+            "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+            "annotations": {LAYOUT_ANNOTATION: report.text()},
+        },
+        # the device plugin, too, no longer advertises the 7g.80gb it cannot read
+        "status": {"allocatable": {"nvidia.com/mig-3g.40gb": "2"}},
+    }
+    state = resolve_node(node_facts_from_raw(raw_node), [])
+    assert state.source != LayoutSource.AGENT
+    assert any("could not read GPU 1" in note for note in state.notes), state.notes
+
+
+def test_a_gpu_lost_before_its_index_is_known_still_leaves_the_loop_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """nvmlDeviceGetCount itself failing is NVML unusable for this pass: logged, retried."""
+    library = two_a100s()
+    library.errors[("nvmlDeviceGetCount_v2", -1)] = pynvml.NVML_ERROR_UNKNOWN
+
+    def read() -> tuple[GpuReading, ...]:
+        with nvml_session():
+            return read_gpus()
+
+    class Store:
+        def read_annotation(self, node: str, key: str) -> str | None:
+            return None
+
+        def write_annotation(self, node: str, key: str, value: str) -> None:
+            raise AssertionError("nothing read, nothing written")
+
+        def record_warning(self, node: str, reason: str, message: str) -> None:
+            pass
+
+    now = datetime.datetime(2026, 11, 30, tzinfo=datetime.UTC)
+    publisher = Publisher("gpu-1", Store(), read, lambda: now)
+    settings = AgentSettings(node_name="gpu-1", interval_s=30.0)
+    with installed(library), caplog.at_level(logging.ERROR):
+        assert _publish_pass(settings, publisher, 30.0) == 30.0
+        with pytest.raises(NvmlUnavailableError, match="Unknown Error"):
+            read()
+    assert "NVML unavailable" in caplog.text
+    assert library.initialised == 0
+
+
+def test_the_agent_loop_outlives_a_gpu_lost_mid_read() -> None:
+    """A GPU falling off the bus used to raise NVMLError_GPUIsLost out of the publish pass,
+    which only catches NVML's init errors and API errors: the DaemonSet's pod exited."""
+    library = two_a100s()
+    library.errors[("nvmlDeviceGetGpuInstances", 0)] = LOST
+    written: list[str] = []
+
+    class Store:
+        def read_annotation(self, node: str, key: str) -> str | None:
+            return None
+
+        def write_annotation(self, node: str, key: str, value: str) -> None:
+            written.append(value)
+
+        def record_warning(self, node: str, reason: str, message: str) -> None:
+            pass
+
+    def read() -> tuple[GpuReading, ...]:
+        with nvml_session():
+            return read_gpus()
+
+    now = datetime.datetime(2026, 11, 30, tzinfo=datetime.UTC)
+    publisher = Publisher("gpu-1", Store(), read, lambda: now)
+    with installed(library):
+        assert _publish_pass(AgentSettings(node_name="gpu-1"), publisher, 30.0) == 30.0
+    (text,) = written
+    gpus = parse_layout_annotation(text).gpus
+    assert [(g.index, "GPU is lost" in g.error, len(g.instances)) for g in gpus] == [
+        (0, True, 0),
+        (1, False, 1),
+    ]
+
+
+def test_inspect_shows_a_gpu_it_could_not_read(capsys: pytest.CaptureFixture[str]) -> None:
+    library = two_a100s()
+    library.errors[("nvmlDeviceGetMigMode", 1)] = LOST
+    with installed(library):
+        assert main(["inspect"]) == 0
+    captured = capsys.readouterr()
+    assert "GPU is lost" in captured.out
+    assert "|3g.40gb" in captured.out
+
+
+def test_a_gpu_marked_unread_cannot_also_carry_a_layout() -> None:
+    text = (
+        '{"version":"v1","product":"NVIDIA-A100-SXM4-80GB","gpus":[{"index":0,'
+        '"migEnabled":true,"error":"nvmlDeviceGetGpuInstances: GPU is lost","instances":[]}]}'
+    )
+    with pytest.raises(LayoutAnnotationError, match="has an error and a layout"):
+        parse_layout_annotation(text)
