@@ -180,10 +180,20 @@ def mig_devices(handle: Any) -> dict[int, tuple[str, bool, int]]:
             continue
         gi_id = pynvml.nvmlDeviceGetGpuInstanceId(mig)
         uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
-        running = len(pynvml.nvmlDeviceGetComputeRunningProcesses(mig))
+        running = _running_processes(mig)
         previous_uuid, _, previous = devices.get(gi_id, ("", False, 0))
         devices[gi_id] = (previous_uuid or uuid, previous + running > 0, previous + running)
     return devices
+
+
+def _running_processes(mig: Any) -> int:
+    """How many compute processes run on a MIG device. Not pynvml's unversioned
+    nvmlDeviceGetComputeRunningProcesses: where the library lacks ``..._v3`` (drivers before
+    R510) it raises NVMLLibraryMismatchError, no NVMLError; ``..._v2`` answers there."""
+    try:
+        return len(pynvml.nvmlDeviceGetComputeRunningProcesses_v3(mig))
+    except pynvml.NVMLError_FunctionNotFound:
+        return len(pynvml.nvmlDeviceGetComputeRunningProcesses_v2(mig))
 
 
 def _read_instances(

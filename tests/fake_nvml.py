@@ -202,6 +202,10 @@ class FakeNvmlLibrary(MigWrites):
         self.driver = driver
         self.initialised = 0
         self.on_call: Callable[[str], None] | None = None
+        self.missing: set[str] = set()
+        """C symbols this libnvidia-ml lacks (an older driver's: R470 has no
+        ``nvmlDeviceGetComputeRunningProcesses_v3``); pynvml then raises
+        ``NVMLError_FunctionNotFound`` (``_nvmlGetFunctionPointer``)."""
         self.errors: dict[tuple[str, int], int] = {}
         """(C symbol, GPU index) -> the NVML return code the driver answers there instead
         (``NVML_ERROR_GPU_IS_LOST`` for a GPU fallen off the bus, ``NVML_ERROR_NO_PERMISSION``
@@ -217,6 +221,8 @@ class FakeNvmlLibrary(MigWrites):
                 self.adopt(gpu, instance)
 
     def __getattribute__(self, name: str) -> Any:
+        if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
+            raise AttributeError(name)
         attribute = object.__getattribute__(self, name)
         if not (name.startswith("nvml") and callable(attribute)):
             return attribute
@@ -462,6 +468,11 @@ class FakeNvmlLibrary(MigWrites):
             return INVALID_ARGUMENT
         _obj(gi_id).value = instance_id
         return SUCCESS
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, device: Any, count: Any, infos: Any) -> int:
+        """R470's process query: pynvml passes the same struct (c_nvmlProcessInfo_v3_t is
+        c_nvmlProcessInfo_v2_t), and the driver answers the same."""
+        return FakeNvmlLibrary.nvmlDeviceGetComputeRunningProcesses_v3(self, device, count, infos)
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, device: Any, count: Any, infos: Any) -> int:
         _, kind, index, gi_id = self._gpu(device)

@@ -190,3 +190,27 @@ def test_a_gpu_marked_unread_cannot_also_carry_a_layout() -> None:
     )
     with pytest.raises(LayoutAnnotationError, match="has an error and a layout"):
         parse_layout_annotation(text)
+
+
+def test_a_driver_without_the_v3_process_query_still_reads_busy_flags() -> None:
+    """pynvml's nvmlDeviceGetComputeRunningProcesses calls the C symbol ``..._v3`` and, where
+    the library lacks it (drivers before R510, which migslice serves: ``--pre-r510``), raises
+    NVMLLibraryMismatchError (pynvml.py 4227-4229, throwOnVersionMismatch at 3130-3140), a
+    plain Exception, not an NVMLError: it escaped the agent's read. ``..._v2`` (R470) answers
+    the same processes in the same struct (c_nvmlProcessInfo_v3_t is c_nvmlProcessInfo_v2_t)."""
+    library = two_a100s()
+    library.missing.add("nvmlDeviceGetComputeRunningProcesses_v3")
+    good, other = read_with(library)
+    assert (good.error, other.error) == ("", "")
+    assert [(i.start, i.busy) for i in good.instances] == [(0, True), (4, False)]
+    assert [(i.start, i.busy) for i in other.instances] == [(0, True)]
+
+
+def test_a_driver_without_any_process_query_marks_the_gpus_instead_of_guessing_idle() -> None:
+    library = two_a100s()
+    library.missing.update(
+        {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"}
+    )
+    gpus = read_with(library)
+    assert all("Function Not Found" in gpu.error for gpu in gpus), gpus
+    assert all(gpu.instances == () for gpu in gpus)
