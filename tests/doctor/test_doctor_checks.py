@@ -24,6 +24,8 @@ from migslice.doctor.checks.nodes import (
 from migslice.doctor.facts import Settings
 from migslice.doctor.findings import Verdict
 from migslice.doctor.registry import CHECKS
+from migslice.objects import AgentGpu, AgentReport, render_layout_annotation
+from migslice.objects.times import format_time
 from migslice.serving.certs import TlsBundle, write_client_cert
 from tests.doctor_cluster import (
     ADMISSION,
@@ -578,6 +580,34 @@ def test_an_agent_layout_that_is_not_fresh_fails(
     assert found.verdict is Verdict.FAILED
     assert found.detail.startswith(said)
     assert "logs ds/migslice-agent" in found.fix
+
+
+def test_a_gpu_the_agent_cannot_read_fails_naming_the_node_gpu_and_nvml_error(
+    cluster: DoctorCluster,
+) -> None:
+    lost = AgentReport(
+        product="NVIDIA-A100-SXM4-80GB",
+        gpus=(
+            AgentGpu(
+                index=0,
+                mig_enabled=False,
+                instances=(),
+                error="nvmlDeviceGetGpuInstances: GPU is lost",
+            ),
+        ),
+        observed_at=format_time(cluster.now - 60),
+    )
+    node = make_node(
+        "gpu-a", gpu_count=1, mig={"1g.10gb": 7},
+        layout_annotation=render_layout_annotation(lost),
+    )  # fmt: skip
+    cluster.objects["/api/v1/nodes"] = [node]
+    found = judge(cluster, "agent-layouts")
+    assert found.verdict is Verdict.FAILED
+    assert found.detail.startswith(
+        "GPUs NVML cannot read on gpu-a (GPU 0: nvmlDeviceGetGpuInstances: GPU is lost)"
+    ), found.detail
+    assert "XID" in found.fix
 
 
 def test_agent_freshness_follows_its_heartbeat_and_its_node_selector(

@@ -137,8 +137,12 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
     nodes = mig_nodes([n for n in facts.nodes if _selected(n, selector)])
     bound_s = freshness_bound_s(facts.daemonset)
     missing, broken, undated, stale, ages = [], [], [], [], []
+    unread = []
     for node in nodes:
         report = node.agent
+        lost = [g for g in report.gpus if g.error] if report is not None else []
+        if lost:
+            unread.append(f"{node.name} (GPU {lost[0].index}: {lost[0].error})")
         if node.agent_error:
             broken.append(f"{node.name} ({node.agent_error})")
         elif report is None:
@@ -168,6 +172,16 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
         else None,
         Problem(Verdict.WARNING, f"{key} without observedAt on {listing(undated)}", look)
         if undated
+        else None,
+        Problem(
+            Verdict.FAILED,
+            f"GPUs NVML cannot read on {listing(unread)}: migslice places nothing by those "
+            "nodes' MIG layout until the agent reads every GPU again",
+            "kubectl describe node <node> (the agent's Warning Event); on the node: "
+            "nvidia-smi -q, and XID errors in the kernel log (a lost GPU needs a reset or a "
+            "reboot)",
+        )
+        if unread
         else None,
     ]
     newest = ""
