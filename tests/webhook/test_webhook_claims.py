@@ -6,6 +6,7 @@ kube-scheduler's extended-resource claims without counting twice, and migslice's
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import threading
 from collections.abc import Iterator
@@ -861,3 +862,52 @@ def test_a_pod_recreated_under_its_name_while_its_old_reservation_lingers_gets_a
     answer = reply.get_json()["response"]
     assert not answer["allowed"]
     assert "reserved for pod web-0" in answer["status"]["message"], answer
+
+
+reserved_for_entries = st.lists(
+    st.fixed_dictionaries(
+        {
+            "resource": st.sampled_from(["pods", "pods", "jobs", ""]) | json_values,
+            "name": st.sampled_from(["a", "b", ""]) | json_values,
+            "uid": st.sampled_from(["uid-a", "uid-b", "uid-c", ""]) | json_values,
+        }
+    )
+    | json_values,
+    max_size=3,
+)
+
+
+@st.composite
+def reservation_reviews(draw: st.DrawFn) -> dict[str, Any]:
+    """kube-scheduler's claim status UPDATE, then anything in its place: reservedFor lists of
+    any shape, a status or object replaced by any JSON value, no oldObject."""
+    claim: Any = make_claim("c", allocated=[("gpu-1", "gpu-0-mig-1g10gb-19-6")])
+    old: Any = copy.deepcopy(claim)
+    claim["status"]["reservedFor"] = draw(reserved_for_entries)
+    old["status"]["reservedFor"] = draw(reserved_for_entries)
+    for target in (claim, old):
+        if draw(st.booleans()):
+            where = draw(st.sampled_from([target, target["status"], target["spec"]]))
+            where[draw(st.sampled_from([*where, "status"]))] = draw(json_values)
+    review = make_review(
+        claim,
+        kind=CLAIM_KIND,
+        resource="resourceclaims",
+        namespace=draw(st.sampled_from(["team-a", "other", ""])),
+    )
+    review["request"] |= {"operation": "UPDATE", "subResource": "status"}
+    review["request"]["oldObject"] = draw(st.sampled_from([old, None]))
+    return review
+
+
+@settings(max_examples=200, deadline=None)
+@given(review=reservation_reviews(), isolation=st.sampled_from(["hardware", "process"]))
+def test_fuzzed_claim_reservations_get_a_clear_answer_and_never_a_500(
+    review: dict[str, Any], isolation: str
+) -> None:
+    policy: dict[str, Any] = {"isolation": isolation}
+    if isolation == "process":
+        policy["tiers"] = ["mig", "shared"]
+    state = tenant_state(**policy)
+    client = create_app(WebhookSettings(), state).test_client()
+    assert_clear_admission_answer(review, client.post("/mutate", json=review))
