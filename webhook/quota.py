@@ -219,7 +219,7 @@ class QuotaKeeper:
         for _ in range(self.attempts):
             if ledger is None:
                 ledger, fresh = self._read(tenant), True
-            if ledger.is_fenced(self.wall_clock()):
+            if self._is_fenced(ledger):
                 return self._fenced_denial(ledger)
             decision = decided or self._decide(admission)[0]
             decided = None
@@ -387,8 +387,14 @@ class QuotaKeeper:
                 log.exception("A fence listener failed tenant=%s", tenant)
         return stored
 
+    def _is_fenced(self, ledger: Ledger) -> bool:
+        known_for = self.state.fence_known_for(ledger)
+        return ledger.is_fenced(self.wall_clock(), known_for_s=known_for, hold_s=self.hold_s)
+
     def _fence_message(self, ledger: Ledger) -> str:
-        until = ledger.fenced_until_s or 0.0
+        until, now = ledger.fenced_until_s or 0.0, self.wall_clock()
+        if now >= until:  # fenced on this replica's own count: its clock is ahead of the writer's
+            until = now + self.hold_s - (self.state.fence_known_for(ledger) or 0.0)
         return (
             f"GPU pods of tenant {ledger.tenant!r} are refused until "
             f"{format_micro_time(until)[:19]}Z ({self.hold_s:.0f}s after it was found): "
@@ -408,7 +414,12 @@ class QuotaKeeper:
 
     def _settle(self, ledger: Ledger) -> Ledger:
         """The ledger without the overdue charges a fresh list shows were never created."""
-        overdue = ledger.overdue(self.state.seen_for, now_s=self.wall_clock(), hold_s=self.hold_s)
+        tenant = ledger.tenant
+        overdue = ledger.overdue(
+            self.state.seen_for,
+            known_for=lambda charge: self.state.known_for(tenant, charge),
+            hold_s=self.hold_s,
+        )
         if not overdue:
             return ledger
         try:

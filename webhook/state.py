@@ -38,7 +38,7 @@ from typing import Protocol
 
 from migslice import names
 from migslice.admission import SliceUsage, usage_of
-from migslice.admission.ledger import Ledger
+from migslice.admission.ledger import Charge, Ledger
 from migslice.admission.paid_claims import is_paid_by_owner, paid_claim
 from migslice.admission.status import (
     StatusUpdate,
@@ -362,7 +362,7 @@ class ClusterState:
         """The tenant's ledger as just read or written (``webhook.quota``)."""
         with self.admission_lock:
             before = self._usage.ledger(ledger.tenant)
-            self._usage.set_ledger(ledger)
+            self._usage.set_ledger(ledger, now_s=self.clock.monotonic_s())
             if before is None or before.charges != ledger.charges:
                 self._changed(ledger.tenant)
 
@@ -385,6 +385,20 @@ class ClusterState:
     def ledgers(self) -> Mapping[str, Ledger]:
         with self.admission_lock:
             return self._usage.ledgers()
+
+    def known_for(self, tenant: str, charge: Charge) -> float:
+        """Seconds, on this process's monotonic clock, since it first read or wrote the
+        tenant's ``charge`` (0.0 when the ledger it holds has no such charge)."""
+        with self.admission_lock:
+            return self._usage.known_for(tenant, charge, self.clock.monotonic_s())
+
+    def fence_known_for(self, ledger: Ledger) -> float | None:
+        """Seconds, on this process's monotonic clock, since it first read or wrote the fence
+        ``ledger`` carries; None when it has not (a dry run's fence, never written)."""
+        with self.admission_lock:
+            return self._usage.fence_known_for(
+                ledger.tenant, ledger.epoch, self.clock.monotonic_s()
+            )
 
     def seen_for(self, uid: str, namespace: str) -> float | None:
         """Seconds since the pod cache first held the pod admission ``uid`` let into

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from migslice.admission import SliceUsage
-from migslice.admission.ledger import Ledger
+from migslice.admission.ledger import Charge, Ledger
 from migslice.admission.usage import ZERO
 
 SEEN_KEEP_S = 600.0
@@ -40,6 +40,9 @@ class UsageBook:
         self._live: dict[str, str] = {}  # reservation uid -> key of the live pod
         self._seen: dict[str, tuple[str, float]] = {}  # uid -> (namespace, first seen)
         self._ledgers: dict[str, Ledger] = {}
+        # tenant -> (charge uid, at) -> when this process first read or wrote the charge
+        self._known: dict[str, dict[tuple[str, float], float]] = {}
+        self._fence_known: dict[str, tuple[str, float]] = {}  # tenant -> (epoch, first known)
 
     # -- pods ---------------------------------------------------------------------------------
 
@@ -102,8 +105,31 @@ class UsageBook:
 
     # -- ledgers -------------------------------------------------------------------------------
 
-    def set_ledger(self, ledger: Ledger) -> None:
-        self._ledgers[ledger.tenant] = ledger
+    def set_ledger(self, ledger: Ledger, *, now_s: float) -> None:
+        """The tenant's ledger as read or written at ``now_s`` (monotonic): each charge and
+        fence not known before is known from then on."""
+        tenant = ledger.tenant
+        self._ledgers[tenant] = ledger
+        before = self._known.get(tenant, {})
+        self._known[tenant] = {
+            key: before.get(key, now_s) for key in (_charge_key(c) for c in ledger.charges)
+        }
+        if ledger.fenced_until_s is None:
+            self._fence_known.pop(tenant, None)
+        elif self._fence_known.get(tenant, ("", 0.0))[0] != ledger.epoch:
+            self._fence_known[tenant] = (ledger.epoch, now_s)
+
+    def known_for(self, tenant: str, charge: Charge, now_s: float) -> float:
+        """Seconds (at ``now_s``) since this process first read or wrote ``charge``; 0.0 when
+        its tenant's ledger as set last does not hold it."""
+        since = self._known.get(tenant, {}).get(_charge_key(charge))
+        return 0.0 if since is None else max(0.0, now_s - since)
+
+    def fence_known_for(self, tenant: str, epoch: str, now_s: float) -> float | None:
+        """Seconds since this process first read or wrote the fence of ``epoch``; None when
+        it has not."""
+        known = self._fence_known.get(tenant)
+        return None if known is None or known[0] != epoch else max(0.0, now_s - known[1])
 
     def ledger(self, tenant: str) -> Ledger | None:
         return self._ledgers.get(tenant)
@@ -129,3 +155,9 @@ class UsageBook:
         """0.0 when the admission's pod was ever cached (for counting, not for how long)."""
         seen = self._seen.get(uid)
         return 0.0 if seen is not None and seen[0] == namespace else None
+
+
+def _charge_key(charge: Charge) -> tuple[str, float]:
+    """A charge's identity: a retried admission's new charge (same uid, a later ``at``) is
+    another one. ``at`` to the millisecond: the text keeps microseconds of a float."""
+    return charge.uid, round(charge.at_s, 3)

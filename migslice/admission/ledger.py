@@ -14,10 +14,12 @@ decided here and written by the next compare-and-swap:
 * **settled**: the writer's pod cache has held the pod for ``settle_after_s``. A replica may
   decide only while its cache follows the API server (it lags by seconds at most), so by then
   every replica that may decide counts the pod itself.
-* **never created**: older than ``hold_s``, not seen, and absent from an authoritative list of
-  its namespace's pods taken after ``hold_s`` had passed (:func:`failed_charges`). ``hold_s``
-  is longer than kube-apiserver takes to answer a create (34 s when etcd does not answer), so
-  such a pod cannot be stored any more. A timer alone never releases a charge.
+* **never created**: known to this replica for ``hold_s`` (on its own monotonic clock; ``at``
+  is the writer's wall clock, which may be ahead or behind), not seen, and absent from an
+  authoritative list of its namespace's pods taken after ``hold_s`` had passed
+  (:func:`failed_charges`). ``hold_s`` is longer than kube-apiserver takes to answer a create
+  (34 s when etcd does not answer), so such a pod cannot be stored any more. A timer alone
+  never releases a charge.
 
 A ledger can be lost or changed behind the webhook's back (deleted, edited, replaced by an old
 copy). Charges lost that way are admissions whose pods may still be stored, so a replica that
@@ -85,7 +87,8 @@ class Damage(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Charge:
     """One admission's charge: its request uid, the pod's namespace, what it costs, and when
-    it was admitted (wall-clock epoch seconds, shared by all replicas)."""
+    it was admitted (the writer's wall-clock epoch seconds: for people; replicas judge a
+    charge's age by when they first read it, :meth:`Ledger.overdue`)."""
 
     uid: str
     namespace: str
@@ -112,9 +115,19 @@ class Ledger:
     def stored(self) -> bool:
         return bool(self.version)
 
-    def is_fenced(self, now_s: float) -> bool:
-        """True while the ledger refuses the tenant's GPU pods (see :meth:`fenced`)."""
-        return self.fenced_until_s is not None and now_s < self.fenced_until_s
+    def is_fenced(self, now_s: float, *, known_for_s: float | None, hold_s: float) -> bool:
+        """True while the ledger refuses the tenant's GPU pods (see :meth:`fenced`): until
+        ``fencedUntil`` by this replica's wall clock, and, while nothing has been charged since
+        the fence (``seq`` 0), until this replica has known the fence for ``hold_s`` on its own
+        monotonic clock (``known_for_s``; None: not yet). ``fencedUntil`` is the writer's wall
+        clock: a replica whose clock runs ahead of it by the hold would otherwise never be
+        fenced. A first charge is written only by a replica that waited the hold itself, so a
+        fence with charges is over on every replica's own count too."""
+        if self.fenced_until_s is None:
+            return False
+        if now_s < self.fenced_until_s:
+            return True
+        return self.seq == 0 and (known_for_s is None or known_for_s < hold_s)
 
     def fenced(self, *, epoch: str, now_s: float, hold_s: float, reason: str) -> Ledger:
         """The ledger that replaces this one after it was lost or changed: no charges, a new
@@ -178,13 +191,20 @@ class Ledger:
         """A ledger read without an epoch (v1, or none stored) given one for its next write."""
         return self if self.epoch else replace(self, epoch=epoch)
 
-    def overdue(self, seen_for: SeenFor, *, now_s: float, hold_s: float) -> tuple[Charge, ...]:
-        """Charges older than ``hold_s`` whose pod the cache has not seen: created late, or
-        never; an authoritative list of their namespaces tells (:func:`failed_charges`)."""
+    def overdue(
+        self, seen_for: SeenFor, *, known_for: Callable[[Charge], float], hold_s: float
+    ) -> tuple[Charge, ...]:
+        """Charges this replica has known for longer than ``hold_s`` whose pod the cache has
+        not seen: created late, or never; an authoritative list of their namespaces tells
+        (:func:`failed_charges`). ``known_for(charge)``: seconds since this replica first read
+        or wrote the charge, on its own monotonic clock. Never ``at`` against this replica's
+        wall clock: ``at`` is the writer's, and a reader a minute ahead of it released a charge
+        whose create was still on its way to etcd (two pods on a quota of one). Known for the
+        hold, the charge is older than that, whatever the clocks say."""
         return tuple(
             c
             for c in self.charges
-            if now_s - c.at_s > hold_s and seen_for(c.uid, c.namespace) is None
+            if known_for(c) > hold_s and seen_for(c.uid, c.namespace) is None
         )
 
 

@@ -74,7 +74,10 @@ def test_overdue_charges_are_released_only_when_a_fresh_list_lacks_their_pod() -
     unlisted = Charge("other", "ns-2", ONE, NOW - HOLD - 5)  # its namespace was not listed
     young = Charge("young", "ns-1", ONE, NOW - 1)
     book = ledger(gone, late, unlisted, young)
-    overdue = book.overdue(nothing_seen, now_s=NOW, hold_s=HOLD)
+    known = {"young": 1.0}
+    overdue = book.overdue(
+        nothing_seen, known_for=lambda c: known.get(c.uid, HOLD + 5), hold_s=HOLD
+    )
     assert [c.uid for c in overdue] == ["gone", "late", "other"]
     assert failed_charges(overdue, {"ns-1": {"late"}}) == {"gone"}
     assert [c.uid for c in book.without({"gone"}).charges] == ["late", "other", "young"]

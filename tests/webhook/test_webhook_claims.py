@@ -45,9 +45,12 @@ class Clock:
     def __call__(self) -> float:
         return self.now_s
 
+    def monotonic_s(self) -> float:
+        return self.now_s
 
-def tenant_state(**policy: Any) -> ClusterState:
-    state = ClusterState()
+
+def tenant_state(clock: Clock | None = None, **policy: Any) -> ClusterState:
+    state = ClusterState(clock=clock)
     state.upsert_policy(make_policy(**policy))
     state.upsert_node(make_node("gpu-1"))
     for raw in migslice_classes():
@@ -57,7 +60,7 @@ def tenant_state(**policy: Any) -> ClusterState:
 
 class Replica:
     def __init__(self, store: ConfigMapLedgers, clock: Clock, **policy: Any) -> None:
-        self.state = tenant_state(**policy)
+        self.state = tenant_state(clock, **policy)
         self.keeper = QuotaKeeper(self.state, store, wall_clock=clock, hold_s=45.0)
         self.templates = MemoryTemplates()
         keeper = TemplateKeeper(self.state, self.templates)

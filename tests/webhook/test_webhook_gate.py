@@ -41,6 +41,9 @@ class Clock:
     def __call__(self) -> float:
         return self.now_s
 
+    def monotonic_s(self) -> float:
+        return self.now_s
+
 
 class Api:
     """The pods as kube-apiserver stores them, the Events and conditions written, and every
@@ -111,8 +114,8 @@ class Elector:
         self.leader = False
 
 
-def replica_state(quota: int = 2) -> ClusterState:
-    state = ClusterState()
+def replica_state(quota: int = 2, clock: Clock | None = None) -> ClusterState:
+    state = ClusterState(clock=clock)
     state.upsert_policy(make_policy(quota={"instances": quota}))
     state.upsert_node(make_node("gpu-1"))
     return state
@@ -372,9 +375,9 @@ def test_a_pod_whose_un_gate_is_refused_does_not_hold_back_the_others(
 def test_a_pod_whose_un_gate_is_refused_holds_no_quota_for_good() -> None:
     """Its decision charged it; decided again each round, the charge was renewed as long as
     the pod existed, and the tenant's other gated pods waited on quota for ever."""
-    state = replica_state(quota=1)
-    api = RefusingApi(state)
     clock = Clock()
+    state = replica_state(quota=1, clock=clock)
+    api = RefusingApi(state)
     store = MemoryLedgers(state)
     gate = reconciler(state, store, api, clock=clock)
     gated(api, 2, limits=DIRECT)

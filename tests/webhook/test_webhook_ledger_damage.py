@@ -32,18 +32,38 @@ LEDGER = ledger_name("team-a")
 
 
 class Clock:
+    """A replica's wall clock and (moved with it, by the same steps) its monotonic clock."""
+
     def __init__(self) -> None:
         self.now_s = 1_746_100_000.0
+        self.skew_s = 0.0
 
     def __call__(self) -> float:
+        return self.now_s + self.skew_s
+
+    def monotonic_s(self) -> float:
         return self.now_s
+
+
+class Skewed(Clock):
+    """A replica on a node whose wall clock is ``skew_s`` off ``base``'s; time passes alike."""
+
+    def __init__(self, base: Clock, skew_s: float) -> None:
+        super().__init__()
+        self.base, self.skew_s = base, skew_s
+
+    def __call__(self) -> float:
+        return self.base.now_s + self.skew_s
+
+    def monotonic_s(self) -> float:
+        return self.base.now_s
 
 
 class Replica:
     """One webhook replica: its own caches, app and keeper, the shared ledger store."""
 
     def __init__(self, store: ConfigMapLedgers, clock: Clock, quota: int = 4) -> None:
-        self.state = ClusterState()
+        self.state = ClusterState(clock=clock)
         self.state.upsert_policy(make_policy(quota={"instances": quota}))
         self.state.upsert_node(make_node("gpu-1"))
         self.keeper = QuotaKeeper(self.state, store, wall_clock=clock, mark_wait_s=0.1)
@@ -258,3 +278,30 @@ def test_dry_run_is_refused_while_fenced(
     reply = one.client.post("/mutate", json=make_review(pod, uid="d-1", dry_run=True))
     answer = reply.get_json()["response"]
     assert not answer["allowed"] and "refused until" in answer["status"]["message"]
+
+
+@pytest.mark.parametrize("skew_s", [60.0, 20.0], ids=["a-minute-ahead", "20s-ahead"])
+def test_a_fence_holds_on_a_replica_whose_clock_runs_ahead_of_the_fence_writer(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock], skew_s: float
+) -> None:
+    """``fencedUntil`` is the writer's wall clock: a replica ``skew_s`` ahead ended the fence
+    that much early (at 45 s ahead, at once) and admitted while the lost charges' pods were
+    still on their way: 3 pods on a quota of 2."""
+    api, store, clock = cluster
+    one, two = Replica(store, clock, quota=2), Replica(store, Skewed(clock, skew_s), quota=2)
+    stored, held = one.admit("a-1"), one.admit("h-1")
+    assert stored["allowed"] and held["allowed"]
+    store_pods([one, two], stored)
+    api.delete(LEDGER)
+    assert not one.admit("b-1")["allowed"]  # one finds the loss and fences until +45 s
+    assert [f.damage for f in one.fences] == [Damage.LOST]
+    clock.now_s += 30  # h-1's create (34 s at most) still on its way to etcd
+    refused = two.admit("b-2")
+    assert not refused["allowed"], "admitted during the fence: over quota once h-1 lands"
+    assert "refused until" in refused["status"]["message"]
+    store_pods([one, two], held)
+    clock.now_s += 16  # the hold is over on one's count; two read the fence 30 s late
+    assert "spec.quota.instances" in one.admit("c-1")["status"]["message"]
+    assert "refused until" in two.admit("c-2")["status"]["message"]
+    clock.now_s += 30  # and on two's own count (45 s after it first read the fence)
+    assert "spec.quota.instances" in two.admit("c-3")["status"]["message"]

@@ -35,6 +35,14 @@ class Clock:
         return self.now_s
 
 
+class Monotonic:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def monotonic_s(self) -> float:
+        return self.now_s
+
+
 class Cache:
     """A watch cache as readiness sees it: synced, and blind for ``blind`` seconds."""
 
@@ -45,8 +53,8 @@ class Cache:
         return self.blind if self.synced else None
 
 
-def replica_state(quota: int = 4) -> ClusterState:
-    state = ClusterState()
+def replica_state(quota: int = 4, monotonic: Monotonic | None = None) -> ClusterState:
+    state = ClusterState(clock=monotonic)
     state.upsert_policy(make_policy(quota={"instances": quota}))
     state.upsert_node(make_node("gpu-1"))
     return state
@@ -102,13 +110,14 @@ def test_a_charge_written_by_one_replica_counts_on_another_until_its_pod_is_seen
 def test_a_denial_on_a_stale_ledger_is_decided_again_on_a_fresh_read() -> None:
     """Replica two last read a ledger holding a charge that replica one has since released
     (its pod was never created): two reads again before it says no."""
-    clock = Clock()
-    first, second = replica_state(quota=1), replica_state(quota=1)
+    clock, monotonic = Clock(), Monotonic()
+    first, second = replica_state(quota=1, monotonic=monotonic), replica_state(quota=1)
     store = MemoryLedgers(first)
     one, two = replica(store, first, clock), replica(store, second, clock)
     assert allowed(one, "uid-1")
     assert not allowed(two, "uid-2")  # two now holds the ledger with uid-1
     clock.now_s += 46  # past the hold; the pod of uid-1 never came
+    monotonic.now_s += 46
     QuotaKeeper(first, store, wall_clock=clock).settle("team-a")
     assert store.read("team-a").charges == ()
     assert allowed(two, "uid-3")
@@ -202,14 +211,6 @@ def test_a_ledger_too_full_to_store_answers_503_instead_of_failing_the_write() -
     )
 
 
-class Monotonic:
-    def __init__(self) -> None:
-        self.now_s = 100.0
-
-    def monotonic_s(self) -> float:
-        return self.now_s
-
-
 def test_a_charge_leaves_the_ledger_once_the_writer_has_held_its_pod_long_enough() -> None:
     """Every replica that may decide follows the API within --max-blind-s past the longest a
     stalled watch goes unnoticed (the webhook's 20 s watches and 15 s grace: an open
@@ -235,3 +236,62 @@ def test_a_charge_leaves_the_ledger_once_the_writer_has_held_its_pod_long_enough
     monotonic.now_s += 1.0
     assert allowed(client, "uid-3")
     assert [c.uid for c in store.read("team-a").charges] == ["uid-2", "uid-3"]
+
+
+class ApiLedgers(MemoryLedgers):
+    """Ledgers whose namespace list answers as kube-apiserver would: the pods stored so far,
+    whatever any replica's cache holds (a create admitted but still in flight is not)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__(state)
+        self.stored: set[str] = set()
+
+    def reservations_in(self, namespace: str) -> frozenset[str]:
+        return frozenset(self.stored)
+
+
+@pytest.mark.parametrize(
+    ("skew_s", "in_flight_s"),
+    [(60.0, 0.0), (12.0, 34.0)],
+    ids=["a-node-a-minute-ahead", "ntp-12s-while-etcd-holds-the-create"],
+)
+def test_a_replica_whose_clock_runs_ahead_never_releases_a_charge_whose_create_is_in_flight(
+    skew_s: float, in_flight_s: float
+) -> None:
+    """Charge ages were the writer's wall clock judged on the reader's: a replica ``skew_s``
+    ahead took a charge ``in_flight_s`` old for one past the 45 s hold, listed the namespace
+    before the create was stored, released it and admitted a second pod against a quota of 1;
+    the first pod then landed (2 pods on quota 1)."""
+    writer_wall, reader_wall = Clock(), Clock()
+    reader_wall.now_s += skew_s
+    monotonic = Monotonic()
+    first, second = ClusterState(clock=monotonic), ClusterState(clock=monotonic)
+    for state in (first, second):
+        state.upsert_policy(make_policy(quota={"instances": 1}))
+        state.upsert_node(make_node("gpu-1"))
+    store = ApiLedgers(first)
+    one, two = replica(store, first, writer_wall), replica(store, second, reader_wall)
+    assert allowed(one, "uid-1")  # its pod's create goes on; kube-apiserver has not stored it
+    for clock in (writer_wall, reader_wall):
+        clock.now_s += in_flight_s
+    monotonic.now_s += in_flight_s
+    assert not allowed(two, "uid-2")
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-1"]
+
+
+def test_a_charge_of_a_pod_never_created_is_released_on_the_judge_s_own_clock() -> None:
+    """The release still comes, after the hold as the releasing replica measures it."""
+    writer_wall, reader_wall = Clock(), Clock()
+    reader_wall.now_s -= 600.0  # ten minutes behind: the writer's stamp looks like the future
+    monotonic = Monotonic()
+    first, second = ClusterState(clock=monotonic), ClusterState(clock=monotonic)
+    for state in (first, second):
+        state.upsert_policy(make_policy(quota={"instances": 1}))
+        state.upsert_node(make_node("gpu-1"))
+    store = ApiLedgers(first)
+    one, two = replica(store, first, writer_wall), replica(store, second, reader_wall)
+    assert allowed(one, "uid-1")
+    assert not allowed(two, "uid-2")  # two reads the charge now
+    monotonic.now_s += 46.0  # the create failed: its pod will never be stored
+    reader_wall.now_s += 46.0
+    assert allowed(two, "uid-3")
