@@ -89,6 +89,7 @@ class GateReconciler:
         *,
         exclude_namespaces: frozenset[str] = frozenset(),
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._quota = quota
         self._state = quota.state
@@ -96,7 +97,8 @@ class GateReconciler:
         self._elector = elector
         self.settings = settings or GateSettings()
         self._exclude = exclude_namespaces
-        self._clock = clock
+        self._clock = clock  # wall: the stamps of conditions
+        self._monotonic = monotonic  # waits: a step of the wall clock must not stretch them
         self.stats = GateStats()
         self._said: dict[str, str] = {}  # pod uid -> the message last told
         self._refused_until: dict[str, float] = {}  # pod uid -> when to try its un-gate again
@@ -146,7 +148,7 @@ class GateReconciler:
         notes: dict[str, GateNote] = {}
         waiting_tenants: set[str] = set()
         admitted = 0
-        now = self._clock()
+        now = self._monotonic()
         for pod in pods:
             if admitted >= self.settings.batch:
                 break
@@ -232,7 +234,7 @@ class GateReconciler:
         once per message, and not decided again for twice the charge's hold, so the charge
         its decision wrote lapses unused (deciding it each round renewed the charge: the pod
         held its tenant's quota for as long as it existed)."""
-        self._refused_until[pod.uid] = self._clock() + 2 * self._quota.hold_s
+        self._refused_until[pod.uid] = self._monotonic() + 2 * self._quota.hold_s
         said = f"refused: {error}"
         if self._said.get(pod.uid) == said:
             return

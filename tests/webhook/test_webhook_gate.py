@@ -129,14 +129,16 @@ def reconciler(
     clock: Clock | None = None,
     **settings: Any,
 ) -> GateReconciler:
-    keeper = QuotaKeeper(state, store, wall_clock=clock or Clock())
+    clock = clock or Clock()
+    keeper = QuotaKeeper(state, store, wall_clock=clock)
     return GateReconciler(
         keeper,
         api,
         elector or Elector(),
         GateSettings(**settings),
         exclude_namespaces=frozenset({"kube-system"}),
-        clock=clock or Clock(),
+        clock=clock,
+        monotonic=clock.monotonic_s,
     )
 
 
@@ -419,3 +421,24 @@ def test_the_webhook_removes_the_gate_from_a_pod_it_admits_as_asking_no_gpu(
     assert answer["allowed"], answer
     ops = json.loads(base64.b64decode(answer.get("patch") or "W10="))
     assert {"op": "remove", "path": "/spec/schedulingGates/0"} in ops, ops
+
+
+def test_a_wall_clock_stepped_back_does_not_keep_a_refused_pod_gated() -> None:
+    """The retry of a refused un-gate was due at time.time() + 90 s: an NTP step back of an
+    hour left the pod gated (and never tried again) for an hour and 90 s."""
+    state = replica_state(quota=2)
+    api = RefusingApi(state)
+    wall, monotonic = Clock(), Clock()
+    keeper = QuotaKeeper(state, MemoryLedgers(state), wall_clock=wall)
+    gate = GateReconciler(
+        keeper, api, Elector(), GateSettings(), clock=wall, monotonic=monotonic.monotonic_s
+    )
+    gated(api, 1, limits=DIRECT)
+    gate.run_once()
+    assert api.admitted() == []  # refused
+    api.refused = ""  # the policy that refused it is fixed
+    wall.now_s -= 3600.0  # NTP steps the node's clock back an hour
+    wall.now_s += 91.0
+    monotonic.now_s += 91.0
+    gate.run_once()
+    assert api.admitted() == ["p0"]
