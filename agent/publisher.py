@@ -63,8 +63,10 @@ class Publisher:
             current = self.store.read_annotation(self.node_name, LAYOUT_ANNOTATION)
             if current is not None:
                 self._last_key, self._last_write = _published(current)
+        # A last write in the future is the clock stepped back: written again now, or the
+        # heartbeat stopped for as long as the step (and observedAt went stale).
         fresh = self._last_write is not None and (
-            (now - self._last_write).total_seconds() < self.heartbeat_s
+            0.0 <= (now - self._last_write).total_seconds() < self.heartbeat_s
         )
         if key == self._last_key and fresh:
             return False, report

@@ -421,3 +421,17 @@ def test_inspect_without_a_driver_is_one_clear_line(capsys: pytest.CaptureFixtur
     assert err.startswith("migslice: error: NVML could not be loaded on this machine")
     assert "so this machine has no NVIDIA driver" in err and "agent" not in err
     assert err.count("\n") == 1
+
+
+def test_a_node_clock_stepped_back_does_not_stop_the_heartbeat() -> None:
+    """The heartbeat was due once time.time() passed the last write + 300 s: after NTP stepped
+    the node's clock back an hour, an unchanged layout was not written again for an hour and
+    5 min, and doctor (judging observedAt) said the agent's layout was stale all that time."""
+    store, clock = MemoryNodeStore(), Clock()
+    gpus = read(balanced_a100())
+    publisher = Publisher("gpu-1", store, lambda: gpus, clock, heartbeat_s=300)
+    assert publisher.publish_once()[0] is True
+    clock.advance(-3600)  # NTP steps the node's clock back an hour
+    clock.advance(301)
+    assert publisher.publish_once()[0] is True
+    assert store.writes == 2
