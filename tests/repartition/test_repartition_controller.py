@@ -345,3 +345,42 @@ def test_the_node_is_labelled_a_propagation_delay_after_its_config_is_written() 
     now[0] += 30
     assert [s.kind for s in loop.run_once()] == [StepKind.APPLY]
     assert any(line.startswith("label gpu-a") for line in api.log)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect: repartition deadlines compare appliedAt (the leader that applied it, "
+    "its time.time()) with the current leader's time.time(); a skew or step of the deadline's "
+    "size times a plan out at once or never",
+)
+@pytest.mark.parametrize(
+    "clock_of_b",
+    [NOW + 30 + 11 * 60, NOW + 30 - 2 * 3600],
+    ids=["new-leader-11-min-ahead", "new-leader-2-h-behind"],
+)
+def test_a_new_leader_s_clock_does_not_decide_the_deadline_of_the_plan_it_inherits(
+    clock_of_b: float,
+) -> None:
+    """``appliedAt`` is the old leader's time.time(), the deadline the new leader's: 30 s into
+    MIG Manager's run, a leader 11 min ahead found it 11 min late, quarantined the node and
+    labelled its old config back mid-reconfiguration; one 2 h behind would have let a stuck
+    node hold the plan 2 h past its 10 min deadline."""
+    api = FakeApi()
+    index = new_index()
+    a, b = Elector(), Elector(leader=False)
+    first = controller(api, index=index, clock=lambda: NOW, elector=a)
+    first.run_once()
+    ours = api.node["metadata"]["labels"]["nvidia.com/mig.config"]
+    assert ours != "all-1g.10gb"  # applied: MIG Manager is at it
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    a.leader, b.leader = False, True  # replica A's pod is evicted; B takes the Lease
+    now_b = [clock_of_b]
+    second = controller(api, index=index, clock=lambda: now_b[0], elector=b)
+    api.log.clear()
+    second.run_once()
+    assert not [line for line in api.log if "quarantine" in line], api.log
+    assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == ours
+    now_b[0] += 600  # 10 min 30 s after the apply, really: now past the deadline
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    second.run_once()
+    assert "quarantine gpu-a set" in api.log
