@@ -730,3 +730,24 @@ def test_no_policy_at_all_is_a_warning(cluster: DoctorCluster) -> None:
     found = judge(cluster, "tenant-policies")
     assert found.verdict is Verdict.WARNING
     assert found.detail.startswith("no TenantPolicy")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect: agent-layouts judges observedAt (the node's clock) against the "
+    "doctor's own clock; a node's clock 15 min behind reads as a stale layout, one hours ahead "
+    "hides a dead agent",
+)
+@pytest.mark.parametrize(
+    ("node_skew_s", "written_ago_s", "verdict"),
+    [(-900.0, 5.0, Verdict.OK), (7200.0, 1800.0, Verdict.FAILED)],
+    ids=["node-15-min-behind-agent-alive", "node-2-h-ahead-agent-dead-30-min"],
+)
+def test_the_freshness_of_an_agent_layout_does_not_depend_on_the_node_s_clock(
+    cluster: DoctorCluster, node_skew_s: float, written_ago_s: float, verdict: Verdict
+) -> None:
+    """observedAt is written with the node's clock: 15 min behind, a layout written 5 s ago
+    failed as "observed 15m ago"; 2 h ahead, an agent dead for 30 min passed as fresh."""
+    observed = cluster.now - written_ago_s + node_skew_s
+    cluster.objects["/api/v1/nodes"] = [gpu_node(observed_at=observed)]
+    assert judge(cluster, "agent-layouts").verdict is verdict
