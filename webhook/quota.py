@@ -52,7 +52,7 @@ from migslice.admission.ledger import (
 )
 from migslice.errors import MigsliceError
 from migslice.kube.informer import WATCH_GRACE_S
-from migslice.kube.ledger import ForeignWriteError, LedgerStore
+from migslice.kube.ledger import LIST_TIMEOUT_S, ForeignWriteError, LedgerStore
 from migslice.kube.policies import ADMISSION_WATCH_TIMEOUT_S
 from migslice.objects.times import format_micro_time
 from webhook.state import ClusterState
@@ -62,6 +62,12 @@ log = logging.getLogger(__name__)
 DEFAULT_HOLD_S = 45.0
 UNNOTICED_STALL_S = ADMISSION_WATCH_TIMEOUT_S + WATCH_GRACE_S
 MAX_CHARGES = 4000
+INLINE_LIST_S = 1.5
+"""The namespace list a quota denial makes to settle charges of pods never created, at most
+(the settle thread's own takes ``LIST_TIMEOUT_S``): kube-apiserver gives up on the webhook
+after its timeoutSeconds (5 s by default), failing the create instead of reading the answer,
+while the admission went on and might charge for it. Not listed in time, the charges count
+and the settle thread releases them later."""
 """Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
 charge stays until its pod is seen for the settle time (50 s) or its hold passes unseen, so a
 tenant admitting faster than about 80 pods a second waits (503, retried)."""
@@ -116,7 +122,9 @@ class MemoryLedgers:
             self.writes += 1
             return stored
 
-    def reservations_in(self, namespace: str) -> frozenset[str]:
+    def reservations_in(
+        self, namespace: str, *, timeout_s: float = LIST_TIMEOUT_S
+    ) -> frozenset[str]:
         return self._state.reservations_in(namespace)
 
     def marked(self, tenant: str) -> str:
@@ -228,7 +236,7 @@ class QuotaKeeper:
                     ledger, fresh = self._read(tenant), True
                     continue
                 if not settled:
-                    ledger, settled = self._settle(ledger), True
+                    ledger, settled = self._settle(ledger, list_timeout_s=INLINE_LIST_S), True
                     continue
             if not decision.allowed or decision.charge is None or dry_run:
                 return decision
@@ -412,8 +420,9 @@ class QuotaKeeper:
             tenant=ledger.tenant,
         )
 
-    def _settle(self, ledger: Ledger) -> Ledger:
-        """The ledger without the overdue charges a fresh list shows were never created."""
+    def _settle(self, ledger: Ledger, *, list_timeout_s: float = LIST_TIMEOUT_S) -> Ledger:
+        """The ledger without the overdue charges a fresh list shows were never created, the
+        list made within ``list_timeout_s`` (else the charges still count)."""
         tenant = ledger.tenant
         overdue = ledger.overdue(
             self.state.seen_for,
@@ -423,7 +432,11 @@ class QuotaKeeper:
         if not overdue:
             return ledger
         try:
-            listed = {ns: self.store.reservations_in(ns) for ns in {c.namespace for c in overdue}}
+            deadline = time.monotonic() + list_timeout_s
+            listed = {
+                ns: self.store.reservations_in(ns, timeout_s=max(0.0, deadline - time.monotonic()))
+                for ns in {c.namespace for c in overdue}
+            }
         except MigsliceError as error:
             log.warning(
                 "Cannot list pods to settle tenant=%s overdue charges=%d (%s); they still count",

@@ -24,6 +24,7 @@ replica that never saw the ledger still knows it existed once it is gone.
 from __future__ import annotations
 
 import hashlib
+import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import replace
@@ -70,10 +71,13 @@ class LedgerStore(Protocol):
         ledger with its new version. :class:`LedgerConflictError` otherwise."""
         ...
 
-    def reservations_in(self, namespace: str) -> frozenset[str]:
+    def reservations_in(
+        self, namespace: str, *, timeout_s: float = LIST_TIMEOUT_S
+    ) -> frozenset[str]:
         """The ``migslice.io/reservation`` uids of the GPU pods in ``namespace`` now (an
         authoritative answer, not a cache's), less those still behind the admission gate
-        (not admitted: what they carry is not the webhook's)."""
+        (not admitted: what they carry is not the webhook's). ``timeout_s`` bounds the whole
+        list (every page): past it, an :class:`ApiError`."""
         ...
 
     def marked(self, tenant: str) -> str:
@@ -190,22 +194,31 @@ class ConfigMapLedgers:
             raise
         return replace(ledger, version=_version_of(stored))
 
-    def reservations_in(self, namespace: str) -> frozenset[str]:
+    def reservations_in(
+        self, namespace: str, *, timeout_s: float = LIST_TIMEOUT_S
+    ) -> frozenset[str]:
         """The reservations of the namespace's GPU pods and, with ``claims``, of its
-        ResourceClaims (a claim's charge is matched to it as a pod's is)."""
+        ResourceClaims (a claim's charge is matched to it as a pod's is), listed within
+        ``timeout_s`` in all."""
         quoted = urllib.parse.quote(namespace)
-        found = self._reservations(f"/api/v1/namespaces/{quoted}/pods", gpu_only=True)
+        deadline = time.monotonic() + timeout_s
+        found = self._reservations(
+            f"/api/v1/namespaces/{quoted}/pods", gpu_only=True, deadline=deadline
+        )
         if self._claims:
             path = f"{names.DRA_API}/namespaces/{quoted}/resourceclaims"
-            found |= self._reservations(path, gpu_only=False)
+            found |= self._reservations(path, gpu_only=False, deadline=deadline)
         return frozenset(found)
 
-    def _reservations(self, path: str, *, gpu_only: bool) -> set[str]:
+    def _reservations(self, path: str, *, gpu_only: bool, deadline: float) -> set[str]:
         found: set[str] = set()
         token = ""
         while True:
             query = {"limit": "500", **({"continue": token} if token else {})}
-            page = self._api.get_json(path, query, timeout_s=LIST_TIMEOUT_S)
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                raise ApiError(0, f"GET {path}: not listed within its time")
+            page = self._api.get_json(path, query, timeout_s=left_s)
             for raw in page.get("items") or ():
                 uid = annotations_of(raw).get(names.RESERVATION)
                 # A pod behind the admission gate is no admission yet: its annotation is not

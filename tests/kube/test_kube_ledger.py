@@ -170,3 +170,20 @@ def test_marking_a_policy_gives_up_within_the_ledgers_budget() -> None:
         ledgers = ConfigMapLedgers(transport, "migslice-system", timeout_s=0.5)
         with pytest.raises(ApiError, match="timed out"):
             ledgers.mark("team-a", "e1")
+
+
+def test_reservations_in_lists_nothing_past_its_time() -> None:
+    """The time given bounds the whole list, every page: none left, no request is made and the
+    answer is an error (a quota denial's inline list has 1.5 s of the webhook's 5)."""
+    asked: list[str] = []
+
+    def answer(request: Request) -> tuple[int, Any]:
+        asked.append(request.path)
+        return 200, {"kind": "PodList", "items": [], "metadata": {}}
+
+    with local_api(answer) as transport:
+        store = ConfigMapLedgers(transport, "migslice-system")
+        assert store.reservations_in("team-a", timeout_s=5.0) == frozenset()
+        with pytest.raises(ApiError, match="not listed within its time"):
+            store.reservations_in("team-a", timeout_s=0.0)
+    assert asked == ["/api/v1/namespaces/team-a/pods"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,9 +20,10 @@ from flask.testing import FlaskClient
 from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.admission import SliceUsage
 from migslice.admission.ledger import Charge, Ledger
+from migslice.kube.ledger import LIST_TIMEOUT_S
 from migslice.kube.transport import ApiError
 from webhook.app import create_app
-from webhook.quota import MemoryLedgers, QuotaKeeper
+from webhook.quota import INLINE_LIST_S, MemoryLedgers, QuotaKeeper
 from webhook.settings import WebhookSettings
 from webhook.state import ClusterState
 
@@ -247,7 +247,9 @@ class ApiLedgers(MemoryLedgers):
         super().__init__(state)
         self.stored: set[str] = set()
 
-    def reservations_in(self, namespace: str) -> frozenset[str]:
+    def reservations_in(
+        self, namespace: str, *, timeout_s: float = LIST_TIMEOUT_S
+    ) -> frozenset[str]:
         return frozenset(self.stored)
 
 
@@ -299,27 +301,42 @@ def test_a_charge_of_a_pod_never_created_is_released_on_the_judge_s_own_clock() 
 
 
 class SlowListLedgers(ApiLedgers):
-    """A namespace list that answers just under ConfigMapLedgers' LIST_TIMEOUT_S (10 s)."""
+    """A namespace list that takes ``LIST_S`` (6 s, under ConfigMapLedgers' LIST_TIMEOUT_S of
+    10 s): asked to finish sooner, it fails as the transport's read timeout does."""
 
-    def reservations_in(self, namespace: str) -> frozenset[str]:
-        time.sleep(6.0)
-        return super().reservations_in(namespace)
+    LIST_S = 6.0
+
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__(state)
+        self.asked: list[float] = []
+
+    def reservations_in(
+        self, namespace: str, *, timeout_s: float = LIST_TIMEOUT_S
+    ) -> frozenset[str]:
+        self.asked.append(timeout_s)
+        if timeout_s < self.LIST_S:
+            raise ApiError(0, f"GET /api/v1/namespaces/{namespace}/pods: read timed out")
+        return super().reservations_in(namespace, timeout_s=timeout_s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: a quota denial settles overdue charges inline, and the namespace list "
-    "it makes may take LIST_TIMEOUT_S (10 s), past the webhook's timeoutSeconds (5 s)",
-)
-def test_a_quota_denial_answers_within_the_webhooks_timeout_even_when_the_list_is_slow() -> None:
-    """kube-apiserver gives up on the webhook after 5 s (failurePolicy Fail: the create fails
-    with "context deadline exceeded"); the admission went on listing and may still charge."""
+def test_a_quota_denial_lists_no_longer_than_it_can_answer_in_and_the_settler_lists_later() -> None:
+    """kube-apiserver gives up on the webhook after its timeoutSeconds (5 s by default;
+    failurePolicy Fail: the create fails with "context deadline exceeded", not the quota
+    denial). A quota denial settled overdue charges inline with a list of up to 10 s (answers
+    at 6 and 9.5 s), and the admission, still running, might charge for the failed create.
+    Its list now has INLINE_LIST_S; one that takes longer leaves the charge counted, and the
+    settle thread, unhurried, releases it."""
     wall, monotonic = Clock(), Monotonic()
     state = replica_state(quota=1, monotonic=monotonic)
     store = SlowListLedgers(state)
     client = replica(store, state, wall)
     assert allowed(client, "uid-1")
     monotonic.now_s += 46  # uid-1's charge is overdue: the next quota denial lists first
-    started = time.monotonic()
-    allowed(client, "uid-2")
-    assert time.monotonic() - started < 5.0
+    assert not allowed(client, "uid-2")
+    assert store.asked and max(store.asked) <= INLINE_LIST_S < 5.0
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-1"]  # still counts
+    keeper = QuotaKeeper(state, store, wall_clock=wall)
+    keeper.settle("team-a")  # the settle thread's round
+    assert store.asked[-1] > SlowListLedgers.LIST_S  # up to LIST_TIMEOUT_S
+    assert store.read("team-a").charges == ()
+    assert allowed(client, "uid-3")
