@@ -18,6 +18,7 @@ with the policy's message (or RBAC's, where RBAC is the fence):
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -468,3 +469,140 @@ def test_the_extender_creates_and_deletes_only_its_steer_rules(
         extender.delete_cluster_custom_object(*dra, edited["metadata"]["name"])
     except k8s.ApiException as error:
         assert error.status == 404, error.body  # a running extender's steer deleted it first
+
+
+def test_the_certificate_jobs_change_only_the_ca_bundle_of_the_webhook_configurations(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    """The certificate Jobs' ClusterRole grants ``patch`` of the webhook configurations named
+    migslice-webhook, which RBAC cannot narrow to ``caBundle``: without a policy the Jobs'
+    ServiceAccount (kept for good by ``kubectl apply -k manifests``, where Helm's hook
+    deletion does not run) could set ``failurePolicy: Ignore``, a ``namespaceSelector`` that
+    matches nothing or another ``clientConfig``, switching migslice's admission off for every
+    tenant. It may put a CA into ``caBundle`` and nothing else."""
+    token = service_account_token(
+        control_plane, BASE / "certs" / "rbac.yaml", NAMESPACE, "migslice-certs"
+    )
+    admission = k8s.AdmissionregistrationV1Api(core_v1.api_client)
+    certs = k8s.AdmissionregistrationV1Api(
+        as_account(control_plane, "migslice-certs", token).api_client
+    )
+    name = "migslice-webhook"
+    created = False
+    try:
+        admission.read_mutating_webhook_configuration(name)
+    except k8s.ApiException as error:
+        assert error.status == 404, error.body
+        # Calls nothing this session creates (no object carries the label it selects).
+        admission.create_mutating_webhook_configuration(
+            {
+                "metadata": {"name": name},
+                "webhooks": [
+                    {
+                        "name": "pods.webhook.migslice.io",
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "NoneOnDryRun",
+                        "failurePolicy": "Fail",
+                        "clientConfig": {
+                            "service": {"name": name, "namespace": NAMESPACE, "path": "/mutate"}
+                        },
+                        "objectSelector": {"matchLabels": {"e2e.migslice.io/never": "x"}},
+                        "rules": [
+                            {
+                                "operations": ["CREATE"],
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "resources": ["pods"],
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+        created = True
+    try:
+
+        def replace(field: str, value: Any) -> Callable[[], Any]:
+            ops = [{"op": "replace", "path": f"/webhooks/0/{field}", "value": value}]
+            return lambda: certs.patch_mutating_webhook_configuration(name, ops)
+
+        bypasses = [
+            replace("failurePolicy", "Ignore"),
+            replace("namespaceSelector", {"matchLabels": {"e2e.migslice.io/nowhere": "x"}}),
+            replace("clientConfig/service/name", "elsewhere"),
+            replace("rules", []),
+        ]
+        said = enforced(bypasses[0])
+        assert "migslice-certs may change only the caBundle" in said
+        for bypass in bypasses[1:]:
+            assert "migslice-certs may change only the caBundle" in refused(bypass)
+        # Inside its scope: the caBundle, as `migslice certs --webhook-configuration` writes it.
+        bundle = base64.b64encode(f"e2e {uuid.uuid4().hex}".encode()).decode()
+        certs.patch_mutating_webhook_configuration(
+            name,
+            [
+                {"op": "test", "path": "/webhooks/0/name", "value": "pods.webhook.migslice.io"},
+                {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle},
+            ],
+        )
+        stored = admission.read_mutating_webhook_configuration(name)
+        assert stored.webhooks[0].failure_policy == "Fail"
+    finally:
+        if created:
+            admission.delete_mutating_webhook_configuration(name)
+
+
+def test_the_webhooks_status_writes_are_its_condition_and_no_more(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    """The gate reconciler may patch pods/status of any pod: only its condition
+    migslice.io/Admitted, never another status field (container statuses and their readiness,
+    the pod's IPs, its start time, the resources kube-scheduler and the kubelet account)."""
+    token = service_account_token(
+        control_plane, BASE / "webhook" / "rbac.yaml", NAMESPACE, "migslice-webhook"
+    )
+    webhook = as_account(control_plane, "migslice-webhook", token)
+    namespace = f"e2e-status-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(core_v1, namespace, {"migslice.io/admission": "disabled"})
+    core_v1.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "running"},
+            "spec": {"nodeName": "gpu-x", "containers": [{"name": "main", "image": "cuda:12"}]},
+        },
+    )
+    core_v1.patch_namespaced_pod_status(
+        "running",
+        namespace,
+        {"status": {"phase": "Running", "podIP": "10.1.2.3", "podIPs": [{"ip": "10.1.2.3"}]}},
+    )
+    try:
+        running = {
+            "name": "main",
+            "image": "cuda:12",
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+        }
+        forged = [
+            {"containerStatuses": [running]},
+            {"podIPs": [{"ip": "10.1.2.3"}, {"ip": "fd00::66"}]},
+            {"startTime": "2026-01-01T00:00:00Z"},
+        ]
+        said = enforced(
+            lambda: webhook.patch_namespaced_pod_status("running", namespace, {"status": forged[0]})
+        )
+        assert "may set only a pod's condition migslice.io/Admitted" in said
+        for status in forged[1:]:
+            assert "may set only a pod's condition migslice.io/Admitted" in refused(
+                lambda status=status: webhook.patch_namespaced_pod_status(
+                    "running", namespace, {"status": status}
+                )
+            )
+        condition = {"type": "migslice.io/Admitted", "status": "False", "reason": "E2E"}
+        webhook.patch_namespaced_pod_status(
+            "running", namespace, {"status": {"conditions": [condition]}}
+        )
+    finally:
+        core_v1.delete_namespaced_pod("running", namespace, grace_period_seconds=0)

@@ -216,6 +216,7 @@ def test_every_admission_policy_is_bound_to_deny_and_matches_one_of_the_charts_a
     assert sorted(least_privilege) == [
         "migslice-agent-own-node",
         "migslice-agent-own-node-events",
+        "migslice-certs-ca-bundle",
         "migslice-certs-secrets",
         "migslice-extender-node-keys",
         "migslice-extender-pod-keys",
@@ -273,6 +274,32 @@ def test_only_the_certificate_jobs_may_write_secrets_and_only_the_four_certifica
     (validation,) = policies()["migslice-certs-secrets"]["spec"]["validations"]
     allowed = json.loads(validation["expression"].removeprefix("request.name in "))
     assert sorted(allowed) == sorted(named)
+
+
+def test_a_webhook_configuration_write_is_held_to_the_ca_bundle() -> None:
+    """RBAC cannot narrow ``patch`` of a webhook configuration to its caBundle: a policy must,
+    or the certificate Jobs' account could switch migslice's admission off (failurePolicy,
+    namespaceSelector, clientConfig). Every account allowed to write one is held by it."""
+    configurations = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
+    writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    writers = set()
+    for document in rendered():
+        if document["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for rule in document.get("rules") or ():
+            if configurations & set(rule["resources"]) and writes & set(rule["verbs"]):
+                assert set(rule["verbs"]) & writes == {"patch"}, document["metadata"]
+                writers.add(document["metadata"]["name"])
+    assert writers == {"migslice-certs"}
+    policy = policies()["migslice-certs-ca-bundle"]["spec"]
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == configurations and rule["operations"] == ["UPDATE"]
+    fields = policy["variables"][0]["expression"]
+    held = ("url", "service", "rules", "failurePolicy", "namespaceSelector", "objectSelector",
+            "matchConditions", "timeoutSeconds", "sideEffects")  # fmt: skip
+    for field in held:
+        assert f".?{field}" in fields, field
+    assert "caBundle" not in fields
 
 
 def test_the_examples_in_manifests_are_the_charts() -> None:
