@@ -22,9 +22,11 @@ import base64
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -606,3 +608,75 @@ def test_the_webhooks_status_writes_are_its_condition_and_no_more(
         )
     finally:
         core_v1.delete_namespaced_pod("running", namespace, grace_period_seconds=0)
+
+
+def test_only_who_may_update_tenant_policies_takes_a_namespace_out_of_migslice(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, tmp_path: Path
+) -> None:
+    """A namespace self-service role (create and label namespaces, nothing of migslice's):
+    its namespaces come and go and take any other label, but not migslice.io/admission or
+    migslice.io/outage, which take a namespace out of admission or make it fail-open. A
+    cluster admin (who may update TenantPolicies) sets them."""
+    control_plane.apply(BASE / "webhook" / "admission-policy.yaml")
+    account = f"ns-self-service-{uuid.uuid4().hex[:6]}"
+    rbac = tmp_path / "rbac.yaml"
+    rbac.write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": account, "namespace": "default"},
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": account},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "resources": ["namespaces"],
+                            "verbs": ["get", "create", "update", "patch"],
+                        }
+                    ],
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": account},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": account,
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": account, "namespace": "default"}
+                    ],
+                },
+            ]
+        )
+    )
+    tenant = as_account(
+        control_plane, account, service_account_token(control_plane, rbac, "default", account)
+    )
+    name = f"self-served-{uuid.uuid4().hex[:6]}"
+
+    def opt_out() -> Any:
+        labels = {"migslice.io/admission": "disabled"}
+        body = {"metadata": {"name": f"{name}-{uuid.uuid4().hex[:4]}", "labels": labels}}
+        return tenant.create_namespace(body)
+
+    said = enforced(opt_out)
+    assert "only who may update TenantPolicies may set or change the label" in said, said
+    assert "migslice.io/admission" in said
+    tenant.create_namespace({"metadata": {"name": name, "labels": {"team": "a"}}})
+    try:
+        tenant.patch_namespace(name, label("team", "b"))  # other labels: as before
+        said = refused(lambda: tenant.patch_namespace(name, label("migslice.io/outage", "open")))
+        assert "migslice.io/outage" in said and f"of Namespace {name}" in said
+        core_v1.patch_namespace(name, label("migslice.io/outage", "open"))  # a cluster admin
+        assert "migslice.io/outage" in refused(
+            lambda: tenant.patch_namespace(name, label("migslice.io/outage", None))
+        )
+    finally:
+        core_v1.delete_namespace(name)
