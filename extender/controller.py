@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from extender.carve_requests import CARVE_MARK, shows, write_carve_requests
@@ -57,6 +58,7 @@ from migslice.repartition import (
     read_config_map,
     render_record,
 )
+from migslice.repartition.record.local_time import LocalTimes
 from migslice.scheduling import PreparedNode
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,7 @@ class RepartitionController:
         clock: Callable[[], float] = time.time,
         guard: MigManagerGuard | None = None,
         blindness: Callable[[], list[str]] = list,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
         self._guard = guard
@@ -124,6 +127,8 @@ class RepartitionController:
         self.stats = stats or RepartitionStats(dry_run=settings.repartition.dry_run)
         self.stats.clock = clock  # the waits it exports grow on the same clock
         self._clock = clock
+        self._monotonic = monotonic
+        self._local_times = LocalTimes()  # open plans timed on this leader's own clock
         self._blindness = blindness
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -193,8 +198,12 @@ class RepartitionController:
             assert record is not None
             nodes = self._node_states(record, file.configs)
             self.stats.stranding = held_mix(nodes)
+            # Deadlines and waits of open plans run on this leader's clock, from when it
+            # first saw each stamp (migslice.repartition.record.local_time); what is written
+            # back keeps the stamps as their writers wrote them.
+            local = self._local_times.localize(record, now, self._monotonic())
             step = decide_paused(
-                record,
+                local,
                 nodes,
                 pending,
                 file_configs=file.names,
@@ -204,6 +213,7 @@ class RepartitionController:
             )
             self._count_in_flight(step.record, nodes)
             self.stats.open_ages, self.stats.open_as_of = open_ages(step.record, now), now
+            step = replace(step, record=self._local_times.restore(step.record, record))
             if step.kind == StepKind.WAIT:
                 self._mark(step)
                 self._say(step.reason + about(step), level=logging.DEBUG)
