@@ -134,22 +134,33 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
             AGENT_CHECK, [], f"DaemonSet {names.AGENT_DAEMONSET} not installed: nothing to check"
         )
     selector = mapping(pod_spec(facts.daemonset).get("nodeSelector"))
-    nodes = mig_nodes([n for n in facts.nodes if _selected(n, selector)])
+    selected = [n for n in facts.nodes if _selected(n, selector)]
+    written = {
+        text(mapping(raw.get("metadata")).get("name")) or "": _set_at(raw, names.LAYOUT_ANNOTATION)
+        for raw in selected
+    }
+    nodes = mig_nodes(selected)
     bound_s = freshness_bound_s(facts.daemonset)
     missing, broken, undated, stale, ages = [], [], [], [], []
-    unread = []
+    unread, skewed = [], []
     for node in nodes:
         report = node.agent
         lost = [g for g in report.gpus if g.error] if report is not None else []
         if lost:
             unread.append(f"{node.name} (GPU {lost[0].index}: {lost[0].error})")
+        observed = parse_epoch_s(report.observed_at) if report is not None else None
+        # The API server's stamp of the write, where managedFields has it: observedAt is the
+        # node's clock, and a node minutes off read as a stale layout or hid a dead agent.
+        stamped = written.get(node.name)
+        if stamped is not None and observed is not None and abs(observed - stamped) > SKEW_S:
+            skewed.append(f"{node.name} ({_duration(abs(observed - stamped))})")
         if node.agent_error:
             broken.append(f"{node.name} ({node.agent_error})")
         elif report is None:
             missing.append(node.name)
-        elif (observed := parse_epoch_s(report.observed_at)) is None:
+        elif (when := stamped if stamped is not None else observed) is None:
             undated.append(node.name)
-        elif (age := settings.now - observed) > bound_s:
+        elif (age := settings.now - when) > bound_s:
             stale.append(f"{node.name} (observed {_duration(age)} ago)")
         else:
             ages.append(age)
@@ -174,6 +185,14 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
         if undated
         else None,
         Problem(
+            Verdict.WARNING,
+            f"{key}'s observedAt is off the API server's stamp of its write on "
+            f"{listing(skewed)}: the node's clock is off (judged by the API server's stamp)",
+            "check NTP on those nodes (chronyc tracking, timedatectl)",
+        )
+        if skewed
+        else None,
+        Problem(
             Verdict.FAILED,
             f"GPUs NVML cannot read on {listing(unread)}: migslice places nothing by those "
             "nodes' MIG layout until the agent reads every GPU again",
@@ -193,6 +212,29 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
         [p for p in problems if p is not None],
         f"{len(ages)} MIG node(s) with a fresh {key}{newest} (bound {_duration(bound_s)})",
     )
+
+
+SKEW_S = 120.0
+"""How far a node's observedAt may be from the API server's stamp of the write before the
+node's clock is said to be off (a write takes well under a second; NTP keeps clocks within
+one)."""
+
+
+def _set_at(raw_node: JsonObject, annotation: str) -> float | None:
+    """When the API server last stamped a write of ``annotation`` (``managedFields[].time``
+    of the manager that owns it; None when no entry says)."""
+    found = None
+    field = f"f:{annotation}"
+    for entry in (
+        mapping(e) for e in items(mapping(raw_node.get("metadata")).get("managedFields"))
+    ):
+        owned = mapping(
+            mapping(mapping(entry.get("fieldsV1")).get("f:metadata")).get("f:annotations")
+        )
+        when = parse_epoch_s(entry.get("time"))
+        if field in owned and when is not None:
+            found = when if found is None else max(found, when)
+    return found
 
 
 def _duration(seconds: float) -> str:
