@@ -150,23 +150,28 @@ def test_the_agent_writes_only_migslice_keys_of_its_own_node(
     )
     said = enforced(lambda: agent.patch_node(other, annotate("migslice.io/gpu-layout", "{}")))
     assert f"migslice-agent on node {own} may change only its own Node, not {other}" in said
-    # Inside its scope: its layout annotation, its carve journal, a migslice.io/ label.
+    # Inside its scope: its layout annotation and its carve journal.
     agent.patch_node(own, annotate("migslice.io/gpu-layout", '{"version": 1}'))
     agent.patch_node(own, annotate("migslice.io/carve-state", '{"state": "idle"}'))
-    agent.patch_node(own, label("migslice.io/agent", "seen"))
     stored = core_v1.read_node(own).metadata
     assert stored.annotations["migslice.io/gpu-layout"] == '{"version": 1}'
-    assert stored.labels["migslice.io/agent"] == "seen"
-    # Outside it: other keys, the spec, and anything without the node-name claim.
-    assert "only migslice.io/ labels" in refused(
-        lambda: agent.patch_node(own, label("nvidia.com/mig.config", "all-7g.80gb"))
-    )
-    assert "only migslice.io/ labels" in refused(
-        lambda: agent.patch_node(own, label("kubernetes.io/os", None))
-    )
-    assert "only migslice.io/ annotations" in refused(
-        lambda: agent.patch_node(own, annotate("node.alpha.kubernetes.io/ttl", "0"))
-    )
+    assert stored.annotations["migslice.io/carve-state"] == '{"state": "idle"}'
+    # Outside it: any label (the quarantine, the repartition mode, the steer switch are the
+    # controller's and the admin's), other annotations (the carve request is the
+    # controller's), the spec, and anything without the node-name claim.
+    for key, value in (
+        ("nvidia.com/mig.config", "all-7g.80gb"),
+        ("kubernetes.io/os", None),
+        ("migslice.io/repartition-mode", "carve"),
+        ("migslice.io/dra-steer", "off"),
+    ):
+        body = label(key, value)
+        assert "may change no label" in refused(lambda: agent.patch_node(own, body))  # noqa: B023
+    for key in ("node.alpha.kubernetes.io/ttl", "migslice.io/carve"):
+        body = annotate(key, "0")
+        assert "only the annotations migslice.io/gpu-layout and" in refused(
+            lambda: agent.patch_node(own, body)  # noqa: B023
+        )
     assert "spec, owners or finalizers" in refused(
         lambda: agent.patch_node(own, {"spec": {"unschedulable": True}})
     )
