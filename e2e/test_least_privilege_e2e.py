@@ -19,6 +19,7 @@ with the policy's message (or RBAC's, where RBAC is the fence):
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from harness.binaries import DEFAULT_BIN_DIR
 from harness.controlplane import ControlPlane
 from harness.install import render_chart
 from harness.stack import BASE, NAMESPACE, service_account_kubeconfig, service_account_token
+from migslice.objects.claim_templates import migslice_claim_template
 from migslice.objects.device_taint_rules import steer_rule
 
 pytestmark = pytest.mark.e2e
@@ -314,6 +316,47 @@ def test_the_webhook_writes_only_its_quota_ledgers(
     finally:
         core_v1.delete_namespaced_config_map(other, NAMESPACE)
         core_v1.delete_namespaced_config_map(ledger, NAMESPACE)
+
+
+def test_the_webhook_creates_only_migslices_claim_templates(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    """It may create a template in any namespace (a tenant's first sized pod needs one there):
+    migslice's of one profile, and no other a pod could be pointed at."""
+    token = service_account_token(
+        control_plane, BASE / "webhook" / "rbac.yaml", NAMESPACE, "migslice-webhook"
+    )
+    kubeconfig = service_account_kubeconfig(
+        control_plane, f"migslice-webhook-{uuid.uuid4().hex[:6]}", token
+    )
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+    webhook = k8s.CustomObjectsApi(k8s.ApiClient(configuration))
+    namespace = f"templates-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(core_v1, namespace)
+    ours = migslice_claim_template(namespace, "1g.10gb")
+
+    def create(body: dict[str, Any]) -> Any:
+        return webhook.create_namespaced_custom_object(
+            "resource.k8s.io", "v1", namespace, "resourceclaimtemplates", body
+        )
+
+    wide = copy.deepcopy(ours)
+    wide["metadata"]["name"] = "gpu-anything"
+    said = enforced(
+        lambda: create(
+            {**wide, "metadata": {**wide["metadata"], "name": f"x-{uuid.uuid4().hex[:6]}"}}
+        )
+    )
+    assert "may create only the migslice ResourceClaimTemplate of a profile" in said, said
+    shared = copy.deepcopy(ours)
+    shared["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 7
+    assert "may create only the migslice" in refused(lambda: create(shared))
+    other = copy.deepcopy(ours)
+    other["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "gpu.nvidia.com"
+    assert "may create only the migslice" in refused(lambda: create(other))
+    create(ours)  # its own
+    core_v1.delete_namespace(namespace)
 
 
 def test_the_certificate_jobs_write_only_the_four_certificates(
