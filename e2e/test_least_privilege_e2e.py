@@ -359,6 +359,29 @@ def test_the_webhook_creates_only_migslices_claim_templates(
     core_v1.delete_namespace(namespace)
 
 
+def test_the_webhook_records_events_only_about_pods_and_tenant_policies(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api
+) -> None:
+    token = service_account_token(
+        control_plane, BASE / "webhook" / "rbac.yaml", NAMESPACE, "migslice-webhook"
+    )
+    webhook = as_account(control_plane, "migslice-webhook", token)
+    namespace = f"events-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(core_v1, namespace)
+    node = {"apiVersion": "v1", "kind": "Node", "name": "gpu-x", "uid": "gpu-x"}
+    said = enforced(lambda: webhook.create_namespaced_event("default", event(node)))
+    assert "may record Events only about a Pod or a TenantPolicy, not about Node" in said, said
+    pod = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "p", "uid": "u"}
+    webhook.create_namespaced_event(namespace, event(pod))  # the gate's
+    secret = {"apiVersion": "v1", "kind": "Secret", "namespace": namespace, "name": "s"}
+    assert "not about Secret" in refused(
+        lambda: webhook.create_namespaced_event(namespace, event(secret))
+    )
+    policy = {"apiVersion": "migslice.io/v1alpha1", "kind": "TenantPolicy", "name": "t"}
+    webhook.create_namespaced_event("default", event(policy))  # QuotaLedgerRebuilt's
+    core_v1.delete_namespace(namespace)
+
+
 def test_the_certificate_jobs_write_only_the_four_certificates(
     control_plane: ControlPlane, core_v1: k8s.CoreV1Api
 ) -> None:

@@ -227,6 +227,7 @@ def test_every_admission_policy_is_bound_to_deny_and_matches_one_of_the_charts_a
         "migslice-extender-pod-keys",
         "migslice-extender-steer-rules",
         "migslice-webhook-claim-templates",
+        "migslice-webhook-events",
         "migslice-webhook-ledgers",
         "migslice-webhook-pod-writes",
     ]
