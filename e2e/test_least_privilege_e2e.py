@@ -382,6 +382,78 @@ def test_the_webhook_records_events_only_about_pods_and_tenant_policies(
     core_v1.delete_namespace(namespace)
 
 
+def test_only_the_webhook_changes_a_pods_reservation(
+    control_plane: ControlPlane, core_v1: k8s.CoreV1Api, tmp_path: Path
+) -> None:
+    """A tenant who may update its namespace's pods changes their annotations, but not
+    migslice.io/reservation, which names the admission the pod was charged under."""
+    control_plane.apply(BASE / "webhook" / "admission-policy.yaml")
+    namespace = f"tenant-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(core_v1, namespace)
+    account = "tenant-editor"
+    rbac = tmp_path / "rbac.yaml"
+    rbac.write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": account, "namespace": namespace},
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": {"name": account, "namespace": namespace},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "resources": ["pods"],
+                            "verbs": ["get", "create", "update", "patch"],
+                        }
+                    ],
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": account, "namespace": namespace},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": account,
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+                    ],
+                },
+            ]
+        )
+    )
+    tenant = as_account(
+        control_plane, account, service_account_token(control_plane, rbac, namespace, account)
+    )
+    notes = {"migslice.io/reservation": "uid-of-its-admission"}
+    pod = {
+        "metadata": {"name": "train", "annotations": notes},
+        "spec": {"containers": [{"name": "c", "image": "train:1"}]},
+    }
+    core_v1.create_namespaced_pod(namespace, pod)  # as stored after the webhook
+    try:
+        said = enforced(
+            lambda: tenant.patch_namespaced_pod(
+                "train", namespace, annotate("migslice.io/reservation", uuid.uuid4().hex)
+            )
+        )
+        assert "migslice.io/reservation of pod" in said and "webhook only" in said, said
+        assert "webhook only" in refused(
+            lambda: tenant.patch_namespaced_pod(
+                "train", namespace, annotate("migslice.io/reservation", None)
+            )
+        )
+        tenant.patch_namespaced_pod("train", namespace, annotate("team.example.com/owner", "a"))
+    finally:
+        core_v1.delete_namespace(namespace)
+
+
 def test_the_certificate_jobs_write_only_the_four_certificates(
     control_plane: ControlPlane, core_v1: k8s.CoreV1Api
 ) -> None:

@@ -215,6 +215,7 @@ def test_every_admission_policy_is_bound_to_deny_and_matches_one_of_the_charts_a
         "migslice-admission-unavailable",
         "migslice-admission-gate-owner",
         "migslice-namespace-opt-outs",
+        "migslice-pod-reservation",
     }
     assert outage <= set(policies())
     least_privilege = {n: p for n, p in policies().items() if n not in outage}
