@@ -214,12 +214,19 @@ class KubernetesTransport:
         content_type: str = "application/merge-patch+json",
         *,
         timeout_s: float = 30.0,
+        query: Mapping[str, str] | None = None,
     ) -> RawObject:
         """PATCH ``path`` with ``patch`` (a JSON merge patch by default; a list is a JSON
-        Patch, ``application/json-patch+json``); the updated object."""
+        Patch, ``application/json-patch+json``); the updated object. ``query``: parameters
+        such as ``fieldManager``."""
         body = json.dumps(patch, separators=(",", ":")).encode()
         response = self._request(
-            path, {}, read_timeout_s=timeout_s, method="PATCH", body=body, content_type=content_type
+            path,
+            query or {},
+            read_timeout_s=timeout_s,
+            method="PATCH",
+            body=body,
+            content_type=content_type,
         )
         return self._read_json("PATCH", path, response)
 

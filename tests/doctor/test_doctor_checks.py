@@ -764,3 +764,35 @@ def test_the_freshness_of_an_agent_layout_does_not_depend_on_the_node_s_clock(
         assert "gpu-a (15m)" in found.detail
     else:
         assert "stale on gpu-a (observed 30m ago)" in found.detail, found.detail
+
+
+def test_a_layout_s_age_is_not_the_time_of_another_write_by_the_same_field_manager(
+    cluster: DoctorCluster,
+) -> None:
+    """managedFields keeps one time per manager (and operation), updated by any write of that
+    manager that changes a field. The agent's layout, its carve journal and the extender's node
+    labels and annotations are all written as manager "migslice" (the User-Agent's prefix: no
+    fieldManager is named), so the entry that owns migslice.io/gpu-layout also carries the
+    time of the extender's last relabel of the node. An agent dead for 30 min on a node the
+    extender labelled a minute ago read as fresh (and its node's clock as 29 min off)."""
+    node = gpu_node(observed_at=cluster.now - 1800)
+    node["metadata"]["managedFields"] = [
+        {
+            "manager": "migslice",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": format_time(cluster.now - 60),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:metadata": {
+                    "f:annotations": {"f:migslice.io/gpu-layout": {}},
+                    "f:labels": {"f:nvidia.com/mig.config": {}},
+                }
+            },
+        }
+    ]
+    cluster.objects["/api/v1/nodes"] = [node]
+    found = judge(cluster, "agent-layouts")
+    assert found.verdict is Verdict.FAILED, found.detail
+    assert "stale on gpu-a (observed 30m ago)" in found.detail, found.detail
+    assert "clock is off" not in found.detail, found.detail

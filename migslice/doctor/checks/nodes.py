@@ -221,20 +221,35 @@ one)."""
 
 
 def _set_at(raw_node: JsonObject, annotation: str) -> float | None:
-    """When the API server last stamped a write of ``annotation`` (``managedFields[].time``
-    of the manager that owns it; None when no entry says)."""
+    """When the API server last stamped a write of ``annotation``: ``managedFields[].time`` of
+    an entry that owns that annotation and nothing else (None when no entry does). An entry's
+    time is that of its manager's last write of any field it owns: the manager ``migslice``
+    (the User-Agent's prefix) also writes the extender's labels and annotations and the carve
+    journal, so its time says nothing of the layout; the agent names its own manager for the
+    layout (:data:`migslice.kube.nodes.LAYOUT_FIELD_MANAGER`)."""
     found = None
-    field = f"f:{annotation}"
     for entry in (
         mapping(e) for e in items(mapping(raw_node.get("metadata")).get("managedFields"))
     ):
-        owned = mapping(
-            mapping(mapping(entry.get("fieldsV1")).get("f:metadata")).get("f:annotations")
-        )
         when = parse_epoch_s(entry.get("time"))
-        if field in owned and when is not None:
+        if _owns_only(mapping(entry.get("fieldsV1")), annotation) and when is not None:
             found = when if found is None else max(found, when)
     return found
+
+
+def _owns_only(fields: JsonObject, annotation: str) -> bool:
+    """Whether ``fields`` (a FieldsV1 set) is the one annotation (a map's own "." aside)."""
+
+    def keys(value: object) -> set[str]:
+        return {str(k) for k in mapping(value) if k != "."}
+
+    metadata = mapping(fields.get("f:metadata"))
+    annotations = mapping(metadata.get("f:annotations"))
+    return (
+        keys(fields) == {"f:metadata"}
+        and keys(metadata) == {"f:annotations"}
+        and keys(annotations) == {f"f:{annotation}"}
+    )
 
 
 def _duration(seconds: float) -> str:
