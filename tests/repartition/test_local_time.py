@@ -9,7 +9,7 @@ from migslice.repartition.record.carve_plan import ActiveCarve
 from migslice.repartition.record.document import RepartitionRecord
 from migslice.repartition.record.local_time import LocalTimes
 from migslice.repartition.record.plan import ActivePlan, NodeStep
-from migslice.repartition.record.wire import TIMEOUT
+from migslice.repartition.record.wire import SUPERSEDED, TIMEOUT
 
 WRITER_APPLIED = 1_000_000.0  # the applying leader's wall clock
 
@@ -76,3 +76,28 @@ def test_a_closed_plans_stamps_are_forgotten() -> None:
     times.localize(RepartitionRecord(), now_s=WRITER_APPLIED + 10, mono_s=10.0)
     again = times.localize(record(), now_s=WRITER_APPLIED + 20, mono_s=20.0)
     assert again.plan is not None and again.plan.applied_at == WRITER_APPLIED + 20  # new
+
+
+def test_a_node_that_joins_the_plan_again_keeps_its_new_step_s_own_stamp() -> None:
+    """A node whose step was superseded (closed, not held) may join the same plan again as a
+    new step, written now. In a leader's first round every stamp it reads is shown as now, so
+    the new step's writtenAt (now) matched the closed step's shown stamp and was written back
+    as that old step's: the config-propagation wait of the new step was skipped (labelled at
+    once, before MIG Manager's copy of the file has its config)."""
+    times = LocalTimes()
+    superseded = replace(step("a"), outcome=SUPERSEDED, detail="label changed")
+    stored = RepartitionRecord(
+        plan=ActivePlan("p1", WRITER_APPLIED - 95, WRITER_APPLIED, (superseded, step("b")))
+    )
+    now = WRITER_APPLIED + 30
+    local = times.localize(stored, now_s=now, mono_s=5.0)  # a new leader's first round
+    assert local.plan is not None
+    again = replace(step("a"), applied_at=None, written_at=now)  # decide.py: written_at=now
+    decided = replace(local, plan=replace(local.plan, nodes=(*local.plan.nodes, again)))
+    back = times.restore(decided, stored)
+    assert back.plan is not None
+    assert [s.written_at for s in back.plan.nodes] == [
+        WRITER_APPLIED - 90,
+        WRITER_APPLIED - 90,
+        now,
+    ]

@@ -90,11 +90,14 @@ class LocalTimes:
         return replace(local, plan=plan, carve=carve)
 
     def _restore_plan(self, plan: ActivePlan, stored: ActivePlan) -> ActivePlan:
-        before = {step.node: step for step in stored.nodes}
+        # A decision keeps the steps it read, in their order, and appends those that join:
+        # a step is matched by its position, not by its node (a node superseded in this plan
+        # may join it again as a new step, whose stamps are the decision's own).
+        before = stored.nodes
 
-        def step_back(step: NodeStep) -> NodeStep:
-            old = before.get(step.node)
-            if old is None:
+        def step_back(position: int, step: NodeStep) -> NodeStep:
+            old = before[position] if position < len(before) else None
+            if old is None or old.node != step.node:
                 return step
             where = ("mig", plan.plan_id, step.node)
             return replace(
@@ -105,7 +108,8 @@ class LocalTimes:
 
         where = ("mig", plan.plan_id, "", "applied")
         applied = self._back(where, plan.applied_at, stored.applied_at)
-        return replace(plan, applied_at=applied, nodes=tuple(step_back(s) for s in plan.nodes))
+        steps = tuple(step_back(i, s) for i, s in enumerate(plan.nodes))
+        return replace(plan, applied_at=applied, nodes=steps)
 
     def _back(
         self, where: tuple[str, str, str, str], value: float | None, stored: float | None
