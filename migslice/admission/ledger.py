@@ -122,12 +122,11 @@ class Ledger:
         monotonic clock (``known_for_s``; None: not yet). ``fencedUntil`` is the writer's wall
         clock: a replica whose clock runs ahead of it by the hold would otherwise never be
         fenced. A first charge is written only by a replica that waited the hold itself, so a
-        fence with charges is over on every replica's own count too."""
-        if self.fenced_until_s is None:
+        fence with charges (``seq`` above 0) is over on every replica, whatever its wall clock
+        (one behind the writer's would otherwise refuse for as long as it is behind)."""
+        if self.fenced_until_s is None or self.seq > 0:
             return False
-        if now_s < self.fenced_until_s:
-            return True
-        return self.seq == 0 and (known_for_s is None or known_for_s < hold_s)
+        return now_s < self.fenced_until_s or known_for_s is None or known_for_s < hold_s
 
     def fenced(self, *, epoch: str, now_s: float, hold_s: float, reason: str) -> Ledger:
         """The ledger that replaces this one after it was lost or changed: no charges, a new

@@ -305,3 +305,25 @@ def test_a_fence_holds_on_a_replica_whose_clock_runs_ahead_of_the_fence_writer(
     assert "refused until" in two.admit("c-2")["status"]["message"]
     clock.now_s += 30  # and on two's own count (45 s after it first read the fence)
     assert "spec.quota.instances" in two.admit("c-3")["status"]["message"]
+
+
+def test_a_fence_with_a_charge_is_over_on_a_replica_whose_clock_runs_behind(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    """Ledger.is_fenced: "a first charge is written only by a replica that waited the hold
+    itself, so a fence with charges is over on every replica's own count too". A replica 10
+    minutes behind the fence writer still refused the tenant's GPU pods (403, "refused until"
+    a time long past on the writer's clock) for 10 minutes after another replica had charged
+    the ledger in the fence's epoch."""
+    api, store, clock = cluster
+    one, behind = Replica(store, clock, quota=2), Replica(store, Skewed(clock, -600.0), quota=2)
+    store_pods([one, behind], one.admit("a-1"))
+    api.delete(LEDGER)
+    assert not one.admit("b-1")["allowed"]  # one fences until +45 s on its clock
+    clock.now_s += 46
+    charged = one.admit("c-1")  # the hold is over: one charges in the fence's epoch (seq 1)
+    assert charged["allowed"], charged
+    store_pods([one, behind], charged)
+    answer = behind.admit("c-2")  # quota 2, 2 pods stored: a quota denial, not the fence
+    assert "refused until" not in answer["status"]["message"], answer["status"]["message"]
+    assert "spec.quota.instances" in answer["status"]["message"]
