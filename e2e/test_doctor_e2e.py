@@ -32,6 +32,7 @@ from harness.builders import make_policy
 from harness.controlplane import ControlPlane
 from harness.install import FIXTURES, Cluster, fresh_workdir, readme_commands
 from harness.paths import REPO
+from migslice.kube.nodes import LAYOUT_FIELD_MANAGER
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 from migslice.objects.times import format_time
 from migslice.serving.certs import write_tls_bundle
@@ -133,6 +134,7 @@ class Installed:
                     "annotations": {"migslice.io/gpu-layout": render_layout_annotation(report)}
                 }
             },
+            field_manager=LAYOUT_FIELD_MANAGER,  # as the agent writes it
         )
 
     def label_node(self, **labels: str) -> None:
@@ -308,7 +310,13 @@ def test_an_overlapping_tenant_policy_is_named(installed: Installed) -> None:
     )
 
 
-def test_a_stale_agent_annotation_is_named(installed: Installed) -> None:
+def test_a_layout_whose_observed_at_is_off_the_api_servers_stamp_names_the_node_clock(
+    installed: Installed,
+) -> None:
+    """A layout written now whose observedAt reads 2 h ago: the node's clock is 2 h behind.
+    Its age is the API server's stamp of the write (managedFields), so it is fresh, and the
+    skew is a warning of its own (a stale layout by that stamp is a unit test's: no e2e waits
+    out the 10 min bound)."""
     now = datetime.datetime.now(datetime.UTC)
     installed.publish_layout(now - datetime.timedelta(hours=2))
     try:
@@ -316,10 +324,10 @@ def test_a_stale_agent_annotation_is_named(installed: Installed) -> None:
     finally:
         installed.publish_layout(now)
     assert set(bad) == {"agent-layouts"}
-    assert (
-        f"migslice.io/gpu-layout stale on {NODE} (observed 2h ago)"
-        in (bad["agent-layouts"]["detail"])
-    )
+    assert bad["agent-layouts"]["result"] == "warning", bad
+    detail = bad["agent-layouts"]["detail"]
+    assert f"observedAt is off the API server's stamp of its write on {NODE} (2h)" in detail
+    assert "with a fresh migslice.io/gpu-layout" in detail
 
 
 def test_a_node_mig_manager_failed_on_is_named(installed: Installed) -> None:
