@@ -168,7 +168,11 @@ class SteerLoop:
         """One round (see the module docstring); (rules deleted, rules created)."""
         self.update_guard()
         if not self._may_write():
-            self._changed(None)  # a new leader starts from every node
+            # A new leader starts from every node. Not through _changed: its wake would run
+            # the next round 20 ms later, a follower's loop would spin (about 40 rounds a
+            # second), and each would add up every node's held mix again.
+            with self._lock:
+                self._dirty = None
             self.stats.capped_nodes = self.stats.rules = 0  # the leader's, not a follower's
             return (0, 0)
         problems = self._blindness()
