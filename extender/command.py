@@ -63,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="dra_steer",
         action="store_false",
         help="do not keep the DeviceTaintRules that steer kube-scheduler's first fit to the "
-        "placement migslice prefers on DynamicMIG nodes (docs/dra.md); on by default where the "
-        "API server serves DeviceTaintRules",
+        "placement migslice prefers on DynamicMIG nodes (docs/dra.md), and delete those an "
+        "earlier run left; on by default where the API server serves DeviceTaintRules",
     )
     parser.add_argument(
         "--dra-steer-max-rules",

@@ -87,7 +87,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
         atexit.register(controller.stop)
 
     stats = None if controller is None else controller.stats
-    steer = None
+    steer = clearing = None
     may_write: Callable[[], bool] = (lambda: True) if stats is None else (lambda: stats.is_leader)
     lease = None
     if settings.dra_steer and any(cache.name == TAINT_RULES for cache in caches):
@@ -106,11 +106,23 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
         reserve.enabled = settings.dra_large_reserve
         reserve.max_hold_s = settings.dra_large_reserve_max_hold_s
         steer.start()
-    elif settings.dra_large_reserve:
-        log.warning(
-            "--dra-large-reserve is off: it needs the DRA steer (DeviceTaintRules served and "
-            "no --no-dra-steer)"
-        )
+    else:
+        if settings.dra_large_reserve:
+            log.warning(
+                "--dra-large-reserve is off: it needs the DRA steer (DeviceTaintRules served "
+                "and no --no-dra-steer)"
+            )
+        if any(cache.name == TAINT_RULES for cache in caches):
+            # --no-dra-steer: the rules a steering extender left would keep their devices off
+            # for ever (nothing else deletes them); this loop deletes them and writes none.
+            clearing = SteerLoop(
+                index,
+                KubeSteerApi(transport),
+                may_write=may_write,
+                blindness=lambda: blindness(caches, max_blind_s=settings.max_blind_s),
+                steer=False,
+            )
+            clearing.start()
     steered = None if steer is None else steer.stats
     retries = Retries(
         lambda pod, annotations: touch_pod(
@@ -134,6 +146,8 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
         warnings.stop()
         if steer is not None:
             steer.stop()
+        if clearing is not None:
+            clearing.stop()
         if lease is not None:
             lease.stop()
         if controller is not None:

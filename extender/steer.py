@@ -87,8 +87,10 @@ class SteerLoop:
         clock: Callable[[], float] = time.monotonic,
         guard: StrandGuard | None = None,
         reserve: ReserveStats | None = None,
+        steer: bool = True,
     ) -> None:
         self._index = index
+        self._steering = steer
         self._api = api
         self._may_write = may_write
         self._blindness = blindness
@@ -165,7 +167,14 @@ class SteerLoop:
                 self._stop.wait(self._interval_s)
 
     def round(self) -> tuple[int, int]:
-        """One round (see the module docstring); (rules deleted, rules created)."""
+        """One round (see the module docstring); (rules deleted, rules created). With
+        ``steer=False`` (``--no-dra-steer``) it wants no rule: the steer rules a steering
+        extender left are deleted, and the devices they kept off are first fit's again."""
+        if not self._steering:
+            if not self._may_write() or self._blindness():
+                return (0, 0)
+            self._wanted, self._held = {}, {}
+            return self._apply()
         self.update_guard()
         if not self._may_write():
             # A new leader starts from every node. Not through _changed: its wake would run

@@ -394,3 +394,25 @@ def test_a_follower_that_becomes_leader_steers_every_node() -> None:
     writer[0] = True
     loop.round()
     assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+
+
+def test_with_the_steer_off_the_rules_a_steering_extender_left_are_deleted() -> None:
+    """Measured before: with --no-dra-steer (the chart's dra.steer.enabled=false) nothing
+    deleted the rules an earlier steering extender wrote, and its ClusterRole lost the delete:
+    every device they kept off stayed off for ever (a 1g.10gb claim on the idle A100 got only
+    start 6, then none; e2e/test_dra_steer_orphaned_e2e.py)."""
+    index = _index()
+    api = RulesApi(index)
+    _loop(index, api).round()
+    assert api.rules
+    written = len(api.writes)
+    off = _loop(index, api, steer=False)
+    off.round()
+    assert api.rules == {}
+    assert {op for op, _ in api.writes[written:]} == {"delete"}
+    assert off.round() == (0, 0)
+    follower = _index()
+    kept = RulesApi(follower)
+    _loop(follower, kept).round()
+    assert _loop(follower, kept, steer=False, may_write=lambda: False).round() == (0, 0)
+    assert kept.rules

@@ -143,3 +143,34 @@ def test_values_that_cannot_work_together_are_refused_naming_the_one_to_set(
         text=True,
     )
     assert rendered.returncode == 0, rendered.stderr
+
+
+@pytest.mark.skipif(not Path(HELM).exists(), reason="no helm (e2e/build.sh; MIGSLICE_E2E_BIN)")
+def test_with_the_steer_off_the_extender_may_still_delete_the_rules_a_steering_release_left() -> (
+    None
+):
+    """Measured before: dra.steer.enabled=false took the delete from the ClusterRole and the
+    policy away, and the extender ran no loop that deletes: the rules an earlier release wrote
+    kept their devices off for ever (extender/steer.py, steer=False)."""
+    text = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), "--set", "dra.steer.enabled=false"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    (role,) = [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "migslice-extender"
+    ]
+    writes = [
+        r
+        for r in role["rules"]
+        if r["resources"] == ["devicetaintrules"] and set(r["verbs"]) - {"get", "list", "watch"}
+    ]
+    assert writes == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"], "verbs": ["delete"]}
+    ]
+    names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    assert "migslice-extender-steer-rules" in names
