@@ -125,11 +125,7 @@ def mutate() -> Response:
         parsed = review.parse_review(_body(ports.settings))
         claim = parsed.group == DRA_GROUP and parsed.kind in CLAIM_KINDS
         if parsed.operation == "UPDATE" and claim and parsed.kind == "ResourceClaim":
-            decision = (
-                _decide_claim_reservation(ports, parsed)
-                if parsed.sub_resource == "status"
-                else _decide_claim_update(ports, parsed)
-            )
+            decision = _decide_claim_update(ports, parsed)
         elif parsed.operation != "CREATE":
             return _answer("mutate", "allowed", review.allow(parsed.uid), started)
         elif claim:
@@ -181,24 +177,16 @@ def _decide_claim(ports: _Ports, parsed: Review) -> AdmissionDecision:
 
 
 def _decide_claim_update(ports: _Ports, parsed: Review) -> AdmissionDecision:
+    """A ResourceClaim UPDATE: of its status (kube-scheduler reserving the claim for a pod,
+    :func:`decide_claim_reservation`), or of the claim (:func:`decide_claim_update`)."""
     assert parsed.raw_object is not None
     namespace = parsed.namespace or _namespace_of(parsed.raw_object)
     if namespace in ports.settings.exclude_namespaces:
         return AdmissionDecision(allowed=True, reason="excluded-namespace")
     old = parsed.raw_old_object or {}
+    judge = decide_claim_reservation if parsed.sub_resource == "status" else decide_claim_update
     with ports.state.admission_lock:
-        return decide_claim_update(namespace, old, parsed.raw_object, ports.state)
-
-
-def _decide_claim_reservation(ports: _Ports, parsed: Review) -> AdmissionDecision:
-    """A ResourceClaim status UPDATE (kube-scheduler reserving the claim for a pod)."""
-    assert parsed.raw_object is not None
-    namespace = parsed.namespace or _namespace_of(parsed.raw_object)
-    if namespace in ports.settings.exclude_namespaces:
-        return AdmissionDecision(allowed=True, reason="excluded-namespace")
-    old = parsed.raw_old_object or {}
-    with ports.state.admission_lock:
-        return decide_claim_reservation(namespace, old, parsed.raw_object, ports.state)
+        return judge(namespace, old, parsed.raw_object, ports.state)
 
 
 def _with_templates(ports: _Ports, decision: AdmissionDecision, dry_run: bool) -> AdmissionDecision:
