@@ -62,15 +62,15 @@ log = logging.getLogger(__name__)
 DEFAULT_HOLD_S = 45.0
 UNNOTICED_STALL_S = ADMISSION_WATCH_TIMEOUT_S + WATCH_GRACE_S
 MAX_CHARGES = 4000
+"""Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
+charge stays until its pod is seen for the settle time (50 s) or its hold passes unseen, so a
+tenant admitting faster than about 80 pods a second waits (503, retried)."""
 INLINE_LIST_S = 1.5
 """The namespace list a quota denial makes to settle charges of pods never created, at most
 (the settle thread's own takes ``LIST_TIMEOUT_S``): kube-apiserver gives up on the webhook
 after its timeoutSeconds (5 s by default), failing the create instead of reading the answer,
 while the admission went on and might charge for it. Not listed in time, the charges count
 and the settle thread releases them later."""
-"""Charges one ledger may hold (about 150 bytes each, so well under a ConfigMap's 1 MiB): a
-charge stays until its pod is seen for the settle time (50 s) or its hold passes unseen, so a
-tenant admitting faster than about 80 pods a second waits (503, retried)."""
 CLUSTER_FREE = frozenset({"no-gpu", "bad-resource"})
 Admission = PodAdmission | ClaimAdmission
 """Decisions that read nothing of the cluster: made even while the caches are blind."""
