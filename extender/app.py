@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import orjson
@@ -43,7 +44,7 @@ from extender.wire import (
 )
 from migslice.errors import InvalidInputError
 from migslice.objects import node_facts_from_raw
-from migslice.objects.pods import pod_key, pod_priority, unschedulable_since
+from migslice.objects.pods import nominated_node_of, pod_key, pod_priority, unschedulable_since
 from migslice.scheduling import (
     DemandReader,
     PodDemand,
@@ -359,34 +360,16 @@ def _filter(
         _retry(context, args["Pod"], lambda retries, pod: retries.after_blind(pod))
         _say_blind(problems, demand.key)
         return filter_error(f"node state unknown: migslice {problems[0]}"), "blind"
-    if nominated := _uncounted_nominations(context, args["Pod"], names):
-        # A node holding a pod only nominated there that kube-scheduler does not count for
-        # this one (the pod itself, a preemptor whose victims are leaving; or one of lower
-        # priority) is judged without it, past the shared decisions: counted, the preemptor
-        # found the node it had cleared full and kube-scheduler evicted a second victim.
-        candidates = _without_uncounted(context, args["Pod"], names, candidates, by_name, nominated)
     steer = context.state.steer
     reserve = None
     if steer is not None and steer.reserve.enabled:
         sizes = device_sizes(demand)
         steer.reserve.share = share = context.arrivals.saw(demand, sizes)
         reserve = None if is_large(sizes) else current_reserve(steer.reserve, share)
-    if reserve is not None:
-        now = time.time()
-        waited_s = _unschedulable_for(args["Pod"], now)
-        result, held = _held_back(
-            context, demand, names, candidates, reserve, waited_s, best_fit=best_fit
-        )
-        if held:
-            # Touched when the hold ends: kube-scheduler retries a pod every node failed only
-            # on the next cluster event.
-            ends_at = now - waited_s + reserve.max_hold_s
-            _retry(context, args["Pod"], lambda retries, pod: retries.after_hold(pod, ends_at))
-    elif candidates is None:
-        decisions = context.state.decisions
-        result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
-    else:
-        result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
+    judge = partial(_judge, context, args, demand, names, by_name, reserve, best_fit=best_fit)
+    result = judge(candidates)
+    if not result.fits:
+        result = _caught_up(context, args, names, by_name, result, judge)
     if result.fits:
         _retry(context, args["Pod"], lambda retries, pod: retries.forget(pod))
     metrics = context.metrics
@@ -410,6 +393,66 @@ def _filter(
     else:
         answer["Nodes"] = {"metadata": {}, "items": [by_name[name] for name in result.fits]}
     return answer, "ok"
+
+
+def _judge(
+    context: Context,
+    args: Mapping[str, Any],
+    demand: PodDemand,
+    names: list[str],
+    by_name: dict[str, RawNode] | None,
+    reserve: LargeReserve | None,
+    candidates: list[tuple[str, PreparedNode | None]] | None,
+    *,
+    best_fit: bool,
+) -> FilterResult:
+    """Which of ``names`` the pod fits, which fail and why (``candidates``: the Nodes sent,
+    prepared; None when only their names were)."""
+    if nominated := _uncounted_nominations(context, args["Pod"], names):
+        # A node holding a pod only nominated there that kube-scheduler does not count for
+        # this one (the pod itself, a preemptor whose victims are leaving; or one of lower
+        # priority) is judged without it, past the shared decisions: counted, the preemptor
+        # found the node it had cleared full and kube-scheduler evicted a second victim.
+        candidates = _without_uncounted(context, args["Pod"], names, candidates, by_name, nominated)
+    if reserve is not None:
+        now = time.time()
+        waited_s = _unschedulable_for(args["Pod"], now)
+        result, held = _held_back(
+            context, demand, names, candidates, reserve, waited_s, best_fit=best_fit
+        )
+        if held:
+            # Touched when the hold ends: kube-scheduler retries a pod every node failed only
+            # on the next cluster event.
+            ends_at = now - waited_s + reserve.max_hold_s
+            _retry(context, args["Pod"], lambda retries, pod: retries.after_hold(pod, ends_at))
+    elif candidates is None:
+        decisions = context.state.decisions
+        result = (decisions.best_fit if best_fit else decisions.filter)(demand, names)
+    else:
+        result = (best_fit_nodes if best_fit else filter_nodes)(demand, candidates)
+    return result
+
+
+def _caught_up(
+    context: Context,
+    args: Mapping[str, Any],
+    names: list[str],
+    by_name: dict[str, RawNode] | None,
+    result: FilterResult,
+    judge: Callable[[list[tuple[str, PreparedNode | None]] | None], FilterResult],
+) -> FilterResult:
+    """``result`` judged again as the pod cache catches up on the node the pod is nominated
+    to, while it fits no node and a pod of lower priority is still cached there
+    (:mod:`extender.catch_up`)."""
+    raw_pod, index = args["Pod"], context.state.index
+    node, priority = nominated_node_of(raw_pod), pod_priority(raw_pod)
+    if node is None or node not in names or not index.holds_lower(node, priority):
+        return result
+    with context.state.changes.watching(node) as changed:
+        while True:  # judged once more first: the cache may have changed before the watch
+            result = judge(None if by_name is None else _candidates(args, context)[0])
+            if result.fits or not index.holds_lower(node, priority) or not changed():
+                return result
 
 
 def _uncounted_nominations(context: Context, raw_pod: Any, names: Sequence[str]) -> frozenset[str]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from extender.catch_up import NodeChanges
 from extender.retries import Retries
 from extender.settings import ExtenderSettings
 from extender.wire import HostPriority, host_priority
@@ -168,10 +169,13 @@ class ExtenderState:
     steer: SteerStats | None = None
     retries: Retries | None = None
     decisions: DecisionCache[HostPriority] = field(init=False)
+    changes: NodeChanges = field(init=False)
 
     def __post_init__(self) -> None:
         self.decisions = DecisionCache(self.index.get, host_priority)
         self.index.subscribe(self.decisions.forget)
+        self.changes = NodeChanges()
+        self.index.subscribe(self.changes)
 
     def dra_nodes(self) -> dict[str, int]:
         """How many DRA nodes are in each pool state (ready, incomplete, unknown)."""

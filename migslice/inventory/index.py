@@ -149,6 +149,15 @@ class ClusterIndex(Generic[V]):
                 if any(not self._pods[k].counts_for(key, priority) for k in keys)
             )
 
+    def holds_lower(self, name: str, priority: int) -> bool:
+        """Whether a pod bound to node ``name`` has a priority below ``priority`` (one that
+        kube-scheduler may have evicted for a pod of ``priority``)."""
+        with self._lock:
+            return any(
+                not p.is_assumed and p.priority < priority
+                for p in self._pods_by_node.get(name, {}).values()
+            )
+
     def derive_for_pod(
         self, name: str, key: str, priority: int, facts: NodeFacts | None = None
     ) -> V | None:

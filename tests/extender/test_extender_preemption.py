@@ -7,11 +7,13 @@ evicted a second victim elsewhere (seen on the real v1.37.2 control plane)."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
-from extender import ExtenderSettings, create_app
+from extender import ExtenderSettings, catch_up, create_app
 from extender.state import state_from_objects
 from harness.builders import make_node, make_pod
 from migslice.objects.clusterfile import ClusterObjects
@@ -86,3 +88,54 @@ def test_a_dra_preemptor_is_not_blocked_by_its_own_nominated_claim() -> None:
     pod["status"]["nominatedNodeName"] = STATIC
     answer = post(dra_client(cluster([claim], [pod])), "filter", names_args(pod, [STATIC]))
     assert answer["NodeNames"] == [STATIC], answer
+
+
+def full_node_with_victim() -> tuple[FlaskClient, Any, dict[str, Any]]:
+    """One 1g.10gb instance on ``gpu-a``, held by a low-priority victim that kube-scheduler
+    has evicted but the extender's pod cache still holds; the preemptor nominated there."""
+    node = make_node("gpu-a", gpu_count=1, mig={"1g.10gb": 1}, config="all-1g.10gb")
+    victim = make_pod("low", profile="1g.10gb", node_name="gpu-a", spec={"priority": 10})
+    victim["status"]["phase"] = "Running"
+    preemptor = make_pod(
+        "hi", profile="1g.10gb", nominated_node_name="gpu-a", spec={"priority": 1000}
+    )
+    objects = ClusterObjects(nodes=(node,), pods=(victim, preemptor))
+    state = state_from_objects(objects, ExtenderSettings())
+    return create_app(ExtenderSettings(), state).test_client(), state, preemptor
+
+
+def test_a_preemptor_waits_for_the_cache_to_see_its_victim_leave() -> None:
+    # kube-scheduler's cache lost the victim a moment before the extender's: answered full,
+    # the preemptor fitted no node and kube-scheduler evicted a second victim elsewhere (both
+    # victims gone on the real control plane, on a loaded machine).
+    client, state, preemptor = full_node_with_victim()
+    leaving = threading.Timer(0.1, state.index.delete_pod, args=("team-a/low",))
+    leaving.start()
+    try:
+        for verb in ("filter", "filter-best-fit"):
+            assert filtered(client, preemptor, ["gpu-a"], verb)["NodeNames"] == ["gpu-a"]
+    finally:
+        leaving.join()
+
+
+def test_a_preemptor_is_answered_full_when_its_node_stays_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The lower-priority pod does not leave (not a victim of this preemption): the node is
+    # answered failed once the wait is spent, as before.
+    monkeypatch.setattr(catch_up, "CATCH_UP_S", 0.05)
+    client, _, preemptor = full_node_with_victim()
+    answer = filtered(client, preemptor, ["gpu-a"], "filter")
+    assert answer["NodeNames"] == [] and "gpu-a" in answer["FailedNodes"], answer
+
+
+def test_node_changes_wake_only_the_watch_of_the_changed_node() -> None:
+    changes = catch_up.NodeChanges()
+    with changes.watching("gpu-a") as changed_a, changes.watching("gpu-b") as changed_b:
+        changes("gpu-a")
+        assert changed_a()
+        changes("gpu-c")
+        changes(None)  # every node
+        assert changed_b()
+    changes("gpu-a")  # no watch left: nothing is kept
+    assert not changes._seen and not changes._waiting
