@@ -57,6 +57,8 @@ POLICIES = tuple(p for p in HEADLINE if p not in ("B4", "B0"))
 """The packing report's headline policies but the two that trail far behind."""
 GPUS_PER_NODE = 8
 TIME_LIMIT_S = 60.0
+WORST_GOAL = 0.10
+"""The goal's bound on the worst gap."""
 CONTEXT: dict[str, Any] = {}
 
 
@@ -120,6 +122,32 @@ def optimum(pods: Sequence[SimPod], nodes: int) -> tuple[float, bool]:
     return (-float(bound) if bound is not None else float("nan")), False
 
 
+def gpus_needed(pods: Sequence[SimPod]) -> int:
+    """A lower bound on the GPUs ``pods`` hold when all are placed: their compute and memory
+    slices, and one GPU per instance of 4 compute slices or more (two never share a GPU)."""
+    compute = sum(p.compute_slices for p in pods)
+    memory = sum(p.memory_slices for p in pods)
+    large = sum(p.count for p in pods if GPU_MODEL.profile(p.profile).compute_slices >= 4)
+    return max(-(-compute // 7), -(-memory // 8), large)
+
+
+def forced_out(pods: Sequence[SimPod], gpus: int) -> dict[str, Any] | None:
+    """The first multi-GPU job of ``pods`` that no policy placing every earlier pod can place:
+    those pods need more than the cluster's GPUs less the job's (its position, its GPUs, the
+    earlier pods' GPUs and their profiles); None when there is none."""
+    for position, pod in enumerate(pods):
+        if pod.count > 1 and gpus_needed(pods[:position]) > gpus - pod.count:
+            before = Counter(p.profile for p in pods[:position] for _ in range(p.count))
+            return {
+                "position": position + 1,
+                "count": pod.count,
+                "profile": pod.profile,
+                "gpus_before": gpus_needed(pods[:position]),
+                "before": dict(sorted(before.items())),
+            }
+    return None
+
+
 def work(task: tuple[str, int]) -> dict[str, Any]:
     spec, instance = task
     trace, _, mapping = spec.partition("/")
@@ -148,6 +176,7 @@ def work(task: tuple[str, int]) -> dict[str, Any]:
         "solve_s": solve_s,
         "optimal": all(o[1] for o in opt.values()),
         "opt": {k: v[0] for k, v in opt.items()},
+        "forced": {"100": forced_out(at_100, gpus), "130": forced_out(arrivals, gpus)},
         "gaps": {},
     }
     for policy_id in CONTEXT["policies"]:
@@ -186,9 +215,12 @@ def markdown(report: dict[str, Any]) -> str:
         f"{meta['solve_s']:.0f} s CPU. Produced by `python -m bench.packing.exact`.",
         "",
         "| workload | policy | gap @100 %: median / p90 / worst | @130 %: median / p90 / worst "
+        "| worst @100 / @130 % where some policy is within 10 % "
         "| goal (median ≤ 2 %, worst ≤ 10 %) |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
+    instances = report.get("instances", [])
+    unforced = _unforced_worst(instances)
     for spec, policies in report["gaps"].items():
         for policy_id, loads in policies.items():
             cells = []
@@ -199,16 +231,84 @@ def markdown(report: dict[str, Any]) -> str:
                 )
             worst = max(loads[x]["max"] for x in loads)
             median = max(loads[x]["median"] for x in loads)
-            ok = median <= 0.02 and worst <= 0.10
+            ok = median <= 0.02 and worst <= WORST_GOAL
             verdict = (
                 "met"
                 if ok
                 else (f"MISSED (median {100 * median:.2f} %, worst {100 * worst:.2f} %)")
             )
+            kept = unforced.get((spec, policy_id))
+            rest = "—" if kept is None else f"{100 * kept[0]:.2f} / {100 * kept[1]:.2f}"
             lines.append(
-                f"| {spec} | {report['names'][policy_id]} | {cells[0]} | {cells[1]} | {verdict} |"
+                f"| {spec} | {report['names'][policy_id]} | {cells[0]} | {cells[1]} | {rest} "
+                f"| {verdict} |"
             )
+    lines += _forced_note(instances)
     return "\n".join(lines) + "\n"
+
+
+def _out_of_reach(instance: dict[str, Any]) -> bool:
+    """Whether every policy misses the worst-case bound (10 %) on this instance, at 100 or
+    130 % arrived."""
+    gaps = instance["gaps"].values()
+    return any(min(g[load] for g in gaps) > WORST_GOAL for load in ("100", "130"))
+
+
+def _unforced_worst(instances: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(workload, policy) -> the worst gap at 100 and 130 % over the instances where some
+    policy is within the worst-case bound."""
+    worst: dict[tuple[str, str], tuple[float, float]] = {}
+    for instance in instances:
+        if _out_of_reach(instance):
+            continue
+        for policy_id, gaps in instance["gaps"].items():
+            key = (instance["workload"], policy_id)
+            old = worst.get(key, (0.0, 0.0))
+            worst[key] = (max(old[0], gaps["100"]), max(old[1], gaps["130"]))
+    return worst
+
+
+def _forced_note(instances: list[dict[str, Any]]) -> list[str]:
+    """The instances where no policy is within the worst-case bound, and why."""
+    beyond = [i for i in instances if _out_of_reach(i)]
+    if not beyond:
+        return []
+    lines = [
+        "",
+        f"**Why the worst ≤ 10 % is missed.** On {len(beyond)} of the {len(instances)} "
+        "instances no policy comes within 10 % of OPT, the oracle-static B3 included (the "
+        "column before the goal gives each policy's worst over the others). Where a "
+        "multi-GPU job is named below it can be placed only by turning away earlier pods "
+        "that fit: the pods before it hold more GPUs than the cluster has less the job's (a "
+        "lower bound from their compute and memory slices, two instances of 4 compute slices "
+        "or more never sharing a GPU). OPT, knowing the job comes, turns them away; a policy "
+        "that places each pod that fits when it arrives cannot (mode A has no clock: a pod "
+        "held back is a pod refused, and the large-job reserve holds back only pods smaller "
+        "than a GPU).",
+        "",
+    ]
+    for instance in beyond:
+        forced = instance.get("forced") or {}
+        job = forced.get("100") or forced.get("130")
+        gaps = instance["gaps"].values()
+        spread = "; ".join(
+            f"every policy's gap at {load} % {100 * min(g[load] for g in gaps):.1f}-"
+            f"{100 * max(g[load] for g in gaps):.1f} % (OPT {instance['opt'][load]:.0f} slices)"
+            for load in ("100", "130")
+        )
+        if job is None:
+            why = "no such job (the gap is the layout's)"
+        else:
+            before = ", ".join(f"{n} x {p}" for p, n in job["before"].items())
+            why = (
+                f"a {job['count']} x {job['profile']} job arrives as pod {job['position']}, "
+                f"after {before} (at least {job['gpus_before']} GPUs)"
+            )
+        lines.append(
+            f"- {instance['workload']} #{instance['instance']}, {instance['nodes']} nodes "
+            f"({8 * instance['nodes']} GPUs): {why}; {spread}."
+        )
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
