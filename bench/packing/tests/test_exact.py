@@ -108,3 +108,20 @@ def test_the_ilp_equals_brute_force_on_tiny_instances(arrived: list[SimPod], nod
     value, proven = optimum(arrived, nodes)
     assert proven
     assert value == pytest.approx(brute_force(arrived, nodes))
+
+
+def test_a_job_after_more_one_gpu_pods_than_leave_a_node_free_is_forced_out() -> None:
+    # default/M1 #31: 16 GPUs; 9 x 7g and 2 x 4g (two 4g never share a GPU: 11 GPUs) before an
+    # 8 x 7g job: no node can be left with 8 free GPUs unless earlier pods are turned away.
+    from bench.packing.exact import forced_out, gpus_needed
+
+    before = pods(*["7g.80gb"] * 9, "4g.40gb", "4g.40gb")
+    assert gpus_needed(before) == 11
+    job = forced_out([*before, SimPod("job", "7g.80gb", 8)], 16)
+    assert job is not None
+    assert (job["position"], job["count"], job["gpus_before"]) == (12, 8, 11)
+    assert job["before"] == {"4g.40gb": 2, "7g.80gb": 9}
+    # 4g and 3g share a GPU: 8 of each need 8 GPUs, leaving the other node free for the job
+    shared = pods(*["4g.40gb", "3g.40gb"] * 8)
+    assert gpus_needed(shared) == 8
+    assert forced_out([*shared, SimPod("job", "7g.80gb", 8)], 16) is None
