@@ -79,6 +79,14 @@ CASES = [
         {"tiers": [], "sizes": {"s": {"memory": "10Gi", "tier": "dedicated"}}},
         [".sizes"],
     ),
+    # Size names: the parser reads only DNS-subdomain-like names, so the CRD refuses the rest
+    # (stored, such a policy would be invalid and deny every GPU pod of its tenant).
+    ("a lower-case size name with a dot", {"sizes": {"a.b-2": {"memory": "10Gi"}}}, []),
+    ("an upper-case size name", {"sizes": {"Medium": {"memory": "10Gi"}}}, [".sizes"]),
+    ("a size name with '_'", {"sizes": {"gpu_small": {"memory": "10Gi"}}}, [".sizes"]),
+    ("an empty size name", {"sizes": {"": {"memory": "10Gi"}}}, [".sizes"]),
+    ("a size name of 64 characters", {"sizes": {"a" * 64: {"memory": "10Gi"}}}, [".sizes"]),
+    ("a size name of 63 characters", {"sizes": {"a" * 63: {"memory": "10Gi"}}}, []),
 ]
 
 
