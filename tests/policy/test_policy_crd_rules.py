@@ -5,6 +5,7 @@ test_dra_admission_e2e.py checks that the real kube-apiserver enforces the devic
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import celpy
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from migslice.policy import DeviceApi, PolicyError, parse_tenant_policy
+from migslice.quantity import QuantityError, parse_quantity
 from tests import paths
 
 CRD = paths.ROOT / "manifests" / "base" / "crd" / "tenantpolicies.yaml"
@@ -87,6 +89,24 @@ CASES = [
     ("an empty size name", {"sizes": {"": {"memory": "10Gi"}}}, [".sizes"]),
     ("a size name of 64 characters", {"sizes": {"a" * 64: {"memory": "10Gi"}}}, [".sizes"]),
     ("a size name of 63 characters", {"sizes": {"a" * 63: {"memory": "10Gi"}}}, []),
+    # Memory: the parser refuses a quantity that is not more than 0.
+    *(
+        (f"memory {memory!r}", {"sizes": {"s": {"memory": memory}}}, broken)
+        for memory, broken in (
+            ("0", [".sizes"]),
+            ("+0", [".sizes"]),
+            ("0.0Gi", [".sizes"]),
+            ("0e3", [".sizes"]),
+            ("-1Gi", [".sizes"]),
+            (0, [".sizes"]),
+            (-5, [".sizes"]),
+            ("1e-3", []),
+            ("0.5Gi", []),
+            (".5Gi", []),
+            ("+10Gi", []),
+            (1, []),
+        )
+    ),
 ]
 
 
@@ -117,3 +137,17 @@ def test_an_unknown_device_api_is_refused_with_its_field() -> None:
     with pytest.raises(PolicyError) as caught:
         parse_tenant_policy(raw)
     assert [e.path for e in caught.value.errors] == ["spec.deviceAPI"]
+
+
+def test_the_memory_schema_matches_the_parsers_quantities() -> None:
+    """What the pattern and length let through is what the parser reads: an exponent of at
+    most three digits (``1e1000`` is refused by both), at most 64 characters."""
+    memory = spec_schema()["properties"]["sizes"]["additionalProperties"]["properties"]["memory"]
+    pattern = re.compile(memory["pattern"])
+    for text in ("20Gi", "1e3", "1E-3", "+.5G", "10", "1e999", "0" * 60 + "10Gi"):
+        assert pattern.fullmatch(text) and len(text) <= memory["maxLength"], text
+        parse_quantity(text)
+    for text in ("1e1000", "1e2.5", "0" * 61 + "10Gi"):
+        assert not (pattern.fullmatch(text) and len(text) <= memory["maxLength"]), text
+        with pytest.raises(QuantityError):
+            parse_quantity(text)
