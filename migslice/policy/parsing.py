@@ -240,10 +240,15 @@ def _check_namespace(value: str) -> str | None:
 
 
 def _check_profile(value: str) -> str | None:
+    """Why ``value`` is not a MIG profile name as the policy must spell it. A name with
+    spaces around it is refused here, though :func:`parse_profile_name` reads it: the policy's
+    names are compared as written (a quota of \" 1g.10gb\" would limit no pod's 1g.10gb)."""
     try:
         parse_profile_name(value)
     except ProfileNameError as error:
         return str(error)
+    if value != value.strip():
+        return f"{value!r} is not a MIG profile name: remove the spaces around it"
     return None
 
 

@@ -315,3 +315,29 @@ def test_too_much_memory_says_what_the_largest_allowed_profile_is() -> None:
     result = resolve({}, Need(100 * 1024), (A30,))
     assert isinstance(result, WhyNot)
     assert "the largest allowed is 4g.24gb" in result.message
+
+
+@pytest.mark.parametrize(
+    ("field", "spec"),
+    [
+        ("spec.quota.profiles. 1g.10gb", {"quota": {"profiles": {" 1g.10gb": 0}}}),
+        (
+            "spec.sizes.small.preferredProfiles.A100-80GB",
+            {
+                "sizes": {
+                    "small": {"memory": "10Gi", "preferredProfiles": {"A100-80GB": "1g.10gb "}}
+                }
+            },
+        ),
+        ("spec.allowedProfiles[0]", {"allowedProfiles": ["1g.10gb\n"]}),
+    ],
+)
+def test_a_profile_name_with_spaces_around_it_is_refused(field: str, spec: dict[str, Any]) -> None:
+    """The policy's profile names are compared as written: a quota of " 1g.10gb" read as valid
+    limited no pod's 1g.10gb (its tenant had no such quota), a preferred "1g.10gb " was passed
+    over. The CRD refuses them too (its pattern and CEL rule)."""
+    with pytest.raises(PolicyError) as caught:
+        parse_tenant_policy(make_policy(**spec))
+    assert [(e.path, "remove the spaces" in e.message) for e in caught.value.errors] == [
+        (field, True)
+    ]

@@ -107,6 +107,14 @@ CASES = [
             (1, []),
         )
     ),
+    # quota.profiles keys: MIG profile names as the parser reads them, no spaces around.
+    ("a quota of profiles", {"quota": {"profiles": {"1g.10gb": 1, "1g.10gb+me.all": 0}}}, []),
+    (
+        "a quota of a profile with a space",
+        {"quota": {"profiles": {" 1g.10gb": 1}}},
+        [".quota.profiles"],
+    ),
+    ("a quota of no profile", {"quota": {"profiles": {"1gx10gb": 1}}}, [".quota.profiles"]),
 ]
 
 
