@@ -202,6 +202,16 @@ def test_the_crd_schema_rejects_an_unknown_tier_and_a_bad_profile_name() -> None
             jsonschema.validate({"spec": spec}, crd_schema())
 
 
+def test_an_empty_allowed_product_is_refused_by_the_crd_schema_as_by_the_parser() -> None:
+    """kube-apiserver stored allowedProducts [""], which the parser refuses: stored without
+    the validating webhook, the policy was invalid and denied every GPU pod of its tenant."""
+    spec = {"namespaces": ["a"], "allowedProducts": [""]}
+    with pytest.raises(jsonschema.ValidationError, match="minLength"):
+        jsonschema.validate({"spec": spec}, crd_schema())
+    with pytest.raises(PolicyError, match=r"spec\.allowedProducts\[0\]: must be a non-empty"):
+        parse_tenant_policy(make_policy(allowedProducts=[""]))
+
+
 def test_a_size_that_no_allowed_model_can_serve_is_a_catalog_error() -> None:
     policy = parse_tenant_policy(
         make_policy(sizes={"huge": {"memory": "200Gi"}}, allowedProducts=["NVIDIA-A100-SXM4-80GB"])
