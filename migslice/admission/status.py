@@ -283,6 +283,25 @@ def _usage_wire(usage: SliceUsage) -> UsageWire:
     }
 
 
+MAX_MESSAGE_BYTES = 32768
+"""The most a condition's message may hold (the CRD's maxLength, as metav1.Condition's):
+kube-apiserver refuses a longer one with 422, and the whole status with it."""
+
+
+def fit_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """``message``, cut to ``limit`` bytes of UTF-8 with a note saying so when it is longer
+    (a policy with many problems: 64 unknown products, 64 unknown profiles, 32 sizes)."""
+    data = message.encode()
+    if len(data) <= limit:
+        return message
+    note = (
+        f" ... (cut: {len(data)} bytes are more than a condition message holds; "
+        "kubectl apply --dry-run=server lists every problem)"
+    )
+    head = data[: limit - len(note.encode())].decode(errors="ignore")
+    return head + note
+
+
 def _condition(
     kind: str, status: ConditionStatus, reason: str, message: str, generation: int
 ) -> ConditionWire:
@@ -290,7 +309,7 @@ def _condition(
         "type": kind,
         "status": status,
         "reason": reason,
-        "message": message,
+        "message": fit_message(message),
         "lastTransitionTime": "",
         "observedGeneration": generation,
     }

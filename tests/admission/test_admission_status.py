@@ -13,12 +13,14 @@ import yaml
 from harness.builders import make_policy
 from migslice.admission import SliceUsage
 from migslice.admission.status import (
+    fit_message,
     format_time,
     invalid_policy_status,
     policy_status,
     quota_summary,
 )
-from migslice.policy import FieldError, parse_tenant_policy
+from migslice.mig import CATALOG
+from migslice.policy import FieldError, check_against_catalog, parse_tenant_policy
 from tests import paths
 
 ROOT = paths.ROOT
@@ -317,3 +319,32 @@ def test_times_are_written_as_kubernetes_writes_them(now: datetime, text: str) -
 def test_a_naive_time_is_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         format_time(datetime(2025, 3, 1, 12, 0))
+
+
+def test_a_policy_with_more_problems_than_a_message_holds_still_gets_a_status_that_fits() -> None:
+    """A policy the CRD accepts (64 products and 64 profiles the catalog does not know, 32
+    sizes none of them can serve) has about 35 KB of problems; kube-apiserver refused the
+    whole status for a condition message over 32768 bytes, so Ready=False never showed."""
+    raw = make_policy(
+        allowedProducts=[f"GPU-{i:03d}-" + "x" * 120 for i in range(64)],
+        allowedProfiles=[f"7g.{9000 + i}gb" for i in range(64)],
+        sizes={f"size-{i}": {"memory": "10Gi"} for i in range(32)},
+    )
+    parsed = parse_tenant_policy(raw)
+    problems = check_against_catalog(parsed, CATALOG)
+    assert len("; ".join(str(p) for p in problems).encode()) > 32768
+    status = policy_status(parsed, MEDIUM, now=NOW, problems=problems)
+    jsonschema.validate(status, status_schema())
+    ready = condition(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert len(ready["message"].encode()) <= 32768
+    assert ready["message"].startswith('TenantPolicy "team-a" has problems')
+    assert ready["message"].endswith("kubectl apply --dry-run=server lists every problem)")
+    invalid = invalid_policy_status("team-a", 1, problems, now=NOW)
+    jsonschema.validate(invalid, status_schema())
+
+
+def test_a_message_is_cut_on_a_character_boundary() -> None:
+    cut = fit_message("é" * 40000)
+    assert len(cut.encode()) <= 32768 and cut.startswith("é" * 100)
+    assert fit_message("short") == "short"
