@@ -35,6 +35,7 @@ _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _SIZE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+MAX_SLICES_PER_POD = 64  # the CRD's maximum
 _SPEC_FIELDS = frozenset(
     {
         "namespaces",
@@ -142,6 +143,19 @@ def read_tenant_policy(
             errors.add(f"spec.nodeSelector.{key}", problem)
     quota = _quota(spec.get("quota"), errors)
     max_slices = _int(spec.get("maxSlicesPerPod"), "spec.maxSlicesPerPod", 1, errors)
+    if max_slices is not None and max_slices > MAX_SLICES_PER_POD:
+        errors.add(
+            "spec.maxSlicesPerPod", f"must be at most {MAX_SLICES_PER_POD}, got {max_slices}"
+        )
+        max_slices = None
+    for key, values in (
+        ("tiers", [t.value for t in tier_values]),
+        ("allowedProfiles", allowed),
+        ("deniedProfiles", denied),
+        ("allowedProducts", products),
+    ):  # x-kubernetes-list-type: set, as spec.namespaces
+        for value in sorted({v for v in values if values.count(v) > 1}):
+            errors.add(f"spec.{key}", f'lists "{value}" twice')
     device_api = _device_api(spec.get("deviceAPI"), tier_values, errors)
 
     policy = TenantPolicy(

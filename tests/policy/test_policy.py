@@ -351,3 +351,30 @@ def test_a_profile_name_with_spaces_around_it_is_refused(field: str, spec: dict[
     assert [(e.path, "remove the spaces" in e.message) for e in caught.value.errors] == [
         (field, True)
     ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        ({"maxSlicesPerPod": 65}, "spec.maxSlicesPerPod", "must be at most 64, got 65"),
+        ({"tiers": ["mig", "mig"]}, "spec.tiers", 'lists "mig" twice'),
+        ({"allowedProfiles": ["1g.10gb"] * 2}, "spec.allowedProfiles", 'lists "1g.10gb" twice'),
+        ({"deniedProfiles": ["1g.10gb"] * 2}, "spec.deniedProfiles", 'lists "1g.10gb" twice'),
+        ({"allowedProducts": ["A100-80GB"] * 2}, "spec.allowedProducts", 'lists "A100-80GB"'),
+    ],
+)
+def test_what_the_crd_schema_refuses_the_parser_refuses(
+    spec: dict[str, Any], field: str, message: str
+) -> None:
+    """A cluster file (--cluster-file) passes no kube-apiserver: the parser holds the
+    schema's limits itself (maxSlicesPerPod maximum 64; the lists are x-kubernetes-list-type
+    set, whose duplicates kube-apiserver refuses), so a policy it accepts also applies."""
+    schema = crd_schema()["properties"]["spec"]["properties"]
+    (key,) = spec
+    if key == "maxSlicesPerPod":
+        assert schema[key]["maximum"] == 64
+    else:
+        assert schema[key]["x-kubernetes-list-type"] == "set"
+    with pytest.raises(PolicyError) as caught:
+        parse_tenant_policy(make_policy(**spec))
+    assert [(e.path, message in e.message) for e in caught.value.errors] == [(field, True)]
