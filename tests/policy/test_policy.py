@@ -378,3 +378,14 @@ def test_what_the_crd_schema_refuses_the_parser_refuses(
     with pytest.raises(PolicyError) as caught:
         parse_tenant_policy(make_policy(**spec))
     assert [(e.path, message in e.message) for e in caught.value.errors] == [(field, True)]
+
+
+def test_kubectl_get_shows_whether_a_policy_is_ready_and_wide_shows_why() -> None:
+    """A policy that is not Ready (InvalidSpec, NamespaceConflict) denies its tenant's GPU
+    pods: `kubectl get tp` shows Ready (priority 0); `-o wide` adds the reason."""
+    crd = yaml.safe_load((ROOT / "manifests" / "base" / "crd" / "tenantpolicies.yaml").read_text())
+    columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert columns["Ready"].get("priority", 0) == 0
+    assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert columns["Reason"]["priority"] == 1
