@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 
 from migslice.admission.usage import SliceUsage
 from migslice.errors import InvalidInputError, MigsliceError
+from migslice.objects.json import decode
 from migslice.objects.times import format_micro_time, parse_micro_epoch_s
 
 LEDGER_VERSION = "v2"
@@ -242,7 +243,7 @@ def parse_ledger(tenant: str, text: str | None, version: str = "") -> Ledger:
     if not text:
         return Ledger(tenant, (), version)
     try:
-        document = json.loads(text)
+        document = decode(text)
     except ValueError as error:
         raise LedgerError(f"quota ledger of tenant {tenant!r} is not JSON: {error}") from None
     if not isinstance(document, dict) or (

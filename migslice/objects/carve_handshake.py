@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from migslice.errors import InvalidInputError
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION
+from migslice.objects.json import decode
 
 CARVE_VERSION = "v1"
 MAX_NUMBER = 255
@@ -170,7 +171,7 @@ def parse_carve_status(text: str) -> CarveStatus:
 
 def _document(text: str, where: str) -> Mapping[str, object]:
     try:
-        document = json.loads(text)
+        document = decode(text)
     except ValueError as error:
         raise CarveAnnotationError(f"{where} is not JSON: {error}") from None
     if not isinstance(document, Mapping) or document.get("version") != CARVE_VERSION:

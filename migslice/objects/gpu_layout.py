@@ -40,6 +40,7 @@ from typing import Any, NotRequired, TypedDict
 from migslice.errors import InvalidInputError
 from migslice.mig import NvmlProfileInfo
 from migslice.names import LAYOUT_ANNOTATION
+from migslice.objects.json import decode
 
 LAYOUT_VERSION = "v1"
 
@@ -115,7 +116,7 @@ class AgentReport:
 def parse_layout_annotation(text: str) -> AgentReport:
     """Parse the annotation's JSON text; LayoutAnnotationError names what is wrong."""
     try:
-        document = json.loads(text)
+        document = decode(text)
     except ValueError as error:
         raise LayoutAnnotationError(f"{LAYOUT_ANNOTATION} is not JSON: {error}") from None
     if not isinstance(document, Mapping):

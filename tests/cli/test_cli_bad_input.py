@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from migslice.cli import build_parser, main
+from tests.status_cluster import representative_cluster
 
 FLAG_ERRORS = [
     (["webhook", "--port", "70000"], "70000 is not a port"),
@@ -249,6 +251,44 @@ def test_a_cluster_file_pod_not_shaped_as_a_pod_is_refused_naming_the_pod_and_th
         err = capsys.readouterr().err
         assert err.count("\n") == 1, err
         assert "document 2 (Pod team-a/p): " in err and text in err, err
+
+
+DEEP_JSON = "[" * 3000 + "]" * 3000
+"""Valid JSON, 6 KB, nested past Python's recursion limit: json.loads raises RecursionError."""
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "annotation"),
+    [
+        ("Node", "a100-0", "migslice.io/gpu-layout"),
+        ("Node", "a100-0", "migslice.io/carve"),
+        ("Node", "a100-0", "migslice.io/carve-state"),
+        ("Node", "a100-2", "migslice.io/repartition-quarantine"),
+        ("ConfigMap", "migslice-mig-config", "migslice.io/repartition"),
+    ],
+    ids=["gpu-layout", "carve", "carve-state", "quarantine-note", "repartition-record"],
+)
+def test_an_annotation_of_json_nested_too_deep_is_read_as_unreadable_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, name: str, annotation: str
+) -> None:
+    """Each ended status, why and plan with a RecursionError traceback."""
+    objects = representative_cluster()
+    (target,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    target["metadata"].setdefault("annotations", {})[annotation] = DEEP_JSON
+    if annotation == "migslice.io/repartition-quarantine":  # read only for a labelled node
+        target["metadata"]["labels"]["migslice.io/repartition-quarantine"] = "timeout"
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    for argv in (["status", "-o", "wide"], ["why", "-n", "team-a", "train-2"], ["plan"]):
+        code = main([*argv, "--cluster-file", str(path)])
+        err = capsys.readouterr().err
+        if code == 1:  # plan refuses a record it cannot read
+            assert err.count("\n") == 1 and "nests too deep to decode" in err, (argv, err)
+        else:
+            assert code == 0 and not err, (argv, err)
+    if annotation in ("migslice.io/gpu-layout", "migslice.io/repartition"):
+        main(["status", "-o", "wide", "--cluster-file", str(path)])
+        assert f"{annotation} is not JSON: it nests too deep" in capsys.readouterr().out
 
 
 def every_parser() -> list[tuple[str, argparse.ArgumentParser]]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from migslice.inventory import NodeState
 from migslice.names import MIG_STATE_SUCCESS, QUARANTINE_LABEL, QUARANTINE_TIMEOUT
+from migslice.objects.json import decode
 from migslice.objects.times import format_time, parse_epoch_s
 from migslice.repartition.actions import NodeEvent, QuarantineMark
 from migslice.repartition.record import Quarantined, RepartitionRecord
@@ -128,10 +129,12 @@ def _from_marks(name: str, state: NodeState) -> Quarantined | None:
     if facts.quarantine_label is None or facts.mig_config_state == MIG_STATE_SUCCESS:
         return None
     try:
-        note = json.loads(facts.quarantine_note or "")
+        note = decode(facts.quarantine_note or "")
     except ValueError:
         return None
-    since = parse_epoch_s(note.get("since")) if isinstance(note, dict) else None
+    if not isinstance(note, dict):
+        return None
+    since = parse_epoch_s(note.get("since"))
     if since is None:
         return None
     return Quarantined(

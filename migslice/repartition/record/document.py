@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migslice.names import RECORD_ANNOTATION
+from migslice.objects.json import decode
 from migslice.objects.times import format_time
 from migslice.repartition.record.carve_plan import ActiveCarve, carve_json, parse_carve
 from migslice.repartition.record.plan import (
@@ -72,7 +73,7 @@ def parse_record(text: str | None) -> RepartitionRecord:
     if not text:
         return RepartitionRecord()
     try:
-        document = json.loads(text)
+        document = decode(text)
     except ValueError as error:
         raise RecordError(f"annotation {RECORD_ANNOTATION} is not JSON: {error}") from None
     if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
