@@ -111,7 +111,12 @@ def load_yaml_documents(text: str, what: str) -> list[object]:
     """Every document of a YAML stream; ClusterFileError (one line) if it is not one, nests
     deeper than any Kubernetes object does, or aliases too much
     (:func:`migslice.mig.goyaml.excessive_aliasing`)."""
-    loader = yaml.SafeLoader(text)
+    try:
+        # The reader refuses a character YAML does not allow (NUL, a control character)
+        # as it is made, for the whole text.
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as error:
+        raise ClusterFileError(f"{what} is not valid YAML: {one_line(str(error))}") from None
     try:
         documents: list[object] = []
         while loader.check_node():

@@ -136,6 +136,7 @@ def bad_files(tmp: Path) -> list[tuple[str, Path, str]]:
     (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00bad")
     (tmp / "deep.yaml").write_text("[" * 5000 + "]" * 5000)
     (tmp / "broken.yaml").write_text("kind: Node\nmetadata: {name: [\n")
+    (tmp / "control.yaml").write_text("kind: Node\nmetadata: {name: n\0}\n")
     (tmp / "scalar.yaml").write_text("42\n")
     (tmp / "noname.yaml").write_text("kind: Pod\nmetadata: {}\n")
     # Before, 360 bytes of nested aliases held plan for over a minute (and status 52 s, 4.7 GB)
@@ -152,6 +153,11 @@ def bad_files(tmp: Path) -> list[tuple[str, Path, str]]:
         ("not-utf8", tmp / "binary.yaml", "not UTF-8"),
         ("nested-too-deep", tmp / "deep.yaml", "nests too deep"),
         ("not-yaml", tmp / "broken.yaml", "not valid YAML"),
+        (
+            "control-character",
+            tmp / "control.yaml",
+            "not valid YAML: unacceptable character #x0000",
+        ),
         ("not-an-object", tmp / "scalar.yaml", "is not a Kubernetes object"),
         ("no-name", tmp / "noname.yaml", "has no metadata.name"),
         ("alias-bomb", tmp / "aliases.yaml", "YAML aliases expand it to 1,234,567,919 nodes"),
@@ -162,10 +168,11 @@ def test_every_bad_cluster_file_is_one_line_and_a_failure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name, path, text in bad_files(tmp_path):
-        assert main(["plan", "--cluster-file", str(path)]) == 1, name
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("migslice: error: "), (name, err)
-        assert text in err, (name, err)
+        for argv in (["plan"], ["status"], ["why", "p"]):
+            assert main([*argv, "--cluster-file", str(path)]) == 1, (name, argv)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and err.startswith("migslice: error: "), (name, err)
+            assert text in err, (name, argv, err)
 
 
 @pytest.mark.parametrize(

@@ -157,13 +157,22 @@ def test_a_missing_kubeconfig_is_one_line(
     ("text", "problem"),
     [
         ("foo: [\n", "it is not valid YAML"),
+        ("users: [\x07]\n", "it is not valid YAML: unacceptable character #x0007"),
         ('"hello"\n', "it is a YAML string, not a mapping"),
         ("- a\n", "it is a YAML list, not a mapping"),
         ("users: 5\n", "users is a YAML number; it must be a list of named entries"),
         ("contexts: [oops]\n", "contexts[0] must be a mapping with a string name"),
         ("", "it is empty"),
     ],
-    ids=["not-yaml", "a-string", "a-list", "users-not-a-list", "context-not-a-mapping", "empty"],
+    ids=[
+        "not-yaml",
+        "control-character",
+        "a-string",
+        "a-list",
+        "users-not-a-list",
+        "context-not-a-mapping",
+        "empty",
+    ],
 )
 def test_a_kubeconfig_that_is_no_kubeconfig_is_one_line_naming_the_file_and_the_fault(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problem: str
