@@ -207,21 +207,30 @@ def load(text: str, what: str) -> object:
 
     ``what`` names the document in errors. Empty text is None (JSON null).
     """
-    loader = _Loader(text)
+    try:
+        # The reader refuses a character YAML does not allow (NUL, a control character)
+        # as it is made, for the whole text.
+        loader = _Loader(text)
+    except yaml.YAMLError as error:
+        raise GoYamlError(f"{what} is not YAML: {' '.join(str(error).split())}") from None
     try:
         node = loader.get_node() if loader.check_node() else None
         excess = "" if node is None else excessive_aliasing(node)
         if excess:
-            raise GoYamlError(f"{what}: {excess}")
+            raise GoYamlError(excess)
         document = None if node is None else loader.construct_document(node)
+        return _jsonable(document, "")
     except yaml.YAMLError as error:
         raise GoYamlError(f"{what} is not YAML: {' '.join(str(error).split())}") from None
-    finally:
-        loader.dispose()
-    try:
-        return _jsonable(document, "")
     except GoYamlError as error:
         raise GoYamlError(f"{what}: {error}") from None
+    except RecursionError:
+        raise GoYamlError(
+            f"{what} nests too deep (past Python's recursion limit); a mig-parted config "
+            "nests a few levels"
+        ) from None
+    finally:
+        loader.dispose()
 
 
 def _jsonable(value: object, path: str) -> object:

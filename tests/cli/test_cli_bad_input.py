@@ -298,6 +298,29 @@ def test_an_annotation_of_json_nested_too_deep_is_read_as_unreadable_not_a_trace
         assert f"{annotation} is not JSON: it nests too deep" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "config",
+    ["version: v1\x07\nmig-configs: {}\n", "version: v1\nmig-configs: " + DEEP_JSON + "\n"],
+    ids=["control-character", "nested-too-deep"],
+)
+def test_a_mig_parted_config_yaml_cannot_read_is_reported_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str
+) -> None:
+    """The ConfigMap's config.yaml ended status, why and plan with a traceback."""
+    objects = representative_cluster()
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    config_map["data"] = {"config.yaml": config}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    for argv in (["status"], ["why", "-n", "team-a", "train-2"]):
+        assert main([*argv, "--cluster-file", str(path)]) == 0, argv
+        assert not capsys.readouterr().err
+    assert main(["plan", "--cluster-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "ConfigMap gpu-operator/migslice-mig-config: mig-parted config " in out
+    assert "the controller would wait: mig-parted ConfigMap missing or unreadable" in out
+
+
 def every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

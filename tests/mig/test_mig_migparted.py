@@ -6,6 +6,7 @@ Fixtures under tests/fixtures/mig-parted/ are NVIDIA's files, vendored with thei
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Any
 
@@ -580,3 +581,29 @@ def test_a_config_whose_aliases_expand_past_any_config_is_refused_at_once() -> N
     with pytest.raises(goyaml.GoYamlError, match="YAML aliases expand it to 1,234,567,9"):
         goyaml.load(text, "mig-parted config")
     assert goyaml.load("a: &x [1, 2]\nb: *x\n", "small") == {"a": [1, 2], "b": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "version: v1\x07\nmig-configs: {}\n",
+            "mig-parted config is not YAML: unacceptable character #x0007",
+        ),
+        (
+            "version: v1\nmig-configs: " + "[" * 3000 + "]" * 3000 + "\n",
+            "mig-parted config nests too deep",
+        ),
+        (
+            "version: v1\nx: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n",
+            "mig-parted config nests too deep",
+        ),
+    ],
+    ids=["control-character", "deep-list", "deep-map"],
+)
+def test_a_config_yaml_cannot_read_is_refused_in_one_line(text: str, error: str) -> None:
+    """Each raised past every reader (yaml.reader.ReaderError, RecursionError): a traceback
+    from migslice status, why and plan over a cluster file whose ConfigMap held it."""
+    with pytest.raises(goyaml.GoYamlError, match=re.escape(error)) as raised:
+        goyaml.load(text, "mig-parted config")
+    assert "\n" not in str(raised.value)
