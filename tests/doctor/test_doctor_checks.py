@@ -270,6 +270,38 @@ def set_scheduler_config(cluster: DoctorCluster, config: dict[str, object]) -> N
     config_map["data"]["config.yaml"] = yaml.safe_dump(config)
 
 
+ALIASES = "\n".join(
+    ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("a: " + "[" * 3000 + "]" * 3000 + "\n", "nests too deep"),
+        (ALIASES, "YAML aliases expand it to 1,234,567,909 nodes"),
+        ("a: 1\n---\nb: 2\n", "holds 2 YAML documents; kube-scheduler reads one"),
+    ],
+    ids=["nested-too-deep", "alias-bomb", "two-documents"],
+)
+def test_a_scheduler_configuration_doctor_cannot_read_is_named_not_a_failure_of_doctor(
+    cluster: DoctorCluster, config: str, said: str
+) -> None:
+    """Nested too deep, it was "the check itself failed (RecursionError: ...) ... report it";
+    aliased, yaml.safe_load expanded it to a billion values past the check's time."""
+    config_map = cluster.objects[f"{CORE}/configmaps/migslice-scheduler-config"]
+    config_map["data"]["config.yaml"] = config
+    found = judge(cluster, "scheduler")
+    assert found.verdict is Verdict.WARNING
+    source = (
+        "KubeSchedulerConfiguration (ConfigMap migslice-system/migslice-scheduler-config key "
+        "config.yaml)"
+    )
+    assert found.detail.startswith(f"Lease not checked: {source}"), found.detail
+    assert said in found.detail
+
+
 def test_scheduler_without_leader_election_needs_no_lease(cluster: DoctorCluster) -> None:
     config = scheduler_config(cluster)
     config["leaderElection"] = {"leaderElect": False}

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
 from migslice import names
 from migslice.doctor.checks.install import install_fix
 from migslice.doctor.checks.serving import trust_problem, url_host
 from migslice.doctor.facts import Pem, Settings
 from migslice.doctor.findings import Finding, Problem, Verdict, failed, finding
+from migslice.objects.clusterfile import ClusterFileError, load_yaml_documents
 from migslice.objects.json import JsonObject, items, mapping, text
 from migslice.objects.times import parse_micro_epoch_s
 
@@ -32,10 +31,20 @@ class SchedulerConfig:
 
 
 def parse_scheduler_config(config_text: str, source: str) -> SchedulerConfig:
+    """The configuration in ``config_text``, or its problem: not YAML, more than one document,
+    nested or aliased past any configuration (:func:`load_yaml_documents`, which refuses
+    what ``yaml.safe_load`` raised RecursionError on or expanded to billions of values), no
+    mapping."""
     try:
-        document = yaml.safe_load(config_text)
-    except yaml.YAMLError as error:
-        return SchedulerConfig(source, problem=f"{source} is not YAML ({error})")
+        documents = load_yaml_documents(config_text, source)
+    except ClusterFileError as error:
+        return SchedulerConfig(source, problem=str(error))
+    if len(documents) > 1:
+        return SchedulerConfig(
+            source,
+            problem=f"{source} holds {len(documents)} YAML documents; kube-scheduler reads one",
+        )
+    document = documents[0] if documents else None
     if not isinstance(document, dict):
         return SchedulerConfig(source, problem=f"{source} is not a KubeSchedulerConfiguration")
     return SchedulerConfig(source, document)
