@@ -148,6 +148,14 @@ def template_pod(raw: JsonObject, namespace: str, *, name: str | None = None) ->
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": dict(spec)}
 
 
+def template_field(kind: object) -> str:
+    """Where the pod template of a manifest of ``kind`` lies in it (a Pod's own fields: ""),
+    so that a field of the pod :func:`template_pod` makes is named as it is written."""
+    if kind == "Pod":
+        return ""
+    return "spec.jobTemplate.spec.template." if kind == "CronJob" else "spec.template."
+
+
 def find_workload(objects: Sequence[JsonObject], namespace: str, pod: str) -> JsonObject | None:
     """The workload of ``namespace`` that names ``pod``, or whose name ``pod`` starts with
     (then ``-``): the longest such name."""

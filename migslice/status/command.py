@@ -330,15 +330,22 @@ def _explain_absent(
 ) -> WhyReport:
     """``why`` of a pod that is not among the live pods: the webhook's answer for the pod
     its manifest or its workload would create (:mod:`migslice.status.absent`)."""
+    from migslice.admission import MalformedPodError
     from migslice.objects.pods import metadata_of
-    from migslice.status.absent import create_events, explain_absent, find_workload, template_pod
+    from migslice.status.absent import (
+        create_events,
+        explain_absent,
+        find_workload,
+        template_field,
+        template_pod,
+    )
     from migslice.status.gather import read_absent
     from migslice.status.why import explain_missing
 
     key = f"{namespace}/{pod}"
     events: tuple[Any, ...] = ()
     if manifest is not None:
-        source = f"file {args.filename}"
+        source, template_kind = f"file {args.filename}", manifest.get("kind")
         raw = template_pod(manifest, namespace, name=pod)
     else:
         others = objects.others if transport is None else read_absent(transport, namespace)
@@ -351,12 +358,17 @@ def _explain_absent(
                 "what the webhook answers"
             )
         kind, name = str(workload["kind"]), str(metadata_of(workload).get("name"))
-        source = f"{kind} {namespace}/{name}"
+        source, template_kind = f"{kind} {namespace}/{name}", kind
         raw = template_pod(workload, namespace, name=pod if kind == "StatefulSet" else None)
         events = create_events(others, namespace, kind, name)
     if raw is None:
         raise CommandError(f"{source} has no pod template")
-    return explain_missing(cluster, key, explain_absent(cluster, raw, source=source, events=events))
+    try:
+        absent = explain_absent(cluster, raw, source=source, events=events)
+    except MalformedPodError as error:  # named as the webhook's review names it: object.<field>
+        field = template_field(template_kind) + str(error).removeprefix("object.")
+        raise CommandError(f"{source}: {field}; kube-apiserver would refuse it") from None
+    return explain_missing(cluster, key, absent)
 
 
 STATUS = console.Command(

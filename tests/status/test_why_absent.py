@@ -145,6 +145,51 @@ def test_a_manifest_of_the_wrong_shape_is_said_plainly(
         assert said in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("kind", "template", "field"),
+    [
+        ("Pod", None, "spec.containers[0] must be an object"),
+        ("Job", ("spec", "template"), "spec.template.spec.containers[0] must be an object"),
+        (
+            "CronJob",
+            ("spec", "jobTemplate", "spec", "template"),
+            "spec.jobTemplate.spec.template.spec.containers[0] must be an object",
+        ),
+    ],
+    ids=["pod", "job", "cronjob"],
+)
+def test_a_pod_template_kube_apiserver_would_refuse_names_its_file_and_field_as_written(
+    tmp_path: Path,
+    cluster_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    template: tuple[str, ...] | None,
+    field: str,
+) -> None:
+    """Measured before: "migslice: error: object.spec.containers[0] must be an object", the
+    webhook's path in an AdmissionReview, naming neither the file nor the workload."""
+    spec = {"containers": ["oops"]}
+    manifest: dict[str, Any] = {"kind": kind, "metadata": {"name": "w", "namespace": "team-a"}}
+    if template is None:
+        manifest["spec"] = spec
+    else:
+        inner = manifest
+        for key in template:
+            inner = inner.setdefault(key, {})
+        inner["spec"] = spec
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    assert main(["why", "-f", str(path), "--cluster-file", str(cluster_file)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"migslice: error: file {path}: {field}; kube-apiserver would refuse it\n"
+    if kind == "Job":  # a workload in the cluster is named as the pod's source
+        objects = [*representative_cluster(), {"apiVersion": "batch/v1", **manifest}]
+        cluster_file.write_text(yaml.safe_dump_all(objects))
+        argv = ["why", "-n", "team-a", "w-x7k2p", "--cluster-file", str(cluster_file)]
+        assert main(argv) == 1
+        assert f"error: Job team-a/w: {field}; kube-apiserver" in capsys.readouterr().err
+
+
 def test_nothing_to_go_on_says_how_to_ask(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
