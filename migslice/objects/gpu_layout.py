@@ -134,6 +134,8 @@ def parse_layout_annotation(text: str) -> AgentReport:
             pci = int(pci_text, 16)
         except ValueError:
             raise LayoutAnnotationError(f"pciDeviceId={pci_text!r} is not hexadecimal") from None
+        if not 0 <= pci < 1 << 32:  # NVML's pciDeviceId: device id << 16 | vendor id
+            raise LayoutAnnotationError(f"pciDeviceId={pci_text!r} is not a 32-bit PCI id")
     raw_gpus = _field(document, "gpus", list, "")
     gpus = tuple(_parse_gpu(raw, f"gpus[{i}]") for i, raw in enumerate(raw_gpus))
     indices = [gpu.index for gpu in gpus]
@@ -151,6 +153,10 @@ def parse_layout_annotation(text: str) -> AgentReport:
         observed_at=observed if isinstance(observed, str) else "",
         profiles=profiles,
     )
+
+
+MAX_GPU_INDEX = 255
+"""The highest NVML device index read (a node holds a few GPUs; a bound, not a need)."""
 
 
 def _field(raw: Mapping[str, Any], name: str, kind: type, path: str) -> Any:
@@ -172,6 +178,8 @@ def _parse_gpu(raw: object, path: str) -> AgentGpu:
     if not isinstance(raw, Mapping):
         raise LayoutAnnotationError(f"{path} must be an object")
     index = _field(raw, "index", int, path)
+    if not 0 <= index <= MAX_GPU_INDEX:
+        raise LayoutAnnotationError(f"{path}.index={index}; expected 0 to {MAX_GPU_INDEX}")
     enabled = _field(raw, "migEnabled", bool, path)
     instances = []
     for i, item in enumerate(_list(raw, "instances", path)):

@@ -159,8 +159,27 @@ def test_the_layout_annotation_round_trips() -> None:
             r"gpus\[0\].instances=5; expected list",
         ),
         ('{"version": "v1", "product": "x", "gpus": [], "profiles": true}', "profiles=True"),
+        # Before, these were read as they stood: a GPU -1 or 10**30 for the planner to carve
+        ('{"version": "v1", "product": "x", "gpus": [{"index": -1}]}', r"index=-1; expected 0"),
+        (
+            '{"version": "v1", "product": "x", "gpus": [{"index": 1000000000000}]}',
+            r"gpus\[0\].index=1000000000000",
+        ),
+        ('{"version": "v1", "product": "x", "pciDeviceId": "-0x1", "gpus": []}', "32-bit"),
+        ('{"version": "v1", "product": "x", "pciDeviceId": "0x1ffffffff", "gpus": []}', "32-bit"),
     ],
-    ids=["not-json", "other-version", "bad-index", "missing-size", "instances-int", "profiles"],
+    ids=[
+        "not-json",
+        "other-version",
+        "bad-index",
+        "missing-size",
+        "instances-int",
+        "profiles",
+        "negative-index",
+        "huge-index",
+        "negative-pci-id",
+        "pci-id-past-32-bits",
+    ],
 )
 def test_a_bad_layout_annotation_says_which_field(text: str, message: str) -> None:
     with pytest.raises(LayoutAnnotationError, match=message):
