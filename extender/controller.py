@@ -295,6 +295,25 @@ class RepartitionController:
                 log.warning(
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
+        for clear in step.clears:
+            try:
+                self._api.set_node_labels(clear.node, {MIG_CONFIG_STATE_LABEL: None})
+                log.warning(
+                    "node=%s %s removed: its %s label is gone, no MIG Manager run would end it",
+                    clear.node,
+                    MIG_CONFIG_STATE_LABEL,
+                    MIG_CONFIG_LABEL,
+                )
+            except Exception as error:
+                self.stats.errors += 1
+                log.warning(
+                    "node=%s %s not removed (%s); remove it by hand: kubectl label node %s %s-",
+                    clear.node,
+                    MIG_CONFIG_STATE_LABEL,
+                    error,
+                    clear.node,
+                    MIG_CONFIG_STATE_LABEL,
+                )
         if not write_carve_requests(self._api, step.carve_writes, step.reason):
             self.stats.errors += 1
         self._mark(step)
@@ -415,6 +434,7 @@ def about(step: Step) -> str:
     """`` (node=... pod=...)``: every node a step changes or waits on and every pod it serves,
     as a log line names them (docs/operate.md, "Logs"); "" when it is about none."""
     nodes: list[str] = [label.node for label in step.labels]
+    nodes += [clear.node for clear in step.clears]
     nodes += [event.node for event in step.events]
     nodes += [mark.node for mark in step.marks]
     nodes += [write.node for write in step.carve_writes]

@@ -10,6 +10,7 @@ from migslice.objects.carve_handshake import CarveRequest
 
 REASON_STARTED = "MigRepartition"
 REASON_FAILED = "MigRepartitionFailed"
+REASON_SUPERSEDED = "MigRepartitionSuperseded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,15 @@ class SetLabel:
     node: str
     config_name: str
     mark_pending: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ClearPending:
+    """Remove ``nvidia.com/mig.config.state`` from ``node``: the ``pending`` our label wrote,
+    left on a node whose ``nvidia.com/mig.config`` someone removed (no MIG Manager run ever
+    ends it, and the extender's filter and the in-flight budget would count it for ever)."""
+
+    node: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,10 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   for ``backoff_s``; not ``success`` within ``deadline_s`` -> outcome timeout: the label
   restored the same way and the node quarantined (below), with a ``MigRepartitionQuarantined``
   Event and no ``MigRepartitionFailed`` one, and no backoff; a label someone else
-  changed -> superseded (left alone); a label still at the previous config (a restart between
-  the file write and the label) -> labelled now, after the same re-check. ``OBSERVE`` when
+  changed -> superseded (left alone; a label removed while the state is still ``pending`` has
+  that state label removed too, a ``MigRepartitionSuperseded`` Warning and a backoff); a
+  label still at the previous config (a restart between the file write and the label) ->
+  labelled now, after the same re-check. ``OBSERVE`` when
   an outcome changed; when no node is open the plan is dropped (``FINISH``). While the open
   nodes only wait, more nodes may **join** the plan (``START``: written, then applied as in
   *planned*, each with its own deadline) for demand the plan does not serve, within the

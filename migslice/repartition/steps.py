@@ -8,7 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from migslice.mig.migparted import MigPartedEntry
-from migslice.repartition.actions import CarveWrite, NodeEvent, QuarantineMark, SetLabel
+from migslice.repartition.actions import (
+    CarveWrite,
+    ClearPending,
+    NodeEvent,
+    QuarantineMark,
+    SetLabel,
+)
 from migslice.repartition.plans import CarvePlan, RepartitionPlan
 from migslice.repartition.record import CarveStep, NodeStep, RepartitionRecord
 
@@ -42,6 +48,8 @@ class Step:
     configs: Mapping[str, tuple[MigPartedEntry, ...]] = field(default_factory=dict)
     referenced: frozenset[str] = frozenset()
     labels: tuple[SetLabel, ...] = ()
+    clears: tuple[ClearPending, ...] = ()
+    """State labels to remove (after the labels): see :class:`ClearPending`."""
     events: tuple[NodeEvent, ...] = ()
     plan: RepartitionPlan | None = None
     outcomes: tuple[NodeStep, ...] = ()

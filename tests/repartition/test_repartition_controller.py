@@ -154,6 +154,25 @@ def test_the_record_is_written_before_the_file_and_labels_and_then_the_node_is_l
     assert record["plan"]["appliedAt"] is not None
 
 
+def test_a_label_removed_by_hand_mid_plan_has_its_pending_state_removed_too() -> None:
+    """The pending our label wrote would hold the node off-limits for ever once an admin
+    removed nvidia.com/mig.config (no MIG Manager run follows): it is removed, and said."""
+    api = FakeApi()
+    ctl = controller(api)
+    ctl.run_once()
+    labels = api.node["metadata"]["labels"]
+    assert labels["nvidia.com/mig.config.state"] == "pending"
+    del labels["nvidia.com/mig.config"]  # kubectl label node gpu-a nvidia.com/mig.config-
+    api.log.clear()
+    steps = ctl.run_once()
+    assert [s.kind for s in steps] == [StepKind.FINISH]
+    assert api.log[1:] == [
+        "label gpu-a [('nvidia.com/mig.config.state', None)]",
+        "event gpu-a MigRepartitionSuperseded",
+    ]
+    assert ctl.stats.node_outcomes == {"superseded": 1}
+
+
 def test_a_dry_run_decides_and_writes_nothing() -> None:
     api = FakeApi()
     ctl = controller(api, dry_run=True)

@@ -297,3 +297,42 @@ def test_a_labelled_node_is_followed_while_a_joined_node_waits_for_its_config() 
     labelled = step(followed.record, [done, other], [h100], T0 + 130, settings)
     assert labelled.kind == StepKind.APPLY
     assert [label.node for label in labelled.labels] == ["gpu-h"]
+
+
+@pytest.mark.parametrize("previous", [ALL_1G, None], ids=["had-a-config", "had-none"])
+def test_a_label_removed_by_hand_mid_plan_leaves_no_pending_state_behind(
+    previous: str | None,
+) -> None:
+    """Our label patch sets state=pending. An admin who removed nvidia.com/mig.config before
+    MIG Manager answered left that pending for ever: no MIG Manager run ends it on a node
+    without a config, so the extender's filter kept pods off the node and the planner counted
+    it in its pool's budget (another idle node of the pool was never re-partitioned)."""
+    pending = [waiting("train")]
+    first = step(RepartitionRecord(), [node("gpu-a", config=previous)], pending, T0)
+    record = step(first.record, [node("gpu-a", config=previous)], pending, T0 + 1).record
+    assert record.plan is not None and record.plan.applied_at is not None
+    unlabelled = node("gpu-a", config=None, state="pending")
+    closed = step(record, [unlabelled, node("gpu-b")], pending, T0 + 30)
+    assert closed.kind == StepKind.FINISH
+    (outcome,) = closed.outcomes
+    assert outcome.node == "gpu-a" and outcome.outcome in ("superseded", "aborted")
+    assert [c.node for c in closed.clears] == ["gpu-a"]
+    (event,) = closed.events
+    assert event.warning and event.reason == "MigRepartitionSuperseded"
+    assert "nvidia.com/mig.config.state removed" in event.message
+    # once the state label is gone, the pool's budget is free: gpu-b serves the next pod,
+    # while gpu-a, whose label the admin took away, is left alone for the backoff
+    assert dict(closed.record.backoff) == {"gpu-a": T0 + 30 + SETTINGS.backoff_s}
+    cleared = node("gpu-a", config=None, state=None)
+    again = step(closed.record, [cleared, node("gpu-b")], [waiting("next")], T0 + 60)
+    assert again.kind == StepKind.START, again.reason
+    assert again.record.plan is not None
+    assert [s.node for s in again.record.plan.nodes] == ["gpu-b"]
+
+
+def test_a_label_changed_by_hand_mid_plan_leaves_mig_manager_its_state() -> None:
+    """Another config set by hand: MIG Manager applies it and owns the state label."""
+    record = stuck_on("gpu-a", [waiting("train")])
+    closed = step(record, [node("gpu-a", config="all-3g.40gb", state="pending")], [], T0 + 30)
+    (outcome,) = closed.outcomes
+    assert outcome.outcome == "superseded" and not closed.clears and not closed.events

@@ -173,7 +173,7 @@ def observe_plan(
             waiting.append(f"{step.node} ({phase}, {elapsed:.0f}s)")
             continue
         closed.append(done)
-        close_node(done, closing, file_configs, now=now, backoff_s=settings.backoff_s)
+        close_node(done, state, closing, file_configs, now=now, backoff_s=settings.backoff_s)
     if not closed and not closing.labels:
         reason = f"plan {active.plan_id}: waiting for " + ", ".join(waiting)
         return Step(StepKind.WAIT, record, reason)
@@ -194,6 +194,7 @@ def observe_plan(
         new_record,
         reason,
         labels=tuple(closing.labels),
+        clears=tuple(closing.clears),
         events=tuple(closing.events),
         outcomes=tuple(closed),
         result=None if still_open else _result(steps),

@@ -13,11 +13,19 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from migslice.inventory import NodeState
-from migslice.names import MIG_STATE_FAILED, MIG_STATE_SUCCESS
+from migslice.names import (
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_STATE_FAILED,
+    MIG_STATE_PENDING,
+    MIG_STATE_SUCCESS,
+)
 from migslice.objects.times import format_time
 from migslice.repartition.actions import (
     REASON_FAILED,
     REASON_STARTED,
+    REASON_SUPERSEDED,
+    ClearPending,
     NodeEvent,
     QuarantineMark,
     SetLabel,
@@ -49,6 +57,7 @@ class Closing:
     backoff: dict[str, float]
     quarantine: dict[str, Quarantined]
     labels: list[SetLabel] = field(default_factory=list)
+    clears: list[ClearPending] = field(default_factory=list)
     events: list[NodeEvent] = field(default_factory=list)
     marks: list[QuarantineMark] = field(default_factory=list)
 
@@ -65,6 +74,8 @@ def outcome_of(
             return SUCCESS, f"applied in about {elapsed:.0f}s"
         if phase == MIG_STATE_FAILED:
             return FAILED, "MIG Manager reported state failed"
+    elif label is None and step.previous_config is not None:
+        return SUPERSEDED, "label removed by someone else"
     elif label != step.previous_config:
         return SUPERSEDED, f"label changed to {label!r} by someone else"
     if elapsed > deadline_s:
@@ -74,13 +85,15 @@ def outcome_of(
 
 def close_node(
     step: NodeStep,
+    state: NodeState | None,
     closing: Closing,
     file_configs: Collection[str],
     *,
     now: float,
     backoff_s: float,
 ) -> None:
-    """Record what ``step``'s end (its ``outcome``) asks for into ``closing``."""
+    """Record what ``step``'s end (its ``outcome``) asks for into ``closing``; ``state``: the
+    node as it is now."""
     if step.outcome == SUCCESS:
         closing.finished[step.node] = now
         closing.events.append(NodeEvent(step.node, REASON_STARTED, applied_message(step)))
@@ -99,6 +112,30 @@ def close_node(
         closing.marks.append(QuarantineMark(step.node, quarantine_note(entry)))
         message = quarantine_message(entry, then)
         closing.events.append(NodeEvent(step.node, REASON_QUARANTINED, message, warning=True))
+    elif step.outcome in (SUPERSEDED, ABORTED) and _orphaned(state):
+        # Our label patch set state=pending; with the config label removed no MIG Manager run
+        # follows (it acts on a config the label names), so nothing would ever end that
+        # pending: the extender's filter would keep pods off the node and the planner count
+        # it in its pool's in-flight budget for ever.
+        # The admin's word is kept: the node is backed off, not planned again at once.
+        closing.clears.append(ClearPending(step.node))
+        until = closing.backoff[step.node] = now + backoff_s
+        message = (
+            f"mig-parted config {step.config_name}: {step.detail}; label "
+            f"{MIG_CONFIG_LABEL} is gone, so no MIG Manager run will end state "
+            f"{MIG_STATE_PENDING}: {MIG_CONFIG_STATE_LABEL} removed, the node is open to pods "
+            f"in its current layout and left alone until {format_time(until)} "
+            f"({backoff_s:.0f}s); set {MIG_CONFIG_LABEL} to re-partition it by hand"
+        )
+        closing.events.append(NodeEvent(step.node, REASON_SUPERSEDED, message, warning=True))
+
+
+def _orphaned(state: NodeState | None) -> bool:
+    """Whether the node has no config label but still the ``pending`` state ours set."""
+    if state is None:
+        return False
+    facts = state.facts
+    return facts.mig_config is None and facts.mig_config_state == MIG_STATE_PENDING
 
 
 def _restore(step: NodeStep, file_configs: Collection[str], closing: Closing) -> str:
