@@ -9,6 +9,7 @@ actor playing MIG Manager applies what the controller labels.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -166,3 +167,43 @@ def test_a_failed_mig_manager_run_is_rolled_back_reported_and_backed_off(
     assert record(core_v1)["plan"] is None
     assert core_v1.read_node(name).metadata.labels[CONFIG_LABEL] == "all-1g.10gb"
     assert core_v1.read_namespaced_pod(pod.metadata.name, namespace).spec.node_name is None
+
+
+def test_a_node_with_a_long_name_is_labelled_with_a_config_name_the_api_server_accepts(
+    repartition_extender: Server,
+    migslice_scheduler: Scheduler,
+    all_1g_config_map: None,
+    k8s_api: k8s.ApiClient,
+    core_v1: k8s.CoreV1Api,
+    namespace: str,
+    gpu_node: Callable[..., k8s.V1Node],
+) -> None:
+    """A config name is the value of ``nvidia.com/mig.config`` (at most 63 characters). The
+    name ``migslice-<node>-<8 hex>`` of a node named over 45 characters (a GKE node
+    ``gke-<cluster>-<pool>-<hash>-<id>``) was refused with a 422 every round until the
+    deadline quarantined the node; the pod never bound."""
+    long_name = f"gke-ml-prod-cluster-a100-mig-pool-{uuid.uuid4().hex[:8]}-x7yz"
+    assert len(long_name) > 45
+    name = str(
+        gpu_node(
+            {"nvidia.com/mig-1g.10gb": 7},
+            name=long_name,
+            labels={
+                CONFIG_LABEL: "all-1g.10gb",
+                STATE_LABEL: "success",
+                "nvidia.com/gpu.count": "1",
+            },
+        ).metadata.name
+    )
+    manager = FakeMigManager(k8s_api, nodes=frozenset({name}), applied={name: "all-1g.10gb"})
+    with manager:
+        pod = core_v1.create_namespaced_pod(namespace, mig_pod("3g.40gb"))
+        bound = wait_for(
+            "the pod to bind after the controller re-partitioned the long-named node",
+            lambda: core_v1.read_namespaced_pod(pod.metadata.name, namespace).spec.node_name,
+            90,
+        )
+    assert bound == name
+    config = core_v1.read_node(name).metadata.labels[CONFIG_LABEL]
+    assert config.startswith("migslice-gke-ml-prod-cluster-") and len(config) <= 63
+    assert [(n, c, s) for n, c, s in manager.history] == [(name, config, "success")]

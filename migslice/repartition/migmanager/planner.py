@@ -59,7 +59,7 @@ from migslice.mig import (
 )
 from migslice.mig.migparted import mig_parted_entries, profile_counts
 from migslice.mig.stranding import strand_guard
-from migslice.names import MIG_TRANSITION_STATES, WHOLE_GPU_RESOURCE
+from migslice.names import MIG_TRANSITION_STATES, OWN_CONFIG_PREFIX, WHOLE_GPU_RESOURCE
 from migslice.objects.pod_selection import PodSelection
 from migslice.repartition.pending import PendingPod, can_place, eligible_demand, serving_order
 from migslice.repartition.plans import GpuChange, NodeChange, RepartitionPlan
@@ -69,6 +69,8 @@ from migslice.scheduling.demand import PodDemand
 from migslice.whynot import WhyNot
 
 DEFAULT_PLAN_SETTINGS = PlanSettings()
+MAX_LABEL_VALUE = 63
+"""The longest label value the API server accepts (a config name is one)."""
 
 
 @dataclass
@@ -88,12 +90,24 @@ def config_name(
     counts: Mapping[int, tuple[tuple[str, int], ...]] | None = None,
 ) -> str:
     """``migslice-<node>-<8 hex>``: the hash covers the new layouts, so a name is a content.
-    ``counts``: each GPU's :func:`profile_counts` of its new layout, where known."""
+    ``counts``: each GPU's :func:`profile_counts` of its new layout, where known.
+
+    The name is the value of the node's ``nvidia.com/mig.config`` label, which the API server
+    holds to 63 characters (it refused the label of a node named over 45, e.g. a GKE node
+    ``gke-<cluster>-<pool>-<hash>-<id>``, with a 422 every round until the deadline
+    quarantined the node, which was released and planned again). A longer name keeps the
+    node name's first characters and hashes the whole node name in with the layouts, so two
+    nodes alike in those characters never share a config."""
     digest = hashlib.sha256()
     for change in sorted(gpus, key=lambda c: c.index):
         new = counts[change.index] if counts is not None else profile_counts(change.new)
         digest.update(f"{change.index}:{new};".encode())
-    return f"migslice-{node}-{digest.hexdigest()[:8]}"
+    name = f"{OWN_CONFIG_PREFIX}{node}-{digest.hexdigest()[:8]}"
+    if len(name) <= MAX_LABEL_VALUE:
+        return name
+    digest.update(f"node:{node}".encode())
+    room = MAX_LABEL_VALUE - len(OWN_CONFIG_PREFIX) - len("-") - 8
+    return f"{OWN_CONFIG_PREFIX}{node[:room]}-{digest.hexdigest()[:8]}"
 
 
 def _idle_gpus(
