@@ -6,7 +6,8 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
 * **idle** (no plan): run the planner; an empty plan -> ``WAIT``; else ``START``: write the
   plan record (``appliedAt`` null). Nothing on the cluster changes yet.
 * **planned** (plan written, not applied): re-check every node against the state at apply
-  time (label still the previous config, no MIG Manager run, every planned GPU still idle);
+  time (label still the previous config, no MIG Manager run, every planned GPU still idle,
+  the node still one a pod it serves and still waits could be placed on: not cordoned since);
   nodes that fail it are ``aborted``. ``APPLY``: merge the remaining nodes' configs into the
   mig-parted file (with the record, in one write), then label each node
   ``nvidia.com/mig.config=<config>`` (with ``nvidia.com/mig.config.state=pending``, so that
@@ -127,7 +128,9 @@ def _next(
     if active is None:
         return _start(record, nodes, pending, now, settings, layout_cache)
     if any(step.is_open and step.applied_at is None for step in active.nodes):
-        applied = apply_plan(record, active, states, nodes, now, settings.config_propagation_s)
+        applied = apply_plan(
+            record, active, states, nodes, now, settings.config_propagation_s, pending
+        )
         if applied.kind is not StepKind.WAIT or active.applied_at is None:
             return applied
         # nodes that joined wait for MIG Manager's copy of the file; the labelled ones are

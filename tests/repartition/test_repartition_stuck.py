@@ -13,6 +13,7 @@ from harness.builders import make_node, make_pod
 from migslice.inventory import NodeState, resolve_node
 from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL
 from migslice.objects import node_facts_from_raw
+from migslice.objects.pod_selection import pod_selection_of
 from migslice.repartition import (
     TIMEOUT,
     ControllerSettings,
@@ -336,3 +337,35 @@ def test_a_label_changed_by_hand_mid_plan_leaves_mig_manager_its_state() -> None
     closed = step(record, [node("gpu-a", config="all-3g.40gb", state="pending")], [], T0 + 30)
     (outcome,) = closed.outcomes
     assert outcome.outcome == "superseded" and not closed.clears and not closed.events
+
+
+def cordoned(name: str) -> NodeState:
+    """``node(name)`` after ``kubectl cordon`` (and the taint the lifecycle controller adds)."""
+    raw = make_node(name, gpu_count=1, mig={"1g.10gb": 7}, config=ALL_1G, config_state="success")
+    raw["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+    }
+    return resolve_node(node_facts_from_raw(raw), [], dict(FILE_CONFIGS))
+
+
+def test_a_node_cordoned_between_plan_and_label_is_not_re_partitioned() -> None:
+    """An admin cordoned the node (a drain, maintenance) in the config-propagation wait: the
+    node was labelled anyway, MIG Manager stopped its GPU clients (and may reboot it) for pods
+    that could no longer be placed there, and the pool's budget was spent on it."""
+    pending = [waiting("train")]
+    first = step(RepartitionRecord(), [node("gpu-a")], pending, T0)
+    assert first.kind == StepKind.START
+    due = step(first.record, [cordoned("gpu-a")], pending, T0 + 1)
+    assert due.kind == StepKind.ABORT and not due.labels
+    (outcome,) = due.outcomes
+    assert outcome.outcome == "aborted"
+    assert "no pod it serves can be placed on the node now" in outcome.detail
+    assert "unschedulable" in outcome.detail
+    assert due.record.plan is None
+    # a pod that tolerates the cordon still goes there: the plan is applied
+    tolerant = make_pod("train", profile="3g.40gb")
+    tolerant["spec"]["tolerations"] = [{"key": "node.kubernetes.io/unschedulable"}]
+    patient = [PendingPod(demand_of(tolerant), 120.0, pod_selection_of(tolerant))]
+    first = step(RepartitionRecord(), [node("gpu-a")], patient, T0)
+    assert step(first.record, [cordoned("gpu-a")], patient, T0 + 1).kind == StepKind.APPLY

@@ -13,6 +13,7 @@ from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, REPARTITION_MODE_L
 from migslice.repartition.actions import REASON_STARTED, NodeEvent, SetLabel
 from migslice.repartition.migmanager.closing import Closing, close_node, outcome_of
 from migslice.repartition.migmanager.messages import applying_message, referenced_configs
+from migslice.repartition.pending import PendingPod, can_place
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -24,13 +25,31 @@ from migslice.repartition.record import (
 )
 from migslice.repartition.settings import ControllerSettings
 from migslice.repartition.steps import PlanResult, Step, StepKind
+from migslice.scheduling.selection import scheduler_verdict
 from migslice.whynot import WhyNot
 
 
-def recheck(step: NodeStep, state: NodeState | None) -> WhyNot | None:
-    """Why ``step`` must not be applied to the node as it is now; None when it may."""
-    problem = _recheck(step, state)
+def recheck(
+    step: NodeStep, state: NodeState | None, pending: Sequence[PendingPod] = ()
+) -> WhyNot | None:
+    """Why ``step`` must not be applied to the node as it is now; None when it may.
+    ``pending``: the pods waiting now; those the step serves must still be able to go to the
+    node (not cordoned since, no taint they do not tolerate)."""
+    problem = _recheck(step, state) or _unreachable(step, state, pending)
     return WhyNot("changed-since-planned", problem) if problem else None
+
+
+def _unreachable(step: NodeStep, state: NodeState | None, pending: Sequence[PendingPod]) -> str:
+    """Why none of the still pending pods ``step`` serves can be placed on the node now (the
+    node cordoned, say for a drain, or tainted since it was planned); "" when one can, or when
+    none is pending any more."""
+    served = [p for p in pending if p.demand.key in step.serves]
+    if state is None or not served:
+        return ""
+    if any(can_place(p.demand, p.selection, state) for p in served):
+        return ""
+    why = scheduler_verdict(served[0].selection, state.facts) or "its GPU product or DRA"
+    return f"no pod it serves can be placed on the node now: {why}"
 
 
 def _recheck(step: NodeStep, state: NodeState | None) -> str:
@@ -73,6 +92,7 @@ def apply_plan(
     nodes: Sequence[NodeState],
     now: float,
     propagation_s: float = 0.0,
+    pending: Sequence[PendingPod] = (),
 ) -> Step:
     steps: list[NodeStep] = []
     configs: dict[str, tuple[MigPartedEntry, ...]] = {}
@@ -97,7 +117,7 @@ def apply_plan(
             steps.append(step)
             arriving.append(f"{step.node} ({step.written_at + propagation_s - now:.0f}s)")
             continue
-        problem = recheck(step, states.get(step.node))
+        problem = recheck(step, states.get(step.node), pending)
         if problem is not None:
             steps.append(replace(step, outcome=ABORTED, detail=f"not applied: {problem.message}"))
             continue
