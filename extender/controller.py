@@ -42,6 +42,7 @@ from migslice.names import (
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import (
     FAILED,
+    REASON_FAILED,
     SUCCESS,
     TIMEOUT,
     CarveMemo,
@@ -49,6 +50,7 @@ from migslice.repartition import (
     MigConfigFile,
     PendingPod,
     RepartitionRecord,
+    SetLabel,
     Step,
     StepKind,
     apply_step,
@@ -135,6 +137,8 @@ class RepartitionController:
         self._last_said = ""
         # Pods a finished re-partition served: pod key -> (node, config, rounds left).
         self._to_touch: dict[str, tuple[str, str, int]] = {}
+        # Roll backs (a failed or timed-out node's label set back) the API server refused.
+        self._restores: dict[str, SetLabel] = {}
         self._carve_memo = CarveMemo()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -179,6 +183,7 @@ class RepartitionController:
             self._say(f"not deciding while the caches are blind: {'; '.join(blind)}")
             return []
         self._touch_served()
+        self._retry_restores()
         now = self._clock()
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
@@ -284,17 +289,7 @@ class RepartitionController:
         if removed:
             log.info("mig-parted configs no node uses any more removed: %s", ", ".join(removed))
         for label in step.labels:
-            labels: dict[str, str | None] = {MIG_CONFIG_LABEL: label.config_name}
-            if label.mark_pending:
-                labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_PENDING
-            try:
-                self._api.set_node_labels(label.node, labels)
-                log.info("node=%s labelled %s=%s", label.node, MIG_CONFIG_LABEL, label.config_name)
-            except Exception as error:
-                self.stats.errors += 1
-                log.warning(
-                    "node=%s not labelled (%s); next round decides again", label.node, error
-                )
+            self._label(label)
         for clear in step.clears:
             try:
                 self._api.set_node_labels(clear.node, {MIG_CONFIG_STATE_LABEL: None})
@@ -322,6 +317,46 @@ class RepartitionController:
         carve = file.record.carve if file.record is not None else None
         self._count(step, carve.plan_id if carve is not None else "")
         return stored
+
+    def _label(self, label: SetLabel) -> None:
+        """Write one ``nvidia.com/mig.config`` label. A roll back the API server refuses is
+        kept and tried again each round while the node still has the plan's config (the plan
+        it closed is gone from the record, so no later decision would ask for it again)."""
+        labels: dict[str, str | None] = {MIG_CONFIG_LABEL: label.config_name}
+        if label.mark_pending:
+            labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_PENDING
+        try:
+            self._api.set_node_labels(label.node, labels)
+            log.info("node=%s labelled %s=%s", label.node, MIG_CONFIG_LABEL, label.config_name)
+            self._restores.pop(label.node, None)
+        except Exception as error:
+            self.stats.errors += 1
+            if label.replaces is None:
+                log.warning(
+                    "node=%s not labelled (%s); next round decides again", label.node, error
+                )
+                return
+            first = label.node not in self._restores
+            self._restores[label.node] = label
+            said = (
+                f"label {MIG_CONFIG_LABEL} not set back from {label.replaces} to "
+                f"{label.config_name} ({error}); tried again every round while this replica "
+                f"leads, or by hand: kubectl label node {label.node} "
+                f"{MIG_CONFIG_LABEL}={label.config_name} --overwrite"
+            )
+            log.warning("node=%s %s", label.node, said)
+            if first:
+                self._api.record_event(label.node, REASON_FAILED, said, warning=True)
+
+    def _retry_restores(self) -> None:
+        """Roll backs refused earlier, tried again while the node's label is still the plan's
+        config (someone else's change since wins; a node gone drops its roll back)."""
+        for node, label in list(self._restores.items()):
+            facts = self._index.node_facts(node)
+            if facts is None or facts.mig_config != label.replaces:
+                del self._restores[node]
+                continue
+            self._label(label)
 
     def _mark(self, step: Step) -> None:
         """Set or remove quarantine labels and annotations; a failure is decided again."""

@@ -15,11 +15,14 @@ REASON_SUPERSEDED = "MigRepartitionSuperseded"
 
 @dataclass(frozen=True, slots=True)
 class SetLabel:
-    """Set ``nvidia.com/mig.config`` of ``node``; ``mark_pending`` also sets the state label."""
+    """Set ``nvidia.com/mig.config`` of ``node``; ``mark_pending`` also sets the state label.
+    ``replaces``: for a roll back, the plan's config the label is set back from (a roll back
+    the API server refused is tried again while the label still names it)."""
 
     node: str
     config_name: str
     mark_pending: bool = True
+    replaces: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

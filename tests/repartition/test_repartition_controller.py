@@ -255,6 +255,68 @@ def test_a_stuck_node_is_quarantined_on_the_node_counted_and_released_on_success
     assert loop.stats.nodes_quarantined == 0
 
 
+class RefusingApi(FakeApi):
+    """The API server refuses the next ``refuse`` label patches (a 500, a 429, a webhook)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse = 0
+
+    def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        if self.refuse:
+            self.refuse -= 1
+            self.log.append(f"refused label {name}")
+            raise RuntimeError("HTTP 500: etcdserver: request timed out")
+        super().set_node_labels(name, labels)
+
+
+def test_a_roll_back_the_api_server_refused_is_said_and_tried_again() -> None:
+    """MIG Manager failed and the label patch that sets the previous config back was refused:
+    the plan was already closed in the record, so nothing asked for it again, and the node
+    kept the failed config while the Event said "label restored"."""
+    api = RefusingApi()
+    index = new_index()
+    loop = controller(api, index=index)
+    loop.run_once()
+    ours = api.node["metadata"]["labels"]["nvidia.com/mig.config"]
+    api.node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.refuse = 1
+    api.log.clear()
+    steps = loop.run_once()
+    assert [s.kind for s in steps] == [StepKind.FINISH]
+    assert api.log[1:] == [
+        "refused label gpu-a",
+        "event gpu-a MigRepartitionFailed",  # not set back: what to run by hand
+        "event gpu-a MigRepartitionFailed",  # the failure itself
+    ]
+    assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == ours
+    api.log.clear()
+    loop.run_once()  # the next round sets it back
+    assert api.log[0] == "label gpu-a [('nvidia.com/mig.config', 'all-1g.10gb')]"
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.log.clear()
+    loop.run_once()
+    assert not [line for line in api.log if line.startswith("label")]  # done, not again
+
+
+def test_a_refused_roll_back_is_dropped_once_someone_else_relabels_the_node() -> None:
+    api = RefusingApi()
+    index = new_index()
+    loop = controller(api, index=index)
+    loop.run_once()
+    api.node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.refuse = 1
+    loop.run_once()
+    api.node["metadata"]["labels"]["nvidia.com/mig.config"] = "all-3g.40gb"  # an admin's
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.log.clear()
+    loop.run_once()
+    assert not [line for line in api.log if line.startswith("label")]
+    assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
+
+
 def test_the_controller_decides_nothing_while_its_caches_are_blind() -> None:
     api = FakeApi()
     loop = controller(api, blindness=lambda: ["cache nodes lost the API server 9s ago"])

@@ -142,7 +142,9 @@ def _restore(step: NodeStep, file_configs: Collection[str], closing: Closing) ->
     """The previous config's label back, when the file still has it; what was done."""
     previous = step.previous_config
     if previous is not None and previous in file_configs:
-        closing.labels.append(SetLabel(step.node, previous, mark_pending=False))
+        closing.labels.append(
+            SetLabel(step.node, previous, mark_pending=False, replaces=step.config_name)
+        )
         return f"label restored to {previous}"
     if previous is None:
         return "there was no previous config; label left"
