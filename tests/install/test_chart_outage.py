@@ -4,10 +4,14 @@ the gate reconciler's RBAC and flags, the extender's ignorable choice."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from manifests import render
 from migslice import names
 from tests import paths
 
@@ -171,3 +175,64 @@ def test_the_extender_is_not_ignorable_by_default() -> None:
     values = yaml.safe_load((paths.ROOT / "charts" / "migslice" / "values.yaml").read_text())
     assert values["extender"]["ignorable"] is False
     assert values["outage"]["failOpen"]["enabled"] is True
+
+
+HELM = render.default_helm()
+HELM_TEMPLATE = (HELM, "template", "migslice", str(paths.ROOT / "charts" / "migslice"))
+GATE_KEEPERS = {
+    ("ValidatingAdmissionPolicy", "migslice-admission-gate-owner"),
+    ("ValidatingAdmissionPolicyBinding", "migslice-admission-gate-owner"),
+    ("ValidatingAdmissionPolicy", "migslice-webhook-pod-writes"),
+    ("ValidatingAdmissionPolicyBinding", "migslice-webhook-pod-writes"),
+    ("ClusterRole", "migslice-webhook-gate"),
+    ("ClusterRoleBinding", "migslice-webhook-gate"),
+    ("Role", "migslice-webhook-gate-lease"),
+    ("RoleBinding", "migslice-webhook-gate-lease"),
+}
+
+
+def _webhook_args(documents: list[dict[str, Any]]) -> list[str]:
+    (deployment,) = [
+        d
+        for d in documents
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "migslice-webhook"
+    ]
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.skipif(not Path(HELM).exists(), reason="no helm (e2e/build.sh; MIGSLICE_E2E_BIN)")
+def test_turning_fail_open_off_keeps_admitting_the_pods_already_gated() -> None:
+    """`helm upgrade --set outage.failOpen.enabled=false` (or a rollback to such a revision)
+    on a cluster where fail-open namespaces have pods behind the gate migslice.io/admission
+    (the webhook was down, or their tenant is at quota): the gate stays on them, and only the
+    webhook's gate reconciler removes it. Off, they would wait gated forever (and anyone
+    could remove the gate, past quota). So fail-open off drops what puts the gate on new pods
+    (the MutatingAdmissionPolicy, the fail-open webhooks, the sized-pod refusal), and keeps
+    the reconciler, its RBAC and Lease, and the policies that keep the gate the webhook's."""
+    text = render.helm_template(HELM, ("outage.failOpen.enabled=false",))
+    off = [d for _, d in render.split_render(text)]
+    found = {(d["kind"], d["metadata"]["name"]) for d in off}
+    assert GATE_KEEPERS <= found
+    args = _webhook_args(off)
+    assert f"--gate-lease={names.SYSTEM_NAMESPACE}/{names.GATE_LEASE_NAME}" in args
+    assert not [a for a in args if a.startswith("--gate-interval-s")]
+    # Nothing puts the gate on a new pod.
+    assert (
+        not {
+            ("MutatingAdmissionPolicy", names.GATE_POLICY),
+            ("ValidatingAdmissionPolicy", names.UNAVAILABLE_POLICY),
+        }
+        & found
+    )
+    (config,) = [d for d in off if d["kind"] == "MutatingWebhookConfiguration"]
+    assert "fail-open" not in str([h["name"] for h in config["webhooks"]])
+    # Before 1.36 no MutatingAdmissionPolicy could have gated a pod: no reconciler there.
+    old = subprocess.run(
+        [*HELM_TEMPLATE, "--kube-version", "v1.35.3", "-n", names.SYSTEM_NAMESPACE],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    older = [d for d in yaml.safe_load_all(old) if d]
+    assert not GATE_KEEPERS & {(d["kind"], d["metadata"]["name"]) for d in older}
+    assert "--gate-interval-s=0" in _webhook_args(older)

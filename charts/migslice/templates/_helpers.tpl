@@ -57,6 +57,20 @@ true
 {{- end }}
 
 {{/*
+The webhook's gate reconciler runs, with its RBAC, its Lease and the policies that keep the
+gate its own (migslice-admission-gate-owner, migslice-webhook-pod-writes): on Kubernetes 1.36+,
+whatever outage.failOpen.enabled says. Pods put behind the gate migslice.io/admission while
+fail-open was on (an earlier revision) keep it until the webhook admits them; a release
+upgraded or rolled back to fail-open off must still admit them, or they wait gated forever
+(docs/outages.md, "Turning fail-open off"). "true", or "" when not.
+*/}}
+{{- define "migslice.gateReconciler" -}}
+{{- if semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
 matchExpressions of the namespaces the webhook admits: not excluded, not opted out.
 */}}
 {{- define "migslice.admittedNamespaces" -}}
