@@ -24,12 +24,13 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from harness.api import ensure_namespace
+from harness.api import ensure_namespace, wait_for
 from harness.builders import make_pod
 from harness.controlplane import ControlPlane
 from harness.install import Cluster, fresh_workdir, readme_commands, render_chart
 from harness.paths import REPO
 from manifests import render
+from migslice.objects.device_taint_rules import steer_rule
 
 pytestmark = pytest.mark.e2e
 
@@ -328,4 +329,120 @@ def test_the_readme_kustomize_install_serves_from_its_rendered_args(
     # --force-conflicts: this test's edits to the webhook configurations (the routing above and
     # the removed namespaceSelector) would otherwise be reported as conflicts, as they should.
     cluster.sh("kubectl apply --server-side --force-conflicts -k manifests")
+    cluster.ca_bundles_match_the_secret()
+
+
+OPERATE = REPO / "docs" / "operate.md"
+ADMISSION_KINDS = (
+    "mutating_webhook_configuration",
+    "validating_webhook_configuration",
+    "validating_admission_policy",
+    "validating_admission_policy_binding",
+    "mutating_admission_policy",
+    "mutating_admission_policy_binding",
+)
+
+
+def test_the_documented_helm_uninstall_leaves_nothing_that_holds_the_cluster(
+    tools: dict[str, Path], cluster: Cluster
+) -> None:
+    """docs/operate.md "Uninstalling", run as written after the README's Helm install, with
+    what the running components leave behind: a pod gated in a fail-open namespace while the
+    webhook could not be called, a pod waiting for migslice-scheduler, a steer rule, a
+    quarantined node. Afterwards nothing of migslice's intercepts pods or holds a device, a
+    pod or a node; the CRD, its TenantPolicies and the mig-parted ConfigMap are kept; a
+    reinstall works."""
+    for command in readme_commands(README, "### With Helm"):
+        cluster.sh(command)
+    cluster.sized_pod_lands()
+    api = cluster.cp.api_client()
+    # The webhook cannot be called: a fail-open namespace's GPU pod is stored gated.
+    cluster.actors.unroute_webhooks()
+    ensure_namespace(cluster.core, "batch", {"migslice.io/outage": "open"})
+    gated = make_pod(
+        "gated",
+        stored=False,
+        with_type_meta=True,
+        scheduler_name=None,
+        namespace="batch",
+        tenant=None,
+        limits={"nvidia.com/mig-1g.10gb": "1"},
+    )
+    made = cluster.core.create_namespaced_pod("batch", gated)
+    assert [g.name for g in made.spec.scheduling_gates] == ["migslice.io/admission"]
+    assert made.spec.scheduler_name == "migslice-scheduler"
+    ensure_namespace(cluster.core, "plain")
+    waiting = make_pod(
+        "waiting",
+        stored=False,
+        with_type_meta=True,
+        namespace="plain",
+        tenant=None,
+        node_selector={"nowhere": "x"},
+    )
+    cluster.core.create_namespaced_pod("plain", waiting)
+    uninstall, *cleanup = readme_commands(OPERATE, "## Uninstalling")
+    cluster.sh(uninstall)
+    # The Deployments' pods are gone; what they wrote stays as a dead extender leaves it.
+    wait_for("migslice's pods to stop", lambda: not cluster.actors.servers, 30)
+    rules = k8s.CustomObjectsApi(api)
+    rules.create_cluster_custom_object(
+        "resource.k8s.io", "v1", "devicetaintrules", steer_rule("gpu-a100-1", "gpu-0", "1g.10gb")
+    )
+    cluster.core.patch_node(
+        "gpu-a100-1",
+        {
+            "metadata": {
+                "labels": {"migslice.io/repartition-quarantine": "timeout"},
+                "annotations": {"migslice.io/repartition-quarantine": "{}"},
+            }
+        },
+    )
+
+    for command in cleanup:
+        cluster.sh(command)
+
+    for kind in ADMISSION_KINDS:
+        listed = getattr(cluster.admission, f"list_{kind}")().items
+        assert [o.metadata.name for o in listed if "migslice" in o.metadata.name] == [], kind
+    assert (
+        rules.list_cluster_custom_object(
+            "resource.k8s.io",
+            "v1",
+            "devicetaintrules",
+            label_selector="app.kubernetes.io/managed-by=migslice",
+        )["items"]
+        == []
+    )
+    stuck = [
+        f"{p.metadata.namespace}/{p.metadata.name}"
+        for p in cluster.core.list_pod_for_all_namespaces().items
+        if not p.spec.node_name
+        and (p.spec.scheduler_name == "migslice-scheduler" or p.spec.scheduling_gates)
+    ]
+    assert stuck == []
+    node = cluster.core.read_node("gpu-a100-1")
+    marks = {**(node.metadata.labels or {}), **(node.metadata.annotations or {})}
+    assert [k for k in marks if k.startswith("migslice.io/")] == []
+    # Kept: the CRD with its TenantPolicies, the mig-parted ConfigMap MIG Manager reads.
+    assert rules.get_cluster_custom_object("migslice.io", "v1alpha1", "tenantpolicies", "inference")
+    cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")
+    # A GPU pod of a former tenant is created as it is, by nobody's leave.
+    plain = cluster.core.create_namespaced_pod(
+        "inference",
+        make_pod(
+            None,
+            stored=False,
+            with_type_meta=True,
+            generate_name="after-",
+            namespace=None,
+            tenant=None,
+            scheduler_name=None,
+            limits={"nvidia.com/mig-1g.10gb": "1"},
+        ),
+    )
+    assert plain.metadata.annotations is None and not plain.spec.scheduling_gates
+    # Reinstalling works beside what was kept (the certificates, Leases, ledgers, the CRD).
+    cluster.sh(f"helm install migslice charts/migslice -n {NAMESPACE}")
+    assert '"deployed"' in cluster.sh(f"helm -n {NAMESPACE} list -o json")
     cluster.ca_bundles_match_the_secret()

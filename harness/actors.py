@@ -151,6 +151,15 @@ class ClusterActors:
             d.metadata.name: self.apps.api_client.sanitize_for_serialization(d)
             for d in self.apps.list_namespaced_deployment(self.namespace).items
         }
+        # A Deployment deleted (helm uninstall, kubectl delete -k): its pods go, as the
+        # garbage collector and the kubelet would have them go.
+        for name in [n for n in self.servers if n not in deployments]:
+            self.servers.pop(name).stop()
+            if name == "migslice-webhook":
+                self._unrouted = None
+        for name in [n for n in self.schedulers if n not in deployments]:
+            del self.schedulers[name]
+            self.control_plane.stop_scheduler(name)
         for name in ("migslice-webhook", "migslice-extender"):
             if name in deployments and name not in self.servers:
                 self._start_migslice(deployments[name])
