@@ -107,10 +107,12 @@ def load_cluster_text(text: str) -> ClusterObjects:
     return parse_cluster_objects(load_yaml_documents(text, "cluster file"))
 
 
-def load_yaml_documents(text: str, what: str) -> list[object]:
+def load_yaml_documents(
+    text: str, what: str, *, fix: str = "write the objects out (kubectl get -o yaml does)"
+) -> list[object]:
     """Every document of a YAML stream; ClusterFileError (one line) if it is not one, nests
     deeper than any Kubernetes object does, or aliases too much
-    (:func:`migslice.mig.goyaml.excessive_aliasing`)."""
+    (:func:`migslice.mig.goyaml.excessive_aliasing`; ``fix``: what to do then)."""
     try:
         # The reader refuses a character YAML does not allow (NUL, a control character)
         # as it is made, for the whole text.
@@ -125,10 +127,7 @@ def load_yaml_documents(text: str, what: str) -> list[object]:
                 break
             excess = excessive_aliasing(node)
             if excess:
-                raise ClusterFileError(
-                    f"{what}: document {len(documents) + 1}: {excess}; write the objects out "
-                    "(kubectl get -o yaml does)"
-                )
+                raise ClusterFileError(f"{what}: document {len(documents) + 1}: {excess}; {fix}")
             documents.append(loader.construct_document(node))
         return documents
     except yaml.YAMLError as error:

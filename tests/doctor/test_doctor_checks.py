@@ -281,9 +281,10 @@ ALIASES = "\n".join(
     [
         ("a: " + "[" * 3000 + "]" * 3000 + "\n", "nests too deep"),
         (ALIASES, "YAML aliases expand it to 1,234,567,909 nodes"),
+        (ALIASES, "; write the configuration out without YAML aliases"),  # not a cluster file's
         ("a: 1\n---\nb: 2\n", "holds 2 YAML documents; kube-scheduler reads one"),
     ],
-    ids=["nested-too-deep", "alias-bomb", "two-documents"],
+    ids=["nested-too-deep", "alias-bomb", "alias-bomb-fix", "two-documents"],
 )
 def test_a_scheduler_configuration_doctor_cannot_read_is_named_not_a_failure_of_doctor(
     cluster: DoctorCluster, config: str, said: str

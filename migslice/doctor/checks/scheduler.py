@@ -36,7 +36,9 @@ def parse_scheduler_config(config_text: str, source: str) -> SchedulerConfig:
     what ``yaml.safe_load`` raised RecursionError on or expanded to billions of values), no
     mapping."""
     try:
-        documents = load_yaml_documents(config_text, source)
+        documents = load_yaml_documents(
+            config_text, source, fix="write the configuration out without YAML aliases"
+        )
     except ClusterFileError as error:
         return SchedulerConfig(source, problem=str(error))
     if len(documents) > 1:
