@@ -1,7 +1,7 @@
 """The ``migslice`` command line: static dispatch to the commands each room defines.
 
-The geometry engine's commands (``models``, ``profiles``, ``layouts``, ``fit``), ``certs``
-and ``plan`` live here; the services define their own (``webhook``, ``extender``,
+The geometry engine's commands (``models``, ``profiles``, ``layouts``, ``fit``), ``certs``,
+``plan`` and ``cleanup`` live here; the services define their own (``webhook``, ``extender``,
 ``agent``/``inspect``, ``demo``, ``simulate``, ``doctor``, ``status``/``why``) with their
 flags and settings.
 Nothing imports this package.
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from migslice import __version__
-from migslice.cli import certs, geometry, plan
+from migslice.cli import certs, cleanup, geometry, plan
 from migslice.console import Command, run_handler
 
 SERVICE_MODULES = (
@@ -64,6 +64,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     geometry.register(commands)
     certs.register(commands)
     plan.register(commands)
+    cleanup.register(commands)
     for command in service_commands(argv):
         sub = commands.add_parser(command.name, help=command.help, description=command.description)
         command.add_arguments(sub)

@@ -1,0 +1,218 @@
+"""What migslice's running components wrote into the cluster, which uninstalling the chart does
+not remove: found, and removed where it is migslice's alone (``migslice cleanup``, the chart's
+post-delete hook; docs/operate.md, "Uninstalling").
+
+* The DRA steer's DeviceTaintRules: each named ``migslice-steer-*``
+  (:func:`migslice.objects.device_taint_rules.steer_rule_name`) and labelled
+  ``app.kubernetes.io/managed-by=migslice``, as :func:`~migslice.objects.device_taint_rules.
+  steer_rule` writes them. A rule lacking either is not the steer's and is never touched.
+* The node keys the repartition controller and the node agent write that would keep a node
+  off-limits to a later install or mislead it: the quarantine label and annotation, the carve
+  request, the agent's layout and carve journal (:data:`NODE_LABELS`, :data:`NODE_ANNOTATIONS`).
+  Not the keys MIG Manager and NVIDIA own (``nvidia.com/mig.config`` and its state: MIG
+  Manager acts on them), nor the admin's own (``migslice.io/repartition-mode``,
+  ``migslice.io/dra-steer``).
+* Pods not yet bound that nothing will ever schedule once migslice is gone: behind the
+  admission gate ``migslice.io/admission``, or naming ``migslice-scheduler``. Listed with the
+  command that deletes each, never deleted here: their controllers make them again, and
+  whether to is the admin's call (docs/operate.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from migslice import names
+from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
+from migslice.objects.device_taint_rules import MANAGED_BY
+
+RULES = f"{names.DRA_API}/devicetaintrules"
+STEER_RULE_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
+"""The label selector of the steer's rules; their names start with
+:data:`migslice.names.STEER_RULE_PREFIX` too."""
+NODE_LABELS = (names.QUARANTINE_LABEL,)
+"""Node labels migslice writes and removes here: the repartition controller's quarantine."""
+NODE_ANNOTATIONS = (
+    names.QUARANTINE_ANNOTATION,
+    names.CARVE_ANNOTATION,
+    names.LAYOUT_ANNOTATION,
+    names.CARVE_STATE_ANNOTATION,
+)
+"""Node annotations migslice writes and removes here: the controller's quarantine note and
+carve request, the agent's layout and carve journal."""
+PAGE = "500"
+
+
+class CleanupError(ApiError):
+    """A read or write the API server refused (or could not be sent), said with what it was."""
+
+
+def is_steer_rule(raw_rule: Mapping[str, object]) -> bool:
+    """The rule is one the steer wrote: its name and its label are the steer's."""
+    metadata = raw_rule.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return False
+    name = metadata.get("name")
+    labels = metadata.get("labels")
+    return (
+        isinstance(name, str)
+        and name.startswith(names.STEER_RULE_PREFIX)
+        and isinstance(labels, Mapping)
+        and labels.get(MANAGED_BY[0]) == MANAGED_BY[1]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMarks:
+    """The keys of :data:`NODE_LABELS` and :data:`NODE_ANNOTATIONS` one Node carries."""
+
+    node: str
+    labels: tuple[str, ...]
+    annotations: tuple[str, ...]
+
+    def patch(self) -> RawObject:
+        """The merge patch that removes them (a key already gone is no change)."""
+        metadata: RawObject = {}
+        if self.labels:
+            metadata["labels"] = dict.fromkeys(self.labels)
+        if self.annotations:
+            metadata["annotations"] = dict.fromkeys(self.annotations)
+        return {"metadata": metadata}
+
+    def describe(self) -> str:
+        parts = []
+        if self.labels:
+            parts.append(f"label {', '.join(self.labels)}")
+        if self.annotations:
+            parts.append(f"annotations {', '.join(self.annotations)}")
+        return "; ".join(parts)
+
+
+def node_marks(raw_node: Mapping[str, object]) -> NodeMarks | None:
+    """migslice's keys on a Node, or None when it carries none."""
+    metadata = raw_node.get("metadata")
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        return None
+    labels = metadata.get("labels")
+    annotations = metadata.get("annotations")
+    found = NodeMarks(
+        str(metadata["name"]),
+        tuple(k for k in NODE_LABELS if isinstance(labels, Mapping) and k in labels),
+        tuple(k for k in NODE_ANNOTATIONS if isinstance(annotations, Mapping) and k in annotations),
+    )
+    return found if found.labels or found.annotations else None
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedPod:
+    """A pod not bound to a node that only migslice would ever have moved on."""
+
+    namespace: str
+    name: str
+    reason: str
+
+    def command(self) -> str:
+        """The kubectl command that deletes it (its controller, if any, makes it again)."""
+        return f"kubectl -n {self.namespace} delete pod {self.name} --wait=false"
+
+
+def stranded_pod(raw_pod: Mapping[str, object]) -> StrandedPod | None:
+    """The pod, if nothing will schedule it without migslice: not on a node, not finished or
+    going, and behind the admission gate or naming migslice-scheduler."""
+    metadata = raw_pod.get("metadata")
+    spec = raw_pod.get("spec")
+    status = raw_pod.get("status")
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        return None
+    if spec.get("nodeName") or metadata.get("deletionTimestamp"):
+        return None
+    if isinstance(status, Mapping) and status.get("phase") in names.TERMINAL_PHASES:
+        return None
+    gates = spec.get("schedulingGates")
+    gated = isinstance(gates, list) and any(
+        isinstance(g, Mapping) and g.get("name") == names.ADMISSION_GATE for g in gates
+    )
+    if gated:
+        reason = f"behind the scheduling gate {names.ADMISSION_GATE}, which nothing removes now"
+    elif spec.get("schedulerName") == names.SCHEDULER_NAME:
+        reason = f"waits for {names.SCHEDULER_NAME}, which no longer runs"
+    else:
+        return None
+    return StrandedPod(
+        str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), reason
+    )
+
+
+class Leftovers:
+    """Finds and removes what migslice's components left, through the API server."""
+
+    def __init__(self, transport: KubernetesTransport) -> None:
+        self._transport = transport
+
+    def _list(
+        self, path: str, what: str, query: Mapping[str, str] | None = None
+    ) -> Iterator[RawObject]:
+        token = ""
+        while True:
+            page_query = {**(query or {}), "limit": PAGE}
+            if token:
+                page_query["continue"] = token
+            try:
+                page = self._transport.get_json(path, page_query)
+            except ApiError as error:
+                raise CleanupError(error.status, f"cannot list {what}: {error}") from None
+            yield from (i for i in page.get("items") or () if isinstance(i, dict))
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return
+
+    def steer_rules(self) -> list[str] | None:
+        """The names of the steer's rules; None when the API server serves no DeviceTaintRules
+        (before Kubernetes 1.37, or with its feature gates off: there are none)."""
+        try:
+            found = [
+                str(rule["metadata"]["name"])
+                for rule in self._list(
+                    RULES, "DeviceTaintRules", {"labelSelector": STEER_RULE_SELECTOR}
+                )
+                if is_steer_rule(rule)
+            ]
+        except CleanupError as error:
+            if error.status == 404:
+                return None
+            raise
+        return sorted(found)
+
+    def delete_rule(self, name: str) -> bool:
+        """Delete a steer rule; False when it is gone already."""
+        try:
+            self._transport.delete_json(f"{RULES}/{name}")
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise CleanupError(
+                error.status, f"cannot delete DeviceTaintRule {name}: {error}"
+            ) from None
+        return True
+
+    def marked_nodes(self) -> list[NodeMarks]:
+        found = [m for node in self._list("/api/v1/nodes", "Nodes") if (m := node_marks(node))]
+        return sorted(found, key=lambda m: m.node)
+
+    def unmark(self, marks: NodeMarks) -> bool:
+        """Remove the keys from the Node; False when the Node is gone."""
+        try:
+            self._transport.patch_json(f"/api/v1/nodes/{marks.node}", marks.patch())
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise CleanupError(
+                error.status, f"cannot remove migslice's keys from Node {marks.node}: {error}"
+            ) from None
+        return True
+
+    def stranded_pods(self) -> list[StrandedPod]:
+        pods = self._list("/api/v1/pods", "Pods", {"fieldSelector": "spec.nodeName="})
+        found = [p for raw in pods if (p := stranded_pod(raw))]
+        return sorted(found, key=lambda p: (p.namespace, p.name))
