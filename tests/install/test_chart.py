@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 import migslice
+from manifests import render
 from migslice.mig.migparted import parse_mig_parted
 from tests import paths
 from webhook.settings import DEFAULT_EXCLUDED_NAMESPACES
@@ -358,3 +360,107 @@ def test_each_memory_limit_holds_what_its_container_used_at_5000_nodes() -> None
         (container,) = workload("Deployment", name)["spec"]["template"]["spec"]["containers"]
         limit = _mib(container["resources"]["limits"]["memory"])
         assert limit >= 1.1 * peaks[component], (component, limit, peaks[component])
+
+
+# --------------------------------------------------------------------------- the cleanup hook
+
+HELM = render.default_helm()
+needs_helm = pytest.mark.skipif(
+    not Path(HELM).exists(), reason="no helm (e2e/build.sh; MIGSLICE_E2E_BIN)"
+)
+CLEANUP_POLICIES = ["migslice-cleanup-node-keys", "migslice-cleanup-steer-rules"]
+
+
+def helm_render(*values: str) -> list[dict[str, Any]]:
+    """``helm template`` with every hook (manifests/base leaves the uninstall hooks out)."""
+    text = render.helm_template(HELM, values)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def cleanup_objects(*values: str) -> list[dict[str, Any]]:
+    return [d for d in helm_render(*values) if d["metadata"]["name"].startswith("migslice-cleanup")]
+
+
+@needs_helm
+def test_the_cleanup_job_and_everything_it_needs_are_post_delete_hooks_gone_once_it_succeeds() -> (
+    None
+):
+    found = {(d["kind"], d["metadata"]["name"]): d for d in cleanup_objects()}
+    assert sorted(found) == sorted(
+        [
+            ("ServiceAccount", "migslice-cleanup"),
+            ("ClusterRole", "migslice-cleanup"),
+            ("ClusterRoleBinding", "migslice-cleanup"),
+            ("Job", "migslice-cleanup"),
+            *(("ValidatingAdmissionPolicy", n) for n in CLEANUP_POLICIES),
+            *(("ValidatingAdmissionPolicyBinding", n) for n in CLEANUP_POLICIES),
+        ]
+    )
+    for (kind, _), document in found.items():
+        annotations = document["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "post-delete"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        # its account, RBAC and policies are in place before the Job starts
+        assert int(annotations["helm.sh/hook-weight"]) < 0 or kind == "Job"
+    job = found[("Job", "migslice-cleanup")]["spec"]["template"]["spec"]
+    assert job["serviceAccountName"] == "migslice-cleanup"
+    (container,) = job["containers"]
+    assert container["command"] == ["migslice"] and container["args"] == ["cleanup"]
+    # locked down as every other pod of the chart's
+    assert job["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "HOME", "value": "/tmp"} in container["env"]
+    rules = found[("ClusterRole", "migslice-cleanup")]["rules"]
+    grants = {(r, v) for rule in rules for r in rule["resources"] for v in rule["verbs"]}
+    assert grants == {
+        ("devicetaintrules", "list"),
+        ("devicetaintrules", "delete"),
+        ("nodes", "list"),
+        ("nodes", "patch"),
+        ("pods", "list"),
+    }
+
+
+@needs_helm
+def test_the_cleanup_hooks_policies_hold_its_account_as_the_certificate_jobs_are_held() -> None:
+    from migslice.kube.cleanup import NODE_ANNOTATIONS, NODE_LABELS
+
+    documents = cleanup_objects()
+    found = {
+        d["metadata"]["name"]: d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    bindings = {
+        d["spec"]["policyName"]: d
+        for d in documents
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    assert sorted(found) == sorted(bindings) == CLEANUP_POLICIES
+    for name, policy in found.items():
+        assert bindings[name]["spec"]["validationActions"] == ["Deny"]
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        (condition,) = policy["spec"]["matchConditions"]
+        account = condition["expression"].split(" == ")[1].strip('"')
+        assert account == "system:serviceaccount:migslice-system:migslice-cleanup", name
+    labels, annotations, _ = found["migslice-cleanup-node-keys"]["spec"]["validations"]
+    assert _keys(labels["expression"].split("&&", 1)[1]) == list(NODE_LABELS)
+    assert _keys(annotations["expression"].split("&&", 1)[1]) == list(NODE_ANNOTATIONS)
+    (rule,) = found["migslice-cleanup-steer-rules"]["spec"]["validations"]
+    assert "request.operation == 'DELETE'" in rule["expression"]
+    assert "startsWith('migslice-steer-')" in rule["expression"]
+    assert "'app.kubernetes.io/managed-by'" in rule["expression"]
+    without = {d["kind"] for d in cleanup_objects("admissionPolicies.enabled=false")}
+    assert without == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"}
+
+
+@needs_helm
+def test_the_cleanup_hook_is_optional_and_never_in_the_kustomize_tree() -> None:
+    assert cleanup_objects("cleanup.enabled=false") == []
+    # with createNamespace the namespace goes with the release, before a post-delete Job could
+    # run in it; manifests/ is rendered so
+    assert cleanup_objects("createNamespace=true") == []
+    assert not [d for d in rendered() if d["metadata"]["name"].startswith("migslice-cleanup")]
+    # and the render leaves out any hook of helm uninstall, had the chart rendered one
+    text = render.helm_template(HELM, ())
+    assert "migslice-cleanup" in text
+    assert not [d for _, d in render.split_render(text) if "cleanup" in d["metadata"]["name"]]

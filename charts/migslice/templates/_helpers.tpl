@@ -231,3 +231,25 @@ agent.devicePluginLabels as a label selector (key=value,...), the carving agent'
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end }}
+
+{{/*
+The cleanup hook runs (cleanup.enabled): "true", or "" when not. Not with createNamespace: the
+release namespace is one of the release's objects then, deleted by helm uninstall before a
+post-delete hook could run a Job in it (run `migslice cleanup` by hand there, as after
+`kubectl delete -k manifests`, which is rendered with createNamespace).
+*/}}
+{{- define "migslice.cleanupHook" -}}
+{{- if and .Values.cleanup.enabled (not .Values.createNamespace) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+The cleanup Job's account, RBAC and policies exist only while it runs, after the release's own
+objects are gone (Helm hooks around it).
+*/}}
+{{- define "migslice.cleanupHookAnnotations" -}}
+helm.sh/hook: post-delete
+helm.sh/hook-weight: "-10"
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
