@@ -348,10 +348,13 @@ def test_the_documented_helm_uninstall_leaves_nothing_that_holds_the_cluster(
 ) -> None:
     """docs/operate.md "Uninstalling", run as written after the README's Helm install, with
     what the running components leave behind: a pod gated in a fail-open namespace while the
-    webhook could not be called, a pod waiting for migslice-scheduler, a steer rule, a
-    quarantined node. Afterwards nothing of migslice's intercepts pods or holds a device, a
-    pod or a node; the CRD, its TenantPolicies and the mig-parted ConfigMap are kept; a
-    reinstall works."""
+    webhook could not be called, a pod waiting for migslice-scheduler, a steer rule and a
+    quarantined node left by an extender that died first. ``helm uninstall --wait`` alone
+    (its post-delete hook Job, ``migslice cleanup``) deletes the steer rule and the node's
+    migslice keys, keeps an admin's own rule and NVIDIA's keys, and lists the stranded pods;
+    the documented command deletes those. Afterwards nothing of migslice's intercepts pods or
+    holds a device, a pod or a node; the hook left nothing of its own; the CRD, its
+    TenantPolicies and the mig-parted ConfigMap are kept; a reinstall works."""
     for command in readme_commands(README, "### With Helm"):
         cluster.sh(command)
     cluster.sized_pod_lands()
@@ -381,14 +384,23 @@ def test_the_documented_helm_uninstall_leaves_nothing_that_holds_the_cluster(
         node_selector={"nowhere": "x"},
     )
     cluster.core.create_namespaced_pod("plain", waiting)
-    uninstall, *cleanup = readme_commands(OPERATE, "## Uninstalling")
-    cluster.sh(uninstall)
-    # The Deployments' pods are gone; what they wrote stays as a dead extender leaves it.
-    wait_for("migslice's pods to stop", lambda: not cluster.actors.servers, 30)
+    # The extender dies (its pods crash-loop) and leaves a steer rule and a quarantined node
+    # behind: a live one would delete a rule it does not want at once.
+    cluster.actors.halt("migslice-extender")
     rules = k8s.CustomObjectsApi(api)
     rules.create_cluster_custom_object(
         "resource.k8s.io", "v1", "devicetaintrules", steer_rule("gpu-a100-1", "gpu-0", "1g.10gb")
     )
+    admins = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "gpu-a100-1-maintenance"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gpu-a100-1"},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }
+    rules.create_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", admins)
     cluster.core.patch_node(
         "gpu-a100-1",
         {
@@ -398,22 +410,47 @@ def test_the_documented_helm_uninstall_leaves_nothing_that_holds_the_cluster(
             }
         },
     )
+    nvidias = {
+        k: v
+        for k, v in (cluster.core.read_node("gpu-a100-1").metadata.labels or {}).items()
+        if k.startswith("nvidia.com/")
+    }
+    assert nvidias
 
-    for command in cleanup:
+    uninstall, *pod_commands = readme_commands(OPERATE, "## Uninstalling")
+    assert uninstall == f"helm uninstall migslice -n {NAMESPACE} --wait"
+    cluster.sh(uninstall)
+
+    # The hook ran after the Deployments were gone, and left nothing of its own.
+    wait_for("migslice's pods to stop", lambda: not cluster.actors.servers, 30)
+    assert cluster.actors.jobs_done.get("migslice-cleanup") == "Complete", cluster.actors.job_runs
+    listed = (cluster.actors.workdir / "job-migslice-cleanup-cleanup-0.log").read_text()
+    assert "kubectl -n batch delete pod gated --wait=false" in listed, listed
+    assert "kubectl -n plain delete pod waiting --wait=false" in listed, listed
+    assert cluster.core.read_namespaced_pod("gated", "batch")  # listed, not deleted
+    assert not [
+        a.metadata.name
+        for a in cluster.core.list_namespaced_service_account(NAMESPACE).items
+        if a.metadata.name == "migslice-cleanup"
+    ]
+    assert not cluster.actors.batch.list_namespaced_job(NAMESPACE).items
+    assert [
+        r["metadata"]["name"]
+        for r in rules.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules")[
+            "items"
+        ]
+    ] == ["gpu-a100-1-maintenance"]
+    node = cluster.core.read_node("gpu-a100-1")
+    marks = {**(node.metadata.labels or {}), **(node.metadata.annotations or {})}
+    assert [k for k in marks if k.startswith("migslice.io/")] == []
+    assert {k: v for k, v in (node.metadata.labels or {}).items() if k in nvidias} == nvidias
+
+    for command in pod_commands:
         cluster.sh(command)
 
     for kind in ADMISSION_KINDS:
         listed = getattr(cluster.admission, f"list_{kind}")().items
         assert [o.metadata.name for o in listed if "migslice" in o.metadata.name] == [], kind
-    assert (
-        rules.list_cluster_custom_object(
-            "resource.k8s.io",
-            "v1",
-            "devicetaintrules",
-            label_selector="app.kubernetes.io/managed-by=migslice",
-        )["items"]
-        == []
-    )
     stuck = [
         f"{p.metadata.namespace}/{p.metadata.name}"
         for p in cluster.core.list_pod_for_all_namespaces().items
@@ -421,9 +458,6 @@ def test_the_documented_helm_uninstall_leaves_nothing_that_holds_the_cluster(
         and (p.spec.scheduler_name == "migslice-scheduler" or p.spec.scheduling_gates)
     ]
     assert stuck == []
-    node = cluster.core.read_node("gpu-a100-1")
-    marks = {**(node.metadata.labels or {}), **(node.metadata.annotations or {})}
-    assert [k for k in marks if k.startswith("migslice.io/")] == []
     # Kept: the CRD with its TenantPolicies, the mig-parted ConfigMap MIG Manager reads.
     assert rules.get_cluster_custom_object("migslice.io", "v1alpha1", "tenantpolicies", "inference")
     cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")

@@ -96,6 +96,7 @@ class ClusterActors:
         self.errors: list[str] = []
         self._kubeconfigs: dict[str, Path] = {}
         self._unrouted: Obj | None = None  # the webhook's Deployment, until routed
+        self.halted: set[str] = set()  # Deployments whose pods are down and stay down
         self.pod_address = global_address()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,11 +158,12 @@ class ClusterActors:
             self.servers.pop(name).stop()
             if name == "migslice-webhook":
                 self._unrouted = None
+        self.halted &= set(deployments)
         for name in [n for n in self.schedulers if n not in deployments]:
             del self.schedulers[name]
             self.control_plane.stop_scheduler(name)
         for name in ("migslice-webhook", "migslice-extender"):
-            if name in deployments and name not in self.servers:
+            if name in deployments and name not in self.servers and name not in self.halted:
                 self._start_migslice(deployments[name])
         if self._unrouted is not None and self._route_webhooks(self.servers["migslice-webhook"]):
             self._rolled_out(self._unrouted)
@@ -395,6 +397,14 @@ class ClusterActors:
             ],
         )
         return True
+
+    def halt(self, name: str) -> None:
+        """Stop the server of the Deployment ``name`` and start it no more while the Deployment
+        exists (its pods crash-looping, or its node gone): what it wrote stays as it left it."""
+        self.halted.add(name)
+        server = self.servers.pop(name, None)
+        if server is not None:
+            server.stop()
 
     def unroute_webhooks(self) -> None:
         """Undo :meth:`_route_webhooks` (before ``helm upgrade``, which would otherwise see the
