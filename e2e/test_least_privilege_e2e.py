@@ -838,3 +838,109 @@ def test_only_who_may_update_tenant_policies_takes_a_namespace_out_of_migslice(
         )
     finally:
         core_v1.delete_namespace(name)
+
+
+def test_the_cleanup_job_deletes_only_steer_rules_and_only_removes_migslices_node_keys(
+    control_plane: ControlPlane,
+    core_v1: k8s.CoreV1Api,
+    nodes: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """The chart's post-delete hook (``migslice cleanup``): its RBAC and policies, from the
+    chart (manifests/ has no uninstall hook), hold it to deleting the steer's rules and to
+    removing migslice's node keys."""
+    folder = tmp_path / "cleanup"
+    folder.mkdir()
+    documents = [
+        d
+        for d in render_chart(DEFAULT_BIN_DIR / "helm")
+        if d["metadata"]["name"].startswith("migslice-cleanup")
+    ]
+    for name, kinds in (
+        ("rbac.yaml", {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}),
+        (
+            "admission-policy.yaml",
+            {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+        ),
+    ):
+        chosen = [d for d in documents if d["kind"] in kinds]
+        (folder / name).write_text(yaml.safe_dump_all(chosen))
+    token = service_account_token(
+        control_plane, folder / "rbac.yaml", NAMESPACE, "migslice-cleanup"
+    )
+    cleanup = as_account(control_plane, "migslice-cleanup", token)
+    rules = k8s.CustomObjectsApi(cleanup.api_client)
+    admin = k8s.CustomObjectsApi(core_v1.api_client)
+    dra = ("resource.k8s.io", "v1", "devicetaintrules")
+    pool = f"node-{uuid.uuid4().hex[:6]}"
+    made: list[str] = []
+
+    def made_by_admin(rule: dict[str, Any]) -> str:
+        admin.create_cluster_custom_object(*dra, rule)
+        made.append(rule["metadata"]["name"])
+        return str(rule["metadata"]["name"])
+
+    def an_admins_rule() -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"maintenance-{pool}-{uuid.uuid4().hex[:6]}"},
+            "spec": {
+                "deviceSelector": {"driver": "gpu.nvidia.com", "pool": pool},
+                "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+            },
+        }
+
+    unlabelled = steer_rule(pool, "gpu-0-mig-1g10gb-19-9", "1g.10gb")
+    del unlabelled["metadata"]["labels"]
+    try:
+        said = enforced(
+            lambda: rules.delete_cluster_custom_object(*dra, made_by_admin(an_admins_rule()))
+        )
+        assert "migslice-cleanup may only delete the steer rules" in said
+        name = made_by_admin(unlabelled)
+        assert "may only delete the steer rules" in refused(
+            lambda: rules.delete_cluster_custom_object(*dra, name)
+        )
+    finally:
+        for name in made:
+            try:
+                admin.delete_cluster_custom_object(*dra, name)
+            except k8s.ApiException as error:
+                assert error.status == 404, error.body  # deleted before the policy held
+    mine = steer_rule(pool, "gpu-0-mig-1g10gb-19-8", "1g.10gb")
+    admin.create_cluster_custom_object(*dra, mine)
+    try:
+        rules.delete_cluster_custom_object(*dra, mine["metadata"]["name"])
+    except k8s.ApiException as error:
+        assert error.status == 404, error.body  # a running extender's steer deleted it first
+    node, _ = nodes
+    core_v1.patch_node(
+        node,
+        {
+            "metadata": {
+                "labels": {
+                    "migslice.io/repartition-quarantine": "timeout",
+                    "nvidia.com/mig.config": "all-1g.10gb",
+                },
+                "annotations": {"migslice.io/gpu-layout": "{}", "example.com/note": "x"},
+            }
+        },
+    )
+    assert "may only remove the node labels" in refused(
+        lambda: cleanup.patch_node(node, label("nvidia.com/mig.config", None))
+    )
+    assert "may only remove the node annotations" in refused(
+        lambda: cleanup.patch_node(node, annotate("example.com/note", None))
+    )
+    assert "may only remove the node labels" in refused(
+        lambda: cleanup.patch_node(node, label("migslice.io/repartition-quarantine", "x"))
+    )
+    assert "may only remove the node annotations" in refused(
+        lambda: cleanup.patch_node(node, annotate("migslice.io/carve", "{}"))
+    )
+    cleanup.patch_node(node, label("migslice.io/repartition-quarantine", None))
+    cleanup.patch_node(node, annotate("migslice.io/gpu-layout", None))
+    after = core_v1.read_node(node).metadata
+    assert "migslice.io/repartition-quarantine" not in (after.labels or {})
+    assert "migslice.io/gpu-layout" not in (after.annotations or {})
