@@ -22,11 +22,12 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   changed -> superseded (left alone; a label removed while the state is still ``pending`` has
   that state label removed too, a ``MigRepartitionSuperseded`` Warning and a backoff); a
   label still at the previous config (a restart between the file write and the label) ->
-  labelled now, after the same re-check. ``OBSERVE`` when
-  an outcome changed; when no node is open the plan is dropped (``FINISH``). While the open
-  nodes only wait, more nodes may **join** the plan (``START``: written, then applied as in
-  *planned*, each with its own deadline) for demand the plan does not serve, within the
-  in-flight budget of their pool, so one slow node does not stop the others.
+  labelled now, after the same re-check as in *planned* (the pods it serves included).
+  ``OBSERVE`` when an outcome changed; when no node is open the plan is dropped
+  (``FINISH``). While the open nodes only wait, more nodes may **join** the plan
+  (``START``: written, then applied as in *planned*, each with its own deadline) for demand
+  the plan does not serve, within the in-flight budget of their pool, so one slow node does
+  not stop the others.
 * a timeout **quarantines** the node (``migslice.repartition.migmanager.quarantine``):
   out of the budget, left alone until MIG Manager reports ``success`` or an admin removes the
   label; releasing it (or writing its label again) is a step of its own (``QUARANTINE``),
@@ -135,7 +136,7 @@ def _next(
             return applied
         # nodes that joined wait for MIG Manager's copy of the file; the labelled ones are
         # followed meanwhile (their success, failure or deadline)
-    observed = observe_plan(record, active, states, nodes, file_configs, now, settings)
+    observed = observe_plan(record, active, states, nodes, file_configs, now, settings, pending)
     if observed.kind != StepKind.WAIT:
         return observed
     joined = _start(record, nodes, pending, now, settings, layout_cache)

@@ -369,3 +369,22 @@ def test_a_node_cordoned_between_plan_and_label_is_not_re_partitioned() -> None:
     patient = [PendingPod(demand_of(tolerant), 120.0, pod_selection_of(tolerant))]
     first = step(RepartitionRecord(), [node("gpu-a")], patient, T0)
     assert step(first.record, [cordoned("gpu-a")], patient, T0 + 1).kind == StepKind.APPLY
+
+
+def test_a_node_cordoned_before_its_label_after_a_restart_is_not_re_partitioned() -> None:
+    """A controller restarted between the file write and the label finds the node still at
+    the previous config and labels it then: that labelling skipped the check the first one
+    runs, so a node cordoned meanwhile (a drain) was re-partitioned for pods that could no
+    longer go there."""
+    pending = [waiting("train")]
+    record = stuck_on("gpu-a", pending)  # written as applied; the label patch never happened
+    again = step(record, [cordoned("gpu-a")], pending, T0 + 30)
+    assert not again.labels
+    assert again.kind == StepKind.FINISH
+    (outcome,) = again.outcomes
+    assert outcome.outcome == "aborted"
+    assert "no pod it serves can be placed on the node now" in outcome.detail
+    assert again.record.plan is None
+    # not cordoned: labelled again, as before
+    relabel = step(record, [node("gpu-a")], pending, T0 + 30)
+    assert [label.node for label in relabel.labels] == ["gpu-a"]

@@ -172,7 +172,10 @@ def observe_plan(
     file_configs: Collection[str],
     now: float,
     settings: ControllerSettings,
+    pending: Sequence[PendingPod] = (),
 ) -> Step:
+    """Each labelled open node's outcome, and what it asks for. ``pending``: the pods waiting
+    now (a node still to be labelled again must still take one its step serves)."""
     assert active.applied_at is not None
     steps: list[NodeStep] = []
     closed: list[NodeStep] = []
@@ -186,7 +189,9 @@ def observe_plan(
             continue
         state = states.get(step.node)
         elapsed = now - step.applied_at
-        done = _outcome(step, state, elapsed, closing, deadline_s=settings.deadline_s)
+        done = _outcome(
+            step, state, elapsed, closing, deadline_s=settings.deadline_s, pending=pending
+        )
         steps.append(done)
         if not done.outcome:
             phase = state.facts.mig_config_state if state else "?"
@@ -223,13 +228,20 @@ def observe_plan(
 
 
 def _outcome(
-    step: NodeStep, state: NodeState | None, elapsed: float, closing: Closing, *, deadline_s: float
+    step: NodeStep,
+    state: NodeState | None,
+    elapsed: float,
+    closing: Closing,
+    *,
+    deadline_s: float,
+    pending: Sequence[PendingPod],
 ) -> NodeStep:
     """``step`` with its outcome when it has one now; unchanged while it waits. A node still at
-    the previous config (a restart between the file write and the label) is labelled now."""
+    the previous config (a restart between the file write and the label) is labelled now,
+    after the re-check the first labelling runs (``pending`` included)."""
     outcome, detail = outcome_of(step, state, elapsed, deadline_s)
     if not outcome and state is not None and state.facts.mig_config != step.config_name:
-        problem = recheck(step, state)
+        problem = recheck(step, state, pending)
         if problem is not None:
             outcome, detail = ABORTED, f"not applied: {problem.message}"
         else:
