@@ -153,7 +153,8 @@ def _add_repartition_arguments(parser: argparse.ArgumentParser) -> None:
         "--repartition-backoff-s",
         type=console.seconds(),
         default=1800.0,
-        help="a node whose re-partition failed is left alone this long",
+        help="a node whose re-partition failed, or whose label someone else changed mid-plan, "
+        "is left alone this long",
     )
     group.add_argument(
         "--repartition-config-propagation-s",

@@ -19,8 +19,9 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   for ``backoff_s``; not ``success`` within ``deadline_s`` -> outcome timeout: the label
   restored the same way and the node quarantined (below), with a ``MigRepartitionQuarantined``
   Event and no ``MigRepartitionFailed`` one, and no backoff; a label someone else
-  changed -> superseded (left alone; a label removed while the state is still ``pending`` has
-  that state label removed too, a ``MigRepartitionSuperseded`` Warning and a backoff); a
+  changed -> superseded (left to them: a ``MigRepartitionSuperseded`` Event and a backoff; a
+  label removed while the state is still ``pending`` has that state label removed too, and
+  the Event is a Warning); a
   label still at the previous config (a restart between the file write and the label) ->
   labelled now, after the same re-check as in *planned* (the pods it serves included).
   ``OBSERVE`` when an outcome changed; when no node is open the plan is dropped

@@ -331,12 +331,27 @@ def test_a_label_removed_by_hand_mid_plan_leaves_no_pending_state_behind(
     assert [s.node for s in again.record.plan.nodes] == ["gpu-b"]
 
 
-def test_a_label_changed_by_hand_mid_plan_leaves_mig_manager_its_state() -> None:
-    """Another config set by hand: MIG Manager applies it and owns the state label."""
-    record = stuck_on("gpu-a", [waiting("train")])
-    closed = step(record, [node("gpu-a", config="all-3g.40gb", state="pending")], [], T0 + 30)
+def test_a_label_changed_by_hand_mid_plan_is_left_to_the_admin_for_the_backoff() -> None:
+    """Another config set by hand: MIG Manager applies it and owns the state label. The node
+    was planned again the round MIG Manager reported success on the admin's config, undoing
+    it, while docs/repartition.md says a node someone else took over is not touched again."""
+    pending = [waiting("train")]
+    record = stuck_on("gpu-a", pending)
+    theirs = node("gpu-a", config="all-3g.40gb", state="pending")
+    closed = step(record, [theirs], pending, T0 + 30)
     (outcome,) = closed.outcomes
-    assert outcome.outcome == "superseded" and not closed.clears and not closed.events
+    assert outcome.outcome == "superseded" and not closed.clears and not closed.labels
+    assert dict(closed.record.backoff) == {"gpu-a": T0 + 30 + SETTINGS.backoff_s}
+    (event,) = closed.events
+    assert event.reason == "MigRepartitionSuperseded" and not event.warning
+    assert "'all-3g.40gb'" in event.message and "left alone until" in event.message
+    # MIG Manager applied the admin's config: the pod still waits, the node is left alone
+    done = node("gpu-a", config="all-3g.40gb", state="success")
+    later = step(closed.record, [done], pending, T0 + 60)
+    assert later.kind == StepKind.WAIT and later.record.plan is None
+    # once the backoff is over, the node is the planner's again
+    after = step(closed.record, [done], pending, T0 + 31 + SETTINGS.backoff_s)
+    assert after.kind == StepKind.START
 
 
 def cordoned(name: str) -> NodeState:

@@ -1,8 +1,9 @@
 """How a node of an applied plan ends, and what its end asks for (``migslice.repartition.decide``).
 
 ``success`` on the plan's config starts the node's cooldown; ``failed`` restores the previous
-config's label and backs the node off; not ``success`` within the deadline (``timeout``)
-restores the label too and quarantines the node
+config's label and backs the node off; a label someone else set or removed (``superseded``)
+backs the node off too, with a ``MigRepartitionSuperseded`` Event; not ``success`` within the
+deadline (``timeout``) restores the label too and quarantines the node
 (``migslice.repartition.migmanager.quarantine``): the record keeps it, the Node gets its label
 and annotation, a Warning Event says so.
 """
@@ -128,6 +129,17 @@ def close_node(
             f"({backoff_s:.0f}s); set {MIG_CONFIG_LABEL} to re-partition it by hand"
         )
         closing.events.append(NodeEvent(step.node, REASON_SUPERSEDED, message, warning=True))
+    elif step.outcome == SUPERSEDED:
+        # Someone else set the label (another config, or removed it with MIG Manager already
+        # at work): MIG Manager applies theirs and owns the state label. Their word is kept:
+        # the node is backed off, not planned again the round their config succeeds.
+        until = closing.backoff[step.node] = now + backoff_s
+        message = (
+            f"mig-parted config {step.config_name}: {step.detail}; their config is MIG "
+            f"Manager's to apply, and the node is left alone until {format_time(until)} "
+            f"({backoff_s:.0f}s), then re-partitioned again as pods need"
+        )
+        closing.events.append(NodeEvent(step.node, REASON_SUPERSEDED, message))
 
 
 def _orphaned(state: NodeState | None) -> bool:
