@@ -137,8 +137,9 @@ class RepartitionController:
         self._last_said = ""
         # Pods a finished re-partition served: pod key -> (node, config, rounds left).
         self._to_touch: dict[str, tuple[str, str, int]] = {}
-        # Roll backs (a failed or timed-out node's label set back) the API server refused.
-        self._restores: dict[str, SetLabel] = {}
+        # Nodes whose refused roll back this replica has reported (the record keeps the
+        # roll back itself, for whichever replica leads): one Warning each, not one a round.
+        self._refused: set[str] = set()
         self._carve_memo = CarveMemo()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -183,7 +184,6 @@ class RepartitionController:
             self._say(f"not deciding while the caches are blind: {'; '.join(blind)}")
             return []
         self._touch_served()
-        self._retry_restores()
         now = self._clock()
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
@@ -197,6 +197,7 @@ class RepartitionController:
             return []
         if file.problem:
             self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
+        self._retry_restores(file)
         performed: list[Step] = []
         for _ in range(MAX_STEPS_PER_ROUND):
             record = file.record
@@ -320,15 +321,15 @@ class RepartitionController:
 
     def _label(self, label: SetLabel) -> None:
         """Write one ``nvidia.com/mig.config`` label. A roll back the API server refuses is
-        kept and tried again each round while the node still has the plan's config (the plan
-        it closed is gone from the record, so no later decision would ask for it again)."""
+        said once; the record (``restores``, written before the patch) keeps it, and each
+        round tries it again while the node still has the plan's config."""
         labels: dict[str, str | None] = {MIG_CONFIG_LABEL: label.config_name}
         if label.mark_pending:
             labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_PENDING
         try:
             self._api.set_node_labels(label.node, labels)
             log.info("node=%s labelled %s=%s", label.node, MIG_CONFIG_LABEL, label.config_name)
-            self._restores.pop(label.node, None)
+            self._refused.discard(label.node)
         except Exception as error:
             self.stats.errors += 1
             if label.replaces is None:
@@ -336,26 +337,34 @@ class RepartitionController:
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
                 return
-            first = label.node not in self._restores
-            self._restores[label.node] = label
+            first = label.node not in self._refused
+            self._refused.add(label.node)
             said = (
                 f"label {MIG_CONFIG_LABEL} not set back from {label.replaces} to "
-                f"{label.config_name} ({error}); tried again every round while this replica "
-                f"leads, or by hand: kubectl label node {label.node} "
+                f"{label.config_name} ({error}); tried again every round (the repartition "
+                f"record keeps it), or by hand: kubectl label node {label.node} "
                 f"{MIG_CONFIG_LABEL}={label.config_name} --overwrite"
             )
             log.warning("node=%s %s", label.node, said)
             if first:
                 self._api.record_event(label.node, REASON_FAILED, said, warning=True)
 
-    def _retry_restores(self) -> None:
-        """Roll backs refused earlier, tried again while the node's label is still the plan's
-        config (someone else's change since wins; a node gone drops its roll back)."""
-        for node, label in list(self._restores.items()):
-            facts = self._index.node_facts(node)
-            if facts is None or facts.mig_config != label.replaces:
-                del self._restores[node]
+    def _retry_restores(self, file: MigConfigFile) -> None:
+        """Roll backs the record still holds, tried again while the cached node's label is
+        still the plan's config and the file still has the config to set back (someone
+        else's label since wins; the decision drops those, and a node gone, from the
+        record)."""
+        record = file.record
+        for restore in record.restores if record is not None else ():
+            facts = self._index.node_facts(restore.node)
+            if facts is None or facts.mig_config != restore.replaces:
+                self._refused.discard(restore.node)
                 continue
+            if file.names is not None and restore.config_name not in file.names:
+                continue
+            label = SetLabel(
+                restore.node, restore.config_name, mark_pending=False, replaces=restore.replaces
+            )
             self._label(label)
 
     def _mark(self, step: Step) -> None:

@@ -33,6 +33,9 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   out of the budget, left alone until MIG Manager reports ``success`` or an admin removes the
   label; releasing it (or writing its label again) is a step of its own (``QUARANTINE``),
   first.
+* a roll back (failed, timeout) is kept in the record (``restores``) until the node's label
+  no longer names the failed config; dropping it is a step of its own (``RESTORE``), after
+  the quarantine's. The shell tries those still due again each round.
 
 The step types are in :mod:`migslice.repartition.steps`, applying and observing a written
 plan in :mod:`migslice.repartition.migmanager.applying`. Carve-mode nodes are decided first, by the
@@ -100,7 +103,8 @@ def decide(
     quarantine = _quarantine_step(record, states)
     if quarantine is not None and quarantine.record != record:
         return quarantine  # a release: the record changes first
-    step = _next(
+    # roll backs seen done (or overtaken) leave the record first
+    step = _restores_step(record, states) or _next(
         record,
         states,
         nodes,
@@ -221,7 +225,7 @@ def _start(
             reason,
             plan=result,
             configs=configs,
-            referenced=referenced_configs(nodes, joined),
+            referenced=referenced_configs(nodes, joined, record),
         )
     active = ActivePlan(plan_id([s.config_name for s in steps], now), now, None, steps)
     return Step(
@@ -230,7 +234,7 @@ def _start(
         f"plan {active.plan_id}: {names}",
         plan=result,
         configs=configs,
-        referenced=referenced_configs(nodes, active),
+        referenced=referenced_configs(nodes, active, record),
     )
 
 
@@ -255,3 +259,22 @@ def _quarantine_step(record: RepartitionRecord, states: Mapping[str, NodeState])
     return Step(
         StepKind.QUARANTINE, change.record, change.reason, events=change.events, marks=change.marks
     )
+
+
+def _restores_step(record: RepartitionRecord, states: Mapping[str, NodeState]) -> Step | None:
+    """Roll backs the record still holds that the node no longer needs: its label no longer
+    the failed plan's config (set back, or someone else's since: theirs wins), or the node
+    gone. None when every roll back is still due (the shell tries those again each round)."""
+    kept, gone = [], []
+    for entry in record.restores:
+        state = states.get(entry.node)
+        if state is None:
+            gone.append(f"{entry.node}: node is gone")
+        elif state.facts.mig_config != entry.replaces:
+            gone.append(f"{entry.node}: label is {state.facts.mig_config!r}")
+        else:
+            kept.append(entry)
+    if not gone:
+        return None
+    reason = "roll back no longer due: " + "; ".join(gone)
+    return Step(StepKind.RESTORE, replace(record, restores=tuple(kept)), reason)

@@ -35,6 +35,7 @@ class StepKind(enum.StrEnum):
     OBSERVE = "observe"
     FINISH = "finish"
     QUARANTINE = "quarantine"
+    RESTORE = "restore"
 
 
 @dataclass(frozen=True, slots=True)

@@ -317,6 +317,31 @@ def test_a_refused_roll_back_is_dropped_once_someone_else_relabels_the_node() ->
     assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == "all-3g.40gb"
 
 
+def test_a_refused_roll_back_is_tried_again_by_the_next_leader() -> None:
+    """The retry lived in the leader's memory: a leader that stopped (a rollout, a lost
+    Lease) right after the refusal took it along, and the node kept the failed config."""
+    api = RefusingApi()
+    index = new_index()
+    first = controller(api, index=index)
+    first.run_once()
+    ours = api.node["metadata"]["labels"]["nvidia.com/mig.config"]
+    api.node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.refuse = 1
+    first.run_once()
+    assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == ours
+    record = json.loads(api.config_map["metadata"]["annotations"]["migslice.io/repartition"])
+    assert record["restores"] == {"gpu-a": {"config": "all-1g.10gb", "replaces": ours}}
+    api.log.clear()
+    successor = controller(api, index=index)  # another replica takes the Lease
+    successor.run_once()
+    assert api.log[0] == "label gpu-a [('nvidia.com/mig.config', 'all-1g.10gb')]"
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    successor.run_once()  # seen done: dropped from the record
+    record = json.loads(api.config_map["metadata"]["annotations"]["migslice.io/repartition"])
+    assert "restores" not in record
+
+
 def test_the_controller_decides_nothing_while_its_caches_are_blind() -> None:
     api = FakeApi()
     loop = controller(api, blindness=lambda: ["cache nodes lost the API server 9s ago"])

@@ -129,7 +129,9 @@ def test_past_the_deadline_a_node_is_quarantined_loudly_and_leaves_the_budget() 
     assert "until MIG Manager reports success or an admin removes label" in event.message
     # Still pending for ever, quarantined and marked: another node is planned at once.
     stuck = node("gpu-a", state="pending", quarantine=(True, True))
-    nxt = step(timeout.record, [stuck, node("gpu-b")], [waiting("next")], T0 + 603)
+    seen = step(timeout.record, [stuck, node("gpu-b")], [waiting("next")], T0 + 603)
+    assert seen.kind == StepKind.RESTORE  # the label set back is seen: no longer due
+    nxt = step(seen.record, [stuck, node("gpu-b")], [waiting("next")], T0 + 603)
     assert nxt.kind == StepKind.START
     assert nxt.record.plan is not None and [s.node for s in nxt.record.plan.nodes] == ["gpu-b"]
     assert nxt.plan is not None
@@ -403,3 +405,40 @@ def test_a_node_cordoned_before_its_label_after_a_restart_is_not_re_partitioned(
     # not cordoned: labelled again, as before
     relabel = step(record, [node("gpu-a")], pending, T0 + 30)
     assert [label.node for label in relabel.labels] == ["gpu-a"]
+
+
+def test_a_roll_back_is_kept_in_the_record_until_the_node_shows_it() -> None:
+    """A roll back is asked for in the record written before the label patch, so a refused
+    patch (or a leader gone before it) is retried by whichever leader comes next; the file
+    keeps the config it needs, and records without the field read as no roll back."""
+    old = "migslice-gpu-a-00000000"  # the node's config came from an earlier plan
+    files = {*FILE_CONFIGS, old}
+
+    def at(record: RepartitionRecord, nodes: Sequence[NodeState], now: float) -> Step:
+        pending = [waiting("train"), waiting("next")]
+        return decide(record, nodes, pending, file_configs=files, now=now, settings=SETTINGS)
+
+    started = at(RepartitionRecord(), [node("gpu-a", config=old)], T0)
+    record = at(started.record, [node("gpu-a", config=old)], T0 + 1).record
+    ours = config_of(record, "gpu-a")
+    failed = at(record, [node("gpu-a", config=ours, state="failed")], T0 + 30)
+    (label,) = failed.labels
+    assert (label.config_name, label.replaces) == (old, ours)
+    (restore,) = failed.record.restores
+    assert (restore.node, restore.config_name, restore.replaces) == ("gpu-a", old, ours)
+    assert parse_record(render_record(failed.record)) == failed.record
+    assert parse_record(render_record(replace(failed.record, restores=()))).restores == ()
+    # the file keeps the config to set back while the roll back is due, whatever else changes
+    still = node("gpu-a", config=ours, state="failed")
+    other = at(failed.record, [still, node("gpu-b")], T0 + 60)
+    assert other.kind == StepKind.START and other.configs
+    assert old in other.referenced
+    # the label set back: dropped, in a record write of its own
+    back = node("gpu-a", config=old, state="success")
+    done = at(other.record, [back, node("gpu-b")], T0 + 61)
+    assert done.kind == StepKind.RESTORE and done.record.restores == ()
+    assert done.record.plan == other.record.plan
+    # someone else's label since: dropped as well (theirs wins), and a node gone
+    theirs = node("gpu-a", config="all-3g.40gb", state="pending")
+    assert at(failed.record, [theirs], T0 + 61).record.restores == ()
+    assert at(failed.record, [], T0 + 61).record.restores == ()

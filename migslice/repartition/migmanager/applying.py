@@ -134,7 +134,7 @@ def apply_plan(
             f"plan {active.plan_id}: labelling once the mig-parted ConfigMap reaches MIG "
             f"Manager: {', '.join(arriving)}",
             configs=written,
-            referenced=referenced_configs(nodes, waiting) if written else frozenset(),
+            referenced=referenced_configs(nodes, waiting, record) if written else frozenset(),
             outcomes=aborted,
         )
     applied = replace(active, applied_at=active.applied_at or now, nodes=tuple(steps))
@@ -157,7 +157,7 @@ def apply_plan(
         f"plan {active.plan_id}: applying "
         + ", ".join(f"{x.node}={x.config_name}" for x in labels),
         configs=configs,
-        referenced=referenced_configs(nodes, applied),
+        referenced=referenced_configs(nodes, applied, record),
         labels=tuple(labels),
         events=tuple(events),
         outcomes=aborted,
@@ -180,7 +180,10 @@ def observe_plan(
     steps: list[NodeStep] = []
     closed: list[NodeStep] = []
     closing = Closing(
-        dict(record.finished), dict(record.backoff), {q.node: q for q in record.quarantine}
+        dict(record.finished),
+        dict(record.backoff),
+        {q.node: q for q in record.quarantine},
+        {r.node: r for r in record.restores},
     )
     waiting: list[str] = []
     for step in active.nodes:
@@ -210,6 +213,7 @@ def observe_plan(
         finished=tuple(sorted(closing.finished.items())),
         backoff=tuple(sorted(closing.backoff.items())),
         quarantine=tuple(closing.quarantine[n] for n in sorted(closing.quarantine)),
+        restores=tuple(closing.restores[n] for n in sorted(closing.restores)),
     )
     reason = f"plan {active.plan_id}: " + (
         ", ".join(f"{s.node} {s.outcome}" for s in closed) or "labelling again"

@@ -47,6 +47,7 @@ from migslice.repartition.record import (
     NodeOutcome,
     NodeStep,
     Quarantined,
+    Restore,
 )
 
 
@@ -57,6 +58,7 @@ class Closing:
     finished: dict[str, float]
     backoff: dict[str, float]
     quarantine: dict[str, Quarantined]
+    restores: dict[str, Restore] = field(default_factory=dict)
     labels: list[SetLabel] = field(default_factory=list)
     clears: list[ClearPending] = field(default_factory=list)
     events: list[NodeEvent] = field(default_factory=list)
@@ -157,6 +159,9 @@ def _restore(step: NodeStep, file_configs: Collection[str], closing: Closing) ->
         closing.labels.append(
             SetLabel(step.node, previous, mark_pending=False, replaces=step.config_name)
         )
+        # in the record written before the patch: a refused patch, or a leader gone before
+        # it, is tried again by whichever replica leads (the shell, each round)
+        closing.restores[step.node] = Restore(step.node, previous, step.config_name)
         return f"label restored to {previous}"
     if previous is None:
         return "there was no previous config; label left"

@@ -7,12 +7,16 @@ from collections.abc import Sequence
 
 from migslice.inventory import NodeState
 from migslice.mig.migparted import OWN_PREFIX
-from migslice.repartition.record import ActivePlan, NodeStep
+from migslice.repartition.record import ActivePlan, NodeStep, RepartitionRecord
 
 
-def referenced_configs(nodes: Sequence[NodeState], active: ActivePlan) -> frozenset[str]:
-    """Config names the file must keep: node labels, and every config of the plan."""
+def referenced_configs(
+    nodes: Sequence[NodeState], active: ActivePlan, record: RepartitionRecord
+) -> frozenset[str]:
+    """Config names the file must keep: node labels, every config of the plan, and the
+    configs roll backs still due set back (``record.restores``)."""
     names = {node.facts.mig_config for node in nodes if node.facts.mig_config}
+    names.update(r.config_name for r in record.restores)
     for step in active.nodes:
         names.add(step.config_name)
         if step.previous_config:

@@ -10,7 +10,7 @@ from migslice.repartition.record.document import (
     parse_record,
     render_record,
 )
-from migslice.repartition.record.plan import ActivePlan, NodeStep, Quarantined
+from migslice.repartition.record.plan import ActivePlan, NodeStep, Quarantined, Restore
 from migslice.repartition.record.wire import (
     ABORTED,
     FAILED,
@@ -37,6 +37,7 @@ __all__ = [
     "Quarantined",
     "RecordError",
     "RepartitionRecord",
+    "Restore",
     "parse_record",
     "render_record",
 ]

@@ -11,6 +11,7 @@ write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in
      "finished": {"gpu-b": "2025-05-01T09:50:00Z"},
      "backoff": {"gpu-c": "2025-05-01T10:30:00Z"},
      "quarantine": {…},
+     "restores": {…},
      "carve": {…}}
 """
 
@@ -28,10 +29,13 @@ from migslice.repartition.record.carve_plan import ActiveCarve, carve_json, pars
 from migslice.repartition.record.plan import (
     ActivePlan,
     Quarantined,
+    Restore,
     parse_plan,
     parse_quarantine,
+    parse_restores,
     plan_json,
     quarantine_json,
+    restores_json,
 )
 from migslice.repartition.record.wire import RecordError, parse_time
 
@@ -42,14 +46,16 @@ RECORD_VERSION = "v1"
 class RepartitionRecord:
     """``finished``: node -> when its last re-partition succeeded (cooldown);
     ``backoff``: node -> until when it is left alone after a failure; ``quarantine``: nodes
-    left alone until MIG Manager reports success or an admin releases them; ``carve``: the
-    carve plan in progress, beside the MIG Manager one."""
+    left alone until MIG Manager reports success or an admin releases them; ``restores``:
+    roll backs of a node's label not yet seen on the node; ``carve``: the carve plan in
+    progress, beside the MIG Manager one."""
 
     plan: ActivePlan | None = None
     finished: tuple[tuple[str, float], ...] = ()
     backoff: tuple[tuple[str, float], ...] = ()
     quarantine: tuple[Quarantined, ...] = ()
     carve: ActiveCarve | None = None
+    restores: tuple[Restore, ...] = ()
 
     def with_plan(self, plan: ActivePlan | None) -> RepartitionRecord:
         return replace(self, plan=plan)
@@ -63,6 +69,8 @@ def render_record(record: RepartitionRecord) -> str:
         "backoff": {node: format_time(until) for node, until in record.backoff},
         "quarantine": quarantine_json(record.quarantine),
     }
+    if record.restores:  # absent when none: records stay as earlier versions wrote them
+        document["restores"] = restores_json(record.restores)
     if record.carve is not None:
         document["carve"] = carve_json(record.carve)
     return json.dumps(document, separators=(",", ":"), sort_keys=False)
@@ -86,6 +94,7 @@ def parse_record(text: str | None) -> RepartitionRecord:
         backoff=_times(document.get("backoff"), "backoff"),
         quarantine=parse_quarantine(document.get("quarantine")),
         carve=parse_carve(document.get("carve")),
+        restores=parse_restores(document.get("restores")),
     )
 
 

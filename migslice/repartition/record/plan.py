@@ -14,6 +14,9 @@ A node's ``writtenAt`` is when its config was written into the mig-parted file, 
 its ``appliedAt`` when its label was set (nodes may join a plan while it is applied; a record
 without it takes the plan's). ``quarantine``: nodes MIG Manager left short of
 ``success`` past the deadline (``migslice.repartition.migmanager.quarantine``).
+
+``restores`` (absent when empty): roll backs of a failed or timed-out node's label not yet
+seen on the node, ``{"gpu-a": {"config": "all-1g.10gb", "replaces": "migslice-gpu-a-…"}}``.
 """
 
 from __future__ import annotations
@@ -79,6 +82,39 @@ class Quarantined:
     since: float
     config_name: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """A roll back asked for and not yet seen on the node: its ``nvidia.com/mig.config`` set
+    back to ``config_name`` from the failed plan's ``replaces`` (tried again, by whichever
+    replica leads, while the label still names ``replaces``)."""
+
+    node: str
+    config_name: str
+    replaces: str
+
+
+def restores_json(restores: tuple[Restore, ...]) -> dict[str, Any]:
+    return {r.node: {"config": r.config_name, "replaces": r.replaces} for r in restores}
+
+
+def parse_restores(raw: object) -> tuple[Restore, ...]:
+    """The roll backs still due; absent (a record of an earlier version): none."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise RecordError("restores: expected a map of node to {config, replaces}")
+    found: list[Restore] = []
+    for node, entry in sorted(raw.items()):
+        if (
+            not isinstance(entry, Mapping)
+            or not isinstance(entry.get("config"), str)
+            or not isinstance(entry.get("replaces"), str)
+        ):
+            raise RecordError(f"restores.{node}: expected an object with config and replaces")
+        found.append(Restore(str(node), entry["config"], entry["replaces"]))
+    return tuple(found)
 
 
 def plan_json(active: ActivePlan) -> dict[str, Any]:
