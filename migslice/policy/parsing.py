@@ -131,8 +131,10 @@ def read_tenant_policy(
     sizes = _sizes(spec.get("sizes"), tier_values, errors)
     default_size = _default_size(spec.get("defaultSize"), sizes, errors)
 
-    allowed = _string_list(spec, "allowedProfiles", errors, _check_profile)
-    denied = _string_list(spec, "deniedProfiles", errors, _check_profile)
+    allowed = tuple(
+        map(_profile_name, _string_list(spec, "allowedProfiles", errors, _check_profile))
+    )
+    denied = tuple(map(_profile_name, _string_list(spec, "deniedProfiles", errors, _check_profile)))
     for profile in sorted(set(allowed) & set(denied)):
         errors.add("spec.deniedProfiles", f'profile "{profile}" is both allowed and denied')
     products = _string_list(spec, "allowedProducts", errors, None)
@@ -254,16 +256,22 @@ def _check_namespace(value: str) -> str | None:
 
 
 def _check_profile(value: str) -> str | None:
-    """Why ``value`` is not a MIG profile name as the policy must spell it. A name with
-    spaces around it is refused here, though :func:`parse_profile_name` reads it: the policy's
-    names are compared as written (a quota of \" 1g.10gb\" would limit no pod's 1g.10gb)."""
+    """Why ``value`` is not a MIG profile name (:func:`parse_profile_name` reads one with
+    spaces around it; the callers keep it without them, see :func:`_profile_name`)."""
     try:
         parse_profile_name(value)
     except ProfileNameError as error:
         return str(error)
-    if value != value.strip():
-        return f"{value!r} is not a MIG profile name: remove the spaces around it"
     return None
+
+
+def _profile_name(value: str) -> str:
+    """A profile name as the policy compares it: without spaces around it. The CRD refuses
+    such a name now, but an earlier one stored ``preferredProfiles`` values and
+    ``quota.profiles`` keys with them; kept as written, a quota of " 1g.10gb" limited no pod's
+    1g.10gb and a preferred "1g.10gb " was passed over, and refused, the stored policy would
+    turn invalid on upgrade and deny its tenant's GPU pods."""
+    return value.strip()
 
 
 def _list(spec: Mapping[str, object], key: str, errors: _Errors) -> list[object]:
@@ -439,6 +447,7 @@ def _sizes(value: object, tiers: tuple[Tier, ...], errors: _Errors) -> tuple[Siz
             if problem is not None:
                 errors.add(f"{path}.preferredProfiles.{model_name}", problem)
                 continue
+            profile = _profile_name(profile)
             model = CATALOG.find(model_name)
             key = model.key if model is not None else model_name
             if (key, profile) not in normalised:  # two names of one model, one profile: one
@@ -464,9 +473,13 @@ def _quota(value: object, errors: _Errors) -> Quota:
             if problem is not None:
                 errors.add(path, problem)
                 continue
+            name = _profile_name(str(profile))
+            if any(name == seen for seen, _ in profiles):
+                errors.add(path, f"names {name} again (a key differing only in spaces)")
+                continue
             limit = _int(count, path, 0, errors)
             if limit is not None:
-                profiles.append((str(profile), limit))
+                profiles.append((name, limit))
     return Quota(
         instances=_int(value.get("instances"), "spec.quota.instances", 0, errors),
         compute_slices=_int(value.get("computeSlices"), "spec.quota.computeSlices", 0, errors),
