@@ -389,3 +389,14 @@ def test_kubectl_get_shows_whether_a_policy_is_ready_and_wide_shows_why() -> Non
     assert columns["Ready"].get("priority", 0) == 0
     assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
     assert columns["Reason"]["priority"] == 1
+
+
+def test_the_documented_wide_listing_has_the_crds_columns_in_their_order() -> None:
+    """kubectl prints a CRD's printer columns in the order the CRD lists them, ``-o wide``
+    adding those of priority 1 in place (not at the end): docs/policy.md's example must show
+    REASON where kubectl prints it."""
+    crd = yaml.safe_load((ROOT / "manifests" / "base" / "crd" / "tenantpolicies.yaml").read_text())
+    columns = [c["name"].upper() for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    lines = (ROOT / "docs" / "policy.md").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "$ kubectl get tp -o wide" in line)
+    assert lines[at + 1].split() == ["NAME", *columns]
