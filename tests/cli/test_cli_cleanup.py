@@ -297,3 +297,19 @@ def test_a_finished_pod_is_not_stranded() -> None:
     done = pod("a", "b", schedulerName=names.SCHEDULER_NAME)
     done["status"] = {"phase": "Failed"}
     assert stranded_pod(done) is None
+
+
+def test_the_documented_hand_deletion_takes_only_the_steer_rules() -> None:
+    """docs say a rule lacking the steer's name or its label is an admin's and stays, as
+    ``migslice cleanup`` keeps it (:func:`migslice.kube.cleanup.is_steer_rule`); a command
+    given to do it by hand that selects by the label alone deletes such a rule too."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    commands = [
+        (path.name, line)
+        for path in sorted(docs.glob("*.md"))
+        for line in path.read_text().splitlines()
+        if "kubectl" in line and "devicetaintrules" in line and " delete" in line
+    ]
+    assert commands
+    for where, line in commands:
+        assert f"/{names.STEER_RULE_PREFIX}" in line, (where, line)
