@@ -108,14 +108,15 @@ def test_a_preemptor_waits_for_the_cache_to_see_its_victim_leave() -> None:
     # kube-scheduler's cache lost the victim a moment before the extender's: answered full,
     # the preemptor fitted no node and kube-scheduler evicted a second victim elsewhere (both
     # victims gone on the real control plane, on a loaded machine).
-    client, state, preemptor = full_node_with_victim()
-    leaving = threading.Timer(0.1, state.index.delete_pod, args=("team-a/low",))
-    leaving.start()
-    try:
-        for verb in ("filter", "filter-best-fit"):
+    for verb in ("filter", "filter-best-fit"):
+        client, state, preemptor = full_node_with_victim()
+        assert state.index.holds_lower("gpu-a", 1000)  # the victim is still cached
+        leaving = threading.Timer(0.1, state.index.delete_pod, args=("team-a/low",))
+        leaving.start()
+        try:
             assert filtered(client, preemptor, ["gpu-a"], verb)["NodeNames"] == ["gpu-a"]
-    finally:
-        leaving.join()
+        finally:
+            leaving.join()
 
 
 def test_a_preemptor_is_answered_full_when_its_node_stays_full(
