@@ -104,10 +104,13 @@ def full_node_with_victim() -> tuple[FlaskClient, Any, dict[str, Any]]:
     return create_app(ExtenderSettings(), state).test_client(), state, preemptor
 
 
-def test_a_preemptor_waits_for_the_cache_to_see_its_victim_leave() -> None:
+def test_a_preemptor_waits_for_the_cache_to_see_its_victim_leave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # kube-scheduler's cache lost the victim a moment before the extender's: answered full,
     # the preemptor fitted no node and kube-scheduler evicted a second victim elsewhere (both
     # victims gone on the real control plane, on a loaded machine).
+    monkeypatch.setattr(catch_up, "CATCH_UP_S", 60.0)  # ends when the victim leaves
     for verb in ("filter", "filter-best-fit"):
         client, state, preemptor = full_node_with_victim()
         assert state.index.holds_lower("gpu-a", 1000)  # the victim is still cached
