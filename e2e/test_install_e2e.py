@@ -254,6 +254,19 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
     args = extender.spec.template.spec.containers[0].args
     assert "--repartition" in args and "--repartition-dry-run" not in args
     assert cluster.actors.errors == []
+    # A rollback to a revision with webhooks the current one lacks (fail-open off drops the
+    # fail-open twins) adds them back as that revision's manifest has them, without caBundle:
+    # the certificate Jobs run on rollback too and put it in.
+    cluster.actors.unroute_webhooks()
+    cluster.sh(
+        f"helm upgrade migslice charts/migslice -n {NAMESPACE} --reuse-values "
+        "--set outage.failOpen.enabled=false"
+    )
+    cluster.ca_bundles_match_the_secret()
+    cluster.actors.unroute_webhooks()
+    cluster.sh(f"helm rollback migslice 2 -n {NAMESPACE}")
+    cluster.ca_bundles_match_the_secret()
+    assert cluster.actors.errors == []
     # By hand instead: the commands `migslice certs` prints, run as printed, put a new CA into
     # the Secret and both webhook configurations.
     out = cluster.cp.workdir / "by-hand"

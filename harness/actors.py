@@ -408,7 +408,11 @@ class ClusterActors:
 
     def unroute_webhooks(self) -> None:
         """Undo :meth:`_route_webhooks` (before ``helm upgrade``, which would otherwise see the
-        routing as drift to repair)."""
+        routing as drift to repair); nothing when it is not routed (an upgrade that did not
+        change the webhook's Deployment leaves it so)."""
+        service = self.core.read_namespaced_service("migslice-webhook", self.namespace)
+        if service.spec.type != "ExternalName":
+            return
         self.core.patch_namespaced_service(
             "migslice-webhook",
             self.namespace,

@@ -382,6 +382,25 @@ def cleanup_objects(*values: str) -> list[dict[str, Any]]:
 
 
 @needs_helm
+def test_the_certificate_jobs_and_what_they_need_run_on_a_rollback_too() -> None:
+    """A rollback re-adds webhooks (the fail-open twins) as the older manifest has them, with
+    no caBundle (e2e: after one, the fail-open hooks had none and every call failed TLS)."""
+    hooks = {
+        (d["kind"], d["metadata"]["name"]): set(
+            d["metadata"]["annotations"]["helm.sh/hook"].split(",")
+        )
+        for d in helm_render()
+        if d["metadata"].get("name", "").startswith(("migslice-certs", "migslice-ca-bundle"))
+        and "helm.sh/hook" in (d["metadata"].get("annotations") or {})
+    }
+    assert "post-rollback" in hooks[("Job", "migslice-ca-bundle")]
+    assert "pre-rollback" in hooks[("Job", "migslice-certs")]
+    for key, phases in hooks.items():
+        if key[0] != "Job":  # their account, RBAC and policies: there in both phases
+            assert {"pre-rollback", "post-rollback"} <= phases, key
+
+
+@needs_helm
 def test_the_cleanup_job_and_everything_it_needs_are_post_delete_hooks_gone_once_it_succeeds() -> (
     None
 ):

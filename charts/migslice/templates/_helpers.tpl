@@ -196,7 +196,7 @@ imagePullSecrets:
 The certificate Jobs' RBAC exists only while the Jobs run (Helm hooks around them).
 */}}
 {{- define "migslice.certsHookAnnotations" -}}
-helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
+helm.sh/hook: pre-install,pre-upgrade,pre-rollback,post-install,post-upgrade,post-rollback
 helm.sh/hook-weight: "-10"
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
