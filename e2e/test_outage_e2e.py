@@ -9,6 +9,8 @@ stays exact in both (docs/outages.md).
   with a Warning Event naming the numbers and the pod condition migslice.io/Admitted=False;
   a pod deleted frees room for the oldest waiting one. Usage is sampled throughout and never
   passes the quota.
+* A pod waiting behind the gate when its namespace is opted out of migslice
+  (migslice.io/admission=disabled) is let go as it is, with an Event saying why.
 * Two webhook replicas reconciling: only the Lease's holder admits; it is SIGKILLed mid-way,
   the other takes over, and the tenant ends at exactly its quota, never above it.
 * The chart renders fail-open only where asked (outage.failOpen, Kubernetes 1.36+) and the
@@ -407,6 +409,55 @@ def _condition(core: k8s.CoreV1Api, namespace: str, name: str) -> Any:
         if condition.type == "migslice.io/Admitted":
             return condition
     return None
+
+
+def test_a_gated_pod_of_a_namespace_opted_out_of_migslice_is_let_go_as_it_is(
+    plane: ControlPlane,
+    core: k8s.CoreV1Api,
+    custom: k8s.CustomObjectsApi,
+    scheduling: Server,
+    migslice_image: Image | None,
+) -> None:
+    """A fail-open namespace's pod that waits behind the gate for its tenant's quota, then the
+    namespace labelled migslice.io/admission=disabled: the reconciler skipped it and it stayed
+    SchedulingGated for ever. The leader now removes the gate and nothing else (kube-apiserver
+    lets the webhook's ServiceAccount do so there), with an AdmissionSkipped Event."""
+    bundle, (server,) = webhook_replicas(plane, migslice_image, 1, "--gate-interval-s", "1")
+    server.start()
+    try:
+        plane.apply(webhook_configurations(bundle, server.url))
+        name = tenant(core, custom, 1, OPEN)
+        seen_by_the_webhook(custom, name)
+        server.stop()
+        pods = []
+        for _ in range(2):
+            status, pod = create(core, name, direct_pod())
+            assert status == 201, pod
+            pods.append(pod)
+            time.sleep(1.1)  # distinct creation times: the queue's order
+        server.start()
+        wait_for("the oldest gated pod admitted", lambda: len(admitted(core, name)) == 1, 60)
+        wait_for(
+            f"{pods[1]} told it waits",
+            lambda: [e for e in events_of(core, name, pods[1]) if e.reason == "AdmissionWaiting"],
+            30,
+        )
+        assert [p.metadata.name for p in gated(core, name)] == [pods[1]]
+        core.patch_namespace(name, {"metadata": {"labels": {"migslice.io/admission": "disabled"}}})
+        wait_for(f"{pods[1]} let go", lambda: gated(core, name) == [], 60)
+        pod = core.read_namespaced_pod(pods[1], name)
+        assert "migslice.io/tenant" not in (pod.metadata.annotations or {})
+        assert "migslice.io/reservation" not in (pod.metadata.annotations or {})
+        told = wait_for(
+            f"the AdmissionSkipped Event on {pods[1]}",
+            lambda: [e for e in events_of(core, name, pods[1]) if e.reason == "AdmissionSkipped"],
+            30,
+        )
+        assert "migslice.io/admission=disabled" in told[0].message
+        condition = _condition(core, name, pods[1])
+        assert condition is not None and condition.reason == "AdmissionSkipped"
+    finally:
+        server.stop()
 
 
 # --------------------------------------------------------------------------- two replicas

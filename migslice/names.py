@@ -68,6 +68,7 @@ MODE_MIG_MANAGER = "mig-manager"
 REPARTITION_MODES = (MODE_MIG_MANAGER, MODE_CARVE)
 ADMISSION_LABEL = "migslice.io/admission"
 """On a Namespace: ``disabled`` keeps the webhook configurations from calling migslice."""
+ADMISSION_DISABLED = "disabled"
 
 # -- outages: fail-open namespaces and the admission gate (docs/outages.md) -----------------------
 

@@ -10,7 +10,12 @@ for the moment two may overlap: a pod's charge has one uid, so deciding it twice
 it), then remove the gate with the webhook's patch, guarded by the resourceVersion decided on.
 A pod the policy refuses stays gated: a Warning Event and the pod condition
 ``migslice.io/Admitted=False`` say why, with the numbers, once per change of the message,
-and it is decided again every round. At most ``batch`` pods are admitted per round.
+and it is decided again every round. A gated pod of a namespace migslice no longer admits
+(added to ``--exclude-namespaces``, or labelled ``migslice.io/admission=disabled``, after it was
+gated) is let go as it is: the gate removed and nothing else, nothing charged, as the webhook
+would let it be created now, with an Event and the condition saying so; a label is read again
+from kube-apiserver first, so a cache that lags an admin who took it off lets nothing run
+past quota. At most ``batch`` pods are admitted or let go per round.
 
 Ports: :class:`GateApi` (``migslice.kube.pod_gate.KubeGateApi`` in a cluster) and
 :class:`Elector` (``migslice.kube.LeaderElector``).
@@ -28,12 +33,16 @@ from typing import Protocol
 from migslice import names
 from migslice.admission import AdmissionDecision, MalformedPodError, decide
 from migslice.admission.gate import (
+    SKIPPED_REASON,
     GatedPod,
     GateNote,
     admitted_condition,
     in_place_refusal,
     note_of,
+    opt_out,
     queue,
+    release_patch,
+    skipped_note,
     ungate_patch,
 )
 from migslice.admission.patch import JsonValue
@@ -60,6 +69,10 @@ class GateApi(Protocol):
         """An Event about the pod (failures are logged)."""
         ...
 
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels as kube-apiserver holds them now; None when it is gone."""
+        ...
+
 
 class Elector(Protocol):
     def try_acquire_or_renew(self) -> bool: ...
@@ -71,6 +84,8 @@ class Elector(Protocol):
 class GateStats:
     is_leader: bool = False
     admitted: int = 0
+    released: int = 0
+    """Gated pods let go unadmitted: their namespace was taken out of migslice."""
     rounds: int = 0
     errors: int = 0
     waiting: dict[str, str] = field(default_factory=dict)
@@ -144,7 +159,7 @@ class GateReconciler:
         if problems:
             log.info("Admission gate waits for the caches: %s", "; ".join(problems))
             return {}
-        pods = [pod for pod in queue(self._state.gated_pods()) if self._covers(pod.namespace)]
+        pods = queue(self._state.gated_pods())
         notes: dict[str, GateNote] = {}
         waiting_tenants: set[str] = set()
         admitted = 0
@@ -154,6 +169,20 @@ class GateReconciler:
                 break
             if self._refused_until.get(pod.uid, 0.0) > now:
                 continue  # its charge lapses meanwhile: a refused pod holds no quota for good
+            why = opt_out(pod.namespace, self._exclude, self._state.namespace_labels(pod.namespace))
+            if why is not None:
+                try:
+                    released = self._release(pod, why)
+                except ApiError as error:
+                    if 400 <= error.status < 500 and error.status != 429:
+                        self._refused(pod, error)
+                        continue
+                    log.warning("Admission gate cannot let pods go now (%s); next round", error)
+                    break
+                if released is not None:
+                    notes[pod.key] = released
+                    admitted += 1
+                continue
             try:
                 decision = self._decision(pod, waiting_tenants)
             except UnavailableError as error:
@@ -184,14 +213,38 @@ class GateReconciler:
         gated = {pod.uid for pod in pods}
         self._said = {uid: said for uid, said in self._said.items() if uid in gated}
         self._refused_until = {u: t for u, t in self._refused_until.items() if u in gated}
-        self.stats.waiting = {key: n.message for key, n in notes.items() if not n.admitted}
+        self.stats.waiting = {
+            key: n.message
+            for key, n in notes.items()
+            if not n.admitted and n.reason != SKIPPED_REASON
+        }
         return notes
 
-    def _covers(self, namespace: str) -> bool:
-        """Whether the webhook admits pods of ``namespace`` (its configurations send them)."""
-        if namespace in self._exclude:
-            return False
-        return self._state.namespace_labels(namespace).get(names.ADMISSION_LABEL) != "disabled"
+    def _release(self, pod: GatedPod, why: str) -> GateNote | None:
+        """Let ``pod`` go as it is (its namespace is out of migslice: ``why``), or None when
+        kube-apiserver does not confirm the opt-out or the pod changed; decided next round."""
+        if pod.namespace not in self._exclude:
+            labels = self._api.namespace_labels(pod.namespace)
+            if labels is None or opt_out(pod.namespace, self._exclude, labels) is None:
+                log.info(
+                    "Admission gate: namespace %s is not opted out as kube-apiserver holds it "
+                    "(the cache lags); pod=%s is decided next round",
+                    pod.namespace,
+                    pod.key,
+                )
+                return None
+        patch = [op.to_json() for op in release_patch(pod)]
+        if not self._api.patch_pod(pod.namespace, pod.name, patch):
+            return None
+        self.stats.released += 1
+        note = skipped_note(pod, why)
+        log.info("Released gated pod=%s unadmitted: %s", pod.key, why)
+        self._api.set_condition(
+            pod.namespace, pod.name, admitted_condition(note, self._now(), pod.raw_pod)
+        )
+        self._api.record_event(pod, note)
+        self._said.pop(pod.uid, None)
+        return note
 
     def _decision(self, pod: GatedPod, waiting_tenants: set[str]) -> AdmissionDecision | None:
         """The pod's decision, charged in its tenant's ledger when allowed. A tenant that

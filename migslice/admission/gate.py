@@ -43,6 +43,8 @@ UNSIZED = "created-unsized"
 ADMITTED = "Admitted"
 WAITING_REASON = "AdmissionWaiting"
 DENIED_REASON = "AdmissionDenied"
+SKIPPED_REASON = "AdmissionSkipped"
+"""A gated pod whose namespace migslice no longer admits: its gate removed, nothing else."""
 
 
 def admission_uid(pod_uid: str) -> str:
@@ -111,6 +113,42 @@ def in_place_refusal(pod: GatedPod) -> Denial | None:
         "and create it again",
         422,
     )
+
+
+def opt_out(
+    namespace: str, excluded: frozenset[str], labels: Mapping[str, str] | None
+) -> str | None:
+    """Why migslice does not admit the pods of ``namespace`` (as its webhook configurations'
+    ``namespaceSelector`` and ``--exclude-namespaces`` say), or None where it does.
+    ``labels``: the namespace's, None where it is not known (admitted: the safe side)."""
+    if namespace in excluded:
+        return (
+            f"namespace {namespace} is excluded from migslice (the webhook's "
+            "--exclude-namespaces, the chart's webhook.excludeNamespaces)"
+        )
+    if labels is not None and labels.get(names.ADMISSION_LABEL) == names.ADMISSION_DISABLED:
+        return (
+            f"namespace {namespace} is labelled "
+            f"{names.ADMISSION_LABEL}={names.ADMISSION_DISABLED} (opted out of migslice)"
+        )
+    return None
+
+
+def release_patch(pod: GatedPod) -> tuple[PatchOp, ...]:
+    """The JSON Patch that lets a gated pod of a namespace migslice no longer admits go as it
+    is stored: the gate removed and nothing else, guarded by its resourceVersion."""
+    ops = [PatchOp("test", "/metadata/resourceVersion", pod.resource_version)]
+    return tuple(ops + list(remove_scheduling_gate(pod.raw_pod, names.ADMISSION_GATE)))
+
+
+def skipped_note(pod: GatedPod, why: str) -> GateNote:
+    """What is told about a pod :func:`release_patch` lets go (``why``: :func:`opt_out`)."""
+    message = (
+        f"{why}; pod {pod.key}, gated ({names.ADMISSION_GATE}) while its namespace was "
+        "fail-open, is not admitted: its gate is removed and the pod goes to its scheduler as "
+        "it is, unchanged and charged to no tenant, as the webhook would let it be created now"
+    )
+    return GateNote(False, SKIPPED_REASON, message, warning=True)
 
 
 def ungate_patch(pod: GatedPod, decision: AdmissionDecision) -> tuple[PatchOp, ...]:

@@ -2,8 +2,10 @@
 a gated pod, its ``migslice.io/Admitted`` condition, and Events in its namespace.
 
 RBAC (the chart's ``templates/webhook/outage-rbac.yaml``): ``patch`` on ``pods`` and
-``pods/status``, ``create`` on ``events``, cluster-wide. Removing the gate is refused to every
-other user by the ValidatingAdmissionPolicy ``migslice-admission-gate-owner``.
+``pods/status``, ``create`` on ``events``, cluster-wide; ``get`` on ``namespaces`` (the
+webhook's own ``rbac.yaml``), to confirm an opt-out before a pod is let go unadmitted.
+Removing the gate is refused to every other user by the ValidatingAdmissionPolicy
+``migslice-admission-gate-owner``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from migslice.admission.gate import GatedPod, GateNote
 from migslice.kube.events import record_namespaced_event
 from migslice.kube.transport import ApiError, KubernetesTransport
+from migslice.objects.json import mapping
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,17 @@ class KubeGateApi:
             )
         except ApiError as error:
             log.warning("condition not set on pod=%s/%s: %s", namespace, name, error)
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}"
+        try:
+            raw = self._transport.get_json(path, {})
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        labels = mapping(mapping(raw.get("metadata")).get("labels"))
+        return {key: value for key, value in labels.items() if isinstance(value, str)}
 
     def record_event(self, pod: GatedPod, note: GateNote) -> None:
         involved = {

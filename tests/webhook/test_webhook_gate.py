@@ -56,6 +56,7 @@ class Api:
         self.conditions: dict[str, Mapping[str, str]] = {}
         self.refuse_next = 0
         self.version = 10
+        self.namespaces: dict[str, dict[str, str]] = {}
 
     def create(self, pod: dict[str, Any]) -> None:
         self.version += 1
@@ -94,6 +95,9 @@ class Api:
 
     def record_event(self, pod: GatedPod, note: GateNote) -> None:
         self.events.append((pod.key, note.reason, note.message))
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.namespaces.get(namespace, {})
 
     def admitted(self, namespace: str = "team-a") -> list[str]:
         return sorted(
@@ -301,17 +305,85 @@ def test_a_round_admits_at_most_the_batch() -> None:
     assert len(api.admitted()) == 5
 
 
-def test_namespaces_the_webhook_does_not_admit_are_left_alone() -> None:
-    state = replica_state()
-    state.upsert_namespace(
-        {"metadata": {"name": "opted-out", "labels": {"migslice.io/admission": "disabled"}}}
-    )
+def label(api: Api, state: ClusterState, namespace: str, **labels: str) -> None:
+    """An admin labels ``namespace``: stored at once, and in the cache as its watch says."""
+    api.namespaces[namespace] = dict(labels)
+    state.upsert_namespace({"metadata": {"name": namespace, "labels": dict(labels)}})
+
+
+OPTED_OUT = {"migslice.io/admission": "disabled"}
+
+
+def test_a_gated_pod_of_a_namespace_taken_out_of_migslice_is_released_as_it_is() -> None:
+    """A fail-open namespace's pods gated while the webhook was down (or waiting for quota),
+    then the namespace opted out of migslice (migslice.io/admission=disabled): the reconciler
+    skipped such namespaces, and their pods stayed SchedulingGated for ever, though nothing
+    else may remove migslice's gate and the webhook would now let such a pod through
+    untouched. The leader removes the gate and nothing else (no charge, no reservation,
+    no affinity), and an Event and the pod's condition say why."""
+    state = replica_state(quota=1)
     api = Api(state)
-    gate = reconciler(state, MemoryLedgers(state), api)
+    store = MemoryLedgers(state)
+    gate = reconciler(state, store, api)
+    gated(api, 2, limits=DIRECT)
+    gate.run_once()
+    assert api.admitted() == ["p0"]  # p1 waits for the tenant's quota
+    before = copy.deepcopy(api.pods["team-a/p1"])
+    label(api, state, "team-a", **OPTED_OUT)
+    notes = gate.run_once()
+    assert api.admitted() == ["p0", "p1"]
+    after = api.pods["team-a/p1"]
+    assert "schedulingGates" not in after["spec"] or after["spec"]["schedulingGates"] == []
+    after_rest = {**after, "metadata": {**after["metadata"]}, "spec": dict(after["spec"])}
+    after_rest["spec"].pop("schedulingGates", None)
+    before["spec"].pop("schedulingGates")
+    after_rest["metadata"].pop("resourceVersion")
+    before["metadata"].pop("resourceVersion")
+    assert after_rest == before  # unmutated: the gate is all that changed
+    assert "gate-uid-team-a-p1" not in {c.uid for c in store.read("team-a").charges}
+    note = notes["team-a/p1"]
+    assert (note.admitted, note.reason) == (False, "AdmissionSkipped")
+    key, reason, message = api.events[-1]
+    assert (key, reason) == ("team-a/p1", "AdmissionSkipped")
+    assert "migslice.io/admission=disabled" in message and "not admitted" in message
+    assert api.conditions["team-a/p1"]["reason"] == "AdmissionSkipped"
+    told = len(api.events)
+    gate.run_once()
+    assert len(api.events) == told
+
+
+def test_a_gated_pod_of_an_excluded_namespace_is_released_by_the_leader_only() -> None:
+    """The same for a namespace added to --exclude-namespaces (the chart's
+    webhook.excludeNamespaces) after its pods were gated: only the Lease's holder writes."""
+    state = replica_state()
+    api = Api(state)
+    follower = reconciler(state, MemoryLedgers(state), api, Elector(leader=False))
     gated(api, 1, namespace="kube-system", limits=DIRECT)
-    gated(api, 1, namespace="opted-out", limits=DIRECT)
-    assert gate.run_once() == {}
-    assert api.events == []
+    assert follower.run_once() == {}
+    assert api.admitted("kube-system") == [] and api.events == []
+    notes = reconciler(state, MemoryLedgers(state), api).run_once()
+    assert api.admitted("kube-system") == ["p0"]
+    assert notes["kube-system/p0"].reason == "AdmissionSkipped"
+    assert "--exclude-namespaces" in api.events[0][2]
+
+
+def test_a_pod_is_released_only_once_the_api_server_confirms_the_opt_out() -> None:
+    """An opt-out is read again from kube-apiserver before a gate is removed unadmitted: a
+    cache that lags an admin who took the label off again must not let a pod of a namespace
+    migslice admits run past its tenant's quota."""
+    state = replica_state(quota=1)
+    api = Api(state)
+    store = MemoryLedgers(state)
+    gate = reconciler(state, store, api)
+    gated(api, 2, limits=DIRECT)
+    gate.run_once()
+    state.upsert_namespace({"metadata": {"name": "team-a", "labels": OPTED_OUT}})  # stale
+    gate.run_once()
+    assert api.admitted() == ["p0"]
+    label(api, state, "team-a")  # the cache catches up: admitted again
+    gate.run_once()
+    assert api.admitted() == ["p0"]
+    assert state.tenant_usage("team-a").instances == 1
 
 
 def test_a_sized_pod_stays_gated_and_is_told_to_be_created_again() -> None:
