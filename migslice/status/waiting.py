@@ -15,14 +15,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from migslice import names
+from migslice.admission.gate import DENIED_REASON, WAITING_REASON
+from migslice.objects.json import JsonObject, items, mapping, text
 from migslice.objects.pod_selection import PodSelection, pod_selection_of
 from migslice.objects.pods import scheduler_name_of, scheduling_gates, unschedulable_since
+from migslice.objects.times import parse_time
 from migslice.scheduling import PodDemand, demand_of, filter_nodes
 from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import with_claims
 from migslice.scheduling.selection import dra_unserved, scheduler_verdict
 from migslice.status.cluster import Cluster, GpuPod, waiting_pods
+from migslice.status.text import duration
 
+GATED_LONG_S = 120.0
+"""A pod behind the admission gate this long with no word from the gate reconciler (it decides
+every gated pod every 2 s) is decided by none: no leader runs."""
 FAILED = "failed"
 UNRESOLVABLE = "unresolvable"
 SCHEDULER = "kube-scheduler"
@@ -103,11 +110,7 @@ def waiting_view(
     # resource names, nvidia.com/mig-<profile> and nvidia.com/gpu).
     asks = pod.requests or tuple((u.resource, u.count) for u in demand.units if u.claim)
     if pod.gated:
-        error = (
-            f"waiting for admission: created behind the scheduling gate {names.ADMISSION_GATE} "
-            "while the webhook was unavailable; the webhook admits it, up to quota, oldest "
-            "first (docs/outages.md)"
-        )
+        error = gated_error(pod, tenant, now)
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     gates = scheduling_gates(raw)
     if gates:
@@ -128,6 +131,51 @@ def waiting_view(
             judged[key] = found
     fits, classes = found
     return WaitingPod(pod.key, tenant, asks, scheduler, waited, fits, classes)
+
+
+def gated_error(pod: GpuPod, tenant: str | None, now: datetime.datetime) -> str:
+    """Why a pod behind the admission gate waits: how long, the gate reconciler's reason (its
+    condition ``migslice.io/Admitted``) and the command that frees it; or, past
+    :data:`GATED_LONG_S` with no reason, that no reconciler decides it."""
+    metadata = mapping(pod.raw.get("metadata"))
+    created = parse_time(metadata.get("creationTimestamp"))
+    gated_s = None if created is None else max(0.0, (now - created).total_seconds())
+    head = (
+        f"waiting for admission: created behind the scheduling gate {names.ADMISSION_GATE} "
+        "while the webhook was unavailable"
+    )
+    if gated_s is not None:
+        head += f", gated for {duration(gated_s)}"
+    said = _admitted_condition(pod.raw)
+    name = text(metadata.get("name"))
+    if said is not None and text(said.get("status")) == "False":
+        reason, message = text(said.get("reason")), text(said.get("message"))
+        if reason == WAITING_REASON and tenant:
+            fix = (
+                f"free the tenant's quota (delete a pod of tenant {tenant}) or raise it: "
+                f"kubectl edit tenantpolicy {tenant}"
+            )
+        elif reason == DENIED_REASON:
+            fix = f"change what the message names, or kubectl delete pod -n {pod.namespace} {name}"
+        else:
+            fix = f"kubectl describe pod -n {pod.namespace} {name}"
+        return f"{head}: {reason}: {message}; to fix: {fix}"
+    if gated_s is not None and gated_s > GATED_LONG_S:
+        return (
+            f"{head}, and no gate reconciler has decided it (none leads: the webhook down, or "
+            "run with --gate-interval-s 0); to fix: kubectl -n "
+            f"{names.SYSTEM_NAMESPACE} get lease {names.GATE_LEASE_NAME}; kubectl -n "
+            f"{names.SYSTEM_NAMESPACE} logs deploy/{names.WEBHOOK_SERVICE} (docs/outages.md)"
+        )
+    return f"{head}; the webhook admits it, up to quota, oldest first (docs/outages.md)"
+
+
+def _admitted_condition(raw: JsonObject) -> JsonObject | None:
+    for condition in items(mapping(raw.get("status")).get("conditions")):
+        found = mapping(condition)
+        if found.get("type") == names.ADMITTED_CONDITION:
+            return found
+    return None
 
 
 def judge(cluster: Cluster, selection: PodSelection, demand: PodDemand) -> Judgement:

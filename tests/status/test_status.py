@@ -551,6 +551,40 @@ def test_a_pod_behind_the_admission_gate_waits_for_admission_and_holds_nothing()
     assert waiting.error is not None and waiting.error.startswith("waiting for admission")
 
 
+def _gated_report(**condition: str) -> Any:
+    gated = make_pod("gated-0", namespace="team-b", profile="3g.40gb")
+    gated["metadata"]["creationTimestamp"] = "2025-06-15T14:50:00Z"  # NOW_S - 20 min
+    gated["spec"]["schedulingGates"] = [{"name": "migslice.io/admission"}]
+    if condition:
+        gated["status"]["conditions"] = [{"type": "migslice.io/Admitted", **condition}]
+    objects = [*representative_cluster(), {"apiVersion": "v1", "kind": "Pod", **gated}]
+    report = build_status(
+        build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S)),
+        cooldown_s=600,
+    )
+    (waiting,) = [w for w in report.waiting if w.key == "team-b/gated-0"]
+    return waiting.error
+
+
+def test_a_pod_gated_long_says_how_long_why_and_the_command_that_frees_it() -> None:
+    """A pod behind the admission gate was reported as "waiting for admission" however long
+    it had waited and whatever held it: the reconciler's own reason (its condition), or no
+    reason at all (no leader decides), and what to run, were nowhere."""
+    waits = _gated_report(
+        status="False",
+        reason="AdmissionWaiting",
+        message='tenant "team-b" would use 3 GPU instances; policy "team-b" allows 2',
+    )
+    assert "gated for 20m" in waits and "AdmissionWaiting" in waits
+    assert 'policy "team-b" allows 2' in waits
+    assert "kubectl edit tenantpolicy team-b" in waits
+    denied = _gated_report(status="False", reason="AdmissionDenied", message="no such profile")
+    assert "no such profile" in denied and "kubectl delete pod -n team-b gated-0" in denied
+    silent = _gated_report()
+    assert "gated for 20m" in silent and "no gate reconciler has decided it" in silent
+    assert "kubectl -n migslice-system get lease migslice-admission-gate" in silent
+
+
 def test_a_pod_held_by_another_controllers_scheduling_gate_is_not_called_placeable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
