@@ -12,12 +12,9 @@ from migslice.names import CARVE_ANNOTATION, MIG_STATE_SUCCESS
 from migslice.objects import NodeFacts
 from migslice.objects.carve_handshake import CarvePhase, render_carve_request
 from migslice.repartition import CarveWrite
+from migslice.repartition.record import CARVE_MARK
 
 log = logging.getLogger(__name__)
-
-CARVE_MARK = "carve:"
-"""Prefix of a touch that waits for a carve plan's success (``carve:<plan id>``), not for a
-mig-parted config."""
 
 
 class Annotator(Protocol):

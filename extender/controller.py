@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from extender.carve_requests import CARVE_MARK, shows, write_carve_requests
+from extender.carve_requests import shows, write_carve_requests
 from extender.mig_manager import MigManagerGuard
 from extender.pending_stats import open_ages, pending_by_profile
 from extender.settings import ExtenderSettings, controller_settings
@@ -43,7 +43,6 @@ from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import (
     FAILED,
     REASON_FAILED,
-    SUCCESS,
     TIMEOUT,
     CarveMemo,
     ControllerSettings,
@@ -60,6 +59,7 @@ from migslice.repartition import (
     read_config_map,
     render_record,
 )
+from migslice.repartition.record import still_served
 from migslice.repartition.record.local_time import LocalTimes
 from migslice.scheduling import PreparedNode
 
@@ -90,7 +90,7 @@ class RepartitionApi(Protocol):
         self, node: str, reason: str, message: str, *, warning: bool = False
     ) -> None: ...
 
-    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool: ...
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str], uid: str = "") -> bool: ...
 
     def mark_quarantine(self, node: str, note: str | None) -> None: ...
 
@@ -99,9 +99,6 @@ class Elector(Protocol):
     def try_acquire_or_renew(self) -> bool: ...
 
     def release(self) -> None: ...
-
-
-TOUCH_ROUNDS = 40  # how many rounds to wait for the cache before giving up on a touch
 
 
 class RepartitionController:
@@ -135,8 +132,9 @@ class RepartitionController:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_said = ""
-        # Pods a finished re-partition served: pod key -> (node, config, rounds left).
-        self._to_touch: dict[str, tuple[str, str, int]] = {}
+        # (pod, config) of the record's served pods this replica has tried to touch while it
+        # leads: one try each; the record says which pods, so any leader touches them
+        self._touched: set[tuple[str, str]] = set()
         # Nodes whose refused roll back this replica has reported (the record keeps the
         # roll back itself, for whichever replica leads): one Warning each, not one a round.
         self._refused: set[str] = set()
@@ -178,20 +176,22 @@ class RepartitionController:
         self.stats.deadline_s = self._settings.deadline_s
         if not leader:
             self.stats.follower()
+            self._touched.clear()
             return []
         blind = self._blindness()
         if blind:
             self._say(f"not deciding while the caches are blind: {'; '.join(blind)}")
             return []
-        self._touch_served()
         now = self._clock()
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
         pending = pending_pods(raw_pods, when, self._settings.scheduler_name)
         self.stats.pending, self.stats.pending_as_of = pending_by_profile(pending), now
+        file = read_config_map(self._api.read_config_map(), self._key)
+        if file.record is not None:
+            self._touch_served(file.record, raw_pods, now)
         if self._guard is not None and not self._guard.allows_planning():
             return []  # MIG Manager would not apply what we write (extender.mig_manager)
-        file = read_config_map(self._api.read_config_map(), self._key)
         if file.record is None:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
             return []
@@ -315,8 +315,7 @@ class RepartitionController:
         self._mark(step)
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
-        carve = file.record.carve if file.record is not None else None
-        self._count(step, carve.plan_id if carve is not None else "")
+        self._count(step)
         return stored
 
     def _label(self, label: SetLabel) -> None:
@@ -382,16 +381,13 @@ class RepartitionController:
                     "node=%s quarantine mark not written (%s); next round again", mark.node, error
                 )
 
-    def _count(self, step: Step, carve_plan: str = "") -> None:
-        """Count the step's outcomes; ``carve_plan``: the id of the carve plan it closed."""
+    def _count(self, step: Step) -> None:
+        """Count the step's outcomes."""
         stats = self.stats
         if step.kind == StepKind.START:
             stats.plans_started += 1
         for outcome in step.outcomes:
             stats.node_outcomes[outcome.outcome] = stats.node_outcomes.get(outcome.outcome, 0) + 1
-            if outcome.outcome == SUCCESS:
-                for pod in outcome.serves:
-                    self._to_touch[pod] = (outcome.node, outcome.config_name, TOUCH_ROUNDS)
             level = logging.WARNING if outcome.outcome in (FAILED, TIMEOUT) else logging.INFO
             log.log(
                 level, "node=%s re-partition %s: %s", outcome.node, outcome.outcome, outcome.detail
@@ -399,34 +395,52 @@ class RepartitionController:
         for carved in step.carve_outcomes:
             name = str(carved.outcome)
             stats.carve_outcomes[name] = stats.carve_outcomes.get(name, 0) + 1
-            if carved.outcome == SUCCESS and carve_plan:
-                for pod in carved.serves:
-                    self._to_touch[pod] = (carved.node, CARVE_MARK + carve_plan, TOUCH_ROUNDS)
             level = logging.WARNING if carved.outcome in (FAILED, TIMEOUT) else logging.INFO
             log.log(level, "node=%s carve %s: %s", carved.node, name, carved.detail)
         if step.result is not None:
             result = str(step.result)
             stats.plans_finished[result] = stats.plans_finished.get(result, 0) + 1
 
-    def _touch_served(self) -> None:
-        """Touch the pods a re-partition served once this extender's cache shows the node in
-        its new config: kube-scheduler retries a pod the extender rejected only on a later
-        cluster event, and the pod's own update is one that comes at the right time."""
-        for pod, (node, config, rounds) in list(self._to_touch.items()):
-            facts = self._index.node_facts(node)
-            if facts is None or not shows(facts, config):
-                if rounds <= 1:
-                    del self._to_touch[pod]
-                else:
-                    self._to_touch[pod] = (node, config, rounds - 1)
+    def _touch_served(
+        self, record: RepartitionRecord, raw_pods: Sequence[RawObject], now: float
+    ) -> None:
+        """Touch the pods the record's recent successes served (``served``, written with the
+        success, so whichever replica leads does it) once this extender's cache shows the node
+        in its new config: kube-scheduler retries a pod the extender rejected only on a later
+        cluster event, and the pod's own update is one that comes at the right time.
+
+        Only pods still pending (``raw_pods``, by uid) are touched, never a bound one; a pod
+        whose annotation already names the config was touched (by this replica or an earlier
+        leader) and is left alone; each other is tried once while this replica leads."""
+        pending = {_pod_key(pod): pod for pod in raw_pods}
+        due: set[tuple[str, str]] = set()
+        for served in still_served(record.served, now):
+            facts = self._index.node_facts(served.node)
+            if facts is None or not shows(facts, served.config):
                 continue
-            del self._to_touch[pod]
-            try:
-                if self._api.touch_pod(pod, {TOUCH_ANNOTATION: config}):
-                    log.info("pod=%s touched after node=%s became %s", pod, node, config)
-            except Exception as error:
-                self.stats.errors += 1
-                log.warning("pod=%s not touched (%s); kube-scheduler retries it later", pod, error)
+            for pod in served.pods:
+                raw = pending.get(pod)
+                if raw is None or _annotation(raw, TOUCH_ANNOTATION) == served.config:
+                    continue  # bound, gone or already touched
+                due.add((pod, served.config))
+                if (pod, served.config) in self._touched:
+                    continue
+                self._touched.add((pod, served.config))
+                uid = str((raw.get("metadata") or {}).get("uid") or "")
+                try:
+                    if self._api.touch_pod(pod, {TOUCH_ANNOTATION: served.config}, uid=uid):
+                        log.info(
+                            "pod=%s touched after node=%s became %s",
+                            pod,
+                            served.node,
+                            served.config,
+                        )
+                except Exception as error:
+                    self.stats.errors += 1
+                    log.warning(
+                        "pod=%s not touched (%s); kube-scheduler retries it later", pod, error
+                    )
+        self._touched &= due  # what is no longer due is forgotten: bounded by the record
 
     def _count_in_flight(self, record: RepartitionRecord, nodes: Sequence[NodeState]) -> None:
         """In flight: the plan's labelled open nodes, any other node MIG Manager works on and
@@ -505,6 +519,17 @@ def about(step: Step) -> str:
             pods += open_step.serves
     named = [f"node={n}" for n in dict.fromkeys(nodes)] + [f"pod={p}" for p in dict.fromkeys(pods)]
     return f" ({' '.join(named)})" if named else ""
+
+
+def _pod_key(pod: RawObject) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
+
+
+def _annotation(pod: RawObject, key: str) -> str | None:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(key)
+    return value if isinstance(value, str) else None
 
 
 def decide_paused(

@@ -86,7 +86,6 @@ class GateStats:
     admitted: int = 0
     released: int = 0
     """Gated pods let go unadmitted: their namespace was taken out of migslice."""
-    rounds: int = 0
     errors: int = 0
     waiting: dict[str, str] = field(default_factory=dict)
     """Gated pods by key, with why they wait, as of the leader's last round."""
@@ -154,7 +153,6 @@ class GateReconciler:
             self._said.clear()  # a new leader tells again
             self.stats.waiting = {}
             return {}
-        self.stats.rounds += 1
         problems = self._state.blindness(self._quota.max_blind_s)
         if problems:
             log.info("Admission gate waits for the caches: %s", "; ".join(problems))

@@ -100,11 +100,12 @@ class KubeRepartitionApi:
             self._transport, node, reason, message=message, component=COMPONENT, warning=warning
         )
 
-    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:
-        """Merge-patch annotations onto a pod (``namespace/name``) so that kube-scheduler
-        tries it again at once (:mod:`migslice.kube.pod_touch`); False if it is gone."""
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str], uid: str = "") -> bool:
+        """Merge-patch annotations onto a pod (``namespace/name``; with ``uid``, only the pod
+        of that uid) so that kube-scheduler tries it again at once
+        (:mod:`migslice.kube.pod_touch`); False if it is gone."""
         namespace, _, name = pod_key.partition("/")
-        return touch_pod(self._transport, namespace, name, annotations)
+        return touch_pod(self._transport, namespace, name, annotations, uid=uid)
 
     def mark_quarantine(self, node: str, note: str | None) -> None:
         """Set (``note``: the annotation) or remove the node's quarantine label and annotation."""

@@ -14,7 +14,8 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   no stale ``success`` is read as ours and the scheduler keeps off the node), and record a
   ``MigRepartition`` Event. If every node aborts: ``ABORT``, back to idle.
 * **applying** (``appliedAt`` set): per open node, ``success`` on our config -> outcome
-  success (cooldown starts); ``failed`` -> outcome failed: a ``MigRepartitionFailed`` Event,
+  success (cooldown starts; the pods it served are kept in ``served`` for any leader to
+  touch); ``failed`` -> outcome failed: a ``MigRepartitionFailed`` Event,
   the previous config label restored when the file still has that config, the node backed off
   for ``backoff_s``; not ``success`` within ``deadline_s`` -> outcome timeout: the label
   restored the same way and the node quarantined (below), with a ``MigRepartitionQuarantined``
@@ -58,7 +59,7 @@ from migslice.repartition.migmanager.messages import referenced_configs
 from migslice.repartition.migmanager.planner import plan
 from migslice.repartition.migmanager.quarantine import held_reasons, review
 from migslice.repartition.pending import PendingPod
-from migslice.repartition.record import ActivePlan, NodeStep, RepartitionRecord
+from migslice.repartition.record import ActivePlan, NodeStep, RepartitionRecord, still_served
 from migslice.repartition.settings import ControllerSettings
 from migslice.repartition.shapes import LayoutCache
 from migslice.repartition.steps import PlanResult, Step, StepKind
@@ -159,9 +160,10 @@ def _pruned(
     cooldown = settings.plan.cooldown_s
     finished = tuple((n, at) for n, at in record.finished if now - at < cooldown)
     backoff = tuple((n, until) for n, until in record.backoff if until > now)
-    if finished == record.finished and backoff == record.backoff:
+    served = still_served(record.served, now)
+    if finished == record.finished and backoff == record.backoff and served == record.served:
         return record
-    return replace(record, finished=finished, backoff=backoff)
+    return replace(record, finished=finished, backoff=backoff, served=served)
 
 
 def _start(

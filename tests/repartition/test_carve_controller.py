@@ -79,7 +79,7 @@ class FakeApi:
     def record_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
         self.log.append(f"event {node} {reason}")
 
-    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str], uid: str = "") -> bool:
         self.log.append(f"touch {pod_key}")
         return True
 
@@ -133,12 +133,36 @@ def test_success_withdraws_the_ask_and_the_served_pod_is_touched_once_the_cache_
     assert CARVE_ANNOTATION not in api.node["metadata"]["annotations"]
     assert api.log[-2:] == ["annotate gpu-a False", "event gpu-a MigCarve"]
     assert ctl.stats.carve_outcomes == {"success": 1}
-    api.pods = []
     ctl.run_once()
     assert "touch team-a/train" not in api.log  # the extender's cache has not seen it yet
     index.upsert_node(node_facts_from_raw(api.node))
     ctl.run_once()
     assert api.log[-1] == "touch team-a/train"
+    ctl.run_once()
+    assert api.log.count("touch team-a/train") == 1
+
+
+def test_a_new_leader_touches_the_pods_a_carve_served_before_the_old_one_could() -> None:
+    """The leader that saw the carve succeed is gone before its cache showed it: the record
+    names the pods, so the next leader touches them; a pod bound meanwhile is left alone."""
+    for still_pending in (True, False):
+        api = FakeApi()
+        ctl, (_, clock) = controller(api)
+        ctl.run_once()
+        api.answer(CarvePhase.SUCCESS)
+        clock[0] += 20
+        ctl.run_once()
+        assert not any(line.startswith("touch") for line in api.log)
+        record = json.loads(api.config_map["metadata"]["annotations"][RECORD_ANNOTATION])
+        assert record["served"]["gpu-a"]["pods"] == ["team-a/train"]
+        assert record["served"]["gpu-a"]["config"].startswith("carve:")
+        if not still_pending:
+            api.pods = []  # bound by kube-scheduler's own retry: never touched
+        new, (_, new_clock) = controller(api)  # its cache shows the carve done
+        new_clock[0] = clock[0] + 15
+        api.log.clear()
+        new.run_once()
+        assert api.log == (["touch team-a/train"] if still_pending else [])
 
 
 def test_a_failure_is_a_warning_a_metric_and_a_backoff() -> None:

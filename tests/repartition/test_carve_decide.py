@@ -141,6 +141,10 @@ def test_an_agents_success_finishes_the_plan_removes_the_request_and_starts_a_co
     assert [(w.node, w.request) for w in third.carve_writes] == [("gpu-a", None)]
     assert dict(third.record.finished) == {"gpu-a": NOW + 20}
     assert "can now be placed" in third.events[0].message
+    # the pods it served, for whichever replica leads to touch once its cache shows the carve
+    (served,) = third.record.served
+    assert (served.node, served.config, served.at) == ("gpu-a", f"carve:{plan_id}", NOW + 20)
+    assert served.pods == third.carve_outcomes[0].serves != ()
 
 
 def test_an_agents_failure_is_reported_and_backed_off() -> None:

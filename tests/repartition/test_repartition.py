@@ -32,6 +32,7 @@ from migslice.repartition import (
     TIMEOUT,
     ControllerSettings,
     PendingPod,
+    PlanResult,
     PlanSettings,
     RepartitionRecord,
     StepKind,
@@ -41,6 +42,7 @@ from migslice.repartition import (
     pending_pods,
     render_record,
 )
+from migslice.repartition.record import TOUCH_WINDOW_S
 from migslice.scheduling.demand import demand_of
 
 MODEL = CATALOG.get("A100-80GB")
@@ -296,6 +298,43 @@ def test_success_records_the_cooldown_and_an_event() -> None:
     assert not step.labels
     (event,) = step.events
     assert event.reason == "MigRepartition" and "applied" in event.message
+
+
+def test_success_names_the_pods_it_served_in_the_record_for_any_leader_to_touch() -> None:
+    """The touch that makes kube-scheduler retry the served pods at once is the shell's; the
+    pods are in the record written with the success, not in one leader's memory, so a new
+    leader does it. The entry lasts its window (pruned by the next write after it)."""
+    record = applied()
+    now = T0 + 60
+    step = decide(
+        record,
+        [node(config=config_of(record))],
+        [],
+        file_configs=set(FILE_CONFIGS),
+        now=now,
+        settings=SETTINGS,
+    )
+    assert step.kind == StepKind.FINISH and step.result == PlanResult.SUCCEEDED
+    (served,) = step.record.served
+    assert (served.node, served.config, served.at) == ("gpu-a", config_of(record), now)
+    assert served.pods == ("team-a/train",)
+    assert parse_record(render_record(step.record)) == step.record
+    later = decide(
+        step.record,
+        [node(config=config_of(record))],
+        [],
+        file_configs=set(FILE_CONFIGS),
+        now=now + TOUCH_WINDOW_S,
+        settings=SETTINGS,
+    )
+    assert later.record.served == ()
+
+
+def test_a_record_without_served_pods_reads_as_nothing_to_touch() -> None:
+    """A record an earlier version wrote has no ``served``: nothing to touch, and none written."""
+    text = render_record(replace(applied(), finished=(("gpu-b", T0 - 60),)))
+    assert '"served"' not in text
+    assert parse_record(text).served == ()
 
 
 def test_failure_restores_the_previous_label_backs_off_and_warns() -> None:

@@ -89,8 +89,11 @@ class FakeApi:
     def record_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
         self.log.append(f"event {node} {reason}")
 
-    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str], uid: str = "") -> bool:
         self.log.append(f"touch {pod_key} {sorted(annotations)}")
+        for pod in self.pods:
+            if f"{pod['metadata']['namespace']}/{pod['metadata']['name']}" == pod_key:
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
         return True
 
     def mark_quarantine(self, node: str, note: str | None) -> None:
@@ -221,6 +224,60 @@ def test_served_pods_are_touched_once_the_extender_cache_shows_the_new_layout() 
     ctl.run_once()
     assert api.log == []
     assert config.startswith("migslice-gpu-a-")
+
+
+def succeeded_before_the_cache_saw_it(api: FakeApi, index: Any) -> RepartitionController:
+    """A leader that applied a plan and saw MIG Manager's success, its cache not yet."""
+    first = controller(api, index=index)
+    first.run_once()
+    api.node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
+    first.run_once()
+    assert first.stats.node_outcomes == {"success": 1}
+    assert not any(line.startswith("touch") for line in api.log)
+    return first
+
+
+def test_a_new_leader_touches_the_pods_a_plan_served_before_the_old_one_could() -> None:
+    """The old leader saw the success and was gone (or restarted) before its cache showed the
+    node: the pods it served are in the record, so the next leader touches them, once."""
+    api = FakeApi()
+    index = new_index()
+    succeeded_before_the_cache_saw_it(api, index)
+    config = api.node["metadata"]["labels"]["nvidia.com/mig.config"]
+    record = json.loads(api.config_map["metadata"]["annotations"][RECORD_ANNOTATION])
+    assert record["served"]["gpu-a"]["config"] == config
+    assert record["served"]["gpu-a"]["pods"] == ["team-a/train"]
+    index.replace_nodes([node_facts_from_raw(api.node)])  # the cache catches up
+    second = controller(api, index=index)  # a new leader, its memory empty
+    api.log.clear()
+    second.run_once()
+    assert api.log == ["touch team-a/train ['migslice.io/repartitioned']"]
+    assert api.pods[0]["metadata"]["annotations"]["migslice.io/repartitioned"] == config
+    api.log.clear()
+    second.run_once()
+    controller(api, index=index).run_once()  # and another: the pod says it was touched
+    assert api.log == []
+
+
+def test_a_served_pod_no_longer_pending_is_not_touched_by_a_new_leader() -> None:
+    api = FakeApi()
+    index = new_index()
+    succeeded_before_the_cache_saw_it(api, index)
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.pods = []  # bound meanwhile (kube-scheduler's own retry): running pods are left alone
+    api.log.clear()
+    controller(api, index=index).run_once()
+    assert api.log == []
+
+
+def test_the_served_pods_are_touched_within_their_window_only() -> None:
+    api = FakeApi()
+    index = new_index()
+    succeeded_before_the_cache_saw_it(api, index)
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.log.clear()
+    controller(api, index=index, clock=lambda: NOW + 601).run_once()
+    assert not any(line.startswith("touch") for line in api.log)
 
 
 def test_a_stuck_node_is_quarantined_on_the_node_counted_and_released_on_success() -> None:

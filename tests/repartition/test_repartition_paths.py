@@ -98,7 +98,7 @@ class ClusterApi:
     def record_event(self, node: str, reason: str, message: str, *, warning: bool = False) -> None:
         pass
 
-    def touch_pod(self, pod_key: str, annotations: Mapping[str, str]) -> bool:
+    def touch_pod(self, pod_key: str, annotations: Mapping[str, str], uid: str = "") -> bool:
         return False
 
 

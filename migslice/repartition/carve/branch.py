@@ -11,9 +11,10 @@ then decides).
   ``appliedAt`` (one write), then per node the annotation ``migslice.io/carve`` that asks
   the node agent to carve, and a ``MigCarve`` Event. All nodes aborted: ``ABORT``.
 * **applied**: per open node, the agent's ``migslice.io/carve-state`` for this plan says
-  ``success`` (cooldown starts) or ``failed`` (the agent rolled back; backoff); no answer
-  within ``deadline_s`` is a ``timeout`` (backoff; the request is withdrawn, so an agent that
-  is still at it rolls back). A closed node's request is removed, and failures are reported
+  ``success`` (cooldown starts; the pods it served go to the record's ``served``, for any
+  leader to touch) or ``failed`` (the agent rolled back; backoff); no answer within
+  ``deadline_s`` is a ``timeout`` (backoff; the request is withdrawn, so an agent that is
+  still at it rolls back). A closed node's request is removed, and failures are reported
   as ``MigCarveFailed`` Warnings. A request missing (a restart between the record write and
   the annotation) is written now, after the same re-check. The plan is dropped once no node
   is open (``FINISH``).
@@ -37,6 +38,7 @@ from migslice.repartition.pending import PendingPod
 from migslice.repartition.plans import CarvePlan
 from migslice.repartition.record import (
     ABORTED,
+    CARVE_MARK,
     FAILED,
     OPEN,
     SUCCESS,
@@ -45,6 +47,7 @@ from migslice.repartition.record import (
     CarveStep,
     NodeOutcome,
     RepartitionRecord,
+    with_served,
 )
 from migslice.repartition.settings import CarveSettings
 from migslice.whynot import WhyNot
@@ -264,10 +267,14 @@ def _closing(
     """The record after some nodes closed: cooldowns, backoffs, Events, and the plan dropped
     when no node is open."""
     finished, backoff = dict(record.finished), dict(record.backoff)
+    served = record.served
     notices: list[NodeEvent] = []
     for done in closed:
         if done.outcome == SUCCESS:
             finished[done.node] = now
+            # touched by whichever replica leads once its cache shows the carve done
+            mark = CARVE_MARK + remaining.plan_id
+            served = with_served(served, done.node, mark, now, done.serves)
             notices.append(NodeEvent(done.node, REASON_CARVE, carved_message(done)))
         elif done.outcome in (FAILED, TIMEOUT):
             backoff[done.node] = now + backoff_s
@@ -280,6 +287,7 @@ def _closing(
         carve=remaining if still_open else None,
         finished=tuple(sorted(finished.items())),
         backoff=tuple(sorted(backoff.items())),
+        served=served,
     )
     reason = f"carve {remaining.plan_id}: " + (
         ", ".join(f"{s.node} {s.outcome}" for s in closed) or "asking again"

@@ -184,6 +184,7 @@ def observe_plan(
         dict(record.backoff),
         {q.node: q for q in record.quarantine},
         {r.node: r for r in record.restores},
+        record.served,
     )
     waiting: list[str] = []
     for step in active.nodes:
@@ -214,6 +215,7 @@ def observe_plan(
         backoff=tuple(sorted(closing.backoff.items())),
         quarantine=tuple(closing.quarantine[n] for n in sorted(closing.quarantine)),
         restores=tuple(closing.restores[n] for n in sorted(closing.restores)),
+        served=closing.served,
     )
     reason = f"plan {active.plan_id}: " + (
         ", ".join(f"{s.node} {s.outcome}" for s in closed) or "labelling again"

@@ -1,6 +1,7 @@
 """How a node of an applied plan ends, and what its end asks for (``migslice.repartition.decide``).
 
-``success`` on the plan's config starts the node's cooldown; ``failed`` restores the previous
+``success`` on the plan's config starts the node's cooldown and records the pods it served
+(``served``, touched by the shell); ``failed`` restores the previous
 config's label and backs the node off; a label someone else set or removed (``superseded``)
 backs the node off too, with a ``MigRepartitionSuperseded`` Event; not ``success`` within the
 deadline (``timeout``) restores the label too and quarantines the node
@@ -48,6 +49,8 @@ from migslice.repartition.record import (
     NodeStep,
     Quarantined,
     Restore,
+    Served,
+    with_served,
 )
 
 
@@ -59,6 +62,7 @@ class Closing:
     backoff: dict[str, float]
     quarantine: dict[str, Quarantined]
     restores: dict[str, Restore] = field(default_factory=dict)
+    served: tuple[Served, ...] = ()
     labels: list[SetLabel] = field(default_factory=list)
     clears: list[ClearPending] = field(default_factory=list)
     events: list[NodeEvent] = field(default_factory=list)
@@ -99,6 +103,8 @@ def close_node(
     node as it is now."""
     if step.outcome == SUCCESS:
         closing.finished[step.node] = now
+        # the pods it served are touched by whichever replica leads once its cache shows it
+        closing.served = with_served(closing.served, step.node, step.config_name, now, step.serves)
         closing.events.append(NodeEvent(step.node, REASON_STARTED, applied_message(step)))
     elif step.outcome == FAILED:
         until = closing.backoff[step.node] = now + backoff_s

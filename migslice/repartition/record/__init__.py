@@ -11,6 +11,13 @@ from migslice.repartition.record.document import (
     render_record,
 )
 from migslice.repartition.record.plan import ActivePlan, NodeStep, Quarantined, Restore
+from migslice.repartition.record.served import (
+    CARVE_MARK,
+    TOUCH_WINDOW_S,
+    Served,
+    still_served,
+    with_served,
+)
 from migslice.repartition.record.wire import (
     ABORTED,
     FAILED,
@@ -24,11 +31,13 @@ from migslice.repartition.record.wire import (
 
 __all__ = [
     "ABORTED",
+    "CARVE_MARK",
     "FAILED",
     "OPEN",
     "SUCCESS",
     "SUPERSEDED",
     "TIMEOUT",
+    "TOUCH_WINDOW_S",
     "ActiveCarve",
     "ActivePlan",
     "CarveStep",
@@ -38,6 +47,9 @@ __all__ = [
     "RecordError",
     "RepartitionRecord",
     "Restore",
+    "Served",
     "parse_record",
     "render_record",
+    "still_served",
+    "with_served",
 ]

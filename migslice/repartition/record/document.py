@@ -12,6 +12,7 @@ write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in
      "backoff": {"gpu-c": "2025-05-01T10:30:00Z"},
      "quarantine": {…},
      "restores": {…},
+     "served": {…},
      "carve": {…}}
 """
 
@@ -37,6 +38,7 @@ from migslice.repartition.record.plan import (
     quarantine_json,
     restores_json,
 )
+from migslice.repartition.record.served import Served, parse_served, served_json
 from migslice.repartition.record.wire import RecordError, parse_time
 
 RECORD_VERSION = "v1"
@@ -47,8 +49,9 @@ class RepartitionRecord:
     """``finished``: node -> when its last re-partition succeeded (cooldown);
     ``backoff``: node -> until when it is left alone after a failure; ``quarantine``: nodes
     left alone until MIG Manager reports success or an admin releases them; ``restores``:
-    roll backs of a node's label not yet seen on the node; ``carve``: the carve plan in
-    progress, beside the MIG Manager one."""
+    roll backs of a node's label not yet seen on the node; ``served``: the pods a node's
+    recent success served, to be touched (:mod:`~migslice.repartition.record.served`);
+    ``carve``: the carve plan in progress, beside the MIG Manager one."""
 
     plan: ActivePlan | None = None
     finished: tuple[tuple[str, float], ...] = ()
@@ -56,6 +59,7 @@ class RepartitionRecord:
     quarantine: tuple[Quarantined, ...] = ()
     carve: ActiveCarve | None = None
     restores: tuple[Restore, ...] = ()
+    served: tuple[Served, ...] = ()
 
     def with_plan(self, plan: ActivePlan | None) -> RepartitionRecord:
         return replace(self, plan=plan)
@@ -71,6 +75,8 @@ def render_record(record: RepartitionRecord) -> str:
     }
     if record.restores:  # absent when none: records stay as earlier versions wrote them
         document["restores"] = restores_json(record.restores)
+    if record.served:  # the same
+        document["served"] = served_json(record.served)
     if record.carve is not None:
         document["carve"] = carve_json(record.carve)
     return json.dumps(document, separators=(",", ":"), sort_keys=False)
@@ -95,6 +101,7 @@ def parse_record(text: str | None) -> RepartitionRecord:
         quarantine=parse_quarantine(document.get("quarantine")),
         carve=parse_carve(document.get("carve")),
         restores=parse_restores(document.get("restores")),
+        served=parse_served(document.get("served")),
     )
 
 
