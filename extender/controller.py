@@ -7,7 +7,8 @@ so the re-check before applying and the outcome after it never act on a stale ca
 let :func:`migslice.repartition.decide` say the next step. A step is performed in order:
 record (with the merged mig-parted file for ``APPLY``, in one write guarded by
 resourceVersion), node labels, Events. Steps follow each other in the same round until one
-says wait. In dry-run mode the first non-wait step is logged, and nothing is written.
+says wait, or until a node write of one is refused (decided again next round). In dry-run
+mode the first non-wait step is logged, and nothing is written.
 
 Ports: :class:`RepartitionApi` (``migslice.kube.KubeRepartitionApi`` in a cluster) and
 :class:`Elector` (``migslice.kube.LeaderElector``).
@@ -230,10 +231,15 @@ class RepartitionController:
                 self._dry_run(step)
                 performed.append(step)
                 break
-            stored = self._perform(step, file)
+            stored, refused = self._perform(step, file)
             if stored is None:
                 break
             performed.append(step)
+            if refused:
+                # a node write the API server refused is decided again next round, not in
+                # this one: deciding at once would write the record and try it again, up to
+                # MAX_STEPS_PER_ROUND times a round
+                break
             file = read_config_map(stored, self._key)
             if file.record is None:
                 break
@@ -264,7 +270,9 @@ class RepartitionController:
         pods = [pod_facts_from_raw(p) for p in self._api.list_pods_on_node(name)]
         return resolve_node(node_facts_from_raw(raw), [p for p in pods if p is not None], configs)
 
-    def _perform(self, step: Step, file: MigConfigFile) -> RawObject | None:
+    def _perform(self, step: Step, file: MigConfigFile) -> tuple[RawObject | None, bool]:
+        """Write the step's record, then its node writes and Events: the stored ConfigMap
+        (None when not written), and whether a node write was refused."""
         record_text = render_record(step.record)
         removed: list[str] = []
 
@@ -285,12 +293,13 @@ class RepartitionController:
 
         stored = self._api.update_config_map(mutate)
         if stored is None:
-            return None
+            return None, False
         log.info("repartition %s: %s%s", step.kind, step.reason, about(step))
         if removed:
             log.info("mig-parted configs no node uses any more removed: %s", ", ".join(removed))
+        refused = False
         for label in step.labels:
-            self._label(label)
+            refused |= not self._label(label)
         for clear in step.clears:
             try:
                 self._api.set_node_labels(clear.node, {MIG_CONFIG_STATE_LABEL: None})
@@ -302,6 +311,7 @@ class RepartitionController:
                 )
             except Exception as error:
                 self.stats.errors += 1
+                refused = True
                 log.warning(
                     "node=%s %s not removed (%s); remove it by hand: kubectl label node %s %s-",
                     clear.node,
@@ -312,16 +322,18 @@ class RepartitionController:
                 )
         if not write_carve_requests(self._api, step.carve_writes, step.reason):
             self.stats.errors += 1
+            refused = True
         self._mark(step)
         for event in step.events:
             self._api.record_event(event.node, event.reason, event.message, warning=event.warning)
         self._count(step)
-        return stored
+        return stored, refused
 
-    def _label(self, label: SetLabel) -> None:
-        """Write one ``nvidia.com/mig.config`` label. A roll back the API server refuses is
-        said once; the record (``restores``, written before the patch) keeps it, and each
-        round tries it again while the node still has the plan's config."""
+    def _label(self, label: SetLabel) -> bool:
+        """Write one ``nvidia.com/mig.config`` label; False when the API server refused it. A
+        roll back it refuses is said once; the record (``restores``, written before the
+        patch) keeps it, and each round tries it again while the node still has the plan's
+        config."""
         labels: dict[str, str | None] = {MIG_CONFIG_LABEL: label.config_name}
         if label.mark_pending:
             labels[MIG_CONFIG_STATE_LABEL] = MIG_STATE_PENDING
@@ -329,13 +341,14 @@ class RepartitionController:
             self._api.set_node_labels(label.node, labels)
             log.info("node=%s labelled %s=%s", label.node, MIG_CONFIG_LABEL, label.config_name)
             self._refused.discard(label.node)
+            return True
         except Exception as error:
             self.stats.errors += 1
             if label.replaces is None:
                 log.warning(
                     "node=%s not labelled (%s); next round decides again", label.node, error
                 )
-                return
+                return False
             first = label.node not in self._refused
             self._refused.add(label.node)
             said = (
@@ -347,6 +360,7 @@ class RepartitionController:
             log.warning("node=%s %s", label.node, said)
             if first:
                 self._api.record_event(label.node, REASON_FAILED, said, warning=True)
+            return False
 
     def _retry_restores(self, file: MigConfigFile) -> None:
         """Roll backs the record still holds, tried again while the cached node's label is

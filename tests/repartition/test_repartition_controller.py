@@ -15,6 +15,7 @@ from extender.metrics import ExtenderMetrics
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import ExtenderState, new_index
 from harness.builders import make_node, make_pod
+from migslice.kube.transport import ApiError
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 from migslice.mig.stranding import FillerMix
@@ -557,3 +558,34 @@ def test_a_new_leader_s_clock_does_not_decide_the_deadline_of_the_plan_it_inheri
     index.replace_nodes([node_facts_from_raw(api.node)])
     second.run_once()
     assert "quarantine gpu-a set" in api.log
+
+
+class RefusingLabels(FakeApi):
+    """The API server refuses the config label (422, say a label value a policy forbids)."""
+
+    def set_node_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        if "nvidia.com/mig.config" in labels:
+            self.log.append(f"refused {name}")
+            raise ApiError(422, "Node is invalid")
+        super().set_node_labels(name, labels)
+
+
+def test_a_refused_label_ends_the_round_so_each_round_writes_a_bounded_amount() -> None:
+    """A label patch that fails is decided again next round, not within the same one: the
+    round that planned and applied stops at the refusal, and each later round writes the
+    unchanged record once and tries the label once (not up to four times each)."""
+    api = RefusingLabels()
+    ctl = controller(api)
+    steps = ctl.run_once()
+    assert [s.kind for s in steps] == [StepKind.START, StepKind.APPLY]
+    assert api.log == [
+        "configmap config=True",
+        "configmap config=True",
+        "refused gpu-a",
+        "event gpu-a MigRepartition",
+    ]
+    for _ in range(3):
+        api.log.clear()
+        steps = ctl.run_once()
+        assert [s.kind for s in steps] == [StepKind.OBSERVE]  # labelling again
+        assert api.log == ["configmap config=True", "refused gpu-a"]
