@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from migslice.kube import KubernetesTransport
@@ -46,6 +48,24 @@ def local_api(answer: Answer) -> Iterator[KubernetesTransport]:
             yield KubernetesTransport(api_client)
         finally:
             api_client.close()
+
+
+def kubeconfig_file(folder: Path, url: str) -> Path:
+    """A kubeconfig in ``folder`` whose only context reaches ``url`` with a token."""
+    path = folder / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path
 
 
 @contextmanager

@@ -15,7 +15,6 @@ from typing import Any
 
 import jsonpatch
 import pytest
-import yaml
 from cryptography import x509
 
 from migslice.cli import main
@@ -36,7 +35,7 @@ from migslice.serving.certs import (
     make_serving_cert,
     service_dns_names,
 )
-from tests.local_api import Request, local_api, local_api_url
+from tests.local_api import Request, kubeconfig_file, local_api, local_api_url
 
 NOW = datetime.datetime.now(datetime.UTC)
 NAMES = service_dns_names("migslice-webhook", "migslice-system")
@@ -290,20 +289,7 @@ def test_client_secrets_pair_with_clients_and_need_the_serving_secret(
 @pytest.fixture
 def kubeconfig(store: Store, tmp_path: Path) -> Iterator[Path]:
     with local_api_url(store.answer) as url:
-        path = tmp_path / "kubeconfig"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "c", "cluster": {"server": url}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "x",
-                }
-            )
-        )
-        yield path
+        yield kubeconfig_file(tmp_path, url)
 
 
 def run_extender_job(kubeconfig: Path, out: Path) -> int:

@@ -17,7 +17,7 @@ from migslice import names
 from migslice.cli import main
 from migslice.kube.cleanup import NODE_ANNOTATIONS, NODE_LABELS, node_marks, stranded_pod
 from migslice.objects.device_taint_rules import steer_rule
-from tests.local_api import Request, local_api_url
+from tests.local_api import Request, kubeconfig_file, local_api_url
 
 RULES = "/apis/resource.k8s.io/v1/devicetaintrules"
 OWN_RULE = steer_rule("gpu-a", "gpu-0-mig-1g10gb-0", "1g.10gb")
@@ -158,20 +158,7 @@ def store() -> Store:
 @pytest.fixture
 def kubeconfig(store: Store, tmp_path: Path) -> Iterator[Path]:
     with local_api_url(store.answer) as url:
-        path = tmp_path / "kubeconfig"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "c", "cluster": {"server": url}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "x",
-                }
-            )
-        )
-        yield path
+        yield kubeconfig_file(tmp_path, url)
 
 
 def cleanup(kubeconfig: Path, *extra: str) -> int:

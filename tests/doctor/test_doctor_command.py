@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from migslice.cli import main
 from migslice.doctor.command import CHECK_NAMES
@@ -23,7 +22,7 @@ from migslice.doctor.registry import CHECKS
 from migslice.serving.certs import write_tls_bundle
 from tests.doctor_cluster import ADMISSION, CORE, DoctorCluster
 from tests.doctor_serve import answer_from, judge
-from tests.local_api import local_api_url
+from tests.local_api import kubeconfig_file, local_api_url
 
 
 @pytest.fixture
@@ -34,20 +33,7 @@ def cluster() -> Iterator[DoctorCluster]:
 
 
 def kubeconfig(folder: Path, url: str) -> Path:
-    path = folder / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    return path
+    return kubeconfig_file(folder, url)
 
 
 def doctor(cluster: DoctorCluster, tmp_path: Path, *args: str, **kw: Any) -> int:
