@@ -28,17 +28,19 @@ from migslice import console
 from migslice.console import CommandError
 from migslice.kube.nodes import KubeNodeStore
 from migslice.kube.transport import ApiError, KubernetesTransport
-from migslice.names import MODE_MIG_MANAGER
+from migslice.names import CARVE_STATE_ANNOTATION, MODE_MIG_MANAGER
 from migslice.objects.nodes import NodeFacts, node_facts_from_raw
 
 log = logging.getLogger(__name__)
 
 
 def wants_carving(facts: NodeFacts) -> bool:
-    """Whether this node's agent has carving to do: its own journal is open, or a request
-    it has not answered waits on a node not in mig-manager mode."""
+    """Whether this node's agent has carving to do: its own journal is open (or cannot be
+    read), or a request it has not answered waits on a node not in mig-manager mode."""
     status = facts.carve_status
     if status is not None and status.phase.is_open:
+        return True
+    if any(problem.startswith(CARVE_STATE_ANNOTATION) for problem in facts.problems):
         return True
     return facts.is_carving and facts.repartition_mode != MODE_MIG_MANAGER
 
@@ -57,7 +59,10 @@ class AgentService:
         """One look at the Node; what a carve did, None when there was nothing to carve."""
         raw = self.transport.get_json(f"/api/v1/nodes/{self.settings.node_name}", {})
         facts = node_facts_from_raw(raw)
-        if not wants_carving(facts):
+        # A carve this process has open is finished or rolled back even when the Node lost
+        # its journal (deleted and made again mid-carve): the carver writes it back.
+        open_here = self._carver is not None and bool(self._carver.carving)
+        if not open_here and not wants_carving(facts):
             request = facts.carve_request
             if request is not None and facts.is_carving and request.plan_id not in self._ignored:
                 self._ignored.add(request.plan_id)

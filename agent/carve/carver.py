@@ -10,6 +10,11 @@ One pass (:meth:`Carver.run_once`) reads the Node and acts on its two carve anno
 * a journal ``pending`` whose request is gone or names another plan (the controller gave up),
   or ``rolling-back``: **roll back**.
 
+The journal this process last wrote is kept in memory while its carve is open: a Node that
+lost it (deleted and made again mid-carve) or whose copy was edited or spoiled gets it written
+back (a ``MigCarveJournal`` Warning). An unreadable journal no process remembers is taken, with
+a request, as that request's with changes perhaps made (resumed); without one it is said.
+
 Forward, each step re-reading NVML first, so that a pass killed between any two NVML calls
 is resumed by the next: check every instance to destroy is still idle, then per GPU destroy
 each (checked again right before: a container may have started) and create each new one
@@ -30,7 +35,7 @@ import datetime
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Protocol
 
@@ -46,10 +51,11 @@ from agent.carve.checks import (
 )
 from agent.readings import GpuReading
 from migslice.kube.transport import ApiError
-from migslice.names import MIG_TRANSITION_STATES, MODE_MIG_MANAGER
+from migslice.names import CARVE_STATE_ANNOTATION, MIG_TRANSITION_STATES, MODE_MIG_MANAGER
 from migslice.objects.carve_handshake import (
     CarveGpu,
     CarvePhase,
+    CarveRequest,
     CarveStatus,
     Doomed,
     Slot,
@@ -62,6 +68,7 @@ from migslice.objects.times import condition_time, format_time
 log = logging.getLogger(__name__)
 
 REASON_FAILED = "MigCarveFailed"
+REASON_JOURNAL = "MigCarveJournal"
 SETTLE_S = 20.0
 """Two of the kubelet's node status computations (``nodeStatusUpdateFrequency``, 10 s): a
 plugin Ready this long has registered, and allocatable counts unchanged since are current."""
@@ -110,12 +117,30 @@ class Carver:
     """Seconds, for the device plugin's timeout (what each poll's API calls take counts)."""
     node_name: str = "-"
     """The node's name, for the log (its lines name it, node=)."""
+    _kept: CarveStatus | None = None
+    """The journal as this process last wrote (or took up) it: while it is open, NVML may
+    hold part of its change, whatever the Node's copy says now."""
+    _said: set[str] = field(default_factory=set)
+
+    @property
+    def carving(self) -> bool:
+        """Whether this process has a carve open (its journal not closed yet)."""
+        return self._kept is not None and self._kept.phase.is_open
 
     def run_once(self) -> str:
         """One pass; what it did, in words (for the log and tests)."""
-        facts = node_facts_from_raw(self.node.read_node())
+        raw = self.node.read_node()
+        facts = node_facts_from_raw(raw)
         request, journal = facts.carve_request, facts.carve_status
+        kept = self._kept
+        if kept is not None and kept.phase.is_open and journal != kept:
+            journal = self._restore(kept, journal, _unreadable(facts))
+        elif journal is None and _unreadable(facts):
+            if request is None:
+                return self._unknown(_unreadable(facts))
+            journal = self._take_up(request, _unreadable(facts))
         if journal is not None and journal.phase.is_open:
+            self._kept = journal
             same = request is not None and request.plan_id == journal.plan_id
             if journal.phase == CarvePhase.PENDING and same:
                 return self._forward(journal)
@@ -131,8 +156,68 @@ class Carver:
         if problem:
             self._finish(status, CarvePhase.FAILED, problem)
             return f"refused: {problem}"
-        self.node.write_status(render_carve_status(status))
+        self._write(status)
         return self._forward(status)
+
+    def _restore(
+        self, kept: CarveStatus, found: CarveStatus | None, unreadable: str
+    ) -> CarveStatus:
+        """The Node's journal is gone (the Node deleted and made again), unreadable or not the
+        one this process wrote, while its carve is open: written back, and said so."""
+        if found is None and unreadable:
+            what = f"unreadable ({unreadable})"
+        elif found is None:
+            what = "missing (the Node deleted and made again?)"
+        else:
+            what = f"changed by another writer (it says plan {found.plan_id} {found.phase})"
+        self._warn(
+            REASON_JOURNAL,
+            f"the carve journal {CARVE_STATE_ANNOTATION} was {what} while plan {kept.plan_id} "
+            f"was {kept.phase} (NVML may hold part of its change): the agent wrote it back "
+            "and goes on from it",
+        )
+        self._write(kept)
+        return kept
+
+    def _take_up(self, request: CarveRequest, unreadable: str) -> CarveStatus:
+        """An unreadable journal and a request (an agent restarted since): the journal is taken
+        to be the request's, with changes perhaps made and advertised, and resumed."""
+        self._warn(
+            REASON_JOURNAL,
+            f"the carve journal {CARVE_STATE_ANNOTATION} is unreadable ({unreadable}): taken "
+            f"as plan {request.plan_id}'s, which NVML may hold part of, and resumed",
+        )
+        status = CarveStatus(
+            request.plan_id,
+            CarvePhase.PENDING,
+            "",
+            self._at(),
+            request.gpus,
+            changed=True,
+            advertised=True,
+        )
+        self._write(status)
+        return status
+
+    def _unknown(self, unreadable: str) -> str:
+        said = (
+            f"the carve journal {CARVE_STATE_ANNOTATION} is unreadable ({unreadable}) and no "
+            "carve is asked: what a carve under way changed cannot be known; the agent "
+            "publishes NVML's layout as it is (fix or remove the annotation)"
+        )
+        self._warn(REASON_JOURNAL, said)
+        return f"waiting: {said}"
+
+    def _warn(self, reason: str, message: str) -> None:
+        if message in self._said:
+            return
+        self._said.add(message)
+        log.warning("node=%s %s", self.node_name, message)
+        self.node.record_warning(reason, message)
+
+    def _write(self, status: CarveStatus) -> None:
+        self._kept = status
+        self.node.write_status(render_carve_status(status))
 
     def _refusal(self, facts: NodeFacts) -> str:
         if facts.repartition_mode == MODE_MIG_MANAGER:
@@ -177,7 +262,7 @@ class Carver:
                     raise CarveAbortError(problem)
         if not journal.changed:  # said before the first change, so a roll back knows
             journal = replace(journal, changed=True, at=self._at())
-            self.node.write_status(render_carve_status(journal))
+            self._write(journal)
         for step in plan:
             for doomed in step.destroy:
                 slot = Slot(doomed.start, doomed.profile)
@@ -204,7 +289,7 @@ class Carver:
             reason,
         )
         rolling = replace(journal, phase=CarvePhase.ROLLING_BACK, detail=reason, at=self._at())
-        self.node.write_status(render_carve_status(rolling))
+        self._write(rolling)
         notes: list[str] = []
         try:
             with self.session():
@@ -253,7 +338,7 @@ class Carver:
         allocatable, as the kubelet reported it since, shows NVML's MIG devices; what still
         differs at the timeout ("" when they agree)."""
         if not journal.advertised:  # said before the restart, so a roll back knows
-            self.node.write_status(render_carve_status(replace(journal, advertised=True)))
+            self._write(replace(journal, advertised=True))
         try:
             replaced = self.node.restart_device_plugin()
         except ApiError as error:
@@ -305,13 +390,13 @@ class Carver:
         return ""
 
     def _journal(self, journal: CarveStatus) -> CarveStatus:
-        """The journal as the Node has it now (``changed`` may have been written since)."""
-        status = node_facts_from_raw(self.node.read_node()).carve_status
-        return status if status is not None and status.plan_id == journal.plan_id else journal
+        """The journal as last written (``changed`` may have been written since)."""
+        kept = self._kept
+        return kept if kept is not None and kept.plan_id == journal.plan_id else journal
 
     def _finish(self, journal: CarveStatus, phase: CarvePhase, detail: str) -> None:
         done = replace(journal, phase=phase, detail=detail, at=self._at())
-        self.node.write_status(render_carve_status(done))
+        self._write(done)
         if phase == CarvePhase.FAILED:
             message = f"carve {journal.plan_id} failed: {detail}"
             log.warning("node=%s %s", self.node_name, message)
@@ -321,6 +406,12 @@ class Carver:
 
     def _at(self) -> str:
         return format_time(self.now())
+
+
+def _unreadable(facts: NodeFacts) -> str:
+    """Why the Node's journal annotation could not be read ("" when absent or read)."""
+    prefix = CARVE_STATE_ANNOTATION
+    return next((p for p in facts.problems if p.startswith(prefix)), "")
 
 
 def _check_creates_are_new(plan: Sequence[CarveGpu], readings: Sequence[GpuReading]) -> None:
