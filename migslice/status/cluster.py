@@ -34,6 +34,7 @@ from migslice.objects.pods import (
     nominated_node_of,
     pod_claims,
     pod_key,
+    pod_priority,
 )
 from migslice.objects.resource_claims import ClaimFacts, claim_facts_from_raw, gpu_asks
 from migslice.policy import PolicyError, TenantPolicy, read_tenant_policy
@@ -120,10 +121,31 @@ class Cluster:
     claim_charges: Mapping[str, SliceUsage] = field(default_factory=dict)
     """What the webhook charges each ResourceClaim (by ``namespace/name``; those it charges
     nothing left out)."""
+    index: ClusterIndex[PreparedNode] | None = field(default=None, repr=False)
+    """The inventory ``nodes`` came from: a node as kube-scheduler sees it for one pod,
+    without the pods only nominated there that it does not count for that pod
+    (:meth:`for_pod`)."""
     _tenants: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     def states(self) -> list[NodeState]:
         return [node.state for node in self.nodes.values()]
+
+    def for_pod(self, key: str, priority: int) -> dict[str, PreparedNode] | None:
+        """The nodes as the extender judges pod ``key`` of ``priority``: those holding a pod
+        only nominated there that kube-scheduler does not count for it (the pod itself, a
+        preemptor whose victims are leaving; or one of lower priority) derived again without
+        it (``addGENominatedPods``, :meth:`~migslice.inventory.ClusterIndex.derive_for_pod`).
+        None when no node holds such a pod: :attr:`nodes` as they are."""
+        index = self.index
+        uncounted = None if index is None else index.uncounted_nominations(key, priority)
+        if index is None or not uncounted:
+            return None
+        nodes = dict(self.nodes)
+        for name in uncounted:
+            derived = index.derive_for_pod(name, key, priority)
+            if derived is not None and name in nodes:
+                nodes[name] = derived
+        return nodes
 
     def tenant_of(self, namespace: str) -> str | None:
         """The one TenantPolicy that selects ``namespace`` (None: none, or a conflict)."""
@@ -228,7 +250,7 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
             uid = metadata_of(raw).get("uid")
             payers[key] = (requests, uid if isinstance(uid, str) else None)
         if node is not None or nominated is not None:
-            holding.append(PodFacts(key, node, nominated, requests, uses))
+            holding.append(PodFacts(key, node, nominated, requests, uses, pod_priority(raw)))
     index.replace_pods(holding)
     claimed = claim_charges(
         objects.pods, claims, owners, classes, payers, pricing=(products, cluster_models)
@@ -267,6 +289,7 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         classes=classes,
         products=products,
         claim_charges=claimed,
+        index=index,
     )
 
 

@@ -11,16 +11,21 @@ cluster of thousands of waiting pods of a few workloads costs a few filter passe
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from migslice import names
 from migslice.admission.gate import DENIED_REASON, WAITING_REASON
 from migslice.objects.json import JsonObject, items, mapping, text
 from migslice.objects.pod_selection import PodSelection, pod_selection_of
-from migslice.objects.pods import scheduler_name_of, scheduling_gates, unschedulable_since
+from migslice.objects.pods import (
+    pod_priority,
+    scheduler_name_of,
+    scheduling_gates,
+    unschedulable_since,
+)
 from migslice.objects.times import parse_time
-from migslice.scheduling import PodDemand, demand_of, filter_nodes
+from migslice.scheduling import PodDemand, PreparedNode, demand_of, filter_nodes
 from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import with_claims
 from migslice.scheduling.selection import dra_unserved, scheduler_verdict
@@ -123,12 +128,18 @@ def waiting_view(
         error = f"scheduled by {scheduler}, not {cluster.settings.scheduler_name}: not migslice's"
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     selection = pod_selection_of(raw)
-    key = (selection, demand_key(demand))
-    found = judged.get(key) if judged is not None else None
-    if found is None:
-        found = judge(cluster, selection, demand)
-        if judged is not None:
-            judged[key] = found
+    nodes = cluster.for_pod(pod.key, pod_priority(raw))
+    if (
+        nodes is not None
+    ):  # a nominated pod kube-scheduler does not count for it: judged for it alone
+        found = judge(cluster, selection, demand, nodes)
+    else:
+        key = (selection, demand_key(demand))
+        found = judged.get(key) if judged is not None else None
+        if found is None:
+            found = judge(cluster, selection, demand)
+            if judged is not None:
+                judged[key] = found
     fits, classes = found
     return WaitingPod(pod.key, tenant, asks, scheduler, waited, fits, classes)
 
@@ -178,11 +189,17 @@ def _admitted_condition(raw: JsonObject) -> JsonObject | None:
     return None
 
 
-def judge(cluster: Cluster, selection: PodSelection, demand: PodDemand) -> Judgement:
-    """The nodes that fit the pod now, and the others by reason (largest group first)."""
+def judge(
+    cluster: Cluster,
+    selection: PodSelection,
+    demand: PodDemand,
+    nodes: Mapping[str, PreparedNode] | None = None,
+) -> Judgement:
+    """The nodes that fit the pod now, and the others by reason (largest group first);
+    ``nodes``: the cluster's nodes as the extender judges this pod (:meth:`Cluster.for_pod`)."""
     dropped: dict[str, list[str]] = {}
     candidates = []
-    for name, prepared in cluster.nodes.items():
+    for name, prepared in (cluster.nodes if nodes is None else nodes).items():
         verdict = scheduler_verdict(selection, prepared.state.facts)
         if verdict is None and (unserved := dra_unserved(demand.units, prepared.state)):
             verdict = dra_resource_verdict(unserved)
