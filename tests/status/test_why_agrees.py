@@ -11,14 +11,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender import ExtenderSettings, create_app
+from extender.controller import MAX_STEPS_PER_ROUND
 from extender.state import state_from_objects
-from harness.builders import make_node, make_pod, unschedulable
-from migslice.objects.clusterfile import ClusterObjects
-from migslice.repartition import ControllerSettings
+from harness.builders import (
+    make_mig_config_map,
+    make_namespace,
+    make_node,
+    make_pod,
+    make_policy,
+    unschedulable,
+)
+from migslice.names import RECORD_ANNOTATION
+from migslice.objects.clusterfile import ClusterObjects, parse_cluster_objects
+from migslice.repartition import ControllerSettings, StepKind, decide
 from migslice.status.cluster import StatusSettings, build_cluster
 from migslice.status.waiting import FAILED, SCHEDULER, UNRESOLVABLE
-from migslice.status.why import explain
+from migslice.status.why import ROUND_STEPS, explain
 from tests.extender.test_extender_dra import STATIC, claim_pod, cluster
+from tests.status_cluster import MIG_CONFIGS
 
 NOW_S = 1750000200.0
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
@@ -149,3 +159,47 @@ def _clusters(draw: st.DrawFn) -> tuple[ClusterObjects, dict[str, Any]]:
 def test_why_agrees_with_the_extender_filter(drawn: tuple[ClusterObjects, dict[str, Any]]) -> None:
     objects, pod = drawn
     assert_why_agrees(objects, pod)
+
+
+def _repartition_cluster(record: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    objects: list[dict[str, Any]] = [
+        make_mig_config_map(MIG_CONFIGS, annotations={RECORD_ANNOTATION: json.dumps(record)}),
+        make_node(
+            "a100-0", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success"
+        ),
+        unschedulable(make_pod("w", profile="3g.40gb"), "2025-06-15T15:00:00Z"),
+        make_namespace("team-a"),
+        make_policy("team-a"),
+    ]
+    for raw in objects:
+        raw.setdefault("apiVersion", "v1")
+        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
+    cluster = build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S))
+    return cluster, objects[2]
+
+
+def test_why_follows_the_controllers_round_past_a_quarantine_release() -> None:
+    # The record quarantines a node that is gone: the controller's first step releases it,
+    # and in the same round it decides again and starts a plan that re-shapes a100-0 for the
+    # pod. why ran one decide() and said "no plan serves it (the planner found no idle GPU
+    # to re-shape for it)".
+    record = {
+        "version": "v1",
+        "quarantine": {"gone": {"since": "2025-06-15T14:40:00Z", "config": "c", "detail": "x"}},
+    }
+    cluster, pod = _repartition_cluster(record)
+    stored = cluster.mig_file.record
+    assert stored is not None
+    first = decide(stored, cluster.states(), [], file_configs=cluster.mig_file.names, now=NOW_S)
+    assert first.kind is StepKind.QUARANTINE
+    report = explain(cluster, pod, settings=ControllerSettings())
+    repartition = report.repartition
+    assert repartition is not None
+    assert [v.node for v in repartition.serving] == ["a100-0"], repartition
+    assert repartition.unserved == ""
+    assert repartition.decision.startswith("quarantine: gone released")
+    assert "; then start: plan " in repartition.decision
+
+
+def test_why_takes_as_many_steps_a_round_as_the_controller() -> None:
+    assert ROUND_STEPS == MAX_STEPS_PER_ROUND
