@@ -128,18 +128,15 @@ def waiting_view(
         error = f"scheduled by {scheduler}, not {cluster.settings.scheduler_name}: not migslice's"
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     selection = pod_selection_of(raw)
-    nodes = cluster.for_pod(pod.key, pod_priority(raw))
-    if (
-        nodes is not None
-    ):  # a nominated pod kube-scheduler does not count for it: judged for it alone
-        found = judge(cluster, selection, demand, nodes)
-    else:
-        key = (selection, demand_key(demand))
-        found = judged.get(key) if judged is not None else None
-        if found is None:
-            found = judge(cluster, selection, demand)
-            if judged is not None:
-                judged[key] = found
+    # A node holding a nominated pod kube-scheduler does not count for this one: judged for
+    # it alone, not shared.
+    view = cluster.for_pod(pod.key, pod_priority(raw))
+    key = (selection, demand_key(demand))
+    found = judged.get(key) if judged is not None and view is None else None
+    if found is None:
+        found = judge(cluster, selection, demand, view)
+        if judged is not None and view is None:
+            judged[key] = found
     fits, classes = found
     return WaitingPod(pod.key, tenant, asks, scheduler, waited, fits, classes)
 
@@ -193,13 +190,13 @@ def judge(
     cluster: Cluster,
     selection: PodSelection,
     demand: PodDemand,
-    nodes: Mapping[str, PreparedNode] | None = None,
+    view: Mapping[str, PreparedNode] | None = None,
 ) -> Judgement:
     """The nodes that fit the pod now, and the others by reason (largest group first);
-    ``nodes``: the cluster's nodes as the extender judges this pod (:meth:`Cluster.for_pod`)."""
+    ``view``: the cluster's nodes as the extender judges this pod (:meth:`Cluster.for_pod`)."""
     dropped: dict[str, list[str]] = {}
     candidates = []
-    for name, prepared in (cluster.nodes if nodes is None else nodes).items():
+    for name, prepared in (cluster.nodes if view is None else view).items():
         verdict = scheduler_verdict(selection, prepared.state.facts)
         if verdict is None and (unserved := dra_unserved(demand.units, prepared.state)):
             verdict = dra_resource_verdict(unserved)

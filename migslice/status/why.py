@@ -195,10 +195,10 @@ def _repartition(
     pending = pending_pods(raws, now, cluster.settings.scheduler_name)
     states = cluster.states()
     said = []
-    record = stored
+    decided = stored
     for _ in range(ROUND_STEPS):
         step = decide(
-            record,
+            decided,
             states,
             pending,
             file_configs=cluster.mig_file.names,
@@ -208,7 +208,7 @@ def _repartition(
         said.append(f"{step.kind}: {step.reason}")
         if step.kind not in _RECORD_STEPS or step.carve_writes:
             break
-        record = step.record  # the controller decides again in the same round
+        decided = step.record  # the controller decides again in the same round
     decision = "; then ".join(said)
     models = {s.name: s.model for s in states}
     if step.carve_plan is not None:
