@@ -44,6 +44,7 @@ from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.repartition import (
     FAILED,
     REASON_FAILED,
+    STEPS_PER_ROUND,
     TIMEOUT,
     CarveMemo,
     ControllerSettings,
@@ -67,7 +68,6 @@ from migslice.scheduling import PreparedNode
 log = logging.getLogger(__name__)
 
 RawObject = dict[str, Any]
-MAX_STEPS_PER_ROUND = 4
 
 
 class RepartitionApi(Protocol):
@@ -200,7 +200,7 @@ class RepartitionController:
             self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
         self._retry_restores(file)
         performed: list[Step] = []
-        for _ in range(MAX_STEPS_PER_ROUND):
+        for _ in range(STEPS_PER_ROUND):
             record = file.record
             assert record is not None
             nodes = self._node_states(record, file.configs)
@@ -238,7 +238,7 @@ class RepartitionController:
             if refused:
                 # a node write the API server refused is decided again next round, not in
                 # this one: deciding at once would write the record and try it again, up to
-                # MAX_STEPS_PER_ROUND times a round
+                # STEPS_PER_ROUND times a round
                 break
             file = read_config_map(stored, self._key)
             if file.record is None:

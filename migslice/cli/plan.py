@@ -35,8 +35,8 @@ from migslice.repartition import (
     RepartitionPlan,
     Step,
     StepKind,
-    decide,
     held_mix,
+    preview_round,
     snapshot_from_objects,
 )
 from migslice.repartition.carve.branch import describe
@@ -128,7 +128,9 @@ def run_plan(args: argparse.Namespace) -> int:
         ),
         carve=CarveSettings(min_pending_s=args.carve_min_pending_s, default_mode=args.mode_default),
     )
-    step = decide(
+    # The controller's round: a step that changes only its record (a quarantine released, a
+    # plan finished) is followed by the next decision in the same round.
+    *before, step = preview_round(
         record,
         snapshot.nodes,
         snapshot.pending,
@@ -138,6 +140,9 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     if snapshot.file.names is None and args.output == "table":
         print(f"ConfigMap {args.mig_config_map}: {snapshot.file.problem}")
+    if args.output == "table":
+        for earlier in before:
+            print(f"first, the controller would {earlier.kind}: {earlier.reason}; then")
     mix = held_mix(snapshot.nodes)
     if step.carve_plan is not None:
         code = print_carve(
@@ -145,7 +150,12 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     else:
         code = print_step(
-            step, list(snapshot.nodes), mix, output=args.output, config_map=args.mig_config_map
+            step,
+            list(snapshot.nodes),
+            mix,
+            output=args.output,
+            config_map=args.mig_config_map,
+            before=before,
         )
     said = rule_lines(mix)
     if said and args.output == "table":
@@ -212,9 +222,17 @@ def _check_has_gpu_nodes(path: Path, objects: ClusterObjects, nodes: Sequence[No
 
 
 def print_step(
-    step: Step, nodes: list[NodeState], mix: FillerMix, *, output: str, config_map: str
+    step: Step,
+    nodes: list[NodeState],
+    mix: FillerMix,
+    *,
+    output: str,
+    config_map: str,
+    before: Sequence[Step] = (),
 ) -> int:
-    """The decided step as the chosen output: a table, JSON, or the mig-parted configs."""
+    """The decided step as the chosen output: a table, JSON, or the mig-parted configs;
+    ``before``: the steps of the round that come first (JSON names them; a table has said
+    them)."""
     result = step.plan if step.kind is StepKind.START else None
     configs = {c.config_name: c.entries for c in result.changes} if result else {}
     if output == "mig-parted":
@@ -227,6 +245,7 @@ def print_step(
             {
                 "step": str(step.kind),
                 "reason": step.reason,
+                "first": [{"step": str(b.kind), "reason": b.reason} for b in before],
                 **plan_json(step.plan),
                 "draNodes": left,
                 "strandingRule": mix_json(mix),

@@ -44,7 +44,7 @@ from migslice.repartition.configmap import (
     apply_step,
     read_config_map,
 )
-from migslice.repartition.decide import decide
+from migslice.repartition.decide import STEPS_PER_ROUND, decide, preview_round
 from migslice.repartition.migmanager.applying import recheck
 from migslice.repartition.migmanager.planner import config_name, plan
 from migslice.repartition.pending import PendingPod, eligible_demand, pending_pods
@@ -88,6 +88,7 @@ __all__ = [
     "REASON_FAILED",
     "REASON_STARTED",
     "RECORD_ANNOTATION",
+    "STEPS_PER_ROUND",
     "SUCCESS",
     "SUPERSEDED",
     "TIMEOUT",
@@ -136,6 +137,7 @@ __all__ = [
     "pending_pods",
     "plan",
     "plan_carve",
+    "preview_round",
     "read_config_map",
     "recheck",
     "recheck_carve",

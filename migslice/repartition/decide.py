@@ -65,6 +65,14 @@ from migslice.repartition.shapes import LayoutCache
 from migslice.repartition.steps import PlanResult, Step, StepKind
 
 DEFAULT_SETTINGS = ControllerSettings()
+STEPS_PER_ROUND = 4
+"""The most steps the controller takes in one round: after each it decides again (on what it
+wrote), until one waits."""
+RECORD_STEPS = frozenset(
+    {StepKind.QUARANTINE, StepKind.RESTORE, StepKind.OBSERVE, StepKind.FINISH, StepKind.ABORT}
+)
+"""Steps after which the controller's next decision in a round reads the nodes as they were
+(it wrote its record, a quarantine mark, a label back)."""
 
 
 def decide(
@@ -118,6 +126,31 @@ def decide(
     if quarantine is not None:  # marks to write again ride along, never holding a plan up
         step = replace(step, marks=step.marks + quarantine.marks)
     return step
+
+
+def preview_round(
+    record: RepartitionRecord,
+    nodes: Sequence[NodeState],
+    pending: Sequence[PendingPod],
+    *,
+    file_configs: Collection[str] | None,
+    now: float,
+    settings: ControllerSettings = DEFAULT_SETTINGS,
+) -> tuple[Step, ...]:
+    """The steps one round of the controller would take from this snapshot (``why``,
+    ``migslice plan``), as far as they can be followed without a cluster: after a step of
+    :data:`RECORD_STEPS` (a quarantine released, a restore dropped, an outcome observed, a
+    plan finished or aborted) it decides again on that step's record, as the controller does;
+    after a plan is started or applied, or a carve written, it stops (the controller then
+    reads the nodes it changed again). At most :data:`STEPS_PER_ROUND`; never empty."""
+    steps: list[Step] = []
+    for _ in range(STEPS_PER_ROUND):
+        step = decide(record, nodes, pending, file_configs=file_configs, now=now, settings=settings)
+        steps.append(step)
+        if step.kind not in RECORD_STEPS or step.carve_writes:
+            break
+        record = step.record
+    return tuple(steps)
 
 
 def _next(

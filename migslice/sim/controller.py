@@ -25,6 +25,7 @@ from typing import Protocol
 
 from migslice.objects.carve_handshake import CarveRequest
 from migslice.repartition import (
+    STEPS_PER_ROUND,
     ControllerSettings,
     NodeChange,
     PendingPod,
@@ -37,8 +38,6 @@ from migslice.sim.cluster import SIM_CONFIG, SimCluster, SimNode
 from migslice.sim.ours import PlannerLayouts, demand_for
 from migslice.sim.placement import LayoutChange
 from migslice.sim.trace import SimPod
-
-MAX_STEPS_PER_ROUND = 4
 
 
 class ReconfiguringRun(Protocol):
@@ -128,7 +127,7 @@ class MigsliceController:
             return
         cluster = self.run.cluster
         self.layouts.profiles = frozenset(pod.profile for pod, _ in self.run.waiting())
-        for _ in range(MAX_STEPS_PER_ROUND):
+        for _ in range(STEPS_PER_ROUND):
             states = [cluster.node_state(node) for node in cluster.nodes]
             step = decide(
                 self.record,

@@ -26,7 +26,7 @@ from migslice.admission.status import QuotaDimension, quota_dimensions
 from migslice.mig import GpuModel, Layout
 from migslice.objects.json import JsonObject
 from migslice.objects.pods import annotations_of, bound_node_of, phase_of
-from migslice.repartition import ControllerSettings, StepKind, decide, pending_pods
+from migslice.repartition import ControllerSettings, pending_pods, preview_round
 from migslice.scheduling import demand_of
 from migslice.status.absent import AbsentPod, CreateEvent
 from migslice.status.cluster import Cluster, GpuPod
@@ -194,22 +194,16 @@ def _repartition(
     raws = [p.raw for p in cluster.gpu_pods.values() if p.is_waiting]
     pending = pending_pods(raws, now, cluster.settings.scheduler_name)
     states = cluster.states()
-    said = []
-    decided = stored
-    for _ in range(ROUND_STEPS):
-        step = decide(
-            decided,
-            states,
-            pending,
-            file_configs=cluster.mig_file.names,
-            now=cluster.settings.now_s,
-            settings=settings,
-        )
-        said.append(f"{step.kind}: {step.reason}")
-        if step.kind not in _RECORD_STEPS or step.carve_writes:
-            break
-        decided = step.record  # the controller decides again in the same round
-    decision = "; then ".join(said)
+    steps = preview_round(  # the controller decides again in the same round
+        stored,
+        states,
+        pending,
+        file_configs=cluster.mig_file.names,
+        now=cluster.settings.now_s,
+        settings=settings,
+    )
+    step = steps[-1]
+    decision = "; then ".join(f"{s.kind}: {s.reason}" for s in steps)
     models = {s.name: s.model for s in states}
     if step.carve_plan is not None:
         serving = tuple(
@@ -240,19 +234,6 @@ def _repartition(
                 f"(or it is not {cluster.settings.scheduler_name}'s)"
             )
     return Repartition(decision, names.MODE_MIG_MANAGER, serving, unserved, in_record)
-
-
-ROUND_STEPS = 4
-"""The steps the controller takes in one round (``extender.controller.MAX_STEPS_PER_ROUND``):
-after each it decides again, until one waits."""
-_RECORD_STEPS = frozenset(
-    {StepKind.QUARANTINE, StepKind.RESTORE, StepKind.OBSERVE, StepKind.FINISH, StepKind.ABORT}
-)
-"""Steps after which the controller's next decision in the round reads the nodes as they
-were (it writes its record, a quarantine mark, a label back): ``why`` decides again on the
-step's record, as it does, so that a release or a finished plan is followed by the plan it
-makes next. After a plan is started or applied the nodes it labels are read again, which
-``why`` cannot: it stops there."""
 
 
 def _model_key(models: dict[str, GpuModel | None], node: str) -> str:

@@ -13,6 +13,7 @@ import yaml
 from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
 from migslice.cli import main
 from migslice.mig import CATALOG, place
+from migslice.names import RECORD_ANNOTATION
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 
 
@@ -252,3 +253,28 @@ def test_a_carve_node_judges_demand_by_carve_modes_own_min_pending(
         assert (answer["step"], answer["changes"]) == ("wait", [])
         (pending,) = answer["pending"]
         assert pending["pod"] == "team-a/mid" and pending["reason"].endswith("s < 30s")
+
+
+def test_plan_follows_the_controllers_round_past_a_quarantine_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The record quarantines a node that is gone: the controller's first step releases it,
+    and in the same round it decides again and plans for the waiting pods. plan ran one
+    decide() and said only "the controller would quarantine"."""
+    record = {
+        "version": "v1",
+        "quarantine": {"gone": {"since": "2025-06-15T14:40:00Z", "config": "c", "detail": "x"}},
+    }
+    objects = [
+        make_mig_config_map(annotations={RECORD_ANNOTATION: json.dumps(record)}),
+        *[o for o in yaml.safe_load_all(cluster(tmp_path).read_text()) if o["kind"] != "ConfigMap"],
+    ]
+    path = write_cluster(tmp_path, *objects)
+    assert main(["plan", "--cluster-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "first, the controller would quarantine: " in out
+    assert "serves: research/train-2" in out
+    assert main(["plan", "--cluster-file", str(path), "-o", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert [f["step"] for f in answer["first"]] == ["quarantine"]
+    assert answer["step"] == "start" and answer["changes"][0]["node"] == "gpu-a"

@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender import ExtenderSettings, create_app
-from extender.controller import MAX_STEPS_PER_ROUND
 from extender.state import state_from_objects
 from harness.builders import (
     make_mig_config_map,
@@ -26,7 +25,7 @@ from migslice.objects.clusterfile import ClusterObjects, parse_cluster_objects
 from migslice.repartition import ControllerSettings, StepKind, decide
 from migslice.status.cluster import StatusSettings, build_cluster
 from migslice.status.waiting import FAILED, SCHEDULER, UNRESOLVABLE
-from migslice.status.why import ROUND_STEPS, explain
+from migslice.status.why import explain
 from tests.extender.test_extender_dra import STATIC, claim_pod, cluster
 from tests.status_cluster import MIG_CONFIGS
 
@@ -199,7 +198,3 @@ def test_why_follows_the_controllers_round_past_a_quarantine_release() -> None:
     assert repartition.unserved == ""
     assert repartition.decision.startswith("quarantine: gone released")
     assert "; then start: plan " in repartition.decision
-
-
-def test_why_takes_as_many_steps_a_round_as_the_controller() -> None:
-    assert ROUND_STEPS == MAX_STEPS_PER_ROUND
