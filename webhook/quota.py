@@ -299,9 +299,11 @@ class QuotaKeeper:
             if not wanted.epoch:  # the tenant's first ledger, or a v1 one: record it first
                 wanted = wanted.with_epoch(self.new_epoch())
                 self.store.mark(ledger.tenant, wanted.epoch)
+                self.state.marked(ledger.tenant)
             elif self.state.needs_mark(ledger.tenant):
-                # The policy was deleted (and created again, its status gone): record the
-                # ledger again, so that a replica started after a loss still finds it existed.
+                # The policy records no ledger (deleted and created again, its status gone,
+                # whether this replica saw the deletion or not): record the ledger again, so
+                # that a replica started after a loss still finds it existed.
                 self.store.mark(ledger.tenant, wanted.epoch)
                 self.state.marked(ledger.tenant)
             stored = self.store.write(wanted)

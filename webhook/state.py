@@ -150,7 +150,10 @@ class ClusterState:
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
         self._uids: dict[str, str] = {}  # policy -> metadata.uid (its Events name it)
-        self._unmarked: set[str] = set()  # policies seen deleted, not seen marked since
+        # Policies whose object as last watched records no ledger (no status.quotaLedger):
+        # deleted, or created again (new uid) with an empty status, however this replica
+        # learnt of it (a DELETE event, a relist after a watch gap, a start).
+        self._unmarked: set[str] = set()
         self._desired: dict[str, TenantPolicyStatusWire] = {}
         # Keyed by what the check reads (not by name and generation): tenants' policies often
         # share their sizes and profiles, and a whole round after a restart checks each once.
@@ -371,9 +374,13 @@ class ClusterState:
             return self._usage.ledger(tenant)
 
     def needs_mark(self, tenant: str) -> bool:
-        """Whether the tenant's policy was seen deleted (and perhaps created again, its
-        ``status.quotaLedger`` gone) and not seen marked since: its ledger is to be marked
-        again. Read from the watch, so an admission pays no extra write otherwise."""
+        """Whether the tenant's policy, as last watched, records no ledger (its
+        ``status.quotaLedger`` absent: deleted, or deleted and created again, its status
+        gone) and has not been marked since: a ledger it has is to be marked again. Read from
+        the policy object itself, not from having seen it deleted: a replica started after the
+        deletion, or one whose relist after a watch gap finds the new object under the old
+        name (an upsert, no delete), marks it too. Read from the watch, so an admission pays
+        no extra write otherwise."""
         with self.admission_lock:
             return tenant in self._unmarked
 
@@ -434,9 +441,12 @@ class ClusterState:
         uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
         if isinstance(name, str) and isinstance(uid, str) and uid:
             self._uids[name] = uid
-        if isinstance(name, str) and isinstance(mark, Mapping) and mark.get("epoch"):
+        if isinstance(name, str):
             with self.admission_lock:
-                self._unmarked.discard(name)
+                if isinstance(mark, Mapping) and mark.get("epoch"):
+                    self._unmarked.discard(name)
+                else:
+                    self._unmarked.add(name)
         name_read, partial, errors = read_tenant_policy(raw_policy)
         if partial is None or errors:
             error = PolicyError(name_read or "?", errors)

@@ -168,6 +168,35 @@ def test_a_policy_created_again_is_marked_again_so_a_later_loss_is_still_fenced(
     assert [f.damage for f in fresh.fences] == [Damage.LOST]
 
 
+@pytest.mark.parametrize("how", ["restarted", "relisted"])
+def test_a_policy_created_again_unseen_by_any_replica_is_marked_again_too(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock], how: str
+) -> None:
+    """Measured before: a TenantPolicy deleted and created again while the replicas restarted
+    (a rolling update), or during a watch gap (the relist finds the new object under the old
+    name: an upsert, no delete), was never marked again; with the ledger then deleted, a
+    replica started after it admitted past the quota (3 pods against 2)."""
+    api, store, clock = cluster
+    one = Replica(store, clock, quota=2)
+    assert one.admit("a-1")["allowed"]
+    one.state.upsert_policy(
+        {**make_policy(quota={"instances": 2}), "status": api.policies["team-a"]["status"]}
+    )  # the policy watch shows the mark
+    del api.policies["team-a"]  # deleted and created again: no status
+    if how == "restarted":
+        one = Replica(store, clock, quota=2)  # started after: never saw the deletion
+    else:
+        one.state.upsert_policy(make_policy(quota={"instances": 2}))  # the relist's upsert
+    assert one.admit("h-1")["allowed"]  # held: its pod is never stored
+    assert api.policies["team-a"]["status"]["quotaLedger"]["epoch"] == store.read("team-a").epoch
+    api.delete(LEDGER)
+    fresh = Replica(store, clock, quota=2)  # started after the deletion: knows nothing
+    answer = fresh.admit("n-1")
+    assert not answer["allowed"]
+    assert "was deleted" in answer["status"]["message"]
+    assert [f.damage for f in fresh.fences] == [Damage.LOST]
+
+
 def test_a_policy_that_records_the_ledger_is_not_marked_again_at_each_charge(
     cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
 ) -> None:
