@@ -51,6 +51,9 @@ NO_GPU_CLAIM = AdmissionDecision(allowed=True, reason="no-gpu-claim")
 """A pod naming claims, none of them for NVIDIA GPUs: decided on the claim caches, so not
 made while they are blind (unlike a pod with no GPU intent at all)."""
 DEFAULT_SETTINGS = AdmissionSettings()
+LARGER_THAN_QUOTA = "larger-than-quota"
+"""A quota denial that no fall of the tenant's usage lifts: the pod or claim alone asks more
+than a limit (``reason`` ``quota`` is one that usage falling may lift)."""
 
 
 def decide(
@@ -375,13 +378,31 @@ def quota_denial(
                 f"profiles.{profile}",
             )
         )
-    problems = [
-        f'tenant "{policy.name}" would use {held + asked} {what} ({held} in use or admitted + '
-        f'{asked} for this {subject}); policy "{policy.name}" allows {limit} (spec.quota.{field})'
+    over = [
+        (what, held, asked, limit, field)
         for what, held, asked, limit, field in checks
         if limit is not None and asked > 0 and held + asked > limit
     ]
-    return Denial("quota", "; ".join(problems)) if problems else None
+    problems = [
+        f'tenant "{policy.name}" would use {held + asked} {what} ({held} in use or admitted + '
+        f'{asked} for this {subject}); policy "{policy.name}" allows {limit} (spec.quota.{field})'
+        for what, held, asked, limit, field in over
+    ]
+    if not problems:
+        return None
+    # Asking more than a limit by itself (a quota lowered below what a size asks, say), it fits
+    # however the tenant's usage falls: never; only a change of the policy admits it.
+    alone = [
+        (asked, field) for _, _, asked, limit, field in over if limit is not None and asked > limit
+    ]
+    if alone:
+        raise_to = ", ".join(f"spec.quota.{field} to at least {asked}" for asked, field in alone)
+        problems.append(
+            f"this {subject} alone asks more than the limit, so it is refused whatever the "
+            f"tenant's usage: ask for less, or have a cluster admin raise {raise_to}"
+        )
+        return Denial(LARGER_THAN_QUOTA, "; ".join(problems))
+    return Denial("quota", "; ".join(problems))
 
 
 def _node_selector_conflict(policy: TenantPolicy, admission: PodAdmission) -> Denial | None:

@@ -508,3 +508,21 @@ def test_gpu_resources_kubernetes_would_refuse_are_denied_with_the_field_to_fix(
 def test_limits_alone_are_enough_for_a_gpu_resource() -> None:
     decision, _ = run(resources({"nvidia.com/mig-1g.10gb": "1"}, None), view(make_policy()))
     assert decision.allowed and decision.charge == SliceUsage(1, 1, 1, (("1g.10gb", 1),))
+
+
+def test_a_pod_larger_than_a_lowered_quota_is_told_it_never_fits_and_what_to_raise() -> None:
+    """Measured before: after spec.quota.computeSlices went down to 2, a medium (2g) pod asking
+    3 was denied as one that waits for usage to fall (reason quota): a gated pod waited for
+    ever, told it would be decided again as the tenant's usage falls."""
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "large"})
+    cluster = view(make_policy(quota={"computeSlices": 2}), usage={"team-a": SliceUsage(1, 1, 1)})
+    decision, _ = run(pod, cluster)
+    assert not decision.allowed and decision.reason == "larger-than-quota"
+    assert decision.message == (
+        'tenant "team-a" would use 4 compute slices (1 in use or admitted + 3 for this pod); '
+        'policy "team-a" allows 2 (spec.quota.computeSlices); this pod alone asks more than the '
+        "limit, so it is refused whatever the tenant's usage: ask for less, or have a cluster "
+        "admin raise spec.quota.computeSlices to at least 3"
+    )
+    fits = view(make_policy(quota={"computeSlices": 3}), usage={"team-a": SliceUsage(1, 1, 1)})
+    assert run(pod, fits)[0].reason == "quota"  # it fits once usage falls: it waits

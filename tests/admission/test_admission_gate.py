@@ -219,3 +219,15 @@ def test_the_admitted_conditions_transition_time_moves_with_its_status_only() ->
     assert admitted.admitted
     moved = admitted_condition(admitted, "2025-05-01T00:09:00Z", raw)
     assert moved["status"] == "True" and moved["lastTransitionTime"] == "2025-05-01T00:09:00Z"
+
+
+def test_a_gated_pod_larger_than_a_lowered_quota_is_denied_not_told_to_wait_for_usage() -> None:
+    """Measured before: with spec.quota.instances lowered to 1, a gated pod asking 2 was told
+    it waits and 'is decided again, oldest first, as the tenant's usage falls': it never fits."""
+    pod = gated_pod(make_gated_pod("a", limits={"nvidia.com/mig-1g.10gb": "2"}))
+    assert pod is not None
+    note = note_of(pod, decide(pod.admission, view(quota=1)))
+    assert not note.admitted and not note.waiting and note.reason == DENIED_REASON
+    assert "spec.quota.instances to at least 2" in note.message
+    assert "as the tenant's usage falls" not in note.message
+    assert note_of(pod, decide(pod.admission, view(quota=2, used=1))).waiting
