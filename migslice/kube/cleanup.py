@@ -24,10 +24,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from migslice import names
+from migslice.kube.device_taints import RULES, KubeSteerApi
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
 from migslice.objects.device_taint_rules import MANAGED_BY
 
-RULES = f"{names.DRA_API}/devicetaintrules"
 STEER_RULE_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
 """The label selector of the steer's rules; their names start with
 :data:`migslice.names.STEER_RULE_PREFIX` too."""
@@ -185,16 +185,13 @@ class Leftovers:
         return sorted(found)
 
     def delete_rule(self, name: str) -> bool:
-        """Delete a steer rule; False when it is gone already."""
+        """Delete a steer rule (as the steer deletes one); False when it is gone already."""
         try:
-            self._transport.delete_json(f"{RULES}/{name}")
+            return KubeSteerApi(self._transport).delete_rule(name)
         except ApiError as error:
-            if error.status == 404:
-                return False
             raise CleanupError(
                 error.status, f"cannot delete DeviceTaintRule {name}: {error}"
             ) from None
-        return True
 
     def marked_nodes(self) -> list[NodeMarks]:
         found = [m for node in self._list("/api/v1/nodes", "Nodes") if (m := node_marks(node))]
