@@ -97,6 +97,23 @@ def record(core_v1: k8s.CoreV1Api) -> dict[str, Any]:
     return dict(json.loads(text)) if text else {}
 
 
+def bound_after_repartition(
+    k8s_api: k8s.ApiClient, core_v1: k8s.CoreV1Api, namespace: str, name: str
+) -> tuple[str, FakeMigManager]:
+    """A 3g.40gb pod created while node ``name`` (all-1g.10gb, idle) is the only one MIG
+    Manager applies on: the node it binds to once the controller re-partitioned one, and the
+    fake MIG Manager (its history)."""
+    manager = FakeMigManager(k8s_api, nodes=frozenset({name}), applied={name: "all-1g.10gb"})
+    with manager:
+        pod = core_v1.create_namespaced_pod(namespace, mig_pod("3g.40gb"))
+        bound = wait_for(
+            f"the pod to bind after the controller re-partitioned {name}",
+            lambda: core_v1.read_namespaced_pod(pod.metadata.name, namespace).spec.node_name,
+            90,
+        )
+    return str(bound), manager
+
+
 def test_the_controller_reshapes_an_idle_gpu_and_the_pending_pod_binds(
     repartition_extender: Server,
     migslice_scheduler: Scheduler,
@@ -107,14 +124,7 @@ def test_the_controller_reshapes_an_idle_gpu_and_the_pending_pod_binds(
     gpu_node: Callable[..., k8s.V1Node],
 ) -> None:
     name = idle_1g_node(gpu_node)
-    manager = FakeMigManager(k8s_api, nodes=frozenset({name}), applied={name: "all-1g.10gb"})
-    with manager:
-        pod = core_v1.create_namespaced_pod(namespace, mig_pod("3g.40gb"))
-        bound = wait_for(
-            "the pod to bind after the controller re-partitioned the node",
-            lambda: core_v1.read_namespaced_pod(pod.metadata.name, namespace).spec.node_name,
-            90,
-        )
+    bound, manager = bound_after_repartition(k8s_api, core_v1, namespace, name)
     assert bound == name
     labels = core_v1.read_node(name).metadata.labels
     assert labels[CONFIG_LABEL].startswith(f"migslice-{name}-")
@@ -195,14 +205,7 @@ def test_a_node_with_a_long_name_is_labelled_with_a_config_name_the_api_server_a
             },
         ).metadata.name
     )
-    manager = FakeMigManager(k8s_api, nodes=frozenset({name}), applied={name: "all-1g.10gb"})
-    with manager:
-        pod = core_v1.create_namespaced_pod(namespace, mig_pod("3g.40gb"))
-        bound = wait_for(
-            "the pod to bind after the controller re-partitioned the long-named node",
-            lambda: core_v1.read_namespaced_pod(pod.metadata.name, namespace).spec.node_name,
-            90,
-        )
+    bound, manager = bound_after_repartition(k8s_api, core_v1, namespace, name)
     assert bound == name
     config = core_v1.read_node(name).metadata.labels[CONFIG_LABEL]
     assert config.startswith("migslice-gke-ml-prod-cluster-") and len(config) <= 63
