@@ -226,8 +226,10 @@ def _repartition(
         )
         unserved = dict(plan.unserved).get(key, "")
     if not serving and not unserved and not in_record and step.kind.value != "start":
-        if any(key == p.demand.key for p in pending):
+        if any(key == p.demand.key for p in pending) and plan is not None:
             unserved = "no plan serves it (the planner found no idle GPU to re-shape for it)"
+        elif any(key == p.demand.key for p in pending):  # the round stopped before planning
+            unserved = f"no new plan this round ({step.kind.value}: {step.reason})"
         else:
             unserved = (
                 "not yet demand: kube-scheduler has not marked it Unschedulable "

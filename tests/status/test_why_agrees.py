@@ -198,3 +198,29 @@ def test_why_follows_the_controllers_round_past_a_quarantine_release() -> None:
     assert repartition.unserved == ""
     assert repartition.decision.startswith("quarantine: gone released")
     assert "; then start: plan " in repartition.decision
+
+
+def test_why_says_no_planner_ran_when_the_round_stops_before_planning() -> None:
+    # Without the mig-parted ConfigMap the controller waits before it plans. why said "no
+    # plan serves it (the planner found no idle GPU to re-shape for it)", though a100-0 is
+    # idle and no planner ran.
+    objects: list[dict[str, Any]] = [
+        make_node(
+            "a100-0", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success"
+        ),
+        unschedulable(make_pod("w", profile="3g.40gb"), "2025-06-15T15:00:00Z"),
+        make_namespace("team-a"),
+        make_policy("team-a"),
+    ]
+    for raw in objects:
+        raw.setdefault("apiVersion", "v1")
+        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
+    cluster = build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S))
+    report = explain(cluster, objects[1], settings=ControllerSettings())
+    repartition = report.repartition
+    assert repartition is not None
+    assert repartition.decision == "wait: mig-parted ConfigMap missing or unreadable"
+    assert "idle GPU" not in repartition.unserved
+    assert repartition.unserved == (
+        "no new plan this round (wait: mig-parted ConfigMap missing or unreadable)"
+    )
