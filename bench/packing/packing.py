@@ -238,6 +238,9 @@ def work(task: tuple[str, str, str, int]) -> dict[str, Any]:
             creates_per_1k_pods=1000.0 * result.instances_created / max(1, result.placed_pods),
             disrupted_pods=result.disrupted_pods,
             classes={str(load): [list(c) for c in result.at(load).classes] for load in CLASS_LOADS},
+            class_slices={
+                str(load): [list(c) for c in result.at(load).class_slices] for load in CLASS_LOADS
+            },
             tenants=[list(t) for t in result.at(130).tenants],
         )
     out["cpu_s"] = time.process_time() - cpu
@@ -342,6 +345,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "large_accepted_per_seed": {
             str(x): [accepted(r["classes"][str(x)], LARGE) for r in runs] for x in CLASS_LOADS
         },
+        **large_slices(runs),
         "class_accepted": {
             str(x): {
                 name: ci([accepted(r["classes"][str(x)], (name,)) for r in runs])
@@ -352,6 +356,21 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "placed_pods": ci([r["placed_pods"] for r in runs]),
         "cpu_s": ci([r["cpu_s"] for r in runs]),
         **tenant_summary(runs),
+    }
+
+
+def large_slices(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """7g and multi-GPU acceptance counted by the compute slices those pods asked for (an
+    ``8 x 7g`` job weighs 56, a ``7g`` pod 7), per load and seed; nothing for runs recorded
+    without it."""
+    if not all("class_slices" in r for r in runs):
+        return {}
+    per_seed = {
+        str(x): [accepted(r["class_slices"][str(x)], LARGE) for r in runs] for x in CLASS_LOADS
+    }
+    return {
+        "large_slices_accepted": {x: ci(v) for x, v in per_seed.items()},
+        "large_slices_accepted_per_seed": per_seed,
     }
 
 
@@ -387,7 +406,8 @@ def tenant_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def accepted(classes: list[list[Any]], names: Sequence[str] = ()) -> float:
-    """Pods placed / arrived over the size classes ``names`` (all when empty)."""
+    """Placed / arrived over the size classes ``names`` (all when empty): pods, or compute
+    slices for rows of ``class_slices``."""
     rows = [c for c in classes if not names or c[0] in names]
     arrived = sum(c[1] for c in rows)
     return sum(c[2] for c in rows) / arrived if arrived else 1.0

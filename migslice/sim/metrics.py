@@ -47,6 +47,9 @@ class LoadPoint:
     failed_pods: int
     classes: tuple[tuple[str, int, int], ...] = ()
     """Per size class (:func:`size_class`), pods arrived and placed so far."""
+    class_slices: tuple[tuple[str, int, int], ...] = ()
+    """Per size class, the compute slices those pods asked for, arrived and placed so far (an
+    ``8 x 7g`` pod weighs 56, a ``7g`` pod 7: acceptance counted by the GPUs asked for)."""
     tenants: tuple[tuple[str, int, int, int], ...] = ()
     """Per tenant (:mod:`migslice.sim.tenants`), pods arrived, placed and denied by its quota
     so far (none denied where quotas are off)."""
@@ -99,13 +102,20 @@ class Tally:
     failed: int = 0
     arrived_by_class: Counter[str] = field(default_factory=Counter)
     placed_by_class: Counter[str] = field(default_factory=Counter)
+    arrived_slices_by_class: Counter[str] = field(default_factory=Counter)
+    placed_slices_by_class: Counter[str] = field(default_factory=Counter)
     by_tenant: dict[str, list[int]] = field(default_factory=dict)
     """Per tenant: arrived, placed, denied by quota."""
 
-    def arrive(self, size: str, placed: bool, tenant: str = "", denied: bool = False) -> None:
+    def arrive(
+        self, size: str, placed: bool, tenant: str = "", denied: bool = False, slices: int = 0
+    ) -> None:
+        """A pod of size class ``size`` asking for ``slices`` compute slices arrived."""
         self.arrived_by_class[size] += 1
+        self.arrived_slices_by_class[size] += slices
         if placed:
             self.placed_by_class[size] += 1
+            self.placed_slices_by_class[size] += slices
         counts = self.by_tenant.setdefault(tenant, [0, 0, 0])
         counts[0] += 1
         counts[1] += placed
@@ -127,6 +137,10 @@ class Tally:
     def point(self, arrived_pct: int, compute_per_gpu: int, memory_per_gpu: int) -> LoadPoint:
         compute_total = compute_per_gpu * self.gpus
         allocation = self.compute_slices / compute_total
+        names = sorted(
+            self.arrived_by_class,
+            key=lambda c: (c == MULTI_GPU, int(c[:-1]) if c != MULTI_GPU else 0),
+        )
         return LoadPoint(
             arrived_pct=arrived_pct,
             slice_allocation=allocation,
@@ -136,11 +150,11 @@ class Tally:
             placed_pods=self.placed,
             failed_pods=self.failed,
             classes=tuple(
-                (name, n, self.placed_by_class[name])
-                for name, n in sorted(
-                    self.arrived_by_class.items(),
-                    key=lambda c: (c[0] == MULTI_GPU, int(c[0][:-1]) if c[0] != MULTI_GPU else 0),
-                )
+                (name, self.arrived_by_class[name], self.placed_by_class[name]) for name in names
+            ),
+            class_slices=tuple(
+                (name, self.arrived_slices_by_class[name], self.placed_slices_by_class[name])
+                for name in names
             ),
             tenants=tuple((t, a, p, d) for t, (a, p, d) in sorted(self.by_tenant.items())),
         )

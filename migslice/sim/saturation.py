@@ -109,7 +109,13 @@ def run_sequence(
                 assignment = placer.place(pod)
         if assignment is None and ledger is not None:
             ledger.release(pod.name)
-        tally.arrive(size_class(model, pod), assignment is not None, tenant_of(pod), denied)
+        tally.arrive(
+            size_class(model, pod),
+            assignment is not None,
+            tenant_of(pod),
+            denied,
+            pod.compute_slices,
+        )
         if assignment is not None:
             tally.add(model, pod.compute_slices, assignment)
         elif not denied:

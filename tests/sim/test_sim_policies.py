@@ -405,3 +405,15 @@ def test_mig_manager_mode_gives_a_3g_a_layout_using_every_compute_slice_under_th
     result = run_sequence(arrivals, policy("migslice", 3), tiny)
     assert result.points[-1].slice_allocation == 1.0
     assert (result.placed_pods, result.failed_pods) == (10, 2)
+
+
+def test_each_size_class_counts_its_pods_and_the_compute_slices_they_asked() -> None:
+    # one GPU: the 7g fits, then a 2 x 7g job and a 1g fail; the 7g class places 1 of 1 pods
+    # (7 of 7 slices), multi-GPU 0 of 1 (0 of 14), the 1g 0 of 1
+    arrivals = [SimPod("a", "7g.80gb"), SimPod("b", "7g.80gb", count=2), SimPod("c", "1g.10gb")]
+    tiny = SaturationConfig(nodes=1, gpus_per_node=1, max_load_pct=400, check_layouts=True)
+    pods = synthetic_workload().pods
+    result = run_sequence(arrivals, make_policy("migslice", GPU_MODEL, pods, gpus=1), tiny)
+    last = result.points[-1]
+    assert last.classes == (("1g", 1, 0), ("7g", 1, 1), ("multi-GPU", 1, 0))
+    assert last.class_slices == (("1g", 1, 0), ("7g", 7, 7), ("multi-GPU", 14, 0))
