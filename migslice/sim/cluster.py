@@ -66,8 +66,13 @@ class SimGpu:
     kept_report: AgentGpu | None = field(default=None, compare=False, repr=False)
     kept_held: Layout | None = field(default=None, compare=False, repr=False)
     kept_occupancy: tuple[Occupancy, int] | None = field(default=None, compare=False, repr=False)
+    kept_counts: tuple[tuple[str, int, int], ...] | None = field(
+        default=None, compare=False, repr=False
+    )
+    kept_sorted: Layout | None = field(default=None, compare=False, repr=False)
     """The GPU as the core reads it, as the node agent reports it, the instances pods hold,
-    and as the extender's ranking sees it (with the memory slices held), each built when first
+    as the extender's ranking sees it (with the memory slices held), its resource counts
+    (:meth:`counts`) and its instances sorted (:meth:`sorted_layout`), each built when first
     asked for and kept until the cluster changes the GPU (:meth:`forget`)."""
     version: int = field(default=0, compare=False, repr=False)
     """How many times the cluster has changed the GPU: a policy's per-GPU cache is current
@@ -93,7 +98,32 @@ class SimGpu:
 
     def forget(self) -> None:
         self.kept_state = self.kept_report = self.kept_held = self.kept_occupancy = None
+        self.kept_counts = self.kept_sorted = None
         self.version += 1
+
+    def sorted_layout(self) -> Layout:
+        """The instances, sorted (a layout as the DRA allocators read it)."""
+        if self.kept_sorted is None:
+            self.kept_sorted = tuple(sorted(self.instances))
+        return self.kept_sorted
+
+    def counts(self) -> tuple[tuple[str, int, int], ...]:
+        """What the GPU adds to its node's resources: (resource, offered, held) per resource
+        it offers, in the order first met (:func:`build_node_state` sums a node's GPUs)."""
+        if self.kept_counts is None:
+            found: tuple[tuple[str, int, int], ...]
+            if not self.mig_enabled:
+                found = ((WHOLE_GPU_RESOURCE, 1, int(self.whole_holder is not None)),)
+            else:
+                tally: dict[str, list[int]] = {}
+                for placed, holder in zip(self.instances, self.holders, strict=True):
+                    pair = tally.setdefault(_resource(placed.profile), [0, 0])
+                    pair[0] += 1
+                    if holder is not None:
+                        pair[1] += 1
+                found = tuple((r, n, h) for r, (n, h) in tally.items())
+            self.kept_counts = found
+        return self.kept_counts
 
     def as_state(self) -> GpuState:
         if self.kept_state is None:
@@ -392,28 +422,23 @@ def build_node_state(model: GpuModel, node: SimNode, *, agent: bool = False) -> 
     allocatable: dict[str, int] = {}
     allocated: dict[str, int] = {}
     for gpu in node.gpus:
-        if not gpu.mig_enabled:
-            allocatable[WHOLE_GPU_RESOURCE] = allocatable.get(WHOLE_GPU_RESOURCE, 0) + 1
-            if gpu.whole_holder is not None:
-                allocated[WHOLE_GPU_RESOURCE] = allocated.get(WHOLE_GPU_RESOURCE, 0) + 1
-            continue
-        for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
-            resource = _resource(placed.profile)
-            allocatable[resource] = allocatable.get(resource, 0) + 1
-            if holder is not None:
-                allocated[resource] = allocated.get(resource, 0) + 1
+        for resource, count, held in gpu.counts():
+            allocatable[resource] = allocatable.get(resource, 0) + count
+            if held:
+                allocated[resource] = allocated.get(resource, 0) + held
     offered = tuple(sorted(allocatable.items()))
+    product = facts_product(model)
     facts = NodeFacts(
         name=node.name,
         resource_version=str(node.version),
-        product=facts_product(model),
+        product=product,
         gpu_count=len(node.gpus),
         mig_capable=True,
         mig_strategy="mixed",
         mig_config=node.mig_config,
         mig_config_state=node.mig_config_state,
         allocatable=offered,
-        agent=agent_report(facts_product(model), node) if agent else None,
+        agent=agent_report(product, node) if agent else None,
         carve_request=node.carve_request,
         carve_status=node.carve_status,
     )
