@@ -6,11 +6,12 @@ the node's position (unique, so ties break to the lowest index as a scan would),
 the node cannot take that kind; the rank reads the node's state and its position, nothing else
 of the node (so nodes in the same state rank alike but for the position: where every node
 started alike, the ones not changed since are ranked once). The index keeps, per kind, the
-sorted ranks of the nodes that can; when the cluster announces that a node changed, the node
-is marked for every kind and its rank for a kind is recomputed at that kind's next query (a
-node that changes several times between two queries of a kind is ranked once for it, and a
-kind asked for rarely is not ranked at every change). Choosing the first entry is then exactly
-what a scan of every node in index order with the same rank would choose.
+sorted ranks of the nodes that can; when the cluster announces that a node changed, the
+change is logged once for every kind and the node's rank for a kind is recomputed at that
+kind's next query (a node that changes several times between two queries of a kind is ranked
+once for it, and a kind asked for rarely is not ranked at every change). Choosing the first
+entry is then exactly what a scan of every node in index order with the same rank would
+choose.
 """
 
 from __future__ import annotations
@@ -32,22 +33,48 @@ RankFn = Callable[[SimNode, Kind], Rank | None]
 class RankIndex:
     """Nodes per kind in rank order (see the module docstring)."""
 
-    def __init__(self, cluster: SimCluster, rank: RankFn) -> None:
+    def __init__(self, cluster: SimCluster, rank: RankFn, *, keep: int | None = None) -> None:
+        """``keep``: changes kept at most (default: 4 per node, plus 4,096)."""
         self._cluster = cluster
         self._rank = rank
         self._sorted: dict[Kind, list[Rank]] = {}
         self._current: dict[Kind, list[Rank | None]] = {}
-        self._dirty: dict[Kind, set[int]] = {}
+        self._changes: list[int] = []
+        """The positions of the nodes changed, in order, the first being change number
+        :attr:`_base`: a change costs one append however many kinds there are, and each kind
+        reads the changes it has not seen."""
+        self._base = 0
+        self._keep = 4 * len(cluster.nodes) + 4096 if keep is None else keep
+        """Changes kept at most: the older half is then dropped, the positions a kind has not
+        seen of it moved to the kind's :attr:`_backlog` (a set: at most every node once)."""
+        self._seen: dict[Kind, int] = {}
+        """Per kind, the number of the first change its ranks have not taken in."""
+        self._backlog: dict[Kind, set[int]] = {}
         cluster.listeners.append(self._changed)
 
     def _changed(self, node: SimNode) -> None:
-        for dirty in self._dirty.values():
-            dirty.add(node.position)
+        changes = self._changes
+        changes.append(node.position)
+        if len(changes) > self._keep:
+            cut = self._base + len(changes) // 2
+            for kind, seen in self._seen.items():
+                if seen < cut:
+                    self._backlog.setdefault(kind, set()).update(
+                        changes[seen - self._base : cut - self._base]
+                    )
+                    self._seen[kind] = cut
+            del changes[: cut - self._base]
+            self._base = cut
 
     def _refresh(self, kind: Kind) -> None:
-        dirty = self._dirty[kind]
-        if not dirty:
+        seen, end = self._seen[kind], self._base + len(self._changes)
+        backlog = self._backlog.pop(kind, None)
+        if seen == end and not backlog:
             return
+        dirty = set(self._changes[seen - self._base :])
+        if backlog:
+            dirty |= backlog
+        self._seen[kind] = end
         nodes = self._cluster.nodes
         ranks, entries = self._current[kind], self._sorted[kind]
         for position in sorted(dirty):
@@ -59,7 +86,6 @@ class RankIndex:
             if new is not None:
                 bisect.insort(entries, new)
             ranks[position] = new
-        dirty.clear()
 
     def _entries(self, kind: Kind) -> list[Rank]:
         entries = self._sorted.get(kind)
@@ -68,7 +94,7 @@ class RankIndex:
             self._current[kind] = ranks
             entries = sorted(r for r in ranks if r is not None)
             self._sorted[kind] = entries
-            self._dirty[kind] = set()
+            self._seen[kind] = self._base + len(self._changes)
         else:
             self._refresh(kind)
         return entries
@@ -95,7 +121,10 @@ class RankIndex:
         """Rank every node again at the next query (the rank function itself changed)."""
         self._sorted.clear()
         self._current.clear()
-        self._dirty.clear()
+        self._seen.clear()
+        self._backlog.clear()
+        self._changes.clear()
+        self._base = 0
 
     def entries(self, kind: Kind) -> list[Rank]:
         """The ranks of the nodes that can take ``kind``, ascending (do not modify)."""
@@ -107,10 +136,15 @@ class RankIndex:
         return self._cluster.nodes[int(entries[0][-1])] if entries else None
 
     def ordered(self, kind: Kind) -> Iterator[SimNode]:
-        """Nodes that can take ``kind`` in rank order (a snapshot: changes made while
-        iterating are seen at the next query)."""
-        for rank in list(self._entries(kind)):
-            yield self._cluster.nodes[int(rank[-1])]
+        """Nodes that can take ``kind`` in rank order. The ranks are read as they are, not
+        copied (the callers look at a few of hundreds): changing the cluster while iterating
+        raises."""
+        cluster = self._cluster
+        changes = cluster.changes
+        for rank in self._entries(kind):
+            yield cluster.nodes[int(rank[-1])]
+            if cluster.changes != changes:
+                raise RuntimeError("the cluster changed while its nodes were iterated in order")
 
 
 class PerNode(Generic[T]):
