@@ -32,7 +32,7 @@ kube-scheduler v1.37 alone (no extender, no steer).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from migslice.mig import GpuModel, Layout, Placed, free_placements
@@ -45,25 +45,34 @@ from migslice.sim.trace import SimPod
 NODE_CHOICES = ("rotating", "random", "least-allocated")
 
 
+FreeOf = Callable[[SimGpu, str], tuple[Placed, ...]]
+"""``free_placements`` of a GPU's instances as they are, for a profile (a caller's cache)."""
+
+
 def first_fit_devices(
-    model: GpuModel, gpus: Sequence[SimGpu], kind: Kind
+    model: GpuModel, gpus: Sequence[SimGpu], kind: Kind, free_of: FreeOf | None = None
 ) -> list[tuple[int, Placed]]:
     """The devices the allocator gives a claim for ``kind`` (profile, count) on a DynamicMIG
     node whose GPUs hold ``gpus``' instances: (GPU index, placement) each; empty when they do
-    not all fit."""
+    not all fit. ``free_of``: what a GPU offers before anything is added to it, where the
+    caller keeps it."""
     profile, count = kind
-    layouts: dict[int, list[Placed]] = {}
     chosen: list[tuple[int, Placed]] = []
     for gpu in gpus:
         if not gpu.mig_enabled or gpu.whole_holder is not None:
             continue
-        layout = layouts.setdefault(gpu.index, list(gpu.instances))
+        layout = gpu.instances
+        added = False
         while len(chosen) < count:
-            free = free_placements(model, layout, profile)
+            if not added and free_of is not None:
+                free = free_of(gpu, profile)
+            else:
+                free = free_placements(model, layout, profile)
             if not free:
                 break
             placed = min(free, key=lambda p: p.start)
-            layout.append(placed)
+            layout = [*layout, placed]
+            added = True
             chosen.append((gpu.index, placed))
         if len(chosen) == count:
             return chosen
@@ -84,12 +93,30 @@ class DraFirstFitPlacer(CarvingPlacer):
         self.to_find = num_feasible_nodes_to_find(0, len(cluster.nodes))
         self.start_index = 0
         self.feasible = RankIndex(cluster, self.rank)
+        self._free: dict[tuple[int, str], tuple[int, tuple[Placed, ...]]] = {}
         self._pods = [pods_on(node) for node in cluster.nodes]
         self._changed: set[int] = set()
         cluster.listeners.append(lambda node: self._changed.add(node.position))
 
+    def free_of(self, gpu: SimGpu, profile: str) -> tuple[Placed, ...]:
+        """:data:`FreeOf`, kept per GPU and profile until the GPU changes (its ``version``):
+        a change to a node ranks it again for every kind, most of its GPUs unchanged."""
+        key = (id(gpu), profile)  # a GPU lives as long as its cluster, this cache one run
+        kept = self._free.get(key)
+        if kept is None or kept[0] != gpu.version:
+            kept = (gpu.version, free_placements(self.cluster.model, gpu.instances, profile))
+            self._free[key] = kept
+        return kept[1]
+
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
-        if node.is_blocked or not first_fit_devices(self.cluster.model, node.gpus, kind):
+        if node.is_blocked:
+            return None
+        if kind[1] == 1:  # first_fit_devices finds one where a GPU it reads has a placement
+            for gpu in node.gpus:
+                if gpu.mig_enabled and gpu.whole_holder is None and self.free_of(gpu, kind[0]):
+                    return (node.position,)
+            return None
+        if not first_fit_devices(self.cluster.model, node.gpus, kind, self.free_of):
             return None
         return (node.position,)
 
@@ -118,7 +145,8 @@ class DraFirstFitPlacer(CarvingPlacer):
         node = self.choose(kind)
         if node is None:
             return None
-        return self.carve(node, first_fit_devices(self.cluster.model, node.gpus, kind), pod)
+        devices = first_fit_devices(self.cluster.model, node.gpus, kind, self.free_of)
+        return self.carve(node, devices, pod)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,13 +66,15 @@ def steered_devices(
     *,
     strand_guard: bool = False,
     complete: bool = False,
+    kept: bool = False,
 ) -> tuple[int, list[tuple[int, Placed]]]:
     """The devices the steered allocator gives a claim for ``kind`` on a DynamicMIG node
     holding ``gpus``' instances, and the node's score (the worst device's); (0, []) when
-    they do not all fit."""
+    they do not all fit. ``kept``: the GPUs are a cluster's, which keeps each one's sorted
+    instances until it changes them (:meth:`SimGpu.sorted_layout`)."""
     profile, count = kind
     layouts = {
-        g.index: tuple(sorted(g.instances))
+        g.index: g.sorted_layout() if kept else tuple(sorted(g.instances))
         for g in gpus
         if g.mig_enabled and g.whole_holder is None
     }
@@ -205,6 +207,7 @@ class DraSteeredPlacer(CarvingPlacer):
             kind,
             strand_guard=self.strand_guard,
             complete=self.complete,
+            kept=True,
         )
         self._steered[(node.position, kind)] = (asked, found)
         return found

@@ -110,7 +110,19 @@ def first_fit_picks(node: SimNode, kind: Kind) -> list[tuple[SimGpu, int]]:
 
 
 def first_fit_rank(node: SimNode, kind: Kind) -> Rank | None:
-    return (node.position,) if not node.is_blocked and first_fit_picks(node, kind) else None
+    """The node's position when :func:`first_fit_picks` finds the instances (counted here,
+    not listed: a node is ranked at each of its changes, picked from once)."""
+    profile, count = kind
+    if node.is_blocked or count < 1:
+        return None
+    found = 0
+    for gpu in node.gpus:
+        for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
+            if holder is None and placed.profile == profile:
+                found += 1
+                if found >= count:
+                    return (node.position,)
+    return None
 
 
 NodeFree = tuple[int, list[tuple[SimGpu, int, dict[str, list[int]]]]]
