@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from migslice.mig import GpuModel, Layout, free_placements, make_layout
 from migslice.sim.cluster import Assignment, SimCluster, SimGpu, SimNode
-from migslice.sim.index import Kind, Rank, RankIndex
+from migslice.sim.index import Kind, PerGpu, Rank, RankIndex
 from migslice.sim.placement import (
     BestFit,
     LayoutChange,
@@ -115,6 +115,9 @@ class NosGpu:
     layout: Layout
     used: Counter[str]
     free: Counter[str]
+    owned: bool = field(default=True, compare=False)
+    """Whether ``used`` and ``free`` are this GPU's own: a :meth:`copy` shares them until
+    :meth:`own` (a plan forks every GPU of a node it visits and changes few)."""
 
     @staticmethod
     def of(gpu: SimGpu) -> NosGpu:
@@ -125,7 +128,12 @@ class NosGpu:
         return NosGpu(gpu.index, gpu.held_layout(), tuple(gpu.instances), used, free)
 
     def copy(self) -> NosGpu:
-        return NosGpu(self.index, self.held, self.layout, Counter(self.used), Counter(self.free))
+        return NosGpu(self.index, self.held, self.layout, self.used, self.free, owned=False)
+
+    def own(self) -> None:
+        """Make ``used`` and ``free`` this GPU's own before they change in place."""
+        if not self.owned:
+            self.used, self.free, self.owned = Counter(self.used), Counter(self.free), True
 
     def geometry(self) -> Counts:
         return tuple(sorted((self.used + self.free).items()))
@@ -222,6 +230,9 @@ class NosPlacer:
         self.rng = random.Random(seed)
         self.random_placement = policy.placement == "random"
         self.best_fit = BestFit(cluster)
+        self.nos_gpu = PerGpu(lambda node, gpu: NosGpu.of(gpu))
+        """Each GPU as nos reads it, kept until the GPU changes: :meth:`reshape` reads it
+        (never changes it: it plans on copies) on every node it visits."""
         self.reachable = RankIndex(cluster, self.reachable_rank)
         self.feasible = RankIndex(cluster, self.feasible_rank)
         self.totals: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
@@ -309,7 +320,7 @@ class NosPlacer:
             if node.position == last:
                 continue
             position = last = node.position
-            base = [NosGpu.of(g) for g in node.gpus]
+            base = [self.nos_gpu(node, g) for g in node.gpus]
             fork = [g.copy() for g in base]
             self.update_node(fork, lacking)
             added: list[str] = []
@@ -356,6 +367,7 @@ class NosPlacer:
             return False
         for gpu in fork:
             if gpu.free[pod.profile] >= pod.count:
+                gpu.own()
                 gpu.free[pod.profile] -= pod.count
                 gpu.used[pod.profile] += pod.count
                 return True

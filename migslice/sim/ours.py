@@ -182,6 +182,10 @@ class DemandMix:
 
     def __init__(self, cluster: SimCluster) -> None:
         self._cluster = cluster
+        self._of: dict[str, tuple[str, int]] = {
+            p.name: (mig_resource(p.name), p.compute_slices) for p in cluster.model.profiles
+        }
+        """Per profile of the model, its resource and compute slices."""
         self._parts: list[tuple[Counter[str], Counter[str]]] = []
         self._held: Counter[str] = Counter()
         self._spare: Counter[str] = Counter()
@@ -196,13 +200,13 @@ class DemandMix:
     def _part(self, node: SimNode) -> tuple[Counter[str], Counter[str]]:
         held: Counter[str] = Counter()
         spare: Counter[str] = Counter()
-        model = self._cluster.model
+        of = self._of
         for gpu in node.gpus:
             if gpu.is_idle:
                 continue
             for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
-                slices = model.profile(placed.profile).compute_slices
-                (held if holder is not None else spare)[mig_resource(placed.profile)] += slices
+                resource, slices = of[placed.profile]
+                (held if holder is not None else spare)[resource] += slices
         return held, spare
 
     def weights(self, pending: Sequence[PodDemand]) -> dict[str, float]:
