@@ -259,13 +259,23 @@ class HamiPlacer(CarvingPlacer):
         self._gpu_use = PerGpu(lambda node, gpu: GpuUse.of(model, gpu))
         self._uses = PerNode(self._node_uses)
         self._score = PerNode(lambda node: node_score(model, node, self._uses(node)))
+        self._fits: dict[tuple[int, Kind], tuple[int, list[tuple[int, Placed]]]] = {}
 
     def _node_uses(self, node: SimNode) -> dict[int, GpuUse]:
         """:func:`gpu_uses` of the node, each GPU's use worked out again only once it changed."""
         return {g.index: self._gpu_use(node, g) for g in node.gpus if g.mig_enabled}
 
+    def _fit(self, node: SimNode, kind: Kind) -> list[tuple[int, Placed]]:
+        """:func:`fit` on ``node``, kept per node and kind until the node changes (its
+        ``version``): the rank finds it, the placement on the chosen node takes it."""
+        kept = self._fits.get((node.position, kind))
+        if kept is None or kept[0] != node.version:
+            kept = (node.version, fit(self.cluster.model, node.gpus, kind, self._uses(node)))
+            self._fits[(node.position, kind)] = kept
+        return kept[1]
+
     def rank(self, node: SimNode, kind: Kind) -> Rank | None:
-        if node.is_blocked or not fit(self.cluster.model, node.gpus, kind, self._uses(node)):
+        if node.is_blocked or not self._fit(node, kind):
             return None
         return (-self._score(node), node.position)
 
@@ -285,8 +295,7 @@ class HamiPlacer(CarvingPlacer):
             position = self._best_in_window(entries, start)
             if position is not None:
                 node = self.cluster.nodes[position]
-                units = fit(self.cluster.model, node.gpus, kind, self._uses(node))
-                return self.carve(node, units, pod)
+                return self.carve(node, self._fit(node, kind), pod)
         return None
 
     def _best_in_window(self, entries: Sequence[Rank], start: int) -> int | None:

@@ -5,6 +5,7 @@ departures and re-partitions: a cache gone stale would fail here."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from migslice.sim import GPU_MODEL, SimPod, make_policy, synthetic_workload
 from migslice.sim.cluster import SimCluster, SimNode
 from migslice.sim.dra_first_fit import DraFirstFitPlacer, first_fit_devices
 from migslice.sim.dra_steered import DraSteeredPlacer, steered_devices
+from migslice.sim.hami import HamiPlacer, fit
 from migslice.sim.index import Rank, RankIndex
 from migslice.sim.nos import NosGpu, NosPlacer
 from migslice.sim.placement import (
@@ -95,7 +97,7 @@ def test_changing_the_cluster_while_its_nodes_are_iterated_in_order_raises() -> 
         next(nodes)
 
 
-@pytest.mark.parametrize("policy_id", ["B3", "B5", "B9", "B9-least-allocated", "M-dra"])
+@pytest.mark.parametrize("policy_id", ["B3", "B5", "B8", "B9", "B9-least-allocated", "M-dra"])
 @settings(max_examples=15, deadline=None)
 @given(arrivals=pods, out=leaving)
 def test_what_a_placer_keeps_per_gpu_is_what_the_gpu_gives_afresh(
@@ -124,6 +126,18 @@ def test_what_a_placer_keeps_per_gpu_is_what_the_gpu_gives_afresh(
                 assert placer.rank(node, kind) == (
                     (node.position,) if plain and not node.is_blocked else None
                 )
+            if isinstance(placer, NosPlacer):
+                reaches = any(
+                    any(
+                        h is None and p.profile == kind[0]
+                        for p, h in zip(g.instances, g.holders, strict=True)
+                    )
+                    or placer.rules.can_provide(g.held_layout(), kind[0])
+                    for g in afresh.gpus
+                )
+                assert placer.reachable_rank(node, kind) == ((node.position,) if reaches else None)
+            if isinstance(placer, HamiPlacer):
+                assert placer._fit(node, kind) == fit(GPU_MODEL, afresh.gpus, kind)
             if isinstance(placer, DraSteeredPlacer):
                 assert steered_devices(GPU_MODEL, node.gpus, kind, kept=True) == (
                     steered_devices(GPU_MODEL, afresh.gpus, kind)
@@ -136,9 +150,13 @@ def test_what_a_placer_keeps_per_gpu_is_what_the_gpu_gives_afresh(
 
         def reshape_and_check(pending: list[SimPod]) -> tuple[LayoutChange, ...]:
             changes = plan(pending)
+            free: Counter[str] = Counter()
             for node in cluster.nodes:
                 for gpu in node.gpus:
                     assert placer.nos_gpu(node, gpu) == NosGpu.of(gpu)
+                    pairs = zip(gpu.instances, gpu.holders, strict=True)
+                    free.update(p.profile for p, h in pairs if h is None)
+            assert +placer.available() == free  # kept per node, summed as nodes change
             return changes
 
         placer.reshape = reshape_and_check  # type: ignore[method-assign]
