@@ -233,14 +233,16 @@ class NosPlacer:
         self.nos_gpu = PerGpu(lambda node, gpu: NosGpu.of(gpu))
         """Each GPU as nos reads it, kept until the GPU changes: :meth:`reshape` reads it
         (never changes it: it plans on copies) on every node it visits."""
+        self._reach: dict[tuple[int, str], tuple[int, bool]] = {}
         self.reachable = RankIndex(cluster, self.reachable_rank)
         self.feasible = RankIndex(cluster, self.feasible_rank)
-        self.totals: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
-        self.parts: list[tuple[Counter[str], Counter[str]]] = []
+        self.free_total: Counter[str] = Counter()
+        """Free instances per profile, cluster-wide: the sum of :attr:`parts`."""
+        self.parts: list[dict[str, int]] = []
         for node in cluster.nodes:
             self.parts.append(self.count(node))
-            self.totals[0].update(self.parts[-1][0])
-            self.totals[1].update(self.parts[-1][1])
+            for profile, n in self.parts[-1].items():
+                self.free_total[profile] += n
         self.dirty: set[int] = set()
         cluster.listeners.append(lambda node: self.dirty.add(node.position))
         self.served: dict[int, list[str]] = {}
@@ -270,35 +272,47 @@ class NosPlacer:
         """Nodes on which nos could do something for a pod of profile ``kind[0]``."""
         profile = kind[0]
         for gpu in node.gpus:
-            if any(
-                h is None and p.profile == profile
-                for p, h in zip(gpu.instances, gpu.holders, strict=True)
-            ) or self.rules.can_provide(gpu.held_layout(), profile):
+            if self._reaches(gpu, profile):
                 return (node.position,)
         return None
 
-    def count(self, node: SimNode) -> tuple[Counter[str], Counter[str]]:
-        alloc: Counter[str] = Counter()
-        used: Counter[str] = Counter()
+    def _reaches(self, gpu: SimGpu, profile: str) -> bool:
+        """Whether the GPU has a free ``profile`` instance or a geometry that adds one, kept
+        per GPU and profile until the GPU changes (its ``version``): a node's change ranks it
+        again, most of its GPUs unchanged."""
+        key = (id(gpu), profile)  # a GPU lives as long as its cluster, this cache one run
+        kept = self._reach.get(key)
+        if kept is None or kept[0] != gpu.version:
+            found = any(
+                h is None and p.profile == profile
+                for p, h in zip(gpu.instances, gpu.holders, strict=True)
+            ) or self.rules.can_provide(gpu.held_layout(), profile)
+            kept = (gpu.version, found)
+            self._reach[key] = kept
+        return kept[1]
+
+    def count(self, node: SimNode) -> dict[str, int]:
+        """The node's free instances per profile."""
+        free: dict[str, int] = {}
         for gpu in node.gpus:
             for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
-                alloc[placed.profile] += 1
-                if holder is not None:
-                    used[placed.profile] += 1
-        return alloc, used
+                if holder is None:
+                    free[placed.profile] = free.get(placed.profile, 0) + 1
+        return free
 
     def available(self) -> Counter[str]:
+        """Free instances per profile in the whole cluster (a copy, for the plan to change):
+        the nodes changed since the last call counted again."""
+        total = self.free_total
         for position in self.dirty:
-            old = self.parts[position]
-            self.totals[0].subtract(old[0])
-            self.totals[1].subtract(old[1])
-            self.parts[position] = self.count(self.cluster.nodes[position])
-            self.totals[0].update(self.parts[position][0])
-            self.totals[1].update(self.parts[position][1])
+            for profile, n in self.parts[position].items():
+                total[profile] -= n
+            part = self.count(self.cluster.nodes[position])
+            self.parts[position] = part
+            for profile, n in part.items():
+                total[profile] += n
         self.dirty.clear()
-        free = Counter(self.totals[0])
-        free.subtract(self.totals[1])
-        return free
+        return Counter(total)
 
     def reshape(self, pods: Sequence[SimPod]) -> tuple[LayoutChange, ...]:
         """nos's ``Plan`` for the pending ``pods`` (see the module docstring)."""
