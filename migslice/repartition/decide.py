@@ -179,7 +179,11 @@ def _next(
     if observed.kind != StepKind.WAIT:
         return observed
     joined = _start(record, nodes, pending, now, settings, layout_cache)
-    return joined if joined.kind == StepKind.START else observed
+    if joined.kind == StepKind.START:
+        return joined
+    # the planner ran and started nothing: its reasons for the pods it left ride along
+    # (why, migslice plan), as on a round with no plan in flight
+    return replace(observed, plan=joined.plan)
 
 
 def plan_id(changes: Sequence[str], now: float) -> str:

@@ -224,3 +224,55 @@ def test_why_says_no_planner_ran_when_the_round_stops_before_planning() -> None:
     assert repartition.unserved == (
         "no new plan this round (wait: mig-parted ConfigMap missing or unreadable)"
     )
+
+
+def test_why_gives_the_planners_reason_when_a_plan_in_flight_is_observed() -> None:
+    # A plan in flight is applied and observed (MIG Manager still working on a100-2): the
+    # controller then runs the planner to let more nodes join, and it finds no idle GPU for
+    # w. why said "no new plan this round (wait: plan ...: waiting for a100-2 ...)", as though
+    # no planner had run, and hid the planner's reason.
+    record = {
+        "version": "v1",
+        "plan": {
+            "id": "9c1e0f4a2b7d",
+            "createdAt": "2025-06-15T15:01:00Z",
+            "appliedAt": "2025-06-15T15:01:01Z",
+            "nodes": [
+                {
+                    "node": "a100-2",
+                    "config": "migslice-a100-2-1a2b3c4d",
+                    "previousConfig": "all-1g.10gb",
+                    "gpus": [0],
+                    "serves": ["team-a/other"],
+                    "entries": [
+                        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}
+                    ],
+                    "outcome": "",
+                    "detail": "",
+                    "appliedAt": "2025-06-15T15:01:01Z",
+                }
+            ],
+        },
+    }
+    objects: list[dict[str, Any]] = [
+        make_mig_config_map(MIG_CONFIGS, annotations={RECORD_ANNOTATION: json.dumps(record)}),
+        make_node(
+            "a100-2",
+            gpu_count=1,
+            mig={"1g.10gb": 7},
+            config="migslice-a100-2-1a2b3c4d",
+            config_state="pending",
+        ),
+        unschedulable(make_pod("w", profile="3g.40gb"), "2025-06-15T15:00:00Z"),
+        make_namespace("team-a"),
+        make_policy("team-a"),
+    ]
+    for raw in objects:
+        raw.setdefault("apiVersion", "v1")
+        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
+    cluster = build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S))
+    report = explain(cluster, objects[2], settings=ControllerSettings())
+    repartition = report.repartition
+    assert repartition is not None
+    assert repartition.decision.startswith("wait: plan 9c1e0f4a2b7d: waiting for a100-2")
+    assert repartition.unserved == "no idle GPU can take it"
