@@ -26,7 +26,7 @@ GC_THRESHOLD = 20_000
 """The youngest generation's collection threshold while the pool runs (Python's default is
 700). A simulation allocates millions of small objects and makes next to no cycles, so the
 default collects every few hundred allocations, and each older collection walks the whole
-cluster and every cache: 5-20 % of a run's CPU, against 1-3 % here."""
+cluster and every cache: 5-20 % of a run's CPU, against 1-4 % here."""
 
 
 def t975(df: int) -> float:
