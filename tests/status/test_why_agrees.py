@@ -4,6 +4,7 @@ for node, with the extender's reasons."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -27,7 +28,7 @@ from migslice.status.cluster import StatusSettings, build_cluster
 from migslice.status.waiting import FAILED, SCHEDULER, UNRESOLVABLE
 from migslice.status.why import explain
 from tests.extender.test_extender_dra import STATIC, claim_pod, cluster
-from tests.status_cluster import MIG_CONFIGS
+from tests.status_cluster import MIG_CONFIGS, RECORD
 
 NOW_S = 1750000200.0
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
@@ -160,21 +161,27 @@ def test_why_agrees_with_the_extender_filter(drawn: tuple[ClusterObjects, dict[s
     assert_why_agrees(objects, pod)
 
 
-def _repartition_cluster(record: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def _repartition_cluster(
+    record: dict[str, Any] | None, node: str = "a100-0", config: str = "all-1g.10gb"
+) -> tuple[Any, dict[str, Any]]:
+    """One A100 node of seven 1g instances (its label ``config``, MIG Manager done unless
+    the record's plan holds it) and a waiting 3g pod; the mig-parted ConfigMap with
+    ``record``, none when ``record`` is None."""
+    state = "success" if config == "all-1g.10gb" else "pending"
     objects: list[dict[str, Any]] = [
-        make_mig_config_map(MIG_CONFIGS, annotations={RECORD_ANNOTATION: json.dumps(record)}),
-        make_node(
-            "a100-0", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success"
-        ),
+        make_node(node, gpu_count=1, mig={"1g.10gb": 7}, config=config, config_state=state),
         unschedulable(make_pod("w", profile="3g.40gb"), "2025-06-15T15:00:00Z"),
         make_namespace("team-a"),
         make_policy("team-a"),
     ]
+    if record is not None:
+        annotations = {RECORD_ANNOTATION: json.dumps(record)}
+        objects.append(make_mig_config_map(MIG_CONFIGS, annotations=annotations))
     for raw in objects:
         raw.setdefault("apiVersion", "v1")
         raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
     cluster = build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S))
-    return cluster, objects[2]
+    return cluster, objects[1]
 
 
 def test_why_follows_the_controllers_round_past_a_quarantine_release() -> None:
@@ -204,19 +211,8 @@ def test_why_says_no_planner_ran_when_the_round_stops_before_planning() -> None:
     # Without the mig-parted ConfigMap the controller waits before it plans. why said "no
     # plan serves it (the planner found no idle GPU to re-shape for it)", though a100-0 is
     # idle and no planner ran.
-    objects: list[dict[str, Any]] = [
-        make_node(
-            "a100-0", gpu_count=1, mig={"1g.10gb": 7}, config="all-1g.10gb", config_state="success"
-        ),
-        unschedulable(make_pod("w", profile="3g.40gb"), "2025-06-15T15:00:00Z"),
-        make_namespace("team-a"),
-        make_policy("team-a"),
-    ]
-    for raw in objects:
-        raw.setdefault("apiVersion", "v1")
-        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
-    cluster = build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S))
-    report = explain(cluster, objects[1], settings=ControllerSettings())
+    cluster, pod = _repartition_cluster(None)
+    report = explain(cluster, pod, settings=ControllerSettings())
     repartition = report.repartition
     assert repartition is not None
     assert repartition.decision == "wait: mig-parted ConfigMap missing or unreadable"
@@ -231,47 +227,10 @@ def test_why_gives_the_planners_reason_when_a_plan_in_flight_is_observed() -> No
     # controller then runs the planner to let more nodes join, and it finds no idle GPU for
     # w. why said "no new plan this round (wait: plan ...: waiting for a100-2 ...)", as though
     # no planner had run, and hid the planner's reason.
-    record = {
-        "version": "v1",
-        "plan": {
-            "id": "9c1e0f4a2b7d",
-            "createdAt": "2025-06-15T15:01:00Z",
-            "appliedAt": "2025-06-15T15:01:01Z",
-            "nodes": [
-                {
-                    "node": "a100-2",
-                    "config": "migslice-a100-2-1a2b3c4d",
-                    "previousConfig": "all-1g.10gb",
-                    "gpus": [0],
-                    "serves": ["team-a/other"],
-                    "entries": [
-                        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}
-                    ],
-                    "outcome": "",
-                    "detail": "",
-                    "appliedAt": "2025-06-15T15:01:01Z",
-                }
-            ],
-        },
-    }
-    objects: list[dict[str, Any]] = [
-        make_mig_config_map(MIG_CONFIGS, annotations={RECORD_ANNOTATION: json.dumps(record)}),
-        make_node(
-            "a100-2",
-            gpu_count=1,
-            mig={"1g.10gb": 7},
-            config="migslice-a100-2-1a2b3c4d",
-            config_state="pending",
-        ),
-        unschedulable(make_pod("w", profile="3g.40gb"), "2025-06-15T15:00:00Z"),
-        make_namespace("team-a"),
-        make_policy("team-a"),
-    ]
-    for raw in objects:
-        raw.setdefault("apiVersion", "v1")
-        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
-    cluster = build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S))
-    report = explain(cluster, objects[2], settings=ControllerSettings())
+    record: dict[str, Any] = {"version": "v1", "plan": copy.deepcopy(RECORD["plan"])}
+    record["plan"]["nodes"][0]["serves"] = ["team-a/other"]
+    cluster, pod = _repartition_cluster(record, "a100-2", "migslice-a100-2-1a2b3c4d")
+    report = explain(cluster, pod, settings=ControllerSettings())
     repartition = report.repartition
     assert repartition is not None
     assert repartition.decision.startswith("wait: plan 9c1e0f4a2b7d: waiting for a100-2")
