@@ -35,6 +35,7 @@ from migslice.repartition import (
     PlanResult,
     PlanSettings,
     RepartitionRecord,
+    Step,
     StepKind,
     decide,
     merge_mig_parted,
@@ -283,7 +284,8 @@ def test_outcomes_after_applying(
     assert step.record.plan is None
 
 
-def test_success_records_the_cooldown_and_an_event() -> None:
+def _succeeded() -> tuple[RepartitionRecord, float, Step]:
+    """The applied plan's one node reports success a minute later: the record, then, the step."""
     record = applied()
     now = T0 + 60
     step = decide(
@@ -294,6 +296,11 @@ def test_success_records_the_cooldown_and_an_event() -> None:
         now=now,
         settings=SETTINGS,
     )
+    return record, now, step
+
+
+def test_success_records_the_cooldown_and_an_event() -> None:
+    _, now, step = _succeeded()
     assert dict(step.record.finished) == {"gpu-a": now}
     assert not step.labels
     (event,) = step.events
@@ -304,16 +311,7 @@ def test_success_names_the_pods_it_served_in_the_record_for_any_leader_to_touch(
     """The touch that makes kube-scheduler retry the served pods at once is the shell's; the
     pods are in the record written with the success, not in one leader's memory, so a new
     leader does it. The entry lasts its window (pruned by the next write after it)."""
-    record = applied()
-    now = T0 + 60
-    step = decide(
-        record,
-        [node(config=config_of(record))],
-        [],
-        file_configs=set(FILE_CONFIGS),
-        now=now,
-        settings=SETTINGS,
-    )
+    record, now, step = _succeeded()
     assert step.kind == StepKind.FINISH and step.result == PlanResult.SUCCEEDED
     (served,) = step.record.served
     assert (served.node, served.config, served.at) == ("gpu-a", config_of(record), now)
