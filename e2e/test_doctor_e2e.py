@@ -34,6 +34,7 @@ from harness.install import FIXTURES, Cluster, fresh_workdir, readme_commands
 from harness.paths import REPO
 from migslice.kube.nodes import LAYOUT_FIELD_MANAGER
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
+from migslice.objects.device_taint_rules import steer_rule
 from migslice.objects.times import format_time
 from migslice.serving.certs import write_tls_bundle
 
@@ -62,6 +63,7 @@ CHECKS = (
     "dra-api",
     "dra-nodes",
     "dra-device-classes",
+    "dra-steer",
 )
 DEFAULT_WARNINGS = ("webhook-client-auth", "network-policies")
 DEFAULTS_SAID = {(name, "warning") for name in DEFAULT_WARNINGS}
@@ -231,6 +233,44 @@ def test_the_extender_down_is_named(installed: Installed) -> None:
     assert set(bad) == {"extender-reachable"}
     assert "connection refused" in bad["extender-reachable"]["detail"]
     assert "rollout status deploy/migslice-extender" in bad["extender-reachable"]["fix"]
+
+
+def test_steer_rules_an_extender_left_behind_are_named(installed: Installed) -> None:
+    """The extender crash-looping (its process gone, its Deployment with no available
+    replica) after its DRA steer wrote a rule: the rule stays on the real kube-apiserver, and
+    dra-steer names it with the fix, beside extender-reachable."""
+    apps = k8s.AppsV1Api(installed.cluster.cp.api_client())
+    name = "migslice-extender"
+    rule = steer_rule(NODE, "gpu-0-mig-1g10gb-19-0", "1g.10gb")
+    rules = ("resource.k8s.io", "v1", "devicetaintrules")
+    status = apps.read_namespaced_deployment_status(name, NAMESPACE).status
+    extender = installed.cluster.actors.servers[name]
+    extender.stop()
+    try:
+        installed.custom.create_cluster_custom_object(*rules, rule)
+        apps.patch_namespaced_deployment_status(
+            name, NAMESPACE, {"status": {"availableReplicas": 0, "readyReplicas": 0}}
+        )
+        bad = installed.failing()
+    finally:
+        apps.patch_namespaced_deployment_status(
+            name,
+            NAMESPACE,
+            {
+                "status": {
+                    "availableReplicas": status.available_replicas,
+                    "readyReplicas": status.ready_replicas,
+                }
+            },
+        )
+        installed.custom.delete_cluster_custom_object(*rules, rule["metadata"]["name"])
+        extender.start()
+    assert set(bad) == {"extender-reachable", "dra-steer"}
+    steer = bad["dra-steer"]
+    assert steer["result"] == "warning"
+    assert steer["detail"].startswith(f"1 steer rule(s) on 1 node(s) ({NODE}) and no extender")
+    assert f"(Deployment {name}: 0/" in steer["detail"]
+    assert "xargs -r kubectl delete" in steer["fix"]
 
 
 def test_mig_strategy_single_on_a_node_is_named(installed: Installed) -> None:

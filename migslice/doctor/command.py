@@ -32,6 +32,7 @@ CHECK_NAMES = (
     "dra-api",
     "dra-nodes",
     "dra-device-classes",
+    "dra-steer",
 )
 """The checks in the order they run (``migslice.doctor.registry.CHECKS``; kept here so that
 building the command line imports no check)."""

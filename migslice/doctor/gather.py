@@ -56,7 +56,7 @@ def _apps(reader: ClusterReader, kind: str, namespace: str, name: str) -> RawObj
     return reader.get(f"/apis/apps/v1/namespaces/{namespace}/{kind}/{name}")
 
 
-def _deployment(reader: ClusterReader, settings: Settings, name: str) -> RawObject | None:
+def read_deployment(reader: ClusterReader, settings: Settings, name: str) -> RawObject | None:
     return _apps(reader, "deployments", settings.namespace, name)
 
 
@@ -91,7 +91,7 @@ def _mounted_file(
     reader: ClusterReader, settings: Settings, deployment: str, flag: str
 ) -> tuple[Pem, str]:
     """The file a Deployment's container names with ``flag``, and the path it names."""
-    raw = _deployment(reader, settings, deployment)
+    raw = read_deployment(reader, settings, deployment)
     what = f"{flag} of Deployment {settings.namespace}/{deployment}"
     if raw is None:
         return Pem(what, problem=f"Deployment {settings.namespace}/{deployment} not found"), ""
@@ -170,7 +170,7 @@ def scheduler_config(reader: ClusterReader, settings: Settings) -> SchedulerConf
 
 
 def gather_scheduler(reader: ClusterReader, settings: Settings) -> SchedulerFacts:
-    deployment = _deployment(reader, settings, names.SCHEDULER_DEPLOYMENT)
+    deployment = read_deployment(reader, settings, names.SCHEDULER_DEPLOYMENT)
     config = scheduler_config(reader, settings) if deployment is not None else SchedulerConfig("")
     lease_ref = leader_lease(config) if config.document is not None else ""
     lease = None
@@ -221,7 +221,7 @@ def _trusted_ca(reader: ClusterReader, settings: Settings, entry: JsonObject | N
             problem="tlsConfig has neither caData nor caFile: the scheduler trusts only its "
             "system roots, which did not issue the extender's certificate",
         )
-    raw = _deployment(reader, settings, names.SCHEDULER_DEPLOYMENT)
+    raw = read_deployment(reader, settings, names.SCHEDULER_DEPLOYMENT)
     spec = pod_spec(raw)
     found = container_with_flag(spec, "--config")
     source = file_source(spec, found[0], ca_file) if found is not None else None
@@ -243,7 +243,7 @@ def _client_ca(
 ) -> tuple[RawObject | None, Pem | None, tuple[str, ...]]:
     """A server's Deployment, the CA behind its ``--client-ca-file`` (None: no such flag) and
     its ``--client-name`` names."""
-    raw = _deployment(reader, settings, deployment)
+    raw = read_deployment(reader, settings, deployment)
     spec = pod_spec(raw)
     found = container_with_flag(spec, "--client-ca-file")
     if raw is None or found is None:
@@ -293,7 +293,7 @@ def gather_extender_client_auth(reader: ClusterReader, settings: Settings) -> Cl
         except (binascii.Error, ValueError):
             client = Pem("tlsConfig.certData", problem="tlsConfig.certData is not base64")
     elif cert_file:
-        spec = pod_spec(_deployment(reader, settings, names.SCHEDULER_DEPLOYMENT))
+        spec = pod_spec(read_deployment(reader, settings, names.SCHEDULER_DEPLOYMENT))
         found = container_with_flag(spec, "--config")
         source = file_source(spec, found[0], cert_file) if found is not None else None
         if source is None:
@@ -314,7 +314,7 @@ def gather_network_policies(reader: ClusterReader, settings: Settings) -> Networ
     )
     labels: dict[str, dict[str, str] | None] = {}
     for server in (names.WEBHOOK_SERVICE, names.EXTENDER_SERVICE):
-        raw = _deployment(reader, settings, server)
+        raw = read_deployment(reader, settings, server)
         template = mapping(mapping(mapping(raw).get("spec")).get("template"))
         found = mapping(mapping(template.get("metadata")).get("labels"))
         labels[server.removeprefix("migslice-")] = (
@@ -328,7 +328,7 @@ def gather_network_policies(reader: ClusterReader, settings: Settings) -> Networ
 
 def mig_config_map(reader: ClusterReader, settings: Settings) -> str:
     """``namespace/name`` of the ConfigMap the extender writes (its ``--mig-config-map``)."""
-    raw = _deployment(reader, settings, names.EXTENDER_SERVICE)
+    raw = read_deployment(reader, settings, names.EXTENDER_SERVICE)
     found = container_with_flag(pod_spec(raw), "--mig-config-map")
     return found[1] if found is not None and "/" in found[1] else DEFAULT_MIG_CONFIG_MAP
 
@@ -368,7 +368,7 @@ DEFAULT_EXCLUDED = ("gpu-operator", "kube-system", "kube-public", "kube-node-lea
 
 def _excluded_namespaces(reader: ClusterReader, settings: Settings) -> frozenset[str]:
     """The webhook Deployment's ``--exclude-namespaces`` (its defaults when it sets none)."""
-    raw = _deployment(reader, settings, names.WEBHOOK_SERVICE)
+    raw = read_deployment(reader, settings, names.WEBHOOK_SERVICE)
     found = container_with_flag(pod_spec(raw), "--exclude-namespaces")
     if found is None:
         return frozenset((*DEFAULT_EXCLUDED, settings.namespace))

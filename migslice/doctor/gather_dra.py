@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from migslice import names
-from migslice.doctor.checks.dra import DraApiFacts, DraFacts
+from migslice.doctor.checks.dra import DraApiFacts, DraFacts, SteerFacts
 from migslice.doctor.facts import Settings
-from migslice.doctor.gather import nodes
+from migslice.doctor.gather import nodes, read_deployment
 from migslice.doctor.reading import ClusterReader
 from migslice.names import DRA_API
 
@@ -36,4 +36,12 @@ def gather_dra(reader: ClusterReader, settings: Settings) -> DraFacts:
         facts,
         classes=reader.list(f"{DRA_API}/deviceclasses") if served else None,
         policies=reader.list(f"/apis/{names.GROUP}/{names.VERSION}/{names.POLICY_PLURAL}") or (),
+    )
+
+
+def gather_dra_steer(reader: ClusterReader, settings: Settings) -> SteerFacts:
+    """``dra-steer``'s reads: every DeviceTaintRule and the extender's Deployment."""
+    return SteerFacts(
+        reader.list(f"{DRA_API}/devicetaintrules"),
+        read_deployment(reader, settings, names.EXTENDER_SERVICE),
     )

@@ -175,4 +175,11 @@ CHECKS: tuple[Check, ...] = (
         gather_dra.gather_dra,
         dra.judge_dra_classes,
     ),
+    Check(
+        dra.DRA_STEER_CHECK,
+        "every DeviceTaintRule (the steer's: named migslice-steer-*, labelled "
+        "app.kubernetes.io/managed-by=migslice); Deployment migslice-extender",
+        gather_dra.gather_dra_steer,
+        dra.judge_dra_steer,
+    ),
 )

@@ -26,11 +26,8 @@ from dataclasses import dataclass
 from migslice import names
 from migslice.kube.device_taints import RULES, KubeSteerApi
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
-from migslice.objects.device_taint_rules import MANAGED_BY
+from migslice.objects.device_taint_rules import STEER_RULE_SELECTOR, is_steer_rule
 
-STEER_RULE_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
-"""The label selector of the steer's rules; their names start with
-:data:`migslice.names.STEER_RULE_PREFIX` too."""
 NODE_LABELS = (names.QUARANTINE_LABEL,)
 """Node labels migslice writes and removes here: the repartition controller's quarantine."""
 NODE_ANNOTATIONS = (
@@ -46,21 +43,6 @@ PAGE = "500"
 
 class CleanupError(ApiError):
     """A read or write the API server refused (or could not be sent), said with what it was."""
-
-
-def is_steer_rule(raw_rule: Mapping[str, object]) -> bool:
-    """The rule is one the steer wrote: its name and its label are the steer's."""
-    metadata = raw_rule.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return False
-    name = metadata.get("name")
-    labels = metadata.get("labels")
-    return (
-        isinstance(name, str)
-        and name.startswith(names.STEER_RULE_PREFIX)
-        and isinstance(labels, Mapping)
-        and labels.get(MANAGED_BY[0]) == MANAGED_BY[1]
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,9 @@ from migslice.objects.json import JsonObject, mapping, text
 
 KEEPS_OFF = ("NoSchedule", "NoExecute")
 MANAGED_BY = ("app.kubernetes.io/managed-by", "migslice")
+STEER_RULE_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
+"""The label selector of the steer's rules; their names start with
+:data:`migslice.names.STEER_RULE_PREFIX` too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,21 @@ def taint_rule_facts_from_raw(raw_rule: JsonObject) -> TaintRuleFacts | None:
         steer,
         keeps_off,
         exact,
+    )
+
+
+def is_steer_rule(raw_rule: Mapping[str, object]) -> bool:
+    """The rule is one the steer wrote: its name and its label are the steer's."""
+    metadata = raw_rule.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return False
+    name = metadata.get("name")
+    labels = metadata.get("labels")
+    return (
+        isinstance(name, str)
+        and name.startswith(STEER_RULE_PREFIX)
+        and isinstance(labels, Mapping)
+        and labels.get(MANAGED_BY[0]) == MANAGED_BY[1]
     )
 
 

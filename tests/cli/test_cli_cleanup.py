@@ -288,8 +288,8 @@ def test_a_finished_pod_is_not_stranded() -> None:
 
 def test_the_documented_hand_deletion_takes_only_the_steer_rules() -> None:
     """docs say a rule lacking the steer's name or its label is an admin's and stays, as
-    ``migslice cleanup`` keeps it (:func:`migslice.kube.cleanup.is_steer_rule`); a command
-    given to do it by hand that selects by the label alone deletes such a rule too."""
+    ``migslice cleanup`` keeps it (:func:`migslice.objects.device_taint_rules.is_steer_rule`);
+    a command given to do it by hand that selects by the label alone deletes such a rule too."""
     docs = Path(__file__).resolve().parents[2] / "docs"
     commands = [
         (path.name, line)

@@ -58,7 +58,7 @@ def test_a_healthy_cluster_prints_one_aligned_ok_line_per_check(
     result, detail = header.index("RESULT"), header.index("DETAIL")
     assert all(line[result : result + 3] == "ok " for line in body)
     assert all(line[detail - 1] == " " and line[detail] != " " for line in body)
-    assert lines[-2:] == ["", "20 checks: 20 ok"]
+    assert lines[-2:] == ["", "21 checks: 21 ok"]
 
 
 def test_a_failed_check_exits_1_with_the_fix_on_its_line(
@@ -76,7 +76,7 @@ def test_a_failed_check_exits_1_with_the_fix_on_its_line(
         "--install migslice charts/migslice -n migslice-system (or kubectl apply "
         "--server-side -k manifests)"
     )
-    assert out.splitlines()[-1] == "20 checks: 17 ok, 2 warning, 1 failed"
+    assert out.splitlines()[-1] == "21 checks: 18 ok, 2 warning, 1 failed"
 
 
 def test_json_names_each_check_what_it_read_and_the_counts(

@@ -1,6 +1,6 @@
 """doctor's DRA checks, judged over facts: the API and KEP-5004's stage by kube-apiserver
-version, DRA nodes with their driver mode and the ones migslice does not understand, and the
-DeviceClasses (NVIDIA's and migslice's)."""
+version, DRA nodes with their driver mode and the ones migslice does not understand, the
+DeviceClasses (NVIDIA's and migslice's), and the steer's rules left without an extender."""
 
 from __future__ import annotations
 
@@ -11,16 +11,21 @@ import pytest
 from harness import dra_slices
 from harness.builders import make_policy
 from migslice.doctor.checks.dra import (
+    DELETE_STEER_RULES,
     DRA_RESOURCES,
     DraFacts,
+    SteerFacts,
     judge_dra_api,
     judge_dra_classes,
     judge_dra_nodes,
+    judge_dra_steer,
 )
 from migslice.doctor.facts import Settings
 from migslice.doctor.findings import Verdict
 from migslice.mig import CATALOG
 from migslice.objects.device_classes import mig_profiles, migslice_device_class
+from migslice.objects.device_taint_rules import steer_rule
+from tests.doctor_cluster import available, rendered_one
 from tests.dra_objects import fixture, make_dra_node
 
 SETTINGS = Settings()
@@ -202,5 +207,92 @@ def test_an_account_denied_the_dra_objects_still_gets_the_dra_api_judged() -> No
         assert "cannot read" not in nodes.detail, nodes.detail
         classes = judge(cluster, "dra-device-classes", errors=policies_too)
         assert classes.detail.startswith("cannot read the cluster: HTTP 403")
+    finally:
+        cluster.close()
+
+
+def _extender(*, replicas: int = 2, up: int | None = None, args: tuple[str, ...] = ()) -> Any:
+    """The chart's extender Deployment, ``replicas`` wanted, ``up`` of them available (all by
+    default), with ``args`` added to its container's."""
+    deployment = available(rendered_one("extender/deployment.yaml", "Deployment"))
+    deployment["spec"]["replicas"] = replicas
+    deployment["status"]["availableReplicas"] = replicas if up is None else up
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    container["args"] = [*container.get("args", ()), *args]
+    return deployment
+
+
+STEER = [
+    steer_rule("dyn-1", "gpu-0-mig-1g10gb-19-0", "1g.10gb"),
+    steer_rule("dyn-1", "gpu-0-mig-1g10gb-19-1", "1g.10gb"),
+    steer_rule("dyn-2", "gpu-1-mig-2g20gb-14-0", "2g.20gb"),
+]
+ADMINS = {  # named like the steer's but not labelled as migslice's: an admin's, not counted
+    **steer_rule("dyn-3", "gpu-0-mig-3g40gb-9-0", "3g.40gb"),
+    "metadata": {"name": "migslice-steer-maintenance"},
+}
+
+DOWN = [
+    ("not found", None, "Deployment migslice-system/migslice-extender not found"),
+    ("scaled to 0", _extender(replicas=0), "Deployment migslice-extender is scaled to 0 replicas"),
+    ("crash-looping", _extender(up=0), "Deployment migslice-extender: 0/2 replicas available"),
+]
+
+
+@pytest.mark.parametrize(("extender", "why"), [d[1:] for d in DOWN], ids=[d[0] for d in DOWN])
+def test_steer_rules_left_without_an_extender_warn_with_the_fix(extender: Any, why: str) -> None:
+    found = judge_dra_steer(SteerFacts([*STEER, ADMINS], extender), SETTINGS)
+    assert found.verdict is Verdict.WARNING
+    assert found.detail.startswith("3 steer rule(s) on 2 node(s) (dyn-1, dyn-2) and no extender")
+    assert f"({why})" in found.detail
+    assert "kubectl -n migslice-system scale deploy/migslice-extender --replicas=2" in found.fix
+    assert found.fix.endswith(DELETE_STEER_RULES)
+
+
+def test_steer_rules_kept_by_a_running_extender_or_none_at_all_are_ok() -> None:
+    running = judge_dra_steer(SteerFacts(STEER, _extender()), SETTINGS)
+    assert running.verdict is Verdict.OK
+    assert (
+        running.detail
+        == "3 steer rule(s) on 2 node(s) (dyn-1, dyn-2), kept current by the extender"
+    )
+    for extender in (None, _extender(replicas=0), _extender()):
+        none = judge_dra_steer(SteerFacts([ADMINS], extender), SETTINGS)
+        assert (none.verdict, none.detail) == (Verdict.OK, "no steer rule")
+    unserved = judge_dra_steer(SteerFacts(None, None), SETTINGS)
+    assert unserved.verdict is Verdict.OK
+    assert "serves no devicetaintrules" in unserved.detail
+
+
+def test_steer_rules_left_though_the_steer_is_off_warn() -> None:
+    found = judge_dra_steer(SteerFacts(STEER, _extender(args=("--no-dra-steer",))), SETTINGS)
+    assert found.verdict is Verdict.WARNING
+    assert "though the extender runs with --no-dra-steer" in found.detail
+    assert "logs deploy/migslice-extender" in found.fix and DELETE_STEER_RULES in found.fix
+
+
+def test_the_documented_deletion_is_the_one_doctor_gives() -> None:
+    """docs/dra.md gives the same command to delete the steer's rules by hand."""
+    from harness.paths import REPO
+
+    assert DELETE_STEER_RULES in (REPO / "docs" / "dra.md").read_text().replace("\n", " ")
+
+
+def test_dra_steer_reads_the_rules_and_the_extender_from_the_api() -> None:
+    from tests.doctor_cluster import DoctorCluster
+    from tests.doctor_serve import judge
+
+    cluster = DoctorCluster()
+    try:
+        assert judge(cluster, "dra-steer").detail.startswith("resource.k8s.io/v1 serves no")
+        cluster.objects["/apis/resource.k8s.io/v1/devicetaintrules"] = [*STEER, ADMINS]
+        assert judge(cluster, "dra-steer").verdict is Verdict.OK
+        path = "/apis/apps/v1/namespaces/migslice-system/deployments/migslice-extender"
+        cluster.objects[path]["status"]["availableReplicas"] = 0
+        down = judge(cluster, "dra-steer")
+        assert down.verdict is Verdict.WARNING
+        assert "(Deployment migslice-extender: 0/2 replicas available)" in down.detail
+        del cluster.objects[path]
+        assert "migslice-system/migslice-extender not found" in judge(cluster, "dra-steer").detail
     finally:
         cluster.close()

@@ -1,7 +1,8 @@
 """Checks of Kubernetes DRA (docs/dra.md): the ``resource.k8s.io/v1`` API and KEP-5004's
 extended resources, the DRA nodes (NVIDIA's DRA driver, static or DynamicMIG, and those
-migslice does not understand), and the DeviceClasses (NVIDIA's ``mig.nvidia.com`` and
-migslice's ``migslice-mig-<profile>``)."""
+migslice does not understand), the DeviceClasses (NVIDIA's ``mig.nvidia.com`` and
+migslice's ``migslice-mig-<profile>``), and the steer's DeviceTaintRules left without an
+extender to keep them current."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from migslice.doctor.checks.install import install_fix
 from migslice.doctor.checks.nodes import listing
 from migslice.doctor.facts import Settings
 from migslice.doctor.findings import Finding, Problem, Verdict, finding
+from migslice.doctor.podspec import command_line, containers, pod_spec
 from migslice.mig import CATALOG
 from migslice.objects import node_facts_from_raw
 from migslice.objects.device_classes import mig_profiles
+from migslice.objects.device_taint_rules import STEER_RULE_SELECTOR, is_steer_rule
 from migslice.objects.dra_pool import DraMode, DraPool, PoolState, read_pool
 from migslice.objects.json import JsonObject, items, mapping, text
 from migslice.objects.pod_gpus import is_gpu_resource
@@ -26,6 +29,12 @@ from migslice.policy import DeviceApi, PolicyError, TenantPolicy, parse_tenant_p
 DRA_API_CHECK = "dra-api"
 DRA_NODES_CHECK = "dra-nodes"
 DRA_CLASSES_CHECK = "dra-device-classes"
+DRA_STEER_CHECK = "dra-steer"
+DELETE_STEER_RULES = (
+    f"kubectl get devicetaintrules -l {STEER_RULE_SELECTOR} -o name | "
+    f"grep /{names.STEER_RULE_PREFIX} | xargs -r kubectl delete"
+)
+"""The command that deletes the steer's rules and no other (docs/dra.md, "The steer")."""
 DRA_RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
 _VERSION = re.compile(r"v?(\d+)\.(\d+)")
 
@@ -311,3 +320,79 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
         f"{names.MIG_DEVICE_CLASS} and migslice's {len(wanted)} DeviceClasses "
         "(extendedResourceName nvidia.com/mig-<profile>) are there",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SteerFacts:
+    """What ``dra-steer`` reads: ``rules``: every DeviceTaintRule (None: not served);
+    ``extender``: Deployment ``migslice-extender`` of the release namespace (None: not
+    found)."""
+
+    rules: Sequence[JsonObject] | None
+    extender: JsonObject | None
+
+
+def _extender_down(extender: JsonObject | None, namespace: str) -> str | None:
+    """Why no extender keeps the steer's rules current (None: one runs)."""
+    name = names.EXTENDER_SERVICE
+    if extender is None:
+        return f"Deployment {namespace}/{name} not found"
+    wanted = mapping(extender.get("spec")).get("replicas", 1)
+    available = mapping(extender.get("status")).get("availableReplicas") or 0
+    if wanted == 0:
+        return f"Deployment {name} is scaled to 0 replicas"
+    if not isinstance(available, int) or available < 1:
+        return f"Deployment {name}: 0/{wanted} replicas available"
+    return None
+
+
+def _steer_off(extender: JsonObject) -> bool:
+    """The extender runs with ``--no-dra-steer`` (it writes no rule and deletes those left)."""
+    return any("--no-dra-steer" in command_line(c) for c in containers(pod_spec(extender)))
+
+
+def judge_dra_steer(facts: SteerFacts, settings: Settings) -> Finding:
+    """The steer's rules keep claims off the devices they name until the extender that wrote
+    them deletes them: with no extender running (uninstalled, scaled to 0, crash-looping),
+    they stay as they were, keeping each profile's preferred device and everything after it
+    open but the devices before it shut, so a claim of several devices of one profile may
+    find no room where the node has it (docs/dra.md, "The steer")."""
+    if facts.rules is None:
+        return finding(
+            DRA_STEER_CHECK, [], "resource.k8s.io/v1 serves no devicetaintrules: no steer rule"
+        )
+    steer = [r for r in facts.rules if is_steer_rule(r)]
+    pools = sorted(
+        {
+            text(mapping(mapping(r.get("spec")).get("deviceSelector")).get("pool")) or "?"
+            for r in steer
+        }
+    )
+    namespace = settings.namespace
+    down = _extender_down(facts.extender, namespace)
+    if not steer:
+        return finding(DRA_STEER_CHECK, [], "no steer rule")
+    held = f"{len(steer)} steer rule(s) on {len(pools)} node(s) ({listing(pools)})"
+    if down is not None:
+        problem = Problem(
+            Verdict.WARNING,
+            f"{held} and no extender to keep them current ({down}): they keep claims off the "
+            "devices they name as the nodes were when it stopped, so a claim of several devices "
+            "of one profile may wait where its node has room",
+            f"start the extender (kubectl -n {namespace} scale deploy/{names.EXTENDER_SERVICE} "
+            f"--replicas=2; if it crash-loops: kubectl -n {namespace} logs "
+            f"deploy/{names.EXTENDER_SERVICE}), or leave DynamicMIG nodes to first fit "
+            f"meanwhile: {DELETE_STEER_RULES}",
+        )
+        return finding(DRA_STEER_CHECK, [problem], "")
+    assert facts.extender is not None
+    if _steer_off(facts.extender):
+        problem = Problem(
+            Verdict.WARNING,
+            f"{held}, though the extender runs with --no-dra-steer (it deletes them when it "
+            "starts, and writes none)",
+            f"kubectl -n {namespace} logs deploy/{names.EXTENDER_SERVICE} says why it could not "
+            f"(its ClusterRole needs delete on devicetaintrules); or {DELETE_STEER_RULES}",
+        )
+        return finding(DRA_STEER_CHECK, [problem], "")
+    return finding(DRA_STEER_CHECK, [], f"{held}, kept current by the extender")
