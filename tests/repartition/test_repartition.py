@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -34,6 +35,7 @@ from migslice.repartition import (
     PendingPod,
     PlanResult,
     PlanSettings,
+    RecordError,
     RepartitionRecord,
     Step,
     StepKind,
@@ -405,6 +407,47 @@ def test_the_record_survives_its_json_round_trip() -> None:
     record = replace(applied(), finished=(("gpu-b", T0 - 60),), backoff=(("gpu-c", T0 + 1800),))
     assert parse_record(render_record(record)) == record
     assert parse_record(None) == RepartitionRecord()
+
+
+def test_the_record_keeps_the_keys_a_newer_release_wrote_through_a_rollback() -> None:
+    """A newer release may add top-level keys (as ``restores``, ``served`` and ``carve`` were
+    added); after a ``helm rollback`` this release reads and rewrites the record, and must
+    write them back as they were, or the newer one, back again, has lost its state."""
+    reservations = {"gpu-b": {"pods": ["team-b/infer"], "until": "2025-06-15T15:30:00Z"}}
+    newer = json.loads(render_record(applied()))
+    newer["reservations"] = reservations
+    newer["hints"] = [1, "two", None, {"nested": True}]
+    text = json.dumps(newer, separators=(",", ":"))
+    record = parse_record(text)
+    assert render_record(record) == text  # byte for byte, the unknown keys after the known ones
+    assert parse_record(render_record(record)) == record
+    assert record != parse_record(render_record(applied()))
+    # a round that changes nothing in it leaves it equal; one that ends the plan keeps them
+    idle = decide(
+        record, [node()], [], file_configs=set(FILE_CONFIGS), now=T0 + 5, settings=SETTINGS
+    )
+    assert idle.kind == StepKind.OBSERVE and idle.record == record
+    step = decide(
+        record,
+        [node(config=config_of(record))],
+        [],
+        file_configs=set(FILE_CONFIGS),
+        now=T0 + 60,
+        settings=SETTINGS,
+    )
+    assert step.kind == StepKind.FINISH and step.record.plan is None
+    written = json.loads(render_record(step.record))
+    assert written["plan"] is None and "gpu-a" in written["finished"]
+    assert written["reservations"] == reservations
+    assert written["hints"] == newer["hints"]
+    assert list(written)[-2:] == ["reservations", "hints"]
+
+
+def test_a_record_of_another_version_is_still_refused() -> None:
+    newer = json.loads(render_record(applied()))
+    newer["version"] = "v2"
+    with pytest.raises(RecordError, match="version v1"):
+        parse_record(json.dumps(newer))
 
 
 # -- the mig-parted merge ---

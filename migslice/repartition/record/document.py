@@ -14,6 +14,11 @@ write. Times are RFC 3339 UTC strings on the wire and seconds since the epoch in
      "restores": {…},
      "served": {…},
      "carve": {…}}
+
+A top-level key this release does not know (a newer one wrote it) is kept as it was and
+written back after the known ones (``unknown``), as Kubernetes clients keep the fields they do
+not understand: a ``helm rollback`` to this release and forward again loses none of the newer
+release's state. Keys nested in the known ones (a plan's, a quarantine entry's) are not kept.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ from migslice.repartition.record.served import Served, parse_served, served_json
 from migslice.repartition.record.wire import RecordError, parse_time
 
 RECORD_VERSION = "v1"
+_KNOWN_KEYS = frozenset(
+    {"version", "plan", "finished", "backoff", "quarantine", "restores", "served", "carve"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +59,10 @@ class RepartitionRecord:
     left alone until MIG Manager reports success or an admin releases them; ``restores``:
     roll backs of a node's label not yet seen on the node; ``served``: the pods a node's
     recent success served, to be touched (:mod:`~migslice.repartition.record.served`);
-    ``carve``: the carve plan in progress, beside the MIG Manager one."""
+    ``carve``: the carve plan in progress, beside the MIG Manager one; ``unknown``: the
+    top-level keys a newer release wrote that this one does not know, each with its value as
+    compact JSON text, in the order read, to be written back unchanged (a record derived with
+    ``replace`` keeps them)."""
 
     plan: ActivePlan | None = None
     finished: tuple[tuple[str, float], ...] = ()
@@ -60,6 +71,7 @@ class RepartitionRecord:
     carve: ActiveCarve | None = None
     restores: tuple[Restore, ...] = ()
     served: tuple[Served, ...] = ()
+    unknown: tuple[tuple[str, str], ...] = ()
 
     def with_plan(self, plan: ActivePlan | None) -> RepartitionRecord:
         return replace(self, plan=plan)
@@ -79,6 +91,8 @@ def render_record(record: RepartitionRecord) -> str:
         document["served"] = served_json(record.served)
     if record.carve is not None:
         document["carve"] = carve_json(record.carve)
+    for key, value in record.unknown:  # a newer release's keys, as it wrote them
+        document.setdefault(key, json.loads(value))
     return json.dumps(document, separators=(",", ":"), sort_keys=False)
 
 
@@ -102,7 +116,14 @@ def parse_record(text: str | None) -> RepartitionRecord:
         carve=parse_carve(document.get("carve")),
         restores=parse_restores(document.get("restores")),
         served=parse_served(document.get("served")),
+        unknown=tuple(
+            (key, _compact(value)) for key, value in document.items() if key not in _KNOWN_KEYS
+        ),
     )
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
 def _times(raw: object, where: str) -> tuple[tuple[str, float], ...]:
