@@ -384,8 +384,8 @@ class SteerLoop:
     def _review_lifts(self) -> None:
         demands = []
         for raw in self._api.list_pending_pods():
-            if not (raw.get("spec") or {}).get("resourceClaims"):
-                continue
+            # Claims or extended resources alike: a pod asking nvidia.com/mig-<profile> is
+            # served on a DRA node through its class's extendedResourceName (KEP-5004).
             demand = with_claims(demand_of(raw), raw, self._index.claim, self._index.classes)
             if sum(unit.count for unit in demand.units) >= 2:
                 demands.append(demand)

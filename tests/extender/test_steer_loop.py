@@ -416,3 +416,21 @@ def test_with_the_steer_off_the_rules_a_steering_extender_left_are_deleted() -> 
     _loop(follower, kept).round()
     assert _loop(follower, kept, steer=False, may_write=lambda: False).round() == (0, 0)
     assert kept.rules
+
+
+def test_a_pending_pod_of_two_1g_extended_resources_lifts_the_1g_steer() -> None:
+    """A pod asking ``nvidia.com/mig-1g.10gb: 2`` is served on a DRA node through the class's
+    ``extendedResourceName`` (KEP-5004) and has no ``spec.resourceClaims``: the steer's
+    untainted 1g tail on the idle A100 (start 6 alone) is too short for it, so it must be
+    lifted as a claim pod's is, or the pod waits for good while the GPU is idle."""
+    index = _index()
+    api = RulesApi(index)
+    loop = _loop(index, api, lift_interval_s=0.0)
+    loop.round()
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+    api.pending = [make_claim_pod("waits", {}, mig={"1g.10gb": 2})]
+    loop.round()
+    assert not any("1g10gb-19" in name for name in api.rules)
+    api.pending = []
+    loop.round()
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
