@@ -5,11 +5,11 @@ migslice prefers. A thread in the extender process.
 Each round (every ``interval_s``, and 20 ms after any change): the nodes whose state changed
 since the last round (all, the first time and every ``resync_s``) get their steer again from the
 extender's index; every ``lift_interval_s`` the pending pods are listed, and a profile whose
-steer keeps a pod of several devices off a node where it would fit is lifted there. Then the
-rules that are no longer wanted are deleted first, and the missing ones created (a window
-between the two has fewer taints, never more). A follower, a blind cache or a failed write
-changes nothing else: a stale steer costs packing, never an allocation (``NoSchedule`` keeps
-only new claims off; claims already allocated keep their devices).
+steer keeps a pod of several devices (or of one pinned to a GPU) off a node where it would fit
+is lifted there. Then the rules that are no longer wanted are deleted first, and the missing
+ones created (a window between the two has fewer taints, never more). A follower, a blind
+cache or a failed write changes nothing else: a stale steer costs packing, never an allocation
+(``NoSchedule`` keeps only new claims off; claims already allocated keep their devices).
 
 Every replica also keeps the cluster's stranding rule (:class:`extender.state.StrandGuard`,
 :func:`migslice.mig.stranding.strand_guard`) from the held mix of the nodes that changed: when
@@ -387,7 +387,8 @@ class SteerLoop:
             # Claims or extended resources alike: a pod asking nvidia.com/mig-<profile> is
             # served on a DRA node through its class's extendedResourceName (KEP-5004).
             demand = with_claims(demand_of(raw), raw, self._index.claim, self._index.classes)
-            if sum(unit.count for unit in demand.units) >= 2:
+            several = sum(unit.count for unit in demand.units) >= 2
+            if several or any(unit.select is not None for unit in demand.units):
                 demands.append(demand)
         lift: dict[str, frozenset[str]] = {}
         if demands:
@@ -406,7 +407,7 @@ class SteerLoop:
         changed = set(lift) ^ set(self._lift) | {n for n in lift if self._lift.get(n) != lift[n]}
         if changed:
             names = ", ".join(sorted(changed))
-            log.info("DRA steer lifted on %s for pods of several devices", names)
+            log.info("DRA steer lifted on %s for pods of several devices or pinned to a GPU", names)
             self.stats.lifted += len(changed)
         self._lift = lift
         with self._lock:

@@ -28,7 +28,8 @@ already allocated. So, per MIG profile a node's DynamicMIG GPUs publish:
   that fits the node fits it steered, landing on the preferred device.
 
 A request for several devices of one profile takes the preferred one and the next untainted
-ones after it, and may find fewer than it needs where the untainted tail is short; a pod whose
+ones after it, and may find fewer than it needs where the untainted tail is short; a request
+pinned to one GPU finds none where the preferred device is on a later GPU; a pod whose
 demand fits a node unsteered but not steered is passed as ``lift`` for its profiles, whose
 taints on that node are then dropped (:func:`lifted`). Static-MIG GPUs are not steered: their
 instances exist already and do not overlap, so which one a claim takes strands nothing.
@@ -134,17 +135,24 @@ def lifted(
 ) -> frozenset[str]:
     """The profiles whose steer keeps one of ``demands`` (a pending pod's requests, each
     (wanted, count)) off the node although it fits there unsteered: those to :func:`steer_of`
-    again with ``lift``. Demands of one device never need it (the preferred one stays)."""
+    again with ``lift``. Demands of one device that pins no GPU never need it (the preferred
+    one stays); one pinned to a GPU (``parentUUID``/``uuid``, PCI bus id) may find every
+    device of that GPU tainted, the preferred one being on another."""
     bare = dataclasses.replace(pool, steered=frozenset()) if pool.steered else pool
     found: set[str] = set()
     for requests in demands:
-        if sum(count for _, count in requests) < 2:
+        if sum(count for _, count in requests) < 2 and not any(_pinned(w) for w, _ in requests):
             continue
         if first_solution(bare, requests, use) is None:
             continue
         if first_solution(bare, requests, use, tainted=steer.taints) is None:
             found.update(w.profile for w, _ in requests if w.profile is not None)
     return frozenset(found)
+
+
+def _pinned(wanted: Wanted) -> bool:
+    """Whether ``wanted`` narrows the devices to one GPU or placement (not only a profile)."""
+    return bool(wanted.gpu_uuid or wanted.pci_bus_id or wanted.slices)
 
 
 def _kept(pool: DraPool, use: PoolUse, g: int) -> tuple[Placed, ...]:

@@ -434,3 +434,54 @@ def test_a_pending_pod_of_two_1g_extended_resources_lifts_the_1g_steer() -> None
     api.pending = []
     loop.round()
     assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+
+
+def test_a_pending_pod_of_one_device_pinned_to_a_gpu_lifts_the_steer_that_keeps_it_off() -> None:
+    """A claim may pin its GPU (``parentUUID``, read as docs/dra.md says). With GPU 3 in use
+    the 1g steer prefers GPU 3 and taints every 1g device of GPUs 0-2 before it: a 1g claim
+    pinned to GPU 0 fits the node unsteered but no device is left open to it, so it waits
+    for as long as the steer stands unless the lift review lifts it as it does for pods of
+    several devices."""
+    eight = "gpu-node-a100-8"
+    gpu0 = "GPU-4a1f7c2e-9b3d-1e5f-a0c4-7d2e6f810000"
+    selectors = [
+        f"device.attributes['gpu.nvidia.com'].profile == '1g.10gb' && "
+        f"device.attributes['gpu.nvidia.com'].parentUUID == '{gpu0}'"
+    ]
+    pinned = make_claim(
+        "pinned",
+        requests=[
+            {
+                "name": "mig",
+                "exactly": {
+                    "deviceClassName": "mig.nvidia.com",
+                    "allocationMode": "ExactCount",
+                    "count": 1,
+                    "selectors": [{"cel": {"expression": e}} for e in selectors],
+                },
+            }
+        ],
+    )
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    index.load_objects(
+        ClusterObjects(
+            nodes=(make_dra_node(eight),),
+            resource_slices=tuple(fixture_slices("a100-80gb-dynamicmig-8gpu-resourceslices.json")),
+            resource_claims=(
+                make_claim("held", allocated=[(eight, "gpu-3-mig-4g40gb-5-0")]),
+                pinned,
+            ),
+            device_classes=tuple(migslice_classes()),
+        )
+    )
+    api = RulesApi(index)
+    loop = _loop(index, api, lift_interval_s=0.0)
+    loop.round()
+    gpu0_1g = [steer_rule_name(eight, f"gpu-0-mig-1g10gb-19-{s}") for s in range(7)]
+    assert all(name in api.rules for name in gpu0_1g)
+    api.pending = [make_claim_pod("waits", {"gpu": "pinned"})]
+    loop.round()
+    assert not any(name in api.rules for name in gpu0_1g)
+    api.pending = []
+    loop.round()
+    assert all(name in api.rules for name in gpu0_1g)

@@ -324,3 +324,14 @@ def test_a_3g_that_can_only_strand_still_fits_and_the_node_scores_it_lowest() ->
     assert (plain.filler_mix.fill, plain.filler_mix.need) == (0, 4)
     pool, use = _pool_use(index, ONE)
     assert steer_of(pool, use, strand_guard=True).taints == steer_of(pool, use).taints
+
+
+def test_a_one_device_demand_pinned_to_a_gpu_the_steer_closes_lifts_it() -> None:
+    """GPU 3 in use: the 1g steer prefers it and taints every 1g device of GPUs 0-2. A 1g
+    pinned to GPU 0 fits unsteered and not steered; an unpinned 1g fits steered."""
+    pool, use = _pool_use(_index(EIGHT, EIGHT_GPUS, ["gpu-3-mig-4g40gb-5-0"]), EIGHT)
+    steer = steer_of(pool, use)
+    assert {f"gpu-0-mig-1g10gb-19-{s}" for s in range(7)} <= steer.taints
+    pinned = Wanted(Wanted.mig("1g.10gb").kind, "1g.10gb", gpu_uuid=pool.gpus[0].uuid)
+    assert lifted(pool, use, steer, [[(Wanted.mig("1g.10gb"), 1)]]) == frozenset()
+    assert lifted(pool, use, steer, [[(pinned, 1)]]) == {"1g.10gb"}
