@@ -91,9 +91,8 @@ def decide(
     # This very request may hold a charge already: a reinvocation (the pod carries the
     # reservation we wrote) or a retry after an answer that never arrived. It is not counted
     # twice. The request uid is kube-apiserver's, so a tenant cannot name another pod's here.
-    limit = _check_limits(
-        policy, plan, view, admission.request_uid, _named_instances(admission, intent, view)
-    )
+    named = _named_instances(admission, intent, view, _own_claims(plan))
+    limit = _check_limits(policy, plan, view, admission.request_uid, named)
     if limit is None:
         limit = _shared_claim(admission, intent, policy, view)
     if limit is None:
@@ -215,7 +214,7 @@ def _claims_only(
         return found
     policy = found
     problem = (
-        _max_slices(policy, 0, _named_instances(admission, intent, view))
+        _max_slices(policy, 0, _named_instances(admission, intent, view, {}))
         or _shared_claim(admission, intent, policy, view)
         or _node_selector_conflict(policy, admission)
     )
@@ -327,18 +326,28 @@ def _max_slices(policy: TenantPolicy, own: int, named: int) -> Denial | None:
     )
 
 
-def _named_instances(admission: PodAdmission, intent: PodIntent, view: ClusterView) -> int:
+def _own_claims(plan: GpuPlan) -> Mapping[str, str]:
+    """The claims (name -> template) migslice gives a ResourceClaim tenant's sized pod by
+    ``plan``; none for any other pod."""
+    target = plan.set_resource
+    if target is None or plan.claim_template is None:
+        return {}
+    return dict.fromkeys(pod_claim_names(target.count), plan.claim_template)
+
+
+def _named_instances(
+    admission: PodAdmission, intent: PodIntent, view: ClusterView, own: Mapping[str, str]
+) -> int:
     """The GPU devices of the claims (``resourceClaimName``, as cached) and templates the pod
-    names, less the claims migslice gives a ResourceClaim tenant's sized pod (counted in its
-    plan: a reinvocation sees them)."""
+    names, less the claims migslice gives a ResourceClaim tenant's sized pod (``own``, from
+    :func:`_own_claims`: counted in its plan, and a reinvocation sees them). A claim the pod
+    names itself counts, whatever its name."""
     total = 0
     for ref in intent.claims:
         if ref.claim is not None:
             total += view.claim_instances(admission.namespace, ref.claim)
         elif ref.template is not None:
-            if ref.name.startswith(names.POD_CLAIM) and (
-                names.profile_of_device_class(ref.template) is not None
-            ):
+            if own.get(ref.name) == ref.template:
                 continue
             found = view.template(admission.namespace, ref.template)
             total += found.instances if found is not None else 0

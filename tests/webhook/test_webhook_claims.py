@@ -751,6 +751,40 @@ def test_a_pod_naming_several_claims_is_held_to_max_slices_per_pod() -> None:
     assert not paired["allowed"] and "(spec.maxSlicesPerPod)" in paired["status"]["message"]
 
 
+def test_claims_named_like_migslices_own_count_toward_max_slices_per_pod() -> None:
+    """Only the claims migslice itself gives a sized pod (counted in its plan) are left out of
+    the count of the claims a pod names: a tenant naming migslice's templates under
+    migslice-gpu, migslice-gpu-1, ... itself holds every device they make."""
+    state = tenant_state(maxSlicesPerPod=1, deviceAPI="ResourceClaim")
+    state.upsert_template(migslice_claim_template("team-a", "1g.10gb"))
+    client = create_app(WebhookSettings(), state).test_client()
+    template = "migslice-mig-1g.10gb"
+    plain = make_claim_pod("plain", {})
+    plain["spec"]["resourceClaims"] = [
+        {"name": "migslice-gpu", "resourceClaimTemplateName": template},
+        {"name": "migslice-gpu-1", "resourceClaimTemplateName": template},
+    ]
+    plain["spec"]["containers"][0]["resources"] = {
+        "claims": [{"name": "migslice-gpu"}, {"name": "migslice-gpu-1"}]
+    }
+    answer = _pod_answer(client, plain, "uid-plain")
+    assert not answer["allowed"]
+    assert "asks for 2 GPU slices (2 of them" in answer["status"]["message"]
+    sized = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    sized["spec"]["resourceClaims"] = [
+        {"name": "migslice-gpu-1", "resourceClaimTemplateName": template}
+    ]
+    answer = _pod_answer(client, sized, "uid-sized")
+    assert not answer["allowed"]
+    assert "asks for 2 GPU slices (1 of them" in answer["status"]["message"]
+    # migslice's own claim, on reinvocation, is counted once (in the plan)
+    del sized["spec"]["resourceClaims"]
+    answer = _pod_answer(client, sized, "uid-sized")
+    assert answer["allowed"], answer
+    patched = jsonpatch.apply_patch(sized, json.loads(base64.b64decode(answer["patch"])))
+    assert _pod_answer(client, patched, "uid-sized")["allowed"]
+
+
 def _reserve(
     client: FlaskClient, claim: dict[str, Any], pods: tuple[str, ...], before: tuple[str, ...]
 ) -> Any:
