@@ -210,12 +210,15 @@ def decide_claim(
     if denial is not None:
         return AdmissionDecision.deny(denial, tenant=policy.name)
     asks = claim_asks(reading.asks)
-    if admission.template:
+    models = tuple(sorted({o.model.key for o in view.offers()}))
+    wanted = claim_usage(asks, models)
+    if admission.template:  # each of its claims asks this: maxSlicesPerPod, never quota
+        too_many = _max_slices(policy, wanted, subject)
+        if too_many is not None:
+            return AdmissionDecision.deny(too_many, tenant=policy.name)
         return AdmissionDecision(allowed=True, reason="admitted", tenant=policy.name)
     if _is_covered(admission, asks, view):
         return EXTENDED_RESOURCE_CLAIM
-    models = tuple(sorted({o.model.key for o in view.offers()}))
-    wanted = claim_usage(asks, models)
     limit = _limits(policy, wanted, view, admission.request_uid, subject)
     if limit is not None:
         return AdmissionDecision.deny(limit, tenant=policy.name)
@@ -399,15 +402,22 @@ def controlling_pod(metadata: JsonObject) -> tuple[str, str] | None:
     return None
 
 
-def _limits(
-    policy: TenantPolicy, wanted: SliceUsage, view: ClusterView, reservation: str, subject: str
-) -> Denial | None:
+def _max_slices(policy: TenantPolicy, wanted: SliceUsage, subject: str) -> Denial | None:
     if policy.max_slices_per_pod is not None and wanted.instances > policy.max_slices_per_pod:
         return Denial(
             "max-slices",
             f'{subject} asks for {wanted.instances} GPU slices; policy "{policy.name}" allows '
             f"{policy.max_slices_per_pod} per pod (spec.maxSlicesPerPod)",
         )
+    return None
+
+
+def _limits(
+    policy: TenantPolicy, wanted: SliceUsage, view: ClusterView, reservation: str, subject: str
+) -> Denial | None:
+    too_many = _max_slices(policy, wanted, subject)
+    if too_many is not None:
+        return too_many
     used = view.tenant_usage(policy.name, exclude_reservation=reservation)
     return quota_denial(policy, used, wanted, subject="claim")
 

@@ -343,6 +343,26 @@ def test_a_template_is_checked_but_not_charged() -> None:
     assert refused.message.startswith("claim template team-a/train asks for 3g.40gb")
 
 
+def test_a_template_is_held_to_max_slices_per_pod_as_its_claims_are() -> None:
+    """Each claim of a template asks what its spec asks, so a template of more devices than
+    spec.maxSlicesPerPod is refused at its CREATE (no claim made from it could be admitted),
+    naming the field; its quota is still only charged when a claim is made."""
+    template = {
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {"spec": make_claim("x", count=3)["spec"]},
+    }
+    decision, _ = run_claim(template, view(make_policy(maxSlicesPerPod=2)), template=True)
+    assert (decision.allowed, decision.reason) == (False, "max-slices")
+    assert decision.message == (
+        'claim template team-a/train asks for 3 GPU slices; policy "team-a" allows 2 per pod '
+        "(spec.maxSlicesPerPod)"
+    )
+    full = {"team-a": SliceUsage(8, 8, 8, (("1g.10gb", 8),))}
+    policy = make_policy(maxSlicesPerPod=3, quota={"instances": 8})
+    decision, _ = run_claim(template, view(policy, usage=full), template=True)
+    assert decision.allowed and decision.charge is None
+
+
 def test_a_template_under_migslices_name_must_be_migslices() -> None:
     own = migslice_claim_template("team-a", "1g.10gb")
     assert run_claim(own, view(), template=True)[0].allowed
