@@ -2,7 +2,8 @@
 
 :func:`claim_facts_from_raw` keeps a claim's requests (``exactly``: ``deviceClassName``,
 selectors, ``count``), its allocation (``status.allocation.devices.results[]``: request,
-driver, pool, device; only ``gpu.nvidia.com`` devices are kept), who it is reserved for
+driver, pool, device; only ``gpu.nvidia.com`` devices are kept, and not those given with
+``adminAccess``, which hold nothing), who it is reserved for
 (``status.reservedFor``), its controlling Pod and whether kube-scheduler made it for a pod's
 extended resources (KEP-5004: annotation ``resource.kubernetes.io/extended-resource-claim:
 "true"``, named ``<pod>-extended-resources-<random>``).
@@ -49,7 +50,9 @@ class ClaimRequest:
 class ClaimFacts:
     """The decision-relevant part of a ResourceClaim.
 
-    ``devices``: (pool, device) of every ``gpu.nvidia.com`` device of its allocation;
+    ``devices``: (pool, device) of every ``gpu.nvidia.com`` device its allocation holds: a
+    result with ``adminAccess: true`` holds none (kube-scheduler's allocator does not count
+    it as in use, ``foreachAllocatedDevice``, and gives the device to other claims);
     ``reserved_for``: the ``namespace/name`` of the pods it is reserved for; ``owner``: that of
     the Pod that controls it (template and extended-resource claims), else None."""
 
@@ -100,7 +103,7 @@ def claim_facts_from_raw(raw_claim: RawClaim) -> ClaimFacts | None:
     devices = tuple(
         (sys.intern(text(result.get("pool")) or ""), sys.intern(text(result.get("device")) or ""))
         for result in (mapping(raw) for raw in results)
-        if result.get("driver") == DRA_DRIVER
+        if result.get("driver") == DRA_DRIVER and result.get("adminAccess") is not True
     )
     reserved = tuple(
         f"{namespace}/{text(ref.get('name'))}"

@@ -75,6 +75,7 @@ def _facts(raw: dict[str, Any]) -> ClaimFacts:
 
 
 A100 = "gpu-node-a100-8"
+SLICES_8 = "a100-80gb-dynamicmig-8gpu-resourceslices.json"
 
 
 def _claim_pod(index_claims: list[dict[str, Any]], profile: str, name: str = "p") -> dict[str, Any]:
@@ -172,6 +173,38 @@ def test_a_claim_migslice_cannot_read_is_left_to_kube_schedulers_dra_filter() ->
         allocated,
     )
     assert _claim_demand(index, make_claim_pod("p", {"gpu": "done"})).units == ()
+
+
+def test_devices_a_claim_has_with_admin_access_are_not_counted_as_held() -> None:
+    """kube-scheduler's allocator counts no result with ``adminAccess: true`` as in use
+    (``foreachAllocatedDevice``): a monitoring claim's admin access to the only idle GPU's
+    device leaves that device to the next claim, so the node must not look full."""
+    claims = [_allocated("big", A100, *(f"gpu-{g}-mig-7g80gb-0-0" for g in range(7)))]
+    admin = make_claim(
+        "monitor",
+        namespace="monitoring",
+        requests=[
+            {
+                "name": "all",
+                "exactly": {
+                    "deviceClassName": "mig.nvidia.com",
+                    "allocationMode": "All",
+                    "adminAccess": True,
+                },
+            }
+        ],
+        allocated=[(A100, "gpu-7-mig-7g80gb-0-0")],
+        reserved_for=["dcgm"],
+    )
+    for result in admin["status"]["allocation"]["devices"]["results"]:
+        result["adminAccess"] = True
+    claims.append(admin)
+    large = _claim_pod(claims, "7g.80gb", "large")
+    index = _index([make_dra_node(A100)], fixture_slices(SLICES_8), claims)
+    node = index.get(A100)
+    assert node is not None
+    assert node.free.get("nvidia.com/mig-7g.80gb") == 1
+    assert check_node(_claim_demand(index, large), node).outcome is Outcome.FITS
 
 
 def test_units_must_fit_together_on_a_dynamic_gpu() -> None:
