@@ -11,9 +11,10 @@
   counter, so it is free only while no partition is held.
 
 Held also counts what is **assumed**: a claim not yet allocated (in migslice's cache) of a pod
-bound or nominated to the node, and the extended resources of such a pod whose
-extended-resource claim is not seen, placed where the allocator would put them
-(:func:`migslice.inventory.first_fit.first_solution`), pod after pod in name order.
+bound or nominated to the node (once, however many of them share it), and the extended
+resources of such a pod whose extended-resource claim is not seen, placed where the allocator
+would put them (:func:`migslice.inventory.first_fit.first_solution`), pod after pod in name
+order.
 
 What a node offers (:attr:`DraView.allocatable`, read as the device plugin's allocatable is
 on other nodes): per profile, the static instances published, or the most a DynamicMIG GPU
@@ -94,20 +95,25 @@ def resolve_dra(pods: Iterable[PodFacts], dra: DraInputs) -> DraResolution:
 def _assume(
     pool: DraPool, use: PoolUse, pods: Iterable[PodFacts], dra: DraInputs, notes: list[str]
 ) -> set[str]:
-    """Place what pods on the node hold but no allocation shows yet (first fit each)."""
+    """Place what pods on the node hold but no allocation shows yet (first fit each). A claim
+    several of them share is placed once, with the first pod that names it: the allocator
+    gives a claim its devices once, whatever the number of its consumers."""
     model = pool.model
     assumed: set[str] = set()
+    placed: set[str] = set()
     for pod in sorted(pods, key=lambda p: p.key):
         wanted: list[tuple[Wanted, int]] = []
         extended_seen = False
+        mine: list[str] = []
         for key in pod.claims:
             claim = dra.claims.get(key)
             if claim is None:
                 notes.append(f"pod {pod.key}: ResourceClaim {key} not seen yet")
                 continue
             extended_seen |= claim.extended_resource
-            if claim.allocated:
+            if claim.allocated or key in placed:
                 continue
+            mine.append(key)
             asks = gpu_asks(claim, dra.classes)
             notes.extend(f"pod {pod.key}: {line}" for line in asks.unread)
             for ask in asks.asks:
@@ -133,6 +139,7 @@ def _assume(
         if solution is None:
             notes.append(f"pod {pod.key}: no free devices for what it holds")
             continue
+        placed.update(mine)
         for choice in solution:
             use.take(choice.gpu, choice.device)
             assumed.add(choice.name)

@@ -177,6 +177,20 @@ def test_a_bound_pods_claim_not_yet_allocated_is_assumed_where_first_fit_puts_it
     assert state.gpus[0].instances == (Placed(0, "1g.10gb", 1), Placed(2, "2g.20gb", 2))
 
 
+def test_a_claim_shared_by_two_pods_on_the_node_is_assumed_once() -> None:
+    """Two pods bound (or nominated) to the node name one claim that no allocation shows yet:
+    the allocator gives that claim its devices once, whatever the number of its consumers."""
+    claims = [make_claim("shared", profile="2g.20gb")]
+    pods = [
+        make_claim_pod(name, {"gpu": "shared"}, node_name=A100_ONE, phase="Pending")
+        for name in ("a", "b")
+    ]
+    state = _state("a100-80gb-dynamicmig-1gpu-resourceslices.json", claims=claims, pods=pods)
+    assert state.dra is not None
+    assert state.dra.assumed == frozenset({"gpu-0-mig-2g20gb-14-0"})
+    assert state.allocated == (("nvidia.com/mig-2g.20gb", 1),)
+
+
 def test_extended_resources_on_a_dra_node_are_held_once() -> None:
     claim = _allocated(
         "infer-0-extended-resources-x",
