@@ -209,9 +209,12 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(
         key="H100-96GB",
         description="NVIDIA H100 96GB / GH200 96GB / H20",
+        # "NVIDIA GH200 96GB HBM3": nvidia-smi -L of two GH200 with 7 x 1g.12gb each in
+        # kubernetes-sigs/dra-driver-nvidia-gpu demo/specs/extended-resources/mig-1g-12gb.yaml
         product_names=(
             "NVIDIA-GH200-480GB",
             "NVIDIA-GH200-120GB",
+            "NVIDIA-GH200-96GB-HBM3",
             "NVIDIA-H100-96GB-HBM3",
             "NVIDIA-H20",
         ),

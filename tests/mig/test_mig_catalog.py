@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 import pytest
 
 from migslice.mig import (
@@ -226,3 +229,35 @@ def test_the_label_gfd_writes_for_each_boards_nvml_name_finds_its_model(
     assert found is not None and found.key == model, label
     assert pci_id in found.pci_device_ids
     assert gpu_pci_ids(found, label, None) == (pci_id,)
+
+
+def test_the_gh200_of_nvidias_dra_demo_finds_its_model_by_the_name_it_reports() -> None:
+    """kubernetes-sigs/dra-driver-nvidia-gpu@95932046
+    demo/specs/extended-resources/mig-1g-12gb.yaml:31,39 shows ``nvidia-smi -L`` on two GH200
+    (96GB HBM3), each with the mig-parted config's seven ``1g.12gb`` instances. The DRA driver
+    publishes that NVML name as ``productName`` and GFD labels the node with its sanitised form,
+    so both must find the catalog model whose profiles the demo creates."""
+    from migslice.mig.catalog import product_label_of
+    from tests import paths
+
+    text = (paths.FIXTURES / "dra" / "demo-extended-resources-mig-1g-12gb.yaml").read_text()
+    gpus: dict[str, Counter[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if gpu := re.match(r"#\s+GPU (\d+): (.+?) \(UUID: GPU-", line):
+            current = f"{gpu[1]}:{gpu[2]}"
+            gpus[current] = Counter()
+        elif mig := re.match(r"#\s+MIG (\S+)\s+Device\s+\d+: \(UUID: MIG-", line):
+            gpus[current][mig[1]] += 1
+    assert gpus == {
+        "0:NVIDIA GH200 96GB HBM3": Counter({"1g.12gb": 7}),
+        "1:NVIDIA GH200 96GB HBM3": Counter({"1g.12gb": 7}),
+    }
+    for key, instances in gpus.items():
+        label = product_label_of(key.split(":", 1)[1])
+        assert label == "NVIDIA-GH200-96GB-HBM3"
+        model = CATALOG.by_product(label)
+        assert model is not None and model.key == "H100-96GB", label
+        assert 0x2342 in model.pci_device_ids  # GH200's device id (open-gpu-kernel-modules)
+        for name, count in instances.items():
+            assert count == model.profile(name).max_count
