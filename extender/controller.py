@@ -267,8 +267,12 @@ class RepartitionController:
         raw = self._api.read_node(name)
         if raw is None:
             return None
-        pods = [pod_facts_from_raw(p) for p in self._api.list_pods_on_node(name)]
-        return resolve_node(node_facts_from_raw(raw), [p for p in pods if p is not None], configs)
+        found = [pod_facts_from_raw(p) for p in self._api.list_pods_on_node(name)]
+        pods = [p for p in found if p is not None]
+        # its ResourceSlices and claims from the cache: a node that became a DRA node since it
+        # was planned is read as one (never labelled nor carved)
+        dra = self._index.dra_inputs(name, pods)
+        return resolve_node(node_facts_from_raw(raw), pods, configs, dra=dra)
 
     def _perform(self, step: Step, file: MigConfigFile) -> tuple[RawObject | None, bool]:
         """Write the step's record, then its node writes and Events: the stored ConfigMap

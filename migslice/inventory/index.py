@@ -137,6 +137,13 @@ class ClusterIndex(Generic[V]):
         facts = self._nodes.get(name)
         return None if facts is None else self._resolve(facts)
 
+    def dra_inputs(self, name: str, pods: Iterable[PodFacts]) -> DraInputs | None:
+        """The cached DRA inputs of node ``name`` (its ``gpu.nvidia.com`` pool, the claims
+        allocated in it and those ``pods`` name), for a caller that read the node and its pods
+        fresh; None when no slice names it."""
+        with self._lock:
+            return self._dra_inputs(name, tuple(pods))
+
     def uncounted_nominations(self, key: str, priority: int) -> frozenset[str]:
         """The nodes holding a pod only nominated there that kube-scheduler does not count for
         pod ``key`` of ``priority`` (the pod itself, or one of lower priority)."""

@@ -7,7 +7,8 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   plan record (``appliedAt`` null). Nothing on the cluster changes yet.
 * **planned** (plan written, not applied): re-check every node against the state at apply
   time (label still the previous config, no MIG Manager run, every planned GPU still idle,
-  the node still one a pod it serves and still waits could be placed on: not cordoned since);
+  the node still one a pod it serves and still waits could be placed on: not cordoned since;
+  not a DRA node since);
   nodes that fail it are ``aborted``. ``APPLY``: merge the remaining nodes' configs into the
   mig-parted file (with the record, in one write), then label each node
   ``nvidia.com/mig.config=<config>`` (with ``nvidia.com/mig.config.state=pending``, so that

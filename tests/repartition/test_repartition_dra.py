@@ -7,16 +7,21 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from extender.controller import RepartitionController
+from extender.settings import ExtenderSettings, RepartitionSettings
+from extender.state import new_index
 from harness import dra_slices as gen
 from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
 from migslice.cli import main
 from migslice.names import MODE_CARVE
+from migslice.objects import node_facts_from_raw
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.repartition import (
     CarveSettings,
@@ -31,6 +36,7 @@ from migslice.repartition import (
 from migslice.repartition.modes import DRA_DYNAMIC, DRA_STATIC
 from migslice.repartition.snapshot import node_states
 from tests.dra_objects import make_claim, make_dra_node, migslice_classes
+from tests.repartition.test_repartition_controller import NOW, Elector, FakeApi
 
 
 def dra_objects() -> ClusterObjects:
@@ -142,3 +148,84 @@ def test_migslice_plan_prints_why_dra_nodes_are_left_alone(
     assert main(["plan", "--cluster-file", str(path), "-o", "json"]) == 0
     skipped = {s["node"]: s["reason"] for s in json.loads(capsys.readouterr().out)["skippedNodes"]}
     assert skipped == {"dra-static": DRA_STATIC, "dra-dynamic": DRA_DYNAMIC}
+
+
+def _turned_dra(objects: ClusterObjects, name: str) -> ClusterObjects:
+    """``objects`` after node ``name`` became a static-MIG DRA node of the same layout: its
+    device plugin gone (no nvidia.com allocatable), its labels kept, its slices published."""
+    kept = [n for n in objects.nodes if n["metadata"]["name"] != name]
+    old = next(n for n in objects.nodes if n["metadata"]["name"] == name)
+    node = {"apiVersion": "v1", "kind": "Node", **make_dra_node(name, **old["metadata"]["labels"])}
+    slices = gen.node_slices(
+        name,
+        f"uid-{name}",
+        [gen.a100(0)],
+        dynamic=False,
+        layouts=[[("1g.10gb", start) for start in range(7)]],
+    )
+    return replace(
+        objects,
+        nodes=(*kept, node),
+        resource_slices=(*objects.resource_slices, *slices),
+    )
+
+
+def test_a_planned_node_that_turned_dra_before_its_label_is_not_labelled() -> None:
+    """The plan was written while gpu-a was a device-plugin node; its label waits for the
+    mig-parted file to reach MIG Manager, and meanwhile the node became a DRA node. The
+    re-check before the label drops it: no nvidia.com/mig.config on a DRA node."""
+    objects = dra_objects()
+    settings = ControllerSettings(plan=PlanSettings(min_pending_s=0))
+    now = time.time()
+    states = node_states(objects.nodes, objects.pods, {}, dra=objects)
+    started = decide(
+        RepartitionRecord(),
+        states,
+        pending_of(objects),
+        file_configs=(),
+        now=now,
+        settings=settings,
+    )
+    assert started.kind is StepKind.START and [c.node for c in started.plan.changes] == ["gpu-a"]
+    turned = _turned_dra(objects, "gpu-a")
+    states = node_states(turned.nodes, turned.pods, {}, dra=turned)
+    assert {s.name: s for s in states}["gpu-a"].dra is not None
+    step = decide(
+        started.record,
+        states,
+        pending_of(turned),
+        file_configs=tuple(started.configs),
+        now=now + settings.config_propagation_s + 1,
+        settings=settings,
+    )
+    assert step.labels == ()
+    assert step.kind is StepKind.ABORT
+    assert DRA_STATIC in step.outcomes[0].detail
+
+
+def test_the_controller_reads_a_plan_node_fresh_with_its_dra_slices() -> None:
+    """The controller reads the nodes of the plan in flight from the API server before it
+    labels them; that read keeps the node's ResourceSlices (the extender's cache), so a node
+    that became a DRA node between the plan and its label is seen as one and not labelled."""
+    api = FakeApi()
+    index = new_index()
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    clock = [NOW]
+    settings = ExtenderSettings(
+        repartition=RepartitionSettings(enabled=True, config_propagation_s=90.0)
+    )
+    ctl = RepartitionController(
+        api, Elector(), index, settings, clock=lambda: clock[0], monotonic=lambda: clock[0]
+    )
+    assert [s.kind for s in ctl.run_once()] == [StepKind.START]  # the label waits for the file
+    node = {"apiVersion": "v1", "kind": "Node", **api.node}
+    turned = _turned_dra(ClusterObjects(nodes=(node,)), "gpu-a")
+    api.node = dict(turned.nodes[0])
+    index.upsert_node(node_facts_from_raw(api.node))
+    index.load_dra(replace(turned, device_classes=tuple(migslice_classes())))
+    clock[0] = NOW + 100
+    api.log.clear()
+    steps = ctl.run_once()
+    assert not any(line.startswith("label") for line in api.log)
+    assert [s.kind for s in steps] == [StepKind.ABORT]
+    assert DRA_STATIC in steps[0].outcomes[0].detail
