@@ -544,16 +544,22 @@ class ClusterIndex(Generic[V]):
 
     def _dra_inputs(self, name: str, pods: Iterable[PodFacts] | None = None) -> DraInputs | None:
         """The DRA inputs of node ``name`` (the caller holds the lock), None when no
-        ``gpu.nvidia.com`` slice names it; ``pods``: those whose claims count (default every
-        pod held there)."""
+        ``gpu.nvidia.com`` slice names it and no claim is allocated in its pool; ``pods``:
+        those whose claims count (default every pod held there). A node whose slices are gone
+        (its kubelet plugin restarting) while claims still hold its devices is a DRA node all
+        the same, its pool incomplete: never read as a device-plugin node with nothing held."""
         slices = self._slices.get(name)
-        if not slices:
+        if not slices and not self._claims_by_pool.get(name):
             return None
-        pool = self._pools.get(name)
-        if pool is None:
+        if not slices:
+            pool = read_pool(name, (), self._catalog)  # incomplete: nothing published
+        elif (kept := self._pools.get(name)) is not None:
+            pool = kept
+        else:
             read = read_pool(name, slices.values(), self._catalog)
-            pool = with_rules(read, self._rules.get(name), self._rules.get(None))
-            self._pools[name] = pool
+            pool = self._pools[name] = with_rules(
+                read, self._rules.get(name), self._rules.get(None)
+            )
         allocated = tuple(self._claims_by_pool.get(name, {}).values())
         counted = self._pods_by_node.get(name, {}).values() if pods is None else pods
         used = {

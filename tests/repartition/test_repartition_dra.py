@@ -33,9 +33,9 @@ from migslice.repartition import (
     pending_pods,
     plan_carve,
 )
-from migslice.repartition.modes import DRA_DYNAMIC, DRA_STATIC
+from migslice.repartition.modes import DRA_DYNAMIC, DRA_STATIC, dra_exclusion
 from migslice.repartition.snapshot import node_states
-from tests.dra_objects import make_claim, make_dra_node, migslice_classes
+from tests.dra_objects import make_claim, make_claim_pod, make_dra_node, migslice_classes
 from tests.repartition.test_repartition_controller import NOW, Elector, FakeApi
 
 
@@ -229,3 +229,37 @@ def test_the_controller_reads_a_plan_node_fresh_with_its_dra_slices() -> None:
     assert not any(line.startswith("label") for line in api.log)
     assert [s.kind for s in steps] == [StepKind.ABORT]
     assert DRA_STATIC in steps[0].outcomes[0].detail
+
+
+def test_a_dra_node_whose_slices_are_gone_while_a_claim_holds_its_gpu_is_not_planned() -> None:
+    """A static-MIG DRA node whose kubelet plugin is restarting: the kubelet has withdrawn its
+    ResourceSlices, but a running pod's claim still holds one of its MIG devices. Its Node has
+    no device-plugin allocatable and keeps the labels MIG Manager and GFD set; read as a
+    device-plugin node known by counts, with nothing held, every GPU of it would be re-shaped
+    under the running pod. The claim allocated in its pool says whose the GPUs are."""
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        "nvidia.com/gpu.count": "1",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mig.config": "all-1g.10gb",
+        "nvidia.com/mig.config.state": "success",
+    }
+    node = {"apiVersion": "v1", "kind": "Node", **make_dra_node("dra-static", **labels)}
+    claim = make_claim("small", allocated=[("dra-static", "gpu-0-mig-1g10gb-19-0")])
+    running = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        **make_claim_pod("small", {"gpu": "small"}, node_name="dra-static", phase="Running"),
+    }
+    objects = replace(
+        dra_objects(),
+        nodes=(node,),
+        pods=(*dra_objects().pods, running),
+        resource_slices=(),
+        resource_claims=(claim,),
+    )
+    states, step = _decide(objects)
+    assert step.kind is StepKind.WAIT, step.reason
+    assert step.plan.changes == ()
+    left = dra_exclusion(states[0])
+    assert left is not None and "a DRA node (ResourceSlices incomplete)" in left.message
