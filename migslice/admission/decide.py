@@ -43,6 +43,7 @@ from migslice.admission.usage import SliceUsage
 from migslice.admission.view import ClusterView, TemplateFacts
 from migslice.mig import profile_from_resource
 from migslice.objects.pod_gpus import implicit_gpu_asks, is_gpu_resource
+from migslice.objects.pods import bound_node_of
 from migslice.objects.resource_claims import is_nvidia_gpu
 from migslice.policy import DeviceApi, Isolation, TenantPolicy
 
@@ -85,7 +86,7 @@ def decide(
     if isinstance(plan, Denial):
         return AdmissionDecision.deny(_prefixed(subject, plan), tenant=policy.name)
     if policy.device_api is DeviceApi.RESOURCE_CLAIM:
-        plan = _as_claims(plan, intent)
+        plan = _as_claims(plan, intent, bound_node_of(admission.raw_pod))
         if isinstance(plan, Denial):
             return AdmissionDecision.deny(_prefixed(subject, plan), tenant=policy.name)
     # This very request may hold a charge already: a reinvocation (the pod carries the
@@ -164,12 +165,23 @@ def _gpu_classes(view: ClusterView) -> dict[str, str]:
     return found
 
 
-def _as_claims(plan: GpuPlan, intent: PodIntent) -> GpuPlan | Denial:
+def _as_claims(plan: GpuPlan, intent: PodIntent, node: str | None) -> GpuPlan | Denial:
     """The plan of a ResourceClaim tenant: a MIG resource becomes claims from migslice's
-    template of the profile (other tiers never reach here: the policy allows only mig)."""
+    template of the profile (other tiers never reach here: the policy allows only mig). A pod
+    that names its node (``node``, its ``spec.nodeName``) bypasses kube-scheduler, the only
+    allocator of a claim: its claims would never be allocated, so it is refused."""
     target = plan.set_resource
     if target is None or profile_from_resource(target.resource) is None:
         return plan
+    if node is not None:
+        return Denial(
+            "node-name",
+            f'sets spec.nodeName "{node}", which bypasses the scheduler; only kube-scheduler '
+            "allocates the ResourceClaims migslice gives a sized pod of a deviceAPI: "
+            "ResourceClaim tenant, so the kubelet would never start it: choose the node by "
+            f"required node affinity instead (matchFields metadata.name In [{node}])",
+            422,
+        )
     template = names.mig_claim_template(plan.profile)
     for ref in intent.claims:
         if ref.name in pod_claim_names(target.count) and ref.template != template:

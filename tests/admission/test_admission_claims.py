@@ -500,6 +500,20 @@ def test_a_sized_pod_of_a_resource_claim_tenant_gets_claims_from_the_template() 
     assert again.allowed and not [op for op in again.patch if "claims" in op.path.lower()]
 
 
+def test_a_resource_claim_tenants_sized_pod_that_names_its_node_is_not_given_claims() -> None:
+    """A pod created with spec.nodeName bypasses kube-scheduler, and only kube-scheduler
+    allocates a ResourceClaim: the claims migslice gave such a pod were made (and charged) from
+    the template but never allocated, and the kubelet refused to start the pod for good. It is
+    refused at once, naming the field, as an ExtendedResource tenant's pod is not."""
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    pod["spec"]["nodeName"] = "gpu-1"
+    decision, patched = run_pod(pod, view(make_policy(deviceAPI="ResourceClaim")))
+    assert (decision.allowed, decision.code, decision.templates) == (False, 422, ())
+    assert "resourceClaims" not in patched["spec"]
+    assert "spec.nodeName" in decision.message and "gpu-1" in decision.message
+    assert run_pod(pod, view(make_policy()))[0].allowed
+
+
 def test_a_resource_claim_tenants_pod_is_denied_over_quota_before_its_claim_exists() -> None:
     policy = make_policy(deviceAPI="ResourceClaim", quota={"instances": 1})
     used = {"team-a": SliceUsage(1, 1, 1, (("1g.10gb", 1),))}
