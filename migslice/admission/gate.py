@@ -36,6 +36,13 @@ immutable (the MutatingAdmissionPolicy already set migslice-scheduler, so the we
 absent; where it is not, the pod keeps its scheduler, which places it by kube-scheduler's own
 counts). A pod whose GPU resource the webhook would set never gets this far
 (:func:`in_place_refusal`)."""
+NEW_TERM = (
+    "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/-"
+)
+"""The path of a node selector term appended to those a pod has (the twin of each, for nodes
+without GPU Feature Discovery's product label): a gated pod's non-empty terms may gain
+expressions, never a term more (kube-apiserver's ``validateNodeAffinityMutation``), so such a
+pod admitted in place runs only where the product label allows it."""
 WAITING = frozenset({"quota", "ledger-fenced"})
 """Denials that pass by themselves (usage falls, a fence ends): the pod waits."""
 UNSIZED = "created-unsized"
@@ -154,11 +161,16 @@ def skipped_note(pod: GatedPod, why: str) -> GateNote:
 def ungate_patch(pod: GatedPod, decision: AdmissionDecision) -> tuple[PatchOp, ...]:
     """The JSON Patch that admits ``pod`` as stored: the webhook's own patch for it (output
     annotations with the reservation, node affinity, the policy's node selector; a gated pod
-    may gain these) less what a stored pod cannot change, the gate removed, all guarded by
+    may gain these) less what a stored pod cannot change (its scheduler, a node selector term
+    more: :data:`NEW_TERM`), the gate removed, all guarded by
     the resourceVersion it was decided on (kube-apiserver answers 422 when the pod changed
     since)."""
     ops = [PatchOp("test", "/metadata/resourceVersion", pod.resource_version)]
-    ops += [op for op in decision.patch if not op.path.startswith(IMMUTABLE_PREFIXES)]
+    ops += [
+        op
+        for op in decision.patch
+        if not op.path.startswith(IMMUTABLE_PREFIXES) and op.path != NEW_TERM
+    ]
     if not any(op.path.startswith("/spec/schedulingGates/") for op in ops):
         ops += remove_scheduling_gate(pod.raw_pod, names.ADMISSION_GATE)
     return tuple(ops)

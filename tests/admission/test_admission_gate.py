@@ -152,6 +152,35 @@ def test_the_ungate_patch_applies_to_the_stored_pod_as_the_apiserver_allows() ->
         apply(stale, ops)
 
 
+def test_the_ungate_patch_adds_no_node_selector_term_to_a_pod_that_has_some() -> None:
+    """kube-apiserver lets a gated pod's required node affinity gain expressions in the terms
+    it has, never a term more (validateNodeAffinityMutation: "no additions/deletions to
+    non-empty NodeSelectorTerms list are allowed"). The patch appended the twin of each term
+    (product DoesNotExist, for nodes without GPU Feature Discovery): refused with 422 every
+    round, read as a pod changed since, the pod stayed gated while its charge was renewed."""
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    required = {"nodeSelectorTerms": [term]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    raw = make_gated_pod("a", limits=DIRECT, affinity=affinity)
+    pod = gated_pod(raw)
+    assert pod is not None
+    decision = decide(pod.admission, view(quota=2))
+    assert decision.allowed
+    patched = apply(raw, ungate_patch(pod, decision))
+    terms = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {
+            "matchExpressions": [
+                *term["matchExpressions"],
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100.product]},
+            ]
+        }
+    ]
+    assert gates_of(patched) == []
+
+
 def test_a_pod_without_gpu_intent_is_ungated_without_a_charge() -> None:
     pod = gated_pod(make_gated_pod("a"))
     assert pod is not None
