@@ -353,14 +353,13 @@ def _named_instances(
     """The GPU devices of the claims (``resourceClaimName``, as cached) and templates the pod
     names, less the claims migslice gives a ResourceClaim tenant's sized pod (``own``, from
     :func:`_own_claims`: counted in its plan, and a reinvocation sees them). A claim the pod
-    names itself counts, whatever its name."""
+    names itself counts, whatever its name; a claim it names twice, once (the allocator gives
+    a claim its devices once)."""
     total = 0
+    for claim in dict.fromkeys(ref.claim for ref in intent.claims if ref.claim is not None):
+        total += view.claim_instances(admission.namespace, claim)
     for ref in intent.claims:
-        if ref.claim is not None:
-            total += view.claim_instances(admission.namespace, ref.claim)
-        elif ref.template is not None:
-            if own.get(ref.name) == ref.template:
-                continue
+        if ref.claim is None and ref.template is not None and own.get(ref.name) != ref.template:
             found = view.template(admission.namespace, ref.template)
             total += found.instances if found is not None else 0
     return total

@@ -740,6 +740,9 @@ def test_a_pod_naming_several_claims_is_held_to_max_slices_per_pod() -> None:
     both = _pod_answer(client, make_claim_pod("two", {"a": "c-1", "b": "c-2"}), "uid-two")
     assert not both["allowed"]
     assert "(spec.maxSlicesPerPod)" in both["status"]["message"]
+    # one claim named twice holds its devices once, as the allocator gives them
+    twice = _pod_answer(client, make_claim_pod("twice", {"a": "c-1", "b": "c-1"}), "uid-twice")
+    assert twice["allowed"], twice
     spec = make_claim("-", count=2)["spec"]
     state.upsert_template(
         {"metadata": {"name": "pair", "namespace": "team-a"}, "spec": {"spec": spec}}
