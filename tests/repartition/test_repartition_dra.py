@@ -263,3 +263,6 @@ def test_a_dra_node_whose_slices_are_gone_while_a_claim_holds_its_gpu_is_not_pla
     assert step.plan.changes == ()
     left = dra_exclusion(states[0])
     assert left is not None and "a DRA node (ResourceSlices incomplete)" in left.message
+    # the plan records that reason (migslice plan, why), not "GPU model unknown": the node,
+    # its pool unread, has no model either
+    assert dict(step.plan.skipped_nodes)["dra-static"] == left.message

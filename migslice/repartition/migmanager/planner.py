@@ -116,12 +116,13 @@ def _idle_gpus(
     settings: PlanSettings,
     held: Mapping[str, str],
 ) -> list[_Gpu] | WhyNot:
-    """The node's GPUs that may change, or why none may."""
+    """The node's GPUs that may change, or why none may (a node held back says why first: a
+    DRA node whose pool is incomplete or of an unknown shape has no model either)."""
+    if node.name in held:
+        return WhyNot("held", held[node.name])
     model = node.model
     if model is None:
         return WhyNot("unknown-model", "GPU model unknown")
-    if node.name in held:
-        return WhyNot("held", held[node.name])
     state = node.facts.mig_config_state
     if state in MIG_TRANSITION_STATES:
         return WhyNot("mig-manager-busy", f"MIG Manager is applying a config (state {state})")
