@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -483,3 +485,35 @@ def test_the_cleanup_hook_is_optional_and_never_in_the_kustomize_tree() -> None:
     text = render.helm_template(HELM, ())
     assert "migslice-cleanup" in text
     assert not [d for _, d in render.split_render(text) if "cleanup" in d["metadata"]["name"]]
+
+
+@needs_helm
+def test_every_helm_upgrade_we_print_keeps_the_new_charts_defaults(tmp_path: Path) -> None:
+    """``helm upgrade --reuse-values`` renders the new chart with the *old release's* values in
+    place of its values.yaml, so a value a later chart added is missing: upgrading a release of
+    the chart before commit 6df457c to this one, as NOTES.txt, docs/security.md and the
+    doctor's fixes said, failed with ``nil pointer evaluating interface {}.enabled``
+    (cleanup.enabled; measured against kube-apiserver v1.37.2, while
+    ``--reset-then-reuse-values``, Helm 3.14+, upgraded). What Helm does, then what we print."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    older = tmp_path / "migslice"
+    shutil.copytree(CHART, older)
+    (older / "values.yaml").write_text(
+        yaml.safe_dump({k: v for k, v in values.items() if k != "cleanup"})
+    )
+    # --reuse-values: the chart's defaults are the older release's values
+    reused = subprocess.run([HELM, "template", "migslice", str(older)], capture_output=True)
+    assert reused.returncode != 0
+    sources = [
+        CHART / "templates" / "NOTES.txt",
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "migslice" / "doctor").rglob("*.py")),
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "--reuse-values" in line
+    ]
+    assert found == [], "use --reset-then-reuse-values"

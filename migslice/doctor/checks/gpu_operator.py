@@ -155,8 +155,8 @@ def judge_mig_manager_config(facts: GpuOperatorFacts, settings: Settings) -> Fin
                 Verdict.FAILED,
                 f"ConfigMap {facts.mig_config_map} not found: MIG Manager has no migslice "
                 "configs to apply",
-                f"helm upgrade migslice charts/migslice -n {settings.namespace} --reuse-values "
-                "--set gpuOperator.migConfig.create=true",
+                f"helm upgrade migslice charts/migslice -n {settings.namespace} "
+                "--reset-then-reuse-values --set gpuOperator.migConfig.create=true",
             )
         )
     elif not isinstance(mapping(facts.config_map.get("data")).get(names.MIG_CONFIG_KEY), str):

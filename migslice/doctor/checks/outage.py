@@ -94,7 +94,7 @@ def judge_outage_modes(facts: OutageFacts, settings: Settings) -> Finding:
                     "is down, GPU pods of its namespaces are created unchecked, past quota; "
                     f"label such namespaces {names.OUTAGE_LABEL}={names.OUTAGE_OPEN} instead",
                     f"helm upgrade migslice charts/migslice -n {settings.namespace} "
-                    "--reuse-values --set webhook.failurePolicy=Fail",
+                    "--reset-then-reuse-values --set webhook.failurePolicy=Fail",
                 )
             )
     labels = _namespace_labels(facts.namespaces)
@@ -111,8 +111,8 @@ def judge_outage_modes(facts: OutageFacts, settings: Settings) -> Finding:
                 f"{names.OUTAGE_LABEL}={names.OUTAGE_OPEN}, but the chart's fail-open objects "
                 "are not installed (outage.failOpen.enabled, Kubernetes 1.36+): they are "
                 "fail-closed",
-                f"helm upgrade migslice charts/migslice -n {settings.namespace} --reuse-values "
-                "--set outage.failOpen.enabled=true",
+                f"helm upgrade migslice charts/migslice -n {settings.namespace} "
+                "--reset-then-reuse-values --set outage.failOpen.enabled=true",
             )
         )
     opened = set(labelled_open) if fail_open else set()

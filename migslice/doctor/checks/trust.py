@@ -84,7 +84,7 @@ def judge_webhook_client_auth(facts: ClientAuthFacts, settings: Settings) -> Fin
             f"Deployment {name} runs without --client-ca-file: /mutate and /validate answer "
             "any caller that reaches the webhook's port, and a forged AdmissionReview holds a "
             "tenant's quota for the hold (45 s)",
-            f"helm upgrade migslice charts/migslice -n {namespace} --reuse-values --set "
+            f"helm upgrade migslice charts/migslice -n {namespace} --reset-then-reuse-values --set "
             "webhook.clientAuth.issueCertificate=true; have kube-apiserver present Secret "
             f"{namespace}/{WEBHOOK_CLIENT_SECRET} (its --admission-control-config-file, "
             "NOTES.txt); then --set webhook.clientAuth.enabled=true (docs/security.md)",
@@ -107,8 +107,8 @@ def judge_webhook_client_auth(facts: ClientAuthFacts, settings: Settings) -> Fin
             Problem(
                 Verdict.WARNING,
                 f"{facts.client.source}, the certificate for kube-apiserver: {why}",
-                f"helm upgrade migslice charts/migslice -n {namespace} --reuse-values (the "
-                "certificate Jobs renew it), then copy it to the control plane again "
+                f"helm upgrade migslice charts/migslice -n {namespace} --reset-then-reuse-values "
+                "(the certificate Jobs renew it), then copy it to the control plane again "
                 "(NOTES.txt)",
             )
         ],
@@ -119,7 +119,7 @@ def judge_webhook_client_auth(facts: ClientAuthFacts, settings: Settings) -> Fin
 def judge_extender_client_auth(facts: ClientAuthFacts, settings: Settings) -> Finding:
     namespace = settings.namespace
     name = names.EXTENDER_SERVICE
-    upgrade = f"helm upgrade migslice charts/migslice -n {namespace} --reuse-values"
+    upgrade = f"helm upgrade migslice charts/migslice -n {namespace} --reset-then-reuse-values"
     if facts.deployment is None:
         return warning(
             EXTENDER_CLIENT_AUTH,
@@ -211,7 +211,7 @@ def _name(policy: JsonObject) -> str:
 def judge_network_policies(facts: NetworkPolicyFacts, settings: Settings) -> Finding:
     namespace = settings.namespace
     fix = (
-        f"helm upgrade migslice charts/migslice -n {namespace} --reuse-values --set "
+        f"helm upgrade migslice charts/migslice -n {namespace} --reset-then-reuse-values --set "
         "networkPolicy.enabled=true (and networkPolicy.webhook.from, networkPolicy.metrics.from: "
         "docs/security.md)"
     )
