@@ -517,3 +517,21 @@ def test_every_helm_upgrade_we_print_keeps_the_new_charts_defaults(tmp_path: Pat
         if "--reuse-values" in line
     ]
     assert found == [], "use --reset-then-reuse-values"
+
+
+@needs_helm
+def test_image_pull_secrets_reach_every_pod_the_chart_makes() -> None:
+    """migslice-scheduler pulls kube-scheduler from ``<your registry>/kube-scheduler``
+    (scheduler.image.repository): where that registry needs imagePullSecrets, as migslice's
+    own image does there, a scheduler without them stayed in ImagePullBackOff and no GPU pod
+    was scheduled."""
+    pods = {
+        (d["kind"], d["metadata"]["name"]): d["spec"]["template"]["spec"]
+        for d in helm_render("imagePullSecrets[0].name=regcred")
+        if d["kind"] in ("Deployment", "DaemonSet", "Job")
+    }
+    assert ("Deployment", "migslice-scheduler") in pods
+    for key, spec in pods.items():
+        assert spec.get("imagePullSecrets") == [{"name": "regcred"}], key
+    default = [d for d in helm_render() if d["kind"] in ("Deployment", "DaemonSet", "Job")]
+    assert all("imagePullSecrets" not in d["spec"]["template"]["spec"] for d in default)
