@@ -289,15 +289,14 @@ def first_solution(
 def free_count(pool: DraPool, gpu: int, wanted: Wanted, use: PoolUse) -> int:
     """How many more ``wanted`` devices GPU ``gpu`` could give one after the other (first fit
     each time: on a DynamicMIG GPU the lowest free starts, which for one profile is the most
-    there are room for)."""
+    there are room for). What the claims leave, taints aside, as an idle GPU's offer is: the
+    filter tells a node whose free devices are tainted apart
+    (:data:`migslice.scheduling.reasons.DEVICES_TAINTED`)."""
     trial = use.alone(gpu)
     found = pool.gpus[gpu]
     count = 0
     for k, device in enumerate(found.devices):
         if wanted.matches(found, device) and trial.fits(gpu, k):
-            name = device.name(found.minor)
-            if name in pool.tainted:
-                continue
             trial.take(gpu, k)
             count += 1
     return count

@@ -206,6 +206,52 @@ def test_a_device_taint_rule_keeps_a_claim_off_and_why_says_so(
     assert "2 device(s) tainted" in text
 
 
+def _maintenance(device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"maintenance-{device}"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": NODE, "device": device},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }
+
+
+def test_a_taint_on_the_free_placements_of_gpus_in_use_is_named_as_the_taint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both GPUs are in use (1g.10gb@0, 4g.40gb@0) and each has its 3g.40gb@4 free; an admin's
+    DeviceTaintRules taint both. A 3g.40gb pod fits but for the taints: status, why and the
+    extender said "all 3g.40gb MIG instances in use" (the free counts of a GPU in use left
+    tainted devices out, those of an idle GPU did not), and the node's DRA placements said
+    3g.40gb 0/4 beside "2 device(s) tainted", where the claims leave 2."""
+    from harness.builders import make_pod, unschedulable
+    from migslice.scheduling import reasons
+    from tests.status.test_why_agrees import assert_why_agrees
+
+    big = {"kind": "Pod", "apiVersion": "v1", **unschedulable(make_pod("big", profile="3g.40gb"))}
+    rules = [_maintenance(f"gpu-{g}-mig-3g40gb-9-4") for g in (0, 1)]
+    path = tmp_path / "dra.yaml"
+    path.write_text(yaml.safe_dump_all([*dra_cluster(), big, *rules]))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (node,) = document["pools"][0]["nodes"]
+    free = {p["resource"]: (p["free"], p["offered"]) for p in node["draPlacements"]}
+    assert free["nvidia.com/mig-3g.40gb"] == (2, 4) and node["draDevicesTainted"] == 2
+    waiting = next(w for w in document["waiting"] if w["pod"] == "team-a/big")
+    assert waiting["fits"] == []
+    assert waiting["nodes"] == [
+        {"reason": reasons.DEVICES_TAINTED, "outcome": "failed", "count": 1, "names": [NODE]}
+    ]
+    why = json.loads(
+        _run(capsys, "why", "-n", "team-a", "big", "--cluster-file", str(path), "-o", "json")
+    )
+    assert why["placement"]["nodes"] == waiting["nodes"]
+    objects = load_cluster_text(path.read_text())
+    pod = next(p for p in objects.pods if p["metadata"]["name"] == "big")
+    assert assert_why_agrees(objects, pod) == ()  # the extender fails it for the taint too
+
+
 def test_who_may_not_list_device_taint_rules_still_reads_the_cluster() -> None:
     from migslice.console import CommandError
     from migslice.status.gather import read_cluster
