@@ -23,7 +23,7 @@ from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects, PodFacts, node_facts_from_raw
 from migslice.objects.device_classes import DeviceClassFacts
 from migslice.objects.dra_products import node_products
-from migslice.objects.json import JsonObject, mapping
+from migslice.objects.json import JsonObject, items, mapping
 from migslice.objects.pod_gpus import PodGpuMemo, Requests
 from migslice.objects.pods import (
     bound_node_of,
@@ -80,6 +80,10 @@ class GpuPod:
     """Behind the admission gate (created in a fail-open namespace while the webhook was
     unavailable, docs/outages.md): it waits for admission, holds nothing and is charged nothing
     until the webhook's gate reconciler admits it."""
+    unmade: tuple[tuple[str, str], ...] = ()
+    """Its claims from templates (name in ``spec.resourceClaims``, template) that the
+    resourceclaim controller has not made yet: kube-scheduler does not try the pod until they
+    exist."""
 
     @property
     def is_waiting(self) -> bool:
@@ -230,8 +234,8 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         if is_terminal(raw):
             continue
         requests = reader.requests(raw)
-        uses = _gpu_claims(raw, requests, claims, classes)
-        if not requests and not uses:
+        uses, unmade = _gpu_claims(raw, requests, claims, classes)
+        if not requests and not uses and not unmade:
             continue
         key = pod_key(raw)
         namespace = key.partition("/")[0]
@@ -245,7 +249,9 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
             if priced_on is None:
                 priced_on = priced[product] = pricing_models(product, cluster_models)
             usage = charges[(requests, product)] = usage_of(dict(requests), priced_on)
-        gpu_pods[key] = GpuPod(key, namespace, raw, requests, node, nominated, usage, uses, gated)
+        gpu_pods[key] = GpuPod(
+            key, namespace, raw, requests, node, nominated, usage, uses, gated, unmade
+        )
         if requests and not gated:
             uid = metadata_of(raw).get("uid")
             payers[key] = (requests, uid if isinstance(uid, str) else None)
@@ -298,21 +304,38 @@ def _gpu_claims(
     requests: Requests,
     claims: Mapping[str, ClaimFacts],
     classes: Mapping[str, DeviceClassFacts],
-) -> tuple[str, ...]:
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """The pod's ResourceClaims, as the inventory keeps them (:func:`pod_facts_from_raw`),
     when it uses NVIDIA GPUs through them: a request for the driver's devices, or devices of
-    it allocated (a claim not seen yet is counted too); () for a pod without claims."""
+    it allocated (a claim not seen yet is counted too); () for a pod without claims. Then its
+    claims from templates not made yet (name, template), counted too (a deviceAPI:
+    ResourceClaim tenant's sized pod has only such a claim until the resourceclaim controller
+    makes it)."""
     if not has_resource_claims(raw_pod) and not (
         requests and "extendedResourceClaimStatus" in mapping(raw_pod.get("status"))
     ):
-        return ()
+        return (), ()
     found = pod_claims(raw_pod)
     keys = found.keys
+    unmade = _templates_of(raw_pod, found.waiting)
     for key in keys:
         claim = claims.get(key)
         if claim is None or claim.devices or gpu_asks(claim, classes).asks:
-            return keys
-    return keys if found.waiting or requests else ()
+            return keys, unmade
+    return (keys if found.waiting or requests else ()), unmade
+
+
+def _templates_of(raw_pod: JsonObject, waiting: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """(claim name, template) of each of ``waiting``, the pod's claim names not made yet."""
+    if not waiting:
+        return ()
+    templates: dict[str, str] = {}
+    for raw in items(mapping(raw_pod.get("spec")).get("resourceClaims")):
+        entry = mapping(raw)
+        name, template = entry.get("name"), entry.get("resourceClaimTemplateName")
+        if isinstance(name, str) and isinstance(template, str):
+            templates.setdefault(name, template)
+    return tuple((name, templates.get(name, "")) for name in waiting)
 
 
 def pool_of(state: NodeState, labels: Mapping[str, object], settings: StatusSettings) -> str:

@@ -127,6 +127,8 @@ def waiting_view(
     if scheduler != cluster.settings.scheduler_name:
         error = f"scheduled by {scheduler}, not {cluster.settings.scheduler_name}: not migslice's"
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
+    if pod.unmade:
+        return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), unmade_error(pod))
     selection = pod_selection_of(raw)
     # A node holding a nominated pod kube-scheduler does not count for this one: judged for
     # it alone, not shared.
@@ -176,6 +178,21 @@ def gated_error(pod: GpuPod, tenant: str | None, now: datetime.datetime) -> str:
             f"{names.SYSTEM_NAMESPACE} logs deploy/{names.WEBHOOK_SERVICE} (docs/outages.md)"
         )
     return f"{head}; the webhook admits it, up to quota, oldest first (docs/outages.md)"
+
+
+def unmade_error(pod: GpuPod) -> str:
+    """Why a pod whose claims from templates are not made yet waits: kube-scheduler does not
+    try it until the resourceclaim controller has made them."""
+    listed = ", ".join(
+        f"{name} (template {template})" if template else name for name, template in pod.unmade
+    )
+    name = pod.key.partition("/")[2]
+    return (
+        f"waiting for its ResourceClaim(s) {listed}: not made yet by the resourceclaim "
+        "controller, and kube-scheduler does not try the pod until they exist; a claim the "
+        "webhook refused (quota, say) is retried, and the refusal is in the pod's Events: "
+        f"kubectl describe pod -n {pod.namespace} {name}"
+    )
 
 
 def _admitted_condition(raw: JsonObject) -> JsonObject | None:
