@@ -19,8 +19,11 @@ with the policy's message (or RBAC's, where RBAC is the fence):
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
+import datetime
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +39,7 @@ from harness.binaries import DEFAULT_BIN_DIR
 from harness.controlplane import ControlPlane
 from harness.install import render_chart
 from harness.stack import BASE, NAMESPACE, service_account_kubeconfig, service_account_token
+from migslice.names import GATE_LEASE_NAME, SYSTEM_NAMESPACE
 from migslice.objects.claim_templates import migslice_claim_template
 from migslice.objects.device_taint_rules import steer_rule
 
@@ -486,6 +490,33 @@ def test_the_certificate_jobs_write_only_the_four_certificates(
         core_v1.delete_namespaced_secret(name, NAMESPACE)
 
 
+@contextlib.contextmanager
+def gate_lease_held(control_plane: ControlPlane) -> Iterator[None]:
+    """The admission gate's Lease held by this test, so that no webhook of the session (the
+    ``webhook`` fixture's, if an earlier module started it) acts as the gate reconciler
+    meanwhile: it would let a gated pod of a namespace labelled ``migslice.io/admission=disabled``
+    go, as it should, under the test's feet. Its elector asks the Lease before every round
+    (every 2 s), so one round at most was under way when the Lease changed hands."""
+    leases = k8s.CoordinationV1Api(control_plane.api_client())
+    now = datetime.datetime.now(datetime.UTC)
+    spec = {"holderIdentity": f"e2e-{uuid.uuid4().hex[:6]}", "leaseDurationSeconds": 3600,
+            "acquireTime": now, "renewTime": now}  # fmt: skip
+    try:
+        lease = leases.read_namespaced_lease(GATE_LEASE_NAME, SYSTEM_NAMESPACE)
+        lease.spec = k8s.V1LeaseSpec(**spec)
+        leases.replace_namespaced_lease(GATE_LEASE_NAME, SYSTEM_NAMESPACE, lease)
+        time.sleep(3)  # a round already under way ends
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+        body = {"metadata": {"name": GATE_LEASE_NAME}, "spec": spec}
+        leases.create_namespaced_lease(SYSTEM_NAMESPACE, body)
+    try:
+        yield
+    finally:
+        leases.delete_namespaced_lease(GATE_LEASE_NAME, SYSTEM_NAMESPACE)
+
+
 def test_the_webhooks_pod_writes_are_an_admission_and_no_more(
     control_plane: ControlPlane, core_v1: k8s.CoreV1Api
 ) -> None:
@@ -498,6 +529,12 @@ def test_the_webhooks_pod_writes_are_an_admission_and_no_more(
     webhook = as_account(control_plane, "migslice-webhook", token)
     namespace = f"e2e-gated-{uuid.uuid4().hex[:6]}"
     ensure_namespace(core_v1, namespace, {"migslice.io/admission": "disabled"})
+    ensure_namespace(core_v1, SYSTEM_NAMESPACE)
+    with gate_lease_held(control_plane):
+        _gated_pod_writes(core_v1, webhook, namespace)
+
+
+def _gated_pod_writes(core_v1: k8s.CoreV1Api, webhook: k8s.CoreV1Api, namespace: str) -> None:
     pod = core_v1.create_namespaced_pod(
         namespace,
         {
