@@ -210,11 +210,13 @@ NO_FREE_SPACE = FreeSpace()
 
 def gpu_free_space(gpu: GpuState, model: GpuModel, *, dynamic: bool = False) -> FreeSpace:
     """One GPU's :class:`FreeSpace` (``model``: its GPU model; ``dynamic``: a DynamicMIG GPU,
-    :func:`dynamic_gpus`)."""
+    :func:`dynamic_gpus`). A GPU held whole has nothing free, MIG on or off (on Hopper NVIDIA's
+    DRA driver publishes a DynamicMIG GPU whole too, ``gpu-<minor>``)."""
     memory_slices = model.memory_slices
+    if gpu.whole_held:
+        return FreeSpace(0, 0, memory_slices, 1, 0)
     if not gpu.mig_enabled:
-        free = 0 if gpu.whole_held else memory_slices
-        return FreeSpace(free, free, memory_slices, 1, 0 if gpu.whole_held else 1)
+        return FreeSpace(memory_slices, memory_slices, memory_slices, 1, 1)
     if gpu.is_idle:
         return FreeSpace(memory_slices, memory_slices, memory_slices, 1, 1)
     held = gpu.held_slices

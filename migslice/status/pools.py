@@ -11,7 +11,8 @@ assumption (``SlotView.assumed``). On a DRA node the holder is known: the Resour
 allocation names the device, and the pod it is reserved for (or that owns it); a device the
 inventory assumes for a pod whose claim no allocation shows yet goes to such pods in name
 order, marked assumed. A DynamicMIG GPU's instances are the partitions claims hold; its free
-slices (``.``) are carved on demand.
+slices (``.``) are carved on demand. A GPU held whole (a claim on a Hopper DynamicMIG GPU's
+``gpu-<minor>``) is one :data:`WHOLE_GPU` slot, as a GPU with MIG off.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ WHOLE_GPU = "whole GPU"
 
 @dataclass(frozen=True, slots=True)
 class SlotView:
-    """One instance (or a GPU with MIG off, profile :data:`WHOLE_GPU`): where it is, and the
-    pod that holds it (None: free). ``busy``: the node agent sees processes on an instance no
-    pod is known to hold. ``assumed``: other instances of the profile on the node could be
-    this pod's (see the module docstring)."""
+    """One instance (or a GPU with MIG off or held whole, profile :data:`WHOLE_GPU`): where it
+    is, and the pod that holds it (None: free). ``busy``: the node agent sees processes on an
+    instance no pod is known to hold. ``assumed``: other instances of the profile on the node
+    could be this pod's (see the module docstring)."""
 
     profile: str
     start: int
@@ -248,7 +249,7 @@ def _gpu_views(
     dynamic = dynamic_gpus(state)
     for gpu in state.gpus:
         slots: list[SlotView] = []
-        if not gpu.mig_enabled:
+        if not gpu.mig_enabled or gpu.whole_held:  # held whole: a Hopper DynamicMIG GPU too
             pod, assumed = None, False
             if gpu.whole_held and dra is not None:
                 pod, assumed = dra.get((gpu.index, WHOLE_GPU, 0), (None, False))

@@ -295,6 +295,30 @@ def test_the_pool_fragmentation_of_dynamic_mig_gpus_counts_the_placements_left_f
     assert float(metrics['migslice_extender_pool_free_slices{pool="A100-80GB"}']) == 11
 
 
+def test_the_pool_metrics_count_a_whole_dynamic_mig_hopper_gpu_a_claim_holds_as_full() -> None:
+    """On Hopper NVIDIA's driver publishes a DynamicMIG GPU's ``gpu-<minor>`` too: a claim
+    holding ``gpu-0`` leaves that GPU nothing, so of 16 slices 8 are free, in one piece (the
+    metrics read 16 free: MIG being on, the whole-GPU hold was not counted)."""
+    node = "dra-h100"
+    objects = ClusterObjects(
+        nodes=(make_dra_node(node),),
+        resource_slices=tuple(gen.node_slices(node, f"uid-{node}", [gen.h100(0), gen.h100(1)])),
+        resource_claims=(
+            make_claim(
+                "w", device_class="gpu.nvidia.com", profile=None, allocated=[(node, "gpu-0")]
+            ),
+        ),
+        device_classes=tuple(migslice_classes()),
+    )
+    text = client_of(objects).get("/metrics").get_data(as_text=True)
+    metrics = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("migslice_")
+    )
+    assert float(metrics['migslice_extender_pool_free_slices{pool="H100-80GB"}']) == 8
+    assert float(metrics['migslice_extender_pool_slices{pool="H100-80GB"}']) == 16
+    assert float(metrics['migslice_extender_pool_fragmentation{pool="H100-80GB"}']) == 0
+
+
 def test_the_example_claim_pod_of_the_fixtures_reads_as_one_1g() -> None:
     """The template pod, its allocated claim and its class exactly as the API stores them."""
     pod = fixture("pod-with-resourceclaim-template.yaml")

@@ -169,6 +169,15 @@ def test_a_dynamic_mig_gpus_largest_free_region_is_the_largest_placement_left(
     assert gpu_free_space(gpu, A100).largest_slices == 0  # as instances: none free
 
 
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic", "static"])
+def test_a_gpu_held_whole_with_mig_on_has_no_free_space(dynamic: bool) -> None:
+    """A DRA claim may hold a Hopper GPU whole (``gpu-<minor>``) while MIG is on: nothing of it
+    is free (it read 8 free, 8 in one piece)."""
+    space = gpu_free_space(GpuState(0, True, whole_held=True), A100, dynamic=dynamic)
+    assert (space.free_slices, space.largest_slices, space.total_slices) == (0, 0, 8)
+    assert (space.gpus, space.idle_gpus) == (1, 0)
+
+
 def _at(word: str) -> tuple[str, int]:
     profile, _, start = word.partition("@")
     return profile, int(start)

@@ -457,3 +457,45 @@ def test_a_resource_claim_tenants_sized_pod_whose_claim_is_not_made_yet_waits_fo
     text = _run(capsys, "why", "-n", "team-a", "sized", "--cluster-file", str(path))
     assert "asks for no GPU" not in text
     assert "migslice.io/gpu-size=small" in text and "migslice-mig-1g.10gb" in text
+
+
+def test_a_claim_holding_a_whole_dynamic_mig_hopper_gpu_shows_it_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On Hopper NVIDIA's driver publishes a DynamicMIG GPU's ``gpu-<minor>`` too, which takes
+    every counter of the GPU: a claim holding ``gpu-0`` leaves it nothing free. Status drew it
+    ``|...|`` with no holder and counted its 8 slices free (FREE 16/16) while the placements
+    read 7g.80gb 1/2."""
+    node = "dra-h100"
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Node", **make_dra_node(node)},
+        make_namespace("team-a"),
+        make_policy("team-a"),
+        *dra_slices.node_slices(node, f"uid-{node}", [dra_slices.h100(0), dra_slices.h100(1)]),
+        *migslice_classes(),
+        make_claim(
+            "w",
+            device_class="gpu.nvidia.com",
+            profile=None,
+            allocated=[(node, "gpu-0")],
+            reserved_for=["w"],
+        ),
+        {"apiVersion": "v1", "kind": "Pod", **make_claim_pod("w", {"gpu": "w"}, node_name=node)},
+    ]
+    path = tmp_path / "h100.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (pool,) = document["pools"]
+    (view,) = pool["nodes"]
+    assert view["layoutSource"] == "dra-dynamic"
+    by_gpu = {g["index"]: g for g in view["gpus"]}
+    assert (by_gpu[0]["freeSlices"], by_gpu[0]["largestFreeSlices"]) == (0, 0)
+    assert [(s["profile"], s["pod"]) for s in by_gpu[0]["instances"]] == [("whole GPU", "team-a/w")]
+    assert (by_gpu[1]["freeSlices"], by_gpu[1]["instances"]) == (8, [])
+    assert (pool["freeSlices"], pool["totalSlices"], pool["idleGpus"]) == (8, 16, 1)
+    assert pool["fragmentation"] == 0.0
+    free = {p["resource"]: (p["free"], p["offered"]) for p in view["draPlacements"]}
+    assert free["nvidia.com/mig-7g.80gb"] == (1, 2)
+    text = _run(capsys, "status", "--cluster-file", str(path))
+    assert "whole GPU team-a/team-a/w" in text
+    assert "8/16" in text and "16/16" not in text
