@@ -20,6 +20,7 @@ from migslice.objects.pods import (
 )
 from migslice.scheduling.decisions import DemandKey, demand_key
 from migslice.scheduling.demand import PodDemand, UnitKind, demand_of
+from migslice.scheduling.dra_placement import dra_units_fit
 from migslice.scheduling.selection import dra_unserved, scheduler_verdict
 
 
@@ -101,10 +102,16 @@ def _servable(
 
 def _can_serve_now(pod: PodDemand, selection: PodSelection, nodes: Sequence[NodeState]) -> bool:
     """Whether a node has the pod's free instances now, is not re-partitioning or carving,
-    and kube-scheduler would send the pod there (:func:`can_place`)."""
+    and kube-scheduler would send the pod there (:func:`can_place`). A DRA node's counts know
+    no taints: where some of its devices are tainted, the allocator must find the pod's
+    devices among the others (as the extender's filter asks:
+    :data:`migslice.scheduling.reasons.DEVICES_TAINTED`)."""
     units = [(u.resource, u.count) for u in pod.units]
     for node in nodes:
         if not all(node.free_of(resource) >= count for resource, count in units):
+            continue
+        dra = node.dra
+        if dra is not None and dra.pool.tainted and not dra_units_fit(node, pod.units):
             continue
         if node.facts.mig_config_state in MIG_TRANSITION_STATES or node.facts.is_carving:
             continue

@@ -266,3 +266,48 @@ def test_a_dra_node_whose_slices_are_gone_while_a_claim_holds_its_gpu_is_not_pla
     # the plan records that reason (migslice plan, why), not "GPU model unknown": the node,
     # its pool unread, has no model either
     assert dict(step.plan.skipped_nodes)["dra-static"] == left.message
+
+
+def _maintenance(device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"maintenance-{device}"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "dra-dynamic", "device": device},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("held", "tainted"),
+    [
+        (["gpu-0-mig-1g10gb-19-0"], ["gpu-0-mig-3g40gb-9-4"]),  # the GPU in use
+        ([], ["gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"]),  # the GPU idle
+    ],
+)
+def test_a_dra_node_whose_only_fitting_devices_are_tainted_is_no_free_instance(
+    held: list[str], tainted: list[str]
+) -> None:
+    """A 3g.40gb pod waits; the DynamicMIG node's only 3g.40gb placements the claims leave are
+    tainted by an admin's DeviceTaintRules, so the extender's filter fails it there
+    (DEVICES_TAINTED). The node's free counts know no taints: read as a free instance, the
+    pod was "left to the scheduler" and gpu-a, which a re-partition would give it, was never
+    planned; the pod waited for the taints to go."""
+    objects = dra_objects()
+    dynamic = gen.node_slices("dra-dynamic", "uid-dra-dynamic", [gen.a100(0)])
+    claims = [make_claim("small", allocated=[("dra-dynamic", d)]) for d in held]
+    objects = replace(
+        objects,
+        nodes=tuple(n for n in objects.nodes if n["metadata"]["name"] != "dra-static"),
+        resource_slices=tuple(dynamic),
+        resource_claims=tuple(claims),
+        device_taint_rules=tuple(_maintenance(d) for d in tainted),
+    )
+    states, step = _decide(objects)
+    dra = {s.name: s for s in states}["dra-dynamic"].dra
+    assert dra is not None and dra.pool.tainted == frozenset(tainted)
+    assert step.kind is StepKind.START
+    assert [c.node for c in step.plan.changes] == ["gpu-a"]
+    assert "research/train-1" not in dict(step.plan.unserved)
