@@ -219,3 +219,16 @@ def make_migslice_class(profile: str) -> dict[str, Any]:
             "extendedResourceName": "nvidia.com/mig-" + profile.replace("+", "."),
         },
     }
+
+
+def maintenance_rule(pool: str, device: str) -> dict[str, Any]:
+    """An admin's DeviceTaintRule keeping new claims off one device of NVIDIA's driver."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"maintenance-{device}"},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": pool, "device": device},
+            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+        },
+    }

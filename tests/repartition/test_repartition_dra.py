@@ -35,7 +35,13 @@ from migslice.repartition import (
 )
 from migslice.repartition.modes import DRA_DYNAMIC, DRA_STATIC, dra_exclusion
 from migslice.repartition.snapshot import node_states
-from tests.dra_objects import make_claim, make_claim_pod, make_dra_node, migslice_classes
+from tests.dra_objects import (
+    maintenance_rule,
+    make_claim,
+    make_claim_pod,
+    make_dra_node,
+    migslice_classes,
+)
 from tests.repartition.test_repartition_controller import NOW, Elector, FakeApi
 
 
@@ -268,18 +274,6 @@ def test_a_dra_node_whose_slices_are_gone_while_a_claim_holds_its_gpu_is_not_pla
     assert dict(step.plan.skipped_nodes)["dra-static"] == left.message
 
 
-def _maintenance(device: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": f"maintenance-{device}"},
-        "spec": {
-            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "dra-dynamic", "device": device},
-            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
-        },
-    }
-
-
 @pytest.mark.parametrize(
     ("held", "tainted"),
     [
@@ -303,7 +297,7 @@ def test_a_dra_node_whose_only_fitting_devices_are_tainted_is_no_free_instance(
         nodes=tuple(n for n in objects.nodes if n["metadata"]["name"] != "dra-static"),
         resource_slices=tuple(dynamic),
         resource_claims=tuple(claims),
-        device_taint_rules=tuple(_maintenance(d) for d in tainted),
+        device_taint_rules=tuple(maintenance_rule("dra-dynamic", d) for d in tainted),
     )
     states, step = _decide(objects)
     dra = {s.name: s for s in states}["dra-dynamic"].dra

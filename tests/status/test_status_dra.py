@@ -19,7 +19,13 @@ from migslice.cli import main
 from migslice.objects import load_cluster_text
 from migslice.status.cluster import StatusSettings, build_cluster
 from migslice.status.tenants import tenant_views
-from tests.dra_objects import make_claim, make_claim_pod, make_dra_node, migslice_classes
+from tests.dra_objects import (
+    maintenance_rule,
+    make_claim,
+    make_claim_pod,
+    make_dra_node,
+    migslice_classes,
+)
 from webhook.state import ClusterState
 
 NODE = "dra-0"
@@ -206,18 +212,6 @@ def test_a_device_taint_rule_keeps_a_claim_off_and_why_says_so(
     assert "2 device(s) tainted" in text
 
 
-def _maintenance(device: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": f"maintenance-{device}"},
-        "spec": {
-            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": NODE, "device": device},
-            "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
-        },
-    }
-
-
 def test_a_taint_on_the_free_placements_of_gpus_in_use_is_named_as_the_taint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -231,7 +225,7 @@ def test_a_taint_on_the_free_placements_of_gpus_in_use_is_named_as_the_taint(
     from tests.status.test_why_agrees import assert_why_agrees
 
     big = {"kind": "Pod", "apiVersion": "v1", **unschedulable(make_pod("big", profile="3g.40gb"))}
-    rules = [_maintenance(f"gpu-{g}-mig-3g40gb-9-4") for g in (0, 1)]
+    rules = [maintenance_rule(NODE, f"gpu-{g}-mig-3g40gb-9-4") for g in (0, 1)]
     path = tmp_path / "dra.yaml"
     path.write_text(yaml.safe_dump_all([*dra_cluster(), big, *rules]))
     document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
