@@ -121,8 +121,16 @@ def test_the_reserve_max_hold_must_be_a_positive_number_of_seconds() -> None:
     [
         (["dra.largeJobReserve.enabled=true", "dra.steer.enabled=false"], "dra.steer.enabled"),
         (["repartition.defaultNodeMode=carve"], "agent.carve=true"),
+        (
+            ["repartition.defaultNodeMode=carve", "agent.carve=true", "agent.enabled=false"],
+            "agent.enabled=true",
+        ),
     ],
-    ids=["reserve-without-steer", "carve-default-without-carving-agent"],
+    ids=[
+        "reserve-without-steer",
+        "carve-default-without-carving-agent",
+        "carve-default-without-any-agent",
+    ],
 )
 def test_values_that_cannot_work_together_are_refused_naming_the_one_to_set(
     values: list[str], named: str
@@ -136,7 +144,7 @@ def test_values_that_cannot_work_together_are_refused_naming_the_one_to_set(
     )
     assert refused.returncode != 0
     assert named in refused.stderr, refused.stderr
-    works = [*values, "dra.steer.enabled=true", "agent.carve=true"]
+    works = [*values, "dra.steer.enabled=true", "agent.carve=true", "agent.enabled=true"]
     rendered = subprocess.run(
         [HELM, "template", "migslice", str(CHART), *(f"--set={v}" for v in works)],
         capture_output=True,
