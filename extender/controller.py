@@ -61,6 +61,7 @@ from migslice.repartition import (
     read_config_map,
     render_record,
 )
+from migslice.repartition.modes import dra_exclusion
 from migslice.repartition.record import still_served
 from migslice.repartition.record.local_time import LocalTimes
 from migslice.scheduling import PreparedNode
@@ -368,15 +369,18 @@ class RepartitionController:
 
     def _retry_restores(self, file: MigConfigFile) -> None:
         """Roll backs the record still holds, tried again while the cached node's label is
-        still the plan's config and the file still has the config to set back (someone
-        else's label since wins; the decision drops those, and a node gone, from the
-        record)."""
+        still the plan's config, the file still has the config to set back and the node is
+        no DRA node (someone else's label since wins; the decision drops those, a node gone
+        and one that turned DRA from the record)."""
         record = file.record
         for restore in record.restores if record is not None else ():
             facts = self._index.node_facts(restore.node)
             if facts is None or facts.mig_config != restore.replaces:
                 self._refused.discard(restore.node)
                 continue
+            state = self._index.state_of(restore.node)
+            if state is not None and dra_exclusion(state) is not None:
+                continue  # NVIDIA's DRA driver owns it now: the round drops the roll back
             if file.names is not None and restore.config_name not in file.names:
                 continue
             label = SetLabel(

@@ -36,8 +36,9 @@ the shell persists ``step.record`` and performs the step's actions, in that orde
   label; releasing it (or writing its label again) is a step of its own (``QUARANTINE``),
   first.
 * a roll back (failed, timeout) is kept in the record (``restores``) until the node's label
-  no longer names the failed config; dropping it is a step of its own (``RESTORE``), after
-  the quarantine's. The shell tries those still due again each round.
+  no longer names the failed config (or the node turned DRA: none is made there); dropping
+  it is a step of its own (``RESTORE``), after the quarantine's. The shell tries those
+  still due again each round.
 
 The step types are in :mod:`migslice.repartition.steps`, applying and observing a written
 plan in :mod:`migslice.repartition.migmanager.applying`. Carve-mode nodes are decided first, by the
@@ -59,6 +60,7 @@ from migslice.repartition.migmanager.applying import apply_plan, observe_plan
 from migslice.repartition.migmanager.messages import referenced_configs
 from migslice.repartition.migmanager.planner import plan
 from migslice.repartition.migmanager.quarantine import held_reasons, review
+from migslice.repartition.modes import dra_exclusion
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.record import ActivePlan, NodeStep, RepartitionRecord, still_served
 from migslice.repartition.settings import ControllerSettings
@@ -303,8 +305,9 @@ def _quarantine_step(record: RepartitionRecord, states: Mapping[str, NodeState])
 
 def _restores_step(record: RepartitionRecord, states: Mapping[str, NodeState]) -> Step | None:
     """Roll backs the record still holds that the node no longer needs: its label no longer
-    the failed plan's config (set back, or someone else's since: theirs wins), or the node
-    gone. None when every roll back is still due (the shell tries those again each round)."""
+    the failed plan's config (set back, or someone else's since: theirs wins), the node
+    gone, or a DRA node now (NVIDIA's driver owns its layout). None when every roll back is
+    still due (the shell tries those again each round)."""
     kept, gone = [], []
     for entry in record.restores:
         state = states.get(entry.node)
@@ -312,6 +315,8 @@ def _restores_step(record: RepartitionRecord, states: Mapping[str, NodeState]) -
             gone.append(f"{entry.node}: node is gone")
         elif state.facts.mig_config != entry.replaces:
             gone.append(f"{entry.node}: label is {state.facts.mig_config!r}")
+        elif (dra := dra_exclusion(state)) is not None:
+            gone.append(f"{entry.node}: {dra.message}")
         else:
             kept.append(entry)
     if not gone:

@@ -42,7 +42,13 @@ from tests.dra_objects import (
     make_dra_node,
     migslice_classes,
 )
-from tests.repartition.test_repartition_controller import NOW, Elector, FakeApi
+from tests.repartition.test_repartition_controller import (
+    NOW,
+    Elector,
+    FakeApi,
+    RefusingApi,
+    controller,
+)
 
 
 def dra_objects() -> ClusterObjects:
@@ -305,3 +311,129 @@ def test_a_dra_node_whose_only_fitting_devices_are_tainted_is_no_free_instance(
     assert step.kind is StepKind.START
     assert [c.node for c in step.plan.changes] == ["gpu-a"]
     assert "research/train-1" not in dict(step.plan.unserved)
+
+
+def _labelled(objects: ClusterObjects, name: str, config: str, state: str) -> ClusterObjects:
+    """``objects`` with node ``name``'s MIG Manager labels set to ``config`` and ``state``."""
+    nodes = []
+    for raw in objects.nodes:
+        if raw["metadata"]["name"] == name:
+            labels = {
+                **raw["metadata"]["labels"],
+                "nvidia.com/mig.config": config,
+                "nvidia.com/mig.config.state": state,
+            }
+            raw = {**raw, "metadata": {**raw["metadata"], "labels": labels}}
+        nodes.append(raw)
+    return replace(objects, nodes=tuple(nodes))
+
+
+def _applied_to_gpu_a() -> tuple[ClusterObjects, Any, float, ControllerSettings]:
+    """gpu-a labelled with a plan's config: the objects before the label, the APPLY step, its
+    time and the settings."""
+    objects = dra_objects()
+    settings = ControllerSettings(plan=PlanSettings(min_pending_s=0))
+    now = time.time()
+    states = node_states(objects.nodes, objects.pods, {}, dra=objects)
+    started = decide(
+        RepartitionRecord(),
+        states,
+        pending_of(objects),
+        file_configs=(),
+        now=now,
+        settings=settings,
+    )
+    now += settings.config_propagation_s + 1
+    applied = decide(
+        started.record,
+        states,
+        pending_of(objects),
+        file_configs=tuple(started.configs),
+        now=now,
+        settings=settings,
+    )
+    assert [label.node for label in applied.labels] == ["gpu-a"]
+    return objects, applied, now, settings
+
+
+def test_a_failed_plan_on_a_node_that_turned_dra_is_not_rolled_back() -> None:
+    """MIG Manager failed the plan's config on gpu-a, which meanwhile became a DRA node: the
+    driver read its layout when it started, so setting the previous config back (MIG Manager
+    re-shaping the GPUs under it) is not migslice's to do. The label is left, and the Event
+    says why."""
+    objects, applied, now, settings = _applied_to_gpu_a()
+    config = applied.labels[0].config_name
+    turned = _turned_dra(_labelled(objects, "gpu-a", config, "failed"), "gpu-a")
+    states = node_states(turned.nodes, turned.pods, {}, dra=turned)
+    step = decide(
+        applied.record,
+        states,
+        pending_of(turned),
+        file_configs=(config, "all-1g.10gb"),
+        now=now + 10,
+        settings=settings,
+    )
+    assert step.labels == ()
+    assert step.record.restores == ()
+    (event,) = [e for e in step.events if e.node == "gpu-a"]
+    assert "label left" in event.message and "DRA" in event.message
+
+
+def test_a_roll_back_still_due_on_a_node_that_turned_dra_is_dropped() -> None:
+    """The roll back was due (a refused patch, kept in the record) when gpu-a became a DRA
+    node: the record drops it instead of re-shaping the GPUs under NVIDIA's driver."""
+    objects, applied, now, settings = _applied_to_gpu_a()
+    config = applied.labels[0].config_name
+    failed = _labelled(objects, "gpu-a", config, "failed")
+    states = node_states(failed.nodes, failed.pods, {}, dra=failed)
+    files = (config, "all-1g.10gb")
+    closed = decide(
+        applied.record,
+        states,
+        pending_of(failed),
+        file_configs=files,
+        now=now + 10,
+        settings=settings,
+    )
+    assert [r.node for r in closed.record.restores] == ["gpu-a"]
+    turned = _turned_dra(failed, "gpu-a")
+    states = node_states(turned.nodes, turned.pods, {}, dra=turned)
+    step = decide(
+        closed.record,
+        states,
+        pending_of(turned),
+        file_configs=files,
+        now=now + 20,
+        settings=settings,
+    )
+    assert step.kind is StepKind.RESTORE
+    assert step.record.restores == ()
+    assert "DRA" in step.reason
+
+
+def test_the_controller_does_not_retry_a_roll_back_on_a_node_that_turned_dra() -> None:
+    """The roll back was refused and kept in the record; before the next round gpu-a became a
+    DRA node. The controller's retry (ahead of the round's decision) must not set the
+    previous config back under NVIDIA's driver, and the round drops it from the record."""
+    api = RefusingApi()
+    index = new_index()
+    loop = controller(api, index=index)
+    loop.run_once()
+    ours = api.node["metadata"]["labels"]["nvidia.com/mig.config"]
+    api.node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    api.refuse = 1
+    loop.run_once()
+    record = json.loads(api.config_map["metadata"]["annotations"]["migslice.io/repartition"])
+    assert record["restores"] == {"gpu-a": {"config": "all-1g.10gb", "replaces": ours}}
+    node = {"apiVersion": "v1", "kind": "Node", **api.node}
+    turned = _turned_dra(ClusterObjects(nodes=(node,)), "gpu-a")
+    api.node = dict(turned.nodes[0])
+    index.upsert_node(node_facts_from_raw(api.node))
+    index.load_dra(replace(turned, device_classes=tuple(migslice_classes())))
+    api.log.clear()
+    loop.run_once()
+    assert not [line for line in api.log if line.startswith("label")]
+    assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == ours
+    record = json.loads(api.config_map["metadata"]["annotations"]["migslice.io/repartition"])
+    assert "restores" not in record

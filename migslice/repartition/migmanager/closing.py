@@ -38,6 +38,7 @@ from migslice.repartition.migmanager.quarantine import (
     quarantine_message,
     quarantine_note,
 )
+from migslice.repartition.modes import dra_exclusion
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -108,7 +109,7 @@ def close_node(
         closing.events.append(NodeEvent(step.node, REASON_STARTED, applied_message(step)))
     elif step.outcome == FAILED:
         until = closing.backoff[step.node] = now + backoff_s
-        then = _restore(step, file_configs, closing)
+        then = _restore(step, state, file_configs, closing)
         message = (
             f"mig-parted config {step.config_name}: {step.detail}; {then}; node left alone "
             f"until {format_time(until)} ({backoff_s:.0f}s)"
@@ -117,7 +118,7 @@ def close_node(
     elif step.outcome == TIMEOUT:
         entry = Quarantined(step.node, now, step.config_name, step.detail)
         closing.quarantine[step.node] = entry
-        then = _restore(step, file_configs, closing)
+        then = _restore(step, state, file_configs, closing)
         closing.marks.append(QuarantineMark(step.node, quarantine_note(entry)))
         message = quarantine_message(entry, then)
         closing.events.append(NodeEvent(step.node, REASON_QUARANTINED, message, warning=True))
@@ -158,9 +159,16 @@ def _orphaned(state: NodeState | None) -> bool:
     return facts.mig_config is None and facts.mig_config_state == MIG_STATE_PENDING
 
 
-def _restore(step: NodeStep, file_configs: Collection[str], closing: Closing) -> str:
-    """The previous config's label back, when the file still has it; what was done."""
+def _restore(
+    step: NodeStep, state: NodeState | None, file_configs: Collection[str], closing: Closing
+) -> str:
+    """The previous config's label back, when the file still has it and the node is no DRA
+    node now (NVIDIA's driver read its layout when it started; MIG Manager re-shaping the
+    GPUs under it is not migslice's to ask); what was done."""
     previous = step.previous_config
+    dra = None if state is None else dra_exclusion(state)
+    if previous is not None and dra is not None:
+        return f"label left at {step.config_name}: {dra.message}"
     if previous is not None and previous in file_configs:
         closing.labels.append(
             SetLabel(step.node, previous, mark_pending=False, replaces=step.config_name)
