@@ -35,6 +35,7 @@ from migslice.repartition import (
 )
 from migslice.repartition.modes import DRA_DYNAMIC, DRA_STATIC, dra_exclusion
 from migslice.repartition.snapshot import node_states
+from tests.carve_builders import carve_node, carve_node_raw, gpu, waiting
 from tests.dra_objects import (
     maintenance_rule,
     make_claim,
@@ -437,3 +438,29 @@ def test_the_controller_does_not_retry_a_roll_back_on_a_node_that_turned_dra() -
     assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == ours
     record = json.loads(api.config_map["metadata"]["annotations"]["migslice.io/repartition"])
     assert "restores" not in record
+
+
+def test_a_carve_planned_on_a_node_that_turned_dra_is_aborted_saying_why() -> None:
+    """The carve was planned while gpu-a was a carve-mode device-plugin node; before it was
+    sent the node became a static-MIG DRA node. The re-check aborts it and names DRA (it
+    said "the node agent's layout no longer agrees with allocatable")."""
+    layout = [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")]
+    busy = ["0:3g.40gb@4"]
+    settings = ControllerSettings(carve=CarveSettings(cooldown_s=60))
+    first = decide(
+        RepartitionRecord(),
+        [carve_node("gpu-a", layout, busy=busy)],
+        [waiting("team-a/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=NOW,
+        settings=settings,
+    )
+    assert first.kind is StepKind.START
+    raw = {"apiVersion": "v1", "kind": "Node", **carve_node_raw("gpu-a", layout, busy=busy)}
+    turned = _turned_dra(ClusterObjects(nodes=(raw,)), "gpu-a")
+    states = node_states(turned.nodes, turned.pods, {}, dra=turned)
+    step = decide(
+        first.record, states, [], file_configs=frozenset(), now=NOW + 1, settings=settings
+    )
+    assert step.kind is StepKind.ABORT
+    assert DRA_STATIC in step.reason

@@ -33,7 +33,7 @@ from migslice.objects.times import format_time
 from migslice.repartition.actions import CarveWrite, NodeEvent
 from migslice.repartition.carve.gpu import carved_gpus
 from migslice.repartition.carve.planner import CarveMemo, plan_carve
-from migslice.repartition.modes import mode_of
+from migslice.repartition.modes import dra_exclusion, mode_of
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.plans import CarvePlan
 from migslice.repartition.record import (
@@ -110,6 +110,9 @@ def _recheck(step: CarveStep, state: NodeState | None, default_mode: str) -> str
         return "MIG Manager is applying a config"
     if state.facts.is_carving:
         return "a carve is under way"
+    dra = dra_exclusion(state)
+    if dra is not None:
+        return dra.message
     if state.source != LayoutSource.AGENT:
         return "the node agent's layout no longer agrees with allocatable"
     gpus = {gpu.index: gpu for gpu in carved_gpus(state)}
