@@ -131,7 +131,9 @@ def create_app(
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(generate_latest(context.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+        # content_type, not mimetype: Flask adds a charset to a mimetype, and this one has it
+        body = generate_latest(context.metrics.registry)
+        return Response(body, content_type=CONTENT_TYPE_LATEST)
 
     return app
 

@@ -373,6 +373,17 @@ def test_health_and_metrics_are_served(client: FlaskClient) -> None:
         assert needle in text
 
 
+def test_metrics_content_type_names_each_parameter_once(client: FlaskClient) -> None:
+    """The exposition's media type as a scraper reads it: ``text/plain`` with its format
+    version and charset, each parameter once (RFC 6838 4.3: a parameter given twice is an
+    error; Flask's ``mimetype=`` appended a second ``charset`` to prometheus_client's)."""
+    content_type = client.get("/metrics").headers["Content-Type"]
+    kind, *parameters = (part.strip() for part in content_type.split(";"))
+    names = [parameter.partition("=")[0].lower() for parameter in parameters]
+    assert kind == "text/plain"
+    assert sorted(names) == ["charset", "version"], content_type
+
+
 def test_two_apps_keep_separate_metrics() -> None:
     first, second = create_app().test_client(), create_app().test_client()
     post(first, "filter", b"nope")
