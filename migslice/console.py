@@ -18,6 +18,7 @@ import re
 import signal
 import stat
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -269,13 +270,14 @@ def add_log_level(parser: argparse.ArgumentParser, default: str = "info") -> Non
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object a line: time, level, logger, message, and the fields of
+    """One JSON object a line: time (RFC 3339, UTC), level, logger, message, and the fields of
     :data:`LOG_FIELDS` (a ``namespace/name`` pod is split into both), plus the traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
         line: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",  # UTC, never the pod's local time
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": message,

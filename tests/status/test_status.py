@@ -512,6 +512,29 @@ def test_json_logs_carry_the_pod_namespace_tenant_and_node_as_fields() -> None:
     assert line["level"] == "warning" and line["message"].startswith("re-check failed")
 
 
+def test_a_json_log_lines_time_says_its_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``time`` is read by log pipelines as RFC 3339: it names its offset (UTC, ``Z``), so a
+    pod whose TZ is not UTC does not log local times that read as UTC."""
+    import datetime
+    import logging
+    import time
+
+    from migslice.console import JsonFormatter
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        record = logging.LogRecord("webhook", logging.INFO, __file__, 1, "ready", (), None)
+        record.created, record.msecs = 1_767_225_600.25, 250.0  # 2026-01-01T00:00:00.250Z
+        line = json.loads(JsonFormatter().format(record))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert line["time"] == "2026-01-01T00:00:00.250Z"
+    stamp = datetime.datetime.fromisoformat(line["time"])
+    assert stamp == datetime.datetime(2026, 1, 1, 0, 0, 0, 250000, tzinfo=datetime.UTC)
+
+
 def test_a_json_log_line_about_several_pods_names_each_pod_and_each_namespace() -> None:
     """The repartition controller's plans name every pod they serve (``about``): each
     ``pod=NAMESPACE/NAME`` gives its name to ``pod`` and its namespace to ``namespace``."""
