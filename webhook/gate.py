@@ -9,8 +9,10 @@ compare-and-swap keeps it exact beside every replica's admissions, and beside a 
 for the moment two may overlap: a pod's charge has one uid, so deciding it twice replaces
 it), then remove the gate with the webhook's patch, guarded by the resourceVersion decided on.
 A pod the policy refuses stays gated: a Warning Event and the pod condition
-``migslice.io/Admitted=False`` say why, with the numbers, once per change of the message,
-and it is decided again every round. A gated pod of a namespace migslice no longer admits
+``migslice.io/Admitted=False`` say why, with the numbers: the condition once per change of
+the message, the Event once per change of reason and at most every ``EVENT_REPEAT_S`` for a
+message alone (the tenant's usage moves every waiting pod's), and it is decided again every
+round. A gated pod of a namespace migslice no longer admits
 (added to ``--exclude-namespaces``, or labelled ``migslice.io/admission=disabled``, after it was
 gated) is let go as it is: the gate removed and nothing else, nothing charged, as the webhook
 would let it be created now, with an Event and the condition saying so; a label is read again
@@ -52,6 +54,10 @@ from webhook.quota import QuotaKeeper, UnavailableError
 from webhook.settings import GateSettings
 
 log = logging.getLogger(__name__)
+
+EVENT_REPEAT_S = 300.0
+"""Least time between two Events of one waiting pod with the same reason (client-go's event
+spam filter lets one through per 5 minutes per object once its burst is spent)."""
 
 
 class GateApi(Protocol):
@@ -115,6 +121,7 @@ class GateReconciler:
         self._monotonic = monotonic  # waits: a step of the wall clock must not stretch them
         self.stats = GateStats()
         self._said: dict[str, str] = {}  # pod uid -> the message last told
+        self._evented: dict[str, tuple[str, float]] = {}  # pod uid -> last Event's reason, when
         self._refused_until: dict[str, float] = {}  # pod uid -> when to try its un-gate again
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -151,6 +158,7 @@ class GateReconciler:
         self.stats.is_leader = leader
         if not leader:
             self._said.clear()  # a new leader tells again
+            self._evented.clear()
             self.stats.waiting = {}
             return {}
         problems = self._state.blindness(self._quota.max_blind_s)
@@ -210,6 +218,7 @@ class GateReconciler:
             notes[pod.key] = note
         gated = {pod.uid for pod in pods}
         self._said = {uid: said for uid, said in self._said.items() if uid in gated}
+        self._evented = {uid: e for uid, e in self._evented.items() if uid in gated}
         self._refused_until = {u: t for u, t in self._refused_until.items() if u in gated}
         self.stats.waiting = {
             key: n.message
@@ -298,10 +307,17 @@ class GateReconciler:
         self._said[pod.uid] = said
 
     def _tell(self, pod: GatedPod, note: GateNote) -> None:
+        """The pod's condition follows its message; an Event is told for a new reason at once,
+        for a new message (the tenant's usage or limit changed) once :data:`EVENT_REPEAT_S`
+        has passed since the pod's last Event."""
         if self._said.get(pod.uid) == note.message:
             return
         log.info("Gated pod=%s waits: %s", pod.key, note.message)
-        self._api.record_event(pod, note)
+        now = self._monotonic()
+        last = self._evented.get(pod.uid)
+        if last is None or last[0] != note.reason or now - last[1] >= EVENT_REPEAT_S:
+            self._api.record_event(pod, note)
+            self._evented[pod.uid] = (note.reason, now)
         self._api.set_condition(
             pod.namespace, pod.name, admitted_condition(note, self._now(), pod.raw_pod)
         )

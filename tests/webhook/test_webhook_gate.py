@@ -24,7 +24,7 @@ from migslice.admission.gate import GatedPod, GateNote
 from migslice.console import CommandError
 from migslice.kube.transport import ApiError
 from webhook.app import create_app
-from webhook.gate import GateReconciler
+from webhook.gate import EVENT_REPEAT_S, GateReconciler
 from webhook.metrics import Metrics
 from webhook.quota import MemoryLedgers, QuotaKeeper
 from webhook.settings import GateSettings, WebhookSettings
@@ -208,6 +208,37 @@ def test_the_leader_admits_gated_pods_oldest_first_up_to_the_quota_and_tells_the
     gate.run_once()
     assert api.admitted() == ["p1", "p2"]
     assert state.tenant_usage("team-a").instances == 2
+
+
+def test_a_waiting_pods_event_is_not_repeated_for_every_change_of_its_tenants_usage() -> None:
+    """Each change of the tenant's usage or limit changes every waiting pod's message: a busy
+    tenant's gated pods each got a new Warning Event per change. The condition follows each
+    change; an Event is told again for a change of reason at once, for a new message only
+    once EVENT_REPEAT_S has passed since the pod's last one."""
+    clock = Clock()
+    state = replica_state(quota=2, clock=clock)
+    api = Api(state)
+    gate = reconciler(state, MemoryLedgers(state), api, clock=clock)
+    gated(api, 4, limits=DIRECT)
+    gate.run_once()
+    told = [key for key, reason, _ in api.events if reason == "AdmissionWaiting"]
+    assert told == ["team-a/p2", "team-a/p3"]
+    for limit in (1, 2, 1, 2):  # an admin edits the quota (or the tenant's pods come and go)
+        before = api.conditions["team-a/p3"]["message"]
+        state.upsert_policy(make_policy(quota={"instances": limit}))
+        clock.now_s += 10
+        gate.run_once()
+        assert api.conditions["team-a/p3"]["message"] != before  # the condition follows
+    waiting = [key for key, reason, _ in api.events if reason == "AdmissionWaiting"]
+    assert waiting.count("team-a/p3") == 1, api.events
+    clock.now_s += EVENT_REPEAT_S
+    state.upsert_policy(make_policy(quota={"instances": 1}))
+    gate.run_once()
+    waiting = [key for key, reason, _ in api.events if reason == "AdmissionWaiting"]
+    assert waiting.count("team-a/p3") == 2
+    state.upsert_policy(make_policy(quota={"instances": 1}, deniedProfiles=["1g.10gb"]))
+    gate.run_once()
+    assert ("team-a/p3", "AdmissionDenied") in [(k, r) for k, r, _ in api.events]
 
 
 def test_the_gated_pods_admitted_are_exported_as_a_counter() -> None:
