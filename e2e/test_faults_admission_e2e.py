@@ -38,6 +38,8 @@ from harness.faults import (
     Outcome,
     create_pod,
     kill_tree,
+    labeler,
+    mutating_configuration,
     slow_validator,
     validating_configuration,
 )
@@ -190,6 +192,36 @@ def test_etcd_down_45s_with_held_creates_frees_their_quota_once_they_failed(
         held_creates_failed_after_kill_s=failed_after,
         quota_free_after_etcd_back_s=freed_after,
     )
+
+
+def test_a_pod_reinvoked_after_another_webhook_changed_it_is_charged_once(
+    plane: ControlPlane,
+    core: k8s.CoreV1Api,
+    custom: k8s.CustomObjectsApi,
+    migslice_image: Image | None,
+) -> None:
+    """A second mutating webhook (a sidecar injector, a policy engine) that changes pods after
+    migslice's: kube-apiserver calls migslice again with a new request uid
+    (reinvocationPolicy IfNeeded). Each pod held two charges until the first was released
+    after the hold: of a quota of 2 the second pod was denied with 1 pod stored."""
+    (server,) = webhooks(plane, migslice_image, [[]])
+    admission = k8s.AdmissionregistrationV1Api(plane.api_client())
+    try:
+        plane.apply(webhook_configurations(server.bundle, server.url))
+        name = tenant(plane, core, custom, quota=2)
+        cert, key = plane.pki.issue_serving_cert("zz-label")
+        with labeler(cert, key, "sidecar.example.com/injected") as url:
+            plane.apply([mutating_configuration("zz-label", url, plane.pki.ca_cert, name)])
+            time.sleep(2)  # kube-apiserver picks up the new configuration
+            outcomes = [create_pod(core, name, gpu_pod("small")) for _ in range(3)]
+            admission.delete_mutating_webhook_configuration("zz-label")
+        stored = core.list_namespaced_pod(name).items
+    finally:
+        server.stop()
+    assert [bool(o.admitted) for o in outcomes] == [True, True, False], outcomes
+    assert "spec.quota.instances" in outcomes[2].denied
+    assert len(stored) == 2
+    assert all(p.metadata.labels["sidecar.example.com/injected"] == "true" for p in stored)
 
 
 def ledger_charges(core: k8s.CoreV1Api, tenant_name: str) -> list[Any]:

@@ -170,6 +170,68 @@ def slow_validator(cert: Path, key: Path, delay_s: float) -> Iterator[str]:
         server.server_close()
 
 
+@contextlib.contextmanager
+def labeler(cert: Path, key: Path, label: str) -> Iterator[str]:
+    """An HTTPS mutating webhook on 127.0.0.1 that adds the label ``label`` ("true") to every
+    pod it is sent, as a sidecar injector or policy engine does; yields its URL. Named to sort
+    after ``migslice-webhook``, it makes kube-apiserver reinvoke migslice's webhook
+    (reinvocationPolicy IfNeeded)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            request = json.loads(self.rfile.read(length))["request"]
+            labels = (request["object"].get("metadata") or {}).get("labels")
+            op = (
+                {
+                    "op": "add",
+                    "path": f"/metadata/labels/{label.replace('/', '~1')}",
+                    "value": "true",
+                }
+                if isinstance(labels, dict)
+                else {"op": "add", "path": "/metadata/labels", "value": {label: "true"}}
+            )
+            response = {
+                "uid": request["uid"],
+                "allowed": True,
+                "patchType": "JSONPatch",
+                "patch": base64.b64encode(json.dumps([op]).encode()).decode(),
+            }
+            body = json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "response": response,
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def mutating_configuration(name: str, url: str, ca: Path, namespace: str) -> dict[str, Any]:
+    """A MutatingWebhookConfiguration for pod CREATE in ``namespace`` only."""
+    configuration = validating_configuration(name, url, ca, namespace)
+    configuration["kind"] = "MutatingWebhookConfiguration"
+    return configuration
+
+
 def validating_configuration(name: str, url: str, ca: Path, namespace: str) -> dict[str, Any]:
     """A ValidatingWebhookConfiguration for pod CREATE in ``namespace`` only."""
     return {

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from migslice import names
 from migslice.admission import AdmissionDecision, AdmissionSettings, PodAdmission, decide
 from migslice.admission.claims import ClaimAdmission, decide_claim
 from migslice.admission.ledger import (
@@ -54,6 +55,7 @@ from migslice.errors import MigsliceError
 from migslice.kube.informer import WATCH_GRACE_S
 from migslice.kube.ledger import LIST_TIMEOUT_S, ForeignWriteError, LedgerStore
 from migslice.kube.policies import ADMISSION_WATCH_TIMEOUT_S
+from migslice.objects.pods import annotations_of
 from migslice.objects.times import format_micro_time
 from webhook.state import ClusterState
 
@@ -91,6 +93,10 @@ class Fence:
     tenant: str
     damage: Damage
     message: str
+
+
+def _holds(ledger: Ledger, uid: str, namespace: str) -> bool:
+    return any(c.uid == uid and c.namespace == namespace for c in ledger.charges)
 
 
 def _new_epoch() -> str:
@@ -206,6 +212,8 @@ class QuotaKeeper:
         if tenant is None or not (charged or first.reason == "quota"):
             return first  # the ledger cannot change this answer
         with self._locks.held(tenant):
+            if not dry_run:
+                self._release_earlier_round(admission, tenant)
             # Another thread's write since the first decision means deciding again.
             reuse = first if seen is not None and self.state.ledger(tenant) is seen else None
             return self._charged(admission, tenant, dry_run=dry_run, decided=reuse)
@@ -248,6 +256,50 @@ class QuotaKeeper:
             f"quota ledger of tenant {tenant!r} changed under {self.attempts} attempts in a row "
             "(many concurrent admissions); retry"
         )
+
+    def _release_earlier_round(self, admission: Admission, tenant: str) -> None:
+        """Release the charge of this request's first round. kube-apiserver reinvokes the
+        webhook (reinvocationPolicy IfNeeded) when a later webhook changed the object, with a
+        new request uid; the object carries the reservation the first round wrote and charged,
+        and the patch now writes the new uid, charged in its place. Released only when a
+        pod or claim that exists does not carry it (an authoritative list of the namespace):
+        a tenant can copy the reservation of a stored object only, whose charge counts until
+        the caches see that object."""
+        raw = admission.raw_pod if isinstance(admission, PodAdmission) else admission.raw_object
+        earlier, namespace = annotations_of(raw).get(names.RESERVATION), admission.namespace
+        if not isinstance(earlier, str) or earlier == admission.request_uid:
+            return
+        if self.state.seen_for(earlier, namespace) is not None:
+            return
+        ledger = self.state.ledger(tenant)
+        for _ in range(self.attempts):
+            if ledger is None or not _holds(ledger, earlier, namespace):
+                ledger = self._read(tenant)
+            if self._is_fenced(ledger) or not _holds(ledger, earlier, namespace):
+                return
+            try:
+                listed = self.store.reservations_in(namespace, timeout_s=INLINE_LIST_S)
+            except MigsliceError as error:
+                log.warning(
+                    "Cannot list namespace=%s to release the first round's charge uid=%s of "
+                    "request uid=%s (%s); it still counts",
+                    namespace,
+                    earlier,
+                    admission.request_uid,
+                    error,
+                )
+                return
+            if earlier in listed:
+                return
+            try:
+                stored = self.store.write(ledger.without({earlier}))
+            except LedgerConflictError:
+                ledger = None
+                continue
+            except MigsliceError as error:
+                raise UnavailableError(f"quota ledger of tenant {tenant!r}: {error}") from None
+            self.state.set_ledger(stored)
+            return
 
     def settle(self, tenant: str) -> None:
         """Release the tenant's charges whose pods were never created (a reconciler's round).

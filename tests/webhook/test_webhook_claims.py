@@ -146,6 +146,29 @@ def test_a_claim_never_created_releases_its_charge_once_a_list_shows_it_is_not_t
     assert not replica.create(make_claim("c-5"), "uid-5")["allowed"]
 
 
+def test_a_reinvoked_claim_create_is_charged_once_and_a_stored_claims_reservation_never_moves(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    """reinvocationPolicy IfNeeded: a later webhook changed the claim, and kube-apiserver calls
+    again with a new request uid; the claim carries the first round's reservation. Its charge
+    counted against the second round: the tenant's last slice was refused."""
+    api, store, clock = cluster
+    replica = Replica(store, clock, quota={"instances": 1})
+    first = replica.create(make_claim("c-1"), "uid-1")
+    assert first["allowed"]
+    changed = copy.deepcopy(first["claim"])
+    changed["metadata"].setdefault("labels", {})["team.example.com/owner"] = "alice"
+    again = replica.create(changed, "uid-2")
+    assert again["allowed"], again
+    assert again["claim"]["metadata"]["annotations"]["migslice.io/reservation"] == "uid-2"
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-2"]
+    api.claims.append(again["claim"])  # stored; this replica's cache has not seen it yet
+    copied = copy.deepcopy(again["claim"])
+    copied["metadata"]["name"] = "c-2"
+    assert not replica.create(copied, "uid-3")["allowed"]
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-2"]
+
+
 def test_kube_schedulers_claim_is_admitted_uncharged_and_counted_once(
     cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
 ) -> None:

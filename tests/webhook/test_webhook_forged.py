@@ -51,11 +51,15 @@ def admit(
 
 
 def test_a_forged_reservation_does_not_hide_an_earlier_admission_from_the_quota(
-    client: FlaskClient,
+    client: FlaskClient, state: ClusterState
 ) -> None:
     """With a quota of 2 instances, a pod naming an earlier admission's reservation was left
-    out of the tenant's usage and admitted, 6 of 6 times."""
-    assert admit(client, "uid-1", {})["allowed"]
+    out of the tenant's usage and admitted, 6 of 6 times. A tenant reads a reservation only on
+    a stored pod (one still in flight is a reinvocation's own: test_webhook_quota.py)."""
+    first = admit(client, "uid-1", {})
+    assert first["allowed"]
+    first["pod"]["metadata"]["name"] = "train-1"
+    state.upsert_pod(first["pod"])
     assert admit(client, "uid-2", {})["allowed"]
     for forged in range(6):
         answer = admit(client, f"uid-x{forged}", {names.RESERVATION: "uid-1"})

@@ -8,6 +8,7 @@ workers have), sharing one ledger store (as they share the API server).
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import threading
 from collections.abc import Sequence
@@ -340,3 +341,55 @@ def test_a_quota_denial_lists_no_longer_than_it_can_answer_in_and_the_settler_li
     assert store.asked[-1] > SlowListLedgers.LIST_S  # up to LIST_TIMEOUT_S
     assert store.read("team-a").charges == ()
     assert allowed(client, "uid-3")
+
+
+def reinvoked(client: FlaskClient, uid: str, raw_pod: dict[str, Any]) -> dict[str, Any]:
+    """The answer to ``raw_pod`` sent again, as kube-apiserver reinvokes a webhook
+    (reinvocationPolicy IfNeeded): a later webhook changed the pod, and every call to a
+    webhook carries a new request uid (``CreateAdmissionObjects``: ``uuid.NewUUID()``)."""
+    again = copy.deepcopy(raw_pod)
+    again["metadata"].setdefault("labels", {})["sidecar.example.com/injected"] = "true"
+    answer: dict[str, Any] = client.post("/mutate", json=make_review(again, uid=uid)).get_json()
+    return answer["response"]
+
+
+def first_round(client: FlaskClient, uid: str) -> dict[str, Any]:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": "small"})
+    answer = client.post("/mutate", json=make_review(pod, uid=uid)).get_json()["response"]
+    assert answer["allowed"], answer
+    patched: dict[str, Any] = jsonpatch.apply_patch(
+        pod, json.loads(base64.b64decode(answer["patch"]))
+    )
+    return patched
+
+
+def test_a_reinvocation_with_its_new_request_uid_charges_the_pod_once() -> None:
+    """The tenant's last free slice: the first round admitted and charged the pod; the second
+    round (another mutating webhook changed the pod after ours) came with a new request uid and
+    was denied over the first round's own charge ("2 GPU instances (1 in use or admitted + 1
+    for this pod)"), so with any other mutating webhook a tenant never got its last slice,
+    and below it each pod held two charges for the hold."""
+    state = replica_state(quota=1)
+    store = ApiLedgers(state)
+    client = replica(store, state)
+    pod = first_round(client, "uid-1")
+    answer = reinvoked(client, "uid-2", pod)
+    assert answer["allowed"], answer
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-2"]
+    final = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+    assert final["metadata"]["annotations"]["migslice.io/reservation"] == "uid-2"
+    assert not allowed(client, "uid-3")  # the quota still holds
+
+
+def test_a_reservation_copied_from_a_stored_pod_releases_nothing() -> None:
+    """A tenant can read a stored pod's reservation before a replica's cache has seen that pod:
+    an authoritative list finds the pod, so its charge still counts."""
+    state = replica_state(quota=1)
+    store = ApiLedgers(state)
+    client = replica(store, state)
+    pod = first_round(client, "uid-1")
+    store.stored.add("uid-1")  # stored; this replica's cache has not seen it yet
+    answer = reinvoked(client, "uid-2", pod)
+    assert not answer["allowed"]
+    assert "spec.quota.instances" in answer["status"]["message"]
+    assert [c.uid for c in store.read("team-a").charges] == ["uid-1"]
