@@ -292,7 +292,7 @@ class QuotaKeeper:
             if earlier in listed:
                 return
             try:
-                stored = self.store.write(ledger.without({earlier}))
+                stored = self.store.write(self._marked(ledger.without({earlier})))
             except LedgerConflictError:
                 ledger = None
                 continue
@@ -348,23 +348,29 @@ class QuotaKeeper:
                 f"seen {self.settle_s:.0f}s); retry"
             )
         try:
-            if not wanted.epoch:  # the tenant's first ledger, or a v1 one: record it first
-                wanted = wanted.with_epoch(self.new_epoch())
-                self.store.mark(ledger.tenant, wanted.epoch)
-                self.state.marked(ledger.tenant)
-            elif self.state.needs_mark(ledger.tenant):
-                # The policy records no ledger (deleted and created again, its status gone,
-                # whether this replica saw the deletion or not): record the ledger again, so
-                # that a replica started after a loss still finds it existed.
-                self.store.mark(ledger.tenant, wanted.epoch)
-                self.state.marked(ledger.tenant)
-            stored = self.store.write(wanted)
+            stored = self.store.write(self._marked(wanted))
         except LedgerConflictError:
             return False
         except MigsliceError as error:
             raise UnavailableError(f"quota ledger of tenant {ledger.tenant!r}: {error}") from None
         self.state.set_ledger(stored)
         return True
+
+    def _marked(self, ledger: Ledger) -> Ledger:
+        """``ledger`` ready to be written, its epoch recorded in the tenant's policy first
+        where that is needed; a ledger without one (the tenant's first, or a v1 one an earlier
+        release wrote) gets a new epoch."""
+        if not ledger.epoch:
+            ledger = ledger.with_epoch(self.new_epoch())
+            self.store.mark(ledger.tenant, ledger.epoch)
+            self.state.marked(ledger.tenant)
+        elif self.state.needs_mark(ledger.tenant):
+            # The policy records no ledger (deleted and created again, its status gone,
+            # whether this replica saw the deletion or not): record the ledger again, so
+            # that a replica started after a loss still finds it existed.
+            self.store.mark(ledger.tenant, ledger.epoch)
+            self.state.marked(ledger.tenant)
+        return ledger
 
     def _read(self, tenant: str, *, write_fence: bool = True) -> Ledger:
         """The stored ledger, or the fence that replaces it when it was lost or changed
@@ -503,7 +509,7 @@ class QuotaKeeper:
         if not failed:
             return ledger
         try:
-            stored = self.store.write(ledger.without(failed))
+            stored = self.store.write(self._marked(ledger.without(failed)))
         except LedgerConflictError:
             return self._read(ledger.tenant)
         except MigsliceError as error:

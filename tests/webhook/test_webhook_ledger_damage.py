@@ -21,8 +21,8 @@ from flask.testing import FlaskClient
 from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.admission.ledger import Damage
 from migslice.kube.ledger import DATA_KEY, ConfigMapLedgers, ledger_name
-from tests.ledger_api import LedgerApi
-from tests.local_api import local_api
+from tests.ledger_api import CONFIGMAPS, LedgerApi
+from tests.local_api import Request, local_api
 from webhook.app import create_app
 from webhook.quota import Fence, QuotaKeeper
 from webhook.settings import WebhookSettings
@@ -356,3 +356,33 @@ def test_a_fence_with_a_charge_is_over_on_a_replica_whose_clock_runs_behind(
     answer = behind.admit("c-2")  # quota 2, 2 pods stored: a quota denial, not the fence
     assert "refused until" not in answer["status"]["message"], answer["status"]["message"]
     assert "spec.quota.instances" in answer["status"]["message"]
+
+
+def test_a_v1_ledger_holding_a_charge_of_a_pod_never_created_is_settled_as_v2(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock],
+) -> None:
+    """A ledger an earlier release wrote (v1: no epoch, field manager python-urllib3) holding
+    the charge of a create that failed after admission, its tenant at its quota of 1: the
+    release of that charge rendered a ledger with no epoch, which raised ValueError: every GPU
+    pod of the tenant was answered 500 and the settle thread failed every round, so the dead
+    charge held the quota for ever."""
+    api, store, clock = cluster
+    charge = {
+        "uid": "uid-0",
+        "namespace": "team-a",
+        "at": "2025-05-01T12:00:00.000000Z",
+        "instances": 1,
+        "computeSlices": 1,
+        "memorySlices": 1,
+        "profiles": {"1g.10gb": 1},
+    }
+    text = json.dumps({"version": "v1", "tenant": "team-a", "charges": [charge]})
+    body = {"metadata": {"name": LEDGER}, "data": {DATA_KEY: text}}
+    created = Request("POST", CONFIGMAPS, {}, "application/json", body, "python-urllib3/2.2.1")
+    assert api.answer(created)[0] == 201
+    replica = Replica(store, clock, quota=1)
+    assert not replica.admit("uid-1")["allowed"]  # the charge's create may still be in flight
+    clock.now_s += 46.0  # past the hold: the list shows that create never stored a pod
+    assert replica.admit("uid-2")["allowed"]
+    stored = json.loads(api.objects[LEDGER]["data"][DATA_KEY])
+    assert stored["version"] == "v2" and [c["uid"] for c in stored["charges"]] == ["uid-2"]
