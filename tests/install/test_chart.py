@@ -37,6 +37,9 @@ def workload(kind: str, name: str) -> dict[str, Any]:
     return found
 
 
+MIG_CAPABILITY_ENV = ("NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES")
+"""What a container sets to be given a MIG capability by the NVIDIA container runtime."""
+
 WORKLOADS = [
     (d["kind"], d["metadata"]["name"])
     for d in rendered()
@@ -92,7 +95,11 @@ def test_every_pod_runs_locked_down(kind: str, name: str) -> None:
         context = container["securityContext"]
         assert context["readOnlyRootFilesystem"] is True
         assert context["allowPrivilegeEscalation"] is False
-        assert context["capabilities"] == {"drop": ["ALL"]}
+        # CAP_SYS_ADMIN in the bounding set is what the NVIDIA runtime asks of a container
+        # given a MIG capability (below); no other container has any
+        mig = any(e["name"] in MIG_CAPABILITY_ENV for e in container.get("env") or ())
+        added = {"add": ["SYS_ADMIN"]} if mig else {}
+        assert context["capabilities"] == {"drop": ["ALL"], **added}
         assert "privileged" not in context
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         assert mounts["/tmp"] == "tmp"
@@ -535,3 +542,30 @@ def test_image_pull_secrets_reach_every_pod_the_chart_makes() -> None:
         assert spec.get("imagePullSecrets") == [{"name": "regcred"}], key
     default = [d for d in helm_render() if d["kind"] in ("Deployment", "DaemonSet", "Job")]
     assert all("imagePullSecrets" not in d["spec"]["template"]["spec"] for d in default)
+
+
+@needs_helm
+@pytest.mark.parametrize("values", [(), ("agent.carve=true",)], ids=["read-only", "carve"])
+def test_a_container_given_a_mig_capability_has_cap_sys_admin_in_its_bounding_set(
+    values: tuple[str, ...],
+) -> None:
+    """The NVIDIA container runtime hook refuses to start a container that sets
+    NVIDIA_MIG_MONITOR_DEVICES or NVIDIA_MIG_CONFIG_DEVICES without CAP_SYS_ADMIN in its
+    bounding set ("cannot set MIG_MONITOR_DEVICES in non privileged container";
+    NVIDIA/nvidia-container-toolkit ``cmd/nvidia-container-runtime-hook/container_config.go``,
+    ``isPrivileged``; its CDI mode refuses the same), which is why NVIDIA's device plugin
+    chart adds SYS_ADMIN for its MIG strategies. With every capability dropped, the agent
+    never started on a GPU node."""
+    given = [
+        container
+        for d in helm_render(*values)
+        if d["kind"] in ("Deployment", "DaemonSet", "Job")
+        for container in d["spec"]["template"]["spec"]["containers"]
+        if any(e["name"] in MIG_CAPABILITY_ENV for e in container.get("env") or ())
+    ]
+    assert [c["name"] for c in given] == ["agent"]
+    for container in given:
+        context = container["securityContext"]
+        assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+        # in the bounding set only: a non-root process gains no capability on exec
+        assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
