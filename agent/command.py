@@ -120,8 +120,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             rows.append((gpu.index, gpu.name, "disabled", ""))
             continue
         model = CATALOG.find(f"0x{gpu.pci_device_id:04X}")
-        if model is None:
-            model = model_from_nvml(gpu.name, gpu.pci_device_id, report.layout.profiles)
+        if model is None:  # the GPU's own table (the annotation's is the first model's)
+            model = model_from_nvml(gpu.name, gpu.pci_device_id, gpu.profiles)
         layout = [Placed(i.start, i.profile, i.size) for i in entry.instances]
         busy = ",".join(f"{i.profile}@{i.start}" for i in entry.instances if i.busy) or "-"
         rows.append((gpu.index, gpu.name, render_bar(model, layout), busy))

@@ -411,6 +411,31 @@ def test_inspect_shows_each_gpu_as_a_bar(capsys: pytest.CaptureFixture[str]) -> 
     assert library.initialised == 0, "nvmlShutdown must follow nvmlInit"
 
 
+def test_inspect_draws_a_gpu_the_catalog_lacks_from_its_own_profile_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """inspect drew such a GPU from the annotation's profile table, which is the first GPU's
+    model's: beside an A30 its 3g.40gb at 4 fell off a 4-slice bar, the GPU shown empty, and
+    beside a GPU with MIG off (no table) it was a traceback."""
+    future = FakeGpu(
+        "NVIDIA Future GPU",
+        "H100-80GB",
+        pci_device_id=0x1234,
+        instances=[FakeInstance("3g.40gb", 4, processes=1)],
+    )
+    for first in (
+        FakeGpu("NVIDIA A30", "A30-24GB", instances=[FakeInstance("4g.24gb", 0)]),
+        FakeGpu(A100, "A100-80GB", mig_enabled=False),
+    ):
+        with installed(FakeNvmlLibrary([first, future])):
+            assert main(["inspect"]) == 0
+        (row,) = [line for line in capsys.readouterr().out.splitlines() if "Future" in line]
+        *free, used = row.split("|")[1:-1]  # 8 memory slices: 4 free, then the 3g.40gb
+        assert len(free) == 4 and all(set(cell) == {"."} for cell in free), row
+        assert used.strip() == "3g.40gb", row
+        assert row.endswith("3g.40gb@4")
+
+
 def test_inspect_without_a_driver_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
     with installed(None):
         code = main(["inspect"])
