@@ -567,5 +567,23 @@ def test_a_container_given_a_mig_capability_has_cap_sys_admin_in_its_bounding_se
     for container in given:
         context = container["securityContext"]
         assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
-        # in the bounding set only: a non-root process gains no capability on exec
-        assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
+        assert context["allowPrivilegeEscalation"] is False
+
+
+@needs_helm
+def test_the_carving_agent_runs_as_the_user_the_mig_config_capability_belongs_to() -> None:
+    """Creating and destroying MIG instances needs the mig/config capability, whose device
+    file (/dev/nvidia-caps/nvidia-cap1) the driver makes root's alone by default (cr--------;
+    MIG User Guide, "Device Nodes and Capabilities"; mig/monitor's is world-readable): as uid
+    65532 every carve ended NVML_ERROR_NO_PERMISSION. The read-only agent stays uid 65532."""
+    for values, uid in (((), 65532), (("agent.carve=true",), 0)):
+        (agent,) = [
+            d
+            for d in helm_render(*values)
+            if d["metadata"]["name"] == "migslice-agent" and d["kind"] == "DaemonSet"
+        ]
+        (container,) = agent["spec"]["template"]["spec"]["containers"]
+        context = container["securityContext"]
+        assert context["runAsUser"] == uid and context["runAsNonRoot"] is (uid != 0), values
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["readOnlyRootFilesystem"] is True
