@@ -573,10 +573,20 @@ def _say_blind(problems: Sequence[str], pod: str) -> None:
 
 
 def _prioritize(args: Mapping[str, Any], context: Context) -> list[HostPriority]:
-    demand = _demand(context, args["Pod"])
+    raw_pod = args["Pod"]
+    demand = _demand(context, raw_pod)
     names = _names(args)
+    candidates: list[tuple[str, PreparedNode | None]] | None = None
+    by_name: dict[str, RawNode] | None = None
     if names is None:
-        candidates, _ = _candidates(args, context)
+        candidates, by_name = _candidates(args, context)
+        names = [name for name, _ in candidates]
+    if not _asks_nothing(demand) and (nominated := _uncounted_nominations(context, raw_pod, names)):
+        # Scored on the node as the filter judges it: without the pods only nominated there
+        # that kube-scheduler does not count for this one (counted, a node the filter passed
+        # scored 0, as one that cannot take the pod).
+        candidates = _without_uncounted(context, raw_pod, names, candidates, by_name, nominated)
+    if candidates is not None:
         answer = [host_priority(name, score) for name, score in score_nodes(demand, candidates)]
     elif _asks_nothing(demand):
         answer = [host_priority(name, 0) for name in dict.fromkeys(names)]

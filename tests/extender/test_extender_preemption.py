@@ -143,3 +143,33 @@ def test_node_changes_wake_only_the_watch_of_the_changed_node() -> None:
         assert changed_b()
     changes("gpu-a")  # no watch left: nothing is kept
     assert not changes._seen and not changes._waiting
+
+
+@pytest.mark.parametrize("mode", ["names", "nodes"])
+def test_prioritize_scores_a_node_as_filter_judges_it_past_nominations_not_counted(
+    mode: str,
+) -> None:
+    # kube-scheduler's scores never count a nominated pod; its filters count one only for pods
+    # of at most its priority. Prioritize counted every nomination: a node the filter passed
+    # for a pod of higher priority was scored 0 ("cannot take it") in the weighted placement.
+    node, other = gpu_node(), make_node("gpu-b", gpu_count=1, mig=BALANCED, config="all-balanced")
+    nominated = make_pod(
+        "low", profile="3g.40gb", nominated_node_name="gpu-a", spec={"priority": 100}
+    )
+    client = client_of([node, other], [nominated])
+    higher = make_pod("high", profile="3g.40gb", spec={"priority": 1000})
+    if mode == "names":
+        body = json.dumps({"Pod": higher, "Nodes": None, "NodeNames": ["gpu-a", "gpu-b"]})
+    else:
+        body = json.dumps({"Pod": higher, "Nodes": {"items": [node, other]}, "NodeNames": None})
+    fits = json.loads(client.post("/filter", data=body, content_type="application/json").data)
+    assert fits["NodeNames"] == ["gpu-a", "gpu-b"] or len(fits["Nodes"]["items"]) == 2, fits
+    answer = client.post("/prioritize", data=body, content_type="application/json")
+    scores = {entry["Host"]: entry["Score"] for entry in json.loads(answer.data)}
+    assert scores["gpu-a"] == scores["gpu-b"] > 0, scores
+    for preemptor in (nominated, make_pod("same", profile="3g.40gb", spec={"priority": 100})):
+        # the preemptor is scored without its own nomination; a pod of its priority with it
+        body = json.dumps({"Pod": preemptor, "Nodes": None, "NodeNames": ["gpu-a", "gpu-b"]})
+        answer = client.post("/prioritize", data=body, content_type="application/json")
+        scores = {entry["Host"]: entry["Score"] for entry in json.loads(answer.data)}
+        assert (scores["gpu-a"] > 0) is (preemptor is nominated), scores
