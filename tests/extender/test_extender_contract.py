@@ -15,7 +15,7 @@ from extender.state import new_index, state_from_objects
 from harness.builders import make_node, make_pod
 from migslice.inventory import ClusterIndex
 from migslice.objects.clusterfile import ClusterObjects
-from migslice.scheduling import PreparedNode
+from migslice.scheduling import PreparedNode, reasons
 from tests import paths
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
@@ -105,6 +105,21 @@ def test_the_scheduling_doc_says_an_answer_partitions_its_input_only_when_no_nod
     text = " ".join(page.split())
     assert "always partition the input" not in text
     assert "the answer carries all three only when no node fits" in text
+
+
+def test_the_scheduling_doc_gives_an_unknown_node_the_outcome_filter_answers(
+    client: FlaskClient,
+) -> None:
+    """docs/scheduling.md's table listed a node the caches lack as failed (a preemption
+    candidate) after the filter made it unresolvable."""
+    answer, _ = post(client, "filter", names_args(scheduled_pod(profile="3g.40gb"), ["ghost"]))
+    assert answer["FailedAndUnresolvableNodes"] == {"ghost": reasons.UNKNOWN_NODE}
+    rows = [
+        line
+        for line in (paths.DOCS / "scheduling.md").read_text().splitlines()
+        if f"`{reasons.UNKNOWN_NODE}`" in line
+    ]
+    assert rows and all(row.startswith("| unresolvable |") for row in rows), rows
 
 
 @pytest.mark.parametrize("verb", ["filter", "filter-best-fit"])
