@@ -24,6 +24,8 @@ from migslice.quantity import QuantityError, parse_count, parse_memory_mib
 from migslice.whynot import WhyNot
 
 MAX_COUNT = 64
+TIME_SLICED_SUFFIX = ".shared"
+"""What the device plugin's time-slicing with ``renameByDefault`` appends to a resource."""
 _SHARING = {Tier.SHARED: "time-slicing", Tier.MPS: "mps"}
 
 
@@ -245,7 +247,7 @@ def _direct_request(
         return {o.product for o in usable}, "shared", _shared_requirements(policy, offers, tiers)
     parsed = profile_from_resource(request.resource)
     if parsed is None:
-        return _bad(f"{where}, which is not a MIG profile resource (nvidia.com/mig-<G>g.<M>gb)")
+        return _bad(_not_a_profile(request.resource, where))
     name = str(parsed)
     if not policy.allows_tier(Tier.MIG):
         return _tier_denial(policy, Tier.MIG, where)
@@ -332,6 +334,19 @@ def _tier_denial(policy: TenantPolicy, tier: Tier, where: str = "") -> Denial:
 
 def _listed(values: tuple[str, ...], empty: str) -> str:
     return ", ".join(values) or empty
+
+
+def _not_a_profile(resource: str, where: str) -> str:
+    replicated = resource.removesuffix(TIME_SLICED_SUFFIX)
+    shared = replicated != resource and profile_from_resource(replicated)
+    if shared:
+        return (
+            f"{where}, a time-sliced replica of a {shared} MIG instance (the device plugin's "
+            f"time-slicing with renameByDefault), which migslice does not admit: ask "
+            f"{replicated} for an instance of its own, or {SHARED_GPU_RESOURCE} for a "
+            "time-sliced GPU where the policy's tiers allow shared"
+        )
+    return f"{where}, which is not a MIG profile resource (nvidia.com/mig-<G>g.<M>gb)"
 
 
 def _bad(message: str) -> Denial:

@@ -193,6 +193,18 @@ def test_direct_requests_that_pass_get_annotations_and_affinity_but_keep_their_r
     assert patched["metadata"]["annotations"]["migslice.io/profile"] == "1g.10gb"
 
 
+def test_a_time_sliced_mig_replica_is_refused_naming_what_to_ask_instead() -> None:
+    """``nvidia.com/mig-1g.10gb.shared`` is what the device plugin's time-slicing with
+    renameByDefault advertises: replicas of one instance shared between pods. It was refused
+    as "not a MIG profile resource", which it is, shared."""
+    pod = make_created_pod(limits={"nvidia.com/mig-1g.10gb.shared": "1"})
+    decision, _ = run(pod, view(make_policy(isolation="process", tiers=["mig", "shared"])))
+    assert not decision.allowed
+    assert "time-sliced replica of a 1g.10gb MIG instance" in decision.message
+    assert "nvidia.com/mig-1g.10gb" in decision.message
+    assert "nvidia.com/gpu.shared" in decision.message
+
+
 def test_hardware_isolation_never_gets_shared_or_mps_gpus() -> None:
     pod = make_created_pod(limits={"nvidia.com/gpu.shared": "1"})
     decision, _ = run(pod, view(make_policy(isolation="hardware")))
