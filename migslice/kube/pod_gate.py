@@ -17,6 +17,7 @@ from typing import Any
 
 from migslice.admission.gate import GatedPod, GateNote
 from migslice.kube.events import record_namespaced_event
+from migslice.kube.pod_touch import pod_path
 from migslice.kube.transport import ApiError, KubernetesTransport
 from migslice.objects.json import mapping
 
@@ -29,17 +30,13 @@ CHANGED = frozenset({404, 409, 422})
 """Answers that mean the pod is not as decided (a failed ``test`` is 422, a gone pod 404)."""
 
 
-def _pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods/{urllib.parse.quote(name)}"
-
-
 class KubeGateApi:
     def __init__(self, transport: KubernetesTransport) -> None:
         self._transport = transport
 
     def patch_pod(self, namespace: str, name: str, patch: Sequence[Mapping[str, Any]]) -> bool:
         try:
-            self._transport.patch_json(_pod_path(namespace, name), patch, JSON_PATCH)
+            self._transport.patch_json(pod_path(namespace, name), patch, JSON_PATCH)
         except ApiError as error:
             if error.status in CHANGED:
                 log.info("pod=%s/%s not patched: %s", namespace, name, error)
@@ -51,7 +48,7 @@ class KubeGateApi:
         body = {"status": {"conditions": [dict(condition)]}}
         try:
             self._transport.patch_json(
-                _pod_path(namespace, name) + "/status", body, STRATEGIC_MERGE_PATCH
+                pod_path(namespace, name) + "/status", body, STRATEGIC_MERGE_PATCH
             )
         except ApiError as error:
             log.warning("condition not set on pod=%s/%s: %s", namespace, name, error)

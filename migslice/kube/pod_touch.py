@@ -28,6 +28,13 @@ GONE = frozenset({404, 409, 422})
 same name (its ``metadata.uid`` is immutable, so a patch that names the old one fails)."""
 
 
+def pod_path(namespace: str, name: str) -> str:
+    """The pod's API path; each name one path segment whatever a caller sent (``x/status`` is
+    never the status subresource)."""
+    quoted = (urllib.parse.quote(part, safe="") for part in (namespace, name))
+    return "/api/v1/namespaces/{}/pods/{}".format(*quoted)
+
+
 def touch_pod(
     transport: KubernetesTransport,
     namespace: str,
@@ -41,7 +48,7 @@ def touch_pod(
     metadata: dict[str, object] = {"annotations": dict(annotations)}
     if uid:
         metadata["uid"] = uid
-    path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods/{urllib.parse.quote(name)}"
+    path = pod_path(namespace, name)
     try:
         transport.patch_json(path, {"metadata": metadata})
     except ApiError as error:

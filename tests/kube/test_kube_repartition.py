@@ -275,3 +275,16 @@ def test_a_lost_race_for_the_lease_is_not_leadership(
     objects.conflicts_to_inject = 1
     assert not a.try_acquire_or_renew()
     assert a.try_acquire_or_renew()
+
+
+def test_a_pod_name_with_a_slash_is_one_path_segment_not_a_subresource(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    """A name no pod can have (a hostile or broken caller's) stays inside the pod's own path
+    segment: ``x/status`` was sent as the pod x's status subresource."""
+    objects, transport = store
+    objects.put("/api/v1/namespaces/team-a/pods/x/status", {"metadata": {"name": "x"}})
+    api = make_api(transport)
+    assert not api.touch_pod("team-a/x/status", {"migslice.io/retry": "1"})
+    (patch,) = [r for r in objects.requests if r[0] == "PATCH"]
+    assert patch[1] == "/api/v1/namespaces/team-a/pods/x%2Fstatus"
