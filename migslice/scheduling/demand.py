@@ -60,7 +60,8 @@ class PodDemand:
     products: frozenset[str] | None = None
     error: str = ""
     wait: str = ""
-    """Why no node can be judged yet (a claim the pod names is not seen yet): every node fails."""
+    """Why no node can be judged yet (a claim the pod names is not seen yet): the extender
+    answers an Error, which kube-scheduler retries after its backoff."""
 
     @property
     def is_single_unit(self) -> bool:
@@ -95,7 +96,8 @@ def with_claims(
 
     An allocated claim adds nothing (its devices are held, and kube-scheduler keeps the pod on
     the allocation's node); nor does the claim kube-scheduler made for the pod's extended
-    resources (its units are the pod's requests). A claim not seen yet makes every node wait.
+    resources (its units are the pod's requests). A claim not seen yet makes the pod
+    wait (``wait``).
     A claim migslice cannot read (:func:`migslice.objects.resource_claims.gpu_asks`) leaves
     the claims out: kube-scheduler's own DRA filter, which runs before the extender, decides
     them; so does a claim whose request tolerates device taints (the allocator may give it a

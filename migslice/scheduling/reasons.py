@@ -101,7 +101,8 @@ DEVICES_TAINTED = (
 """Failed: the node has room for the pod, but only on devices that a taint other than the
 steer's keeps the allocator off."""
 CLAIM_NOT_SEEN = "pod's ResourceClaim not seen by migslice extender yet"
-"""Failed, every node: the claim the pod names is not in the extender's cache yet."""
+"""The filter's Error (no node judged): the claim the pod names is not in the extender's
+cache yet; kube-scheduler retries after its backoff."""
 
 
 def kept_for_large(idle: int, kept: float, share: float, max_hold_s: float) -> str:
