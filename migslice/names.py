@@ -119,6 +119,9 @@ MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+"""The GPU Operator's MIG Manager DaemonSet (and NVIDIA's example one) runs only on nodes where
+this is ``true``; ``false`` turns it off on a node, other values pause it."""
 
 MIG_STATE_PENDING = "pending"
 MIG_STATE_REBOOTING = "rebooting"

@@ -13,7 +13,12 @@ whatever its mode label says).
 from __future__ import annotations
 
 from migslice.inventory import NodeState
-from migslice.names import MODE_MIG_MANAGER, REPARTITION_MODE_LABEL, REPARTITION_MODES
+from migslice.names import (
+    MIG_MANAGER_DEPLOY_LABEL,
+    MODE_MIG_MANAGER,
+    REPARTITION_MODE_LABEL,
+    REPARTITION_MODES,
+)
 from migslice.objects.dra_pool import DraMode, PoolState
 from migslice.objects.nodes import NodeFacts
 from migslice.whynot import WhyNot
@@ -40,6 +45,22 @@ def mode_of(facts: NodeFacts, default: str = MODE_MIG_MANAGER) -> str | WhyNot:
         "bad-mode",
         f"label {REPARTITION_MODE_LABEL}={label!r}; expected one of "
         f"{', '.join(REPARTITION_MODES)} (or no label for the controller's default)",
+    )
+
+
+def mig_manager_absence(facts: NodeFacts) -> WhyNot | None:
+    """Why no MIG Manager would apply a config the node's label names: its label
+    ``nvidia.com/gpu.deploy.mig-manager`` is there and not ``true`` (the GPU Operator's
+    DaemonSet, and NVIDIA's example one, select ``true``: ``false`` turns it off on the node,
+    ``paused-*`` stops it for now). Labelled anyway, the node would sit at the
+    ``state=pending`` the label sets, closed to pods, until the deadline quarantined it. None
+    without the label (a MIG Manager deployed otherwise may still run there)."""
+    value = facts.label(MIG_MANAGER_DEPLOY_LABEL)
+    if value is None or value == "true":
+        return None
+    return WhyNot(
+        "no-mig-manager",
+        f"no MIG Manager runs on the node (label {MIG_MANAGER_DEPLOY_LABEL}={value})",
     )
 
 

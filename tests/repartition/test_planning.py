@@ -41,6 +41,7 @@ def node_state(
     config_state: str | None = None,
     product: str = PRODUCT,
     unseen: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> NodeState:
     """A node whose agent reports ``layouts``; pods hold the busy instances, and ``unseen``
     profiles more, whose processes the agent does not see (a pod pulling its image)."""
@@ -67,6 +68,7 @@ def node_state(
         mig=dict(counts),
         config_state=config_state,
         layout_annotation=render_layout_annotation(report),
+        extra_labels=labels,
     )
     held = [
         p.profile
@@ -195,6 +197,29 @@ def test_nodes_in_transition_or_cooldown_are_left_alone_and_said_so() -> None:
         "a": "MIG Manager is applying a config (state pending)",
         "b": "changed 30s ago (cooldown 600s)",
     }
+
+
+def test_a_node_mig_manager_does_not_run_on_is_left_alone_and_said_so() -> None:
+    # The GPU Operator's MIG Manager DaemonSet (and NVIDIA's example one) selects nodes with
+    # nvidia.com/gpu.deploy.mig-manager=true: a node labelled otherwise has none, so its
+    # config label would never be applied and the state=pending ours sets would keep pods
+    # off it for good.
+    off = {"nvidia.com/gpu.deploy.mig-manager": "false"}
+    paused = {"nvidia.com/gpu.deploy.mig-manager": "paused-for-driver-upgrade"}
+    nodes = [
+        node_state("a", [all_1g()], labels=off),
+        node_state("b", [all_1g()], labels=paused),
+    ]
+    result = plan(nodes, [pending("t/p", "3g.40gb")])
+    assert result.is_empty
+    assert dict(result.skipped_nodes) == {
+        "a": "no MIG Manager runs on the node (label nvidia.com/gpu.deploy.mig-manager=false)",
+        "b": "no MIG Manager runs on the node (label "
+        "nvidia.com/gpu.deploy.mig-manager=paused-for-driver-upgrade)",
+    }
+    on = {"nvidia.com/gpu.deploy.mig-manager": "true"}
+    (change,) = plan([node_state("c", [all_1g()], labels=on)], [pending("t/p", "3g.40gb")]).changes
+    assert change.node == "c"
 
 
 def test_at_most_max_nodes_in_flight_change_at_once() -> None:

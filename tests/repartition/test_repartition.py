@@ -71,9 +71,17 @@ def node(
     state: str | None = "success",
     mig: dict[str, int] | None = None,
     held: Sequence[str] = (),
+    labels: dict[str, str] | None = None,
 ) -> NodeState:
     """A one-GPU node laid out by ``config``; ``held`` profiles are held by bound pods."""
-    raw = make_node(name, gpu_count=1, mig=mig or {"1g.10gb": 7}, config=config, config_state=state)
+    raw = make_node(
+        name,
+        gpu_count=1,
+        mig=mig or {"1g.10gb": 7},
+        config=config,
+        config_state=state,
+        extra_labels=labels,
+    )
     pods = [
         pod_facts_from_raw(make_pod(f"{name}-p{i}", profile=profile, node_name=name))
         for i, profile in enumerate(held)
@@ -210,9 +218,13 @@ def test_the_written_plan_is_applied_with_config_label_and_event() -> None:
         (node(held=["1g.10gb"]), "GPU 0 is in use by a pod since planning"),
         (node(config="all-3g.40gb", mig={"3g.40gb": 2}), "label nvidia.com/mig.config is"),
         (node(state="pending"), "MIG Manager is applying a config"),
+        (
+            node(labels={"nvidia.com/gpu.deploy.mig-manager": "false"}),
+            "no MIG Manager runs on the node (label nvidia.com/gpu.deploy.mig-manager=false)",
+        ),
         (None, "node is gone"),
     ],
-    ids=["gpu-became-busy", "label-changed", "mig-manager-busy", "node-deleted"],
+    ids=["gpu-became-busy", "label-changed", "mig-manager-busy", "mig-manager-off", "node-deleted"],
 )
 def test_a_node_whose_state_changed_since_planning_is_not_applied(
     now_node: NodeState | None, why: str

@@ -13,7 +13,7 @@ from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, REPARTITION_MODE_L
 from migslice.repartition.actions import REASON_STARTED, NodeEvent, SetLabel
 from migslice.repartition.migmanager.closing import Closing, close_node, outcome_of
 from migslice.repartition.migmanager.messages import applying_message, referenced_configs
-from migslice.repartition.modes import dra_exclusion
+from migslice.repartition.modes import dra_exclusion, mig_manager_absence
 from migslice.repartition.pending import PendingPod, can_place
 from migslice.repartition.record import (
     ABORTED,
@@ -62,6 +62,9 @@ def _recheck(step: NodeStep, state: NodeState | None) -> str:
         return f"node is now {dra.message}"
     if facts.repartition_mode == MODE_CARVE or facts.is_carving:
         return f"node is in carve mode ({REPARTITION_MODE_LABEL}) or carving"
+    absent = mig_manager_absence(facts)
+    if absent is not None:
+        return absent.message
     if facts.mig_config != step.previous_config:
         return (
             f"label nvidia.com/mig.config is {facts.mig_config!r}, "

@@ -61,6 +61,7 @@ from migslice.mig.migparted import mig_parted_entries, profile_counts
 from migslice.mig.stranding import strand_guard
 from migslice.names import MIG_TRANSITION_STATES, OWN_CONFIG_PREFIX, WHOLE_GPU_RESOURCE
 from migslice.objects.pod_selection import PodSelection
+from migslice.repartition.modes import mig_manager_absence
 from migslice.repartition.pending import PendingPod, can_place, eligible_demand, serving_order
 from migslice.repartition.plans import GpuChange, NodeChange, RepartitionPlan
 from migslice.repartition.settings import PlanSettings
@@ -128,6 +129,9 @@ def _idle_gpus(
         return WhyNot("mig-manager-busy", f"MIG Manager is applying a config (state {state})")
     if node.facts.is_carving:
         return WhyNot("carving", "the node agent is carving its GPUs (migslice.io/carve-state)")
+    absent = mig_manager_absence(node.facts)
+    if absent is not None:
+        return absent
     since = cooldowns.get(node.name)
     if since is not None and since < settings.cooldown_s:
         return WhyNot("cooldown", f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)")
