@@ -4,7 +4,8 @@ ConfigMap the controller writes.
 A config written into a ConfigMap that MIG Manager does not read is never applied: every
 labelled node would sit at ``pending`` until the deadline, be rolled back and backed off. So
 each round, before planning, the leader reads the GPU Operator's ClusterPolicy; when its
-``spec.migManager.config.name`` is not the controller's ConfigMap, the round stops there,
+``spec.migManager.config.name`` is not the controller's ConfigMap, or its
+``spec.migManager.enabled`` is false (no MIG Manager runs at all), the round stops there,
 the metric ``migslice_repartition_mig_manager_config_mismatch`` is 1, the reason is logged
 once and a Warning Event (``MigManagerConfigMismatch``) is recorded on the ClusterPolicy once
 (not in dry-run mode, which writes nothing). Without the GPU Operator (no ClusterPolicy CRD,
@@ -23,8 +24,10 @@ from extender.state import RepartitionStats
 from migslice.kube.gpu_operator import GpuOperatorUnreadableError
 from migslice.objects.cluster_policy import (
     active_cluster_policy,
+    disabled_mig_manager,
     foreign_mig_config,
     mig_config_fix,
+    mig_manager_enable_fix,
 )
 
 log = logging.getLogger(__name__)
@@ -78,13 +81,18 @@ class MigManagerGuard:
                 logging.INFO,
             )
             return True
+        disabled = disabled_mig_manager(policy)
         why = foreign_mig_config(policy, self._name)
-        if why is None:
+        if disabled is not None:
+            # no MIG Manager pod runs: a labelled node would sit at our state=pending
+            fix = mig_manager_enable_fix(policy.name)
+            message = f"{disabled}; not re-partitioning until it is: {fix}"
+        elif why is not None:
+            fix = mig_config_fix(policy.name, self._name)
+            message = f"{why}; not re-partitioning until it does: {fix}"
+        else:
             self._allow(f"MIG Manager reads {where} (ClusterPolicy {policy.name})", logging.INFO)
             return True
-        message = (
-            f"{why}; not re-partitioning until it does: {mig_config_fix(policy.name, self._name)}"
-        )
         self._stats.mig_manager_config_mismatch = True
         self._say(message, logging.WARNING)
         if not self._dry_run and (policy.uid, message) not in self._warned:

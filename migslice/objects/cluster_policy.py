@@ -20,6 +20,8 @@ from migslice.whynot import WhyNot
 
 FOREIGN_MIG_CONFIG = "mig-manager-config"
 """Reason code: MIG Manager does not read the ConfigMap the repartition controller writes."""
+MIG_MANAGER_DISABLED = "mig-manager-disabled"
+"""Reason code: the GPU Operator runs no MIG Manager (``spec.migManager.enabled`` false)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,22 @@ def foreign_mig_config(policy: ClusterPolicyFacts, config_map: str) -> WhyNot | 
         f"MIG Manager reads {reads}, not {config_map}, where migslice writes its configs "
         f"(ClusterPolicy {policy.name} spec.migManager.config.name)",
     )
+
+
+def disabled_mig_manager(policy: ClusterPolicyFacts) -> WhyNot | None:
+    """Why no MIG Manager runs to apply a config (``spec.migManager.enabled`` false); None
+    when it is enabled."""
+    if policy.mig_manager_enabled:
+        return None
+    return WhyNot(
+        MIG_MANAGER_DISABLED,
+        f"MIG Manager is disabled (ClusterPolicy {policy.name} spec.migManager.enabled "
+        "false): no re-partition is ever applied",
+    )
+
+
+def mig_manager_enable_fix(policy_name: str) -> str:
+    return patch_command(policy_name, '{"migManager":{"enabled":true}}')
 
 
 def patch_command(policy_name: str, spec: str) -> str:

@@ -204,3 +204,23 @@ def test_a_blocked_round_still_exports_the_pods_that_wait() -> None:
     assert 'migslice_extender_pending_pods{profile="3g.40gb"} 1.0' in text.decode()
     # Unschedulable since 15:00:00, NOW is 15:06:40, an hour later
     assert 'migslice_extender_pending_max_age_seconds{profile="3g.40gb"} 4000.0' in text.decode()
+
+
+def test_mig_manager_disabled_in_the_cluster_policy_stops_planning_with_one_event() -> None:
+    # No MIG Manager pod runs anywhere: every node labelled would sit at the state=pending our
+    # label sets, closed to pods, until the deadline quarantined it.
+    policy = patched_cluster_policy()
+    policy["spec"]["migManager"]["enabled"] = False
+    api = FakeClusterPolicies([policy])
+    check, stats = guard(api)
+    assert not check.allows_planning()
+    assert not check.allows_planning()
+    assert stats.mig_manager_config_mismatch
+    ((name, _, reason, message),) = api.warnings
+    assert (name, reason) == ("cluster-policy", EVENT_REASON)
+    assert message == (
+        "MIG Manager is disabled (ClusterPolicy cluster-policy spec.migManager.enabled false): "
+        "no re-partition is ever applied; not re-partitioning until it is: kubectl patch "
+        "clusterpolicies.nvidia.com/cluster-policy --type=merge -p "
+        '\'{"spec":{"migManager":{"enabled":true}}}\''
+    )

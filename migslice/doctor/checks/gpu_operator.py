@@ -14,10 +14,11 @@ from migslice.doctor.findings import Finding, Problem, Verdict, finding
 from migslice.objects.cluster_policy import (
     ClusterPolicyFacts,
     active_cluster_policy,
+    disabled_mig_manager,
     foreign_mig_config,
     mig_config_fix,
+    mig_manager_enable_fix,
     mig_strategy_fix,
-    patch_command,
 )
 from migslice.objects.json import JsonObject, mapping, text
 
@@ -178,14 +179,10 @@ def judge_mig_manager_config(facts: GpuOperatorFacts, settings: Settings) -> Fin
             )
         )
         return finding(MIG_MANAGER_CHECK, problems, "")
-    if not policy.mig_manager_enabled:
+    disabled = disabled_mig_manager(policy)
+    if disabled is not None:
         problems.append(
-            Problem(
-                Verdict.FAILED,
-                f"MIG Manager is disabled (ClusterPolicy {policy.name} spec.migManager.enabled "
-                "false): no re-partition is ever applied",
-                patch_command(policy.name, '{"migManager":{"enabled":true}}'),
-            )
+            Problem(Verdict.FAILED, disabled.message, mig_manager_enable_fix(policy.name))
         )
     why = foreign_mig_config(policy, name)
     if why is not None:
