@@ -26,7 +26,7 @@ from migslice.objects.cluster_policy import (
     active_cluster_policy,
     disabled_mig_manager,
     foreign_mig_config,
-    mig_config_fix,
+    foreign_mig_config_fix,
     mig_manager_enable_fix,
 )
 
@@ -82,13 +82,13 @@ class MigManagerGuard:
             )
             return True
         disabled = disabled_mig_manager(policy)
-        why = foreign_mig_config(policy, self._name)
+        why = foreign_mig_config(policy, self._name, self._namespace)
         if disabled is not None:
             # no MIG Manager pod runs: a labelled node would sit at our state=pending
             fix = mig_manager_enable_fix(policy.name)
             message = f"{disabled}; not re-partitioning until it is: {fix}"
         elif why is not None:
-            fix = mig_config_fix(policy.name, self._name)
+            fix = foreign_mig_config_fix(why, policy, self._name)
             message = f"{why}; not re-partitioning until it does: {fix}"
         else:
             self._allow(f"MIG Manager reads {where} (ClusterPolicy {policy.name})", logging.INFO)

@@ -20,6 +20,9 @@ from migslice.whynot import WhyNot
 
 FOREIGN_MIG_CONFIG = "mig-manager-config"
 """Reason code: MIG Manager does not read the ConfigMap the repartition controller writes."""
+FOREIGN_NAMESPACE = "mig-manager-namespace"
+"""Reason code: MIG Manager reads a ConfigMap of that name, in the GPU Operator's namespace,
+not the controller's."""
 MIG_MANAGER_DISABLED = "mig-manager-disabled"
 """Reason code: the GPU Operator runs no MIG Manager (``spec.migManager.enabled`` false)."""
 
@@ -27,7 +30,9 @@ MIG_MANAGER_DISABLED = "mig-manager-disabled"
 @dataclass(frozen=True, slots=True)
 class ClusterPolicyFacts:
     """``mig_strategy``: ``spec.mig.strategy`` ("" when unset). ``mig_manager_config``:
-    ``spec.migManager.config.name`` ("" when unset: MIG Manager's generated default)."""
+    ``spec.migManager.config.name`` ("" when unset: MIG Manager's generated default).
+    ``namespace``: ``status.namespace``, where the GPU Operator runs its operands, MIG
+    Manager's pods (and the ConfigMap they mount) included ("" until the operator says)."""
 
     name: str
     uid: str = ""
@@ -35,6 +40,7 @@ class ClusterPolicyFacts:
     mig_strategy: str = ""
     mig_manager_enabled: bool = True
     mig_manager_config: str = ""
+    namespace: str = ""
 
 
 def cluster_policy_facts(raw_policy: JsonObject) -> ClusterPolicyFacts:
@@ -49,6 +55,7 @@ def cluster_policy_facts(raw_policy: JsonObject) -> ClusterPolicyFacts:
         mig_strategy=text(mapping(spec.get("mig")).get("strategy")) or "",
         mig_manager_enabled=enabled if isinstance(enabled, bool) else True,
         mig_manager_config=text(mapping(mig_manager.get("config")).get("name")) or "",
+        namespace=text(mapping(raw_policy.get("status")).get("namespace")) or "",
     )
 
 
@@ -61,11 +68,22 @@ def active_cluster_policy(raw_policies: Iterable[JsonObject]) -> ClusterPolicyFa
     return min(policies, key=lambda p: (p.created_at, p.name))
 
 
-def foreign_mig_config(policy: ClusterPolicyFacts, config_map: str) -> WhyNot | None:
+def foreign_mig_config(
+    policy: ClusterPolicyFacts, config_map: str, namespace: str = ""
+) -> WhyNot | None:
     """Why MIG Manager would not apply what the repartition controller writes into
-    ``config_map`` (the ConfigMap's name); None when it reads that ConfigMap."""
+    ``config_map`` (the ConfigMap's name) of ``namespace``; None when it reads that ConfigMap.
+    MIG Manager's pods mount the ConfigMap of that name from their own namespace, the GPU
+    Operator's (checked when both namespaces are known)."""
     if policy.mig_manager_config == config_map:
-        return None
+        if not namespace or not policy.namespace or policy.namespace == namespace:
+            return None
+        return WhyNot(
+            FOREIGN_NAMESPACE,
+            f"MIG Manager reads {config_map} of namespace {policy.namespace}, where the GPU "
+            f"Operator runs (ClusterPolicy {policy.name} status.namespace), not of "
+            f"{namespace}, where migslice writes its configs",
+        )
     reads = (
         f'"{policy.mig_manager_config}"'
         if policy.mig_manager_config
@@ -105,6 +123,17 @@ def patch_command(policy_name: str, spec: str) -> str:
 
 def mig_config_fix(policy_name: str, config_map: str) -> str:
     return patch_command(policy_name, f'{{"migManager":{{"config":{{"name":"{config_map}"}}}}}}')
+
+
+def foreign_mig_config_fix(why: WhyNot, policy: ClusterPolicyFacts, config_map: str) -> str:
+    """What fixes ``why`` (:func:`foreign_mig_config`'s answer): the ClusterPolicy's config
+    name patched, or migslice's ConfigMap put in the operator's namespace."""
+    if why.reason == FOREIGN_NAMESPACE:
+        return (
+            f"install migslice with --set gpuOperator.namespace={policy.namespace} (the "
+            f"extender's --mig-config-map={policy.namespace}/{config_map})"
+        )
+    return mig_config_fix(policy.name, config_map)
 
 
 def mig_strategy_fix(policy_name: str) -> str:

@@ -520,6 +520,23 @@ def test_mig_manager_disabled_fails(cluster: DoctorCluster) -> None:
     assert '{"spec":{"migManager":{"enabled":true}}}' in found.fix
 
 
+def test_a_config_map_outside_the_operators_namespace_fails(cluster: DoctorCluster) -> None:
+    policy = patched_cluster_policy()
+    policy["status"]["namespace"] = "nvidia-gpu-operator"
+    cluster.objects[CLUSTER_POLICIES] = [policy]
+    found = judge(cluster, "mig-manager-config")
+    assert found.verdict is Verdict.FAILED
+    assert found.detail == (
+        "MIG Manager reads migslice-mig-config of namespace nvidia-gpu-operator, where the GPU "
+        "Operator runs (ClusterPolicy cluster-policy status.namespace), not of gpu-operator, "
+        "where migslice writes its configs"
+    )
+    assert found.fix == (
+        "install migslice with --set gpuOperator.namespace=nvidia-gpu-operator (the extender's "
+        "--mig-config-map=nvidia-gpu-operator/migslice-mig-config)"
+    )
+
+
 def test_the_oldest_cluster_policy_is_the_one_judged(cluster: DoctorCluster) -> None:
     newer = sample_cluster_policy()
     newer["metadata"].update(name="a-newer-one", creationTimestamp="2026-02-01T00:00:00Z")

@@ -224,3 +224,25 @@ def test_mig_manager_disabled_in_the_cluster_policy_stops_planning_with_one_even
         "clusterpolicies.nvidia.com/cluster-policy --type=merge -p "
         '\'{"spec":{"migManager":{"enabled":true}}}\''
     )
+
+
+def test_a_config_map_of_another_namespace_than_the_operators_stops_planning() -> None:
+    # MIG Manager's pods run in the GPU Operator's namespace (status.namespace) and mount the
+    # ConfigMap of that name from there: ours, in another namespace, is never read.
+    policy = patched_cluster_policy()
+    policy["status"]["namespace"] = "nvidia-gpu-operator"
+    api = FakeClusterPolicies([policy])
+    check, stats = guard(api)
+    assert not check.allows_planning()
+    assert stats.mig_manager_config_mismatch
+    ((_, _, reason, message),) = api.warnings
+    assert reason == EVENT_REASON
+    assert message == (
+        "MIG Manager reads migslice-mig-config of namespace nvidia-gpu-operator, where the GPU "
+        "Operator runs (ClusterPolicy cluster-policy status.namespace), not of gpu-operator, "
+        "where migslice writes its configs; not re-partitioning until it does: install "
+        "migslice with --set gpuOperator.namespace=nvidia-gpu-operator (the extender's "
+        "--mig-config-map=nvidia-gpu-operator/migslice-mig-config)"
+    )
+    policy["status"]["namespace"] = "gpu-operator"
+    assert check.allows_planning()

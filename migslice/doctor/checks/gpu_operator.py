@@ -16,7 +16,7 @@ from migslice.objects.cluster_policy import (
     active_cluster_policy,
     disabled_mig_manager,
     foreign_mig_config,
-    mig_config_fix,
+    foreign_mig_config_fix,
     mig_manager_enable_fix,
     mig_strategy_fix,
 )
@@ -184,9 +184,10 @@ def judge_mig_manager_config(facts: GpuOperatorFacts, settings: Settings) -> Fin
         problems.append(
             Problem(Verdict.FAILED, disabled.message, mig_manager_enable_fix(policy.name))
         )
-    why = foreign_mig_config(policy, name)
+    why = foreign_mig_config(policy, name, namespace)
     if why is not None:
-        problems.append(Problem(Verdict.FAILED, why.message, mig_config_fix(policy.name, name)))
+        fix = foreign_mig_config_fix(why, policy, name)
+        problems.append(Problem(Verdict.FAILED, why.message, fix))
     return finding(
         MIG_MANAGER_CHECK,
         problems,
