@@ -222,6 +222,22 @@ def test_a_node_mig_manager_does_not_run_on_is_left_alone_and_said_so() -> None:
     assert change.node == "c"
 
 
+def test_a_config_named_as_the_nodes_label_already_is_named_anew() -> None:
+    # MIG Manager applies a config when the node's nvidia.com/mig.config label changes value:
+    # a node whose layout left the config its label names (carved meanwhile, its mode label
+    # set to carve and back) and that the planner shapes as that config again would be
+    # labelled with the same value, never applied, and sit at our state=pending until
+    # quarantined.
+    first = plan([node_state("a", [all_1g()])], [pending("t/p", "3g.40gb")]).changes[0]
+    label = {"nvidia.com/mig.config": first.config_name}
+    again = plan([node_state("a", [all_1g()], labels=label)], [pending("t/p", "3g.40gb")])
+    (change,) = again.changes
+    assert change.gpus == first.gpus and change.entries == first.entries
+    assert change.previous_config == first.config_name
+    assert change.config_name != first.config_name
+    assert change.config_name.startswith("migslice-a-")
+
+
 def test_at_most_max_nodes_in_flight_change_at_once() -> None:
     nodes = [node_state(n, [all_1g()]) for n in ("a", "b", "c")]
     demand = [pending(f"t/p{i}", "4g.40gb") for i in range(3)]

@@ -89,9 +89,13 @@ def config_name(
     node: str,
     gpus: Sequence[GpuChange],
     counts: Mapping[int, tuple[tuple[str, int], ...]] | None = None,
+    *,
+    anew: bool = False,
 ) -> str:
     """``migslice-<node>-<8 hex>``: the hash covers the new layouts, so a name is a content.
-    ``counts``: each GPU's :func:`profile_counts` of its new layout, where known.
+    ``counts``: each GPU's :func:`profile_counts` of its new layout, where known. ``anew``:
+    another name for the same content (the first one is the node's label already, and MIG
+    Manager applies a config only when the label changes value).
 
     The name is the value of the node's ``nvidia.com/mig.config`` label, which the API server
     holds to 63 characters (it refused the label of a node named over 45, e.g. a GKE node
@@ -103,6 +107,8 @@ def config_name(
     for change in sorted(gpus, key=lambda c: c.index):
         new = counts[change.index] if counts is not None else profile_counts(change.new)
         digest.update(f"{change.index}:{new};".encode())
+    if anew:
+        digest.update(b"anew;")
     name = f"{OWN_CONFIG_PREFIX}{node}-{digest.hexdigest()[:8]}"
     if len(name) <= MAX_LABEL_VALUE:
         return name
@@ -260,10 +266,15 @@ def _node_change(node_gpus: Sequence[_Gpu], serves: tuple[str, ...]) -> NodeChan
     }
     described.update({c.index: c.new for c in gpu_changes})
     entries = mig_parted_entries(model, described, filters)
+    name = config_name(node.name, gpu_changes, counts)
+    if name == node.facts.mig_config:
+        # the node's layout left the config its label names (carved meanwhile, say): labelled
+        # with the same value, MIG Manager would never apply it (it acts on a label change)
+        name = config_name(node.name, gpu_changes, counts, anew=True)
     return NodeChange(
         node=node.name,
         model_key=model.key,
-        config_name=config_name(node.name, gpu_changes, counts),
+        config_name=name,
         previous_config=node.facts.mig_config,
         gpus=gpu_changes,
         serves=serves,
