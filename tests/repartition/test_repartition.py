@@ -47,6 +47,7 @@ from migslice.repartition import (
 )
 from migslice.repartition.record import TOUCH_WINDOW_S
 from migslice.scheduling.demand import demand_of
+from tests.repartition.test_planning import node_state
 
 MODEL = CATALOG.get("A100-80GB")
 ALL_1G = "all-1g.10gb"
@@ -238,6 +239,41 @@ def test_a_node_whose_state_changed_since_planning_is_not_applied(
     assert step.record.plan is None
     (outcome,) = step.outcomes
     assert outcome.outcome == ABORTED and why in outcome.detail
+
+
+def test_a_gpu_the_plan_leaves_as_it_is_that_changed_since_planning_is_not_wiped() -> None:
+    # After a reboot a node's MIG instances are gone: its agent reports empty MIG GPUs until
+    # MIG Manager applies the node's config again, under the same label. A plan made meanwhile
+    # describes the GPUs it leaves as empty; labelled once MIG Manager had applied that config
+    # (the planned GPU idle again), mig-parted would clear every other GPU, and the instances
+    # pods had been given there since with them.
+    rebooted = node_state("gpu-a", [[], []])
+    start = decide(
+        RepartitionRecord(),
+        [rebooted],
+        [waiting()],
+        file_configs=set(FILE_CONFIGS),
+        now=T0,
+        settings=SETTINGS,
+    )
+    assert start.kind == StepKind.START and start.record.plan is not None
+    (planned,) = start.record.plan.nodes
+    assert planned.gpus == (0,)
+    assert [dict(e.mig_devices) for e in planned.entries if e.devices == (1,)] == [{}]
+    layout = [place(MODEL, "1g.10gb", i) for i in range(7)]
+    reapplied = node_state("gpu-a", [layout, layout])
+    step = decide(
+        start.record,
+        [reapplied],
+        [waiting()],
+        file_configs=set(FILE_CONFIGS),
+        now=T0 + 1,
+        settings=SETTINGS,
+    )
+    assert step.kind == StepKind.ABORT and not step.labels
+    (outcome,) = step.outcomes
+    assert outcome.outcome == ABORTED
+    assert "GPU 1 has 7 x 1g.10gb, the plan keeps it as none" in outcome.detail
 
 
 def test_nothing_moves_without_a_readable_mig_parted_file() -> None:

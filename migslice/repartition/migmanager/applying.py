@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from migslice.inventory import LayoutSource, NodeState
-from migslice.mig.migparted import MigPartedEntry
+from migslice.inventory import GpuState, LayoutSource, NodeState
+from migslice.mig.migparted import MigPartedEntry, profile_counts
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, REPARTITION_MODE_LABEL
 from migslice.repartition.actions import REASON_STARTED, NodeEvent, SetLabel
 from migslice.repartition.migmanager.closing import Closing, close_node, outcome_of
@@ -89,7 +89,28 @@ def _recheck(step: NodeStep, state: NodeState | None) -> str:
                 f"GPU {index} has a {held[0]} instance and pods hold {held[0]} instances the "
                 "agent does not see in use: one may be theirs"
             )
+    return _kept_changed(step, gpus)
+
+
+def _kept_changed(step: NodeStep, gpus: Mapping[int, GpuState]) -> str:
+    """Which GPU the step's config describes as it was when planned (to be left as it is) has
+    another layout now; "" when none. mig-parted sets every GPU the config lists: one whose
+    layout changed since (MIG Manager applied the node's config again after a reboot, under
+    the same label) would be cleared, and the instances pods were given there with it."""
+    for entry in step.entries:
+        for index in entry.devices if entry.devices is not None else sorted(gpus):
+            gpu = gpus.get(index)
+            if index in step.gpus or gpu is None:
+                continue
+            now = profile_counts(gpu.instances) if gpu.mig_enabled else None
+            if now != entry.mig_devices:
+                has = "MIG off" if now is None else _counts(now)
+                return f"GPU {index} has {has}, the plan keeps it as {_counts(entry.mig_devices)}"
     return ""
+
+
+def _counts(counts: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{n} x {profile}" for profile, n in counts) or "none"
 
 
 def apply_plan(
