@@ -380,6 +380,30 @@ def test_a_gpu_that_may_hold_a_bound_pods_instance_is_never_re_partitioned() -> 
     assert [[g.index for g in c.gpus] for c in seen.changes] == [[1]]
 
 
+def test_a_node_known_by_counts_whose_agent_reports_a_gpu_with_mig_off_is_not_planned() -> None:
+    """While the device plugin restarts, allocatable shows no GPU resource at all, so the
+    agent's layout disagrees with it and the node is known by counts: nvidia.com/gpu says
+    nothing of the GPU whose MIG is off, but the agent does. A config for GPU 0 would turn
+    its MIG mode on (mig-parted resetting the node's GPUs)."""
+    report = AgentReport(
+        product=PRODUCT,
+        gpus=(
+            AgentGpu(0, False, ()),
+            AgentGpu(
+                1, True, tuple(AgentInstance(p.profile, p.start, p.size, False) for p in all_1g())
+            ),
+        ),
+    )
+    raw = make_node(
+        "gpu-d", gpu_count=2, mig={}, layout_annotation=render_layout_annotation(report)
+    )
+    state = resolve_node(node_facts_from_raw(raw), [])
+    result = plan([state], [pending("t/want", "3g.40gb")])
+    assert not result.changes
+    ((node, why),) = result.skipped_nodes
+    assert node == "gpu-d" and "some GPU has MIG off" in why, why
+
+
 def test_a_node_known_by_counts_with_a_gpu_whose_mig_is_off_is_not_planned() -> None:
     """Which GPU has MIG off is not known: a config for it would change its MIG mode, and
     mig-parted resets every GPU of the node to do that."""

@@ -144,13 +144,18 @@ def _idle_gpus(
     if node.source == LayoutSource.COUNTS:
         if any(count for _, count in node.allocated):
             return WhyNot("counts-held", "layout known only by counts and some of it is held")
-        if node.allocatable_of(WHOLE_GPU_RESOURCE):
-            # which GPU has MIG off is not known: a config for it would change its MIG mode,
-            # and mig-parted resets every GPU of the node to do that
+        agent = node.facts.agent
+        if node.allocatable_of(WHOLE_GPU_RESOURCE) or (
+            agent is not None and any(not g.mig_enabled and not g.error for g in agent.gpus)
+        ):
+            # which GPU has MIG off is not known to the counts (nor is the agent's report,
+            # which says so, used: it disagrees with allocatable, as while the device plugin
+            # restarts): a config for it would change its MIG mode, and mig-parted resets
+            # every GPU of the node to do that
             return WhyNot(
                 "counts-mig-off",
-                "layout known only by counts and some GPU has MIG off (nvidia.com/gpu): which "
-                "one is not known",
+                "layout known only by counts and some GPU has MIG off (nvidia.com/gpu, or the "
+                "node agent's report): which one is not known",
             )
         count = node.facts.gpu_count or 0
         return [_Gpu(node, model, i, ()) for i in range(count)]
