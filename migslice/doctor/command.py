@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from migslice.doctor.registry import CHECKS
     from migslice.doctor.report import render_json, render_table
     from migslice.doctor.run import run_checks
-    from migslice.kube.transport import ApiError, KubeconfigError, KubernetesTransport
+    from migslice.kube.transport import ApiError, KubeconfigError, KubernetesTransport, unanswered
 
     console.setup_logging(args.log_level)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
@@ -110,10 +110,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         transport.get_json("/version", {})
     except ApiError as error:
-        raise CommandError(
-            f"the API server does not answer ({error}); check --kubeconfig and "
-            "`kubectl get --raw /readyz`"
-        ) from None
+        raise CommandError(unanswered(error)) from None
     direct = args.via == "service" or (args.via == "auto" and transport.in_cluster)
     settings = Settings(
         namespace=args.namespace,

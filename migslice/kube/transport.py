@@ -328,6 +328,28 @@ def _status_message(body: str) -> str:
     return body[:200]
 
 
+def unanswered(error: ApiError) -> str:
+    """One line for a ``GET /version`` that failed, which a command that reads the cluster asks
+    first: an API server that does not answer, one that refuses the kubeconfig's credentials
+    (401: kube-apiserver answers /version to any client it authenticates, and refuses every
+    request of a token or certificate it does not know), or one that answers with an error."""
+    if error.status == 401:
+        return (
+            f"the API server refuses the credentials of the kubeconfig's user ({error}): its "
+            "token or client certificate is wrong or expired; renew them in the kubeconfig "
+            "(`kubectl auth whoami` fails the same way until then)"
+        )
+    if error.status:
+        return (
+            f"the API server answers GET /version with an error ({error}); check "
+            "`kubectl get --raw /readyz`"
+        )
+    return (
+        f"the API server does not answer ({error}); check --kubeconfig and "
+        "`kubectl get --raw /readyz`"
+    )
+
+
 def _no_cluster(error: Exception, kubeconfig: str | None, context: str | None) -> str:
     """Why there is no cluster to talk to, and what to do about it."""
     reason = " ".join(str(error).split())

@@ -52,8 +52,9 @@ def read_cluster_file(path: Path) -> ClusterObjects:
 
 def connect(kubeconfig: str | None, context: str | None, timeout_s: float) -> KubernetesTransport:
     """A transport to the cluster (in-cluster, else the kubeconfig and context); CommandError
-    in one line when there is none or the API server does not answer."""
-    from migslice.kube.transport import ApiError, KubeconfigError, KubernetesTransport
+    in one line when there is none, or the API server does not answer or refuses the
+    credentials (:func:`~migslice.kube.transport.unanswered`)."""
+    from migslice.kube.transport import ApiError, KubeconfigError, KubernetesTransport, unanswered
 
     console.check_kubeconfig(kubeconfig)
     try:
@@ -69,10 +70,7 @@ def connect(kubeconfig: str | None, context: str | None, timeout_s: float) -> Ku
     try:
         transport.get_json("/version", {})
     except ApiError as error:
-        raise CommandError(
-            f"the API server does not answer ({error}); check --kubeconfig and "
-            "`kubectl get --raw /readyz`"
-        ) from None
+        raise CommandError(unanswered(error)) from None
     return transport
 
 

@@ -245,3 +245,26 @@ def test_in_the_cluster_the_certificate_on_the_connection_is_judged(
         "the caBundle of MutatingWebhookConfiguration and ValidatingWebhookConfiguration "
         f"verifies the certificate of the server at https://127.0.0.1:{port}",
     )
+
+
+def test_credentials_the_api_server_refuses_are_said_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An expired token was told "the API server does not answer (HTTP 401: ...)"."""
+    unauthorized = {  # kube-apiserver's answer to a token it does not know
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
+    with local_api_url(lambda request: (401, unauthorized)) as url:
+        assert main(["doctor", "--kubeconfig", str(kubeconfig(tmp_path, url))]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "migslice: error: the API server refuses the credentials of the kubeconfig's user "
+        "(HTTP 401: GET /version: "
+    ), err
+    assert "does not answer" not in err and err.count("\n") == 1

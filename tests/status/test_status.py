@@ -747,3 +747,31 @@ def test_a_context_with_a_cluster_file_is_refused_not_ignored(
     assert main([*argv, *(["-n", "team-a", "train-2"] if command == "why" else [])]) == 1
     err = capsys.readouterr().err
     assert "--context prod names a kubeconfig context; --cluster-file reads no cluster" in err
+
+
+@pytest.mark.parametrize("command", [["status"], ["why", "-n", "team-a", "train-2"]])
+def test_credentials_the_api_server_refuses_are_said_so_not_an_api_server_that_does_not_answer(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An expired token (kube-apiserver answers 401 to every request, /version too) was told
+    "the API server does not answer (HTTP 401: GET /version: Unauthorized); check ... /readyz"."""
+    from tests.local_api import kubeconfig_file, local_api_url
+
+    unauthorized = {  # kube-apiserver's answer to a token it does not know
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
+    with local_api_url(lambda request: (401, unauthorized)) as url:
+        path = kubeconfig_file(tmp_path, url)
+        assert main([*command, "--kubeconfig", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "migslice: error: the API server refuses the credentials of the kubeconfig's user "
+        "(HTTP 401: GET /version: "
+    ), err
+    assert "does not answer" not in err and err.count("\n") == 1
