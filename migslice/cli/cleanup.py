@@ -52,7 +52,7 @@ def register(commands: Any) -> None:
 def run_cleanup(args: argparse.Namespace) -> int:
     from migslice.kube import KubernetesTransport
     from migslice.kube.cleanup import CleanupError, Leftovers
-    from migslice.kube.transport import KubeError
+    from migslice.kube.transport import ApiError, KubeError, unanswered
 
     console.check_kubeconfig(args.kubeconfig)
     try:
@@ -63,6 +63,10 @@ def run_cleanup(args: argparse.Namespace) -> int:
         raise CommandError(
             f"no access to a cluster ({error}); pass --kubeconfig, or set $KUBECONFIG"
         ) from None
+    try:  # one line for a cluster it cannot read at all, not one per list and a wrong fix
+        api.get_json("/version", {})
+    except ApiError as error:
+        raise CommandError(unanswered(error)) from None
     leftovers = Leftovers(api)
     delete, remove = ("would delete", "would remove") if args.dry_run else ("deleted", "removed")
     failed: list[str] = []

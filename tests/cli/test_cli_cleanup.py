@@ -63,6 +63,8 @@ class Store:
         with self.lock:
             if request.method != "GET":
                 self.writes.append((request.method, request.path))
+            if request.path == "/version":
+                return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.2"}
             if request.path == RULES and request.method == "GET":
                 return 200, listing(self.rules.values(), request.query)
             if request.path.startswith(RULES + "/") and request.method == "DELETE":
@@ -264,7 +266,33 @@ def test_an_unreachable_api_server_is_one_line(
     )
     assert cleanup(path) == 1
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "cannot list DeviceTaintRules" in err
+    assert "Traceback" not in err
+    # It said "cannot list" three times, then "run `migslice cleanup` again with an account
+    # that may do them", as though the server had refused an account.
+    assert err.startswith("migslice: error: the API server does not answer (GET /version: "), err
+    assert err.count("\n") == 1 and "account" not in err
+
+
+def test_credentials_the_api_server_refuses_are_one_line_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unauthorized = {  # kube-apiserver's answer to every request of a token it does not know
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
+    with local_api_url(lambda request: (401, unauthorized)) as url:
+        assert cleanup(kubeconfig_file(tmp_path, url)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "migslice: error: the API server refuses the credentials of the kubeconfig's user "
+        "(HTTP 401: GET /version: Unauthorized)"
+    ), err
+    assert err.count("\n") == 1
 
 
 def test_the_keys_it_removes_are_exactly_the_ones_migslice_writes_and_never_nvidias() -> None:
