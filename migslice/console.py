@@ -188,6 +188,16 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _SET_REQUIREMENT = re.compile(r"^(\S+)\s+(in|notin)\s+\((.*)\)$")
 
 
+def label_key(text: str) -> str:
+    """A Kubernetes label key (``[prefix/]name``) as the API server validates it."""
+    if len(text.rpartition("/")[0]) > 253 or not _LABEL_KEY.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a label key ([DNS prefix/]name of letters, digits, '-', '_' and "
+            "'.', at most 63, starting and ending with a letter or digit)"
+        )
+    return text
+
+
 def label_selector(text: str) -> str:
     """A Kubernetes label selector as ``kubectl -l`` takes it: comma-separated requirements
     ``key``, ``!key``, ``key=value``, ``key==value``, ``key!=value``, ``key in (a,b)``,

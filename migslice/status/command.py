@@ -76,6 +76,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pool-label",
         metavar="LABEL",
+        type=console.label_key,
         help=f"group nodes into pools by this node label (default: {names.PRODUCT_LABEL})",
     )
     parser.add_argument(

@@ -98,6 +98,10 @@ FLAG_ERRORS = [
     (["doctor", "--timeout-s", "1e20"], "expected at most"),
     (["doctor", "--pending-bound-s", "inf"], "not a finite number"),
     (["doctor", "--kubeconfig", ""], "an empty path names no file"),
+    # '' grouped the node without a product label as "(no label )" under a header that said
+    # "by GPU product"; no Node can carry a label of either name
+    (["status", "--pool-label", ""], "'' is not a label key"),
+    (["status", "--pool-label", "bad key!"], "'bad key!' is not a label key"),
 ]
 
 
