@@ -121,11 +121,22 @@ def explain(
     gpu = cluster.gpu_pods.get(key)
     node = bound_node_of(raw_pod)
     if gpu is None:
+        annotations = annotations_of(raw_pod)
+        asked = ", ".join(
+            f"{k}={annotations[k]}" for k in names.INPUT_ANNOTATIONS if k in annotations
+        )
         note = (
             f"pod {key} is {phase}"
             if phase in names.TERMINAL_PHASES
             else f"pod {key}: its GPU request cannot be read: {demand.error}"
             if demand.error
+            else f"pod {key} asks for a GPU by annotation ({asked}) but requests none: "
+            "migslice's webhook did not size it (it was not installed or not called when the "
+            "pod was made, its namespace is excluded from it, or no TenantPolicy selects the "
+            "namespace and the webhook lets such pods pass), so it has no GPU; create it again "
+            "in a namespace that a TenantPolicy selects, once `migslice doctor` finds the "
+            "webhook ok"
+            if asked
             else f"pod {key} asks for no GPU (no nvidia.com/* request): migslice does not place it"
         )
         return WhyReport(key, phase, node, (), None, None, None, (), record.where, note)

@@ -314,6 +314,40 @@ def test_why_of_a_bound_pod_says_where_it_is() -> None:
     assert "not waiting: bound to a100-0" in render_why(report, NOW_S)
 
 
+@pytest.mark.parametrize("node_name", [None, "cpu-0"], ids=["pending", "running"])
+def test_why_of_a_sized_pod_the_webhook_never_saw_says_it_was_not_sized(
+    node_name: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod with migslice.io/gpu-size and no GPU request was never seen by the webhook (its
+    namespace excluded, let through unmatched, made before the install): why said it "asks for
+    no GPU", of a pod that asks for one by size."""
+    objects = representative_cluster()
+    objects.append(
+        {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            **make_pod(
+                "notebook",
+                namespace="sandbox",
+                tenant=None,
+                scheduler_name=None,
+                node_name=node_name,
+                phase="Running" if node_name else "Pending",
+                annotations={"migslice.io/gpu-size": "small"},
+            ),
+        }
+    )
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    out = _run(capsys, "why", "-n", "sandbox", "notebook", "--cluster-file", str(path))
+    text = " ".join(out.split())
+    assert "asks for no GPU" not in text
+    assert (
+        "pod sandbox/notebook asks for a GPU by annotation (migslice.io/gpu-size=small) but "
+        "requests none: migslice's webhook did not size it" in text
+    ), text
+
+
 def test_why_of_a_pod_without_gpu_and_of_a_missing_pod(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
