@@ -35,13 +35,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def command_first(argv: Sequence[str]) -> list[str]:
     """``argv`` with the command's name moved before kubectl-style flags given ahead of it
-    (``--context c status`` -> ``status --context c``)."""
+    (``--context c status`` -> ``status --context c``); the value of a flag is never taken
+    for the name (``-n status why p``: namespace ``status``)."""
     names = {command.name for command in COMMANDS}
+    valued = _flags_with_a_value()
     args = list(argv)
-    for index, arg in enumerate(args):
+    index = 0
+    while index < len(args):
+        arg = args[index]
         if arg in names:
             return [arg, *args[:index], *args[index + 1 :]]
+        index += 2 if arg in valued else 1
     return args
+
+
+def _flags_with_a_value() -> set[str]:
+    """Every option string of the commands that takes a value as the next argument."""
+    found: set[str] = set()
+    for command in COMMANDS:
+        parser = argparse.ArgumentParser(add_help=False)
+        command.add_arguments(parser)
+        for action in parser._actions:  # argparse keeps no public list of them
+            if action.option_strings and action.nargs != 0:
+                found.update(action.option_strings)
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

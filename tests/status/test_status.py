@@ -438,6 +438,26 @@ def test_the_kubectl_plugin_takes_kubectls_flags_before_or_after_the_command(
     assert "tenant team-a" in capsys.readouterr().out
 
 
+def test_the_kubectl_plugin_takes_a_flags_value_named_as_a_command_for_the_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kubectl migslice -n status why web`` ran status in namespace why ("unrecognized
+    arguments: web"): the value of -n was taken for the command."""
+    from migslice.cli.kubectl import command_first
+    from migslice.cli.kubectl import main as plugin
+
+    assert command_first(["-n", "status", "why", "web"]) == ["why", "-n", "status", "web"]
+    assert command_first(["--context", "why", "status"]) == ["status", "--context", "why"]
+    assert command_first(["--namespace=why", "why", "p"]) == ["why", "--namespace=why", "p"]
+    objects = representative_cluster()
+    web = make_pod("web", namespace="status", tenant=None, node_name="cpu-0", phase="Running")
+    objects.append({"kind": "Pod", "apiVersion": "v1", **web})
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    assert plugin(["-n", "status", "why", "web", "--cluster-file", str(path)]) == 0
+    assert "pod status/web asks for no GPU" in " ".join(capsys.readouterr().out.split())
+
+
 def test_why_takes_its_namespace_from_the_context_it_connects_with(tmp_path: Path) -> None:
     """With several files in $KUBECONFIG, why connects with the first file's current context
     (kubectl's); it took the default namespace from the last file's (the Python client's
