@@ -126,7 +126,14 @@ def read_cluster(transport: KubernetesTransport, mig_config_map: tuple[str, str]
                 raw.setdefault("kind", kind)
             dra[field] = tuple(found)
     except ApiError as error:
-        raise CommandError(f"cannot read the cluster: {error}") from None
+        grant = (
+            "; run status and why as a cluster admin, or grant get and list on Nodes, Pods, "
+            "Namespaces, TenantPolicies and (where served) ResourceSlices, ResourceClaims and "
+            f"DeviceClasses, and get on ConfigMap {namespace}/{name} (docs/status.md, Rights)"
+            if error.status == 403
+            else ""
+        )
+        raise CommandError(f"cannot read the cluster: {error}{grant}") from None
     if policies is None:
         policies = []
     for raw in namespaces:

@@ -829,3 +829,35 @@ def test_credentials_the_api_server_refuses_are_said_so_not_an_api_server_that_d
         "(HTTP 401: GET /version: "
     ), err
     assert "does not answer" not in err and err.count("\n") == 1
+
+
+def test_a_read_status_may_not_do_says_what_to_grant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The `view` ClusterRole lacks Nodes: status said "cannot read the cluster: HTTP 403 ..."
+    and no more, where doctor's line says what to grant."""
+    from tests.local_api import kubeconfig_file, local_api_url
+
+    forbidden = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'nodes is forbidden: User "dev" cannot list resource "nodes" in API group "" '
+        "at the cluster scope",
+        "reason": "Forbidden",
+        "details": {"kind": "nodes"},
+        "code": 403,
+    }
+
+    def answer(request: Any) -> tuple[int, Any]:
+        if request.path == "/version":
+            return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.2"}
+        return 403, forbidden
+
+    with local_api_url(answer) as url:
+        assert main(["status", "--kubeconfig", str(kubeconfig_file(tmp_path, url))]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("migslice: error: cannot read the cluster: HTTP 403: GET /api/v1/nodes")
+    assert "grant get and list on Nodes, Pods, Namespaces, TenantPolicies" in err, err
+    assert "(docs/status.md, Rights)" in err and err.count("\n") == 1
