@@ -105,6 +105,26 @@ def test_plan_prints_the_config_and_the_label_to_set(
     assert [e["mig-devices"] for e in entries] == [{"1g.10gb": 7}, {"7g.80gb": 1}]
 
 
+@pytest.mark.parametrize("mode", ["mig-manager", "carve"])
+def test_a_node_without_a_gpu_is_no_node_left_alone(
+    mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every CPU node of the cluster was listed under "nodes left alone" as "GPU model
+    unknown": hundreds of lines, each saying a GPU was there, on `kubectl get nodes,pods -o
+    json` of a real cluster."""
+    path = write_cluster(
+        tmp_path,
+        *yaml.safe_load_all(cluster(tmp_path).read_text()),
+        _node("cpu-a", product=None, gpu_count=None, mig_capable=None, strategy=None),
+    )
+    argv = ["plan", "--cluster-file", str(path), "--mode-default", mode]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "cpu-a" not in out and "GPU model unknown" not in out
+    assert main([*argv, "-o", "json"]) == 0
+    assert "cpu-a" not in capsys.readouterr().out
+
+
 def test_a_missing_cluster_file_is_one_clear_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -117,6 +117,13 @@ def config_name(
     return f"{OWN_CONFIG_PREFIX}{node[:room]}-{digest.hexdigest()[:8]}"
 
 
+def _has_no_gpu(node: NodeState) -> bool:
+    """No NVIDIA GPU at all: no GPU product label, no ``nvidia.com/*`` allocatable, no DRA
+    pool, no model (the extender's "node has no NVIDIA GPU")."""
+    facts = node.facts
+    return node.model is None and node.dra is None and not facts.product and not facts.allocatable
+
+
 def _idle_gpus(
     node: NodeState,
     cooldowns: Mapping[str, float],
@@ -208,6 +215,8 @@ def plan(
     by_node: dict[str, list[_Gpu]] = {}
     skipped: list[tuple[str, str]] = []
     for node in sorted(nodes, key=lambda n: n.name):
+        if _has_no_gpu(node):
+            continue  # a CPU node is no node left alone (it said "GPU model unknown")
         idle = _idle_gpus(node, cooldowns, settings, held)
         if isinstance(idle, WhyNot):
             skipped.append((node.name, idle.message))
