@@ -42,7 +42,12 @@ PAGE = "500"
 
 
 class CleanupError(ApiError):
-    """A read or write the API server refused (or could not be sent), said with what it was."""
+    """A read or write the API server refused (or could not be sent), said with what it was;
+    the message holds the API's error, its status with it, so it is not said again first."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(0, message)
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)

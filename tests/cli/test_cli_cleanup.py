@@ -244,6 +244,8 @@ def test_refused_writes_are_said_in_one_line_each_and_the_rest_is_still_done(
     assert cleanup(kubeconfig) == 1
     err = capsys.readouterr().err
     assert "cannot list Nodes: HTTP 403" in err and "cannot list Pods: HTTP 403" in err
+    # each line said its status twice: "HTTP 403: cannot list Nodes: HTTP 403: GET ..."
+    assert "migslice cleanup: HTTP 403: cannot" not in err, err
     assert "Traceback" not in err
     assert OWN_RULE["metadata"]["name"] not in store.rules
 
