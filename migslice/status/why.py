@@ -25,9 +25,16 @@ from migslice import names
 from migslice.admission.status import QuotaDimension, quota_dimensions
 from migslice.mig import GpuModel, Layout
 from migslice.objects.json import JsonObject
-from migslice.objects.pods import annotations_of, bound_node_of, phase_of
+from migslice.objects.pods import (
+    annotations_of,
+    bound_node_of,
+    phase_of,
+    scheduler_name_of,
+    unschedulable_since,
+)
 from migslice.repartition import ControllerSettings, pending_pods, preview_round
 from migslice.scheduling import demand_of
+from migslice.scheduling.demand import UnitKind
 from migslice.status.absent import AbsentPod, CreateEvent
 from migslice.status.cluster import Cluster, GpuPod
 from migslice.status.pools import SlotView, node_view
@@ -236,17 +243,26 @@ def _repartition(
             for g in c.gpus
         )
         unserved = dict(plan.unserved).get(key, "")
-    if not serving and not unserved and not in_record and step.kind.value != "start":
-        if any(key == p.demand.key for p in pending) and plan is not None:
+    demand = any(key == p.demand.key for p in pending)
+    if not serving and not unserved and not in_record and not demand:
+        unserved = _not_demand(cluster.gpu_pods[key].raw, cluster.settings.scheduler_name)
+    elif not serving and not unserved and not in_record and step.kind.value != "start":
+        if plan is not None:
             unserved = "no plan serves it (the planner found no idle GPU to re-shape for it)"
-        elif any(key == p.demand.key for p in pending):  # the round stopped before planning
+        else:  # the round stopped before planning
             unserved = f"no new plan this round ({step.kind.value}: {step.reason})"
-        else:
-            unserved = (
-                "not yet demand: kube-scheduler has not marked it Unschedulable "
-                f"(or it is not {cluster.settings.scheduler_name}'s)"
-            )
     return Repartition(decision, names.MODE_MIG_MANAGER, serving, unserved, in_record)
+
+
+def _not_demand(raw_pod: JsonObject, scheduler_name: str) -> str:
+    """Why a waiting pod is no demand of the repartition controller's (``pending_pods``)."""
+    if scheduler_name_of(raw_pod) != scheduler_name:
+        return f"not demand: it names scheduler {scheduler_name_of(raw_pod)}, not {scheduler_name}"
+    if unschedulable_since(raw_pod) is None:
+        return "not yet demand: kube-scheduler has not marked it Unschedulable"
+    if not any(unit.kind is UnitKind.MIG for unit in demand_of(raw_pod).units):
+        return "whole-GPU requests need MIG disabled; not re-partitioned"
+    return "not demand: it is deleted, or no longer Pending"
 
 
 def _model_key(models: dict[str, GpuModel | None], node: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.builders import STAMP, make_node, make_pod
+from harness.builders import STAMP, make_node, make_pod, unschedulable
 from migslice.cli import main
 from migslice.inventory import GpuState
 from migslice.mig import CATALOG, Placed, place
@@ -861,3 +861,25 @@ def test_a_read_status_may_not_do_says_what_to_grant(
     assert err.startswith("migslice: error: cannot read the cluster: HTTP 403: GET /api/v1/nodes")
     assert "grant get and list on Nodes, Pods, Namespaces, TenantPolicies" in err, err
     assert "(docs/status.md, Rights)" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("with_plan", [False, True], ids=["no-plan", "a-plan-for-another-pod"])
+def test_why_of_a_whole_gpu_pod_says_no_plan_turns_mig_off_for_it(
+    with_plan: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod of migslice-scheduler asking for nvidia.com/gpu, marked Unschedulable: why said
+    "not yet demand: kube-scheduler has not marked it Unschedulable (or it is not
+    migslice-scheduler's)", both false; and nothing at all while the controller would start a
+    plan for another pod, as though that plan served it."""
+    objects = list(yaml.safe_load_all(DEMO.read_text()))
+    whole = unschedulable(make_pod("nb", namespace="inference", requests={"nvidia.com/gpu": 1}))
+    objects.append({"kind": "Pod", "apiVersion": "v1", **whole})
+    if with_plan:
+        big = unschedulable(make_pod("big", namespace="inference", profile="7g.80gb"))
+        objects.append({"kind": "Pod", "apiVersion": "v1", **big})
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    out = _run(capsys, "why", "-n", "inference", "nb", "--cluster-file", str(path))
+    text = " ".join(out.split())
+    assert "not yet demand" not in text
+    assert "no plan for it: whole-GPU requests need MIG disabled; not re-partitioned" in text, text
