@@ -87,12 +87,23 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _pod_name(text: str) -> str:
+    """A pod's name; NAMESPACE/NAME, as status lists pods, is refused saying what to type."""
+    namespace, slash, name = text.partition("/")
+    if slash and namespace and name:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is NAMESPACE/NAME, as status lists pods; give the name and the "
+            f"namespace apart: why {name} -n {namespace}"
+        )
+    return console.dns_subdomain(text)
+
+
 def add_why_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "pod",
         metavar="POD",
         nargs="?",
-        type=console.dns_subdomain,
+        type=_pod_name,
         help="the pod's name (with -f: default the manifest's)",
     )
     parser.add_argument(

@@ -102,6 +102,8 @@ FLAG_ERRORS = [
     # "by GPU product"; no Node can carry a label of either name
     (["status", "--pool-label", ""], "'' is not a label key"),
     (["status", "--pool-label", "bad key!"], "'bad key!' is not a label key"),
+    # the pod as status lists it: said "is not a DNS name", and not what to type instead
+    (["why", "team-a/train-2"], "give the name and the namespace apart: why train-2 -n team-a"),
 ]
 
 
