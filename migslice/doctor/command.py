@@ -87,6 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from migslice.doctor.facts import Settings
     from migslice.doctor.findings import Verdict
+    from migslice.doctor.gather import release_elsewhere
     from migslice.doctor.reading import ClusterReader
     from migslice.doctor.registry import CHECKS
     from migslice.doctor.report import render_json, render_table
@@ -126,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(findings))
     sys.stdout.flush()
+    elsewhere = release_elsewhere(reader, settings)
+    if elsewhere:
+        print(f"migslice: note: {elsewhere}", file=sys.stderr)
     return 1 if any(f.verdict is Verdict.FAILED for f in findings) else 0
 
 

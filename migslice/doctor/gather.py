@@ -150,6 +150,30 @@ def gather_webhook_probe(reader: ClusterReader, settings: Settings) -> Probe:
     return reader.probe_service(settings.namespace, names.WEBHOOK_SERVICE, 443)
 
 
+def release_elsewhere(reader: ClusterReader, settings: Settings) -> str:
+    """A note when ``settings.namespace`` holds no webhook Deployment and migslice's webhook
+    configuration calls a Service of another namespace (doctor run without the ``-n`` of a
+    release installed elsewhere: every check says "not found" and to install it); else ""."""
+    try:
+        if read_deployment(reader, settings, names.WEBHOOK_SERVICE) is not None:
+            return ""
+        configurations = webhook_configurations(reader)
+    except ApiError:
+        return ""
+    for kind, raw in configurations:
+        for hook in migslice_hooks(raw or {}):
+            service = mapping(mapping(hook.get("clientConfig")).get("service"))
+            namespace = text(service.get("namespace"))
+            if namespace and namespace != settings.namespace:
+                return (
+                    f"no Deployment {names.WEBHOOK_SERVICE} in {settings.namespace}, and {kind} "
+                    f"{names.WEBHOOK_CONFIGURATION} calls Service {namespace}/"
+                    f"{text(service.get('name'))}: if migslice is installed there, run "
+                    f"`migslice doctor -n {namespace}`"
+                )
+    return ""
+
+
 def gather_webhook_trust(reader: ClusterReader, settings: Settings) -> WebhookTrustFacts:
     probe = gather_webhook_probe(reader, settings)
     return WebhookTrustFacts(

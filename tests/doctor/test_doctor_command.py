@@ -268,3 +268,23 @@ def test_credentials_the_api_server_refuses_are_said_so_in_one_line(
         "(HTTP 401: GET /version: "
     ), err
     assert "does not answer" not in err and err.count("\n") == 1
+
+
+def test_a_namespace_migslice_is_not_in_says_where_its_webhook_configuration_points(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Installed with Helm into its own namespace, doctor without -n (or with a wrong one)
+    failed every check with "Deployment migslice-system/... not found; fix: helm upgrade
+    --install migslice charts/migslice -n migslice-system": a second install, and nothing
+    said that migslice is in another namespace."""
+    assert doctor(cluster, tmp_path, "-n", "gpu-sharing") == 1
+    captured = capsys.readouterr()
+    assert "Deployment gpu-sharing/migslice-scheduler not found" in captured.out
+    assert captured.err == (
+        "migslice: note: no Deployment migslice-webhook in gpu-sharing, and "
+        "MutatingWebhookConfiguration migslice-webhook calls Service "
+        "migslice-system/migslice-webhook: if migslice is installed there, run "
+        "`migslice doctor -n migslice-system`\n"
+    )
+    assert doctor(cluster, tmp_path) == 0  # in its namespace, no note
+    assert capsys.readouterr().err == ""
