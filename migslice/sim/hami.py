@@ -21,10 +21,10 @@ the container is allocated and destroys it when the pod ends. A pod asks for GPU
   the first that overlaps no instance on the GPU wins. HAMi checks overlap only; the
   simulator offers it the placements the catalog finds legal, the same on the A100.
 * **GPU in the node** (``pkg/scheduler/score.go`` 82-90 ``fitInDevices``;
-  ``pkg/scheduler/policy/gpu_policy.go`` 77-123 and 194-222): each GPU scored
+  ``pkg/scheduler/policy/gpu_policy.go`` 77-127 and 194-222): each GPU scored
   ``(1 + used) / count + used cores / 100 + (request + used memory) / total memory``
   (weights 1, 1, 1), sorted for ``spread`` by score descending (``sort.Sort`` on eight
-  GPUs in index order is an insertion sort, stable), and ``Fit`` (``device.go`` 723-860)
+  GPUs in index order is an insertion sort, stable), and ``Fit`` (``device.go`` 715-876)
   walks that list from the end: the least used GPU first, ties to the highest NUMA node, then
   to the last in the node's registered device list (``gpu_policy.go`` 116-126). That list
   comes from a Go map (``register.go`` 109 ranges over ``rm.Devices``, a map), so its order is
