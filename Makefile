@@ -33,8 +33,11 @@ test: install
 image:
 	image/build.sh
 
+# The chart's unit tests run again once e2e/build.sh has built helm (`make test` skips them
+# on a fresh clone, before it exists).
 e2e: install image
 	e2e/build.sh
+	$(BIN)/pytest tests/install -p no:cacheprovider -q
 	$(BIN)/pytest e2e -m e2e -p no:cacheprovider $(PYTEST_ARGS)
 
 # Render manifests/ (the kustomize tree) from charts/migslice with e2e/.bin/helm.
