@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from extender.state import ReserveStats, SteerStats, StrandGuard
 from migslice.inventory import ClusterIndex, NodeState
+from migslice.kube.informer import Backoff
 from migslice.kube.transport import KubeError
 from migslice.mig.stranding import NO_MIX, FillerMix, complete_rule, strand_guard
 from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
@@ -49,6 +50,10 @@ MAX_RULES = 4096
 """The most steer rules kept at once. kube-scheduler's tracker applies every DeviceTaintRule to
 each ResourceSlice it syncs, so its work per slice grows with the rules in the cluster (at
 20,000 rules and 8,000 slices its first sync after a restart takes minutes; docs/dra.md)."""
+STEER_RETRY_MAX_S = 30.0
+"""The longest a rule whose write failed waits to be tried again: its wait starts at the loop's
+``interval_s`` and doubles with each failure in a row (an API server that is away or sheds load
+is not sent every missing rule again at each round, which any change in the cluster runs)."""
 
 
 class SteerApi(Protocol):
@@ -118,6 +123,11 @@ class SteerLoop:
         """Per node, its last steer and the rules it wants, with what they were computed from
         (the node's derived state, by identity; the lift and both rules): a resync or a lift
         review over unchanged nodes reads them instead of steering every node again."""
+        self._retry: dict[str, tuple[int, float]] = {}
+        """Per rule whose last write failed: the failures in a row, and when it is tried again."""
+        self._retry_backoff = Backoff(
+            initial_s=interval_s, max_s=max(interval_s, STEER_RETRY_MAX_S)
+        )
         self._capacity: dict[str, tuple[int, float]] = {}
         self._capacity_total: tuple[int, float] = (0, 0.0)
         self._wake = threading.Event()
@@ -344,29 +354,44 @@ class SteerLoop:
         # device edited by hand) is replaced: deleted, then created as the steer writes it. An
         # exact rule selects the device its name says, so it is the one wanted of that name.
         edited = set(self._index.edited_steer_rules() & wanted.keys())
+        deletes = set(present) - set(wanted) | edited
+        writes = deletes | set(wanted) - set(present)
+        # a rule whose write failed waits its backoff, whatever woke the loop
+        now = self._clock()
+        self._retry = {rule: due for rule, due in self._retry.items() if rule in writes}
         deleted = created = failed = 0
         last = ""
-        for rule in sorted(set(present) - set(wanted) | edited):
+        for rule in sorted(deletes):
+            if not self._due(rule, now):
+                edited.discard(rule)  # still there: not created again this round
+                continue
             try:
                 self._api.delete_rule(rule)
                 deleted += 1
+                self._retry.pop(rule, None)
             except KubeError as error:
                 failed, last = failed + 1, f"delete {rule}: {error}"
+                self._failed(rule, now)
                 edited.discard(rule)  # still there: not created again this round
         for rule in sorted(set(wanted) - (set(present) - edited)):
+            if not self._due(rule, now):
+                continue
             w = wanted[rule]
             try:
                 if self._api.create_rule(steer_rule(w.pool, w.device, w.profile)):
                     created += 1
+                self._retry.pop(rule, None)
             except KubeError as error:
                 failed, last = failed + 1, f"create {rule}: {error}"
-        if failed:  # again at the next round on the clock (interval_s), not at once: a
-            # write refused for good (RBAC, an admission policy) must not spin the loop
+                self._failed(rule, now)
+        if failed:  # each again after its backoff, not at once: a write refused for good
+            # (RBAC, an admission policy) or an API server that sheds load must not spin
+            # the loop nor be sent every rule at each round
             self.stats.failures += failed
             log.warning(
                 "DRA steer: %d rule writes failed, again in %.1fs (%s)",
                 failed,
-                self._interval_s,
+                min(at for _, at in self._retry.values()) - now,
                 last,
             )
         self.stats.rules = len(wanted)
@@ -380,6 +405,16 @@ class SteerLoop:
                 len(wanted),
             )
         return (deleted, created)
+
+    def _due(self, rule: str, now: float) -> bool:
+        """Whether ``rule`` may be written now: its last write did not fail, or its backoff
+        has passed."""
+        retry = self._retry.get(rule)
+        return retry is None or retry[1] <= now
+
+    def _failed(self, rule: str, now: float) -> None:
+        failures = self._retry.get(rule, (0, now))[0] + 1
+        self._retry[rule] = (failures, now + self._retry_backoff.delay_s(failures))
 
     def _review_lifts(self) -> None:
         demands = []

@@ -5,6 +5,7 @@ follower or while a cache is blind, and leaves static-MIG nodes alone."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ from prometheus_client import generate_latest
 
 from extender.metrics import ExtenderMetrics
 from extender.state import ExtenderState, StrandGuard, new_index
-from extender.steer import SteerLoop
+from extender.steer import STEER_RETRY_MAX_S, SteerLoop
 from harness.steer_rules import RulesApi
 from migslice.inventory import ClusterIndex
 from migslice.kube.transport import ApiError
@@ -144,6 +145,63 @@ def test_a_write_refused_for_good_is_tried_again_on_the_clock_not_at_once() -> N
         loop.stop()
     assert api.writes.count(("delete", steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0"))) == 1
     assert loop.stats.failures == 1
+
+
+class FailingApi(RulesApi):
+    """An API server that answers every create 503 (overloaded, or an admission webhook on
+    the rules that does not answer)."""
+
+    refuse = True
+
+    def create_rule(self, body: Any) -> bool:
+        if not self.refuse:
+            return super().create_rule(body)
+        self.writes.append(("create", body["metadata"]["name"]))
+        raise ApiError(503, "POST devicetaintrules: the server is currently unable to handle it")
+
+
+def test_a_failed_write_waits_its_backoff_whatever_wakes_the_loop() -> None:
+    """Before: every round sent each failed write again (here the node's 18 rules, again at
+    the round a label on another node ran), and any change in the cluster runs a round 20 ms
+    later: on a busy cluster each missing rule was POSTed to the failing API server many times
+    a second, for as long as it failed. Now a rule's failed write waits ``interval_s``,
+    doubling with each failure up to a cap, whatever wakes the loop."""
+    now = [0.0]
+    index = _index()
+    api = FailingApi(index)
+    loop = SteerLoop(index, api, clock=lambda: now[0], interval_s=0.5, resync_s=3600.0)
+    loop.round()
+    wanted = len(api.writes)
+    assert wanted > 0 and api.rules == {} and loop.stats.failures == wanted
+    api.writes.clear()
+    # a change elsewhere in the cluster (a label on another node) wakes the loop at once
+    index.upsert_node(node_facts_from_raw(make_dra_node(STATIC, **{"example.com/rack": "r1"})))
+    loop.round()
+    assert api.writes == []
+    now[0] = 0.5  # interval_s after the failure: tried again
+    loop.round()
+    assert len(api.writes) == wanted
+    api.writes.clear()
+    now[0] = 1.0  # the second failure waits twice as long
+    loop.round()
+    assert api.writes == []
+    now[0] = 1.5
+    loop.round()
+    assert len(api.writes) == wanted
+    tries = []
+    for step in range(1, 400):  # 100 s: the wait stops growing at its cap
+        now[0] = 1.5 + step * 0.25
+        api.writes.clear()
+        loop.round()
+        if api.writes:
+            tries.append(now[0])
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert gaps and max(gaps) <= STEER_RETRY_MAX_S and gaps[-1] == gaps[-2]
+    # the API server takes writes again: the rules are written at the next try
+    api.refuse = False
+    now[0] += STEER_RETRY_MAX_S
+    loop.round()
+    assert len(api.rules) == wanted
 
 
 def test_a_rule_of_a_steer_name_left_over_is_deleted_whatever_it_says() -> None:
