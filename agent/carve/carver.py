@@ -342,7 +342,7 @@ class Carver:
         try:
             replaced = self.node.restart_device_plugin()
         except ApiError as error:
-            if error.status in (0, 408, 429) or error.status >= 500:
+            if _unanswered(error):
                 raise  # the API server is away: the next pass goes on from the journal
             self.publish()
             return (
@@ -356,7 +356,16 @@ class Carver:
         )
         deadline = self.clock() + self.advertise_timeout_s
         while True:
-            problem = self._unadvertised(replaced, readings)
+            try:
+                problem = self._unadvertised(replaced, readings)
+            except ApiError as error:
+                # a look the API server does not answer is tried again within the wait: the
+                # next pass would restart the plugin again and wait anew
+                if not _unanswered(error) or self.clock() >= deadline:
+                    raise
+                log.info("node=%s device plugin not looked at (%s); again", self.node_name, error)
+                self.sleep(self.poll_s)
+                continue
             if not problem:
                 self.publish()
                 return ""
@@ -406,6 +415,12 @@ class Carver:
 
     def _at(self) -> str:
         return format_time(self.now())
+
+
+def _unanswered(error: ApiError) -> bool:
+    """Whether the API server did not answer the request (away, timed out, shedding load, or
+    failing inside), rather than refusing it."""
+    return error.status in (0, 408, 429) or error.status >= 500
 
 
 def _unreadable(facts: NodeFacts) -> str:

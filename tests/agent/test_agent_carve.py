@@ -5,6 +5,7 @@ a kill, the device plugin, the read-only gate; and the fake driver's refusals th
 from __future__ import annotations
 
 import ctypes
+import datetime
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from agent.carve.checks import MigWriteError
 from agent.carve.nvml_writes import NvmlMig
 from agent.nvml import nvml_session
 from agent.service import wants_carving
+from migslice.kube.transport import ApiError
 from migslice.names import LAYOUT_ANNOTATION
 from migslice.objects import node_facts_from_raw, parse_layout_annotation
 from migslice.objects.carve_handshake import CarvePhase, Slot
@@ -221,6 +223,43 @@ def test_a_device_plugin_that_does_not_advertise_is_a_failure_said_plainly() -> 
     assert "the device plugin did not advertise the new devices within 3s" in said
     assert "allocatable shows 2 x 1g.10gb, 1 x 3g.40gb; NVML has 2 x 3g.40gb" in said
     assert layout(library) == [("3g.40gb", 0, True), ("3g.40gb", 4, True)]
+
+
+class FlakyNode(MemoryNode):
+    """A Node whose API server fails the first look at the device plugin after each restart
+    (a 503 of an API server shedding load; a read that timed out reads the same, status 0)."""
+
+    def __init__(self, library: FakeNvmlLibrary) -> None:
+        super().__init__(library)
+        self.fail_next = False
+
+    def restart_device_plugin(self) -> frozenset[str]:
+        self.fail_next = True
+        return super().restart_device_plugin()
+
+    def device_plugin_ready_at(self, replaced: frozenset[str]) -> datetime.datetime | None:
+        if self.fail_next:
+            self.fail_next = False
+            raise ApiError(503, "GET /api/v1/namespaces/gpu-operator/pods: unavailable")
+        return super().device_plugin_ready_at(replaced)
+
+
+def test_an_api_error_while_the_device_plugin_comes_back_is_waited_out_not_a_restart_again() -> (
+    None
+):
+    """Before: one failed look while waiting for the new device plugin ended the pass, and the
+    next pass restarted the plugin again and waited anew: on a flaky API server the plugin was
+    restarted over and over and the carve outlived the controller's deadline. Now a look the
+    API server does not answer is tried again within the wait."""
+    library = balanced()
+    node = FlakyNode(library)
+    node.hold("running", "3g.40gb")
+    with installed(library):
+        node.ask(big_request(library))  # type: ignore[arg-type]
+        said = carver(node).run_once()
+    assert said == "carved plan plan-1"
+    assert node.restarts == 1
+    assert node.status is not None and node.status.phase == CarvePhase.SUCCESS
 
 
 def test_a_node_in_mig_manager_mode_is_not_carved_and_not_even_loaded() -> None:
