@@ -178,7 +178,7 @@ def _carve_pass(settings: AgentSettings, service: AgentService) -> None:
             settings.node_name,
             error,
             settings.carve_interval_s,
-            exc_info=True,
+            exc_info=not isinstance(error, ApiError),  # a traceback: our own error
         )
 
 

@@ -31,6 +31,7 @@ from extender.settings import ExtenderSettings, controller_settings
 from extender.state import RepartitionStats
 from migslice.inventory import ClusterIndex, MigConfigs, NodeState, resolve_node
 from migslice.kube.informer import collection_paused
+from migslice.kube.transport import ApiError
 from migslice.mig.migparted import render_mig_parted
 from migslice.names import (
     MIG_CONFIG_LABEL,
@@ -165,7 +166,7 @@ class RepartitionController:
                     "repartition round failed (%s); retrying in %.0fs",
                     error,
                     self._settings.interval_s,
-                    exc_info=True,
+                    exc_info=not isinstance(error, ApiError),  # a traceback: our own error
                 )
             self._stop.wait(self._settings.interval_s)
 

@@ -24,7 +24,7 @@ from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
 from agent.publisher import Publisher
 from agent.readings import GpuReading
 from agent.report import build_report
-from agent.service import _publish_pass
+from agent.service import AgentService, _carve_pass, _publish_pass
 from agent.settings import AgentSettings
 from migslice.cli import main
 from migslice.inventory.layouts import LayoutSource, resolve_node
@@ -32,6 +32,7 @@ from migslice.names import LAYOUT_ANNOTATION
 from migslice.objects.gpu_layout import LayoutAnnotationError, parse_layout_annotation
 from migslice.objects.nodes import node_facts_from_raw
 from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
+from tests.local_api import Request, local_api
 
 A100 = "NVIDIA A100-SXM4-80GB"
 LOST = pynvml.NVML_ERROR_GPU_IS_LOST
@@ -214,3 +215,19 @@ def test_a_driver_without_any_process_query_marks_the_gpus_instead_of_guessing_i
     gpus = read_with(library)
     assert all("Function Not Found" in gpu.error for gpu in gpus), gpus
     assert all(gpu.instances == () for gpu in gpus)
+
+
+def test_a_carve_pass_the_api_server_does_not_answer_is_one_line_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: every carve pass (each 5 s) logged a traceback while the API server was away
+    or shedding load, on every carving node; an error of our own still logs one."""
+
+    def answer(request: Request) -> tuple[int, object]:
+        return 503, {"kind": "Status", "code": 503, "message": "the server is shutting down"}
+
+    settings = AgentSettings(node_name="gpu-1", carve=True)
+    with local_api(answer) as transport, caplog.at_level(logging.ERROR):
+        _carve_pass(settings, AgentService(settings, transport, None, None))  # type: ignore[arg-type]
+    (record,) = caplog.records
+    assert "HTTP 503" in record.getMessage() and not record.exc_info

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -589,3 +591,26 @@ def test_a_refused_label_ends_the_round_so_each_round_writes_a_bounded_amount() 
         steps = ctl.run_once()
         assert [s.kind for s in steps] == [StepKind.OBSERVE]  # labelling again
         assert api.log == ["configmap config=True", "refused gpu-a"]
+
+
+def test_a_round_the_api_server_fails_is_one_line_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: a round an API call of failed (a 5xx, a list whose continue token expired, a
+    timeout) logged a traceback every interval while it lasted; an error of our own still
+    logs one."""
+    failed = threading.Event()
+
+    class Api(FakeApi):
+        def list_pending_pods(self, scheduler_name: str) -> list[dict[str, Any]]:
+            failed.set()
+            raise ApiError(410, "GET /api/v1/pods: The provided continue parameter is too old")
+
+    ctl = controller(Api())
+    with caplog.at_level(logging.WARNING, logger="extender.controller"):
+        ctl.start()
+        assert failed.wait(10)
+        ctl.stop()
+    (record,) = [r for r in caplog.records if "round failed" in r.getMessage()]
+    assert "HTTP 410" in record.getMessage() and not record.exc_info
+    assert ctl.stats.errors == 1
