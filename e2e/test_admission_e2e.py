@@ -260,6 +260,55 @@ def test_an_invalid_policy_is_refused_by_the_validating_webhook(
         custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "first")
 
 
+def test_a_policy_in_a_namespace_conflict_can_be_annotated_and_deleted_with_a_finalizer(
+    webhook: Server, custom: k8s.CustomObjectsApi, core_v1: k8s.CoreV1Api
+) -> None:
+    """A conflict that arises after both policies were admitted (a namespace labelled into
+    another policy's selector) keeps /validate refusing spec changes, but not an UPDATE that
+    leaves the spec alone. Measured before: the annotation was refused, and so was the
+    removal of the finalizer of a policy being deleted (the garbage collector's patch in a
+    foreground deletion): the policy stayed Terminating, still selecting the namespace."""
+    namespace = f"conflict-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(core_v1, namespace)
+    by_label = policy(f"{namespace}-a", [], namespaceSelector={"matchLabels": {"team": namespace}})
+    del by_label["spec"]["namespaces"]
+    by_name = policy(f"{namespace}-b", [namespace])
+    name = by_name["metadata"]["name"]
+    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, by_label)
+    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, by_name)
+    try:
+        core_v1.patch_namespace(namespace, {"metadata": {"labels": {"team": namespace}}})
+
+        def refused_for_the_conflict() -> str:
+            try:
+                custom.patch_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, name, {"spec": {"maxSlicesPerPod": 2}}
+                )
+            except k8s.ApiException as error:
+                return api_message(error)
+            return ""
+
+        message = wait_for("the webhook to see the conflict", refused_for_the_conflict, 15)
+        assert f'namespace {namespace} already belongs to TenantPolicy "{namespace}-a"' in message
+
+        hold = {"metadata": {"annotations": {"note": "moving"}, "finalizers": ["e2e/hold"]}}
+        custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, name, hold)
+        custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        custom.patch_cluster_custom_object(
+            GROUP, VERSION, PLURAL, name, {"metadata": {"finalizers": None}}
+        )
+        with pytest.raises(k8s.ApiException) as gone:
+            custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        assert gone.value.status == 404
+    finally:
+        for left in (f"{namespace}-a", name):
+            try:
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, left)
+            except k8s.ApiException as error:
+                if error.status != 404:
+                    raise
+
+
 def test_with_the_webhook_down_gpu_pods_are_refused_and_others_pass(
     webhook: Server,
     tenant: Callable[..., str],

@@ -282,6 +282,49 @@ def test_validate_accepts_a_good_policy(client: FlaskClient) -> None:
     assert client.post("/validate", json=body).get_json()["response"]["allowed"] is True
 
 
+def policy_update(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    body = make_review(
+        new,
+        namespace="",
+        operation="UPDATE",
+        kind=("migslice.io", "v1alpha1", "TenantPolicy"),
+        resource="tenantpolicies",
+    )
+    body["request"]["oldObject"] = old
+    return body
+
+
+def test_validate_lets_an_update_that_keeps_the_spec_through_a_policy_in_conflict() -> None:
+    """A policy that came to share a namespace with another (a namespace labelled after both
+    were admitted) is not valid by the checks of /validate, but an UPDATE that leaves its
+    spec as it is changes nothing they check. Measured before: a foreground deletion's
+    finalizer could not be removed (the garbage collector's patch was refused with the
+    conflict, the policy stayed Terminating and kept denying the namespace's GPU pods), nor
+    was ``kubectl annotate`` allowed."""
+    state = make_state(
+        make_policy("team-a", namespaces=None, namespaceSelector={"matchLabels": {"team": "a"}})
+    )
+    state.upsert_policy(make_policy("team-b", namespaces=["shared"]))
+    state.upsert_namespace(make_namespace("shared", {"team": "a"}))
+    client = create_app(WebhookSettings(), state).test_client()
+    stored = make_policy("team-b", namespaces=["shared"])
+    deleting = copy.deepcopy(stored)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-07T18:19:10Z"
+    deleting["metadata"]["finalizers"] = ["foregroundDeletion"]
+    finalized = copy.deepcopy(deleting)
+    del finalized["metadata"]["finalizers"]
+    annotated = copy.deepcopy(stored)
+    annotated["metadata"]["annotations"] = {"note": "moving to team-a"}
+    for old, new in ((deleting, finalized), (stored, annotated)):
+        reply = client.post("/validate", json=policy_update(old, new)).get_json()["response"]
+        assert reply["allowed"] is True, reply
+
+    raised = make_policy("team-b", namespaces=["shared"], quota={"computeSlices": 8})
+    reply = client.post("/validate", json=policy_update(stored, raised)).get_json()["response"]
+    assert reply["allowed"] is False
+    assert 'namespace shared already belongs to TenantPolicy "team-a"' in reply["status"]["message"]
+
+
 def test_readyz_waits_for_the_caches_and_healthz_does_not() -> None:
     state = make_state()
     state.expect("pods")
