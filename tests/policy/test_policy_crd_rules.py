@@ -163,3 +163,41 @@ def test_the_memory_schema_matches_the_parsers_quantities() -> None:
         assert not (pattern.fullmatch(text) and len(text) <= memory["maxLength"]), text
         with pytest.raises(QuantityError):
             parse_quantity(text)
+
+
+def refusals(spec: dict[str, Any]) -> list[str]:
+    """The message of every rule the defaulted spec breaks, as kube-apiserver answers it."""
+    environment = celpy.Environment()
+    activation = {"self": celpy.json_to_cel(defaulted(spec))}
+    return [
+        rule["message"]
+        for rule in spec_schema()["x-kubernetes-validations"]
+        if not bool(environment.program(environment.compile(rule["rule"])).evaluate(activation))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        # spec.tiers absent: the answer says which tiers are in force and what to change
+        (
+            {"sizes": {"whole": {"memory": "1Gi", "tier": "dedicated"}}},
+            ["mig while spec.tiers is absent or empty", "add the tier to spec.tiers"],
+        ),
+        (
+            {"tiers": [], "sizes": {"whole": {"memory": "1Gi", "tier": "dedicated"}}},
+            ["mig while spec.tiers is absent or empty", "add the tier to spec.tiers"],
+        ),
+        (
+            {"allowedProfiles": ["1g.10gb"], "deniedProfiles": ["1g.10gb"]},
+            ["remove it from spec.allowedProfiles or spec.deniedProfiles"],
+        ),
+    ],
+    ids=["size tier, no spec.tiers", "size tier, empty spec.tiers", "allowed and denied"],
+)
+def test_a_refusal_says_what_to_change(spec: dict[str, Any], named: list[str]) -> None:
+    """Measured before: 'every size's tier must be one of spec.tiers' for a spec that has no
+    spec.tiers (the tiers in force are [mig]), with nothing said of the fix."""
+    (answer,) = refusals({**BASE, **spec})
+    for text in named:
+        assert text in answer, answer
