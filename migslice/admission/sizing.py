@@ -15,11 +15,11 @@ from migslice import names
 from migslice.admission.decision import Denial
 from migslice.admission.intent import ContainerRequest, PodIntent
 from migslice.admission.usage import SliceUsage, charge
-from migslice.mig import GpuModel, profile_from_resource
+from migslice.mig import profile_from_resource
 from migslice.names import SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE
 from migslice.objects.pod_gpus import ContainerKind, effective_counts
 from migslice.policy import Need, Offer, TenantPolicy, Tier, resolve_profile
-from migslice.policy.resolution import usable_offers
+from migslice.policy.resolution import usable_offers, whole_gpu_memory_mib
 from migslice.quantity import QuantityError, parse_count, parse_memory_mib
 from migslice.whynot import WhyNot
 
@@ -150,7 +150,7 @@ def _plan_tier(
             sorted(
                 o.product
                 for o in usable_offers(policy, offers)
-                if o.is_whole and _gpu_memory_mib(o.model) >= need.memory_mib
+                if o.is_whole and whole_gpu_memory_mib(o.model) >= need.memory_mib
             )
         )
         if not products:
@@ -279,12 +279,6 @@ def _shared_requirements(
     products = tuple(sorted({o.product for o in usable_offers(policy, offers) if not o.is_sliced}))
     requirements.append((names.PRODUCT_LABEL, products or ("none",)))
     return tuple(requirements)
-
-
-def _gpu_memory_mib(model: GpuModel) -> int:
-    if model.memory_mib is not None:
-        return model.memory_mib
-    return max(p.nominal_memory_mib for p in model.profiles)
 
 
 def _times(unit: SliceUsage, count: int) -> SliceUsage:

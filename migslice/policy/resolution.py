@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from migslice.mig import CATALOG, GpuModel, Profile
 from migslice.mig.catalog import strip_product_suffix
-from migslice.policy.types import SizeClass, TenantPolicy
+from migslice.policy.types import SizeClass, TenantPolicy, Tier
 from migslice.quantity import format_mib
 from migslice.whynot import WhyNot
 
@@ -182,10 +182,18 @@ def _no_fit_message(policy: TenantPolicy, need: Need, models: tuple[GpuModel, ..
     )
 
 
+def whole_gpu_memory_mib(model: GpuModel) -> int:
+    """The memory of one whole GPU of ``model`` (the catalog's, else its largest profile's)."""
+    if model.memory_mib is not None:
+        return model.memory_mib
+    return max(p.nominal_memory_mib for p in model.profiles)
+
+
 def servable_models(
     policy: TenantPolicy, size: SizeClass, models: Iterable[GpuModel]
 ) -> tuple[str, ...]:
-    """Keys of the catalog models (among ``models``) on which ``size`` resolves to some profile."""
+    """Keys of the catalog models (among ``models``) on which ``size`` resolves to some
+    profile, or, for a ``dedicated`` size, whose whole GPU has its memory."""
     need = Need(size.memory_mib, size.compute_slices, size)
     allowed = [
         m
@@ -193,4 +201,6 @@ def servable_models(
         if not policy.allowed_products
         or any(a in m.product_names or model_key_of(a) == m.key for a in policy.allowed_products)
     ]
+    if size.tier is Tier.DEDICATED:
+        return tuple(m.key for m in allowed if whole_gpu_memory_mib(m) >= size.memory_mib)
     return tuple(m.key for m in allowed if candidates_on(policy, m, need))

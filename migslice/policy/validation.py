@@ -54,8 +54,8 @@ def check_against_catalog(policy: TenantPolicy, catalog: Catalog) -> tuple[Field
 
 
 def _size_problems(policy: TenantPolicy, size: SizeClass, catalog: Catalog) -> list[FieldError]:
-    """Preferred profiles that do not exist, do not meet the size or are not allowed, and a
-    MIG size no allowed profile serves."""
+    """Preferred profiles that do not exist, do not meet the size or are not allowed, a MIG
+    size no allowed profile serves, and a dedicated size no allowed whole GPU has room for."""
     errors: list[FieldError] = []
     path = f"spec.sizes.{size.name}"
     need = Need(size.memory_mib, size.compute_slices, size)
@@ -99,6 +99,14 @@ def _size_problems(policy: TenantPolicy, size: SizeClass, catalog: Catalog) -> l
                 f"{need.describe()} fits no MIG profile that this policy allows on any GPU "
                 "model it allows; lower the memory or compute, or widen spec.allowedProfiles "
                 "/ spec.allowedProducts",
+            )
+        )
+    if size.tier is Tier.DEDICATED and not servable_models(policy, size, catalog.models):
+        errors.append(
+            FieldError(
+                path,
+                f"{need.describe()} is more memory than a whole GPU of any model this policy "
+                "allows has; lower the memory, or widen spec.allowedProducts",
             )
         )
     return errors

@@ -221,6 +221,27 @@ def test_a_size_that_no_allowed_model_can_serve_is_a_catalog_error() -> None:
     assert "fits no MIG profile" in errors[0].message
 
 
+def test_a_dedicated_size_larger_than_any_allowed_gpu_is_a_catalog_error() -> None:
+    """docs/policy.md: the validating webhook refuses a size no allowed model can serve.
+    Measured before: a whole-GPU size of 200Gi on A100s only was accepted and shown Ready,
+    and every pod of that size was denied at admission (no-model)."""
+    sizes = {
+        "whole": {"memory": "80Gi", "tier": "dedicated"},
+        "huge": {"memory": "200Gi", "tier": "dedicated"},
+    }
+    policy = parse_tenant_policy(
+        make_policy(
+            sizes=sizes, tiers=["mig", "dedicated"], allowedProducts=["NVIDIA-A100-SXM4-80GB"]
+        )
+    )
+    errors = check_against_catalog(policy, CATALOG)
+    assert [e.path for e in errors] == ["spec.sizes.huge"]
+    assert "200Gi" in errors[0].message and "whole GPU" in errors[0].message
+    assert "spec.allowedProducts" in errors[0].message
+    anywhere = parse_tenant_policy(make_policy(sizes=sizes, tiers=["mig", "dedicated"]))
+    assert check_against_catalog(anywhere, CATALOG) == ()  # a B300 has more
+
+
 def test_a_preferred_profile_must_exist_on_its_model_and_be_big_enough() -> None:
     policy = parse_tenant_policy(
         make_policy(
