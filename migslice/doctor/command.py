@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=console.path_name,
         help="kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
     )
+    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
     parser.add_argument(
         "-n",
         "--namespace",
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # A read may run a little past its check's time: the check's own timeout says so first.
         transport = KubernetesTransport.from_environment(
-            args.kubeconfig, timeout_s=args.timeout_s * 1.5
+            args.kubeconfig, timeout_s=args.timeout_s * 1.5, context=args.context
         )
     except KubeconfigError as error:  # no kubeconfig, or one that cannot be used: it says
         raise CommandError(str(error)) from None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from migslice.cli import main
 from migslice.doctor.command import CHECK_NAMES
@@ -288,3 +289,20 @@ def test_a_namespace_migslice_is_not_in_says_where_its_webhook_configuration_poi
     )
     assert doctor(cluster, tmp_path) == 0  # in its namespace, no note
     assert capsys.readouterr().err == ""
+
+
+def test_context_picks_the_kubeconfig_context_as_status_and_why_do(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The current context reaches no cluster; --context names the one that does (doctor had
+    no --context, though status, why and cleanup take it)."""
+    cluster.harden()
+    with local_api_url(answer_from(cluster)) as url:
+        path = kubeconfig(tmp_path, url)
+        config = yaml.safe_load(path.read_text())
+        config["clusters"].append({"name": "away", "cluster": {"server": "http://127.0.0.1:1"}})
+        config["contexts"].append({"name": "away", "context": {"cluster": "away", "user": "u"}})
+        config["current-context"] = "away"
+        path.write_text(yaml.safe_dump(config))
+        assert main(["doctor", "--kubeconfig", str(path), "--context", "c"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "21 checks: 21 ok"
