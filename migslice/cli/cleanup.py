@@ -109,7 +109,8 @@ def run_cleanup(args: argparse.Namespace) -> int:
         pods = []
     if pods:
         print(
-            f"{len(pods)} pods wait for migslice and nothing will schedule them; migslice "
+            f"{len(pods)} {'pod waits' if len(pods) == 1 else 'pods wait'} for migslice and "
+            "nothing will schedule them; migslice "
             "deletes none (a Deployment's or Job's pod is made again, through the default "
             "scheduler, once deleted). Delete each with:"
         )

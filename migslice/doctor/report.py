@@ -14,7 +14,8 @@ from migslice.doctor.registry import Check
 def summary(findings: Sequence[Finding]) -> str:
     counts = Counter(f.verdict for f in findings)
     parts = [f"{counts[v]} {v.value}" for v in Verdict if counts[v]]
-    return f"{len(findings)} checks: {', '.join(parts)}"
+    checks = "check" if len(findings) == 1 else "checks"
+    return f"{len(findings)} {checks}: {', '.join(parts)}"
 
 
 def render_table(findings: Sequence[Finding]) -> str:

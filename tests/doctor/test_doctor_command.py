@@ -306,3 +306,11 @@ def test_context_picks_the_kubeconfig_context_as_status_and_why_do(
         path.write_text(yaml.safe_dump(config))
         assert main(["doctor", "--kubeconfig", str(path), "--context", "c"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "21 checks: 21 ok"
+
+
+def test_one_check_is_counted_as_one_check(
+    cluster: DoctorCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.harden()
+    assert doctor(cluster, tmp_path, "--check", "tenant-policies") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 check: 1 ok"
