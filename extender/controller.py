@@ -48,6 +48,7 @@ from migslice.repartition import (
     STEPS_PER_ROUND,
     TIMEOUT,
     CarveMemo,
+    CarveWrite,
     ControllerSettings,
     MigConfigFile,
     PendingPod,
@@ -62,6 +63,7 @@ from migslice.repartition import (
     read_config_map,
     render_record,
 )
+from migslice.repartition.carve.branch import stray_requests
 from migslice.repartition.modes import dra_exclusion
 from migslice.repartition.record import still_served
 from migslice.repartition.record.local_time import LocalTimes
@@ -201,6 +203,7 @@ class RepartitionController:
         if file.problem:
             self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
         self._retry_restores(file)
+        self._withdraw_strays(file.record)
         performed: list[Step] = []
         for _ in range(STEPS_PER_ROUND):
             record = file.record
@@ -388,6 +391,19 @@ class RepartitionController:
                 restore.node, restore.config_name, mark_pending=False, replaces=restore.replaces
             )
             self._label(label)
+
+    def _withdraw_strays(self, record: RepartitionRecord) -> None:
+        """Carve requests the cached nodes carry that the record holds no asked, open step of
+        (their removal refused, or a restart before it), withdrawn again each round (none in
+        dry-run mode: it writes nothing)."""
+        if self._settings.dry_run:
+            return
+        cached = (self._index.node_facts(name) for name in self._index.node_names())
+        strays = stray_requests(record, (facts for facts in cached if facts is not None))
+        if strays:
+            writes = [CarveWrite(node, None) for node in strays]
+            if not write_carve_requests(self._api, writes, "(the plan record holds it no more)"):
+                self.stats.errors += 1
 
     def _mark(self, step: Step) -> None:
         """Set or remove quarantine labels and annotations; a failure is decided again."""

@@ -19,6 +19,7 @@ from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import ExtenderState, new_index
 from harness.builders import make_mig_config_map, make_pod, unschedulable
 from migslice.cli import main
+from migslice.kube.transport import ApiError
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION, RECORD_ANNOTATION
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
 from migslice.objects.carve_handshake import CarvePhase, CarveStatus, render_carve_status
@@ -41,6 +42,8 @@ class FakeApi:
         self.bound = [make_pod("running", profile="3g.40gb", node_name="gpu-a")]
         self.pods = [unschedulable(make_pod("train", profile="3g.40gb"), "2025-06-15T15:00:00Z")]
         self.log: list[str] = []
+        self.refuse_annotations = False
+        """The API server answers a Node annotation patch with a 500."""
 
     def read_config_map(self) -> dict[str, Any] | None:
         return copy.deepcopy(self.config_map)
@@ -68,6 +71,9 @@ class FakeApi:
         self.log.append(f"label {name}")
 
     def set_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        if self.refuse_annotations:
+            self.log.append(f"refused {name}")
+            raise ApiError(500, f"PATCH /api/v1/nodes/{name}: etcdserver: request timed out")
         current = self.node["metadata"]["annotations"]
         for key, value in annotations.items():
             if value is None:
@@ -104,7 +110,9 @@ def controller(api: FakeApi, *, dry_run: bool = False) -> tuple[RepartitionContr
     index.replace_pods([p for p in map(pod_facts_from_raw, api.bound) if p is not None])
     settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True, dry_run=dry_run))
     clock = [NOW]
-    made = RepartitionController(api, Elector(), index, settings, clock=lambda: clock[0])
+    made = RepartitionController(
+        api, Elector(), index, settings, clock=lambda: clock[0], monotonic=lambda: clock[0]
+    )
     return made, (index, clock)
 
 
@@ -183,6 +191,36 @@ def test_a_failure_is_a_warning_a_metric_and_a_backoff() -> None:
     assert collected[("migslice_repartition_carve_nodes", (("outcome", "failed"),))] == 1
     clock[0] += 20
     assert ctl.run_once() == []  # backed off: the pod waits
+
+
+def test_a_withdrawal_the_api_server_refused_is_made_the_next_round() -> None:
+    """Measured before: at the deadline the record closed the carve and the PATCH removing
+    the request got a 500; no round withdrew it again, so the request stayed on the Node for
+    good: the node closed to pods (carve in progress) and counted against the carve budget,
+    and an agent that came back later carved the plan the controller had given up on."""
+    api = FakeApi()
+    ctl, (index, clock) = controller(api)
+    ctl.run_once()
+    plan = json.loads(api.node["metadata"]["annotations"][CARVE_ANNOTATION])["plan"]
+    index.upsert_node(node_facts_from_raw(api.node))  # the informer saw the ask
+    api.refuse_annotations = True
+    clock[0] += 601  # past --repartition-deadline-s: no answer (the agent is down)
+    ctl.run_once()
+    assert "refused gpu-a" in api.log
+    record = json.loads(api.config_map["metadata"]["annotations"][RECORD_ANNOTATION])
+    assert "carve" not in record and "gpu-a" in record["backoff"]
+    assert json.loads(api.node["metadata"]["annotations"][CARVE_ANNOTATION])["plan"] == plan
+    api.refuse_annotations = False
+    clock[0] += 15
+    api.log.clear()
+    ctl.run_once()
+    assert CARVE_ANNOTATION not in api.node["metadata"]["annotations"]
+    assert api.log.count("annotate gpu-a False") == 1
+    index.upsert_node(node_facts_from_raw(api.node))
+    clock[0] += 15
+    api.log.clear()
+    ctl.run_once()
+    assert not any(line.startswith("annotate") for line in api.log)
 
 
 def test_a_dry_run_says_what_it_would_carve_and_writes_nothing() -> None:

@@ -23,11 +23,12 @@ then decides).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE
+from migslice.objects import NodeFacts
 from migslice.objects.carve_handshake import CarvePhase
 from migslice.objects.times import format_time
 from migslice.repartition.actions import CarveWrite, NodeEvent
@@ -134,6 +135,24 @@ def _recheck(step: CarveStep, state: NodeState | None, default_mode: str) -> str
             if any(p.mask & mask for p in kept):
                 return f"GPU {planned.index}: {slot.profile}@{slot.start} overlaps one in use"
     return ""
+
+
+def stray_requests(record: RepartitionRecord, nodes: Iterable[NodeFacts]) -> tuple[str, ...]:
+    """Nodes carrying a ``migslice.io/carve`` request the record holds no asked, open step of:
+    its step closed (a timeout, an answer) or its plan gone while the request's removal was
+    refused or never made (a restart between the record write and the removal). Withdrawn
+    each round until gone: left, it would keep the node closed to pods and count against the
+    carve budget, and an agent that comes back would carve a plan given up on."""
+    active = record.carve
+    asked: set[tuple[str, str]] = set()
+    if active is not None and active.applied_at is not None:
+        asked = {(step.node, active.plan_id) for step in active.open_nodes}
+    return tuple(
+        facts.name
+        for facts in nodes
+        if facts.carve_request is not None
+        and (facts.name, facts.carve_request.plan_id) not in asked
+    )
 
 
 def carve_plan_id(nodes: Sequence[str], now: float) -> str:
