@@ -208,6 +208,31 @@ def test_an_agent_that_never_answers_again_keeps_its_node_off_limits_not_the_bud
     assert [s.node for s in day_later.record.carve.nodes] == ["gpu-b"]
 
 
+def test_a_node_turned_to_mig_manager_mode_before_its_agent_took_the_carve_up_is_aborted() -> None:
+    """Measured before: the agent ignores a request on a node in mig-manager mode (MIG Manager
+    owns it), yet the carve stayed open: the node closed to pods until the deadline, then a
+    'no answer after 301s' Warning and a backoff that kept the MIG Manager path off it too."""
+    record, plan_id = applied()
+    request = render_carve_request(record.carve.nodes[0].request(plan_id))  # type: ignore[union-attr]
+    turned = carve_node("gpu-a", LAYOUT, busy=BUSY, mode="mig-manager", request=request)
+    now = decide(record, [turned], [], file_configs=frozenset(), now=NOW + 20, settings=SETTINGS)
+    assert [(s.node, s.outcome) for s in now.carve_outcomes] == [("gpu-a", ABORTED)]
+    assert "no longer in carve mode (mig-manager)" in now.carve_outcomes[0].detail
+    assert [(w.node, w.request) for w in now.carve_writes] == [("gpu-a", None)]
+    assert now.record.carve is None and not now.record.backoff
+    # an agent that took it up before the label changed finishes or rolls it back: waited for
+    taken = carve_node(
+        "gpu-a",
+        LAYOUT,
+        busy=BUSY,
+        mode="mig-manager",
+        request=request,
+        status=render_carve_status(CarveStatus(plan_id, CarvePhase.PENDING, "", changed=True)),
+    )
+    later = decide(record, [taken], [], file_configs=frozenset(), now=NOW + 20, settings=SETTINGS)
+    assert later.kind == StepKind.WAIT
+
+
 def test_a_request_lost_to_a_restart_is_written_again() -> None:
     record, _ = applied()
     third = decide(record, [node()], [], file_configs=frozenset(), now=NOW + 5, settings=SETTINGS)

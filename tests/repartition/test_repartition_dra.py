@@ -20,10 +20,12 @@ from extender.state import new_index
 from harness import dra_slices as gen
 from harness.builders import make_mig_config_map, make_node, make_pod, unschedulable
 from migslice.cli import main
-from migslice.names import MODE_CARVE
+from migslice.names import CARVE_ANNOTATION, MODE_CARVE
 from migslice.objects import node_facts_from_raw
+from migslice.objects.carve_handshake import render_carve_request
 from migslice.objects.clusterfile import ClusterObjects
 from migslice.repartition import (
+    ABORTED,
     CarveSettings,
     ControllerSettings,
     PlanSettings,
@@ -464,3 +466,45 @@ def test_a_carve_planned_on_a_node_that_turned_dra_is_aborted_saying_why() -> No
     )
     assert step.kind is StepKind.ABORT
     assert DRA_STATIC in step.reason
+
+
+def test_a_carve_asked_of_a_node_that_turned_dra_before_its_agent_took_it_up_is_withdrawn() -> None:
+    """The carve was asked while gpu-a was a carve-mode device-plugin node; before its agent
+    took it up the node became a static-MIG DRA node, whose instances DRA claims hold without
+    any pod request the agent counts. The request is withdrawn at once (it waited for the
+    deadline, the node closed to pods, and an agent that came back carved it)."""
+    layout = [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")]
+    busy = ["0:3g.40gb@4"]
+    settings = ControllerSettings(carve=CarveSettings(cooldown_s=60))
+    first = decide(
+        RepartitionRecord(),
+        [carve_node("gpu-a", layout, busy=busy)],
+        [waiting("team-a/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=NOW,
+        settings=settings,
+    )
+    second = decide(
+        first.record,
+        [carve_node("gpu-a", layout, busy=busy)],
+        [],
+        file_configs=frozenset(),
+        now=NOW + 1,
+        settings=settings,
+    )
+    assert second.kind is StepKind.APPLY
+    (write,) = second.carve_writes
+    assert write.request is not None
+    raw = {"apiVersion": "v1", "kind": "Node", **carve_node_raw("gpu-a", layout, busy=busy)}
+    turned = _turned_dra(ClusterObjects(nodes=(raw,)), "gpu-a")
+    (node,) = turned.nodes
+    node["metadata"].setdefault("annotations", {})[CARVE_ANNOTATION] = render_carve_request(
+        write.request
+    )
+    states = node_states(turned.nodes, turned.pods, {}, dra=turned)
+    step = decide(
+        second.record, states, [], file_configs=frozenset(), now=NOW + 20, settings=settings
+    )
+    assert [(s.node, s.outcome) for s in step.carve_outcomes] == [("gpu-a", ABORTED)]
+    assert DRA_STATIC in step.carve_outcomes[0].detail
+    assert [(w.node, w.request) for w in step.carve_writes] == [("gpu-a", None)]

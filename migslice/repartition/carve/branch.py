@@ -14,10 +14,12 @@ then decides).
   ``success`` (cooldown starts; the pods it served go to the record's ``served``, for any
   leader to touch) or ``failed`` (the agent rolled back; backoff); no answer within
   ``deadline_s`` is a ``timeout`` (backoff; the request is withdrawn, so an agent that is
-  still at it rolls back). A closed node's request is removed, and failures are reported
-  as ``MigCarveFailed`` Warnings. A request missing (a restart between the record write and
-  the annotation) is written now, after the same re-check. The plan is dropped once no node
-  is open (``FINISH``).
+  still at it rolls back); a node that left carve mode or turned DRA before its agent took
+  the request up is ``aborted`` at once. A closed node's request is removed, and failures
+  are reported as ``MigCarveFailed`` Warnings. A request missing (a restart between the
+  record write and the annotation) is written now, after the same re-check. The plan is
+  dropped once no node is open (``FINISH``). A request the record holds no open, asked step
+  of (its removal refused) is removed again each round (:func:`stray_requests`).
 """
 
 from __future__ import annotations
@@ -155,6 +157,14 @@ def stray_requests(record: RepartitionRecord, nodes: Iterable[NodeFacts]) -> tup
     )
 
 
+def _left_carve_mode(state: NodeState, default_mode: str) -> str:
+    mode = mode_of(state.facts, default_mode)
+    if mode != MODE_CARVE:
+        return f"node is no longer in carve mode ({mode})"
+    dra = dra_exclusion(state)
+    return dra.message if dra is not None else ""
+
+
 def carve_plan_id(nodes: Sequence[str], now: float) -> str:
     digest = hashlib.sha256(f"carve;{format_time(now)};{','.join(nodes)}".encode())
     return digest.hexdigest()[:12]
@@ -255,7 +265,11 @@ def _observe(
         outcome, detail = (step.outcome, step.detail)
         if step.is_open:
             outcome, detail = _outcome_of(
-                step, active.plan_id, state, elapsed=elapsed, deadline_s=deadline_s
+                step,
+                active.plan_id,
+                state,
+                elapsed=elapsed,
+                limits=(deadline_s, settings.default_mode),
             )
         if step.is_open and outcome == OPEN and not _asked(state, active.plan_id):
             problem = recheck_carve(step, state, settings.default_mode)
@@ -336,8 +350,10 @@ def _outcome_of(
     state: NodeState | None,
     *,
     elapsed: float,
-    deadline_s: float,
+    limits: tuple[float, str],
 ) -> tuple[NodeOutcome, str]:
+    """``limits``: the deadline and the mode of nodes without the mode label."""
+    deadline_s, default_mode = limits
     if state is None:
         return ABORTED, "node is gone"
     status = state.facts.carve_status
@@ -346,6 +362,12 @@ def _outcome_of(
             return SUCCESS, f"carved in about {elapsed:.0f}s" + _suffix(status.detail)
         if status.phase == CarvePhase.FAILED:
             return FAILED, f"the node agent reports failure: {status.detail}"
+    else:
+        # Not taken up yet: a node that left carve mode (its agent ignores a request in
+        # mig-manager mode) or turned DRA meanwhile is let go now, not held to the deadline.
+        left = _left_carve_mode(state, default_mode)
+        if left:
+            return ABORTED, f"withdrawn before the node agent took it up: {left}"
     if elapsed > deadline_s:
         ours = status if status is not None and status.plan_id == plan_id else None
         phase = ours.phase if ours is not None else "no answer"
