@@ -147,6 +147,35 @@ def test_an_agents_success_finishes_the_plan_removes_the_request_and_starts_a_co
     assert served.pods == third.carve_outcomes[0].serves != ()
 
 
+def test_the_carve_cooldown_holds_whatever_the_mig_manager_paths_cooldown() -> None:
+    """Measured before: the record's finished nodes were pruned at the MIG Manager path's
+    --repartition-cooldown-s, so with it below --repartition-carve-cooldown-s (0 against 60
+    here) a node carved 20 s ago was carved again at once."""
+    settings = replace(SETTINGS, plan=replace(SETTINGS.plan, cooldown_s=0))
+    record, plan_id = applied()
+    done = asked(plan_id, CarveStatus(plan_id, CarvePhase.SUCCESS))
+    third = decide(record, [done], [], file_configs=frozenset(), now=NOW + 20, settings=settings)
+    assert dict(third.record.finished) == {"gpu-a": NOW + 20}
+    again = decide(
+        third.record,
+        [node()],
+        [waiting("team-b/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=NOW + 40,
+        settings=settings,
+    )
+    assert again.record.carve is None, again.reason
+    later = decide(
+        third.record,
+        [node()],
+        [waiting("team-b/big", "3g.40gb")],
+        file_configs=frozenset(),
+        now=NOW + 81,
+        settings=settings,
+    )
+    assert later.kind == StepKind.START and later.record.carve is not None
+
+
 def test_an_agents_failure_is_reported_and_backed_off() -> None:
     record, plan_id = applied()
     failed = asked(plan_id, CarveStatus(plan_id, CarvePhase.FAILED, "1g.10gb@1 became busy"))
