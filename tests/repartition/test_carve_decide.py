@@ -262,6 +262,26 @@ def test_a_node_turned_to_mig_manager_mode_before_its_agent_took_the_carve_up_is
     assert later.kind == StepKind.WAIT
 
 
+def test_a_request_gone_while_the_agent_carves_it_waits_for_the_agents_answer() -> None:
+    """The Node was deleted and made again mid-carve (or the request removed by hand): the
+    agent writes its journal back and rolls the carve back. Measured before: the controller
+    closed the node at once as aborted, 'not applied: a carve is under way' (its own carve,
+    applied), with no backoff, and the agent's failure was never observed."""
+    record, plan_id = applied()
+    journal = CarveStatus(plan_id, CarvePhase.PENDING, "", changed=True)
+    lost = node(status=render_carve_status(journal))
+    now = decide(record, [lost], [], file_configs=frozenset(), now=NOW + 20, settings=SETTINGS)
+    assert now.kind == StepKind.WAIT, now.reason
+    assert not now.carve_writes and not now.carve_outcomes
+    rolled = CarveStatus(plan_id, CarvePhase.FAILED, "the controller withdrew the request")
+    answered = node(status=render_carve_status(rolled))
+    later = decide(
+        record, [answered], [], file_configs=frozenset(), now=NOW + 40, settings=SETTINGS
+    )
+    assert [(s.node, s.outcome) for s in later.carve_outcomes] == [("gpu-a", FAILED)]
+    assert "gpu-a" in dict(later.record.backoff)
+
+
 def test_a_request_lost_to_a_restart_is_written_again() -> None:
     record, _ = applied()
     third = decide(record, [node()], [], file_configs=frozenset(), now=NOW + 5, settings=SETTINGS)

@@ -271,7 +271,12 @@ def _observe(
                 elapsed=elapsed,
                 limits=(deadline_s, settings.default_mode),
             )
-        if step.is_open and outcome == OPEN and not _asked(state, active.plan_id):
+        if (
+            step.is_open
+            and outcome == OPEN
+            and not _asked(state, active.plan_id)
+            and not _taken_up(state, active.plan_id)
+        ):
             problem = recheck_carve(step, state, settings.default_mode)
             if problem is None:
                 writes.append(CarveWrite(step.node, step.request(active.plan_id)))
@@ -342,6 +347,13 @@ def _closing(
 def _asked(state: NodeState | None, plan_id: str) -> bool:
     request = state.facts.carve_request if state is not None else None
     return request is not None and request.plan_id == plan_id
+
+
+def _taken_up(state: NodeState | None, plan_id: str) -> bool:
+    """The agent's journal names the plan and is open: it finishes or rolls it back (the
+    request gone: back) and answers; asking again or aborting would not be the truth."""
+    status = state.facts.carve_status if state is not None else None
+    return status is not None and status.plan_id == plan_id and status.phase.is_open
 
 
 def _outcome_of(
