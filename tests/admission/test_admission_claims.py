@@ -10,6 +10,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+import yaml
 
 from harness.builders import make_created_pod, make_policy
 from migslice.admission import AdmissionSettings, SliceUsage, StaticView, decide
@@ -21,6 +22,7 @@ from migslice.objects.claim_templates import migslice_claim_template
 from migslice.objects.device_classes import device_class_facts_from_raw
 from migslice.policy import Offer, parse_tenant_policy
 from tests.dra_objects import make_claim, migslice_classes, profile_selector
+from tests.paths import ROOT
 
 A100 = Offer("NVIDIA-A100-SXM4-80GB", CATALOG.get("A100-80GB"))
 H100 = Offer("NVIDIA-H100-80GB-HBM3", CATALOG.get("H100-80GB"))
@@ -556,3 +558,39 @@ def test_a_pod_naming_claims_of_other_devices_passes_untouched() -> None:
     pod["spec"]["resourceClaims"].append({"name": "t", "resourceClaimTemplateName": "t"})
     decision, _ = run_pod(pod, cluster)
     assert (decision.reason, decision.patch) == ("no-gpu-claim", ())
+
+
+def readme_dra_policies() -> dict[str, dict[str, Any]]:
+    """The TenantPolicies of the README's "Both paths: the device plugin and DRA", by name."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Both paths: the device plugin and DRA", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(block) if d}
+
+
+def test_the_readmes_dra_tenants_do_what_the_readme_says() -> None:
+    """A medium pod of "inference" gets nvidia.com/mig-2g.20gb, one of "vision" a claim from
+    migslice-mig-2g.20gb, and vision's own claim of a 3g.40gb is refused with the message the
+    README quotes (its policy allowed every profile, so that claim was admitted)."""
+    policies = readme_dra_policies()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    cluster = view(*policies.values())
+    medium = {"migslice.io/gpu-size": "medium"}
+    inference, patched = run_pod(
+        make_created_pod(namespace="inference", annotations=medium), cluster
+    )
+    assert inference.allowed, inference.message
+    limits = patched["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-2g.20gb": "1"}
+    vision, patched = run_pod(make_created_pod(namespace="vision", annotations=medium), cluster)
+    assert vision.allowed, vision.message
+    assert patched["spec"]["resourceClaims"] == [
+        {"name": "migslice-gpu", "resourceClaimTemplateName": "migslice-mig-2g.20gb"}
+    ]
+    assert (
+        "resourceClaims: [{name: migslice-gpu, resourceClaimTemplateName: migslice-mig-2g.20gb}]"
+        in readme
+    )
+    decision, _ = run_claim(make_claim("train-1", namespace="vision", profile="3g.40gb"), cluster)
+    assert not decision.allowed
+    assert f"`{decision.message}`" in readme
