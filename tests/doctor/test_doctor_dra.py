@@ -296,3 +296,26 @@ def test_dra_steer_reads_the_rules_and_the_extender_from_the_api() -> None:
         assert "migslice-system/migslice-extender not found" in judge(cluster, "dra-steer").detail
     finally:
         cluster.close()
+
+
+def test_the_readmes_doctor_lines_of_dra_are_what_doctor_prints_on_its_cluster() -> None:
+    """The README's sample (README.md, "Check the install") is a device-plugin cluster after
+    the Helm install: migslice's DeviceClasses, no DRA node, no NVIDIA DRA driver, no steer
+    rule. Its DRA lines are what the checks print there (dra-device-classes said the classes
+    were there, a line doctor prints only where DRA nodes are)."""
+    from harness.paths import REPO
+
+    every = [migslice_device_class(p) for p in mig_profiles(CATALOG)]
+    cluster = facts(classes=every)
+    found = [
+        judge_dra_api(cluster, SETTINGS),
+        judge_dra_nodes(cluster, SETTINGS),
+        judge_dra_classes(cluster, SETTINGS),
+        judge_dra_steer(SteerFacts([], None), SETTINGS),
+    ]
+    readme = {
+        line.split()[0]: line.split(None, 2)[1:]
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("dra-")
+    }
+    assert {f.check: [f.verdict.value, f.detail] for f in found} == readme
