@@ -319,3 +319,22 @@ def test_the_readmes_doctor_lines_of_dra_are_what_doctor_prints_on_its_cluster()
         if line.startswith("dra-")
     }
     assert {f.check: [f.verdict.value, f.detail] for f in found} == readme
+
+
+def test_missing_device_classes_are_fixed_by_a_helm_command_that_sets_the_value() -> None:
+    """The fix was 'helm upgrade --install migslice charts/migslice -n NS (or kubectl apply
+    ...) with dra.deviceClasses.enabled=true', twice for a ResourceClaim tenant: run as
+    written, Helm reuses the release's values (dra.deviceClasses.enabled=false among them) and
+    renders no class; with --set added, it resets every other value to the chart's default."""
+    nvidia = fixture("deviceclass-mig.nvidia.com.yaml")
+    claims = make_policy("claims", deviceAPI="ResourceClaim")
+    dra = {"slices": slices_of("dyn", [dra_slices.a100(0)]), "nodes": [make_dra_node("dyn")]}
+    found = judge_dra_classes(facts(classes=[nvidia], policies=[claims], **dra), SETTINGS)
+    assert found.verdict is Verdict.FAILED
+    upgrade = (
+        "helm upgrade migslice charts/migslice -n migslice-system --reset-then-reuse-values "
+        "--set dra.deviceClasses.enabled=true (or kubectl apply --server-side -k manifests)"
+    )
+    assert found.fix.count("helm upgrade") == 1
+    assert found.fix.startswith(upgrade), found.fix
+    assert "kubectl edit tenantpolicy claims (spec.deviceAPI: ExtendedResource)" in found.fix

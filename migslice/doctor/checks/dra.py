@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from migslice import names
-from migslice.doctor.checks.install import install_fix
 from migslice.doctor.checks.nodes import listing
 from migslice.doctor.facts import Settings
 from migslice.doctor.findings import Finding, Problem, Verdict, finding
@@ -219,6 +218,7 @@ def _claim_tenant_problems(
     no DRA node serves them."""
     problems = []
     for tenant in tenants:
+        edit = f"kubectl edit tenantpolicy {tenant.name} (spec.deviceAPI: ExtendedResource)"
         lacking = [
             names.mig_device_class(p)
             for p in mig_profiles(CATALOG)
@@ -231,8 +231,7 @@ def _claim_tenant_problems(
                     f'TenantPolicy "{tenant.name}" gives sized pods ResourceClaims '
                     f"(spec.deviceAPI: ResourceClaim), but the DeviceClasses of profiles it "
                     f"allows are missing ({listing(lacking)}): the webhook refuses those pods",
-                    f"{fix}, or kubectl edit tenantpolicy {tenant.name} (spec.deviceAPI: "
-                    "ExtendedResource)",
+                    f"{fix}, or {edit}" if fix else edit,
                 )
             )
         if not pools:
@@ -243,7 +242,7 @@ def _claim_tenant_problems(
                     "(spec.deviceAPI: ResourceClaim), but no node publishes gpu.nvidia.com "
                     "ResourceSlices: its GPU pods stay pending",
                     "install NVIDIA's dra-driver-nvidia-gpu on the GPU nodes (docs/dra.md), or "
-                    f"kubectl edit tenantpolicy {tenant.name} (spec.deviceAPI: ExtendedResource)",
+                    + edit,
                 )
             )
     return problems
@@ -251,7 +250,11 @@ def _claim_tenant_problems(
 
 def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
     tenants = claim_tenants(facts.policies)
-    fix = f"{install_fix(settings.namespace)} with dra.deviceClasses.enabled=true"
+    fix = (
+        f"helm upgrade migslice charts/migslice -n {settings.namespace} "
+        "--reset-then-reuse-values --set dra.deviceClasses.enabled=true "
+        "(or kubectl apply --server-side -k manifests)"
+    )
     if facts.classes is None:
         problems = [
             Problem(
@@ -313,7 +316,8 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
                 fix,
             )
         )
-    problems.extend(_claim_tenant_problems(tenants, missing, True, fix))
+    # the missing classes' problem gives the upgrade already: the tenants', the edit alone
+    problems.extend(_claim_tenant_problems(tenants, missing, True, ""))
     return finding(
         DRA_CLASSES_CHECK,
         problems,
