@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -147,6 +148,8 @@ class ClusterState:
         self._dra = ClaimBook()
         self._claims_on: dict[str, set[str]] = {}  # node -> keys of the claims allocated there
         self._slice_nodes: dict[str, str] = {}  # ResourceSlice -> its node
+        self._slice_names: dict[str, frozenset[str]] = {}  # ResourceSlice -> productNames
+        self._product_names: Counter[str] = Counter()  # productName -> slices publishing it
         self._invalid: dict[str, InvalidPolicy] = {}
         self._observed: dict[str, Mapping[str, object]] = {}
         self._uids: dict[str, str] = {}  # policy -> metadata.uid (its Events name it)
@@ -223,6 +226,10 @@ class ClusterState:
 
     def offers(self) -> Sequence[Offer]:
         return self._products.offers
+
+    def dra_product_names(self) -> frozenset[str]:
+        with self.admission_lock:
+            return frozenset(self._product_names)
 
     def tenant_usage(self, tenant: str, exclude_reservation: str | None = None) -> SliceUsage:
         """The tenant's cached GPU pods plus its ledger's charges for pods not seen yet
@@ -668,7 +675,11 @@ class ClusterState:
         if not name or not node:
             return
         products = frozenset(str(p) for p in items(slim_slice.get("products")))
+        published = frozenset(str(p) for p in items(slim_slice.get("names")))
         with self.admission_lock:
+            self._forget_names(name)
+            self._slice_names[name] = published
+            self._product_names.update(published)
             old = self._slice_nodes.get(name)
             if old is not None and old != node:
                 self._set_products(old, lambda: self._products.forget_slice(old, name))
@@ -677,6 +688,7 @@ class ClusterState:
 
     def delete_slice(self, name: str) -> None:
         with self.admission_lock:
+            self._forget_names(name)
             node = self._slice_nodes.pop(name, None)
             if node is not None:
                 self._set_products(node, lambda: self._products.forget_slice(node, name))
@@ -691,6 +703,10 @@ class ClusterState:
     def delete_template(self, key: str) -> None:
         with self.admission_lock:
             self._dra.forget_template(key)
+
+    def _forget_names(self, slice_name: str) -> None:
+        self._product_names.subtract(self._slice_names.pop(slice_name, frozenset()))
+        self._product_names = +self._product_names
 
     def _set_products(self, node: str, change: Callable[[], None]) -> None:
         before = (self._products.product_of(node), self._products.model_keys)

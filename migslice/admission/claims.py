@@ -19,7 +19,7 @@ nothing when that pod, which is charged for them, covers it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -330,6 +330,9 @@ def _ask_problem(
         products = {o.product for o in usable if o.model.has_profile(ask.profile or "")}
     shown = ask.profile or "whole GPUs"
     named = ask.selection.value(f"{names.DRA_DRIVER}/productName")
+    # kube-scheduler compares the selector with the devices' productName exactly: NVML's name
+    # as NVIDIA's DRA driver publishes it, not the GFD label or the catalog key
+    published = sorted(n for n in view.dra_product_names() if product_label_of(n) in products)
     if named is not None:
         label = product_label_of(named)
         model = CATALOG.by_product(label)
@@ -340,6 +343,16 @@ def _ask_problem(
                 f'{subject} asks for {shown} of productName "{named}"; policy '
                 f'"{policy.name}" allows {allowed} (spec.allowedProducts), and the cluster\'s '
                 f"products that do and offer {shown}: {', '.join(sorted(products)) or 'none'}",
+            )
+        spelled = [n for n in published if CATALOG.by_product(product_label_of(n)) == model]
+        if spelled and named not in spelled:
+            return Denial(
+                "no-model",
+                f'{subject} asks for {shown} of productName "{named}", a name no device '
+                "carries: NVIDIA's DRA driver publishes NVML's name, and kube-scheduler "
+                "compares it exactly; the cluster's devices of that model are named "
+                f"{_quoted(spelled)}: device.attributes['{names.DRA_DRIVER}'].productName == "
+                f"'{spelled[0]}'",
             )
         return None
     if not products:
@@ -353,9 +366,14 @@ def _ask_problem(
             "no-model",
             f'{subject} asks for {shown} of any product; policy "{policy.name}" allows only '
             f"{', '.join(policy.allowed_products)} (spec.allowedProducts): add a selector "
-            f"device.attributes['{names.DRA_DRIVER}'].productName == '<product>' naming one",
+            f"device.attributes['{names.DRA_DRIVER}'].productName == '<product>' naming one"
+            + (f", as NVIDIA's DRA driver names it: {_quoted(published)}" if published else ""),
         )
     return None
+
+
+def _quoted(products: Sequence[str]) -> str:
+    return ", ".join(f"'{p}'" for p in products)
 
 
 def _profile_message(subject: str, profile: str, policy: TenantPolicy) -> str:

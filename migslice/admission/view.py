@@ -47,6 +47,11 @@ class ClusterView(Protocol):
         """The DeviceClasses by name (empty where the cluster serves no DRA)."""
         ...
 
+    def dra_product_names(self) -> frozenset[str]:
+        """The ``productName`` values NVIDIA's DRA driver publishes in the cluster's
+        ResourceSlices, as written there (NVML's names)."""
+        ...
+
     def covering_pod(
         self, namespace: str, pod: str, pod_uid: str, claim: str
     ) -> Mapping[str, int] | None:
@@ -100,6 +105,8 @@ class StaticView:
     invalid_list: tuple[tuple[TenantPolicy, str], ...] = ()
     """Unreadable policies as far as they read (:func:`migslice.policy.read_tenant_policy`),
     with their problems."""
+    product_names: frozenset[str] = frozenset()
+    """The ``productName`` values the cluster's ResourceSlices publish."""
 
     def tenant_policies(self, namespace: str) -> Sequence[TenantPolicy]:
         labels = self.labels.get(namespace, {"kubernetes.io/metadata.name": namespace})
@@ -119,6 +126,9 @@ class StaticView:
 
     def device_classes(self) -> Mapping[str, DeviceClassFacts]:
         return self.classes
+
+    def dra_product_names(self) -> frozenset[str]:
+        return self.product_names
 
     def covering_pod(
         self, namespace: str, pod: str, pod_uid: str, claim: str

@@ -20,22 +20,34 @@ def slice_products(raw_slice: JsonObject) -> tuple[str, frozenset[str]] | None:
     node = text(spec.get("nodeName"))
     if spec.get("driver") != DRA_DRIVER or not node:
         return None
+    return node, frozenset(product_label_of(n) for n in slice_product_names(raw_slice))
+
+
+def slice_product_names(raw_slice: JsonObject) -> frozenset[str]:
+    """The ``productName`` values of a slice's devices as the driver publishes them (NVML's
+    names), which a claim's ``productName`` selector must equal to be allocated."""
     found: set[str] = set()
-    for raw in items(spec.get("devices")):
+    for raw in items(mapping(raw_slice.get("spec")).get("devices")):
         attribute = mapping(mapping(mapping(raw).get("attributes")).get("productName"))
         name = text(attribute.get("string"))
         if name:
-            found.add(product_label_of(name))
-    return node, frozenset(found)
+            found.add(name)
+    return frozenset(found)
 
 
 def slim_slice(raw_slice: JsonObject) -> dict[str, object] | None:
-    """What the webhook keeps of a slice (its products), for a watch cache."""
+    """What the webhook keeps of a slice (its products, as labels and as published), for a
+    watch cache."""
     read = slice_products(raw_slice)
     if read is None:
         return None
     name = text(mapping(raw_slice.get("metadata")).get("name")) or ""
-    return {"name": name, "node": read[0], "products": sorted(read[1])}
+    return {
+        "name": name,
+        "node": read[0],
+        "products": sorted(read[1]),
+        "names": sorted(slice_product_names(raw_slice)),
+    }
 
 
 def node_product(label: str | None, named: Iterable[frozenset[str]]) -> str | None:

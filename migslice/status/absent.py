@@ -99,6 +99,9 @@ class _ClusterView:
     def device_classes(self) -> Mapping[str, DeviceClassFacts]:
         return {}
 
+    def dra_product_names(self) -> frozenset[str]:
+        return frozenset()
+
     def covering_pod(
         self, namespace: str, pod: str, pod_uid: str, claim: str
     ) -> Mapping[str, int] | None:

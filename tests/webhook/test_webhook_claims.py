@@ -18,12 +18,14 @@ from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness import dra_slices
 from harness.builders import make_created_pod, make_node, make_policy, make_review
 from migslice.admission import SliceUsage, usage_of
 from migslice.admission.ledger import Ledger
 from migslice.admission.usage import ZERO
 from migslice.kube.ledger import ConfigMapLedgers
 from migslice.objects.claim_templates import migslice_claim_template
+from migslice.objects.dra_products import slim_slice
 from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
 from tests.hostile import assert_clear_admission_answer, json_values
 from tests.ledger_api import LedgerApi
@@ -974,3 +976,53 @@ def test_fuzzed_claim_reservations_get_a_clear_answer_and_never_a_500(
     state = tenant_state(**policy)
     client = create_app(WebhookSettings(), state).test_client()
     assert_clear_admission_answer(review, client.post("/mutate", json=review))
+
+
+def test_a_claims_product_is_named_as_nvidias_dra_driver_publishes_it() -> None:
+    """kube-scheduler compares a claim's productName selector with the devices' attribute
+    exactly, and NVIDIA's DRA driver publishes NVML's name (NVIDIA A100-SXM4-80GB). A claim
+    naming the GFD label (as spec.allowedProducts lists it, and as the webhook's own hint
+    said to name one) or the catalog key was admitted and charged, and never allocated."""
+    state = ClusterState()
+    state.upsert_policy(make_policy(allowedProducts=["NVIDIA-A100-SXM4-80GB"]))
+    state.upsert_node(make_node("dra-1", product=None, gpu_count=None))
+    for raw in dra_slices.node_slices("dra-1", "uid-dra-1", [dra_slices.a100(0)]):
+        slim = slim_slice(raw)
+        assert slim is not None
+        state.upsert_slice(slim)
+    for raw in migslice_classes():
+        state.upsert_device_class(raw)
+    client = create_app(WebhookSettings(), state).test_client()
+
+    def answer(claim: dict[str, Any]) -> dict[str, Any]:
+        reply = client.post(
+            "/mutate",
+            json=make_review(claim, uid="uid-1", kind=CLAIM_KIND, resource="resourceclaims"),
+        )
+        assert reply.status_code == 200, reply.get_data(as_text=True)
+        found: dict[str, Any] = reply.get_json()["response"]
+        return found
+
+    def named(product: str | None) -> dict[str, Any]:
+        claim = make_claim("train-1", device_class="migslice-mig-1g.10gb", profile=None)
+        if product is not None:
+            claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+                {
+                    "cel": {
+                        "expression": "device.attributes['gpu.nvidia.com'].productName == "
+                        f"'{product}'"
+                    }
+                }
+            ]
+        return claim
+
+    for wrong in ("NVIDIA-A100-SXM4-80GB", "A100-80GB"):
+        refused = answer(named(wrong))
+        assert not refused["allowed"], wrong
+        message = refused["status"]["message"]
+        assert f'productName "{wrong}"' in message
+        assert "'NVIDIA A100-SXM4-80GB'" in message
+    assert answer(named("NVIDIA A100-SXM4-80GB"))["allowed"]
+    hint = answer(named(None))["status"]["message"]
+    assert "productName == '<product>' naming one" in hint
+    assert "'NVIDIA A100-SXM4-80GB'" in hint
