@@ -338,3 +338,15 @@ def test_missing_device_classes_are_fixed_by_a_helm_command_that_sets_the_value(
     assert found.fix.count("helm upgrade") == 1
     assert found.fix.startswith(upgrade), found.fix
     assert "kubectl edit tenantpolicy claims (spec.deviceAPI: ExtendedResource)" in found.fix
+
+
+def test_dra_nodes_none_of_them_ready_are_not_said_to_be_no_dra_nodes() -> None:
+    """Where every DRA node is unknown or mid-publish, the line went on 'no DRA nodes (no
+    gpu.nvidia.com ResourceSlices)' after naming the node and its slices."""
+    odd = slices_of("odd", [dra_slices.a100(0)])
+    odd[1]["spec"]["devices"][0]["attributes"]["type"] = {"string": "vfio"}
+    found = judge_dra_nodes(facts(slices=odd, nodes=[make_dra_node("odd")]), SETTINGS)
+    assert found.verdict is Verdict.WARNING
+    assert "DRA node odd not understood by migslice" in found.detail
+    assert "no gpu.nvidia.com ResourceSlices" not in found.detail
+    assert "no DRA node ready" in found.detail

@@ -191,6 +191,8 @@ def judge_dra_nodes(facts: DraFacts, settings: Settings) -> Finding:
         f"{len(ready)} DRA node(s): {listing(ready)}; left to NVIDIA's DRA driver (never "
         "re-partitioned)"
         if ready
+        else "no DRA node ready"
+        if pools or both
         else "no DRA nodes (no gpu.nvidia.com ResourceSlices)"
     )
     return finding(DRA_NODES_CHECK, problems, detail)
