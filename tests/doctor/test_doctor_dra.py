@@ -350,3 +350,13 @@ def test_dra_nodes_none_of_them_ready_are_not_said_to_be_no_dra_nodes() -> None:
     assert "DRA node odd not understood by migslice" in found.detail
     assert "no gpu.nvidia.com ResourceSlices" not in found.detail
     assert "no DRA node ready" in found.detail
+
+
+def test_an_api_server_emulating_an_older_version_is_judged_as_that_version() -> None:
+    """kube-apiserver --emulated-version=1.35 (compatibility versions, KEP-4330) behaves as
+    1.35, DRAExtendedResource off, while its gitVersion says v1.37.2: dra-api said 'GA'."""
+    version = {"gitVersion": "v1.37.2", "emulationMajor": "1", "emulationMinor": "35"}
+    found = judge_dra_api(DraFacts(DISCOVERY, version, [], [], []), SETTINGS)
+    assert found.verdict is Verdict.WARNING
+    assert "kube-apiserver v1.37.2 (emulating 1.35)" in found.detail
+    assert "DRAExtendedResource alpha" in found.detail

@@ -61,14 +61,27 @@ class DraFacts(DraApiFacts):
     policies: Sequence[JsonObject] = ()
 
 
+def _emulated(version: JsonObject | None) -> str | None:
+    """The version kube-apiserver emulates (``--emulated-version``, KEP-4330: it serves the
+    APIs and feature gates of that version), where ``/version`` says one."""
+    found = mapping(version)
+    major, minor = text(found.get("emulationMajor")), text(found.get("emulationMinor"))
+    return f"{major}.{minor}" if major and minor else None
+
+
 def server_minor(version: JsonObject | None) -> tuple[int, int] | None:
-    match = _VERSION.match(text(mapping(version).get("gitVersion")) or "")
+    """The version whose APIs and feature gates kube-apiserver serves: the one it emulates,
+    else its own."""
+    match = _VERSION.match(_emulated(version) or text(mapping(version).get("gitVersion")) or "")
     return (int(match[1]), int(match[2])) if match else None
 
 
 def judge_dra_api(facts: DraApiFacts, settings: Settings) -> Finding:
     version = server_minor(facts.version)
     shown = text(mapping(facts.version).get("gitVersion")) or "unknown"
+    emulated = _emulated(facts.version)
+    if emulated is not None and not shown.lstrip("v").startswith(f"{emulated}."):
+        shown = f"{shown} (emulating {emulated})"
     if facts.discovery is None:
         return finding(
             DRA_API_CHECK,
