@@ -352,6 +352,31 @@ def test_dra_nodes_none_of_them_ready_are_not_said_to_be_no_dra_nodes() -> None:
     assert "no DRA node ready" in found.detail
 
 
+def test_classes_stored_without_their_extended_resource_name_name_the_feature_gate() -> None:
+    """Before 1.36 kube-apiserver drops a DeviceClass's extendedResourceName while the gate
+    DRAExtendedResource is off (measured: v1.37.2 at --emulated-version=1.35 stored the
+    chart's 75 classes without it). doctor said the classes had 'another
+    extendedResourceName than migslice's' and to upgrade with dra.deviceClasses.enabled=true,
+    which stores them the same again."""
+    every = [migslice_device_class(p) for p in mig_profiles(CATALOG)]
+    for c in every:
+        del c["spec"]["extendedResourceName"]
+    nvidia = fixture("deviceclass-mig.nvidia.com.yaml")
+    dra = {"slices": slices_of("dyn", [dra_slices.a100(0)]), "nodes": [make_dra_node("dyn")]}
+    for version in ("v1.35.4", "v1.34.1"):
+        found = judge_dra_classes(facts(version=version, classes=[nvidia, *every], **dra), SETTINGS)
+        assert found.verdict is Verdict.WARNING, found
+        assert "another extendedResourceName" not in found.detail
+        assert f"{len(every)} of migslice's DeviceClasses have no extendedResourceName" in (
+            found.detail
+        )
+        assert "feature gate DRAExtendedResource" in found.fix
+        assert found.detail.endswith("mig.nvidia.com and migslice's 75 DeviceClasses are there")
+    found = judge_dra_classes(facts(classes=[nvidia, *every], **dra), SETTINGS)  # 1.37
+    assert found.verdict is Verdict.FAILED
+    assert "another extendedResourceName than migslice's" in found.detail
+
+
 def test_an_api_server_emulating_an_older_version_is_judged_as_that_version() -> None:
     """kube-apiserver --emulated-version=1.35 (compatibility versions, KEP-4330) behaves as
     1.35, DRAExtendedResource off, while its gitVersion says v1.37.2: dra-api said 'GA'."""

@@ -322,6 +322,25 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
                 fix,
             )
         )
+    named = " (extendedResourceName nvidia.com/mig-<profile>)"
+    version = server_minor(facts.version)
+    if version is not None and version < (1, 36):
+        # kube-apiserver drops the field while DRAExtendedResource is off (alpha before 1.36)
+        dropped = [n for n in wrong if "extendedResourceName" not in mapping(found[n].get("spec"))]
+        wrong = [n for n in wrong if n not in dropped]
+        if dropped:
+            named = ""
+            problems.append(
+                Problem(
+                    Verdict.WARNING,
+                    f"{len(dropped)} of migslice's DeviceClasses have no extendedResourceName "
+                    f"({listing(dropped)}): kube-apiserver drops it while the feature gate "
+                    "DRAExtendedResource is off (alpha before 1.36), so pods asking for those "
+                    "nvidia.com/mig-* resources do not run on DRA nodes",
+                    "turn on the feature gate DRAExtendedResource on kube-apiserver, "
+                    f"kube-scheduler and the kubelets, then {fix} to store them with it",
+                )
+            )
     if wrong:
         problems.append(
             Problem(
@@ -336,8 +355,7 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
     return finding(
         DRA_CLASSES_CHECK,
         problems,
-        f"{names.MIG_DEVICE_CLASS} and migslice's {len(wanted)} DeviceClasses "
-        "(extendedResourceName nvidia.com/mig-<profile>) are there",
+        f"{names.MIG_DEVICE_CLASS} and migslice's {len(wanted)} DeviceClasses{named} are there",
     )
 
 
