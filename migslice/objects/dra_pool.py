@@ -242,6 +242,12 @@ def _check_device(gpu: DraGpu, device: SliceDevice, name: str, counted: set[str]
         if unknown:
             raise _UnknownShapeError(f"{name} consumes counter {unknown[0]} its counter set lacks")
     elif device.kind is DeviceKind.MIG:
+        if not device.slices:
+            raise _UnknownShapeError(
+                f"{name} has neither memorySlice capacities nor counters (kube-apiserver "
+                "drops a DynamicMIG device's counters while the feature gate "
+                "DRAPartitionableDevices is off: alpha before 1.36, beta and on from 1.36)"
+            )
         if device.slices != expected:
             raise _UnknownShapeError(
                 f"{name} has memorySlice capacities {_slices(device.slices)}; its placement "

@@ -588,3 +588,20 @@ def test_a_bound_pod_with_only_claims_is_kept_with_them() -> None:
     assert facts is not None and facts.requests == ()
     assert facts.claims == ("team-a/trainer-0-mig-k7w2q",)
     assert facts.holding_node == "gpu-node-a100-0"
+
+
+def test_dynamicmig_slices_whose_counters_were_dropped_name_the_feature_gate() -> None:
+    """kube-apiserver drops sharedCounters and consumesCounters while the feature gate
+    DRAPartitionableDevices is off (alpha before 1.36; it can be turned off in 1.37): a
+    DynamicMIG node's slices are then every placement with nothing to say they overlap.
+    Unknown, and said why (measured at --emulated-version=1.35), not 'has memorySlice
+    capacities none; its placement covers 0'."""
+    raw = fixture_slices("a100-80gb-dynamicmig-1gpu-resourceslices.json")
+    del raw[0]["spec"]["sharedCounters"]
+    for piece in raw[1:]:
+        for device in piece["spec"]["devices"]:
+            device.pop("consumesCounters", None)
+    pool = _pool(raw)
+    assert pool.state is PoolState.UNKNOWN
+    assert "neither memorySlice capacities nor counters" in pool.reason
+    assert "feature gate DRAPartitionableDevices" in pool.reason
