@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from migslice.kube.certs import PemBundle
 
 WEBHOOK_CONFIGURATION = "migslice-webhook"
+_BUNDLE_FILES = {"ca": "CA", "tls": "serving certificate"}
+"""The stems of the files ``--out`` holds (ca.crt/ca.key, tls.crt/tls.key), which a client
+certificate of that name would overwrite."""
 
 
 def register(commands: Any) -> None:
@@ -165,6 +168,13 @@ def run_certs(args: argparse.Namespace) -> int:
         )
     if args.secret:
         return _in_cluster(args)
+    for client in args.client:  # NAME.crt and NAME.key go beside the bundle's own files
+        if client in _BUNDLE_FILES:
+            raise CommandError(
+                f"--client {client} would write {client}.crt and {client}.key over the "
+                f"{_BUNDLE_FILES[client]} in {args.out}; give the client another name "
+                "(kube-apiserver, migslice-scheduler)"
+            )
     bundle = _write_files(args)
     names = ", ".join((*service_dns_names(args.service, args.namespace), *args.dns_name, *args.ip))
     print(f"wrote {bundle.ca_cert}, {bundle.cert}, {bundle.key} (SANs: {names})")

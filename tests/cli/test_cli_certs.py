@@ -409,3 +409,23 @@ def test_the_kubeconfig_for_kube_apiserver_names_the_files_by_absolute_paths(
     assert f"client-certificate: {tmp_path / 'tls' / 'kube-apiserver.crt'}," in text
     assert f"client-key: {tmp_path / 'tls' / 'kube-apiserver.key'}" in text
     assert "kubeConfigFile: /etc/kubernetes/migslice-webhook-kubeconfig.yaml" in text
+
+
+@pytest.mark.parametrize("client", ["ca", "tls"])
+def test_a_client_named_as_the_bundles_own_files_is_refused_and_they_are_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], client: str
+) -> None:
+    """``--client ca`` wrote the client certificate over ca.crt and ca.key (the CA was lost:
+    the serving certificate no longer verified against ca.crt, and the run said it succeeded);
+    ``--client tls`` over the serving certificate."""
+    args = ["certs", "--service", "migslice-webhook", "--namespace", "migslice-system"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path), "--client", client]) == 1
+    assert capsys.readouterr().err == (
+        f"migslice: error: --client {client} would write {client}.crt and {client}.key over "
+        f"the {'CA' if client == 'ca' else 'serving certificate'} in {tmp_path}; give the "
+        "client another name (kube-apiserver, migslice-scheduler)\n"
+    )
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
