@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,6 +212,12 @@ def write_tls_bundle(
 
 def _write(path: Path, data: bytes, mode: int) -> None:
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
-    temporary.chmod(mode)
+    temporary.unlink(missing_ok=True)
+    # Made owner-only, and given its mode before a byte is written: a key written with the
+    # umask's mode and narrowed after could be opened meanwhile by another user, who keeps
+    # that descriptor.
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        os.fchmod(file.fileno(), mode)
+        file.write(data)
     temporary.replace(path)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
+import os
 import shlex
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -429,3 +431,44 @@ def test_a_client_named_as_the_bundles_own_files_is_refused_and_they_are_kept(
         "client another name (kube-apiserver, migslice-scheduler)\n"
     )
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
+_SEEN_KEY_FILES: list[tuple[str, int, int]] | None = None
+"""(path, mode, size) of each private key file as the audit events below find it, while
+:func:`test_no_private_key_is_ever_readable_by_others_in_the_out_folder` watches."""
+
+
+def _watch_key_files(event: str, args: tuple[Any, ...]) -> None:
+    if _SEEN_KEY_FILES is None or event not in ("open", "os.chmod", "os.rename"):
+        return
+    for arg in args[:2]:
+        if isinstance(arg, str | Path) and str(arg).endswith((".key", ".key.tmp")):
+            try:
+                found = Path(arg).stat()
+            except OSError:
+                continue
+            _SEEN_KEY_FILES.append((str(arg), found.st_mode & 0o777, found.st_size))
+
+
+def test_no_private_key_is_ever_readable_by_others_in_the_out_folder(tmp_path: Path) -> None:
+    """Each key was written into its temporary file with the umask's mode (0644) and only then
+    narrowed to 0600: another user of the machine who opened the file meanwhile (watching the
+    folder for new files) kept a descriptor to read the key through. Watched through Python's
+    audit events (each open, chmod and rename finds the file as it is just before)."""
+    global _SEEN_KEY_FILES
+    sys.addaudithook(_watch_key_files)
+    umask = os.umask(0o022)
+    _SEEN_KEY_FILES = []
+    try:
+        args = ["certs", "--service", "migslice-webhook", "--namespace", "migslice-system"]
+        assert main([*args, "--out", str(tmp_path), "--client", "kube-apiserver"]) == 0
+        assert main([*args, "--out", str(tmp_path)]) == 0  # renewed over the files kept
+        seen = _SEEN_KEY_FILES
+    finally:
+        _SEEN_KEY_FILES = None
+        os.umask(umask)
+    assert {Path(path).name for path, _mode, _size in seen} >= {"tls.key", "ca.key"}
+    exposed = [(path, oct(mode)) for path, mode, size in seen if size and mode & 0o077]
+    assert exposed == []
+    for name in ("ca.key", "tls.key", "kube-apiserver.key"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
