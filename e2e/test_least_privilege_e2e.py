@@ -394,7 +394,9 @@ def test_only_the_webhook_changes_a_pods_reservation(
     control_plane: ControlPlane, core_v1: k8s.CoreV1Api, tmp_path: Path
 ) -> None:
     """A tenant who may update its namespace's pods changes their annotations, but not
-    migslice.io/reservation, which names the admission the pod was charged under."""
+    migslice.io/reservation, which names the admission the pod was charged under: not through
+    the pod, its status (an update of pods/status keeps annotations changed) or a binding (a
+    Binding's annotations are written onto its pod)."""
     control_plane.apply(BASE / "webhook" / "admission-policy.yaml")
     namespace = f"tenant-{uuid.uuid4().hex[:6]}"
     ensure_namespace(core_v1, namespace)
@@ -415,7 +417,10 @@ def test_only_the_webhook_changes_a_pods_reservation(
                     "rules": [
                         {
                             "apiGroups": [""],
-                            "resources": ["pods"],
+                            # pods/status and pods/binding: a custom role may grant them
+                            # (a tenant's own operator or scheduler), and each writes a pod's
+                            # annotations too
+                            "resources": ["pods", "pods/status", "pods/binding"],
                             "verbs": ["get", "create", "update", "patch"],
                         }
                     ],
@@ -457,6 +462,25 @@ def test_only_the_webhook_changes_a_pods_reservation(
                 "train", namespace, annotate("migslice.io/reservation", None)
             )
         )
+        kept = core_v1.read_namespaced_pod("train", namespace).metadata.annotations
+        assert "webhook only" in refused(
+            lambda: tenant.patch_namespaced_pod_status(
+                "train", namespace, annotate("migslice.io/reservation", uuid.uuid4().hex)
+            )
+        )
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "train", "annotations": {"migslice.io/reservation": "x"}},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"},
+        }
+        assert "webhook only" in refused(
+            lambda: tenant.create_namespaced_pod_binding(
+                "train", namespace, binding, _preload_content=False
+            )
+        )
+        stored = core_v1.read_namespaced_pod("train", namespace)
+        assert stored.metadata.annotations == kept and not stored.spec.node_name
         tenant.patch_namespaced_pod("train", namespace, annotate("team.example.com/owner", "a"))
     finally:
         core_v1.delete_namespace(namespace)
