@@ -834,8 +834,9 @@ def test_only_who_may_update_tenant_policies_takes_a_namespace_out_of_migslice(
 ) -> None:
     """A namespace self-service role (create and label namespaces, nothing of migslice's):
     its namespaces come and go and take any other label, but not migslice.io/admission or
-    migslice.io/outage, which take a namespace out of admission or make it fail-open. A
-    cluster admin (who may update TenantPolicies) sets them."""
+    migslice.io/outage, which take a namespace out of admission or make it fail-open, not
+    even through the Namespace's status or finalize (an update of either keeps label changes).
+    A cluster admin (who may update TenantPolicies) sets them."""
     control_plane.apply(BASE / "webhook" / "admission-policy.yaml")
     account = f"ns-self-service-{uuid.uuid4().hex[:6]}"
     rbac = tmp_path / "rbac.yaml"
@@ -854,7 +855,8 @@ def test_only_who_may_update_tenant_policies_takes_a_namespace_out_of_migslice(
                     "rules": [
                         {
                             "apiGroups": [""],
-                            "resources": ["namespaces"],
+                            # with the subresources whose updates keep label changes
+                            "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
                             "verbs": ["get", "create", "update", "patch"],
                         }
                     ],
@@ -897,6 +899,17 @@ def test_only_who_may_update_tenant_policies_takes_a_namespace_out_of_migslice(
         assert "migslice.io/outage" in refused(
             lambda: tenant.patch_namespace(name, label("migslice.io/outage", None))
         )
+        opted_out = label("migslice.io/admission", "disabled")
+        assert "migslice.io/admission" in refused(
+            lambda: tenant.patch_namespace_status(name, opted_out)
+        )
+        stored = tenant.read_namespace(name)
+        stored.metadata.labels["migslice.io/admission"] = "disabled"
+        assert "migslice.io/admission" in refused(
+            lambda: tenant.replace_namespace_finalize(name, stored)
+        )
+        labels = core_v1.read_namespace(name).metadata.labels
+        assert "migslice.io/admission" not in labels and labels["migslice.io/outage"] == "open"
     finally:
         core_v1.delete_namespace(name)
 
