@@ -41,6 +41,8 @@ class ReloadingSSLContext:
         try:
             stamp = self._current_stamp()
         except OSError as error:
+            if self._context is None and error.filename == self._client_ca_path:
+                raise self._unusable_client_ca(error) from None
             if self._context is None:
                 raise self._unusable(error) from None
             return self._context
@@ -51,11 +53,6 @@ class ReloadingSSLContext:
                 context.set_alpn_protocols(["http/1.1"])
                 try:
                     context.load_cert_chain(self._cert_path, self._key_path)
-                    if self._client_ca_path:
-                        # Optional at the handshake: probes and scrapers present none; the
-                        # app refuses an admission or extender call without one.
-                        context.verify_mode = ssl.CERT_OPTIONAL
-                        context.load_verify_locations(cafile=self._client_ca_path)
                 except (ssl.SSLError, OSError) as error:
                     if self._context is None:
                         raise self._unusable(error) from None
@@ -68,10 +65,39 @@ class ReloadingSSLContext:
                     )
                     self._stamp = stamp
                     return self._context
+                if self._client_ca_path:
+                    # Optional at the handshake: probes and scrapers present none; the app
+                    # refuses an admission or extender call without one.
+                    context.verify_mode = ssl.CERT_OPTIONAL
+                    try:
+                        context.load_verify_locations(cafile=self._client_ca_path)
+                    except (ssl.SSLError, OSError) as error:
+                        if self._context is None:
+                            raise self._unusable_client_ca(error) from None
+                        log.error(
+                            "renewed client CA file=%s cannot be loaded (%s); "
+                            "keeping the previous certificate and client CA",
+                            self._client_ca_path,
+                            error,
+                        )
+                        self._stamp = stamp
+                        return self._context
                 if self._context is not None:
                     log.info("serving certificate reloaded cert=%s", self._cert_path)
                 self._context, self._stamp = context, stamp
             return self._context
+
+    def _unusable_client_ca(self, error: Exception) -> ValueError:
+        if isinstance(error, ssl.SSLError):
+            detail = f": {error.reason.lower().replace('_', ' ')}" if error.reason else ""
+            reason = f"no PEM certificate in it{detail}"
+        elif isinstance(error, OSError) and error.strerror:
+            reason = error.strerror
+        else:
+            reason = str(error)
+        return ValueError(
+            f"--client-ca-file {self._client_ca_path}: cannot load the client CA ({reason})"
+        )
 
     def _unusable(self, error: Exception) -> ValueError:
         if isinstance(error, ssl.SSLError):
@@ -82,6 +108,4 @@ class ReloadingSSLContext:
         else:
             reason = str(error)
         files = f"--tls-cert {self._cert_path} --tls-key {self._key_path}"
-        if self._client_ca_path:
-            files += f" --client-ca-file {self._client_ca_path}"
         return ValueError(f"{files}: cannot load the serving certificate ({reason})")

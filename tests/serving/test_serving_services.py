@@ -205,6 +205,32 @@ def test_a_serving_key_that_cannot_be_loaded_stops_the_server_with_one_line(
     assert f"--tls-key {bundle.key}: cannot load the serving certificate" in lines[0]
 
 
+@pytest.mark.parametrize("content", ["", "the key"], ids=["empty", "a-key"])
+def test_a_client_ca_that_cannot_be_loaded_is_named_not_the_serving_certificate(
+    tmp_path: Path, content: str
+) -> None:
+    """A --client-ca-file with no certificate in it (empty, or the key passed by mistake) was
+    reported as the serving certificate: 'cannot load the serving certificate (not a PEM
+    certificate chain and its matching private key: no certificate or crl found)'."""
+    bundle = write_tls_bundle(tmp_path, "migslice-webhook", NAMESPACE)
+    client_ca = tmp_path / "client-ca.crt"
+    client_ca.write_bytes(bundle.key.read_bytes() if content else b"")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("")
+    result = run_cli(
+        "webhook", "--cluster-file", str(cluster), "--host", "127.0.0.1", "--port", "0",
+        "--tls-cert", str(bundle.cert), "--tls-key", str(bundle.key),
+        "--client-ca-file", str(client_ca), "--log-level", "warning",
+    )  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0] == (
+        f"migslice: error: --client-ca-file {client_ca}: cannot load the client CA (no PEM "
+        "certificate in it: no certificate or crl found)"
+    )
+
+
 @pytest.mark.parametrize("service", ["webhook", "extender"])
 @pytest.mark.parametrize("where", ["unresolvable-host", "port-in-use"])
 def test_a_server_that_cannot_bind_says_so_in_one_line_without_retrying(
