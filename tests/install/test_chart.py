@@ -199,6 +199,25 @@ def test_migslice_scheduler_presents_the_client_certificate_the_extender_require
     assert tls["keyFile"] == f"{mounts['extender-client']}/tls.key"
 
 
+def test_with_cert_manager_each_certificate_serves_or_authenticates_a_client_not_both() -> None:
+    """One CA issues both servers' certificates and their clients' (tls.mode cert-manager), and
+    a Certificate without usages gets no extended key usage: valid for any purpose, the
+    serving certificates passed each server's client check at the handshake (only the name
+    check stood)."""
+    overlay = ROOT / "manifests" / "cert-manager" / "resources.yaml"
+    certificates = {
+        d["metadata"]["name"]: d["spec"]
+        for d in yaml.safe_load_all(overlay.read_text())
+        if d and d["kind"] == "Certificate" and not d["spec"].get("isCA")
+    }
+    usages = {name: set(spec.get("usages") or ()) for name, spec in certificates.items()}
+    assert usages == {
+        "migslice-webhook": {"digital signature", "server auth"},
+        "migslice-extender": {"digital signature", "server auth"},
+        "migslice-extender-client": {"digital signature", "client auth"},
+    }
+
+
 # --------------------------------------------------------------------------- least privilege
 
 
