@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -543,6 +544,21 @@ def test_every_helm_upgrade_we_print_keeps_the_new_charts_defaults(tmp_path: Pat
         if "--reuse-values" in line
     ]
     assert found == [], "use --reset-then-reuse-values"
+
+
+def test_every_private_key_we_tell_to_copy_out_is_written_readable_by_root_only() -> None:
+    """NOTES.txt and docs/security.md had kube-apiserver's client key copied out of its Secret
+    with a plain redirect, so the file took the shell's umask: 0644 on most control-plane
+    nodes, kube-apiserver's key readable by every user there (kubeadm keeps its own 0600)."""
+    sources = [CHART / "templates" / "NOTES.txt", ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    written = [
+        (f"{path.relative_to(ROOT)}:{number}", line)
+        for path in sorted(sources)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r">\s*\S+\.key\b", line)
+    ]
+    assert len(written) >= 2  # the commands are still there
+    assert [where for where, line in written if "umask 077" not in line] == []
 
 
 @needs_helm
