@@ -622,3 +622,41 @@ def test_the_carving_agent_runs_as_the_user_the_mig_config_capability_belongs_to
         assert context["runAsUser"] == uid and context["runAsNonRoot"] is (uid != 0), values
         assert context["allowPrivilegeEscalation"] is False
         assert context["readOnlyRootFilesystem"] is True
+
+
+RESOURCE_PARTS = ("webhook", "scheduler", "extender", "agent", "cleanup")
+
+
+@pytest.mark.parametrize(
+    "quantity", [0.5, 2, 1073741824, "500m", "1.5", "3Gi", "128Mi", "1e3", "+1", "0", ".5"]
+)
+def test_a_resource_quantity_kubernetes_takes_is_taken_in_every_resources_value(
+    quantity: object,
+) -> None:
+    """``cpu: 0.5`` is a number in YAML and a quantity to Kubernetes; the schema refused it
+    (string or integer only), so an install with it failed before it began."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for part in RESOURCE_PARTS:
+        for kind in ("requests", "limits"):
+            given = {**values[part], "resources": {kind: {"cpu": quantity}}}
+            jsonschema.Draft7Validator(schema).validate({**values, part: given})
+    certs = {**values["tls"]["certsJob"], "resources": {"requests": {"cpu": quantity}}}
+    jsonschema.Draft7Validator(schema).validate(
+        {**values, "tls": {**values["tls"], "certsJob": certs}}
+    )
+
+
+@pytest.mark.parametrize("quantity", [-1, -0.5, "-1", "lots", "1GB", "1 Gi", "", "1Gib", "0x10"])
+def test_a_resource_quantity_kube_apiserver_refuses_is_refused_by_the_schema_first(
+    quantity: object,
+) -> None:
+    """These rendered, and kube-apiserver refused the Deployment mid-install ('quantities
+    must match the regular expression', 'must be greater than or equal to 0')."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for part in RESOURCE_PARTS:
+        given = {**values[part], "resources": {"limits": {"memory": quantity}}}
+        with pytest.raises(jsonschema.ValidationError) as refused:
+            jsonschema.Draft7Validator(schema).validate({**values, part: given})
+        assert list(refused.value.absolute_path) == [part, "resources", "limits", "memory"]
