@@ -660,3 +660,18 @@ def test_a_resource_quantity_kube_apiserver_refuses_is_refused_by_the_schema_fir
         with pytest.raises(jsonschema.ValidationError) as refused:
             jsonschema.Draft7Validator(schema).validate({**values, part: given})
         assert list(refused.value.absolute_path) == [part, "resources", "limits", "memory"]
+
+
+@pytest.mark.parametrize("part", ["webhook", "scheduler", "extender"])
+def test_a_budget_percentage_over_100_is_refused_and_100_is_taken(part: str) -> None:
+    """kube-apiserver refuses a PodDisruptionBudget whose maxUnavailable is over 100%; the
+    schema's pattern took any digits before the %."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for taken in ("0%", "5%", "50%", "100%", 0, 7):
+        budget = {**values[part], "podDisruptionBudget": {"maxUnavailable": taken}}
+        jsonschema.Draft7Validator(schema).validate({**values, part: budget})
+    for bad in ("101%", "150%", "1000%", "-5%", "%"):
+        budget = {**values[part], "podDisruptionBudget": {"maxUnavailable": bad}}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft7Validator(schema).validate({**values, part: budget})
