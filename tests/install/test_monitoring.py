@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import jsonschema
+import pytest
 import yaml
 
 from extender.app import create_app as extender_app
@@ -144,3 +146,51 @@ def test_extender_latency_buckets_reach_past_kube_schedulers_default_extender_ti
     values = yaml.safe_load((ROOT / "charts" / "migslice" / "values.yaml").read_text())
     assert values["scheduler"]["extenderTimeout"] == "2s"
     assert max(LATENCY_BUCKETS_S) > 5.0
+
+
+def test_a_monitoring_value_kube_apiserver_would_refuse_is_refused_by_the_schema_first() -> None:
+    """Each of these rendered, and kube-apiserver refused the ServiceMonitor (its interval is
+    a Prometheus duration, the CRD's pattern) or the dashboard's ConfigMap (its namespace, its
+    label key and value) mid-install."""
+    schema = json.loads((ROOT / "charts" / "migslice" / "values.schema.json").read_text())
+    values = yaml.safe_load((ROOT / "charts" / "migslice" / "values.yaml").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+
+    def given(part: str, key: str, value: object) -> dict[str, object]:
+        metrics = {**values["metrics"], part: {**values["metrics"][part], key: value}}
+        return {**values, "metrics": metrics}
+
+    for part, key, good, bad in (
+        (
+            "serviceMonitor",
+            "interval",
+            ["30s", "1m30s", "1h", "500ms", "0", ""],
+            ["foo", "30", "1.5m", "30 s", "-1s"],
+        ),
+        (
+            "dashboard",
+            "namespace",
+            ["", "monitoring", "grafana-1"],
+            ["Monitoring", "grafana_1", "-x", "a" * 64],
+        ),
+        (
+            "dashboard",
+            "label",
+            ["grafana_dashboard", "grafana.com/dashboard", "A.b-c_d"],
+            ["foo bar", "a/b/c", "-x", "x/"],
+        ),
+        ("dashboard", "labelValue", ["1", "", "yes_please", "a.b-c"], ["a b", "-1", "x" * 64]),
+        (
+            "serviceMonitor",
+            "labels",
+            [{"release": "prometheus"}, {"example.com/team": "gpu"}],
+            [{"bad key": "x"}, {"release": "not ok"}],
+        ),
+        ("prometheusRule", "labels", [{"release": "prometheus"}], [{"a/b/c": "x"}, {"role": "-x"}]),
+    ):
+        for value in good:
+            validator.validate(given(part, key, value))
+        for value in bad:
+            with pytest.raises(jsonschema.ValidationError) as refused:
+                validator.validate(given(part, key, value))
+            assert list(refused.value.absolute_path)[:3] == ["metrics", part, key], value
