@@ -675,3 +675,55 @@ def test_a_budget_percentage_over_100_is_refused_and_100_is_taken(part: str) -> 
         budget = {**values[part], "podDisruptionBudget": {"maxUnavailable": bad}}
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.Draft7Validator(schema).validate({**values, part: budget})
+
+
+def helm_notes(tmp_path: Path, *values: str) -> str:
+    """NOTES.txt as ``helm install`` prints it (``helm template`` renders no NOTES): a copy of
+    the chart whose one template renders it, through ``tpl``, into a ConfigMap."""
+    chart = tmp_path / "migslice"
+    shutil.copytree(CHART, chart)
+    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | toJson }}\n'
+    )
+    sets = [arg for value in values for arg in ("--set", value)]
+    text = subprocess.run(
+        [HELM, "template", "migslice", str(chart), "-s", "templates/notes.yaml", *sets],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return str(yaml.safe_load(text)["data"]["notes"])
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("values", "said", "unsaid"),
+    [
+        (["repartition.mode=on"], ["labelling nodes nvidia.com/mig.config"], ["node agent"]),
+        (
+            ["repartition.mode=on", "agent.carve=true"],
+            ["labelling nodes nvidia.com/mig.config", "repartition-mode=carve", "node agent"],
+            [],
+        ),
+        (
+            ["repartition.mode=on", "repartition.defaultNodeMode=carve", "agent.carve=true"],
+            ["node agent", "repartition-mode=mig-manager"],
+            ["labelling nodes nvidia.com/mig.config"],
+        ),
+    ],
+    ids=["mig-manager", "mig-manager-and-carve-nodes", "carve-by-default"],
+)
+def test_the_notes_say_how_the_controller_reshapes_gpus_in_each_node_mode(
+    tmp_path: Path, values: list[str], said: list[str], unsaid: list[str]
+) -> None:
+    """With repartition.defaultNodeMode=carve the notes said the controller labels nodes
+    nvidia.com/mig.config, which it does on no node but those labelled mig-manager: the agent
+    carves the rest."""
+    notes = " ".join(helm_notes(tmp_path, *values).split())
+    step = notes.split(" 4. ", 1)[1].split(" 5. ", 1)[0]
+    for phrase in said:
+        assert phrase in step, step
+    for phrase in unsaid:
+        assert phrase not in step, step
