@@ -727,3 +727,48 @@ def test_the_notes_say_how_the_controller_reshapes_gpus_in_each_node_mode(
         assert phrase in step, step
     for phrase in unsaid:
         assert phrase not in step, step
+
+
+PLACED_PARTS = ("webhook", "scheduler", "extender", "agent")
+
+
+def test_a_pod_placement_value_kube_apiserver_would_refuse_is_refused_by_the_schema_first() -> None:
+    """Each of these rendered, and kube-apiserver refused the Deployment or the DaemonSet
+    mid-install (a priority or runtime class name is a DNS subdomain; a toleration's operator
+    and effect are enums); a misspelt toleration field was dropped, so the toleration
+    tolerated more than it said."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    good: list[tuple[str, object]] = [
+        ("priorityClassName", ""),
+        ("priorityClassName", "system-node-critical"),
+        ("priorityClassName", "gpu.high"),
+        ("tolerations", []),
+        ("tolerations", [toleration]),
+        ("tolerations", [{"operator": "Exists"}]),
+        ("tolerations", [{"key": "a", "operator": "Equal", "value": "b", "effect": ""}]),
+        ("tolerations", [{"key": "a", "effect": "NoExecute", "tolerationSeconds": 30}]),
+    ]
+    bad: list[tuple[str, object]] = [
+        ("priorityClassName", "High_Priority"),
+        ("priorityClassName", "high priority"),
+        ("tolerations", [{**toleration, "operator": "exists"}]),
+        ("tolerations", [{**toleration, "effect": "NoSchedul"}]),
+        ("tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists", "efect": "NoSchedule"}]),
+        ("tolerations", [{**toleration, "tolerationSeconds": "30"}]),
+        ("tolerations", ["nvidia.com/gpu"]),
+    ]
+    for part in PLACED_PARTS:
+        for key, value in good:
+            validator.validate({**values, part: {**values[part], key: value}})
+        for key, value in bad:
+            with pytest.raises(jsonschema.ValidationError) as refused:
+                validator.validate({**values, part: {**values[part], key: value}})
+            assert list(refused.value.absolute_path)[:2] == [part, key], (part, value)
+    for name in ("", "nvidia", "nvidia-cdi", "kata.qemu"):
+        validator.validate({**values, "agent": {**values["agent"], "runtimeClassName": name}})
+    for name in ("NVIDIA", "nvidia_cdi", "-nvidia"):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate({**values, "agent": {**values["agent"], "runtimeClassName": name}})
