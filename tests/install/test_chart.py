@@ -772,3 +772,66 @@ def test_a_pod_placement_value_kube_apiserver_would_refuse_is_refused_by_the_sch
     for name in ("NVIDIA", "nvidia_cdi", "-nvidia"):
         with pytest.raises(jsonschema.ValidationError):
             validator.validate({**values, "agent": {**values["agent"], "runtimeClassName": name}})
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        (["tls.certManager.renewBefore=2160h"], "tls.certManager.renewBefore"),
+        (["tls.certManager.renewBefore=3000h"], "tls.certManager.renewBefore"),
+        (
+            ["tls.certManager.duration=30m", "tls.certManager.renewBefore=10m"],
+            "tls.certManager.duration",
+        ),
+        (["tls.certManager.renewBefore=4m59s"], "tls.certManager.renewBefore"),
+        (["tls.certManager.clientRenewBefore=8760h"], "tls.certManager.clientRenewBefore"),
+        (["tls.certManager.clientDuration=59m"], "tls.certManager.clientDuration"),
+    ],
+    ids=[
+        "renew-at-issue",
+        "renew-before-issue",
+        "under-an-hour",
+        "renew-under-5m",
+        "client-renew",
+        "client-under-an-hour",
+    ],
+)
+def test_certificate_lifetimes_cert_manager_would_refuse_are_refused_naming_the_value(
+    values: list[str], named: str
+) -> None:
+    """cert-manager's webhook refuses a Certificate whose duration is under 1h, whose
+    renewBefore is under 5m or not under its duration; these rendered, and the install stopped
+    at the Certificates, after the webhook configurations and Deployments were made (a
+    webhook with no certificate: every GPU pod of a fail-closed namespace refused)."""
+    refused = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), "--set", "tls.mode=cert-manager"]
+        + [arg for value in values for arg in ("--set", value)],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0
+    assert named in refused.stderr, refused.stderr
+    # certs-job mode reads none of them
+    subprocess.run(
+        [HELM, "template", "migslice", str(CHART), *(a for v in values for a in ("--set", v))],
+        check=True,
+        capture_output=True,
+    )
+
+
+@needs_helm
+def test_certificate_lifetimes_at_cert_managers_bounds_render() -> None:
+    values = [
+        "tls.mode=cert-manager",
+        "tls.certManager.duration=1h",
+        "tls.certManager.renewBefore=5m",
+        "tls.certManager.clientDuration=1h30m",
+        "tls.certManager.clientRenewBefore=89m59.5s",
+    ]
+    (webhook,) = [
+        d
+        for d in helm_render(*values)
+        if d["kind"] == "Certificate" and d["metadata"]["name"] == "migslice-webhook"
+    ]
+    assert (webhook["spec"]["duration"], webhook["spec"]["renewBefore"]) == ("1h", "5m")

@@ -253,3 +253,38 @@ helm.sh/hook: post-delete
 helm.sh/hook-weight: "-10"
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
+
+{{/*
+A Go duration (tls.certManager's: 2160h, 1h30m, 90m) in seconds, a float.
+*/}}
+{{- define "migslice.durationSeconds" -}}
+{{- $seconds := 0.0 -}}
+{{- $units := dict "ns" 1e-9 "us" 1e-6 "ms" 1e-3 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- range regexFindAll "[0-9.]+(ns|us|ms|s|m|h)" . -1 -}}
+{{- $unit := regexFind "(ns|us|ms|s|m|h)$" . -}}
+{{- $seconds = addf $seconds (mulf (float64 (trimSuffix $unit .)) (get $units $unit)) -}}
+{{- end -}}
+{{- $seconds -}}
+{{- end }}
+
+{{/*
+cert-manager refuses a Certificate whose duration is under 1h, or whose renewBefore is under
+5m or not under its duration (its webhook, at install: after the webhook configurations and
+Deployments are made). Say so at render time, naming the values. Call with
+(dict "ctx" $ "duration" "duration" "renewBefore" "renewBefore"): the keys of
+tls.certManager.
+*/}}
+{{- define "migslice.checkCertificateLifetime" -}}
+{{- $values := .ctx.Values.tls.certManager -}}
+{{- $duration := include "migslice.durationSeconds" (get $values .duration) | float64 -}}
+{{- $renew := include "migslice.durationSeconds" (get $values .renewBefore) | float64 -}}
+{{- if lt $duration 3600.0 -}}
+{{- fail (printf "tls.certManager.%s=%s is under 1h, which cert-manager refuses" .duration (get $values .duration)) -}}
+{{- end -}}
+{{- if lt $renew 300.0 -}}
+{{- fail (printf "tls.certManager.%s=%s is under 5m, which cert-manager refuses" .renewBefore (get $values .renewBefore)) -}}
+{{- end -}}
+{{- if ge $renew $duration -}}
+{{- fail (printf "tls.certManager.%s=%s must be under tls.certManager.%s=%s: cert-manager refuses a certificate renewed before it is issued" .renewBefore (get $values .renewBefore) .duration (get $values .duration)) -}}
+{{- end -}}
+{{- end }}
