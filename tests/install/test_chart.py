@@ -677,7 +677,7 @@ def test_a_budget_percentage_over_100_is_refused_and_100_is_taken(part: str) -> 
             jsonschema.Draft7Validator(schema).validate({**values, part: budget})
 
 
-def helm_notes(tmp_path: Path, *values: str) -> str:
+def helm_notes(tmp_path: Path, *values: str, release: str = "migslice") -> str:
     """NOTES.txt as ``helm install`` prints it (``helm template`` renders no NOTES): a copy of
     the chart whose one template renders it, through ``tpl``, into a ConfigMap."""
     chart = tmp_path / "migslice"
@@ -689,7 +689,7 @@ def helm_notes(tmp_path: Path, *values: str) -> str:
     )
     sets = [arg for value in values for arg in ("--set", value)]
     text = subprocess.run(
-        [HELM, "template", "migslice", str(chart), "-s", "templates/notes.yaml", *sets],
+        [HELM, "template", release, str(chart), "-s", "templates/notes.yaml", *sets],
         check=True,
         capture_output=True,
         text=True,
@@ -835,3 +835,12 @@ def test_certificate_lifetimes_at_cert_managers_bounds_render() -> None:
         if d["kind"] == "Certificate" and d["metadata"]["name"] == "migslice-webhook"
     ]
     assert (webhook["spec"]["duration"], webhook["spec"]["renewBefore"]) == ("1h", "5m")
+
+
+@needs_helm
+def test_the_helm_upgrade_the_notes_print_names_the_release_installed(tmp_path: Path) -> None:
+    """Installed as another release than migslice (one per cluster, any name), the notes' own
+    upgrade command failed: 'has no deployed releases'."""
+    notes = helm_notes(tmp_path, "webhook.clientAuth.issueCertificate=true", release="gpu-sharing")
+    upgrades = [line.split() for line in notes.splitlines() if "helm upgrade" in line]
+    assert upgrades and all(words[2] == "gpu-sharing" for words in upgrades), upgrades
