@@ -844,3 +844,26 @@ def test_the_helm_upgrade_the_notes_print_names_the_release_installed(tmp_path: 
     notes = helm_notes(tmp_path, "webhook.clientAuth.issueCertificate=true", release="gpu-sharing")
     upgrades = [line.split() for line in notes.splitlines() if "helm upgrade" in line]
     assert upgrades and all(words[2] == "gpu-sharing" for words in upgrades), upgrades
+
+
+@needs_helm
+@pytest.mark.parametrize("timeout", ["0s", "0ms", "500ms", "0.9s"])
+def test_an_extender_timeout_under_a_second_is_refused_naming_the_value(timeout: str) -> None:
+    """0 rendered, and kube-scheduler took it for its 5 s default (pkg/scheduler/extender.go)
+    with the filter in its serial cycle; under 1 s a preemptor's filter, which may wait 0.8 s
+    for its victims to leave (docs/scheduling.md), timed out."""
+    value = f"scheduler.extenderTimeout={timeout}"
+    refused = subprocess.run(
+        [HELM, "template", "migslice", str(CHART), "--set", value],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0
+    assert f"scheduler.extenderTimeout={timeout}" in refused.stderr, refused.stderr
+    for taken in ("1s", "2s", "1500ms", "1m"):
+        (config,) = [
+            d
+            for d in helm_render(f"scheduler.extenderTimeout={taken}")
+            if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "migslice-scheduler-config"
+        ]
+        assert f"httpTimeout: {taken}\n" in config["data"]["config.yaml"]
