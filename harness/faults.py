@@ -24,7 +24,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -133,75 +133,21 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 
 
 @contextlib.contextmanager
-def slow_validator(cert: Path, key: Path, delay_s: float) -> Iterator[str]:
-    """An HTTPS validating webhook on 127.0.0.1 that allows every request after ``delay_s``;
-    yields its URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            review = json.loads(self.rfile.read(length))
-            time.sleep(delay_s)
-            body = json.dumps(
-                {
-                    "apiVersion": "admission.k8s.io/v1",
-                    "kind": "AdmissionReview",
-                    "response": {"uid": review["request"]["uid"], "allowed": True},
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(cert), str(key))
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@contextlib.contextmanager
-def labeler(cert: Path, key: Path, label: str) -> Iterator[str]:
-    """An HTTPS mutating webhook on 127.0.0.1 that adds the label ``label`` ("true") to every
-    pod it is sent, as a sidecar injector or policy engine does; yields its URL. Named to sort
-    after ``migslice-webhook``, it makes kube-apiserver reinvoke migslice's webhook
-    (reinvocationPolicy IfNeeded)."""
+def _review_server(
+    cert: Path, key: Path, answer: Callable[[dict[str, Any]], dict[str, Any]]
+) -> Iterator[str]:
+    """An HTTPS admission webhook on 127.0.0.1 that answers each AdmissionReview's request
+    with ``answer(request)`` (the review's ``response``); yields its URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             request = json.loads(self.rfile.read(length))["request"]
-            labels = (request["object"].get("metadata") or {}).get("labels")
-            op = (
-                {
-                    "op": "add",
-                    "path": f"/metadata/labels/{label.replace('/', '~1')}",
-                    "value": "true",
-                }
-                if isinstance(labels, dict)
-                else {"op": "add", "path": "/metadata/labels", "value": {label: "true"}}
-            )
-            response = {
-                "uid": request["uid"],
-                "allowed": True,
-                "patchType": "JSONPatch",
-                "patch": base64.b64encode(json.dumps([op]).encode()).decode(),
-            }
             body = json.dumps(
                 {
                     "apiVersion": "admission.k8s.io/v1",
                     "kind": "AdmissionReview",
-                    "response": response,
+                    "response": answer(request),
                 }
             ).encode()
             self.send_response(200)
@@ -223,6 +169,40 @@ def labeler(cert: Path, key: Path, label: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def slow_validator(cert: Path, key: Path, delay_s: float) -> contextlib.AbstractContextManager[str]:
+    """An HTTPS validating webhook on 127.0.0.1 that allows every request after ``delay_s``;
+    yields its URL."""
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(delay_s)
+        return {"uid": request["uid"], "allowed": True}
+
+    return _review_server(cert, key, answer)
+
+
+def labeler(cert: Path, key: Path, label: str) -> contextlib.AbstractContextManager[str]:
+    """An HTTPS mutating webhook on 127.0.0.1 that adds the label ``label`` ("true") to every
+    pod it is sent, as a sidecar injector or policy engine does; yields its URL. Named to sort
+    after ``migslice-webhook``, it makes kube-apiserver reinvoke migslice's webhook
+    (reinvocationPolicy IfNeeded)."""
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        labels = (request["object"].get("metadata") or {}).get("labels")
+        op = (
+            {"op": "add", "path": f"/metadata/labels/{label.replace('/', '~1')}", "value": "true"}
+            if isinstance(labels, dict)
+            else {"op": "add", "path": "/metadata/labels", "value": {label: "true"}}
+        )
+        return {
+            "uid": request["uid"],
+            "allowed": True,
+            "patchType": "JSONPatch",
+            "patch": base64.b64encode(json.dumps([op]).encode()).decode(),
+        }
+
+    return _review_server(cert, key, answer)
 
 
 def mutating_configuration(name: str, url: str, ca: Path, namespace: str) -> dict[str, Any]:
