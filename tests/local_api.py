@@ -50,6 +50,18 @@ def local_api(answer: Answer) -> Iterator[KubernetesTransport]:
             api_client.close()
 
 
+UNAUTHORIZED = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": "Unauthorized",
+    "reason": "Unauthorized",
+    "code": 401,
+}
+"""kube-apiserver's answer (401) to every request of a token or certificate it does not know."""
+
+
 def kubeconfig_file(folder: Path, url: str) -> Path:
     """A kubeconfig in ``folder`` whose only context reaches ``url`` with a token."""
     path = folder / "kubeconfig"

@@ -17,7 +17,7 @@ from migslice import names
 from migslice.cli import main
 from migslice.kube.cleanup import NODE_ANNOTATIONS, NODE_LABELS, node_marks, stranded_pod
 from migslice.objects.device_taint_rules import steer_rule
-from tests.local_api import Request, kubeconfig_file, local_api_url
+from tests.local_api import UNAUTHORIZED, Request, kubeconfig_file, local_api_url
 
 RULES = "/apis/resource.k8s.io/v1/devicetaintrules"
 OWN_RULE = steer_rule("gpu-a", "gpu-0-mig-1g10gb-0", "1g.10gb")
@@ -278,16 +278,7 @@ def test_an_unreachable_api_server_is_one_line(
 def test_credentials_the_api_server_refuses_are_one_line_saying_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    unauthorized = {  # kube-apiserver's answer to every request of a token it does not know
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": "Unauthorized",
-        "reason": "Unauthorized",
-        "code": 401,
-    }
-    with local_api_url(lambda request: (401, unauthorized)) as url:
+    with local_api_url(lambda request: (401, UNAUTHORIZED)) as url:
         assert cleanup(kubeconfig_file(tmp_path, url)) == 1
     err = capsys.readouterr().err
     assert err.startswith(

@@ -23,7 +23,7 @@ from migslice.doctor.registry import CHECKS
 from migslice.serving.certs import write_tls_bundle
 from tests.doctor_cluster import ADMISSION, CORE, DoctorCluster
 from tests.doctor_serve import answer_from, judge
-from tests.local_api import kubeconfig_file, local_api_url
+from tests.local_api import UNAUTHORIZED, kubeconfig_file, local_api_url
 
 
 @pytest.fixture
@@ -252,16 +252,7 @@ def test_credentials_the_api_server_refuses_are_said_so_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An expired token was told "the API server does not answer (HTTP 401: ...)"."""
-    unauthorized = {  # kube-apiserver's answer to a token it does not know
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": "Unauthorized",
-        "reason": "Unauthorized",
-        "code": 401,
-    }
-    with local_api_url(lambda request: (401, unauthorized)) as url:
+    with local_api_url(lambda request: (401, UNAUTHORIZED)) as url:
         assert main(["doctor", "--kubeconfig", str(kubeconfig(tmp_path, url))]) == 1
     err = capsys.readouterr().err
     assert err.startswith(

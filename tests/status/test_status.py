@@ -809,18 +809,9 @@ def test_credentials_the_api_server_refuses_are_said_so_not_an_api_server_that_d
 ) -> None:
     """An expired token (kube-apiserver answers 401 to every request, /version too) was told
     "the API server does not answer (HTTP 401: GET /version: Unauthorized); check ... /readyz"."""
-    from tests.local_api import kubeconfig_file, local_api_url
+    from tests.local_api import UNAUTHORIZED, kubeconfig_file, local_api_url
 
-    unauthorized = {  # kube-apiserver's answer to a token it does not know
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": "Unauthorized",
-        "reason": "Unauthorized",
-        "code": 401,
-    }
-    with local_api_url(lambda request: (401, unauthorized)) as url:
+    with local_api_url(lambda request: (401, UNAUTHORIZED)) as url:
         path = kubeconfig_file(tmp_path, url)
         assert main([*command, "--kubeconfig", str(path)]) == 1
     err = capsys.readouterr().err
