@@ -10,7 +10,8 @@ extended resources (KEP-5004: annotation ``resource.kubernetes.io/extended-resou
 
 :func:`gpu_asks` reads, with the DeviceClasses, what a claim's requests ask of NVIDIA's GPUs:
 a MIG profile or whole GPUs, how many, and the selection that narrows which (see
-:mod:`migslice.objects.dra_selectors`). A request of another driver asks nothing of them; one
+:mod:`migslice.objects.dra_selectors`). A request of another driver asks nothing of them,
+whatever its form (each ``firstAvailable`` sub-request's class names that driver); one
 migslice cannot read (``firstAvailable``, ``allocationMode: All``, ``adminAccess``, a
 capacity request, a selector it does not read, a MIG request without a profile) is named in
 the answer's ``unread``.
@@ -44,6 +45,9 @@ class ClaimRequest:
     """It carries ``tolerations``: kube-scheduler's allocator may give it devices that a taint
     (the driver's, a DeviceTaintRule's, migslice's steer) keeps off other claims
     (``allocator_incubating.go`` ``taintPreventsAllocation``)."""
+    alternatives: tuple[tuple[str, DeviceSelection], ...] = ()
+    """The class and selection of each ``firstAvailable`` sub-request: whether the request
+    may be given NVIDIA's devices at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,14 +175,20 @@ def too_much_to_read(raw_requests: list[object]) -> str:
 def _request(raw: JsonObject, index: int) -> ClaimRequest:
     name = text(raw.get("name")) or f"#{index}"
     if raw.get("firstAvailable") is not None:
-        return ClaimRequest(name, "", DeviceSelection(), unread="firstAvailable sub-requests")
+        alternatives = tuple(
+            (text(sub.get("deviceClassName")) or "", _selection(sub))
+            for sub in (mapping(s) for s in items(raw.get("firstAvailable")))
+        )
+        return ClaimRequest(
+            name,
+            "",
+            DeviceSelection(),
+            unread="firstAvailable sub-requests",
+            alternatives=alternatives,
+        )
     exactly = mapping(raw.get("exactly"))
     device_class = text(exactly.get("deviceClassName")) or ""
-    expressions = [
-        text(mapping(mapping(selector).get("cel")).get("expression")) or "<not a CEL selector>"
-        for selector in items(exactly.get("selectors"))
-    ]
-    selection = read_selectors(expressions)
+    selection = _selection(exactly)
     count = exactly.get("count", 1)
     unread = ""
     if exactly.get("allocationMode", "ExactCount") != "ExactCount":
@@ -199,6 +209,29 @@ def _request(raw: JsonObject, index: int) -> ClaimRequest:
     )
 
 
+def _selection(raw_request: JsonObject) -> DeviceSelection:
+    """What the selectors of an ``exactly`` request or a sub-request ask of a device."""
+    return read_selectors(
+        text(mapping(mapping(selector).get("cel")).get("expression")) or "<not a CEL selector>"
+        for selector in items(raw_request.get("selectors"))
+    )
+
+
+def _another_drivers(request: ClaimRequest, classes: Mapping[str, DeviceClassFacts]) -> bool:
+    """Whether every device the request may be given is another driver's: its class (each
+    sub-request's) exists and, with its selectors, names a driver other than NVIDIA's."""
+    for device_class, selection in request.alternatives or (
+        (request.device_class, request.selection),
+    ):
+        found = classes.get(device_class)
+        if found is None:
+            return False
+        both = found.selection.both(selection)
+        if both.driver is None or is_nvidia_gpu(both):
+            return False
+    return True
+
+
 def gpu_asks(claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]) -> GpuAsks:
     """What the claim's requests ask of NVIDIA's GPUs (see the module docstring)."""
     asks: list[GpuAsk] = []
@@ -206,7 +239,8 @@ def gpu_asks(claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]) -> GpuA
     for request in claim.requests:
         where = f"ResourceClaim {claim.key} request {request.name}"
         if request.unread:
-            unread.append(f"{where}: {request.unread}")
+            if not _another_drivers(request, classes):
+                unread.append(f"{where}: {request.unread}")
             continue
         found = classes.get(request.device_class)
         if found is None:

@@ -416,10 +416,12 @@ def test_a_second_pod_naming_a_hardware_tenants_claim_is_denied_from_the_caches(
     assert client.post("/mutate", json=make_review(second)).get_json()["response"]["allowed"]
 
 
-def _pod_answer(client: FlaskClient, pod: dict[str, Any], uid: str) -> dict[str, Any]:
+def _pod_answer(
+    client: FlaskClient, pod: dict[str, Any], uid: str, namespace: str = "team-a"
+) -> dict[str, Any]:
     pod.pop("status", None)
     pod["spec"].pop("schedulerName", None)
-    reply = client.post("/mutate", json=make_review(pod, uid=uid))
+    reply = client.post("/mutate", json=make_review(pod, uid=uid, namespace=namespace))
     assert reply.status_code == 200, reply.get_data(as_text=True)
     return dict(reply.get_json()["response"])
 
@@ -1026,3 +1028,67 @@ def test_a_claims_product_is_named_as_nvidias_dra_driver_publishes_it() -> None:
     hint = answer(named(None))["status"]["message"]
     assert "productName == '<product>' naming one" in hint
     assert "'NVIDIA A100-SXM4-80GB'" in hint
+
+
+NIC_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "nic.example.com"},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'nic.example.com'"}}]},
+}
+
+
+def test_another_drivers_claim_that_migslice_would_not_read_is_no_gpu_claim() -> None:
+    """Measured before: a claim of another driver's class asking for every device
+    (allocationMode: All), a consumable share (capacity), adminAccess, or firstAvailable
+    sub-requests of its classes was taken by the claim and template caches for a GPU claim
+    migslice cannot read: a pod naming it in a namespace no policy selects was refused
+    (no-policy), and a hardware tenant's second pod sharing it was refused (isolation), though
+    the claim itself was admitted untouched as asking no GPU."""
+    state = tenant_state()
+    state.upsert_device_class(NIC_CLASS)
+    nic = {"deviceClassName": "nic.example.com"}
+    shapes: dict[str, dict[str, Any]] = {
+        "all": {"name": "nic", "exactly": {**nic, "allocationMode": "All"}},
+        "capacity": {
+            "name": "nic",
+            "exactly": {
+                **nic,
+                "allocationMode": "ExactCount",
+                "count": 1,
+                "capacity": {"requests": {"bandwidth": "1G"}},
+            },
+        },
+        "admin": {
+            "name": "nic",
+            "exactly": {**nic, "allocationMode": "ExactCount", "count": 1, "adminAccess": True},
+        },
+        "first": {"name": "nic", "firstAvailable": [{"name": "a", **nic}]},
+    }
+    client = create_app(WebhookSettings(), state).test_client()
+    for shape, request in shapes.items():
+        for namespace in ("team-a", "other"):
+            claim = make_claim(f"nic-{shape}", namespace=namespace, requests=[request])
+            review = make_review(
+                claim, namespace=namespace, kind=CLAIM_KIND, resource="resourceclaims"
+            )
+            reply = client.post("/mutate", json=review)
+            assert reply.get_json()["response"]["allowed"], (shape, namespace)
+            assert "patch" not in reply.get_json()["response"], (shape, namespace)
+            state.upsert_claim(claim)
+        elsewhere = make_claim_pod("e", {"nic": f"nic-{shape}"}, namespace="other")
+        answer = _pod_answer(client, elsewhere, f"uid-e-{shape}", "other")
+        assert answer["allowed"] and "patch" not in answer, (shape, answer)
+        state.upsert_pod(make_claim_pod(f"a-{shape}", {"nic": f"nic-{shape}"}))
+        second = _pod_answer(client, make_claim_pod("b", {"nic": f"nic-{shape}"}), f"uid-{shape}")
+        assert second["allowed"] and "patch" not in second, (shape, second)
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "nic-template", "namespace": "other"},
+        "spec": {"spec": {"devices": {"requests": [shapes["all"]]}}},
+    }
+    state.upsert_template(template)
+    pod = make_claim_pod("t", {}, namespace="other", templates={"nic": None})
+    answer = _pod_answer(client, pod, "uid-t", "other")
+    assert answer["allowed"] and "patch" not in answer, answer
