@@ -112,6 +112,10 @@ class ClaimBook:
     def owned_by(self, pod_key: str) -> tuple[str, ...]:
         return tuple(sorted(self._owned.get(pod_key, ())))
 
+    def named_by(self, pod_key: str) -> tuple[str, ...]:
+        """The claims the live pod ``pod_key`` names by ``resourceClaimName``."""
+        return self._names_of.get(pod_key, ())
+
     def asks_of(self, record: ClaimRecord) -> tuple[ClaimAsk, ...]:
         return claim_asks(gpu_asks(record.facts, self.classes).asks)
 

@@ -252,6 +252,8 @@ class ClusterState:
         # the pod: one created for a pod already bound is not its, whatever it says
         if found is None or found.uid != pod_uid or found.node is not None:
             return None
+        if f"{namespace}/{claim}" in self._dra.named_by(key):
+            return None  # kube-scheduler's claim is never in its pod's spec.resourceClaims
         paid = self._paid_claim(key)
         if paid is not None and paid != f"{namespace}/{claim}":
             return None
@@ -722,12 +724,16 @@ class ClusterState:
 
     def _paid_claim(self, pod_key: str) -> str | None:
         """The extended-resource claim the live GPU pod ``pod_key`` pays for, if any: of the
-        claims it controls, the first by name whose asks its requests cover."""
+        claims it controls and does not name, the first by name whose asks its requests
+        cover."""
         pod = self._gpu_pods.get(pod_key)
         if pod is None:
             return None
         owned = []
+        named = self._dra.named_by(pod_key)
         for key in self._dra.owned_by(pod_key):
+            if key in named:
+                continue  # kube-scheduler's claim is never in its pod's spec.resourceClaims
             record = self._dra.claims[key]
             if record.owner is not None:
                 owned.append((key, record.owner[1], self._dra.asks_of(record)))

@@ -5,7 +5,8 @@ it makes for that pod (KEP-5004: annotation ``resource.kubernetes.io/extended-re
 "true"``, controlled by the pod). The pod is charged for those resources, so the claim is
 charged nothing while the pod pays for it: the pod is a live GPU pod with the uid the claim's
 owner reference names, its GPU requests cover what the claim asks, the claim is the first by
-name of such claims the pod controls, and no other pod uses it (docs/policy.md, "How claims
+name of such claims the pod controls and does not name by ``resourceClaimName`` (kube-scheduler
+never puts its claim there), and no other pod uses it (docs/policy.md, "How claims
 are charged"). Any other claim is charged what it asks. The webhook's claim cache and
 ``migslice status`` both decide with these.
 """

@@ -60,6 +60,8 @@ def claim_charges(
         owner = owners.get(key)
         if claim.extended_resource and owner is not None:
             pod = f"{key.partition('/')[0]}/{owner[0]}"
+            if pod in naming.get(key, ()):
+                continue  # kube-scheduler's claim is never in its pod's spec.resourceClaims
             owned.setdefault(pod, []).append((key, owner[1], asks[key]))
 
     def paid_by(key: str) -> str | None:

@@ -25,7 +25,10 @@ from migslice.admission.ledger import Ledger
 from migslice.admission.usage import ZERO
 from migslice.kube.ledger import ConfigMapLedgers
 from migslice.objects.claim_templates import migslice_claim_template
+from migslice.objects.device_classes import device_class_facts_from_raw
 from migslice.objects.dra_products import slim_slice
+from migslice.objects.resource_claims import claim_facts_from_raw
+from migslice.status.charges import claim_charges
 from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
 from tests.hostile import assert_clear_admission_answer, json_values
 from tests.ledger_api import LedgerApi
@@ -1092,3 +1095,37 @@ def test_another_drivers_claim_that_migslice_would_not_read_is_no_gpu_claim() ->
     pod = make_claim_pod("t", {}, namespace="other", templates={"nic": None})
     answer = _pod_answer(client, pod, "uid-t", "other")
     assert answer["allowed"] and "patch" not in answer, answer
+
+
+def test_a_marked_claim_its_owner_names_is_charged() -> None:
+    """Measured before: a pending pod asking nvidia.com/mig-1g.10gb (charged) and naming a
+    claim by resourceClaimName, that claim then created with kube-scheduler's mark and the
+    pod as its controller, was admitted uncharged past a quota of 1 instance and counted
+    nothing: the pod held its extended resource and the claim's device for one charge.
+    kube-scheduler's claim for a pod's extended resources is never in its spec.resourceClaims."""
+    state = tenant_state(quota={"instances": 1}, isolation="process", tiers=["mig", "shared"])
+    client = create_app(WebhookSettings(), state).test_client()
+    pod = make_claim_pod("p", {"gpu": "free"}, mig={"1g.10gb": 1})
+    assert _pod_answer(client, copy.deepcopy(pod), "uid-p")["allowed"]
+    pod["metadata"]["annotations"] = {"migslice.io/reservation": "uid-p"}
+    state.upsert_pod(pod)
+    forged = make_claim(
+        "free", device_class="migslice-mig-1g.10gb", profile=None, owner="p", extended_resource=True
+    )
+    review = make_review(forged, uid="uid-free", kind=CLAIM_KIND, resource="resourceclaims")
+    answer = client.post("/mutate", json=review).get_json()["response"]
+    assert not answer["allowed"], answer
+    assert "quota" in answer["status"]["message"]
+    state.upsert_claim(forged)  # written while the webhook was away: the cache charges it
+    assert state.tenant_usage("team-a").instances == 2
+    facts = claim_facts_from_raw(forged)
+    assert facts is not None
+    charged = claim_charges(
+        [pod],
+        {facts.key: facts},
+        {facts.key: ("p", "uid-p")},
+        {c.name: c for c in map(device_class_facts_from_raw, migslice_classes()) if c},
+        {"team-a/p": ((("nvidia.com/mig-1g.10gb", 1),), "uid-p")},
+        pricing=({}, MODELS),
+    )
+    assert charged[facts.key].instances == 1  # migslice status counts it as the webhook does
