@@ -189,19 +189,7 @@ def test_a_planned_node_that_turned_dra_before_its_label_is_not_labelled() -> No
     """The plan was written while gpu-a was a device-plugin node; its label waits for the
     mig-parted file to reach MIG Manager, and meanwhile the node became a DRA node. The
     re-check before the label drops it: no nvidia.com/mig.config on a DRA node."""
-    objects = dra_objects()
-    settings = ControllerSettings(plan=PlanSettings(min_pending_s=0))
-    now = time.time()
-    states = node_states(objects.nodes, objects.pods, {}, dra=objects)
-    started = decide(
-        RepartitionRecord(),
-        states,
-        pending_of(objects),
-        file_configs=(),
-        now=now,
-        settings=settings,
-    )
-    assert started.kind is StepKind.START and [c.node for c in started.plan.changes] == ["gpu-a"]
+    objects, started, now, settings = _started_on_gpu_a()
     turned = _turned_dra(objects, "gpu-a")
     states = node_states(turned.nodes, turned.pods, {}, dra=turned)
     assert {s.name: s for s in states}["gpu-a"].dra is not None
@@ -331,9 +319,9 @@ def _labelled(objects: ClusterObjects, name: str, config: str, state: str) -> Cl
     return replace(objects, nodes=tuple(nodes))
 
 
-def _applied_to_gpu_a() -> tuple[ClusterObjects, Any, float, ControllerSettings]:
-    """gpu-a labelled with a plan's config: the objects before the label, the APPLY step, its
-    time and the settings."""
+def _started_on_gpu_a() -> tuple[ClusterObjects, Any, float, ControllerSettings]:
+    """A plan started on gpu-a of :func:`dra_objects`: the objects, the START step, its time
+    and the settings."""
     objects = dra_objects()
     settings = ControllerSettings(plan=PlanSettings(min_pending_s=0))
     now = time.time()
@@ -346,6 +334,15 @@ def _applied_to_gpu_a() -> tuple[ClusterObjects, Any, float, ControllerSettings]
         now=now,
         settings=settings,
     )
+    assert started.kind is StepKind.START and [c.node for c in started.plan.changes] == ["gpu-a"]
+    return objects, started, now, settings
+
+
+def _applied_to_gpu_a() -> tuple[ClusterObjects, Any, float, ControllerSettings]:
+    """gpu-a labelled with a plan's config: the objects before the label, the APPLY step, its
+    time and the settings."""
+    objects, started, now, settings = _started_on_gpu_a()
+    states = node_states(objects.nodes, objects.pods, {}, dra=objects)
     now += settings.config_propagation_s + 1
     applied = decide(
         started.record,
