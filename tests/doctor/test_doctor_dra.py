@@ -385,3 +385,35 @@ def test_an_api_server_emulating_an_older_version_is_judged_as_that_version() ->
     assert found.verdict is Verdict.WARNING
     assert "kube-apiserver v1.37.2 (emulating 1.35)" in found.detail
     assert "DRAExtendedResource alpha" in found.detail
+
+
+def _admin_class(name: str, resource: str, driver: str | None) -> dict[str, Any]:
+    selectors = [{"cel": {"expression": f'device.driver == "{driver}"'}}] if driver else []
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": selectors, "extendedResourceName": resource},
+    }
+
+
+def test_a_class_serving_nvidia_gpus_as_a_resource_outside_nvidia_com_warns() -> None:
+    """Pods asking example.com/gpu, which an admin's DeviceClass serves with NVIDIA's devices
+    (or any device), never reach migslice's pod webhook, which is called for pods asking
+    nvidia.com/* resources or naming claims: no node pool, no migslice-scheduler."""
+    every = [migslice_device_class(p) for p in mig_profiles(CATALOG)]
+    nvidia = fixture("deviceclass-mig.nvidia.com.yaml")
+    dra = {"slices": slices_of("dyn", [dra_slices.a100(0)]), "nodes": [make_dra_node("dyn")]}
+    nic = _admin_class("nic", "example.com/nic", "nic.example.com")
+    gpu = _admin_class("team-gpu", "example.com/gpu", "gpu.nvidia.com")
+    anything = _admin_class("anything", "example.com/any", None)
+    kept = judge_dra_classes(facts(classes=[nvidia, *every, nic], **dra), SETTINGS)
+    assert kept.verdict is Verdict.OK
+    for odd in (gpu, anything):
+        found = judge_dra_classes(facts(classes=[nvidia, *every, nic, odd], **dra), SETTINGS)
+        assert found.verdict is Verdict.WARNING, found
+        name = odd["metadata"]["name"]
+        resource = odd["spec"]["extendedResourceName"]
+        assert f"DeviceClass {name} serves {resource}" in found.detail
+        assert "never reach migslice's pod webhook" in found.detail
+        assert "nic" not in found.detail.split("DeviceClass ")[1].split(" ")[0]

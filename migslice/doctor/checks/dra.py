@@ -17,7 +17,7 @@ from migslice.doctor.findings import Finding, Problem, Verdict, finding
 from migslice.doctor.podspec import command_line, containers, pod_spec
 from migslice.mig import CATALOG
 from migslice.objects import node_facts_from_raw
-from migslice.objects.device_classes import mig_profiles
+from migslice.objects.device_classes import device_class_facts_from_raw, mig_profiles
 from migslice.objects.device_taint_rules import STEER_RULE_SELECTOR, is_steer_rule
 from migslice.objects.dra_pool import DraMode, DraPool, PoolState, read_pool
 from migslice.objects.json import JsonObject, items, mapping, text
@@ -291,7 +291,7 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
         nvidia = "present" if names.MIG_DEVICE_CLASS in found else "absent"
         return finding(
             DRA_CLASSES_CHECK,
-            _claim_tenant_problems(tenants, missing, False, fix),
+            _claim_tenant_problems(tenants, missing, False, fix) + _unwatched(facts.classes),
             f"no DRA nodes, nothing to serve yet ({names.MIG_DEVICE_CLASS} {nvidia}; "
             f"{present} of migslice's {len(wanted)} DeviceClasses)",
         )
@@ -352,11 +352,43 @@ def judge_dra_classes(facts: DraFacts, settings: Settings) -> Finding:
         )
     # the missing classes' problem gives the upgrade already: the tenants', the edit alone
     problems.extend(_claim_tenant_problems(tenants, missing, True, ""))
+    problems.extend(_unwatched(facts.classes))
     return finding(
         DRA_CLASSES_CHECK,
         problems,
         f"{names.MIG_DEVICE_CLASS} and migslice's {len(wanted)} DeviceClasses{named} are there",
     )
+
+
+def _unwatched(classes: Sequence[JsonObject]) -> list[Problem]:
+    """Classes that serve NVIDIA's devices (or any device) as an extended resource outside
+    ``nvidia.com/``: pods asking it never reach migslice's pod webhook, which kube-apiserver
+    calls for pods asking ``nvidia.com/*`` resources or naming claims."""
+    problems = []
+    for raw in classes:
+        read = device_class_facts_from_raw(raw)
+        if read is None or read.extended_resource is None:
+            continue
+        resource = read.extended_resource
+        if resource.startswith("nvidia.com/") or read.selection.driver not in (
+            None,
+            names.DRA_DRIVER,
+        ):
+            continue
+        problems.append(
+            Problem(
+                Verdict.WARNING,
+                f"DeviceClass {read.name} serves {resource} with NVIDIA's GPUs"
+                + ("" if read.selection.driver else " (any driver's devices)")
+                + ": pods asking it never reach migslice's pod webhook (it is called for pods "
+                "asking nvidia.com/* resources or naming ResourceClaims), so they get no "
+                "TenantPolicy node pool nor migslice-scheduler; the claims kube-scheduler makes "
+                "for them are still checked and charged",
+                f"kubectl edit deviceclass {read.name} (an extendedResourceName under "
+                "nvidia.com/, or selectors of another driver), or delete it",
+            )
+        )
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
