@@ -88,24 +88,23 @@ class ReloadingSSLContext:
             return self._context
 
     def _unusable_client_ca(self, error: Exception) -> ValueError:
-        if isinstance(error, ssl.SSLError):
-            detail = f": {error.reason.lower().replace('_', ' ')}" if error.reason else ""
-            reason = f"no PEM certificate in it{detail}"
-        elif isinstance(error, OSError) and error.strerror:
-            reason = error.strerror
-        else:
-            reason = str(error)
+        reason = _reason(error, "no PEM certificate in it")
         return ValueError(
             f"--client-ca-file {self._client_ca_path}: cannot load the client CA ({reason})"
         )
 
     def _unusable(self, error: Exception) -> ValueError:
-        if isinstance(error, ssl.SSLError):
-            detail = f": {error.reason.lower().replace('_', ' ')}" if error.reason else ""
-            reason = f"not a PEM certificate chain and its matching private key{detail}"
-        elif isinstance(error, OSError) and error.strerror:
-            reason = error.strerror
-        else:
-            reason = str(error)
+        reason = _reason(error, "not a PEM certificate chain and its matching private key")
         files = f"--tls-cert {self._cert_path} --tls-key {self._key_path}"
         return ValueError(f"{files}: cannot load the serving certificate ({reason})")
+
+
+def _reason(error: Exception, not_pem: str) -> str:
+    """Why a file could not be loaded: ``not_pem`` (with OpenSSL's reason) for one that is no
+    PEM of what it should hold, else the system's or the error's own words."""
+    if isinstance(error, ssl.SSLError):
+        detail = f": {error.reason.lower().replace('_', ' ')}" if error.reason else ""
+        return f"{not_pem}{detail}"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
