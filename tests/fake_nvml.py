@@ -102,6 +102,17 @@ _RTX_PRO_5000: dict[int, Shape] = {
     pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: (2, 2, "+gfx"),
 }
 
+# RTX PRO 4500 Blackwell (2/2 slices): the MIG User Guide's RTX PRO 4500 table (1g.16gb with
+# +gfx, +me.all, -me; 2g.32gb with +gfx). It lists no 1g+me: 1_SLICE_REV1 is absent.
+_RTX_PRO_4500: dict[int, Shape] = {
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE: (1, 1, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: (1, 1, "+gfx"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: (1, 1, "-me"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: (1, 1, "+me.all"),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE: (2, 2, ""),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: (2, 2, "+gfx"),
+}
+
 PROFILE_INDEX_TABLES: dict[str, dict[int, Shape]] = {
     **dict.fromkeys(
         (
@@ -123,11 +134,12 @@ PROFILE_INDEX_TABLES: dict[str, dict[int, Shape]] = {
     "A30-24GB": _A30,
     "RTX-PRO-6000": _RTX_PRO_6000,
     "RTX-PRO-5000": _RTX_PRO_5000,
+    "RTX-PRO-4500": _RTX_PRO_4500,
 }
 """Catalog model key -> its NVML profile-index table (a model missing here is an error)."""
 
 STAND_IN_ID_BASE = 1000
-"""NVIDIA publishes no GI profile ids for the RTX PRO 5000 (the catalog has None; see
+"""NVIDIA publishes no GI profile ids for the RTX PRO 5000 and 4500 (the catalog has None; see
 docs/catalog.md): the fake answers ``STAND_IN_ID_BASE + profile index`` for them, an id no
 real profile has, so nothing can pass by matching a guessed id."""
 

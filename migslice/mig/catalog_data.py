@@ -8,8 +8,8 @@ Sources (see docs/catalog.md for the evidence behind each row):
   are taken to be the same.
 * 4-memory-slice GPUs (A30, RTX PRO 6000 Blackwell): A30 ``-lgipp``; RTX PRO 6000 shares the
   profile ids and is taken to share the placement shape.
-* RTX PRO 5000 Blackwell (2 memory slices): profiles, fractions and counts from the MIG User
-  Guide; placements derived from them, GI profile ids unpublished (``None``).
+* RTX PRO 5000 and RTX PRO 4500 Blackwell (2 memory slices): profiles, fractions and counts
+  from the MIG User Guide; placements derived from them, GI profile ids unpublished (``None``).
 * Profile memory (MiB = GiB x 1024 from ``nvidia-smi mig -lgip``) and SM counts where a public
   ``-lgip`` output shows them; ``None`` where none was seen.
 * Product labels follow GPU Feature Discovery (NVML name, spaces to ``-``); PCI ids from the
@@ -63,6 +63,20 @@ _RTX_PRO_KINDS: dict[str, tuple[int, int, int, int, tuple[int, ...]]] = {
 _RTX_PRO_5000_KINDS: dict[str, tuple[int | None, int, int, int, tuple[int, ...]]] = {
     "1g": (None, 1, 1, 2, (0, 1)),
     "1g+me": (None, 1, 1, 1, (0, 1)),
+    "1g+gfx": (None, 1, 1, 2, (0, 1)),
+    "1g+me.all": (None, 1, 1, 1, (0, 1)),
+    "1g-me": (None, 1, 1, 2, (0, 1)),
+    "2g": (None, 2, 2, 1, (0,)),
+    "2g+gfx": (None, 2, 2, 1, (0,)),
+}
+
+# RTX PRO 4500 Blackwell 32GB: the same two-slice shape, from the MIG User Guide's RTX PRO 4500
+# table (docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html, "RTX PRO
+# 4500 Blackwell MIG Profiles"): 1g.16gb, +gfx and -me (1/2, max 2), +me.all (1/2, max 1),
+# 2g.32gb and +gfx (Full, max 1). It lists no 1g+me, so none is here. No GI profile id or
+# -lgipp placement is published; the starts follow as for the 5000.
+_RTX_PRO_4500_KINDS: dict[str, tuple[int | None, int, int, int, tuple[int, ...]]] = {
+    "1g": (None, 1, 1, 2, (0, 1)),
     "1g+gfx": (None, 1, 1, 2, (0, 1)),
     "1g+me.all": (None, 1, 1, 1, (0, 1)),
     "1g-me": (None, 1, 1, 2, (0, 1)),
@@ -372,6 +386,35 @@ MODELS: tuple[GpuModel, ...] = (
         ),
         aliases=("RTX-PRO-5000-Blackwell", "RTXPRO5000"),
         memory_mib=49152,
+    ),
+    GpuModel(
+        key="RTX-PRO-4500",
+        description="NVIDIA RTX PRO 4500 Blackwell 32GB",
+        # NVML name "NVIDIA RTX PRO 4500 Blackwell" for 0x2C31 (subsystem 2051):
+        # NVIDIA/open-gpu-kernel-modules@df1c9a3d README.md:981-984; pci.ids 2c31
+        product_names=("NVIDIA-RTX-PRO-4500-Blackwell",),
+        pci_device_ids=(0x2C31,),
+        memory_slices=2,
+        compute_slices=2,
+        profiles=_profiles(
+            _RTX_PRO_4500_KINDS,
+            [
+                ("1g", "1g.16gb", None, None),
+                ("1g+gfx", "1g.16gb+gfx", None, None),
+                ("1g+me.all", "1g.16gb+me.all", None, None),
+                ("1g-me", "1g.16gb-me", None, None),
+                ("2g", "2g.32gb", None, None),
+                ("2g+gfx", "2g.32gb+gfx", None, None),
+            ],
+        ),
+        source=(
+            "profiles, memory fractions and max counts: MIG User Guide RTX PRO 4500 table; max 2 "
+            "instances, GB203, 32GB: MIG User Guide supported GPUs (610); PCI id 0x2C31 and NVML "
+            "name: NVIDIA open-gpu-kernel-modules README; placements derived (2 memory slices), "
+            "GI profile ids unpublished"
+        ),
+        aliases=("RTX-PRO-4500-Blackwell", "RTXPRO4500"),
+        memory_mib=32768,
     ),
 )
 

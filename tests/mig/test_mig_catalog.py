@@ -83,6 +83,9 @@ def test_the_catalog_covers_every_required_model() -> None:
         "RTX-PRO-5000",
         "NVIDIA-RTX-PRO-5000-Blackwell",
         "0x2BB3",
+        "RTX-PRO-4500",
+        "NVIDIA-RTX-PRO-4500-Blackwell",
+        "0x2C31",
     ]
     for name in required:
         assert CATALOG.find(name) is not None, name
@@ -206,6 +209,31 @@ def test_the_rtx_pro_5000_has_the_user_guides_profiles_and_the_only_legal_placem
     assert max(len(layout) for layout in enumerate_maximal_layouts(model)) == 2
 
 
+def test_the_rtx_pro_4500_has_the_user_guides_profiles_and_the_only_legal_placements() -> None:
+    """MIG User Guide, "RTX PRO 4500 Blackwell MIG Profiles": 1g.16gb, +gfx, -me = 1/2 of memory
+    and SMs (max 2), 1g.16gb+me.all (1/2, max 1), 2g.32gb and +gfx = Full (max 1), no 1g+me;
+    "Supported GPUs": GB203, 32GB, at most 2 instances. PCI 0x2C31 (open-gpu-kernel-modules
+    README). Two memory slices: a 1g starts at 0 or 1, a 2g at 0. No GI profile id is
+    published, so none is made up."""
+    model = CATALOG.get("NVIDIA-RTX-PRO-4500-Blackwell")
+    assert (model.key, model.pci_device_ids) == ("RTX-PRO-4500", (0x2C31,))
+    assert (model.memory_slices, model.compute_slices, model.memory_mib) == (2, 2, 32768)
+    table = {
+        p.name: (p.compute_slices, p.memory_slices, p.max_count, p.placements)
+        for p in model.profiles
+    }
+    assert table == {
+        "1g.16gb": (1, 1, 2, (0, 1)),
+        "1g.16gb+gfx": (1, 1, 2, (0, 1)),
+        "1g.16gb+me.all": (1, 1, 1, (0, 1)),
+        "1g.16gb-me": (1, 1, 2, (0, 1)),
+        "2g.32gb": (2, 2, 1, (0,)),
+        "2g.32gb+gfx": (2, 2, 1, (0,)),
+    }
+    assert {p.gi_profile_id for p in model.profiles} == {None}
+    assert max(len(layout) for layout in enumerate_maximal_layouts(model)) == 2
+
+
 @pytest.mark.parametrize(
     ("nvml_name", "pci_id", "model"),
     [
@@ -216,6 +244,7 @@ def test_the_rtx_pro_5000_has_the_user_guides_profiles_and_the_only_legal_placem
         ("NVIDIA A800 40GB Active", 0x20F6, "A100-40GB"),
         ("NVIDIA H100 NVL", 0x2321, "H100-94GB"),
         ("NVIDIA H100 80GB HBM3", 0x2330, "H100-80GB"),
+        ("NVIDIA RTX PRO 4500 Blackwell", 0x2C31, "RTX-PRO-4500"),
     ],
 )
 def test_the_label_gfd_writes_for_each_boards_nvml_name_finds_its_model(

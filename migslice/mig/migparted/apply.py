@@ -158,6 +158,9 @@ PRODUCT_PCI_IDS: Mapping[str, tuple[int, ...]] = {
     # NVIDIA/open-gpu-kernel-modules@df1c9a3d README.md:962-969 (the 72GB card, subsystem 227A,
     # shares the device id and is not in the catalog; see docs/catalog.md)
     "NVIDIA-RTX-PRO-5000-BLACKWELL": (0x2BB3,),
+    # README.md:981-984; 0x2C3A (pci.ids "RTX PRO 4500 Blackwell Server Edition") has no NVML
+    # name there and no MIG User Guide row, so it is not in the catalog
+    "NVIDIA-RTX-PRO-4500-BLACKWELL": (0x2C31,),
 }
 
 
