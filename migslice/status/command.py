@@ -10,6 +10,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,10 +19,11 @@ import yaml
 from migslice import console, names
 from migslice.console import CommandError
 from migslice.objects.clusterfile import ClusterFileError, ClusterObjects
-from migslice.repartition.settings import CARVE_MIN_PENDING_S, PlanSettings
+from migslice.repartition.settings import CARVE_MIN_PENDING_S, CarveSettings, PlanSettings
 
 if TYPE_CHECKING:
     from migslice.kube.transport import KubernetesTransport
+    from migslice.repartition import ControllerSettings
     from migslice.status.cluster import Cluster
     from migslice.status.why import WhyReport
 
@@ -58,8 +60,21 @@ def _source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cooldown-s",
         type=console.seconds(),
-        default=600.0,
-        help="the controller's --repartition-cooldown-s (default 600)",
+        default=PlanSettings().cooldown_s,
+        help="the controller's --repartition-cooldown-s (default %(default)s)",
+    )
+    parser.add_argument(
+        "--carve-cooldown-s",
+        type=console.seconds(),
+        default=CarveSettings().cooldown_s,
+        help="the controller's --repartition-carve-cooldown-s, the cooldown of carve-mode "
+        "nodes (default %(default)s)",
+    )
+    parser.add_argument(
+        "--mode-default",
+        choices=names.REPARTITION_MODES,
+        default=names.MODE_MIG_MANAGER,
+        help="the controller's --repartition-mode-default (default %(default)s)",
     )
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     parser.add_argument(
@@ -134,9 +149,6 @@ def add_why_arguments(parser: argparse.ArgumentParser) -> None:
         help="the controller's --repartition-carve-min-pending-s (default %(default)s)",
     )
     parser.add_argument("--max-nodes-in-flight", type=console.count(1, 100_000), default=1)
-    parser.add_argument(
-        "--mode-default", choices=names.REPARTITION_MODES, default=names.MODE_MIG_MANAGER
-    )
 
 
 def _objects(args: argparse.Namespace) -> ClusterObjects:
@@ -179,6 +191,16 @@ def _print(document: object, output: str) -> None:
         print(yaml.safe_dump(document, sort_keys=False, width=1000), end="")
 
 
+def _record_settings(args: argparse.Namespace) -> ControllerSettings:
+    """The controller's settings that say how long each node of the record cools down."""
+    from migslice.repartition import ControllerSettings
+
+    return ControllerSettings(
+        plan=PlanSettings(cooldown_s=args.cooldown_s),
+        carve=CarveSettings(cooldown_s=args.carve_cooldown_s, default_mode=args.mode_default),
+    )
+
+
 def run_status(args: argparse.Namespace) -> int:
     with _without_cyclic_collector():
         return _run_status(args)
@@ -199,7 +221,7 @@ def _run_status(args: argparse.Namespace) -> int:
         scheduler_name=args.scheduler_name,
     )
     cluster = build_cluster(objects, settings)
-    report = build_status(cluster, cooldown_s=args.cooldown_s)
+    report = build_status(cluster, settings=_record_settings(args))
     if args.namespace:
         report = scoped(report, cluster, args.namespace)
     if args.output in ("json", "yaml"):
@@ -217,7 +239,6 @@ def run_why(args: argparse.Namespace) -> int:
 
 def _run_why(args: argparse.Namespace) -> int:
     from migslice.objects.pods import pod_key
-    from migslice.repartition import CarveSettings, ControllerSettings, PlanSettings
     from migslice.status.cluster import StatusSettings, build_cluster
     from migslice.status.gather import context_namespace
     from migslice.status.why import explain
@@ -259,13 +280,15 @@ def _run_why(args: argparse.Namespace) -> int:
         scheduler_name=args.scheduler_name,
     )
     cluster = build_cluster(objects, settings)
-    controller = ControllerSettings(
-        plan=PlanSettings(
+    record = _record_settings(args)
+    controller = replace(
+        record,
+        plan=replace(
+            record.plan,
             min_pending_s=args.min_pending_s,
-            cooldown_s=args.cooldown_s,
             max_nodes_in_flight=args.max_nodes_in_flight,
         ),
-        carve=CarveSettings(min_pending_s=args.carve_min_pending_s, default_mode=args.mode_default),
+        carve=replace(record.carve, min_pending_s=args.carve_min_pending_s),
     )
     if raw_pod is None:
         report = _explain_absent(args, cluster, objects, transport, namespace, pod, manifest)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from migslice import names
-from migslice.repartition import RepartitionRecord
+from migslice.repartition import ControllerSettings, RepartitionRecord
+from migslice.repartition.modes import mode_of
 from migslice.status.cluster import Cluster
 
 PLANNED = "planned"
@@ -55,9 +56,11 @@ class RecordView:
         return tuple(h for h in self.held if h.node == node)
 
 
-def record_view(cluster: Cluster, cooldown_s: float) -> RecordView:
-    """The record as of ``cluster.settings.now_s`` (expired cooldowns and backoffs left out;
-    ``cooldown_s``: the controller's ``--repartition-cooldown-s``)."""
+def record_view(cluster: Cluster, settings: ControllerSettings) -> RecordView:
+    """The record as of ``cluster.settings.now_s`` (expired cooldowns and backoffs left out).
+    A node cools down as long as its own path's cooldown, as the controller's settings say:
+    ``settings.carve.cooldown_s`` (``--repartition-carve-cooldown-s``) for a carve-mode node,
+    ``settings.plan.cooldown_s`` (``--repartition-cooldown-s``) for the others."""
     namespace, name = cluster.settings.mig_config_map
     where = f"ConfigMap {namespace}/{name}, annotation {names.RECORD_ANNOTATION}"
     file = cluster.mig_file
@@ -66,7 +69,10 @@ def record_view(cluster: Cluster, cooldown_s: float) -> RecordView:
         return RecordView(where, file.problem or "unreadable", (), ())
     problem = file.problem  # missing, or its mig-parted config unreadable (which stops it too)
     return RecordView(
-        where, problem, _steps(record), _held(record, cooldown_s, cluster.settings.now_s)
+        where,
+        problem,
+        _steps(record),
+        _held(record, _cooldowns(cluster, record, settings), cluster.settings.now_s),
     )
 
 
@@ -114,12 +120,29 @@ def _steps(record: RepartitionRecord) -> tuple[StepView, ...]:
     return tuple(found)
 
 
-def _held(record: RepartitionRecord, cooldown_s: float, now_s: float) -> tuple[HeldNode, ...]:
+def _cooldowns(
+    cluster: Cluster, record: RepartitionRecord, settings: ControllerSettings
+) -> dict[str, float]:
+    """node -> the cooldown of the path that re-shapes it: its mode label, else the
+    controller's default mode (a node no longer there, or of no mode: the default's)."""
+    default = settings.carve.default_mode
+    cooldowns: dict[str, float] = {}
+    for node, _ in record.finished:
+        prepared = cluster.nodes.get(node)
+        mode = default if prepared is None else mode_of(prepared.state.facts, default)
+        carve = (mode if isinstance(mode, str) else default) == names.MODE_CARVE
+        cooldowns[node] = settings.carve.cooldown_s if carve else settings.plan.cooldown_s
+    return cooldowns
+
+
+def _held(
+    record: RepartitionRecord, cooldowns: dict[str, float], now_s: float
+) -> tuple[HeldNode, ...]:
     held = [HeldNode(q.node, "quarantined", q.since, None, q.detail) for q in record.quarantine]
     held += [
-        HeldNode(n, "cooldown", at, at + cooldown_s)
+        HeldNode(n, "cooldown", at, at + cooldowns[n])
         for n, at in record.finished
-        if at + cooldown_s > now_s
+        if at + cooldowns[n] > now_s
     ]
     held += [HeldNode(n, "backoff", None, until) for n, until in record.backoff if until > now_s]
     return tuple(sorted(held, key=lambda h: (h.node, h.why)))

@@ -9,7 +9,7 @@ from typing import Any
 from migslice import names
 from migslice.mig.stranding import NO_MIX, FillerMix, describe_complete, describe_mix, mix_json
 from migslice.objects.times import format_time
-from migslice.repartition import held_mix
+from migslice.repartition import ControllerSettings, held_mix
 from migslice.status.cluster import Cluster
 from migslice.status.pools import NodeView, PoolView, SlotView, pool_views
 from migslice.status.record import RecordView, record_view
@@ -42,21 +42,21 @@ class StatusReport:
         return sum(len(p.nodes) for p in self.pools)
 
 
-def build_status(cluster: Cluster, *, cooldown_s: float) -> StatusReport:
-    settings = cluster.settings
+def build_status(cluster: Cluster, *, settings: ControllerSettings) -> StatusReport:
+    """``settings``: the controller's, for the cooldown each node of the record is in."""
     by = (
-        f"label {settings.pool_label}"
-        if settings.pool_label
+        f"label {cluster.settings.pool_label}"
+        if cluster.settings.pool_label
         else f"GPU product ({names.PRODUCT_LABEL})"
     )
     return StatusReport(
-        at_s=settings.now_s,
-        pool_label=settings.pool_key,
+        at_s=cluster.settings.now_s,
+        pool_label=cluster.settings.pool_key,
         pool_by=by,
         tenants=tuple(tenant_views(cluster)),
         pools=tuple(pool_views(cluster)),
         waiting=tuple(waiting_views(cluster)),
-        record=record_view(cluster, cooldown_s),
+        record=record_view(cluster, settings),
         stranding=held_mix(cluster.states()),
     )
 

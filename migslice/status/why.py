@@ -109,7 +109,7 @@ NOT_FOUND = "not found"
 
 def explain_missing(cluster: Cluster, key: str, absent: AbsentPod) -> WhyReport:
     """The report of a pod that is not among the live pods (:mod:`migslice.status.absent`)."""
-    where = record_view(cluster, 0.0).where
+    where = record_view(cluster, ControllerSettings()).where
     note = f"not among the live pods; its spec from {absent.source}"
     return WhyReport(key, NOT_FOUND, None, (), None, None, None, (), where, note, absent)
 
@@ -124,7 +124,7 @@ def explain(
     demand = demand_of(raw_pod)
     key = demand.key
     phase = phase_of(raw_pod) or "Pending"
-    record = record_view(cluster, settings.plan.cooldown_s)
+    record = record_view(cluster, settings)
     gpu = cluster.gpu_pods.get(key)
     node = bound_node_of(raw_pod)
     if gpu is None:

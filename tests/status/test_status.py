@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from migslice.inventory import GpuState
 from migslice.mig import CATALOG, Placed, place
 from migslice.objects import node_facts_from_raw, parse_cluster_objects
 from migslice.objects.pod_selection import pod_selection_of
-from migslice.repartition import ControllerSettings
+from migslice.objects.times import format_time
+from migslice.repartition import CarveSettings, ControllerSettings
 from migslice.scheduling.fragmentation import FreeSpace, gpu_free_space
 from migslice.scheduling.selection import CORDONED, SELECTOR, TAINT, scheduler_verdict
 from migslice.status.cluster import StatusSettings, build_cluster
@@ -61,7 +63,7 @@ def test_no_line_of_the_default_output_exceeds_80_columns(
 
 
 def test_a_tenant_at_quota_is_counted_from_its_pods_and_says_which_limit() -> None:
-    report = build_status(_cluster(), cooldown_s=600)
+    report = build_status(_cluster(), settings=ControllerSettings())
     team_a = next(t for t in report.tenants if t.name == "team-a")
     compute = team_a.dimension("computeSlices")
     assert compute is not None and (compute.used, compute.limit) == (9, 9)
@@ -76,7 +78,7 @@ def test_a_tenant_at_quota_is_counted_from_its_pods_and_says_which_limit() -> No
 
 
 def test_every_gpu_is_drawn_with_who_holds_each_instance() -> None:
-    report = build_status(_cluster(), cooldown_s=600)
+    report = build_status(_cluster(), settings=ControllerSettings())
     pool = next(p for p in report.pools if p.name == "NVIDIA-A100-SXM4-80GB")
     a100 = next(n for n in pool.nodes if n.name == "a100-0")
     holders = [s.pod for s in a100.gpus[0].slots]
@@ -91,7 +93,7 @@ def test_every_gpu_is_drawn_with_who_holds_each_instance() -> None:
 
 def test_the_first_line_counts_one_of_a_kind_in_the_singular() -> None:
     cluster = _cluster()
-    report = build_status(cluster, cooldown_s=600)
+    report = build_status(cluster, settings=ControllerSettings())
     whole = render_text(report).splitlines()[0]
     assert " tenants; " in whole and " pools; " in whole, whole
     one = render_text(scoped(report, cluster, "team-a")).splitlines()[0]
@@ -99,13 +101,13 @@ def test_the_first_line_counts_one_of_a_kind_in_the_singular() -> None:
 
 
 def test_pools_default_to_the_gpu_product_or_follow_a_label() -> None:
-    by_product = build_status(_cluster(), cooldown_s=600)
+    by_product = build_status(_cluster(), settings=ControllerSettings())
     assert [p.name for p in by_product.pools] == [
         "NVIDIA-A100-SXM4-80GB",
         "NVIDIA-A30",
         "NVIDIA-H100-80GB-HBM3",
     ]
-    by_label = build_status(_cluster(pool_label="pool"), cooldown_s=600)
+    by_label = build_status(_cluster(pool_label="pool"), settings=ControllerSettings())
     # Nodes without the label are said to lack it, not a GPU product (they have one).
     assert [p.name for p in by_label.pools] == ["(no label pool)", "reserved"]
     assert "label pool" in render_text(by_label)
@@ -190,7 +192,7 @@ def test_the_fragmentation_index_is_one_minus_largest_over_free() -> None:
 
 
 def test_waiting_pods_get_the_extenders_reasons_grouped_by_node_class() -> None:
-    report = build_status(_cluster(), cooldown_s=600)
+    report = build_status(_cluster(), settings=ControllerSettings())
     train = next(w for w in report.waiting if w.key == "team-a/train-2")
     reasons = {c.reason: (c.outcome, c.nodes) for c in train.classes}
     assert reasons["all 3g.40gb MIG instances in use"] == ("failed", ("a100-0",))
@@ -207,11 +209,70 @@ def test_waiting_pods_get_the_extenders_reasons_grouped_by_node_class() -> None:
 
 
 def test_the_record_shows_the_plan_in_flight_and_the_quarantine() -> None:
-    report = build_status(_cluster(), cooldown_s=600)
+    report = build_status(_cluster(), settings=ControllerSettings())
     (step,) = report.record.steps
     assert (step.node, step.state, step.serves) == ("a100-2", "applying", ("team-b/wait-plan",))
     held = {(h.node, h.why) for h in report.record.held}
     assert held == {("a100-q", "quarantined"), ("a100-1", "cooldown")}
+
+
+def _carve_labelled(name: str) -> list[dict[str, Any]]:
+    objects = representative_cluster()
+    for obj in objects:
+        if obj["kind"] == "Node" and obj["metadata"]["name"] == name:
+            obj["metadata"]["labels"]["migslice.io/repartition-mode"] = "carve"
+    return objects
+
+
+def _cooling(objects: list[dict[str, Any]], settings: ControllerSettings) -> dict[str, float]:
+    cluster = build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S))
+    report = build_status(cluster, settings=settings)
+    raw = next(p for p in parse_cluster_objects(objects).pods if p["metadata"]["name"] == "train-2")
+    why = explain(cluster, raw, settings=settings)  # a100-1 could serve train-2 some day
+    cooling = {h.node: h.until_s or 0.0 for h in report.record.held if h.why == "cooldown"}
+    assert {h.node: h.until_s or 0.0 for h in why.held if h.why == "cooldown"} == cooling
+    return cooling
+
+
+def test_a_carve_mode_node_cools_down_for_the_carve_cooldown_not_mig_managers() -> None:
+    """a100-1 finished 5 minutes ago. Labelled carve mode, the controller carves it again
+    after --repartition-carve-cooldown-s (60 s): status and why said it cooled down 5 more
+    minutes, as MIG Manager's 600 s would have it."""
+    finished = NOW_S - 300
+    carve = _carve_labelled("a100-1")
+    assert _cooling(carve, ControllerSettings()) == {}
+    longer = ControllerSettings(carve=CarveSettings(cooldown_s=420))
+    assert _cooling(carve, longer) == {"a100-1": finished + 420}
+    # unlabelled, the controller's default mode says which cooldown applies
+    plain = representative_cluster()
+    assert _cooling(plain, ControllerSettings()) == {"a100-1": finished + 600}
+    by_default = ControllerSettings(carve=CarveSettings(default_mode="carve"))
+    assert _cooling(plain, by_default) == {}
+
+
+def test_status_takes_the_carve_cooldown_and_the_default_mode_as_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``migslice status`` reads the clock: the record's a100-1 finished 5 minutes ago."""
+    finished = int(time.time()) - 300
+    objects = _carve_labelled("a100-1")
+    record = json.loads(objects[0]["metadata"]["annotations"]["migslice.io/repartition"])
+    record["finished"] = {"a100-1": format_time(finished)}
+    objects[0]["metadata"]["annotations"]["migslice.io/repartition"] = json.dumps(record)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+
+    def cooling(*flags: str) -> list[tuple[str, str]]:
+        argv = ["status", "--cluster-file", str(path), "-o", "json", *flags]
+        held = json.loads(_run(capsys, *argv))["repartition"]["held"]
+        return [(h["node"], h["until"]) for h in held if h["why"] == "cooldown"]
+
+    assert cooling() == []
+    assert cooling("--carve-cooldown-s", "420") == [("a100-1", format_time(finished + 420))]
+    del objects[2]["metadata"]["labels"]["migslice.io/repartition-mode"]
+    path.write_text(yaml.safe_dump_all(objects))
+    assert cooling() == [("a100-1", format_time(finished + 600))]
+    assert cooling("--mode-default", "carve") == []
 
 
 def test_status_as_json_and_yaml_carries_every_value(
@@ -269,7 +330,7 @@ def test_status_of_one_namespace_keeps_its_tenant_and_waiting_pods(
 
 
 def test_status_document_matches_the_text() -> None:
-    report = build_status(_cluster(), cooldown_s=600)
+    report = build_status(_cluster(), settings=ControllerSettings())
     document = status_document(report)
     assert [p["name"] for p in document["pools"]] == [p.name for p in report.pools]
 
@@ -618,14 +679,14 @@ def test_a_pod_behind_the_admission_gate_waits_for_admission_and_holds_nothing()
     objects = representative_cluster()
     before = build_status(
         build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S)),
-        cooldown_s=600,
+        settings=ControllerSettings(),
     )
     gated = make_pod("gated-0", namespace="team-b", profile="3g.40gb")
     gated["spec"]["schedulingGates"] = [{"name": "migslice.io/admission"}]
     with_gated = [*objects, {"apiVersion": "v1", "kind": "Pod", **gated}]
     report = build_status(
         build_cluster(parse_cluster_objects(with_gated), StatusSettings(now_s=NOW_S)),
-        cooldown_s=600,
+        settings=ControllerSettings(),
     )
 
     def used(r: Any) -> Any:
@@ -646,7 +707,7 @@ def _gated_report(**condition: str) -> Any:
     objects = [*representative_cluster(), {"apiVersion": "v1", "kind": "Pod", **gated}]
     report = build_status(
         build_cluster(parse_cluster_objects(objects), StatusSettings(now_s=NOW_S)),
-        cooldown_s=600,
+        settings=ControllerSettings(),
     )
     (waiting,) = [w for w in report.waiting if w.key == "team-b/gated-0"]
     return waiting.error
@@ -697,7 +758,7 @@ def test_a_pod_held_by_another_controllers_scheduling_gate_is_not_called_placeab
     for raw, key in ((objects, "team-a/queued-0"), (ungated, "team-a/free-0")):
         report = build_status(
             build_cluster(parse_cluster_objects(raw), StatusSettings(now_s=NOW_S)),
-            cooldown_s=600,
+            settings=ControllerSettings(),
         )
         (waiting,) = [w for w in report.waiting if w.key == key]
         if key == "team-a/free-0":

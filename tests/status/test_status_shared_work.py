@@ -20,6 +20,7 @@ from migslice.objects import parse_cluster_objects, pod_facts_from_raw
 from migslice.objects.nodes import node_facts_from_raw
 from migslice.objects.pod_gpus import PodGpuMemo, read_pod_gpu, shape_problems
 from migslice.objects.pods import pod_key
+from migslice.repartition import ControllerSettings
 from migslice.status.cluster import StatusSettings, build_cluster
 from migslice.status.report import build_status, render_text, status_document
 from migslice.status.text import gpu_bar, wrapped
@@ -149,7 +150,7 @@ def test_a_line_is_wrapped_as_textwrap_wraps_it(text: str, width: int | None) ->
 def test_the_status_of_a_shaped_cluster_is_the_same_drawn_once_or_again() -> None:
     objects = parse_cluster_objects(shaped_cluster())
     cluster = build_cluster(objects, StatusSettings(now_s=NOW_S))
-    report = build_status(cluster, cooldown_s=600)
+    report = build_status(cluster, settings=ControllerSettings())
     drawn: dict[tuple[object, ...], str] = {}
     for pool in report.pools:
         for node in pool.nodes:
@@ -157,7 +158,9 @@ def test_the_status_of_a_shaped_cluster_is_the_same_drawn_once_or_again() -> Non
                 for short in (False, True):
                     alone = gpu_bar(gpu, 9, short=short)
                     assert gpu_bar(gpu, 9, short=short, drawn=drawn) == alone
-    again = build_status(build_cluster(objects, StatusSettings(now_s=NOW_S)), cooldown_s=600)
+    again = build_status(
+        build_cluster(objects, StatusSettings(now_s=NOW_S)), settings=ControllerSettings()
+    )
     assert render_text(again) == render_text(report)
     assert status_document(again) == status_document(report)
 
