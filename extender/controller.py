@@ -42,6 +42,7 @@ from migslice.names import (
     TOUCH_ANNOTATION,
 )
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+from migslice.objects.json import JsonObject
 from migslice.repartition import (
     FAILED,
     REASON_FAILED,
@@ -68,6 +69,7 @@ from migslice.repartition.modes import dra_exclusion
 from migslice.repartition.record import still_served
 from migslice.repartition.record.local_time import LocalTimes
 from migslice.scheduling import PreparedNode
+from migslice.scheduling.demand import PodDemand, demand_of, with_claims
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +176,10 @@ class RepartitionController:
 
     # -- one round ---------------------------------------------------------------------------------
 
+    def _demand(self, raw_pod: JsonObject) -> PodDemand:
+        """The pod's extended resources and its ResourceClaims' asks, from the caches."""
+        return with_claims(demand_of(raw_pod), raw_pod, self._index.claim, self._index.classes)
+
     def run_once(self) -> list[Step]:
         """One round; the steps performed (or, in dry-run mode, the one that would be)."""
         leader = self._elector.try_acquire_or_renew()
@@ -191,7 +197,10 @@ class RepartitionController:
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
         pending = pending_pods(raw_pods, when, self._settings.scheduler_name)
-        self.stats.pending, self.stats.pending_as_of = pending_by_profile(pending), now
+        # the gauges count pods asking through ResourceClaims too (no planner serves them:
+        # neither path re-shapes a DRA node's GPUs)
+        waiting = pending_pods(raw_pods, when, self._settings.scheduler_name, read=self._demand)
+        self.stats.pending, self.stats.pending_as_of = pending_by_profile(waiting), now
         file = read_config_map(self._api.read_config_map(), self._key)
         if file.record is not None:
             self._touch_served(file.record, raw_pods, now)

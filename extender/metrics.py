@@ -203,7 +203,8 @@ class _RepartitionCollector(Collector):
         pending = GaugeMetricFamily(
             "migslice_extender_pending_pods",
             "GPU pods of migslice-scheduler kube-scheduler marked Unschedulable, per MIG "
-            "profile (exported by the repartition leader only, from its last round).",
+            "profile they ask for as an extended resource or through a ResourceClaim "
+            "(exported by the repartition leader only, from its last round).",
             labels=("profile",),
         )
         oldest = GaugeMetricFamily(

@@ -15,7 +15,8 @@ from migslice.scheduling import UnitKind
 def pending_by_profile(pending: Sequence[PendingPod]) -> dict[str, tuple[int, float]]:
     """Per MIG profile: how many pods wait for it (``PodScheduled=False``, ``Unschedulable``,
     of migslice-scheduler) and the longest of their waits, in seconds. A pod asking for two
-    profiles counts under each."""
+    profiles counts under each, once per profile whether it asks as an extended resource or
+    through a ResourceClaim (the caller reads its demand with its claims' asks)."""
     found: dict[str, tuple[int, float]] = {}
     for pod in pending:
         profiles = {u.profile for u in pod.demand.units if u.kind is UnitKind.MIG and u.profile}

@@ -4,7 +4,7 @@ which of them a re-partition should serve, in the order both planners serve them
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from migslice.inventory import NodeState
@@ -38,9 +38,13 @@ def pending_pods(
     raw_pods: Iterable[JsonObject],
     now: datetime.datetime,
     scheduler_name: str = SCHEDULER_NAME,
+    *,
+    read: Callable[[JsonObject], PodDemand] = demand_of,
 ) -> list[PendingPod]:
     """Pods of ``scheduler_name`` with a MIG request, no node, and ``PodScheduled=False``
-    (``Unschedulable``); ``pending_s`` counts from that condition's last transition."""
+    (``Unschedulable``); ``pending_s`` counts from that condition's last transition.
+    ``read``: how a pod's demand is read (default its extended resources, what the planners
+    serve; :func:`migslice.scheduling.demand.with_claims` adds its ResourceClaims' asks)."""
     found: list[PendingPod] = []
     for raw in raw_pods:
         if bound_node_of(raw) is not None or scheduler_name_of(raw) != scheduler_name:
@@ -50,7 +54,7 @@ def pending_pods(
         since = unschedulable_since(raw)
         if since is None:
             continue
-        demand = demand_of(raw)
+        demand = read(raw)
         if not any(unit.kind == UnitKind.MIG for unit in demand.units):
             continue
         waited = max(0.0, (now - since).total_seconds())

@@ -23,7 +23,10 @@ from migslice.mig.migparted import mig_parted_entries, render_mig_parted
 from migslice.mig.stranding import FillerMix
 from migslice.names import QUARANTINE_ANNOTATION, QUARANTINE_LABEL
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+from migslice.objects.device_classes import device_class_facts_from_raw
+from migslice.objects.resource_claims import claim_facts_from_raw
 from migslice.repartition import RECORD_ANNOTATION, StepKind
+from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
 
 MODEL = CATALOG.get("A100-80GB")
 NOW = 1_750_000_000.0
@@ -478,6 +481,56 @@ def test_the_waits_exported_keep_growing_while_rounds_fail() -> None:
     assert 'migslice_repartition_open_step_age_seconds{mode="carve"} 0.0' in text  # none open
     # Unschedulable since 15:00:00; NOW is 15:06:40
     assert 'migslice_extender_pending_max_age_seconds{profile="3g.40gb"} 2400.0' in text
+
+
+def _unschedulable(pod: dict[str, Any], since: str) -> dict[str, Any]:
+    pod["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "lastTransitionTime": since,
+        }
+    ]
+    return pod
+
+
+def test_pods_asking_for_mig_through_claims_are_counted_pending_per_profile() -> None:
+    """A tenant's own claim, and the claim made from the template the webhook gives a sized
+    pod, ask for MIG as extended resources do: the pending gauges left their pods out, so the
+    pending alert never fired for a DRA tenant. The claim kube-scheduler makes for a pod's
+    extended resources counts once, with them."""
+    api = FakeApi()  # train: 3g.40gb as an extended resource, Unschedulable since 15:00:00
+    own = make_claim("own-claim", profile="3g.40gb", device_class="mig.nvidia.com")
+    sized = make_claim("sized-gpu-x7k2p", profile="1g.10gb", device_class="migslice-mig-1g.10gb")
+    served = make_claim("served-ext", profile="2g.20gb", extended_resource=True)
+    api.pods += [
+        _unschedulable(make_claim_pod("own", {"gpu": "own-claim"}), "2025-06-15T14:50:00Z"),
+        _unschedulable(
+            make_claim_pod("sized", {}, templates={"gpu": "sized-gpu-x7k2p"}),
+            "2025-06-15T15:05:00Z",
+        ),
+        _unschedulable(
+            make_claim_pod("ext", {}, mig={"2g.20gb": 1}, extended_claim="served-ext"),
+            "2025-06-15T15:06:00Z",
+        ),
+    ]
+    index = new_index()
+    index.replace_classes(
+        f for c in migslice_classes() if (f := device_class_facts_from_raw(c)) is not None
+    )
+    index.replace_claims(
+        f for c in (own, sized, served) if (f := claim_facts_from_raw(c)) is not None
+    )
+    ctl = controller(api, dry_run=True, index=index)
+    ctl.run_once()
+    text = scrape(ctl.stats)
+    # NOW is 15:06:40
+    assert 'migslice_extender_pending_pods{profile="3g.40gb"} 2.0' in text
+    assert 'migslice_extender_pending_max_age_seconds{profile="3g.40gb"} 1000.0' in text
+    assert 'migslice_extender_pending_pods{profile="1g.10gb"} 1.0' in text
+    assert 'migslice_extender_pending_max_age_seconds{profile="1g.10gb"} 100.0' in text
+    assert 'migslice_extender_pending_pods{profile="2g.20gb"} 1.0' in text
 
 
 def test_a_replica_that_stops_leading_exports_none_of_the_leaders_gauges() -> None:
