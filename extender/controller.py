@@ -65,6 +65,7 @@ from migslice.repartition import (
     render_record,
 )
 from migslice.repartition.carve.branch import stray_requests
+from migslice.repartition.migmanager.closing import roll_back
 from migslice.repartition.modes import dra_exclusion
 from migslice.repartition.record import still_served
 from migslice.repartition.record.local_time import LocalTimes
@@ -396,10 +397,7 @@ class RepartitionController:
                 continue  # NVIDIA's DRA driver owns it now: the round drops the roll back
             if file.names is not None and restore.config_name not in file.names:
                 continue
-            label = SetLabel(
-                restore.node, restore.config_name, mark_pending=False, replaces=restore.replaces
-            )
-            self._label(label)
+            self._label(roll_back(restore.node, restore.config_name, restore.replaces, facts))
 
     def _withdraw_strays(self, record: RepartitionRecord) -> None:
         """Carve requests the cached nodes carry that the record holds no asked, open step of

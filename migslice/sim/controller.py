@@ -148,7 +148,7 @@ class MigsliceController:
             self._carve(step)
             for label in step.labels:
                 node = cluster.by_name[label.node]
-                if not label.mark_pending:
+                if label.replaces is not None:  # a roll back: the label only, no simulated run
                     cluster.set_mig_state(node, label.config_name, node.mig_config_state)
                     continue
                 change = self.plans.pop(label.config_name)

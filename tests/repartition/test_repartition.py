@@ -378,6 +378,21 @@ def test_success_names_the_pods_it_served_in_the_record_for_any_leader_to_touch(
     assert later.record.served == ()
 
 
+def test_a_roll_back_on_a_node_where_no_mig_manager_runs_does_not_mark_it_pending() -> None:
+    """MIG Manager turned off on the node since the plan (label
+    nvidia.com/gpu.deploy.mig-manager=false): no run would end a ``pending`` the roll back
+    set, and the node would stay closed to pods with no plan left to notice."""
+    record = applied()
+    off = node(
+        config=config_of(record),
+        state="failed",
+        labels={"nvidia.com/gpu.deploy.mig-manager": "false"},
+    )
+    step = decide(record, [off], [], file_configs=set(FILE_CONFIGS), now=T0 + 60, settings=SETTINGS)
+    (label,) = step.labels
+    assert (label.config_name, label.mark_pending) == (ALL_1G, False)
+
+
 def test_a_record_without_served_pods_reads_as_nothing_to_touch() -> None:
     """A record an earlier version wrote has no ``served``: nothing to touch, and none written."""
     text = render_record(replace(applied(), finished=(("gpu-b", T0 - 60),)))
@@ -386,12 +401,16 @@ def test_a_record_without_served_pods_reads_as_nothing_to_touch() -> None:
 
 
 def test_failure_restores_the_previous_label_backs_off_and_warns() -> None:
+    """The roll back is a label change MIG Manager answers like any other: it sets ``pending``
+    in the same patch, as labelling for a plan does, so that the stale ``failed`` of the plan's
+    run does not open the node to pods (counted from allocatable) while MIG Manager sets the
+    previous config back."""
     record = applied()
     now = T0 + 60
     failed = node(config=config_of(record), state="failed")
     step = decide(record, [failed], [], file_configs=set(FILE_CONFIGS), now=now, settings=SETTINGS)
     (label,) = step.labels
-    assert (label.node, label.config_name, label.mark_pending) == ("gpu-a", ALL_1G, False)
+    assert (label.node, label.config_name, label.mark_pending) == ("gpu-a", ALL_1G, True)
     assert dict(step.record.backoff) == {"gpu-a": now + 1800}
     (event,) = step.events
     assert event.warning and event.reason == "MigRepartitionFailed"

@@ -286,6 +286,14 @@ def test_the_served_pods_are_touched_within_their_window_only() -> None:
     assert not any(line.startswith("touch") for line in api.log)
 
 
+ROLL_BACK = (
+    "label gpu-a [('nvidia.com/mig.config', 'all-1g.10gb'), "
+    "('nvidia.com/mig.config.state', 'pending')]"
+)
+"""The previous config set back, and ``pending`` with it in the same patch (as a plan's label):
+the node stays closed to pods until MIG Manager has applied it again."""
+
+
 def test_a_stuck_node_is_quarantined_on_the_node_counted_and_released_on_success() -> None:
     api = FakeApi()
     index = new_index()
@@ -300,7 +308,7 @@ def test_a_stuck_node_is_quarantined_on_the_node_counted_and_released_on_success
     loop.run_once()
     assert api.log[:4] == [
         "configmap config=True",
-        "label gpu-a [('nvidia.com/mig.config', 'all-1g.10gb')]",
+        ROLL_BACK,
         "quarantine gpu-a set",
         "event gpu-a MigRepartitionQuarantined",
     ]
@@ -356,7 +364,7 @@ def test_a_roll_back_the_api_server_refused_is_said_and_tried_again() -> None:
     assert api.node["metadata"]["labels"]["nvidia.com/mig.config"] == ours
     api.log.clear()
     loop.run_once()  # the next round sets it back
-    assert api.log[0] == "label gpu-a [('nvidia.com/mig.config', 'all-1g.10gb')]"
+    assert api.log[0] == ROLL_BACK
     index.replace_nodes([node_facts_from_raw(api.node)])
     api.log.clear()
     loop.run_once()
@@ -398,7 +406,7 @@ def test_a_refused_roll_back_is_tried_again_by_the_next_leader() -> None:
     api.log.clear()
     successor = controller(api, index=index)  # another replica takes the Lease
     successor.run_once()
-    assert api.log[0] == "label gpu-a [('nvidia.com/mig.config', 'all-1g.10gb')]"
+    assert api.log[0] == ROLL_BACK
     index.replace_nodes([node_facts_from_raw(api.node)])
     successor.run_once()  # seen done: dropped from the record
     record = json.loads(api.config_map["metadata"]["annotations"]["migslice.io/repartition"])

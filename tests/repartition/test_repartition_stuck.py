@@ -118,7 +118,7 @@ def test_past_the_deadline_a_node_is_quarantined_loudly_and_leaves_the_budget() 
     assert (entry.node, entry.config_name, entry.since) == ("gpu-a", ours, T0 + 602)
     assert timeout.record.backoff == ()
     (label,) = timeout.labels
-    assert (label.config_name, label.mark_pending) == (ALL_1G, False)
+    assert (label.config_name, label.mark_pending) == (ALL_1G, True)
     (mark,) = timeout.marks
     assert mark.node == "gpu-a" and mark.note is not None
     note = json.loads(mark.note)

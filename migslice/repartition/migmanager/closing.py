@@ -1,10 +1,10 @@
 """How a node of an applied plan ends, and what its end asks for (``migslice.repartition.decide``).
 
 ``success`` on the plan's config starts the node's cooldown and records the pods it served
-(``served``, touched by the shell); ``failed`` restores the previous
-config's label and backs the node off; a label someone else set or removed (``superseded``)
-backs the node off too, with a ``MigRepartitionSuperseded`` Event; not ``success`` within the
-deadline (``timeout``) restores the label too and quarantines the node
+(``served``, touched by the shell); ``failed`` restores the previous config's label (with
+``pending``, :func:`roll_back`) and backs the node off; a label someone else set or removed
+(``superseded``) backs the node off too, with a ``MigRepartitionSuperseded`` Event; not
+``success`` within the deadline (``timeout``) restores the label too and quarantines the node
 (``migslice.repartition.migmanager.quarantine``): the record keeps it, the Node gets its label
 and annotation, a Warning Event says so.
 """
@@ -22,6 +22,7 @@ from migslice.names import (
     MIG_STATE_PENDING,
     MIG_STATE_SUCCESS,
 )
+from migslice.objects.nodes import NodeFacts
 from migslice.objects.times import format_time
 from migslice.repartition.actions import (
     REASON_FAILED,
@@ -38,7 +39,7 @@ from migslice.repartition.migmanager.quarantine import (
     quarantine_message,
     quarantine_note,
 )
-from migslice.repartition.modes import dra_exclusion
+from migslice.repartition.modes import dra_exclusion, mig_manager_absence
 from migslice.repartition.record import (
     ABORTED,
     FAILED,
@@ -170,9 +171,8 @@ def _restore(
     if previous is not None and dra is not None:
         return f"label left at {step.config_name}: {dra.message}"
     if previous is not None and previous in file_configs:
-        closing.labels.append(
-            SetLabel(step.node, previous, mark_pending=False, replaces=step.config_name)
-        )
+        facts = None if state is None else state.facts
+        closing.labels.append(roll_back(step.node, previous, step.config_name, facts))
         # in the record written before the patch: a refused patch, or a leader gone before
         # it, is tried again by whichever replica leads (the shell, each round)
         closing.restores[step.node] = Restore(step.node, previous, step.config_name)
@@ -180,3 +180,14 @@ def _restore(
     if previous is None:
         return "there was no previous config; label left"
     return f"previous config {previous} is not in the file; label left"
+
+
+def roll_back(node: str, config: str, replaces: str, facts: NodeFacts | None) -> SetLabel:
+    """The label that sets ``config`` back on ``node`` in place of the plan's ``replaces``,
+    with ``pending`` in the same patch as a plan's label: MIG Manager answers a roll back as
+    any label change, and the ``failed`` (or ``pending``) its run on the plan's config left
+    must not open the node to pods while it sets the previous config back. Not where no MIG
+    Manager runs (:func:`~migslice.repartition.modes.mig_manager_absence`): no run would end
+    that ``pending``, and no open plan would notice it."""
+    absent = facts is not None and mig_manager_absence(facts) is not None
+    return SetLabel(node, config, mark_pending=not absent, replaces=replaces)
