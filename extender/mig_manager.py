@@ -10,7 +10,10 @@ the metric ``migslice_repartition_mig_manager_config_mismatch`` is 1, the reason
 once and a Warning Event (``MigManagerConfigMismatch``) is recorded on the ClusterPolicy once
 (not in dry-run mode, which writes nothing). Without the GPU Operator (no ClusterPolicy CRD,
 or no ClusterPolicy: MIG Manager installed on its own) nothing can be checked: the controller
-goes on, and says so once.
+goes on, and says so once. A read that says neither (a 5xx, a 429, no connection, or a 404
+while the API server's discovery still lists ClusterPolicies, as one restarting answers) is
+no answer: the round keeps the last one (plans or stops as the last read said), or, before
+any, does not plan; it is logged, and no Event is recorded.
 
 Port: :class:`ClusterPolicyApi` (``migslice.kube.gpu_operator.KubeClusterPolicyApi``).
 """
@@ -21,7 +24,7 @@ import logging
 from typing import Any, Protocol
 
 from extender.state import RepartitionStats
-from migslice.kube.gpu_operator import GpuOperatorUnreadableError
+from migslice.kube.gpu_operator import GpuOperatorUnknownError, GpuOperatorUnreadableError
 from migslice.objects.cluster_policy import (
     active_cluster_policy,
     disabled_mig_manager,
@@ -60,8 +63,24 @@ class MigManagerGuard:
         self._dry_run = dry_run
         self._said = ""
         self._warned: set[tuple[str, str]] = set()  # (ClusterPolicy uid, message)
+        self._last: bool | None = None  # the last answer a read gave; None before any
 
     def allows_planning(self) -> bool:
+        try:
+            allowed = self._judge()
+        except GpuOperatorUnknownError as error:
+            if self._last is None:
+                then = "not re-partitioning until they are read"
+            elif self._last:
+                then = "re-partitioning, as the last read said"
+            else:
+                then = "not re-partitioning, as the last read said"
+            self._say(f"ClusterPolicies not read this round ({error}); {then}", logging.WARNING)
+            return bool(self._last)
+        self._last = allowed
+        return allowed
+
+    def _judge(self) -> bool:
         where = f"{self._namespace}/{self._name}" if self._namespace else self._name
         try:
             raw_policies = self._api.list_cluster_policies()

@@ -17,7 +17,11 @@ from extender.metrics import ExtenderMetrics
 from extender.mig_manager import EVENT_REASON, MigManagerGuard
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import ExtenderState, RepartitionStats, new_index
-from migslice.kube.gpu_operator import GpuOperatorUnreadableError, KubeClusterPolicyApi
+from migslice.kube.gpu_operator import (
+    GpuOperatorUnknownError,
+    GpuOperatorUnreadableError,
+    KubeClusterPolicyApi,
+)
 from migslice.objects.cluster_policy import active_cluster_policy, cluster_policy_facts
 from tests.doctor_cluster import patched_cluster_policy, sample_cluster_policy
 from tests.local_api import Request, local_api
@@ -111,6 +115,64 @@ def test_without_a_cluster_policy_to_read_it_plans_and_says_so_once(
     assert not stats.mig_manager_config_mismatch
 
 
+RESTARTING = GpuOperatorUnknownError(
+    "HTTP 404: the server could not find the requested resource, while discovery lists "
+    "clusterpolicies.nvidia.com/v1"
+)
+
+
+def test_a_cluster_policy_read_that_may_pass_keeps_the_last_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An API server restarting answers 404 for a CRD's objects before it serves the CRD
+    again: read as "no GPU Operator", the round planned into the ConfigMap MIG Manager does
+    not read, which the ClusterPolicy had stopped the round before."""
+    api = FakeClusterPolicies([sample_cluster_policy()])
+    check, stats = guard(api)
+    assert not check.allows_planning()  # MIG Manager reads another ConfigMap
+    caplog.clear()
+    api.policies = RESTARTING
+    with caplog.at_level(logging.INFO, logger="extender.mig_manager"):
+        assert not check.allows_planning()
+    assert stats.mig_manager_config_mismatch
+    (record,) = caplog.records
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith(
+        "ClusterPolicies not read this round (HTTP 404: the server could not find the "
+        "requested resource, while discovery lists clusterpolicies.nvidia.com/v1); "
+        "not re-partitioning, as the last read said"
+    )
+    api.policies = [patched_cluster_policy()]
+    assert check.allows_planning()
+    api.policies = GpuOperatorUnknownError("HTTP 503: etcdserver: leader changed")
+    assert check.allows_planning()  # as the last read said
+    assert len(api.warnings) == 1  # the unknown rounds recorded no Event
+
+
+def test_a_cluster_policy_read_that_may_pass_before_any_answer_skips_planning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    check, stats = guard(FakeClusterPolicies(RESTARTING))
+    with caplog.at_level(logging.INFO, logger="extender.mig_manager"):
+        assert not check.allows_planning()
+    (record,) = caplog.records
+    assert record.levelname == "WARNING"
+    assert "not re-partitioning until they are read" in record.getMessage()
+    assert not stats.mig_manager_config_mismatch
+
+
+def test_a_round_whose_cluster_policy_read_may_pass_writes_nothing() -> None:
+    api = FakeApi()
+    settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True))
+    stats = RepartitionStats()
+    check = MigManagerGuard(FakeClusterPolicies(RESTARTING), CONFIG_MAP, stats=stats)
+    ctl = RepartitionController(
+        api, Elector(), new_index(), settings, stats, clock=lambda: NOW, guard=check
+    )
+    assert ctl.run_once() == []
+    assert api.log == [] and stats.errors == 0
+
+
 def test_a_blocked_round_writes_nothing_and_metrics_say_why() -> None:
     api = FakeApi()
     settings = ExtenderSettings(repartition=RepartitionSettings(enabled=True))
@@ -143,23 +205,87 @@ def test_the_oldest_cluster_policy_is_the_one_the_operator_acts_on() -> None:
 # -- the API calls --------------------------------------------------------------------------------
 
 
+DISCOVERY = {
+    "kind": "APIResourceList",
+    "apiVersion": "v1",
+    "groupVersion": "nvidia.com/v1",
+    "resources": [
+        {
+            "name": "clusterpolicies",
+            "singularName": "clusterpolicy",
+            "namespaced": False,
+            "kind": "ClusterPolicy",
+            "verbs": ["delete", "deletecollection", "get", "list", "patch", "create", "update"],
+            "storageVersionHash": "Uf4o3uUcf0k=",
+        },
+        {
+            "name": "clusterpolicies/status",
+            "singularName": "",
+            "namespaced": False,
+            "kind": "ClusterPolicy",
+            "verbs": ["get", "patch", "update"],
+        },
+    ],
+}
+
+
+def _status(code: int) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": "no",
+        "code": code,
+    }
+
+
 def test_cluster_policies_are_listed_and_a_missing_crd_or_403_told_apart() -> None:
-    answers = {"code": 200}
+    answers: dict[str, Any] = {"code": 200, "discovery": 404}
 
     def answer(request: Request) -> tuple[int, Any]:
+        if request.path == "/apis/nvidia.com/v1":
+            code = answers["discovery"]
+            return (200, DISCOVERY) if code == 200 else (code, _status(code))
         assert request.path == "/apis/nvidia.com/v1/clusterpolicies"
         if answers["code"] != 200:
-            return answers["code"], {"kind": "Status", "message": "no", "code": answers["code"]}
+            return answers["code"], _status(answers["code"])
         return 200, {"kind": "ClusterPolicyList", "items": [sample_cluster_policy()]}
 
     with local_api(answer) as transport:
         api = KubeClusterPolicyApi(transport, "migslice-repartition")
         listed = api.list_cluster_policies()
         assert listed is not None and listed[0]["metadata"]["name"] == "cluster-policy"
-        answers["code"] = 404
+        answers["code"] = 404  # and discovery serves no nvidia.com/v1: no CRD
         assert api.list_cluster_policies() is None
         answers["code"] = 403
         with pytest.raises(GpuOperatorUnreadableError):
+            api.list_cluster_policies()
+
+
+@pytest.mark.parametrize(
+    ("code", "discovery", "said"),
+    [
+        (404, 200, "while discovery lists clusterpolicies.nvidia.com/v1"),
+        (404, 503, "discovery of nvidia.com/v1 unread: HTTP 503"),
+        (503, 404, "HTTP 503"),
+        (429, 404, "HTTP 429"),
+    ],
+    ids=["404-listed", "404-discovery-failing", "unavailable", "throttled"],
+)
+def test_a_cluster_policy_read_that_may_pass_is_neither_there_nor_absent(
+    code: int, discovery: int, said: str
+) -> None:
+    """An API server restarting serves a CRD's objects (404) before its discovery stops
+    listing them; a 5xx or a 429 passes too: none says the GPU Operator is not there."""
+
+    def answer(request: Request) -> tuple[int, Any]:
+        if request.path == "/apis/nvidia.com/v1":
+            return (200, DISCOVERY) if discovery == 200 else (discovery, _status(discovery))
+        return code, _status(code)
+
+    with local_api(answer) as transport:
+        api = KubeClusterPolicyApi(transport, "migslice-repartition")
+        with pytest.raises(GpuOperatorUnknownError, match=said):
             api.list_cluster_policies()
 
 
