@@ -74,10 +74,10 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     reserve = ReserveStats()
     index = new_index(guard if settings.dra_steer else None)
     caches = start_caches(transport, settings, index)
-    controller = None
+    controller = elector = None
     if settings.repartition.enabled:
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        controller = start_repartition(
+        controller, elector = start_repartition(
             transport,
             index,
             settings,
@@ -88,7 +88,11 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 
     stats = None if controller is None else controller.stats
     steer = clearing = None
-    may_write: Callable[[], bool] = (lambda: True) if stats is None else (lambda: stats.is_leader)
+    # The holder of the repartition Lease writes, for as long as its last renewal holds it
+    # (not until its next round comes back: another replica may have taken it by then).
+    may_write: Callable[[], bool] = (
+        (lambda: True) if elector is None else (lambda: elector.is_leader)
+    )
     lease = None
     if settings.dra_steer and any(cache.name == TAINT_RULES for cache in caches):
         if stats is None and settings.dra_steer_lease:
@@ -179,7 +183,8 @@ class SteerLease:
             log.warning("DRA steer lease not renewed (%s); not writing rules", error)
 
     def is_leader(self) -> bool:
-        return self._leader
+        """Whether this replica writes: it holds the Lease, renewed less than a duration ago."""
+        return self._leader and self._elector.is_leader
 
     def stop(self) -> None:
         self._loop.stop()
@@ -209,9 +214,10 @@ def start_repartition(
     *,
     identity: str,
     blindness: Callable[[], list[str]] = list,
-) -> RepartitionController:
+) -> tuple[RepartitionController, LeaderElector]:
     """Build the controller over the Kubernetes API and start its thread; it decides nothing
-    while ``blindness`` names a problem (a cache not synced or not following the API)."""
+    while ``blindness`` names a problem (a cache not synced or not following the API). With
+    it, its Lease's elector (whether this replica holds the Lease now)."""
     from migslice.kube import KubeRepartitionApi, LeaderElector
     from migslice.kube.gpu_operator import KubeClusterPolicyApi
     from migslice.kube.repartition import COMPONENT
@@ -245,4 +251,4 @@ def start_repartition(
         options.dry_run,
         options.interval_s,
     )
-    return controller
+    return controller, elector

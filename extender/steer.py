@@ -362,6 +362,8 @@ class SteerLoop:
         deleted = created = failed = 0
         last = ""
         for rule in sorted(deletes):
+            if not self._may_write():
+                return self._lost_lease(deleted, created, failed)
             if not self._due(rule, now):
                 edited.discard(rule)  # still there: not created again this round
                 continue
@@ -376,6 +378,8 @@ class SteerLoop:
         for rule in sorted(set(wanted) - (set(present) - edited)):
             if not self._due(rule, now):
                 continue
+            if not self._may_write():
+                return self._lost_lease(deleted, created, failed)
             w = wanted[rule]
             try:
                 if self._api.create_rule(steer_rule(w.pool, w.device, w.profile)):
@@ -404,6 +408,18 @@ class SteerLoop:
                 created,
                 len(wanted),
             )
+        return (deleted, created)
+
+    def _lost_lease(self, deleted: int, created: int, failed: int) -> tuple[int, int]:
+        """Stop a round whose writer lost the Lease between two writes (a round may write
+        thousands of rules, another replica writes from now on); the next round it leads
+        starts from every node."""
+        log.info("DRA steer: Lease lost during a round; %d deleted, %d created", deleted, created)
+        self.stats.created += created
+        self.stats.deleted += deleted
+        self.stats.failures += failed
+        with self._lock:
+            self._dirty = None
         return (deleted, created)
 
     def _due(self, rule: str, now: float) -> bool:

@@ -9,6 +9,9 @@ A candidate takes the Lease when it does not exist, when it has no holder, or wh
 has not changed for ``lease_duration_s`` as measured by this process's own clock (the
 holder's ``renewTime`` is not compared with our clock: clocks differ). Every write carries the
 ``resourceVersion`` it read, so two candidates cannot both win (409 Conflict: not leader).
+The holder is the leader (:attr:`LeaderElector.is_leader`) for ``lease_duration_s`` from the
+start of its last successful round, no longer: another candidate may take the Lease one
+duration after it saw that renewal, whether or not the holder's next round has come back.
 """
 
 from __future__ import annotations
@@ -47,10 +50,19 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._leader = False
+        self._held_until = 0.0
 
     @property
     def is_leader(self) -> bool:
-        return self._leader
+        """Whether this candidate holds the Lease now: its last round took or renewed it, less
+        than ``lease_duration_s`` ago as counted from that round's start (a renewal that has
+        not come back by then may have been overtaken)."""
+        return self._leader and self._clock() < self._held_until
+
+    @property
+    def _written_s(self) -> int:
+        """The ``leaseDurationSeconds`` this candidate writes (whole seconds, at least 1)."""
+        return max(1, round(self._duration_s))
 
     @property
     def _path(self) -> str:
@@ -59,8 +71,11 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         """Take or keep the Lease; False (not leader) on any API error."""
         was = self._leader
+        started = self._clock()
         try:
             self._leader = self._round()
+            if self._leader:  # as long as another candidate waits: the duration written
+                self._held_until = started + min(self._duration_s, self._written_s)
         except ApiError as error:
             log.warning(
                 "lease=%s/%s round failed (%s); acting as follower until the next round",
@@ -126,7 +141,7 @@ class LeaderElector:
     def _spec(self, now_s: float, acquired_s: float | None, transitions: int) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, round(self._duration_s)),
+            "leaseDurationSeconds": self._written_s,
             "renewTime": format_micro_time(now_s),
             "leaseTransitions": transitions,
         }

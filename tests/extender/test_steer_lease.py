@@ -47,3 +47,33 @@ def test_one_replica_writes_and_another_takes_over_when_it_stops() -> None:
         finally:
             a.stop()
             b.stop()
+
+
+def test_a_replica_whose_renewal_does_not_come_back_stops_writing_within_the_lease() -> None:
+    """The steer asks ``is_leader`` before it writes. Before, a replica whose renewal hung
+    (renewed every quarter of the Lease, each call allowed 60 s) answered yes until the call
+    came back, while another replica took the Lease one duration after its last renewal."""
+    objects = ObjectStore()
+    now = [0.0]
+
+    def answer(request: Request) -> tuple[int, object]:
+        return objects.handle(request.method, request.path, request.query, request.body)
+
+    with local_api(answer) as transport:
+        elector = LeaderElector(
+            transport,
+            "migslice-system",
+            "migslice-dra-steer",
+            "a",
+            lease_duration_s=60,
+            clock=lambda: now[0],
+        )
+        lease = SteerLease(elector, renew_s=3600)  # its next renewal does not come back
+        try:
+            assert lease.is_leader()
+            now[0] = 59.0
+            assert lease.is_leader()
+            now[0] = 60.0
+            assert not lease.is_leader()
+        finally:
+            lease.stop()

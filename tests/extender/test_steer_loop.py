@@ -421,6 +421,27 @@ def test_a_replica_that_stops_writing_exports_none_of_the_writers_gauges() -> No
         assert f"migslice_dra_steer_{kept} 0.0" in text.decode()
 
 
+def test_a_writer_that_loses_the_lease_in_a_round_writes_no_more_of_it() -> None:
+    """The Lease was asked once a round, before its writes: a round of many writes (the first
+    at 1,000 nodes: thousands of calls, each up to 60 s against an API server that sheds
+    load) went on writing after the Lease had passed to another replica."""
+    writer = [True]
+
+    class LosesTheLease(RulesApi):
+        def create_rule(self, body: Any) -> bool:
+            writer[0] = False  # the Lease expires while this write is under way
+            return super().create_rule(body)
+
+    index = _index()
+    api = LosesTheLease(index)
+    loop = _loop(index, api, may_write=lambda: writer[0])
+    assert loop.round() == (0, 1)
+    assert len(api.writes) == 1
+    writer[0] = True  # the Lease again: the rest are written
+    loop.round()
+    assert len(api.rules) > 1
+
+
 def test_a_follower_runs_on_the_clock_not_in_a_busy_loop() -> None:
     """Measured before: a follower's round marked every node changed through the listener,
     whose wake ran the next round 20 ms later: 74 rounds in 2 s (4 for the leader), each

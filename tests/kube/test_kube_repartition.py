@@ -252,6 +252,26 @@ def test_the_first_candidate_creates_the_lease_and_the_second_waits_for_it_to_ex
     assert not a.try_acquire_or_renew()
 
 
+def test_a_leader_that_has_not_renewed_for_a_lease_duration_is_leader_no_more(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    """A renewal that hangs (an API server that does not answer within its read timeout, a
+    round that runs long) kept ``is_leader`` true: another candidate takes the Lease one
+    duration after it saw the last renewal, and both acted as the leader (the steer's rules
+    written by two replicas) until the hung call returned, up to a minute later."""
+    _, transport = store
+    clock = Clock()
+    a, b = elector(transport, "a", clock), elector(transport, "b", clock)
+    assert a.try_acquire_or_renew() and a.is_leader
+    assert not b.try_acquire_or_renew()
+    clock.now += 14
+    assert a.is_leader  # renewed 14 s ago: nobody else may take it yet
+    clock.now += 1  # 15 s: b may take it now, so a may no longer act as its holder
+    assert not a.is_leader
+    assert b.try_acquire_or_renew() and b.is_leader
+    assert not a.try_acquire_or_renew() and not a.is_leader
+
+
 def test_a_released_lease_is_taken_at_once(
     store: tuple[ObjectStore, KubernetesTransport],
 ) -> None:
