@@ -6,7 +6,9 @@ Each round (every ``interval_s``, and 20 ms after any change): the nodes whose s
 since the last round (all, the first time and every ``resync_s``) get their steer again from the
 extender's index; every ``lift_interval_s`` the pending pods are listed, and a profile whose
 steer keeps a pod of several devices (or of one pinned to a GPU) off a node where it would fit
-is lifted there. Then the rules that are no longer wanted are deleted first, and the missing
+is lifted there; so, on every node, are the profiles a pod's claims may take where migslice leaves
+them to kube-scheduler (:func:`migslice.scheduling.demand.left_to_scheduler`) and it has found
+no node for the pod. Then the rules that are no longer wanted are deleted first, and the missing
 ones created (a window between the two has fewer taints, never more). A follower, a blind
 cache or a failed write changes nothing else: a stale steer costs packing, never an allocation
 (``NoSchedule`` keeps only new claims off; claims already allocated keep their devices).
@@ -34,10 +36,11 @@ from migslice.kube.transport import KubeError
 from migslice.mig.stranding import NO_MIX, FillerMix, complete_rule, strand_guard
 from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
 from migslice.objects.dra_pool import DraMode
+from migslice.objects.pods import unschedulable_since
 from migslice.scheduling import PreparedNode, demand_of
-from migslice.scheduling.demand import with_claims
+from migslice.scheduling.demand import left_to_scheduler, with_claims
 from migslice.scheduling.dra_placement import dra_requests
-from migslice.scheduling.dra_steer import Steer, lifted, steer_of
+from migslice.scheduling.dra_steer import Steer, lifted, steer_of, steered_profiles
 
 log = logging.getLogger(__name__)
 
@@ -434,6 +437,7 @@ class SteerLoop:
 
     def _review_lifts(self) -> None:
         demands = []
+        left: set[str] | None = set()  # None: every profile
         for raw in self._api.list_pending_pods():
             # Claims or extended resources alike: a pod asking nvidia.com/mig-<profile> is
             # served on a DRA node through its class's extendedResourceName (KEP-5004).
@@ -441,18 +445,26 @@ class SteerLoop:
             several = sum(unit.count for unit in demand.units) >= 2
             if several or any(unit.select is not None for unit in demand.units):
                 demands.append(demand)
+            elif left is not None and unschedulable_since(raw) is not None:
+                # Claims left to kube-scheduler (not read, not predicted, or tolerating taints):
+                # whether the steer keeps them off cannot be told, so once kube-scheduler has
+                # found no node for the pod, the profiles they may take are not steered.
+                asked = left_to_scheduler(raw, self._index.claim, self._index.classes)
+                left = None if asked is None else left | asked
         lift: dict[str, frozenset[str]] = {}
-        if demands:
+        if demands or left is None or left:
             for name in self._index.node_names():
                 state = self._dynamic_state(name)
                 if state is None:
                     continue
                 assert state.dra is not None and state.dra.use is not None
                 requests = [r for d in demands if (r := dra_requests(state, d.units))]
-                if not requests:
+                if not requests and left == set():
                     continue
                 steer, _ = self._steer_of(name, state, frozenset())
                 found = lifted(state.dra.pool, state.dra.use, steer, requests)
+                steered = steered_profiles(state.dra.pool, steer)
+                found |= steered if left is None else steered & left
                 if found:
                     lift[name] = found
         changed = set(lift) ^ set(self._lift) | {n for n in lift if self._lift.get(n) != lift[n]}

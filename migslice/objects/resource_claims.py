@@ -277,6 +277,34 @@ def gpu_asks(claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]) -> GpuA
     return GpuAsks(tuple(asks), tuple(unread))
 
 
+def profiles_asked(
+    claim: ClaimFacts, classes: Mapping[str, DeviceClassFacts]
+) -> frozenset[str] | None:
+    """The MIG profiles the claim's requests may be given, read by :func:`gpu_asks` or not:
+    each request's (each ``firstAvailable`` sub-request's) class and selectors together, where
+    they name one profile; None where a request may be given a MIG device of any profile (it
+    names none, or selects by what migslice does not read). Whole GPUs, another driver's
+    devices, a class not known (nothing is allocated from it), selectors that contradict
+    and ``allocationMode: All`` (docs/dra.md, "Cost, and the cap") add none."""
+    found: set[str] = set()
+    for request in claim.requests:
+        if request.unread.startswith("allocationMode"):
+            continue
+        for device_class, selection in request.alternatives or (
+            (request.device_class, request.selection),
+        ):
+            known = classes.get(device_class)
+            if known is None:
+                continue
+            both = known.selection.both(selection)
+            if not is_nvidia_gpu(both) or both.conflict or both.device_type == DeviceKind.GPU:
+                continue
+            if both.profile is None:
+                return None
+            found.add(both.profile)
+    return frozenset(found)
+
+
 def is_nvidia_gpu(selection: DeviceSelection) -> bool:
     """Whether a class's and a request's selection, together, are of NVIDIA's driver."""
     if selection.driver is not None:

@@ -18,7 +18,7 @@ from migslice.objects.device_classes import DeviceClassFacts
 from migslice.objects.json import JsonObject
 from migslice.objects.pod_gpus import read_pod_gpu
 from migslice.objects.pods import has_resource_claims, pod_claims, pod_key, product_constraint
-from migslice.objects.resource_claims import ClaimFacts, gpu_asks
+from migslice.objects.resource_claims import ClaimFacts, gpu_asks, profiles_asked
 from migslice.objects.resource_slices import DeviceKind
 from migslice.scheduling import reasons
 
@@ -143,6 +143,46 @@ def with_claims(
         return demand
     merged = sorted((*demand.units, *units.values()), key=lambda u: (u.resource, u.claim))
     return replace(demand, units=tuple(merged), products=products)
+
+
+def left_to_scheduler(
+    raw_pod: JsonObject,
+    claim_of: Callable[[str], ClaimFacts | None],
+    classes: Mapping[str, DeviceClassFacts],
+) -> frozenset[str] | None:
+    """The MIG profiles the pod's claims may be given when :func:`with_claims` leaves them to
+    kube-scheduler (a claim migslice cannot read or predict, or one that tolerates taints);
+    empty when it leaves none (every claim read, allocated or not seen yet), None when they
+    may be given a MIG device of any profile (:func:`profiles_asked`)."""
+    if not has_resource_claims(raw_pod):
+        return frozenset()
+    found = pod_claims(raw_pod)
+    if found.waiting:
+        return frozenset()
+    pending = []
+    left = False
+    for key in found.keys:
+        claim = claim_of(key)
+        if claim is None:
+            return frozenset()
+        if claim.allocated or claim.extended_resource:
+            continue
+        pending.append(claim)
+        asks = gpu_asks(claim, classes)
+        left = (
+            left
+            or bool(asks.unread)
+            or any(ask.tolerates or wanted_of(ask) is None for ask in asks.asks)
+        )
+    if not left:
+        return frozenset()
+    profiles: set[str] = set()
+    for claim in pending:
+        asked = profiles_asked(claim, classes)
+        if asked is None:
+            return None
+        profiles |= asked
+    return frozenset(profiles)
 
 
 def _pins(wanted: Wanted) -> tuple[str | None, str | None, int]:

@@ -150,6 +150,16 @@ def lifted(
     return frozenset(found)
 
 
+def steered_profiles(pool: DraPool, steer: Steer) -> frozenset[str]:
+    """The MIG profiles some of whose devices ``steer`` taints on the pool."""
+    return frozenset(
+        device.profile
+        for gpu in pool.gpus
+        for device in gpu.devices
+        if device.profile and device.name(gpu.minor) in steer.taints
+    )
+
+
 def _pinned(wanted: Wanted) -> bool:
     """Whether ``wanted`` narrows the devices to one GPU or placement (not only a profile)."""
     return bool(wanted.gpu_uuid or wanted.pci_bus_id or wanted.slices)

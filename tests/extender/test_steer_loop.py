@@ -564,3 +564,118 @@ def test_a_pending_pod_of_one_device_pinned_to_a_gpu_lifts_the_steer_that_keeps_
     api.pending = []
     loop.round()
     assert all(name in api.rules for name in gpu0_1g)
+
+
+def _unschedulable(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as kube-scheduler leaves it after a try that found no node."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "lastTransitionTime": "2026-12-07T10:00:00Z",
+    }
+    return {**pod, "status": {**pod["status"], "conditions": [condition]}}
+
+
+def _eight_gpus_gpu3_in_use(claim: dict[str, Any]) -> ClusterIndex[PreparedNode]:
+    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
+    index.load_objects(
+        ClusterObjects(
+            nodes=(make_dra_node(EIGHT),),
+            resource_slices=tuple(fixture_slices("a100-80gb-dynamicmig-8gpu-resourceslices.json")),
+            resource_claims=(
+                make_claim("held", allocated=[(EIGHT, "gpu-3-mig-4g40gb-5-0")]),
+                claim,
+            ),
+            device_classes=tuple(migslice_classes()),
+        )
+    )
+    return index
+
+
+EIGHT = "gpu-node-a100-8"
+GPU0 = "GPU-4a1f7c2e-9b3d-1e5f-a0c4-7d2e6f810000"
+
+
+def test_a_pod_whose_claim_migslice_cannot_read_is_not_kept_off_for_good() -> None:
+    """A claim left to kube-scheduler (a selector migslice does not read: a list of GPUs, a
+    NUMA node; a request with tolerations; firstAvailable) was never part of the lift review:
+    a 1g claim that may take only GPU 0's devices waited for as long as the steer preferred
+    GPU 3 and tainted every 1g device before it, though GPU 0 was idle. Once kube-scheduler
+    has found no node for it, the steer of the profiles it may be given is lifted."""
+    expression = (
+        "device.attributes['gpu.nvidia.com'].profile == '1g.10gb' && "
+        f"device.attributes['gpu.nvidia.com'].parentUUID in ['{GPU0}']"
+    )
+    listed = make_claim(
+        "listed",
+        requests=[
+            {
+                "name": "mig",
+                "exactly": {
+                    "deviceClassName": "mig.nvidia.com",
+                    "allocationMode": "ExactCount",
+                    "count": 1,
+                    "selectors": [{"cel": {"expression": expression}}],
+                },
+            }
+        ],
+    )
+    index = _eight_gpus_gpu3_in_use(listed)
+    api = RulesApi(index)
+    loop = _loop(index, api, lift_interval_s=0.0)
+    loop.round()
+    gpu0_1g = [steer_rule_name(EIGHT, f"gpu-0-mig-1g10gb-19-{s}") for s in range(7)]
+    assert all(name in api.rules for name in gpu0_1g)
+    pod = make_claim_pod("waits", {"gpu": "listed"})
+    api.pending = [pod]  # not tried yet: the steer may well serve it
+    loop.round()
+    assert all(name in api.rules for name in gpu0_1g)
+    api.pending = [_unschedulable(pod)]
+    loop.round()
+    assert not any("1g10gb-19-" in name for name in api.rules)
+    assert any("2g20gb" in name for name in api.rules)  # other profiles keep their steer
+    api.pending = []
+    loop.round()
+    assert all(name in api.rules for name in gpu0_1g)
+
+
+def test_a_pod_of_two_1g_devices_whose_claim_tolerates_another_taint_is_lifted_for() -> None:
+    """A request with tolerations is left to kube-scheduler (the allocator may give it a
+    device tainted by what it tolerates), and so was left out of the lift review: two 1g
+    devices that tolerate an admin's maintenance taint, not the steer's, found one untainted
+    1g device on the idle A100 and waited there for good."""
+    tolerant = make_claim("tolerant", count=2)
+    tolerant["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    index = _index([tolerant])
+    api = RulesApi(index)
+    loop = _loop(index, api, lift_interval_s=0.0)
+    loop.round()
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+    api.pending = [_unschedulable(make_claim_pod("waits", {"gpu": "tolerant"}))]
+    loop.round()
+    assert not any("1g10gb-19" in name for name in api.rules)
+
+
+def test_a_first_available_claim_lifts_the_profiles_of_its_sub_requests_alone() -> None:
+    """``firstAvailable`` is left to kube-scheduler: two 1g.10gb devices, else one 2g.20gb.
+    On the idle A100 the steer leaves one 1g device and the 2g at 4 open, so the claim would
+    take the 2g; once kube-scheduler has found no node for the pod all the same, the steer of
+    both profiles is lifted there, and of no other."""
+    subs = [
+        {"name": "two-1g", "deviceClassName": "migslice-mig-1g.10gb", "count": 2},
+        {"name": "one-2g", "deviceClassName": "migslice-mig-2g.20gb", "count": 1},
+    ]
+    either = make_claim("either", requests=[{"name": "gpu", "firstAvailable": subs}])
+    index = _index([either])
+    api = RulesApi(index)
+    loop = _loop(index, api, lift_interval_s=0.0)
+    loop.round()
+    before = set(api.rules)
+    assert any("3g40gb" in name for name in before)
+    api.pending = [_unschedulable(make_claim_pod("waits", {"gpu": "either"}))]
+    loop.round()
+    assert not any("1g10gb-19-" in name or "2g20gb" in name for name in api.rules)
+    assert {n for n in before if "1g10gb-19-" not in n and "2g20gb" not in n} == set(api.rules)
