@@ -73,9 +73,11 @@ class LeaderElector:
         was = self._leader
         started = self._clock()
         try:
-            self._leader = self._round()
-            if self._leader:  # as long as another candidate waits: the duration written
+            leader = self._round()
+            if leader:  # as long as another candidate waits: the duration written
+                # (before the flag: another thread reading both never sees a stale time)
                 self._held_until = started + min(self._duration_s, self._written_s)
+            self._leader = leader
         except ApiError as error:
             log.warning(
                 "lease=%s/%s round failed (%s); acting as follower until the next round",
