@@ -185,21 +185,24 @@ def resolve_node(
         (name, max(0, count - allocated_counter.get(name, 0))) for name, count in facts.allocatable
     )
     model, gpus = layout.model, layout.gpus
+    beside = dra is not None
     if gpus is None or model is None:
-        return NodeState(facts, model, LayoutSource.COUNTS, (), allocated, free, layout.notes)
+        return NodeState(
+            facts, model, LayoutSource.COUNTS, (), allocated, free, layout.notes, None, beside
+        )
     held = layout.held.get(allocated)
     if held is None:
         held = _assign_held(model, gpus, layout.busy, allocated_counter)
         if len(layout.held) >= MAX_HELD_KEPT:
             layout.held.clear()
         layout.held[allocated] = held
-    return NodeState(facts, model, layout.source, held, allocated, free, layout.notes)
+    return NodeState(facts, model, layout.source, held, allocated, free, layout.notes, None, beside)
 
 
 DEVICE_PLUGIN_WINS = (
     "DRA ResourceSlices of gpu.nvidia.com not used: the node's allocatable has NVIDIA "
     "device-plugin GPU resources, which kube-scheduler serves from the device plugin (KEP-5004), "
-    "and both on one node would hand out the same GPUs"
+    "and both on one node would hand out the same GPUs; migslice does not re-partition it"
 )
 
 

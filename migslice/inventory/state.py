@@ -81,7 +81,9 @@ class NodeState:
 
     ``dra``: set on a node whose GPUs NVIDIA's DRA driver publishes (its pool read, whatever
     its state); :attr:`allocatable` is then what the pool offers, as the device plugin's
-    allocatable is on other nodes."""
+    allocatable is on other nodes. ``dra_beside``: a node read through its device plugin
+    (``dra`` None) for which NVIDIA's DRA driver publishes ResourceSlices too: claims may be
+    allocated from those, and this view does not see them."""
 
     facts: NodeFacts
     model: GpuModel | None
@@ -91,6 +93,7 @@ class NodeState:
     free: tuple[tuple[str, int], ...]
     notes: tuple[str, ...] = ()
     dra: DraView | None = None
+    dra_beside: bool = False
 
     @property
     def name(self) -> str:

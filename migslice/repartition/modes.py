@@ -7,7 +7,7 @@ leaves carve-mode nodes alone (and never labels them ``nvidia.com/mig.config``),
 planner leaves MIG Manager nodes alone (and never writes ``migslice.io/carve`` on them).
 
 Neither path touches a node whose GPUs NVIDIA's DRA driver publishes (:func:`dra_exclusion`,
-whatever its mode label says).
+whatever its mode label says), even one read through its device plugin as well.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ DRA_STATIC = (
     "a DRA static-MIG node: NVIDIA's DRA driver reads the MIG layout only when it starts, so a "
     "MIG Manager or carve change would leave its ResourceSlices stale until its kubelet plugin "
     "restarts, which migslice does not do"
+)
+DRA_AND_DEVICE_PLUGIN = (
+    "served by both NVIDIA's device plugin (nvidia.com/* allocatable) and its DRA driver "
+    "(gpu.nvidia.com ResourceSlices): claims the DRA driver allocates there are not seen, so a "
+    "new layout could wipe a MIG device a claim holds; run only one of the two on the node"
 )
 
 
@@ -66,7 +71,11 @@ def mig_manager_absence(facts: NodeFacts) -> WhyNot | None:
 
 def dra_exclusion(node: NodeState) -> WhyNot | None:
     """Why neither path may re-shape the node's GPUs because NVIDIA's DRA driver owns them
-    (its pool read, whatever its state); None for a device-plugin node."""
+    (its pool read, whatever its state) or publishes them beside the device plugin (claims
+    allocated there are not in the device-plugin view the node is read by); None for a
+    device-plugin node alone."""
+    if node.dra_beside:
+        return WhyNot("dra-and-device-plugin", DRA_AND_DEVICE_PLUGIN)
     dra = node.dra
     if dra is None:
         return None

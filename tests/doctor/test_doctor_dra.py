@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from harness import dra_slices
-from harness.builders import make_policy
+from harness.builders import make_node, make_policy
 from migslice.doctor.checks.dra import (
     DELETE_STEER_RULES,
     DRA_RESOURCES,
@@ -99,6 +99,22 @@ def test_dra_nodes_are_listed_with_their_mode_and_unknown_ones_warned() -> None:
         Verdict.OK,
         "no DRA nodes (no gpu.nvidia.com ResourceSlices)",
     )
+
+
+def test_a_node_of_both_the_device_plugin_and_the_dra_driver_warns_how_to_run_one() -> None:
+    """gpu-a has the device plugin's MIG allocatable and NVIDIA's DRA driver publishes it too:
+    migslice never re-partitions it (claims from those slices are not in the view it reads),
+    and the fix says how to keep one of the two there."""
+    both = {
+        "slices": slices_of("gpu-a", [dra_slices.a100(0)], dynamic=False),
+        "nodes": [make_node("gpu-a", gpu_count=1, mig={"1g.10gb": 7})],
+    }
+    found = judge_dra_nodes(facts(**both), SETTINGS)
+    assert found.verdict is Verdict.WARNING
+    assert "gpu-a" in found.detail
+    assert "never re-partitioned by migslice" in found.detail
+    assert "nvidia.com/gpu.deploy.device-plugin=false" in found.fix
+    assert "kubelet plugin" in found.fix
 
 
 def test_dynamicmig_nodes_warn_where_device_taint_rules_are_not_served() -> None:

@@ -35,7 +35,12 @@ from migslice.repartition import (
     pending_pods,
     plan_carve,
 )
-from migslice.repartition.modes import DRA_DYNAMIC, DRA_STATIC, dra_exclusion
+from migslice.repartition.modes import (
+    DRA_AND_DEVICE_PLUGIN,
+    DRA_DYNAMIC,
+    DRA_STATIC,
+    dra_exclusion,
+)
 from migslice.repartition.snapshot import node_states
 from tests.carve_builders import carve_node, carve_node_raw, gpu, waiting
 from tests.dra_objects import (
@@ -505,3 +510,61 @@ def test_a_carve_asked_of_a_node_that_turned_dra_before_its_agent_took_it_up_is_
     assert [(s.node, s.outcome) for s in step.carve_outcomes] == [("gpu-a", ABORTED)]
     assert DRA_STATIC in step.carve_outcomes[0].detail
     assert [(w.node, w.request) for w in step.carve_writes] == [("gpu-a", None)]
+
+
+def _served_by_both(objects: ClusterObjects) -> ClusterObjects:
+    """``objects`` with NVIDIA's DRA driver publishing gpu-a's GPU too, beside its device
+    plugin (gpu-a keeps its ``nvidia.com/mig-1g.10gb`` allocatable), and a claim allocated
+    from those slices: a pod's MIG device migslice's device-plugin view cannot see. gpu-a's
+    node agent reports its seven idle 1g.10gb, so either path could re-shape it."""
+    reported = carve_node_raw("gpu-a", [gpu(*(f"1g.10gb@{s}" for s in range(7)))], mode=None)
+    nodes = [n for n in objects.nodes if n["metadata"]["name"] != "gpu-a"]
+    slices = gen.node_slices(
+        "gpu-a",
+        "uid-gpu-a",
+        [gen.a100(0)],
+        dynamic=False,
+        layouts=[[("1g.10gb", start) for start in range(7)]],
+    )
+    claim = make_claim("on-both", allocated=[("gpu-a", "gpu-0-mig-1g10gb-19-0")])
+    return replace(
+        objects,
+        nodes=(*nodes, {"apiVersion": "v1", "kind": "Node", **reported}),
+        resource_slices=(*objects.resource_slices, *slices),
+        resource_claims=(*objects.resource_claims, claim),
+    )
+
+
+@pytest.mark.parametrize("mode", ["mig-manager", MODE_CARVE], ids=["mig-manager", "carve"])
+def test_a_node_served_by_the_device_plugin_and_the_dra_driver_is_never_re_partitioned(
+    mode: str,
+) -> None:
+    """gpu-a's idle GPU would serve the waiting 3g.40gb pod, but NVIDIA's DRA driver publishes
+    the same GPU and a claim holds one of its MIG devices: the device-plugin view migslice
+    reads the node by sees neither, and a new layout would wipe the claim's instance. Neither
+    path plans it, and the plan says why."""
+    objects = _served_by_both(dra_objects())
+    states, step = _decide(objects, mode=mode)
+    gpu_a = {s.name: s for s in states}["gpu-a"]
+    assert gpu_a.dra is None and gpu_a.gpus[0].is_idle  # read as a device-plugin node
+    assert step.plan is None or step.plan.changes == ()
+    assert step.carve_plan is None or step.carve_plan.changes == ()
+    carve = plan_carve(
+        states, pending_of(objects), settings=CarveSettings(min_pending_s=0, default_mode=mode)
+    )
+    assert carve.changes == ()
+    if mode == MODE_CARVE:
+        assert dict(carve.skipped_nodes)["gpu-a"] == DRA_AND_DEVICE_PLUGIN
+    else:
+        assert step.plan is not None
+        assert dict(step.plan.skipped_nodes)["gpu-a"] == DRA_AND_DEVICE_PLUGIN
+        assert "research/train-1" in dict(step.plan.unserved)
+
+
+def test_migslice_plan_prints_why_a_node_of_both_device_apis_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, _served_by_both(dra_objects()))
+    assert main(["plan", "--cluster-file", str(path), "-o", "json"]) == 0
+    skipped = {s["node"]: s["reason"] for s in json.loads(capsys.readouterr().out)["skippedNodes"]}
+    assert skipped["gpu-a"] == DRA_AND_DEVICE_PLUGIN

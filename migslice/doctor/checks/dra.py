@@ -125,6 +125,15 @@ def judge_dra_api(facts: DraApiFacts, settings: Settings) -> Finding:
     )
 
 
+BOTH_FIX = (
+    "run one of the two on each such node, as NVIDIA's DRA driver asks (its chart refuses "
+    "resources.gpus.enabled beside the device plugin on a node): to keep the DRA driver, "
+    "turn the device plugin off there (GPU Operator: kubectl label node NODE "
+    "nvidia.com/gpu.deploy.device-plugin=false --overwrite); to keep the device plugin, keep "
+    "the DRA driver's kubelet plugin off the node (its DaemonSet's node affinity)"
+)
+
+
 def dra_pools(facts: DraFacts) -> tuple[list[DraPool], list[str]]:
     """The pools of nodes NVIDIA's DRA driver publishes on, and the nodes that also have
     device-plugin GPU allocatable (read as device-plugin nodes)."""
@@ -195,8 +204,9 @@ def judge_dra_nodes(facts: DraFacts, settings: Settings) -> Finding:
             Problem(
                 Verdict.WARNING,
                 "nodes with both device-plugin GPUs and DRA slices, read as device-plugin "
-                f"nodes: {listing(both)}",
-                "run either NVIDIA's device plugin or its DRA driver on a node, not both",
+                "nodes for scheduling and never re-partitioned by migslice (claims NVIDIA's "
+                f"DRA driver allocates there are not seen): {listing(both)}",
+                BOTH_FIX,
             )
         )
     ready = [describe_pool(p) for p in pools if p.state is PoolState.READY]
