@@ -81,7 +81,8 @@ def build_report(
     if len(set(products.values())) > 1:
         warnings.append(
             f"the node mixes GPU models {sorted(set(products.values()))}; the annotation "
-            f"names {product}"
+            f"names {product}, and each GPU's pciDeviceId says which it is (migslice "
+            "re-partitions only the GPUs of the node's model)"
         )
     entries: list[AgentGpu] = []
     profile_table: tuple[NvmlProfileInfo, ...] = ()
@@ -108,7 +109,9 @@ def build_report(
             instances.append(
                 AgentInstance(name, instance.start, instance.size, instance.busy, instance.uuid)
             )
-        entries.append(AgentGpu(gpu.index, gpu.mig_enabled, tuple(instances), gpu.uuid))
+        entries.append(
+            AgentGpu(gpu.index, gpu.mig_enabled, tuple(instances), gpu.uuid, "", gpu.pci_device_id)
+        )
         if gpu.mig_capable:
             warnings.extend(_catalog_warnings(gpu, gpu_product, catalog))
             if not profile_table and gpu_product == product:

@@ -6,11 +6,12 @@ a node's GPU layouts. Version ``v1``::
     {
       "version": "v1",
       "product": "NVIDIA-A100-SXM4-80GB",      # NVML name as GFD spells it
-      "pciDeviceId": "0x20B2",                 # optional
+      "pciDeviceId": "0x20B2",                 # optional: GPU 0's (the first read)
       "observedAt": "2025-05-01T12:00:00Z",    # optional, RFC 3339, when NVML was read
       "gpus": [
         {
           "index": 0, "uuid": "GPU-…",          # uuid optional
+          "pciDeviceId": "0x20B2",              # optional: this GPU's PCI device id
           "error": "nvmlDeviceGetGpuInstances: GPU is lost",  # optional, see below
           "migEnabled": true,
           "instances": [                        # GPU instances, empty when MIG is off
@@ -21,13 +22,15 @@ a node's GPU layouts. Version ``v1``::
       "profiles": [ … ]                         # optional: NVML's profile table, for models
     }                                           # the catalog lacks (see below)
 
-A GPU with an ``error`` is one the agent could not read: nothing of it is known, and no layout
-of the node is served from the annotation while it has one. ``start`` and ``size`` are in
-memory slices (NVML placement). ``busy`` is true when NVML sees
-processes on the instance. ``profiles`` entries are ``{"name": "MIG 1g.10gb", "giProfileId":
-19, "sliceCount": 1, "instanceCount": 7, "memoryMiB": 9856, "smCount": 16, "placements":
-[[0, 1], [1, 1], …]}``. Unknown keys are ignored, so later minor additions stay readable; a
-different ``version`` is refused.
+A GPU's own ``pciDeviceId`` is what mig-parted's ``device-filter`` matches it by: on a node
+whose GPUs differ (an A100-40GB beside A100-80GBs, an H800 beside an H100, a display GPU),
+the node-level one is GPU 0's only. A GPU with an ``error`` is one the agent could not read:
+nothing of it is known, and no layout of the node is served from the annotation while it has
+one. ``start`` and ``size`` are in memory slices (NVML placement). ``busy`` is true when
+NVML sees processes on the instance. ``profiles`` entries are ``{"name": "MIG 1g.10gb",
+"giProfileId": 19, "sliceCount": 1, "instanceCount": 7, "memoryMiB": 9856, "smCount": 16,
+"placements": [[0, 1], [1, 1], …]}``. Unknown keys are ignored, so later minor additions
+stay readable; a different ``version`` is refused.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class GpuEntry(TypedDict):
     migEnabled: bool
     instances: list[InstanceEntry]
     uuid: NotRequired[str]
+    pciDeviceId: NotRequired[str]
     error: NotRequired[str]
 
 
@@ -100,6 +104,7 @@ class AgentGpu:
     instances: tuple[AgentInstance, ...]
     uuid: str = ""
     error: str = ""  # why the agent could not read this GPU ("" when it could)
+    pci_device_id: int | None = None  # the device id (0x20B2), None where not published
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,10 @@ class AgentReport:
     pci_device_id: int | None = None
     observed_at: str = ""
     profiles: tuple[NvmlProfileInfo, ...] = ()
+
+    def gpu_pci_ids(self) -> dict[int, int]:
+        """Each GPU's own PCI device id, by index, where the agent published one."""
+        return {g.index: g.pci_device_id for g in self.gpus if g.pci_device_id is not None}
 
 
 def parse_layout_annotation(text: str) -> AgentReport:
@@ -127,15 +136,7 @@ def parse_layout_annotation(text: str) -> AgentReport:
             f"{LAYOUT_ANNOTATION} version is {version!r}; this migslice reads {LAYOUT_VERSION!r}"
         )
     product = _field(document, "product", str, "")
-    pci_text = document.get("pciDeviceId")
-    pci: int | None = None
-    if isinstance(pci_text, str):
-        try:
-            pci = int(pci_text, 16)
-        except ValueError:
-            raise LayoutAnnotationError(f"pciDeviceId={pci_text!r} is not hexadecimal") from None
-        if not 0 <= pci < 1 << 32:  # NVML's pciDeviceId: device id << 16 | vendor id
-            raise LayoutAnnotationError(f"pciDeviceId={pci_text!r} is not a 32-bit PCI id")
+    pci = _pci_id(document.get("pciDeviceId"), "pciDeviceId")
     raw_gpus = _field(document, "gpus", list, "")
     gpus = tuple(_parse_gpu(raw, f"gpus[{i}]") for i, raw in enumerate(raw_gpus))
     indices = [gpu.index for gpu in gpus]
@@ -153,6 +154,19 @@ def parse_layout_annotation(text: str) -> AgentReport:
         observed_at=observed if isinstance(observed, str) else "",
         profiles=profiles,
     )
+
+
+def _pci_id(text: object, where: str) -> int | None:
+    """A ``pciDeviceId`` (hexadecimal, ``0x20B2``); None when absent or not a string."""
+    if not isinstance(text, str):
+        return None
+    try:
+        pci = int(text, 16)
+    except ValueError:
+        raise LayoutAnnotationError(f"{where}={text!r} is not hexadecimal") from None
+    if not 0 <= pci < 1 << 32:  # NVML's pciDeviceId: device id << 16 | vendor id
+        raise LayoutAnnotationError(f"{where}={text!r} is not a 32-bit PCI id")
+    return pci
 
 
 MAX_GPU_INDEX = 255
@@ -203,7 +217,9 @@ def _parse_gpu(raw: object, path: str) -> AgentGpu:
         raise LayoutAnnotationError(f"{path}.error={error!r}; expected str")
     if error and (instances or enabled):
         raise LayoutAnnotationError(f"{path} has an error and a layout")
-    return AgentGpu(index, enabled, tuple(instances), str(raw.get("uuid") or ""), error or "")
+    pci = _pci_id(raw.get("pciDeviceId"), f"{path}.pciDeviceId")
+    uuid = str(raw.get("uuid") or "")
+    return AgentGpu(index, enabled, tuple(instances), uuid, error or "", pci)
 
 
 def _parse_profile(raw: object, path: str) -> NvmlProfileInfo:
@@ -264,6 +280,8 @@ def _render_gpu(gpu: AgentGpu) -> GpuEntry:
         entry["uuid"] = gpu.uuid
     if gpu.error:
         entry["error"] = gpu.error
+    if gpu.pci_device_id is not None:
+        entry["pciDeviceId"] = f"0x{gpu.pci_device_id:04X}"
     return entry
 
 

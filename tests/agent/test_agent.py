@@ -242,6 +242,18 @@ def test_the_annotation_round_trips_and_the_inventory_uses_it() -> None:
     assert [len(gpu.instances) for gpu in state.gpus] == [4, 1]
 
 
+def test_each_gpu_is_published_with_its_own_pci_device_id() -> None:
+    """An H100 SXM5 (0x2330) beside an H800 (0x2324), one catalog model: mig-parted selects
+    each GPU by its own id, so each is published; the node-level id stays GPU 0's."""
+    h100 = FakeGpu("NVIDIA H100 80GB HBM3", "H100-80GB", pci_device_id=0x2330)
+    h800 = FakeGpu("NVIDIA H800", "H100-80GB", pci_device_id=0x2324)
+    report = build_report(read(h100, h800), "2026-11-30T10:00:00Z")
+    parsed = parse_layout_annotation(report.text())
+    assert parsed == report.layout
+    assert parsed.pci_device_id == 0x2330
+    assert parsed.gpu_pci_ids() == {0: 0x2330, 1: 0x2324}
+
+
 def test_a_model_the_catalog_lacks_is_reported_loudly_with_nvml_profiles() -> None:
     (gpu,) = read(FakeGpu("NVIDIA X300 Future", "H100-80GB", pci_device_id=0x9999, instances=[]))
     report = build_report([gpu], "2026-11-30T10:00:00Z")
