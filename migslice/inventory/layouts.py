@@ -294,9 +294,13 @@ def _from_mig_parted(
     if not facts.gpu_count:
         notes.append(f"mig-parted config {name!r} needs the nvidia.com/gpu.count label")
         return None
-    reported = facts.agent.pci_device_id if facts.agent is not None else None
+    report = facts.agent
+    reported = report.pci_device_id if report is not None else None
     pci = gpu_pci_ids(model, facts.product, reported)
-    per_gpu = per_gpu_counts(name, model, facts.gpu_count, configs=configs, pci_device_ids=pci)
+    own = report.gpu_pci_ids() if report is not None else None  # each GPU's, where published
+    per_gpu = per_gpu_counts(
+        name, model, facts.gpu_count, configs=configs, pci_device_ids=pci, gpu_pci_ids=own
+    )
     if isinstance(per_gpu, WhyNot):
         notes.append(per_gpu.message)
         return None

@@ -184,13 +184,15 @@ def per_gpu_counts(
     *,
     configs: Mapping[str, Sequence[MigPartedEntry]],
     pci_device_ids: Sequence[int] | None = None,
+    gpu_pci_ids: Mapping[int, int] | None = None,
 ) -> list[tuple[bool, dict[str, int]]] | WhyNot:
     """(MIG enabled, GPU-instance counts) per GPU index after MIG Manager applies ``name``, or
     why that is not known.
 
     ``name`` is looked up in ``configs`` (the mig-parted file), else among MIG Manager's
     generated names (:func:`builtin_counts`). Entries select GPUs by PCI device id, each GPU
-    being any of ``pci_device_ids`` (see :func:`gpu_pci_ids`; default: every id of ``model``).
+    being any of ``pci_device_ids`` (see :func:`gpu_pci_ids`; default: every id of ``model``)
+    unless ``gpu_pci_ids`` gives its own (the node agent's, per GPU index).
     Counts are keyed by GPU-instance profile (``3c.3g.20gb`` counts as ``3g.20gb``).
     """
     entries = configs.get(name)
@@ -200,8 +202,10 @@ def per_gpu_counts(
             return WhyNot("config-not-found", f"mig-parted config {name!r} not found")
         return [builtin] * gpu_count
     candidates = tuple(pci_device_ids) if pci_device_ids is not None else model.pci_device_ids
+    own = gpu_pci_ids or {}
+    per_gpu = [(own[i],) if i in own else candidates for i in range(gpu_count)]
     result: list[tuple[bool, dict[str, int]]] = []
-    for setting in resolve_gpus(entries, [candidates] * gpu_count):
+    for setting in resolve_gpus(entries, per_gpu):
         if setting.outcome is not Outcome.SET:
             return WhyNot(
                 "gpu-not-set", f"mig-parted config {name!r} on {model.key}: {setting.reason}"

@@ -267,15 +267,33 @@ def mig_parted_entries(
     model: GpuModel,
     layouts: Mapping[int, Sequence[Placed]],
     device_filter: Sequence[str] | None = None,
+    *,
+    pci_ids: Mapping[int, int] | None = None,
 ) -> tuple[MigPartedEntry, ...]:
     """Entries for GPUs by index; GPUs with the same counts share one entry. mig-parted picks
-    placements itself, so an entry carries counts, not starts."""
+    placements itself, so an entry carries counts, not starts.
+
+    An entry's ``device-filter`` lists the PCI device id of each of its GPUs that ``pci_ids``
+    knows (a list of ids is one filter to mig-parted, any of them matching: NVIDIA/mig-parted
+    @bd7160f ``api/spec/v1/spec.go`` ``MigConfigSpec.UnmarshalJSON`` and
+    ``api/spec/v1/helpers.go`` ``MatchesDeviceFilter``), and ``device_filter`` (default: every
+    id of ``model``) where one is not known: a GPU of another id in the entry's ``devices``
+    would be left as it is. No id of another model is ever added, so no GPU of another model
+    is selected."""
     groups: dict[tuple[tuple[str, int], ...], list[int]] = {}
     for index in sorted(layouts):
         groups.setdefault(profile_counts(layouts[index]), []).append(index)
-    filters = tuple(device_filter) if device_filter is not None else model.pci_filters
+    fallback = tuple(device_filter) if device_filter is not None else model.pci_filters
+    known = pci_ids or {}
+
+    def filters_of(indices: Sequence[int]) -> tuple[str, ...]:
+        ids = sorted({f"0x{known[i]:04X}{NVIDIA_VENDOR_ID:04X}" for i in indices if i in known})
+        if all(i in known for i in indices):
+            return tuple(ids)
+        return (*ids, *(f for f in fallback if f not in ids))
+
     return tuple(
-        MigPartedEntry(tuple(indices), True, counts, filters)
+        MigPartedEntry(tuple(indices), True, counts, filters_of(indices))
         for counts, indices in sorted(groups.items(), key=lambda item: item[1][0])
     )
 

@@ -35,6 +35,10 @@ Rules, in the order they are applied:
    (``3g.40gb`` + ``3g.40gb``) ranks after every other: ``3g`` + ``2g`` + ``2g`` wins.
 6. A node's config lists every GPU whose layout is known (mig-parted leaves a GPU whose layout
    already matches untouched), so the config the node label names describes the whole node.
+   Each entry's ``device-filter`` lists its GPUs' own PCI device ids where the node agent
+   publishes them (else every id of the node's model), so each GPU gets its layout whatever
+   its id; a GPU whose id is another model's (an A100-40GB among A100-80GBs, a display GPU)
+   is neither planned nor listed, and no entry selects it.
 7. At most ``max_nodes_in_flight`` nodes are re-partitioning at once in each node pool (the
    GPU product; with ``budget_per_pool`` off, in the whole cluster), counting those MIG Manager
    is already working on except quarantined ones
@@ -124,6 +128,16 @@ def _has_no_gpu(node: NodeState) -> bool:
     return node.model is None and node.dra is None and not facts.product and not facts.allocatable
 
 
+def _foreign_gpus(node: NodeState, model: GpuModel) -> frozenset[int]:
+    """The GPUs the node agent says are of another model than the node's (their PCI device id
+    is none of ``model``'s): a layout planned for ``model`` is not theirs to get."""
+    report = node.facts.agent
+    if report is None:
+        return frozenset()
+    ids = report.gpu_pci_ids()
+    return frozenset(i for i, pci in ids.items() if pci not in model.pci_device_ids)
+
+
 def _idle_gpus(
     node: NodeState,
     cooldowns: Mapping[str, float],
@@ -148,12 +162,16 @@ def _idle_gpus(
     since = cooldowns.get(node.name)
     if since is not None and since < settings.cooldown_s:
         return WhyNot("cooldown", f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)")
+    foreign = _foreign_gpus(node, model)
     if node.source == LayoutSource.COUNTS:
         if any(count for _, count in node.allocated):
             return WhyNot("counts-held", "layout known only by counts and some of it is held")
         agent = node.facts.agent
         if node.allocatable_of(WHOLE_GPU_RESOURCE) or (
-            agent is not None and any(not g.mig_enabled and not g.error for g in agent.gpus)
+            agent is not None
+            and any(
+                not g.mig_enabled and not g.error and g.index not in foreign for g in agent.gpus
+            )
         ):
             # which GPU has MIG off is not known to the counts (nor is the agent's report,
             # which says so, used: it disagrees with allocatable, as while the device plugin
@@ -165,13 +183,14 @@ def _idle_gpus(
                 "node agent's report): which one is not known",
             )
         count = node.facts.gpu_count or 0
-        return [_Gpu(node, model, i, ()) for i in range(count)]
+        return [_Gpu(node, model, i, ()) for i in range(count) if i not in foreign]
     unidentified = node.unidentified_holds()
     idle = [
         _Gpu(node, model, gpu.index, gpu.instances)
         for gpu in node.gpus
         if gpu.mig_enabled
         and gpu.is_idle
+        and gpu.index not in foreign
         and not any(i.profile in unidentified for i in gpu.instances)
     ]
     if idle:
@@ -267,19 +286,21 @@ def _node_change(node_gpus: Sequence[_Gpu], serves: tuple[str, ...]) -> NodeChan
         return None
     node = chosen[0].node
     model = chosen[0].model
-    filters = (
-        (f"0x{node.facts.agent.pci_device_id:04X}10DE",)
-        if (node.facts.agent is not None and node.facts.agent.pci_device_id is not None)
-        else None
-    )
-    # The config describes every GPU whose layout is known, so that the config the node
-    # label names stays a full description; mig-parted leaves GPUs whose layout already
-    # matches untouched.
+    # Each GPU is selected by its own PCI device id where the agent publishes it (rule 6):
+    # GPU 0's id alone left a GPU of another id unselected, its planned layout never applied.
+    report = node.facts.agent
+    pci_ids = report.gpu_pci_ids() if report is not None else {}
+    foreign = _foreign_gpus(node, model)
+    # The config describes every GPU of the model whose layout is known, so that the config
+    # the node label names stays a full description; mig-parted leaves GPUs whose layout
+    # already matches untouched.
     described: dict[int, Layout] = {
-        gpu.index: gpu.instances for gpu in node.gpus if gpu.mig_enabled
+        gpu.index: gpu.instances
+        for gpu in node.gpus
+        if gpu.mig_enabled and gpu.index not in foreign
     }
     described.update({c.index: c.new for c in gpu_changes})
-    entries = mig_parted_entries(model, described, filters)
+    entries = mig_parted_entries(model, described, pci_ids=pci_ids)
     name = config_name(node.name, gpu_changes, counts)
     if name == node.facts.mig_config:
         # the node's layout left the config its label names (carved meanwhile, say): labelled
