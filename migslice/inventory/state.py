@@ -122,6 +122,16 @@ class NodeState:
                 return count
         return 0
 
+    def other_model_gpus(self) -> frozenset[int]:
+        """The GPUs the node agent says are of another model than the node's: their own PCI
+        device id is none of the model's (an A100-40GB among A100-80GBs, a DGX Station's
+        display GPU). A layout of the node's model is not theirs to get."""
+        report = self.facts.agent
+        if report is None or self.model is None:
+            return frozenset()
+        ids = self.model.pci_device_ids
+        return frozenset(i for i, pci in report.gpu_pci_ids().items() if pci not in ids)
+
     def unidentified_holds(self) -> frozenset[str]:
         """The MIG profiles whose held instances are not all known: the device plugin, not
         the scheduler, picks a pod's device, so which instance a pod holds shows only as the

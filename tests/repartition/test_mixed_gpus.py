@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from harness.builders import make_node
+from harness.builders import make_node, make_pod
 from migslice.inventory import LayoutSource, NodeState, resolve_node
 from migslice.inventory.layouts import node_layout
 from migslice.mig import CATALOG, Placed, place
@@ -25,8 +25,9 @@ from migslice.mig.migparted import (
     render_mig_parted,
     resolve_gpus,
 )
-from migslice.objects import node_facts_from_raw
-from migslice.repartition import PlanSettings, plan
+from migslice.names import LAYOUT_ANNOTATION, MODE_CARVE, REPARTITION_MODE_LABEL
+from migslice.objects import node_facts_from_raw, pod_facts_from_raw
+from migslice.repartition import CarveSettings, PlanSettings, plan, plan_carve
 from tests.repartition.test_planning import pending
 
 H100 = CATALOG.get("H100-80GB")
@@ -152,3 +153,24 @@ def test_the_inventory_reads_each_gpu_of_a_mixed_node_by_its_own_id_from_the_con
     assert {g.index: profile_counts(g.instances) for g in layout.gpus} == {
         g.index: profile_counts(g.new) for g in change.gpus
     }
+
+
+def test_the_carve_path_never_carves_a_gpu_of_another_model() -> None:
+    """A carve-mode A100-80GB node whose GPU 1 is an empty A100-40GB (0x20B0), GPU 0 full and
+    busy: the only room for a 4g.40gb pod is on GPU 1, where the node's model's profile is no
+    profile at all. The carve planner leaves GPU 1 alone."""
+    busy = [place(A100_80, "7g.80gb", 0)]
+    raw = mixed_raw("mixed", "NVIDIA-A100-SXM4-80GB", [(0x20B2, busy), (0x20B0, [])])
+    annotation = json.loads(raw["metadata"]["annotations"][LAYOUT_ANNOTATION])
+    annotation["gpus"][0]["instances"][0]["busy"] = True
+    raw["metadata"]["annotations"][LAYOUT_ANNOTATION] = json.dumps(annotation)
+    raw["metadata"]["labels"][REPARTITION_MODE_LABEL] = MODE_CARVE
+    held = pod_facts_from_raw(make_pod("held", profile="7g.80gb", node_name="mixed"))
+    node = resolve_node(node_facts_from_raw(raw), [held] if held is not None else [])
+    assert node.source is LayoutSource.AGENT, node.notes
+    carve = plan_carve(
+        [node],
+        [pending("research/big-1", "4g.40gb")],
+        settings=CarveSettings(min_pending_s=0, default_mode=MODE_CARVE),
+    )
+    assert carve.changes == ()

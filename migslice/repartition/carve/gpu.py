@@ -255,7 +255,12 @@ def carved_gpus(node: NodeState) -> list[CarvedGpu]:
     # Pods hold more of these profiles than the agent saw busy: which of their instances
     # they hold is not known, so every one is pinned (the module docstring).
     unidentified = node.unidentified_holds()
-    return [carved_gpu(model, gpu, reported, unidentified) for gpu in node.gpus if gpu.mig_enabled]
+    other = node.other_model_gpus()  # a layout of the node's model is not theirs to get
+    return [
+        carved_gpu(model, gpu, reported, unidentified)
+        for gpu in node.gpus
+        if gpu.mig_enabled and gpu.index not in other
+    ]
 
 
 def carved_gpu(

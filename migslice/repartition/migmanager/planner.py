@@ -128,16 +128,6 @@ def _has_no_gpu(node: NodeState) -> bool:
     return node.model is None and node.dra is None and not facts.product and not facts.allocatable
 
 
-def _foreign_gpus(node: NodeState, model: GpuModel) -> frozenset[int]:
-    """The GPUs the node agent says are of another model than the node's (their PCI device id
-    is none of ``model``'s): a layout planned for ``model`` is not theirs to get."""
-    report = node.facts.agent
-    if report is None:
-        return frozenset()
-    ids = report.gpu_pci_ids()
-    return frozenset(i for i, pci in ids.items() if pci not in model.pci_device_ids)
-
-
 def _idle_gpus(
     node: NodeState,
     cooldowns: Mapping[str, float],
@@ -162,7 +152,7 @@ def _idle_gpus(
     since = cooldowns.get(node.name)
     if since is not None and since < settings.cooldown_s:
         return WhyNot("cooldown", f"changed {since:.0f}s ago (cooldown {settings.cooldown_s:.0f}s)")
-    foreign = _foreign_gpus(node, model)
+    foreign = node.other_model_gpus()
     if node.source == LayoutSource.COUNTS:
         if any(count for _, count in node.allocated):
             return WhyNot("counts-held", "layout known only by counts and some of it is held")
@@ -290,7 +280,7 @@ def _node_change(node_gpus: Sequence[_Gpu], serves: tuple[str, ...]) -> NodeChan
     # GPU 0's id alone left a GPU of another id unselected, its planned layout never applied.
     report = node.facts.agent
     pci_ids = report.gpu_pci_ids() if report is not None else {}
-    foreign = _foreign_gpus(node, model)
+    foreign = node.other_model_gpus()
     # The config describes every GPU of the model whose layout is known, so that the config
     # the node label names stays a full description; mig-parted leaves GPUs whose layout
     # already matches untouched.
