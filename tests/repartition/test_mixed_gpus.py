@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from harness.builders import make_node, make_pod
 from migslice.inventory import LayoutSource, NodeState, resolve_node
 from migslice.inventory.layouts import node_layout
@@ -108,13 +110,25 @@ def test_gpus_of_one_model_with_different_pci_ids_each_get_their_planned_layout(
     assert applied(text, change.config_name, [0x2330, 0x2324]) == planned
 
 
-def test_a_gpu_of_another_model_is_never_planned_nor_selected() -> None:
+@pytest.mark.parametrize(
+    ("gpu1", "source"),
+    [
+        ([place(A100_40, "1g.5gb", s) for s in range(7)], LayoutSource.COUNTS),
+        ([], LayoutSource.AGENT),
+    ],
+    ids=["partitioned-read-by-counts", "empty-read-from-the-agent"],
+)
+def test_a_gpu_of_another_model_is_never_planned_nor_selected(
+    gpu1: list[Placed], source: LayoutSource
+) -> None:
     """An A100-80GB node (GFD's label, GPU 0) whose GPU 1 is an A100-40GB (0x20B0): layouts
     planned for the node's model are illegal there. The plan leaves GPU 1 alone and no entry
-    of the config selects it; GPU 0 gets its planned layout."""
+    of the config selects it; GPU 0 gets its planned layout. Partitioned, GPU 1's instances
+    are illegal on the node's model and the node is known by counts; empty, the agent's
+    report is the node's layout."""
     gpu0 = [place(A100_80, "1g.10gb", s) for s in range(7)]
-    gpu1 = [place(A100_40, "1g.5gb", s) for s in range(7)]
     node = mixed_node("mixed", "NVIDIA-A100-SXM4-80GB", [(0x20B2, gpu0), (0x20B0, gpu1)])
+    assert node.source is source, node.notes
     result = plan(
         [node],
         [pending("research/big-1", "4g.40gb"), pending("research/big-2", "4g.40gb")],

@@ -158,10 +158,7 @@ def _idle_gpus(
             return WhyNot("counts-held", "layout known only by counts and some of it is held")
         agent = node.facts.agent
         if node.allocatable_of(WHOLE_GPU_RESOURCE) or (
-            agent is not None
-            and any(
-                not g.mig_enabled and not g.error and g.index not in foreign for g in agent.gpus
-            )
+            agent is not None and any(not g.mig_enabled and not g.error for g in agent.gpus)
         ):
             # which GPU has MIG off is not known to the counts (nor is the agent's report,
             # which says so, used: it disagrees with allocatable, as while the device plugin
