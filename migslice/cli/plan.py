@@ -91,6 +91,21 @@ def register(commands: Any) -> None:
         type=console.count(1, 100_000),
         default=defaults.max_nodes_in_flight,
     )
+    carve = CarveSettings()
+    parser.add_argument(
+        "--carve-cooldown-s",
+        type=console.seconds(),
+        default=carve.cooldown_s,
+        help="the cooldown of nodes in carve mode (the controller's "
+        "--repartition-carve-cooldown-s; default %(default)s)",
+    )
+    parser.add_argument(
+        "--carve-max-nodes-in-flight",
+        type=console.count(1, 100_000),
+        default=carve.max_nodes_in_flight,
+        help="nodes carving at once (the controller's "
+        "--repartition-carve-max-nodes-in-flight; default %(default)s)",
+    )
     parser.add_argument(
         "--mode-default",
         choices=names.REPARTITION_MODES,
@@ -126,7 +141,12 @@ def run_plan(args: argparse.Namespace) -> int:
             cooldown_s=args.cooldown_s,
             max_nodes_in_flight=args.max_nodes_in_flight,
         ),
-        carve=CarveSettings(min_pending_s=args.carve_min_pending_s, default_mode=args.mode_default),
+        carve=CarveSettings(
+            min_pending_s=args.carve_min_pending_s,
+            cooldown_s=args.carve_cooldown_s,
+            max_nodes_in_flight=args.carve_max_nodes_in_flight,
+            default_mode=args.mode_default,
+        ),
     )
     # The controller's round: a step that changes only its record (a quarantine released, a
     # plan finished) is followed by the next decision in the same round.

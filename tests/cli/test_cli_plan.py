@@ -275,6 +275,46 @@ def test_a_carve_node_judges_demand_by_carve_modes_own_min_pending(
         assert pending["pod"] == "team-a/mid" and pending["reason"].endswith("s < 30s")
 
 
+@pytest.mark.parametrize(
+    ("flags", "carves"),
+    [((), True), (("--carve-cooldown-s", "600"), False)],
+    ids=["carve-default-60s", "carve-set-to-600s"],
+)
+def test_a_carve_node_cools_down_for_carve_modes_own_cooldown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], carves: bool
+) -> None:
+    """gpu-a finished a carve 2 minutes ago: past carve mode's 60 s (the controller's
+    --repartition-carve-cooldown-s), so plan carves the waiting pod a 2g.20gb, as the
+    controller would, unless told carve mode cools down 600 s (plan had no such flag and
+    always judged carve nodes by 60 s)."""
+    from tests.carve_builders import carve_node_raw, gpu
+
+    node = carve_node_raw(
+        "gpu-a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"]
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    pod = unschedulable(
+        make_pod("mid", profile="2g.20gb"),
+        since=(now - datetime.timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    finished = (now - datetime.timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record = {"version": "v1", "finished": {"gpu-a": finished}}
+    path = write_cluster(
+        tmp_path,
+        make_mig_config_map(annotations={RECORD_ANNOTATION: json.dumps(record)}),
+        {"apiVersion": "v1", "kind": "Node", **node},
+        {"apiVersion": "v1", "kind": "Pod", **pod},
+    )
+    assert main(["plan", "--cluster-file", str(path), "-o", "json", *flags]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    if carves:
+        assert (answer["step"], answer["mode"]) == ("start", "carve")
+        (change,) = answer["changes"]
+        assert change["serves"] == ["team-a/mid"]
+    else:
+        assert (answer["step"], answer["changes"]) == ("wait", [])
+
+
 def test_plan_follows_the_controllers_round_past_a_quarantine_release(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
