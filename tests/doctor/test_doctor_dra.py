@@ -387,7 +387,9 @@ def test_classes_stored_without_their_extended_resource_name_name_the_feature_ga
             found.detail
         )
         assert "feature gate DRAExtendedResource" in found.fix
-        assert found.detail.endswith("mig.nvidia.com and migslice's 75 DeviceClasses are there")
+        assert found.detail.endswith(
+            f"mig.nvidia.com and migslice's {len(every)} DeviceClasses are there"
+        )
     found = judge_dra_classes(facts(classes=[nvidia, *every], **dra), SETTINGS)  # 1.37
     assert found.verdict is Verdict.FAILED
     assert "another extendedResourceName than migslice's" in found.detail
