@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -308,3 +309,81 @@ def test_a_pod_name_with_a_slash_is_one_path_segment_not_a_subresource(
     assert not api.touch_pod("team-a/x/status", {"migslice.io/retry": "1"})
     (patch,) = [r for r in objects.requests if r[0] == "PATCH"]
     assert patch[1] == "/api/v1/namespaces/team-a/pods/x%2Fstatus"
+
+
+def test_a_leader_that_cannot_renew_stops_leading_before_another_can_take_the_lease(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    """Lease 15 s, renew deadline 10 s: a leader whose renewals do not happen (the API server
+    unreachable, its round stuck) leads no more 10 s after its last renewal began, with no
+    call of its own, and b takes the Lease only once it has seen no change for 15 s."""
+    _, transport = store
+    clock = Clock()
+    a, b = elector(transport, "a", clock), elector(transport, "b", clock)
+    assert a.try_acquire_or_renew() and a.is_leader
+    assert not b.try_acquire_or_renew()
+    a_stopped_at = b_took_at = None
+    for _ in range(40):
+        clock.now += 0.5
+        if a_stopped_at is None and not a.is_leader:
+            a_stopped_at = clock.now
+        if b.try_acquire_or_renew():
+            b_took_at = clock.now
+            break
+        assert not b.is_leader
+    assert (a_stopped_at, b_took_at) == (1010.0, 1015.0)
+    assert not (a.is_leader and b.is_leader)
+    assert not a.try_acquire_or_renew()
+
+
+def test_a_renewal_whose_read_outlasts_the_renew_deadline_writes_nothing_and_does_not_lead(
+    store: tuple[ObjectStore, KubernetesTransport],
+) -> None:
+    """The round's calls share what is left of the renew deadline: a GET that the API server
+    answers after it leaves no time for the PUT, which is not sent."""
+    objects, transport = store
+    clock = Clock()
+    a = elector(transport, "a", clock)
+    assert a.try_acquire_or_renew()
+    clock.now += 4
+    slow = ObjectStore.handle
+
+    def handle(method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        clock.now += 7  # the answer comes 7 s later: 11 s after the last renewal began
+        return slow(objects, method, path, query, body)
+
+    objects.handle = handle  # type: ignore[method-assign]
+    del objects.requests[:]
+    assert not a.try_acquire_or_renew() and not a.is_leader
+    assert [r[0] for r in objects.requests] == ["GET"]
+
+
+def test_a_renewal_the_api_server_never_answers_ends_at_the_renew_deadline() -> None:
+    """A leader's renewal is bounded by the time left of its renew deadline (here 0.3 s),
+    not by the transport's own timeouts (60 s for a GET)."""
+    objects = ObjectStore()
+    hang = threading.Event()
+    release = threading.Event()
+
+    def answer(request: Request) -> tuple[int, Any]:
+        if hang.is_set():
+            release.wait(30)
+        return objects.handle(request.method, request.path, request.query, request.body)
+
+    with local_api(answer) as transport:
+        a = LeaderElector(
+            transport,
+            "migslice-system",
+            "migslice-repartition",
+            "a",
+            lease_duration_s=0.5,
+            renew_deadline_s=0.3,
+        )
+        try:
+            assert a.try_acquire_or_renew()
+            hang.set()
+            started = time.monotonic()
+            assert not a.try_acquire_or_renew()
+            assert time.monotonic() - started < 2.0
+        finally:
+            release.set()
