@@ -187,6 +187,15 @@ def _add_leader_and_mode_arguments(group: argparse._ArgumentGroup) -> None:
         "--repartition-lease-s", type=console.seconds(allow_zero=False), default=60.0
     )
     group.add_argument(
+        "--repartition-renew-deadline-s",
+        type=console.seconds(allow_zero=False),
+        default=None,
+        help="a leader that has not renewed the Lease for this long stops leading at once "
+        "(no plan step, steer rule or Event more), before another replica may take it; "
+        "shorter than --repartition-lease-s, longer than --repartition-interval-s "
+        "(default: two thirds of --repartition-lease-s)",
+    )
+    group.add_argument(
         "--repartition-mode-default",
         choices=names.REPARTITION_MODES,
         default=names.MODE_MIG_MANAGER,
@@ -244,6 +253,7 @@ def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
             scheduler_name=args.repartition_scheduler_name,
             lease=args.repartition_lease,
             lease_duration_s=args.repartition_lease_s,
+            renew_deadline_s=args.repartition_renew_deadline_s,
             mode_default=args.repartition_mode_default,
             carve_min_pending_s=args.repartition_carve_min_pending_s,
             carve_cooldown_s=args.repartition_carve_cooldown_s,

@@ -166,7 +166,7 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 class SteerLease:
     """The Lease that elects the replica writing the steer's rules when no repartition
     controller runs (``--dra-steer-lease``): tried at start, then every ``renew_s`` (a
-    quarter of the lease), released on stop so that another replica need not wait it out."""
+    quarter of the lease, at most half its renew deadline), released on stop so that another replica need not wait it out."""
 
     def __init__(self, elector: LeaderElector, renew_s: float) -> None:
         self._elector = elector
@@ -198,9 +198,17 @@ def steer_lease(transport: Any, settings: ExtenderSettings) -> SteerLease:
 
     namespace, _, name = settings.dra_steer_lease.partition("/")
     duration_s = settings.repartition.lease_duration_s
+    renew_deadline_s = settings.repartition.lease_renew_deadline_s
     identity = f"{socket.gethostname()}-{os.getpid()}"
-    elector = LeaderElector(transport, namespace, name, identity, lease_duration_s=duration_s)
-    lease = SteerLease(elector, duration_s / 4)
+    elector = LeaderElector(
+        transport,
+        namespace,
+        name,
+        identity,
+        lease_duration_s=duration_s,
+        renew_deadline_s=renew_deadline_s,
+    )
+    lease = SteerLease(elector, min(duration_s / 4, renew_deadline_s / 2))
     atexit.register(lease.stop)
     log.info("DRA steer lease=%s identity=%s leader=%s", settings.dra_steer_lease, identity,
              lease.is_leader())  # fmt: skip
@@ -232,6 +240,7 @@ def start_repartition(
         options.lease_name,
         identity,
         lease_duration_s=options.lease_duration_s,
+        renew_deadline_s=options.lease_renew_deadline_s,
     )
     stats = RepartitionStats(dry_run=options.dry_run)
     guard = MigManagerGuard(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from migslice import names
 from migslice.console import CommandError
+from migslice.kube.lease import default_renew_deadline_s
 from migslice.repartition import (
     CARVE_MIN_PENDING_S,
     CarveSettings,
@@ -36,7 +37,8 @@ class RepartitionSettings:
     node is left alone; ``config_propagation_s``: how long a written config waits before its
     node is labelled (MIG Manager's copy of the ConfigMap lags).
     ``scheduler_name``: only pods of this scheduler count as pending. ``lease``:
-    ``namespace/name`` of the leader-election Lease, held for ``lease_duration_s``.
+    ``namespace/name`` of the leader-election Lease, held for ``lease_duration_s``; a leader
+    not renewed within ``renew_deadline_s`` (None: two thirds of the lease) stops leading.
     """
 
     enabled: bool = False
@@ -52,6 +54,7 @@ class RepartitionSettings:
     scheduler_name: str = names.SCHEDULER_NAME
     lease: str = DEFAULT_LEASE
     lease_duration_s: float = 60.0
+    renew_deadline_s: float | None = None
     mode_default: str = names.MODE_MIG_MANAGER
     carve_min_pending_s: float = CARVE_MIN_PENDING_S
     carve_cooldown_s: float = 60.0
@@ -105,6 +108,32 @@ class RepartitionSettings:
                 f"--repartition-interval-s {self.interval_s:g} (the Lease is renewed once a "
                 "round)"
             )
+        renew = self.renew_deadline_s
+        if renew is not None and (not math.isfinite(renew) or renew <= 0):
+            raise CommandError(
+                f"--repartition-renew-deadline-s {renew}: must be a finite number > 0"
+            )
+        if renew is not None and renew >= self.lease_duration_s:
+            raise CommandError(
+                f"--repartition-renew-deadline-s {renew:g} must be shorter than "
+                f"--repartition-lease-s {self.lease_duration_s:g} (a leader stops leading once "
+                "it has not renewed for this long, before another replica may take the Lease); "
+                "lower it or raise the lease"
+            )
+        if renew is not None and self.interval_s >= renew:
+            raise CommandError(
+                f"--repartition-interval-s {self.interval_s:g} must be shorter than "
+                f"--repartition-renew-deadline-s {renew:g} (the Lease is renewed once a round: "
+                "a leader that waits longer stops leading between rounds); raise the deadline "
+                "or lower the interval"
+            )
+
+    @property
+    def lease_renew_deadline_s(self) -> float:
+        """``renew_deadline_s``, or two thirds of the lease when it is not given."""
+        if self.renew_deadline_s is None:
+            return default_renew_deadline_s(self.lease_duration_s)
+        return self.renew_deadline_s
 
     @property
     def lease_namespace(self) -> str:

@@ -127,6 +127,14 @@ def _add_gate_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long the gate's Lease holds without renewal: the time a new leader waits "
         "after the old one died (default %(default)s)",
     )
+    parser.add_argument(
+        "--gate-renew-deadline-s",
+        type=console.seconds(allow_zero=False),
+        default=None,
+        help="a leader that has not renewed the gate's Lease for this long stops admitting at "
+        "once, before another replica may take it; shorter than --gate-lease-s, longer than "
+        "--gate-interval-s (default: two thirds of --gate-lease-s)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
@@ -146,6 +154,7 @@ def settings_from_args(args: argparse.Namespace) -> WebhookSettings:
             batch=args.gate_batch,
             lease=args.gate_lease,
             lease_s=args.gate_lease_s,
+            renew_deadline_s=args.gate_renew_deadline_s,
         ),
         exclude_namespaces=frozenset(args.exclude_namespaces),
         cluster_file=args.cluster_file,

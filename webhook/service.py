@@ -152,6 +152,7 @@ def start_gate(
         options.lease_name,
         identity,
         lease_duration_s=options.lease_s,
+        renew_deadline_s=options.lease_renew_deadline_s,
     )
     gate = GateReconciler(
         quota,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from migslice.admission import AdmissionSettings
 from migslice.console import CommandError
+from migslice.kube.lease import default_renew_deadline_s
 from migslice.names import GATE_LEASE_NAME, SYSTEM_NAMESPACE
 from migslice.serving import ServerOptions
 
@@ -28,12 +29,14 @@ class GateSettings:
     """The gate reconciler (``webhook.gate``): ``interval_s``, how often its leader looks at
     pods behind the admission gate (0: no reconciler, where no namespace is fail-open);
     ``batch``, pods admitted per round at most; ``lease``, ``namespace/name`` of its Lease,
-    held ``lease_s``."""
+    held ``lease_s``; a leader not renewed within ``renew_deadline_s`` (None: two thirds of
+    the lease) stops leading."""
 
     interval_s: float = 2.0
     batch: int = 20
     lease: str = f"{SYSTEM_NAMESPACE}/{GATE_LEASE_NAME}"
     lease_s: float = 15.0
+    renew_deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.interval_s) or self.interval_s < 0:
@@ -48,10 +51,33 @@ class GateSettings:
                 f"--gate-lease-s {self.lease_s:g} must be at least twice --gate-interval-s "
                 f"{self.interval_s:g} (the Lease is renewed once a round)"
             )
+        renew = self.renew_deadline_s
+        if renew is not None and (not math.isfinite(renew) or renew <= 0):
+            raise CommandError(f"--gate-renew-deadline-s {renew}: must be a finite number > 0")
+        if renew is not None and renew >= self.lease_s:
+            raise CommandError(
+                f"--gate-renew-deadline-s {renew:g} must be shorter than --gate-lease-s "
+                f"{self.lease_s:g} (a leader stops leading once it has not renewed for this "
+                "long, before another replica may take the Lease); lower it or raise the lease"
+            )
+        if renew is not None and self.interval_s >= renew:
+            raise CommandError(
+                f"--gate-interval-s {self.interval_s:g} must be shorter than "
+                f"--gate-renew-deadline-s {renew:g} (the Lease is renewed once a round: a "
+                "leader that waits longer stops leading between rounds); raise the deadline or "
+                "lower the interval"
+            )
 
     @property
     def is_on(self) -> bool:
         return self.interval_s > 0
+
+    @property
+    def lease_renew_deadline_s(self) -> float:
+        """``renew_deadline_s``, or two thirds of the lease when it is not given."""
+        if self.renew_deadline_s is None:
+            return default_renew_deadline_s(self.lease_s)
+        return self.renew_deadline_s
 
     @property
     def lease_namespace(self) -> str:

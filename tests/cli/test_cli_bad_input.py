@@ -26,6 +26,8 @@ FLAG_ERRORS = [
     (["webhook", "--gate-batch", "0"], "out of range"),
     (["webhook", "--gate-lease", "no-namespace"], "is not NAMESPACE/NAME"),
     (["webhook", "--gate-lease-s", "0"], "out of range"),
+    (["webhook", "--gate-renew-deadline-s", "0"], "out of range"),
+    (["extender", "--repartition-renew-deadline-s", "-1"], "out of range"),
     (["extender", "--max-blind-s", "nan"], "not a finite number"),
     (["extender", "--repartition-max-nodes-in-flight", "0"], "out of range"),
     (["extender", "--mig-config-map", "no-namespace"], "is not NAMESPACE/NAME"),
@@ -134,6 +136,28 @@ def test_a_webhook_over_a_cluster_file_with_two_workers_is_refused_in_one_line(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1
     assert "--workers 2: each worker would keep a quota ledger of its own" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["extender", "--repartition", "--repartition-renew-deadline-s", "90"],
+            "--repartition-renew-deadline-s 90 must be shorter than --repartition-lease-s 60",
+        ),
+        (
+            ["webhook", "--gate-renew-deadline-s", "1"],
+            "--gate-interval-s 2 must be shorter than --gate-renew-deadline-s 1",
+        ),
+    ],
+    ids=["extender", "webhook"],
+)
+def test_a_renew_deadline_outside_round_and_lease_is_refused_in_one_line(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], lines
 
 
 def bad_files(tmp: Path) -> list[tuple[str, Path, str]]:

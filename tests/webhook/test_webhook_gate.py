@@ -449,6 +449,24 @@ def test_the_gate_settings_refuse_a_lease_shorter_than_two_rounds() -> None:
     assert GateSettings().lease_namespace == "migslice-system"
 
 
+@pytest.mark.parametrize(
+    ("renew_s", "said"),
+    [
+        (15.0, "--gate-renew-deadline-s 15 must be shorter than --gate-lease-s 15"),
+        (2.0, "--gate-interval-s 2 must be shorter than --gate-renew-deadline-s 2"),
+        (0.0, "--gate-renew-deadline-s 0.0: must be a finite number > 0"),
+    ],
+    ids=["not-shorter-than-the-lease", "not-longer-than-a-round", "zero"],
+)
+def test_the_gate_settings_refuse_a_renew_deadline_outside_round_and_lease(
+    renew_s: float, said: str
+) -> None:
+    with pytest.raises(CommandError, match=said):
+        GateSettings(interval_s=2.0, lease_s=15.0, renew_deadline_s=renew_s)
+    assert GateSettings().lease_renew_deadline_s == 10
+    assert GateSettings(renew_deadline_s=5.0).lease_renew_deadline_s == 5
+
+
 class RefusingApi(Api):
     """kube-apiserver refusing one pod's un-gate (another admission policy, or RBAC)."""
 
