@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from extender.leading import NotLeadingError
 from migslice.names import CARVE_ANNOTATION, MIG_STATE_SUCCESS
 from migslice.objects import NodeFacts
 from migslice.objects.carve_handshake import CarvePhase, render_carve_request
@@ -30,6 +31,8 @@ def write_carve_requests(api: Annotator, writes: Sequence[CarveWrite], reason: s
         try:
             api.set_node_annotations(write.node, {CARVE_ANNOTATION: text})
             log.info("node=%s %s %s", write.node, "asked" if text else "released", reason)
+        except NotLeadingError:
+            raise  # the round ends: no write of a replica that does not lead
         except Exception as error:  # one failed write must not stop the others
             ok = False
             log.warning(

@@ -1,6 +1,8 @@
 """The repartition controller loop: a thread in the extender process, active only as leader.
 
-Each round (every ``interval_s``): renew the Lease (followers stop here), read the mig-parted
+Each round (every ``interval_s``): renew the Lease (followers stop here; a leader's every
+write asks again, and a round ends at its first write past the renew deadline:
+:mod:`extender.leading`), read the mig-parted
 ConfigMap and the plan record in its annotation, list the pending pods, take node states
 from the extender's cache (nodes of the plan in progress are read fresh from the API server,
 so the re-check before applying and the outcome after it never act on a stale cache), and
@@ -25,6 +27,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from extender.carve_requests import shows, write_carve_requests
+from extender.leading import LeaderWrites, NotLeadingError
 from extender.mig_manager import MigManagerGuard
 from extender.pending_stats import open_ages, pending_by_profile
 from extender.settings import ExtenderSettings, controller_settings
@@ -106,6 +109,11 @@ class RepartitionApi(Protocol):
 class Elector(Protocol):
     def try_acquire_or_renew(self) -> bool: ...
 
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica leads now (false from its renew deadline on)."""
+        ...
+
     def release(self) -> None: ...
 
 
@@ -124,7 +132,7 @@ class RepartitionController:
         blindness: Callable[[], list[str]] = list,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._api = api
+        self._api = LeaderWrites(api, lambda: elector.is_leader)
         self._guard = guard
         self._elector = elector
         self._index = index
@@ -161,6 +169,11 @@ class RepartitionController:
             self._thread.join(timeout_s)
         self._elector.release()
 
+    def is_leader(self) -> bool:
+        """Whether this replica leads now: what the steer and the DRA node warnings ask before
+        they write (the stats say it as of the last round)."""
+        return self._elector.is_leader
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
@@ -190,10 +203,26 @@ class RepartitionController:
             self.stats.follower()
             self._touched.clear()
             return []
+        performed: list[Step] = []
+        try:
+            self._lead(performed)
+        except NotLeadingError as error:
+            self.stats.is_leader = False
+            self.stats.follower()
+            self._touched.clear()
+            log.warning(
+                "repartition round stopped: %s; the plan record keeps its step for whichever "
+                "replica leads",
+                error,
+            )
+        return performed
+
+    def _lead(self, performed: list[Step]) -> None:
+        """The leader's round; the steps performed are added to ``performed``."""
         blind = self._blindness()
         if blind:
             self._say(f"not deciding while the caches are blind: {'; '.join(blind)}")
-            return []
+            return
         now = self._clock()
         raw_pods = self._api.list_pending_pods(self._settings.scheduler_name)
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
@@ -206,15 +235,14 @@ class RepartitionController:
         if file.record is not None:
             self._touch_served(file.record, raw_pods, now)
         if self._guard is not None and not self._guard.allows_planning():
-            return []  # MIG Manager would not apply what we write (extender.mig_manager)
+            return  # MIG Manager would not apply what we write (extender.mig_manager)
         if file.record is None:
             self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
-            return []
+            return
         if file.problem:
             self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")
         self._retry_restores(file)
         self._withdraw_strays(file.record)
-        performed: list[Step] = []
         for _ in range(STEPS_PER_ROUND):
             record = file.record
             assert record is not None
@@ -258,7 +286,6 @@ class RepartitionController:
             file = read_config_map(stored, self._key)
             if file.record is None:
                 break
-        return performed
 
     def _node_states(self, record: RepartitionRecord, configs: MigConfigs) -> list[NodeState]:
         states: dict[str, NodeState] = {}
@@ -328,6 +355,8 @@ class RepartitionController:
                     MIG_CONFIG_STATE_LABEL,
                     MIG_CONFIG_LABEL,
                 )
+            except NotLeadingError:
+                raise
             except Exception as error:
                 self.stats.errors += 1
                 refused = True
@@ -361,6 +390,8 @@ class RepartitionController:
             log.info("node=%s labelled %s=%s", label.node, MIG_CONFIG_LABEL, label.config_name)
             self._refused.discard(label.node)
             return True
+        except NotLeadingError:
+            raise
         except Exception as error:
             self.stats.errors += 1
             if label.replaces is None:
@@ -421,6 +452,8 @@ class RepartitionController:
                 log.log(
                     logging.WARNING if mark.note else logging.INFO, "node=%s %s", mark.node, what
                 )
+            except NotLeadingError:
+                raise
             except Exception as error:
                 self.stats.errors += 1
                 log.warning(
@@ -481,6 +514,8 @@ class RepartitionController:
                             served.node,
                             served.config,
                         )
+                except NotLeadingError:
+                    raise
                 except Exception as error:
                     self.stats.errors += 1
                     log.warning(

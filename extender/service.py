@@ -74,10 +74,10 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
     reserve = ReserveStats()
     index = new_index(guard if settings.dra_steer else None)
     caches = start_caches(transport, settings, index)
-    controller = elector = None
+    controller = None
     if settings.repartition.enabled:
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        controller, elector = start_repartition(
+        controller = start_repartition(
             transport,
             index,
             settings,
@@ -88,11 +88,8 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 
     stats = None if controller is None else controller.stats
     steer = clearing = None
-    # The holder of the repartition Lease writes, for as long as its last renewal holds it
-    # (not until its next round comes back: another replica may have taken it by then).
-    may_write: Callable[[], bool] = (
-        (lambda: True) if elector is None else (lambda: elector.is_leader)
-    )
+    # asked before each write: a leader past its renew deadline writes no more at once
+    may_write: Callable[[], bool] = (lambda: True) if controller is None else controller.is_leader
     lease = None
     if settings.dra_steer and any(cache.name == TAINT_RULES for cache in caches):
         if stats is None and settings.dra_steer_lease:
@@ -166,30 +163,30 @@ def in_cluster_app(settings: ExtenderSettings) -> Flask:
 class SteerLease:
     """The Lease that elects the replica writing the steer's rules when no repartition
     controller runs (``--dra-steer-lease``): tried at start, then every ``renew_s`` (a
-    quarter of the lease, at most half its renew deadline), released on stop so that another replica need not wait it out."""
+    quarter of the lease, at most half its renew deadline), released on stop so that another
+    replica need not wait it out. :meth:`is_leader` asks the elector each time: a leader whose
+    renewals fail or hang stops writing at its renew deadline, not at its next try."""
 
     def __init__(self, elector: LeaderElector, renew_s: float) -> None:
         self._elector = elector
-        self._leader = False
+        self._stopped = False
         self._renew()
         self._loop = Every("DRA steer lease", renew_s, self._renew)
         self._loop.start()
 
     def _renew(self) -> None:
         try:
-            self._leader = self._elector.try_acquire_or_renew()
-        except Exception as error:  # not reachable now: a follower until the next try
-            self._leader = False
+            self._elector.try_acquire_or_renew()
+        except Exception as error:  # our own failure: a follower until the next try
             log.warning("DRA steer lease not renewed (%s); not writing rules", error)
 
     def is_leader(self) -> bool:
-        """Whether this replica writes: it holds the Lease, renewed less than a duration ago."""
-        return self._leader and self._elector.is_leader
+        return not self._stopped and self._elector.is_leader
 
     def stop(self) -> None:
         self._loop.stop()
-        if self._leader:
-            self._leader = False
+        if not self._stopped:
+            self._stopped = True
             self._elector.release()
 
 
@@ -222,10 +219,9 @@ def start_repartition(
     *,
     identity: str,
     blindness: Callable[[], list[str]] = list,
-) -> tuple[RepartitionController, LeaderElector]:
+) -> RepartitionController:
     """Build the controller over the Kubernetes API and start its thread; it decides nothing
-    while ``blindness`` names a problem (a cache not synced or not following the API). With
-    it, its Lease's elector (whether this replica holds the Lease now)."""
+    while ``blindness`` names a problem (a cache not synced or not following the API)."""
     from migslice.kube import KubeRepartitionApi, LeaderElector
     from migslice.kube.gpu_operator import KubeClusterPolicyApi
     from migslice.kube.repartition import COMPONENT
@@ -260,4 +256,4 @@ def start_repartition(
         options.dry_run,
         options.interval_s,
     )
-    return controller, elector
+    return controller

@@ -49,31 +49,36 @@ def test_one_replica_writes_and_another_takes_over_when_it_stops() -> None:
             b.stop()
 
 
-def test_a_replica_whose_renewal_does_not_come_back_stops_writing_within_the_lease() -> None:
-    """The steer asks ``is_leader`` before it writes. Before, a replica whose renewal hung
-    (renewed every quarter of the Lease, each call allowed 60 s) answered yes until the call
-    came back, while another replica took the Lease one duration after its last renewal."""
+def test_a_steer_leader_that_cannot_renew_stops_writing_at_its_renew_deadline() -> None:
+    """The API server stops answering: the replica writes no rule from its renew deadline on
+    (10 s of a 15 s lease), before another replica could take the Lease, without waiting
+    for its next try to fail."""
     objects = ObjectStore()
-    now = [0.0]
+    down = [False]
 
     def answer(request: Request) -> tuple[int, object]:
+        if down[0]:
+            return 503, {"kind": "Status", "message": "unavailable"}
         return objects.handle(request.method, request.path, request.query, request.body)
 
+    clock = [1000.0]
     with local_api(answer) as transport:
         elector = LeaderElector(
             transport,
             "migslice-system",
             "migslice-dra-steer",
             "a",
-            lease_duration_s=60,
-            clock=lambda: now[0],
+            lease_duration_s=15,
+            renew_deadline_s=10,
+            clock=lambda: clock[0],
         )
-        lease = SteerLease(elector, renew_s=3600)  # its next renewal does not come back
+        lease = SteerLease(elector, renew_s=3600)  # no try of its own in this test
         try:
             assert lease.is_leader()
-            now[0] = 59.0
+            down[0] = True
+            clock[0] += 9.9
             assert lease.is_leader()
-            now[0] = 60.0
+            clock[0] += 0.1
             assert not lease.is_leader()
         finally:
             lease.stop()

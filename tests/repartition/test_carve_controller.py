@@ -97,6 +97,8 @@ class FakeApi:
 
 
 class Elector:
+    is_leader = True
+
     def try_acquire_or_renew(self) -> bool:
         return True
 

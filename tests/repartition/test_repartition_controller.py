@@ -17,6 +17,7 @@ from extender.metrics import ExtenderMetrics
 from extender.settings import ExtenderSettings, RepartitionSettings
 from extender.state import ExtenderState, new_index
 from harness.builders import make_node, make_pod
+from migslice.kube import LeaderElector
 from migslice.kube.transport import ApiError
 from migslice.mig import CATALOG, place
 from migslice.mig.migparted import mig_parted_entries, render_mig_parted
@@ -27,6 +28,8 @@ from migslice.objects.device_classes import device_class_facts_from_raw
 from migslice.objects.resource_claims import claim_facts_from_raw
 from migslice.repartition import RECORD_ANNOTATION, StepKind
 from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
+from tests.kube.test_kube_repartition import ObjectStore
+from tests.local_api import Request, local_api
 
 MODEL = CATALOG.get("A100-80GB")
 NOW = 1_750_000_000.0
@@ -120,6 +123,10 @@ class Elector:
     def try_acquire_or_renew(self) -> bool:
         return self.leader
 
+    @property
+    def is_leader(self) -> bool:
+        return self.leader
+
     def release(self) -> None:
         self.leader = False
 
@@ -131,7 +138,7 @@ def controller(
     index: Any = None,
     clock: Callable[[], float] = lambda: NOW,
     blindness: Callable[[], list[str]] = list,
-    elector: Elector | None = None,
+    elector: Elector | LeaderElector | None = None,
     monotonic: Callable[[], float] | None = None,
 ) -> RepartitionController:
     index = index if index is not None else new_index()
@@ -675,3 +682,47 @@ def test_a_round_the_api_server_fails_is_one_line_not_a_traceback(
     (record,) = [r for r in caplog.records if "round failed" in r.getMessage()]
     assert "HTTP 410" in record.getMessage() and not record.exc_info
     assert ctl.stats.errors == 1
+
+
+class SlowRecordApi(FakeApi):
+    """The API server answers the record's write ``delay_s`` late (on the test's clock)."""
+
+    def __init__(self, clock: list[float], delay_s: float) -> None:
+        super().__init__()
+        self.clock, self.delay_s = clock, delay_s
+
+    def update_config_map(
+        self, mutate: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
+        stored = super().update_config_map(mutate)
+        self.clock[0] += self.delay_s
+        return stored
+
+
+def test_a_leader_past_its_renew_deadline_mid_round_writes_nothing_more() -> None:
+    """Lease 15 s, renew deadline 10 s. The round renews, then the record's write takes
+    11 s: the leader leads no more (another replica may hold the Lease 4 s later), so the
+    round stops there: no APPLY, no label, no Event; the steer and the DRA warnings, which
+    ask :meth:`RepartitionController.is_leader`, stop writing at the same moment."""
+    objects = ObjectStore()
+
+    def answer(request: Request) -> tuple[int, Any]:
+        return objects.handle(request.method, request.path, request.query, request.body)
+
+    clock = [1000.0]
+    with local_api(answer) as transport:
+        elector = LeaderElector(
+            transport,
+            "migslice-system",
+            "migslice-repartition",
+            "a",
+            lease_duration_s=15,
+            renew_deadline_s=10,
+            clock=lambda: clock[0],
+        )
+        api = SlowRecordApi(clock, delay_s=11)
+        ctl = controller(api, elector=elector)
+        steps = ctl.run_once()
+    assert [s.kind for s in steps] == [StepKind.START]
+    assert api.log == ["configmap config=True"]  # the plan record, and nothing after it
+    assert not ctl.is_leader() and not ctl.stats.is_leader
