@@ -2,7 +2,8 @@
 Lease, that admits the GPU pods fail-open namespaces created behind the admission gate while
 the webhook could not be called (``migslice.admission.gate``, docs/outages.md).
 
-Each round (every ``interval_s``): renew the Lease (followers stop here); while the caches are
+Each round (every ``interval_s``): renew the Lease (followers stop here; a leader asks again
+before each pod, and ends its round once past its renew deadline); while the caches are
 blind, do nothing; then, oldest first, decide each gated pod with the same ``decide()`` and
 charge it through the same :class:`~webhook.quota.QuotaKeeper` as an admission (the ledger's
 compare-and-swap keeps it exact beside every replica's admissions, and beside a second leader
@@ -82,6 +83,11 @@ class GateApi(Protocol):
 
 class Elector(Protocol):
     def try_acquire_or_renew(self) -> bool: ...
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica leads now (false from its renew deadline on)."""
+        ...
 
     def release(self) -> None: ...
 
@@ -172,6 +178,13 @@ class GateReconciler:
         now = self._monotonic()
         for pod in pods:
             if admitted >= self.settings.batch:
+                break
+            if not self._elector.is_leader:
+                log.warning(
+                    "Admission gate stops its round: not leading any more (the Lease was not "
+                    "renewed within its renew deadline of %gs)",
+                    self.settings.lease_renew_deadline_s,
+                )
                 break
             if self._refused_until.get(pod.uid, 0.0) > now:
                 continue  # its charge lapses meanwhile: a refused pod holds no quota for good

@@ -22,7 +22,10 @@ import pytest
 from harness.builders import make_created_pod, make_gated_pod, make_node, make_policy, make_review
 from migslice.admission.gate import GatedPod, GateNote
 from migslice.console import CommandError
+from migslice.kube import LeaderElector
 from migslice.kube.transport import ApiError
+from tests.kube.test_kube_repartition import ObjectStore
+from tests.local_api import Request, local_api
 from webhook.app import create_app
 from webhook.gate import EVENT_REPEAT_S, GateReconciler
 from webhook.metrics import Metrics
@@ -114,6 +117,10 @@ class Elector:
     def try_acquire_or_renew(self) -> bool:
         return self.leader
 
+    @property
+    def is_leader(self) -> bool:
+        return self.leader
+
     def release(self) -> None:
         self.leader = False
 
@@ -129,7 +136,7 @@ def reconciler(
     state: ClusterState,
     store: MemoryLedgers,
     api: Api,
-    elector: Elector | None = None,
+    elector: Elector | LeaderElector | None = None,
     clock: Clock | None = None,
     **settings: Any,
 ) -> GateReconciler:
@@ -562,4 +569,44 @@ def test_a_wall_clock_stepped_back_does_not_keep_a_refused_pod_gated() -> None:
     wall.now_s += 91.0
     monotonic.now_s += 91.0
     gate.run_once()
+    assert api.admitted() == ["p0"]
+
+
+class SlowApi(Api):
+    """kube-apiserver answering each un-gate ``delay_s`` late (on the test's clock)."""
+
+    def __init__(self, clock: Clock, delay_s: float, *states: ClusterState) -> None:
+        super().__init__(*states)
+        self.clock, self.delay_s = clock, delay_s
+
+    def patch_pod(self, namespace: str, name: str, patch: Sequence[Mapping[str, Any]]) -> bool:
+        patched = super().patch_pod(namespace, name, patch)
+        self.clock.now_s += self.delay_s
+        return patched
+
+
+def test_a_gate_leader_past_its_renew_deadline_mid_round_admits_no_more_pods() -> None:
+    """Lease 15 s, renew deadline 10 s: the first un-gate takes 11 s, after which another
+    replica may hold the Lease 4 s later; the round admits no further pod."""
+    objects = ObjectStore()
+
+    def answer(request: Request) -> tuple[int, Any]:
+        return objects.handle(request.method, request.path, request.query, request.body)
+
+    clock = Clock()
+    state = replica_state(quota=4, clock=clock)
+    api = SlowApi(clock, 11.0, state)
+    with local_api(answer) as transport:
+        elector = LeaderElector(
+            transport,
+            "migslice-system",
+            "migslice-admission-gate",
+            "a",
+            lease_duration_s=15,
+            renew_deadline_s=10,
+            clock=clock.monotonic_s,
+        )
+        gate = reconciler(state, MemoryLedgers(state), api, elector=elector, clock=clock)
+        gated(api, 3, limits=DIRECT)
+        gate.run_once()
     assert api.admitted() == ["p0"]
