@@ -125,7 +125,7 @@ class LeaderElector:
                 self.renew_deadline_s,
             )
         now = self.is_leader
-        if now != was and not (lapsed and not now):
+        if now != was:
             log.info(
                 "lease=%s/%s identity=%s %s",
                 self._namespace,
