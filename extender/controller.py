@@ -262,9 +262,11 @@ class RepartitionController:
                 carve_memo=self._carve_memo,
             )
             self._count_in_flight(step.record, nodes)
+            # the stuck alert reads both: the waits as this leader's deadline counts them,
+            # and the writers' stamps, so that a restart or a new leader does not make a node
+            # reconfiguring for an hour read as just begun
+            self.stats.open_leader_ages = open_ages(step.record, now)
             step = replace(step, record=self._local_times.restore(step.record, record))
-            # the ages shown (the stuck alert's) are the writers' stamps: a restart or a new
-            # leader does not make a node reconfiguring for an hour read as just begun
             self.stats.open_ages, self.stats.open_as_of = open_ages(step.record, now), now
             if step.kind == StepKind.WAIT:
                 self._mark(step)

@@ -220,13 +220,22 @@ class _RepartitionCollector(Collector):
         ages = GaugeMetricFamily(
             _REPARTITION + "open_step_age_seconds",
             "Seconds since the oldest node still open of the plan (mig-manager) or the carve "
-            "(carve) was labelled or asked, as of the scrape; the controller closes it at the "
-            "deadline.",
+            "(carve) was labelled or asked, as of the scrape, by its writer's stamp (a restart "
+            "or a new leader does not reset it).",
             labels=("mode",),
         )
         for mode, age in sorted(stats.open_ages.items()):
             ages.add_metric((mode,), stats.aged(age, stats.open_as_of))
         yield ages
+        leader_ages = GaugeMetricFamily(
+            _REPARTITION + "open_step_leader_age_seconds",
+            "The same age as this leader times it, from when it first saw the node's stamp on "
+            "its own clock (a new leader starts it at 0): what its deadline counts.",
+            labels=("mode",),
+        )
+        for mode, age in sorted(stats.open_leader_ages.items()):
+            leader_ages.add_metric((mode,), stats.aged(age, stats.open_as_of))
+        yield leader_ages
         yield _gauge("deadline_seconds", "--repartition-deadline-s.", stats.deadline_s)
         yield _gauge(
             "strand_guard",

@@ -127,7 +127,11 @@ class RepartitionStats:
     pending: dict[str, tuple[int, float]] = field(default_factory=dict)
     """The leader's last round: per MIG profile, pods waiting for it and the longest wait."""
     open_ages: dict[str, float] = field(default_factory=dict)
-    """Per mode, how long the oldest applied, unanswered node of the record has waited."""
+    """Per mode, how long the oldest applied, unanswered node of the record has waited, by
+    its writer's stamp (a restart or a change of leader does not reset it)."""
+    open_leader_ages: dict[str, float] = field(default_factory=dict)
+    """The same waits as this leader times them, from when it first saw each stamp: what its
+    deadline counts (:mod:`migslice.repartition.record.local_time`)."""
     pending_as_of: float | None = None
     """The controller's clock when ``pending`` was taken, and ``open_ages``'s: a scrape adds
     what has passed since (:meth:`aged`), so rounds that fail leave the waits growing, not
@@ -148,7 +152,7 @@ class RepartitionStats:
     def follower(self) -> None:
         """This replica does not lead: what only the leader exports goes, and what it exported
         while it led is not left behind for ``max()`` in the alerts to read for ever."""
-        self.pending, self.open_ages = {}, {}
+        self.pending, self.open_ages, self.open_leader_ages = {}, {}, {}
         self.pending_as_of = self.open_as_of = None
         self.stranding = NO_MIX
         self.nodes_in_flight = self.nodes_quarantined = 0

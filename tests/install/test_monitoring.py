@@ -53,6 +53,7 @@ def exported() -> dict[str, set[str]]:
         is_leader=True,
         pending={"3g.40gb": (2, 600.0)},
         open_ages={"mig-manager": 540.0, "carve": 0.0},
+        open_leader_ages={"mig-manager": 300.0, "carve": 0.0},
         deadline_s=600.0,
         node_outcomes={"timeout": 1},
     )

@@ -564,6 +564,7 @@ def test_a_replica_that_stops_leading_exports_none_of_the_leaders_gauges() -> No
         assert f"migslice_repartition_{gauge} 0.0" in text, gauge
     assert "migslice_repartition_leader 0.0" in text
     assert "migslice_repartition_open_step_age_seconds{" not in text
+    assert "migslice_repartition_open_step_leader_age_seconds{" not in text
     assert "migslice_extender_pending_max_age_seconds{" not in text
 
 
@@ -726,3 +727,28 @@ def test_a_leader_past_its_renew_deadline_mid_round_writes_nothing_more() -> Non
     assert [s.kind for s in steps] == [StepKind.START]
     assert api.log == ["configmap config=True"]  # the plan record, and nothing after it
     assert not ctl.is_leader() and not ctl.stats.is_leader
+
+
+def test_a_new_leader_exports_the_step_s_age_by_its_writer_and_as_its_own_deadline_counts() -> None:
+    """The stuck alert reads both: by the writer's stamp alone it fired while a new leader
+    still rightly waited out the deadline it restarted (docs/operate.md)."""
+    api = FakeApi()
+    index = new_index()
+    a, b = Elector(), Elector(leader=False)
+    first = controller(api, index=index, clock=lambda: NOW, elector=a, monotonic=lambda: 100.0)
+    first.run_once()  # labels gpu-a at NOW
+    index.replace_nodes([node_facts_from_raw(api.node)])
+    a.leader, b.leader = False, True
+    now = [NOW + 500]
+    second = controller(
+        api, index=index, clock=lambda: now[0], elector=b, monotonic=lambda: now[0] - NOW
+    )
+    second.run_once()
+    text = scrape(second.stats)
+    assert 'migslice_repartition_open_step_age_seconds{mode="mig-manager"} 500.0' in text
+    assert 'migslice_repartition_open_step_leader_age_seconds{mode="mig-manager"} 0.0' in text
+    now[0] += 60
+    second.run_once()
+    text = scrape(second.stats)
+    assert 'migslice_repartition_open_step_age_seconds{mode="mig-manager"} 560.0' in text
+    assert 'migslice_repartition_open_step_leader_age_seconds{mode="mig-manager"} 60.0' in text
