@@ -265,10 +265,13 @@ def test_a_leader_that_has_not_renewed_for_a_lease_duration_is_leader_no_more(
     a, b = elector(transport, "a", clock), elector(transport, "b", clock)
     assert a.try_acquire_or_renew() and a.is_leader
     assert not b.try_acquire_or_renew()
-    clock.now += 14
-    assert a.is_leader  # renewed 14 s ago: nobody else may take it yet
-    clock.now += 1  # 15 s: b may take it now, so a may no longer act as its holder
+    clock.now += 9.9
+    assert a.is_leader  # renewed 9.9 s ago: inside its renew deadline (10 s of 15)
+    clock.now += 0.1  # past the renew deadline: a stops before b may take the Lease
     assert not a.is_leader
+    clock.now += 4.9
+    assert not b.try_acquire_or_renew()  # 14.9 s: not yet expired for b
+    clock.now += 0.1
     assert b.try_acquire_or_renew() and b.is_leader
     assert not a.try_acquire_or_renew() and not a.is_leader
 
