@@ -12,8 +12,12 @@ One pass (:meth:`Carver.run_once`) reads the Node and acts on its two carve anno
 
 The journal this process last wrote is kept in memory while its carve is open: a Node that
 lost it (deleted and made again mid-carve) or whose copy was edited or spoiled gets it written
-back (a ``MigCarveJournal`` Warning). An unreadable journal no process remembers is taken, with
-a request, as that request's with changes perhaps made (resumed); without one it is said.
+back (a ``MigCarveJournal`` Warning); a closed one is written back too when the Node lost it
+and the controller asks its plan again to resume. An unreadable journal no process remembers
+is taken, with a request, as that request's with changes perhaps made (resumed); without one
+it is said. So is a request marked ``resume`` that no journal here names (the Node made again
+and this agent restarted since it began: NVML may hold part of it, which a plain request
+would be refused for).
 
 Forward, each step re-reading NVML first, so that a pass killed between any two NVML calls
 is resumed by the next: check every instance to destroy is still idle, then per GPU destroy
@@ -133,12 +137,14 @@ class Carver:
         facts = node_facts_from_raw(raw)
         request, journal = facts.carve_request, facts.carve_status
         kept = self._kept
-        if kept is not None and kept.phase.is_open and journal != kept:
+        if kept is not None and journal != kept and _is_lost(kept, journal, request):
             journal = self._restore(kept, journal, _unreadable(facts))
         elif journal is None and _unreadable(facts):
             if request is None:
                 return self._unknown(_unreadable(facts))
-            journal = self._take_up(request, _unreadable(facts))
+            journal = self._take_up(request, f"unreadable ({_unreadable(facts)})")
+        elif request is not None and request.resume and _foreign(journal, request):
+            journal = self._take_up(request, "missing: the controller asks to resume the carve")
         if journal is not None and journal.phase.is_open:
             self._kept = journal
             same = request is not None and request.plan_id == journal.plan_id
@@ -170,21 +176,26 @@ class Carver:
             what = "missing (the Node deleted and made again?)"
         else:
             what = f"changed by another writer (it says plan {found.plan_id} {found.phase})"
+        held = (
+            "NVML may hold part of its change"
+            if kept.phase.is_open
+            else "its answer, which the controller asks for again"
+        )
         self._warn(
             REASON_JOURNAL,
             f"the carve journal {CARVE_STATE_ANNOTATION} was {what} while plan {kept.plan_id} "
-            f"was {kept.phase} (NVML may hold part of its change): the agent wrote it back "
-            "and goes on from it",
+            f"was {kept.phase} ({held}): the agent wrote it back and goes on from it",
         )
         self._write(kept)
         return kept
 
-    def _take_up(self, request: CarveRequest, unreadable: str) -> CarveStatus:
-        """An unreadable journal and a request (an agent restarted since): the journal is taken
-        to be the request's, with changes perhaps made and advertised, and resumed."""
+    def _take_up(self, request: CarveRequest, what: str) -> CarveStatus:
+        """An unreadable journal and a request, or a request to resume none here knows (an
+        agent restarted since, the Node made again): the journal is taken to be the request's,
+        with changes perhaps made and advertised, and resumed."""
         self._warn(
             REASON_JOURNAL,
-            f"the carve journal {CARVE_STATE_ANNOTATION} is unreadable ({unreadable}): taken "
+            f"the carve journal {CARVE_STATE_ANNOTATION} is {what}: taken "
             f"as plan {request.plan_id}'s, which NVML may hold part of, and resumed",
         )
         status = CarveStatus(
@@ -421,6 +432,23 @@ def _unanswered(error: ApiError) -> bool:
     """Whether the API server did not answer the request (away, timed out, shedding load, or
     failing inside), rather than refusing it."""
     return error.status in (0, 408, 429) or error.status >= 500
+
+
+def _is_lost(kept: CarveStatus, found: CarveStatus | None, request: CarveRequest | None) -> bool:
+    """Whether the journal this process keeps is to be written back over the Node's
+    (``found``): while its carve is open, always; once closed, when the Node has none and the
+    request asks that plan again (to resume: the answer was lost with the Node)."""
+    if kept.phase.is_open:
+        return True
+    return found is None and request is not None and request.plan_id == kept.plan_id
+
+
+def _foreign(journal: CarveStatus | None, request: CarveRequest) -> bool:
+    """Whether the Node's journal is none, or a closed one of another plan (an open one is
+    finished or rolled back first)."""
+    if journal is None:
+        return True
+    return journal.plan_id != request.plan_id and not journal.phase.is_open
 
 
 def _unreadable(facts: NodeFacts) -> str:

@@ -9,6 +9,9 @@
                "layout": [{"profile": "3g.40gb", "start": 0}, {"profile": "3g.40gb", "start": 4}]}]}
 
 ``destroy`` names idle instances by profile, start (memory slice) and MIG device UUID;
+``resume`` (present and true only when so) says the controller asks a plan again whose
+journal was lost after the agent had begun it (the Node deleted and made again): NVML may hold
+part of it, so the agent takes it up as begun and finishes or rolls it back from NVML;
 ``create`` names new instances by profile and start; ``layout`` is the whole GPU afterwards,
 which the agent checks NVML against before it reports success.
 
@@ -88,8 +91,11 @@ class CarveGpu:
 
 @dataclass(frozen=True, slots=True)
 class CarveRequest:
+    """``resume``: asked again after its journal was lost, NVML showing part of the plan."""
+
     plan_id: str
     gpus: tuple[CarveGpu, ...]
+    resume: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +115,13 @@ class CarveStatus:
 
 
 def render_carve_request(request: CarveRequest) -> str:
-    document = {"version": CARVE_VERSION, "plan": request.plan_id, "gpus": gpus_json(request.gpus)}
+    document: dict[str, object] = {
+        "version": CARVE_VERSION,
+        "plan": request.plan_id,
+        "gpus": gpus_json(request.gpus),
+    }
+    if request.resume:
+        document["resume"] = True
     return json.dumps(document, separators=(",", ":"))
 
 
@@ -147,6 +159,7 @@ def parse_carve_request(text: str) -> CarveRequest:
     return CarveRequest(
         _text(document, "plan", CARVE_ANNOTATION),
         parse_gpus(document.get("gpus"), CARVE_ANNOTATION),
+        resume=document.get("resume") is True,
     )
 
 

@@ -5,6 +5,7 @@ and say what happened (docs/repartition.md, "Crash safety")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -183,3 +184,56 @@ def test_an_unreadable_journal_without_a_request_is_said_once() -> None:
     assert first is not None and "cannot be known" in first
     assert [reason for reason, _ in node.events] == ["MigCarveJournal"]
     assert layout(library) == BEFORE
+
+
+def test_a_resumed_request_on_a_node_made_again_is_finished_from_nvml_by_a_new_agent() -> None:
+    """Node made again and the agent restarted (its pod deleted with the Node): no journal
+    anywhere, NVML holding both 1g.10gb destroyed and the 3g.40gb's GPU instance without its
+    compute instance. The controller asks the plan again marked ``resume``. Measured before:
+    the new agent took it as new, refused it ("3g.40gb@0 exists already ... nothing was
+    changed") and left the half-made instance, the 1g.10gb gone and the device plugin
+    listing them."""
+    library = balanced()
+    node = DeletableNode(library)
+    node.hold("running", "3g.40gb")
+
+    def kill(call: str) -> None:
+        if call == "nvmlGpuInstanceCreateComputeInstance":
+            raise Killed
+
+    with installed(library):
+        asked = merge_1g(library)
+        node.ask(asked)
+        library.on_call = kill
+        with pytest.raises(Killed):
+            carver(node).run_once()
+        library.on_call = None
+        node.make_again()  # no journal, no request
+        node.ask(replace(asked, resume=True))
+        said = carver(node).run_once()  # a new agent: nothing in memory
+    assert "carved plan p" in said, said
+    assert layout(library) == AFTER
+    assert node.status is not None and node.status.phase == CarvePhase.SUCCESS
+    assert node.restarts == 1
+    assert [reason for reason, _ in node.events] == ["MigCarveJournal"]
+    assert "resumed" in node.events[0][1]
+
+
+def test_a_resumed_request_whose_carve_the_agent_finished_gets_its_answer_back() -> None:
+    """The carve done and journalled ``success``, then the Node made again: the agent that
+    carved writes its answer back for the resumed request, carving nothing again."""
+    library = balanced()
+    node = DeletableNode(library)
+    node.hold("running", "3g.40gb")
+    agent = carver(node)
+    with installed(library):
+        asked = merge_1g(library)
+        node.ask(asked)
+        assert "carved plan p" in agent.run_once()
+        node.make_again()
+        node.ask(replace(asked, resume=True))
+        said = agent.run_once()
+    assert said == "nothing to carve"
+    assert node.status is not None and node.status.phase == CarvePhase.SUCCESS
+    assert node.restarts == 1
+    assert layout(library) == AFTER

@@ -8,9 +8,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from extender.controller import decide_paused
-from migslice.inventory import NodeState
+from migslice.inventory import NodeState, resolve_node
 from migslice.mig import place
+from migslice.names import LAYOUT_ANNOTATION
+from migslice.objects import node_facts_from_raw
 from migslice.objects.carve_handshake import (
     CarvePhase,
     CarveStatus,
@@ -33,7 +37,7 @@ from migslice.repartition import (
 from migslice.repartition.carve.branch import decide_carve
 from migslice.repartition.pending import PendingPod
 from migslice.repartition.record import CarveStep
-from tests.carve_builders import MODEL, carve_node, gpu, waiting
+from tests.carve_builders import MODEL, carve_node, carve_node_raw, gpu, waiting
 from tests.work import lines_run
 
 NOW = 1_750_000_000.0
@@ -280,6 +284,76 @@ def test_a_request_gone_while_the_agent_carves_it_waits_for_the_agents_answer() 
     )
     assert [(s.node, s.outcome) for s in later.carve_outcomes] == [("gpu-a", FAILED)]
     assert "gpu-a" in dict(later.record.backoff)
+
+
+def made_again(
+    layout: list[Any], busy: list[str], *, reported: bool = True, advertised: bool = True
+) -> NodeState:
+    """gpu-a as the kubelet registers it anew: no carve request, no journal; the agent's
+    layout once it has published it (``reported``); allocatable as the device plugin lists
+    the layout (``advertised``) or as it listed the layout before the carve."""
+    raw = carve_node_raw("gpu-a", layout, busy=busy)
+    if not advertised:
+        allocatable = raw["status"]["allocatable"]
+        for key in [k for k in allocatable if k.startswith("nvidia.com/mig-")]:
+            del allocatable[key]
+        allocatable.update({"nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-3g.40gb": "1"})
+    if not reported:
+        del raw["metadata"]["annotations"][LAYOUT_ANNOTATION]
+    return resolve_node(node_facts_from_raw(raw), [])
+
+
+@pytest.mark.parametrize(
+    ("layout", "busy"),
+    [
+        ([gpu("3g.40gb@0", "3g.40gb@4")], [*BUSY, "0:3g.40gb@0"]),
+        ([gpu("1g.10gb@1", "3g.40gb@4")], BUSY),
+    ],
+    ids=["carved-and-in-use", "one-destroyed"],
+)
+@pytest.mark.parametrize("advertised", [True, False], ids=["advertised", "plugin-stale"])
+def test_a_node_made_again_after_its_agent_acted_is_asked_to_resume_not_aborted(
+    layout: list[Any], busy: list[str], advertised: bool
+) -> None:
+    """The Node deleted and made again (no request, no journal) after the agent changed NVML
+    for the plan. Measured before: closed at once as aborted, "not applied: GPU 0: 1g.10gb@0
+    changed since planned", with no backoff, no cooldown and the pods it served forgotten,
+    while NVML held the whole or half of the carve and no one finished or rolled it back."""
+    record, plan_id = applied()
+    now = decide(
+        record,
+        [made_again(layout, busy, advertised=advertised)],
+        [],
+        file_configs=frozenset(),
+        now=NOW + 20,
+        settings=SETTINGS,
+    )
+    assert now.carve_outcomes == (), now.carve_outcomes
+    assert now.record.carve is not None and now.record.carve.open_nodes
+    (write,) = now.carve_writes
+    assert write.request is not None and write.request.plan_id == plan_id
+    assert write.request.resume
+    assert [e.reason for e in now.events] == ["MigCarveJournal"]
+    # the agent's answer to the resumed request closes it as any answer does
+    answer = render_carve_status(CarveStatus(plan_id, CarvePhase.SUCCESS))
+    done = carve_node("gpu-a", [gpu("3g.40gb@0", "3g.40gb@4")], busy=BUSY, status=answer)
+    later = decide(
+        now.record, [done], [], file_configs=frozenset(), now=NOW + 40, settings=SETTINGS
+    )
+    assert [(s.node, s.outcome) for s in later.carve_outcomes] == [("gpu-a", SUCCESS)]
+    assert "gpu-a" in dict(later.record.finished)
+
+
+def test_a_node_made_again_before_its_agent_reported_waits_for_the_report() -> None:
+    """Measured before: aborted at once, "the node agent's layout no longer agrees with
+    allocatable", while the agent might be mid-carve."""
+    record, _ = applied()
+    bare = made_again([gpu("3g.40gb@4")], BUSY, reported=False)
+    now = decide(record, [bare], [], file_configs=frozenset(), now=NOW + 20, settings=SETTINGS)
+    assert now.kind == StepKind.WAIT, now.reason
+    late = decide(record, [bare], [], file_configs=frozenset(), now=NOW + 400, settings=SETTINGS)
+    assert [(s.node, s.outcome) for s in late.carve_outcomes] == [("gpu-a", TIMEOUT)]
+    assert "gpu-a" in dict(late.record.backoff)
 
 
 def test_a_request_lost_to_a_restart_is_written_again() -> None:

@@ -17,7 +17,11 @@ then decides).
   still at it rolls back); a node that left carve mode or turned DRA before its agent took
   the request up is ``aborted`` at once. A closed node's request is removed, and failures
   are reported as ``MigCarveFailed`` Warnings. A request missing (a restart between the
-  record write and the annotation) is written now, after the same re-check. The plan is
+  record write and the annotation) is written now, after the same re-check; with the journal
+  missing too and the agent's fresh layout showing the plan begun (the Node deleted and made
+  again after the agent acted), it is written marked ``resume`` (the agent finishes or rolls
+  back from NVML), with a ``MigCarveJournal`` Warning, and with no layout yet it is awaited:
+  a lost journal is never read as "nothing was done". The plan is
   dropped once no node is open (``FINISH``). A request the record holds no open, asked step
   of (its removal refused) is removed again each round (:func:`stray_requests`).
 """
@@ -30,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE
-from migslice.objects import NodeFacts
+from migslice.objects import AgentReport, NodeFacts
 from migslice.objects.carve_handshake import CarvePhase
 from migslice.objects.times import format_time
 from migslice.repartition.actions import CarveWrite, NodeEvent
@@ -57,6 +61,7 @@ from migslice.whynot import WhyNot
 
 REASON_CARVE = "MigCarve"
 REASON_CARVE_FAILED = "MigCarveFailed"
+REASON_CARVE_JOURNAL = "MigCarveJournal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +265,7 @@ def _observe(
     steps: list[CarveStep] = []
     closed: list[CarveStep] = []
     writes: list[CarveWrite] = []
+    notices: list[NodeEvent] = []
     for step in active.nodes:
         state = states.get(step.node)
         outcome, detail = (step.outcome, step.detail)
@@ -277,11 +283,22 @@ def _observe(
             and not _asked(state, active.plan_id)
             and not _taken_up(state, active.plan_id)
         ):
-            problem = recheck_carve(step, state, settings.default_mode)
-            if problem is None:
-                writes.append(CarveWrite(step.node, step.request(active.plan_id)))
+            assert state is not None  # a node gone is closed by _outcome_of
+            report = state.facts.agent
+            shown = _plan_shown(step, report) if report is not None else ""
+            if report is None:
+                pass  # the Node made again: its agent's fresh report is awaited (the deadline)
+            elif shown:
+                writes.append(CarveWrite(step.node, step.request(active.plan_id, resume=True)))
+                notices.append(
+                    NodeEvent(step.node, REASON_CARVE_JOURNAL, _lost_message(step, shown), True)
+                )
             else:
-                outcome, detail = ABORTED, f"not applied: {problem.message}"
+                problem = recheck_carve(step, state, settings.default_mode)
+                if problem is None:
+                    writes.append(CarveWrite(step.node, step.request(active.plan_id)))
+                else:
+                    outcome, detail = ABORTED, f"not applied: {problem.message}"
         if not step.is_open or outcome == OPEN:
             steps.append(step)
             continue
@@ -293,7 +310,9 @@ def _observe(
     if not closed and not writes:
         return None
     remaining = replace(active, nodes=tuple(steps))
-    return _closing(record, remaining, closed, writes=writes, now=now, backoff_s=backoff_s)
+    return _closing(
+        record, remaining, closed, writes=writes, notices=notices, now=now, backoff_s=backoff_s
+    )
 
 
 def _closing(
@@ -302,14 +321,14 @@ def _closing(
     closed: Sequence[CarveStep],
     *,
     writes: Sequence[CarveWrite],
+    notices: list[NodeEvent],
     now: float,
     backoff_s: float,
 ) -> CarveDecision:
-    """The record after some nodes closed: cooldowns, backoffs, Events, and the plan dropped
-    when no node is open."""
+    """The record after some nodes closed: cooldowns, backoffs, Events (after ``notices``),
+    and the plan dropped when no node is open."""
     finished, backoff = dict(record.finished), dict(record.backoff)
     served = record.served
-    notices: list[NodeEvent] = []
     for done in closed:
         if done.outcome == SUCCESS:
             finished[done.node] = now
@@ -341,6 +360,35 @@ def _closing(
         notices=tuple(notices),
         outcomes=tuple(closed),
         result=None if still_open else _result(remaining.nodes),
+    )
+
+
+def _plan_shown(step: CarveStep, report: AgentReport) -> str:
+    """What of ``step`` the node agent's report (NVML now) shows done, in words ("" when
+    nothing): an instance it destroys gone or changed, or one it creates there. The request
+    and journal both missing then means they were lost (the Node deleted and made again)
+    after the agent began, not that nothing was done."""
+    found = {(g.index, i.start, i.profile): i.uuid for g in report.gpus for i in g.instances}
+    for gpu in step.gpus:
+        if not any(g.index == gpu.index for g in report.gpus):
+            continue
+        for doomed in gpu.destroy:
+            uuid = found.get((gpu.index, doomed.start, doomed.profile))
+            if uuid is None or (doomed.uuid and uuid != doomed.uuid):
+                return f"GPU {gpu.index}: {doomed.profile}@{doomed.start} is destroyed or remade"
+        doomed_slots = {(d.start, d.profile) for d in gpu.destroy}
+        for slot in gpu.create:
+            made = (gpu.index, slot.start, slot.profile) in found
+            if made and (slot.start, slot.profile) not in doomed_slots:
+                return f"GPU {gpu.index}: {slot.profile}@{slot.start} is made"
+    return ""
+
+
+def _lost_message(step: CarveStep, shown: str) -> str:
+    return (
+        f"the carve request and the node agent's journal are gone from the Node (deleted and "
+        f"made again?) while NVML shows the carve begun ({shown}): asked again to resume, so "
+        f"the agent finishes or rolls back {describe(step)}"
     )
 
 

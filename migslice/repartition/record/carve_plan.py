@@ -53,9 +53,10 @@ class CarveStep:
     def gpu_indices(self) -> tuple[int, ...]:
         return tuple(gpu.index for gpu in self.gpus)
 
-    def request(self, plan_id: str) -> CarveRequest:
-        """The ``migslice.io/carve`` annotation for the node."""
-        return CarveRequest(plan_id, self.gpus)
+    def request(self, plan_id: str, *, resume: bool = False) -> CarveRequest:
+        """The ``migslice.io/carve`` annotation for the node (``resume``: asked again after
+        the agent's journal was lost with NVML showing part of the plan)."""
+        return CarveRequest(plan_id, self.gpus, resume)
 
 
 @dataclass(frozen=True, slots=True)
