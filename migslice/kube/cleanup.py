@@ -16,17 +16,31 @@ post-delete hook; docs/operate.md, "Uninstalling").
   admission gate ``migslice.io/admission``, or naming ``migslice-scheduler``. Listed with the
   command that deletes each, never deleted here: their controllers make them again, and
   whether to is the admin's call (docs/operate.md).
+
+Its writers, found first (:meth:`Leftovers.writers`): the pods of migslice's extender and
+agent (labelled ``app.kubernetes.io/name=migslice`` with component ``extender`` or ``agent``),
+in any namespace; while one runs, what it wrote comes back. A read or write the API server
+does not answer or answers with a passing error (0, 408, 429, 5xx) is tried again
+(:data:`TRIES`); a list whose continue token expired (410 Gone) is started again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import datetime
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from migslice import names
 from migslice.kube.device_taints import RULES, KubeSteerApi
 from migslice.kube.transport import ApiError, KubernetesTransport, RawObject
 from migslice.objects.device_taint_rules import STEER_RULE_SELECTOR, is_steer_rule
+from migslice.objects.times import parse_time
+
+T = TypeVar("T")
 
 NODE_LABELS = (names.QUARANTINE_LABEL,)
 """Node labels migslice writes and removes here: the repartition controller's quarantine."""
@@ -39,6 +53,21 @@ NODE_ANNOTATIONS = (
 """Node annotations migslice writes and removes here: the controller's quarantine note and
 carve request, the agent's layout and carve journal."""
 PAGE = "500"
+WRITERS_SELECTOR = "app.kubernetes.io/name=migslice,app.kubernetes.io/component in (agent,extender)"
+"""The pods that write what this removes: the extender (steer rules, quarantine, carve
+requests) and the node agent (layout, carve journal), as the chart and manifests label them."""
+TRIES = 5
+"""Tries of a request the API server does not answer or answers with a passing error."""
+FIRST_PAUSE_S = 0.2
+"""The pause before the second try; it doubles for each further one (0.2 + ... + 1.6 s)."""
+PASSING = frozenset({0, 408, 429, 500, 502, 503, 504})
+RESTARTS = 3
+"""Times a list is started again after its continue token expired."""
+WORKERS = 8
+"""Nodes patched at once: thousands of GPU nodes fit helm uninstall's 5-minute hook timeout."""
+KILL_MARGIN_S = 5.0
+"""How long past its deletion time a pod may take to leave before its node is taken as not
+answering (its kubelet has been told to kill it by then)."""
 
 
 class CleanupError(ApiError):
@@ -131,28 +160,96 @@ def stranded_pod(raw_pod: Mapping[str, object]) -> StrandedPod | None:
     )
 
 
-class Leftovers:
-    """Finds and removes what migslice's components left, through the API server."""
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """A pod of migslice's extender or agent; ``deletion_at``: when its kubelet is to have
+    killed it (None: not being deleted)."""
 
-    def __init__(self, transport: KubernetesTransport) -> None:
+    namespace: str
+    name: str
+    component: str
+    node: str
+    deletion_at: datetime.datetime | None
+
+    def describe(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.component})"
+
+    def is_lost(self, now: datetime.datetime) -> bool:
+        """Past its deletion time (and a margin) yet listed: its node does not answer, so its
+        kubelet cannot say it stopped."""
+        if self.deletion_at is None:
+            return False
+        return now > self.deletion_at + datetime.timedelta(seconds=KILL_MARGIN_S)
+
+
+def writer_of(raw_pod: Mapping[str, object]) -> Writer | None:
+    metadata = raw_pod.get("metadata")
+    spec = raw_pod.get("spec")
+    if not isinstance(metadata, Mapping):
+        return None
+    labels = metadata.get("labels")
+    component = labels.get("app.kubernetes.io/component") if isinstance(labels, Mapping) else None
+    return Writer(
+        str(metadata.get("namespace") or ""),
+        str(metadata.get("name") or ""),
+        str(component or ""),
+        str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else "",
+        parse_time(metadata.get("deletionTimestamp")),
+    )
+
+
+class Leftovers:
+    """Finds and removes what migslice's components left, through the API server;
+    ``pause``: sleeps between tries of a request that met a passing error."""
+
+    def __init__(
+        self, transport: KubernetesTransport, pause: Callable[[float], None] = time.sleep
+    ) -> None:
         self._transport = transport
+        self._pause = pause
+
+    def _tried(self, call: Callable[[], T]) -> T:
+        """``call``, tried again (:data:`TRIES` in all) while its error is a passing one."""
+        pause_s = FIRST_PAUSE_S
+        for tried in range(1, TRIES + 1):
+            try:
+                return call()
+            except ApiError as error:
+                if error.status not in PASSING or tried == TRIES:
+                    raise
+            self._pause(pause_s)
+            pause_s *= 2
+        raise AssertionError("unreachable")
 
     def _list(
         self, path: str, what: str, query: Mapping[str, str] | None = None
-    ) -> Iterator[RawObject]:
+    ) -> list[RawObject]:
+        for restart in range(RESTARTS + 1):
+            try:
+                return list(self._pages(path, query))
+            except ApiError as error:
+                if error.status == 410 and restart < RESTARTS:
+                    continue  # the continue token expired: a new list from the start
+                raise CleanupError(error.status, f"cannot list {what}: {error}") from None
+        raise AssertionError("unreachable")
+
+    def _pages(self, path: str, query: Mapping[str, str] | None) -> Iterator[RawObject]:
         token = ""
         while True:
             page_query = {**(query or {}), "limit": PAGE}
             if token:
                 page_query["continue"] = token
-            try:
-                page = self._transport.get_json(path, page_query)
-            except ApiError as error:
-                raise CleanupError(error.status, f"cannot list {what}: {error}") from None
+            page = self._tried(partial(self._transport.get_json, path, page_query))
             yield from (i for i in page.get("items") or () if isinstance(i, dict))
             token = str((page.get("metadata") or {}).get("continue") or "")
             if not token:
                 return
+
+    def writers(self) -> list[Writer]:
+        """The pods of migslice's extender and agent, in any namespace."""
+        pods = self._list("/api/v1/pods", "Pods", {"labelSelector": WRITERS_SELECTOR})
+        found = [w for raw in pods if (w := writer_of(raw)) is not None]
+        return sorted(found, key=lambda w: (w.namespace, w.name))
 
     def steer_rules(self) -> list[str] | None:
         """The names of the steer's rules; None when the API server serves no DeviceTaintRules
@@ -174,7 +271,7 @@ class Leftovers:
     def delete_rule(self, name: str) -> bool:
         """Delete a steer rule (as the steer deletes one); False when it is gone already."""
         try:
-            return KubeSteerApi(self._transport).delete_rule(name)
+            return self._tried(lambda: KubeSteerApi(self._transport).delete_rule(name))
         except ApiError as error:
             raise CleanupError(
                 error.status, f"cannot delete DeviceTaintRule {name}: {error}"
@@ -187,7 +284,9 @@ class Leftovers:
     def unmark(self, marks: NodeMarks) -> bool:
         """Remove the keys from the Node; False when the Node is gone."""
         try:
-            self._transport.patch_json(f"/api/v1/nodes/{marks.node}", marks.patch())
+            self._tried(
+                lambda: self._transport.patch_json(f"/api/v1/nodes/{marks.node}", marks.patch())
+            )
         except ApiError as error:
             if error.status == 404:
                 return False
@@ -195,6 +294,18 @@ class Leftovers:
                 error.status, f"cannot remove migslice's keys from Node {marks.node}: {error}"
             ) from None
         return True
+
+    def unmark_all(self, found: Sequence[NodeMarks]) -> list[bool | CleanupError]:
+        """:meth:`unmark` each, :data:`WORKERS` at once; each one's answer, in order."""
+
+        def one(marks: NodeMarks) -> bool | CleanupError:
+            try:
+                return self.unmark(marks)
+            except CleanupError as error:
+                return error
+
+        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            return list(pool.map(one, found))
 
     def stranded_pods(self) -> list[StrandedPod]:
         pods = self._list("/api/v1/pods", "Pods", {"fieldSelector": "spec.nodeName="})

@@ -5,6 +5,8 @@ objects, selects by label and field and applies merge patches as kube-apiserver 
 from __future__ import annotations
 
 import copy
+import datetime
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,25 +57,44 @@ class Store:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.refuse: dict[tuple[str, str], int] = {}
         self.writes: list[tuple[str, str]] = []
+        self.page = 500  # the most items a list answers with (kube-apiserver honours limit)
+        self.fail_once: dict[tuple[str, str], int] = {}  # a transient answer, then served
+        self.expire_continue = False  # the next continue token is too old (410 Gone)
+        self.stop_writers_after = 0  # writer pods gone after this many looks at them
+        self.writer_looks = 0
 
     def answer(self, request: Request) -> tuple[int, Any]:
         for (method, prefix), status in self.refuse.items():
             if request.method == method and request.path.startswith(prefix):
                 return status, {"kind": "Status", "message": f"refused {request.path}"}
         with self.lock:
+            for (method, prefix), status in list(self.fail_once.items()):
+                if request.method == method and request.path.startswith(prefix):
+                    del self.fail_once[(method, prefix)]
+                    return status, {"kind": "Status", "message": "etcdserver: request timed out"}
+            if request.query.get("continue") and self.expire_continue:
+                self.expire_continue = False
+                return 410, {
+                    "kind": "Status",
+                    "reason": "Expired",
+                    "message": "The provided continue parameter is too old to display a "
+                    "consistent list result. You can start a new list without the continue "
+                    "parameter.",
+                }
+            self.write_again()
             if request.method != "GET":
                 self.writes.append((request.method, request.path))
             if request.path == "/version":
                 return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.2"}
             if request.path == RULES and request.method == "GET":
-                return 200, listing(self.rules.values(), request.query)
+                return 200, self.listing(self.rules.values(), request.query)
             if request.path.startswith(RULES + "/") and request.method == "DELETE":
                 name = request.path.rsplit("/", 1)[1]
                 if self.rules.pop(name, None) is None:
                     return 404, {"kind": "Status", "message": "not found"}
                 return 200, {"kind": "Status", "status": "Success"}
             if request.path == "/api/v1/nodes" and request.method == "GET":
-                return 200, listing(self.nodes.values(), request.query)
+                return 200, self.listing(sorted_by_name(self.nodes.values()), request.query)
             if request.path.startswith("/api/v1/nodes/") and request.method == "PATCH":
                 name = request.path.rsplit("/", 1)[1]
                 if name not in self.nodes:
@@ -82,21 +103,77 @@ class Store:
                 self.nodes[name] = merge(self.nodes[name], request.body)
                 return 200, self.nodes[name]
             if request.path == "/api/v1/pods" and request.method == "GET":
+                if "fieldSelector" not in request.query:  # the writers, by label
+                    self.writer_looks += 1
+                    if self.stop_writers_after and self.writer_looks >= self.stop_writers_after:
+                        for key in [k for k, p in self.pods.items() if is_writer(p)]:
+                            del self.pods[key]  # terminated: the kubelet removed them
+                    return 200, self.listing(self.pods.values(), request.query)
                 assert request.query["fieldSelector"] == "spec.nodeName="
                 unbound = [p for p in self.pods.values() if not p["spec"].get("nodeName")]
-                return 200, listing(unbound, request.query)
+                return 200, self.listing(unbound, request.query)
         return 404, {"kind": "Status", "message": f"no {request.method} {request.path}"}
+
+    def write_again(self) -> None:
+        """A running extender and agent: each request the API serves finds their rule and
+        node keys written again, as the steer and the agent's publisher do every round."""
+        if any(is_writer(p) for p in self.pods.values()):
+            self.rules[OWN_RULE["metadata"]["name"]] = copy.deepcopy(OWN_RULE)
+            for raw in self.nodes.values():
+                if raw["metadata"]["name"].startswith("gpu-"):
+                    raw["metadata"]["annotations"][names.LAYOUT_ANNOTATION] = "{}"
+
+    def listing(self, items: Any, query: dict[str, str]) -> dict[str, Any]:
+        """One page of at most ``limit`` (and :attr:`page`) items, with a continue token."""
+        found = listing(items, query)["items"]
+        limit = min(int(query.get("limit") or len(found) or 1), self.page)
+        start = int(query.get("continue") or 0)
+        token = str(start + limit) if start + limit < len(found) else ""
+        return {"kind": "List", "metadata": {"continue": token}, "items": found[start:][:limit]}
 
 
 def listing(items: Any, query: dict[str, str]) -> dict[str, Any]:
-    """One page of objects matching an equality label selector (``key=value,...``)."""
-    wanted = dict(p.split("=", 1) for p in query.get("labelSelector", "").split(",") if p)
+    """The objects matching a label selector of ``key=value`` and ``key in (a,b)`` terms."""
+    selector = query.get("labelSelector", "")
+    terms = re.findall(r"([^,=\s]+)\s+in\s+\(([^)]*)\)|([^,=\s]+)=([^,]*)", selector)
+    wanted = [
+        (key or equal_key, set(values.split(",")) if key else {value})
+        for key, values, equal_key, value in terms
+    ]
     found = [
         copy.deepcopy(i)
         for i in items
-        if all((i["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
+        if all((i["metadata"].get("labels") or {}).get(k) in v for k, v in wanted)
     ]
     return {"kind": "List", "metadata": {}, "items": found}
+
+
+def sorted_by_name(items: Any) -> list[Any]:
+    return sorted(items, key=lambda i: i["metadata"]["name"])
+
+
+def is_writer(raw_pod: dict[str, Any]) -> bool:
+    labels = raw_pod["metadata"].get("labels") or {}
+    return labels.get("app.kubernetes.io/name") == "migslice" and labels.get(
+        "app.kubernetes.io/component"
+    ) in ("extender", "agent")
+
+
+def writer(component: str, name: str, deletion: str | None = None) -> dict[str, Any]:
+    """A pod of migslice's extender or agent; ``deletion``: its deletionTimestamp."""
+    metadata: dict[str, Any] = {
+        "namespace": "migslice-system",
+        "name": name,
+        "labels": {"app.kubernetes.io/name": "migslice", "app.kubernetes.io/component": component},
+    }
+    if deletion:
+        metadata["deletionTimestamp"] = deletion
+    return {"metadata": metadata, "spec": {"nodeName": "gpu-a"}, "status": {"phase": "Running"}}
+
+
+def stamp(seconds_from_now: float) -> str:
+    at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds_from_now)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -164,7 +241,8 @@ def kubeconfig(store: Store, tmp_path: Path) -> Iterator[Path]:
 
 
 def cleanup(kubeconfig: Path, *extra: str) -> int:
-    return main(["cleanup", "--kubeconfig", str(kubeconfig), *extra])
+    """``migslice cleanup``, looking again at once after a pass that removed something."""
+    return main(["cleanup", "--kubeconfig", str(kubeconfig), "--settle-s", "0", *extra])
 
 
 def test_it_deletes_the_steers_rules_and_migslices_node_keys_and_keeps_everything_else(
@@ -321,3 +399,105 @@ def test_the_documented_hand_deletion_takes_only_the_steer_rules() -> None:
     assert commands
     for where, line in commands:
         assert f"/{names.STEER_RULE_PREFIX}" in line, (where, line)
+
+
+def test_it_waits_for_the_extender_and_agent_to_stop_before_it_cleans(
+    store: Store, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The post-delete hook runs once Helm has asked for the release's objects to be deleted,
+    not once they are gone (the Deployment's and DaemonSet's pods terminate after, up to their
+    grace period). Measured before: it cleaned at once while they still ran, and the steer's
+    rule and the agent's layout were written again behind it: exit 0, both left."""
+    store.pods[("migslice-system", "extender-1")] = writer("extender", "extender-1", stamp(20))
+    store.pods[("migslice-system", "agent-1")] = writer("agent", "agent-1")
+    store.stop_writers_after = 3
+    assert cleanup(kubeconfig, "--writers-timeout-s", "5") == 0
+    out = capsys.readouterr().out
+    assert "waiting for migslice's extender and agent to stop" in out
+    assert OWN_RULE["metadata"]["name"] not in store.rules
+    assert names.LAYOUT_ANNOTATION not in store.nodes["gpu-a"]["metadata"]["annotations"]
+    assert store.writer_looks >= 3
+
+
+def test_writers_that_do_not_stop_fail_it_before_any_change_naming_them(
+    store: Store, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store.pods[("migslice-system", "extender-1")] = writer("extender", "extender-1")
+    assert cleanup(kubeconfig, "--writers-timeout-s", "0.3") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "migslice-system/extender-1 (extender)" in err
+    assert "uninstall migslice" in err
+    assert store.writes == []
+
+
+def test_a_writer_past_its_deletion_time_on_a_node_that_does_not_answer_is_not_waited_for(
+    store: Store, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its kubelet was told to kill it; the pod object stays while its node does not answer."""
+    store.pods[("migslice-system", "agent-lost")] = writer("agent", "agent-lost", stamp(-600))
+    store.stop_writers_after = 10**6
+    store.write_again = lambda: None  # type: ignore[method-assign]
+    assert cleanup(kubeconfig, "--writers-timeout-s", "0.3") == 0
+    out = capsys.readouterr().out
+    assert "migslice-system/agent-lost (agent) is past its deletion time" in out
+    assert OWN_RULE["metadata"]["name"] not in store.rules
+
+
+def test_keys_written_again_after_a_pass_are_removed_by_the_next_and_said(
+    store: Store, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer it does not know of (an agent of an older release, labelled otherwise) writes
+    the layout again once: a second pass removes it; one that keeps writing fails it."""
+    first_writes: list[bool] = [True]
+
+    def once() -> None:
+        if ("PATCH", "/api/v1/nodes/gpu-a") in store.writes and first_writes:
+            first_writes.clear()
+            store.nodes["gpu-a"]["metadata"]["annotations"][names.LAYOUT_ANNOTATION] = "{}"
+
+    store.write_again = once  # type: ignore[method-assign]
+    assert cleanup(kubeconfig) == 0
+    out = capsys.readouterr().out
+    assert "written again since the last pass" in out
+    assert names.LAYOUT_ANNOTATION not in store.nodes["gpu-a"]["metadata"]["annotations"]
+
+    def always() -> None:
+        store.nodes["gpu-a"]["metadata"]["annotations"][names.LAYOUT_ANNOTATION] = "{}"
+
+    store.write_again = always  # type: ignore[method-assign]
+    assert cleanup(kubeconfig) == 1
+    err = capsys.readouterr().err
+    assert "keep coming back" in err and "Node gpu-a" in err
+
+
+def test_a_transient_api_error_is_tried_again_not_a_failure(
+    store: Store, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured before: one 503 on a Node's patch (an API server restarting, etcd slow) ended
+    the run with exit 1, 'cleanup incomplete', the key left."""
+    store.fail_once[("PATCH", "/api/v1/nodes/gpu-a")] = 503
+    store.fail_once[("DELETE", RULES)] = 500
+    assert cleanup(kubeconfig) == 0, capsys.readouterr().err
+    assert names.LAYOUT_ANNOTATION not in store.nodes["gpu-a"]["metadata"]["annotations"]
+    assert OWN_RULE["metadata"]["name"] not in store.rules
+
+
+def test_nodes_are_paged_through_and_an_expired_continue_starts_the_list_again(
+    store: Store, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured before: a list outliving its continue token (410 Gone, as kube-apiserver
+    answers once etcd compacted past it) ended the run, 'cannot list Nodes: HTTP 410'."""
+    store.page = 4  # as a cluster of thousands of nodes is listed 500 at a time
+    for k in range(10):
+        name = f"gpu-{k:04d}"
+        store.nodes[name] = node(name, {}, {names.LAYOUT_ANNOTATION: "{}"})
+    store.expire_continue = True
+    assert cleanup(kubeconfig) == 0, capsys.readouterr().err
+    assert not [
+        n
+        for n, raw in store.nodes.items()
+        if names.LAYOUT_ANNOTATION in raw["metadata"]["annotations"]
+    ]
+    out = capsys.readouterr().out
+    assert "migslice's keys from 11 Nodes" in out
