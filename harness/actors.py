@@ -156,8 +156,11 @@ class ClusterActors:
         # garbage collector and the kubelet would have them go.
         for name in [n for n in self.servers if n not in deployments]:
             self.servers.pop(name).stop()
+            self._remove_pod(name)
             if name == "migslice-webhook":
                 self._unrouted = None
+        for name in [n for n in self.halted if n not in deployments]:
+            self._remove_pod(name)  # a halted process's pod, crash-looping, goes the same way
         self.halted &= set(deployments)
         for name in [n for n in self.schedulers if n not in deployments]:
             del self.schedulers[name]
@@ -462,6 +465,18 @@ class ClusterActors:
             self.namespace,
             [{"op": "replace", "path": "/spec/ports/0/port", "value": port}],
         )
+
+    def _remove_pod(self, deployment: str) -> None:
+        """The Pod object :meth:`_publish_endpoints` made for a Deployment's process, deleted
+        once the process stops, as the garbage collector and the kubelet remove a deleted
+        Deployment's pods (``migslice cleanup`` waits for the extender's to be gone)."""
+        try:
+            self.core.delete_namespaced_pod(
+                f"{deployment}-e2e", self.namespace, grace_period_seconds=0
+            )
+        except k8s.ApiException as error:
+            if error.status != 404:  # none made (no global address), or gone already
+                raise
 
     def _publish_endpoints(self, deployment: Obj, port: int) -> None:
         """A Pod object for the process (on the first node, Running at :attr:`pod_address`)
