@@ -17,7 +17,9 @@ and the controller asks its plan again to resume. An unreadable journal no proce
 is taken, with a request, as that request's with changes perhaps made (resumed); without one
 it is said. So is a request marked ``resume`` that no journal here names (the Node made again
 and this agent restarted since it began: NVML may hold part of it, which a plain request
-would be refused for).
+would be refused for). A request this agent cannot read (another release's version, an edit
+by hand) is said with a ``MigCarveRequest`` Warning and carves nothing; a carve of its own
+still open is rolled back.
 
 Forward, each step re-reading NVML first, so that a pass killed between any two NVML calls
 is resumed by the next: check every instance to destroy is still idle, then per GPU destroy
@@ -55,7 +57,12 @@ from agent.carve.checks import (
 )
 from agent.readings import GpuReading
 from migslice.kube.transport import ApiError
-from migslice.names import CARVE_STATE_ANNOTATION, MIG_TRANSITION_STATES, MODE_MIG_MANAGER
+from migslice.names import (
+    CARVE_ANNOTATION,
+    CARVE_STATE_ANNOTATION,
+    MIG_TRANSITION_STATES,
+    MODE_MIG_MANAGER,
+)
 from migslice.objects.carve_handshake import (
     CarveGpu,
     CarvePhase,
@@ -73,6 +80,7 @@ log = logging.getLogger(__name__)
 
 REASON_FAILED = "MigCarveFailed"
 REASON_JOURNAL = "MigCarveJournal"
+REASON_REQUEST = "MigCarveRequest"
 SETTLE_S = 20.0
 """Two of the kubelet's node status computations (``nodeStatusUpdateFrequency``, 10 s): a
 plugin Ready this long has registered, and allocatable counts unchanged since are current."""
@@ -136,6 +144,7 @@ class Carver:
         raw = self.node.read_node()
         facts = node_facts_from_raw(raw)
         request, journal = facts.carve_request, facts.carve_status
+        unread_request = "" if request is not None else _unreadable_request(facts)
         kept = self._kept
         if kept is not None and journal != kept and _is_lost(kept, journal, request):
             journal = self._restore(kept, journal, _unreadable(facts))
@@ -152,7 +161,13 @@ class Carver:
                 return self._forward(journal)
             if journal.phase == CarvePhase.ROLLING_BACK:
                 return self._rollback(journal, journal.detail)
+            if unread_request:
+                self._unread_request(unread_request, f"plan {journal.plan_id} is rolled back")
+                return self._rollback(journal, f"the request is unreadable ({unread_request})")
             return self._rollback(journal, "the controller withdrew the request")
+        if unread_request:
+            said = self._unread_request(unread_request, "nothing is carved")
+            return f"waiting: {said}"
         if request is None or (journal is not None and journal.plan_id == request.plan_id):
             return "nothing to carve"
         status = CarveStatus(request.plan_id, CarvePhase.PENDING, "", self._at(), request.gpus)
@@ -218,6 +233,16 @@ class Carver:
         )
         self._warn(REASON_JOURNAL, said)
         return f"waiting: {said}"
+
+    def _unread_request(self, unreadable: str, outcome: str) -> str:
+        """Say (once, with a Warning Event) that the controller's request cannot be read: a
+        release of the controller that writes another version of it, or an edit by hand."""
+        said = (
+            f"the carve request {CARVE_ANNOTATION} is unreadable ({unreadable}): {outcome}; "
+            "the controller withdraws it at its deadline"
+        )
+        self._warn(REASON_REQUEST, said)
+        return said
 
     def _warn(self, reason: str, message: str) -> None:
         if message in self._said:
@@ -449,6 +474,18 @@ def _foreign(journal: CarveStatus | None, request: CarveRequest) -> bool:
     if journal is None:
         return True
     return journal.plan_id != request.plan_id and not journal.phase.is_open
+
+
+def _unreadable_request(facts: NodeFacts) -> str:
+    """Why the Node's carve request could not be read ("" when absent or read)."""
+    return next(
+        (
+            p
+            for p in facts.problems
+            if p.startswith(CARVE_ANNOTATION) and not p.startswith(CARVE_STATE_ANNOTATION)
+        ),
+        "",
+    )
 
 
 def _unreadable(facts: NodeFacts) -> str:

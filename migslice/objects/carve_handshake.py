@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from migslice.errors import InvalidInputError
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION
-from migslice.objects.json import decode
+from migslice.objects.json import decode, version_not_read
 
 CARVE_VERSION = "v1"
 MAX_NUMBER = 255
@@ -187,8 +187,11 @@ def _document(text: str, where: str) -> Mapping[str, object]:
         document = decode(text)
     except ValueError as error:
         raise CarveAnnotationError(f"{where} is not JSON: {error}") from None
-    if not isinstance(document, Mapping) or document.get("version") != CARVE_VERSION:
+    if not isinstance(document, Mapping):
         raise CarveAnnotationError(f"{where}: expected an object with version {CARVE_VERSION}")
+    if document.get("version") != CARVE_VERSION:
+        found = version_not_read(document.get("version"), CARVE_VERSION)
+        raise CarveAnnotationError(f"{where} {found}")
     return document
 
 

@@ -36,3 +36,15 @@ def text(value: object) -> str | None:
 def items(value: object) -> list[object]:
     """``value`` if it is a JSON array, else an empty list."""
     return value if isinstance(value, list) else []
+
+
+def version_not_read(found: object, reads: str) -> str:
+    """The clause that says a versioned document's ``version`` is not one this release reads
+    (``reads``: the versions it does read, ``v1`` or ``v2 or v1``): the version found, and what
+    writes one (another release of migslice, mid-upgrade or after a rollback)."""
+    if not isinstance(found, str) or not found:
+        return f"has no version (found {found!r}); this migslice reads {reads}"
+    return (
+        f"has version {found!r}; this migslice reads {reads} (another release of migslice "
+        "wrote it: finish the helm upgrade or rollback so that every component runs one release)"
+    )

@@ -14,7 +14,7 @@ from agent.service import AgentService
 from agent.settings import AgentSettings
 from harness.builders import make_node
 from migslice.kube.transport import ApiError
-from migslice.names import CARVE_STATE_ANNOTATION
+from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION
 from migslice.objects import node_facts_from_raw
 from migslice.objects.carve_handshake import CarvePhase, CarveRequest
 from tests.carve_agent_harness import (
@@ -237,3 +237,51 @@ def test_a_resumed_request_whose_carve_the_agent_finished_gets_its_answer_back()
     assert node.status is not None and node.status.phase == CarvePhase.SUCCESS
     assert node.restarts == 1
     assert layout(library) == AFTER
+
+
+NEWER_REQUEST = '{"version": "v2", "plan": "q", "steps": []}'
+"""A carve request as a later release might write it (a rolling update, a helm rollback)."""
+
+
+def test_a_request_this_agent_cannot_read_is_said_and_nothing_is_carved() -> None:
+    """Measured before: a request of another version answered "nothing to carve" every pass,
+    with no Event: the controller waited for its deadline and nothing said why."""
+    library = balanced()
+    node = MemoryNode(library)
+    node.raw["metadata"]["annotations"][CARVE_ANNOTATION] = NEWER_REQUEST
+    agent = carver(node)
+    with installed(library):
+        first = agent.run_once()
+        assert agent.run_once() == first
+    assert first.startswith("waiting: ") and "'v2'" in first
+    assert [reason for reason, _ in node.events] == ["MigCarveRequest"]
+    assert "version 'v2'" in node.events[0][1] and "nothing is carved" in node.events[0][1]
+    assert node.status is None  # no journal: nothing was taken up
+    assert layout(library) == BEFORE
+
+
+def test_a_request_turned_unreadable_mid_carve_rolls_back_naming_why() -> None:
+    """Measured before: the roll back said "the controller withdrew the request", which it
+    had not: the request was still there, in a form this agent does not read."""
+    library = balanced()
+    node = MemoryNode(library)
+    node.hold("running", "3g.40gb")
+
+    def kill(call: str) -> None:
+        if call == "nvmlDeviceCreateGpuInstanceWithPlacement":
+            raise Killed
+
+    agent = carver(node)
+    with installed(library):
+        node.ask(merge_1g(library))
+        library.on_call = kill
+        with pytest.raises(Killed):
+            agent.run_once()
+        library.on_call = None
+        node.raw["metadata"]["annotations"][CARVE_ANNOTATION] = NEWER_REQUEST
+        said = agent.run_once()
+    assert "rolled back" in said
+    assert layout(library) == BEFORE
+    assert node.status is not None and node.status.phase == CarvePhase.FAILED
+    assert "withdrew" not in node.status.detail and "'v2'" in node.status.detail
+    assert "MigCarveRequest" in [reason for reason, _ in node.events]
