@@ -41,7 +41,6 @@ from migslice.names import (
     MIG_CONFIG_STATE_LABEL,
     MIG_STATE_PENDING,
     MIG_TRANSITION_STATES,
-    RECORD_ANNOTATION,
     TOUCH_ANNOTATION,
 )
 from migslice.objects import node_facts_from_raw, pod_facts_from_raw
@@ -237,7 +236,11 @@ class RepartitionController:
         if self._guard is not None and not self._guard.allows_planning():
             return  # MIG Manager would not apply what we write (extender.mig_manager)
         if file.record is None:
-            self._say(f"plan record unreadable ({file.problem}); fix or remove {RECORD_ANNOTATION}")
+            self._say(
+                f"plan record unreadable ({file.problem}); nothing is re-partitioned until it "
+                f"is read: {file.record_fix}",
+                logging.WARNING,
+            )
             return
         if file.problem:
             self._say(f"mig-parted ConfigMap: {file.problem}; MIG Manager nodes wait")

@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 
 from migslice.admission.usage import SliceUsage
 from migslice.errors import InvalidInputError, MigsliceError
-from migslice.objects.json import decode
+from migslice.objects.json import decode, version_not_read
 from migslice.objects.times import format_micro_time, parse_micro_epoch_s
 
 LEDGER_VERSION = "v2"
@@ -246,12 +246,14 @@ def parse_ledger(tenant: str, text: str | None, version: str = "") -> Ledger:
         document = decode(text)
     except ValueError as error:
         raise LedgerError(f"quota ledger of tenant {tenant!r} is not JSON: {error}") from None
-    if not isinstance(document, dict) or (
-        document.get("version") != LEDGER_VERSION and document.get("version") not in LEGACY_VERSIONS
-    ):
+    if not isinstance(document, dict):
         raise LedgerError(
             f"quota ledger of tenant {tenant!r}: expected an object with version {LEDGER_VERSION}"
         )
+    found = document.get("version")
+    if found != LEDGER_VERSION and found not in LEGACY_VERSIONS:
+        reads = " or ".join([LEDGER_VERSION, *sorted(LEGACY_VERSIONS)])
+        raise LedgerError(f"quota ledger of tenant {tenant!r} {version_not_read(found, reads)}")
     if document.get("tenant", tenant) != tenant:
         raise LedgerError(
             f"quota ledger of tenant {tenant!r} names tenant {document.get('tenant')!r}"

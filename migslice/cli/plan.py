@@ -133,7 +133,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if record is None:
         raise CommandError(
             f"ConfigMap {args.mig_config_map}: {snapshot.file.problem}; the controller would "
-            f"stop here too (fix or remove the annotation {names.RECORD_ANNOTATION})"
+            f"stop here too ({snapshot.file.record_fix})"
         )
     settings = ControllerSettings(
         plan=PlanSettings(

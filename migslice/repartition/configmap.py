@@ -41,6 +41,8 @@ class MigConfigFile:
     record_text: str = ""
     record: RepartitionRecord | None = field(default_factory=RepartitionRecord)
     problem: str = ""
+    record_fix: str = ""
+    """What to do about an unreadable record (its :class:`RecordError`'s ``fix``)."""
 
 
 def read_config_map(raw: RawObject | None, key: str) -> MigConfigFile:
@@ -53,7 +55,9 @@ def read_config_map(raw: RawObject | None, key: str) -> MigConfigFile:
     try:
         record = parse_record(record_text)
     except RecordError as error:
-        return MigConfigFile(raw, record_text=record_text, record=None, problem=str(error))
+        return MigConfigFile(
+            raw, record_text=record_text, record=None, problem=str(error), record_fix=error.fix
+        )
     data = raw.get("data")
     config_text = data.get(key) if isinstance(data, Mapping) else None
     if not isinstance(config_text, str):

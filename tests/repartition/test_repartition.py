@@ -513,8 +513,9 @@ def test_the_record_keeps_the_keys_a_newer_release_wrote_through_a_rollback() ->
 def test_a_record_of_another_version_is_still_refused() -> None:
     newer = json.loads(render_record(applied()))
     newer["version"] = "v2"
-    with pytest.raises(RecordError, match="version v1"):
+    with pytest.raises(RecordError, match="version 'v2'; this migslice reads v1") as error:
         parse_record(json.dumps(newer))
+    assert "finish the helm upgrade or rollback" in str(error.value)
 
 
 # -- the mig-parted merge ---

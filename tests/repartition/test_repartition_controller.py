@@ -207,13 +207,36 @@ def test_a_follower_does_nothing() -> None:
     assert api.log == [] and not ctl.stats.is_leader
 
 
-def test_an_unreadable_record_stops_the_controller_rather_than_overwriting_it() -> None:
+def test_an_unreadable_record_stops_the_controller_rather_than_overwriting_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     api = FakeApi()
     api.config_map["metadata"]["annotations"] = {RECORD_ANNOTATION: "{not json"}
     ctl = controller(api)
     assert ctl.run_once() == []
     assert api.log == []
     assert "plan record unreadable" in ctl.stats.last_round
+    # a warning: while it lasts nothing is re-partitioned (it was an info line)
+    assert [r.levelno for r in caplog.records if "plan record" in r.getMessage()] == [
+        logging.WARNING
+    ]
+
+
+def test_a_record_of_another_release_is_named_and_not_to_be_removed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A newer release's record (a helm rollback mid-plan): removing it would drop the plan
+    that release has under way, so the advice is to run one release, not 'remove it'."""
+    api = FakeApi()
+    api.config_map["metadata"]["annotations"] = {
+        RECORD_ANNOTATION: json.dumps({"version": "v2", "plan": None})
+    }
+    ctl = controller(api)
+    assert ctl.run_once() == []
+    assert api.log == []
+    said = ctl.stats.last_round
+    assert "version 'v2'" in said and "every component runs one release" in said
+    assert "remove" not in said
 
 
 def test_served_pods_are_touched_once_the_extender_cache_shows_the_new_layout() -> None:

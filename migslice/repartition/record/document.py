@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from migslice.names import RECORD_ANNOTATION
-from migslice.objects.json import decode
+from migslice.objects.json import decode, version_not_read
 from migslice.objects.times import format_time
 from migslice.repartition.record.carve_plan import ActiveCarve, carve_json, parse_carve
 from migslice.repartition.record.plan import (
@@ -104,9 +104,16 @@ def parse_record(text: str | None) -> RepartitionRecord:
         document = decode(text)
     except ValueError as error:
         raise RecordError(f"annotation {RECORD_ANNOTATION} is not JSON: {error}") from None
-    if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
+    if not isinstance(document, dict):
         raise RecordError(
             f"annotation {RECORD_ANNOTATION}: expected an object with version {RECORD_VERSION}"
+        )
+    if document.get("version") != RECORD_VERSION:
+        found = version_not_read(document.get("version"), RECORD_VERSION)
+        # not to be removed: it may hold a plan the release that wrote it has under way
+        raise RecordError(
+            f"annotation {RECORD_ANNOTATION} {found}",
+            fix="leave it for the release that wrote it",
         )
     return RepartitionRecord(
         plan=parse_plan(document.get("plan")),

@@ -8,6 +8,7 @@ import enum
 from collections.abc import Mapping
 
 from migslice.errors import InvalidInputError
+from migslice.names import RECORD_ANNOTATION
 from migslice.objects.times import parse_epoch_s
 
 
@@ -32,7 +33,12 @@ OUTCOMES = frozenset(NodeOutcome)
 
 
 class RecordError(InvalidInputError):
-    """A record annotation that cannot be read; the message says where."""
+    """A record annotation that cannot be read; the message says where, ``fix`` what to do
+    (default: fix or remove the annotation)."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix or f"fix or remove {RECORD_ANNOTATION}"
 
 
 def parse_time(text: object, where: str) -> float:
