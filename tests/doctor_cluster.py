@@ -113,9 +113,10 @@ def agent_annotation(observed_at: float) -> str:
     instances = tuple(
         AgentInstance(profile="1g.10gb", start=i, size=1, busy=False) for i in range(7)
     )
-    report = AgentReport(
+    report = AgentReport(  # as the agent writes it: each GPU's PCI device id, and GPU 0's
         product="NVIDIA-A100-SXM4-80GB",
-        gpus=(AgentGpu(index=0, mig_enabled=True, instances=instances),),
+        gpus=(AgentGpu(index=0, mig_enabled=True, instances=instances, pci_device_id=0x20B2),),
+        pci_device_id=0x20B2,
         observed_at=format_time(observed_at),
     )
     return render_layout_annotation(report)

@@ -632,6 +632,30 @@ def test_an_agent_layout_that_is_not_fresh_fails(
     assert "logs ds/migslice-agent" in found.fix
 
 
+def test_a_layout_of_an_agent_of_an_earlier_release_is_a_warning_naming_the_node(
+    cluster: DoctorCluster,
+) -> None:
+    """An agent the upgrade left behind (a pod not rolled, an image not pulled) writes no
+    GPU's own pciDeviceId: re-partitioning cannot tell a GPU of another model on its node."""
+    earlier = AgentReport(  # as the agent wrote it before gpus[].pciDeviceId
+        product="NVIDIA-A100-SXM4-80GB",
+        gpus=(AgentGpu(index=0, mig_enabled=False, instances=()),),
+        pci_device_id=0x20B2,
+        observed_at=format_time(cluster.now - 60),
+    )
+    node = make_node(
+        "gpu-b", gpu_count=1, mig={"1g.10gb": 7},
+        layout_annotation=render_layout_annotation(earlier),
+    )  # fmt: skip
+    cluster.objects["/api/v1/nodes"] = [gpu_node(), node]
+    found = judge(cluster, "agent-layouts")
+    assert found.verdict is Verdict.WARNING
+    assert found.detail.startswith(
+        "migslice.io/gpu-layout written by an agent of an earlier release on gpu-b"
+    ), found.detail
+    assert "rollout status ds/migslice-agent" in found.fix
+
+
 def test_a_gpu_the_agent_cannot_read_fails_naming_the_node_gpu_and_nvml_error(
     cluster: DoctorCluster,
 ) -> None:

@@ -12,7 +12,7 @@ from migslice.doctor.facts import Settings
 from migslice.doctor.findings import Finding, Problem, Verdict, finding
 from migslice.doctor.podspec import command_line, containers, flag_value, pod_spec
 from migslice.mig import CATALOG
-from migslice.objects import NodeFacts, node_facts_from_raw
+from migslice.objects import AgentReport, NodeFacts, node_facts_from_raw
 from migslice.objects.json import JsonObject, items, mapping, text
 from migslice.objects.times import parse_epoch_s
 
@@ -142,12 +142,14 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
     nodes = mig_nodes(selected)
     bound_s = freshness_bound_s(facts.daemonset)
     missing, broken, undated, stale, ages = [], [], [], [], []
-    unread, skewed = [], []
+    unread, skewed, earlier = [], [], []
     for node in nodes:
         report = node.agent
         lost = [g for g in report.gpus if g.error] if report is not None else []
         if lost:
             unread.append(f"{node.name} (GPU {lost[0].index}: {lost[0].error})")
+        if report is not None and _from_an_earlier_agent(report):
+            earlier.append(node.name)
         observed = parse_epoch_s(report.observed_at) if report is not None else None
         # The API server's stamp of the write, where managedFields has it: observedAt is the
         # node's clock, and a node minutes off read as a stale layout or hid a dead agent.
@@ -170,6 +172,11 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
         f"kubectl -n {ns} logs ds/{names.AGENT_DAEMONSET}"
     )
     key = names.LAYOUT_ANNOTATION
+    rollout = (
+        f"kubectl -n {ns} rollout status ds/{names.AGENT_DAEMONSET}; kubectl -n {ns} get pods "
+        "-l app.kubernetes.io/component=agent -o wide (a pod left on the earlier image: "
+        "delete it)"
+    )
     problems = [
         Problem(Verdict.FAILED, f"no {key} on {listing(missing)}", look) if missing else None,
         Problem(Verdict.FAILED, f"{key} unreadable on {listing(broken)}", look) if broken else None,
@@ -193,6 +200,15 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
         if skewed
         else None,
         Problem(
+            Verdict.WARNING,
+            f"{key} written by an agent of an earlier release on {listing(earlier)} (no GPU's "
+            "own pciDeviceId): until it runs this release, re-partitioning takes a GPU of "
+            "another model on such a node for one of the node's model",
+            rollout,
+        )
+        if earlier
+        else None,
+        Problem(
             Verdict.FAILED,
             f"GPUs NVML cannot read on {listing(unread)}: migslice places nothing by those "
             "nodes' MIG layout until the agent reads every GPU again",
@@ -212,6 +228,12 @@ def judge_agent_layouts(facts: AgentFacts, settings: Settings) -> Finding:
         [p for p in problems if p is not None],
         f"{len(ages)} MIG node(s) with a fresh {key}{newest} (bound {_duration(bound_s)})",
     )
+
+
+def _from_an_earlier_agent(report: AgentReport) -> bool:
+    """The annotation lacks what this release's agent writes of every GPU it reads (its own
+    ``pciDeviceId``): an agent of an earlier release wrote it."""
+    return any(g.pci_device_id is None for g in report.gpus if not g.error)
 
 
 SKEW_S = 120.0
