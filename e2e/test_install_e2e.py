@@ -263,10 +263,24 @@ def test_the_readme_helm_install_admits_and_schedules_a_sized_pod(
         "--set outage.failOpen.enabled=false"
     )
     cluster.ca_bundles_match_the_secret()
+    # The controller writes on; a rollback puts back no revision's copy of the mig-parted
+    # ConfigMap (made once, by a hook: in no manifest), so its configs and record stay.
+    later = written + "  migslice-gpu-a100-1-4567cdef: []\n"
+    cluster.core.patch_namespaced_config_map(
+        "migslice-mig-config",
+        "gpu-operator",
+        {
+            "metadata": {"annotations": {"migslice.io/repartition": '{"version": 2}'}},
+            "data": {"config.yaml": later},
+        },
+    )
     cluster.actors.unroute_webhooks()
     cluster.sh(f"helm rollback migslice 2 -n {NAMESPACE}")
     cluster.ca_bundles_match_the_secret()
     assert cluster.actors.errors == []
+    kept = cluster.core.read_namespaced_config_map("migslice-mig-config", "gpu-operator")
+    assert kept.data["config.yaml"] == later
+    assert kept.metadata.annotations["migslice.io/repartition"] == '{"version": 2}'
     # By hand instead: the commands `migslice certs` prints, run as printed, put a new CA into
     # the Secret and both webhook configurations.
     out = cluster.cp.workdir / "by-hand"

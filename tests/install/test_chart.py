@@ -430,6 +430,27 @@ def test_the_certificate_jobs_and_what_they_need_run_on_a_rollback_too() -> None
 
 
 @needs_helm
+def test_the_mig_parted_config_map_is_made_once_and_never_in_a_release_manifest() -> None:
+    """The controller writes its configs and plan record into the mig-parted ConfigMap. Held
+    in a release's manifest, ``helm rollback`` put back that revision's copy (its configs, its
+    record: the configs that nodes' nvidia.com/mig.config labels name gone, a plan under way
+    forgotten), and ``helm upgrade`` put back the copy read before its pre-upgrade hooks ran.
+    It is made by an install or upgrade that finds none (a hook: in no manifest), and never
+    replaced (no hook deletion before creation)."""
+    (config_map,) = [
+        d
+        for d in helm_render()
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "migslice-mig-config"
+    ]
+    annotations = config_map["metadata"]["annotations"]
+    assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    assert "before-hook-creation" not in annotations.get("helm.sh/hook-delete-policy", "")
+    assert "helm.sh/hook-delete-policy" in annotations  # helm's default is before-hook-creation
+    assert annotations["helm.sh/resource-policy"] == "keep"  # the earlier releases' manifests
+    assert config_map["data"]["config.yaml"].startswith("# NVIDIA MIG Manager's default")
+
+
+@needs_helm
 def test_the_cleanup_job_and_everything_it_needs_are_post_delete_hooks_gone_once_it_succeeds() -> (
     None
 ):
