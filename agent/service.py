@@ -36,13 +36,15 @@ log = logging.getLogger(__name__)
 
 def wants_carving(facts: NodeFacts) -> bool:
     """Whether this node's agent has carving to do: its own journal is open (or cannot be
-    read), or a request it has not answered waits on a node not in mig-manager mode."""
+    read), or a request it has not answered (or cannot read: the carver says so) waits on a
+    node not in mig-manager mode."""
     status = facts.carve_status
     if status is not None and status.phase.is_open:
         return True
     if any(problem.startswith(CARVE_STATE_ANNOTATION) for problem in facts.problems):
         return True
-    return facts.is_carving and facts.repartition_mode != MODE_MIG_MANAGER
+    asked = facts.is_carving or bool(facts.unread_carve_request())
+    return asked and facts.repartition_mode != MODE_MIG_MANAGER
 
 
 @dataclass

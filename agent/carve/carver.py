@@ -144,7 +144,7 @@ class Carver:
         raw = self.node.read_node()
         facts = node_facts_from_raw(raw)
         request, journal = facts.carve_request, facts.carve_status
-        unread_request = "" if request is not None else _unreadable_request(facts)
+        unread_request = facts.unread_carve_request()
         kept = self._kept
         if kept is not None and journal != kept and _is_lost(kept, journal, request):
             journal = self._restore(kept, journal, _unreadable(facts))
@@ -474,18 +474,6 @@ def _foreign(journal: CarveStatus | None, request: CarveRequest) -> bool:
     if journal is None:
         return True
     return journal.plan_id != request.plan_id and not journal.phase.is_open
-
-
-def _unreadable_request(facts: NodeFacts) -> str:
-    """Why the Node's carve request could not be read ("" when absent or read)."""
-    return next(
-        (
-            p
-            for p in facts.problems
-            if p.startswith(CARVE_ANNOTATION) and not p.startswith(CARVE_STATE_ANNOTATION)
-        ),
-        "",
-    )
 
 
 def _unreadable(facts: NodeFacts) -> str:

@@ -112,6 +112,21 @@ class NodeFacts:
                 return count
         return 0
 
+    def unread_carve_request(self) -> str:
+        """Why the node's ``migslice.io/carve`` could not be read ("" when absent or read): a
+        request of another release's version, or edited by hand."""
+        if self.carve_request is not None:
+            return ""
+        return next(
+            (
+                p
+                for p in self.problems
+                if p.startswith(names.CARVE_ANNOTATION)
+                and not p.startswith(names.CARVE_STATE_ANNOTATION)
+            ),
+            "",
+        )
+
     @property
     def is_carving(self) -> bool:
         """A carve is asked for and not yet answered, or the node agent is in the middle of
