@@ -100,7 +100,7 @@ def _read_or_mark(index: int) -> GpuReading:
     except pynvml.NVMLError as error:
         said = f"{_failed_call(error)}: {error}"
         log.warning("NVML could not read GPU %d: %s", index, said)
-        return GpuReading(index, "", "", 0, False, False, False, 0, (), (), error=said)
+        return GpuReading(index, "", "", 0, False, False, False, (), (), error=said)
 
 
 def _failed_call(error: Exception) -> str:
@@ -118,12 +118,15 @@ def _read_gpu(index: int) -> GpuReading:
     name = _text(pynvml.nvmlDeviceGetName(handle))
     uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
     pci = pynvml.nvmlDeviceGetPciInfo(handle)
-    memory_mib = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+    # No nvmlDeviceGetMemoryInfo: nothing here needs the GPU's total memory, and in MIG mode
+    # NVML answers that aggregate query only to a privileged caller (nvml.h, NVML 13.3.29:
+    # "only if the caller has appropriate privileges"), NVML_ERROR_NO_PERMISSION to this
+    # unprivileged agent, which would lose the whole GPU to it.
     try:
         current, pending = pynvml.nvmlDeviceGetMigMode(handle)
     except pynvml.NVMLError_NotSupported:
         return GpuReading(
-            index, name, uuid, int(pci.pciDeviceId) >> 16, False, False, False, memory_mib, (), ()
+            index, name, uuid, int(pci.pciDeviceId) >> 16, False, False, False, (), ()
         )
     profiles = _read_profiles(handle)
     instances = _read_instances(handle, profiles) if current else ()
@@ -135,7 +138,6 @@ def _read_gpu(index: int) -> GpuReading:
         mig_capable=True,
         mig_enabled=bool(current),
         mig_pending=current != pending,
-        memory_mib=memory_mib,
         profiles=profiles,
         instances=instances,
     )

@@ -28,7 +28,6 @@ class GpuReading:
     mig_capable: bool
     mig_enabled: bool
     mig_pending: bool
-    memory_mib: int
     profiles: tuple[NvmlProfileInfo, ...]  # NVML's profile table (-lgip/-lgipp), as reported
     instances: tuple[InstanceReading, ...]
     error: str = ""

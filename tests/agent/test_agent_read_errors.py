@@ -231,3 +231,17 @@ def test_a_carve_pass_the_api_server_does_not_answer_is_one_line_not_a_traceback
         _carve_pass(settings, AgentService(settings, transport, None, None))  # type: ignore[arg-type]
     (record,) = caplog.records
     assert "HTTP 503" in record.getMessage() and not record.exc_info
+
+
+def test_a_mig_gpu_whose_aggregate_memory_nvml_refuses_is_still_read() -> None:
+    """nvml.h (NVIDIA/go-nvml ``gen/nvml/nvml.h``, NVML 13.3.29, ``nvmlDeviceGetMemoryInfo``):
+    "In MIG mode, if device handle is provided, the API returns aggregate information, only
+    if the caller has appropriate privileges" (NVML_ERROR_NO_PERMISSION otherwise, as
+    NVIDIA/k8s-device-plugin#1683 and nvidia-container-toolkit#842 see in containers). The
+    agent runs unprivileged and uses nothing of a GPU's total memory: the GPU is read."""
+    library = two_a100s()
+    library.errors[("nvmlDeviceGetMemoryInfo", 1)] = pynvml.NVML_ERROR_NO_PERMISSION
+    first, second = read_with(library)
+    assert first.error == "" and second.error == "", second.error
+    assert [(i.start, i.busy) for i in second.instances] == [(0, True)]
+    assert second.mig_enabled and len(second.profiles) == 7
