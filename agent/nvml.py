@@ -24,6 +24,9 @@ from migslice.mig import NvmlProfileInfo
 log = logging.getLogger(__name__)
 
 MAX_PLACEMENTS = 16
+MAX_PROFILE_INDEX = 0x40
+"""Where the profile-index probe of :func:`gpu_instance_profiles` ends at the latest (NVML
+13.3's nvml.h has 0x12 indices)."""
 
 
 class NvmlUnavailableError(CommandError):
@@ -143,14 +146,27 @@ def _read_gpu(index: int) -> GpuReading:
     )
 
 
-def _read_profiles(handle: Any) -> tuple[NvmlProfileInfo, ...]:
-    """NVML's profile table, enumerated by profile index until NVML says no more."""
-    found: list[NvmlProfileInfo] = []
-    for profile_index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+def gpu_instance_profiles(handle: Any) -> Iterator[Any]:
+    """NVML's GPU-instance profiles of a GPU (``c_nvmlGpuInstanceProfileInfo_v2_t``), by
+    profile index until NVML says no more. Not until pynvml's NVML_GPU_INSTANCE_PROFILE_COUNT:
+    that is the count of the nvml.h the bindings were made from (0xA in nvidia-ml-py 12.535,
+    NVML 12.2; 0x12 in 13.615.71, pynvml.py:2816), and a newer driver answers past it
+    (1_SLICE_GFX is 0xA). nvml.h: NOT_SUPPORTED for a profile this GPU lacks (or MIG off),
+    INVALID_ARGUMENT for an index the driver does not know: past pynvml's count, the end."""
+    for index in range(MAX_PROFILE_INDEX):
         try:
-            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile_index)
-        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+            yield pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+        except pynvml.NVMLError_NotSupported:
             continue
+        except pynvml.NVMLError_InvalidArgument:
+            if index >= pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+                return
+
+
+def _read_profiles(handle: Any) -> tuple[NvmlProfileInfo, ...]:
+    """NVML's profile table (:func:`gpu_instance_profiles`) with each profile's placements."""
+    found: list[NvmlProfileInfo] = []
+    for info in gpu_instance_profiles(handle):
         placements = (pynvml.c_nvmlGpuInstancePlacement_t * MAX_PLACEMENTS)()
         count = ctypes.c_uint(MAX_PLACEMENTS)
         pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(

@@ -138,6 +138,11 @@ PROFILE_INDEX_TABLES: dict[str, dict[int, Shape]] = {
 }
 """Catalog model key -> its NVML profile-index table (a model missing here is an error)."""
 
+DRIVER_PROFILE_COUNT = 0x12
+"""The driver's own ``NVML_GPU_INSTANCE_PROFILE_COUNT`` (nvml.h of NVML 13.3.29, NVIDIA/go-nvml
+``gen/nvml/nvml.h``), past which it answers INVALID_ARGUMENT: the library's, not pynvml's
+(nvidia-ml-py 12.535 has NVML 12.2's 0xA, and knows no 1_SLICE_GFX and later)."""
+
 STAND_IN_ID_BASE = 1000
 """NVIDIA publishes no GI profile ids for the RTX PRO 5000 and 4500 (the catalog has None; see
 docs/catalog.md): the fake answers ``STAND_IN_ID_BASE + profile index`` for them, an id no
@@ -383,7 +388,7 @@ class FakeNvmlLibrary(MigWrites):
             return INVALID_ARGUMENT  # nvml.h: "If ... info->version are invalid"
         if not gpu.mig_capable or not gpu.mig_enabled:
             return NOT_SUPPORTED
-        if not 0 <= index < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+        if not 0 <= index < DRIVER_PROFILE_COUNT:
             return INVALID_ARGUMENT
         entry = self.nvml_profiles(gpu).get(index)
         if entry is None:

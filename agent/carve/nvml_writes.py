@@ -27,7 +27,7 @@ from typing import Any
 import pynvml
 
 from agent.carve.checks import MigReadError, MigWriteError
-from agent.nvml import NvmlUnavailableError, nvml_session, read_gpus
+from agent.nvml import NvmlUnavailableError, gpu_instance_profiles, nvml_session, read_gpus
 from agent.readings import GpuReading
 from migslice.objects.carve_handshake import Slot
 
@@ -154,11 +154,7 @@ class NvmlMig:
     def _profile(handle: Any, name: str) -> tuple[int, int, int, tuple[int, ...]]:
         """NVML's GI profile id, memory slices, SM slices and possible starts of the profile
         called ``name``."""
-        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
-            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
-                continue
+        for info in gpu_instance_profiles(handle):
             text = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
             if text.strip().removeprefix("MIG ") == name:
                 placements = (pynvml.c_nvmlGpuInstancePlacement_t * 16)()

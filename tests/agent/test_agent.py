@@ -472,3 +472,18 @@ def test_a_node_clock_stepped_back_does_not_stop_the_heartbeat() -> None:
     clock.advance(301)
     assert publisher.publish_once()[0] is True
     assert store.writes == 2
+
+
+def test_profile_indices_past_the_installed_pynvmls_count_are_still_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nvidia-ml-py 12.535 (pyproject.toml's lowest) has NVML 12.2's
+    NVML_GPU_INSTANCE_PROFILE_COUNT, 0xA (go-nvml ``gen/nvml/nvml.h`` at NVML 12.2.140); an
+    R575 driver answers 1_SLICE_GFX (0xA) to 2_SLICE_ALL_ME (0x10) as well, and 13.x adds
+    3_SLICE_GFX (0x11). The table is read until the driver says no more (INVALID_ARGUMENT),
+    not until the bindings' count: else an RTX PRO 6000 lost its +gfx, -me and +me.all."""
+    monkeypatch.setattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0xA)
+    (gpu,) = read(FakeGpu(RTX_PRO_6000, "RTX-PRO-6000", instances=[FakeInstance("1g.24gb-me", 1)]))
+    model = CATALOG.get("RTX-PRO-6000")
+    assert sorted(p.profile_name for p in gpu.profiles) == sorted(model.profile_names)
+    assert [(i.gi_profile_id, i.start) for i in gpu.instances] == [(67, 1)]

@@ -386,3 +386,20 @@ def test_a_four_slice_gpu_is_carved_at_nvmls_own_profile_ids(
     assert [(i.profile, i.start) for i in library.gpus[0].instances] == [
         (slot.profile, slot.start) for slot in slots[:-1]
     ]
+
+
+def test_a_profile_past_the_installed_pynvmls_count_is_carved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nvidia-ml-py 12.535 (pyproject.toml's lowest) ends NVML_GPU_INSTANCE_PROFILE_COUNT at
+    0xA (NVML 12.2); the driver's 1_SLICE_GFX is 0xA and 1_SLICE_NO_ME 0xD: the carve finds
+    them by asking the driver until it says no more, not the bindings."""
+    monkeypatch.setattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0xA)
+    library = FakeNvmlLibrary(
+        [FakeGpu("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000")]
+    )
+    with installed(library), nvml_session():
+        NvmlMig().create(0, Slot(0, "1g.24gb+gfx"))
+        NvmlMig().create(0, Slot(1, "1g.24gb-me"))
+        NvmlMig().destroy(0, Slot(0, "1g.24gb+gfx"))
+    assert [(i.profile, i.start) for i in library.gpus[0].instances] == [("1g.24gb-me", 1)]
