@@ -19,7 +19,7 @@ import pynvml
 
 from agent.readings import GpuReading, InstanceReading
 from migslice.console import CommandError
-from migslice.mig import NvmlProfileInfo
+from migslice.mig import CATALOG, NvmlProfileInfo
 
 log = logging.getLogger(__name__)
 
@@ -146,27 +146,59 @@ def _read_gpu(index: int) -> GpuReading:
     )
 
 
-def gpu_instance_profiles(handle: Any) -> Iterator[Any]:
-    """NVML's GPU-instance profiles of a GPU (``c_nvmlGpuInstanceProfileInfo_v2_t``), by
-    profile index until NVML says no more. Not until pynvml's NVML_GPU_INSTANCE_PROFILE_COUNT:
-    that is the count of the nvml.h the bindings were made from (0xA in nvidia-ml-py 12.535,
-    NVML 12.2; 0x12 in 13.615.71, pynvml.py:2816), and a newer driver answers past it
-    (1_SLICE_GFX is 0xA). nvml.h: NOT_SUPPORTED for a profile this GPU lacks (or MIG off),
-    INVALID_ARGUMENT for an index the driver does not know: past pynvml's count, the end."""
+def gpu_instance_profiles(handle: Any) -> Iterator[tuple[Any, str]]:
+    """NVML's GPU-instance profiles of a GPU with their names (``MIG 1g.10gb``), by profile
+    index until NVML says no more. Not until pynvml's NVML_GPU_INSTANCE_PROFILE_COUNT: that is
+    the count of the nvml.h the bindings were made from (0xA in nvidia-ml-py 12.535, NVML
+    12.2; 0x12 in 13.615.71, pynvml.py:2816), and a newer driver answers past it (1_SLICE_GFX
+    is 0xA). nvml.h: NOT_SUPPORTED for a profile this GPU lacks (or MIG off), INVALID_ARGUMENT
+    for an index the driver does not know: past pynvml's count, the end."""
+    names: dict[int, str] | None = None
     for index in range(MAX_PROFILE_INDEX):
         try:
-            yield pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+            info, unnamed = _profile_info(handle, index)
         except pynvml.NVMLError_NotSupported:
             continue
         except pynvml.NVMLError_InvalidArgument:
             if index >= pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
                 return
+            continue
+        if unnamed is None:
+            yield info, _text(info.name).strip()
+            continue
+        if names is None:
+            names = _catalog_profile_names(handle)
+        if int(info.id) not in names:
+            raise unnamed
+        yield info, names[int(info.id)]
+
+
+def _profile_info(handle: Any, index: int) -> tuple[Any, Exception | None]:
+    """NVML's profile at ``index``, and None; on a driver before R510 (R470), which lacks
+    ``...ProfileInfoV`` (NVML 11.6 added it), the unversioned query's answer (pynvml.py:6097
+    in nvidia-ml-py 13.615.71: ``version=1``, nvmlGpuInstanceProfileInfo_t, the same fields
+    but no name) and the NVMLError_FunctionNotFound the versioned one raised."""
+    try:
+        return pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index), None
+    except pynvml.NVMLError_FunctionNotFound as missing:
+        return pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index, version=1), missing
+
+
+def _catalog_profile_names(handle: Any) -> dict[int, str]:
+    """GI profile id -> NVML's profile name (``MIG 1g.10gb``) from the catalog's model of this
+    GPU (by PCI device id), for a driver whose NVML names no profile; {} for a model the
+    catalog lacks (then the GPU cannot be read on that driver)."""
+    pci_device_id = int(pynvml.nvmlDeviceGetPciInfo(handle).pciDeviceId) >> 16
+    model = CATALOG.find(f"0x{pci_device_id:04X}")
+    if model is None:
+        return {}
+    return {p.gi_profile_id: f"MIG {p.name}" for p in model.profiles if p.gi_profile_id is not None}
 
 
 def _read_profiles(handle: Any) -> tuple[NvmlProfileInfo, ...]:
     """NVML's profile table (:func:`gpu_instance_profiles`) with each profile's placements."""
     found: list[NvmlProfileInfo] = []
-    for info in gpu_instance_profiles(handle):
+    for info, name in gpu_instance_profiles(handle):
         placements = (pynvml.c_nvmlGpuInstancePlacement_t * MAX_PLACEMENTS)()
         count = ctypes.c_uint(MAX_PLACEMENTS)
         pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(
@@ -174,7 +206,7 @@ def _read_profiles(handle: Any) -> tuple[NvmlProfileInfo, ...]:
         )
         found.append(
             NvmlProfileInfo(
-                name=_text(info.name).strip(),
+                name=name,
                 gi_profile_id=int(info.id),
                 slice_count=int(info.sliceCount),
                 instance_count=int(info.instanceCount),

@@ -143,6 +143,17 @@ DRIVER_PROFILE_COUNT = 0x12
 ``gen/nvml/nvml.h``), past which it answers INVALID_ARGUMENT: the library's, not pynvml's
 (nvidia-ml-py 12.535 has NVML 12.2's 0xA, and knows no 1_SLICE_GFX and later)."""
 
+BEFORE_R510 = frozenset(
+    {
+        "nvmlDeviceGetGpuInstanceProfileInfoV",
+        "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+    }
+)
+"""The C symbols NVML 11.6 (R510) added that the agent's pynvml calls reach: an R470
+``libnvidia-ml`` lacks all three (go-nvml ``gen/nvml/nvml.h`` at NVML 11.4.120 declares none,
+11.6.55 all), for :attr:`FakeNvmlLibrary.missing`."""
+
 STAND_IN_ID_BASE = 1000
 """NVIDIA publishes no GI profile ids for the RTX PRO 5000 and 4500 (the catalog has None; see
 docs/catalog.md): the fake answers ``STAND_IN_ID_BASE + profile index`` for them, an id no
@@ -380,12 +391,20 @@ class FakeNvmlLibrary(MigWrites):
         return SUCCESS
 
     def nvmlDeviceGetGpuInstanceProfileInfoV(self, device: Any, index: int, info: Any) -> int:
+        if _obj(info).version != pynvml.nvmlGpuInstanceProfileInfo_v2:
+            return INVALID_ARGUMENT  # nvml.h: "If ... info->version are invalid"
+        return self._profile_info(device, index, _obj(info), named=True)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, device: Any, index: int, info: Any) -> int:
+        """The unversioned query, all an R470 library has (:data:`BEFORE_R510`): the same
+        answer in ``nvmlGpuInstanceProfileInfo_t``, which has no version and no name."""
+        return self._profile_info(device, index, _obj(info), named=False)
+
+    def _profile_info(self, device: Any, index: int, target: Any, *, named: bool) -> int:
         # nvml.h: NVML_ERROR_NOT_SUPPORTED "If device doesn't have MIG mode enabled or profile
         # isn't supported"; INVALID_ARGUMENT past the last profile index (how callers find the
         # end of the table).
         gpu, _, _, _ = self._gpu(device)
-        if _obj(info).version != pynvml.nvmlGpuInstanceProfileInfo_v2:
-            return INVALID_ARGUMENT  # nvml.h: "If ... info->version are invalid"
         if not gpu.mig_capable or not gpu.mig_enabled:
             return NOT_SUPPORTED
         if not 0 <= index < DRIVER_PROFILE_COUNT:
@@ -394,13 +413,13 @@ class FakeNvmlLibrary(MigWrites):
         if entry is None:
             return NOT_SUPPORTED
         gi_id, profile = entry
-        target = _obj(info)
         target.id = gi_id
         target.sliceCount = profile.compute_slices
         target.instanceCount = profile.max_count
         target.multiprocessorCount = profile.sm_count or 0
         target.memorySizeMB = profile.memory_mib or profile.nominal_memory_mib
-        target.name = f"MIG {profile.name}".encode()
+        if named:
+            target.name = f"MIG {profile.name}".encode()
         return SUCCESS
 
     def _profile_by_id(self, gpu: FakeGpu, profile_id: int) -> Profile | None:

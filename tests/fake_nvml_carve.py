@@ -101,6 +101,17 @@ class MigWrites:
     def nvmlGpuInstanceGetComputeInstanceProfileInfoV(
         self, handle: Any, profile: int, engine: int, info: Any
     ) -> int:
+        if _obj(info).version != pynvml.nvmlComputeInstanceProfileInfo_v2:
+            return INVALID_ARGUMENT  # nvml.h: "If ... info->version are invalid"
+        return self._compute_profile_info(handle, profile, _obj(info))
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, handle: Any, profile: int, engine: int, info: Any
+    ) -> int:
+        """The unversioned query of an R470 library (``nvmlComputeInstanceProfileInfo_t``)."""
+        return self._compute_profile_info(handle, profile, _obj(info))
+
+    def _compute_profile_info(self, handle: Any, profile: int, target: Any) -> int:
         _, index, gi_id = self._lookup(handle)
         found = self.instance(index, gi_id)
         if found is None:
@@ -109,7 +120,6 @@ class MigWrites:
         compute = self.gpus[index].model.profile(found.profile).compute_slices
         if slices is None or slices > compute:
             return NOT_SUPPORTED
-        target = _obj(info)
         target.id = profile
         target.sliceCount = slices
         target.instanceCount = compute // slices

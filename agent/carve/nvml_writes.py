@@ -54,6 +54,21 @@ def _error_name(error: pynvml.NVMLError) -> str:
     return str(error)
 
 
+def _compute_profile(instance: Any, compute: int) -> Any:
+    """NVML's full compute-instance profile of a GPU instance of ``compute`` SM slices. A
+    driver before R510 (R470) lacks ``nvmlGpuInstanceGetComputeInstanceProfileInfoV`` (NVML
+    11.6 added it): pynvml.py:6175 (nvidia-ml-py 13.615.71) raises NVMLError_FunctionNotFound
+    for ``version=2`` there, and ``version=1`` asks the unversioned symbol (same id)."""
+    profile = _FULL_COMPUTE_INSTANCE[compute]
+    shared = pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    try:
+        return pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(instance, profile, shared)
+    except pynvml.NVMLError_FunctionNotFound:
+        return pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            instance, profile, shared, version=1
+        )
+
+
 @contextmanager
 def _refusals(doing: str) -> Iterator[None]:
     """An NVML error in a lookup on the way becomes a MigWriteError that says what failed."""
@@ -113,10 +128,9 @@ class NvmlMig:
         info = self._call(
             "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
             slot,
-            pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            _compute_profile,
             instance,
-            _FULL_COMPUTE_INSTANCE[compute],
-            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            compute,
         )
         self._call(
             "nvmlGpuInstanceCreateComputeInstance",
@@ -154,9 +168,8 @@ class NvmlMig:
     def _profile(handle: Any, name: str) -> tuple[int, int, int, tuple[int, ...]]:
         """NVML's GI profile id, memory slices, SM slices and possible starts of the profile
         called ``name``."""
-        for info in gpu_instance_profiles(handle):
-            text = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
-            if text.strip().removeprefix("MIG ") == name:
+        for info, text in gpu_instance_profiles(handle):
+            if text.removeprefix("MIG ") == name:
                 placements = (pynvml.c_nvmlGpuInstancePlacement_t * 16)()
                 count = ctypes.c_uint(16)
                 pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(
@@ -185,11 +198,7 @@ class NvmlMig:
 
     @staticmethod
     def _compute_instances(instance: Any, compute: int) -> list[Any]:
-        info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-            instance,
-            _FULL_COMPUTE_INSTANCE[compute],
-            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-        )
+        info = _compute_profile(instance, compute)
         handles = (pynvml.c_nvmlComputeInstance_t * _MAX_INSTANCES)()
         count = ctypes.c_uint(0)
         pynvml.nvmlGpuInstanceGetComputeInstances(instance, info.id, handles, ctypes.byref(count))

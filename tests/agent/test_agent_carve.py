@@ -29,7 +29,7 @@ from tests.carve_agent_harness import (
     request,
     uuid_of,
 )
-from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
+from tests.fake_nvml import BEFORE_R510, FakeGpu, FakeInstance, FakeNvmlLibrary, installed
 
 BIG = [("3g.40gb", 0), ("3g.40gb", 4)]
 
@@ -403,3 +403,19 @@ def test_a_profile_past_the_installed_pynvmls_count_is_carved(
         NvmlMig().create(0, Slot(1, "1g.24gb-me"))
         NvmlMig().destroy(0, Slot(0, "1g.24gb+gfx"))
     assert [(i.profile, i.start) for i in library.gpus[0].instances] == [("1g.24gb-me", 1)]
+
+
+def test_a_gpu_on_a_driver_before_r510_is_carved_through_the_unversioned_queries() -> None:
+    """An R470 libnvidia-ml has neither nvmlDeviceGetGpuInstanceProfileInfoV nor
+    nvmlGpuInstanceGetComputeInstanceProfileInfoV (NVML 11.6 added them): pynvml's wrappers
+    (nvidia-ml-py 13.615.71, pynvml.py:6097 and 6175) raise NVMLError_FunctionNotFound for
+    ``version=2``; the carve asks ``version=1`` there, as it does for the process query."""
+    library = FakeNvmlLibrary([FakeGpu("NVIDIA A100-SXM4-80GB", "A100-80GB")])
+    library.missing.update(BEFORE_R510)
+    with installed(library), nvml_session():
+        NvmlMig().create(0, Slot(0, "3g.40gb"))
+        NvmlMig().create(0, Slot(4, "2g.20gb"))
+        NvmlMig().destroy(0, Slot(0, "3g.40gb"))
+    assert [(i.profile, i.start, i.with_compute_instance) for i in library.gpus[0].instances] == [
+        ("2g.20gb", 4, True)
+    ]

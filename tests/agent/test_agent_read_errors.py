@@ -28,10 +28,11 @@ from agent.service import AgentService, _carve_pass, _publish_pass
 from agent.settings import AgentSettings
 from migslice.cli import main
 from migslice.inventory.layouts import LayoutSource, resolve_node
+from migslice.mig import CATALOG
 from migslice.names import LAYOUT_ANNOTATION
 from migslice.objects.gpu_layout import LayoutAnnotationError, parse_layout_annotation
 from migslice.objects.nodes import node_facts_from_raw
-from tests.fake_nvml import FakeGpu, FakeInstance, FakeNvmlLibrary, installed
+from tests.fake_nvml import BEFORE_R510, FakeGpu, FakeInstance, FakeNvmlLibrary, installed
 from tests.local_api import Request, local_api
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -193,18 +194,28 @@ def test_a_gpu_marked_unread_cannot_also_carry_a_layout() -> None:
         parse_layout_annotation(text)
 
 
-def test_a_driver_without_the_v3_process_query_still_reads_busy_flags() -> None:
+def test_a_driver_before_r510_still_reads_profiles_and_busy_flags() -> None:
     """pynvml's nvmlDeviceGetComputeRunningProcesses calls the C symbol ``..._v3`` and, where
     the library lacks it (drivers before R510, which migslice serves: ``--pre-r510``), raises
     NVMLLibraryMismatchError (pynvml.py 4227-4229, throwOnVersionMismatch at 3130-3140), a
     plain Exception, not an NVMLError: it escaped the agent's read. ``..._v2`` (R470) answers
-    the same processes in the same struct (c_nvmlProcessInfo_v3_t is c_nvmlProcessInfo_v2_t)."""
+    the same processes in the same struct (c_nvmlProcessInfo_v3_t is c_nvmlProcessInfo_v2_t).
+    Such a library lacks ``nvmlDeviceGetGpuInstanceProfileInfoV`` too (NVML 11.6 added both):
+    pynvml's nvmlDeviceGetGpuInstanceProfileInfo (nvidia-ml-py 13.615.71, pynvml.py:6097)
+    then raises NVMLError_FunctionNotFound, which lost every MIG GPU; its ``version=1`` (the
+    unversioned symbol) answers the same profile without a name, which the catalog gives by
+    the GPU's PCI device id and NVML's GI profile id."""
     library = two_a100s()
-    library.missing.add("nvmlDeviceGetComputeRunningProcesses_v3")
+    library.missing.update(BEFORE_R510)
     good, other = read_with(library)
     assert (good.error, other.error) == ("", "")
     assert [(i.start, i.busy) for i in good.instances] == [(0, True), (4, False)]
     assert [(i.start, i.busy) for i in other.instances] == [(0, True)]
+    model = CATALOG.get("A100-80GB")
+    assert {p.name: (p.gi_profile_id, p.placements) for p in good.profiles} == {
+        f"MIG {p.name}": (p.gi_profile_id, tuple((s, p.memory_slices) for s in p.placements))
+        for p in model.profiles
+    }
 
 
 def test_a_driver_without_any_process_query_marks_the_gpus_instead_of_guessing_idle() -> None:
