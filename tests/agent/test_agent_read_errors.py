@@ -256,3 +256,15 @@ def test_a_mig_gpu_whose_aggregate_memory_nvml_refuses_is_still_read() -> None:
     assert first.error == "" and second.error == "", second.error
     assert [(i.start, i.busy) for i in second.instances] == [(0, True)]
     assert second.mig_enabled and len(second.profiles) == 7
+
+
+def test_a_gpu_the_catalog_lacks_on_a_driver_before_r510_is_marked_not_misnamed() -> None:
+    """Its unversioned profile query names no profile and the catalog cannot name them: the
+    GPU is marked with the versioned query's error, the node's other GPUs read as usual."""
+    library = two_a100s()
+    library.gpus[1].pci_device_id = 0x1FFF  # a board the catalog lacks
+    library.missing.update(BEFORE_R510)
+    good, bad = read_with(library)
+    assert good.error == "" and len(good.profiles) == 7
+    assert bad.error == "nvmlDeviceGetGpuInstanceProfileInfo: Function Not Found", bad.error
+    assert bad.profiles == () and bad.instances == ()
