@@ -491,7 +491,12 @@ class FakeNvmlLibrary(MigWrites):
         return SUCCESS
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: Any, mig: Any) -> int:
-        gpu, _, gpu_index, _ = self._gpu(device)
+        # nvml.h (NVML 13.3.29): NOT_SUPPORTED "if this query is not supported by the device"
+        # (a GPU without MIG on, or a MIG device handle), NOT_FOUND "if no valid MIG device
+        # was found at index".
+        gpu, kind, gpu_index, _ = self._gpu(device)
+        if kind != "gpu" or not (gpu.mig_capable and gpu.mig_enabled):
+            return NOT_SUPPORTED
         with_ci = sorted(i.gi_id for i in gpu.instances if i.with_compute_instance)
         if index.value >= len(with_ci):
             return NOT_FOUND
@@ -500,8 +505,8 @@ class FakeNvmlLibrary(MigWrites):
 
     def nvmlDeviceGetGpuInstanceId(self, mig: Any, gi_id: Any) -> int:
         kind, _, instance_id = self._lookup(mig)
-        if kind != "mig":
-            return INVALID_ARGUMENT
+        if kind != "mig":  # nvml.h: "if this query is not supported by the device"
+            return NOT_SUPPORTED
         _obj(gi_id).value = instance_id
         return SUCCESS
 

@@ -268,3 +268,27 @@ def test_a_gpu_the_catalog_lacks_on_a_driver_before_r510_is_marked_not_misnamed(
     assert good.error == "" and len(good.profiles) == 7
     assert bad.error == "nvmlDeviceGetGpuInstanceProfileInfo: Function Not Found", bad.error
     assert bad.profiles == () and bad.instances == ()
+
+
+def test_the_fake_answers_mig_device_queries_on_the_wrong_handle_as_nvml_does() -> None:
+    """nvml.h (NVML 13.3.29): nvmlDeviceGetGpuInstanceId on a handle that is no MIG device and
+    nvmlDeviceGetMigDeviceHandleByIndex on a GPU with MIG off or on a MIG device answer
+    NVML_ERROR_NOT_SUPPORTED ("if this query is not supported by the device"), which pynvml
+    raises as NVMLError_NotSupported (pynvml.py:6254, 6275 in nvidia-ml-py 13.615.71)."""
+    library = FakeNvmlLibrary(
+        [a100(FakeInstance("7g.80gb", 0)), FakeGpu(A100, "A100-80GB", mig_enabled=False)]
+    )
+    with installed(library), nvml_session():
+        parent = pynvml.nvmlDeviceGetHandleByIndex(0)
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)
+        assert pynvml.nvmlDeviceGetGpuInstanceId(mig) == library.gpus[0].instances[0].gi_id
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, 1)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetGpuInstanceId(parent)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(mig, 0)
+        mig_off = pynvml.nvmlDeviceGetHandleByIndex(1)
+        assert pynvml.nvmlDeviceGetMaxMigDeviceCount(mig_off) == 0
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(mig_off, 0)
