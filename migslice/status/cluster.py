@@ -275,7 +275,7 @@ def build_cluster(objects: ClusterObjects, settings: StatusSettings) -> Cluster:
         if node_name is not None:
             holders.setdefault(node_name, []).append(pod)
     pools = {
-        name: pool_of(node.state, node_labels.get(name, {}), settings)
+        name: pool_of(node.state, node_labels.get(name, {}), settings, products.get(name))
         for name, node in nodes.items()
     }
     return Cluster(
@@ -338,11 +338,17 @@ def _templates_of(raw_pod: JsonObject, waiting: Sequence[str]) -> tuple[tuple[st
     return tuple((name, templates.get(name, "")) for name in waiting)
 
 
-def pool_of(state: NodeState, labels: Mapping[str, object], settings: StatusSettings) -> str:
+def pool_of(
+    state: NodeState,
+    labels: Mapping[str, object],
+    settings: StatusSettings,
+    product: str | None = None,
+) -> str:
     """A node's pool: its ``pool_label`` value; without one, its GPU product (the label, else
     the model the inventory found: a node whose GPUs a DRA driver publishes may lack GFD's
-    label); :data:`NO_POOL` when neither says, or ``(no label L)`` for a ``pool_label`` L the
-    node lacks."""
+    label; else ``product``, the one its ResourceSlices name, for a DRA node whose slices the
+    inventory could not read); :data:`NO_POOL` when none says, or ``(no label L)`` for a
+    ``pool_label`` L the node lacks."""
     value = labels.get(settings.pool_key)
     if isinstance(value, str) and value:
         return value
@@ -350,7 +356,7 @@ def pool_of(state: NodeState, labels: Mapping[str, object], settings: StatusSett
         return f"(no label {settings.pool_label})"
     if state.model is not None:
         return state.facts.product or state.model.key
-    return NO_POOL
+    return product or NO_POOL
 
 
 def waiting_pods(cluster: Cluster) -> Sequence[GpuPod]:

@@ -35,6 +35,9 @@ from migslice.scheduling.fragmentation import (
 from migslice.status.cluster import Cluster
 
 WHOLE_GPU = "whole GPU"
+DRA_UNKNOWN = "dra-unknown"
+"""The layout source of a DRA node whose slices cannot be read: its GPUs are unknown, neither
+free nor held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +71,15 @@ class GpuView:
 
 @dataclass(frozen=True, slots=True)
 class Holding:
-    """A pod on a node known only by counts: what it holds there."""
+    """A pod on a node known only by counts: what it holds there (``resource``, ``count``);
+    on a DRA node whose slices cannot be read, a ResourceClaim allocated there or named by a
+    pod there (``claim``; ``resource`` None) and its pod (None: no live pod uses it)."""
 
-    pod: str
+    pod: str | None
     tenant: str | None
-    resource: str
+    resource: str | None
     count: int
+    claim: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +106,9 @@ class NodeView:
     steered: int = 0
     """On a DynamicMIG node: devices migslice's steer keeps new claims off (a one-device claim
     that fits the node still fits)."""
+    unknown: str = ""
+    """On a DRA node whose ResourceSlices cannot be read (unknown, or not all published): why
+    its GPUs are unknown; its layout source is then :data:`DRA_UNKNOWN`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +127,12 @@ def pool_views(cluster: Cluster) -> list[PoolView]:
     by_pool: dict[str, list[NodeView]] = {}
     for prepared in cluster.nodes.values():
         state = prepared.state
-        if state.model is None and not state.facts.product and not state.facts.allocatable:
+        if (
+            state.model is None
+            and state.dra is None
+            and not state.facts.product
+            and not state.facts.allocatable
+        ):
             continue
         view = node_view(cluster, prepared)
         by_pool.setdefault(view.pool, []).append(view)
@@ -136,6 +150,8 @@ def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
     holders = cluster.holders.get(state.name, ())
     tenant_of = cluster.tenant_of
     condition = _condition(prepared)
+    if state.dra is not None and not state.dra.is_ready:
+        return _unknown_dra_view(cluster, prepared, condition)
     if state.model is None or not state.gpus:
         counts = tuple(
             (resource, state.allocated_of(resource), total)
@@ -183,6 +199,50 @@ def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
         tainted=len(state.dra.pool.tainted) if state.dra is not None else 0,
         steered=len(state.dra.pool.steered) if state.dra is not None else 0,
     )
+
+
+def _unknown_dra_view(cluster: Cluster, prepared: PreparedNode, condition: str) -> NodeView:
+    """A DRA node whose slices cannot be read: its GPUs unknown (never free), and the claims
+    allocated there or named by its pods, with their pods."""
+    state = prepared.state
+    dra = state.dra
+    assert dra is not None
+    holders = cluster.holders.get(state.name, ())
+    holdings: list[Holding] = []
+    listed: set[str] = set()
+    for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
+        if claim.devices_in(state.name):
+            listed.add(claim.key)
+            users: tuple[str | None, ...] = _claim_users(cluster, claim.key, holders) or (None,)
+            tenant = cluster.tenant_of(claim.key.partition("/")[0])
+            holdings += (Holding(user, tenant, None, 1, claim.key) for user in users)
+    for holder in holders:
+        tenant = cluster.tenant_of(holder.key.partition("/")[0])
+        holdings += (Holding(holder.key, tenant, r, n) for r, n in holder.requests)
+        holdings += (
+            Holding(holder.key, tenant, None, 1, c) for c in holder.claims if c not in listed
+        )
+    return NodeView(
+        state.name,
+        cluster.pools[state.name],
+        None,
+        DRA_UNKNOWN,
+        condition,
+        (),
+        FreeSpace(unknown_gpus=state.facts.gpu_count or 0),
+        holdings=tuple(holdings),
+        notes=state.notes,
+        unknown=f"DRA pool gpu.nvidia.com {dra.pool.state}: {dra.pool.reason}",
+    )
+
+
+def _claim_users(cluster: Cluster, key: str, holders: Sequence[PodFacts]) -> tuple[str, ...]:
+    """The live pods using claim ``key``: those it is reserved for, else the pod that owns
+    it, else the node's pods that name it."""
+    claim = cluster.claims[key]
+    users = claim.reserved_for or ((claim.owner,) if claim.owner else ())
+    live = tuple(pod for pod in users if pod in cluster.gpu_pods)
+    return live or tuple(p.key for p in holders if key in p.claims)
 
 
 DraHolders = dict[tuple[int, str, int], tuple[str | None, bool]]
@@ -308,6 +368,8 @@ def _condition(prepared: PreparedNode) -> str:
         return f"quarantined ({names.QUARANTINE_LABEL}={facts.quarantine_label})"
     if prepared.blocked is not None:
         return prepared.blocked
+    if prepared.not_ready is not None:
+        return prepared.not_ready
     if prepared.mig_reason is not None:
         return prepared.mig_reason
     return "ready"

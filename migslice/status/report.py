@@ -11,7 +11,7 @@ from migslice.mig.stranding import NO_MIX, FillerMix, describe_complete, describ
 from migslice.objects.times import format_time
 from migslice.repartition import ControllerSettings, held_mix
 from migslice.status.cluster import Cluster
-from migslice.status.pools import NodeView, PoolView, SlotView, pool_views
+from migslice.status.pools import Holding, NodeView, PoolView, SlotView, pool_views
 from migslice.status.record import RecordView, record_view
 from migslice.status.tenants import TenantView, tenant_views
 from migslice.status.text import (
@@ -212,20 +212,31 @@ def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
             lines += wrapped(
                 f"{node.steered} device(s) held back by migslice's steer", "    ", width
             )
-        if not node.gpus:
+        if node.unknown:
+            lines += wrapped(f"GPUs unknown: {node.unknown}", "    ", width)
+            for holding in node.holdings:
+                lines += wrapped(_holding(holding), "      ", width)
+        elif not node.gpus:
             counts = ", ".join(
                 f"{r.removeprefix('nvidia.com/')} {h}/{t} held" for r, h, t in node.counts
             )
             lines += wrapped(f"no per-GPU layout; {counts or 'no GPU resources'}", "    ", width)
             for holding in node.holdings:
-                text = f"{holding.tenant or '-'}/{holding.pod}: {holding.count} x " + (
-                    holding.resource.removeprefix("nvidia.com/")
-                )
-                lines += wrapped(text, "      ", width)
+                lines += wrapped(_holding(holding), "      ", width)
         if wide:
             for note in node.notes:
                 lines += wrapped(f"note: {note}", "    ", width)
     return lines
+
+
+def _holding(holding: Holding) -> str:
+    """``tenant/pod: what it holds``; a claim no live pod uses: ``tenant/(no pod): ...``."""
+    what = (
+        f"ResourceClaim {holding.claim}"
+        if holding.resource is None
+        else f"{holding.count} x {holding.resource.removeprefix('nvidia.com/')}"
+    )
+    return f"{holding.tenant or '-'}/{holding.pod or '(no pod)'}: {what}"
 
 
 def _holder(slot: SlotView, *, wide: bool) -> str:
@@ -347,13 +358,20 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         ],
         "counts": [{"resource": r, "held": h, "allocatable": t} for r, h, t in node.counts],
         "holdings": [
-            {"pod": h.pod, "tenant": h.tenant, "resource": h.resource, "count": h.count}
+            {
+                "pod": h.pod,
+                "tenant": h.tenant,
+                "resource": h.resource,
+                "count": h.count,
+                **({"claim": h.claim} if h.claim is not None else {}),
+            }
             for h in node.holdings
         ],
         "notes": list(node.notes),
         "draPlacements": [{"resource": r, "free": f, "offered": t} for r, f, t in node.placements],
         "draDevicesTainted": node.tainted,
         "draDevicesSteered": node.steered,
+        **({"unknown": node.unknown} if node.unknown else {}),
     }
 
 
