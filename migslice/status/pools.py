@@ -45,7 +45,9 @@ class SlotView:
     """One instance (or a GPU with MIG off or held whole, profile :data:`WHOLE_GPU`): where it
     is, and the pod that holds it (None: free). ``busy``: the node agent sees processes on an
     instance no pod is known to hold. ``assumed``: other instances of the profile on the node
-    could be this pod's (see the module docstring)."""
+    could be this pod's (see the module docstring). On a DRA node ``claim``: the ResourceClaim
+    whose allocation holds it (``pod`` None: no live pod uses the claim), ``sharing``: the
+    other pods the claim is reserved for."""
 
     profile: str
     start: int
@@ -54,10 +56,15 @@ class SlotView:
     tenant: str | None = None
     busy: bool = False
     assumed: bool = False
+    claim: str | None = None
+    sharing: tuple[str, ...] = ()
 
     @property
     def is_used(self) -> bool:
-        return self.pod is not None or self.busy
+        return self.pod is not None or self.busy or self.claim is not None
+
+    def is_held_by(self, pod: str) -> bool:
+        return self.pod == pod or pod in self.sharing
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,21 +252,35 @@ def _claim_users(cluster: Cluster, key: str, holders: Sequence[PodFacts]) -> tup
     return live or tuple(p.key for p in holders if key in p.claims)
 
 
-DraHolders = dict[tuple[int, str, int], tuple[str | None, bool]]
-"""(GPU index, profile or :data:`WHOLE_GPU`, start) -> (the pod holding it, assumed)."""
+@dataclass(frozen=True, slots=True)
+class DraHolder:
+    """Who holds a device of a DRA node: its pod (None: none known), whether that is assumed,
+    the claim whose allocation names it, and the other pods that claim is reserved for."""
+
+    pod: str | None
+    assumed: bool = False
+    claim: str | None = None
+    sharing: tuple[str, ...] = ()
+
+
+NO_HOLDER = DraHolder(None)
+DraHolders = dict[tuple[int, str, int], DraHolder]
+"""(GPU index, profile or :data:`WHOLE_GPU`, start) -> who holds it."""
 
 
 def _dra_holders(cluster: Cluster, state: NodeState, holders: Sequence[PodFacts]) -> DraHolders:
     """Who holds each device of a DRA node (see the module docstring)."""
     dra = state.dra
     assert dra is not None
-    by_device: dict[str, str] = {}
+    by_device: dict[str, DraHolder] = {}
     for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
-        users = claim.reserved_for or ((claim.owner,) if claim.owner else ())
-        if not users:
-            users = tuple(p.key for p in holders if claim.key in p.claims)
-        for held in claim.devices_in(state.name):
-            by_device.setdefault(held, users[0] if users else "")
+        devices = claim.devices_in(state.name)
+        if not devices:
+            continue
+        users = _claim_users(cluster, claim.key, holders)
+        holder = DraHolder(users[0] if users else None, False, claim.key, users[1:])
+        for held in devices:
+            by_device.setdefault(held, holder)
     waiting = [
         p.key
         for p in holders
@@ -275,11 +296,11 @@ def _dra_holders(cluster: Cluster, state: NodeState, holders: Sequence[PodFacts]
                 where = (gpu.minor, WHOLE_GPU, 0)
             else:
                 where = (gpu.minor, device.profile, device.start)
-            pod = by_device.get(name)
-            if pod is not None:
-                found[where] = (pod or None, False)
+            known = by_device.get(name)
+            if known is not None:
+                found[where] = known
             else:
-                found[where] = (waiting.pop(0) if waiting else None, True)
+                found[where] = DraHolder(waiting.pop(0) if waiting else None, True)
     return found
 
 
@@ -310,33 +331,23 @@ def _gpu_views(
     for gpu in state.gpus:
         slots: list[SlotView] = []
         if not gpu.mig_enabled or gpu.whole_held:  # held whole: a Hopper DynamicMIG GPU too
-            pod, assumed = None, False
+            who = NO_HOLDER
             if gpu.whole_held and dra is not None:
-                pod, assumed = dra.get((gpu.index, WHOLE_GPU, 0), (None, False))
+                who = dra.get((gpu.index, WHOLE_GPU, 0), NO_HOLDER)
             elif gpu.whole_held:
-                pod = _take(queues, names.WHOLE_GPU_RESOURCE)
-            tenant = lookup(pod.partition("/")[0]) if pod else None
-            slots.append(SlotView(WHOLE_GPU, 0, model.memory_slices, pod, tenant, assumed=assumed))
+                who = DraHolder(_take(queues, names.WHOLE_GPU_RESOURCE))
+            slots.append(_held_slot(WHOLE_GPU, 0, model.memory_slices, who, lookup))
         for placed, held in zip(gpu.instances, gpu.held, strict=True):
             if not held:
                 slots.append(_free_slot(placed.profile, placed.start, placed.size))
                 continue
             if dra is not None:
-                pod, assumed = dra.get((gpu.index, placed.profile, placed.start), (None, False))
+                who = dra.get((gpu.index, placed.profile, placed.start), NO_HOLDER)
             else:
                 pod = _take(queues, mig_resource(placed.profile))
-                assumed = pod is not None and offered.get(placed.profile, 0) > 1
-            slots.append(
-                SlotView(
-                    placed.profile,
-                    placed.start,
-                    placed.size,
-                    pod,
-                    lookup(pod.partition("/")[0]) if pod else None,
-                    busy=pod is None,
-                    assumed=assumed,
-                )
-            )
+                who = DraHolder(pod, pod is not None and offered.get(placed.profile, 0) > 1)
+            busy = who.pod is None and who.claim is None
+            slots.append(_held_slot(placed.profile, placed.start, placed.size, who, lookup, busy))
         views.append(
             GpuView(
                 gpu.index,
@@ -347,6 +358,30 @@ def _gpu_views(
             )
         )
     return tuple(views)
+
+
+def _held_slot(
+    profile: str,
+    start: int,
+    size: int,
+    holder: DraHolder,
+    tenant_of: Callable[[str], str | None],
+    busy: bool = False,
+) -> SlotView:
+    """A held instance's view; its tenant: its pod's, else its claim's namespace's."""
+    owner = holder.pod or holder.claim
+    tenant = tenant_of(owner.partition("/")[0]) if owner else None
+    return SlotView(
+        profile,
+        start,
+        size,
+        holder.pod,
+        tenant,
+        busy=busy,
+        assumed=holder.assumed,
+        claim=holder.claim,
+        sharing=holder.sharing,
+    )
 
 
 @functools.lru_cache(maxsize=4096)

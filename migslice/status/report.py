@@ -241,10 +241,16 @@ def _holding(holding: Holding) -> str:
 
 def _holder(slot: SlotView, *, wide: bool) -> str:
     where = f"{slot.profile}@{slot.start}" if wide else slot.profile
+    tenant = slot.tenant or "-"
+    if slot.pod is None and slot.claim is not None:
+        return f"{where} {tenant}/ResourceClaim {slot.claim} (no pod)"
     if slot.pod is None:
         return f"{where} busy (no pod known)"
     mark = "~" if slot.assumed and wide else ""
-    return f"{where} {mark}{slot.tenant or '-'}/{slot.pod}"
+    if slot.sharing:
+        pods = ", ".join((slot.pod, *slot.sharing))
+        return f"{where} {tenant}/{pods} (ResourceClaim {slot.claim})"
+    return f"{where} {mark}{tenant}/{slot.pod}"
 
 
 def _waiting(waiting: tuple[WaitingPod, ...], width: int | None) -> list[str]:
@@ -385,6 +391,8 @@ def _slot_json(slot: SlotView) -> dict[str, Any]:
         "tenant": slot.tenant,
         "busyWithoutPod": slot.busy,
         "holderAssumed": slot.assumed,
+        "claim": slot.claim,
+        "sharedWith": list(slot.sharing),
     }
 
 

@@ -57,9 +57,9 @@ def columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def slot_label(slot: SlotView, *, short: bool) -> str:
     """An instance's text in a bar: its profile (``3g`` and its media suffix when
-    ``short``), ``*`` when a pod holds it, ``!`` when the node agent sees it busy without
-    a pod."""
-    return _label(slot.profile, slot.pod is not None, slot.busy, short)
+    ``short``), ``*`` when a pod or a ResourceClaim holds it, ``!`` when the node agent sees it
+    busy without a pod."""
+    return _label(slot.profile, slot.pod is not None or slot.claim is not None, slot.busy, short)
 
 
 def _label(profile: str, held: bool, busy: bool, short: bool) -> str:
@@ -77,7 +77,11 @@ def bar_cells(gpus: Sequence[GpuView], budget: int) -> tuple[int, bool]:
     """One cell width (and whether labels are short) for the bars of ``gpus`` (one model), so
     that they line up and fit in ``budget`` characters."""
     # The labels of a pool's thousands of instances come in a few kinds: each judged once.
-    kinds = {(s.start, s.size, s.profile, s.pod is not None, s.busy) for g in gpus for s in g.slots}
+    kinds = {
+        (s.start, s.size, s.profile, s.pod is not None or s.claim is not None, s.busy)
+        for g in gpus
+        for s in g.slots
+    }
     for short in (False, True):
         spans = [
             (start, size, _label(p, held, busy, short)) for start, size, p, held, busy in kinds

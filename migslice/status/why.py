@@ -197,7 +197,9 @@ def _holds(cluster: Cluster, node: str, key: str) -> tuple[tuple[int, SlotView],
     if prepared is None:
         return ()
     view = node_view(cluster, prepared)
-    return tuple((gpu.index, slot) for gpu in view.gpus for slot in gpu.slots if slot.pod == key)
+    return tuple(
+        (gpu.index, slot) for gpu in view.gpus for slot in gpu.slots if slot.is_held_by(key)
+    )
 
 
 def _repartition(

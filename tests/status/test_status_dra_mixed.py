@@ -102,3 +102,59 @@ def test_a_dra_node_whose_slices_cannot_be_read_is_shown_unknown_with_its_claims
     assert "dra-static" not in text and "has no NVIDIA GPU" not in text
     assert "GPUs unknown: " + said in text
     assert "team-a/team-a/p: ResourceClaim team-a/c" in text
+
+
+def _claims_cluster() -> list[dict[str, Any]]:
+    """A DynamicMIG node: a 1g.10gb claim reserved for two pods (s1, s2), a 2g.20gb claim
+    allocated with no pod left (its reservation gone), and a 1g.20gb claim whose owning pod
+    is gone (deleted; the claim not yet)."""
+    node = "dra-0"
+    return [
+        make_namespace("team-a"),
+        make_policy("team-a"),
+        _node(make_dra_node(node)),
+        *dra_slices.node_slices(node, f"uid-{node}", [dra_slices.a100(0), dra_slices.a100(1)]),
+        *migslice_classes(),
+        make_claim(
+            "shared", allocated=[(node, "gpu-0-mig-1g10gb-19-3")], reserved_for=["s1", "s2"]
+        ),
+        _pod(make_claim_pod("s1", {"gpu": "shared"}, node_name=node, phase="Running")),
+        _pod(make_claim_pod("s2", {"gpu": "shared"}, node_name=node, phase="Running")),
+        make_claim("orphan", profile="2g.20gb", allocated=[(node, "gpu-1-mig-2g20gb-14-4")]),
+        make_claim(
+            "owned", profile="1g.20gb", allocated=[(node, "gpu-1-mig-1g20gb-15-0")], owner="gone"
+        ),
+    ]
+
+
+def test_a_claim_without_a_pod_and_a_claim_shared_by_pods_show_their_holders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A device held by a claim no live pod uses was drawn ``!`` "busy (no pod known)" (the
+    mark of processes the node agent sees), or given to the gone pod that owned the claim; a
+    claim several pods share named the first alone, and ``why`` of the second said it held
+    nothing."""
+    path = _write(tmp_path, _claims_cluster())
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (node,) = document["pools"][0]["nodes"]
+    slots = {
+        (g["index"], s["profile"]): (s["pod"], s["tenant"], s["claim"], s["sharedWith"])
+        for g in node["gpus"]
+        for s in g["instances"]
+    }
+    assert slots == {
+        (0, "1g.10gb"): ("team-a/s1", "team-a", "team-a/shared", ["team-a/s2"]),
+        (1, "2g.20gb"): (None, "team-a", "team-a/orphan", []),
+        (1, "1g.20gb"): (None, "team-a", "team-a/owned", []),
+    }
+    assert not any(s["busyWithoutPod"] for g in node["gpus"] for s in g["instances"])
+    assert all(s["used"] for g in node["gpus"] for s in g["instances"])
+    text = _run(capsys, "status", "--cluster-file", str(path), "-o", "wide")
+    assert "busy (no pod known)" not in text and "!" not in text
+    assert "2g.20gb@4 team-a/ResourceClaim team-a/orphan (no pod)" in text
+    assert "1g.10gb@3 team-a/team-a/s1, team-a/s2 (ResourceClaim team-a/shared)" in text
+    assert "gone" not in text
+    why = json.loads(
+        _run(capsys, "why", "s2", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
+    )
+    assert [(h["profile"], h["start"]) for h in why["holds"]] == [("1g.10gb", 3)]
