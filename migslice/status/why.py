@@ -18,6 +18,7 @@ the pod its manifest or its workload would create (:mod:`migslice.status.absent`
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 
@@ -28,11 +29,13 @@ from migslice.objects.json import JsonObject
 from migslice.objects.pods import (
     annotations_of,
     bound_node_of,
+    has_resource_claims,
     phase_of,
     scheduler_name_of,
     unschedulable_since,
 )
 from migslice.repartition import ControllerSettings, pending_pods, preview_round
+from migslice.repartition.modes import dra_exclusion
 from migslice.scheduling import demand_of
 from migslice.scheduling.demand import UnitKind
 from migslice.status.absent import AbsentPod, CreateEvent
@@ -40,6 +43,7 @@ from migslice.status.cluster import Cluster, GpuPod
 from migslice.status.pools import SlotView, node_view
 from migslice.status.record import HeldNode, RecordView, StepView, record_view
 from migslice.status.waiting import SCHEDULER, UNRESOLVABLE, WaitingPod, waiting_view
+from migslice.whynot import WhyNot
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,10 @@ class Repartition:
     unserved: str
     in_record: tuple[StepView, ...]
     problem: str = ""
+    left_alone: tuple[tuple[str, WhyNot], ...] = ()
+    """The nodes the pod's placement weighed that neither path re-shapes because NVIDIA's DRA
+    driver publishes their GPUs (:func:`~migslice.repartition.modes.dra_exclusion`), with
+    why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +163,7 @@ def explain(
     now = datetime.datetime.fromtimestamp(cluster.settings.now_s, datetime.UTC)
     waiting = waiting_view(cluster, gpu, now)
     repartition = _repartition(cluster, key, record, settings)
+    repartition = dataclasses.replace(repartition, left_alone=_left_alone(cluster, waiting))
     held = _held_candidates(cluster, waiting, record)
     retried = str(annotations_of(raw_pod).get(names.RETRY_ANNOTATION) or "")
     return WhyReport(
@@ -256,13 +265,32 @@ def _repartition(
     return Repartition(decision, names.MODE_MIG_MANAGER, serving, unserved, in_record)
 
 
+def _left_alone(cluster: Cluster, waiting: WaitingPod) -> tuple[tuple[str, WhyNot], ...]:
+    """The DRA nodes among those the extender judged for the pod (kube-scheduler's own
+    filters pass them), with why neither path re-shapes them."""
+    weighed = sorted({name for c in waiting.classes if c.outcome != SCHEDULER for name in c.nodes})
+    found = []
+    for name in weighed:
+        prepared = cluster.nodes.get(name)
+        why = None if prepared is None else dra_exclusion(prepared.state)
+        if why is not None:
+            found.append((name, why))
+    return tuple(found)
+
+
 def _not_demand(raw_pod: JsonObject, scheduler_name: str) -> str:
     """Why a waiting pod is no demand of the repartition controller's (``pending_pods``)."""
     if scheduler_name_of(raw_pod) != scheduler_name:
         return f"not demand: it names scheduler {scheduler_name_of(raw_pod)}, not {scheduler_name}"
     if unschedulable_since(raw_pod) is None:
         return "not yet demand: kube-scheduler has not marked it Unschedulable"
-    if not any(unit.kind is UnitKind.MIG for unit in demand_of(raw_pod).units):
+    units = demand_of(raw_pod).units
+    if not units and has_resource_claims(raw_pod):
+        return (
+            "not demand: it asks its GPUs through ResourceClaims, which NVIDIA's DRA driver "
+            "serves; neither path re-partitions for them (docs/dra.md, Re-partitioning)"
+        )
+    if not any(unit.kind is UnitKind.MIG for unit in units):
         return "whole-GPU requests need MIG disabled; not re-partitioned"
     return "not demand: it is deleted, or no longer Pending"
 

@@ -126,6 +126,8 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
                 lines.append("       after  " + render_slots(slices, after, cell))
         elif repartition.unserved:
             say(f"no plan for it: {repartition.unserved}", "   ")
+        for node, why in repartition.left_alone:
+            say(f"left alone: {node} ({why.reason}): {why.message}", "   ")
         say(f"the controller would {repartition.decision}", "   ")
     if waiting is not None:
         lines.append("4. nodes held back")
@@ -218,6 +220,10 @@ def why_document(report: WhyReport) -> dict[str, Any]:
                 for s in repartition.in_record
             ],
             "problem": repartition.problem or None,
+            "leftAlone": [
+                {"node": node, "reason": why.reason, "message": why.message}
+                for node, why in repartition.left_alone
+            ],
         },
         "absent": None
         if report.absent is None

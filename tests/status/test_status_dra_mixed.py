@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from harness import dra_slices
-from harness.builders import make_namespace, make_policy
+from harness.builders import make_namespace, make_node, make_policy
 from migslice.cli import main
 from tests.dra_objects import make_claim, make_claim_pod, make_dra_node, migslice_classes
 
@@ -158,3 +158,71 @@ def test_a_claim_without_a_pod_and_a_claim_shared_by_pods_show_their_holders(
         _run(capsys, "why", "s2", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
     )
     assert [(h["profile"], h["start"]) for h in why["holds"]] == [("1g.10gb", 3)]
+
+
+def _left_alone_cluster() -> list[dict[str, Any]]:
+    """An idle A100 whose device plugin serves seven 1g.10gb, which NVIDIA's DRA driver
+    publishes too (both-0), and a DynamicMIG A100 in carve mode that one 7g.80gb claim fills
+    (dyn-0); a pod waits for a 3g.40gb, and a pod waits for its 1g.10gb claim."""
+    from harness.builders import make_mig_config_map, make_pod, unschedulable
+
+    layout = [("1g.10gb", start) for start in range(7)]
+    carve = {"migslice.io/repartition-mode": "carve"}
+    return [
+        make_namespace("team-a"),
+        make_policy("team-a"),
+        make_mig_config_map(),
+        _node(make_node("both-0", mig={"1g.10gb": 7}, gpu_count=1)),
+        *dra_slices.node_slices(
+            "both-0", "uid-both-0", [dra_slices.a100(0)], dynamic=False, layouts=[layout]
+        ),
+        _node(make_dra_node("dyn-0", **carve)),
+        *dra_slices.node_slices("dyn-0", "uid-dyn-0", [dra_slices.a100(0)]),
+        *migslice_classes(),
+        make_claim(
+            "full", profile="7g.80gb", allocated=[("dyn-0", "gpu-0-mig-7g80gb-0-0")], owner="f"
+        ),
+        _pod(make_claim_pod("f", {"gpu": "full"}, node_name="dyn-0", phase="Running")),
+        _pod(unschedulable(make_pod("w", profile="3g.40gb"))),
+        make_claim("pend"),
+        _pod(unschedulable(make_claim_pod("p", {"gpu": "pend"}))),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["mig-manager", "carve"])
+def test_why_names_the_dra_nodes_the_controller_leaves_alone_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    """why said only "no plan for it: no idle GPU can take it", beside an idle GPU the
+    controller leaves alone because the device plugin and the DRA driver both serve it (as
+    `migslice plan` says under "nodes left alone")."""
+    from migslice.repartition.modes import DRA_AND_DEVICE_PLUGIN, DRA_DYNAMIC
+
+    path = _write(tmp_path, _left_alone_cluster())
+    argv = ("why", "w", "-n", "team-a", "--cluster-file", str(path), "--mode-default", mode)
+    document = json.loads(_run(capsys, *argv, "-o", "json"))
+    assert document["repartition"]["leftAlone"] == [
+        {"node": "both-0", "reason": "dra-and-device-plugin", "message": DRA_AND_DEVICE_PLUGIN},
+        {"node": "dyn-0", "reason": "dra-dynamic", "message": DRA_DYNAMIC},
+    ]
+    text = _run(capsys, *argv, "-o", "wide")
+    assert f"left alone: both-0 (dra-and-device-plugin): {DRA_AND_DEVICE_PLUGIN}" in text
+    assert f"left alone: dyn-0 (dra-dynamic): {DRA_DYNAMIC}" in text
+
+
+def test_why_of_a_pod_waiting_for_its_claims_allocation_says_why_it_is_no_demand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod whose 1g.10gb claim waits for allocation is no demand of the repartition
+    controller's (DRA nodes are never re-partitioned): why said "whole-GPU requests need MIG
+    disabled; not re-partitioned"."""
+    path = _write(tmp_path, _left_alone_cluster())
+    argv = ("why", "p", "-n", "team-a", "--cluster-file", str(path))
+    document = json.loads(_run(capsys, *argv, "-o", "json"))
+    assert document["admission"]["asked"] == {"ResourceClaim": "team-a/pend"}
+    (dyn,) = [c for c in document["placement"]["nodes"] if c["names"] == ["dyn-0"]]
+    assert dyn["outcome"] == "failed"
+    unserved = document["repartition"]["unserved"]
+    assert "whole-GPU" not in unserved
+    assert unserved.startswith("not demand: it asks its GPUs through ResourceClaims")
+    assert "whole-GPU" not in _run(capsys, *argv)
