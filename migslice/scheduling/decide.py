@@ -76,6 +76,8 @@ def check_node(demand: PodDemand, node: PreparedNode | None) -> Verdict:
         if not dra_units_fit(node.state, demand.units):
             if dra.pool.tainted and dra_units_fit(node.state, demand.units, taints=False):
                 return Verdict(Outcome.FAILED, reasons.DEVICES_TAINTED)
+            if dra.pool.steered and dra_units_fit(node.state, demand.units, steer=False):
+                return Verdict(Outcome.FAILED, reasons.DEVICES_STEERED)
             first = demand.units[0]
             reason = (
                 reasons.ALL_WHOLE_GPUS_IN_USE

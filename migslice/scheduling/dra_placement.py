@@ -93,14 +93,21 @@ def dra_demand_score(
     return min(scores) if scores else MIN_SCORE
 
 
-def dra_units_fit(state: NodeState, units: Sequence[DemandUnit], *, taints: bool = True) -> bool:
+def dra_units_fit(
+    state: NodeState, units: Sequence[DemandUnit], *, taints: bool = True, steer: bool = True
+) -> bool:
     """Whether the allocator finds devices for all of ``units`` on the node now (``taints``
-    False: were no device tainted but by migslice's steer)."""
+    False: were no device tainted but by migslice's steer; ``steer`` False: were none tainted
+    by the steer)."""
     view = state.dra
     requests = dra_requests(state, units)
     if view is None or view.use is None or requests is None:
         return False
-    pool = view.pool if taints else dataclasses.replace(view.pool, tainted=frozenset())
+    pool = view.pool
+    if not taints:
+        pool = dataclasses.replace(pool, tainted=frozenset())
+    if not steer:
+        pool = dataclasses.replace(pool, steered=frozenset())
     return first_solution(pool, requests, view.use) is not None
 
 

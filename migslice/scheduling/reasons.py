@@ -100,6 +100,13 @@ DEVICES_TAINTED = (
 )
 """Failed: the node has room for the pod, but only on devices that a taint other than the
 steer's keeps the allocator off."""
+DEVICES_STEERED = (
+    "the free devices that fit are held back by migslice's steer (DeviceTaintRules "
+    "migslice-steer-*); its next round lifts it on the node for a pending pod that fits "
+    "there unsteered (docs/dra.md, The steer)"
+)
+"""Failed: the node has room for the pod, but only on devices migslice's steer taints (a
+pod of several devices, or pinned to a GPU); the steer loop lifts those profiles there."""
 CLAIM_NOT_SEEN = "pod's ResourceClaim not seen by migslice extender yet"
 """The filter's Error (no node judged): the claim the pod names is not in the extender's
 cache yet; kube-scheduler retries after its backoff."""

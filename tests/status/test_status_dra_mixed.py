@@ -226,3 +226,67 @@ def test_why_of_a_pod_waiting_for_its_claims_allocation_says_why_it_is_no_demand
     assert "whole-GPU" not in unserved
     assert unserved.startswith("not demand: it asks its GPUs through ResourceClaims")
     assert "whole-GPU" not in _run(capsys, *argv)
+
+
+def _steered_cluster() -> list[dict[str, Any]]:
+    """Two DynamicMIG A100s: GPU 0 holds a 4g.40gb and a 2g.20gb (one 1g.10gb placement left,
+    at 6), GPU 1 is idle and migslice's steer taints its 1g.10gb placements; a pod waits for
+    a claim of two 1g.10gb, which fits the node unsteered (GPU 0's 1g@6 and one of GPU 1's)."""
+    node = "dyn-0"
+    objects: list[dict[str, Any]] = [
+        make_namespace("team-a"),
+        make_policy("team-a"),
+        _node(make_dra_node(node)),
+        *dra_slices.node_slices(node, f"uid-{node}", [dra_slices.a100(0), dra_slices.a100(1)]),
+        *migslice_classes(),
+        make_claim("a", profile="4g.40gb", allocated=[(node, "gpu-0-mig-4g40gb-5-0")], owner="h"),
+        make_claim("b", profile="2g.20gb", allocated=[(node, "gpu-0-mig-2g20gb-14-4")], owner="h"),
+        _pod(make_claim_pod("h", {"a": "a", "b": "b"}, node_name=node, phase="Running")),
+        make_claim("two", count=2),
+    ]
+    for start in range(7):
+        device = dra_slices.mig_device_name(1, "1g.10gb", 19, start)
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": f"migslice-steer-{node}-{device}"},
+                "spec": {
+                    "deviceSelector": {"driver": "gpu.nvidia.com", "pool": node, "device": device},
+                    "taint": {
+                        "key": "migslice.io/steer",
+                        "value": "1g.10gb",
+                        "effect": "NoSchedule",
+                    },
+                },
+            }
+        )
+    from harness.builders import unschedulable
+
+    objects.append(_pod(unschedulable(make_claim_pod("w", {"gpu": "two"}))))
+    return objects
+
+
+def test_a_pod_the_steer_keeps_off_a_node_with_room_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seven 1g.10gb placements are free on GPU 1, tainted by migslice's steer: the filter (and
+    so status, why and kube-scheduler's Event) said "all 1g.10gb MIG instances in use", a
+    node without room, where the steer alone keeps the pod off until it lifts."""
+    from migslice.objects import load_cluster_text
+    from migslice.scheduling import reasons
+    from tests.status.test_why_agrees import assert_why_agrees
+
+    path = _write(tmp_path, _steered_cluster())
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (waiting,) = document["waiting"]
+    assert waiting["fits"] == []
+    assert waiting["nodes"] == [
+        {"reason": reasons.DEVICES_STEERED, "outcome": "failed", "count": 1, "names": ["dyn-0"]}
+    ]
+    assert "in use" not in waiting["summary"]
+    objects = load_cluster_text(path.read_text())
+    pod = next(p for p in objects.pods if p["metadata"]["name"] == "w")
+    assert assert_why_agrees(objects, pod) == ()
+    text = _run(capsys, "why", "w", "-n", "team-a", "--cluster-file", str(path))
+    assert "held back by migslice's steer" in text
