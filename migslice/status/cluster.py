@@ -346,9 +346,10 @@ def pool_of(
 ) -> str:
     """A node's pool: its ``pool_label`` value; without one, its GPU product (the label, else
     the model the inventory found: a node whose GPUs a DRA driver publishes may lack GFD's
-    label; else ``product``, the one its ResourceSlices name, for a DRA node whose slices the
-    inventory could not read); :data:`NO_POOL` when none says, or ``(no label L)`` for a
-    ``pool_label`` L the node lacks."""
+    label; else the model of ``product``, the one its ResourceSlices name, for a DRA node
+    whose slices the inventory could not read, as for its siblings whose it could);
+    :data:`NO_POOL` when none says, or ``(no label L)`` for a ``pool_label`` L the node
+    lacks."""
     value = labels.get(settings.pool_key)
     if isinstance(value, str) and value:
         return value
@@ -356,7 +357,10 @@ def pool_of(
         return f"(no label {settings.pool_label})"
     if state.model is not None:
         return state.facts.product or state.model.key
-    return product or NO_POOL
+    if product:
+        model = CATALOG.by_product(product)
+        return product if model is None else model.key
+    return NO_POOL
 
 
 def waiting_pods(cluster: Cluster) -> Sequence[GpuPod]:
