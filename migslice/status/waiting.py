@@ -24,6 +24,8 @@ from migslice.objects.pods import (
     scheduling_gates,
     unschedulable_since,
 )
+from migslice.objects.resource_claims import gpu_asks
+from migslice.objects.resource_slices import DeviceKind
 from migslice.objects.times import parse_time
 from migslice.scheduling import PodDemand, PreparedNode, demand_of, filter_nodes
 from migslice.scheduling.decisions import DemandKey, demand_key
@@ -91,7 +93,7 @@ class WaitingPod:
 def waiting_views(cluster: Cluster) -> list[WaitingPod]:
     """Every waiting GPU pod (by key) with its reasons."""
     now = datetime.datetime.fromtimestamp(cluster.settings.now_s, datetime.UTC)
-    judged: dict[tuple[PodSelection, DemandKey], Judgement] = {}
+    judged: dict[JudgedKey, Judgement] = {}
     views = []
     for pod in waiting_pods(cluster):
         views.append(waiting_view(cluster, pod, now, judged))
@@ -102,7 +104,7 @@ def waiting_view(
     cluster: Cluster,
     pod: GpuPod,
     now: datetime.datetime,
-    judged: dict[tuple[PodSelection, DemandKey], Judgement] | None = None,
+    judged: dict[JudgedKey, Judgement] | None = None,
 ) -> WaitingPod:
     """One waiting pod's reasons (``judged``: judgements shared between pods)."""
     raw = pod.raw
@@ -114,6 +116,9 @@ def waiting_view(
     # What it asks: its extended resources, else what its ResourceClaims ask (by the same
     # resource names, nvidia.com/mig-<profile> and nvidia.com/gpu).
     asks = pod.requests or tuple((u.resource, u.count) for u in demand.units if u.claim)
+    allocated = _allocated_on(cluster, pod)
+    if not asks and allocated:
+        asks = _allocated_asks(cluster, pod)
     if pod.gated:
         error = gated_error(pod, tenant, now)
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
@@ -133,14 +138,60 @@ def waiting_view(
     # A node holding a nominated pod kube-scheduler does not count for this one: judged for
     # it alone, not shared.
     view = cluster.for_pod(pod.key, pod_priority(raw))
-    key = (selection, demand_key(demand))
+    key = (selection, demand_key(demand), allocated)
     found = judged.get(key) if judged is not None and view is None else None
     if found is None:
-        found = judge(cluster, selection, demand, view)
+        found = judge(cluster, selection, demand, view, allocated)
         if judged is not None and view is None:
             judged[key] = found
     fits, classes = found
     return WaitingPod(pod.key, tenant, asks, scheduler, waited, fits, classes)
+
+
+Allocated = tuple[tuple[str, tuple[str, ...]], ...]
+"""The pod's ResourceClaims already allocated (key), each with the nodes its allocation
+keeps the pod on (the pools of NVIDIA's driver it names, one per node)."""
+JudgedKey = tuple[PodSelection, DemandKey, Allocated]
+
+
+def _allocated_on(cluster: Cluster, pod: GpuPod) -> Allocated:
+    """The pod's claims allocated before it is bound (kube-scheduler allocated them and has
+    not bound it yet): its DRA plugin sends the pod only to their nodes (a claim allocated on
+    no node of NVIDIA's driver is left to it)."""
+    found = []
+    for key in pod.claims:
+        claim = cluster.claims.get(key)
+        if claim is not None and claim.allocated and claim.devices:
+            found.append((key, tuple(sorted({pool for pool, _ in claim.devices}))))
+    return tuple(found)
+
+
+def _allocated_asks(cluster: Cluster, pod: GpuPod) -> tuple[tuple[str, int], ...]:
+    """What the pod's claims ask, by resource name (``nvidia.com/mig-<profile>``,
+    ``nvidia.com/gpu``), allocated or not."""
+    asks: dict[str, int] = {}
+    for key in pod.claims:
+        claim = cluster.claims.get(key)
+        if claim is None or claim.extended_resource:
+            continue
+        for ask in gpu_asks(claim, cluster.classes).asks:
+            if ask.kind is DeviceKind.GPU:
+                resource = names.WHOLE_GPU_RESOURCE
+            elif ask.profile is not None:
+                resource = names.mig_resource_name(ask.profile)
+            else:
+                continue
+            asks[resource] = asks.get(resource, 0) + ask.count
+    return tuple(sorted(asks.items()))
+
+
+def not_allocatable(key: str, nodes: Sequence[str]) -> str:
+    """kube-scheduler's DynamicResources filter on a node the pod's allocated claim is not
+    on."""
+    return (
+        f"resourceclaim not available on the node (ResourceClaim {key} is allocated on "
+        f"{', '.join(nodes)})"
+    )
 
 
 def gated_error(pod: GpuPod, tenant: str | None, now: datetime.datetime) -> str:
@@ -208,13 +259,18 @@ def judge(
     selection: PodSelection,
     demand: PodDemand,
     view: Mapping[str, PreparedNode] | None = None,
+    allocated: Allocated = (),
 ) -> Judgement:
     """The nodes that fit the pod now, and the others by reason (largest group first);
-    ``view``: the cluster's nodes as the extender judges this pod (:meth:`Cluster.for_pod`)."""
+    ``view``: the cluster's nodes as the extender judges this pod (:meth:`Cluster.for_pod`);
+    ``allocated``: its claims allocated already, which keep it on their nodes."""
     dropped: dict[str, list[str]] = {}
     candidates = []
     for name, prepared in (cluster.nodes if view is None else view).items():
         verdict = scheduler_verdict(selection, prepared.state.facts)
+        for claim, on in allocated:
+            if verdict is None and name not in on:
+                verdict = not_allocatable(claim, on)
         if verdict is None and (unserved := dra_unserved(demand.units, prepared.state)):
             verdict = dra_resource_verdict(unserved)
         if verdict is not None:

@@ -291,3 +291,40 @@ def test_a_pod_the_steer_keeps_off_a_node_with_room_says_so(
     assert assert_why_agrees(objects, pod) == ()
     text = _run(capsys, "why", "w", "-n", "team-a", "--cluster-file", str(path))
     assert "held back by migslice's steer" in text
+
+
+def test_a_pod_whose_claim_is_allocated_waits_for_the_allocations_node_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kube-scheduler allocated the pod's 3g.40gb claim on dyn-0 and has not bound the pod
+    yet: its DRA plugin keeps the pod on that node ("resourceclaim not available on the node"
+    elsewhere). Status and why said it asks nothing and fits every node, the device-plugin
+    node and the other DRA node too."""
+    objects = _left_alone_cluster()
+    objects = [o for o in objects if o["metadata"]["name"] not in ("full", "f", "w", "p", "pend")]
+    objects += [
+        _node(make_dra_node("dyn-1")),
+        *dra_slices.node_slices("dyn-1", "uid-dyn-1", [dra_slices.a100(0)]),
+        make_claim(
+            "c",
+            profile="3g.40gb",
+            allocated=[("dyn-0", "gpu-0-mig-3g40gb-9-4")],
+            reserved_for=["b"],
+        ),
+        _pod(make_claim_pod("b", {"gpu": "c"})),
+    ]
+    path = _write(tmp_path, objects)
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (waiting,) = document["waiting"]
+    assert waiting["requests"] == {"nvidia.com/mig-3g.40gb": 1}
+    assert waiting["fits"] == ["dyn-0"]
+    (elsewhere,) = waiting["nodes"]
+    assert (elsewhere["outcome"], elsewhere["names"]) == ("kube-scheduler", ["both-0", "dyn-1"])
+    assert elsewhere["reason"] == (
+        "resourceclaim not available on the node (ResourceClaim team-a/c is allocated on dyn-0)"
+    )
+    why = json.loads(
+        _run(capsys, "why", "b", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
+    )
+    assert why["placement"]["nodes"] == waiting["nodes"]
+    assert why["placement"]["fits"] == ["dyn-0"]
