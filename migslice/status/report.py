@@ -369,7 +369,7 @@ def _node_json(node: NodeView) -> dict[str, Any]:
                 "tenant": h.tenant,
                 "resource": h.resource,
                 "count": h.count,
-                **({"claim": h.claim} if h.claim is not None else {}),
+                "claim": h.claim,
             }
             for h in node.holdings
         ],
@@ -377,7 +377,7 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         "draPlacements": [{"resource": r, "free": f, "offered": t} for r, f, t in node.placements],
         "draDevicesTainted": node.tainted,
         "draDevicesSteered": node.steered,
-        **({"unknown": node.unknown} if node.unknown else {}),
+        "unknown": node.unknown or None,
     }
 
 
