@@ -134,6 +134,10 @@ def waiting_view(
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     if pod.unmade:
         return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), unmade_error(pod))
+    missing = tuple(key for key in pod.claims if key not in cluster.claims)
+    if missing:
+        error = missing_error(pod, missing)
+        return WaitingPod(pod.key, tenant, asks, scheduler, waited, (), (), error)
     selection = pod_selection_of(raw)
     # A node holding a nominated pod kube-scheduler does not count for this one: judged for
     # it alone, not shared.
@@ -243,6 +247,16 @@ def unmade_error(pod: GpuPod) -> str:
         "controller, and kube-scheduler does not try the pod until they exist; a claim the "
         "webhook refused (quota, say) is retried, and the refusal is in the pod's Events: "
         f"kubectl describe pod -n {pod.namespace} {name}"
+    )
+
+
+def missing_error(pod: GpuPod, missing: Sequence[str]) -> str:
+    """Why a pod naming ResourceClaims that are not there waits: kube-scheduler does not try
+    it until they exist (the claims are read whole here: not the extender's cache lagging)."""
+    return (
+        f"waiting for its ResourceClaim(s) {', '.join(missing)}: not found, and kube-scheduler "
+        "does not try the pod until they exist; create them, or create the pod again naming "
+        f"claims that exist (kubectl get resourceclaims -n {pod.namespace})"
     )
 
 

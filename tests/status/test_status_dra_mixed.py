@@ -328,3 +328,24 @@ def test_a_pod_whose_claim_is_allocated_waits_for_the_allocations_node_alone(
     )
     assert why["placement"]["nodes"] == waiting["nodes"]
     assert why["placement"]["fits"] == ["dyn-0"]
+
+
+def test_a_pod_naming_a_claim_that_is_not_there_waits_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod whose ``resourceClaimName`` names no ResourceClaim: kube-scheduler does not try
+    it until the claim exists. Status and why, which read every claim, said every node failed
+    it with "pod's ResourceClaim not seen by migslice extender yet", the extender's word for
+    its cache lagging."""
+    from harness.builders import unschedulable
+
+    objects = _claims_cluster()
+    objects.append(_pod(unschedulable(make_claim_pod("g", {"gpu": "nosuch"}))))
+    path = _write(tmp_path, objects)
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (waiting,) = document["waiting"]
+    assert (waiting["pod"], waiting["fits"], waiting["nodes"]) == ("team-a/g", [], [])
+    assert waiting["summary"].startswith("waiting for its ResourceClaim(s) team-a/nosuch: ")
+    assert "not seen" not in waiting["summary"]
+    text = _run(capsys, "why", "g", "-n", "team-a", "--cluster-file", str(path))
+    assert "team-a/nosuch" in text and "not seen" not in text
