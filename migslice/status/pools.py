@@ -87,6 +87,8 @@ class Holding:
     resource: str | None
     count: int
     claim: str | None = None
+    devices: tuple[str, ...] = ()
+    """The claim's devices allocated on the node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,9 @@ class NodeView:
     steered: int = 0
     """On a DynamicMIG node: devices migslice's steer keeps new claims off (a one-device claim
     that fits the node still fits)."""
+    claims_beside: tuple[Holding, ...] = ()
+    """On a node read through its device plugin for which NVIDIA's DRA driver publishes
+    ResourceSlices too: the claims allocated from those, which its counts and map leave out."""
     unknown: str = ""
     """On a DRA node whose ResourceSlices cannot be read (unknown, or not all published): why
     its GPUs are unknown; its layout source is then :data:`DRA_UNKNOWN`."""
@@ -182,6 +187,7 @@ def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
             counts,
             holdings,
             state.notes,
+            claims_beside=_claims_beside(cluster, state, holders),
         )
     dra = _dra_holders(cluster, state, holders) if state.dra is not None else None
     gpus = _gpu_views(state, holders, tenant_of, dra)
@@ -202,6 +208,7 @@ def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
         gpus,
         free,
         notes=state.notes,
+        claims_beside=_claims_beside(cluster, state, holders),
         placements=placements,
         tainted=len(state.dra.pool.tainted) if state.dra is not None else 0,
         steered=len(state.dra.pool.steered) if state.dra is not None else 0,
@@ -215,20 +222,10 @@ def _unknown_dra_view(cluster: Cluster, prepared: PreparedNode, condition: str) 
     dra = state.dra
     assert dra is not None
     holders = cluster.holders.get(state.name, ())
-    holdings: list[Holding] = []
-    listed: set[str] = set()
-    for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
-        if claim.devices_in(state.name):
-            listed.add(claim.key)
-            users: tuple[str | None, ...] = _claim_users(cluster, claim.key, holders) or (None,)
-            tenant = cluster.tenant_of(claim.key.partition("/")[0])
-            holdings += (Holding(user, tenant, None, 1, claim.key) for user in users)
+    holdings = list(_claim_holdings(cluster, state.name, holders))
     for holder in holders:
         tenant = cluster.tenant_of(holder.key.partition("/")[0])
         holdings += (Holding(holder.key, tenant, r, n) for r, n in holder.requests)
-        holdings += (
-            Holding(holder.key, tenant, None, 1, c) for c in holder.claims if c not in listed
-        )
     return NodeView(
         state.name,
         cluster.pools[state.name],
@@ -241,6 +238,38 @@ def _unknown_dra_view(cluster: Cluster, prepared: PreparedNode, condition: str) 
         notes=state.notes,
         unknown=f"DRA pool gpu.nvidia.com {dra.pool.state}: {dra.pool.reason}",
     )
+
+
+def _claims_beside(
+    cluster: Cluster, state: NodeState, holders: Sequence[PodFacts]
+) -> tuple[Holding, ...]:
+    """On a node both NVIDIA's device plugin and its DRA driver serve (read through the
+    former): the claims of the latter there (:func:`_claim_holdings`); () elsewhere."""
+    if not state.dra_beside:
+        return ()
+    return _claim_holdings(cluster, state.name, holders)
+
+
+def _claim_holdings(
+    cluster: Cluster, node: str, holders: Sequence[PodFacts]
+) -> tuple[Holding, ...]:
+    """The ResourceClaims allocated on ``node`` (each with its devices there and its pods,
+    or None: no live pod uses it), then those its pods name that show no allocation there."""
+    holdings: list[Holding] = []
+    listed: set[str] = set()
+    for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
+        devices = claim.devices_in(node)
+        if devices:
+            listed.add(claim.key)
+            users: tuple[str | None, ...] = _claim_users(cluster, claim.key, holders) or (None,)
+            tenant = cluster.tenant_of(claim.key.partition("/")[0])
+            holdings += (Holding(user, tenant, None, 1, claim.key, devices) for user in users)
+    for holder in holders:
+        tenant = cluster.tenant_of(holder.key.partition("/")[0])
+        holdings += (
+            Holding(holder.key, tenant, None, 1, c) for c in holder.claims if c not in listed
+        )
+    return tuple(holdings)
 
 
 def _claim_users(cluster: Cluster, key: str, holders: Sequence[PodFacts]) -> tuple[str, ...]:

@@ -223,6 +223,15 @@ def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
             lines += wrapped(f"no per-GPU layout; {counts or 'no GPU resources'}", "    ", width)
             for holding in node.holdings:
                 lines += wrapped(_holding(holding), "      ", width)
+        if node.claims_beside:
+            lines += wrapped(
+                "served by NVIDIA's device plugin and its DRA driver both: these ResourceClaims "
+                "hold GPUs of its DRA slices, not in its counts or map above (docs/dra.md)",
+                "    ",
+                width,
+            )
+            for holding in node.claims_beside:
+                lines += wrapped(_holding(holding), "      ", width)
         if wide:
             for note in node.notes:
                 lines += wrapped(f"note: {note}", "    ", width)
@@ -231,8 +240,9 @@ def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
 
 def _holding(holding: Holding) -> str:
     """``tenant/pod: what it holds``; a claim no live pod uses: ``tenant/(no pod): ...``."""
+    devices = f" ({', '.join(holding.devices)})" if holding.devices else ""
     what = (
-        f"ResourceClaim {holding.claim}"
+        f"ResourceClaim {holding.claim}{devices}"
         if holding.resource is None
         else f"{holding.count} x {holding.resource.removeprefix('nvidia.com/')}"
     )
@@ -363,21 +373,24 @@ def _node_json(node: NodeView) -> dict[str, Any]:
             for gpu in node.gpus
         ],
         "counts": [{"resource": r, "held": h, "allocatable": t} for r, h, t in node.counts],
-        "holdings": [
-            {
-                "pod": h.pod,
-                "tenant": h.tenant,
-                "resource": h.resource,
-                "count": h.count,
-                "claim": h.claim,
-            }
-            for h in node.holdings
-        ],
+        "holdings": [_holding_json(h) for h in node.holdings],
+        "draClaimsBeside": [_holding_json(h) for h in node.claims_beside],
         "notes": list(node.notes),
         "draPlacements": [{"resource": r, "free": f, "offered": t} for r, f, t in node.placements],
         "draDevicesTainted": node.tainted,
         "draDevicesSteered": node.steered,
         "unknown": node.unknown or None,
+    }
+
+
+def _holding_json(holding: Holding) -> dict[str, Any]:
+    return {
+        "pod": holding.pod,
+        "tenant": holding.tenant,
+        "resource": holding.resource,
+        "count": holding.count,
+        "claim": holding.claim,
+        "devices": list(holding.devices),
     }
 
 

@@ -95,6 +95,7 @@ def test_a_dra_node_whose_slices_cannot_be_read_is_shown_unknown_with_its_claims
             "resource": None,
             "count": 1,
             "claim": "team-a/c",
+            "devices": ["gpu-0-mig-1g10gb-19-3"],
         }
     ]
     text = _run(capsys, "status", "--cluster-file", str(path))
@@ -102,7 +103,7 @@ def test_a_dra_node_whose_slices_cannot_be_read_is_shown_unknown_with_its_claims
     assert "no GPU nodes" not in text and "no GPU resources" not in text
     assert "dra-static" not in text and "has no NVIDIA GPU" not in text
     assert "GPUs unknown: " + said in text
-    assert "team-a/team-a/p: ResourceClaim team-a/c" in text
+    assert "team-a/team-a/p: ResourceClaim team-a/c (gpu-0-mig-1g10gb-19-3)" in text
 
 
 def _claims_cluster() -> list[dict[str, Any]]:
@@ -349,3 +350,34 @@ def test_a_pod_naming_a_claim_that_is_not_there_waits_for_it(
     assert "not seen" not in waiting["summary"]
     text = _run(capsys, "why", "g", "-n", "team-a", "--cluster-file", str(path))
     assert "team-a/nosuch" in text and "not seen" not in text
+
+
+def test_claims_on_a_node_both_device_apis_serve_are_shown_beside_its_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """both-0's device plugin and NVIDIA's DRA driver both serve its A100; a pod holds one of
+    its 1g.10gb through a claim the driver allocated. The node is read through its device
+    plugin, whose counts do not see the claim: status said "mig-1g.10gb 0/7 held" and named
+    no holder (the reason only in a note of ``-o wide``)."""
+    objects = [o for o in _left_alone_cluster() if o["metadata"]["name"] not in ("w", "p", "pend")]
+    device = dra_slices.mig_device_name(0, "1g.10gb", 19, 2)
+    objects += [
+        make_claim("bc", allocated=[("both-0", device)], reserved_for=["bp"]),
+        _pod(make_claim_pod("bp", {"gpu": "bc"}, node_name="both-0", phase="Running")),
+    ]
+    path = _write(tmp_path, objects)
+    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    (both,) = [n for p in document["pools"] for n in p["nodes"] if n["name"] == "both-0"]
+    assert both["draClaimsBeside"] == [
+        {
+            "pod": "team-a/bp",
+            "tenant": "team-a",
+            "resource": None,
+            "count": 1,
+            "claim": "team-a/bc",
+            "devices": [device],
+        }
+    ]
+    text = _run(capsys, "status", "--cluster-file", str(path), "-o", "wide")
+    assert f"team-a/team-a/bp: ResourceClaim team-a/bc ({device})" in text
+    assert "not in its counts or map above" in _run(capsys, "status", "--cluster-file", str(path))
