@@ -126,8 +126,9 @@ class Installed:
         )
         report = AgentReport(
             product="NVIDIA-A100-SXM4-80GB",
-            gpus=(AgentGpu(index=0, mig_enabled=True, instances=instances),),
+            gpus=(AgentGpu(index=0, mig_enabled=True, instances=instances, pci_device_id=0x20B2),),
             observed_at=format_time(observed),
+            pci_device_id=0x20B2,
         )
         self.core.patch_node(
             NODE,
