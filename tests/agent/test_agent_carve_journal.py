@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agent.carve.carver import Carver
 from agent.service import AgentService
 from agent.settings import AgentSettings
 from harness.builders import make_node
@@ -38,6 +39,23 @@ def merge_1g(library: FakeNvmlLibrary) -> CarveRequest:
 
 class Killed(BaseException):
     """The agent's process dies."""
+
+
+def killed_at(
+    call: str, library: FakeNvmlLibrary, node: MemoryNode, agent: Carver, asked: CarveRequest
+) -> None:
+    """``node`` asks ``asked`` and ``agent`` carves it until NVML's ``call``, where its
+    process is killed (within ``installed(library)``)."""
+
+    def kill(name: str) -> None:
+        if name == call:
+            raise Killed
+
+    node.ask(asked)
+    library.on_call = kill
+    with pytest.raises(Killed):
+        agent.run_once()
+    library.on_call = None
 
 
 class DeletableNode(MemoryNode):
@@ -120,17 +138,11 @@ def test_a_journal_edited_by_hand_mid_carve_is_written_back() -> None:
     node = MemoryNode(library)
     node.hold("running", "3g.40gb")
 
-    def kill(call: str) -> None:
-        if call == "nvmlDeviceCreateGpuInstanceWithPlacement":
-            raise Killed
-
     agent = carver(node)
     with installed(library):
-        node.ask(merge_1g(library))
-        library.on_call = kill
-        with pytest.raises(Killed):
-            agent.run_once()
-        library.on_call = None
+        killed_at(
+            "nvmlDeviceCreateGpuInstanceWithPlacement", library, node, agent, merge_1g(library)
+        )
         annotations = node.raw["metadata"]["annotations"]
         annotations[CARVE_STATE_ANNOTATION] = annotations[CARVE_STATE_ANNOTATION].replace(
             '"changed":true', '"changed":false'
@@ -152,16 +164,10 @@ def test_an_unreadable_journal_with_the_request_still_there_is_resumed_not_aband
     node = MemoryNode(library)
     node.hold("running", "3g.40gb")
 
-    def kill(call: str) -> None:
-        if call == "nvmlGpuInstanceCreateComputeInstance":
-            raise Killed
-
     with installed(library):
-        node.ask(merge_1g(library))
-        library.on_call = kill
-        with pytest.raises(Killed):
-            carver(node).run_once()
-        library.on_call = None
+        killed_at(
+            "nvmlGpuInstanceCreateComputeInstance", library, node, carver(node), merge_1g(library)
+        )
         node.raw["metadata"]["annotations"][CARVE_STATE_ANNOTATION] = '{"version": "v1", "pl'
         said = carver(node).run_once()  # a new agent process
     assert said == "carved plan p"
@@ -197,17 +203,9 @@ def test_a_resumed_request_on_a_node_made_again_is_finished_from_nvml_by_a_new_a
     node = DeletableNode(library)
     node.hold("running", "3g.40gb")
 
-    def kill(call: str) -> None:
-        if call == "nvmlGpuInstanceCreateComputeInstance":
-            raise Killed
-
     with installed(library):
         asked = merge_1g(library)
-        node.ask(asked)
-        library.on_call = kill
-        with pytest.raises(Killed):
-            carver(node).run_once()
-        library.on_call = None
+        killed_at("nvmlGpuInstanceCreateComputeInstance", library, node, carver(node), asked)
         node.make_again()  # no journal, no request
         node.ask(replace(asked, resume=True))
         said = carver(node).run_once()  # a new agent: nothing in memory
@@ -268,17 +266,11 @@ def test_a_request_turned_unreadable_mid_carve_rolls_back_naming_why() -> None:
     node = MemoryNode(library)
     node.hold("running", "3g.40gb")
 
-    def kill(call: str) -> None:
-        if call == "nvmlDeviceCreateGpuInstanceWithPlacement":
-            raise Killed
-
     agent = carver(node)
     with installed(library):
-        node.ask(merge_1g(library))
-        library.on_call = kill
-        with pytest.raises(Killed):
-            agent.run_once()
-        library.on_call = None
+        killed_at(
+            "nvmlDeviceCreateGpuInstanceWithPlacement", library, node, agent, merge_1g(library)
+        )
         node.raw["metadata"]["annotations"][CARVE_ANNOTATION] = NEWER_REQUEST
         said = agent.run_once()
     assert "rolled back" in said
