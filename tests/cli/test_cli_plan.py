@@ -236,6 +236,41 @@ def test_plan_says_whether_the_stranding_rule_is_on_and_follows_it(
     assert "stranding rule off (1g/2g pods hold 2 compute slices" in capsys.readouterr().out
 
 
+def _plan_a_waiting_2g_on_a_carve_node(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: tuple[str, ...],
+    finished_s_ago: float | None = None,
+) -> dict[str, Any]:
+    """``migslice plan -o json`` on carve-mode gpu-a (1g.10gb@0, 1g.10gb@1 idle, a 3g.40gb
+    held) with a 2g.20gb pod unschedulable for 20 s; the record says gpu-a finished a carve
+    ``finished_s_ago`` (none when None)."""
+    from tests.carve_builders import carve_node_raw, gpu
+
+    node = carve_node_raw(
+        "gpu-a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"]
+    )
+    now = datetime.datetime.now(datetime.UTC)
+
+    def ago(seconds: float) -> str:
+        return (now - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    pod = unschedulable(make_pod("mid", profile="2g.20gb"), since=ago(20))
+    annotations = None
+    if finished_s_ago is not None:
+        record = {"version": "v1", "finished": {"gpu-a": ago(finished_s_ago)}}
+        annotations = {RECORD_ANNOTATION: json.dumps(record)}
+    path = write_cluster(
+        tmp_path,
+        make_mig_config_map(annotations=annotations),
+        {"apiVersion": "v1", "kind": "Node", **node},
+        {"apiVersion": "v1", "kind": "Pod", **pod},
+    )
+    assert main(["plan", "--cluster-file", str(path), "-o", "json", *flags]) == 0
+    answer: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return answer
+
+
 @pytest.mark.parametrize(
     ("flags", "carves"),
     [((), True), (("--carve-min-pending-s", "30"), False)],
@@ -247,23 +282,7 @@ def test_a_carve_node_judges_demand_by_carve_modes_own_min_pending(
     """A pod unschedulable for 20 s: past carve mode's 10 s (the controller's
     --repartition-carve-min-pending-s), short of the MIG Manager path's 30 s, so plan carves
     it a 2g.20gb, as the controller would, unless told carve mode waits 30 s too."""
-    from tests.carve_builders import carve_node_raw, gpu
-
-    node = carve_node_raw(
-        "gpu-a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"]
-    )
-    since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=20)
-    pod = unschedulable(
-        make_pod("mid", profile="2g.20gb"), since=since.strftime("%Y-%m-%dT%H:%M:%SZ")
-    )
-    path = write_cluster(
-        tmp_path,
-        make_mig_config_map(),
-        {"apiVersion": "v1", "kind": "Node", **node},
-        {"apiVersion": "v1", "kind": "Pod", **pod},
-    )
-    assert main(["plan", "--cluster-file", str(path), "-o", "json", *flags]) == 0
-    answer = json.loads(capsys.readouterr().out)
+    answer = _plan_a_waiting_2g_on_a_carve_node(tmp_path, capsys, flags)
     if carves:
         assert (answer["step"], answer["mode"]) == ("start", "carve")
         (change,) = answer["changes"]
@@ -287,26 +306,7 @@ def test_a_carve_node_cools_down_for_carve_modes_own_cooldown(
     --repartition-carve-cooldown-s), so plan carves the waiting pod a 2g.20gb, as the
     controller would, unless told carve mode cools down 600 s (plan had no such flag and
     always judged carve nodes by 60 s)."""
-    from tests.carve_builders import carve_node_raw, gpu
-
-    node = carve_node_raw(
-        "gpu-a", [gpu("1g.10gb@0", "1g.10gb@1", "3g.40gb@4")], busy=["0:3g.40gb@4"]
-    )
-    now = datetime.datetime.now(datetime.UTC)
-    pod = unschedulable(
-        make_pod("mid", profile="2g.20gb"),
-        since=(now - datetime.timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
-    finished = (now - datetime.timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    record = {"version": "v1", "finished": {"gpu-a": finished}}
-    path = write_cluster(
-        tmp_path,
-        make_mig_config_map(annotations={RECORD_ANNOTATION: json.dumps(record)}),
-        {"apiVersion": "v1", "kind": "Node", **node},
-        {"apiVersion": "v1", "kind": "Pod", **pod},
-    )
-    assert main(["plan", "--cluster-file", str(path), "-o", "json", *flags]) == 0
-    answer = json.loads(capsys.readouterr().out)
+    answer = _plan_a_waiting_2g_on_a_carve_node(tmp_path, capsys, flags, finished_s_ago=120)
     if carves:
         assert (answer["step"], answer["mode"]) == ("start", "carve")
         (change,) = answer["changes"]
