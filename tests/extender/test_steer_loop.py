@@ -521,8 +521,7 @@ def test_a_pending_pod_of_one_device_pinned_to_a_gpu_lifts_the_steer_that_keeps_
     pinned to GPU 0 fits the node unsteered but no device is left open to it, so it waits
     for as long as the steer stands unless the lift review lifts it as it does for pods of
     several devices."""
-    eight = "gpu-node-a100-8"
-    gpu0 = "GPU-4a1f7c2e-9b3d-1e5f-a0c4-7d2e6f810000"
+    eight, gpu0 = EIGHT, GPU0
     selectors = [
         f"device.attributes['gpu.nvidia.com'].profile == '1g.10gb' && "
         f"device.attributes['gpu.nvidia.com'].parentUUID == '{gpu0}'"
@@ -541,18 +540,7 @@ def test_a_pending_pod_of_one_device_pinned_to_a_gpu_lifts_the_steer_that_keeps_
             }
         ],
     )
-    index: ClusterIndex[PreparedNode] = ClusterIndex(prepare_node)
-    index.load_objects(
-        ClusterObjects(
-            nodes=(make_dra_node(eight),),
-            resource_slices=tuple(fixture_slices("a100-80gb-dynamicmig-8gpu-resourceslices.json")),
-            resource_claims=(
-                make_claim("held", allocated=[(eight, "gpu-3-mig-4g40gb-5-0")]),
-                pinned,
-            ),
-            device_classes=tuple(migslice_classes()),
-        )
-    )
+    index = _eight_gpus_gpu3_in_use(pinned)
     api = RulesApi(index)
     loop = _loop(index, api, lift_interval_s=0.0)
     loop.round()
