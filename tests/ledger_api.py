@@ -26,6 +26,7 @@ class LedgerApi:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.policies: dict[str, dict[str, Any]] = {}
+        self.deleted_policies: set[str] = set()
         self.version = 100
         self.lock = threading.Lock()
         self.pods: list[list[dict[str, Any]]] = [[]]
@@ -57,6 +58,12 @@ class LedgerApi:
     def delete(self, name: str) -> None:
         with self.lock:
             del self.objects[name]
+
+    def delete_policy(self, name: str) -> None:
+        """``kubectl delete tenantpolicy``: reads and status patches of it answer 404."""
+        with self.lock:
+            self.policies.pop(name, None)
+            self.deleted_policies.add(name)
 
     # -- answers --------------------------------------------------------------------------------
 
@@ -117,6 +124,8 @@ class LedgerApi:
 
     def _policy(self, request: Request) -> tuple[int, Any]:
         name = request.path.removeprefix(POLICIES).strip("/").removesuffix("/status")
+        if name in self.deleted_policies:
+            return 404, _status(404, "NotFound")
         policy = self.policies.setdefault(name, {"metadata": {"name": name}, "status": {}})
         if request.method == "PATCH":
             policy["status"].update(request.body.get("status") or {})

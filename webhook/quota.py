@@ -53,7 +53,7 @@ from migslice.admission.ledger import (
 )
 from migslice.errors import MigsliceError
 from migslice.kube.informer import WATCH_GRACE_S
-from migslice.kube.ledger import LIST_TIMEOUT_S, ForeignWriteError, LedgerStore
+from migslice.kube.ledger import LIST_TIMEOUT_S, ForeignWriteError, LedgerStore, PolicyGoneError
 from migslice.kube.policies import ADMISSION_WATCH_TIMEOUT_S
 from migslice.objects.pods import annotations_of
 from migslice.objects.times import format_micro_time
@@ -292,7 +292,7 @@ class QuotaKeeper:
             if earlier in listed:
                 return
             try:
-                stored = self.store.write(self._marked(ledger.without({earlier})))
+                stored = self.store.write(self._marked(ledger.without({earlier}), releasing=True))
             except LedgerConflictError:
                 ledger = None
                 continue
@@ -356,20 +356,26 @@ class QuotaKeeper:
         self.state.set_ledger(stored)
         return True
 
-    def _marked(self, ledger: Ledger) -> Ledger:
+    def _marked(self, ledger: Ledger, *, releasing: bool = False) -> Ledger:
         """``ledger`` ready to be written, its epoch recorded in the tenant's policy first
         where that is needed; a ledger without one (the tenant's first, or a v1 one an earlier
-        release wrote) gets a new epoch."""
+        release wrote) gets a new epoch. ``releasing``: the write only takes charges away, so
+        a tenant whose TenantPolicy is gone is written unmarked (no policy, no quota to keep;
+        it is marked at its next charge once a policy of that name exists again)."""
         if not ledger.epoch:
             ledger = ledger.with_epoch(self.new_epoch())
+        elif not self.state.needs_mark(ledger.tenant):
+            return ledger
+        # No epoch yet, or the policy records no ledger (deleted and created again, its status
+        # gone, whether this replica saw the deletion or not): record the ledger, so that a
+        # replica started after a loss still finds it existed.
+        try:
             self.store.mark(ledger.tenant, ledger.epoch)
-            self.state.marked(ledger.tenant)
-        elif self.state.needs_mark(ledger.tenant):
-            # The policy records no ledger (deleted and created again, its status gone,
-            # whether this replica saw the deletion or not): record the ledger again, so
-            # that a replica started after a loss still finds it existed.
-            self.store.mark(ledger.tenant, ledger.epoch)
-            self.state.marked(ledger.tenant)
+        except PolicyGoneError:
+            if not releasing:
+                raise
+            return ledger
+        self.state.marked(ledger.tenant)
         return ledger
 
     def _read(self, tenant: str, *, write_fence: bool = True) -> Ledger:
@@ -509,7 +515,7 @@ class QuotaKeeper:
         if not failed:
             return ledger
         try:
-            stored = self.store.write(self._marked(ledger.without(failed)))
+            stored = self.store.write(self._marked(ledger.without(failed), releasing=True))
         except LedgerConflictError:
             return self._read(ledger.tenant)
         except MigsliceError as error:

@@ -59,6 +59,10 @@ class ForeignWriteError(LedgerError):
     """The stored charges were last written by a client other than the webhook."""
 
 
+class PolicyGoneError(ApiError):
+    """The tenant's TenantPolicy is not there to record a ledger's epoch (deleted)."""
+
+
 class LedgerStore(Protocol):
     """Where the webhook keeps the tenants' ledgers (a port; see ``webhook.quota``)."""
 
@@ -86,7 +90,8 @@ class LedgerStore(Protocol):
         ...
 
     def mark(self, tenant: str, epoch: str) -> None:
-        """Record ``epoch`` as the tenant's ledger before that ledger is first written."""
+        """Record ``epoch`` as the tenant's ledger before that ledger is first written;
+        :class:`PolicyGoneError` when the tenant has no TenantPolicy."""
         ...
 
     def where(self, tenant: str) -> str:
@@ -247,9 +252,17 @@ class ConfigMapLedgers:
 
     def mark(self, tenant: str, epoch: str) -> None:
         patch = {"status": {MARK_KEY: {"epoch": epoch, "configMap": self._where(tenant)}}}
-        self._api.patch_json(
-            status_path(tenant), patch, "application/merge-patch+json", timeout_s=self._timeout_s
-        )
+        try:
+            self._api.patch_json(
+                status_path(tenant),
+                patch,
+                "application/merge-patch+json",
+                timeout_s=self._timeout_s,
+            )
+        except ApiError as error:
+            if error.status == 404:
+                raise PolicyGoneError(404, f"TenantPolicy {tenant!r} is gone ({error})") from None
+            raise
 
     def where(self, tenant: str) -> str:
         return f"ConfigMap {self._where(tenant)}"

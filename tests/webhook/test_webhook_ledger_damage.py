@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -386,3 +387,25 @@ def test_a_v1_ledger_holding_a_charge_of_a_pod_never_created_is_settled_as_v2(
     assert replica.admit("uid-2")["allowed"]
     stored = json.loads(api.objects[LEDGER]["data"][DATA_KEY])
     assert stored["version"] == "v2" and [c["uid"] for c in stored["charges"]] == ["uid-2"]
+
+
+def test_the_charge_of_a_pod_never_created_is_released_once_its_tenantpolicy_is_deleted(
+    cluster: tuple[LedgerApi, ConfigMapLedgers, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A charge whose pod was never created, its TenantPolicy deleted before the charge fell
+    due: the release first marked the ledger's epoch in the policy's status, the policy answered
+    404, and the settler logged "Cannot release charges" every round for ever, the dead charge
+    kept in the ledger (and counted against the policy if it was created again)."""
+    api, store, clock = cluster
+    replica = Replica(store, clock, quota=1)
+    assert replica.admit("uid-1")["allowed"]  # its create fails after admission: no pod
+    api.delete_policy("team-a")
+    replica.state.delete_policy("team-a")  # the policy watch shows the DELETE
+    clock.now_s += 46.0  # past the hold
+    with caplog.at_level(logging.WARNING, logger="webhook.quota"):
+        replica.keeper.settle("team-a")
+    assert not [r for r in caplog.records if "Cannot release" in r.getMessage()]
+    assert json.loads(api.objects[LEDGER]["data"][DATA_KEY])["charges"] == []
+    writes = [r for r in api.requests if r.method in ("PUT", "POST", "PATCH")]
+    replica.keeper.settle("team-a")  # nothing left to release: no more writes
+    assert [r for r in api.requests if r.method in ("PUT", "POST", "PATCH")] == writes
