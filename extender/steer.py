@@ -36,7 +36,7 @@ from migslice.kube.transport import KubeError
 from migslice.mig.stranding import NO_MIX, FillerMix, complete_rule, strand_guard
 from migslice.objects.device_taint_rules import steer_rule, steer_rule_name
 from migslice.objects.dra_pool import DraMode
-from migslice.objects.pods import unschedulable_since
+from migslice.objects.pods import scheduling_gates, unschedulable_since
 from migslice.scheduling import PreparedNode, demand_of
 from migslice.scheduling.demand import left_to_scheduler, with_claims
 from migslice.scheduling.dra_placement import dra_requests
@@ -439,6 +439,8 @@ class SteerLoop:
         demands = []
         left: set[str] | None = set()  # None: every profile
         for raw in self._api.list_pending_pods():
+            if scheduling_gates(raw):
+                continue  # not tried by kube-scheduler until its gates go (Kueue's may stay long)
             # Claims or extended resources alike: a pod asking nvidia.com/mig-<profile> is
             # served on a DRA node through its class's extendedResourceName (KEP-5004).
             demand = with_claims(demand_of(raw), raw, self._index.claim, self._index.classes)

@@ -258,6 +258,25 @@ def test_a_pending_pod_of_two_1g_devices_lifts_the_1g_steer() -> None:
     assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
 
 
+def test_a_pod_behind_a_scheduling_gate_lifts_nothing_until_the_gate_is_removed() -> None:
+    """kube-scheduler does not try a pod that carries a scheduling gate (Kueue holds queued
+    workloads so, for as long as the queue is): a gated pod of two 1g devices lifted the 1g
+    steer on every node for all that time, and small claims took the placements it keeps."""
+    claims = [make_claim("two", count=2, profile="1g.10gb")]
+    index = _index(claims)
+    api = RulesApi(index)
+    loop = _loop(index, api, lift_interval_s=0.0)
+    loop.round()
+    gated = make_claim_pod("waits", {"gpu": "two"})
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    api.pending = [gated]
+    loop.round()
+    assert steer_rule_name(ONE, "gpu-0-mig-1g10gb-19-0") in api.rules
+    del gated["spec"]["schedulingGates"]  # Kueue admits the workload
+    loop.round()
+    assert not any("1g10gb-19" in name for name in api.rules)
+
+
 def test_a_follower_or_a_blind_cache_writes_nothing() -> None:
     index = _index()
     api = RulesApi(index)
