@@ -44,6 +44,9 @@ def test_the_build_context_holds_every_package_of_the_wheel() -> None:
     }
     assert packages <= allowed
     assert {"pyproject.toml", PYPROJECT["project"]["readme"]} <= allowed
+    # PEP 639: a license-files pattern that matches nothing is an error (setuptools warns
+    # until 2027-02-18, then refuses to build the wheel)
+    assert set(PYPROJECT["project"].get("license-files", ())) <= allowed
     for path in allowed:
         assert (ROOT / path).exists(), f".dockerignore lets in {path}, which does not exist"
 
