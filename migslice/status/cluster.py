@@ -22,6 +22,7 @@ from migslice.inventory import ClusterIndex, NodeState
 from migslice.mig import CATALOG
 from migslice.objects import ClusterObjects, PodFacts, node_facts_from_raw
 from migslice.objects.device_classes import DeviceClassFacts
+from migslice.objects.dra_pool import DraPool
 from migslice.objects.dra_products import node_products
 from migslice.objects.json import JsonObject, items, mapping
 from migslice.objects.pod_gpus import PodGpuMemo, Requests
@@ -150,6 +151,13 @@ class Cluster:
             if derived is not None and name in nodes:
                 nodes[name] = derived
         return nodes
+
+    def dra_pool(self, node: str) -> DraPool | None:
+        """The ``gpu.nvidia.com`` pool NVIDIA's DRA driver publishes for ``node`` (read
+        whatever serves the node: on a node both device APIs serve, the slices the inventory
+        does not use); None when no slice names it."""
+        inputs = None if self.index is None else self.index.dra_inputs(node, ())
+        return None if inputs is None else inputs.pool
 
     def tenant_of(self, namespace: str) -> str | None:
         """The one TenantPolicy that selects ``namespace`` (None: none, or a conflict)."""

@@ -224,9 +224,14 @@ def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
             for holding in node.holdings:
                 lines += wrapped(_holding(holding), "      ", width)
         if node.claims_beside:
+            where = (
+                "that its map cannot place (its GPU or instance not known to the map)"
+                if node.gpus
+                else "not in its counts above"
+            )
             lines += wrapped(
                 "served by NVIDIA's device plugin and its DRA driver both: these ResourceClaims "
-                "hold GPUs of its DRA slices, not in its counts or map above (docs/dra.md)",
+                f"hold GPUs of its DRA slices {where} (docs/dra.md)",
                 "    ",
                 width,
             )

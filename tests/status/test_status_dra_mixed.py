@@ -380,4 +380,4 @@ def test_claims_on_a_node_both_device_apis_serve_are_shown_beside_its_counts(
     ]
     text = _run(capsys, "status", "--cluster-file", str(path), "-o", "wide")
     assert f"team-a/team-a/bp: ResourceClaim team-a/bc ({device})" in text
-    assert "not in its counts or map above" in _run(capsys, "status", "--cluster-file", str(path))
+    assert "not in its counts above" in _run(capsys, "status", "--cluster-file", str(path))
