@@ -127,6 +127,13 @@ class NodeFacts:
             "",
         )
 
+    def unread_carve_state(self) -> str:
+        """Why the node's ``migslice.io/carve-state``, the node agent's carve journal, could
+        not be read ("" when absent or read)."""
+        if self.carve_status is not None:
+            return ""
+        return next((p for p in self.problems if p.startswith(names.CARVE_STATE_ANNOTATION)), "")
+
     @property
     def is_carving(self) -> bool:
         """A carve is asked for and not yet answered, or the node agent is in the middle of

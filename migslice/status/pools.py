@@ -34,6 +34,7 @@ from migslice.scheduling.fragmentation import (
     dynamic_gpus,
     gpu_free_space,
 )
+from migslice.status.carving import carve_unknown
 from migslice.status.cluster import Cluster
 
 WHOLE_GPU = "whole GPU"
@@ -123,6 +124,9 @@ class NodeView:
     unknown: str = ""
     """On a DRA node whose ResourceSlices cannot be read (unknown, or not all published): why
     its GPUs are unknown; its layout source is then :data:`DRA_UNKNOWN`."""
+    carve_unknown: str = ""
+    """Why its carve state is unknown (the carve request or the node agent's journal cannot
+    be read), and what to do (:func:`~migslice.status.carving.carve_unknown`); "" else."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +164,12 @@ def pool_views(cluster: Cluster) -> list[PoolView]:
 
 
 def node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
+    view = _node_view(cluster, prepared)
+    unknown = carve_unknown(prepared.state.facts)
+    return dataclasses.replace(view, carve_unknown=unknown) if unknown else view
+
+
+def _node_view(cluster: Cluster, prepared: PreparedNode) -> NodeView:
     state = prepared.state
     holders = cluster.holders.get(state.name, ())
     tenant_of = cluster.tenant_of

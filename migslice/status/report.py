@@ -190,6 +190,8 @@ def _pool_map(pool: PoolView, width: int | None, *, wide: bool) -> list[str]:
         if node.condition != "ready" or wide:
             head += f"  {node.condition}"
         lines += wrapped(head, "  ", width)
+        if node.carve_unknown:
+            lines += wrapped(f"carve state unknown: {node.carve_unknown}", "    ", width)
         for gpu in node.gpus:
             lines.append(f"    {gpu.index:<2} {gpu_bar(gpu, cell, short=short, drawn=drawn)}")
             held = [_holder(s, wide=wide) for s in gpu.slots if s.is_used]
@@ -385,6 +387,7 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         "draDevicesTainted": node.tainted,
         "draDevicesSteered": node.steered,
         "unknown": node.unknown or None,
+        "carveUnknown": node.carve_unknown or None,
     }
 
 

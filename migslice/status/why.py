@@ -39,6 +39,7 @@ from migslice.repartition.modes import dra_exclusion
 from migslice.scheduling import demand_of
 from migslice.scheduling.demand import UnitKind
 from migslice.status.absent import AbsentPod, CreateEvent
+from migslice.status.carving import carve_unknown
 from migslice.status.cluster import Cluster, GpuPod
 from migslice.status.pools import SlotView, node_view
 from migslice.status.record import HeldNode, RecordView, StepView, record_view
@@ -87,6 +88,10 @@ class Repartition:
     """The nodes the pod's placement weighed that neither path re-shapes because NVIDIA's DRA
     driver publishes their GPUs (:func:`~migslice.repartition.modes.dra_exclusion`), with
     why."""
+    carve_unknown: tuple[tuple[str, str], ...] = ()
+    """The nodes the pod's placement weighed whose carve state is unknown (their carve
+    request or journal cannot be read), with why and what to do
+    (:func:`~migslice.status.carving.carve_unknown`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +168,11 @@ def explain(
     now = datetime.datetime.fromtimestamp(cluster.settings.now_s, datetime.UTC)
     waiting = waiting_view(cluster, gpu, now)
     repartition = _repartition(cluster, key, record, settings)
-    repartition = dataclasses.replace(repartition, left_alone=_left_alone(cluster, waiting))
+    repartition = dataclasses.replace(
+        repartition,
+        left_alone=_left_alone(cluster, waiting),
+        carve_unknown=_carve_unknown(cluster, waiting),
+    )
     held = _held_candidates(cluster, waiting, record)
     retried = str(annotations_of(raw_pod).get(names.RETRY_ANNOTATION) or "")
     return WhyReport(
@@ -275,6 +284,19 @@ def _left_alone(cluster: Cluster, waiting: WaitingPod) -> tuple[tuple[str, WhyNo
         why = None if prepared is None else dra_exclusion(prepared.state)
         if why is not None:
             found.append((name, why))
+    return tuple(found)
+
+
+def _carve_unknown(cluster: Cluster, waiting: WaitingPod) -> tuple[tuple[str, str], ...]:
+    """The nodes among those the extender judged for the pod whose carve state is unknown,
+    with why."""
+    weighed = sorted({name for c in waiting.classes if c.outcome != SCHEDULER for name in c.nodes})
+    found = []
+    for name in weighed:
+        prepared = cluster.nodes.get(name)
+        said = "" if prepared is None else carve_unknown(prepared.state.facts)
+        if said:
+            found.append((name, said))
     return tuple(found)
 
 

@@ -128,6 +128,8 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
             say(f"no plan for it: {repartition.unserved}", "   ")
         for node, why in repartition.left_alone:
             say(f"left alone: {node} ({why.reason}): {why.message}", "   ")
+        for node, said in repartition.carve_unknown:
+            say(f"carve state unknown: {node}: {said}", "   ")
         say(f"the controller would {repartition.decision}", "   ")
     if waiting is not None:
         lines.append("4. nodes held back")
@@ -223,6 +225,9 @@ def why_document(report: WhyReport) -> dict[str, Any]:
             "leftAlone": [
                 {"node": node, "reason": why.reason, "message": why.message}
                 for node, why in repartition.left_alone
+            ],
+            "carveUnknown": [
+                {"node": node, "reason": said} for node, said in repartition.carve_unknown
             ],
         },
         "absent": None
