@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from migslice import names
 from migslice.admission.status import QuotaDimension, quota_dimensions
+from migslice.inventory import mig_resource
 from migslice.mig import GpuModel, Layout
 from migslice.objects.json import JsonObject
 from migslice.objects.pods import (
@@ -41,9 +42,15 @@ from migslice.scheduling.demand import UnitKind
 from migslice.status.absent import AbsentPod, CreateEvent
 from migslice.status.carving import carve_unknown
 from migslice.status.cluster import Cluster, GpuPod
-from migslice.status.pools import SlotView, node_view
+from migslice.status.pools import WHOLE_GPU, SlotView, node_view
 from migslice.status.record import HeldNode, RecordView, StepView, record_view
-from migslice.status.waiting import SCHEDULER, UNRESOLVABLE, WaitingPod, waiting_view
+from migslice.status.waiting import (
+    SCHEDULER,
+    UNRESOLVABLE,
+    WaitingPod,
+    resources_text,
+    waiting_view,
+)
 from migslice.whynot import WhyNot
 
 
@@ -115,6 +122,10 @@ class WhyReport:
     """A waiting pod's ``migslice.io/retry``: why and when the extender last asked
     kube-scheduler to try it again (the large-job reserve's hold ended, its caches were ready
     again)."""
+    claims_unseen: tuple[tuple[str, str], ...] = ()
+    """The nodes that fit a waiting pod by their device plugin's counts where ResourceClaims of
+    NVIDIA's DRA driver hold devices of what it asks, which those counts do not see (both
+    device APIs on one node), each with what they hold (:func:`_claims_unseen`)."""
 
 
 NOT_FOUND = "not found"
@@ -176,8 +187,59 @@ def explain(
     held = _held_candidates(cluster, waiting, record)
     retried = str(annotations_of(raw_pod).get(names.RETRY_ANNOTATION) or "")
     return WhyReport(
-        key, phase, None, (), admission, waiting, repartition, held, record.where, retried=retried
+        key,
+        phase,
+        None,
+        (),
+        admission,
+        waiting,
+        repartition,
+        held,
+        record.where,
+        retried=retried,
+        claims_unseen=_claims_unseen(cluster, waiting),
     )
+
+
+def _claims_unseen(cluster: Cluster, waiting: WaitingPod) -> tuple[tuple[str, str], ...]:
+    """Of the nodes that fit the pod, those both NVIDIA's device plugin and its DRA driver
+    serve where claims of the driver hold instances of a profile the pod asks (or devices the
+    map cannot place): the device plugin counts them free, and may give the pod one."""
+    asked = {resource for resource, _ in waiting.resources}
+    found = []
+    for name in waiting.fits:
+        prepared = cluster.nodes.get(name)
+        if prepared is None or not prepared.state.dra_beside:
+            continue
+        view = node_view(cluster, prepared)
+        held: dict[str, int] = {}
+        claims: set[str] = set()
+        for gpu in view.gpus:
+            for slot in gpu.slots:
+                resource = (
+                    names.WHOLE_GPU_RESOURCE
+                    if slot.profile == WHOLE_GPU
+                    else mig_resource(slot.profile)
+                )
+                if slot.claim is not None and resource in asked:
+                    held[resource] = held.get(resource, 0) + 1
+                    claims.add(slot.claim)
+        parts = [f"{n} x {resources_text(((r, 1),))}" for r, n in sorted(held.items())]
+        unplaced = {h.claim: h.devices for h in view.claims_beside if h.claim and h.devices}
+        if unplaced:
+            parts.append(f"{sum(len(d) for d in unplaced.values())} device(s) not on its map")
+            claims.update(unplaced)
+        if parts:
+            found.append(
+                (
+                    name,
+                    f"it fits by the device plugin's counts, which do not see the "
+                    f"ResourceClaims of NVIDIA's DRA driver there ({', '.join(sorted(claims))}: "
+                    f"{', '.join(parts)}); the device plugin may give the pod a device a claim "
+                    "holds: serve the node through one of the two (docs/dra.md)",
+                )
+            )
+    return tuple(found)
 
 
 def _admission(cluster: Cluster, pod: GpuPod, raw_pod: JsonObject) -> Admission:

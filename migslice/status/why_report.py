@@ -87,6 +87,8 @@ def render_why(report: WhyReport, now_s: float, *, wide: bool = False) -> str:
                 "its next try",
                 "   ",
             )
+        for node, said in report.claims_unseen:
+            say(f"{node}: {said}", "   ")
         if report.scheduler_said:
             last = report.scheduler_said[0]
             times = f"{last.count}x, last {last.last}" if last.count > 1 else last.last
@@ -187,6 +189,9 @@ def why_document(report: WhyReport) -> dict[str, Any]:
             "unschedulableSeconds": waiting.waiting_s,
             "summary": waiting.summary,
             "fits": list(waiting.fits),
+            "claimsUnseen": [
+                {"node": node, "message": said} for node, said in report.claims_unseen
+            ],
             "schedulerSaid": [
                 {"count": e.count, "last": e.last, "message": e.message}
                 for e in report.scheduler_said

@@ -181,3 +181,27 @@ def test_a_claim_the_map_cannot_place_is_listed_beside_it(
     text = _run(capsys, "status", "--cluster-file", str(path))
     assert f"team-a/team-a/bp: ResourceClaim team-a/bc ({device})" in text
     assert "that its map cannot place" in text
+
+
+def test_why_of_a_pod_that_fits_by_the_device_plugins_counts_names_the_claims_it_does_not_see(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Six device-plugin pods and claim bc hold all seven 1g.10gb of both-0; the device
+    plugin counts one free. why of a waiting 1g.10gb pod said only that it fits both-0 now,
+    beside a map with no free 1g.10gb there: the device plugin may give it bc's device."""
+    from harness.builders import unschedulable
+
+    objects = _agent_cluster(uuids=True)
+    objects += [make_pod(f"dp{i}", profile="1g.10gb", node_name="both-0") for i in range(1, 6)]
+    objects.append(unschedulable(make_pod("w", profile="1g.10gb")))
+    path = _write(tmp_path, objects)
+    node = _node_json(capsys, path, "both-0")
+    assert all(s["used"] for g in node["gpus"] for s in g["instances"])
+    argv = ("why", "w", "-n", "team-a", "--cluster-file", str(path))
+    why = json.loads(_run(capsys, *argv, "-o", "json"))
+    assert why["placement"]["fits"] == ["both-0"]
+    ((name, said),) = [(b["node"], b["message"]) for b in why["placement"]["claimsUnseen"]]
+    assert name == "both-0"
+    assert "1 x 1g.10gb" in said and "team-a/bc" in said
+    text = _run(capsys, *argv, "-o", "wide")
+    assert f"{name}: {said}" in text
