@@ -26,7 +26,7 @@ def carve_unknown(facts: NodeFacts) -> str:
     if request:
         said.append(
             f"{request}. The node agent carves nothing it cannot read, and rolls back a carve "
-            "it has open; where no repartition controller of this release wrote the request, "
+            "it has open; unless a repartition controller of another release is at work, "
             f"remove it (kubectl annotate node {facts.name} {CARVE_ANNOTATION}-)"
         )
     return " ".join(said)
