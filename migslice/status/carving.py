@@ -1,8 +1,9 @@
 """What status and why say of a node whose carve handshake cannot be read (pure): the
 repartition controller's request ``migslice.io/carve`` or the node agent's journal
-``migslice.io/carve-state`` (:mod:`migslice.objects.carve_handshake`). The extender reads such a
-node as not carving, as the agent acts on it; whether a carve is under way there is unknown
-all the same, and the admin is told what to do."""
+``migslice.io/carve-state`` (:mod:`migslice.objects.carve_handshake`). The extender counts an
+unreadable annotation as none (:attr:`~migslice.objects.nodes.NodeFacts.is_carving`), as the
+agent acts on it; what a carve under way there changed is unknown all the same, and the admin
+is told what to do."""
 
 from __future__ import annotations
 
