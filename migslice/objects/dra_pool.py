@@ -25,7 +25,8 @@ the slice reader did not know (:mod:`migslice.objects.resource_slices`), a GPU p
 catalog lacks, a MIG profile or GI profile id the catalog does not give that model, a
 placement that is not legal, memory slices (capacities or counters) that do not cover exactly
 the placement, devices of one GPU that mix static and DynamicMIG, counters a device consumes
-that its set lacks. Pure: values in, values out.
+that its set lacks, a counter set two GPUs consume (the allocator counts it once for both).
+Pure: values in, values out.
 """
 
 from __future__ import annotations
@@ -156,11 +157,19 @@ def _gpus(slices: list[SliceFacts], catalog: Catalog) -> tuple[DraGpu, ...]:
     gpus: list[DraGpu] = []
     minors: set[int] = set()
     models: set[str] = set()
+    consumers: dict[str, int] = {}
     for facts in slices:
         for gpu in facts.gpus:
             if gpu.minor in minors:
                 raise _UnknownShapeError(f"GPU {gpu.minor} is published in two slices")
             minors.add(gpu.minor)
+            if gpu.counter_set:
+                other = consumers.setdefault(gpu.counter_set, gpu.minor)
+                if other != gpu.minor:
+                    first, second = sorted((other, gpu.minor))
+                    raise _UnknownShapeError(
+                        f"GPUs {first} and {second} consume one counter set, {gpu.counter_set}"
+                    )
             checked = _gpu(gpu, counter_sets, catalog)
             models.add(checked.model.key)
             gpus.append(checked)

@@ -377,6 +377,17 @@ def test_a_counter_set_of_another_size_or_missing_makes_the_node_unknown() -> No
     assert "consumes counter set gpu-0-counter-set, not published" in _pool(raw).reason
 
 
+def test_two_gpus_consuming_one_counter_set_make_the_node_unknown() -> None:
+    """The allocator counts a counter set once, whichever GPU's devices consume it: read as
+    each GPU's own, GPU 1 seemed free while GPU 0's instances used up the set they share."""
+    raw = fixture_slices("a100-80gb-dynamicmig-8gpu-resourceslices.json")
+    for device in raw[2]["spec"]["devices"]:
+        device["consumesCounters"][0]["counterSet"] = "gpu-0-counter-set"
+    pool = _pool(raw)
+    assert pool.state is PoolState.UNKNOWN
+    assert pool.reason == "GPUs 0 and 1 consume one counter set, gpu-0-counter-set"
+
+
 @pytest.mark.parametrize(
     "garbage", [None, 7, "x", [], {"name": 3}, {"name": "gpu-0", "attributes": 1}]
 )
