@@ -1,0 +1,80 @@
+"""ResourceSlices of shapes NVIDIA's driver never writes (:mod:`tests.hostile_slices`): whatever
+it is sent, the reader never raises, a pool not ready says why in one line, and a pool it reads
+as ready is one the allocator reads as migslice does (checked on the raw slices, not through
+the reader)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+
+from migslice.objects.dra_pool import PoolState, read_pool
+from migslice.objects.resource_slices import slice_facts_from_raw
+from migslice.quantity import QuantityError, parse_quantity
+from tests.hostile_slices import (
+    Mutated,
+    Slices,
+    devices_of,
+    gpu_of,
+    listed,
+    mutated_slices,
+    section,
+)
+
+
+def _count(value: object) -> int | None:
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        return None
+    return int(number) if number.denominator == 1 and number >= 0 else None
+
+
+def allocator_disagrees(raw: Slices) -> str:
+    """What in a pool's raw slices kube-scheduler's allocator reads otherwise than as the
+    driver's own pool (devices named once, a GPU's own counter set, published, holding every
+    counter its devices consume, counts that are whole and not negative); "" for none."""
+    names = [d.get("name") for d in devices_of(raw)]
+    if len(names) != len(set(names)):
+        return "a device name published twice"
+    sets: dict[object, dict[str, Any]] = {}
+    for s in raw:
+        for counter_set in listed(s["spec"].get("sharedCounters")):
+            sets[counter_set.get("name")] = section(counter_set.get("counters"))
+    consumers: dict[object, set[str]] = {}
+    for device in devices_of(raw):
+        for consumed in listed(device.get("consumesCounters")):
+            name = consumed.get("counterSet")
+            consumers.setdefault(name, set()).add(gpu_of(device["name"]))
+            if name not in sets:
+                return f"{device['name']} consumes counter set {name}, not published"
+            for key, entry in section(consumed.get("counters")).items():
+                if key not in sets[name] or _count(section(entry).get("value")) is None:
+                    return f"{device['name']} consumes counter {key} of {name} as {entry!r}"
+    shared = sorted(name for name, gpus in consumers.items() if len(gpus) > 1)
+    if shared:
+        return f"counter set {shared[0]} consumed by GPUs {sorted(consumers[shared[0]])}"
+    return ""
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(mutated=mutated_slices())
+def test_slices_of_shapes_the_driver_never_writes_read_as_ready_only_as_the_allocator_reads_them(
+    mutated: Mutated,
+) -> None:
+    raw = mutated.raw
+    facts = [slice_facts_from_raw(s) for s in raw]
+    kept = [f for f in facts if f is not None]
+    for node in {f.node_name for f in kept}:
+        pool = read_pool(node, [f for f in kept if f.node_name == node])
+        if pool.state is not PoolState.READY:
+            assert pool.reason and "\n" not in pool.reason, pool
+            continue
+        mine = [s for s, f in zip(raw, facts, strict=True) if f is not None and f.node_name == node]
+        assert allocator_disagrees(mine) == "", pool.reason
