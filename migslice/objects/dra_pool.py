@@ -24,9 +24,9 @@ mid-publish; the node is not used yet, never guessed) or **unknown**, with one l
 the slice reader did not know (:mod:`migslice.objects.resource_slices`), a GPU product the
 catalog lacks, a MIG profile or GI profile id the catalog does not give that model, a
 placement that is not legal, memory slices (capacities or counters) that do not cover exactly
-the placement, devices of one GPU that mix static and DynamicMIG, counters a device consumes
-that its set lacks, a counter set two GPUs consume (the allocator counts it once for both).
-Pure: values in, values out.
+the placement, static instances of one GPU that share memory slices, devices of one GPU that
+mix static and DynamicMIG, counters a device consumes that its set lacks, a counter set two
+GPUs consume (the allocator counts it once for both). Pure: values in, values out.
 """
 
 from __future__ import annotations
@@ -214,12 +214,22 @@ def _gpu(
         raise _UnknownShapeError(
             f"GPU {gpu.minor} is published whole and as MIG devices, without counters"
         )
+    instances: list[tuple[int, str]] = []
     for device in gpu.devices:
         name = device.name(gpu.minor)
         if name in names:
             raise _UnknownShapeError(f"device {name} published twice")
         names.add(name)
         _check_device(result, device, name, {key for key, _ in capacity})
+        if mode is DraMode.STATIC and device.kind is DeviceKind.MIG:
+            mask = result.mask_of(device)
+            for other_mask, other in instances:
+                if mask & other_mask:
+                    raise _UnknownShapeError(
+                        f"{name} overlaps {other} (memory slice {_slices(mask & other_mask)}): "
+                        "instances of one GPU cannot share memory slices"
+                    )
+            instances.append((mask, name))
     return result
 
 

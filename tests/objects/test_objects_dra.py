@@ -339,7 +339,19 @@ def _interleaved(raw: list[dict[str, Any]]) -> None:
     raw[0]["spec"]["devices"].insert(1, other)
 
 
+def _static_overlap(raw: list[dict[str, Any]]) -> None:
+    """A 1g.10gb instance at memory slice 0, inside the 2g.20gb instance at 0: two instances
+    NVML cannot both have, which the allocator would give to two claims."""
+    devices = raw[0]["spec"]["devices"]
+    inside = copy.deepcopy(next(d for d in devices if d["name"] == "gpu-0-mig-1g10gb-19-2"))
+    inside["name"] = "gpu-0-mig-1g10gb-19-0"
+    del inside["capacity"]["memorySlice2"]
+    inside["capacity"]["memorySlice0"] = {"value": "1"}
+    devices.append(inside)
+
+
 UNKNOWN_SLICES = [
+    (_static_overlap, "gpu-0-mig-1g10gb-19-0 overlaps gpu-0-mig-2g20gb-14-0 (memory slice 0)"),
     (_static_capacity_off, "has memorySlice capacities 5,6,7; its placement covers 4,5,6,7"),
     (_static_whole_and_mig, "published whole and as MIG devices, without counters"),
     (_not_node_local, "not node-local"),
