@@ -1,6 +1,7 @@
 """ResourceSlices of shapes NVIDIA's driver never writes, for property tests: a fixture's
 slices with one or two of these done to them: a GPU's devices consuming another GPU's counter
-set or one not published, a device published twice, a counter or capacity of any value, a
+set or one not published, a device published twice, a static instance published again at
+another memory slice, a counter or capacity of any value, a
 section the reader needs removed, a field of a later API (or one that changes what a device
 is), pool numbers of any type, a slice dropped, an attribute of any kind, any field of a slice
 or device replaced by any JSON value."""
@@ -146,6 +147,27 @@ def _attribute(raw: Slices, draw: Draw) -> None:
     )
 
 
+def _instance_elsewhere(raw: Slices, draw: Draw) -> None:
+    """A static 1g.10gb instance published again at another memory slice, which another
+    instance of its GPU may cover."""
+    static = [d for d in devices_of(raw) if "-mig-1g10gb-19-" in d["name"]]
+    static = [
+        d for d in static if any(k.startswith("memorySlice") for k in section(d.get("capacity")))
+    ]
+    if not static:
+        return
+    copied = copy.deepcopy(draw(st.sampled_from(static)))
+    start = draw(st.integers(0, 6))
+    copied["name"] = f"{copied['name'].rsplit('-', 1)[0]}-{start}"
+    capacity = copied["capacity"]
+    for key in [k for k in capacity if k.startswith("memorySlice")]:
+        del capacity[key]
+    capacity[f"memorySlice{start}"] = {"value": "1"}
+    into = draw(st.sampled_from(raw))["spec"].get("devices")
+    if isinstance(into, list):
+        into.append(copied)
+
+
 def _anywhere(raw: Slices, draw: Draw) -> None:
     where = draw(st.sampled_from([*(s["spec"] for s in raw), *devices_of(raw)[:8]]))
     if where:
@@ -161,6 +183,7 @@ MUTATIONS = [
     _pool_numbers,
     _drop_slice,
     _attribute,
+    _instance_elsewhere,
     _anywhere,
 ]
 
