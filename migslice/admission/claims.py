@@ -106,8 +106,9 @@ def read_claim(
     raw_claim = {"metadata": {"name": name or "-", "namespace": namespace}, "spec": raw_spec}
     facts = claim_facts_from_raw(raw_claim)
     assert facts is not None
-    raw_requests = items(mapping(raw_spec.get("devices")).get("requests"))
-    too_much = too_much_to_read(raw_requests)
+    raw_devices = mapping(raw_spec.get("devices"))
+    raw_requests = items(raw_devices.get("requests"))
+    too_much = too_much_to_read(raw_devices)
     if too_much:  # not parsed: it cannot be told apart from a GPU claim (a tenant's is denied)
         return ClaimReading(unread=(too_much,), touches_gpu=True, unknown_only=True)
     asks: list[GpuAsk] = []

@@ -120,7 +120,7 @@ def claim_facts_from_raw(raw_claim: RawClaim) -> ClaimFacts | None:
             owner = f"{namespace}/{text(ref.get('name'))}"
     annotations = mapping(metadata.get("annotations"))
     raw_requests = items(spec.get("requests"))
-    too_much = too_much_to_read(raw_requests)
+    too_much = too_much_to_read(spec)
     return ClaimFacts(
         key=f"{namespace}/{name}",
         requests=tuple(
@@ -140,18 +140,33 @@ def claim_facts_from_raw(raw_claim: RawClaim) -> ClaimFacts | None:
 
 
 MAX_REQUESTS = 32
-"""kube-apiserver's limits on a claim (``DeviceRequestsMaxSize``, ``DeviceSelectorsMaxSize``);
-the webhook reads a claim before kube-apiserver validates it."""
+"""kube-apiserver's limits on a claim (``DeviceRequestsMaxSize``, ``DeviceSelectorsMaxSize``,
+``FirstAvailableDeviceRequestMaxSize``, ``DeviceConfigMaxSize``); the webhook reads a claim
+before kube-apiserver validates it."""
 MAX_SELECTORS = 32
+MAX_ALTERNATIVES = 8
+MAX_CONFIGS = 32
 MAX_CLAIM_CEL = 32 * 1024
 """The most CEL text of one claim migslice reads: selectors cost up to tens of milliseconds
 per 10 KiB each to read, under the lock every admission takes."""
 
 
-def too_much_to_read(raw_requests: list[object]) -> str:
-    """Why a claim's requests are too many or too long to read, or "" when they are not."""
+def too_much_to_read(raw_devices: JsonObject) -> str:
+    """Why a claim's ``spec.devices`` (its requests, their sub-requests and selectors, its
+    config entries) is too large or too long to read, or "" when it is not."""
+    raw_requests = items(raw_devices.get("requests"))
     if len(raw_requests) > MAX_REQUESTS:
         return f"{len(raw_requests)} requests, more than kube-apiserver takes ({MAX_REQUESTS})"
+    configs = items(raw_devices.get("config"))
+    if len(configs) > MAX_CONFIGS:
+        return f"{len(configs)} config entries, more than kube-apiserver takes ({MAX_CONFIGS})"
+    for raw in raw_requests:
+        alternatives = items(mapping(raw).get("firstAvailable"))
+        if len(alternatives) > MAX_ALTERNATIVES:
+            return (
+                f"{len(alternatives)} firstAvailable sub-requests in one request, more than "
+                f"kube-apiserver takes ({MAX_ALTERNATIVES})"
+            )
     total = 0
     for raw in raw_requests:
         request = mapping(raw)

@@ -558,6 +558,8 @@ def test_a_selector_too_long_or_too_deep_to_read_is_refused_at_once_and_shown_sh
     [
         ("requests", "33 requests, more than kube-apiserver takes (32)"),
         ("selectors", "33 selectors in one request, more than kube-apiserver takes (32)"),
+        ("alternatives", "9 firstAvailable sub-requests in one request, more than kube-apiserver"),
+        ("configs", "33 config entries, more than kube-apiserver takes (32)"),
         ("text", "more than migslice reads (32768)"),
     ],
 )
@@ -565,8 +567,9 @@ def test_a_claim_past_kube_apiservers_limits_or_too_long_to_read_is_not_parsed(
     shape: str, said: str
 ) -> None:
     """The webhook reads a claim before kube-apiserver validates it, under the lock every
-    admission takes: 3 MB of nested selectors held it for seconds. Past the API's own limits,
-    or 32 KiB of CEL, a tenant's claim is denied unread and another namespace's left alone."""
+    admission takes: 3 MB of nested selectors held it for seconds, 10 MB of firstAvailable
+    sub-requests or of config entries for a second. Past the API's own limits, or 32 KiB of
+    CEL, a tenant's claim is denied unread and another namespace's left alone."""
     condition = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
     claim = make_claim("big", profile=None)
     request = claim["spec"]["devices"]["requests"][0]
@@ -575,6 +578,16 @@ def test_a_claim_past_kube_apiservers_limits_or_too_long_to_read_is_not_parsed(
         claim["spec"]["devices"]["requests"] = [{**request, "name": f"r{i}"} for i in range(33)]
     elif shape == "selectors":
         request["exactly"]["selectors"] = [selector] * 33
+    elif shape == "alternatives":
+        sub = {"name": "a", "deviceClassName": "migslice-mig-1g.10gb", "count": 1}
+        claim["spec"]["devices"]["requests"] = [{"name": "mig", "firstAvailable": [sub] * 9}]
+    elif shape == "configs":
+        parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}
+        config = {
+            "requests": ["mig"],
+            "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters},
+        }
+        claim["spec"]["devices"]["config"] = [config] * 33
     else:
         nested = {"cel": {"expression": "(" * 30 + condition + ")" * 30}}
         request["exactly"]["selectors"] = [nested] * 32
