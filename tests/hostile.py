@@ -12,6 +12,8 @@ import jsonpatch
 from hypothesis import strategies as st
 from werkzeug.test import TestResponse
 
+from webhook.review import MAX_MESSAGE
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=12),
     lambda inner: (
@@ -23,7 +25,7 @@ json_values = st.recursive(
 
 def assert_clear_admission_answer(review: dict[str, Any], reply: TestResponse) -> None:
     """200 with an answer to this review (a patch that applies to its object, a denial that
-    says why) or 400 for a review that is not one; never a 500."""
+    says why, in at most about 2 KB) or 400 for a review that is not one; never a 500."""
     assert reply.status_code in (200, 400), reply.get_data(as_text=True)
     if reply.status_code == 400:
         return
@@ -34,4 +36,5 @@ def assert_clear_admission_answer(review: dict[str, Any], reply: TestResponse) -
         ops = json.loads(base64.b64decode(response["patch"]))
         jsonpatch.apply_patch(copy.deepcopy(review["request"]["object"]), ops)
     if not response["allowed"]:
-        assert response["status"]["message"].strip()
+        message = response["status"]["message"]
+        assert message.strip() and len(message) <= MAX_MESSAGE + 64, len(message)

@@ -150,17 +150,33 @@ def allow(
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
+MAX_MESSAGE = 2048
+"""The longest denial message sent whole; a longer one keeps its first and last ``KEPT``
+characters: it repeats a value the webhook read before kube-apiserver validated it, which may
+run to megabytes, between the subject and what to do."""
+KEPT = 960
+
+
 def deny(uid: str, message: str, code: int = 403) -> AdmissionReviewWire:
     reason = {400: "BadRequest", 403: "Forbidden", 422: "Invalid"}.get(code, "Forbidden")
+    status: StatusWire = {
+        "code": code,
+        "message": _bounded(message),
+        "reason": reason,
+        "status": "Failure",
+    }
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "response": {
-            "uid": uid,
-            "allowed": False,
-            "status": {"code": code, "message": message, "reason": reason, "status": "Failure"},
-        },
+        "response": {"uid": uid, "allowed": False, "status": status},
     }
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MAX_MESSAGE:
+        return message
+    left_out = len(message) - 2 * KEPT
+    return f"{message[:KEPT]} [... {left_out} characters not shown ...] {message[-KEPT:]}"
 
 
 def _short(warning: str) -> str:

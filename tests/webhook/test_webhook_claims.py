@@ -553,6 +553,53 @@ def test_a_selector_too_long_or_too_deep_to_read_is_refused_at_once_and_shown_sh
         assert len(answer["status"]["message"]) < 2000
 
 
+def _with_count(value: Any) -> tuple[dict[str, Any], tuple[str, str, str], str]:
+    claim = make_claim("big")
+    claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = value
+    return claim, CLAIM_KIND, "resourceclaims"
+
+
+def _with_sharing(value: Any) -> tuple[dict[str, Any], tuple[str, str, str], str]:
+    claim = make_claim("big")
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}
+    config = {"opaque": {"driver": "gpu.nvidia.com", "parameters": parameters | value}}
+    claim["spec"]["devices"]["config"] = [config]
+    return claim, CLAIM_KIND, "resourceclaims"
+
+
+def _sized(value: str) -> tuple[dict[str, Any], tuple[str, str, str], str]:
+    pod = make_created_pod(annotations={"migslice.io/gpu-size": value})
+    return pod, ("", "v1", "Pod"), "pods"
+
+
+@pytest.mark.parametrize(
+    ("made", "starts", "ends"),
+    [
+        (_with_count(list(range(200_000))), "claim team-a/big: request mig: count [0, 1", "ID"),
+        (_with_count("x" * 1_000_000), "claim team-a/big: request mig: count 'xxx", "ID"),
+        (_with_sharing({"sharing": list(range(200_000))}), "claim team-a/big asks for", ""),
+        (_sized("x" * 1_000_000), 'pod team-a/train-*: size "xxx', ""),
+    ],
+    ids=["count-list", "count-text", "sharing-list", "size-text"],
+)
+def test_a_denial_of_a_huge_value_repeats_the_start_and_end_of_its_message_only(
+    made: tuple[dict[str, Any], tuple[str, str, str], str], starts: str, ends: str
+) -> None:
+    """A value the webhook reads before kube-apiserver validates it may run to megabytes: a
+    denial repeated it whole (a 1.6 MB message from a 200,000-item count). The message keeps
+    its start (the subject and the value's) and its end (what migslice reads), and says how
+    much it leaves out."""
+    raw, kind, plural = made
+    state = tenant_state(isolation="process", tiers=["mig", "shared"])
+    client = create_app(WebhookSettings(), state).test_client()
+    reply = client.post("/mutate", json=make_review(raw, kind=kind, resource=plural))
+    answer = reply.get_json()["response"]
+    message = answer["status"]["message"]
+    assert not answer["allowed"] and len(message) < 2100
+    assert message.startswith(starts) and message.endswith(ends)
+    assert "characters not shown" in message
+
+
 @pytest.mark.parametrize(
     ("shape", "said"),
     [
