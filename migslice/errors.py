@@ -16,6 +16,8 @@ extender's ``Error``) with a logged traceback.
 
 from __future__ import annotations
 
+import reprlib
+
 
 class MigsliceError(Exception):
     """Root of every error migslice raises on purpose."""
@@ -27,3 +29,21 @@ class InvalidInputError(MigsliceError, ValueError):
 
 class NotFoundError(MigsliceError, LookupError):
     """A name the catalog does not know; the message lists what it knows."""
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel = 3
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = 6
+SHOWN_MAX = 120
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for a message, three levels deep and at most 120 characters: a value
+    read off the wire (an object the webhook reads before kube-apiserver validates it) may run
+    to megabytes, or nest past Python's recursion limit, where ``repr`` itself raises."""
+    try:
+        text = _SHOWN.repr(value)
+    except (RecursionError, ValueError):  # ValueError: an int past str()'s 4300 digits
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= SHOWN_MAX else text[: SHOWN_MAX - 3] + "..."

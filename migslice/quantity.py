@@ -20,7 +20,7 @@ import math
 import re
 from fractions import Fraction
 
-from migslice.errors import InvalidInputError
+from migslice.errors import InvalidInputError, shown
 
 MIB = 1024 * 1024
 
@@ -51,11 +51,11 @@ class QuantityError(InvalidInputError):
 def parse_quantity(text: object) -> Fraction:
     """The exact value of a quantity: ``"20Gi"`` -> 21474836480, ``"250m"`` -> 1/4."""
     if isinstance(text, bool):
-        raise QuantityError(f"{text!r} is not a quantity")
+        raise QuantityError(f"{shown(text)} is not a quantity")
     if isinstance(text, int):
         return Fraction(text)
     if not isinstance(text, str):
-        raise QuantityError(f"{text!r} is not a quantity (expected a string such as 20Gi)")
+        raise QuantityError(f"{shown(text)} is not a quantity (expected a string such as 20Gi)")
     return _parse_text(text)
 
 
@@ -99,7 +99,7 @@ def parse_count(value: object, subject: str = "") -> int:
     are read with it. The API server stores a quantity in canonical form, so ``1000`` may come
     back as ``1k``.
     """
-    where = f"{subject}={value!r}" if subject else repr(value)
+    where = f"{subject}={shown(value)}" if subject else shown(value)
     try:
         number = parse_quantity(value)
     except QuantityError:

@@ -10,6 +10,12 @@ _.is_sharing
 _.last_error
 _.last_round
 _.lists
+_.maxdict  # reprlib.Repr's limits (migslice.errors.shown), read by reprlib
+_.maxlevel
+_.maxlist
+_.maxother
+_.maxstring
+_.maxtuple
 _.LISTENERS
 _.load_config
 _.patches

@@ -13,6 +13,7 @@ the driver would read differently is never taken for none.
 
 from __future__ import annotations
 
+from migslice.errors import shown
 from migslice.names import DRA_DRIVER
 from migslice.objects.json import items, mapping, text
 
@@ -35,5 +36,5 @@ def sharing_strategies(raw_configs: object) -> tuple[str, ...]:
         if sharing is None:
             continue
         strategy = text(mapping(sharing).get("strategy"))
-        found.append(strategy if strategy else repr(sharing))
+        found.append(strategy if strategy else shown(sharing))
     return tuple(dict.fromkeys(found))

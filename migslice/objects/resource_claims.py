@@ -23,6 +23,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from migslice.errors import shown
 from migslice.names import DRA_DRIVER, EXTENDED_RESOURCE_CLAIM_ANNOTATION, MIGSLICE_PREFIX
 from migslice.objects.device_classes import DeviceClassFacts
 from migslice.objects.dra_selectors import DeviceSelection, read_selectors
@@ -206,10 +207,11 @@ def _request(raw: JsonObject, index: int) -> ClaimRequest:
     selection = _selection(exactly)
     count = exactly.get("count", 1)
     unread = ""
-    if exactly.get("allocationMode", "ExactCount") != "ExactCount":
-        unread = f"allocationMode {exactly.get('allocationMode')}"
+    mode = exactly.get("allocationMode", "ExactCount")
+    if mode != "ExactCount":
+        unread = f"allocationMode {mode if isinstance(mode, str) else shown(mode)}"
     elif not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        unread = f"count {count!r}"
+        unread = f"count {shown(count)}"
     elif exactly.get("adminAccess") is True:
         unread = "adminAccess"
     elif exactly.get("capacity") is not None:

@@ -567,28 +567,36 @@ def _with_sharing(value: Any) -> tuple[dict[str, Any], tuple[str, str, str], str
     return claim, CLAIM_KIND, "resourceclaims"
 
 
+def _limited(value: str) -> tuple[dict[str, Any], tuple[str, str, str], str]:
+    pod = make_created_pod(limits={"nvidia.com/mig-1g.10gb": value})
+    return pod, ("", "v1", "Pod"), "pods"
+
+
 def _sized(value: str) -> tuple[dict[str, Any], tuple[str, str, str], str]:
     pod = make_created_pod(annotations={"migslice.io/gpu-size": value})
     return pod, ("", "v1", "Pod"), "pods"
 
 
+def _with_class(name: str) -> tuple[dict[str, Any], tuple[str, str, str], str]:
+    claim = make_claim("big", device_class=name)
+    return claim, CLAIM_KIND, "resourceclaims"
+
+
 @pytest.mark.parametrize(
     ("made", "starts", "ends"),
     [
-        (_with_count(list(range(200_000))), "claim team-a/big: request mig: count [0, 1", "ID"),
-        (_with_count("x" * 1_000_000), "claim team-a/big: request mig: count 'xxx", "ID"),
-        (_with_sharing({"sharing": list(range(200_000))}), "claim team-a/big asks for", ""),
+        (_with_class("x" * 1_000_000), "claim team-a/big: request mig: DeviceClass 'xxx", "ID"),
         (_sized("x" * 1_000_000), 'pod team-a/train-*: size "xxx', ""),
     ],
-    ids=["count-list", "count-text", "sharing-list", "size-text"],
+    ids=["class-name", "size"],
 )
 def test_a_denial_of_a_huge_value_repeats_the_start_and_end_of_its_message_only(
     made: tuple[dict[str, Any], tuple[str, str, str], str], starts: str, ends: str
 ) -> None:
     """A value the webhook reads before kube-apiserver validates it may run to megabytes: a
-    denial repeated it whole (a 1.6 MB message from a 200,000-item count). The message keeps
-    its start (the subject and the value's) and its end (what migslice reads), and says how
-    much it leaves out."""
+    denial repeated it whole (a 1 MB message from a 1 MB class name or size). The message
+    keeps its start (the subject and the value's) and its end (what migslice reads), and says
+    how much it leaves out."""
     raw, kind, plural = made
     state = tenant_state(isolation="process", tiers=["mig", "shared"])
     client = create_app(WebhookSettings(), state).test_client()
@@ -598,6 +606,40 @@ def test_a_denial_of_a_huge_value_repeats_the_start_and_end_of_its_message_only(
     assert not answer["allowed"] and len(message) < 2100
     assert message.startswith(starts) and message.endswith(ends)
     assert "characters not shown" in message
+
+
+@pytest.mark.parametrize(
+    ("made", "said"),
+    [
+        (_with_count("DEEP"), "claim team-a/big: request mig: count [[[["),
+        (_with_sharing({"sharing": "DEEP"}), "claim team-a/big asks for sharing strategy [[[["),
+        (_limited("DEEP"), "resources.requests[nvidia.com/mig-1g.10gb]: [[[[...]]]] is not a"),
+    ],
+    ids=["count", "sharing", "extended-resource"],
+)
+def test_a_value_nested_past_pythons_recursion_limit_is_answered_not_a_500(
+    made: tuple[dict[str, Any], tuple[str, str, str], str], said: str
+) -> None:
+    """The webhook parses a body nested up to 1,024 levels; a claim's count, its sharing
+    config or a pod's GPU quantity nested 1,000 levels deep was shown in the answer by repr,
+    which raised RecursionError: a 500 and a traceback for a tenant's malformed object. The
+    claims are denied, the pod (a quantity that is no string) is a malformed review, each
+    with the value's first levels."""
+    raw, kind, plural = made
+    state = tenant_state(isolation="process", tiers=["mig", "shared"])
+    client = create_app(WebhookSettings(), state).test_client()
+    body = json.dumps(make_review(raw, kind=kind, resource=plural))
+    deep = "[" * 1000 + "1" + "]" * 1000
+    reply = client.post(
+        "/mutate", data=body.replace('"DEEP"', deep), content_type="application/json"
+    )
+    assert reply.status_code in (200, 400), reply.get_data(as_text=True)
+    answer = reply.get_json()
+    message = (
+        answer["error"] if reply.status_code == 400 else answer["response"]["status"]["message"]
+    )
+    assert said in message and len(message) < 1000
+    assert reply.status_code == 400 or not answer["response"]["allowed"]
 
 
 @pytest.mark.parametrize(
