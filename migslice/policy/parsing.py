@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from migslice.errors import shown
 from migslice.mig import CATALOG, ProfileNameError, parse_profile_name
 from migslice.policy.errors import FieldError, PolicyError
 from migslice.policy.types import (
@@ -212,7 +213,7 @@ def _metadata(metadata: object, errors: _Errors) -> tuple[str, int]:
     raw_generation = metadata.get("generation", 1)
     if isinstance(raw_generation, int) and not isinstance(raw_generation, bool):
         return name, raw_generation
-    errors.add("metadata.generation", f"must be an integer, got {raw_generation!r}")
+    errors.add("metadata.generation", f"must be an integer, got {shown(raw_generation)}")
     return name, 1
 
 
@@ -237,7 +238,7 @@ def _default_size(value: object, sizes: Sequence[SizeClass], errors: _Errors) ->
     if value is None:
         return None
     if not isinstance(value, str):
-        errors.add("spec.defaultSize", f"must be a string, got {value!r}")
+        errors.add("spec.defaultSize", f"must be a string, got {shown(value)}")
         return None
     if value not in {s.name for s in sizes}:
         errors.add(
@@ -293,7 +294,7 @@ def _string_list(
     result: list[str] = []
     for i, item in enumerate(_list(spec, key, errors)):
         if not isinstance(item, str) or not item:
-            errors.add(f"spec.{key}[{i}]", f"must be a non-empty string, got {item!r}")
+            errors.add(f"spec.{key}[{i}]", f"must be a non-empty string, got {shown(item)}")
             continue
         problem = check(item) if check is not None else None
         if problem is not None:
@@ -331,7 +332,7 @@ def _string_map(value: object, path: str, errors: _Errors) -> tuple[tuple[str, s
     result: list[tuple[str, str]] = []
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            errors.add(f"{path}.{key}", f"must be a string, got {item!r}")
+            errors.add(f"{path}.{key}", f"must be a string, got {shown(item)}")
         else:
             result.append((key, item))
     return tuple(sorted(result))
@@ -350,7 +351,7 @@ def _enum(
 def _enum_value(value: object, kind: type[T], path: str, errors: _Errors) -> T | None:
     choices = [member.value for member in kind]  # type: ignore[attr-defined]
     if value not in choices:
-        errors.add(path, f"must be one of {', '.join(choices)}, got {value!r}")
+        errors.add(path, f"must be one of {', '.join(choices)}, got {shown(value)}")
         return None
     return kind(value)  # type: ignore[call-arg]
 
@@ -359,7 +360,7 @@ def _int(value: object, path: str, minimum: int, errors: _Errors) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        errors.add(path, f"must be an integer, got {value!r}")
+        errors.add(path, f"must be an integer, got {shown(value)}")
         return None
     if value < minimum:
         errors.add(path, f"must be at least {minimum}, got {value}")
@@ -387,9 +388,8 @@ def _selector(value: object, path: str, errors: _Errors) -> LabelSelector | None
         operator = item.get("operator")
         values = item.get("values") or []
         if operator not in _OPERATORS:
-            errors.add(
-                f"{where}.operator", f"must be one of {', '.join(_OPERATORS)}, got {operator!r}"
-            )
+            choices = ", ".join(_OPERATORS)
+            errors.add(f"{where}.operator", f"must be one of {choices}, got {shown(operator)}")
             continue
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             errors.add(f"{where}.values", "must be a list of strings")

@@ -273,6 +273,34 @@ def test_validate_names_form_and_catalog_errors_in_one_answer(client: FlaskClien
     assert message.count("spec.sizes.bad") == 1  # wrong in form: not checked again
 
 
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        (("metadata", "generation"), "metadata.generation: must be an integer, got [[[["),
+        (("spec", "namespaces"), "spec.namespaces: "),
+        (("spec", "quota", "computeSlices"), "spec.quota.computeSlices: must be an integer"),
+    ],
+    ids=["generation", "namespaces", "quota"],
+)
+def test_validate_names_a_value_nested_past_pythons_recursion_limit(
+    client: FlaskClient, path: tuple[str, ...], said: str
+) -> None:
+    """A policy's field nested 1,000 levels deep (the body is parsed to 1,024) was shown in
+    its FieldError by repr, which raised RecursionError: a 500 for a malformed policy."""
+    policy = make_policy("team-b", namespaces=["team-b"], quota={"computeSlices": 4})
+    holder: Any = policy
+    for step in path[:-1]:
+        holder = holder[step]
+    holder[path[-1]] = "DEEP"
+    review = make_review(policy, namespace="", kind=("migslice.io", "v1alpha1", "TenantPolicy"))
+    deep = "[" * 1000 + "1" + "]" * 1000
+    body = json.dumps(review).replace('"DEEP"', deep)
+    reply = client.post("/validate", data=body, content_type="application/json")
+    assert reply.status_code == 200, reply.get_data(as_text=True)
+    response = reply.get_json()["response"]
+    assert not response["allowed"] and said in response["status"]["message"]
+
+
 def test_validate_accepts_a_good_policy(client: FlaskClient) -> None:
     body = make_review(
         make_policy("team-b", namespaces=["team-b"]),
