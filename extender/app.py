@@ -231,7 +231,9 @@ def _pod_of(args: Mapping[str, Any] | None) -> str:
     metadata = pod.get("metadata") if isinstance(pod, dict) else None
     if not isinstance(metadata, dict):
         return "-"
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '-'}"
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    namespace = namespace[:253] if isinstance(namespace, str) and namespace else "default"
+    return f"{namespace}/{name[:253] if isinstance(name, str) and name else '-'}"
 
 
 def _read_args(context: Context, environ: dict[str, Any]) -> dict[str, Any]:

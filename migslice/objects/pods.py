@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from migslice import names
-from migslice.objects.json import JsonObject, items, mapping
+from migslice.objects.json import JsonObject, items, mapping, text
 from migslice.objects.pod_gpus import RawPod, Requests, gpu_requests
 from migslice.objects.pod_selection import required_terms
 from migslice.objects.times import parse_time
@@ -19,10 +19,10 @@ from migslice.objects.times import parse_time
 
 
 def pod_key(raw_pod: RawPod) -> str:
-    metadata = raw_pod.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        return "default/"
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
+    """``namespace/name``; a part that is not a string (in a body no API server validated) is
+    left empty, the namespace ``default``."""
+    metadata = metadata_of(raw_pod)
+    return f"{text(metadata.get('namespace')) or 'default'}/{text(metadata.get('name')) or ''}"
 
 
 def metadata_of(raw_pod: RawPod) -> JsonObject:
@@ -168,7 +168,7 @@ class PodClaims:
 def pod_claims(raw_pod: RawPod) -> PodClaims:
     spec = mapping(raw_pod.get("spec"))
     status = mapping(raw_pod.get("status"))
-    namespace = mapping(raw_pod.get("metadata")).get("namespace") or "default"
+    namespace = text(mapping(raw_pod.get("metadata")).get("namespace")) or "default"
     made: dict[str, str | None] = {}
     for raw in items(status.get("resourceClaimStatuses")):
         entry = mapping(raw)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from extender import ExtenderSettings, create_app
@@ -75,3 +76,34 @@ def test_a_node_of_slices_the_driver_never_writes_is_placed_on_only_when_read_re
         assert (where, why) == (node, EVENT_REASON) and message.endswith(pool.reason)
     else:
         assert recorded == []
+
+
+@pytest.mark.parametrize("field", ["name", "namespace"])
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_a_pod_whose_name_nests_past_pythons_recursion_limit_is_answered(
+    field: str, verb: str
+) -> None:
+    """A Pod's name or namespace nested 1,000 levels deep (the body is parsed to 1,024): its
+    key was formatted with str(), which raised RecursionError (answered 'migslice extender
+    internal error'), and so did the log line of that failure, which escaped the handler."""
+    node = "gpu-node-a100-c"
+    objects = ClusterObjects(
+        nodes=(make_dra_node(node),),
+        resource_slices=tuple(
+            fixture_slices("a100-80gb-dynamicmig-2gpu-combined-resourceslices.json")
+        ),
+        resource_claims=(make_claim("train-0-gpu-x7k2p", profile="1g.10gb", owner="train-0"),),
+        device_classes=tuple(migslice_classes()),
+    )
+    client = create_app(ExtenderSettings(), state_from_objects(objects, ExtenderSettings()))
+    pod = make_claim_pod("train-0", {}, templates={"gpu": "train-0-gpu-x7k2p"})
+    pod["metadata"][field] = "DEEP"
+    body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": [node]})
+    deep = "[" * 1000 + "1" + "]" * 1000
+    reply = client.test_client().post(
+        f"/{verb}", data=body.replace('"DEEP"', deep), content_type="application/json"
+    )
+    assert reply.status_code == 200
+    answer = reply.get_json()
+    error = answer.get("Error", "") if isinstance(answer, dict) else ""
+    assert "internal error" not in error, error
