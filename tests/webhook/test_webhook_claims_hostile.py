@@ -3,7 +3,8 @@
 exactly, firstAvailable, selectors and their CEL, count, allocationMode, config parameters,
 constraints; the pod's resourceClaims, containers and extended resources) replaced by a wrong
 type, null, unicode, a huge number, a deep nesting or removed, under CREATE, UPDATE, DELETE and
-CONNECT, with and without dryRun, of the object or its status.
+CONNECT, with and without dryRun, of the object or its status (a value nested 990 levels deep
+is sent as such and checked as a string: the patch touches only the metadata).
 
 Whatever it is sent, the webhook answers 200 with a patch that applies or a denial that says
 why, or 400 for a review that is not one; never a 500. Only an allowed CREATE that is not a
@@ -38,6 +39,9 @@ POLICIES = {
     "process-tiers": {"isolation": "process", "tiers": ["mig", "shared"]},
     "claims-only": {"deviceAPI": "ResourceClaim", "quota": {"computeSlices": 6}},
 }
+DEEP = "nested 990 levels deep"
+"""Sent as a list nested 990 levels deep (the body is parsed to 1,024 levels; Python's repr
+and json.dumps stop near 1,000)."""
 SOMETIMES = st.sampled_from([False, False, False, True])
 PROFILE = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
 
@@ -111,6 +115,7 @@ HOSTILE = (
         ]
     ).map(copy.deepcopy)
     | st.builds(_nested, st.sampled_from([40, 200]))
+    | st.just(DEEP)
     | json_values
 )
 
@@ -277,13 +282,21 @@ def _cluster(policy: dict[str, Any]) -> tuple[ClusterState, MemoryLedgers, Any]:
     return state, ledgers, app.test_client()
 
 
-def _as_stored(review: dict[str, Any], patch: str | None) -> dict[str, Any]:
-    """The object as kube-apiserver stores it after the answer: patched, named, namespaced."""
+def _as_stored(review: dict[str, Any], patch: str | None) -> dict[str, Any] | None:
+    """The object as kube-apiserver stores it after the answer (patched, named from its
+    generateName, namespaced), or None for one it refuses (no metadata, a name that is no
+    string): its charge is released once a list shows it is not there."""
     stored = copy.deepcopy(review["request"]["object"])
     if patch is not None:
         stored = jsonpatch.apply_patch(stored, json.loads(base64.b64decode(patch)))
-    metadata = stored.setdefault("metadata", {})
-    metadata.setdefault("name", "fuzzed-x7k2p")
+    metadata = stored.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    name, generate = metadata.get("name"), metadata.get("generateName")
+    if "name" not in metadata and isinstance(generate, str) and generate:
+        name = metadata["name"] = f"{generate}x7k2p"
+    if not isinstance(name, str) or not name:
+        return None
     metadata["namespace"] = review["request"].get("namespace") or "team-a"
     return stored
 
@@ -302,17 +315,18 @@ def test_fuzzed_claims_and_their_pods_are_answered_and_charged_only_as_admitted(
     review = fuzzed.review
     request = review["request"]
     before = ledgers.read("team-a").charges
-    reply = client.post("/mutate", json=review)
+    body = json.dumps(review).replace(f'"{DEEP}"', "[" * 990 + "1" + "]" * 990)
+    reply = client.post("/mutate", data=body, content_type="application/json")
     assert_clear_admission_answer(review, reply)
     answer = reply.get_json().get("response", {}) if reply.status_code == 200 else {}
     admitted = answer.get("allowed") is True
     if not (admitted and request["operation"] == "CREATE" and not request["dryRun"]):
         assert ledgers.read("team-a").charges == before, reply.get_json()
         return
-    if fuzzed.what == "template" or not isinstance(request["object"].get("metadata"), dict):
-        return  # a template is never charged; an object without metadata is not stored
-    charged = state.tenant_usage("team-a")
     stored = _as_stored(review, answer.get("patch"))
+    if fuzzed.what == "template" or stored is None:
+        return  # a template is never charged; kube-apiserver stores no such object
+    charged = state.tenant_usage("team-a")
     if fuzzed.what == "pod":
         state.upsert_pod(stored)
     else:
