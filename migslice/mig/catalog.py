@@ -93,6 +93,11 @@ class GpuModel:
     """The mixed-strategy resource names of its profiles (``nvidia.com/mig-1g.10gb``)."""
     pci_filters: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
     """mig-parted device-filter strings (``0xDDDDVVVV``: device id, then NVIDIA's 10DE)."""
+    plain_profiles: frozenset[str] = field(
+        default=frozenset(), init=False, compare=False, repr=False
+    )
+    """The names of its profiles without a media attribute (``1g.10gb``, not ``1g.10gb+me``):
+    those a re-planned GPU's layout is made of."""
 
     def __hash__(self) -> int:
         # Equal models share a key; hashing every profile each time cost the caches more
@@ -106,6 +111,8 @@ class GpuModel:
         object.__setattr__(self, "mig_resources", frozenset(first))
         filters = tuple(f"0x{device:04X}10DE" for device in self.pci_device_ids)
         object.__setattr__(self, "pci_filters", filters)
+        plain = frozenset(p.name for p in self.profiles if not p.parsed.attribute)
+        object.__setattr__(self, "plain_profiles", plain)
 
     @property
     def profile_names(self) -> tuple[str, ...]:

@@ -197,6 +197,8 @@ def plan_id(changes: Sequence[str], now: float) -> str:
 def _pruned(
     record: RepartitionRecord, now: float, settings: ControllerSettings
 ) -> RepartitionRecord:
+    if not (record.finished or record.backoff or record.served):
+        return record
     # one list for both paths' cooldowns: kept as long as the longer of the two needs it
     cooldown = max(settings.plan.cooldown_s, settings.carve.cooldown_s)
     finished = tuple((n, at) for n, at in record.finished if now - at < cooldown)

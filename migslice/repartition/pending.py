@@ -70,7 +70,8 @@ def eligible_demand(
     a node kube-scheduler would place them on."""
     unserved: list[tuple[str, str]] = []
     waiting: list[PodDemand] = []
-    servable: dict[tuple[DemandKey, PodSelection], bool] = {}  # many pods share one kind
+    # many pods share one kind; a pod alone needs no memo
+    servable: dict[tuple[DemandKey, PodSelection], bool] | None = {} if len(pending) > 1 else None
     for item in pending:
         pod = item.demand
         if pod.error or not pod.units:
@@ -94,10 +95,12 @@ def serving_order(pod: PodDemand) -> tuple[int, str]:
 
 
 def _servable(
-    known: dict[tuple[DemandKey, PodSelection], bool],
+    known: dict[tuple[DemandKey, PodSelection], bool] | None,
     item: PendingPod,
     nodes: Sequence[NodeState],
 ) -> bool:
+    if known is None:
+        return _can_serve_now(item.demand, item.selection, nodes)
     kind = (demand_key(item.demand), item.selection)
     if kind not in known:
         known[kind] = _can_serve_now(item.demand, item.selection, nodes)

@@ -3,7 +3,6 @@ serve the expected demand best (rule 5 of :mod:`migslice.repartition.migmanager.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, MutableMapping, Sequence
 
 from migslice.inventory import NodeState, mig_resource
@@ -31,28 +30,33 @@ class Layouts:
         self._mix = mix
         self._cache: LayoutCache = cache if cache is not None else {}
         self._guard = strand_guard
-        self._names: dict[str, frozenset[str]] = {}
         self._scored: dict[tuple[str, frozenset[str]], list[_Scored]] = {}
         self._answers: dict[tuple[object, ...], Layout | None] = {}
 
-    def containing(self, model: GpuModel, wanted: Counter[str], old: Layout) -> Layout | None:
+    def containing(self, model: GpuModel, wanted: Mapping[str, int], old: Layout) -> Layout | None:
         """The best maximal layout whose instances include ``wanted``; None if none does."""
-        question = (model.key, tuple(sorted(wanted.items())), old)
+        asked = tuple(sorted(wanted.items()))
+        question = (model.key, asked, old)
         if question in self._answers:
             return self._answers[question]
-        names = self._names.get(model.key)
-        if names is None:
-            names = frozenset(p.name for p in model.profiles if not p.parsed.attribute)
-            self._names[model.key] = names
-        had = Counter(p.profile for p in old)
+        names = model.plain_profiles
+        if not wanted.keys() <= names:
+            names = names | set(wanted)
+        had: dict[str, int] = {}
+        for placed in old:
+            had[placed.profile] = had.get(placed.profile, 0) + 1
         best: tuple[tuple[bool, float, int, int], Layout] | None = None
-        for layout, counts, whole, value in self._score(model, names | set(wanted)):
-            if any(counts.get(name, 0) < n for name, n in wanted.items()):
-                continue
-            kept = sum(min(n, had[name]) for name, n in counts.items() if name in had)
-            rank = (whole, value, kept, len(layout))
-            if best is None or rank > best[0]:
-                best = (rank, layout)
+        for layout, counts, whole, value in self._score(model, names):
+            for name, n in asked:
+                if counts.get(name, 0) < n:
+                    break
+            else:
+                kept = 0
+                for name, n in had.items():
+                    kept += min(n, counts.get(name, 0))
+                rank = (whole, value, kept, len(layout))
+                if best is None or rank > best[0]:
+                    best = (rank, layout)
         answer = best[1] if best else None
         self._answers[question] = answer
         return answer

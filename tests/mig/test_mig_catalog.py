@@ -152,6 +152,17 @@ def test_malformed_profile_names_are_rejected(text: str) -> None:
         parse_profile_name(text)
 
 
+def test_a_models_plain_profiles_leave_out_those_with_a_media_attribute() -> None:
+    assert CATALOG.get("A100-80GB").plain_profiles == {
+        "1g.10gb",
+        "1g.20gb",
+        "2g.20gb",
+        "3g.40gb",
+        "4g.40gb",
+        "7g.80gb",
+    }
+
+
 def test_non_mig_resources_have_no_profile() -> None:
     assert profile_from_resource("nvidia.com/gpu") is None
     assert profile_from_resource("nvidia.com/mig-bogus") is None

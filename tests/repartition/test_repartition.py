@@ -6,7 +6,7 @@ import datetime
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 import yaml
@@ -474,6 +474,13 @@ def test_the_record_survives_its_json_round_trip() -> None:
     record = replace(applied(), finished=(("gpu-b", T0 - 60),), backoff=(("gpu-c", T0 + 1800),))
     assert parse_record(render_record(record)) == record
     assert parse_record(None) == RepartitionRecord()
+
+
+def test_a_record_given_a_plan_keeps_every_other_field() -> None:
+    # each field a value of its own, so that one left out or swapped shows
+    record = RepartitionRecord(**{f.name: object() for f in fields(RepartitionRecord)})  # type: ignore[arg-type]
+    plan = applied().plan
+    assert record.with_plan(plan) == replace(record, plan=plan)
 
 
 def test_the_record_keeps_the_keys_a_newer_release_wrote_through_a_rollback() -> None:

@@ -287,14 +287,16 @@ def mig_parted_entries(
     known = pci_ids or {}
 
     def filters_of(indices: Sequence[int]) -> tuple[str, ...]:
+        if not known:
+            return fallback
         ids = sorted({f"0x{known[i]:04X}{NVIDIA_VENDOR_ID:04X}" for i in indices if i in known})
         if all(i in known for i in indices):
             return tuple(ids)
         return (*ids, *(f for f in fallback if f not in ids))
 
-    return tuple(
+    return tuple(  # groups come in the order of their first GPU
         MigPartedEntry(tuple(indices), True, counts, filters_of(indices))
-        for counts, indices in sorted(groups.items(), key=lambda item: item[1][0])
+        for counts, indices in groups.items()
     )
 
 

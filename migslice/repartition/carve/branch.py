@@ -91,10 +91,10 @@ def decide_carve(
 ) -> CarveDecision | None:
     """The next carve step (see the module docstring), None when there is none to take;
     ``memo``: :class:`CarveMemo` kept between calls."""
-    states = {node.name: node for node in nodes}
     active = record.carve
     if active is None:
         return _start(record, nodes, pending, now=now, settings=settings, memo=memo)
+    states = {node.name: node for node in nodes}
     if active.applied_at is None:
         return _apply(record, active, states, now=now, settings=settings)
     return _observe(

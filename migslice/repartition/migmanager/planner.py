@@ -50,15 +50,13 @@ Rules, in the order they are applied:
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from migslice.inventory import LayoutSource, NodeState
 from migslice.mig import (
     GpuModel,
     Layout,
-    Placed,
     make_layout,
 )
 from migslice.mig.migparted import mig_parted_entries, profile_counts
@@ -78,14 +76,14 @@ MAX_LABEL_VALUE = 63
 """The longest label value the API server accepts (a config name is one)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Gpu:
     node: NodeState
     model: GpuModel
     index: int
     old: Layout
-    new: list[Placed] = field(default_factory=list)
-    planned: list[str] = field(default_factory=list)
+    new: Layout = ()
+    planned: tuple[str, ...] = ()
     chosen: bool = False
 
 
@@ -178,7 +176,7 @@ def _idle_gpus(
         if gpu.mig_enabled
         and gpu.is_idle
         and gpu.index not in foreign
-        and not any(i.profile in unidentified for i in gpu.instances)
+        and not (unidentified and any(i.profile in unidentified for i in gpu.instances))
     ]
     if idle:
         return idle
@@ -229,11 +227,11 @@ def plan(
         elif idle:
             by_node[node.name] = idle
 
-    in_flight = Counter(
-        settings.pool_of(n)
-        for n in nodes
-        if n.facts.mig_config_state in MIG_TRANSITION_STATES and n.name not in quarantined
-    )
+    in_flight: dict[str, int] = {}
+    for n in nodes:
+        if n.facts.mig_config_state in MIG_TRANSITION_STATES and n.name not in quarantined:
+            pool = settings.pool_of(n)
+            in_flight[pool] = in_flight.get(pool, 0) + 1
     budget = _Budget(settings, in_flight, (gpus[0].node for gpus in by_node.values()))
     order = _NodeOrder(by_node)
     served: dict[str, list[str]] = {}
@@ -243,7 +241,8 @@ def plan(
         guard = strand_guard(held_mix(nodes))
     mix = demand_mix(nodes, pending_pods, settings.expected_mix)
     layouts = Layouts(mix, layout_cache, strand_guard=guard)
-    waiting.sort(key=serving_order)
+    if len(waiting) > 1:
+        waiting.sort(key=serving_order)
     for pod in waiting:
         placed, held_back = _place(pod, selections[pod.key], order, budget, layouts)
         if placed is None:
@@ -263,14 +262,15 @@ def plan(
 def _node_change(node_gpus: Sequence[_Gpu], serves: tuple[str, ...]) -> NodeChange | None:
     """The named mig-parted config for the GPUs of one node the plan chose (rule 6)."""
     chosen = sorted((g for g in node_gpus if g.chosen), key=lambda g: g.index)
-    counts = {g.index: profile_counts(g.new) for g in chosen}
-    gpu_changes = tuple(
-        GpuChange(g.index, g.old, make_layout(g.new))
-        for g in chosen
-        if counts[g.index] != profile_counts(g.old)
-    )
-    if not gpu_changes:
+    counts: dict[int, tuple[tuple[str, int], ...]] = {}
+    changed: list[GpuChange] = []
+    for g in chosen:
+        counts[g.index] = new = profile_counts(g.new)
+        if new != profile_counts(g.old):
+            changed.append(GpuChange(g.index, g.old, make_layout(g.new)))
+    if not changed:
         return None
+    gpu_changes = tuple(changed)
     node = chosen[0].node
     model = chosen[0].model
     # Each GPU is selected by its own PCI device id where the agent publishes it (rule 6):
@@ -308,7 +308,7 @@ class _Budget:
     """How many more nodes each pool may start (rule 7), given the plan's nodes so far."""
 
     def __init__(
-        self, settings: PlanSettings, in_flight: Counter[str], nodes: Iterable[NodeState]
+        self, settings: PlanSettings, in_flight: Mapping[str, int], nodes: Iterable[NodeState]
     ) -> None:
         self._settings = settings
         self._in_flight = in_flight
@@ -327,7 +327,7 @@ class _Budget:
 
     def _full(self, pool: str, nodes_in_plan: Mapping[str, NodeState]) -> bool:
         planned = sum(1 for n in nodes_in_plan.values() if self._settings.pool_of(n) == pool)
-        return planned + self._in_flight[pool] >= self._settings.max_nodes_in_flight
+        return planned + self._in_flight.get(pool, 0) >= self._settings.max_nodes_in_flight
 
 
 class _NodeOrder:
@@ -382,7 +382,7 @@ def _place(
             trial = _try(wanted, node_gpus, layouts)
             if trial is not None:
                 for gpu, layout in trial:
-                    gpu.new = list(layout)
+                    gpu.new = layout
                     gpu.chosen = True
                 order.choose(name)
                 return name, False
@@ -398,12 +398,13 @@ def _try(
     around the grown demand.
     """
     ordered = sorted(node_gpus, key=lambda g: (not g.chosen, g.index))
-    demand: dict[int, Counter[str]] = {}  # what each GPU asked so far would hold
+    demand: dict[int, dict[str, int]] = {}  # what each GPU asked so far would hold
     chosen: dict[int, tuple[_Gpu, Layout]] = {}
-    for profile in sorted(wanted, key=lambda n: -int(n.split("g.")[0])):
+    for profile in wanted if len(wanted) == 1 else sorted(wanted, key=_larger_first):
         for gpu in ordered:
-            grown = Counter(demand.get(id(gpu), gpu.planned))
-            grown[profile] += 1
+            asked = demand.get(id(gpu))
+            grown = dict(asked) if asked is not None else _counted(gpu.planned)
+            grown[profile] = grown.get(profile, 0) + 1
             layout = layouts.containing(gpu.model, grown, gpu.old)
             if layout is not None:
                 demand[id(gpu)] = grown
@@ -414,5 +415,17 @@ def _try(
     if dry_run:
         return list(chosen.values())
     for gpu, _ in chosen.values():
-        gpu.planned = list(demand[id(gpu)].elements())
+        gpu.planned = tuple(name for name, n in demand[id(gpu)].items() for _ in range(n))
     return list(chosen.values())
+
+
+def _larger_first(profile: str) -> int:
+    return -int(profile.split("g.")[0])
+
+
+def _counted(names: Sequence[str]) -> dict[str, int]:
+    """Instances per profile, in the order first named."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return counts

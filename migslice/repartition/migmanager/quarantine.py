@@ -86,12 +86,14 @@ def review(record: RepartitionRecord, states: Mapping[str, NodeState]) -> Quaran
         elif states[entry.node].facts.quarantine_label is None:
             marks.append(QuarantineMark(entry.node, quarantine_note(entry)))
     held = {q.node for q in record.quarantine}
-    stray = [
+    stray = sorted(
         name
-        for name, state in sorted(states.items())
+        for name, state in states.items()
         if name not in held
         and (state.facts.quarantine_label is not None or state.facts.quarantine_note is not None)
-    ]
+    )
+    if not record.quarantine and not stray:
+        return None  # nothing held, no marks: the common case, each round
     adopted = [q for q in (_from_marks(name, states[name]) for name in stray) if q is not None]
     stray = [name for name in stray if name not in {q.node for q in adopted}]
     marks += [QuarantineMark(node, None) for node in [*released, *stray] if node in states]
