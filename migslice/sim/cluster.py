@@ -258,6 +258,10 @@ class SimCluster:
         """MIG instances created after the start, by re-partitions and one at a time."""
         self.changes = 0
         """How many changes the cluster has seen (a cheap "anything new?" test)."""
+        self.legal: set[Layout] = set()
+        """Layouts :meth:`repartition` found legal already: a run asks for the same 6-60
+        layouts thousands of times, and checking one took longer than the rest of the
+        change."""
 
     @property
     def gpu_count(self) -> int:
@@ -337,8 +341,10 @@ class SimCluster:
                 f"re-partitioning {node.name} GPU {index} would destroy the instances of "
                 f"{', '.join(lost)}"
             )
-        if not is_legal(self.model, new):
-            raise ValueError(f"illegal layout for {node.name} GPU {index}: {new}")
+        if tuple(new) not in self.legal:
+            if not is_legal(self.model, new):
+                raise ValueError(f"illegal layout for {node.name} GPU {index}: {new}")
+            self.legal.add(tuple(new))
         if tuple(gpu.instances) == tuple(new):
             return False
         self.instances_created += len(set(new) - set(gpu.instances))

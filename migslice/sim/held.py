@@ -1,20 +1,24 @@
 """The stranding rules as the repartition controller reads them from every node
-(:func:`migslice.repartition.held_mix`), kept node by node in the simulator: each node's
-part is recomputed only when the node changed since the rule was last asked for."""
+(:func:`migslice.repartition.held_mix`), kept GPU by GPU in the simulator: each GPU's part
+is recomputed only when the GPU changed since the rule was last asked for."""
 
 from __future__ import annotations
 
 from migslice.mig.stranding import NO_MIX, FillerMix, complete_rule, filler_mix, strand_guard
-from migslice.sim.cluster import SimCluster, SimNode
+from migslice.sim.cluster import SimCluster
 
 
 class HeldMix:
-    """The held mix of the device-plugin MIG instances pods hold, and the rules it sets."""
+    """The held mix of the device-plugin MIG instances pods hold, and the rules it sets; each
+    GPU's part counted again only when the cluster changed the GPU (its ``version``)."""
 
     def __init__(self, cluster: SimCluster) -> None:
         self._cluster = cluster
         self._mix = NO_MIX
-        self._parts = [NO_MIX] * len(cluster.nodes)
+        self._parts: list[list[tuple[int, FillerMix]]] = [
+            [(-1, NO_MIX)] * len(node.gpus) for node in cluster.nodes
+        ]
+        """Per node, per GPU: the GPU's version when counted (-1: not yet) and its part."""
         self._dirty: set[int] = set(range(len(cluster.nodes)))
         cluster.listeners.append(lambda node: self._dirty.add(node.position))
 
@@ -28,22 +32,16 @@ class HeldMix:
         return strand_guard(mix), complete_rule(mix)
 
     def _now(self) -> FillerMix:
+        model = self._cluster.model
         for position in self._dirty:
-            part = _held_part(self._cluster, self._cluster.nodes[position])
-            self._mix = self._mix - self._parts[position] + part
-            self._parts[position] = part
+            parts = self._parts[position]
+            for k, gpu in enumerate(self._cluster.nodes[position].gpus):
+                version, old = parts[k]
+                if version == gpu.version:
+                    continue
+                part = filler_mix(model, [placed.profile for placed in gpu.held_layout()])
+                if part != old:
+                    self._mix = self._mix - old + part
+                parts[k] = (gpu.version, part)
         self._dirty.clear()
         return self._mix
-
-
-def _held_part(cluster: SimCluster, node: SimNode) -> FillerMix:
-    """The node's part of the mix: its held instances."""
-    return filler_mix(
-        cluster.model,
-        (
-            placed.profile
-            for gpu in node.gpus
-            for placed, holder in zip(gpu.instances, gpu.holders, strict=True)
-            if holder is not None
-        ),
-    )

@@ -43,6 +43,7 @@ from migslice.mig import (
 )
 from migslice.names import MIG_TRANSITION_STATES, MODE_CARVE, MODE_MIG_MANAGER
 from migslice.repartition import (
+    CarveSettings,
     ControllerSettings,
     LayoutCache,
     PendingPod,
@@ -71,6 +72,12 @@ from migslice.sim.trace import SimPod
 
 PLAN_SETTINGS = PlanSettings(min_pending_s=0.0, cooldown_s=0.0, max_nodes_in_flight=1)
 """Mode A has no clock: a pod is eligible for re-partitioning as soon as it is pending."""
+EMPTY_RECORD = RepartitionRecord()
+"""Mode A's record: no plan in progress, no cooldown, no quarantine (a value: decide never
+changes it, it returns a new one)."""
+CARVE_SETTINGS = CarveSettings()
+"""The controller's default carve settings (nodes without a mode label are MIG Manager's),
+made once rather than per decision."""
 
 
 def demand_for(pod: SimPod) -> PodDemand:
@@ -90,14 +97,14 @@ def planned_reshape(
     (mode A has no clock, no plan in progress and an empty mig-parted file): the plan of its
     START step, or None when it would wait."""
     step = decide(
-        RepartitionRecord(),
+        EMPTY_RECORD,
         states,
         [PendingPod(demand, 0.0)],
         file_configs=frozenset(),
         now=0.0,
         # the simulated MIG Manager's reconfiguration time stands for all of its work,
         # reading the ConfigMap included: the controller labels at once
-        settings=ControllerSettings(plan=settings, config_propagation_s=0.0),
+        settings=ControllerSettings(plan=settings, config_propagation_s=0.0, carve=CARVE_SETTINGS),
         layout_cache=layouts,
     )
     if step.kind is not StepKind.START or step.plan is None:
@@ -177,8 +184,10 @@ class PlannerLayouts(dict[tuple[str, frozenset[str]], list[Layout]]):
 
 class DemandMix:
     """The planner's demand mix (rule 5 of :mod:`migslice.repartition.migmanager.planner`)
-    kept per node and summed on demand: compute slices pods hold per resource, and free
-    compute slices per resource on GPUs a pod uses."""
+    kept per GPU and summed on demand: compute slices pods hold per resource, and free
+    compute slices per resource on GPUs a pod uses. A GPU's part is counted again only when
+    the cluster changed the GPU (its ``version``), in plain dicts (a Counter's update is
+    slower)."""
 
     def __init__(self, cluster: SimCluster) -> None:
         self._cluster = cluster
@@ -186,52 +195,79 @@ class DemandMix:
             p.name: (mig_resource(p.name), p.compute_slices) for p in cluster.model.profiles
         }
         """Per profile of the model, its resource and compute slices."""
-        self._parts: list[tuple[Counter[str], Counter[str]]] = []
-        self._held: Counter[str] = Counter()
-        self._spare: Counter[str] = Counter()
+        self._slices: dict[str, int] = {
+            resource: parsed.compute_slices
+            for resource, _ in self._of.values()
+            if (parsed := profile_from_resource(resource)) is not None
+        }
+        """Per resource of the model, the compute slices its name says (a pending pod's
+        weight, as :func:`~migslice.repartition.shapes.demand_mix` reads it)."""
+        self._parts: list[list[_GpuPart]] = []
+        """Per node, per GPU: the GPU's version when counted, its held and its spare slices."""
+        self._held: dict[str, int] = {}
+        self._spare: dict[str, int] = {}
         for node in cluster.nodes:
-            part = self._part(node)
-            self._parts.append(part)
-            self._held.update(part[0])
-            self._spare.update(part[1])
+            parts = []
+            for gpu in node.gpus:
+                part = self._part(gpu)
+                parts.append(part)
+                _add(self._held, part[1], 1)
+                _add(self._spare, part[2], 1)
+            self._parts.append(parts)
         self._dirty: set[int] = set()
         cluster.listeners.append(lambda node: self._dirty.add(node.position))
 
-    def _part(self, node: SimNode) -> tuple[Counter[str], Counter[str]]:
-        held: Counter[str] = Counter()
-        spare: Counter[str] = Counter()
-        of = self._of
-        for gpu in node.gpus:
-            if gpu.is_idle:
-                continue
+    def _part(self, gpu: SimGpu) -> _GpuPart:
+        held: dict[str, int] = {}
+        spare: dict[str, int] = {}
+        if not gpu.is_idle:
+            of = self._of
             for placed, holder in zip(gpu.instances, gpu.holders, strict=True):
                 resource, slices = of[placed.profile]
-                (held if holder is not None else spare)[resource] += slices
-        return held, spare
+                into = held if holder is not None else spare
+                into[resource] = into.get(resource, 0) + slices
+        return gpu.version, held, spare
 
     def weights(self, pending: Sequence[PodDemand]) -> dict[str, float]:
         for position in self._dirty:
-            old_held, old_spare = self._parts[position]
-            self._held.subtract(old_held)
-            self._spare.subtract(old_spare)
-            part = self._part(self._cluster.nodes[position])
-            self._parts[position] = part
-            self._held.update(part[0])
-            self._spare.update(part[1])
+            parts = self._parts[position]
+            for k, gpu in enumerate(self._cluster.nodes[position].gpus):
+                old = parts[k]
+                if old[0] == gpu.version:
+                    continue
+                _add(self._held, old[1], -1)
+                _add(self._spare, old[2], -1)
+                part = parts[k] = self._part(gpu)
+                _add(self._held, part[1], 1)
+                _add(self._spare, part[2], 1)
         self._dirty.clear()
         weights: dict[str, float] = {r: float(n) for r, n in self._held.items() if n}
         for pod in pending:
             for unit in pod.units:
-                profile = profile_from_resource(unit.resource)
-                if profile is not None:
-                    slices = unit.count * profile.compute_slices
-                    weights[unit.resource] = weights.get(unit.resource, 0.0) + slices
+                per = self._slices.get(unit.resource)
+                if per is None:
+                    profile = profile_from_resource(unit.resource)
+                    if profile is None:
+                        continue
+                    per = profile.compute_slices
+                slices = unit.count * per
+                weights[unit.resource] = weights.get(unit.resource, 0.0) + slices
         total = sum(weights.values())
         demand = {k: v / total for k, v in weights.items()} if total else {}
         supply = sum(n for n in self._spare.values() if n > 0)
         if not supply:
             return demand
-        return {k: max(0.0, v - self._spare[k] / supply) + 0.1 * v for k, v in demand.items()}
+        spare = self._spare
+        return {k: max(0.0, v - spare.get(k, 0) / supply) + 0.1 * v for k, v in demand.items()}
+
+
+_GpuPart = tuple[int, dict[str, int], dict[str, int]]
+
+
+def _add(into: dict[str, int], part: dict[str, int], sign: int) -> None:
+    """``into`` plus (or minus) ``part``, key by key (new keys last, as Counter.update)."""
+    for key, n in part.items():
+        into[key] = into.get(key, 0) + sign * n
 
 
 class MigslicePlacer(IndexedPlacer):

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from migslice.mig import place
+from migslice.repartition import held_mix
 from migslice.sim import GPU_MODEL, SimPod, make_policy, synthetic_workload
 from migslice.sim.cluster import SimCluster, SimGpu, SimNode
 from migslice.sim.dra_first_fit import DraFirstFitPlacer, first_fit_devices
@@ -19,6 +21,7 @@ from migslice.sim.dra_steered import DraSteeredPlacer, steered_devices
 from migslice.sim.hami import HamiPlacer, fit
 from migslice.sim.index import Rank, RankIndex
 from migslice.sim.nos import NosGpu, NosPlacer
+from migslice.sim.ours import DemandMix, MigslicePlacer, demand_for
 from migslice.sim.placement import (
     LayoutChange,
     Placer,
@@ -166,3 +169,42 @@ def test_what_a_placer_keeps_per_gpu_is_what_the_gpu_gives_afresh(
         placer.reshape = reshape_and_check  # type: ignore[method-assign]
     _run(placer, cluster, arrivals, out)
     assert checked >= len(cluster.assignments)
+
+
+@settings(max_examples=25, deadline=None)
+@given(arrivals=pods, out=leaving, asked=st.sampled_from(KINDS))
+def test_the_demand_and_held_mixes_kept_per_gpu_are_what_every_node_gives_afresh(
+    arrivals: list[SimPod], out: list[int], asked: tuple[str, int]
+) -> None:
+    # migslice's placer keeps, GPU by GPU until the GPU changes, the planner's demand mix
+    # and the stranding rule's held mix; each asked now and then, against both worked out
+    # from every node as it is now (the held mix as the controller reads it from the nodes)
+    cluster, placer = _policy_placer("migslice", 3)
+    assert isinstance(placer, MigslicePlacer)
+    pending = [demand_for(SimPod("asked", *asked))]
+    checked = 0
+
+    def same_as_afresh(node: SimNode) -> None:
+        nonlocal checked
+        checked += 1
+        if checked % 3:  # parts left dirty over several changes, as between re-partitions
+            return
+        kept = placer.mix.weights(pending)
+        assert kept == pytest.approx(DemandMix(cluster).weights(pending), rel=1e-12)
+        assert placer.held._now() == held_mix([cluster.node_state(n) for n in cluster.nodes])
+
+    cluster.listeners.append(same_as_afresh)
+    _run(placer, cluster, arrivals, out)
+    assert checked >= len(cluster.assignments)
+
+
+def test_a_layout_found_legal_once_leaves_an_illegal_one_of_the_same_profiles_refused() -> None:
+    cluster = SimCluster(GPU_MODEL, 1, [()], gpus_per_node=2)
+    [node] = cluster.nodes
+    legal = (place(GPU_MODEL, "3g.40gb", 0), place(GPU_MODEL, "3g.40gb", 4))
+    assert cluster.repartition(node, 0, legal)
+    assert cluster.repartition(node, 1, legal)  # known legal: taken again
+    overlapping = (place(GPU_MODEL, "3g.40gb", 0), place(GPU_MODEL, "3g.40gb", 2))
+    with pytest.raises(ValueError, match="illegal layout"):
+        cluster.repartition(node, 1, overlapping)
+    assert tuple(node.gpus[1].instances) == legal
