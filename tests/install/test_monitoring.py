@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import jsonschema
 import pytest
@@ -195,3 +196,23 @@ def test_a_monitoring_value_kube_apiserver_would_refuse_is_refused_by_the_schema
             with pytest.raises(jsonschema.ValidationError) as refused:
                 validator.validate(given(part, key, value))
             assert list(refused.value.absolute_path)[:3] == ["metrics", part, key], value
+
+
+def panels() -> list[dict[str, Any]]:
+    return list(json.loads((MONITORING / "dashboard.json").read_text())["panels"])
+
+
+def test_a_panel_of_seconds_says_so_on_its_axis() -> None:
+    """A panel that plots a ``_seconds`` metric as it is (a latency quantile, a wait) sets
+    Grafana's unit ``s``: without it a 5 ms p99 reads as a bare ``0.005`` and a 20 min wait
+    as ``1200``, numbers an operator takes for milliseconds or minutes."""
+    unitless = []
+    for panel in panels():
+        exprs = [str(t["expr"]) for t in panel["targets"]]
+        names = {n for e in exprs for n in reads(e).metrics if n != "time"}
+        as_read = not any(re.search(r"[*/]|time\(\)", e) for e in exprs)
+        if names and as_read and all(re.search(r"_seconds(_bucket)?$", n) for n in names):
+            unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+            if unit != "s":
+                unitless.append(str(panel["title"]))
+    assert not unitless
