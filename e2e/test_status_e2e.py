@@ -654,6 +654,7 @@ _UNLABELLED = {
     "migslice_repartition_mig_manager_config_mismatch",
     "migslice_tls_certificate_expiry_timestamp_seconds",
     "migslice_dra_steer_failures_total",
+    "migslice_dra_steer_lifts_total",
     "migslice_dra_steer_capped_nodes",
     "migslice_dra_steer_rules",
     "migslice_dra_strand_guard",

@@ -216,3 +216,30 @@ def test_a_panel_of_seconds_says_so_on_its_axis() -> None:
             if unit != "s":
                 unitless.append(str(panel["title"]))
     assert not unitless
+
+
+SHOWN = {
+    "admissions of pods and claims, by outcome": "migslice_webhook_requests_total",
+    "extender calls by outcome (error, waiting for a claim, blind)": (
+        "migslice_extender_requests_total"
+    ),
+    "device-plugin re-partitions and carves": "migslice_repartition_nodes_total",
+    "DRA nodes by the state of their pool (incomplete, unknown: not placed on)": (
+        "migslice_extender_dra_nodes"
+    ),
+    "the DRA steer's rules": "migslice_dra_steer_rules",
+    "the DRA steer's rule writes": "migslice_dra_steer_writes_total",
+    "the DRA steer's failures": "migslice_dra_steer_failures_total",
+    "DynamicMIG nodes the steer left to first fit": "migslice_dra_steer_capped_nodes",
+}
+"""What an operator must see of each path on the dashboard, and the metric that shows it."""
+
+
+def test_the_dashboard_shows_both_paths_and_both_servers_answers() -> None:
+    """Each server's answers by outcome, and the device-plugin and the DRA path each: a DRA
+    node whose pool is incomplete or unknown takes no pod, and a steer whose writes fail
+    leaves DynamicMIG claims on stale rules, with nothing on the dashboard to say so."""
+    read = {n for panel in panels() for t in panel["targets"] for n in reads(t["expr"]).metrics}
+    metrics = exported()
+    assert set(SHOWN.values()) <= set(metrics)
+    assert sorted(what for what, metric in SHOWN.items() if metric not in read) == []
