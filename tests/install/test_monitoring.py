@@ -243,3 +243,16 @@ def test_the_dashboard_shows_both_paths_and_both_servers_answers() -> None:
     metrics = exported()
     assert set(SHOWN.values()) <= set(metrics)
     assert sorted(what for what, metric in SHOWN.items() if metric not in read) == []
+
+
+def test_a_panel_of_rates_per_second_says_so_in_its_title() -> None:
+    """rate() reads per second; a panel that plots it as it is (not a quantile, not scaled
+    to a minute) says so, as the per-minute and per-hour panels say theirs."""
+    unsaid = []
+    for panel in panels():
+        for target in panel["targets"]:
+            expr = str(target["expr"])
+            per_second = "rate(" in expr and not re.search(r"histogram_quantile|\*", expr)
+            if per_second and "per second" not in str(panel["title"]):
+                unsaid.append(f"{panel['title']}: {expr}")
+    assert not unsaid
