@@ -8,6 +8,7 @@ import enum
 from dataclasses import dataclass, field
 
 from migslice.inventory.first_fit import PoolUse
+from migslice.inventory.picking import Occupancy
 from migslice.mig import GpuModel, Placed
 from migslice.names import mig_resource_name
 from migslice.objects.dra_pool import DraMode, DraPool, PoolState
@@ -39,10 +40,26 @@ class GpuState:
     instances: tuple[Placed, ...] = ()
     held: tuple[bool, ...] = ()
     whole_held: bool = False
+    _kept: tuple[Occupancy, int] | None = field(default=None, init=False, repr=False, compare=False)
+    """The GPU as the ranking reads it and its held slices, built when first asked for (the
+    fields cannot change, so neither can they; a node's state rebuilt after one of its GPUs
+    changed shares the others' states, and with them these)."""
+
+    def ranked(self) -> tuple[Occupancy, int]:
+        """The GPU as :func:`~migslice.inventory.picking.best_free_instance` reads it, and
+        :attr:`held_slices`."""
+        kept = self._kept
+        if kept is None:
+            held = sum(p.size for p, h in zip(self.instances, self.held, strict=True) if h)
+            kept = (Occupancy(self.index, self.instances, self.held, self.whole_held), held)
+            object.__setattr__(self, "_kept", kept)
+        return kept
 
     @property
     def held_slices(self) -> int:
-        return sum(p.size for p, h in zip(self.instances, self.held, strict=True) if h)
+        """The memory slices of the instances pods hold (not a whole-GPU holder's)."""
+        kept = self._kept
+        return (self.ranked() if kept is None else kept)[1]
 
     @property
     def is_idle(self) -> bool:

@@ -47,7 +47,6 @@ from migslice.inventory.picking import (
     MIN_SCORE,
     Occupancy,
     best_free_instance,
-    held_slices,
     node_level_score,
 )
 from migslice.mig import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, GpuModel, Profile, free_placements
@@ -94,8 +93,10 @@ def unit_scores(
         return found
     if model is None or not state.gpus:
         return {resource: score_units(state, ((resource, 1),)) for resource in resources}
-    gpus = [Occupancy(gpu.index, gpu.instances, gpu.held, gpu.whole_held) for gpu in state.gpus]
-    used = held_slices(gpus, model.memory_slices)
+    ranked = [gpu.ranked() for gpu in state.gpus]
+    gpus = [occupancy for occupancy, _ in ranked]
+    whole = model.memory_slices
+    used = [held + (whole if o.whole_held else 0) for o, held in ranked]
     scores: dict[str, int] = {}
     for resource in resources:
         if resource == WHOLE_GPU_RESOURCE:

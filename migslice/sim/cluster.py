@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from migslice.errors import MigsliceError
 from migslice.inventory import GpuState, LayoutSource, NodeState, mig_resource
-from migslice.inventory.picking import Occupancy, held_slices
+from migslice.inventory.picking import Occupancy
 from migslice.mig import (
     WHOLE_GPU_RESOURCE,
     GpuModel,
@@ -140,9 +140,9 @@ class SimGpu:
         """The GPU as :func:`~migslice.inventory.picking.best_free_instance` reads it, and its
         :func:`~migslice.inventory.picking.held_slices` (``memory_slices``: the model's)."""
         if self.kept_occupancy is None:
-            state = self.as_state()
-            occupancy = Occupancy(state.index, state.instances, state.held, state.whole_held)
-            self.kept_occupancy = (occupancy, held_slices((occupancy,), memory_slices)[0])
+            occupancy, held = self.as_state().ranked()
+            whole = memory_slices if occupancy.whole_held else 0
+            self.kept_occupancy = (occupancy, held + whole)
         return self.kept_occupancy
 
     def as_report(self, node: str) -> AgentGpu:

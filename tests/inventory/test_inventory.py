@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.builders import make_node, make_pod
-from migslice.inventory import ClusterIndex, LayoutSource, NodeState, resolve_node
+from migslice.inventory import ClusterIndex, GpuState, LayoutSource, NodeState, resolve_node
 from migslice.inventory.picking import (
     Occupancy,
     Pick,
@@ -450,3 +452,24 @@ def test_the_pick_is_the_best_ranked_first_free_instance_of_each_gpu(
     expected = max(candidates, key=lambda c: c[0])[1] if candidates else None
     assert best_free_instance(gpus, profile, 8) == expected
     assert best_free_instance(gpus, profile, 8, used) == expected
+
+
+def test_a_gpu_states_ranked_view_is_its_own_and_a_replaced_state_reads_its_new_fields() -> None:
+    instances = (Placed(0, "3g.40gb", 4), Placed(4, "3g.40gb", 4))
+    state = GpuState(index=1, mig_enabled=True, instances=instances, held=(True, False))
+    occupancy, held = state.ranked()
+    assert (occupancy.index, tuple(occupancy.instances), tuple(occupancy.held)) == (
+        1,
+        instances,
+        (True, False),
+    )
+    assert held == state.held_slices == 4
+    both = dataclasses.replace(state, held=(True, True))
+    assert both.held_slices == 8
+    assert tuple(both.ranked()[0].held) == (True, True)
+    assert best_free_instance([both.ranked()[0]], "3g.40gb", 8) is None
+    assert best_free_instance([state.ranked()[0]], "3g.40gb", 8) == Pick(0, 1, 10)
+    # what was read is no part of the value: equal states stay equal and hash alike
+    fresh = GpuState(index=1, mig_enabled=True, instances=instances, held=(True, False))
+    assert fresh == state and hash(fresh) == hash(state)
+    assert "_kept" not in repr(state)
