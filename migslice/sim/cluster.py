@@ -427,7 +427,9 @@ def build_node_state(model: GpuModel, node: SimNode, *, agent: bool = False) -> 
     the report itself, which the carve planner reads: every held instance busy)."""
     allocatable: dict[str, int] = {}
     allocated: dict[str, int] = {}
+    states = []
     for gpu in node.gpus:
+        states.append(gpu.as_state())
         for resource, count, held in gpu.counts():
             allocatable[resource] = allocatable.get(resource, 0) + count
             if held:
@@ -452,7 +454,7 @@ def build_node_state(model: GpuModel, node: SimNode, *, agent: bool = False) -> 
         facts=facts,
         model=model,
         source=LayoutSource.AGENT,
-        gpus=tuple(gpu.as_state() for gpu in node.gpus),
+        gpus=tuple(states),
         allocated=tuple(sorted(allocated.items())),
         free=tuple((name, count - allocated.get(name, 0)) for name, count in offered),
     )
@@ -467,5 +469,5 @@ def agent_report(product: str, node: SimNode) -> AgentReport:
     and busy when a pod holds it (a pod's processes run from the moment it is placed)."""
     return AgentReport(
         product=product,
-        gpus=tuple(gpu.as_report(node.name) for gpu in node.gpus),
+        gpus=tuple([gpu.as_report(node.name) for gpu in node.gpus]),
     )
