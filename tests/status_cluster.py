@@ -7,7 +7,12 @@ node cooling down, and a TenantPolicy whose ``status.used`` lags behind its pods
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 from harness.builders import (
     make_mig_config_map,
@@ -17,6 +22,7 @@ from harness.builders import (
     make_policy,
     unschedulable,
 )
+from migslice.cli import main
 
 NOW = "2025-06-15T15:10:00Z"
 NOW_S = 1750000200.0  # 2025-06-15T15:10:00Z
@@ -195,3 +201,20 @@ def _tolerating(pod: dict[str, Any]) -> dict[str, Any]:
 def _with_status(policy: dict[str, Any], used: dict[str, Any]) -> dict[str, Any]:
     policy["status"] = {"observedGeneration": 1, "used": used}
     return policy
+
+
+def write_cluster_file(path: Path, objects: Iterable[dict[str, Any]]) -> Path:
+    """``objects`` written to ``path`` as a cluster file, each without one given apiVersion
+    ``v1`` and kind ``Pod`` (it has containers) or ``Node``."""
+    listed = list(objects)
+    for raw in listed:
+        raw.setdefault("apiVersion", "v1")
+        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
+    path.write_text(yaml.safe_dump_all(listed))
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """What ``migslice <argv>`` prints; it must exit 0."""
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out

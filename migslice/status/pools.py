@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from migslice import names
@@ -284,12 +284,7 @@ def _beside_claims(
     gpus = {gpu.index: gpu for gpu in state.gpus}
     claimed: DraHolders = {}
     unplaced: dict[str, tuple[str, ...]] = {}
-    for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
-        devices = claim.devices_in(state.name)
-        if not devices:
-            continue
-        users = _claim_users(cluster, claim.key, holders)
-        holder = DraHolder(users[0] if users else None, False, claim.key, users[1:])
+    for key, devices, holder in _claims_on(cluster, state, holders):
         left = []
         for name in devices:
             found = by_name.get(name)
@@ -300,7 +295,7 @@ def _beside_claims(
             else:
                 claimed.setdefault(where, holder)
         if left:
-            unplaced[claim.key] = tuple(left)
+            unplaced[key] = tuple(left)
     holdings = tuple(
         dataclasses.replace(h, devices=unplaced[h.claim]) if h.devices and h.claim else h
         for h in _claim_holdings(cluster, state.name, holders)
@@ -383,17 +378,27 @@ DraHolders = dict[tuple[int, str, int], DraHolder]
 """(GPU index, profile or :data:`WHOLE_GPU`, start) -> who holds it."""
 
 
+def _claims_on(
+    cluster: Cluster, state: NodeState, holders: Sequence[PodFacts]
+) -> Iterator[tuple[str, tuple[str, ...], DraHolder]]:
+    """Each claim allocated devices on the node: its key, those devices and who holds them."""
+    for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
+        devices = claim.devices_in(state.name)
+        if devices:
+            users = _claim_users(cluster, claim.key, holders)
+            yield (
+                claim.key,
+                devices,
+                DraHolder(users[0] if users else None, False, claim.key, users[1:]),
+            )
+
+
 def _dra_holders(cluster: Cluster, state: NodeState, holders: Sequence[PodFacts]) -> DraHolders:
     """Who holds each device of a DRA node (see the module docstring)."""
     dra = state.dra
     assert dra is not None
     by_device: dict[str, DraHolder] = {}
-    for claim in sorted(cluster.claims.values(), key=lambda c: c.key):
-        devices = claim.devices_in(state.name)
-        if not devices:
-            continue
-        users = _claim_users(cluster, claim.key, holders)
-        holder = DraHolder(users[0] if users else None, False, claim.key, users[1:])
+    for _, devices, holder in _claims_on(cluster, state, holders):
         for held in devices:
             by_device.setdefault(held, holder)
     waiting = [

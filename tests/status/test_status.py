@@ -25,7 +25,7 @@ from migslice.status.report import build_status, render_text, scoped, status_doc
 from migslice.status.why import explain
 from migslice.status.why_report import render_why, why_document
 from tests import paths
-from tests.status_cluster import NOW_S, representative_cluster
+from tests.status_cluster import NOW_S, representative_cluster, run_cli
 
 DEMO = paths.ROOT / "migslice" / "demo" / "cluster.yaml"
 A100 = CATALOG.get("A100-80GB")
@@ -43,11 +43,6 @@ def cluster_file(tmp_path: Path) -> Path:
     return path
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert main(list(argv)) == 0
-    return capsys.readouterr().out
-
-
 # -- status ------------------------------------------------------------------------------------
 
 
@@ -55,10 +50,10 @@ def test_no_line_of_the_default_output_exceeds_80_columns(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for path in (cluster_file, DEMO):
-        out = _run(capsys, "status", "--cluster-file", str(path))
+        out = run_cli(capsys, "status", "--cluster-file", str(path))
         too_wide = [line for line in out.splitlines() if len(line) > 80]
         assert not too_wide
-        out = _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(cluster_file))
+        out = run_cli(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(cluster_file))
         assert not [line for line in out.splitlines() if len(line) > 80]
 
 
@@ -264,7 +259,7 @@ def test_status_takes_the_carve_cooldown_and_the_default_mode_as_flags(
 
     def cooling(*flags: str) -> list[tuple[str, str]]:
         argv = ["status", "--cluster-file", str(path), "-o", "json", *flags]
-        held = json.loads(_run(capsys, *argv))["repartition"]["held"]
+        held = json.loads(run_cli(capsys, *argv))["repartition"]["held"]
         return [(h["node"], h["until"]) for h in held if h["why"] == "cooldown"]
 
     assert cooling() == []
@@ -278,16 +273,18 @@ def test_status_takes_the_carve_cooldown_and_the_default_mode_as_flags(
 def test_status_as_json_and_yaml_carries_every_value(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    document = json.loads(
+        run_cli(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json")
+    )
     assert document["poolLabel"] == "nvidia.com/gpu.product"
     assert {t["name"] for t in document["tenants"]} == {"team-a", "team-b", "team-c"}
     assert document["repartition"]["steps"][0]["state"] == "applying"
     again = yaml.safe_load(
-        _run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "yaml")
+        run_cli(capsys, "status", "--cluster-file", str(cluster_file), "-o", "yaml")
     )
     assert again["tenants"] == document["tenants"]
     assert "gpu-operator" in document["repartition"]["where"]
-    wide = _run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "wide")
+    wide = run_cli(capsys, "status", "--cluster-file", str(cluster_file), "-o", "wide")
     assert "3g.40gb@0" in wide
 
 
@@ -308,14 +305,14 @@ def test_a_policy_that_asks_what_the_catalog_cannot_serve_shows_its_problem(
     }
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all([*representative_cluster(), typo]))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     problems = {t["name"]: t["problem"] for t in document["tenants"]}
     assert problems["typo"] == (
         "asks what the catalog cannot serve: spec.allowedProfiles[1]: no GPU model in the "
         'catalog has profile "2g.25gb"'
     )
     assert problems["team-a"] is None
-    text = _run(capsys, "status", "--cluster-file", str(path))
+    text = run_cli(capsys, "status", "--cluster-file", str(path))
     assert "problem: asks what the catalog cannot serve: spec.allowedProfiles[1]" in text
 
 
@@ -323,7 +320,7 @@ def test_status_of_one_namespace_keeps_its_tenant_and_waiting_pods(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     document = json.loads(
-        _run(capsys, "status", "--cluster-file", str(cluster_file), "-n", "team-b", "-o", "json")
+        run_cli(capsys, "status", "--cluster-file", str(cluster_file), "-n", "team-b", "-o", "json")
     )
     assert [t["name"] for t in document["tenants"]] == ["team-b"]
     assert {w["pod"] for w in document["waiting"]} == {"team-b/wait-plan", "team-b/fresh"}
@@ -400,7 +397,7 @@ def test_why_of_a_sized_pod_the_webhook_never_saw_says_it_was_not_sized(
     )
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    out = _run(capsys, "why", "-n", "sandbox", "notebook", "--cluster-file", str(path))
+    out = run_cli(capsys, "why", "-n", "sandbox", "notebook", "--cluster-file", str(path))
     text = " ".join(out.split())
     assert "asks for no GPU" not in text
     assert (
@@ -412,7 +409,7 @@ def test_why_of_a_sized_pod_the_webhook_never_saw_says_it_was_not_sized(
 def test_why_of_a_pod_without_gpu_and_of_a_missing_pod(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _run(capsys, "why", "-n", "team-c", "web", "--cluster-file", str(cluster_file))
+    out = run_cli(capsys, "why", "-n", "team-c", "web", "--cluster-file", str(cluster_file))
     assert "asks for no GPU" in out
     assert main(["why", "-n", "team-c", "nope", "--cluster-file", str(cluster_file)]) == 1
     assert "pod team-c/nope not found" in capsys.readouterr().err
@@ -420,7 +417,7 @@ def test_why_of_a_pod_without_gpu_and_of_a_missing_pod(
 
 def test_why_as_json(cluster_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     document = json.loads(
-        _run(
+        run_cli(
             capsys,
             "why",
             "-n",
@@ -767,7 +764,7 @@ def test_a_pod_held_by_another_controllers_scheduling_gate_is_not_called_placeab
             assert (waiting.error, waiting.fits, waiting.classes) == (said, (), ())
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    text = _run(capsys, "why", "-n", "team-a", "queued-0", "--cluster-file", str(path))
+    text = run_cli(capsys, "why", "-n", "team-a", "queued-0", "--cluster-file", str(path))
     assert "held by scheduling gate(s) kueue.x-k8s.io/admission" in text
     assert "fit now" not in text
 
@@ -805,7 +802,7 @@ def test_why_of_a_waiting_pod_gives_kube_schedulers_last_words(
     waiting["metadata"].setdefault("annotations", {})["migslice.io/retry"] = retried
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all([*objects, *events]))
-    out = _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path))
+    out = run_cli(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path))
     assert (
         "the extender asked kube-scheduler to try it again (hold-ended, 2026-12-05T10:06:01Z)"
         in " ".join(out.split())
@@ -814,7 +811,7 @@ def test_why_of_a_waiting_pod_gives_kube_schedulers_last_words(
     assert " ".join(said.split()) in " ".join(out.split())  # wrapped at 80 columns
     assert "another pod's words" not in out
     document = json.loads(
-        _run(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "-n", "team-a", "train-2", "--cluster-file", str(path), "-o", "json")
     )
     assert document["placement"]["retried"] == retried
     listed = document["placement"]["schedulerSaid"]
@@ -834,10 +831,10 @@ def test_status_says_whether_the_planners_stranding_rules_are_on(
         objects.append({"apiVersion": "v1", "kind": "Pod", **pod})
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    text = " ".join(_run(capsys, "status", "--cluster-file", str(path)).split())
+    text = " ".join(run_cli(capsys, "status", "--cluster-file", str(path)).split())
     said = "stranding rule on (1g/2g pods hold 4 compute slices; the 3g pods leave 4 memory"
     assert said in text
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     rule = document["repartition"]["strandingRule"]
     assert rule == {
         "on": True,
@@ -849,7 +846,7 @@ def test_status_says_whether_the_planners_stranding_rules_are_on(
     assert "full-compute rule on (the 3g pods leave 4 memory slices beside them; the 4g" in text
     # Without a 3g held the rule cannot apply, and the text says nothing of it.
     path.write_text(yaml.safe_dump_all(objects[:1] + objects[2:]))
-    assert "stranding rule" not in _run(capsys, "status", "--cluster-file", str(path))
+    assert "stranding rule" not in run_cli(capsys, "status", "--cluster-file", str(path))
 
 
 @pytest.mark.parametrize("command", ["status", "why"])
@@ -931,7 +928,7 @@ def test_why_of_a_whole_gpu_pod_says_no_plan_turns_mig_off_for_it(
         objects.append({"kind": "Pod", "apiVersion": "v1", **big})
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    out = _run(capsys, "why", "-n", "inference", "nb", "--cluster-file", str(path))
+    out = run_cli(capsys, "why", "-n", "inference", "nb", "--cluster-file", str(path))
     text = " ".join(out.split())
     assert "not yet demand" not in text
     assert "no plan for it: whole-GPU requests need MIG disabled; not re-partitioned" in text, text

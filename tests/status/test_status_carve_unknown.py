@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from harness.builders import (
     make_mig_config_map,
@@ -18,9 +17,9 @@ from harness.builders import (
     make_policy,
     unschedulable,
 )
-from migslice.cli import main
 from migslice.names import CARVE_ANNOTATION, CARVE_STATE_ANNOTATION
 from tests.carve_builders import carve_node_raw, gpu
+from tests.status_cluster import run_cli, write_cluster_file
 
 ALL_1G = gpu(*(f"1g.10gb@{start}" for start in range(7)))
 ANNOTATIONS = {
@@ -48,17 +47,7 @@ def _cluster(tmp_path: Path, annotation: str, text: str) -> Path:
         carve_node_raw("a100-0", [ALL_1G], annotations={annotation: text}),
         unschedulable(make_pod("w", profile="3g.40gb")),
     ]
-    for raw in objects:
-        raw.setdefault("apiVersion", "v1")
-        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all(objects))
-    return path
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert main(list(argv)) == 0
-    return capsys.readouterr().out
+    return write_cluster_file(tmp_path / "cluster.yaml", objects)
 
 
 @pytest.mark.parametrize("shape", sorted(ANNOTATIONS))
@@ -71,16 +60,16 @@ def test_a_node_whose_carve_annotation_cannot_be_read_is_said_to_be_of_unknown_c
     annotation, text, problem = ANNOTATIONS[shape]
     path = _cluster(tmp_path, annotation, text)
     remove = f"kubectl annotate node a100-0 {annotation}-"
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (node,) = [n for p in document["pools"] for n in p["nodes"]]
     said = node["carveUnknown"]
     assert said.startswith(problem) and remove in said
-    status = _run(capsys, "status", "--cluster-file", str(path), "-o", "wide")
+    status = run_cli(capsys, "status", "--cluster-file", str(path), "-o", "wide")
     assert f"carve state unknown: {problem}" in status
     argv = ("why", "w", "-n", "team-a", "--cluster-file", str(path))
-    why = json.loads(_run(capsys, *argv, "-o", "json"))
+    why = json.loads(run_cli(capsys, *argv, "-o", "json"))
     assert why["repartition"]["carveUnknown"] == [{"node": "a100-0", "reason": said}]
-    assert f"carve state unknown: a100-0: {problem}" in _run(capsys, *argv, "-o", "wide")
+    assert f"carve state unknown: a100-0: {problem}" in run_cli(capsys, *argv, "-o", "wide")
 
 
 def test_a_node_whose_carve_annotations_are_read_has_no_unknown_carve_state(
@@ -88,6 +77,6 @@ def test_a_node_whose_carve_annotations_are_read_has_no_unknown_carve_state(
 ) -> None:
     journal = '{"version":"v1","plan":"9c1e0f4a2b7d","state":"success","gpus":[]}'
     path = _cluster(tmp_path, CARVE_STATE_ANNOTATION, journal)
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     assert [n["carveUnknown"] for p in document["pools"] for n in p["nodes"]] == [None]
-    assert "carve state unknown" not in _run(capsys, "status", "--cluster-file", str(path))
+    assert "carve state unknown" not in run_cli(capsys, "status", "--cluster-file", str(path))

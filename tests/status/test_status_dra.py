@@ -15,7 +15,6 @@ from harness import dra_slices
 from harness.builders import make_namespace, make_node, make_policy
 from migslice.admission import AdmissionSettings, PodAdmission, decide
 from migslice.admission.usage import SliceUsage
-from migslice.cli import main
 from migslice.objects import load_cluster_text
 from migslice.status.cluster import StatusSettings, build_cluster
 from migslice.status.tenants import tenant_views
@@ -26,6 +25,7 @@ from tests.dra_objects import (
     make_dra_node,
     migslice_classes,
 )
+from tests.status_cluster import run_cli
 from webhook.state import ClusterState
 
 NODE = "dra-0"
@@ -73,15 +73,12 @@ def cluster_file(tmp_path: Path) -> Path:
     return path
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert main(list(argv)) == 0
-    return capsys.readouterr().out
-
-
 def test_the_map_shows_each_claims_partition_and_its_pod(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    document = json.loads(
+        run_cli(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json")
+    )
     (pool,) = document["pools"]
     (node,) = pool["nodes"]
     assert node["layoutSource"] == "dra-dynamic"
@@ -99,7 +96,7 @@ def test_the_map_shows_each_claims_partition_and_its_pod(
     assert free["nvidia.com/mig-7g.80gb"] == (0, 2)
     assert free["nvidia.com/mig-1g.10gb"] == (9, 14)
     assert (pool["freeSlices"], pool["totalSlices"]) == (11, 16)
-    text = _run(capsys, "status", "--cluster-file", str(cluster_file))
+    text = run_cli(capsys, "status", "--cluster-file", str(cluster_file))
     assert "|1g.10gb*|" in text and "1g.10gb team-a/team-a/a" in text
     assert "4g.40gb team-a/team-a/c" in text
     assert "free slices carved on demand" in text and "7g.80gb 0/2" in text
@@ -110,7 +107,9 @@ def test_a_dynamic_mig_gpus_largest_free_region_is_its_largest_free_placement(
 ) -> None:
     """A DynamicMIG GPU has no instance but those claims hold: beside GPU 0's 1g.10gb@0 and
     GPU 1's 4g.40gb@0 a 3g.40gb@4 can still be carved on each (FRAG read 1.00, largest 0)."""
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    document = json.loads(
+        run_cli(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json")
+    )
     (pool,) = document["pools"]
     (node,) = pool["nodes"]
     by_gpu = {g["index"]: (g["freeSlices"], g["largestFreeSlices"]) for g in node["gpus"]}
@@ -122,7 +121,9 @@ def test_a_dynamic_mig_gpus_largest_free_region_is_its_largest_free_placement(
 def test_a_claim_pod_that_no_free_placement_hosts_waits_with_the_extenders_reason(
     cluster_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json"))
+    document = json.loads(
+        run_cli(capsys, "status", "--cluster-file", str(cluster_file), "-o", "json")
+    )
     (waiting,) = document["waiting"]
     assert waiting["pod"] == "team-a/d"
     assert waiting["requests"] == {"nvidia.com/mig-7g.80gb": 1}
@@ -130,7 +131,9 @@ def test_a_claim_pod_that_no_free_placement_hosts_waits_with_the_extenders_reaso
     assert (reason["outcome"], reason["names"]) == ("failed", [NODE])
     assert "7g.80gb" in reason["reason"]
     why = json.loads(
-        _run(capsys, "why", "-n", "team-a", "d", "--cluster-file", str(cluster_file), "-o", "json")
+        run_cli(
+            capsys, "why", "-n", "team-a", "d", "--cluster-file", str(cluster_file), "-o", "json"
+        )
     )
     assert why["admission"]["asked"] == {"ResourceClaim": "team-a/d"}
     assert why["placement"]["nodes"] == waiting["nodes"]
@@ -150,7 +153,7 @@ def test_an_extended_resource_reaches_a_dra_node_only_through_a_class_that_maps_
     )
     path = tmp_path / "dra.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     big = next(w for w in document["waiting"] if w["pod"] == "team-a/big")
     if with_class:
         assert big["fits"] == [NODE]
@@ -169,7 +172,7 @@ def test_a_device_taint_rule_keeps_a_claim_off_and_why_says_so(
     objects = [o for o in dra_cluster() if o["metadata"]["name"] != "c"]
     path = tmp_path / "dra.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     assert [w["pod"] for w in document["waiting"]] == ["team-a/d"]
     assert document["waiting"][0]["fits"] == [NODE]
     maintenance = {
@@ -201,14 +204,14 @@ def test_a_device_taint_rule_keeps_a_claim_off_and_why_says_so(
         },
     }
     path.write_text(yaml.safe_dump_all([*objects, *rules, steer]))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (node,) = document["pools"][0]["nodes"]
     assert (node["draDevicesTainted"], node["draDevicesSteered"]) == (2, 1)
     (waiting,) = document["waiting"]
     assert waiting["fits"] == []
     (reason,) = waiting["nodes"]
     assert reason["outcome"] == "failed" and "tainted" in reason["reason"]
-    text = _run(capsys, "status", "--cluster-file", str(path))
+    text = run_cli(capsys, "status", "--cluster-file", str(path))
     assert "2 device(s) tainted" in text
 
 
@@ -228,7 +231,7 @@ def test_a_taint_on_the_free_placements_of_gpus_in_use_is_named_as_the_taint(
     rules = [maintenance_rule(NODE, f"gpu-{g}-mig-3g40gb-9-4") for g in (0, 1)]
     path = tmp_path / "dra.yaml"
     path.write_text(yaml.safe_dump_all([*dra_cluster(), big, *rules]))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (node,) = document["pools"][0]["nodes"]
     free = {p["resource"]: (p["free"], p["offered"]) for p in node["draPlacements"]}
     assert free["nvidia.com/mig-3g.40gb"] == (2, 4) and node["draDevicesTainted"] == 2
@@ -238,7 +241,7 @@ def test_a_taint_on_the_free_placements_of_gpus_in_use_is_named_as_the_taint(
         {"reason": reasons.DEVICES_TAINTED, "outcome": "failed", "count": 1, "names": [NODE]}
     ]
     why = json.loads(
-        _run(capsys, "why", "-n", "team-a", "big", "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "-n", "team-a", "big", "--cluster-file", str(path), "-o", "json")
     )
     assert why["placement"]["nodes"] == waiting["nodes"]
     objects = load_cluster_text(path.read_text())
@@ -355,12 +358,12 @@ def test_status_and_why_show_the_claims_in_the_tenants_quota(
     objects.append(make_policy("team-a", quota={"computeSlices": 12}))
     path = tmp_path / "dra.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (tenant,) = document["tenants"]
     used = {d["dimension"]: (d["used"], d["limit"]) for d in tenant["usage"]}
     assert used["computeSlices"] == (12, 12) and used["instances"] == (3, None)
     why = json.loads(
-        _run(capsys, "why", "-n", "team-a", "d", "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "-n", "team-a", "d", "--cluster-file", str(path), "-o", "json")
     )
     quota = {d["dimension"]: d["used"] for d in why["admission"]["quota"]}
     assert quota["computeSlices"] == 12
@@ -393,7 +396,7 @@ def test_why_f_answers_as_the_webhook_on_a_cluster_of_dra_nodes_only(
     webhook = decide(PodAdmission("team-a", pod, request_uid="uid-new"), state, AdmissionSettings())
     assert (webhook.allowed, webhook.reason) == (False, "quota")
     why = json.loads(
-        _run(capsys, "why", "-f", str(manifest), "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "-f", str(manifest), "--cluster-file", str(path), "-o", "json")
     )
     absent = why["absent"]
     assert (absent["allowed"], absent["reason"], absent["message"]) == (
@@ -404,7 +407,7 @@ def test_why_f_answers_as_the_webhook_on_a_cluster_of_dra_nodes_only(
     objects[-1] = make_policy("team-a")  # no quota: admitted, sized on the DRA node's model
     path.write_text(yaml.safe_dump_all(objects))
     why = json.loads(
-        _run(capsys, "why", "-f", str(manifest), "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "-f", str(manifest), "--cluster-file", str(path), "-o", "json")
     )
     assert (why["absent"]["allowed"], why["absent"]["profile"]) == (True, "1g.10gb")
 
@@ -442,13 +445,13 @@ def test_a_resource_claim_tenants_sized_pod_whose_claim_is_not_made_yet_waits_fo
     pod["status"] = {"phase": "Pending"}
     path = tmp_path / "dra.yaml"
     path.write_text(yaml.safe_dump_all([*objects, pod]))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (tenant,) = document["tenants"]
     assert (tenant["boundPods"], tenant["waitingPods"]) == (2, 2)
     sized = next(w for w in document["waiting"] if w["pod"] == "team-a/sized")
     assert "migslice-mig-1g.10gb" in sized["summary"]
     assert "not made" in sized["summary"] and sized["fits"] == []
-    text = _run(capsys, "why", "-n", "team-a", "sized", "--cluster-file", str(path))
+    text = run_cli(capsys, "why", "-n", "team-a", "sized", "--cluster-file", str(path))
     assert "asks for no GPU" not in text
     assert "migslice.io/gpu-size=small" in text and "migslice-mig-1g.10gb" in text
 
@@ -478,7 +481,7 @@ def test_a_claim_holding_a_whole_dynamic_mig_hopper_gpu_shows_it_held(
     ]
     path = tmp_path / "h100.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (pool,) = document["pools"]
     (view,) = pool["nodes"]
     assert view["layoutSource"] == "dra-dynamic"
@@ -490,6 +493,6 @@ def test_a_claim_holding_a_whole_dynamic_mig_hopper_gpu_shows_it_held(
     assert pool["fragmentation"] == 0.0
     free = {p["resource"]: (p["free"], p["offered"]) for p in view["draPlacements"]}
     assert free["nvidia.com/mig-7g.80gb"] == (1, 2)
-    text = _run(capsys, "status", "--cluster-file", str(path))
+    text = run_cli(capsys, "status", "--cluster-file", str(path))
     assert "whole GPU team-a/team-a/w" in text
     assert "8/16" in text and "16/16" not in text

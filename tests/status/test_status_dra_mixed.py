@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from harness import dra_slices
 from harness.builders import make_namespace, make_node, make_policy
-from migslice.cli import main
 from tests.dra_objects import make_claim, make_claim_pod, make_dra_node, migslice_classes
+from tests.status_cluster import run_cli, write_cluster_file
 
 
 def _pod(raw: dict[str, Any]) -> dict[str, Any]:
@@ -23,19 +22,6 @@ def _pod(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _node(raw: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", **raw}
-
-
-def _write(tmp_path: Path, objects: list[dict[str, Any]]) -> Path:
-    for raw in objects:
-        raw.setdefault("apiVersion", "v1")
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all(objects))
-    return path
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert main(list(argv)) == 0
-    return capsys.readouterr().out
 
 
 def _unknown_slices(node: str) -> list[dict[str, Any]]:
@@ -79,8 +65,8 @@ def test_a_dra_node_whose_slices_cannot_be_read_is_shown_unknown_with_its_claims
         make_claim("c", allocated=[("dra-0", "gpu-0-mig-1g10gb-19-3")], reserved_for=["p"]),
         _pod(make_claim_pod("p", {"gpu": "c"}, node_name="dra-0", phase="Running")),
     ]
-    path = _write(tmp_path, objects)
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    path = write_cluster_file(tmp_path / "cluster.yaml", objects)
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (pool,) = document["pools"]
     # the pool of its siblings whose slices are read: the label, else the model they name
     assert pool["name"] == ("NVIDIA-A100-SXM4-80GB" if labelled else "A100-80GB")
@@ -98,7 +84,7 @@ def test_a_dra_node_whose_slices_cannot_be_read_is_shown_unknown_with_its_claims
             "devices": ["gpu-0-mig-1g10gb-19-3"],
         }
     ]
-    text = _run(capsys, "status", "--cluster-file", str(path))
+    text = run_cli(capsys, "status", "--cluster-file", str(path))
     assert text.startswith("1 GPU node,")
     assert "no GPU nodes" not in text and "no GPU resources" not in text
     assert "dra-static" not in text and "has no NVIDIA GPU" not in text
@@ -136,8 +122,8 @@ def test_a_claim_without_a_pod_and_a_claim_shared_by_pods_show_their_holders(
     mark of processes the node agent sees), or given to the gone pod that owned the claim; a
     claim several pods share named the first alone, and ``why`` of the second said it held
     nothing."""
-    path = _write(tmp_path, _claims_cluster())
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    path = write_cluster_file(tmp_path / "cluster.yaml", _claims_cluster())
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (node,) = document["pools"][0]["nodes"]
     slots = {
         (g["index"], s["profile"]): (s["pod"], s["tenant"], s["claim"], s["sharedWith"])
@@ -151,13 +137,13 @@ def test_a_claim_without_a_pod_and_a_claim_shared_by_pods_show_their_holders(
     }
     assert not any(s["busyWithoutPod"] for g in node["gpus"] for s in g["instances"])
     assert all(s["used"] for g in node["gpus"] for s in g["instances"])
-    text = _run(capsys, "status", "--cluster-file", str(path), "-o", "wide")
+    text = run_cli(capsys, "status", "--cluster-file", str(path), "-o", "wide")
     assert "busy (no pod known)" not in text and "!" not in text
     assert "2g.20gb@4 team-a/ResourceClaim team-a/orphan (no pod)" in text
     assert "1g.10gb@3 team-a/team-a/s1, team-a/s2 (ResourceClaim team-a/shared)" in text
     assert "gone" not in text
     why = json.loads(
-        _run(capsys, "why", "s2", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "s2", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
     )
     assert [(h["profile"], h["start"]) for h in why["holds"]] == [("1g.10gb", 3)]
 
@@ -200,14 +186,14 @@ def test_why_names_the_dra_nodes_the_controller_leaves_alone_with_the_reason(
     `migslice plan` says under "nodes left alone")."""
     from migslice.repartition.modes import DRA_AND_DEVICE_PLUGIN, DRA_DYNAMIC
 
-    path = _write(tmp_path, _left_alone_cluster())
+    path = write_cluster_file(tmp_path / "cluster.yaml", _left_alone_cluster())
     argv = ("why", "w", "-n", "team-a", "--cluster-file", str(path), "--mode-default", mode)
-    document = json.loads(_run(capsys, *argv, "-o", "json"))
+    document = json.loads(run_cli(capsys, *argv, "-o", "json"))
     assert document["repartition"]["leftAlone"] == [
         {"node": "both-0", "reason": "dra-and-device-plugin", "message": DRA_AND_DEVICE_PLUGIN},
         {"node": "dyn-0", "reason": "dra-dynamic", "message": DRA_DYNAMIC},
     ]
-    text = _run(capsys, *argv, "-o", "wide")
+    text = run_cli(capsys, *argv, "-o", "wide")
     assert f"left alone: both-0 (dra-and-device-plugin): {DRA_AND_DEVICE_PLUGIN}" in text
     assert f"left alone: dyn-0 (dra-dynamic): {DRA_DYNAMIC}" in text
 
@@ -218,16 +204,16 @@ def test_why_of_a_pod_waiting_for_its_claims_allocation_says_why_it_is_no_demand
     """A pod whose 1g.10gb claim waits for allocation is no demand of the repartition
     controller's (DRA nodes are never re-partitioned): why said "whole-GPU requests need MIG
     disabled; not re-partitioned"."""
-    path = _write(tmp_path, _left_alone_cluster())
+    path = write_cluster_file(tmp_path / "cluster.yaml", _left_alone_cluster())
     argv = ("why", "p", "-n", "team-a", "--cluster-file", str(path))
-    document = json.loads(_run(capsys, *argv, "-o", "json"))
+    document = json.loads(run_cli(capsys, *argv, "-o", "json"))
     assert document["admission"]["asked"] == {"ResourceClaim": "team-a/pend"}
     (dyn,) = [c for c in document["placement"]["nodes"] if c["names"] == ["dyn-0"]]
     assert dyn["outcome"] == "failed"
     unserved = document["repartition"]["unserved"]
     assert "whole-GPU" not in unserved
     assert unserved.startswith("not demand: it asks its GPUs through ResourceClaims")
-    assert "whole-GPU" not in _run(capsys, *argv)
+    assert "whole-GPU" not in run_cli(capsys, *argv)
 
 
 def _steered_cluster() -> list[dict[str, Any]]:
@@ -279,8 +265,8 @@ def test_a_pod_the_steer_keeps_off_a_node_with_room_says_so(
     from migslice.scheduling import reasons
     from tests.status.test_why_agrees import assert_why_agrees
 
-    path = _write(tmp_path, _steered_cluster())
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    path = write_cluster_file(tmp_path / "cluster.yaml", _steered_cluster())
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (waiting,) = document["waiting"]
     assert waiting["fits"] == []
     assert waiting["nodes"] == [
@@ -290,7 +276,7 @@ def test_a_pod_the_steer_keeps_off_a_node_with_room_says_so(
     objects = load_cluster_text(path.read_text())
     pod = next(p for p in objects.pods if p["metadata"]["name"] == "w")
     assert assert_why_agrees(objects, pod) == ()
-    text = _run(capsys, "why", "w", "-n", "team-a", "--cluster-file", str(path))
+    text = run_cli(capsys, "why", "w", "-n", "team-a", "--cluster-file", str(path))
     assert "held back by migslice's steer" in text
 
 
@@ -314,8 +300,8 @@ def test_a_pod_whose_claim_is_allocated_waits_for_the_allocations_node_alone(
         ),
         _pod(make_claim_pod("b", {"gpu": "c"})),
     ]
-    path = _write(tmp_path, objects)
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    path = write_cluster_file(tmp_path / "cluster.yaml", objects)
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (waiting,) = document["waiting"]
     assert waiting["requests"] == {"nvidia.com/mig-3g.40gb": 1}
     assert waiting["fits"] == ["dyn-0"]
@@ -325,7 +311,7 @@ def test_a_pod_whose_claim_is_allocated_waits_for_the_allocations_node_alone(
         "resourceclaim not available on the node (ResourceClaim team-a/c is allocated on dyn-0)"
     )
     why = json.loads(
-        _run(capsys, "why", "b", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "b", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
     )
     assert why["placement"]["nodes"] == waiting["nodes"]
     assert why["placement"]["fits"] == ["dyn-0"]
@@ -342,13 +328,13 @@ def test_a_pod_naming_a_claim_that_is_not_there_waits_for_it(
 
     objects = _claims_cluster()
     objects.append(_pod(unschedulable(make_claim_pod("g", {"gpu": "nosuch"}))))
-    path = _write(tmp_path, objects)
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    path = write_cluster_file(tmp_path / "cluster.yaml", objects)
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (waiting,) = document["waiting"]
     assert (waiting["pod"], waiting["fits"], waiting["nodes"]) == ("team-a/g", [], [])
     assert waiting["summary"].startswith("waiting for its ResourceClaim(s) team-a/nosuch: ")
     assert "not seen" not in waiting["summary"]
-    text = _run(capsys, "why", "g", "-n", "team-a", "--cluster-file", str(path))
+    text = run_cli(capsys, "why", "g", "-n", "team-a", "--cluster-file", str(path))
     assert "team-a/nosuch" in text and "not seen" not in text
 
 
@@ -365,8 +351,8 @@ def test_claims_on_a_node_both_device_apis_serve_are_shown_beside_its_counts(
         make_claim("bc", allocated=[("both-0", device)], reserved_for=["bp"]),
         _pod(make_claim_pod("bp", {"gpu": "bc"}, node_name="both-0", phase="Running")),
     ]
-    path = _write(tmp_path, objects)
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    path = write_cluster_file(tmp_path / "cluster.yaml", objects)
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (both,) = [n for p in document["pools"] for n in p["nodes"] if n["name"] == "both-0"]
     assert both["draClaimsBeside"] == [
         {
@@ -378,6 +364,6 @@ def test_claims_on_a_node_both_device_apis_serve_are_shown_beside_its_counts(
             "devices": [device],
         }
     ]
-    text = _run(capsys, "status", "--cluster-file", str(path), "-o", "wide")
+    text = run_cli(capsys, "status", "--cluster-file", str(path), "-o", "wide")
     assert f"team-a/team-a/bp: ResourceClaim team-a/bc ({device})" in text
-    assert "not in its counts above" in _run(capsys, "status", "--cluster-file", str(path))
+    assert "not in its counts above" in run_cli(capsys, "status", "--cluster-file", str(path))

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from harness import dra_slices
 from harness.builders import make_mig_config_map, make_namespace, make_node, make_pod, make_policy
-from migslice.cli import main
 from migslice.mig import CATALOG, place
 from migslice.objects import AgentGpu, AgentInstance, AgentReport, render_layout_annotation
 from tests.dra_objects import make_claim, make_claim_pod, migslice_classes
+from tests.status_cluster import run_cli, write_cluster_file
 
 ALL_1G = """version: v1
 mig-configs:
@@ -30,22 +29,8 @@ LAYOUT = [("1g.10gb", start) for start in range(7)]
 A100 = CATALOG.get("A100-80GB")
 
 
-def _write(tmp_path: Path, objects: list[dict[str, Any]]) -> Path:
-    for raw in objects:
-        raw.setdefault("apiVersion", "v1")
-        raw.setdefault("kind", "Pod" if "containers" in raw.get("spec", {}) else "Node")
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all(objects))
-    return path
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert main(list(argv)) == 0
-    return capsys.readouterr().out
-
-
 def _node_json(capsys: pytest.CaptureFixture[str], path: Path, name: str) -> dict[str, Any]:
-    document = json.loads(_run(capsys, "status", "--cluster-file", str(path), "-o", "json"))
+    document = json.loads(run_cli(capsys, "status", "--cluster-file", str(path), "-o", "json"))
     (node,) = [n for p in document["pools"] for n in p["nodes"] if n["name"] == name]
     return {**node, "idleGpus": sum(p["idleGpus"] for p in document["pools"])}
 
@@ -98,17 +83,17 @@ def test_an_instance_a_claim_holds_is_drawn_held_by_its_pod_on_the_map(
         *_claimed(dra_slices.mig_device_name(0, "1g.10gb", 19, 2)),
         make_pod("dp", profile="1g.10gb", node_name="both-0"),
     ]
-    path = _write(tmp_path, objects)
+    path = write_cluster_file(tmp_path / "cluster.yaml", objects)
     node = _node_json(capsys, path, "both-0")
     assert _used(node) == {(0, 0): ("team-a/dp", None), (1, 2): ("team-a/bp", "team-a/bc")}
     assert node["idleGpus"] == 0
     assert [g["freeSlices"] for g in node["gpus"]] == [7, 7]
     assert node["draClaimsBeside"] == []
     why = json.loads(
-        _run(capsys, "why", "bp", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
+        run_cli(capsys, "why", "bp", "-n", "team-a", "--cluster-file", str(path), "-o", "json")
     )
     assert why["holds"] == [{"gpu": 1, "profile": "1g.10gb", "start": 2, "assumed": False}]
-    text = _run(capsys, "status", "--cluster-file", str(path))
+    text = run_cli(capsys, "status", "--cluster-file", str(path))
     assert "1g.10gb team-a/team-a/bp" in text
     assert "not in its counts or map" not in text
 
@@ -158,7 +143,7 @@ def test_a_busy_instance_a_claim_holds_is_the_claims_not_a_device_plugin_pods(
     """The agent sees processes on the instance claim bc holds (start 2), matched to the DRA
     driver's GPU by UUID. The inventory assumes the device-plugin pod dp on the busy instance:
     the map gave it dp, and bc's pod nothing."""
-    path = _write(tmp_path, _agent_cluster(uuids=True))
+    path = write_cluster_file(tmp_path / "cluster.yaml", _agent_cluster(uuids=True))
     node = _node_json(capsys, path, "both-0")
     used = _used(node)
     assert used.pop((0, 2)) == ("team-a/bp", "team-a/bc")
@@ -171,14 +156,14 @@ def test_a_claim_the_map_cannot_place_is_listed_beside_it(
 ) -> None:
     """An agent that does not publish its GPU's UUID: which DRA GPU is which of the map's is
     not known, so the claim is listed under the map with its device, not drawn on a guess."""
-    path = _write(tmp_path, _agent_cluster(uuids=False))
+    path = write_cluster_file(tmp_path / "cluster.yaml", _agent_cluster(uuids=False))
     node = _node_json(capsys, path, "both-0")
     assert (0, 2) not in _used(node) or _used(node)[(0, 2)][1] is None
     device = dra_slices.mig_device_name(0, "1g.10gb", 19, 2)
     assert [(h["pod"], h["claim"], h["devices"]) for h in node["draClaimsBeside"]] == [
         ("team-a/bp", "team-a/bc", [device])
     ]
-    text = _run(capsys, "status", "--cluster-file", str(path))
+    text = run_cli(capsys, "status", "--cluster-file", str(path))
     assert f"team-a/team-a/bp: ResourceClaim team-a/bc ({device})" in text
     assert "that its map cannot place" in text
 
@@ -194,14 +179,14 @@ def test_why_of_a_pod_that_fits_by_the_device_plugins_counts_names_the_claims_it
     objects = _agent_cluster(uuids=True)
     objects += [make_pod(f"dp{i}", profile="1g.10gb", node_name="both-0") for i in range(1, 6)]
     objects.append(unschedulable(make_pod("w", profile="1g.10gb")))
-    path = _write(tmp_path, objects)
+    path = write_cluster_file(tmp_path / "cluster.yaml", objects)
     node = _node_json(capsys, path, "both-0")
     assert all(s["used"] for g in node["gpus"] for s in g["instances"])
     argv = ("why", "w", "-n", "team-a", "--cluster-file", str(path))
-    why = json.loads(_run(capsys, *argv, "-o", "json"))
+    why = json.loads(run_cli(capsys, *argv, "-o", "json"))
     assert why["placement"]["fits"] == ["both-0"]
     ((name, said),) = [(b["node"], b["message"]) for b in why["placement"]["claimsUnseen"]]
     assert name == "both-0"
     assert "1 x 1g.10gb" in said and "team-a/bc" in said
-    text = _run(capsys, *argv, "-o", "wide")
+    text = run_cli(capsys, *argv, "-o", "wide")
     assert f"{name}: {said}" in text
