@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from migslice import names
-from migslice.inventory import GpuState, NodeState, mig_resource
+from migslice.inventory import NodeState, mig_resource
+from migslice.inventory.beside import WHOLE_GPU, Place, beside_claims, with_claims
 from migslice.objects import PodFacts
-from migslice.objects.dra_pool import DraPool, PoolState
-from migslice.objects.resource_slices import DeviceKind, SliceDevice
+from migslice.objects.resource_slices import DeviceKind
 from migslice.scheduling import PreparedNode
 from migslice.scheduling.fragmentation import (
     NO_FREE_SPACE,
@@ -37,7 +37,6 @@ from migslice.scheduling.fragmentation import (
 from migslice.status.carving import carve_unknown
 from migslice.status.cluster import Cluster
 
-WHOLE_GPU = "whole GPU"
 DRA_UNKNOWN = "dra-unknown"
 """The layout source of a DRA node whose slices cannot be read: its GPUs are unknown, neither
 free nor held."""
@@ -271,64 +270,23 @@ def _beside_claims(
 ) -> tuple[DraHolders, tuple[Holding, ...]]:
     """On a node both NVIDIA's device plugin and its DRA driver serve, with a per-GPU map: who
     holds each of the map's instances through a ResourceClaim the driver allocated (keyed as
-    :data:`DraHolders`, by the map's GPU index), and the claims, with the devices, that the
-    map cannot place (its GPU not known to the map, or the map has no such instance there),
-    then those its pods name that show no allocation there."""
-    pool = cluster.dra_pool(state.name)
-    by_name: dict[str, tuple[int, SliceDevice]] = {}
-    if pool is not None and pool.state is PoolState.READY:
-        for dra_gpu in pool.gpus:
-            for device in dra_gpu.devices:
-                by_name[device.name(dra_gpu.minor)] = (dra_gpu.minor, device)
-    indices = _map_indices(state, pool)
-    gpus = {gpu.index: gpu for gpu in state.gpus}
-    claimed: DraHolders = {}
-    unplaced: dict[str, tuple[str, ...]] = {}
-    for key, devices, holder in _claims_on(cluster, state, holders):
-        left = []
-        for name in devices:
-            found = by_name.get(name)
-            gpu = None if found is None else gpus.get(indices.get(found[0], -1))
-            where = None if found is None or gpu is None else _place_of(gpu, found[1])
-            if where is None:
-                left.append(name)
-            else:
-                claimed.setdefault(where, holder)
-        if left:
-            unplaced[key] = tuple(left)
+    :data:`DraHolders`, by the map's GPU index; :func:`~migslice.inventory.beside.beside_claims`),
+    and the claims, with the devices, that the map cannot place, then those its pods name
+    that show no allocation there."""
+    on_node = {key: holder for key, _, holder in _claims_on(cluster, state, holders)}
+    found = beside_claims(
+        state,
+        cluster.dra_pool(state.name),
+        (cluster.claims[key] for key in on_node),
+    )
+    claimed = {where: on_node[key] for where, key in found.held.items()}
+    unplaced = found.unplaced
     holdings = tuple(
         dataclasses.replace(h, devices=unplaced[h.claim]) if h.devices and h.claim else h
         for h in _claim_holdings(cluster, state.name, holders)
         if not h.devices or h.claim in unplaced
     )
     return claimed, holdings
-
-
-def _map_indices(state: NodeState, pool: DraPool | None) -> dict[int, int]:
-    """The map's GPU index of each GPU the DRA driver publishes (by its minor number): the
-    node agent's GPU of the same UUID; without an agent report, the GPUs in PCI bus id order,
-    NVML's order, which the map's indices (mig-parted's ``devices``) follow, when the driver
-    publishes every GPU of the map with its bus id; else none."""
-    if pool is None:
-        return {}
-    report = state.facts.agent
-    if report is not None:
-        by_uuid = {gpu.uuid: gpu.index for gpu in report.gpus if gpu.uuid}
-        return {g.minor: by_uuid[g.uuid] for g in pool.gpus if g.uuid in by_uuid}
-    ordered = sorted(pool.gpus, key=lambda g: g.pci_bus_id.lower())
-    if len(ordered) != len(state.gpus) or not all(g.pci_bus_id for g in ordered):
-        return {}
-    return {g.minor: gpu.index for g, gpu in zip(ordered, state.gpus, strict=True)}
-
-
-def _place_of(gpu: GpuState, device: SliceDevice) -> tuple[int, str, int] | None:
-    """Where ``device`` is on the map's ``gpu`` (a key of :data:`DraHolders`); None when the
-    map has no such instance there."""
-    if device.kind is DeviceKind.GPU:
-        return None if gpu.mig_enabled else (gpu.index, WHOLE_GPU, 0)
-    if any(p.profile == device.profile and p.start == device.start for p in gpu.instances):
-        return (gpu.index, device.profile, device.start)
-    return None
 
 
 def _claim_holdings(
@@ -374,7 +332,7 @@ class DraHolder:
 
 
 NO_HOLDER = DraHolder(None)
-DraHolders = dict[tuple[int, str, int], DraHolder]
+DraHolders = dict[Place, DraHolder]
 """(GPU index, profile or :data:`WHOLE_GPU`, start) -> who holds it."""
 
 
@@ -437,7 +395,8 @@ def _gpu_views(
     claimed: DraHolders | None = None,
 ) -> tuple[GpuView, ...]:
     """The map's GPUs; ``claimed``: on a node both device APIs serve, the instances claims of
-    its DRA driver hold (:func:`_beside_claims`), held by them (:func:`_with_claims`)."""
+    its DRA driver hold (:func:`_beside_claims`), held by them
+    (:func:`~migslice.inventory.beside.with_claims`)."""
     model = state.model
     assert model is not None
     queues: dict[str, list[str]] = {}
@@ -452,7 +411,7 @@ def _gpu_views(
     lookup = tenant_of
     dynamic = dynamic_gpus(state)
     claimed = claimed or {}
-    for gpu in _with_claims(state, claimed) if claimed else state.gpus:
+    for gpu in with_claims(state, claimed):
         slots: list[SlotView] = []
         if not gpu.mig_enabled or gpu.whole_held:  # held whole: a Hopper DynamicMIG GPU too
             who = NO_HOLDER
@@ -486,41 +445,6 @@ def _gpu_views(
             )
         )
     return tuple(views)
-
-
-def _with_claims(state: NodeState, claimed: DraHolders) -> tuple[GpuState, ...]:
-    """The node's GPUs with the instances (or MIG-off GPUs) that ``claimed`` names held. The
-    device plugin's pods keep as many instances of their profile as they hold: first those
-    the inventory assumed for them (or saw busy) that no claim holds, then free ones in map
-    order, an assumption as the inventory's own is."""
-    gpus = state.gpus
-    held = [list(gpu.held) for gpu in gpus]
-    whole = [gpu.whole_held for gpu in gpus]
-    kept: dict[str, int] = {}  # per profile (or WHOLE_GPU): held, not by a claim
-    for g, gpu in enumerate(gpus):
-        for k, placed in enumerate(gpu.instances):
-            if (gpu.index, placed.profile, placed.start) in claimed:
-                held[g][k] = True
-            elif held[g][k]:
-                kept[placed.profile] = kept.get(placed.profile, 0) + 1
-        if (gpu.index, WHOLE_GPU, 0) in claimed:
-            whole[g] = True
-        elif whole[g]:
-            kept[WHOLE_GPU] = kept.get(WHOLE_GPU, 0) + 1
-    for g, gpu in enumerate(gpus):
-        for k, placed in enumerate(gpu.instances):
-            resource = mig_resource(placed.profile)
-            if not held[g][k] and kept.get(placed.profile, 0) < state.allocated_of(resource):
-                held[g][k] = True
-                kept[placed.profile] = kept.get(placed.profile, 0) + 1
-        if not gpu.mig_enabled and not whole[g]:
-            if kept.get(WHOLE_GPU, 0) < state.allocated_of(names.WHOLE_GPU_RESOURCE):
-                whole[g] = True
-                kept[WHOLE_GPU] = kept.get(WHOLE_GPU, 0) + 1
-    return tuple(
-        dataclasses.replace(gpu, held=tuple(held[g]), whole_held=whole[g])
-        for g, gpu in enumerate(gpus)
-    )
 
 
 def _held_slot(

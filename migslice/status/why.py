@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from migslice import names
 from migslice.admission.status import QuotaDimension, quota_dimensions
 from migslice.inventory import mig_resource
+from migslice.inventory.beside import WHOLE_GPU
 from migslice.mig import GpuModel, Layout
 from migslice.objects.json import JsonObject
 from migslice.objects.pods import (
@@ -42,7 +43,7 @@ from migslice.scheduling.demand import UnitKind
 from migslice.status.absent import AbsentPod, CreateEvent
 from migslice.status.carving import carve_unknown
 from migslice.status.cluster import Cluster, GpuPod
-from migslice.status.pools import WHOLE_GPU, SlotView, node_view
+from migslice.status.pools import SlotView, node_view
 from migslice.status.record import HeldNode, RecordView, StepView, record_view
 from migslice.status.waiting import (
     SCHEDULER,
