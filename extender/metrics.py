@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.state import ExtenderState
+from migslice.inventory.beside import Place, beside_claims
 from migslice.mig.stranding import complete_rule, strand_guard
 from migslice.scheduling.fragmentation import NO_FREE_SPACE, FreeSpace, node_free_space
 from migslice.serving.certificate_metric import CertificateExpiry
@@ -285,7 +286,9 @@ class _ReadyCollector(Collector):
 
 class _PoolCollector(Collector):
     """Per pool (GPU product): free memory slices, all of them, and the fragmentation index
-    (``migslice.scheduling.fragmentation.FreeSpace``, as ``migslice status`` shows it)."""
+    (``migslice.scheduling.fragmentation.FreeSpace``, as ``migslice status`` shows it: on a
+    node both device APIs serve, the instances ResourceClaims of the DRA driver hold count
+    held, :mod:`migslice.inventory.beside`)."""
 
     def __init__(self, state: ExtenderState) -> None:
         self._state = state
@@ -300,7 +303,13 @@ class _PoolCollector(Collector):
                 continue
             state = prepared.state
             pool = state.facts.product or model.key
-            pools[pool] = pools.get(pool, NO_FREE_SPACE) + node_free_space(state)
+            claimed: Collection[Place] = ()
+            if state.dra_beside and state.gpus:
+                dra = index.dra_inputs(name, ())
+                if dra is not None:
+                    claimed = beside_claims(state, dra.pool, dra.allocated).held
+            space = node_free_space(state, claimed)
+            pools[pool] = pools.get(pool, NO_FREE_SPACE) + space
         families = (
             GaugeMetricFamily(
                 "migslice_extender_pool_fragmentation",

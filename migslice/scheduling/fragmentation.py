@@ -38,10 +38,11 @@ lands on (:mod:`migslice.scheduling.dra_placement`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from migslice.inventory import GpuState, NodeState, mig_resource
+from migslice.inventory.beside import Place, with_claims
 from migslice.inventory.picking import (
     MAX_SCORE,
     MIN_SCORE,
@@ -243,14 +244,17 @@ def dynamic_gpus(state: NodeState) -> frozenset[int]:
     return frozenset(gpu.minor for gpu in dra.pool.gpus if gpu.mode is DraMode.DYNAMIC)
 
 
-def node_free_space(state: NodeState) -> FreeSpace:
+def node_free_space(state: NodeState, claimed: Collection[Place] = ()) -> FreeSpace:
     """The :class:`FreeSpace` of a node's GPUs; a node known only by counts adds its GPUs
-    (``nvidia.com/gpu.count``) to ``unknown_gpus``."""
+    (``nvidia.com/gpu.count``) to ``unknown_gpus``. ``claimed``: on a node both device APIs
+    serve, the places of its map that ResourceClaims of the DRA driver hold
+    (:func:`migslice.inventory.beside.beside_claims`), counted held as ``migslice status``
+    counts them."""
     model = state.model
     if model is None or not state.gpus:
         return FreeSpace(unknown_gpus=state.facts.gpu_count or 0) if model else NO_FREE_SPACE
     dynamic = dynamic_gpus(state)
     total = NO_FREE_SPACE
-    for gpu in state.gpus:
+    for gpu in with_claims(state, claimed):
         total = total + gpu_free_space(gpu, model, dynamic=gpu.index in dynamic)
     return total

@@ -554,3 +554,57 @@ def test_fuzzed_pods_get_an_answer_for_every_node_and_never_a_500(
     if not passed:
         assert sorted(failed) == sorted(set(names))
         assert all(isinstance(reason, str) and reason for reason in failed.values())
+
+
+def test_the_pool_metrics_count_an_instance_a_claim_holds_on_a_dual_api_node_as_held() -> None:
+    """Two A100s laid out all-1g.10gb that the device plugin serves and NVIDIA's DRA driver
+    publishes too (minor 0 is NVML's GPU 1: the minors run against the PCI bus order). A
+    device-plugin pod holds one 1g.10gb, claim bc holds gpu-0-mig-1g10gb-19-2: one instance
+    held on each GPU, 14 of 16 slices free, one slice the largest region of each, as
+    ``migslice status`` draws it. The metrics read the claim's GPU idle (15 free, 1 - 9/15)."""
+    from harness.builders import make_mig_config_map
+
+    layout = [("1g.10gb", start) for start in range(7)]
+    node = "both-0"
+    gpus = [gen.a100(0, gen.DGX_A100_BUS_IDS[1]), gen.a100(1, gen.DGX_A100_BUS_IDS[0])]
+    objects = ClusterObjects(
+        nodes=(
+            make_node(
+                node,
+                mig={"1g.10gb": 14},
+                gpu_count=2,
+                config="all-1g.10gb",
+                config_state="success",
+            ),
+        ),
+        pods=(
+            make_claim_pod("bp", {"gpu": "bc"}, node_name=node, phase="Running"),
+            make_pod("dp", profile="1g.10gb", node_name=node),
+        ),
+        config_maps=(
+            make_mig_config_map(
+                "version: v1\nmig-configs:\n  all-1g.10gb:\n    - devices: all\n"
+                '      mig-enabled: true\n      mig-devices: {"1g.10gb": 7}\n'
+            ),
+        ),
+        resource_slices=tuple(
+            gen.node_slices(node, f"uid-{node}", gpus, dynamic=False, layouts=[layout, layout])
+        ),
+        resource_claims=(
+            make_claim(
+                "bc",
+                allocated=[(node, gen.mig_device_name(0, "1g.10gb", 19, 2))],
+                reserved_for=["bp"],
+            ),
+        ),
+        device_classes=tuple(migslice_classes()),
+    )
+    text = client_of(objects).get("/metrics").get_data(as_text=True)
+    metrics = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("migslice_")
+    )
+    assert float(metrics['migslice_extender_pool_free_slices{pool="NVIDIA-A100-SXM4-80GB"}']) == 14
+    assert float(metrics['migslice_extender_pool_slices{pool="NVIDIA-A100-SXM4-80GB"}']) == 16
+    assert float(metrics['migslice_extender_pool_fragmentation{pool="NVIDIA-A100-SXM4-80GB"}']) == (
+        pytest.approx(1 - 2 / 14)
+    )
