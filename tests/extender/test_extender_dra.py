@@ -105,6 +105,12 @@ def claim_pod(
     return pod, claim
 
 
+def _pool_metrics(objects: ClusterObjects) -> dict[str, str]:
+    """The extender's ``migslice_`` samples over ``objects``, by name and labels."""
+    text = client_of(objects).get("/metrics").get_data(as_text=True)
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("migslice_"))
+
+
 def test_a_claim_pod_is_kept_off_device_plugin_nodes_and_sent_to_the_best_dra_fit() -> None:
     pod, claim = claim_pod("1g.10gb")
     client = client_of(cluster([claim]))
@@ -285,10 +291,7 @@ def test_the_pool_fragmentation_of_dynamic_mig_gpus_counts_the_placements_left_f
         ),
         device_classes=tuple(migslice_classes()),
     )
-    text = client_of(objects).get("/metrics").get_data(as_text=True)
-    metrics = dict(
-        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("migslice_")
-    )
+    metrics = _pool_metrics(objects)
     assert float(metrics['migslice_extender_pool_fragmentation{pool="A100-80GB"}']) == (
         pytest.approx(1 - 8 / 11)
     )
@@ -310,10 +313,7 @@ def test_the_pool_metrics_count_a_whole_dynamic_mig_hopper_gpu_a_claim_holds_as_
         ),
         device_classes=tuple(migslice_classes()),
     )
-    text = client_of(objects).get("/metrics").get_data(as_text=True)
-    metrics = dict(
-        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("migslice_")
-    )
+    metrics = _pool_metrics(objects)
     assert float(metrics['migslice_extender_pool_free_slices{pool="H100-80GB"}']) == 8
     assert float(metrics['migslice_extender_pool_slices{pool="H100-80GB"}']) == 16
     assert float(metrics['migslice_extender_pool_fragmentation{pool="H100-80GB"}']) == 0
@@ -599,10 +599,7 @@ def test_the_pool_metrics_count_an_instance_a_claim_holds_on_a_dual_api_node_as_
         ),
         device_classes=tuple(migslice_classes()),
     )
-    text = client_of(objects).get("/metrics").get_data(as_text=True)
-    metrics = dict(
-        line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("migslice_")
-    )
+    metrics = _pool_metrics(objects)
     assert float(metrics['migslice_extender_pool_free_slices{pool="NVIDIA-A100-SXM4-80GB"}']) == 14
     assert float(metrics['migslice_extender_pool_slices{pool="NVIDIA-A100-SXM4-80GB"}']) == 16
     assert float(metrics['migslice_extender_pool_fragmentation{pool="NVIDIA-A100-SXM4-80GB"}']) == (
